@@ -1,0 +1,61 @@
+"""cosearch — hardware/placement co-search for LLM training and federated learning
+with Invariant Dropout.
+
+Co-search pipeline (PHAZE-style)::
+
+    import cosearch as cs
+    model = cs.models.preset("gpt3-175b")
+    space = cs.SearchSpace()                       # accelerator grid under the TPUv4 area/power
+    res = cs.cosearch(model, space, cs.Cluster(1024), global_batch=1536)
+    print(res.table())
+
+Public API
+----------
+Models and graphs: :class:`ModelConfig`, :func:`model_preset`, :mod:`graph` (``build``,
+``from_module``).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
+:data:`TPUv4`, :data:`A100`, :data:`H100`, :class:`AreaPowerModel`.  Cost: :func:`price`.
+Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Placement: :func:`best_plan`,
+:class:`Plan`.  Search: :func:`cosearch`, :func:`compare`, :class:`Results`.
+Federated learning: :mod:`cosearch.fl`.
+
+``torch``, ``cvxpy`` and ``numba`` are imported only when first needed, so
+``import cosearch`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from . import graph, hardware, models
+from .cost import price, price_on
+from .hardware import A100, H100, Accelerator, AreaPowerModel, Cluster, SearchSpace, TPUv4
+from .models import ModelConfig
+from .models import preset as model_preset
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "layer_time": ("schedule", "layer_time"), "ScheduleResult": ("schedule", "ScheduleResult"),
+    "best_plan": ("placement", "best_plan"), "Plan": ("placement", "Plan"),
+    "LayerCosts": ("placement", "LayerCosts"),
+    "cosearch": ("search", "cosearch"), "Results": ("search", "Results"),
+    "compare": ("baselines", "compare"),
+    "schedule": ("schedule", None), "placement": ("placement", None), "memory": ("memory", None),
+    "comm": ("comm", None), "search": ("search", None), "baselines": ("baselines", None),
+    "cost": ("cost", None), "fl": ("fl", None), "cli": ("cli", None),
+}
+
+__all__ = [
+    "A100", "H100", "TPUv4", "Accelerator", "AreaPowerModel", "Cluster", "ModelConfig",
+    "SearchSpace", "graph", "hardware", "models", "model_preset", "price", "price_on",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        mod_name, attr = _LAZY[name]
+        mod = importlib.import_module(f".{mod_name}", __name__)
+        return mod if attr is None else getattr(mod, attr)
+    raise AttributeError(f"module 'cosearch' has no attribute {name!r}")

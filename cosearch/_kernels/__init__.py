@@ -1,0 +1,1 @@
+"""Numba kernels: plain NumPy arrays and scalars in, plain arrays out."""

@@ -1,0 +1,110 @@
+"""Roofline pricing of ops on accelerator designs (numba).
+
+``price(ops, designs, core_fraction)`` -> (designs, ops) seconds.
+
+``ops`` rows follow :data:`cosearch.graph.OP_FIELDS`:
+kind, m, n, k, batch, elements, ops_per_element, bytes_read, bytes_written, dtype_bytes.
+``designs`` rows follow :data:`cosearch.hardware.DESIGN_FIELDS`:
+tensor_cores, rows, cols, vector_units, vector_width, clock_hz, l1_bytes, l2_bytes,
+hbm_bytes, hbm_bandwidth_Bps, link_bandwidth_Bps.
+
+Tensor op (weight-stationary systolic array R x C):
+  tiles   = batch * ceil(K/R) * ceil(N/C)        (padding waste from the ceilings)
+  cores   = max(1, floor(tensor_cores * core_fraction))
+  if tiles >= cores: waves = ceil(tiles/cores), rows = M
+  else:              split M over idle cores: s = min(cores // tiles, M), rows = ceil(M/s), waves = 1
+  cycles  = waves * (rows + R + C - 2)           (fill + drain once per weight tile)
+  HBM bytes: all operands once if A, B and C fit in L2; else L2 blocking with square
+  tiles of edge T = floor(sqrt(L2 / (3 dtype))): A read ceil(N/T) times, B ceil(M/T) times.
+  L1 spill: a core needs 2 R C dtype (double-buffered weights) + R (R dtype + 4 C) bytes
+  (an R-row input block and fp32 partial sums); if L1 is smaller, weight tiles are
+  re-fetched from HBM for every R-row block: + tiles * ceil(M/R) * R C dtype bytes.
+Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
+Network op: 0 (priced by cosearch.comm).
+Each op's time = max(compute cycles / clock, bytes / (HBM bandwidth * core_fraction)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, inline="always")
+def _price_one(op, d, frac):
+    kind = op[0]
+    clock = d[5]
+    bw = d[9] * frac
+    if kind == 0.0:
+        m = op[1]
+        n = op[2]
+        k = op[3]
+        b = op[4]
+        dt = op[9]
+        r = d[1]
+        c = d[2]
+        cores = math.floor(d[0] * frac)
+        if cores < 1.0:
+            cores = 1.0
+        tiles = b * math.ceil(k / r) * math.ceil(n / c)
+        if tiles >= cores:
+            waves = math.ceil(tiles / cores)
+            rows = m
+        else:
+            s = math.floor(cores / tiles)
+            if s > m:
+                s = m
+            rows = math.ceil(m / s)
+            waves = 1.0
+        cycles = waves * (rows + r + c - 2.0)
+        compute = cycles / clock
+        total = (m * k + k * n + m * n) * b * dt
+        l2 = d[7]
+        if total <= l2:
+            nbytes = total
+        else:
+            t = math.floor(math.sqrt(l2 / (3.0 * dt)))
+            if t < 1.0:
+                t = 1.0
+            nbytes = b * dt * (m * k * math.ceil(n / t) + k * n * math.ceil(m / t) + m * n)
+        need_l1 = dt * 2.0 * r * c + r * (r * dt + 4.0 * c)
+        if need_l1 > d[6]:
+            nbytes += tiles * math.ceil(m / r) * r * c * dt
+        mem = nbytes / bw
+        return compute if compute > mem else mem
+    elif kind == 1.0:
+        lanes = d[3] * frac * d[4]
+        cycles = math.ceil(op[5] / lanes) * op[6]
+        compute = cycles / clock
+        mem = (op[7] + op[8]) / bw
+        return compute if compute > mem else mem
+    return 0.0
+
+
+@njit(cache=True, parallel=True)
+def price(ops, designs, core_fraction):
+    nd = designs.shape[0]
+    no = ops.shape[0]
+    out = np.empty((nd, no), dtype=np.float64)
+    for i in prange(nd):
+        d = designs[i]
+        for j in range(no):
+            out[i, j] = _price_one(ops[j], d, core_fraction)
+    return out
+
+
+@njit(cache=True, parallel=True)
+def price_sum(ops, designs, core_fraction, weights):
+    """Weighted sum over ops of their roofline times, per design (no (D, O) array)."""
+    nd = designs.shape[0]
+    no = ops.shape[0]
+    out = np.empty(nd, dtype=np.float64)
+    for i in prange(nd):
+        d = designs[i]
+        acc = 0.0
+        for j in range(no):
+            acc += weights[j] * _price_one(ops[j], d, core_fraction)
+        out[i] = acc
+    return out

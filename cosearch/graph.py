@@ -1,0 +1,467 @@
+"""Operator-graph IR for one transformer layer (and the embedding / LM head).
+
+A :class:`LayerGraph` is a DAG of :class:`Op` in topological order.  Tensor ops
+(GEMMs and batched matmuls, ``M x K @ K x N`` repeated ``batch`` times) run on
+the systolic tensor cores; vector ops (norms, softmax, activations, residual
+adds, dropout, rotary) run on the vector units; ``allreduce`` ops mark the
+tensor-parallel synchronisation points (priced by :mod:`cosearch.comm`, not by
+the chip).
+
+:func:`build` is the analytic builder: Megatron-style tensor parallelism of
+degree ``tp`` splits QKV/FC1 by columns and the output projection/FC2 by rows,
+so every GEMM shrinks by ``tp`` and the layer gains two all-reduces forward
+(after the attention output projection and after FC2) and two backward (after
+the QKV and FC1 input-gradient GEMMs).  The backward graph holds, for every
+GEMM, a grad-input GEMM on the critical path and a grad-weight GEMM off it.
+
+:func:`from_module` traces a user's ``torch.nn.Module`` with ``torch.fx`` on
+the meta device into the same IR.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .models import ModelConfig
+
+__all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
+           "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "VECTOR_OPS_PER_ELEMENT"]
+
+KIND_TENSOR, KIND_VECTOR, KIND_NETWORK = 0, 1, 2
+_KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_TENSOR, "vector": KIND_VECTOR, "allreduce": KIND_NETWORK}
+
+#: Column order of the op arrays handed to the kernels.
+OP_FIELDS = ("kind", "m", "n", "k", "batch", "elements", "ops_per_element",
+             "bytes_read", "bytes_written", "dtype_bytes")
+
+#: Arithmetic operations per element of each vector op (forward); backward uses 2x.
+VECTOR_OPS_PER_ELEMENT = {
+    "layernorm": 5.0, "rmsnorm": 4.0, "softmax": 5.0, "gelu": 8.0, "relu": 1.0,
+    "silu": 4.0, "swiglu": 5.0, "geglu": 9.0, "add": 1.0, "mul": 1.0, "dropout": 2.0,
+    "rotary": 3.0, "embedding": 1.0, "cross_entropy": 5.0,
+}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator.  ``kind`` is ``gemm``/``bmm`` (tensor unit), ``vector`` or ``allreduce``."""
+
+    name: str
+    kind: str
+    deps: tuple[int, ...] = ()
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    elements: float = 0.0
+    ops_per_element: float = 0.0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    dtype_bytes: int = 2
+    weight_bytes: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KIND_CODE:
+            raise ValueError(f"op {self.name!r}: unknown kind {self.kind!r}; choose one of {sorted(_KIND_CODE)}")
+        if self.kind in ("gemm", "bmm"):
+            for f in ("m", "n", "k", "batch"):
+                if getattr(self, f) <= 0:
+                    raise ValueError(f"op {self.name!r}: {f} must be positive, got {getattr(self, f)}")
+        elif self.kind == "vector" and (self.elements <= 0 or self.ops_per_element <= 0):
+            raise ValueError(f"op {self.name!r}: vector op needs positive elements and ops_per_element")
+        elif self.kind == "allreduce" and self.bytes_read <= 0:
+            raise ValueError(f"op {self.name!r}: allreduce needs positive bytes")
+
+    @property
+    def unit(self) -> str:
+        return {KIND_TENSOR: "tensor", KIND_VECTOR: "vector", KIND_NETWORK: "network"}[_KIND_CODE[self.kind]]
+
+    @property
+    def flops(self) -> float:
+        if self.kind in ("gemm", "bmm"):
+            return 2.0 * self.m * self.n * self.k * self.batch
+        if self.kind == "vector":
+            return float(self.elements * self.ops_per_element)
+        return 0.0
+
+    def as_row(self) -> list[float]:
+        return [float(_KIND_CODE[self.kind]), self.m, self.n, self.k, self.batch, self.elements,
+                self.ops_per_element, self.bytes_read, self.bytes_written, self.dtype_bytes]
+
+
+@dataclass(frozen=True)
+class LayerGraph:
+    """A DAG of ops in topological order (every dep index is smaller than the op's)."""
+
+    name: str
+    ops: tuple[Op, ...]
+    phase: str = "fwd"
+    tp: int = 1
+    microbatch: int = 1
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        for i, op in enumerate(self.ops):
+            for d in op.deps:
+                if not (0 <= d < len(self.ops)):
+                    raise ValueError(f"op {op.name!r} depends on unknown op index {d}")
+                if d >= i:
+                    raise ValueError(f"op {op.name!r} depends on later op {self.ops[d].name!r}: "
+                                     "the graph has a cycle or is not in topological order")
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def arrays(self) -> np.ndarray:
+        """(ops, len(OP_FIELDS)) float64 array for the kernels."""
+        if not self.ops:
+            return np.zeros((0, len(OP_FIELDS)))
+        return np.array([op.as_row() for op in self.ops], dtype=np.float64)
+
+    @property
+    def total_flops(self) -> float:
+        return float(sum(op.flops for op in self.ops))
+
+    @property
+    def tensor_flops(self) -> float:
+        return float(sum(op.flops for op in self.ops if op.unit == "tensor"))
+
+    @property
+    def allreduce_bytes(self) -> list[float]:
+        return [op.bytes_read for op in self.ops if op.kind == "allreduce"]
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        return [(d, i) for i, op in enumerate(self.ops) for d in op.deps]
+
+    def signature(self) -> tuple:
+        """Hashable identity of the graph's shapes (for caching schedules)."""
+        return (self.phase, self.tp, self.microbatch, tuple(tuple(op.as_row()) + (op.deps,) for op in self.ops))
+
+    def names(self) -> list[str]:
+        return [op.name for op in self.ops]
+
+
+class _Builder:
+    def __init__(self, dt: int) -> None:
+        self.ops: list[Op] = []
+        self.dt = dt
+
+    def _add(self, op: Op) -> int:
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def gemm(self, name: str, deps, m: int, n: int, k: int, batch: int = 1, weights: bool = True) -> int:
+        dt = self.dt
+        br = (m * k + (k * n if weights else k * n)) * batch * dt
+        return self._add(Op(name, "gemm" if weights else "bmm", tuple(d for d in deps if d is not None),
+                            m=m, n=n, k=k, batch=batch, bytes_read=br, bytes_written=m * n * batch * dt,
+                            dtype_bytes=dt, weight_bytes=k * n * dt if weights else 0.0))
+
+    def vector(self, name: str, deps, elements: float, kind: str, inputs: int = 1, scale: float = 1.0) -> int:
+        dt = self.dt
+        return self._add(Op(name, "vector", tuple(d for d in deps if d is not None), elements=float(elements),
+                            ops_per_element=VECTOR_OPS_PER_ELEMENT[kind] * scale,
+                            bytes_read=float(inputs * elements * dt), bytes_written=float(elements * dt),
+                            dtype_bytes=dt))
+
+    def allreduce(self, name: str, deps, nbytes: float) -> int:
+        return self._add(Op(name, "allreduce", tuple(d for d in deps if d is not None),
+                            bytes_read=float(nbytes), bytes_written=float(nbytes), dtype_bytes=self.dt))
+
+
+def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
+    if isinstance(tp, bool) or int(tp) != tp or tp <= 0:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    if isinstance(microbatch, bool) or int(microbatch) != microbatch or microbatch <= 0:
+        raise ValueError(f"microbatch must be a positive integer, got {microbatch!r}")
+    if config.heads % tp or config.kv_heads % tp and config.kv_heads >= tp:
+        raise ValueError(f"tp={tp} must divide heads={config.heads} (and kv_heads={config.kv_heads})")
+    if config.ffn_hidden % tp:
+        raise ValueError(f"tp={tp} must divide ffn_hidden={config.ffn_hidden}")
+
+
+def _forward_layer(config: ModelConfig, tp: int, b: int) -> list[Op]:
+    c = config
+    s, h, d = c.seq_len, c.hidden, c.head_dim
+    a = c.heads // tp
+    kv = max(1, c.kv_heads // tp)  # GQA with kv_heads < tp replicates KV heads
+    f = c.ffn_hidden // tp
+    T = b * s
+    g = _Builder(c.dtype_bytes)
+    norm = c.norm
+    n1 = g.vector("norm1", [], T * h, norm)
+    qkv = g.gemm("qkv", [n1], T, (a + 2 * kv) * d, h)
+    x = qkv
+    if c.position == "rotary":
+        x = g.vector("rotary", [qkv], T * (a + kv) * d, "rotary")
+    sc = g.gemm("attn_scores", [x], s, s, d, batch=b * a, weights=False)
+    sm = g.vector("softmax", [sc], b * a * s * s, "softmax")
+    if c.dropout:
+        sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
+    ctx = g.gemm("attn_context", [sm, qkv], s, d, s, batch=b * a, weights=False)
+    out = g.gemm("attn_out", [ctx], T, h, a * d)
+    if tp > 1:
+        out = g.allreduce("allreduce_attn", [out], T * h * c.dtype_bytes)
+    if c.dropout:
+        out = g.vector("dropout1", [out], T * h, "dropout")
+    r1 = g.vector("residual1", [out], T * h, "add", inputs=2)
+    n2 = g.vector("norm2", [r1], T * h, norm)
+    if c.gated:
+        gate = g.gemm("fc_gate", [n2], T, f, h)
+        up = g.gemm("fc_up", [n2], T, f, h)
+        act = g.vector("act", [gate, up], T * f, c.activation, inputs=2)
+    else:
+        fc1 = g.gemm("fc1", [n2], T, f, h)
+        act = g.vector("act", [fc1], T * f, c.activation)
+    fc2 = g.gemm("fc2", [act], T, h, f)
+    y = fc2
+    if tp > 1:
+        y = g.allreduce("allreduce_mlp", [fc2], T * h * c.dtype_bytes)
+    if c.dropout:
+        y = g.vector("dropout2", [y], T * h, "dropout")
+    g.vector("residual2", [y, r1], T * h, "add", inputs=2)
+    return g.ops
+
+
+def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -> list[Op]:
+    """Reverse-mode graph of a forward op list (allreduce ops of ``fwd`` are dropped;
+    input-gradient all-reduces are inserted after the GEMMs named in ``allreduce_after``)."""
+    consumers: dict[int, list[int]] = {i: [] for i in range(len(fwd))}
+    for i, op in enumerate(fwd):
+        for dep in op.deps:
+            consumers[dep].append(i)
+    g = _Builder(dt)
+    grad_of: dict[int, list[int]] = {}  # fwd op -> bwd ops producing the gradient of its inputs
+
+    def upstream(i: int) -> list[int]:
+        deps: list[int] = []
+        for cons in consumers[i]:
+            deps.extend(grad_of[cons])
+        return deps
+
+    for i in reversed(range(len(fwd))):
+        op = fwd[i]
+        deps = upstream(i)
+        if op.kind == "allreduce":
+            grad_of[i] = deps  # gradient flows through unchanged
+            continue
+        if op.kind == "gemm":
+            dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n)
+            g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m)
+            if tp > 1 and op.name in allreduce_after:
+                dg = g.allreduce(f"{op.name}.allreduce", [dg], op.m * op.k * dt)
+            grad_of[i] = [dg]
+        elif op.kind == "bmm":
+            ga = g.gemm(f"{op.name}.grad_a", deps, op.m, op.k, op.n, batch=op.batch, weights=False)
+            gb = g.gemm(f"{op.name}.grad_b", deps, op.k, op.n, op.m, batch=op.batch, weights=False)
+            grad_of[i] = [ga, gb]
+        else:
+            name = f"{op.name}.grad"
+            bw = Op(name, "vector", tuple(deps), elements=op.elements,
+                    ops_per_element=2 * op.ops_per_element,
+                    bytes_read=op.bytes_read + op.bytes_written, bytes_written=op.bytes_read,
+                    dtype_bytes=op.dtype_bytes)
+            grad_of[i] = [g._add(bw)]
+    return g.ops
+
+
+def _forward_embedding(config: ModelConfig, tp: int, b: int) -> list[Op]:
+    c = config
+    T = b * c.seq_len
+    g = _Builder(c.dtype_bytes)
+    e = g.vector("embedding", [], T * c.hidden, "embedding")
+    if tp > 1:  # vocab-parallel embedding: partial lookups summed across ranks
+        e = g.allreduce("allreduce_embedding", [e], T * c.hidden * c.dtype_bytes)
+    if c.position == "learned":
+        e = g.vector("position_add", [e], T * c.hidden, "add", inputs=2)
+    if c.dropout:
+        g.vector("embedding_dropout", [e], T * c.hidden, "dropout")
+    return g.ops
+
+
+def _forward_head(config: ModelConfig, tp: int, b: int) -> list[Op]:
+    c = config
+    T = b * c.seq_len
+    g = _Builder(c.dtype_bytes)
+    n = g.vector("final_norm", [], T * c.hidden, c.norm)
+    logits = g.gemm("lm_head", [n], T, math.ceil(c.vocab / tp), c.hidden)
+    g.vector("cross_entropy", [logits], T * math.ceil(c.vocab / tp), "cross_entropy")
+    return g.ops
+
+
+_PARTS = {"layer": (_forward_layer, ("qkv", "fc1", "fc_gate", "fc_up")),
+          "embedding": (_forward_embedding, ()),
+          "head": (_forward_head, ("lm_head",))}
+
+
+def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "fwd",
+          part: str = "layer") -> LayerGraph:
+    """Analytic op graph of one transformer layer (``part="layer"``), the input
+    embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
+    for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
+    ``microbatch`` sequences."""
+    if not isinstance(config, ModelConfig):
+        raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
+    _check_parallel(config, tp, microbatch)
+    tp, microbatch = int(tp), int(microbatch)
+    if part not in _PARTS:
+        raise ValueError(f"unknown part {part!r}; choose one of {sorted(_PARTS)}")
+    if phase not in ("fwd", "bwd"):
+        raise ValueError(f"phase must be 'fwd' or 'bwd', got {phase!r}")
+    fwd_fn, ar_after = _PARTS[part]
+    ops = fwd_fn(config, tp, microbatch)
+    if phase == "bwd":
+        ops = _backward(ops, tp, config.dtype_bytes, ar_after)
+    return LayerGraph(f"{config.name}.{part}.{phase}", tuple(ops), phase=phase, tp=tp,
+                      microbatch=microbatch)
+
+
+def build_model(config: ModelConfig, tp: int = 1, microbatch: int = 1) -> dict[str, LayerGraph]:
+    """All six graphs of a model: ``{part}.{phase}`` for part in embedding/layer/head."""
+    return {f"{p}.{ph}": build(config, tp, microbatch, ph, p)
+            for p in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
+
+
+# ---------------------------------------------------------------------- torch.fx tracing
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def from_module(module, example_inputs, name: str | None = None, dtype_bytes: int = 2) -> LayerGraph:
+    """Trace ``module(*example_inputs)`` with ``torch.fx`` on the meta device into a forward
+    :class:`LayerGraph`.
+
+    ``nn.Linear`` and ``F.linear`` become GEMMs, ``matmul``/``bmm``/``@`` batched
+    matmuls; norms, softmax, activations, dropout and elementwise add/mul become
+    vector ops; view/reshape/transpose/split are free.  A scalar multiply or
+    divide whose only consumer is a softmax is fused into it (as Megatron's
+    fused scale-softmax does).  Unknown modules raise ``ValueError`` naming them.
+    """
+    import copy
+
+    import torch
+    import torch.fx
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"from_module expects a torch.nn.Module, got {type(module).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    gm = torch.fx.symbolic_trace(copy.deepcopy(module).to("meta"))
+    meta_inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    ShapeProp(gm).propagate(*meta_inputs)
+    modules = dict(gm.named_modules())
+
+    def shape(n):
+        tm = n.meta.get("tensor_meta") if hasattr(n, "meta") else None
+        return tuple(tm.shape) if tm is not None and hasattr(tm, "shape") else None
+
+    vec_funcs = {
+        F.softmax: "softmax", torch.softmax: "softmax", F.gelu: "gelu", F.relu: "relu",
+        torch.relu: "relu", F.silu: "silu", F.layer_norm: "layernorm", F.dropout: "dropout",
+        operator.add: "add", torch.add: "add", operator.mul: "mul", torch.mul: "mul",
+        operator.truediv: "mul", torch.div: "mul", operator.sub: "add", torch.tanh: "gelu",
+    }
+    vec_methods = {"softmax": "softmax", "add": "add", "mul": "mul", "div": "mul", "relu": "relu"}
+    free_methods = {"view", "reshape", "transpose", "permute", "contiguous", "split", "chunk",
+                    "size", "unsqueeze", "squeeze", "flatten", "expand", "t"}
+    vec_modules = {nn.LayerNorm: "layernorm", nn.GELU: "gelu", nn.ReLU: "relu", nn.SiLU: "silu",
+                   nn.Dropout: "dropout", nn.Softmax: "softmax", nn.Tanh: "gelu"}
+    if hasattr(nn, "RMSNorm"):
+        vec_modules[nn.RMSNorm] = "rmsnorm"
+
+    b = _Builder(dtype_bytes)
+    last: dict = {}  # fx node -> tuple of op indices it depends on (its producing ops)
+    nodes = list(gm.graph.nodes)
+    users = {n: list(n.users) for n in nodes}
+
+    def deps_of(n) -> tuple[int, ...]:
+        out: list[int] = []
+        for a in n.all_input_nodes:
+            out.extend(last.get(a, ()))
+        return tuple(sorted(set(out)))
+
+    def tensor_args(n) -> int:
+        return sum(1 for a in n.args if isinstance(a, torch.fx.Node) and shape(a) is not None)
+
+    fused_scale: set = set()
+    for n in nodes:
+        if n.op in ("placeholder", "get_attr"):
+            last[n] = ()
+            continue
+        if n.op == "output":
+            continue
+        out_shape = shape(n)
+        deps = deps_of(n)
+        kind = None
+        if out_shape is None and n.op != "call_module":
+            last[n] = deps  # python scalars, shape arithmetic, tuples of tensors
+            continue
+        if n.op == "call_module":
+            mod = modules[n.target]
+            if isinstance(mod, nn.Linear):
+                x = shape(n.args[0])
+                idx = b.gemm(n.name, deps, _numel(x[:-1]), mod.out_features, mod.in_features)
+                last[n] = (idx,)
+                continue
+            for cls, kname in vec_modules.items():
+                if isinstance(mod, cls):
+                    kind = kname
+                    break
+            if kind is None:
+                if isinstance(mod, nn.Identity):
+                    last[n] = deps
+                    continue
+                raise ValueError(f"from_module: unsupported module {type(mod).__name__} at {n.target!r}")
+        elif n.op == "call_function":
+            if n.target is F.linear:
+                x, w = shape(n.args[0]), shape(n.args[1])
+                last[n] = (b.gemm(n.name, deps, _numel(x[:-1]), w[0], w[1]),)
+                continue
+            if n.target in (operator.matmul, torch.matmul, torch.bmm):
+                x, y = shape(n.args[0]), shape(n.args[1])
+                batch = _numel(out_shape[:-2]) if len(out_shape) > 2 else 1
+                last[n] = (b.gemm(n.name, deps, x[-2], y[-1], x[-1], batch=batch, weights=False),)
+                continue
+            if n.target in vec_funcs:
+                kind = vec_funcs[n.target]
+            elif n.target in (operator.getitem, getattr) or getattr(n.target, "__name__", "") in (
+                    "getattr", "getitem", "transpose", "reshape", "split", "chunk", "flatten", "cat"):
+                last[n] = deps
+                continue
+            else:
+                raise ValueError(f"from_module: unsupported function {getattr(n.target, '__name__', n.target)!r}")
+        elif n.op == "call_method":
+            if n.target in free_methods:
+                last[n] = deps
+                continue
+            if n.target in vec_methods:
+                kind = vec_methods[n.target]
+            else:
+                raise ValueError(f"from_module: unsupported tensor method {n.target!r}")
+        if out_shape is None:
+            last[n] = deps
+            continue
+        ntensors = tensor_args(n)
+        if kind in ("mul", "add") and ntensors <= 1:
+            u = users[n]
+            if kind == "mul" and len(u) == 1 and (
+                    u[0].target in (F.softmax, torch.softmax, "softmax")
+                    or (u[0].op == "call_module" and isinstance(modules.get(u[0].target), nn.Softmax))):
+                fused_scale.add(n)
+                last[n] = deps
+                continue
+        last[n] = (b.vector(n.name, deps, _numel(out_shape), kind, inputs=max(1, ntensors)),)
+    return LayerGraph(name or type(module).__name__, tuple(b.ops), phase="fwd")

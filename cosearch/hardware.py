@@ -1,0 +1,334 @@
+"""Accelerator architectures, clusters, the area/power model and search spaces.
+
+An :class:`Accelerator` is one chip: ``tensor_cores`` systolic arrays of
+``systolic_rows x systolic_cols`` multiply-accumulate PEs, ``vector_units``
+SIMD units of ``vector_width`` lanes, per-core L1 and shared L2 SRAM, HBM
+capacity and bandwidth, and chip-to-chip link bandwidth.
+
+Presets (published specs; the "cores" of a GPU are its tensor cores, modelled
+as small systolic arrays with the same MACs/clock):
+
+* ``TPUv4`` — 2 TensorCores x 4 MXUs of 128x128 at 1050 MHz (275 TFLOP/s bf16),
+  2 x 8x128-lane VPUs, 32 MiB VMEM (4 MiB per MXU), 128 MiB CMEM, 32 GiB HBM2 at
+  1200 GB/s, 6 ICI links x 50 GB/s (Jouppi et al., ISCA 2023).
+* ``A100`` (SXM4 40GB) — 432 tensor cores x 256 MAC/clk (16x16) at 1410 MHz
+  (312 TFLOP/s), 108 SMs x 64 FP32 lanes, 192 KiB L1 per SM (48 KiB per tensor
+  core), 40 MiB L2, 40 GiB HBM2 at 1555 GB/s, NVLink 600 GB/s (NVIDIA A100 whitepaper).
+* ``H100`` (SXM5) — 528 tensor cores x 512 MAC/clk (16x32) at 1830 MHz
+  (989 TFLOP/s dense bf16), 132 SMs x 128 FP32 lanes, 256 KiB L1 per SM (64 KiB
+  per tensor core), 50 MiB L2, 80 GiB HBM3 at 3350 GB/s, NVLink 900 GB/s
+  (NVIDIA H100 whitepaper).
+
+Area/power model (:class:`AreaPowerModel`) — first-order constants for a 7 nm
+class process, chosen from public sources and calibrated so the TPUv4 preset
+lands near its published envelope (~ 400 mm^2 of logic+SRAM, 170 W mean / 192 W TDP):
+
+* PE (bf16 MAC + pipeline registers): 7.5e-4 mm^2, 0.5 pJ per MAC
+  (Horowitz ISSCC 2014 energy table scaled 45 nm -> 7 nm; Spotlight, Sakhuja et al. HPCA 2023).
+* SRAM: 0.45 mm^2 and 0.1 W per MiB (TSMC N7 high-density bitcell 0.027 um^2, ~2x periphery).
+* Vector lane (fp32 ALU + register slice): 2e-3 mm^2, 1.5 pJ per op.
+* HBM PHY + controller: 0.0375 mm^2 per GB/s (~15 mm^2 per 400 GB/s stack); 4 pJ per bit moved.
+* Chip-to-chip SerDes: 0.05 mm^2 per GB/s of link bandwidth; 5 pJ per bit.
+* Fixed uncore (control, host interface, misc.): 60 mm^2 and 30 W.
+
+Power is evaluated at full utilisation (a TDP-style bound).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Accelerator", "Cluster", "AreaPowerModel", "SearchSpace",
+    "TPUv4", "A100", "H100", "PRESETS", "preset", "preset_names",
+    "DESIGN_FIELDS", "design_array",
+]
+
+KiB = 1024
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+
+#: Column order of the design arrays handed to the kernels.
+DESIGN_FIELDS = (
+    "tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width",
+    "clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps", "link_bandwidth_Bps",
+)
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator chip.  All sizes in bytes, bandwidths in bytes/s, clock in Hz."""
+
+    name: str
+    tensor_cores: int
+    systolic_rows: int
+    systolic_cols: int
+    vector_units: int
+    vector_width: int
+    clock_hz: float
+    l1_bytes: float
+    l2_bytes: float
+    hbm_bytes: float
+    hbm_bandwidth_Bps: float
+    link_bandwidth_Bps: float
+
+    def __post_init__(self) -> None:
+        for f in ("tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or int(v) != v or v <= 0:
+                raise ValueError(f"Accelerator.{f} must be a positive integer, got {v!r}")
+            object.__setattr__(self, f, int(v))
+        for f in ("clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps",
+                  "link_bandwidth_Bps"):
+            v = getattr(self, f)
+            if not np.isfinite(v) or v <= 0:
+                raise ValueError(f"Accelerator.{f} must be a positive finite number, got {v!r}")
+            object.__setattr__(self, f, float(v))
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak tensor-unit FLOP/s (2 FLOPs per MAC)."""
+        return 2.0 * self.tensor_cores * self.systolic_rows * self.systolic_cols * self.clock_hz
+
+    @property
+    def peak_vector_flops(self) -> float:
+        return float(self.vector_units * self.vector_width * self.clock_hz)
+
+    def as_array(self) -> np.ndarray:
+        """The design as one row in :data:`DESIGN_FIELDS` order."""
+        return np.array([float(getattr(self, f)) for f in DESIGN_FIELDS], dtype=np.float64)
+
+    @classmethod
+    def from_array(cls, row: Sequence[float], name: str = "design") -> Accelerator:
+        return cls(name, *[float(x) for x in row])
+
+    def with_(self, **changes: Any) -> Accelerator:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def area_mm2(self, model: AreaPowerModel | None = None) -> float:
+        return float((model or AreaPowerModel()).area_mm2(self.as_array()[None, :])[0])
+
+    def power_w(self, model: AreaPowerModel | None = None) -> float:
+        return float((model or AreaPowerModel()).power_w(self.as_array()[None, :])[0])
+
+
+TPUv4 = Accelerator("TPUv4", 8, 128, 128, 2, 1024, 1.05e9, 4 * MiB, 128 * MiB, 32 * GiB,
+                    1.2e12, 3.0e11)
+A100 = Accelerator("A100", 432, 16, 16, 108, 64, 1.41e9, 48 * KiB, 40 * MiB, 40 * GiB,
+                   1.555e12, 6.0e11)
+H100 = Accelerator("H100", 528, 16, 32, 132, 128, 1.83e9, 64 * KiB, 50 * MiB, 80 * GiB,
+                   3.35e12, 9.0e11)
+PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "h100": H100}
+
+
+def preset_names() -> list[str]:
+    return [a.name for a in PRESETS.values()]
+
+
+def preset(name: str | Accelerator) -> Accelerator:
+    """Accelerator preset by name (case-insensitive): TPUv4, A100, H100."""
+    if isinstance(name, Accelerator):
+        return name
+    key = str(name).lower()
+    if key not in PRESETS:
+        raise ValueError(f"unknown accelerator preset {name!r}; known presets: {', '.join(preset_names())}")
+    return PRESETS[key]
+
+
+def design_array(designs: Sequence[Accelerator] | np.ndarray) -> np.ndarray:
+    """Stack accelerators (or validate an array) into a (designs, len(DESIGN_FIELDS)) array."""
+    if isinstance(designs, np.ndarray):
+        arr = np.ascontiguousarray(designs, dtype=np.float64)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] != len(DESIGN_FIELDS):
+            raise ValueError(f"design array must have shape (n, {len(DESIGN_FIELDS)}), got {arr.shape}")
+        if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+            bad = np.argwhere(~(np.isfinite(arr) & (arr > 0)))[0]
+            raise ValueError(f"design {bad[0]} has non-positive {DESIGN_FIELDS[bad[1]]}={arr[tuple(bad)]}")
+        return arr
+    if isinstance(designs, Accelerator):
+        designs = [designs]
+    return np.stack([d.as_array() for d in designs]) if len(designs) else np.zeros((0, len(DESIGN_FIELDS)))
+
+
+@dataclass(frozen=True)
+class AreaPowerModel:
+    """First-order area (mm^2) and power (W) of a design; constants documented in the module."""
+
+    pe_area_mm2: float = 7.5e-4
+    pe_energy_j: float = 0.5e-12
+    sram_area_mm2_per_mib: float = 0.45
+    sram_power_w_per_mib: float = 0.1
+    lane_area_mm2: float = 2.0e-3
+    lane_energy_j: float = 1.5e-12
+    hbm_area_mm2_per_gbps: float = 0.0375
+    hbm_energy_j_per_bit: float = 4.0e-12
+    link_area_mm2_per_gbps: float = 0.05
+    link_energy_j_per_bit: float = 5.0e-12
+    fixed_area_mm2: float = 60.0
+    fixed_power_w: float = 30.0
+
+    def __post_init__(self) -> None:
+        for k, v in asdict(self).items():
+            if v < 0 or not np.isfinite(v):
+                raise ValueError(f"AreaPowerModel.{k} must be a finite non-negative number, got {v}")
+
+    @staticmethod
+    def _cols(d: np.ndarray) -> dict[str, np.ndarray]:
+        d = np.atleast_2d(np.asarray(d, dtype=np.float64))
+        return {f: d[:, i] for i, f in enumerate(DESIGN_FIELDS)}
+
+    def area_mm2(self, designs: np.ndarray) -> np.ndarray:
+        c = self._cols(designs)
+        pes = c["tensor_cores"] * c["systolic_rows"] * c["systolic_cols"]
+        sram_mib = (c["tensor_cores"] * c["l1_bytes"] + c["l2_bytes"]) / MiB
+        lanes = c["vector_units"] * c["vector_width"]
+        return (pes * self.pe_area_mm2 + sram_mib * self.sram_area_mm2_per_mib
+                + lanes * self.lane_area_mm2
+                + c["hbm_bandwidth_Bps"] / 1e9 * self.hbm_area_mm2_per_gbps
+                + c["link_bandwidth_Bps"] / 1e9 * self.link_area_mm2_per_gbps + self.fixed_area_mm2)
+
+    def power_w(self, designs: np.ndarray) -> np.ndarray:
+        c = self._cols(designs)
+        pes = c["tensor_cores"] * c["systolic_rows"] * c["systolic_cols"]
+        sram_mib = (c["tensor_cores"] * c["l1_bytes"] + c["l2_bytes"]) / MiB
+        lanes = c["vector_units"] * c["vector_width"]
+        return (pes * c["clock_hz"] * self.pe_energy_j + sram_mib * self.sram_power_w_per_mib
+                + lanes * c["clock_hz"] * self.lane_energy_j
+                + c["hbm_bandwidth_Bps"] * 8 * self.hbm_energy_j_per_bit
+                + c["link_bandwidth_Bps"] * 8 * self.link_energy_j_per_bit + self.fixed_power_w)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A training cluster: ``num_chips`` identical chips.
+
+    ``link_bandwidth_Bps`` overrides the chip's own link bandwidth (``None`` keeps it);
+    ``link_latency_s`` is the per-message latency used by the collective models.
+    """
+
+    num_chips: int
+    link_bandwidth_Bps: float | None = None
+    link_latency_s: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_chips, bool) or int(self.num_chips) != self.num_chips or self.num_chips <= 0:
+            raise ValueError(f"Cluster.num_chips must be a positive integer, got {self.num_chips!r}")
+        object.__setattr__(self, "num_chips", int(self.num_chips))
+        if self.link_bandwidth_Bps is not None and not (self.link_bandwidth_Bps > 0):
+            raise ValueError(f"Cluster.link_bandwidth_Bps must be positive, got {self.link_bandwidth_Bps!r}")
+        if not (self.link_latency_s >= 0):
+            raise ValueError(f"Cluster.link_latency_s must be >= 0, got {self.link_latency_s!r}")
+
+    def link_bandwidth(self, chip: Accelerator) -> float:
+        return float(self.link_bandwidth_Bps or chip.link_bandwidth_Bps)
+
+
+def _as_tuple(name: str, v: Any) -> tuple:
+    t = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else (v,)
+    if not t:
+        raise ValueError(f"SearchSpace.{name} must not be empty")
+    return t
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A Cartesian grid of accelerator designs under an area and power budget.
+
+    Each field lists the candidate values of one architecture parameter;
+    ``systolic_dims`` lists (rows, cols) pairs and ``hbm`` lists
+    (capacity_bytes, bandwidth_Bps) pairs.  The default budget is the TPUv4
+    preset's area and power under ``area_power``.  :meth:`arrays` returns the
+    designs that fit as one row per design (:data:`DESIGN_FIELDS` order).
+    """
+
+    tensor_cores: tuple = (2, 4, 8, 16, 32)
+    systolic_dims: tuple = ((32, 32), (64, 64), (128, 128), (256, 256))
+    vector_units: tuple = (2, 4, 8)
+    vector_width: tuple = (512, 1024)
+    clock_hz: tuple = (1.05e9,)
+    l1_bytes: tuple = (1 * MiB, 4 * MiB, 16 * MiB)
+    l2_bytes: tuple = (32 * MiB, 128 * MiB)
+    hbm: tuple = ((32 * GiB, 1.2e12), (64 * GiB, 1.6e12), (96 * GiB, 2.4e12))
+    link_bandwidth_Bps: tuple = (3.0e11,)
+    area_budget_mm2: float | None = None
+    power_budget_w: float | None = None
+    area_power: AreaPowerModel = field(default_factory=AreaPowerModel)
+
+    def __post_init__(self) -> None:
+        for f in ("tensor_cores", "vector_units", "vector_width", "clock_hz", "l1_bytes",
+                  "l2_bytes", "link_bandwidth_Bps"):
+            vals = _as_tuple(f, getattr(self, f))
+            for v in vals:
+                if not (float(v) > 0):
+                    raise ValueError(f"SearchSpace.{f} values must be positive, got {v!r}")
+            object.__setattr__(self, f, vals)
+        for f, names in (("systolic_dims", ("rows", "cols")), ("hbm", ("capacity", "bandwidth"))):
+            vals = getattr(self, f)
+            if not vals:
+                raise ValueError(f"SearchSpace.{f} must not be empty")
+            pairs = tuple(tuple(p) for p in vals)
+            for p in pairs:
+                if len(p) != 2 or not all(float(x) > 0 for x in p):
+                    raise ValueError(f"SearchSpace.{f} entries must be positive ({names[0]}, {names[1]}) pairs, got {p!r}")
+            object.__setattr__(self, f, pairs)
+        if self.area_budget_mm2 is None:
+            object.__setattr__(self, "area_budget_mm2", TPUv4.area_mm2(self.area_power))
+        if self.power_budget_w is None:
+            object.__setattr__(self, "power_budget_w", TPUv4.power_w(self.area_power))
+        if not (self.area_budget_mm2 > 0 and self.power_budget_w > 0):
+            raise ValueError("SearchSpace budgets must be positive")
+
+    def grid(self) -> np.ndarray:
+        """Every design of the grid, before the budget filter."""
+        rows = []
+        for tc, (r, c), vu, vw, clk, l1, l2, (hc, hb), lb in itertools.product(
+                self.tensor_cores, self.systolic_dims, self.vector_units, self.vector_width,
+                self.clock_hz, self.l1_bytes, self.l2_bytes, self.hbm, self.link_bandwidth_Bps):
+            rows.append((tc, r, c, vu, vw, clk, l1, l2, hc, hb, lb))
+        return np.array(rows, dtype=np.float64)
+
+    def budget_mask(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Boolean (fits area, fits power) masks for the rows of ``grid``."""
+        return (self.area_power.area_mm2(grid) <= self.area_budget_mm2 * (1 + 1e-9),
+                self.area_power.power_w(grid) <= self.power_budget_w * (1 + 1e-9))
+
+    def arrays(self) -> np.ndarray:
+        """Designs under budget; raises ``ValueError`` naming the constraint if none are."""
+        g = self.grid()
+        ok_a, ok_p = self.budget_mask(g)
+        keep = ok_a & ok_p
+        if not keep.any():
+            why = []
+            if not ok_a.any():
+                why.append(f"area budget {self.area_budget_mm2:.1f} mm^2 (smallest design "
+                           f"{self.area_power.area_mm2(g).min():.1f} mm^2)")
+            if not ok_p.any():
+                why.append(f"power budget {self.power_budget_w:.1f} W (smallest design "
+                           f"{self.area_power.power_w(g).min():.1f} W)")
+            if not why:
+                why.append("area and power together (each alone leaves designs)")
+            raise ValueError("no design of the search space fits the " + " and the ".join(why))
+        return np.ascontiguousarray(g[keep])
+
+    def __len__(self) -> int:
+        return len(self.arrays())
+
+    def accelerators(self) -> list[Accelerator]:
+        return [Accelerator.from_array(r, name=f"design{i}") for i, r in enumerate(self.arrays())]
+
+    def describe(self) -> dict[str, Any]:
+        g = self.grid()
+        ok_a, ok_p = self.budget_mask(g)
+        return {"grid": len(g), "over_area": int((~ok_a).sum()), "over_power": int((~ok_p).sum()),
+                "feasible": int((ok_a & ok_p).sum()), "area_budget_mm2": self.area_budget_mm2,
+                "power_budget_w": self.power_budget_w}

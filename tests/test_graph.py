@@ -1,0 +1,125 @@
+import math
+
+import pytest
+
+from cosearch import graph, models
+
+
+def gpt(**kw):
+    base = dict(name="g", num_layers=2, hidden=256, heads=8, ffn_hidden=1024, vocab=1000, seq_len=64)
+    base.update(kw)
+    return models.ModelConfig(**base)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 3])
+def test_forward_tensor_flops_closed_form(tp, b):
+    c = gpt()
+    g = graph.build(c, tp=tp, microbatch=b)
+    T, h, s = b * c.seq_len, c.hidden, c.seq_len
+    # Megatron: 24 T h^2 for the four GEMMs + 4 b s^2 h for QK^T and PV, all / tp
+    expected = (24 * T * h * h + 4 * b * s * s * h) / tp
+    assert g.tensor_flops == pytest.approx(expected)
+
+
+def test_backward_is_twice_forward_tensor_flops():
+    for name in ("gpt3-1.3b", "llama2-7b", "llama2-70b"):
+        c = models.preset(name)
+        f = graph.build(c, tp=8, phase="fwd")
+        bw = graph.build(c, tp=8, phase="bwd")
+        assert bw.tensor_flops == pytest.approx(2 * f.tensor_flops)
+
+
+def test_gated_gqa_flops():
+    c = models.preset("llama2-70b")
+    g = graph.build(c, tp=8)
+    T, h, f, kv = c.seq_len, c.hidden, c.ffn_hidden, c.kv_dim
+    gemm = 2 * T * (h * h + 2 * h * kv + h * h + 3 * h * f) / 8
+    attn = 4 * c.seq_len ** 2 * h / 8
+    assert g.tensor_flops == pytest.approx(gemm + attn)
+
+
+def test_allreduce_points():
+    c = gpt()
+    for phase in ("fwd", "bwd"):
+        assert len(graph.build(c, tp=1, phase=phase).allreduce_bytes) == 0
+        ar = graph.build(c, tp=4, microbatch=2, phase=phase).allreduce_bytes
+        assert ar == [2 * 64 * 256 * 2] * 2
+
+
+def test_backward_has_dgrad_and_wgrad_for_every_gemm():
+    g = graph.build(gpt(), phase="bwd")
+    names = set(g.names())
+    for w in ("qkv", "attn_out", "fc1", "fc2"):
+        assert f"{w}.dgrad" in names and f"{w}.wgrad" in names
+    # nothing depends on a wgrad
+    wg = {i for i, n in enumerate(g.names()) if n.endswith("wgrad")}
+    assert not any(d in wg for op in g.ops for d in op.deps)
+
+
+def test_head_and_embedding():
+    c = gpt()
+    h = graph.build(c, tp=2, part="head")
+    assert h.tensor_flops == pytest.approx(2 * 64 * math.ceil(1000 / 2) * 256)
+    e = graph.build(c, tp=1, part="embedding")
+    assert e.tensor_flops == 0 and len(e) >= 1
+
+
+@pytest.mark.parametrize("kw,match", [(dict(tp=3), "tp=3"), (dict(tp=0), "tp"),
+                                      (dict(microbatch=0), "microbatch"), (dict(phase="x"), "phase"),
+                                      (dict(part="x"), "part")])
+def test_bad_input(kw, match):
+    with pytest.raises(ValueError, match=match):
+        graph.build(gpt(), **kw)
+
+
+def test_cycle_rejected():
+    a = graph.Op("a", "vector", deps=(1,), elements=1, ops_per_element=1)
+    b = graph.Op("b", "vector", deps=(0,), elements=1, ops_per_element=1)
+    with pytest.raises(ValueError, match="cycle"):
+        graph.LayerGraph("bad", (a, b))
+
+
+def test_from_module_matches_analytic():
+    torch = pytest.importorskip("torch")
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self, h, heads, f):
+            super().__init__()
+            self.h, self.heads = h, heads
+            self.ln1 = nn.LayerNorm(h)
+            self.qkv = nn.Linear(h, 3 * h)
+            self.out = nn.Linear(h, h)
+            self.ln2 = nn.LayerNorm(h)
+            self.fc1 = nn.Linear(h, f)
+            self.act = nn.GELU()
+            self.fc2 = nn.Linear(f, h)
+
+        def forward(self, x):
+            b, s, h = x.shape
+            d = h // self.heads
+            q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
+            q = q.view(b, s, self.heads, d).transpose(1, 2)
+            k = k.view(b, s, self.heads, d).transpose(1, 2)
+            v = v.view(b, s, self.heads, d).transpose(1, 2)
+            att = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / d ** 0.5), dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, s, h)
+            x = x + self.out(y)
+            return x + self.fc2(self.act(self.fc1(self.ln2(x))))
+
+    c = gpt(dropout=False)
+    blk = Block(c.hidden, c.heads, c.ffn_hidden)
+    traced = graph.from_module(blk, torch.zeros(2, c.seq_len, c.hidden))
+    analytic = graph.build(c, tp=1, microbatch=2)
+    assert traced.total_flops == pytest.approx(analytic.total_flops)
+    assert traced.tensor_flops == pytest.approx(analytic.tensor_flops)
+    assert sum(o.kind == "gemm" for o in traced.ops) == 4
+    assert sum(o.kind == "bmm" for o in traced.ops) == 2
+
+
+def test_from_module_unsupported_layer_named():
+    torch = pytest.importorskip("torch")
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Conv1d(1, 1, 1))
+    with pytest.raises(ValueError, match="Conv1d"):
+        graph.from_module(m, torch.zeros(1, 4))
