@@ -173,3 +173,44 @@ def placement_python(c, chips, global_batch, mem, overlap=True, rtol=1e-9):
                             hi = v
                     best = min(best, hi)
     return best
+
+
+# ---------------------------------------------------------------------- scheduling
+SCHED_MODES = ((0, 1), (0,), (1,), (2, 3), (2,), (3,))
+
+
+def schedule_brute_force(latency, preds):
+    """Optimal makespan by enumerating every (dispatch order, mode) sequence with a serial
+    schedule-generation scheme (each op at its earliest start after its predecessors and
+    after the last op on its slots) — this set contains an optimal schedule.  Branches
+    whose partial makespan already reaches the best known are cut (exactness kept)."""
+    n = len(preds)
+    best = [math.inf]
+    finish = [0.0] * n
+    done = [False] * n
+
+    def rec(count, slot_free, cur):
+        if cur >= best[0]:
+            return
+        if count == n:
+            best[0] = cur
+            return
+        for i in range(n):
+            if done[i] or not all(done[j] for j in preds[i]):
+                continue
+            ready = max([finish[j] for j in preds[i]], default=0.0)
+            for m, slots in enumerate(SCHED_MODES):
+                lat = latency[i][m]
+                if lat == math.inf:
+                    continue
+                st = max([ready] + [slot_free[r] for r in slots])
+                f = st + lat
+                new_free = list(slot_free)
+                for r in slots:
+                    new_free[r] = f
+                done[i] = True
+                finish[i] = f
+                rec(count + 1, new_free, max(cur, f))
+                done[i] = False
+    rec(0, [0.0] * 4, 0.0)
+    return best[0]

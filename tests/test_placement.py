@@ -118,7 +118,7 @@ def test_no_feasible_plan_states_memory():
     assert not r.feasible
     assert "GiB per chip" in r.reason and r.min_memory_needed_bytes > 1e5
     with pytest.raises(ValueError, match="no feasible plan"):
-        r.best
+        _ = r.best
 
 
 def test_bad_input():

@@ -1,0 +1,506 @@
+"""Per-layer operator scheduling on one accelerator: an ILP (CVXPY + HiGHS), a
+critical-path list scheduler and a lower bound.
+
+Resources.  The chip's tensor cores and its vector units each form one unit type
+split into two equal *slots* (halves).  An op runs in one *mode*: a unit type it
+can run on and either both slots (all cores) or one slot (half of the cores and,
+by the cost model's own split, half the HBM bandwidth — see
+:func:`cosearch.cost.price` ``core_fraction``).  Tensor ops (GEMMs) can run on the
+tensor cores or, slowly, on the vector units (``allow_gemm_on_vector``); vector
+ops only on the vector units.  All-reduce ops are not chip work: they are
+contracted out of the DAG (their time is added by :mod:`cosearch.placement`).
+Half modes are offered only where they beat linear scaling (``make_problem``'s
+``prune_linear_halves``): under the roofline split a big GEMM on half the cores
+takes exactly twice as long, and such modes only multiply symmetric branches
+(they made a GPT-3 175B backward layer take ~10 s to prove instead of 0.25 s).
+Vector and tensor units run concurrently, each with the HBM share its mode gives.
+
+Formulation: disjunctive, with big-M.  Binary ``y[i, m]`` picks op ``i``'s mode,
+its duration is ``d_i = sum_m lat[i, m] y[i, m]``, ``s_i`` its start.  Precedence:
+``s_j >= s_i + d_i`` for every edge.  For every pair of ops with no path between
+them and every slot both could use, an order binary ``z_ij`` and::
+
+    s_i + d_i <= s_j + M (1 - z_ij) + M (2 - u_ir - u_jr)
+    s_j + d_j <= s_i + M z_ij       + M (2 - u_ir - u_jr)
+
+where ``u_ir`` (a sum of ``y``) is 1 when op ``i`` occupies slot ``r``.  ``M`` is the
+list schedule's makespan, which also bounds every finish time.  Minimise the
+makespan ``C >= s_i + d_i``.  A disjunctive model beats a time-indexed one here:
+op latencies span five orders of magnitude (a 10 us norm next to a 10 ms GEMM), so
+any time grid fine enough to be exact would need ~10^4 steps per op, while pairs
+related by a path need no disjunction at all (a transformer layer is close to a
+chain, so few pairs remain).
+
+The list scheduler (upper bound, warm start and fallback) dispatches ready ops
+by longest remaining critical path and gives each the mode that finishes it
+earliest.  The lower bound is the larger of the critical path (fastest mode per
+op) and the total slot-time area over the chip's four slots (vector-only ops also
+over the vector unit's two slots).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import cost
+from .graph import KIND_NETWORK, KIND_TENSOR, LayerGraph
+from .hardware import Accelerator
+
+__all__ = ["ScheduleResult", "Problem", "layer_time", "list_schedule", "lower_bound", "solve_ilp",
+           "make_problem", "cache_info", "clear_cache", "SLOTS"]
+
+#: (unit, slot) names; slots 0-1 are the tensor cores' halves, 2-3 the vector units'.
+SLOTS = ("tensor.0", "tensor.1", "vector.0", "vector.1")
+#: mode -> slots it occupies
+MODES = ((0, 1), (0,), (1,), (2, 3), (2,), (3,))
+MODE_NAMES = ("tensor.all", "tensor.half0", "tensor.half1", "vector.all", "vector.half0", "vector.half1")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A scheduling instance: latencies (ops x 6 modes, inf = cannot run) and edges."""
+
+    names: tuple[str, ...]
+    latency_s: np.ndarray
+    preds: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        lat = np.asarray(self.latency_s, dtype=np.float64)
+        n = len(self.names)
+        if lat.shape != (n, len(MODES)):
+            raise ValueError(f"latency_s must have shape ({n}, {len(MODES)}), got {lat.shape}")
+        for i in range(n):
+            ok = np.isfinite(lat[i])
+            if not ok.any():
+                raise ValueError(f"op {self.names[i]!r} cannot run on any unit")
+            if np.any(lat[i][ok] <= 0) or np.any(np.isnan(lat[i])):
+                raise ValueError(f"op {self.names[i]!r} has a non-positive latency")
+        object.__setattr__(self, "latency_s", lat)
+        if len(self.preds) != n:
+            raise ValueError("preds must list the predecessors of every op")
+        _topo_order(self.preds, self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def _topo_order(preds, names) -> list[int]:
+    n = len(preds)
+    indeg = [len(set(p)) for p in preds]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for j, ps in enumerate(preds):
+        for i in set(ps):
+            if not (0 <= i < n):
+                raise ValueError(f"op {names[j]!r} depends on unknown op index {i}")
+            succ[i].append(j)
+    ready = [i for i in range(n) if indeg[i] == 0]
+    order = []
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+    if len(order) != n:
+        stuck = [names[i] for i in range(n) if indeg[i] > 0]
+        raise ValueError(f"the op graph has a cycle through op {stuck[0]!r}")
+    return order
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """A layer schedule: makespan, each op's mode and start, the bounds and the status.
+
+    ``status`` is ``optimal`` (proven within ``mip_gap``), ``time_limit`` (best ILP
+    solution when the limit hit; ``gap`` says how far from proven), ``list`` (the list
+    schedule was asked for) or ``fallback`` (the solver failed; list schedule used).
+    """
+
+    latency_s: float
+    modes: tuple[str, ...]
+    start_s: tuple[float, ...]
+    lower_bound_s: float
+    list_schedule_s: float
+    status: str
+    gap: float
+    solve_time_s: float = 0.0
+    op_names: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+# ---------------------------------------------------------------------- building problems
+def _gemm_on_vector_s(ops: np.ndarray, chip: Accelerator, frac: float) -> np.ndarray:
+    """Roofline time of tensor ops run on the vector units (one FMA per lane per cycle)."""
+    m, n, k, b = ops[:, 1], ops[:, 2], ops[:, 3], ops[:, 4]
+    lanes = chip.vector_units * frac * chip.vector_width
+    compute = np.ceil(m * n * k * b / lanes) / chip.clock_hz
+    mem = (ops[:, 7] + ops[:, 8]) / (chip.hbm_bandwidth_Bps * frac)
+    return np.maximum(compute, mem)
+
+
+def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: bool = True,
+                 op_costs: np.ndarray | None = None, prune_linear_halves: bool = True) -> Problem:
+    """Scheduling instance of ``layer`` on ``chip``; all-reduce ops are contracted out.
+
+    ``op_costs`` may give the per-op latencies at full and half chip ((2, ops) array,
+    rows = core fraction 1 and 0.5) instead of pricing them with the roofline model.
+    With ``prune_linear_halves`` a half-chip mode is offered only when it is faster than
+    twice the all-cores time (the op leaves cores idle or pays fill/drain): a mode that
+    does the same work at no better rate would add only symmetric branches to the ILP.
+    """
+    ops = layer.arrays()
+    if op_costs is None:
+        full = cost.price(ops, chip, 1.0)[0]
+        half = cost.price(ops, chip, 0.5)[0]
+    else:
+        oc = np.asarray(op_costs, dtype=np.float64)
+        if oc.shape != (2, len(layer)):
+            raise ValueError(f"op_costs must have shape (2, {len(layer)}), got {oc.shape}")
+        full, half = oc
+    keep = [i for i, op in enumerate(layer.ops) if ops[i, 0] != KIND_NETWORK]
+    new_index = {old: new for new, old in enumerate(keep)}
+
+    def chip_preds(i: int, seen=None) -> set[int]:
+        out: set[int] = set()
+        for d in layer.ops[i].deps:
+            if d in new_index:
+                out.add(new_index[d])
+            else:
+                out |= chip_preds(d)
+        return out
+
+    lat = np.full((len(keep), len(MODES)), np.inf)
+    if allow_gemm_on_vector:
+        vfull = _gemm_on_vector_s(ops, chip, 1.0)
+        vhalf = _gemm_on_vector_s(ops, chip, 0.5)
+    for new, old in enumerate(keep):
+        if ops[old, 0] == KIND_TENSOR:
+            lat[new, 0], lat[new, 1], lat[new, 2] = full[old], half[old], half[old]
+            if allow_gemm_on_vector:
+                lat[new, 3], lat[new, 4], lat[new, 5] = vfull[old], vhalf[old], vhalf[old]
+        else:
+            lat[new, 3], lat[new, 4], lat[new, 5] = full[old], half[old], half[old]
+    if prune_linear_halves:
+        # a half mode that is no better than linear (>= 2x the all-cores time) only adds
+        # symmetric choices; offer halves only where splitting pays (ops leaving cores idle)
+        for fm, hs in ((0, (1, 2)), (3, (4, 5))):
+            slow = np.isfinite(lat[:, fm]) & (lat[:, hs[0]] >= 2.0 * lat[:, fm] * (1 - 1e-12))
+            lat[slow, hs[0]] = np.inf
+            lat[slow, hs[1]] = np.inf
+    bad = [layer.ops[keep[i]].name for i in range(len(keep)) if np.any(lat[i][np.isfinite(lat[i])] <= 0)]
+    if bad:
+        raise ValueError(f"op {bad[0]!r} has a non-positive latency (an empty op?)")
+    preds = tuple(tuple(sorted(chip_preds(old))) for old in keep)
+    return Problem(tuple(layer.ops[i].name for i in keep), lat, preds)
+
+
+# ---------------------------------------------------------------------- bounds and list schedule
+def _succs(p: Problem) -> list[list[int]]:
+    s: list[list[int]] = [[] for _ in range(len(p))]
+    for j, ps in enumerate(p.preds):
+        for i in ps:
+            s[i].append(j)
+    return s
+
+
+def lower_bound(p: Problem) -> float:
+    """max(critical path with each op's fastest mode, slot-time area / slots)."""
+    if len(p) == 0:
+        return 0.0
+    fastest = p.latency_s.min(axis=1)
+    finish = np.zeros(len(p))
+    for i in _topo_order(p.preds, p.names):
+        finish[i] = fastest[i] + max((finish[j] for j in p.preds[i]), default=0.0)
+    widths = np.array([len(m) for m in MODES], dtype=float)
+    area = (p.latency_s * widths).min(axis=1)
+    vector_only = ~np.isfinite(p.latency_s[:, :3]).any(axis=1)
+    return float(max(finish.max(), area.sum() / 4.0, area[vector_only].sum() / 2.0))
+
+
+def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
+    """Critical-path list schedule: (makespan, mode per op, start per op)."""
+    n = len(p)
+    if n == 0:
+        return 0.0, [], []
+    fastest = p.latency_s.min(axis=1)
+    succ = _succs(p)
+    order = _topo_order(p.preds, p.names)
+    tail = np.zeros(n)
+    for i in reversed(order):
+        tail[i] = fastest[i] + max((tail[j] for j in succ[i]), default=0.0)
+    remaining = [len(set(ps)) for ps in p.preds]
+    ready = {i for i in range(n) if remaining[i] == 0}
+    slot_free = [0.0] * len(SLOTS)
+    finish = [0.0] * n
+    modes = [-1] * n
+    starts = [0.0] * n
+    while ready:
+        i = max(ready, key=lambda k: (tail[k], -k))
+        ready.remove(i)
+        t0 = max((finish[j] for j in p.preds[i]), default=0.0)
+        best = (math.inf, math.inf, -1)
+        for m, slots in enumerate(MODES):
+            lat = p.latency_s[i, m]
+            if not np.isfinite(lat):
+                continue
+            st = max([t0] + [slot_free[r] for r in slots])
+            cand = (st + lat, lat, m)
+            if cand < best:
+                best = cand
+        f, lat, m = best
+        modes[i], starts[i], finish[i] = m, f - lat, f
+        for r in MODES[m]:
+            slot_free[r] = f
+        for j in succ[i]:
+            remaining[j] -= 1
+            if remaining[j] == 0:
+                ready.add(j)
+    return float(max(finish)), modes, starts
+
+
+def _related(p: Problem) -> np.ndarray:
+    """Boolean (n, n): a path exists between i and j (either direction)."""
+    n = len(p)
+    reach = np.zeros((n, n), dtype=bool)
+    for i in _topo_order(p.preds, p.names):
+        for j in p.preds[i]:
+            reach[i, j] = True
+            reach[i] |= reach[j]
+    return reach | reach.T
+
+
+# ---------------------------------------------------------------------- the ILP
+class _QuietStdout:
+    """Silence C-level stdout (HiGHS prints a banner even with output_flag off)."""
+
+    def __enter__(self):
+        import os
+        import sys
+        try:
+            sys.stdout.flush()
+            self._fd = os.dup(1)
+            self._null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(self._null, 1)
+        except (OSError, ValueError):
+            self._fd = None
+        return self
+
+    def __exit__(self, *exc):
+        import os
+        if self._fd is not None:
+            os.dup2(self._fd, 1)
+            os.close(self._fd)
+            os.close(self._null)
+        return False
+
+
+def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip_gap: float = 1e-6,
+              ) -> tuple[float, list[int], list[float], str, float, float]:
+    """Solve the disjunctive MILP.  Returns (makespan, modes, starts, status, gap, solve seconds).
+
+    Falls back to the list schedule with a warning if the solver fails.
+    """
+    import cvxpy as cp
+
+    n = len(p)
+    ub, lmodes, lstarts = list_schedule(p)
+    if n <= 1:
+        return ub, lmodes, lstarts, "optimal", 0.0, 0.0
+    t_start = time.perf_counter()
+    lat = p.latency_s
+    # earliest start (head) and least remaining time after an op (tail), fastest modes
+    fastest = lat.min(axis=1)
+    order = _topo_order(p.preds, p.names)
+    succ = _succs(p)
+    head = np.zeros(n)
+    for i in order:
+        head[i] = max((head[j] + fastest[j] for j in p.preds[i]), default=0.0)
+    tail = np.zeros(n)
+    for i in reversed(order):
+        tail[i] = max((tail[j] + fastest[j] for j in succ[i]), default=0.0)
+    # a mode that cannot finish within the list schedule's makespan is never optimal
+    finite = np.isfinite(lat) & (head[:, None] + np.where(np.isfinite(lat), lat, 0) + tail[:, None]
+                                 <= ub * (1 + 1e-12))
+    related = _related(p)
+    # half modes only pay if an unrelated op could share the unit; otherwise the all-cores
+    # mode (never slower) dominates
+    for i in range(n):
+        for full_m, halves in ((0, (1, 2)), (3, (4, 5))):
+            peers = [j for j in range(n) if j != i and not related[i, j]
+                     and np.isfinite(lat[j, list(halves)]).any()]
+            if not peers and np.isfinite(lat[i, full_m]) and all(
+                    not np.isfinite(lat[i, h]) or lat[i, full_m] <= lat[i, h] for h in halves):
+                finite[i, list(halves)] = False
+    finite[np.arange(n), lmodes] = True
+    lb = lower_bound(p)
+    M = ub
+    scale = 1.0 / ub  # solve in units of the upper bound for numerical sanity
+    L = np.where(finite, lat * scale, 0.0)
+    nm = len(MODES)
+    usable = np.array([[any(finite[i, m] and r in MODES[m] for m in range(nm))
+                        for r in range(len(SLOTS))] for i in range(n)])
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if not related[i, j]]
+    P = len(pairs)
+    # boolean vector xb = [y (n*nm, row-major), z (P)]; continuous xc = [s (n), C]
+    nb, nc = n * nm + P, n + 1
+    big = M * scale
+    rb: list[int] = []
+    cb: list[int] = []
+    vb: list[float] = []
+    rc: list[int] = []
+    cc: list[int] = []
+    vc: list[float] = []
+    rhs: list[float] = []
+
+    def row(bool_terms, cont_terms, b):
+        r = len(rhs)
+        for col, v in bool_terms:
+            rb.append(r)
+            cb.append(col)
+            vb.append(v)
+        for col, v in cont_terms:
+            rc.append(r)
+            cc.append(col)
+            vc.append(v)
+        rhs.append(b)
+
+    def dur(i, sign=1.0):
+        return [(i * nm + m, sign * L[i, m]) for m in range(nm) if finite[i, m]]
+
+    def use(i, r, coef):
+        return [(i * nm + m, coef) for m in range(nm) if finite[i, m] and r in MODES[m]]
+
+    for i in range(n):
+        row(dur(i), [(i, 1.0), (n, -1.0)], -tail[i] * scale)  # s_i + d_i + tail_i <= C
+        row([], [(i, -1.0)], -head[i] * scale)  # s_i >= head_i
+    row([], [(n, -1.0)], -lb * scale * (1 - 1e-9))  # C >= lower bound
+    for j, ps in enumerate(p.preds):
+        for i in ps:
+            row(dur(i), [(i, 1.0), (j, -1.0)], 0.0)  # s_i + d_i <= s_j
+    for k, (i, j) in enumerate(pairs):
+        zc = n * nm + k
+        for r in range(len(SLOTS)):
+            if not (usable[i, r] and usable[j, r]):
+                continue
+            row(dur(i) + [(zc, big)] + use(i, r, big) + use(j, r, big), [(i, 1.0), (j, -1.0)], 3 * big)
+            row(dur(j) + [(zc, -big)] + use(i, r, big) + use(j, r, big), [(j, 1.0), (i, -1.0)], 2 * big)
+    # energetic cuts: every slot is busy at most C (valid, and they tighten the LP a lot)
+    for r in range(len(SLOTS)):
+        terms = [(i * nm + m, L[i, m]) for i in range(n) for m in range(nm) if finite[i, m] and r in MODES[m]]
+        if terms:
+            users = [i for i in range(n) if any(finite[i, m] and r in MODES[m] for m in range(nm))]
+            slack = (min(head[users]) + min(tail[users])) * scale
+            row(terms, [(n, -1.0)], -slack)
+    # symmetry breaking: the two halves of a unit are identical, so the lowest-index op
+    # in a half mode may be taken to use half 0
+    for h0, h1 in ((1, 2), (4, 5)):
+        for i in range(n):
+            if finite[i, h1]:
+                row([(i * nm + h1, 1.0)] + [(j * nm + h0, -1.0) for j in range(i) if finite[j, h0]], [], 0.0)
+    from scipy import sparse
+    nr = len(rhs)
+    Ab = sparse.csr_matrix((vb, (rb, cb)), shape=(nr, nb))
+    Ac = sparse.csr_matrix((vc, (rc, cc)), shape=(nr, nc))
+    Eq = sparse.csr_matrix((np.ones(n * nm), (np.repeat(np.arange(n), nm), np.arange(n * nm))),
+                           shape=(n, nb))
+    xb = cp.Variable(nb, boolean=True)
+    xc = cp.Variable(nc, nonneg=True)
+    cons = [Ab @ xb + Ac @ xc <= np.array(rhs), Eq @ xb == 1, xc[n] <= 1.0 + 1e-9]
+    forbidden = np.flatnonzero(~finite.ravel())
+    if forbidden.size:
+        cons.append(xb[forbidden] == 0)
+    # warm start from the list schedule
+    x0 = np.zeros(nb)
+    x0[np.arange(n) * nm + np.array(lmodes)] = 1.0
+    st0 = np.array(lstarts)
+    for k, (i, j) in enumerate(pairs):
+        x0[n * nm + k] = 1.0 if st0[i] <= st0[j] else 0.0
+    xb.value = x0
+    xc.value = np.concatenate([st0 * scale, [1.0]])
+    prob = cp.Problem(cp.Minimize(xc[n]), cons)
+    try:
+        opts = ({"time_limit": float(time_limit_s), "mip_rel_gap": float(mip_gap), "output_flag": False}
+                if solver == "HIGHS" else {})
+        with warnings.catch_warnings(), _QuietStdout():
+            warnings.simplefilter("ignore")
+            prob.solve(solver=getattr(cp, solver), warm_start=True, verbose=False, **opts)
+    except Exception as exc:  # solver failure -> list schedule
+        warnings.warn(f"ILP solver {solver} failed ({type(exc).__name__}: {exc}); using the list schedule",
+                      RuntimeWarning, stacklevel=2)
+        return ub, lmodes, lstarts, "fallback", float("nan"), time.perf_counter() - t_start
+    elapsed = time.perf_counter() - t_start
+    if xb.value is None or xc.value is None or prob.status not in ("optimal", "optimal_inaccurate", "user_limit"):
+        warnings.warn(f"ILP solver {solver} returned status {prob.status!r}; using the list schedule",
+                      RuntimeWarning, stacklevel=2)
+        return ub, lmodes, lstarts, "fallback", float("nan"), elapsed
+    modes = [int(np.argmax(r)) for r in xb.value[: n * nm].reshape(n, nm)]
+    starts = [max(0.0, float(v) / scale) for v in xc.value[:n]]
+    makespan = max(st + lat[i, modes[i]] for i, st in enumerate(starts))
+    info = prob.solver_stats.extra_stats
+    gap = float(getattr(info, "mip_gap", 0.0) or 0.0) if info is not None else 0.0
+    if not np.isfinite(gap) or gap < 0:
+        gap = 0.0
+    status = "optimal" if prob.status == "optimal" and gap <= max(mip_gap, 1e-9) * 1.0001 else "time_limit"
+    if makespan > ub:  # numerical slack: never worse than the list schedule
+        return ub, lmodes, lstarts, status, gap, elapsed
+    return float(makespan), modes, starts, status, gap, elapsed
+
+
+# ---------------------------------------------------------------------- cached public entry
+_CACHE: dict = {}
+_STATS = {"hits": 0, "misses": 0, "solves": 0}
+
+
+def cache_info() -> dict:
+    """Hits, misses and ILP solves of the layer-schedule cache, and its size."""
+    return {**_STATS, "size": len(_CACHE)}
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+    for k in _STATS:
+        _STATS[k] = 0
+
+
+def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver: str = "HIGHS",
+               time_limit_s: float = 10.0, mip_gap: float = 1e-6, allow_gemm_on_vector: bool = True,
+               op_costs: np.ndarray | None = None, use_cache: bool = True) -> ScheduleResult:
+    """Schedule one layer graph on ``chip`` and return its latency.
+
+    ``method`` is ``"ilp"`` (MILP, falls back to the list schedule on failure) or
+    ``"list"``.  Results are cached by (layer signature — which includes tp and
+    microbatch —, design, method, solver settings), so a search never solves the
+    same ILP twice.
+    """
+    if method not in ("ilp", "list"):
+        raise ValueError(f"method must be 'ilp' or 'list', got {method!r}")
+    if not isinstance(chip, Accelerator):
+        raise ValueError(f"chip must be an Accelerator, got {type(chip).__name__}")
+    key = (layer.signature(), tuple(chip.as_array()), method, solver, time_limit_s, mip_gap,
+           allow_gemm_on_vector)
+    if use_cache and op_costs is None and key in _CACHE:
+        _STATS["hits"] += 1
+        return _CACHE[key]
+    _STATS["misses"] += 1
+    p = make_problem(layer, chip, allow_gemm_on_vector, op_costs)
+    lb = lower_bound(p)
+    ub, modes, starts = list_schedule(p)
+    if method == "list":
+        res = ScheduleResult(ub, tuple(MODE_NAMES[m] for m in modes), tuple(starts), lb, ub, "list",
+                             (ub - lb) / ub if ub > 0 else 0.0, 0.0, p.names)
+    else:
+        _STATS["solves"] += 1
+        mk, modes, starts, status, gap, t = solve_ilp(p, solver, time_limit_s, mip_gap)
+        res = ScheduleResult(mk, tuple(MODE_NAMES[m] for m in modes), tuple(starts), lb, ub, status,
+                             gap, t, p.names)
+    if use_cache and op_costs is None:
+        _CACHE[key] = res
+    return res
