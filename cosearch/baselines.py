@@ -1,0 +1,83 @@
+"""Baselines the co-search is measured against, under the same area/power budget.
+
+* ``TPUv4``: the fixed TPUv4 preset chip with the same placement DP.
+* ``Spotlight``: a chip-only search in the style of Spotlight (Sakhuja et al., HPCA 2023):
+  among the space's designs, the one with the lowest single-accelerator latency of one
+  transformer layer (forward + backward, tp = 1, microbatch 1) — no placement, memory
+  or communication awareness — then the placement DP on that chip.
+
+Both use the same layer-time models as the co-search (serial roofline, then ILP
+refinement of the chosen plan when ``refine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import memory, placement
+from .hardware import Accelerator, Cluster, SearchSpace, TPUv4
+from .models import ModelConfig
+from .models import preset as model_preset
+
+__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "compare"]
+
+
+def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
+               mem: memory.MemoryConfig | None = None, tps: Sequence[int] | None = None,
+               microbatches: Sequence[int] | None = None, refine: bool = True) -> placement.PlacementResult:
+    """Best plan of a fixed chip (same DP as the co-search)."""
+    from .search import ilp_plan
+    mem = mem or memory.MemoryConfig()
+    costs = placement.layer_costs(model, chip, cluster, tps, microbatches, global_batch=global_batch, mem=mem)
+    res = placement.best_plan(costs, cluster, global_batch, mem=mem)
+    if refine and res.plans:
+        p = ilp_plan(model, chip, cluster, global_batch, mem, res.plans[0])
+        if p is not None:
+            return placement.PlacementResult((p,))
+    return res
+
+
+def spotlight_chip(model: ModelConfig, space: SearchSpace) -> tuple[int, Accelerator]:
+    """The design with the lowest single-chip layer latency (fwd + bwd, tp=1, microbatch 1)."""
+    designs = space.arrays()
+    f, b = placement.unit_times(model, designs, (1,), (1,), Cluster(1), "sum")
+    lat = f[:, 0, 0, 1] + b[:, 0, 0, 1]
+    i = int(np.argmin(lat))
+    return i, Accelerator.from_array(designs[i], name=f"spotlight{i}")
+
+
+def _entry(res: placement.PlacementResult, chip: Accelerator, space: SearchSpace, note: str) -> dict[str, Any]:
+    d = {"note": note, "area_mm2": chip.area_mm2(space.area_power), "power_w": chip.power_w(space.area_power),
+         "design": chip.to_dict()}
+    if res.plans:
+        p = res.plans[0]
+        d.update(tokens_per_s=p.tokens_per_s, plan=p.to_dict())
+    else:
+        d.update(tokens_per_s=0.0, plan=None, reason=res.reason)
+    return d
+
+
+def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_batch: int,
+                  mem: memory.MemoryConfig | None = None, tps=None, microbatches=None,
+                  refine: bool = True) -> dict[str, dict[str, Any]]:
+    """{"TPUv4": ..., "Spotlight": ...} with throughput, plan, area and power."""
+    out = {}
+    out["TPUv4"] = _entry(fixed_chip(model, TPUv4, cluster, global_batch, mem, tps, microbatches, refine),
+                          TPUv4, space, "fixed TPUv4 chip + placement DP")
+    i, chip = spotlight_chip(model, space)
+    out["Spotlight"] = _entry(fixed_chip(model, chip, cluster, global_batch, mem, tps, microbatches, refine),
+                              chip, space, f"chip-only search (design {i}) + placement DP")
+    return out
+
+
+def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster: Cluster | int = 1024,
+            global_batch: int = 1536, executor=None, show: bool = True, **kwargs):
+    """Co-search vs the TPUv4 and Spotlight-style baselines; prints the side-by-side table."""
+    from .search import cosearch
+    res = cosearch(model_preset(model), space, cluster, global_batch, executor, baselines=True, **kwargs)
+    if show:
+        print(res.table(top=5))
+    return res
