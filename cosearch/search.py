@@ -254,7 +254,9 @@ def _make_executor(executor) -> tuple[Executor | None, bool]:
         n = os.cpu_count() or 1
         if n <= 1:
             return None, False
-        return ProcessPoolExecutor(max_workers=n), True
+        import multiprocessing as mp
+        # spawn: numba's OpenMP threads make fork() unsafe once a kernel has run
+        return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")), True
     if not isinstance(executor, Executor):
         raise ValueError(f"executor must be a concurrent.futures.Executor, 'serial' or None, got {executor!r}")
     return executor, False
@@ -268,7 +270,9 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     """Co-search accelerator designs and training plans; see the module docstring.
 
     ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask ``Client.get_executor()``),
-    ``"serial"`` to run in-process, or None for a local process pool over the cores.
+    ``"serial"`` to run in-process, or None for a local process pool over the cores.  A
+    ``ProcessPoolExecutor`` of your own should use the ``spawn`` (or ``forkserver``) start
+    method: numba's OpenMP threads make ``fork`` unsafe.
     ``refine_top``: re-plan this many best designs with ILP-scheduled layer times (0: off).
     ``baselines``: also run the TPUv4 and Spotlight-style baselines (``Results.baselines``).
     Ctrl-C returns the results gathered so far (``Results.interrupted``).

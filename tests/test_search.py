@@ -1,0 +1,157 @@
+import json
+
+import numpy as np
+import pytest
+
+from cosearch import baselines, hardware, models, placement, search
+from cosearch.cli import main
+
+MiB, GiB = 2**20, 2**30
+
+
+def small_space(**kw):
+    base = dict(tensor_cores=(2, 4, 8), systolic_dims=((64, 64), (128, 128)), vector_units=(2,),
+                vector_width=(512, 1024), l1_bytes=(1 * MiB, 4 * MiB), l2_bytes=(32 * MiB,),
+                hbm=((16 * GiB, 1.2e12), (32 * GiB, 1.6e12)))
+    base.update(kw)
+    return hardware.SearchSpace(**base)
+
+
+def test_best_is_best_of_exhaustive_and_pruning_keeps_it():
+    m = models.preset("gpt3-1.3b")
+    sp = small_space()
+    cl = hardware.Cluster(16)
+    res = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=True)
+    full = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=False)
+    assert full.pruned == 0 and len(full.rows) == len(sp.arrays())
+    # exhaustive: every design through layer_costs + best_plan directly
+    best = 0.0
+    for row in sp.arrays():
+        chip = hardware.Accelerator.from_array(row)
+        c = placement.layer_costs(m, chip, cl, global_batch=32)
+        r = placement.best_plan(c, cl, 32)
+        if r.feasible:
+            best = max(best, r.best.tokens_per_s)
+    assert full.best.tokens_per_s == pytest.approx(best, rel=1e-9)
+    assert res.best.tokens_per_s == pytest.approx(best, rel=1e-9)
+    assert res.pruned + len(res.rows) == res.total_designs
+
+
+def test_pruning_bound_is_valid():
+    m = models.preset("gpt3-1.3b")
+    sp = small_space()
+    cl = hardware.Cluster(16)
+    full = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=False)
+    designs = sp.arrays()
+    tps = placement.default_tps(m, 16)
+    mbs = placement.divisors(32)
+    f, b = placement.unit_times(m, designs, tps, mbs, cl)
+    lb = search._step_lower_bound(f, b, m, tps, mbs, 32, 16)
+    for r in full.feasible:
+        assert lb[r.index] <= r.plan.step_time_s * (1 + 1e-9)
+
+
+def test_json_round_trip(tmp_path):
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=1)
+    p = tmp_path / "r.json"
+    res.to_json(p)
+    back = search.Results.from_json(p)
+    assert back.to_dict() == json.loads(res.to_json())
+    assert back.best == res.best
+    csv = res.to_csv()
+    assert csv.count("\n") == len(res.rows) + 1
+    assert "designs evaluated" in res.table()
+
+
+def test_pareto_front_brute_force():
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 1, 40).tolist(), rng.uniform(0, 1, 40).tolist()
+    front = set(search.pareto_front(x, y))
+    for i in range(40):
+        dominated = any((x[j] <= x[i] and y[j] > y[i]) or (x[j] < x[i] and y[j] >= y[i]) for j in range(40))
+        assert (i in front) == (not dominated)
+
+
+def test_no_design_under_budget_says_which():
+    with pytest.raises(ValueError, match="area budget"):
+        search.cosearch("gpt3-1.3b", small_space(area_budget_mm2=10.0), 16, 32, "serial")
+
+
+def test_unknown_model_lists_choices():
+    with pytest.raises(ValueError, match="llama2-70b"):
+        search.cosearch("gpt-17", small_space(), 16, 32, "serial")
+
+
+def test_process_pool_matches_serial():
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    sp = small_space()
+    a = search.cosearch("gpt3-1.3b", sp, 16, 32, "serial", refine_top=0, prune=False)
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as ex:
+        b = search.cosearch("gpt3-1.3b", sp, 16, 32, ex, refine_top=0, prune=False, chunk_size=8)
+    assert sorted((r.index, r.tokens_per_s) for r in a.rows) == sorted((r.index, r.tokens_per_s) for r in b.rows)
+
+
+def test_dask_executor():
+    distributed = pytest.importorskip("distributed")
+    sp = small_space(tensor_cores=(4, 8))
+    a = search.cosearch("gpt3-1.3b", sp, 16, 32, "serial", refine_top=0, prune=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as lc, distributed.Client(lc) as client:
+        b = search.cosearch("gpt3-1.3b", sp, 16, 32, client.get_executor(), refine_top=0, prune=False,
+                            chunk_size=4)
+    assert sorted((r.index, r.tokens_per_s) for r in a.rows) == sorted((r.index, r.tokens_per_s) for r in b.rows)
+
+
+def test_keyboard_interrupt_returns_partial(monkeypatch):
+    calls = {"n": 0}
+    real = search.evaluate_designs
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(search, "evaluate_designs", flaky)
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", chunk_size=4, prune=False)
+    assert res.interrupted and 0 < len(res.rows) < res.total_designs
+
+
+@pytest.mark.parametrize("name,chips,batch", [("gpt3-13b", 64, 128), ("llama2-13b", 64, 128)])
+def test_cosearch_beats_baselines(name, chips, batch):
+    res = search.cosearch(name, hardware.SearchSpace(), chips, batch, "serial", refine_top=2, baselines=True)
+    best = res.best.tokens_per_s
+    assert best > res.baselines["TPUv4"]["tokens_per_s"]
+    assert best > res.baselines["Spotlight"]["tokens_per_s"]
+    assert res.best.area_mm2 <= res.meta["area_budget_mm2"] * (1 + 1e-9)
+    assert res.best.power_w <= res.meta["power_budget_w"] * (1 + 1e-9)
+
+
+def test_spotlight_picks_min_layer_latency():
+    m = models.preset("gpt3-1.3b")
+    sp = small_space()
+    i, chip = baselines.spotlight_chip(m, sp)
+    from cosearch import cost, graph
+    lat = [cost.price(graph.build(m), row[None]).sum() + cost.price(graph.build(m, phase="bwd"), row[None]).sum()
+           for row in sp.arrays()]
+    assert i == int(np.argmin(lat))
+
+
+def test_cli(tmp_path, capsys):
+    assert main(["models"]) == 0
+    assert "llama2-70b" in capsys.readouterr().out
+    assert main(["presets"]) == 0
+    assert "TPUv4" in capsys.readouterr().out
+    assert main(["search", "--model", "nope", "--chips", "8", "--batch", "8", "--serial"]) == 2
+    assert "known presets" in capsys.readouterr().err
+
+
+def test_cli_search_report(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(search, "SearchSpace", lambda: small_space())
+    out = tmp_path / "r.json"
+    assert main(["search", "--model", "gpt3-1.3b", "--chips", "16", "--batch", "32", "--serial",
+                 "--out", str(out), "--refine-top", "0"]) == 0
+    png = tmp_path / "r.png"
+    assert main(["report", str(out), "--plot", str(png), "--csv", str(tmp_path / "r.csv")]) == 0
+    assert png.stat().st_size > 1000
