@@ -1,0 +1,82 @@
+"""The models of the FLuID paper, sized for their datasets, plus a small MLP.
+
+* :func:`mlp`: in -> hidden -> hidden -> classes (ReLU).
+* :func:`femnist_cnn`: conv5x5 16 -> pool -> conv5x5 64 -> pool -> FC 120 -> 62 (28x28x1 input).
+* :func:`cifar_vgg`: a VGG-style CNN (conv 32-32-pool-64-64-pool, FC 256 -> 10; 32x32x3 input).
+* :class:`CharLSTM`: Shakespeare next-character model, embedding 8 -> 2 x LSTM-128 -> vocab.
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+from .submodel import Group, ParamSlice
+
+__all__ = ["mlp", "femnist_cnn", "cifar_vgg", "CharLSTM", "build_model"]
+
+
+def mlp(in_features: int, classes: int, hidden: int = 64) -> nn.Sequential:
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.ReLU(), nn.Linear(hidden, classes))
+
+
+def femnist_cnn(classes: int = 62, in_channels: int = 1, size: int = 28) -> nn.Sequential:
+    s = ((size - 4) // 2 - 4) // 2
+    return nn.Sequential(nn.Conv2d(in_channels, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(64 * s * s, 120), nn.ReLU(), nn.Linear(120, classes))
+
+
+def cifar_vgg(classes: int = 10) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                         nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+                         nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(64 * 8 * 8, 256), nn.ReLU(), nn.Linear(256, classes))
+
+
+class CharLSTM(nn.Module):
+    """Embedding -> LSTM -> LSTM -> Linear on the last step (two single-layer LSTMs so each
+    layer's hidden units can be dropped independently)."""
+
+    def __init__(self, vocab: int = 80, embed: int = 8, hidden: int = 128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm1 = nn.LSTM(embed, hidden, batch_first=True)
+        self.lstm2 = nn.LSTM(hidden, hidden, batch_first=True)
+        self.fc = nn.Linear(hidden, vocab)
+        self._hidden = hidden
+
+    def forward(self, x):
+        h, _ = self.lstm1(self.embed(x))
+        h, _ = self.lstm2(h)
+        return self.fc(h[:, -1])
+
+    def fl_groups(self):
+        H = self._hidden
+
+        def own(name):
+            return (ParamSlice(f"{name}.weight_ih_l0", 0, "gates", H), ParamSlice(f"{name}.weight_hh_l0", 0, "gates", H),
+                    ParamSlice(f"{name}.weight_hh_l0", 1), ParamSlice(f"{name}.bias_ih_l0", 0, "gates", H),
+                    ParamSlice(f"{name}.bias_hh_l0", 0, "gates", H))
+
+        return [Group("lstm1", H, own("lstm1") + (ParamSlice("lstm2.weight_ih_l0", 1),),
+                      (("lstm1", "hidden_size", "units", 1), ("lstm2", "input_size", "units", 1))),
+                Group("lstm2", H, own("lstm2") + (ParamSlice("fc.weight", 1),),
+                      (("lstm2", "hidden_size", "units", 1), ("fc", "in_features", "units", 1)))]
+
+
+def build_model(name: str, in_shape: tuple, classes: int) -> nn.Module:
+    """Model by name: mlp, femnist_cnn, cifar_vgg, char_lstm."""
+    import math
+    if name == "mlp":
+        return mlp(int(math.prod(in_shape)), classes)
+    if name == "femnist_cnn":
+        return femnist_cnn(classes, in_shape[0], in_shape[-1])
+    if name == "cifar_vgg":
+        return cifar_vgg(classes)
+    if name == "char_lstm":
+        return CharLSTM(vocab=classes)
+    raise ValueError(f"unknown model {name!r}; choose mlp, femnist_cnn, cifar_vgg or char_lstm")
+
+
