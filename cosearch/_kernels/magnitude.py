@@ -17,39 +17,46 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+_BLOCK = 2048
 
-@njit(cache=True, inline="always")
-def _quorum_change(w, wk, e, quorum, eps, buf):
+
+@njit(cache=True, inline="always", error_model="numpy", fastmath=True)
+def _block_scores(w, wk, lo, hi, quorum, eps, r):
+    """Scores of elements [lo, hi) into r[quorum - 1, :hi-lo]: relative changes of every
+    client in rows of r, then an odd-even transposition sorting network across the rows
+    (elementwise min/max, so the inner loops vectorise)."""
     K = wk.shape[0]
-    base = abs(w[e]) + eps
+    n = hi - lo
     for k in range(K):
-        buf[k] = abs(wk[k, e] - w[e]) / base
-    # insertion sort of K (small) values
-    for a in range(1, K):
-        v = buf[a]
-        b = a - 1
-        while b >= 0 and buf[b] > v:
-            buf[b + 1] = buf[b]
-            b -= 1
-        buf[b + 1] = v
-    return buf[quorum - 1]
+        for t in range(n):
+            e = lo + t
+            r[k, t] = abs(wk[k, e] - w[e]) / (abs(w[e]) + eps)
+    for rnd in range(K):
+        for k in range(rnd % 2, K - 1, 2):
+            for t in range(n):
+                a = r[k, t]
+                b = r[k + 1, t]
+                r[k, t] = min(a, b)
+                r[k + 1, t] = max(a, b)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, error_model="numpy")
 def element_scores(w, wk, quorum, eps):
     """Per element: the quorum-th smallest relative change over clients (float32)."""
     P = w.shape[0]
+    nblk = (P + _BLOCK - 1) // _BLOCK
     out = np.empty(P, dtype=np.float32)
-    nchunk = 64
-    step = (P + nchunk - 1) // nchunk
-    for c in prange(nchunk):
-        buf = np.empty(wk.shape[0], dtype=np.float32)
-        for e in range(c * step, min(P, (c + 1) * step)):
-            out[e] = _quorum_change(w, wk, e, quorum, eps, buf)
+    for b in prange(nblk):
+        r = np.empty((wk.shape[0], _BLOCK), dtype=np.float32)
+        lo = b * _BLOCK
+        hi = min(P, lo + _BLOCK)
+        _block_scores(w, wk, lo, hi, quorum, eps, r)
+        for t in range(hi - lo):
+            out[lo + t] = r[quorum - 1, t]
     return out
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, error_model="numpy")
 def neuron_scores(w, wk, quorum, eps, nin, nout, n_neurons):
     """Per neuron: max element score over its incoming and outgoing elements (float32)."""
     P = w.shape[0]
@@ -57,17 +64,22 @@ def neuron_scores(w, wk, quorum, eps, nin, nout, n_neurons):
     step = (P + nchunk - 1) // nchunk
     partial = np.zeros((nchunk, n_neurons), dtype=np.float32)
     for c in prange(nchunk):
-        buf = np.empty(wk.shape[0], dtype=np.float32)
-        for e in range(c * step, min(P, (c + 1) * step)):
-            a = nin[e]
-            b = nout[e]
-            if a < 0 and b < 0:
-                continue
-            s = _quorum_change(w, wk, e, quorum, eps, buf)
-            if a >= 0 and s > partial[c, a]:
-                partial[c, a] = s
-            if b >= 0 and s > partial[c, b]:
-                partial[c, b] = s
+        r = np.empty((wk.shape[0], _BLOCK), dtype=np.float32)
+        end = min(P, (c + 1) * step)
+        lo = c * step
+        while lo < end:
+            hi = min(end, lo + _BLOCK)
+            _block_scores(w, wk, lo, hi, quorum, eps, r)
+            for t in range(hi - lo):
+                e = lo + t
+                s = r[quorum - 1, t]
+                a = nin[e]
+                b = nout[e]
+                if a >= 0 and s > partial[c, a]:
+                    partial[c, a] = s
+                if b >= 0 and s > partial[c, b]:
+                    partial[c, b] = s
+            lo = hi
     out = np.zeros(n_neurons, dtype=np.float32)
     for c in range(nchunk):
         for j in range(n_neurons):
