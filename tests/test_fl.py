@@ -76,7 +76,6 @@ def test_lstm_dropped_unit_equals_zero_unit():
     input/recurrent weights and set its gate biases so the cell and output stay 0."""
     torch.manual_seed(1)
     m = models.CharLSTM(vocab=12, embed=4, hidden=6)
-    gs = submodel.groups(m)
     keep = np.ones(6, dtype=bool)
     keep[[1, 4]] = False
     ms = {"lstm1": keep, "lstm2": np.ones(6, dtype=bool)}
@@ -347,7 +346,6 @@ def test_simulation_round_time_and_json(tmp_path):
     for r in res.rounds[1:]:
         assert r.p == {4: 0.75}
         assert r.round_time_s <= 1.6 * 1.10
-    back = fl.simulation.FLResult.from_json(tmp_path / "f.json") if hasattr(fl, "simulation") else None
     from cosearch.fl.simulation import FLResult
     back = FLResult.from_json(tmp_path / "f.json")
     assert back.to_dict() == res.to_dict()

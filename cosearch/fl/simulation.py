@@ -109,7 +109,7 @@ def _train(model, x, y, epochs, lr, batch_size, gen):
     import torch.nn.functional as F
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+    xt, yt = torch.tensor(np.asarray(x)), torch.tensor(np.asarray(y))
     for _ in range(epochs):
         perm = torch.randperm(len(yt), generator=gen)
         for i in range(0, len(yt), batch_size):
