@@ -26,8 +26,6 @@ try:
     import flwr
     from flwr.common import (
         FitIns,
-        FitRes,
-        Parameters,
         ndarrays_to_parameters,
         parameters_to_ndarrays,
     )
