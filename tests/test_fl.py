@@ -362,3 +362,18 @@ def test_fl_cli(tmp_path, capsys):
     assert main(["fl", "report", str(out), "--plot", str(png)]) == 0
     assert png.stat().st_size > 1000
     assert main(["fl", "simulate", "--dataset", "mnist9", "--rounds", "1", "--out", str(out)]) == 2
+
+
+def test_simulation_on_leaf_shakespeare_uses_lstm(tmp_path):
+    rng = np.random.default_rng(0)
+    chars = data.SHAKESPEARE_CHARS
+    ud = {}
+    for u in ("A", "B", "C"):
+        xs = ["".join(rng.choice(list(chars[10:40]), 80)) for _ in range(12)]
+        ud[u] = {"x": xs, "y": [s[-1] for s in xs]}
+    (tmp_path / "d.json").write_text(json.dumps({"users": list(ud), "num_samples": [12] * 3, "user_data": ud}))
+    d = data.load_leaf(str(tmp_path), "shakespeare", test_fraction=0.25)
+    res = fl.simulate(d, method="invariant", rounds=3, latency_s=[1.0, 1.2, 2.0], batch_size=4)
+    assert res.model == "char_lstm"
+    assert res.rounds[1].p == {2: 0.65}
+    assert all(np.isfinite(r.loss) for r in res.rounds)

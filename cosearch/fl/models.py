@@ -60,7 +60,10 @@ class CharLSTM(nn.Module):
                     ParamSlice(f"{name}.weight_hh_l0", 1), ParamSlice(f"{name}.bias_ih_l0", 0, "gates", H),
                     ParamSlice(f"{name}.bias_hh_l0", 0, "gates", H))
 
-        return [Group("lstm1", H, own("lstm1") + (ParamSlice("lstm2.weight_ih_l0", 1),),
+        E = self.embed.embedding_dim
+        return [Group("embed", E, (ParamSlice("embed.weight", 1), ParamSlice("lstm1.weight_ih_l0", 1)),
+                      (("embed", "embedding_dim", "units", 1), ("lstm1", "input_size", "units", 1))),
+                Group("lstm1", H, own("lstm1") + (ParamSlice("lstm2.weight_ih_l0", 1),),
                       (("lstm1", "hidden_size", "units", 1), ("lstm2", "input_size", "units", 1))),
                 Group("lstm2", H, own("lstm2") + (ParamSlice("fc.weight", 1),),
                       (("lstm2", "hidden_size", "units", 1), ("fc", "in_features", "units", 1)))]

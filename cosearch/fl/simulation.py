@@ -121,11 +121,13 @@ def _train(model, x, y, epochs, lr, batch_size, gen):
 
 
 def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "invariant", rounds: int = 30,
-             model: str = "mlp", latency_s=None, local_epochs: int = 1, lr: float = 0.1, batch_size: int = 32,
+             model: str = "auto", latency_s=None, local_epochs: int = 1, lr: float = 0.1, batch_size: int = 32,
              widths=DEFAULT_WIDTHS, straggler_fraction: float | None = None, seed: int = 0,
              data_dir: str | None = None, progress: bool = False, out: str | os.PathLike | None = None) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` in invariant/ordered/random/none.
 
+    ``model``: mlp, femnist_cnn, cifar_vgg, char_lstm, or "auto" (the FLuID model of the dataset;
+    mlp for digits).
     ``latency_s``: per-client full-model round time in seconds — a list (fixed), or a list
     of per-round lists (dynamic stragglers); default: client i takes ``1 + i * 0.25`` s,
     the last client 2.5x the first.
@@ -143,6 +145,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
         lat = np.tile(lat, (rounds, 1))
     if lat.shape[1] != n or np.any(lat <= 0):
         raise ValueError(f"latency_s must give a positive time for each of {n} clients")
+    if model == "auto":
+        model = {"femnist": "femnist_cnn", "cifar10": "cifar_vgg", "shakespeare": "char_lstm"}.get(data.name, "mlp")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
