@@ -377,3 +377,26 @@ def test_simulation_on_leaf_shakespeare_uses_lstm(tmp_path):
     assert res.model == "char_lstm"
     assert res.rounds[1].p == {2: 0.65}
     assert all(np.isfinite(r.loss) for r in res.rounds)
+
+
+def test_residual_stage_shares_one_drop_set():
+    torch.manual_seed(0)
+    m = models.ResMLP(12, 4, width=10, hidden=16, blocks=2).eval()
+    gs = submodel.groups(m)
+    assert [g.name for g in gs] == ["stage", "blocks.0.hidden", "blocks.1.hidden"]
+    ms = fl.RandomDropout().masks(0.6, gs, np.random.default_rng(3))
+    sub = submodel.extract_submodel(m, ms).eval()
+    x = torch.randn(5, 12)
+    keep_stage = torch.as_tensor(ms["stage"], dtype=torch.float32)
+    with torch.no_grad():
+        h = m.act(m.stem(m.flatten(x))) * keep_stage
+        for i, b in enumerate(m.blocks):
+            kh = torch.as_tensor(ms[f"blocks.{i}.hidden"], dtype=torch.float32)
+            h = (h + b.fc2(b.act(b.fc1(h)) * kh)) * keep_stage
+        ref = m.head(h)
+        torch.testing.assert_close(sub(x), ref, rtol=1e-5, atol=1e-6)
+    assert all(b.fc2.out_features == int(ms["stage"].sum()) for b in sub.blocks)
+    new, rej = submodel.merge_updates(m.state_dict(), [(sub.state_dict(), ms, 3)], gs)
+    assert not rej
+    for k, v in m.state_dict().items():
+        torch.testing.assert_close(new[k], v)

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from .submodel import Group, ParamSlice
 
-__all__ = ["mlp", "femnist_cnn", "cifar_vgg", "CharLSTM", "build_model"]
+__all__ = ["mlp", "femnist_cnn", "cifar_vgg", "CharLSTM", "ResidualBlock", "ResMLP", "build_model"]
 
 
 def mlp(in_features: int, classes: int, hidden: int = 64) -> nn.Sequential:
@@ -69,6 +69,55 @@ class CharLSTM(nn.Module):
                       (("lstm2", "hidden_size", "units", 1), ("fc", "in_features", "units", 1)))]
 
 
+class ResidualBlock(nn.Module):
+    """``x + fc2(relu(fc1(x)))``."""
+
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(width, hidden)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return x + self.fc2(self.act(self.fc1(x)))
+
+
+class ResMLP(nn.Module):
+    """stem Linear -> ReLU -> residual blocks -> head.  The residual stream's units form one
+    drop set for the whole stage (a unit dropped from the stream is dropped from every
+    block's input and output); each block's hidden units are their own group."""
+
+    def __init__(self, in_features: int, classes: int, width: int = 64, hidden: int = 128, blocks: int = 2):
+        super().__init__()
+        self.flatten = nn.Flatten()
+        self.stem = nn.Linear(in_features, width)
+        self.act = nn.ReLU()
+        self.blocks = nn.ModuleList(ResidualBlock(width, hidden) for _ in range(blocks))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = self.act(self.stem(self.flatten(x)))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+    def fl_groups(self):
+        W = self.stem.out_features
+        stage = [ParamSlice("stem.weight", 0), ParamSlice("stem.bias", 0), ParamSlice("head.weight", 1)]
+        attrs = [("stem", "out_features", "units", 1), ("head", "in_features", "units", 1)]
+        out = []
+        for i, b in enumerate(self.blocks):
+            p = f"blocks.{i}"
+            stage += [ParamSlice(f"{p}.fc1.weight", 1), ParamSlice(f"{p}.fc2.weight", 0),
+                      ParamSlice(f"{p}.fc2.bias", 0)]
+            attrs += [(f"{p}.fc1", "in_features", "units", 1), (f"{p}.fc2", "out_features", "units", 1)]
+            out.append(Group(f"{p}.hidden", b.fc1.out_features,
+                             (ParamSlice(f"{p}.fc1.weight", 0), ParamSlice(f"{p}.fc1.bias", 0),
+                              ParamSlice(f"{p}.fc2.weight", 1)),
+                             ((f"{p}.fc1", "out_features", "units", 1), (f"{p}.fc2", "in_features", "units", 1))))
+        return [Group("stage", W, tuple(stage), tuple(attrs))] + out
+
+
 def build_model(name: str, in_shape: tuple, classes: int) -> nn.Module:
     """Model by name: mlp, femnist_cnn, cifar_vgg, char_lstm."""
     import math
@@ -80,6 +129,8 @@ def build_model(name: str, in_shape: tuple, classes: int) -> nn.Module:
         return cifar_vgg(classes)
     if name == "char_lstm":
         return CharLSTM(vocab=classes)
-    raise ValueError(f"unknown model {name!r}; choose mlp, femnist_cnn, cifar_vgg or char_lstm")
+    if name == "resmlp":
+        return ResMLP(int(math.prod(in_shape)), classes)
+    raise ValueError(f"unknown model {name!r}; choose mlp, resmlp, femnist_cnn, cifar_vgg or char_lstm")
 
 

@@ -11,7 +11,8 @@ of each of the four gates).
 
 Supported containers: ``nn.Sequential`` of Linear / Conv2d / BatchNorm1d/2d / ReLU /
 Tanh / Sigmoid / GELU / MaxPool2d / AvgPool2d / Flatten / Dropout, and models that
-declare ``fl_groups()`` (as :class:`~cosearch.fl.models.CharLSTM` does).  Anything
+declare ``fl_groups()`` (as :class:`~cosearch.fl.models.CharLSTM` — Embedding dims and LSTM units —
+and :class:`~cosearch.fl.models.ResMLP` — residual blocks sharing one drop set per stage — do).  Anything
 else raises ``ValueError`` naming the layer type.
 """
 
