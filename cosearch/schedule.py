@@ -168,7 +168,7 @@ def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: boo
     keep = [i for i, op in enumerate(layer.ops) if ops[i, 0] != KIND_NETWORK]
     new_index = {old: new for new, old in enumerate(keep)}
 
-    def chip_preds(i: int, seen=None) -> set[int]:
+    def chip_preds(i: int) -> set[int]:
         out: set[int] = set()
         for d in layer.ops[i].deps:
             if d in new_index:

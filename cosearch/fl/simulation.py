@@ -11,6 +11,7 @@ client's.  Invariant Dropout observes the non-stragglers' returned weights each 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,7 @@ import numpy as np
 
 from .data import FLData, load_dataset
 from .masks import policy as make_policy
+from .models import build_model
 from .profiling import DEFAULT_WIDTHS, StragglerProfiler
 from .submodel import extract_submodel, groups, merge_updates
 
@@ -150,7 +152,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = __import__("cosearch.fl.models", fromlist=["build_model"]).build_model(model, data.in_shape, data.classes)
+    net = build_model(model, data.in_shape, data.classes)
     example = torch.as_tensor(data.clients[0][0][:2])
     gs = groups(net, example)
     pol = make_policy(method)
@@ -168,7 +170,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
         for c in range(n):
             p = plan[c]
             masks = pol.masks(p, gs, rng) if p < 1.0 else {g.name: np.ones(g.units, dtype=bool) for g in gs}
-            local = extract_submodel(net, masks, example) if p < 1.0 else __import__("copy").deepcopy(net)
+            local = extract_submodel(net, masks, example) if p < 1.0 else copy.deepcopy(net)
             x, y = data.clients[c]
             _train(local, x, y, local_epochs, lr, batch_size, gen)
             st = local.state_dict()
