@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import memory, placement
+from ._json import dump_json, load_json
 from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -120,20 +120,12 @@ class Results:
                 "rows": [r.to_dict() for r in self.rows]}
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            with open(path, "w") as fh:
-                fh.write(text)
-        return text
+        return dump_json(self.to_dict(), path)
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> Results:
         """Load from a JSON string or a file path."""
-        text = str(source)
-        if not text.lstrip().startswith("{"):
-            with open(source) as fh:
-                text = fh.read()
-        d = json.loads(text)
+        d = load_json(source)
         return cls(model=d["model"], chips=int(d["chips"]), global_batch=int(d["global_batch"]),
                    rows=[DesignResult.from_dict(r) for r in d["rows"]], pruned=int(d["pruned"]),
                    total_designs=int(d["total_designs"]), interrupted=bool(d["interrupted"]),

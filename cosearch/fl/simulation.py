@@ -12,12 +12,12 @@ client's.  Invariant Dropout observes the non-stragglers' returned weights each 
 from __future__ import annotations
 
 import copy
-import json
 import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .._json import dump_json, load_json
 from .data import FLData, load_dataset
 from .masks import policy as make_policy
 from .models import build_model
@@ -53,19 +53,11 @@ class FLResult:
                 "config": self.config, "rounds": [asdict(r) for r in self.rounds]}
 
     def to_json(self, path=None) -> str:
-        text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            with open(path, "w") as fh:
-                fh.write(text)
-        return text
+        return dump_json(self.to_dict(), path)
 
     @classmethod
     def from_json(cls, source) -> FLResult:
-        text = str(source)
-        if not text.lstrip().startswith("{"):
-            with open(source) as fh:
-                text = fh.read()
-        d = json.loads(text)
+        d = load_json(source)
         rounds = [RoundMetrics(**{**r, "p": {int(k): v for k, v in r["p"].items()}}) for r in d["rounds"]]
         return cls(d["method"], d["dataset"], d["model"], d["clients"], rounds, d.get("config", {}))
 
