@@ -303,15 +303,17 @@ class _QuietStdout:
 
 
 def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip_gap: float = 1e-6,
+              start: tuple[float, list[int], list[float]] | None = None, lb: float | None = None,
               ) -> tuple[float, list[int], list[float], str, float, float]:
     """Solve the disjunctive MILP.  Returns (makespan, modes, starts, status, gap, solve seconds).
 
-    Falls back to the list schedule with a warning if the solver fails.
+    ``start`` / ``lb`` may pass an already computed :func:`list_schedule` result and
+    :func:`lower_bound`.  Falls back to the list schedule with a warning if the solver fails.
     """
     import cvxpy as cp
 
     n = len(p)
-    ub, lmodes, lstarts = list_schedule(p)
+    ub, lmodes, lstarts = start if start is not None else list_schedule(p)
     if n <= 1:
         return ub, lmodes, lstarts, "optimal", 0.0, 0.0
     t_start = time.perf_counter()
@@ -340,7 +342,8 @@ def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip
                     not np.isfinite(lat[i, h]) or lat[i, full_m] <= lat[i, h] for h in halves):
                 finite[i, list(halves)] = False
     finite[np.arange(n), lmodes] = True
-    lb = lower_bound(p)
+    if lb is None:
+        lb = lower_bound(p)
     M = ub
     scale = 1.0 / ub  # solve in units of the upper bound for numerical sanity
     L = np.where(finite, lat * scale, 0.0)
@@ -498,7 +501,8 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
                              (ub - lb) / ub if ub > 0 else 0.0, 0.0, p.names)
     else:
         _STATS["solves"] += 1
-        mk, modes, starts, status, gap, t = solve_ilp(p, solver, time_limit_s, mip_gap)
+        mk, modes, starts, status, gap, t = solve_ilp(p, solver, time_limit_s, mip_gap,
+                                                      start=(ub, modes, starts), lb=lb)
         res = ScheduleResult(mk, tuple(MODE_NAMES[m] for m in modes), tuple(starts), lb, ub, status,
                              gap, t, p.names)
     if use_cache and op_costs is None:
