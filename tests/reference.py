@@ -48,8 +48,9 @@ def _ring(nbytes, n, bw, lat):
     return 0.0 if n <= 1 else 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
 
 
-def stage_eval(c, ti, bi, i, j, s, pp, m, dp, mem, overlap):
-    """(cost, recompute, memory) of units [i, j) as stage s, or (inf, None, None)."""
+def stage_cost_fixed(c, ti, bi, i, j, s, pp, m, dp, mem, overlap, rec):
+    """(cost, memory) of units [i, j) as stage s with recompute ``rec``; cost inf if it
+    does not fit in HBM."""
     fwd = sum(c.fwd_s[ti, bi, i:j])
     bwd = sum(c.bwd_s[ti, bi, i:j])
     stash = list(c.stash_bytes[ti, bi, i:j])
@@ -58,17 +59,22 @@ def stage_eval(c, ti, bi, i, j, s, pp, m, dp, mem, overlap):
     nf = min(pp - s, m)
     opt = mem.optimizer_bytes / dp if mem.zero1 else mem.optimizer_bytes
     static = par * (mem.weight_bytes + mem.grad_bytes + opt)
+    memory = static + (nf * sum(inp) + max(stash) if rec else nf * sum(stash))
+    if memory > c.hbm_bytes:
+        return math.inf, memory
     ar = _ring(mem.grad_bytes * par, dp, c.link_bandwidth_Bps, c.link_latency_s)
     if overlap:
         ar = max(0.0, ar - bwd)
     p2p = 2 * c.p2p_s[ti, bi] if pp > 1 else 0.0
+    t = (2 * fwd if rec else fwd) + bwd + p2p
+    return (m + pp - 1) * t + ar, memory
+
+
+def stage_eval(c, ti, bi, i, j, s, pp, m, dp, mem, overlap):
+    """(cost, recompute, memory) of units [i, j) as stage s, or (inf, None, None)."""
     best = (math.inf, None, None)
     for rec in (False, True):
-        memory = static + (nf * sum(inp) + max(stash) if rec else nf * sum(stash))
-        if memory > c.hbm_bytes:
-            continue
-        t = (2 * fwd if rec else fwd) + bwd + p2p
-        cost = (m + pp - 1) * t + ar
+        cost, memory = stage_cost_fixed(c, ti, bi, i, j, s, pp, m, dp, mem, overlap, rec)
         if cost < best[0]:
             best = (cost, rec, memory)
     return best
@@ -98,28 +104,9 @@ def placement_exhaustive(c, chips, global_batch, mem, overlap=True):
                     for starts in _compositions(U, pp):
                         ends = list(starts[1:]) + [U]
                         for recs in itertools.product((False, True), repeat=pp):
-                            worst, ok = 0.0, True
-                            for s, (i, j) in enumerate(zip(starts, ends)):
-                                # evaluate this exact recompute choice
-                                fwd = sum(c.fwd_s[ti, bi, i:j])
-                                bwd = sum(c.bwd_s[ti, bi, i:j])
-                                stash = list(c.stash_bytes[ti, bi, i:j])
-                                inp = list(c.input_bytes[ti, bi, i:j])
-                                par = sum(c.params_per_chip[ti, i:j])
-                                nf = min(pp - s, m)
-                                opt = mem.optimizer_bytes / dp if mem.zero1 else mem.optimizer_bytes
-                                static = par * (mem.weight_bytes + mem.grad_bytes + opt)
-                                memory = static + (nf * sum(inp) + max(stash) if recs[s] else nf * sum(stash))
-                                if memory > c.hbm_bytes:
-                                    ok = False
-                                    break
-                                ar = _ring(mem.grad_bytes * par, dp, c.link_bandwidth_Bps, c.link_latency_s)
-                                if overlap:
-                                    ar = max(0.0, ar - bwd)
-                                p2p = 2 * c.p2p_s[ti, bi] if pp > 1 else 0.0
-                                t = (2 * fwd if recs[s] else fwd) + bwd + p2p
-                                worst = max(worst, (m + pp - 1) * t + ar)
-                            if ok:
+                            worst = max(stage_cost_fixed(c, ti, bi, i, j, s, pp, m, dp, mem, overlap, recs[s])[0]
+                                        for s, (i, j) in enumerate(zip(starts, ends)))
+                            if worst < math.inf:
                                 out.append((worst, tp, mb, dp, pp, starts))
     return out
 
