@@ -14,8 +14,12 @@ Public API
 Models and graphs: :class:`ModelConfig`, :func:`model_preset`, :mod:`graph` (``build``,
 ``from_module``).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
 :data:`TPUv4`, :data:`A100`, :data:`H100`, :class:`AreaPowerModel`.  Cost: :func:`price`.
-Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Placement: :func:`best_plan`,
-:class:`Plan`.  Search: :func:`cosearch`, :func:`compare`, :class:`Results`.
+Clusters: :class:`Cluster` (nodes, intra/inter-node links; presets in :mod:`cluster`).
+Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op times).
+Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Training plans: :class:`PlanSpec`,
+:func:`evaluate` (one fixed plan -> :class:`Plan` with time breakdown and memory per stage),
+:func:`search_plans` (exact search over dp/tp/pp/microbatch/recompute/virtual/SP/ZeRO ->
+:class:`PlacementResult`).  Search: :func:`cosearch`, :func:`compare`, :class:`Results`.
 Federated learning: :mod:`cosearch.fl`.
 
 ``torch``, ``cvxpy`` and ``numba`` are imported only when first needed, so
@@ -27,9 +31,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import graph, hardware, models
-from .cost import price, price_on
-from .hardware import A100, H100, Accelerator, AreaPowerModel, Cluster, SearchSpace, TPUv4
+from . import cluster, graph, hardware, models
+from .cluster import Cluster
+from .cost import calibrate, price, price_on
+from .hardware import A100, A100_80GB, H100, Accelerator, AreaPowerModel, KernelEfficiency, SearchSpace, TPUv4
 from .models import ModelConfig
 from .models import preset as model_preset
 
@@ -37,8 +42,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "layer_time": ("schedule", "layer_time"), "ScheduleResult": ("schedule", "ScheduleResult"),
-    "best_plan": ("placement", "best_plan"), "Plan": ("placement", "Plan"),
-    "LayerCosts": ("placement", "LayerCosts"),
+    "search_plans": ("placement", "search_plans"), "PlacementResult": ("placement", "PlacementResult"),
+    "Plan": ("plan", "Plan"), "PlanSpec": ("plan", "PlanSpec"), "evaluate": ("plan", "evaluate"),
+    "plan": ("plan", None),
     "cosearch": ("search", "cosearch"), "Results": ("search", "Results"),
     "compare": ("baselines", "compare"),
     "schedule": ("schedule", None), "placement": ("placement", None), "memory": ("memory", None),
@@ -47,8 +53,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "A100", "H100", "TPUv4", "Accelerator", "AreaPowerModel", "Cluster", "ModelConfig",
-    "SearchSpace", "graph", "hardware", "models", "model_preset", "price", "price_on",
+    "A100", "A100_80GB", "H100", "TPUv4", "Accelerator", "AreaPowerModel", "Cluster", "KernelEfficiency",
+    "ModelConfig", "SearchSpace", "calibrate", "cluster", "graph", "hardware", "models", "model_preset",
+    "price", "price_on",
     *_LAZY,
 ]
 

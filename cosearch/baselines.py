@@ -27,14 +27,16 @@ __all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "compare"]
 
 def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
                mem: memory.MemoryConfig | None = None, tps: Sequence[int] | None = None,
-               microbatches: Sequence[int] | None = None, refine: bool = True) -> placement.PlacementResult:
-    """Best plan of a fixed chip (same DP as the co-search)."""
-    from .search import ilp_plan
+               microbatches: Sequence[int] | None = None, refine: bool = True,
+               plan_options: dict[str, Any] | None = None) -> placement.PlacementResult:
+    """Best plan of a fixed chip (same plan search and options as the co-search)."""
+    from .search import DEFAULT_PLAN_OPTIONS, ilp_plan
     mem = mem or memory.MemoryConfig()
-    costs = placement.layer_costs(model, chip, cluster, tps, microbatches, global_batch=global_batch, mem=mem)
-    res = placement.best_plan(costs, cluster, global_batch, mem=mem)
+    opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
+    res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
+                                 mem=mem, **opts)
     if refine and res.plans:
-        p = ilp_plan(model, chip, cluster, global_batch, mem, res.plans[0])
+        p = ilp_plan(model, chip, cluster, global_batch, mem, res.plans[0], opts)
         if p is not None:
             return placement.PlacementResult((p,))
     return res
@@ -42,9 +44,11 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
 
 def spotlight_chip(model: ModelConfig, space: SearchSpace) -> tuple[int, Accelerator]:
     """The design with the lowest single-chip layer latency (fwd + bwd, tp=1, microbatch 1)."""
+    from ._kernels import formulas as F
+    from .plan import unit_costs
     designs = space.arrays()
-    f, b = placement.unit_times(model, designs, (1,), (1,), Cluster(1), "sum")
-    lat = f[:, 0, 0, 1] + b[:, 0, 0, 1]
+    u = unit_costs(model, designs, Cluster(1), (1,), (1,))[:, 0, 0, 0]
+    lat = u[:, F.U_LF] + u[:, F.U_LB]
     i = int(np.argmin(lat))
     return i, Accelerator.from_array(designs[i], name=f"spotlight{i}")
 
@@ -54,7 +58,7 @@ def _entry(res: placement.PlacementResult, chip: Accelerator, space: SearchSpace
          "design": chip.to_dict()}
     if res.plans:
         p = res.plans[0]
-        d.update(tokens_per_s=p.tokens_per_s, plan=p.to_dict())
+        d.update(tokens_per_s=p.tokens_per_s, plan=p.to_dict(), mfu=p.mfu, chips_used=p.chips_used)
     else:
         d.update(tokens_per_s=0.0, plan=None, reason=res.reason)
     return d
@@ -62,14 +66,14 @@ def _entry(res: placement.PlacementResult, chip: Accelerator, space: SearchSpace
 
 def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_batch: int,
                   mem: memory.MemoryConfig | None = None, tps=None, microbatches=None,
-                  refine: bool = True) -> dict[str, dict[str, Any]]:
+                  refine: bool = True, plan_options: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """{"TPUv4": ..., "Spotlight": ...} with throughput, plan, area and power."""
     out = {}
-    out["TPUv4"] = _entry(fixed_chip(model, TPUv4, cluster, global_batch, mem, tps, microbatches, refine),
-                          TPUv4, space, "fixed TPUv4 chip + placement DP")
+    out["TPUv4"] = _entry(fixed_chip(model, TPUv4, cluster, global_batch, mem, tps, microbatches, refine,
+                                     plan_options), TPUv4, space, "fixed TPUv4 chip + plan search")
     i, chip = spotlight_chip(model, space)
-    out["Spotlight"] = _entry(fixed_chip(model, chip, cluster, global_batch, mem, tps, microbatches, refine),
-                              chip, space, f"chip-only search (design {i}) + placement DP")
+    out["Spotlight"] = _entry(fixed_chip(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
+                                         plan_options), chip, space, f"chip-only search (design {i}) + plan search")
     return out
 
 

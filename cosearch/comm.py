@@ -1,55 +1,45 @@
-"""Collective and point-to-point communication times (alpha-beta model).
+"""Collective and point-to-point times on a cluster's hierarchy.
 
-* ring all-reduce of ``nbytes`` over ``n`` ranks: ``2 (n-1)/n * nbytes / bw + 2 (n-1) * latency``
-* ring all-gather / reduce-scatter: half of that
-* point-to-point: ``nbytes / bw + latency``
-
-``bw`` is the per-chip link bandwidth in bytes/s.  With one rank every collective is free.
+The formulas (hierarchical ring all-reduce, reduce-scatter / all-gather at half of it,
+point-to-point, torus rings) are documented in and live only in
+:mod:`cosearch._kernels.formulas`; these are the Python entry points.  A group is
+``n`` ranks ``stride`` apart in Megatron's rank order (tensor-parallel ranks adjacent:
+stride 1; data-parallel stride ``tp``; pipeline stride ``tp * dp``).
 """
 
 from __future__ import annotations
 
-import numpy as np
+from ._kernels import formulas
+from .cluster import Cluster
+from .hardware import Accelerator
 
-__all__ = ["ring_allreduce_s", "allgather_s", "reduce_scatter_s", "p2p_s",
-           "tp_allreduces_per_layer"]
+__all__ = ["collective_s", "p2p_s", "COLLECTIVES"]
 
-#: Megatron tensor parallelism: all-reduces of the (b, s, h) activation per layer.
-tp_allreduces_per_layer = {"fwd": 2, "bwd": 2}
+COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 
 
-def _check(nbytes, n, bw, latency_s):
-    if np.any(np.asarray(nbytes) < 0):
+def _check(nbytes: float, n: int, stride: int) -> None:
+    if not (nbytes >= 0):
         raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
-    if np.any(np.asarray(n) < 1):
-        raise ValueError(f"number of ranks must be >= 1, got {n!r}")
-    if np.any(np.asarray(bw) <= 0):
-        raise ValueError(f"bandwidth must be positive, got {bw!r}")
-    if np.any(np.asarray(latency_s) < 0):
-        raise ValueError(f"latency must be >= 0, got {latency_s!r}")
+    if int(n) != n or n < 1:
+        raise ValueError(f"number of ranks must be a positive integer, got {n!r}")
+    if int(stride) != stride or stride < 1:
+        raise ValueError(f"stride must be a positive integer, got {stride!r}")
 
 
-def ring_allreduce_s(nbytes, n, bw_Bps, latency_s=0.0):
-    """Ring all-reduce time in seconds (0 for a single rank)."""
-    _check(nbytes, n, bw_Bps, latency_s)
-    n = np.asarray(n, dtype=np.float64)
-    t = 2.0 * (n - 1.0) / n * np.asarray(nbytes, dtype=np.float64) / bw_Bps + 2.0 * (n - 1.0) * latency_s
-    return float(t) if np.ndim(t) == 0 else t
+def collective_s(kind: str, nbytes: float, n: int, cluster: Cluster, chip: Accelerator,
+                 stride: int = 1) -> float:
+    """Seconds for collective ``kind`` of ``nbytes`` (the full buffer) over ``n`` ranks."""
+    _check(nbytes, n, stride)
+    net = cluster.net_array(chip)
+    if kind == "allreduce":
+        return float(formulas.allreduce_s(float(nbytes), float(n), float(stride), net))
+    if kind in ("allgather", "reducescatter"):
+        return float(formulas.allgather_s(float(nbytes), float(n), float(stride), net))
+    raise ValueError(f"unknown collective {kind!r}; choose one of {COLLECTIVES}")
 
 
-def allgather_s(nbytes, n, bw_Bps, latency_s=0.0):
-    """Ring all-gather of a ``nbytes`` result (each rank contributes nbytes/n)."""
-    _check(nbytes, n, bw_Bps, latency_s)
-    n = np.asarray(n, dtype=np.float64)
-    t = (n - 1.0) / n * np.asarray(nbytes, dtype=np.float64) / bw_Bps + (n - 1.0) * latency_s
-    return float(t) if np.ndim(t) == 0 else t
-
-
-reduce_scatter_s = allgather_s
-
-
-def p2p_s(nbytes, bw_Bps, latency_s=0.0):
-    """Point-to-point send of ``nbytes``."""
-    _check(nbytes, 1, bw_Bps, latency_s)
-    t = np.asarray(nbytes, dtype=np.float64) / bw_Bps + latency_s
-    return float(t) if np.ndim(t) == 0 else t
+def p2p_s(nbytes: float, cluster: Cluster, chip: Accelerator, stride: int = 1) -> float:
+    """Seconds to send ``nbytes`` to the rank ``stride`` away."""
+    _check(nbytes, 1, stride)
+    return float(formulas.p2p_s(float(nbytes), float(stride), cluster.net_array(chip)))

@@ -1,21 +1,39 @@
-"""Roofline cost model: price every op of a layer graph on every design at once.
+"""Cost model: roofline x kernel efficiency for every op of a layer graph on every design.
 
 The formulas are documented in :mod:`cosearch._kernels.roofline`; this module
 packs :class:`~cosearch.graph.LayerGraph` and :class:`~cosearch.hardware.Accelerator`
 / design arrays into the kernel's arrays and offers a vectorised-NumPy version
 of the same formulas (``backend="numpy"``) used as the benchmark reference.
+
+Achieved efficiency comes from the chip's :class:`~cosearch.hardware.KernelEfficiency`
+(presets document their kernel-level sources) or from :func:`calibrate`, which fits it
+to a table of measured op and collective times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from .graph import OP_FIELDS, LayerGraph
-from .hardware import DESIGN_FIELDS, Accelerator, design_array
+from .hardware import DESIGN_FIELDS, IDEAL, Accelerator, KernelEfficiency, design_array
 
-__all__ = ["price", "price_on", "price_numpy", "op_array"]
+__all__ = ["price", "price_on", "price_numpy", "op_array", "calibrate", "Calibration",
+           "efficiency_array"]
+
+
+def efficiency_array(designs, efficiency: KernelEfficiency | None = None) -> np.ndarray:
+    """The efficiency row to price with: ``efficiency`` if given, else a single
+    Accelerator's own, else the ideal roofline (search-space designs)."""
+    if efficiency is not None:
+        if not isinstance(efficiency, KernelEfficiency):
+            raise ValueError(f"efficiency must be a KernelEfficiency, got {efficiency!r}")
+        return efficiency.as_array()
+    if isinstance(designs, Accelerator):
+        return designs.efficiency.as_array()
+    return IDEAL.as_array()
 
 
 def op_array(ops: LayerGraph | np.ndarray) -> np.ndarray:
@@ -45,22 +63,25 @@ def _check_fraction(core_fraction: float) -> float:
 
 
 def price(ops: LayerGraph | np.ndarray, designs, core_fraction: float = 1.0,
-          backend: str = "numba") -> np.ndarray:
+          backend: str = "numba", efficiency: KernelEfficiency | None = None) -> np.ndarray:
     """(designs, ops) array of op latencies in seconds.
 
     ``designs`` is an :class:`Accelerator`, a list of them, or a (n, 11) design
     array (:data:`~cosearch.hardware.DESIGN_FIELDS`).  ``core_fraction`` prices
     each op on that fraction of the chip's tensor cores / vector units and HBM
     bandwidth (how the scheduler splits the chip between concurrent ops).
+    ``efficiency`` overrides the kernel efficiency (default: a single Accelerator's own,
+    the ideal roofline for design arrays).
     """
     o = op_array(ops)
+    eff = efficiency_array(designs, efficiency)
     d = _designs(designs)
     f = _check_fraction(core_fraction)
     if backend == "numba":
         from ._kernels.roofline import price as kernel
-        return kernel(o, d, f)
+        return kernel(o, d, f, eff)
     if backend == "numpy":
-        return price_numpy(o, d, f)
+        return price_numpy(o, d, f, eff)
     raise ValueError(f"unknown backend {backend!r}; choose 'numba' or 'numpy'")
 
 
@@ -69,12 +90,14 @@ def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fracti
     return price(ops, accelerator, core_fraction)[0]
 
 
-def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0) -> np.ndarray:
+def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0,
+                eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
+    e_t, e_a, e_m, launch = IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
-    bw = d["hbm_bandwidth_Bps"] * frac
+    bw = d["hbm_bandwidth_Bps"] * frac * e_m
     clock = d["clock_hz"]
     m, n, k, b, dt = o["m"], o["n"], o["k"], o["batch"], o["dtype_bytes"]
     r, c = d["systolic_rows"], d["systolic_cols"]
@@ -94,9 +117,167 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         nbytes = np.where(total <= l2, total, blocked)
         need_l1 = dt * 2.0 * r * c + r * (r * dt + 4.0 * c)
         nbytes = nbytes + np.where(need_l1 > d["l1_bytes"], tiles * np.ceil(m / r) * r * c * dt, 0.0)
-        tensor_t = np.maximum(compute_t, nbytes / bw)
+        tensor_t = np.maximum(compute_t / e_t, nbytes / bw) + launch
+        op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
+        attn_t = np.maximum(compute_t / e_a, op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]
-        vec_t = np.maximum(np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock,
-                           (o["bytes_read"] + o["bytes_written"]) / bw)
+        vec_t = np.maximum(np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock, op_bytes) + launch
     kind = o["kind"]
-    return np.where(kind == 0, tensor_t, np.where(kind == 1, vec_t, 0.0))
+    return np.where(kind == 0, tensor_t, np.where(kind == 3, attn_t, np.where(kind == 1, vec_t, 0.0)))
+
+
+# ---------------------------------------------------------------------- calibration
+_CAL_OP_COLS = ("m", "n", "k", "batch", "dtype_bytes", "seconds")
+_CAL_COLL_COLS = ("collective", "bytes", "group", "link", "seconds")
+
+
+def _read_table(measurements) -> dict[str, np.ndarray]:
+    """Columns of a CSV file (path) or a mapping of equal-length arrays."""
+    import csv
+    import os
+    if isinstance(measurements, (str, os.PathLike)):
+        if not os.path.isfile(measurements):
+            raise ValueError(f"calibrate: no such measurement file {str(measurements)!r}")
+        with open(measurements, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        if not rows:
+            raise ValueError(f"calibrate: {str(measurements)!r} holds no rows")
+        cols = {k.strip(): [r[k] for r in rows] for k in rows[0] if k is not None}
+    elif isinstance(measurements, dict):
+        cols = {str(k): list(np.atleast_1d(v)) for k, v in measurements.items()}
+    else:
+        raise ValueError("calibrate: measurements must be a CSV path or a mapping of column arrays, "
+                         f"got {type(measurements).__name__}")
+    lens = {len(v) for v in cols.values()}
+    if len(lens) != 1:
+        raise ValueError(f"calibrate: measurement columns have different lengths {sorted(lens)}")
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def _num(cols, name, rows) -> np.ndarray:
+    try:
+        a = np.asarray(cols[name][rows], dtype=np.float64)
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"calibrate: column {name!r} is missing or not numeric ({exc})") from None
+    if not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError(f"calibrate: column {name!r} must hold positive finite numbers")
+    return a
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A chip whose :class:`KernelEfficiency` was fitted to measurements, and the fitted
+    collective bandwidth fractions and latencies (None where no rows were given).
+
+    ``apply(cluster)`` returns the cluster with the fitted link efficiencies/latencies."""
+
+    chip: Accelerator
+    gemm_rows: int
+    gemm_rms_log_error: float
+    intra_efficiency: float | None = None
+    intra_latency_s: float | None = None
+    inter_efficiency: float | None = None
+    inter_latency_s: float | None = None
+    collective_rows: int = 0
+
+    def apply(self, cluster):
+        ch = {}
+        if self.intra_efficiency is not None:
+            ch.update(intra_efficiency=min(1.0, self.intra_efficiency), link_latency_s=self.intra_latency_s)
+        if self.inter_efficiency is not None and not cluster.flat:
+            ch.update(inter_efficiency=min(1.0, self.inter_efficiency), inter_latency_s=self.inter_latency_s)
+        return cluster.with_(**ch) if ch else cluster
+
+
+def calibrate(chip: Accelerator, measurements, cluster=None) -> Calibration:
+    """Fit ``chip``'s kernel efficiency (and optionally link efficiencies) to measured times.
+
+    ``measurements``: a CSV path or a mapping of column arrays.  Op rows carry
+    ``m, n, k, batch, dtype_bytes, seconds`` (a GEMM ``(m x k) @ (k x n)`` repeated ``batch``
+    times; an optional ``kind`` column says ``gemm`` (default) or ``attention``); collective
+    rows carry ``collective`` (allreduce / allgather / reducescatter), ``bytes``, ``group``
+    (ranks), ``link`` (intra / inter) and ``seconds``.  Rows of the other kind leave those
+    columns empty.  GEMM times are fitted as ``max(c / e_t, b / (e_m B)) + launch``
+    (``c``: the roofline compute time, ``b``: its HBM bytes) by least squares on log time;
+    collective times as ``f S / (e B) + steps * latency`` (ring factors ``f``) by linear
+    least squares.  Needs ``cluster`` for the link bandwidths when collective rows are given.
+    """
+    import scipy.optimize as so
+
+    from .graph import Op
+    if not isinstance(chip, Accelerator):
+        raise ValueError(f"calibrate: chip must be an Accelerator, got {chip!r}")
+    cols = _read_table(measurements)
+    nrows = len(next(iter(cols.values())))
+    coll = np.zeros(nrows, dtype=bool)
+    if "collective" in cols:
+        coll = np.array([str(x).strip() not in ("", "nan", "None") for x in cols["collective"]])
+    ops_rows = np.flatnonzero(~coll)
+    e_t, e_a, e_m, launch = chip.efficiency.tensor, chip.efficiency.attention, chip.efficiency.memory, \
+        chip.efficiency.launch_s
+    rms = 0.0
+    if len(ops_rows):
+        m, n, k, b, dt, sec = (_num(cols, c, ops_rows) for c in _CAL_OP_COLS)
+        kinds = (np.array([str(x).strip().lower() for x in cols["kind"][ops_rows]])
+                 if "kind" in cols else np.array(["gemm"] * len(ops_rows)))
+        bad = sorted(set(kinds) - {"gemm", "attention"})
+        if bad:
+            raise ValueError(f"calibrate: unknown op kind(s) {bad}; use 'gemm' or 'attention'")
+        arr = np.array([Op("m", "gemm" if kk == "gemm" else "bmm", m=int(a), n=int(bb), k=int(c), batch=int(d),
+                           bytes_read=(a * c + c * bb) * d * t, bytes_written=a * bb * d * t,
+                           dtype_bytes=int(t)).as_row()
+                        for a, bb, c, d, t, kk in zip(m, n, k, b, dt, kinds)])
+        # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)
+        compute = price(arr, chip.with_(hbm_bandwidth_Bps=1e30), efficiency=IDEAL)[0]
+        memory = price(arr, chip.with_(clock_hz=1e30), efficiency=IDEAL)[0]
+        is_att = arr[:, 0] == 3.0
+        y = np.log(sec)
+
+        def model(x):
+            et, ea, em, la = x
+            c = compute / np.where(is_att, ea, et)
+            return np.log(np.maximum(c, memory / em) + la)
+
+        x0 = np.array([0.7, 0.7, 0.8, 1e-6])
+        fit = so.least_squares(lambda x: model(x) - y, x0, bounds=([1e-3, 1e-3, 1e-3, 0.0], [1.0, 1.0, 1.0, 1e-2]),
+                               x_scale=[0.1, 0.1, 0.1, 1e-6], xtol=1e-14, ftol=1e-14, gtol=1e-14)
+        e_t, e_a2, e_m, launch = (float(x) for x in fit.x)
+        if is_att.any():
+            e_a = e_a2
+        rms = float(np.sqrt(np.mean(fit.fun ** 2)))
+    eff = KernelEfficiency(e_t, e_a, e_m, launch, source=f"calibrated on {len(ops_rows)} measured ops "
+                           f"(rms log error {rms:.3f})")
+    out = {"intra": (None, None), "inter": (None, None)}
+    coll_rows = np.flatnonzero(coll)
+    if len(coll_rows):
+        if cluster is None:
+            raise ValueError("calibrate: collective rows need the cluster (for the link bandwidths)")
+        kinds = np.array([str(x).strip().lower() for x in cols["collective"][coll_rows]])
+        links = np.array([str(x).strip().lower() for x in cols["link"][coll_rows]]) if "link" in cols \
+            else np.array(["intra"] * len(coll_rows))
+        nbytes = _num(cols, "bytes", coll_rows)
+        group = _num(cols, "group", coll_rows)
+        sec = _num(cols, "seconds", coll_rows)
+        factor = {"allreduce": 2.0, "allgather": 1.0, "reducescatter": 1.0}
+        for link in ("intra", "inter"):
+            sel = links == link
+            if not sel.any():
+                continue
+            unknown = sorted(set(kinds[sel]) - set(factor))
+            if unknown:
+                raise ValueError(f"calibrate: unknown collective(s) {unknown}")
+            f = np.array([factor[x] for x in kinds[sel]])
+            nn = group[sel]
+            wire = cluster.link_bandwidth(chip) if link == "intra" else float(cluster.inter_node_Bps or 0)
+            if wire <= 0:
+                raise ValueError("calibrate: the cluster has no inter-node link for 'inter' rows")
+            # t = f (n-1)/n S / (e B) + f (n-1) a   -> linear in (1/e, a)
+            A = np.stack([f * (nn - 1) / nn * nbytes[sel] / wire, f * (nn - 1)], axis=1)
+            (inv_e, lat), *_ = np.linalg.lstsq(A, sec[sel], rcond=None)
+            if inv_e <= 0:
+                raise ValueError(f"calibrate: {link}-node collective times do not grow with size")
+            out[link] = (float(1.0 / inv_e), float(max(lat, 0.0)))
+    return Calibration(chip=chip.with_(efficiency=eff), gemm_rows=len(ops_rows), gemm_rms_log_error=rms,
+                       intra_efficiency=out["intra"][0], intra_latency_s=out["intra"][1],
+                       inter_efficiency=out["inter"][0], inter_latency_s=out["inter"][1],
+                       collective_rows=len(coll_rows))

@@ -30,10 +30,17 @@ import numpy as np
 from .models import ModelConfig
 
 __all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
-           "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "VECTOR_OPS_PER_ELEMENT"]
+           "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "NETWORK_KINDS",
+           "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT"]
 
-KIND_TENSOR, KIND_VECTOR, KIND_NETWORK = 0, 1, 2
-_KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_TENSOR, "vector": KIND_VECTOR, "allreduce": KIND_NETWORK}
+KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION = 0, 1, 2, 3
+_KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
+              "vector": KIND_VECTOR, "allreduce": KIND_NETWORK, "allgather": KIND_NETWORK,
+              "reducescatter": KIND_NETWORK}
+#: Network op kinds (priced by cosearch.comm on the cluster, not by the chip).
+NETWORK_KINDS = ("allreduce", "allgather", "reducescatter")
+#: Forward ops that selective recomputation runs again (the attention core).
+ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_core")
 
 #: Column order of the op arrays handed to the kernels.
 OP_FIELDS = ("kind", "m", "n", "k", "batch", "elements", "ops_per_element",
@@ -49,7 +56,10 @@ VECTOR_OPS_PER_ELEMENT = {
 
 @dataclass(frozen=True)
 class Op:
-    """One operator.  ``kind`` is ``gemm``/``bmm`` (tensor unit), ``vector`` or ``allreduce``."""
+    """One operator.  ``kind`` is ``gemm`` (weight GEMM), ``bmm``/``attention`` (activation x
+    activation matmuls of the attention core, or a fused flash-attention kernel whose HBM
+    traffic is ``bytes_read + bytes_written``), ``vector``, or a collective
+    (``allreduce``/``allgather``/``reducescatter`` of ``bytes_read`` bytes)."""
 
     name: str
     kind: str
@@ -68,22 +78,23 @@ class Op:
     def __post_init__(self) -> None:
         if self.kind not in _KIND_CODE:
             raise ValueError(f"op {self.name!r}: unknown kind {self.kind!r}; choose one of {sorted(_KIND_CODE)}")
-        if self.kind in ("gemm", "bmm"):
+        if self.kind in ("gemm", "bmm", "attention"):
             for f in ("m", "n", "k", "batch"):
                 if getattr(self, f) <= 0:
                     raise ValueError(f"op {self.name!r}: {f} must be positive, got {getattr(self, f)}")
         elif self.kind == "vector" and (self.elements <= 0 or self.ops_per_element <= 0):
             raise ValueError(f"op {self.name!r}: vector op needs positive elements and ops_per_element")
-        elif self.kind == "allreduce" and self.bytes_read <= 0:
-            raise ValueError(f"op {self.name!r}: allreduce needs positive bytes")
+        elif self.kind in NETWORK_KINDS and self.bytes_read <= 0:
+            raise ValueError(f"op {self.name!r}: {self.kind} needs positive bytes")
 
     @property
     def unit(self) -> str:
-        return {KIND_TENSOR: "tensor", KIND_VECTOR: "vector", KIND_NETWORK: "network"}[_KIND_CODE[self.kind]]
+        return {KIND_TENSOR: "tensor", KIND_ATTENTION: "tensor", KIND_VECTOR: "vector",
+                KIND_NETWORK: "network"}[_KIND_CODE[self.kind]]
 
     @property
     def flops(self) -> float:
-        if self.kind in ("gemm", "bmm"):
+        if self.kind in ("gemm", "bmm", "attention"):
             return 2.0 * self.m * self.n * self.k * self.batch
         if self.kind == "vector":
             return float(self.elements * self.ops_per_element)
@@ -137,6 +148,11 @@ class LayerGraph:
         return [op.bytes_read for op in self.ops if op.kind == "allreduce"]
 
     @property
+    def collectives(self) -> list[tuple[str, float]]:
+        """(kind, bytes) of every collective op, in order."""
+        return [(op.kind, op.bytes_read) for op in self.ops if op.kind in NETWORK_KINDS]
+
+    @property
     def edges(self) -> list[tuple[int, int]]:
         return [(d, i) for i, op in enumerate(self.ops) for d in op.deps]
 
@@ -171,9 +187,22 @@ class _Builder:
                             bytes_read=float(inputs * elements * dt), bytes_written=float(elements * dt),
                             dtype_bytes=dt))
 
-    def allreduce(self, name: str, deps, nbytes: float) -> int:
-        return self._add(Op(name, "allreduce", tuple(d for d in deps if d is not None),
+    def collective(self, name: str, deps, nbytes: float, kind: str = "allreduce") -> int:
+        return self._add(Op(name, kind, tuple(d for d in deps if d is not None),
                             bytes_read=float(nbytes), bytes_written=float(nbytes), dtype_bytes=self.dt))
+
+    def allreduce(self, name: str, deps, nbytes: float) -> int:
+        return self.collective(name, deps, nbytes, "allreduce")
+
+    def attention(self, name: str, deps, s: int, d: int, batch: int, flops_factor: float,
+                  tensors_read: float, tensors_written: float) -> int:
+        """A fused attention kernel: ``flops_factor`` s x s x d matmuls per head, HBM traffic
+        of whole (s, d) tensors only (no s x s scores)."""
+        dt = self.dt
+        k = int(round(flops_factor * d))  # 2 m n k batch = flops_factor * 2 s^2 d batch
+        return self._add(Op(name, "attention", tuple(x for x in deps if x is not None), m=s, n=s, k=k,
+                            batch=batch, bytes_read=tensors_read * s * d * batch * dt,
+                            bytes_written=tensors_written * s * d * batch * dt, dtype_bytes=dt))
 
 
 def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
@@ -187,56 +216,73 @@ def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
         raise ValueError(f"tp={tp} must divide ffn_hidden={config.ffn_hidden}")
 
 
-def _forward_layer(config: ModelConfig, tp: int, b: int) -> list[Op]:
+def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False) -> list[Op]:
     c = config
     s, h, d = c.seq_len, c.hidden, c.head_dim
     a = c.heads // tp
     kv = max(1, c.kv_heads // tp)  # GQA with kv_heads < tp replicates KV heads
     f = c.ffn_hidden // tp
     T = b * s
+    Tv = T // tp if sp and T % tp == 0 else (T / tp if sp else T)  # rows of the replicated region
+    act_bytes = T * h * c.dtype_bytes
     g = _Builder(c.dtype_bytes)
     norm = c.norm
-    n1 = g.vector("norm1", [], T * h, norm)
-    qkv = g.gemm("qkv", [n1], T, (a + 2 * kv) * d, h)
+    n1 = g.vector("norm1", [], Tv * h, norm)
+    x_in = g.collective("allgather_attn", [n1], act_bytes, "allgather") if sp and tp > 1 else n1
+    qkv = g.gemm("qkv", [x_in], T, (a + 2 * kv) * d, h)
     x = qkv
     if c.position == "rotary":
         x = g.vector("rotary", [qkv], T * (a + kv) * d, "rotary")
-    sc = g.gemm("attn_scores", [x], s, s, d, batch=b * a, weights=False)
-    sm = g.vector("softmax", [sc], b * a * s * s, "softmax")
-    if c.dropout:
-        sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
-    ctx = g.gemm("attn_context", [sm, qkv], s, d, s, batch=b * a, weights=False)
+    if flash:
+        # FlashAttention: QK^T and PV fused (2 s^2 d per head each, half of the blocks
+        # skipped under the causal mask), reads Q, K, V, writes O
+        ctx = g.attention("attn_core", [x, qkv], s, d, b * a, 1.0, 3.0, 1.0)
+    else:
+        sc = g.gemm("attn_scores", [x], s, s, d, batch=b * a, weights=False)
+        sm = g.vector("softmax", [sc], b * a * s * s, "softmax")
+        if c.dropout:
+            sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
+        ctx = g.gemm("attn_context", [sm, qkv], s, d, s, batch=b * a, weights=False)
     out = g.gemm("attn_out", [ctx], T, h, a * d)
     if tp > 1:
-        out = g.allreduce("allreduce_attn", [out], T * h * c.dtype_bytes)
+        out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
+               else g.allreduce("allreduce_attn", [out], act_bytes))
     if c.dropout:
-        out = g.vector("dropout1", [out], T * h, "dropout")
-    r1 = g.vector("residual1", [out], T * h, "add", inputs=2)
-    n2 = g.vector("norm2", [r1], T * h, norm)
+        out = g.vector("dropout1", [out], Tv * h, "dropout")
+    r1 = g.vector("residual1", [out], Tv * h, "add", inputs=2)
+    n2 = g.vector("norm2", [r1], Tv * h, norm)
+    x2 = g.collective("allgather_mlp", [n2], act_bytes, "allgather") if sp and tp > 1 else n2
     if c.gated:
-        gate = g.gemm("fc_gate", [n2], T, f, h)
-        up = g.gemm("fc_up", [n2], T, f, h)
-        act = g.vector("act", [gate, up], T * f, c.activation, inputs=2)
+        # Megatron fuses the gate and up projections into one column-parallel GEMM
+        fc1 = g.gemm("fc1", [x2], T, 2 * f, h)
+        act = g.vector("act", [fc1], T * f, c.activation, inputs=2)
     else:
-        fc1 = g.gemm("fc1", [n2], T, f, h)
+        fc1 = g.gemm("fc1", [x2], T, f, h)
         act = g.vector("act", [fc1], T * f, c.activation)
     fc2 = g.gemm("fc2", [act], T, h, f)
     y = fc2
     if tp > 1:
-        y = g.allreduce("allreduce_mlp", [fc2], T * h * c.dtype_bytes)
+        y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
+             else g.allreduce("allreduce_mlp", [fc2], act_bytes))
     if c.dropout:
-        y = g.vector("dropout2", [y], T * h, "dropout")
-    g.vector("residual2", [y, r1], T * h, "add", inputs=2)
+        y = g.vector("dropout2", [y], Tv * h, "dropout")
+    g.vector("residual2", [y, r1], Tv * h, "add", inputs=2)
     return g.ops
 
 
+_CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather"}
+
+
 def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -> list[Op]:
-    """Reverse-mode graph of a forward op list (allreduce ops of ``fwd`` are dropped;
-    input-gradient all-reduces are inserted after the GEMMs named in ``allreduce_after``)."""
+    """Reverse-mode graph of a forward op list.  A forward all-reduce (Megatron's ``g``)
+    is the identity backward; an all-gather becomes a reduce-scatter and vice versa
+    (sequence parallelism); input-gradient all-reduces (Megatron's ``f``) are inserted
+    after the GEMMs named in ``allreduce_after`` when the forward has no all-gather."""
     consumers: dict[int, list[int]] = {i: [] for i in range(len(fwd))}
     for i, op in enumerate(fwd):
         for dep in op.deps:
             consumers[dep].append(i)
+    sequence_parallel = any(op.kind == "allgather" for op in fwd)
     g = _Builder(dt)
     grad_of: dict[int, list[int]] = {}  # fwd op -> bwd ops producing the gradient of its inputs
 
@@ -252,16 +298,24 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
         if op.kind == "allreduce":
             grad_of[i] = deps  # gradient flows through unchanged
             continue
+        if op.kind in _CONJUGATE:
+            grad_of[i] = [g.collective(f"{op.name}.grad", deps, op.bytes_read, _CONJUGATE[op.kind])]
+            continue
         if op.kind == "gemm":
             dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n)
             g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m)
-            if tp > 1 and op.name in allreduce_after:
+            if tp > 1 and op.name in allreduce_after and not sequence_parallel:
                 dg = g.allreduce(f"{op.name}.allreduce", [dg], op.m * op.k * dt)
             grad_of[i] = [dg]
         elif op.kind == "bmm":
             ga = g.gemm(f"{op.name}.grad_a", deps, op.m, op.k, op.n, batch=op.batch, weights=False)
             gb = g.gemm(f"{op.name}.grad_b", deps, op.k, op.n, op.m, batch=op.batch, weights=False)
             grad_of[i] = [ga, gb]
+        elif op.kind == "attention":
+            # FlashAttention-2 backward: 5 matmuls for the forward's 2 (the scores are
+            # recomputed), reads Q, K, V, O, dO and writes dQ, dK, dV
+            s_, d_ = op.m, op.k  # the forward's k is d (causal factor 1)
+            grad_of[i] = [g.attention(f"{op.name}.grad", deps, s_, d_, op.batch, 2.5, 5.0, 3.0)]
         else:
             name = f"{op.name}.grad"
             bw = Op(name, "vector", tuple(deps), elements=op.elements,
@@ -272,41 +326,48 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
     return g.ops
 
 
-def _forward_embedding(config: ModelConfig, tp: int, b: int) -> list[Op]:
+def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
+                       flash: bool = False) -> list[Op]:
     c = config
     T = b * c.seq_len
+    Tv = T / tp if sp else T
     g = _Builder(c.dtype_bytes)
     e = g.vector("embedding", [], T * c.hidden, "embedding")
     if tp > 1:  # vocab-parallel embedding: partial lookups summed across ranks
-        e = g.allreduce("allreduce_embedding", [e], T * c.hidden * c.dtype_bytes)
+        e = (g.collective("reducescatter_embedding", [e], T * c.hidden * c.dtype_bytes, "reducescatter")
+             if sp else g.allreduce("allreduce_embedding", [e], T * c.hidden * c.dtype_bytes))
     if c.position == "learned":
-        e = g.vector("position_add", [e], T * c.hidden, "add", inputs=2)
+        e = g.vector("position_add", [e], Tv * c.hidden, "add", inputs=2)
     if c.dropout:
-        g.vector("embedding_dropout", [e], T * c.hidden, "dropout")
+        g.vector("embedding_dropout", [e], Tv * c.hidden, "dropout")
     return g.ops
 
 
-def _forward_head(config: ModelConfig, tp: int, b: int) -> list[Op]:
+def _forward_head(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False) -> list[Op]:
     c = config
     T = b * c.seq_len
     g = _Builder(c.dtype_bytes)
-    n = g.vector("final_norm", [], T * c.hidden, c.norm)
+    n = g.vector("final_norm", [], (T / tp if sp else T) * c.hidden, c.norm)
+    if sp and tp > 1:
+        n = g.collective("allgather_head", [n], T * c.hidden * c.dtype_bytes, "allgather")
     logits = g.gemm("lm_head", [n], T, math.ceil(c.vocab / tp), c.hidden)
     g.vector("cross_entropy", [logits], T * math.ceil(c.vocab / tp), "cross_entropy")
     return g.ops
 
 
-_PARTS = {"layer": (_forward_layer, ("qkv", "fc1", "fc_gate", "fc_up")),
+_PARTS = {"layer": (_forward_layer, ("qkv", "fc1")),
           "embedding": (_forward_embedding, ()),
           "head": (_forward_head, ("lm_head",))}
 
 
 def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "fwd",
-          part: str = "layer") -> LayerGraph:
+          part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False) -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
-    ``microbatch`` sequences."""
+    ``microbatch`` sequences.  ``sequence_parallel`` replaces each TP all-reduce by a
+    reduce-scatter + all-gather and shards the norms/dropouts/residuals by ``tp``;
+    ``flash_attention`` fuses the attention core into one kernel without s x s traffic."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -316,7 +377,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if phase not in ("fwd", "bwd"):
         raise ValueError(f"phase must be 'fwd' or 'bwd', got {phase!r}")
     fwd_fn, ar_after = _PARTS[part]
-    ops = fwd_fn(config, tp, microbatch)
+    ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention))
     if phase == "bwd":
         ops = _backward(ops, tp, config.dtype_bytes, ar_after)
     return LayerGraph(f"{config.name}.{part}.{phase}", tuple(ops), phase=phase, tp=tp,

@@ -13,11 +13,18 @@ as small systolic arrays with the same MACs/clock):
   1200 GB/s, 6 ICI links x 50 GB/s (Jouppi et al., ISCA 2023).
 * ``A100`` (SXM4 40GB) — 432 tensor cores x 256 MAC/clk (16x16) at 1410 MHz
   (312 TFLOP/s), 108 SMs x 64 FP32 lanes, 192 KiB L1 per SM (48 KiB per tensor
-  core), 40 MiB L2, 40 GiB HBM2 at 1555 GB/s, NVLink 600 GB/s (NVIDIA A100 whitepaper).
-* ``H100`` (SXM5) — 528 tensor cores x 512 MAC/clk (16x32) at 1830 MHz
+  core), 40 MiB L2, 40 GiB HBM2 at 1555 GB/s, NVLink 3 at 300 GB/s per direction
+  (600 GB/s is the two-way total; NVIDIA A100 whitepaper).
+* ``A100-80GB`` (SXM4 80GB) — as ``A100`` with 80 GiB HBM2e at 2039 GB/s
+  (NVIDIA A100 datasheet).
+* ``H100`` (SXM5 80GB) — 528 tensor cores x 512 MAC/clk (16x32) at 1830 MHz
   (989 TFLOP/s dense bf16), 132 SMs x 128 FP32 lanes, 256 KiB L1 per SM (64 KiB
-  per tensor core), 50 MiB L2, 80 GiB HBM3 at 3350 GB/s, NVLink 900 GB/s
-  (NVIDIA H100 whitepaper).
+  per tensor core), 50 MiB L2, 80 GiB HBM3 at 3350 GB/s, NVLink 4 at 450 GB/s per
+  direction (NVIDIA H100 whitepaper).
+
+Link bandwidths are per chip and per direction.  Each preset carries a
+:class:`KernelEfficiency` — what its kernels achieve of the roofline — with the
+source of every constant in :data:`EFFICIENCY_SOURCES`.
 
 Area/power model (:class:`AreaPowerModel`) — first-order constants for a 7 nm
 class process, chosen from public sources and calibrated so the TPUv4 preset
@@ -44,9 +51,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Accelerator", "Cluster", "AreaPowerModel", "SearchSpace",
-    "TPUv4", "A100", "H100", "PRESETS", "preset", "preset_names",
-    "DESIGN_FIELDS", "design_array",
+    "Accelerator", "Cluster", "AreaPowerModel", "SearchSpace", "KernelEfficiency",
+    "TPUv4", "A100", "A100_80GB", "H100", "PRESETS", "preset", "preset_names",
+    "DESIGN_FIELDS", "design_array", "IDEAL", "EFFICIENCY_SOURCES",
 ]
 
 KiB = 1024
@@ -58,6 +65,60 @@ DESIGN_FIELDS = (
     "tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width",
     "clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps", "link_bandwidth_Bps",
 )
+
+
+#: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads).
+EFF_FIELDS = ("tensor", "attention", "memory", "launch_s")
+
+
+@dataclass(frozen=True)
+class KernelEfficiency:
+    """What a chip's kernels achieve on top of the roofline.
+
+    ``tensor``: fraction of the modelled compute rate that GEMMs reach when compute-bound;
+    ``attention``: the same for the attention core (batched score/context matmuls or a
+    fused flash-attention kernel); ``memory``: fraction of peak HBM bandwidth that
+    memory-bound kernels stream at; ``launch_s``: fixed time per kernel.  An op costs
+    ``max(compute / eff, bytes / (memory * HBM bandwidth)) + launch_s``.
+    """
+
+    tensor: float = 1.0
+    attention: float = 1.0
+    memory: float = 1.0
+    launch_s: float = 0.0
+    source: str = "ideal roofline"
+
+    def __post_init__(self) -> None:
+        for f in ("tensor", "attention", "memory"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
+                raise ValueError(f"KernelEfficiency.{f} must be in (0, 1], got {v!r}")
+        if not (isinstance(self.launch_s, (int, float)) and 0.0 <= self.launch_s < 1.0):
+            raise ValueError(f"KernelEfficiency.launch_s must be in [0, 1) seconds, got {self.launch_s!r}")
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.tensor, self.attention, self.memory, self.launch_s], dtype=np.float64)
+
+
+#: The plain roofline (PHAZE's assumption for searched designs).
+IDEAL = KernelEfficiency()
+
+#: Where each preset's kernel-efficiency constants come from (kernel-level measurements only).
+EFFICIENCY_SOURCES = {
+    "A100": "tensor 0.859: maximum achievable bf16 matmul 267.9 of 312 TFLOP/s on A100 SXM "
+            "(S. Bekman, ml-engineering, MAMF table, CUDA 12.1); attention 0.72: FlashAttention-2 "
+            "fwd+bwd reaches 225 of 312 TFLOP/s on A100 (Dao 2023, sec. 4.1); memory 0.88: "
+            "device-to-device copy reaches ~1.8 of 2.04 TB/s on A100-80GB and ~1.37 of 1.56 TB/s on "
+            "A100-40GB (BabelStream/nvbandwidth-class copy kernels, ~88-90% of peak); launch 4 us "
+            "per kernel (CUDA launch + PyTorch dispatch, ~4 us measured per eager op).",
+    "H100": "tensor 0.801: maximum achievable bf16 matmul 792.1 of 989 TFLOP/s on H100 SXM "
+            "(ml-engineering MAMF table, CUDA 12.1); attention 0.60: FlashAttention-3 bf16 reaches "
+            "~740 TFLOP/s forward and ~550 backward on H100 SXM (Shah et al. 2024); memory 0.90: a "
+            "4 GiB device copy reaches 90.6% of peak HBM bandwidth on a Hopper card; launch 4 us.",
+}
+
+_A100_EFF = KernelEfficiency(0.859, 0.72, 0.88, 4e-6, EFFICIENCY_SOURCES["A100"])
+_H100_EFF = KernelEfficiency(0.801, 0.60, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"])
 
 
 @dataclass(frozen=True)
@@ -76,8 +137,11 @@ class Accelerator:
     hbm_bytes: float
     hbm_bandwidth_Bps: float
     link_bandwidth_Bps: float
+    efficiency: KernelEfficiency = field(default=IDEAL, compare=True)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.efficiency, KernelEfficiency):
+            raise ValueError(f"Accelerator.efficiency must be a KernelEfficiency, got {self.efficiency!r}")
         for f in ("tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width"):
             v = getattr(self, f)
             if isinstance(v, bool) or int(v) != v or v <= 0:
@@ -104,14 +168,21 @@ class Accelerator:
         return np.array([float(getattr(self, f)) for f in DESIGN_FIELDS], dtype=np.float64)
 
     @classmethod
-    def from_array(cls, row: Sequence[float], name: str = "design") -> Accelerator:
-        return cls(name, *[float(x) for x in row])
+    def from_array(cls, row: Sequence[float], name: str = "design",
+                   efficiency: KernelEfficiency = IDEAL) -> Accelerator:
+        return cls(name, *[float(x) for x in row], efficiency=efficiency)
 
     def with_(self, **changes: Any) -> Accelerator:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Accelerator:
+        d = dict(d)
+        eff = d.pop("efficiency", None)
+        return cls(**d, efficiency=KernelEfficiency(**eff) if eff else IDEAL)
 
     def area_mm2(self, model: AreaPowerModel | None = None) -> float:
         return float((model or AreaPowerModel()).area_mm2(self.as_array()[None, :])[0])
@@ -123,10 +194,11 @@ class Accelerator:
 TPUv4 = Accelerator("TPUv4", 8, 128, 128, 2, 1024, 1.05e9, 4 * MiB, 128 * MiB, 32 * GiB,
                     1.2e12, 3.0e11)
 A100 = Accelerator("A100", 432, 16, 16, 108, 64, 1.41e9, 48 * KiB, 40 * MiB, 40 * GiB,
-                   1.555e12, 6.0e11)
+                   1.555e12, 3.0e11, _A100_EFF)
+A100_80GB = A100.with_(name="A100-80GB", hbm_bytes=80 * GiB, hbm_bandwidth_Bps=2.039e12)
 H100 = Accelerator("H100", 528, 16, 32, 132, 128, 1.83e9, 64 * KiB, 50 * MiB, 80 * GiB,
-                   3.35e12, 9.0e11)
-PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "h100": H100}
+                   3.35e12, 4.5e11, _H100_EFF)
+PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100}
 
 
 def preset_names() -> list[str]:
@@ -137,7 +209,7 @@ def preset(name: str | Accelerator) -> Accelerator:
     """Accelerator preset by name (case-insensitive): TPUv4, A100, H100."""
     if isinstance(name, Accelerator):
         return name
-    key = str(name).lower()
+    key = str(name).lower().replace("_", "-")
     if key not in PRESETS:
         raise ValueError(f"unknown accelerator preset {name!r}; known presets: {', '.join(preset_names())}")
     return PRESETS[key]
@@ -206,31 +278,6 @@ class AreaPowerModel:
                 + lanes * c["clock_hz"] * self.lane_energy_j
                 + c["hbm_bandwidth_Bps"] * 8 * self.hbm_energy_j_per_bit
                 + c["link_bandwidth_Bps"] * 8 * self.link_energy_j_per_bit + self.fixed_power_w)
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """A training cluster: ``num_chips`` identical chips.
-
-    ``link_bandwidth_Bps`` overrides the chip's own link bandwidth (``None`` keeps it);
-    ``link_latency_s`` is the per-message latency used by the collective models.
-    """
-
-    num_chips: int
-    link_bandwidth_Bps: float | None = None
-    link_latency_s: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if isinstance(self.num_chips, bool) or int(self.num_chips) != self.num_chips or self.num_chips <= 0:
-            raise ValueError(f"Cluster.num_chips must be a positive integer, got {self.num_chips!r}")
-        object.__setattr__(self, "num_chips", int(self.num_chips))
-        if self.link_bandwidth_Bps is not None and not (self.link_bandwidth_Bps > 0):
-            raise ValueError(f"Cluster.link_bandwidth_Bps must be positive, got {self.link_bandwidth_Bps!r}")
-        if not (self.link_latency_s >= 0):
-            raise ValueError(f"Cluster.link_latency_s must be >= 0, got {self.link_latency_s!r}")
-
-    def link_bandwidth(self, chip: Accelerator) -> float:
-        return float(self.link_bandwidth_Bps or chip.link_bandwidth_Bps)
 
 
 def _as_tuple(name: str, v: Any) -> tuple:
@@ -332,3 +379,6 @@ class SearchSpace:
         return {"grid": len(g), "over_area": int((~ok_a).sum()), "over_power": int((~ok_p).sum()),
                 "feasible": int((ok_a & ok_p).sum()), "area_budget_mm2": self.area_budget_mm2,
                 "power_budget_w": self.power_budget_w}
+
+
+from .cluster import Cluster  # noqa: E402  (re-exported: clusters are built from chips)

@@ -4,50 +4,52 @@ Per chip, for the layers of one pipeline stage under tensor parallelism ``tp``:
 
 * **static** = params/tp x (weight + gradient + optimizer bytes).  Mixed-precision
   Adam keeps bf16 weights (2) and gradients (2) plus fp32 master weights, momentum
-  and variance (12): 16 bytes/param (:class:`MemoryConfig`).  ZeRO-1 divides the
-  optimizer part by the data-parallel degree.
-* **activations, stash** (Korthikanti et al., "Reducing Activation Recomputation
-  in Large Transformer Models", 2022, eq. 2/3), per layer and microbatch of ``b``
-  sequences of length ``s``, hidden ``h``, ``a`` heads, in bytes for 2-byte
-  activations with 1-byte dropout masks::
+  and variance (12): 16 bytes/param (:class:`MemoryConfig`; Rajbhandari et al., ZeRO,
+  2020).  ZeRO-1 (Megatron's distributed optimizer) shards the optimizer state over
+  the data-parallel ranks, ZeRO-2 also the gradients, ZeRO-3 also the weights
+  (:func:`cosearch._kernels.formulas.static_bytes`, the one copy).
+* **activations** (Korthikanti et al., "Reducing Activation Recomputation in Large
+  Transformer Models", 2022, eq. 2 and Table 2), per layer and microbatch of ``b``
+  sequences of length ``s``, hidden ``h``, ``a`` heads, for 2-byte activations with
+  1-byte dropout masks::
 
-      s b h (10 + 24/t + 5 a s / (h t))          without sequence parallelism
-      s b h (34 / t + 5 a s / (h t))             with sequence parallelism
+      none:       s b h (10 + 24/t + 5 a s / (h t))     (sequence parallel: s b h (34 + 5 a s / h) / t)
+      selective:  s b h (10 + 24/t)                     (sequence parallel: s b h 34 / t)
+      full:       2 s b h per layer (/t with sequence parallelism), + one layer's full stash
 
-  The 24 sbh of the MLP/attention projections (= 4 + 16 + 4 for QKV input, MLP
-  input/activation and attention output) is generalised to other MLP widths and
-  gated MLPs, GQA's smaller K/V, dtypes other than 2 bytes and no-dropout models
-  (see :func:`layer_activation_bytes`); for a GPT-style layer it is the paper's formula.
-* **activations, recompute**: only the layer input ``2 s b h`` (``/t`` with sequence
-  parallelism) per layer and microbatch, plus one layer's full stash while that
-  layer is recomputed in the backward pass.
-* **1F1B**: stage ``i`` of ``p`` keeps ``min(p - i, m)`` microbatches in flight.
+  generalised to other MLP widths, gated MLPs, GQA's smaller K/V, other dtypes and
+  no-dropout models (:func:`layer_activation_bytes`).  With flash attention the
+  ``5 a s / h`` score terms are gone (only the fp32 softmax statistics, ``4 a s b``
+  bytes, are kept).
+* **in flight**: stage ``s`` of ``p`` keeps ``min(p - s, m)`` microbatches under 1F1B;
+  interleaving is in :func:`cosearch._kernels.formulas.inflight`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from ._kernels import formulas
 from .models import ModelConfig
 
-__all__ = ["MemoryConfig", "layer_activation_bytes", "layer_input_bytes", "static_bytes",
-           "in_flight", "stage_memory_bytes"]
+__all__ = ["MemoryConfig", "layer_activation_bytes", "layer_input_bytes", "embedding_activation_bytes",
+           "head_activation_bytes", "static_bytes", "in_flight"]
 
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Bytes per parameter and activation options."""
+    """Bytes per parameter kept for training (weights, gradients, optimizer state)."""
 
     weight_bytes: float = 2.0
     grad_bytes: float = 2.0
     optimizer_bytes: float = 12.0
-    zero1: bool = False
-    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         for f in ("weight_bytes", "grad_bytes", "optimizer_bytes"):
-            if getattr(self, f) < 0:
-                raise ValueError(f"MemoryConfig.{f} must be >= 0, got {getattr(self, f)!r}")
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"MemoryConfig.{f} must be a finite number >= 0, got {v!r}")
 
     @property
     def bytes_per_param(self) -> float:
@@ -55,24 +57,35 @@ class MemoryConfig:
 
 
 def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
-                           sequence_parallel: bool = False) -> float:
-    """Activations one transformer layer stashes for its backward pass, per chip."""
+                           sequence_parallel: bool = False, recompute: str = "none",
+                           flash_attention: bool = False) -> float:
+    """Activations one transformer layer keeps for its backward pass, per chip and
+    microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
+    (full: only the layer input)."""
+    if recompute == "full":
+        return layer_input_bytes(config, tp, microbatch, sequence_parallel)
+    if recompute not in ("none", "selective"):
+        raise ValueError(f"recompute={recompute!r}; choose 'none', 'selective' or 'full'")
     c = config
     s, b, h, a, t = c.seq_len, microbatch, c.hidden, c.heads, tp
     e = c.dtype_bytes / 2.0  # the formula counts 2-byte activations
     mask = 1.0 if c.dropout else 0.0
     kv_ratio = c.kv_heads / c.heads
-    # replicated (not split by tp unless sequence parallel): 2 LN inputs (4), residual
-    # dropout masks (2), QKV + MLP inputs (LN outputs, 4)
-    replicated = (4.0 * e + 2.0 * mask + 4.0 * e)
-    # split by tp: Q, K, V (2 each, K/V scaled for GQA), attention output proj input (2),
-    # attention dropout mask region handled below, MLP: fc1 output and activation output
+    # replicated (split by tp only with sequence parallelism): 2 norm inputs (4),
+    # residual dropout masks (2), QKV and MLP inputs (the norm outputs, 4)
+    replicated = 4.0 * e + 2.0 * mask + 4.0 * e
+    # split by tp: Q, K, V (K/V scaled for GQA), attention-projection input (2),
+    # MLP: fc1 output(s) and activation output
     f_ratio = c.ffn_hidden / h
-    mlp = 2.0 * f_ratio * (3.0 if c.gated else 2.0) * e  # fc1 (and gate) output + activation output
+    mlp = 2.0 * f_ratio * (3.0 if c.gated else 2.0) * e
     qkv = 2.0 * (1.0 + 2.0 * kv_ratio) * e + 2.0 * e
     split = qkv + mlp
-    # attention scores: softmax output (2), dropout mask (1), dropout output (2) per a s^2 b
-    attn = (2.0 * e + mask * 1.0 + mask * 2.0 * e) * a * s / h
+    if flash_attention:
+        attn = 4.0 * a / h  # fp32 log-sum-exp per row and head
+    elif recompute == "selective":
+        attn = 0.0
+    else:  # softmax output (2), dropout mask (1), dropout output (2) per a s^2 b
+        attn = (2.0 * e + mask * 1.0 + mask * 2.0 * e) * a * s / h
     if sequence_parallel:
         per = (replicated + split) / t + attn / t
     else:
@@ -87,25 +100,29 @@ def layer_input_bytes(config: ModelConfig, tp: int, microbatch: int,
     return n / tp if sequence_parallel else float(n)
 
 
-def static_bytes(params_per_chip: float, dp: int, mem: MemoryConfig) -> float:
+def embedding_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
+                               sequence_parallel: bool = False) -> float:
+    """The embedding output (and its dropout mask) kept per microbatch."""
+    x = layer_input_bytes(config, tp, microbatch, sequence_parallel)
+    if config.dropout:
+        x += x / config.dtype_bytes
+    return x
+
+
+def head_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
+                          sequence_parallel: bool = False) -> float:
+    """Final-norm input and the fp32 logits of this rank's vocabulary shard."""
+    c = config
+    return (layer_input_bytes(c, tp, microbatch, sequence_parallel)
+            + c.seq_len * microbatch * math.ceil(c.vocab / tp) * 4.0)
+
+
+def static_bytes(params_per_chip: float, dp: int, zero: int, mem: MemoryConfig) -> float:
     """Weights + gradients + optimizer state of ``params_per_chip`` parameters."""
-    opt = mem.optimizer_bytes / dp if mem.zero1 else mem.optimizer_bytes
-    return params_per_chip * (mem.weight_bytes + mem.grad_bytes + opt)
+    return float(formulas.static_bytes(float(params_per_chip), float(dp), int(zero), mem.weight_bytes,
+                                       mem.grad_bytes, mem.optimizer_bytes))
 
 
-def in_flight(stage: int, stages: int, microbatches: int) -> int:
-    """Microbatches whose activations stage ``stage`` (0-based) holds under 1F1B."""
-    return min(stages - stage, microbatches)
-
-
-def stage_memory_bytes(params_per_chip: float, act_stash: list[float], act_input: list[float],
-                       stage: int, stages: int, microbatches: int, dp: int, recompute: bool,
-                       mem: MemoryConfig) -> float:
-    """Peak memory per chip of one pipeline stage holding layers with the given
-    per-layer stash / input activation bytes."""
-    n = in_flight(stage, stages, microbatches)
-    if recompute:
-        act = n * sum(act_input) + (max(act_stash) if act_stash else 0.0)
-    else:
-        act = n * sum(act_stash)
-    return static_bytes(params_per_chip, dp, mem) + act
+def in_flight(stage: int, stages: int, microbatches: int, virtual_stages: int = 1) -> float:
+    """Stage-equivalents of activations stage ``stage`` (0-based) holds."""
+    return float(formulas.inflight(int(stage), int(stages), int(microbatches), int(virtual_stages)))

@@ -1,15 +1,16 @@
 """The co-search: every accelerator design of a search space x its best training plan.
 
 For all designs at once the roofline kernel prices the model's embedding, layer and
-head graphs (fwd and bwd) for every (tp, microbatch); a design's layer times are the
-serial sum of its op times (the per-layer ILP's upper bound) during screening.  The
-placement DP then finds each design's best plan.  Designs are visited in order of a
-throughput upper bound and skipped once the bound cannot beat the best plan found
-(pruning): any plan's step time is at least ``(B / mb) * tp * sum_u t_u(tp, mb) / chips``
-(all chip-seconds of a step spread perfectly over every chip), minimised over (tp, mb).
-Finally the top ``refine_top`` designs are re-planned with ILP-scheduled layer times
-(:func:`cosearch.schedule.layer_time`, cached) for the (tp, microbatch) pairs of
-their best plans, and the results re-ranked.
+head graphs (fwd and bwd) for every (tp, microbatch) (:func:`cosearch.plan.unit_costs`);
+a design's layer times are the serial sum of its op times (the per-layer ILP's upper
+bound) during screening.  The exact plan search (:func:`cosearch.placement.search_plans`)
+then finds each design's best plan over the plan options given (``plan_options``).
+Designs are visited in order of a throughput upper bound and skipped once the bound
+cannot beat the best plan found (pruning): any plan's step time is at least
+``(B / mb) * tp * sum_u t_u(tp, mb) / chips`` (all chip-seconds of a step spread
+perfectly over every chip), minimised over (tp, mb).  Finally the top ``refine_top``
+designs are re-planned with ILP-scheduled layer times (:func:`cosearch.schedule.layer_time`,
+cached) for the (tp, microbatch) pairs of their best plans, and the results re-ranked.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from . import memory, placement
+from . import plan as plan_mod
 from ._json import dump_json, load_json
+from ._kernels import formulas as F
 from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -42,7 +45,7 @@ class DesignResult:
     design: dict[str, float]
     area_mm2: float
     power_w: float
-    plan: placement.Plan | None
+    plan: plan_mod.Plan | None
     reason: str = ""
     time_model: str = "sum"
 
@@ -59,7 +62,7 @@ class DesignResult:
     def from_dict(cls, d: dict[str, Any]) -> DesignResult:
         return cls(index=int(d["index"]), design={k: float(v) for k, v in d["design"].items()},
                    area_mm2=float(d["area_mm2"]), power_w=float(d["power_w"]),
-                   plan=placement.Plan.from_dict(d["plan"]) if d["plan"] else None,
+                   plan=plan_mod.Plan.from_dict(d["plan"]) if d["plan"] else None,
                    reason=d.get("reason", ""), time_model=d.get("time_model", "sum"))
 
     def accelerator(self) -> Accelerator:
@@ -135,13 +138,14 @@ class Results:
         buf = io.StringIO()
         w = csv.writer(buf)
         cols = ["index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",
-                "dp", "tp", "pp", "microbatch", "mfu", "time_model"]
+                "dp", "tp", "pp", "microbatch", "chips_used", "mfu", "time_model"]
         w.writerow(cols)
         for r in self.rows:
             p = r.plan
             w.writerow([r.index, *[r.design[f] for f in DESIGN_FIELDS], r.area_mm2, r.power_w,
                         r.tokens_per_s, p.step_time_s if p else "", p.dp if p else "", p.tp if p else "",
-                        p.pp if p else "", p.microbatch if p else "", p.mfu if p else "", r.time_model])
+                        p.pp if p else "", p.microbatch if p else "", p.chips_used if p else "",
+                        p.mfu if p else "", r.time_model])
         text = buf.getvalue()
         if path is not None:
             with open(path, "w", newline="") as fh:
@@ -154,7 +158,7 @@ class Results:
                  f"{len(self.rows)} designs evaluated, {self.pruned} pruned of {self.total_designs}"
                  + (" (interrupted: partial results)" if self.interrupted else "")]
         hdr = f"{'rank':>4} {'design':>7} {'cores':>5} {'array':>9} {'L1 MiB':>7} {'L2 MiB':>7} {'HBM GB':>7} " \
-              f"{'TB/s':>5} {'area':>6} {'W':>6} {'tok/s':>10} {'MFU':>6}  plan"
+              f"{'TB/s':>5} {'area':>6} {'W':>6} {'tok/s':>10} {'chips':>6} {'MFU':>6} {'time':>4}  plan"
         lines.append(hdr)
         ranked = sorted(self.feasible, key=lambda r: -r.tokens_per_s)[:top]
         for k, r in enumerate(ranked, 1):
@@ -163,8 +167,11 @@ class Results:
                          f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} "
                          f"{d['l1_bytes']/2**20:>7.2f} {d['l2_bytes']/2**20:>7.0f} {d['hbm_bytes']/1e9:>7.0f} "
                          f"{d['hbm_bandwidth_Bps']/1e12:>5.2f} {r.area_mm2:>6.0f} {r.power_w:>6.0f} "
-                         f"{r.tokens_per_s:>10,.0f} {r.plan.mfu:>6.1%}  "
-                         f"dp{r.plan.dp} tp{r.plan.tp} pp{r.plan.pp} mb{r.plan.microbatch}")
+                         f"{r.tokens_per_s:>10,.0f} {r.plan.chips_used:>6} {r.plan.mfu:>6.1%} {r.time_model:>4}  "
+                         f"{r.plan.spec.describe()}")
+        if ranked:
+            b = ranked[0].plan.breakdown
+            lines.append("best plan's step (s): " + ", ".join(f"{k[:-2]} {v:.3g}" for k, v in b.items()))
         for name, b in self.baselines.items():
             lines.append(f"baseline {name}: {b.get('tokens_per_s', 0):,.0f} tok/s ({b.get('note', '')})")
         if self.feasible and self.baselines:
@@ -209,34 +216,46 @@ class Results:
 
 
 # ---------------------------------------------------------------------- worker
+#: Plan options the co-search explores per design by default (the full space is
+#: :func:`cosearch.placement.search_plans`'s default; this keeps a 1,000-design sweep fast).
+DEFAULT_PLAN_OPTIONS: dict[str, Any] = {"virtual_stages": (1,), "sequence_parallel": (False,), "zero": (0, 1)}
+
+
 def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[int], cluster: Cluster,
                      global_batch: int, tps: Sequence[int], microbatches: Sequence[int],
-                     fwd: np.ndarray, bwd: np.ndarray, mem: memory.MemoryConfig,
-                     area_power: AreaPowerModel, time_model: str = "sum") -> list[DesignResult]:
-    """Best plan of each design (a picklable task for any executor)."""
+                     units: np.ndarray, mem: memory.MemoryConfig, area_power: AreaPowerModel,
+                     time_model: str = "sum", plan_options: dict[str, Any] | None = None) -> list[DesignResult]:
+    """Best plan of each design (a picklable task for any executor).  ``units``: the
+    designs' :func:`cosearch.plan.unit_costs` (designs, tps, microbatches, sp, fields)."""
+    opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     out = []
     area = area_power.area_mm2(designs)
     power = area_power.power_w(designs)
     for k, row in enumerate(designs):
         chip = Accelerator.from_array(row, name=f"design{indices[k]}")
-        costs = placement.layer_costs(model, chip, cluster, tps, microbatches, mem=mem,
-                                      times=(fwd[k], bwd[k]))
-        res = placement.best_plan(costs, cluster, global_batch, mem=mem)
+        res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
+                                     mem=mem, units=units[k], time_model=time_model, **opts)
         out.append(DesignResult(int(indices[k]), {f: float(v) for f, v in zip(DESIGN_FIELDS, row)},
                                 float(area[k]), float(power[k]), res.plans[0] if res.plans else None,
                                 res.reason, time_model))
     return out
 
 
-def _step_lower_bound(fwd: np.ndarray, bwd: np.ndarray, model: ModelConfig, tps, mbs, global_batch,
-                      chips) -> np.ndarray:
-    """Per design: min over (tp, mb) of (B / mb) * tp * sum_u (fwd + bwd) / chips."""
-    per_unit = fwd + bwd  # (D, T, B, 3)
-    total = per_unit[..., 0] + model.num_layers * per_unit[..., 1] + per_unit[..., 2]
+def _unit_work(units: np.ndarray, layers: int) -> np.ndarray:
+    """Per-microbatch compute + TP seconds of the whole model: (..., T, B, S)."""
+    u = units
+    return (layers * (u[..., F.U_LF] + u[..., F.U_LB] + u[..., F.U_LTPF] + u[..., F.U_LTPB])
+            + u[..., F.U_EF] + u[..., F.U_EB] + u[..., F.U_ETPF] + u[..., F.U_ETPB]
+            + u[..., F.U_HF] + u[..., F.U_HB] + u[..., F.U_HTPF] + u[..., F.U_HTPB])
+
+
+def _step_lower_bound(units: np.ndarray, model: ModelConfig, tps, mbs, global_batch, chips) -> np.ndarray:
+    """Per design: min over (tp, mb) of (B / mb) * tp * (per-microbatch work) / chips."""
+    total = _unit_work(units, model.num_layers).min(axis=-1)  # (D, T, B)
     tp = np.array(tps, dtype=float)[None, :, None]
     mb = np.array(mbs, dtype=float)[None, None, :]
     lb = (global_batch / mb) * tp * total / chips
-    return lb.reshape(len(fwd), -1).min(axis=1)
+    return lb.reshape(len(units), -1).min(axis=1)
 
 
 def _make_executor(executor) -> tuple[Executor | None, bool]:
@@ -258,7 +277,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
              global_batch: int = 1536, executor: Executor | str | None = None, *,
              tps: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
              mem: memory.MemoryConfig | None = None, prune: bool = True, refine_top: int = 3,
-             chunk_size: int = 32, progress: bool = False, baselines: bool = False) -> Results:
+             chunk_size: int = 32, progress: bool = False, baselines: bool = False,
+             plan_options: dict[str, Any] | None = None) -> Results:
     """Co-search accelerator designs and training plans; see the module docstring.
 
     ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask ``Client.get_executor()``),
@@ -267,6 +287,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     method: numba's OpenMP threads make ``fork`` unsafe.
     ``refine_top``: re-plan this many best designs with ILP-scheduled layer times (0: off).
     ``baselines``: also run the TPUv4 and Spotlight-style baselines (``Results.baselines``).
+    ``plan_options``: keyword options of :func:`cosearch.placement.search_plans` for every
+    design (default :data:`DEFAULT_PLAN_OPTIONS`).
     Ctrl-C returns the results gathered so far (``Results.interrupted``).
     """
     model = model_preset(model)
@@ -282,8 +304,12 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     bad = [b for b in mbs if global_batch % b]
     if bad:
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
-    fwd, bwd = placement.unit_times(model, designs, tps, mbs, cluster, "sum")
-    lb = _step_lower_bound(fwd, bwd, model, tps, mbs, global_batch, cluster.num_chips)
+    opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
+    sps = placement._bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
+    opts["sequence_parallel"] = sps
+    units = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps,
+                                bool(opts.get("flash_attention", False)))
+    lb = _step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips)
     order = np.argsort(lb, kind="stable")
     rows: list[DesignResult] = []
     pruned = 0
@@ -296,8 +322,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         bar = tqdm(total=len(designs), desc="designs", unit="design")
 
     def task_args(idx):
-        return (model, designs[idx], idx, cluster, global_batch, tps, mbs, fwd[idx], bwd[idx], mem,
-                space.area_power)
+        return (model, designs[idx], idx, cluster, global_batch, tps, mbs, units[idx], mem,
+                space.area_power, "sum", opts)
 
     def absorb(batch):
         nonlocal best_step
@@ -352,24 +378,26 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     res = Results(model.name, cluster.num_chips, global_batch, rows, pruned=pruned,
                   total_designs=len(designs), interrupted=interrupted,
                   meta={"tps": list(tps), "microbatches": list(mbs), "time_model": "sum",
+                        "cluster": cluster.to_dict(), "plan_options": {k: list(v) if isinstance(v, tuple) else v
+                                                                       for k, v in opts.items()},
                         "area_budget_mm2": space.area_budget_mm2, "power_budget_w": space.power_budget_w,
                         "refined": []})
     if refine_top and not interrupted and res.feasible:
-        _refine(res, model, cluster, global_batch, mem, refine_top)
+        _refine(res, model, cluster, global_batch, mem, refine_top, opts)
     if baselines and not interrupted:
         from . import baselines as bl
         res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
-                                         microbatches=mbs, refine=bool(refine_top))
+                                         microbatches=mbs, refine=bool(refine_top), plan_options=opts)
     return res
 
 
 def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: int,
-            mem: memory.MemoryConfig, top: int) -> None:
+            mem: memory.MemoryConfig, top: int, opts: dict[str, Any]) -> None:
     """Re-plan the best designs with ILP layer times on their best plans' (tp, mb)."""
     ranked = sorted(res.feasible, key=lambda r: -r.tokens_per_s)[:top]
     by_index = {r.index: i for i, r in enumerate(res.rows)}
     for r in ranked:
-        new = ilp_plan(model, r.accelerator(), cluster, global_batch, mem, r.plan)
+        new = ilp_plan(model, r.accelerator(), cluster, global_batch, mem, r.plan, opts)
         if new is not None:
             res.rows[by_index[r.index]] = DesignResult(r.index, r.design, r.area_mm2, r.power_w, new,
                                                        "", "ilp")
@@ -377,10 +405,11 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
 
 
 def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
-             mem: memory.MemoryConfig, plan: placement.Plan) -> placement.Plan | None:
-    """Best plan with ILP-scheduled layer times at ``plan``'s tp and microbatch."""
-    tps, mbs = (plan.tp,), (plan.microbatch,)
-    f, b = placement.unit_times(model, chip.as_array()[None], tps, mbs, cluster, "ilp")
-    costs = placement.layer_costs(model, chip, cluster, tps, mbs, mem=mem, times=(f[0], b[0]))
-    r = placement.best_plan(costs, cluster, global_batch, mem=mem)
+             mem: memory.MemoryConfig, plan: plan_mod.Plan, opts: dict[str, Any] | None = None) -> plan_mod.Plan | None:
+    """Best plan with ILP-scheduled layer times at ``plan``'s tp, microbatch and
+    sequence-parallel choice."""
+    opts = dict(DEFAULT_PLAN_OPTIONS if opts is None else opts)
+    opts["sequence_parallel"] = (plan.spec.sequence_parallel,)
+    r = placement.search_plans(model, chip, cluster, global_batch, tps=(plan.tp,), microbatches=(plan.microbatch,),
+                               mem=mem, time_model="ilp", **opts)
     return r.plans[0] if r.plans else None

@@ -1,24 +1,25 @@
-"""Placement search kernel (numba): pipeline partitions x (dp, tp, pp, microbatch, recompute).
+"""Exact plan search kernel (numba): the best layer split and per-stage recompute for
+every (tp, microbatch, sequence-parallel, dp, pp, virtual stages, ZeRO) configuration.
 
-For one (tp, microbatch, dp, pp) configuration with ``m = global_batch / (dp * microbatch)``
-microbatches, the layers (units) ``0..U-1`` are cut into ``pp`` contiguous stages.  Stage
-``s`` holding units ``[i, j)`` costs::
+Every cost comes from :func:`cosearch._kernels.formulas.stage_terms`, the function
+:func:`cosearch.plan.evaluate` calls, so the search optimises exactly what evaluate
+reports.  For one configuration the step time is ``max_s cost_s(n_s, r_s)`` over the
+stages' layer counts ``n_s`` (multiples of ``v``, at least ``v``, summing to the
+model's layers) and recompute modes ``r_s``, subject to every stage fitting HBM.
 
-    T      = sum fwd + sum bwd (+ sum fwd again if recomputed) + 2 p2p   (p2p only if pp > 1)
-    AR     = ring all-reduce of grad_bytes * sum params over dp ranks, minus the stage's
-             backward time of one microbatch when overlapped (never below 0)
-    cost_s = (m + pp - 1) * T + AR                                     (1F1B + exposed dp sync)
+Exactness: the transformer layers are identical, so a stage's cost and memory depend
+only on its layer count, its position (memory: in-flight microbatches; the first and
+last stages carry the embedding and head) and its mode, and both are non-decreasing
+in the layer count (see formulas).  For a threshold ``X`` stage ``s`` can therefore
+hold any count in ``[v, hi_s(X)]`` (``hi_s``: the largest count that fits under ``X``
+in some allowed mode), and a split with max cost ``<= X`` exists iff every
+``hi_s(X) >= v`` and ``sum_s hi_s(X) >= L``.  The optimum is the smallest candidate
+``X`` — every stage cost value the formula can produce — that is feasible, found by
+binary search over the sorted candidates.
 
-and fits if ``static + activations <= hbm`` with ``min(pp - s, m)`` microbatches in flight
-(stash: their full activations; recompute: their layer inputs plus one layer's stash).
-Recompute is chosen per stage.  The step time is ``max_s cost_s``; the kernel minimises it
-exactly over all contiguous partitions: a threshold ``X`` is feasible iff the greedy cut
-(each stage takes the most units it can at cost <= X that still fit) covers all units in
-``<= pp`` stages — optimal because cost and memory only grow as a stage gains units and
-later stages hold fewer microbatches — and the smallest feasible ``X`` (always the cost of
-some partition) is found by bisection that jumps to the greedy partition's actual cost.
-This is the exact min-max partition DP evaluated by parametric search in O(U log 1/eps)
-per configuration instead of O(pp U^2).
+Configurations are visited in order of a valid lower bound (all stages' work spread
+evenly: ``(m + (p-1)/v) * (sum of unit work) / p``) and skipped once the bound exceeds
+the k-th best step time found, which never drops one of the best k.
 """
 
 from __future__ import annotations
@@ -26,193 +27,249 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import formulas as F
+
 INF = np.inf
 
-
-@njit(cache=True)
-def _ring(nbytes, n, bw, lat):
-    if n <= 1:
-        return 0.0
-    return 2.0 * (n - 1.0) / n * nbytes / bw + 2.0 * (n - 1.0) * lat
+#: columns of the configuration table handed to :func:`search`
+CFG_FIELDS = ("tp_index", "mb_index", "sp_index", "dp", "pp", "virtual", "zero", "tp", "m")
+C_TI, C_BI, C_SI, C_DP, C_PP, C_V, C_Z, C_TP, C_M = range(len(CFG_FIELDS))
 
 
 @njit(cache=True)
-def _stage(i, j, s, fwd, bwd, stash, inp, params, p2p, m, pp, dp, hbm, static_per_param,
-           grad_bytes, ar_bw, ar_lat, overlap):
-    """(cost, recompute, memory) of units [i, j) as stage s; cost INF if neither option fits."""
-    nf = pp - s
-    if m < nf:
-        nf = m
-    sf = 0.0
-    sb = 0.0
-    sst = 0.0
-    sin = 0.0
-    spar = 0.0
-    mst = 0.0
-    for u in range(i, j):
-        sf += fwd[u]
-        sb += bwd[u]
-        sst += stash[u]
-        sin += inp[u]
-        spar += params[u]
-        if stash[u] > mst:
-            mst = stash[u]
-    return _stage_cost(sf, sb, sst, sin, spar, mst, nf, p2p, m, pp, dp, hbm, static_per_param,
-                       grad_bytes, ar_bw, ar_lat, overlap)
-
-
-@njit(cache=True, inline="always")
-def _stage_cost(sf, sb, sst, sin, spar, mst, nf, p2p, m, pp, dp, hbm, static_per_param,
-                grad_bytes, ar_bw, ar_lat, overlap):
-    mult = m + pp - 1.0
-    extra = 2.0 * p2p if pp > 1 else 0.0
-    ar = _ring(grad_bytes * spar, dp, ar_bw, ar_lat)
-    if overlap:
-        ar = ar - sb
-        if ar < 0.0:
-            ar = 0.0
-    static = static_per_param * spar
-    mem0 = static + nf * sst
-    mem1 = static + nf * sin + mst
-    c0 = mult * (sf + sb + extra) + ar if mem0 <= hbm else INF
-    c1 = mult * (2.0 * sf + sb + extra) + ar if mem1 <= hbm else INF
-    if c0 <= c1:
-        return c0, False, mem0
-    return c1, True, mem1
+def _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, mode, out):
+    return F.stage_terms(u, net, hw, float(k * v), s == 0, s == pp - 1, s, pp, v, m, dp, tp, zero,
+                         mode, out)
 
 
 @njit(cache=True)
-def _greedy(x, fwd, bwd, stash, inp, params, p2p, m, pp, dp, hbm, static_per_param,
-            grad_bytes, ar_bw, ar_lat, overlap, bounds, recomp, mems):
-    """Greedy cut at threshold x, then split to exactly pp stages.  Returns the partition's
-    max stage cost (INF if infeasible) and fills bounds (stage start units), recompute
-    flags and memory (bytes) per stage."""
-    U = fwd.shape[0]
-    i = 0
-    s = 0
-    while i < U:
-        if s >= pp:
-            return INF
-        nf = pp - s
-        if m < nf:
-            nf = m
-        sf = 0.0
-        sb = 0.0
-        sst = 0.0
-        sin = 0.0
-        spar = 0.0
-        mst = 0.0
-        j = i
-        while j < U:
-            nmst = mst if mst > stash[j] else stash[j]
-            c, _r, _mm = _stage_cost(sf + fwd[j], sb + bwd[j], sst + stash[j], sin + inp[j],
-                                     spar + params[j], nmst, nf, p2p, m, pp, dp, hbm,
-                                     static_per_param, grad_bytes, ar_bw, ar_lat, overlap)
-            if not (c <= x):
-                break
-            sf += fwd[j]
-            sb += bwd[j]
-            sst += stash[j]
-            sin += inp[j]
-            spar += params[j]
-            mst = nmst
-            j += 1
-        if j == i:
-            return INF
-        bounds[s] = i
-        i = j
-        s += 1
-    # fewer stages than pp: split off the last unit of the last multi-unit stage (the parts
-    # cost no more and fit no worse; later stages hold fewer microbatches)
-    while s < pp:
-        k = -1
-        for q in range(s):
-            end = bounds[q + 1] if q + 1 < s else U
-            if end - bounds[q] >= 2:
-                k = q
-        if k < 0:
-            return INF
-        end = bounds[k + 1] if k + 1 < s else U
-        for q in range(s, k + 1, -1):
-            bounds[q] = bounds[q - 1]
-        bounds[k + 1] = end - 1
-        s += 1
+def _cap(u, net, hw, s, pp, v, m, dp, tp, zero, mode, kmax, x, lo, out, check_mem=True):
+    """Largest k in [lo, kmax] whose stage (k*v layers) costs <= x (and fits HBM when
+    check_mem); lo - 1 if none."""
+    hbm = hw[F.H_HBM] if check_mem else INF
+    a = lo
+    c, mm = _cost(u, net, hw, a, s, pp, v, m, dp, tp, zero, mode, out)
+    if not (mm <= hbm and c <= x):
+        return a - 1
+    b = kmax
+    c, mm = _cost(u, net, hw, b, s, pp, v, m, dp, tp, zero, mode, out)
+    if mm <= hbm and c <= x:
+        return b
+    while b - a > 1:  # invariant: a fits, b does not
+        mid = (a + b) // 2
+        c, mm = _cost(u, net, hw, mid, s, pp, v, m, dp, tp, zero, mode, out)
+        if mm <= hbm and c <= x:
+            a = mid
+        else:
+            b = mid
+    return a
+
+
+@njit(cache=True)
+def _caps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, x, memcap, caps, capmode, out):
+    """hi_s(x) for every stage (in chunks of v layers) and the mode reaching it."""
+    # middle stages share one cost curve; memory caps were precomputed
+    ccost = np.zeros(3, dtype=np.int64)
+    for r in range(3):
+        ccost[r] = 0
+        if modes[r] and pp > 2:
+            ccost[r] = _cap(u, net, hw, 1, pp, v, m, dp, tp, zero, r, kmax, x, 1, out, False)
+    for s in range(pp):
+        best = 0
+        bm = -1
+        for r in range(3):
+            if not modes[r]:
+                continue
+            if s == 0 or s == pp - 1:
+                h = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, r, kmax, x, 1, out)
+            else:
+                h = ccost[r] if ccost[r] < memcap[s, r] else memcap[s, r]
+            if h > best:
+                best = h
+                bm = r
+        caps[s] = best
+        capmode[s] = bm
+
+
+@njit(cache=True)
+def _memcaps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, memcap, out):
+    for r in range(3):
+        prev = 1
+        for s in range(pp):
+            if not modes[r]:
+                memcap[s, r] = 0
+                continue
+            lo = prev if (s >= 2 and s < pp - 1) else 1
+            memcap[s, r] = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, r, kmax, INF, lo, out)
+            if s >= 1 and s < pp - 1 and memcap[s, r] >= 1:
+                prev = memcap[s, r]
+
+
+@njit(cache=True)
+def _feasible(caps, pp, total):
+    acc = 0
+    for s in range(pp):
+        if caps[s] < 1:
+            return False
+        acc += caps[s]
+    return acc >= total
+
+
+@njit(cache=True)
+def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes):
+    """Minimum step time of one configuration (INF if nothing fits); `counts`/`rmodes`
+    (length >= pp) receive the layers and recompute mode of each stage."""
+    if L % v != 0:
+        return INF
+    total = L // v
+    if total < pp:
+        return INF
+    kmax = total - (pp - 1)
+    out = np.zeros(F.NB)
+    memcap = np.zeros((pp, 3), dtype=np.int64)
+    _memcaps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, memcap, out)
+    caps = np.zeros(pp, dtype=np.int64)
+    capmode = np.zeros(pp, dtype=np.int64)
+    # quick memory-only check
+    _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, INF, memcap, caps, capmode, out)
+    if not _feasible(caps, pp, total):
+        return INF
+    # candidate costs: every stage cost value (middle stages share theirs)
+    nstage = 3 if pp > 2 else pp
+    cand = np.empty(nstage * 3 * kmax)
+    nc = 0
+    for t in range(nstage):
+        s = 0 if t == 0 else (pp - 1 if t == 1 else 1)
+        for r in range(3):
+            if not modes[r]:
+                continue
+            for k in range(1, kmax + 1):
+                c, mm = _cost(u, net, hw, k, s, pp, v, m, float(dp), float(tp), zero, r, out)
+                cand[nc] = c
+                nc += 1
+    cs = np.sort(cand[:nc])
+    lo = 0
+    hi = nc - 1  # the largest candidate is feasible (memory-only feasibility holds)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, cs[mid], memcap, caps,
+              capmode, out)
+        if _feasible(caps, pp, total):
+            hi = mid
+        else:
+            lo = mid + 1
+    x = cs[lo]
+    _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, x, memcap, caps, capmode, out)
+    # a split within the caps: add chunks one at a time to the emptiest stage (middle first)
+    for s in range(pp):
+        counts[s] = 1
+    left = total - pp
+    while left > 0:
+        best = -1
+        for q in range(pp):
+            s = (q + 1) % pp if pp > 2 else q  # middle stages, then the last, then the first
+            if counts[s] < caps[s] and (best < 0 or counts[s] < counts[best]):
+                best = s
+        counts[best] += 1
+        left -= 1
     worst = 0.0
-    for q in range(pp):
-        end = bounds[q + 1] if q + 1 < pp else U
-        c, r, mm = _stage(bounds[q], end, q, fwd, bwd, stash, inp, params, p2p, m, pp, dp, hbm,
-                          static_per_param, grad_bytes, ar_bw, ar_lat, overlap)
-        recomp[q] = r
-        mems[q] = mm
-        if c > worst:
-            worst = c
+    for s in range(pp):
+        bc = INF
+        br = -1
+        for r in range(3):
+            if not modes[r]:
+                continue
+            c, mm = _cost(u, net, hw, counts[s], s, pp, v, m, float(dp), float(tp), zero, r, out)
+            if mm <= hw[F.H_HBM] and c < bc:
+                bc = c
+                br = r
+        rmodes[s] = br
+        counts[s] = counts[s] * v
+        if bc > worst:
+            worst = bc
     return worst
 
 
 @njit(cache=True)
-def best_partition(fwd, bwd, stash, inp, params, p2p, m, pp, dp, hbm, static_per_param,
-                   grad_bytes, ar_bw, ar_lat, overlap, rtol, bounds, recomp, mems):
-    """Minimum step time over contiguous partitions for one configuration (INF if none fits).
-    ``bounds``/``recomp``/``mems`` (length >= pp) receive the optimal partition."""
-    U = fwd.shape[0]
-    if U < pp:
-        return INF
-    hi = _greedy(INF, fwd, bwd, stash, inp, params, p2p, m, pp, dp, hbm, static_per_param,
-                 grad_bytes, ar_bw, ar_lat, overlap, bounds, recomp, mems)
-    if hi == INF:
-        return INF
-    # lower bound: the pipeline term of a perfectly balanced, stash-only partition
-    tot = 0.0
-    for u in range(U):
-        tot += fwd[u] + bwd[u]
-    lo = (m + pp - 1.0) * (tot / pp) * (1.0 - 1e-12)
-    if lo > hi:
-        lo = 0.0
-    it = 0
-    while hi - lo > rtol * hi and it < 200:
-        x = 0.5 * (lo + hi)
-        c = _greedy(x, fwd, bwd, stash, inp, params, p2p, m, pp, dp, hbm, static_per_param,
-                    grad_bytes, ar_bw, ar_lat, overlap, bounds, recomp, mems)
-        if c == INF:
-            lo = x
-        else:
-            hi = c
-        it += 1
-    return _greedy(hi, fwd, bwd, stash, inp, params, p2p, m, pp, dp, hbm, static_per_param,
-                   grad_bytes, ar_bw, ar_lat, overlap, bounds, recomp, mems)
+def lower_bound(u, pp, v, m, L):
+    """Valid lower bound on a configuration's step time (no recompute, no p2p, perfect
+    balance, nothing after the pipeline)."""
+    work = L * (u[F.U_LF] + u[F.U_LB] + u[F.U_LTPF] + u[F.U_LTPB]) + u[F.U_EF] + u[F.U_EB] \
+        + u[F.U_ETPF] + u[F.U_ETPB] + u[F.U_HF] + u[F.U_HB] + u[F.U_HTPF] + u[F.U_HTPB]
+    return (m + (pp - 1.0) / v) * work / pp
 
 
 @njit(cache=True, parallel=True)
-def search(fwd, bwd, stash, inp, params, p2p, tp_vals, mb_vals, dp_vals, max_pp, global_batch,
-           chips, hbm, weight_grad_bytes, optimizer_bytes, zero1, grad_bytes, ar_bw, ar_lat,
-           overlap, rtol):
-    """Best step time for every (tp, microbatch, dp, pp) configuration.
-
-    fwd/bwd/stash/inp: (T, B, U); params: (T, U); p2p: (T, B); *_vals: 1-D int arrays.
-    Returns a (T, B, D, max_pp) array of seconds (INF where infeasible or not allowed).
-    """
-    T = fwd.shape[0]
-    B = fwd.shape[1]
-    D = dp_vals.shape[0]
-    out = np.full((T, B, D, max_pp), INF)
-    for tb in prange(T * B):
-        t = tb // B
-        b = tb % B
-        bounds = np.zeros(max_pp + 1, dtype=np.int64)
-        recomp = np.zeros(max_pp + 1, dtype=np.bool_)
-        mems = np.zeros(max_pp + 1)
-        for di in range(D):
-            dp = dp_vals[di]
-            per = dp * mb_vals[b]
-            if global_batch % per != 0:
-                continue
-            m = global_batch // per
-            spp = weight_grad_bytes + (optimizer_bytes / dp if zero1 else optimizer_bytes)
-            for pi in range(max_pp):
-                pp = pi + 1
-                if dp * tp_vals[t] * pp > chips:
-                    break
-                out[t, b, di, pi] = best_partition(
-                    fwd[t, b], bwd[t, b], stash[t, b], inp[t, b], params[t], p2p[t, b], m, pp, dp,
-                    hbm, spp, grad_bytes, ar_bw, ar_lat, overlap, rtol, bounds, recomp, mems)
+def lower_bounds(units, net, cfg, L):
+    n = cfg.shape[0]
+    out = np.empty(n)
+    for i in prange(n):
+        c = cfg[i]
+        out[i] = lower_bound(units[c[C_TI], c[C_BI], c[C_SI]], c[C_PP], c[C_V], c[C_M], L)
     return out
+
+
+@njit(cache=True, parallel=True)
+def _block(units, net, hw, cfg, order, start, stop, L, modes, res):
+    for j in prange(start, stop):
+        i = order[j]
+        c = cfg[i]
+        counts = np.zeros(c[C_PP], dtype=np.int64)
+        rm = np.zeros(c[C_PP], dtype=np.int64)
+        res[i] = config_best(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
+                             c[C_DP], c[C_TP], c[C_Z], modes, counts, rm)
+
+
+def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress=None):
+    """Best step time of every configuration row of ``cfg`` (INF: infeasible or pruned),
+    visiting them in lower-bound order; returns (steps, lower bounds, evaluated count)."""
+    n = cfg.shape[0]
+    lb = lower_bounds(units, net, cfg, L)
+    order = np.argsort(lb, kind="stable")
+    res = np.full(n, INF)
+    evaluated = 0
+    kth = INF
+    start = 0
+    while start < n:
+        if prune and lb[order[start]] > kth:
+            break
+        stop = min(n, start + block)
+        if prune and np.isfinite(kth):
+            # shrink the block to the configurations the bound still admits
+            admit = np.searchsorted(lb[order[start:stop]], kth, side="right")
+            stop = start + max(1, int(admit))
+        _block(units, net, hw, cfg, order, start, stop, L, modes, res)
+        evaluated += stop - start
+        if progress is not None:
+            progress(stop - start)
+        fin = res[np.isfinite(res)]
+        if fin.size >= top_k:
+            kth = np.partition(fin, top_k - 1)[top_k - 1]
+        start = stop
+    return res, lb, evaluated
+
+
+@njit(cache=True, parallel=True)
+def min_memory_needed(units, net, hw, cfg, L, modes):
+    """A lower bound on the per-chip memory any configuration's plan needs: some stage
+    holds at least ceil(L / pp) layers; priced with the fewest microbatches in flight
+    (the last stage's), no embedding or head, in the lightest allowed recompute mode."""
+    n = cfg.shape[0]
+    out = np.full(n, INF)
+    for i in prange(n):
+        c = cfg[i]
+        pp = c[C_PP]
+        v = c[C_V]
+        k = (L + pp - 1) // pp
+        k = ((k + v - 1) // v) * v
+        scratch = np.zeros(F.NB)
+        best = INF
+        for r in range(3):
+            if not modes[r]:
+                continue
+            _c, mm = F.stage_terms(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, float(k), False, False, pp - 1,
+                                   pp, v, c[C_M], float(c[C_DP]), float(c[C_TP]), c[C_Z], r, scratch)
+            if mm < best:
+                best = mm
+        out[i] = best
+    return out.min() if n else INF

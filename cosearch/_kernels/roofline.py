@@ -1,6 +1,9 @@
 """Roofline pricing of ops on accelerator designs (numba).
 
-``price(ops, designs, core_fraction)`` -> (designs, ops) seconds.
+``price(ops, designs, core_fraction, eff)`` -> (designs, ops) seconds.
+``eff`` is a :class:`cosearch.hardware.KernelEfficiency` row (tensor, attention, memory,
+launch_s): the fraction of the roofline compute rate GEMMs / attention kernels reach, the
+fraction of HBM bandwidth memory-bound kernels stream at, and a fixed time per kernel.
 
 ``ops`` rows follow :data:`cosearch.graph.OP_FIELDS`:
 kind, m, n, k, batch, elements, ops_per_element, bytes_read, bytes_written, dtype_bytes.
@@ -19,9 +22,12 @@ Tensor op (weight-stationary systolic array R x C):
   L1 spill: a core needs 2 R C dtype (double-buffered weights) + R (R dtype + 4 C) bytes
   (an R-row input block and fp32 partial sums); if L1 is smaller, weight tiles are
   re-fetched from HBM for every R-row block: + tiles * ceil(M/R) * R C dtype bytes.
+Attention op (kind 3: batched activation matmuls or a fused flash kernel): the tensor
+  compute formula, HBM bytes = the op's bytes_read + bytes_written, efficiency eff[1].
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
 Network op: 0 (priced by cosearch.comm).
-Each op's time = max(compute cycles / clock, bytes / (HBM bandwidth * core_fraction)).
+Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction * eff[2]))
++ eff[3] (launch).
 """
 
 from __future__ import annotations
@@ -33,11 +39,11 @@ from numba import njit, prange
 
 
 @njit(cache=True, inline="always")
-def _price_one(op, d, frac):
+def _price_one(op, d, frac, eff):
     kind = op[0]
     clock = d[5]
-    bw = d[9] * frac
-    if kind == 0.0:
+    bw = d[9] * frac * eff[2]
+    if kind == 0.0 or kind == 3.0:
         m = op[1]
         n = op[2]
         k = op[3]
@@ -59,7 +65,11 @@ def _price_one(op, d, frac):
             rows = math.ceil(m / s)
             waves = 1.0
         cycles = waves * (rows + r + c - 2.0)
-        compute = cycles / clock
+        if kind == 3.0:
+            compute = cycles / clock / eff[1]
+            mem = (op[7] + op[8]) / bw
+            return (compute if compute > mem else mem) + eff[3]
+        compute = cycles / clock / eff[0]
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]
         if total <= l2:
@@ -73,30 +83,30 @@ def _price_one(op, d, frac):
         if need_l1 > d[6]:
             nbytes += tiles * math.ceil(m / r) * r * c * dt
         mem = nbytes / bw
-        return compute if compute > mem else mem
+        return (compute if compute > mem else mem) + eff[3]
     elif kind == 1.0:
         lanes = d[3] * frac * d[4]
         cycles = math.ceil(op[5] / lanes) * op[6]
         compute = cycles / clock
         mem = (op[7] + op[8]) / bw
-        return compute if compute > mem else mem
+        return (compute if compute > mem else mem) + eff[3]
     return 0.0
 
 
 @njit(cache=True, parallel=True)
-def price(ops, designs, core_fraction):
+def price(ops, designs, core_fraction, eff):
     nd = designs.shape[0]
     no = ops.shape[0]
     out = np.empty((nd, no), dtype=np.float64)
     for i in prange(nd):
         d = designs[i]
         for j in range(no):
-            out[i, j] = _price_one(ops[j], d, core_fraction)
+            out[i, j] = _price_one(ops[j], d, core_fraction, eff)
     return out
 
 
 @njit(cache=True, parallel=True)
-def price_sum(ops, designs, core_fraction, weights):
+def price_sum(ops, designs, core_fraction, weights, eff):
     """Weighted sum over ops of their roofline times, per design (no (D, O) array)."""
     nd = designs.shape[0]
     no = ops.shape[0]
@@ -105,6 +115,6 @@ def price_sum(ops, designs, core_fraction, weights):
         d = designs[i]
         acc = 0.0
         for j in range(no):
-            acc += weights[j] * _price_one(ops[j], d, core_fraction)
+            acc += weights[j] * _price_one(ops[j], d, core_fraction, eff)
         out[i] = acc
     return out

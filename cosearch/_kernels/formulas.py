@@ -1,0 +1,273 @@
+"""The one copy of the training-performance physics, as njit functions.
+
+Both :func:`cosearch.plan.evaluate` (one fixed plan, called from Python) and the
+placement search kernel (:mod:`cosearch._kernels.dp`) call these functions, so a rule
+changes in one place.  Arguments are plain scalars and float64 rows whose columns are
+named by the constants below.
+
+Collectives (``net`` row, :data:`cosearch.cluster.NET_FIELDS`)
+-------------------------------------------------------------
+A group of ``n`` ranks ``stride`` apart holds ``k = min(n, cpn // stride)`` members per
+node (``k = n`` on a flat domain, ``1`` when ``stride >= cpn``) over ``q = n / k`` nodes.
+With ``B_i``/``B_e`` the achievable intra/inter per-chip bandwidths and ``a_i``/``a_e``
+the latencies, an all-reduce of ``S`` bytes is hierarchical::
+
+    AR(S) = 2 (k-1)/k S / B_i + 2 (k-1) a_i  +  2 (q-1)/q (S/k) / B_e + 2 (q-1) a_e
+
+(reduce-scatter inside the node, all-reduce of the 1/k shard across nodes on every
+member's own NIC, all-gather inside the node).  Reduce-scatter and all-gather cost half.
+On a torus (``torus_side > 0``) the group spans ``d = ceil(log n / log side)`` (at most 3)
+dimensions and rings run on ``2 d`` links: ``B = 2 d B_i``.  A point-to-point send costs
+``S / B + a`` on the link between the two ranks.
+
+Stage of a pipeline (``u`` row: :data:`UNIT_FIELDS`, ``hw`` row: :data:`HW_FIELDS`)
+--------------------------------------------------------------------------------
+A stage holds ``n`` transformer layers (+ the embedding on the first stage, + the head
+on the last).  Per microbatch it spends ``T = F + B + R + C_tp + P`` seconds: forward
+and backward compute, recompute (``selective``: the attention core again; ``full``:
+the whole forward of its layers incl. their TP communication), tensor-parallel
+collectives, and ``2 v`` pipeline sends (interleaving with ``v`` virtual stages
+multiplies them).  With ZeRO-3 the per-microbatch parameter all-gathers (forward and
+backward) and gradient reduce-scatter overlap with that work: ``T = max(T, Z3)``.
+After the last microbatch it spends ``E`` seconds: the data-parallel gradient
+all-reduce (ZeRO 0) or reduce-scatter + parameter all-gather (ZeRO 1/2; the
+distributed optimizer), the reduction hidden behind the backward of the last
+microbatch when ``overlap``; the tied embedding's gradient all-reduce between the
+first and last stage; the optimizer step (Adam reads and writes master weights and
+both moments, reads the gradient and writes the weight: ``2 o + g + w`` bytes per
+parameter, sharded by ZeRO >= 1) and per-step fixed work (gradient-norm read and
+gradient zeroing, ``2 g`` bytes per parameter, sharded by ZeRO >= 2), all at the
+achievable HBM bandwidth.  The step time is::
+
+    step = max over stages of  (m + (p - 1) / v) * T_s + E_s
+
+(1F1B: ``m`` microbatches plus the ``(p - 1) / v`` bubble of the interleaved schedule).
+``stage_cost`` is non-decreasing in ``n`` (the exposed part of the overlapped gradient
+reduction falls by at most one backward per layer, which the pipeline term outgrows),
+and so is the stage's memory — the property the exact partition search relies on.
+
+Memory per chip: weights ``w``, gradients ``g`` and optimizer state ``o`` bytes per
+parameter, sharded over ``dp`` by ZeRO (1: ``o``; 2: ``g + o``; 3: all, plus two
+gathered layers of weights as working buffers); activations of the in-flight
+microbatches: ``min(p - s, m)`` for 1F1B, ``min(2 (p - s - 1) + (v - 1) p + 1, m v) / v``
+stage-equivalents for the interleaved schedule (Narayanan et al. 2021; for ``s = 0``
+this is Korthikanti et al.'s ``p (1 + (p - 1) / (p v))``); full recompute keeps each
+layer's input plus one layer's full activations.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+# ---------------------------------------------------------------- column layouts
+#: per-(tp, microbatch, sequence-parallel) unit costs, one row
+UNIT_FIELDS = (
+    "layer_fwd_s", "layer_bwd_s", "layer_attn_s", "layer_tp_fwd_s", "layer_tp_bwd_s",
+    "emb_fwd_s", "emb_bwd_s", "emb_tp_fwd_s", "emb_tp_bwd_s",
+    "head_fwd_s", "head_bwd_s", "head_tp_fwd_s", "head_tp_bwd_s",
+    "act_none_bytes", "act_selective_bytes", "act_input_bytes", "emb_act_bytes", "head_act_bytes",
+    "p2p_bytes", "p2p_gather_s",
+    "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
+)
+(U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
+ U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
+ U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL) = range(len(UNIT_FIELDS))
+NU = len(UNIT_FIELDS)
+
+#: chip / training-numerics constants, one row
+HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp")
+H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP = range(len(HW_FIELDS))
+NH = len(HW_FIELDS)
+
+N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
+
+#: recompute modes
+RC_NONE, RC_SELECTIVE, RC_FULL = 0, 1, 2
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+#: breakdown row written by stage_terms (seconds per step unless noted)
+BREAKDOWN_FIELDS = ("forward_s", "backward_s", "recompute_s", "tp_comm_s", "pp_p2p_s", "bubble_s",
+                    "dp_exposed_s", "optimizer_s")
+(B_FWD, B_BWD, B_REC, B_TP, B_P2P, B_BUBBLE, B_DP, B_OPT) = range(len(BREAKDOWN_FIELDS))
+# extra columns after the breakdown
+B_T, B_E, B_MEM, B_PARAMS, B_COST = 8, 9, 10, 11, 12
+NB = 13
+
+
+# ---------------------------------------------------------------- collectives
+@njit(cache=True)
+def group_layout(n, stride, net):
+    """(members per node k, nodes q) of a group of n ranks `stride` apart."""
+    cpn = net[N_CPN]
+    if cpn <= 0.0:
+        return n, 1.0
+    if stride >= cpn:
+        return 1.0, n
+    k = math.floor(cpn / stride)
+    if k > n:
+        k = n
+    if k < 1.0:
+        k = 1.0
+    if n % k != 0.0:
+        return 1.0, n
+    return k, n / k
+
+
+@njit(cache=True)
+def _intra_bw(n, net):
+    side = net[N_TORUS]
+    if side > 0.0:
+        d = 1.0
+        if n > side:
+            d = math.ceil(math.log(n) / math.log(side) - 1e-9)
+        if d > 3.0:
+            d = 3.0
+        return 2.0 * d * net[N_BWI]
+    return net[N_BWI]
+
+
+@njit(cache=True)
+def allreduce_s(nbytes, n, stride, net):
+    """Hierarchical (ring) all-reduce of nbytes over n ranks `stride` apart."""
+    if n <= 1.0 or nbytes <= 0.0:
+        return 0.0
+    k, q = group_layout(n, stride, net)
+    t = 0.0
+    if k > 1.0:
+        t += 2.0 * (k - 1.0) / k * nbytes / _intra_bw(k, net) + 2.0 * (k - 1.0) * net[N_LATI]
+    if q > 1.0:
+        t += 2.0 * (q - 1.0) / q * (nbytes / k) / net[N_BWE] + 2.0 * (q - 1.0) * net[N_LATE]
+    return t
+
+
+@njit(cache=True)
+def allgather_s(nbytes, n, stride, net):
+    """All-gather (or reduce-scatter) whose full result is nbytes: half an all-reduce."""
+    return 0.5 * allreduce_s(nbytes, n, stride, net)
+
+
+@njit(cache=True)
+def p2p_s(nbytes, stride, net):
+    """Send nbytes to the rank `stride` away."""
+    if nbytes <= 0.0:
+        return 0.0
+    cpn = net[N_CPN]
+    if cpn > 0.0 and stride >= cpn:
+        return nbytes / net[N_BWE] + net[N_LATE]
+    return nbytes / _intra_bw(2.0, net) + net[N_LATI]
+
+
+# ---------------------------------------------------------------- memory
+@njit(cache=True)
+def static_bytes(params, dp, zero, w, g, o):
+    """Weights + gradients + optimizer state of `params` parameters under ZeRO `zero`."""
+    if zero == 0:
+        return params * (w + g + o)
+    if zero == 1:
+        return params * (w + g + o / dp)
+    if zero == 2:
+        return params * (w + (g + o) / dp)
+    return params * (w + g + o) / dp
+
+
+@njit(cache=True)
+def inflight(s, pp, m, v):
+    """Stage-equivalents of activations stage s holds (1F1B / interleaved 1F1B)."""
+    if v <= 1:
+        c = pp - s
+        return float(c if c < m else m)
+    chunks = 2 * (pp - s - 1) + (v - 1) * pp + 1
+    if chunks > m * v:
+        chunks = m * v
+    return chunks / float(v)
+
+
+# ---------------------------------------------------------------- one stage
+@njit(cache=True)
+def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out):
+    """Cost of stage s holding n layers (+ embedding if first, + head if last) under
+    recompute `mode`; fills `out` (:data:`BREAKDOWN_FIELDS` then T, E, memory, params,
+    cost) and returns (cost, memory) with cost = (m + (pp-1)/v) T + E."""
+    f = n * u[U_LF]
+    b = n * u[U_LB]
+    tpc = n * (u[U_LTPF] + u[U_LTPB])
+    params = n * u[U_PL]
+    act = n * (u[U_ACT_NONE] if mode == RC_NONE else (u[U_ACT_SEL] if mode == RC_SELECTIVE
+                                                       else u[U_ACT_IN]))
+    if first:
+        f += u[U_EF]
+        b += u[U_EB]
+        tpc += u[U_ETPF] + u[U_ETPB]
+        params += u[U_PE]
+        act += u[U_EACT]
+    if last:
+        f += u[U_HF]
+        b += u[U_HB]
+        tpc += u[U_HTPF] + u[U_HTPB]
+        params += u[U_PH]
+        act += u[U_HACT]
+        if pp > 1:
+            params += u[U_PTIED]
+    rec = 0.0
+    if mode == RC_SELECTIVE:
+        rec = n * u[U_LATT]
+    elif mode == RC_FULL:
+        rec = n * (u[U_LF] + u[U_LTPF])
+    p2p = 0.0
+    if pp > 1:
+        p2p = 2.0 * v * (p2p_s(u[U_P2P_BYTES], tp * dp, net) + u[U_P2P_GATHER])
+    work = f + b + rec + tpc + p2p
+    w = hw[H_W]
+    g = hw[H_G]
+    o = hw[H_O]
+    t = work
+    if zero == 3 and dp > 1:
+        z3 = 2.0 * allgather_s(params * w, dp, tp, net) + allgather_s(params * g, dp, tp, net)
+        if z3 > t:
+            t = z3
+    # ---- after the last microbatch
+    gcomm = 0.0
+    pgather = 0.0
+    if zero == 0:
+        gcomm = allreduce_s(params * g, dp, tp, net)
+    elif zero <= 2:
+        gcomm = allgather_s(params * g, dp, tp, net)
+        pgather = allgather_s(params * w, dp, tp, net)
+    if hw[H_OVERLAP] > 0.0:
+        window = b + rec + n * u[U_LTPB]
+        exposed = gcomm - window
+        if exposed < 0.0:
+            exposed = 0.0
+    else:
+        exposed = gcomm
+    exposed += pgather
+    if pp > 1 and (first or last) and u[U_PTIED] > 0.0:
+        exposed += allreduce_s(u[U_PTIED] * g, 2.0, tp * dp * (pp - 1.0), net)
+    opt_shard = dp if zero >= 1 else 1.0
+    fixed_shard = dp if zero >= 2 else 1.0
+    opt = params * ((2.0 * o + g + w) / opt_shard + 2.0 * g / fixed_shard) / hw[H_MEMBW]
+    e = exposed + opt
+    # ---- memory
+    mem = static_bytes(params, dp, zero, w, g, o) + inflight(s, pp, m, v) * act
+    if mode == RC_FULL and n > 0:
+        mem += u[U_ACT_NONE]
+    if zero == 3 and dp > 1:
+        mem += 2.0 * u[U_PL_FULL] * w
+    a = m + (pp - 1.0) / v
+    cost = a * t + e
+    out[B_FWD] = m * f
+    out[B_BWD] = m * b
+    out[B_REC] = m * rec
+    out[B_TP] = m * tpc
+    out[B_P2P] = m * p2p
+    out[B_BUBBLE] = (pp - 1.0) / v * t
+    out[B_DP] = m * (t - work) + exposed
+    out[B_OPT] = opt
+    out[B_T] = t
+    out[B_E] = e
+    out[B_MEM] = mem
+    out[B_PARAMS] = params
+    out[B_COST] = cost
+    return cost, mem

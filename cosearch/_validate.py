@@ -1,0 +1,87 @@
+"""Small argument checks shared by the configuration dataclasses and entry points.
+
+Each raises ``ValueError`` naming the field and the offending value, and returns the
+value normalised (``int``/``float``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+#: Largest cluster the kernels accept (int64-safe products, bounded work).
+MAX_CHIPS = 1 << 24
+#: Largest global batch (sequences) accepted.
+MAX_BATCH = 1 << 30
+
+
+def positive_int(name: str, value: Any, maximum: int | None = None) -> int:
+    ok = (isinstance(value, numbers.Integral) and not isinstance(value, bool)) or (
+        isinstance(value, float) and value.is_integer())
+    if not ok or int(value) <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    iv = int(value)
+    if maximum is not None and iv > maximum:
+        raise ValueError(f"{name}={iv} is larger than the supported maximum {maximum}")
+    return iv
+
+
+def positive_float(name: str, value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(f) or f <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return f
+
+
+def nonneg_float(name: str, value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a non-negative number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(f) or f < 0:
+        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
+    return f
+
+
+def fraction(name: str, value: Any) -> float:
+    f = positive_float(name, value)
+    if f > 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return f
+
+
+def choice(name: str, value: Any, options: tuple) -> Any:
+    if value not in options:
+        raise ValueError(f"{name}={value!r}; choose one of {', '.join(map(repr, options))}")
+    return value
+
+
+def int_list(name: str, values: Any, maximum: int | None = None) -> tuple[int, ...]:
+    """A non-empty tuple of positive integers (a single integer is accepted too)."""
+    if isinstance(values, (int,)) and not isinstance(values, bool):
+        values = (values,)
+    try:
+        vals = tuple(values)
+    except TypeError:
+        raise ValueError(f"{name} must be a list of positive integers, got {values!r}") from None
+    if not vals:
+        raise ValueError(f"{name} must not be empty")
+    return tuple(positive_int(name, x, maximum) for x in vals)
+
+
+def divisors(n: int) -> list[int]:
+    """Sorted divisors of ``n`` in O(sqrt(n))."""
+    n = positive_int("n", n)
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]

@@ -1,0 +1,183 @@
+"""Training clusters: chips grouped into nodes, with intra- and inter-node links.
+
+A :class:`Cluster` is ``num_chips`` identical chips.  With ``chips_per_node`` set, the
+chips form nodes joined by a fast intra-node fabric (NVLink/NVSwitch) and a slower
+inter-node network (InfiniBand/RoCE); each collective is priced where its group lives
+(:mod:`cosearch.comm`).  Bandwidths are **per chip and per direction**, multiplied by an
+achievable fraction per link type (what NCCL-style collectives reach of the wire rate).
+``Cluster(n)`` alone is one flat domain that uses the chip's own link bandwidth.
+
+Ranks are laid out as Megatron-LM lays them out: tensor-parallel ranks are adjacent,
+then data-parallel, then pipeline-parallel.  A group of ``n`` ranks ``stride`` apart
+holds ``min(n, chips_per_node // stride)`` members per node (1 when ``stride`` is a
+node or more).
+
+Presets (:func:`preset`):
+
+* ``dgx-a100``: 8 x A100-80GB per node, NVSwitch at 300 GB/s per GPU per direction
+  (NVLink 3: 12 links x 25 GB/s), 8 x 200 Gb/s HDR InfiniBand per node (25 GB/s per GPU).
+  Achievable fractions: NVLink 0.70 — nccl-tests ``all_reduce_perf`` bus bandwidth of
+  about 200-230 GB/s on 8 x A100 SXM4 (NVIDIA/nccl-tests issues #149, #100); InfiniBand
+  0.90 — about 85-96 GB/s bus bandwidth of a 100 GB/s (4 x HDR per 8 GPUs) node share
+  (nccl-tests issue #119).
+* ``dgx-h100``: 8 x H100 SXM5 per node, NVSwitch at 450 GB/s per GPU per direction
+  (NVLink 4: 18 links x 25 GB/s), 8 x 400 Gb/s NDR per node (50 GB/s per GPU).
+  Achievable: NVLink 0.80 — ring all-reduce bus bandwidth of about 360-370 GB/s on
+  8 x H100 (NVIDIA/nccl issue #1374); InfiniBand 0.90 as for HDR.
+* ``tpuv4-pod``: a 3D torus of TPU v4 chips with 6 ICI links of 50 GB/s each
+  (Jouppi et al., ISCA 2023).  A collective over a group that spans ``d`` torus
+  dimensions runs bidirectional rings on ``2 d`` links; no published collective
+  benchmark was found, so the achievable fraction is 0.90 as for InfiniBand (assumed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _validate as v
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .hardware import Accelerator
+
+__all__ = ["Cluster", "preset", "preset_names", "PRESETS", "NET_FIELDS"]
+
+#: Column order of :meth:`Cluster.net_array` (read by the njit formulas).
+NET_FIELDS = ("chips_per_node", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s",
+              "torus_side")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``num_chips`` chips, optionally in nodes of ``chips_per_node``.
+
+    Parameters
+    ----------
+    num_chips: chips in the cluster (a plan may leave some idle; MFU counts all).
+    chips_per_node: chips per node, or None for one flat domain.  Must divide ``num_chips``.
+    intra_node_Bps: per-chip, per-direction bandwidth inside a node (None: the chip's link).
+    inter_node_Bps: per-chip, per-direction bandwidth between nodes (needed with nodes).
+    link_latency_s: per-message latency inside a node (and of the flat domain).
+    inter_latency_s: per-message latency between nodes (None: ``link_latency_s``).
+    intra_efficiency / inter_efficiency: achievable fraction of each link's bandwidth.
+    torus_side: for a torus (TPU pods): chips along one torus dimension; a group spanning
+        ``d`` dimensions gets ``2 d`` links of ``intra_node_Bps`` each.  0: switched fabric.
+    name: label for reports.
+    """
+
+    num_chips: int
+    chips_per_node: int | None = None
+    intra_node_Bps: float | None = None
+    inter_node_Bps: float | None = None
+    link_latency_s: float = 1e-6
+    inter_latency_s: float | None = None
+    intra_efficiency: float = 1.0
+    inter_efficiency: float = 1.0
+    torus_side: int = 0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_chips", v.positive_int("Cluster.num_chips", self.num_chips,
+                                                            maximum=v.MAX_CHIPS))
+        if self.chips_per_node is not None:
+            cpn = v.positive_int("Cluster.chips_per_node", self.chips_per_node)
+            if self.num_chips % cpn:
+                raise ValueError(f"Cluster.chips_per_node={cpn} does not tile num_chips={self.num_chips}: "
+                                 "the chips must fill whole nodes")
+            object.__setattr__(self, "chips_per_node", cpn)
+            if self.inter_node_Bps is None and cpn < self.num_chips:
+                raise ValueError("Cluster.inter_node_Bps is needed when the chips span several nodes")
+        for f in ("intra_node_Bps", "inter_node_Bps"):
+            if getattr(self, f) is not None:
+                object.__setattr__(self, f, v.positive_float(f"Cluster.{f}", getattr(self, f)))
+        v.nonneg_float("Cluster.link_latency_s", self.link_latency_s)
+        if self.inter_latency_s is not None:
+            v.nonneg_float("Cluster.inter_latency_s", self.inter_latency_s)
+        for f in ("intra_efficiency", "inter_efficiency"):
+            v.fraction(f"Cluster.{f}", getattr(self, f))
+        if isinstance(self.torus_side, bool) or int(self.torus_side) != self.torus_side or self.torus_side < 0:
+            raise ValueError(f"Cluster.torus_side must be a non-negative integer, got {self.torus_side!r}")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def flat(self) -> bool:
+        return self.chips_per_node is None or self.chips_per_node >= self.num_chips
+
+    @property
+    def nodes(self) -> int:
+        return 1 if self.flat else self.num_chips // self.chips_per_node
+
+    def intra_Bps(self, chip: Accelerator) -> float:
+        """Achievable per-chip, per-direction bandwidth inside a node."""
+        return float(self.intra_node_Bps or chip.link_bandwidth_Bps) * self.intra_efficiency
+
+    def inter_Bps(self, chip: Accelerator) -> float:
+        """Achievable per-chip, per-direction bandwidth between nodes."""
+        if self.flat:
+            return self.intra_Bps(chip)
+        return float(self.inter_node_Bps) * self.inter_efficiency
+
+    def link_bandwidth(self, chip: Accelerator) -> float:
+        """Wire bandwidth of the flat domain / intra-node link (before efficiency)."""
+        return float(self.intra_node_Bps or chip.link_bandwidth_Bps)
+
+    def net_array(self, chip: Accelerator) -> np.ndarray:
+        """The cluster as a :data:`NET_FIELDS` row for the njit collective formulas."""
+        return np.array([0.0 if self.flat else float(self.chips_per_node), self.intra_Bps(chip),
+                         self.inter_Bps(chip), float(self.link_latency_s),
+                         float(self.inter_latency_s if self.inter_latency_s is not None else self.link_latency_s),
+                         float(self.torus_side)], dtype=np.float64)
+
+    def with_(self, **changes: Any) -> Cluster:
+        from dataclasses import replace
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if self.flat:
+            return f"{self.num_chips} chips, one flat domain"
+        return (f"{self.nodes} nodes x {self.chips_per_node} chips, intra {self.intra_node_Bps / 1e9:.0f} GB/s"
+                f" x {self.intra_efficiency:.2f}, inter {self.inter_node_Bps / 1e9:.1f} GB/s"
+                f" x {self.inter_efficiency:.2f} per chip per direction")
+
+
+def dgx_a100(nodes: int) -> Cluster:
+    """``nodes`` DGX A100 (8 x A100-80GB, NVSwitch, 8 x HDR 200 Gb/s InfiniBand)."""
+    n = v.positive_int("nodes", nodes, maximum=v.MAX_CHIPS // 8)
+    return Cluster(8 * n, 8, 300e9, 25e9, link_latency_s=3e-6, inter_latency_s=6e-6,
+                   intra_efficiency=0.70, inter_efficiency=0.90, name=f"dgx-a100 x{n}")
+
+
+def dgx_h100(nodes: int) -> Cluster:
+    """``nodes`` DGX H100 (8 x H100 SXM5, NVSwitch, 8 x NDR 400 Gb/s InfiniBand)."""
+    n = v.positive_int("nodes", nodes, maximum=v.MAX_CHIPS // 8)
+    return Cluster(8 * n, 8, 450e9, 50e9, link_latency_s=3e-6, inter_latency_s=6e-6,
+                   intra_efficiency=0.80, inter_efficiency=0.90, name=f"dgx-h100 x{n}")
+
+
+def tpuv4_pod(chips: int = 4096) -> Cluster:
+    """A TPU v4 slice of ``chips`` chips as a 3D torus (side = cube root, rounded up)."""
+    n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
+    side = max(2, math.ceil(round(n ** (1.0 / 3.0), 9)))
+    return Cluster(n, None, 50e9, None, link_latency_s=2e-6, intra_efficiency=0.90, torus_side=side,
+                   name=f"tpuv4-pod {n}")
+
+
+PRESETS = {"dgx-a100": dgx_a100, "dgx-h100": dgx_h100, "tpuv4-pod": tpuv4_pod}
+
+
+def preset_names() -> list[str]:
+    return sorted(PRESETS)
+
+
+def preset(name: str, size: int) -> Cluster:
+    """Cluster preset: ``dgx-a100`` / ``dgx-h100`` take a node count, ``tpuv4-pod`` a chip count."""
+    key = str(name).lower().replace("_", "-")
+    if key not in PRESETS:
+        raise ValueError(f"unknown cluster preset {name!r}; known presets: {', '.join(preset_names())}")
+    return PRESETS[key](size)

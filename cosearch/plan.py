@@ -1,0 +1,411 @@
+"""One training plan: :class:`PlanSpec` in, :class:`Plan` (time, memory, breakdown) out.
+
+:func:`evaluate` prices a fixed plan — data/tensor/pipeline degrees, microbatch,
+recompute per stage, interleaved virtual stages, sequence parallelism, ZeRO stage,
+flash attention and the layer split — for a model on a chip in a cluster.  Layer
+times come from the op graphs (:mod:`cosearch.graph`) priced by the cost model
+(:mod:`cosearch.cost`: roofline x kernel efficiency); collectives from the cluster
+hierarchy; the stage and step formulas from :mod:`cosearch._kernels.formulas`, the
+same njit functions the exact plan search (:mod:`cosearch.placement`) calls.
+
+Megatron's stage convention: the embedding sits with the first stage's layers and the
+LM head with the last; every stage holds at least one transformer layer.  The default
+split (``stage_layers=None``) is as even as possible; when the layers do not divide, the
+extra layers go to the middle stages first (first and last stages carry the embedding
+and head), as BLOOM's and Llama 3's pipelines did.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from . import _validate as v
+from . import graph, memory
+from ._kernels import formulas as F
+from .cluster import Cluster
+from .hardware import Accelerator, design_array
+from .models import ModelConfig
+
+__all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "even_split", "check_spec"]
+
+_MODES = F.RECOMPUTE_MODES
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """A training plan.  ``recompute``: ``"none"``, ``"selective"`` (attention core),
+    ``"full"``, or one of those per pipeline stage; ``stage_layers``: transformer layers
+    per stage (None: even split); ``zero``: 0 (none), 1 (optimizer state sharded, Megatron's
+    distributed optimizer), 2 (+ gradients), 3 (+ weights)."""
+
+    dp: int
+    tp: int
+    pp: int
+    microbatch: int
+    recompute: str | tuple[str, ...] = "none"
+    virtual_stages: int = 1
+    sequence_parallel: bool = False
+    zero: int = 0
+    stage_layers: tuple[int, ...] | None = None
+    flash_attention: bool = False
+
+    def __post_init__(self) -> None:
+        for f in ("dp", "tp", "pp", "microbatch", "virtual_stages"):
+            object.__setattr__(self, f, v.positive_int(f"PlanSpec.{f}", getattr(self, f), v.MAX_CHIPS
+                                                       if f != "microbatch" else v.MAX_BATCH))
+        rc = self.recompute
+        if isinstance(rc, str):
+            v.choice("PlanSpec.recompute", rc, _MODES)
+        else:
+            try:
+                rc = tuple(rc)
+            except TypeError:
+                raise ValueError(f"PlanSpec.recompute={rc!r}; give one of {_MODES} or one per stage") from None
+            for x in rc:
+                v.choice("PlanSpec.recompute", x, _MODES)
+            if len(rc) != self.pp:
+                raise ValueError(f"PlanSpec.recompute has {len(rc)} entries for pp={self.pp} stages")
+            object.__setattr__(self, "recompute", rc)
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"PlanSpec.zero={self.zero!r}; choose 0, 1, 2 or 3")
+        for f in ("sequence_parallel", "flash_attention"):
+            if not isinstance(getattr(self, f), (bool, np.bool_)):
+                raise ValueError(f"PlanSpec.{f} must be True or False, got {getattr(self, f)!r}")
+            object.__setattr__(self, f, bool(getattr(self, f)))
+        if self.stage_layers is not None:
+            sl = tuple(v.positive_int("PlanSpec.stage_layers", x) for x in self.stage_layers)
+            if len(sl) != self.pp:
+                raise ValueError(f"PlanSpec.stage_layers has {len(sl)} entries for pp={self.pp} stages")
+            object.__setattr__(self, "stage_layers", sl)
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise ValueError(f"PlanSpec.virtual_stages={self.virtual_stages} needs pipeline parallelism (pp > 1)")
+
+    @property
+    def chips(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def recompute_per_stage(self) -> tuple[str, ...]:
+        return (self.recompute,) * self.pp if isinstance(self.recompute, str) else tuple(self.recompute)
+
+    def with_(self, **changes: Any) -> PlanSpec:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["recompute"] = self.recompute if isinstance(self.recompute, str) else list(self.recompute)
+        d["stage_layers"] = None if self.stage_layers is None else list(self.stage_layers)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PlanSpec:
+        d = dict(d)
+        if isinstance(d.get("recompute"), list):
+            d["recompute"] = tuple(d["recompute"])
+        if d.get("stage_layers") is not None:
+            d["stage_layers"] = tuple(d["stage_layers"])
+        return cls(**d)
+
+    def describe(self) -> str:
+        rc = self.recompute if isinstance(self.recompute, str) else "/".join(self.recompute)
+        extra = []
+        if self.virtual_stages > 1:
+            extra.append(f"v{self.virtual_stages}")
+        if self.sequence_parallel:
+            extra.append("sp")
+        if self.zero:
+            extra.append(f"zero{self.zero}")
+        if self.flash_attention:
+            extra.append("flash")
+        return " ".join([f"dp{self.dp} tp{self.tp} pp{self.pp} mb{self.microbatch}", f"rc:{rc}", *extra])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan's predicted performance.  ``feasible=False`` plans carry ``reason`` (memory
+    needed vs available) and zero throughput.  ``mfu``: model FLOPs (6N + attention per
+    token) over all chips of the cluster at peak; ``hfu`` adds the recomputed FLOPs.
+    ``breakdown``: seconds per step on the critical stage (they sum to ``step_time_s``)."""
+
+    spec: PlanSpec
+    feasible: bool
+    reason: str
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    mfu: float
+    hfu: float
+    chips_used: int
+    num_chips: int
+    num_microbatches: int
+    memory_per_chip_bytes: tuple[float, ...]
+    hbm_bytes: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+    critical_stage: int = 0
+    time_model: str = "sum"
+
+    # convenient views of the spec
+    @property
+    def dp(self) -> int:
+        return self.spec.dp
+
+    @property
+    def tp(self) -> int:
+        return self.spec.tp
+
+    @property
+    def pp(self) -> int:
+        return self.spec.pp
+
+    @property
+    def microbatch(self) -> int:
+        return self.spec.microbatch
+
+    @property
+    def idle_chips(self) -> int:
+        return self.num_chips - self.chips_used
+
+    def describe(self) -> str:
+        if not self.feasible:
+            return f"{self.spec.describe()}: infeasible ({self.reason})"
+        return (f"{self.spec.describe()} layers {list(self.spec.stage_layers or [])}: step {self.step_time_s:.3f} s, "
+                f"{self.tokens_per_s:,.0f} tok/s, MFU {self.mfu:.1%} (HFU {self.hfu:.1%}) over "
+                f"{self.num_chips} chips ({self.chips_used} used)")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("feasible", "reason", "tokens_per_s", "samples_per_s", "mfu", "hfu",
+                                            "chips_used", "num_chips", "num_microbatches", "hbm_bytes",
+                                            "critical_stage", "time_model")}
+        d["spec"] = self.spec.to_dict()
+        d["step_time_s"] = self.step_time_s if math.isfinite(self.step_time_s) else None
+        d["memory_per_chip_bytes"] = list(self.memory_per_chip_bytes)
+        d["breakdown"] = dict(self.breakdown)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        d = dict(d)
+        d["spec"] = PlanSpec.from_dict(d["spec"])
+        d["memory_per_chip_bytes"] = tuple(d["memory_per_chip_bytes"])
+        d["step_time_s"] = math.inf if d.get("step_time_s") is None else float(d["step_time_s"])
+        return cls(**d)
+
+
+# ---------------------------------------------------------------------- unit costs
+def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool):
+    """The six graphs of (embedding, layer, head) x (fwd, bwd)."""
+    return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash)
+            for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
+
+
+def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray) -> float:
+    t = 0.0
+    for kind, nbytes in g.collectives:
+        if kind == "allreduce":
+            t += F.allreduce_s(nbytes, float(tp), 1.0, net)
+        else:
+            t += F.allgather_s(nbytes, float(tp), 1.0, net)
+    return t
+
+
+def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
+               sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
+               efficiency=None, time_model: str = "sum") -> np.ndarray:
+    """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
+    array of per-unit seconds, bytes and parameters.
+
+    ``designs``: an Accelerator (its own kernel efficiency) or a design array (``efficiency``,
+    default ideal).  ``time_model``: ``"sum"`` (ops one after another, as a GPU runs them) or
+    ``"ilp"``/``"list"`` (per-layer schedule on the chip's units, :mod:`cosearch.schedule`).
+    """
+    from . import cost
+    from .hardware import IDEAL
+    single = isinstance(designs, Accelerator)
+    eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
+    d = design_array(designs.as_array() if single else designs)
+    chips = [designs] if single else [Accelerator.from_array(r, efficiency=eff) for r in d]
+    nets = [cluster.net_array(c) for c in chips]
+    if time_model not in ("sum", "ilp", "list"):
+        raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp' or 'list'")
+    c = model
+    out = np.zeros((len(d), len(tps), len(microbatches), len(sequence_parallel), F.NU))
+    norms = 2 * c.norm_params()
+    for ti, t in enumerate(tps):
+        for bi, mb in enumerate(microbatches):
+            for si, sp in enumerate(sequence_parallel):
+                sp = bool(sp) and t > 1
+                gs = _graph_rows(c, t, mb, sp, flash_attention)
+                layer_fwd = cost.price(gs["layer", "fwd"], d, efficiency=eff)
+                core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
+                attn = layer_fwd[:, core].sum(axis=1)
+                if time_model == "sum":
+                    chip_s = {k: cost.price(g, d, efficiency=eff).sum(axis=1) for k, g in gs.items()}
+                else:
+                    from . import schedule
+                    chip_s = {k: np.array([schedule.layer_time(g, ch, method=time_model).latency_s for ch in chips])
+                              for k, g in gs.items()}
+                act_b = c.seq_len * mb * c.hidden * c.dtype_bytes
+                for di, net in enumerate(nets):
+                    u = out[di, ti, bi, si]
+                    u[F.U_LF], u[F.U_LB] = chip_s["layer", "fwd"][di], chip_s["layer", "bwd"][di]
+                    u[F.U_LATT] = attn[di]
+                    u[F.U_EF], u[F.U_EB] = chip_s["embedding", "fwd"][di], chip_s["embedding", "bwd"][di]
+                    u[F.U_HF], u[F.U_HB] = chip_s["head", "fwd"][di], chip_s["head", "bwd"][di]
+                    for part, (kf, kb) in (("layer", (F.U_LTPF, F.U_LTPB)), ("embedding", (F.U_ETPF, F.U_ETPB)),
+                                           ("head", (F.U_HTPF, F.U_HTPB))):
+                        u[kf] = _comm_s(gs[part, "fwd"], t, net)
+                        u[kb] = _comm_s(gs[part, "bwd"], t, net)
+                    # pipeline sends: Megatron scatters the activation over the tp ranks
+                    # (each sends 1/tp) and all-gathers it inside the node after receipt
+                    u[F.U_P2P_BYTES] = act_b / t
+                    u[F.U_P2P_GATHER] = 0.0 if (sp or t == 1) else F.allgather_s(act_b, float(t), 1.0, net)
+                u = out[:, ti, bi, si]
+                u[:, F.U_ACT_NONE] = memory.layer_activation_bytes(c, t, mb, sp, "none", flash_attention)
+                u[:, F.U_ACT_SEL] = memory.layer_activation_bytes(c, t, mb, sp, "selective", flash_attention)
+                u[:, F.U_ACT_IN] = memory.layer_input_bytes(c, t, mb, sp)
+                u[:, F.U_EACT] = memory.embedding_activation_bytes(c, t, mb, sp)
+                u[:, F.U_HACT] = memory.head_activation_bytes(c, t, mb, sp)
+                u[:, F.U_PL] = (c.layer_params() - norms) / t + norms
+                u[:, F.U_PL_FULL] = u[:, F.U_PL]
+                u[:, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
+                u[:, F.U_PH] = (c.norm_params() + (0 if c.tie_embeddings else c.vocab * c.hidden / t)
+                                + c.extra_params)
+                u[:, F.U_PTIED] = c.vocab * c.hidden / t if c.tie_embeddings else 0.0
+    return out
+
+
+def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool) -> np.ndarray:
+    """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row."""
+    return np.array([chip_hbm_bytes, mem.weight_bytes, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
+                     1.0 if overlap_dp else 0.0], dtype=np.float64)
+
+
+# ---------------------------------------------------------------------- validation
+def even_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
+    """Layers per stage, as even as possible in multiples of ``virtual_stages``; extra
+    layers go to the middle stages first, then the last, then the first."""
+    chunks = layers // virtual_stages
+    base, extra = divmod(chunks, pp)
+    counts = [base] * pp
+    order = list(range(1, pp - 1)) + ([pp - 1] if pp > 1 else []) + [0]
+    for s in order[:extra]:
+        counts[s] += 1
+    return tuple(x * virtual_stages for x in counts)
+
+
+def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batch: int) -> PlanSpec:
+    """Validate a spec against the model, cluster and batch; return it with ``stage_layers``
+    filled in.  Raises ``ValueError`` naming the field and value."""
+    if not isinstance(spec, PlanSpec):
+        raise ValueError(f"spec must be a PlanSpec, got {type(spec).__name__}")
+    B = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
+    L = model.num_layers
+    if spec.chips > cluster.num_chips:
+        raise ValueError(f"PlanSpec dp*tp*pp = {spec.dp}*{spec.tp}*{spec.pp} = {spec.chips} exceeds the "
+                         f"cluster's {cluster.num_chips} chips")
+    if B % (spec.dp * spec.microbatch):
+        raise ValueError(f"global_batch={B} is not divisible by dp*microbatch = {spec.dp}*{spec.microbatch}")
+    if spec.pp > L:
+        raise ValueError(f"PlanSpec.pp={spec.pp} exceeds the model's {L} layers")
+    if model.heads % spec.tp or model.ffn_hidden % spec.tp or (model.kv_heads % spec.tp and model.kv_heads >= spec.tp):
+        raise ValueError(f"PlanSpec.tp={spec.tp} must divide heads={model.heads} (and ffn_hidden="
+                         f"{model.ffn_hidden}, kv_heads={model.kv_heads})")
+    m = B // (spec.dp * spec.microbatch)
+    vs = spec.virtual_stages
+    if vs > 1 and m % spec.pp:
+        raise ValueError(f"PlanSpec.virtual_stages={vs}: the interleaved schedule needs the {m} microbatches "
+                         f"to be a multiple of pp={spec.pp}")
+    sl = spec.stage_layers
+    if sl is None:
+        if L % vs or L // vs < spec.pp:
+            raise ValueError(f"PlanSpec.virtual_stages={vs} does not divide the layers per stage "
+                             f"({L} layers over pp={spec.pp})")
+        sl = even_split(L, spec.pp, vs)
+    else:
+        if sum(sl) != L:
+            raise ValueError(f"PlanSpec.stage_layers={list(sl)} sums to {sum(sl)}, not the model's {L} layers")
+        bad = [x for x in sl if x % vs]
+        if bad:
+            raise ValueError(f"PlanSpec.virtual_stages={vs} does not divide the layers per stage {list(sl)}")
+    return spec.with_(stage_layers=tuple(sl))
+
+
+# ---------------------------------------------------------------------- evaluate
+def _model_flops(model: ModelConfig, tokens: float) -> float:
+    return model.flops_per_token() * tokens
+
+
+def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float) -> float:
+    """FLOPs of the recomputed forward work per step (full: whole layers; selective: the
+    attention scores and context)."""
+    c = model
+    per_layer_full = 2.0 * (c.layer_params() - 2 * c.norm_params()) + 4.0 * c.hidden * c.seq_len
+    per_layer_sel = 4.0 * c.hidden * c.seq_len
+    out = 0.0
+    for n, mode in zip(spec.stage_layers, spec.recompute_per_stage()):
+        if mode == "full":
+            out += n * per_layer_full
+        elif mode == "selective":
+            out += n * per_layer_sel
+    return out * tokens
+
+
+def plan_from_stages(model: ModelConfig, chip: Accelerator, cluster: Cluster, spec: PlanSpec, global_batch: int,
+                     u: np.ndarray, net: np.ndarray, hw: np.ndarray, time_model: str = "sum") -> Plan:
+    """Price every stage of a validated spec with the shared njit stage formula."""
+    m = global_batch // (spec.dp * spec.microbatch)
+    out = np.zeros(F.NB)
+    costs, mems, rows = [], [], []
+    for s, (n, mode) in enumerate(zip(spec.stage_layers, spec.recompute_per_stage())):
+        cst, mm = F.stage_terms(u, net, hw, float(n), s == 0, s == spec.pp - 1, s, spec.pp, spec.virtual_stages,
+                                m, float(spec.dp), float(spec.tp), spec.zero, _MODES.index(mode), out)
+        costs.append(float(cst))
+        mems.append(float(mm))
+        rows.append(out.copy())
+    crit = int(np.argmax(costs))
+    step = costs[crit]
+    tokens = global_batch * model.seq_len
+    over = [s for s, mm in enumerate(mems) if mm > chip.hbm_bytes]
+    peak = chip.peak_flops * cluster.num_chips
+    common = dict(spec=spec, chips_used=spec.chips, num_chips=cluster.num_chips, num_microbatches=m,
+                  memory_per_chip_bytes=tuple(mems), hbm_bytes=float(chip.hbm_bytes), critical_stage=crit,
+                  time_model=time_model,
+                  breakdown={k: float(rows[crit][i]) for i, k in enumerate(F.BREAKDOWN_FIELDS)})
+    if over:
+        worst = max(over, key=lambda s: mems[s])
+        reason = (f"stage {worst} needs {mems[worst] / 2**30:.2f} GiB per chip but the chip has "
+                  f"{chip.hbm_bytes / 2**30:.2f} GiB of HBM" + (f" ({len(over)} of {spec.pp} stages over)"
+                                                              if len(over) > 1 else ""))
+        return Plan(feasible=False, reason=reason, step_time_s=math.inf, tokens_per_s=0.0, samples_per_s=0.0,
+                    mfu=0.0, hfu=0.0, **common)
+    mflops = _model_flops(model, tokens)
+    return Plan(feasible=True, reason="", step_time_s=step, tokens_per_s=tokens / step,
+                samples_per_s=global_batch / step, mfu=mflops / (step * peak),
+                hfu=(mflops + recompute_flops(model, spec, tokens)) / (step * peak), **common)
+
+
+def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster | int, spec: PlanSpec,
+             global_batch: int, *, mem: memory.MemoryConfig | None = None, overlap_dp: bool = True,
+             time_model: str = "sum") -> Plan:
+    """Predicted step time, throughput, MFU, memory per stage and time breakdown of one plan.
+
+    A plan that does not fit HBM returns ``feasible=False`` with the memory needed vs
+    available; a spec that cannot run at all (more chips than the cluster has, a batch
+    that does not divide, tp not dividing the heads, ...) raises ``ValueError``.
+    """
+    from .hardware import preset as chip_preset
+    from .models import preset as model_preset
+    model = model_preset(model)
+    chip = chip_preset(chip)
+    cluster = cluster if isinstance(cluster, Cluster) else Cluster(v.positive_int("cluster", cluster, v.MAX_CHIPS))
+    mem = mem or memory.MemoryConfig()
+    spec = check_spec(model, cluster, spec, global_batch)
+    u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
+                   spec.flash_attention, time_model=time_model)[0, 0, 0, 0]
+    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp)
+    return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
+                            time_model)
