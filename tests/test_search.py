@@ -24,12 +24,11 @@ def test_best_is_best_of_exhaustive_and_pruning_keeps_it():
     res = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=True)
     full = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=False)
     assert full.pruned == 0 and len(full.rows) == len(sp.arrays())
-    # exhaustive: every design through layer_costs + best_plan directly
+    # exhaustive: every design through search_plans directly
     best = 0.0
     for row in sp.arrays():
         chip = hardware.Accelerator.from_array(row)
-        c = placement.layer_costs(m, chip, cl, global_batch=32)
-        r = placement.best_plan(c, cl, 32)
+        r = placement.search_plans(m, chip, cl, 32, **search.DEFAULT_PLAN_OPTIONS)
         if r.feasible:
             best = max(best, r.best.tokens_per_s)
     assert full.best.tokens_per_s == pytest.approx(best, rel=1e-9)
@@ -45,8 +44,9 @@ def test_pruning_bound_is_valid():
     designs = sp.arrays()
     tps = placement.default_tps(m, 16)
     mbs = placement.divisors(32)
-    f, b = placement.unit_times(m, designs, tps, mbs, cl)
-    lb = search._step_lower_bound(f, b, m, tps, mbs, 32, 16)
+    from cosearch.plan import unit_costs
+    units = unit_costs(m, designs, cl, tps, mbs, (False,))
+    lb = search._step_lower_bound(units, m, tps, mbs, 32, 16)
     for r in full.feasible:
         assert lb[r.index] <= r.plan.step_time_s * (1 + 1e-9)
 
