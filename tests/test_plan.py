@@ -1,0 +1,247 @@
+"""evaluate(), the cluster hierarchy and the memory/communication formulas against
+hand-worked cases and published closed forms."""
+
+import math
+
+import numpy as np
+import pytest
+
+from cosearch import cluster, comm, graph, hardware, memory, models
+from cosearch._kernels import formulas as F
+from cosearch.plan import PlanSpec, even_split, evaluate, unit_costs
+
+GiB = 2**30
+
+
+def tiny(**kw):
+    base = dict(name="t", num_layers=4, hidden=256, heads=8, ffn_hidden=1024, vocab=1000, seq_len=128)
+    base.update(kw)
+    return models.ModelConfig(**base)
+
+
+# ---------------------------------------------------------------- collectives
+def test_flat_ring_allreduce_closed_form():
+    cl = cluster.Cluster(8, intra_node_Bps=1e10, link_latency_s=1e-6)
+    t = comm.collective_s("allreduce", 8e9, 4, cl, hardware.A100)
+    assert t == pytest.approx(2 * 3 / 4 * 8e9 / 1e10 + 2 * 3 * 1e-6)
+    assert comm.collective_s("allgather", 8e9, 4, cl, hardware.A100) == pytest.approx(t / 2)
+    assert comm.collective_s("allreduce", 8e9, 1, cl, hardware.A100) == 0.0
+    # Cluster(n) alone uses the chip's own link (per direction)
+    assert comm.p2p_s(3e9, cluster.Cluster(4), hardware.A100) == pytest.approx(3e9 / 300e9 + 1e-6)
+
+
+def test_hierarchical_allreduce_hand_worked():
+    # 16 ranks, 8 per node: reduce-scatter/all-gather over 8 inside (NVLink), all-reduce of
+    # the 1/8 shard over 2 nodes on each GPU's own NIC
+    cl = cluster.Cluster(32, 8, 300e9, 25e9, link_latency_s=0.0, intra_efficiency=0.5, inter_efficiency=0.8)
+    S = 1e9
+    t = comm.collective_s("allreduce", S, 16, cl, hardware.A100)
+    assert t == pytest.approx(2 * 7 / 8 * S / 150e9 + 2 * 1 / 2 * (S / 8) / 20e9)
+    # data-parallel group with stride 8 (tp = 8): every member on another node
+    t = comm.collective_s("allreduce", S, 4, cl, hardware.A100, stride=8)
+    assert t == pytest.approx(2 * 3 / 4 * S / 20e9)
+    # stride 4: two members per node
+    t = comm.collective_s("allreduce", S, 4, cl, hardware.A100, stride=4)
+    assert t == pytest.approx(2 * 1 / 2 * S / 150e9 + 2 * 1 / 2 * (S / 2) / 20e9)
+    # pipeline neighbours 8 ranks apart cross nodes, 2 apart do not
+    assert comm.p2p_s(1e9, cl, hardware.A100, stride=8) == pytest.approx(1e9 / 20e9)
+    assert comm.p2p_s(1e9, cl, hardware.A100, stride=2) == pytest.approx(1e9 / 150e9)
+
+
+def test_torus_uses_two_links_per_spanned_dimension():
+    pod = cluster.tpuv4_pod(4096)  # 16 x 16 x 16
+    link = 50e9 * 0.9
+    S = 1e9
+    t1 = comm.collective_s("allreduce", S, 16, pod, hardware.TPUv4)
+    assert t1 == pytest.approx(2 * 15 / 16 * S / (2 * link) + 2 * 15 * pod.link_latency_s)
+    t2 = comm.collective_s("allreduce", S, 256, pod, hardware.TPUv4)
+    assert t2 == pytest.approx(2 * 255 / 256 * S / (4 * link) + 2 * 255 * pod.link_latency_s)
+
+
+def test_cluster_validation_and_presets():
+    with pytest.raises(ValueError, match="tile"):
+        cluster.Cluster(12, 8, 300e9, 25e9)
+    with pytest.raises(ValueError, match="inter_node_Bps"):
+        cluster.Cluster(16, 8, 300e9)
+    with pytest.raises(ValueError, match="intra_efficiency"):
+        cluster.Cluster(8, intra_efficiency=1.5)
+    dgx = cluster.preset("dgx-a100", 4)
+    assert (dgx.num_chips, dgx.chips_per_node, dgx.intra_node_Bps, dgx.inter_node_Bps) == (32, 8, 300e9, 25e9)
+    h = cluster.preset("dgx-h100", 2)
+    assert (h.intra_node_Bps, h.inter_node_Bps) == (450e9, 50e9)
+    with pytest.raises(ValueError, match="unknown cluster preset"):
+        cluster.preset("dgx-b200", 1)
+    assert hardware.preset("A100-80GB").hbm_bandwidth_Bps == 2.039e12
+    assert hardware.preset("A100-80GB").hbm_bytes == 80 * GiB
+
+
+# ---------------------------------------------------------------- memory
+def test_korthikanti_activation_formulas():
+    # GPT layer, 2-byte activations with dropout: Korthikanti et al. 2022, Table 2
+    m = tiny()
+    s, b, h, a = 128, 2, 256, 8
+    for t in (1, 2, 4):
+        none = memory.layer_activation_bytes(m, t, b)
+        assert none == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+        sel = memory.layer_activation_bytes(m, t, b, recompute="selective")
+        assert sel == pytest.approx(s * b * h * (10 + 24 / t))
+        sp = memory.layer_activation_bytes(m, t, b, sequence_parallel=True)
+        assert sp == pytest.approx(s * b * h * (34 / t + 5 * a * s / (h * t)))
+        assert memory.layer_activation_bytes(m, t, b, True, "selective") == pytest.approx(s * b * h * 34 / t)
+        full = memory.layer_activation_bytes(m, t, b, recompute="full")
+        assert full == pytest.approx(2 * s * b * h)
+        flash = memory.layer_activation_bytes(m, t, b, flash_attention=True)
+        assert flash == pytest.approx(s * b * h * (10 + 24 / t) + 4 * a * s * b / t)
+
+
+def test_in_flight_microbatches():
+    # 1F1B: stage s holds min(p - s, m); interleaved first stage: p (1 + (p-1)/(p v)) (Korthikanti)
+    assert [memory.in_flight(s, 4, 8) for s in range(4)] == [4, 3, 2, 1]
+    assert memory.in_flight(0, 4, 2) == 2
+    for p, v in ((4, 2), (8, 4), (16, 3)):
+        assert memory.in_flight(0, p, 64, v) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+
+
+def test_zero_static_bytes():
+    mem = memory.MemoryConfig()
+    P = 1e9
+    assert memory.static_bytes(P, 8, 0, mem) == pytest.approx(16e9)
+    assert memory.static_bytes(P, 8, 1, mem) == pytest.approx(P * (2 + 2 + 12 / 8))
+    assert memory.static_bytes(P, 8, 2, mem) == pytest.approx(P * (2 + 14 / 8))
+    assert memory.static_bytes(P, 8, 3, mem) == pytest.approx(P * 16 / 8)
+
+
+# ---------------------------------------------------------------- graphs
+def test_gated_mlp_has_two_tp_allreduces_per_pass():
+    m = models.preset("llama2-7b")
+    for phase in ("fwd", "bwd"):
+        g = graph.build(m, tp=4, phase=phase)
+        assert [k for k, _ in g.collectives] == ["allreduce", "allreduce"]
+
+
+def test_sequence_parallel_swaps_allreduce_for_rs_ag():
+    m = tiny()
+    for phase in ("fwd", "bwd"):
+        g = graph.build(m, tp=4, microbatch=2, phase=phase, sequence_parallel=True)
+        kinds = sorted(k for k, _ in g.collectives)
+        assert kinds == ["allgather", "allgather", "reducescatter", "reducescatter"]
+    # same bytes on the wire: RS + AG = AR in the ring model
+    cl = cluster.Cluster(8)
+    u0 = unit_costs(m, hardware.A100, cl, (4,), (2,), (False,))[0, 0, 0, 0]
+    u1 = unit_costs(m, hardware.A100, cl, (4,), (2,), (True,))[0, 0, 0, 0]
+    assert u1[F.U_LTPF] == pytest.approx(u0[F.U_LTPF]) and u1[F.U_LTPB] == pytest.approx(u0[F.U_LTPB])
+    assert u1[F.U_LF] < u0[F.U_LF]  # norms/dropouts/residuals on 1/tp of the rows
+
+
+def test_flash_attention_has_no_score_traffic():
+    m = tiny(seq_len=2048)
+    g = graph.build(m, flash_attention=True)
+    assert "attn_core" in g.names() and "softmax" not in g.names()
+    core = g.ops[g.names().index("attn_core")]
+    d = m.head_dim
+    assert core.flops == pytest.approx(2 * 2048 * 2048 * d * m.heads)  # causal: half of 4 s^2 d
+    assert core.bytes_read + core.bytes_written == pytest.approx(4 * 2048 * d * m.heads * 2)
+
+
+# ---------------------------------------------------------------- evaluate
+def test_evaluate_single_chip_hand_worked():
+    m = tiny()
+    chip = hardware.A100
+    cl = cluster.Cluster(1)
+    p = evaluate(m, chip, cl, PlanSpec(1, 1, 1, 2), 2)
+    u = unit_costs(m, chip, cl, (1,), (2,))[0, 0, 0, 0]
+    compute = 4 * (u[F.U_LF] + u[F.U_LB]) + u[F.U_EF] + u[F.U_EB] + u[F.U_HF] + u[F.U_HB]
+    opt = m.num_params() * (2 * 12 + 2 + 2 + 2 * 2) / (chip.hbm_bandwidth_Bps * chip.efficiency.memory)
+    assert p.step_time_s == pytest.approx(compute + opt, rel=1e-9)
+    assert p.breakdown["optimizer_s"] == pytest.approx(opt)
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s)
+    s, b, h, a, V = 128, 2, 256, 8, 1000
+    acts = 4 * s * b * h * (34 + 5 * a * s / h) + (2 * s * b * h + s * b * h) + (2 * s * b * h + s * b * V * 4)
+    assert p.memory_per_chip_bytes[0] == pytest.approx(16 * m.num_params() + acts)
+    assert p.tokens_per_s == pytest.approx(2 * 128 / p.step_time_s)
+
+
+def test_mfu_counts_every_chip_of_the_cluster():
+    m = tiny()
+    spec = PlanSpec(2, 2, 1, 1)
+    small = evaluate(m, hardware.A100, cluster.Cluster(4), spec, 8)
+    big = evaluate(m, hardware.A100, cluster.Cluster(8), spec, 8)
+    assert big.step_time_s == pytest.approx(small.step_time_s)
+    assert big.mfu == pytest.approx(small.mfu / 2)
+    assert (big.chips_used, big.idle_chips) == (4, 4)
+    assert small.mfu == pytest.approx(m.flops_per_token() * 8 * 128 / (small.step_time_s * 4 * hardware.A100.peak_flops))
+
+
+def test_interleaving_shrinks_the_bubble_and_adds_p2p():
+    m = tiny(num_layers=8)
+    cl = cluster.Cluster(4)
+    one = evaluate(m, hardware.A100, cl, PlanSpec(1, 1, 4, 1), 16)
+    two = evaluate(m, hardware.A100, cl, PlanSpec(1, 1, 4, 1, virtual_stages=2), 16)
+    assert two.breakdown["bubble_s"] < one.breakdown["bubble_s"]
+    assert two.breakdown["pp_p2p_s"] == pytest.approx(2 * one.breakdown["pp_p2p_s"])
+
+
+def test_recompute_trades_time_for_memory():
+    m = tiny()
+    cl = cluster.Cluster(2)
+    runs = {rc: evaluate(m, hardware.A100, cl, PlanSpec(1, 1, 2, 2, rc), 8) for rc in ("none", "selective", "full")}
+    assert runs["none"].step_time_s < runs["selective"].step_time_s < runs["full"].step_time_s
+    mems = {k: max(r.memory_per_chip_bytes) for k, r in runs.items()}
+    assert mems["full"] < mems["selective"] < mems["none"]
+    assert runs["full"].hfu > runs["full"].mfu and runs["none"].hfu == pytest.approx(runs["none"].mfu)
+
+
+def test_infeasible_plan_reports_memory_not_exception():
+    m = tiny()
+    p = evaluate(m, hardware.A100.with_(hbm_bytes=1e6), 2, PlanSpec(1, 1, 2, 1), 2)
+    assert not p.feasible and p.tokens_per_s == 0.0 and math.isinf(p.step_time_s)
+    assert "GiB per chip" in p.reason and "GiB of HBM" in p.reason
+    assert p.to_dict()["step_time_s"] is None
+
+
+def test_even_split_puts_extra_layers_in_the_middle():
+    assert even_split(70, 12) == (5,) + (6,) * 10 + (5,)  # BLOOM's 70 layers on 12 stages
+    assert even_split(126, 16) == (7,) + (8,) * 14 + (7,)  # Llama 3 405B
+    assert even_split(96, 16) == (6,) * 16
+    assert even_split(8, 2, 2) == (4, 4)
+
+
+@pytest.mark.parametrize("spec,match", [
+    (PlanSpec(4, 2, 2, 1), "exceeds the cluster"),
+    (PlanSpec(1, 1, 1, 3), "not divisible"),
+    (PlanSpec(1, 1, 1, 1, stage_layers=(4,)), None),
+    (PlanSpec(1, 1, 2, 1, stage_layers=(1, 2)), "sums to"),
+    (PlanSpec(1, 3, 1, 1), "tp=3"),
+    (PlanSpec(1, 1, 2, 1, virtual_stages=3), "virtual_stages=3"),
+])
+def test_bad_specs_name_the_field(spec, match):
+    m = tiny()
+    if match is None:
+        assert evaluate(m, hardware.A100, 8, spec, 8).feasible
+        return
+    with pytest.raises(ValueError, match=match):
+        evaluate(m, hardware.A100, 8, spec, 8)
+
+
+def test_planspec_validation():
+    with pytest.raises(ValueError, match="recompute"):
+        PlanSpec(1, 1, 1, 1, recompute="some")
+    with pytest.raises(ValueError, match="zero"):
+        PlanSpec(1, 1, 1, 1, zero=4)
+    with pytest.raises(ValueError, match="dp"):
+        PlanSpec(0, 1, 1, 1)
+    with pytest.raises(ValueError, match="2 entries"):
+        PlanSpec(1, 1, 3, 1, recompute=("none", "full"))
+    with pytest.raises(ValueError, match="needs pipeline"):
+        PlanSpec(1, 1, 1, 1, virtual_stages=2)
+    with pytest.raises(ValueError, match="pp=9"):
+        evaluate(tiny(), hardware.A100, 16, PlanSpec(1, 1, 9, 1), 8)
+    s = PlanSpec(2, 2, 2, 1, recompute=("none", "full"), stage_layers=(1, 3))
+    assert PlanSpec.from_dict(s.to_dict()) == s
+
+
+def test_plan_json_round_trip():
+    from cosearch.plan import Plan
+    p = evaluate(tiny(), hardware.A100, 4, PlanSpec(2, 1, 2, 1, "selective"), 8)
+    assert Plan.from_dict(p.to_dict()) == p
+    assert np.isfinite(p.step_time_s)
