@@ -1,50 +1,63 @@
-"""Placement DP: GPT-3 175B (96 layers) on 1,024 and 4,096 chips, tp in {1,2,4,8,16},
-every microbatch size dividing the batch, recompute on/off per stage.
+"""Exact plan search: GPT-3 175B on 4,096 A100-80GB (512 DGX nodes), global batch 1536,
+over the full option space (tp, microbatch, dp, pp, per-stage recompute none/selective/full,
+virtual stages, sequence parallelism, ZeRO 0-3).
 
-Reference: the same algorithm in plain Python (tests/reference.py::placement_python),
-timed against the kernel on a 24-layer model in the same run.
-Run: python -m pytest bench/bench_placement.py --benchmark-only -s
+Reports configurations, configurations searched and wall time (target < 2 s on 2 cores),
+and the per-plan speed-up of the compiled stage formula (the kernel's path) over a
+plain-Python loop of evaluate() on a sample of the same fixed plans, in the same run
+(target >= 50x).  Run: python -m pytest bench/bench_placement.py --benchmark-only -s
 """
 
 import time
 
-import pytest
+import numpy as np
 
-from cosearch import hardware, memory, models, placement
-from tests.reference import placement_python
+from cosearch import cluster, hardware, memory, models, placement
+from cosearch._kernels import dp as kernel
+from cosearch._kernels import formulas as F
+from cosearch.plan import PlanSpec, check_spec, evaluate, hw_row, unit_costs
 
 
-@pytest.fixture(scope="module")
-def costs_175b():
+def test_search_plans_175b_4096(benchmark):
     m = models.preset("gpt3-175b")
-    out = {}
-    for chips in (1024, 4096):
-        cl = hardware.Cluster(chips)
-        out[chips] = placement.layer_costs(m, hardware.TPUv4, cl, tps=(1, 2, 4, 8, 16), global_batch=1536)
-    placement.best_plan(out[1024], 1024, 1536)  # compile
-    return out
-
-
-@pytest.mark.parametrize("chips", [1024, 4096])
-def test_placement_175b(benchmark, costs_175b, chips):
-    c = costs_175b[chips]
-    res = benchmark(placement.best_plan, c, chips, 1536)
+    cl = cluster.dgx_a100(512)
+    chip = hardware.A100_80GB
+    placement.search_plans(m, chip, cluster.dgx_a100(2), 16, tps=(8,))  # compile the kernels
+    res = benchmark.pedantic(placement.search_plans, args=(m, chip, cl, 1536), rounds=3, iterations=1)
     t = benchmark.stats.stats.median
-    print(f"\n[placement] GPT-3 175B, {chips} chips, {len(c.tps)} tp x {len(c.microbatches)} microbatch "
-          f"sizes: {t*1e3:.1f} ms (target < 1 s); best: {res.best.describe()}")
-
-
-def test_placement_vs_python_24_layers(benchmark):
-    m = models.preset("gpt3-1.3b")  # 24 layers
-    cl = hardware.Cluster(64)
-    c = placement.layer_costs(m, hardware.TPUv4, cl, tps=(1, 2, 4, 8), global_batch=32)
-    mem = memory.MemoryConfig()
-    placement.best_plan(c, cl, 32)
-    res = benchmark(placement.best_plan, c, cl, 32)
-    t_numba = benchmark.stats.stats.median
+    # per-plan: a sample of fixed plans through evaluate() vs the njit stage formula
+    rng = np.random.default_rng(0)
+    specs = []
+    while len(specs) < 30:
+        tp, dp = int(rng.choice([1, 2, 4, 8])), int(rng.choice([8, 16, 32, 64]))
+        pp, mb = int(rng.choice([1, 2, 4, 8, 16])), int(rng.choice([1, 2, 4]))
+        if dp * tp * pp <= 4096 and 1536 % (dp * mb) == 0:
+            specs.append(check_spec(m, cl, PlanSpec(dp, tp, pp, mb, str(rng.choice(["none", "selective", "full"])),
+                                                    zero=int(rng.choice([0, 1]))), 1536))
     t0 = time.perf_counter()
-    ref = placement_python(c, 64, 32, mem)
-    t_py = time.perf_counter() - t0
-    assert res.best.step_time_s == pytest.approx(ref, rel=1e-7)
-    print(f"\n[placement] 24-layer model, 64 chips: numba {t_numba*1e3:.2f} ms, plain Python {t_py:.2f} s, "
-          f"speed-up {t_py/t_numba:.0f}x (target >= 50x)")
+    ref = [evaluate(m, chip, cl, s, 1536) for s in specs]
+    per_eval = (time.perf_counter() - t0) / len(specs)
+    tps, mbs = (1, 2, 4, 8), (1, 2, 4)
+    units = unit_costs(m, chip, cl, tps, mbs, (False,))[0]
+    cfg = np.array([[tps.index(s.tp), mbs.index(s.microbatch), 0, s.dp, s.pp, 1, s.zero, s.tp,
+                     1536 // (s.dp * s.microbatch)] for s in specs], dtype=np.int64)
+    layers = np.zeros((len(specs), 16), dtype=np.int64)
+    modes = np.zeros((len(specs), 16), dtype=np.int64)
+    for i, s in enumerate(specs):
+        layers[i, :s.pp] = s.stage_layers
+        modes[i, :s.pp] = [F.RECOMPUTE_MODES.index(r) for r in s.recompute_per_stage()]
+    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, memory.MemoryConfig(), True)
+    net = cl.net_array(chip)
+    got = kernel.plan_steps(units, net, hw, cfg, layers, modes)
+    want = np.array([p.step_time_s for p in ref])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    reps = 2000
+    big = (np.repeat(cfg, reps, 0), np.repeat(layers, reps, 0), np.repeat(modes, reps, 0))
+    t0 = time.perf_counter()
+    kernel.plan_steps(units, net, hw, *big)
+    per_kernel = (time.perf_counter() - t0) / (len(specs) * reps)
+    print(f"\n[placement] GPT-3 175B on 4096 A100-80GB, batch 1536: {res.configurations:,} configurations "
+          f"({res.evaluated:,} searched exactly, the rest pruned by a valid bound) in {t:.2f} s wall, unit "
+          f"costs included (target < 2 s). Per fixed plan: evaluate() {per_eval * 1e3:.2f} ms, njit stage "
+          f"formula {per_kernel * 1e6:.2f} us: {per_eval / per_kernel:,.0f}x (target >= 50x). "
+          f"Best: {res.best.describe()}")

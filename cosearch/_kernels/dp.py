@@ -273,3 +273,27 @@ def min_memory_needed(units, net, hw, cfg, L, modes):
                 best = mm
         out[i] = best
     return out.min() if n else INF
+
+
+@njit(cache=True, parallel=True)
+def plan_steps(units, net, hw, cfg, layers, modes):
+    """Step time of fixed plans: row i of cfg is a configuration, layers[i, s] / modes[i, s]
+    its stages' layer counts and recompute modes (the same stage formula as evaluate)."""
+    n = cfg.shape[0]
+    out = np.empty(n)
+    for i in prange(n):
+        c = cfg[i]
+        pp = c[C_PP]
+        scratch = np.zeros(F.NB)
+        worst = 0.0
+        for s in range(pp):
+            cost, mm = F.stage_terms(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, float(layers[i, s]), s == 0,
+                                     s == pp - 1, s, pp, c[C_V], c[C_M], float(c[C_DP]), float(c[C_TP]), c[C_Z],
+                                     modes[i, s], scratch)
+            if mm > hw[F.H_HBM]:
+                worst = INF
+                break
+            if cost > worst:
+                worst = cost
+        out[i] = worst
+    return out
