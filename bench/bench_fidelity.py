@@ -1,0 +1,116 @@
+"""Fidelity of the performance model against published, measured training runs.
+
+Reads ../shared/validation/published_runs.json (or $COSEARCH_VALIDATION) and prints, per
+run, the published figure vs cosearch's prediction, counted the way the source counts
+(Megatron's eq. 3 TFLOP/s per GPU including the recompute pass, or MFU over all chips),
+the plan used, and the mean absolute error over the rows whose plan is fully given.
+Nothing here is fitted to these rows: the chips' kernel efficiencies come from kernel
+benchmarks (cosearch.hardware.EFFICIENCY_SOURCES) and the links' from nccl-tests
+(cosearch.cluster).  Run: python -m pytest bench/bench_fidelity.py --benchmark-only -s
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cosearch import cluster, hardware, models, placement
+from cosearch.plan import PlanSpec, evaluate
+
+PATH = Path(os.environ.get("COSEARCH_VALIDATION",
+                           Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.json"))
+
+
+def _model(name, d):
+    return models.ModelConfig(
+        name, d["layers"], d["hidden"], d["heads"], d["ffn_hidden"], d["vocab"], d["seq_len"],
+        kv_heads=d.get("kv_heads"), activation=d.get("activation", "gelu"), norm=d.get("norm", "layernorm"),
+        position={"rotary": "rotary", "learned": "learned"}.get(str(d.get("position", "learned")).split()[0], "none"),
+        bias=d.get("bias", d.get("activation", "gelu") != "swiglu"), tie_embeddings=d.get("tied_embeddings", True),
+        dropout=d.get("activation", "gelu") != "swiglu")
+
+
+def _setup(run):
+    hw = run["hardware"]
+    n = hw["chips"]
+    if hw["chip"].startswith("A100"):
+        chip = hardware.A100_80GB
+        if "Omni-Path" in hw.get("inter_node", ""):
+            # 4 x 100 Gb/s per 8-GPU node = 6.25 GB/s per GPU per direction
+            cl = cluster.dgx_a100(n // 8).with_(inter_node_Bps=4 * 12.5e9 / 8, name="bloom-jz")
+        else:
+            cl = cluster.dgx_a100(n // 8)
+    elif hw["chip"].startswith("H100"):
+        chip, cl = hardware.H100, cluster.dgx_h100(n // 8)
+    else:
+        chip, cl = hardware.TPUv4, cluster.tpuv4_pod(n)
+    return chip, cl
+
+
+def megatron_tflops(m, batch, step):
+    s, L, h, V = m.seq_len, m.num_layers, m.hidden, m.vocab
+    return 96 * batch * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)) / step
+
+
+def _predict(run, models_by_name):
+    md = run["model"] if isinstance(run["model"], dict) else models_by_name[run["model"].replace("same as ", "")]
+    m = _model(run["name"], md)
+    models_by_name[run["name"]] = md
+    chip, cl = _setup(run)
+    p = run["plan"]
+    B = p.get("global_batch")
+    if not B:
+        return None, "global batch not given"
+    zero = p.get("zero", 0)
+    zero = 3 if isinstance(zero, str) or "sharded" in str(p.get("data_parallel", "")) else int(zero or 0)
+    tp = p.get("tp") or p.get("model_parallel")
+    fully = all(isinstance(p.get(k), int) for k in ("dp", "tp", "pp", "microbatch")) and \
+        isinstance(p.get("virtual_stages"), int) and p.get("recompute") in ("none", "full", "selective")
+    if fully:
+        spec = PlanSpec(p["dp"], p["tp"], p["pp"], p["microbatch"], recompute=p["recompute"],
+                        virtual_stages=p["virtual_stages"], sequence_parallel=bool(p.get("sequence_parallel")),
+                        zero=zero, flash_attention=False)
+        return evaluate(m, chip, cl, spec, B), "plan as published"
+    # partly given: search the rest with the given parts fixed
+    rc = p.get("recompute")
+    rc = rc if rc in ("none", "full", "selective") else None
+    res = placement.search_plans(m, chip, cl, B, tps=(tp,) if tp else None, recompute=rc, zero=(zero,),
+                                 flash_attention=True, top_k=500)
+    keep = [q for q in res.plans if (not isinstance(p.get("dp"), int) or q.dp == p["dp"])
+            and (not isinstance(p.get("pp"), int) or q.pp == p["pp"])]
+    if not keep:
+        return None, res.reason or "no searched plan matches the published dp/pp"
+    return keep[0], "missing parts searched (flash attention on)"
+
+
+def test_fidelity(benchmark):
+    runs = json.loads(PATH.read_text())["runs"] if PATH.exists() else pytest.skip(f"no {PATH}")
+    rows, errors, by_name = [], [], {}
+    for run in runs:
+        plan, how = _predict(run, by_name)
+        meas = run["measured"]
+        if plan is None or not plan.feasible:
+            rows.append(f"{run['name']:<24} not predicted ({how if plan is None else plan.reason})")
+            continue
+        m = _model(run["name"], by_name[run["name"]])
+        if "tflops_per_gpu" in meas and "step_time_s" in meas:
+            pub = meas["tflops_per_gpu"]
+            pred = megatron_tflops(m, run["plan"]["global_batch"], plan.step_time_s) / plan.num_chips / 1e12
+            unit = "TFLOP/s/GPU (Megatron eq. 3)"
+        elif "mfu" in meas:
+            pub, pred, unit = meas["mfu"], plan.mfu, "MFU"
+        else:
+            pub = meas.get("tflops_per_gpu_up_to") or meas.get("tflops_per_gpu")
+            pred = plan.hfu * plan.num_chips * hardware.A100_80GB.peak_flops / plan.num_chips / 1e12
+            unit = "TFLOP/s/GPU"
+        err = (pred - pub) / pub
+        full = how == "plan as published"
+        if full:
+            errors.append(abs(err))
+        rows.append(f"{run['name']:<24} published {pub:8.3f} predicted {pred:8.3f} {unit:<28} error {err:+6.1%}"
+                    f"  [{how}] {plan.spec.describe()}  step {plan.step_time_s:.2f} s")
+    mae = sum(errors) / len(errors) if errors else float("nan")
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    print("\n[fidelity] published vs predicted:\n  " + "\n  ".join(rows))
+    print(f"[fidelity] mean absolute error over {len(errors)} fully-given plan(s): {mae:.1%} (target <= 10%)")
