@@ -34,7 +34,16 @@ from typing import Any
 from . import cluster, graph, hardware, models
 from .cluster import Cluster
 from .cost import calibrate, price, price_on
-from .hardware import A100, A100_80GB, H100, Accelerator, AreaPowerModel, KernelEfficiency, SearchSpace, TPUv4
+from .hardware import (
+    A100,
+    A100_80GB,
+    H100,
+    Accelerator,
+    AreaPowerModel,
+    KernelEfficiency,
+    SearchSpace,
+    TPUv4,
+)
 from .models import ModelConfig
 from .models import preset as model_preset
 

@@ -69,7 +69,7 @@ def cached_units(monkeypatch):
     (evaluate still runs the whole stage/plan code for every spec)."""
     real = plan.unit_costs
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def key(model, chip, cl, tps, mbs, sps, flash, tm):
         return real(model, chip, cl, tps, mbs, sps, flash, time_model=tm)
 

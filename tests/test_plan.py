@@ -8,7 +8,7 @@ import pytest
 
 from cosearch import cluster, comm, graph, hardware, memory, models
 from cosearch._kernels import formulas as F
-from cosearch.plan import PlanSpec, even_split, evaluate, unit_costs
+from cosearch.plan import PlanSpec, evaluate, even_split, unit_costs
 
 GiB = 2**30
 
