@@ -27,24 +27,23 @@ def positive_int(name: str, value: Any, maximum: int | None = None) -> int:
     return iv
 
 
-def positive_float(name: str, value: Any) -> float:
+def _finite(name: str, value: Any, allow_zero: bool) -> float:
+    what = "a non-negative" if allow_zero else "a positive"
     try:
         f = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
-    if isinstance(value, bool) or not math.isfinite(f) or f <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        raise ValueError(f"{name} must be {what} number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(f) or f < 0 or (f == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {what} finite number, got {value!r}")
     return f
+
+
+def positive_float(name: str, value: Any) -> float:
+    return _finite(name, value, allow_zero=False)
 
 
 def nonneg_float(name: str, value: Any) -> float:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a non-negative number, got {value!r}") from None
-    if isinstance(value, bool) or not math.isfinite(f) or f < 0:
-        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
-    return f
+    return _finite(name, value, allow_zero=True)
 
 
 def fraction(name: str, value: Any) -> float:
