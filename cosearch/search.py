@@ -241,17 +241,9 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
     return out
 
 
-def _unit_work(units: np.ndarray, layers: int) -> np.ndarray:
-    """Per-microbatch compute + TP seconds of the whole model: (..., T, B, S)."""
-    u = units
-    return (layers * (u[..., F.U_LF] + u[..., F.U_LB] + u[..., F.U_LTPF] + u[..., F.U_LTPB])
-            + u[..., F.U_EF] + u[..., F.U_EB] + u[..., F.U_ETPF] + u[..., F.U_ETPB]
-            + u[..., F.U_HF] + u[..., F.U_HB] + u[..., F.U_HTPF] + u[..., F.U_HTPB])
-
-
 def _step_lower_bound(units: np.ndarray, model: ModelConfig, tps, mbs, global_batch, chips) -> np.ndarray:
     """Per design: min over (tp, mb) of (B / mb) * tp * (per-microbatch work) / chips."""
-    total = _unit_work(units, model.num_layers).min(axis=-1)  # (D, T, B)
+    total = F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers).min(axis=-1)  # (D, T, B)
     tp = np.array(tps, dtype=float)[None, :, None]
     mb = np.array(mbs, dtype=float)[None, None, :]
     lb = (global_batch / mb) * tp * total / chips

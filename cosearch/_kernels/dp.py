@@ -71,7 +71,6 @@ def _caps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, x, memcap, caps, capm
     # middle stages share one cost curve; memory caps were precomputed
     ccost = np.zeros(3, dtype=np.int64)
     for r in range(3):
-        ccost[r] = 0
         if modes[r] and pp > 2:
             ccost[r] = _cap(u, net, hw, 1, pp, v, m, dp, tp, zero, r, kmax, x, 1, out, False)
     for s in range(pp):
@@ -194,9 +193,7 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes):
 def lower_bound(u, pp, v, m, L):
     """Valid lower bound on a configuration's step time (no recompute, no p2p, perfect
     balance, nothing after the pipeline)."""
-    work = L * (u[F.U_LF] + u[F.U_LB] + u[F.U_LTPF] + u[F.U_LTPB]) + u[F.U_EF] + u[F.U_EB] \
-        + u[F.U_ETPF] + u[F.U_ETPB] + u[F.U_HF] + u[F.U_HB] + u[F.U_HTPF] + u[F.U_HTPB]
-    return (m + (pp - 1.0) / v) * work / pp
+    return (m + (pp - 1.0) / v) * F.unit_work(u, L) / pp
 
 
 @njit(cache=True, parallel=True)

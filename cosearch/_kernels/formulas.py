@@ -184,6 +184,15 @@ def inflight(s, pp, m, v):
     return chunks / float(v)
 
 
+# ---------------------------------------------------------------- whole-model work
+@njit(cache=True)
+def unit_work(u, layers):
+    """Compute + TP seconds of one microbatch through the whole model (no recompute, no
+    pipeline sends).  ``u`` may also be a (fields, ...) array through ``unit_work.py_func``."""
+    return (layers * (u[U_LF] + u[U_LB] + u[U_LTPF] + u[U_LTPB]) + u[U_EF] + u[U_EB] + u[U_ETPF]
+            + u[U_ETPB] + u[U_HF] + u[U_HB] + u[U_HTPF] + u[U_HTPB])
+
+
 # ---------------------------------------------------------------- one stage
 @njit(cache=True)
 def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out):
