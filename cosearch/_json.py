@@ -1,18 +1,54 @@
-"""Saving and loading result objects as JSON (a file path or the text itself)."""
+"""Saving and loading result objects as JSON (a file path or the text itself).
+
+Writes are atomic (a temporary file in the same folder, then a rename), so an interrupted
+save never leaves a half-written file; non-finite floats are written as ``null`` (strict
+JSON never holds a bare ``NaN``).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import tempfile
 from typing import Any
+
+__all__ = ["dump_json", "load_json", "atomic_write_text", "finite_or_none"]
+
+
+def finite_or_none(obj: Any) -> Any:
+    """``obj`` with every non-finite float (also inside containers) replaced by ``None``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_none(v) for v in obj]
+    return obj
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def dump_json(data: dict[str, Any], path: str | os.PathLike | None = None) -> str:
-    """The JSON text of ``data``; also written to ``path`` when given."""
-    text = json.dumps(data, indent=1)
+    """The JSON text of ``data``; also written (atomically) to ``path`` when given."""
+    text = json.dumps(finite_or_none(data), indent=1, allow_nan=False)
     if path is not None:
-        with open(path, "w") as fh:
-            fh.write(text)
+        atomic_write_text(path, text)
     return text
 
 
@@ -22,4 +58,7 @@ def load_json(source: str | os.PathLike) -> dict[str, Any]:
     if not text.lstrip().startswith("{"):
         with open(source) as fh:
             text = fh.read()
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source if len(str(source)) < 200 else 'text'}: not valid JSON ({exc})") from None

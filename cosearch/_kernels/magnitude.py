@@ -8,8 +8,11 @@ A neuron is invariant iff every element attached to it (incoming weights and bia
 outgoing weights into the next layer) is, so a neuron's score is the max of its
 elements' scores, and ``neuron invariant at th  <=>  score <= th`` (monotone in th).
 
-``neuron_scores(w, wk, quorum, eps, nin, nout, n_neurons)`` returns those neuron scores;
-``nin[e]``/``nout[e]`` give the neuron an element enters / leaves (-1 for none).
+``neuron_scores(w, wk, quorum, eps, nin, nout, n_neurons)`` returns, in one pass over the
+weights, a ``(2, n_neurons)`` array: row 0 the quorum scores above, row 1 the neuron's
+*largest* relative change over every client and element (the quorum-``K`` score), which
+FLuID uses to calibrate its threshold.  ``nin[e]``/``nout[e]`` give the neuron an element
+enters / leaves (-1 for none).
 """
 
 from __future__ import annotations
@@ -58,11 +61,13 @@ def element_scores(w, wk, quorum, eps):
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def neuron_scores(w, wk, quorum, eps, nin, nout, n_neurons):
-    """Per neuron: max element score over its incoming and outgoing elements (float32)."""
+    """Per neuron: max element score over its incoming and outgoing elements (float32),
+    row 0 at the quorum, row 1 over all clients (see the module docstring)."""
     P = w.shape[0]
+    K = wk.shape[0]
     nchunk = 64
     step = (P + nchunk - 1) // nchunk
-    partial = np.zeros((nchunk, n_neurons), dtype=np.float32)
+    partial = np.zeros((nchunk, 2, n_neurons), dtype=np.float32)
     for c in prange(nchunk):
         r = np.empty((wk.shape[0], _BLOCK), dtype=np.float32)
         end = min(P, (c + 1) * step)
@@ -73,16 +78,24 @@ def neuron_scores(w, wk, quorum, eps, nin, nout, n_neurons):
             for t in range(hi - lo):
                 e = lo + t
                 s = r[quorum - 1, t]
+                m = r[K - 1, t]
                 a = nin[e]
                 b = nout[e]
-                if a >= 0 and s > partial[c, a]:
-                    partial[c, a] = s
-                if b >= 0 and s > partial[c, b]:
-                    partial[c, b] = s
+                if a >= 0:
+                    if s > partial[c, 0, a]:
+                        partial[c, 0, a] = s
+                    if m > partial[c, 1, a]:
+                        partial[c, 1, a] = m
+                if b >= 0:
+                    if s > partial[c, 0, b]:
+                        partial[c, 0, b] = s
+                    if m > partial[c, 1, b]:
+                        partial[c, 1, b] = m
             lo = hi
-    out = np.zeros(n_neurons, dtype=np.float32)
+    out = np.zeros((2, n_neurons), dtype=np.float32)
     for c in range(nchunk):
-        for j in range(n_neurons):
-            if partial[c, j] > out[j]:
-                out[j] = partial[c, j]
+        for i in range(2):
+            for j in range(n_neurons):
+                if partial[c, i, j] > out[i, j]:
+                    out[i, j] = partial[c, i, j]
     return out

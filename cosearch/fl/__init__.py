@@ -1,21 +1,65 @@
 """Federated learning with Invariant Dropout (after FLuID, NeurIPS 2023).
 
-API: :class:`InvariantDropout`, :class:`OrderedDropout`, :class:`RandomDropout`,
-:class:`NoDropout` (one :class:`DropoutPolicy` interface); :func:`extract_submodel`,
-:func:`merge_updates`, :func:`groups`; :class:`StragglerProfiler`; :func:`simulate`;
-datasets in :mod:`cosearch.fl.data`; models in :mod:`cosearch.fl.models`.
+The method: :class:`InvariantDropout` (FLuID's threshold calibration, growth schedule
+(:class:`ThresholdSchedule`) and drop order; ``threshold="adaptive"`` keeps cosearch 0.1's
+rule) and the baselines :class:`OrderedDropout` (FjORD), :class:`RandomDropout` and
+:class:`NoDropout`, all one :class:`DropoutPolicy` interface (:func:`policy` by name).
+Stragglers and keep fractions: :class:`StragglerProfiler` (FLuID's buckets,
+:func:`fluid_keep_fraction`); devices and round times: :class:`ClientProfile`,
+:class:`TraceProfile`, :func:`training_flops`.
+
+One round protocol (:class:`RoundProtocol` in :mod:`cosearch.fl.server`) drives both the
+in-process :func:`simulate` and the Flower strategy (:mod:`cosearch.fl.flower`);
+:func:`run_experiment` runs paired multi-seed comparisons with statistics.
+Sub-models: :func:`extract_submodel`, :func:`merge_updates`, :func:`groups`.  Datasets in
+:mod:`cosearch.fl.data`, FLuID's models in :mod:`cosearch.fl.models`.
 torch is imported only when a function needs it.
 """
 
-from .masks import DropoutPolicy, InvariantDropout, NoDropout, OrderedDropout, RandomDropout, policy
-from .profiling import StragglerProfiler, choose_width
+from .masks import (
+    METHODS,
+    DropoutPolicy,
+    InvariantDropout,
+    NoDropout,
+    OrderedDropout,
+    RandomDropout,
+    ThresholdSchedule,
+    drop_count,
+    policy,
+)
+from .profiling import (
+    ClientProfile,
+    StragglerProfiler,
+    TraceProfile,
+    choose_width,
+    device_profiles,
+    fluid_keep_fraction,
+    training_flops,
+)
 from .submodel import extract_submodel, groups, merge_updates
 
 
 def simulate(*args, **kwargs):
+    """See :func:`cosearch.fl.simulation.simulate`."""
     from .simulation import simulate as _sim
     return _sim(*args, **kwargs)
 
 
+def run_experiment(*args, **kwargs):
+    """See :func:`cosearch.fl.experiment.run_experiment`."""
+    from .experiment import run_experiment as _run
+    return _run(*args, **kwargs)
+
+
+def __getattr__(name):
+    if name in ("RoundProtocol", "Assignment", "ClientUpdate", "RoundReport"):
+        from . import server
+        return getattr(server, name)
+    raise AttributeError(f"module 'cosearch.fl' has no attribute {name!r}")
+
+
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "policy",
-           "StragglerProfiler", "choose_width", "extract_submodel", "merge_updates", "groups", "simulate"]
+           "METHODS", "ThresholdSchedule", "drop_count", "StragglerProfiler", "fluid_keep_fraction",
+           "choose_width", "ClientProfile", "TraceProfile", "device_profiles", "training_flops",
+           "extract_submodel", "merge_updates", "groups", "simulate", "run_experiment", "RoundProtocol",
+           "Assignment", "ClientUpdate", "RoundReport"]

@@ -1,39 +1,71 @@
-"""Federated datasets: LEAF JSON, CIFAR-10 pickles, a bundled offline default, partitioners.
+"""Federated datasets: LEAF JSON, CIFAR-10 batches (safe loader), the bundled digits, generators.
 
-* :func:`load_digits` — scikit-learn's bundled handwritten digits (1,797 8x8 images,
-  10 classes), real data that needs no download: the default.
-* :func:`load_leaf` — a LEAF ``all_data`` directory of JSON files (``users``,
-  ``num_samples``, ``user_data: {user: {x, y}}``): FEMNIST (784 floats per sample, one
-  client per writer) or Shakespeare (80-character strings, one client per role).
-* :func:`load_cifar10` — the CIFAR-10 "python version" pickles (``data_batch_*``, ``test_batch``).
-* :func:`iid_partition`, :func:`dirichlet_partition` — split a pooled dataset over clients.
+Every dataset is an :class:`FLData`: per-client training arrays, per-client test splits
+(for federated, example-weighted evaluation) and a central test set.
+
+* :func:`load_digits` — scikit-learn's bundled handwritten digits (1,797 8x8 images, 10
+  classes), real data needing no download: a central hold-out (``test_fraction``), the
+  rest split non-IID over clients (Dirichlet ``alpha``), each client keeping
+  ``client_test_fraction`` of its share as its own test split.
+* :func:`load_leaf` — LEAF JSON files (``users``, ``num_samples``, ``user_data: {user:
+  {x, y}}``).  With LEAF's layout (``train/`` and ``test/`` folders of ``*.json``) the
+  split is LEAF's: a user's training data from ``train/``, its test data from ``test/``,
+  the central test set all test data.  A folder of ``all_data`` files (no split) is split
+  per user with ``test_fraction``.  A user listed in two files of one split, x/y length
+  mismatches, labels outside the classes and an empty test split are errors.
+* :func:`load_cifar10` — the CIFAR-10 "python version" batches through a restricted
+  unpickler that admits only NumPy arrays and plain containers: a crafted file cannot run code.
+* :func:`write_femnist_like` / :func:`write_shakespeare_like` — LEAF-format folders generated
+  offline from real data (digits restyled per writer; English text from Python's own
+  docstrings, split by module as "roles") for experiments and tests of the LEAF path.
 """
 
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = ["FLData", "load_digits", "load_leaf", "load_cifar10", "iid_partition", "dirichlet_partition",
-           "SHAKESPEARE_CHARS", "load_dataset"]
+           "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "write_shakespeare_like", "DATASETS"]
 
+#: LEAF Shakespeare's 80-character alphabet.
 SHAKESPEARE_CHARS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}")
+DATASETS = ("digits", "femnist", "shakespeare", "cifar10")
 
 
 @dataclass
 class FLData:
-    """Per-client training arrays, a pooled test set, and the input shape / class count."""
+    """Per-client training arrays, per-client test splits, a central test set, and the input
+    shape / class count."""
 
     clients: list[tuple[np.ndarray, np.ndarray]]
     test: tuple[np.ndarray, np.ndarray]
     in_shape: tuple
     classes: int
     name: str
+    client_tests: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.clients:
+            raise ValueError(f"dataset {self.name!r} has no clients")
+        if len(self.test[1]) == 0:
+            raise ValueError(f"dataset {self.name!r} has an empty test split")
+        for i, (x, y) in enumerate(self.clients):
+            if len(x) != len(y):
+                raise ValueError(f"client {i}: {len(x)} samples but {len(y)} labels")
+            if len(y) == 0:
+                raise ValueError(f"client {i} has no training samples")
+
+
+def _check_labels(y: np.ndarray, classes: int, where: str) -> None:
+    if len(y) and (y.min() < 0 or y.max() >= classes):
+        raise ValueError(f"{where}: labels must lie in [0, {classes}), got {int(y.min())}..{int(y.max())}")
 
 
 def iid_partition(y: np.ndarray, clients: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -61,16 +93,19 @@ def dirichlet_partition(y: np.ndarray, clients: int, alpha: float, rng: np.rando
     raise ValueError(f"Dirichlet(alpha={alpha}) left a client with fewer than {min_size} samples; raise alpha")
 
 
-def _split(x, y, clients, alpha, rng, test_fraction):
-    perm = rng.permutation(len(y))
-    nt = max(1, int(test_fraction * len(y)))
-    te, tr = perm[:nt], perm[nt:]
-    xtr, ytr = x[tr], y[tr]
-    parts = iid_partition(ytr, clients, rng) if alpha is None else dirichlet_partition(ytr, clients, alpha, rng)
-    return [(xtr[p], ytr[p]) for p in parts], (x[te], y[te])
+def _client_split(x, y, parts, rng, client_test_fraction):
+    train, tests = [], []
+    for p in parts:
+        p = rng.permutation(p)
+        nt = max(1, int(round(client_test_fraction * len(p)))) if client_test_fraction > 0 else 0
+        nt = min(nt, len(p) - 1)
+        tests.append((x[p[:nt]], y[p[:nt]]))
+        train.append((x[p[nt:]], y[p[nt:]]))
+    return train, tests
 
 
-def load_digits(clients: int = 5, alpha: float | None = 0.5, seed: int = 0, test_fraction: float = 0.2) -> FLData:
+def load_digits(clients: int = 5, alpha: float | None = 0.5, seed: int = 0, test_fraction: float = 0.2,
+                client_test_fraction: float = 0.2) -> FLData:
     """scikit-learn's bundled digits, split non-IID (Dirichlet ``alpha``; None = IID)."""
     try:
         from sklearn.datasets import load_digits as sk_digits
@@ -80,73 +115,168 @@ def load_digits(clients: int = 5, alpha: float | None = 0.5, seed: int = 0, test
     x = (d.images / 16.0).astype(np.float32)[:, None, :, :]
     y = d.target.astype(np.int64)
     rng = np.random.default_rng(seed)
-    cl, test = _split(x, y, clients, alpha, rng, test_fraction)
-    return FLData(cl, test, (1, 8, 8), 10, "digits")
+    perm = rng.permutation(len(y))
+    nt = max(1, int(test_fraction * len(y)))
+    te, tr = perm[:nt], perm[nt:]
+    xtr, ytr = x[tr], y[tr]
+    parts = iid_partition(ytr, clients, rng) if alpha is None else dirichlet_partition(ytr, clients, alpha, rng, 4)
+    train, tests = _client_split(xtr, ytr, parts, rng, client_test_fraction)
+    return FLData(train, (x[te], y[te]), (1, 8, 8), 10, "digits", tests)
 
 
-def load_leaf(directory: str, kind: str = "femnist", max_clients: int | None = None,
-              test_fraction: float = 0.1, seed: int = 0) -> FLData:
-    """LEAF JSON files in ``directory`` (every ``*.json``): one client per user."""
-    files = sorted(glob.glob(os.path.join(directory, "*.json")))
-    if not files:
-        raise ValueError(f"no LEAF *.json files in {directory!r}")
+# ----------------------------------------------------------------------------- LEAF
+def _read_leaf_files(files: list[str], split: str) -> dict[str, dict]:
     users: dict[str, dict] = {}
+    where: dict[str, str] = {}
     for f in files:
-        with open(f) as fh:
-            d = json.load(fh)
+        try:
+            with open(f) as fh:
+                d = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{f}: not valid JSON ({exc})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{f}: not a LEAF file (top level is not an object)")
         for key in ("users", "user_data"):
             if key not in d:
                 raise ValueError(f"{f}: not a LEAF file (missing {key!r})")
         for u in d["users"]:
+            if u in users:
+                raise ValueError(f"user {u!r} appears in two {split} files: {where[u]} and {f}")
+            if u not in d["user_data"]:
+                raise ValueError(f"{f}: user {u!r} is listed but has no user_data")
             users[u] = d["user_data"][u]
-    names = sorted(users)[:max_clients]
-    rng = np.random.default_rng(seed)
-    clients, tx, ty = [], [], []
-    for u in names:
-        x, y = _leaf_arrays(users[u], kind)
-        perm = rng.permutation(len(y))
-        nt = int(test_fraction * len(y))
-        tx.append(x[perm[:nt]])
-        ty.append(y[perm[:nt]])
-        clients.append((x[perm[nt:]], y[perm[nt:]]))
-    if kind == "femnist":
-        return FLData(clients, (np.concatenate(tx), np.concatenate(ty)), (1, 28, 28), 62, "femnist")
-    return FLData(clients, (np.concatenate(tx), np.concatenate(ty)), (80,), len(SHAKESPEARE_CHARS), "shakespeare")
+            where[u] = f
+    return users
 
 
-def _leaf_arrays(ud: dict, kind: str):
+def _leaf_arrays(ud: dict, kind: str, where: str):
+    if not isinstance(ud, dict) or "x" not in ud or "y" not in ud:
+        raise ValueError(f"{where}: user_data entries need 'x' and 'y'")
+    if len(ud["x"]) != len(ud["y"]):
+        raise ValueError(f"{where}: {len(ud['x'])} samples in x but {len(ud['y'])} labels in y")
     if kind == "femnist":
         x = np.asarray(ud["x"], dtype=np.float32)
+        if len(ud["x"]) == 0:
+            x = x.reshape(0, 784)
         if x.ndim != 2 or x.shape[1] != 784:
-            raise ValueError(f"FEMNIST samples must have 784 values, got shape {x.shape}")
-        return x.reshape(-1, 1, 28, 28), np.asarray(ud["y"], dtype=np.int64)
+            raise ValueError(f"{where}: FEMNIST samples must have 784 values, got shape {x.shape}")
+        y = np.asarray(ud["y"], dtype=np.int64)
+        _check_labels(y, 62, where)
+        return x.reshape(-1, 1, 28, 28), y
     if kind == "shakespeare":
         lut = {c: i for i, c in enumerate(SHAKESPEARE_CHARS)}
-        x = np.array([[lut.get(c, 0) for c in s] for s in ud["x"]], dtype=np.int64)
-        y = np.array([lut.get(c, 0) for c in ud["y"]], dtype=np.int64)
+
+        def enc(s):
+            bad = set(s) - lut.keys()
+            if bad:
+                raise ValueError(f"{where}: characters {sorted(bad)!r} are not in LEAF's 80-character set")
+            return [lut[c] for c in s]
+        if any(len(s) != 80 for s in ud["x"]):
+            raise ValueError(f"{where}: Shakespeare samples must be 80-character strings")
+        if any(len(s) != 1 for s in ud["y"]):
+            raise ValueError(f"{where}: Shakespeare labels must be single characters")
+        x = np.array([enc(s) for s in ud["x"]], dtype=np.int64).reshape(-1, 80)
+        y = np.array([enc(s)[0] for s in ud["y"]], dtype=np.int64)
         return x, y
     raise ValueError(f"unknown LEAF kind {kind!r}; choose femnist or shakespeare")
 
 
-def load_cifar10(directory: str, clients: int = 5, alpha: float | None = 0.5, seed: int = 0) -> FLData:
-    """CIFAR-10 python pickles from ``directory`` (``data_batch_*`` and ``test_batch``)."""
-    def read(path):
-        with open(path, "rb") as fh:
-            d = pickle.load(fh, encoding="bytes")
-        x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).astype(np.float32) / 255.0
-        return x, np.asarray(d[b"labels"], dtype=np.int64)
+def load_leaf(directory: str, kind: str = "femnist", max_clients: int | None = None,
+              test_fraction: float = 0.1, seed: int = 0) -> FLData:
+    """LEAF JSON in ``directory``: ``train/`` + ``test/`` (LEAF's split) or a flat folder."""
+    tr_dir, te_dir = os.path.join(directory, "train"), os.path.join(directory, "test")
+    split = os.path.isdir(tr_dir) and os.path.isdir(te_dir)
+    if split:
+        tr_files = sorted(glob.glob(os.path.join(tr_dir, "*.json")))
+        te_files = sorted(glob.glob(os.path.join(te_dir, "*.json")))
+        if not tr_files or not te_files:
+            raise ValueError(f"{directory!r}: LEAF train/ and test/ folders need *.json files")
+        train_users = _read_leaf_files(tr_files, "train")
+        test_users = _read_leaf_files(te_files, "test")
+    else:
+        files = sorted(glob.glob(os.path.join(directory, "*.json")))
+        if not files:
+            raise ValueError(f"no LEAF *.json files (or train/ and test/ folders) in {directory!r}")
+        train_users, test_users = _read_leaf_files(files, "data"), {}
+    names = sorted(train_users)[:max_clients]
+    rng = np.random.default_rng(seed)
+    clients, tests = [], []
+    for u in names:
+        x, y = _leaf_arrays(train_users[u], kind, f"user {u!r}")
+        if split:
+            tx, ty = (_leaf_arrays(test_users[u], kind, f"test user {u!r}") if u in test_users
+                      else (x[:0], y[:0]))
+        else:
+            perm = rng.permutation(len(y))
+            nt = int(test_fraction * len(y))
+            tx, ty, x, y = x[perm[:nt]], y[perm[:nt]], x[perm[nt:]], y[perm[nt:]]
+        clients.append((x, y))
+        tests.append((tx, ty))
+    if split:   # the central test set: every test user's data (also users without training data)
+        pool = [_leaf_arrays(test_users[u], kind, f"test user {u!r}") for u in sorted(test_users)
+                if u not in names] + tests
+    else:
+        pool = tests
+    test = (np.concatenate([t[0] for t in pool]), np.concatenate([t[1] for t in pool]))
+    if kind == "femnist":
+        return FLData(clients, test, (1, 28, 28), 62, "femnist", tests)
+    return FLData(clients, test, (80,), len(SHAKESPEARE_CHARS), "shakespeare", tests)
+
+
+# ----------------------------------------------------------------------------- CIFAR-10
+_NUMPY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                  ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+                  ("numpy._core.multiarray", "scalar")}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Admits NumPy arrays, dtypes and plain containers only; any other global is refused."""
+
+    def find_class(self, module, name):
+        if (module, name) in _NUMPY_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+
+def _read_cifar_batch(path: str):
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        d = _CifarUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a CIFAR-10 batch ({exc})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: not a CIFAR-10 batch (expected a dict)")
+    d = {(k.decode() if isinstance(k, bytes) else k): v for k, v in d.items()}
+    if "data" not in d or "labels" not in d:
+        raise ValueError(f"{path}: a CIFAR-10 batch needs 'data' and 'labels'")
+    data = np.asarray(d["data"])
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        raise ValueError(f"{path}: CIFAR-10 data must be uint8 of shape (n, 3072), got {data.dtype} {data.shape}")
+    y = np.asarray(d["labels"], dtype=np.int64)
+    if len(y) != len(data):
+        raise ValueError(f"{path}: {len(data)} images but {len(y)} labels")
+    _check_labels(y, 10, path)
+    return data.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0, y
+
+
+def load_cifar10(directory: str, clients: int = 5, alpha: float | None = 0.5, seed: int = 0,
+                 client_test_fraction: float = 0.2) -> FLData:
+    """CIFAR-10 python batches from ``directory`` (``data_batch_*`` and ``test_batch``)."""
     batches = sorted(glob.glob(os.path.join(directory, "data_batch_*")))
     test = os.path.join(directory, "test_batch")
     if not batches or not os.path.exists(test):
         raise ValueError(f"{directory!r} has no CIFAR-10 data_batch_* / test_batch files")
-    xs, ys = zip(*(read(b) for b in batches))
+    xs, ys = zip(*(_read_cifar_batch(b) for b in batches))
     x, y = np.concatenate(xs), np.concatenate(ys)
     rng = np.random.default_rng(seed)
-    parts = iid_partition(y, clients, rng) if alpha is None else dirichlet_partition(y, clients, alpha, rng)
-    return FLData([(x[p], y[p]) for p in parts], read(test), (3, 32, 32), 10, "cifar10")
+    parts = iid_partition(y, clients, rng) if alpha is None else dirichlet_partition(y, clients, alpha, rng, 4)
+    train, tests = _client_split(x, y, parts, rng, client_test_fraction)
+    return FLData(train, _read_cifar_batch(test), (3, 32, 32), 10, "cifar10", tests)
 
 
 def load_dataset(name: str, clients: int = 5, data_dir: str | None = None, seed: int = 0, alpha=0.5) -> FLData:
+    """``digits`` (bundled), ``femnist``/``shakespeare`` (LEAF folder) or ``cifar10`` (batches)."""
     if name == "digits":
         return load_digits(clients, alpha, seed)
     if name in ("femnist", "shakespeare"):
@@ -155,6 +285,80 @@ def load_dataset(name: str, clients: int = 5, data_dir: str | None = None, seed:
         return load_leaf(data_dir, name, max_clients=clients, seed=seed)
     if name == "cifar10":
         if not data_dir:
-            raise ValueError("cifar10 needs --data pointing at the CIFAR-10 python pickles")
+            raise ValueError("cifar10 needs --data pointing at the CIFAR-10 python batches")
         return load_cifar10(data_dir, clients, alpha, seed)
-    raise ValueError(f"unknown dataset {name!r}; choose digits, femnist, shakespeare or cifar10")
+    raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+
+
+# ----------------------------------------------------------------------------- generators
+def _write_leaf(directory: str, train: dict, test: dict) -> str:
+    for split, users in (("train", train), ("test", test)):
+        os.makedirs(os.path.join(directory, split), exist_ok=True)
+        names = sorted(users)
+        doc = {"users": names, "num_samples": [len(users[u]["y"]) for u in names], "user_data": users}
+        with open(os.path.join(directory, split, f"{split}_0.json"), "w") as fh:
+            json.dump(doc, fh)
+    return directory
+
+
+def write_femnist_like(directory: str, users: int = 10, samples: int = 120, seed: int = 0,
+                       test_fraction: float = 0.2) -> str:
+    """A LEAF FEMNIST-format folder (28x28 floats, labels 0-9 of the 62) from the bundled
+    digits, restyled per writer: each writer has its own shift, stroke weight, contrast and
+    a skewed digit mix.  Returns ``directory``."""
+    from sklearn.datasets import load_digits as sk_digits
+    d = sk_digits()
+    rng = np.random.default_rng(seed)
+    train, test = {}, {}
+    for w in range(users):
+        mix = rng.dirichlet(np.full(10, 1.0))
+        labels = rng.choice(10, samples, p=mix)
+        dy, dx = rng.integers(-2, 3, 2)
+        gamma, contrast = rng.uniform(0.6, 1.6), rng.uniform(0.7, 1.0)
+        xs = []
+        for lab in labels:
+            img = d.images[rng.choice(np.flatnonzero(d.target == lab))] / 16.0
+            big = np.kron(img, np.ones((3, 3)))                   # 24 x 24
+            canvas = np.zeros((28, 28))
+            canvas[2 + dy:26 + dy, 2 + dx:26 + dx] = big
+            canvas = contrast * canvas ** gamma + rng.normal(0, 0.05, canvas.shape)
+            xs.append(np.clip(canvas, 0, 1).ravel().round(3).tolist())
+        nt = max(1, int(test_fraction * samples))
+        name = f"f{w:04d}"
+        test[name] = {"x": xs[:nt], "y": labels[:nt].tolist()}
+        train[name] = {"x": xs[nt:], "y": labels[nt:].tolist()}
+    return _write_leaf(directory, train, test)
+
+
+_TEXT_MODULES = ("argparse", "collections", "json", "logging", "pathlib", "subprocess", "threading",
+                 "unittest", "email", "http", "asyncio", "datetime", "decimal", "fractions", "statistics")
+
+
+def write_shakespeare_like(directory: str, users: int = 6, samples: int = 200, seed: int = 0,
+                           test_fraction: float = 0.2, stride: int = 3) -> str:
+    """A LEAF Shakespeare-format folder (80-character windows, next character) from English
+    prose shipped with Python (module and function docstrings), one module per "role".
+    Characters outside LEAF's alphabet become spaces.  Returns ``directory``."""
+    import importlib
+    import inspect
+    lut = set(SHAKESPEARE_CHARS)
+    rng = np.random.default_rng(seed)
+    train, test = {}, {}
+    if users > len(_TEXT_MODULES):
+        raise ValueError(f"at most {len(_TEXT_MODULES)} users can be generated, got {users}")
+    for name in _TEXT_MODULES[:users]:
+        mod = importlib.import_module(name)
+        docs = [inspect.getdoc(mod) or ""] + [inspect.getdoc(v) or "" for _, v in sorted(vars(mod).items())
+                                              if callable(v) and getattr(v, "__module__", "") == name]
+        text = " ".join(" ".join(t.split()) for t in docs if t)
+        text = "".join(c if c in lut else " " for c in text)
+        starts = np.arange(0, max(0, len(text) - 81), stride)
+        if len(starts) < 10:
+            raise ValueError(f"module {name!r} has too little documentation text")
+        pick = np.sort(rng.choice(starts, min(samples, len(starts)), replace=False))
+        xs = [text[s:s + 80] for s in pick]
+        ys = [text[s + 80] for s in pick]
+        nt = max(1, int(test_fraction * len(xs)))
+        test[name] = {"x": xs[-nt:], "y": ys[-nt:]}
+        train[name] = {"x": xs[:-nt], "y": ys[:-nt]}
+    return _write_leaf(directory, train, test)

@@ -1,52 +1,96 @@
 """Neuron-selection policies: which units a straggler's sub-model keeps.
 
-All policies share :class:`DropoutPolicy`: ``masks(p, groups, rng)`` returns
-``{layer: keep mask}``; ``observe(global_state, client_states)`` feeds the weights the
-non-stragglers returned this round (only Invariant Dropout uses them).
+Every policy drops exactly :func:`drop_count` ``= n - int(p n)`` units of an ``n``-unit
+layer at keep fraction ``p`` (at least one unit is kept), as FLuID's code does for all of
+its methods, so the methods differ only in *which* units they drop.
 
-* :class:`InvariantDropout` (FLuID): drop neurons whose weights barely change on the
-  non-stragglers (see :mod:`cosearch._kernels.magnitude` for the test and the score).
-  The threshold starts at the least-changing neuron's score per layer and grows by
-  ``growth`` until ``n - int(p n)`` neurons are invariant; drop preference: neurons
-  dropped last round that are still invariant, then other invariant ones (least change
-  first), then a random fill.  At least one neuron is kept.
-* :class:`OrderedDropout` (FjORD): keep the first ``ceil(p n)`` units.
-* :class:`RandomDropout` (Federated Dropout): keep a random ``max(1, int(p n))`` units.
+* :class:`InvariantDropout` (FLuID, NeurIPS 2023): drop neurons whose weights barely change
+  on the non-stragglers.  An element is invariant at threshold ``th`` when its relative
+  change ``|w_k - w| / |w|`` is ``<= th`` on at least ``quorum`` (75%) of the
+  non-stragglers; a neuron is invariant when all its incoming weights, its bias and its
+  outgoing weights are (:mod:`cosearch._kernels.magnitude`).
+
+  ``threshold="fluid"`` (default) follows FLuID's servers: the threshold is calibrated from
+  the non-stragglers' updates in rounds 2 and 3 (round 2: the smallest, over neurons, of a
+  neuron's largest relative change; round 3: the mean of that value and the new smallest),
+  then kept, and grown additively late in training (:class:`ThresholdSchedule`; growth
+  stops for good once its layer has enough invariant neurons).  Drop order per layer:
+  neurons this straggler dropped last round that are still invariant; then the other
+  invariant neurons; then a random fill; when a class has more candidates than needed, a
+  random sample of it is dropped.
+  ``threshold="adaptive"`` is cosearch 0.1's rule, kept for comparison: every round the
+  threshold restarts at the least-changing neuron's score and is multiplied by ``growth``
+  until enough neurons are invariant; invariant neurons are then dropped least-change first.
+* :class:`OrderedDropout` (FjORD): keep the first ``n - drop_count`` units.
+* :class:`RandomDropout` (Federated Dropout): keep a random ``n - drop_count`` units.
 * :class:`NoDropout`: keep everything (FedAvg with the full model).
+
+Policies separate queries from updates: ``masks(p, groups, rng, client)`` and
+``invariant(layer)`` never change the policy; ``observe(round, global_state,
+client_states, groups)`` (the non-stragglers' accepted weights) and ``record(client,
+masks)`` (what a straggler was sent) are the explicit update steps.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from .._validate import choice, positive_float, positive_int
 from .submodel import Group
 
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout",
-           "neuron_index", "flatten_state", "neuron_scores_numpy", "policy"]
+           "ThresholdSchedule", "FLUID_SCHEDULES", "drop_count", "neuron_index", "flatten_state",
+           "neuron_scores_numpy", "policy", "METHODS"]
+
+#: Method names accepted by :func:`policy` (``invariant-adaptive``: the 0.1 threshold rule).
+METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none")
 
 
 def _check_p(p: float) -> float:
-    if not (0.0 < float(p) <= 1.0):
+    try:
+        f = float(p)
+    except (TypeError, ValueError):
+        raise ValueError(f"kept fraction p must be in (0, 1], got {p!r}") from None
+    if not (0.0 < f <= 1.0):
         raise ValueError(f"kept fraction p must be in (0, 1], got {p!r}")
-    return float(p)
+    return f
+
+
+def drop_count(p: float, n: int) -> int:
+    """Units dropped from an ``n``-unit layer at keep fraction ``p``: ``n - int(p n)``
+    (FLuID's ``numToDrop``; a 1e-9 guard keeps ``0.85 * 20`` at 17), at most ``n - 1``."""
+    p = _check_p(p)
+    return min(n - int(p * n + 1e-9), n - 1)
 
 
 class DropoutPolicy:
+    """Interface shared by the dropout methods (see the module docstring)."""
+
     name = "base"
 
-    def observe(self, global_state: dict, client_states: list[dict]) -> None:
-        """Record the non-stragglers' returned weights (ignored by most policies)."""
+    def observe(self, round: int, global_state: dict, client_states: list[dict], groups: list[Group]) -> None:
+        """Update step: the full-model weights the non-stragglers returned this round."""
 
-    def masks(self, p: float, groups: list[Group], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def record(self, client: int, masks: dict[str, np.ndarray]) -> None:
+        """Update step: ``client`` was sent the sub-model ``masks`` this round."""
+
+    def masks(self, p: float, groups: list[Group], rng: np.random.Generator,
+              client: int | None = None) -> dict[str, np.ndarray]:
+        """Query: ``{layer: keep mask}`` for a straggler at keep fraction ``p``."""
         raise NotImplementedError
+
+    def state(self) -> dict:
+        """Scalars worth logging per round (thresholds, invariant counts)."""
+        return {}
 
 
 class NoDropout(DropoutPolicy):
     name = "none"
 
-    def masks(self, p, groups, rng):
+    def masks(self, p, groups, rng, client=None):
         _check_p(p)
         return {g.name: np.ones(g.units, dtype=bool) for g in groups}
 
@@ -54,12 +98,11 @@ class NoDropout(DropoutPolicy):
 class OrderedDropout(DropoutPolicy):
     name = "ordered"
 
-    def masks(self, p, groups, rng):
-        p = _check_p(p)
+    def masks(self, p, groups, rng, client=None):
         out = {}
         for g in groups:
             m = np.zeros(g.units, dtype=bool)
-            m[: max(1, math.ceil(p * g.units - 1e-9))] = True
+            m[: g.units - drop_count(p, g.units)] = True
             out[g.name] = m
         return out
 
@@ -67,29 +110,80 @@ class OrderedDropout(DropoutPolicy):
 class RandomDropout(DropoutPolicy):
     name = "random"
 
-    def masks(self, p, groups, rng):
-        p = _check_p(p)
+    def masks(self, p, groups, rng, client=None):
         out = {}
         for g in groups:
-            m = np.zeros(g.units, dtype=bool)
-            m[rng.choice(g.units, size=max(1, int(p * g.units)), replace=False)] = True
+            m = np.ones(g.units, dtype=bool)
+            m[rng.choice(g.units, size=drop_count(p, g.units), replace=False)] = False
             out[g.name] = m
         return out
 
 
+@dataclass(frozen=True)
+class ThresholdSchedule:
+    """How FLuID's invariance threshold is calibrated and grown.
+
+    ``scope``: ``"first"`` — one threshold, calibrated on the first droppable layer (FLuID's
+    FEMNIST server); ``"mean"`` — one threshold, the mean of the layers' calibration values
+    (Shakespeare: its two LSTM layers); ``"per_layer"`` — one threshold per layer (CIFAR-10).
+    ``calibration_start``: the first of the two observed rounds whose updates set the
+    threshold (FLuID: rounds 2 and 3).
+    ``growth_after``: growth starts after this fraction of the run's rounds;
+    every ``growth_period`` rounds the threshold grows by ``growth_step`` until its layer has
+    enough invariant neurons.  ``initial``: the value before calibration.
+
+    FLuID's values (iwang05/FLuID servers): FEMNIST 250 rounds, +0.01 every 10 rounds after
+    round 125; CIFAR-10 35 rounds, +0.2 every 2 rounds after round 10, per layer;
+    Shakespeare 60 rounds, +1.0 every 3 rounds after round 20 (:data:`FLUID_SCHEDULES`).
+    """
+
+    scope: str = "first"
+    growth_after: float = 0.5
+    growth_period: int = 10
+    growth_step: float = 0.01
+    initial: float = 0.1
+    calibration_start: int = 2
+
+    def __post_init__(self):
+        choice("scope", self.scope, ("first", "mean", "per_layer"))
+        if not (0.0 <= float(self.growth_after) <= 1.0):
+            raise ValueError(f"growth_after is a fraction of the rounds in [0, 1], got {self.growth_after!r}")
+        positive_int("growth_period", self.growth_period)
+        positive_float("growth_step", self.growth_step)
+        positive_float("initial", self.initial)
+        positive_int("calibration_start", self.calibration_start)
+
+    def start_round(self, total_rounds: int | None) -> float:
+        """Growth applies in rounds strictly after this one (never when the total is unknown)."""
+        return math.inf if total_rounds is None else self.growth_after * total_rounds
+
+    @classmethod
+    def for_dataset(cls, name: str) -> ThresholdSchedule:
+        """FLuID's schedule for ``femnist``, ``cifar10`` or ``shakespeare``; FEMNIST's otherwise."""
+        return FLUID_SCHEDULES.get(name, FLUID_SCHEDULES["femnist"])
+
+
+FLUID_SCHEDULES = {
+    "femnist": ThresholdSchedule("first", 125 / 250, 10, 0.01, 0.1),
+    "cifar10": ThresholdSchedule("per_layer", 10 / 35, 2, 0.2, 1.5),
+    "shakespeare": ThresholdSchedule("mean", 20 / 60, 3, 1.0, 30.0),
+}
+
+
 def flatten_state(state: dict, names: list[str]) -> np.ndarray:
-    return np.concatenate([state[n].detach().cpu().numpy().astype(np.float32).ravel() for n in names])
+    return np.concatenate([np.asarray(state[n].detach().cpu().numpy() if hasattr(state[n], "detach")
+                                      else state[n], dtype=np.float32).ravel() for n in names])
 
 
 def neuron_index(state: dict, groups: list[Group]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(param names, nin, nout, group offsets): element -> neuron it enters (axis-0
     slices) / leaves (axis-1 slices), -1 for none, over the flattened params."""
     names = sorted({s.name for g in groups for s in g.slices})
-    sizes = [int(np.prod(state[n].shape)) for n in names]
-    starts = np.concatenate([[0], np.cumsum(sizes)])
+    sizes = [int(np.prod(tuple(state[n].shape))) for n in names]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     nin = np.full(starts[-1], -1, dtype=np.int64)
     nout = np.full(starts[-1], -1, dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum([g.units for g in groups])])
+    offsets = np.concatenate([[0], np.cumsum([g.units for g in groups])]).astype(np.int64)
     for gi, g in enumerate(groups):
         for s in g.slices:
             k = names.index(s.name)
@@ -110,97 +204,193 @@ def neuron_index(state: dict, groups: list[Group]) -> tuple[list[str], np.ndarra
 
 
 def neuron_scores_numpy(w, wk, quorum, eps, nin, nout, n_neurons):
-    """NumPy reference of the magnitude kernel (same definition)."""
+    """NumPy version of :func:`cosearch._kernels.magnitude.neuron_scores` (same definition,
+    written with partition/maximum.at): the benchmark's NumPy reference."""
     rel = np.abs(wk - w[None, :]) / (np.abs(w)[None, :] + eps)
     q = np.partition(rel, quorum - 1, axis=0)[quorum - 1].astype(np.float32)
-    out = np.zeros(n_neurons, dtype=np.float32)
-    a = nin >= 0
-    np.maximum.at(out, nin[a], q[a])
-    b = nout >= 0
-    np.maximum.at(out, nout[b], q[b])
+    mx = rel.max(axis=0).astype(np.float32)
+    out = np.zeros((2, n_neurons), dtype=np.float32)
+    for row, v in ((0, q), (1, mx)):
+        for idx in (nin, nout):
+            a = idx >= 0
+            np.maximum.at(out[row], idx[a], v[a])
     return out
 
 
 class InvariantDropout(DropoutPolicy):
-    """FLuID's Invariant Dropout (see module docstring)."""
+    """FLuID's Invariant Dropout (see the module docstring).
+
+    ``schedule``: a :class:`ThresholdSchedule` or a dataset name (FLuID's values);
+    ``total_rounds``: the run's length, which places the growth phase.
+    """
 
     name = "invariant"
 
-    def __init__(self, quorum: float = 0.75, eps: float = 1e-8, growth: float = 1.5, max_steps: int = 200):
+    def __init__(self, threshold: str = "fluid", schedule: ThresholdSchedule | str = "femnist",
+                 total_rounds: int | None = None, quorum: float = 0.75, eps: float = 1e-12,
+                 growth: float = 1.5, max_steps: int = 200):
+        choice("threshold", threshold, ("fluid", "adaptive"))
         if not (0.0 < quorum <= 1.0):
             raise ValueError(f"quorum must be in (0, 1], got {quorum!r}")
         if growth <= 1.0:
             raise ValueError(f"growth must be > 1, got {growth!r}")
+        if isinstance(schedule, str):
+            schedule = ThresholdSchedule.for_dataset(schedule)
+        if not isinstance(schedule, ThresholdSchedule):
+            raise ValueError(f"schedule must be a ThresholdSchedule or a dataset name, got {schedule!r}")
+        self.rule, self.schedule = threshold, schedule
+        self.total_rounds = None if total_rounds is None else positive_int("total_rounds", total_rounds)
         self.quorum, self.eps, self.growth, self.max_steps = quorum, eps, growth, max_steps
-        self.scores: dict[str, np.ndarray] | None = None
+        if threshold == "adaptive":
+            self.name = "invariant-adaptive"
+        self.scores: dict[str, np.ndarray] | None = None       # quorum scores per layer
+        self.max_scores: dict[str, np.ndarray] | None = None   # largest change per neuron
         self.thresholds: dict[str, float] = {}
-        self.invariant_counts: dict[str, int] = {}
-        self.last_dropped: dict[str, np.ndarray] = {}
+        self.stopped: dict[str, bool] = {}
+        self.last_dropped: dict = {}
+        self._counter = 0
+        self._calibrated = 0
         self._index = None
 
-    def observe(self, global_state, client_states):
+    # ------------------------------------------------------------------ updates
+    def _score(self, global_state, client_states, groups):
+        from .._kernels.magnitude import neuron_scores
+        key = [g.name for g in groups]
+        if self._index is None or self._index[0] != key:
+            self._index = (key, *neuron_index(global_state, groups))
+        _, names, nin, nout, offsets = self._index
+        w = flatten_state(global_state, names)
+        wk = np.stack([flatten_state(s, names) for s in client_states])
+        q = max(1, math.ceil(self.quorum * len(client_states) - 1e-9))
+        sc = neuron_scores(w, wk, q, np.float32(self.eps), nin, nout, int(offsets[-1]))
+        self.scores = {g.name: sc[0, offsets[i]:offsets[i + 1]] for i, g in enumerate(groups)}
+        self.max_scores = {g.name: sc[1, offsets[i]:offsets[i + 1]] for i, g in enumerate(groups)}
+
+    def _calibration_values(self, groups) -> dict[str, float]:
+        mins = {g.name: float(self.max_scores[g.name].min()) for g in groups}
+        scope = self.schedule.scope
+        if scope == "per_layer":
+            return mins
+        v = mins[groups[0].name] if scope == "first" else float(np.mean(list(mins.values())))
+        return {g.name: v for g in groups}
+
+    def observe(self, round, global_state, client_states, groups):
+        """Score this round's non-straggler updates; calibrate and grow the threshold."""
         if not client_states:
             return
-        self._pending = (global_state, client_states)
-        self.scores = None  # computed lazily against the groups
+        self._score(global_state, client_states, groups)
+        for g in groups:
+            self.thresholds.setdefault(g.name, self.schedule.initial)
+            self.stopped.setdefault(g.name, False)
+        if self.rule != "fluid":
+            return
+        if round > self.schedule.start_round(self.total_rounds) and not all(self.stopped.values()):
+            self._counter += 1
+            if self._counter >= self.schedule.growth_period:
+                self._counter = 0
+                for g in groups:
+                    if not self.stopped[g.name]:
+                        self.thresholds[g.name] += self.schedule.growth_step
+        if self._calibrated < 2 and round >= self.schedule.calibration_start:
+            vals = self._calibration_values(groups)
+            for k, v in vals.items():
+                self.thresholds[k] = v if self._calibrated == 0 else 0.5 * (self.thresholds[k] + v)
+            self._calibrated += 1
 
-    def _compute(self, groups):
-        from .._kernels.magnitude import neuron_scores
-        gstate, cstates = self._pending
-        if self._index is None or self._index[0] != [g.name for g in groups]:
-            self._index = ([g.name for g in groups], *neuron_index(gstate, groups))
-        _, names, nin, nout, offsets = self._index
-        w = flatten_state(gstate, names)
-        wk = np.stack([flatten_state(s, names) for s in cstates])
-        q = max(1, math.ceil(self.quorum * len(cstates) - 1e-9))
-        sc = neuron_scores(w, wk, q, np.float32(self.eps), nin, nout, int(offsets[-1]))
-        self.scores = {g.name: sc[offsets[i]:offsets[i + 1]] for i, g in enumerate(groups)}
+    def record(self, client, masks):
+        """Remember what ``client`` dropped (preferred next time) and stop the growth of a
+        threshold once its layer had enough invariant neurons to fill the drop."""
+        self.last_dropped[client] = {k: ~np.asarray(v, dtype=bool) for k, v in masks.items()}
+        if self.scores is None or self.rule != "fluid":
+            return
+        enough = {k: int(self.invariant(k).sum()) >= int((~np.asarray(v)).sum()) for k, v in masks.items()
+                  if k in self.scores}
+        if not enough:
+            return
+        scope = self.schedule.scope
+        if scope == "per_layer":
+            for k, ok in enough.items():
+                self.stopped[k] = self.stopped[k] or ok
+        else:
+            key = next(iter(self.scores))
+            ok = enough.get(key, False) if scope == "first" else all(enough.values())
+            if ok:
+                for k in self.stopped:
+                    self.stopped[k] = True
 
-    def invariant(self, layer: str, th: float) -> np.ndarray:
-        """Neurons of ``layer`` invariant at threshold ``th`` (scores from the last observe)."""
+    # ------------------------------------------------------------------ queries
+    def invariant(self, layer: str, threshold: float | None = None) -> np.ndarray:
+        """Invariant neurons of ``layer`` at ``threshold`` (default: the current one)."""
+        if self.scores is None:
+            raise ValueError("no non-straggler updates observed yet")
+        th = self.thresholds[layer] if threshold is None else threshold
         return self.scores[layer] <= th
 
-    def masks(self, p, groups, rng):
-        p = _check_p(p)
-        if getattr(self, "_pending", None) is not None and self.scores is None:
-            self._compute(groups)
+    def _adaptive_threshold(self, sc: np.ndarray, k: int) -> float:
+        th = float(sc.min())
+        steps = 0
+        while (sc <= th).sum() < k and steps < self.max_steps:
+            th = th * self.growth if th > 0 else float(np.min(sc[sc > 0], initial=1e-12))
+            steps += 1
+        return th
+
+    def masks(self, p, groups, rng, client=None):
         out = {}
+        prev_all = self.last_dropped.get(client, {})
         for g in groups:
             n = g.units
-            drop_n = min(n - max(1, int(p * n)), n - 1)
+            k = drop_count(p, n)
             keep = np.ones(n, dtype=bool)
-            if drop_n <= 0:
-                out[g.name] = keep
-                continue
-            if self.scores is None:  # nothing observed yet: random fill
-                keep[rng.choice(n, drop_n, replace=False)] = False
-                out[g.name] = keep
-                continue
-            sc = self.scores[g.name]
-            th = float(sc.min())
-            steps = 0
-            while (sc <= th).sum() < drop_n and steps < self.max_steps:
-                th = th * self.growth if th > 0 else float(np.min(sc[sc > 0], initial=1e-12))
-                steps += 1
-            inv = sc <= th
-            self.thresholds[g.name] = th
-            self.invariant_counts[g.name] = int(inv.sum())
-            prev = self.last_dropped.get(g.name, np.zeros(n, dtype=bool))
-            first = np.flatnonzero(prev & inv)
-            second = np.flatnonzero(~prev & inv)
-            second = second[np.argsort(sc[second], kind="stable")]
-            chosen = list(first[:drop_n]) + list(second[: max(0, drop_n - len(first))])
-            if len(chosen) < drop_n:
-                rest = np.setdiff1d(np.arange(n), chosen)
-                chosen += list(rng.choice(rest, drop_n - len(chosen), replace=False))
-            keep[np.array(chosen[:drop_n], dtype=np.int64)] = False
-            self.last_dropped[g.name] = ~keep
+            if k > 0 and self.scores is None:        # nothing observed yet: random fill
+                keep[rng.choice(n, k, replace=False)] = False
+            elif k > 0:
+                sc = self.scores[g.name]
+                prev = prev_all.get(g.name, np.zeros(n, dtype=bool))
+                if self.rule == "adaptive":
+                    inv = sc <= self._adaptive_threshold(sc, k)
+                    first = np.flatnonzero(prev & inv)
+                    second = np.flatnonzero(~prev & inv)
+                    order = np.concatenate([first, second[np.argsort(sc[second], kind="stable")]])
+                    chosen = order[:k]
+                    if len(chosen) < k:
+                        rest = np.setdiff1d(np.arange(n), chosen)
+                        chosen = np.concatenate([chosen, rng.choice(rest, k - len(chosen), replace=False)])
+                else:
+                    inv = self.invariant(g.name)
+                    chosen = _fluid_drop(prev & inv, inv, k, rng)
+                keep[chosen] = False
             out[g.name] = keep
         return out
 
+    def state(self):
+        if self.scores is None:
+            return {}
+        out = {"invariant_counts": {k: int(self.invariant(k).sum()) for k in self.scores}}
+        if self.rule == "fluid":
+            out["thresholds"] = {k: float(v) for k, v in self.thresholds.items()}
+        return out
+
+
+def _fluid_drop(preferred: np.ndarray, invariant: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """FLuID's drop order: a sample of ``preferred`` if it holds ``k``; else all of it plus
+    a sample of the other invariant neurons; else every invariant neuron plus a random fill."""
+    pref = np.flatnonzero(preferred)
+    if len(pref) >= k:
+        return rng.choice(pref, k, replace=False)
+    inv = np.flatnonzero(invariant)
+    if len(inv) >= k:
+        others = np.setdiff1d(inv, pref)
+        return np.concatenate([pref, rng.choice(others, k - len(pref), replace=False)])
+    rest = np.flatnonzero(~invariant)
+    return np.concatenate([inv, rng.choice(rest, k - len(inv), replace=False)])
+
 
 def policy(name: str, **kw) -> DropoutPolicy:
-    table = {"invariant": InvariantDropout, "ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout}
-    if name not in table:
-        raise ValueError(f"unknown dropout method {name!r}; choose one of {sorted(table)}")
-    return table[name](**kw)
+    """A dropout policy by name (:data:`METHODS`); keyword arguments go to its constructor."""
+    choice("method", name, METHODS)
+    if name == "invariant":
+        return InvariantDropout(**kw)
+    if name == "invariant-adaptive":
+        return InvariantDropout(threshold="adaptive", **kw)
+    table = {"ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout}
+    return table[name]()

@@ -1,80 +1,277 @@
-"""Client latency profiles, straggler detection and the kept fraction per straggler.
+"""Client device and time model, straggler detection, and each straggler's keep fraction.
 
-The server records each client's round duration and the kept fraction ``p`` it ran
-with, and estimates its full-model time as ``duration / p`` (latency model t(p) = p t(1)).
-Stragglers are the slowest client (or the slowest ``fraction`` of clients).  The target
-is the slowest non-straggler's full-model time; a straggler gets the smallest allowed
-width ``>= target / its full time``.  A new straggler set is adopted only when another
-client has become slower, and after a swap the selection is frozen for one round
-(hysteresis).
+**Keep fraction** (FLuID's servers, iwang05/FLuID): with ``ratio = target / straggler`` time,
+the sub-model keeps ``0.95`` if ratio >= 0.9, ``0.85`` if >= 0.8, ``0.75`` if >= 0.7,
+``0.65`` if >= 0.6, else ``0.5`` (:func:`fluid_keep_fraction`).  ``rule="ceil"`` keeps
+cosearch 0.1's rule (the smallest allowed width >= ratio, :func:`choose_width`).
+
+**Stragglers** (:class:`StragglerProfiler`): each client's full-model time is estimated as
+``duration / keep``.  After the first ``start_round`` (FLuID: 2) the slowest client (or
+the slowest ``fraction`` of them) becomes a straggler and gets its keep fraction against the
+slowest non-straggler (the target).  Later, when a non-straggler is slower than a
+straggler's full-model estimate, the two swap and keep fractions are recomputed; after a
+swap the set is frozen for one round (FLuID's ``JustUpdatedStrag``).  ``readapt=True``
+recomputes every straggler's keep fraction every round instead of only on a change.
+Dropout therefore starts in round 3, as in FLuID.
+
+**Device model** (:class:`ClientProfile`): a round costs
+``2 latency + bytes / downlink + training FLOPs / FLOP/s + bytes / uplink``, times
+log-normal noise with coefficient of variation ``noise_cv``; a sub-model's time follows its
+own FLOPs (:func:`training_flops`) and bytes.  The presets of :func:`device_profiles` are
+illustrative orders of magnitude, not measurements.  :class:`TraceProfile` replays measured full-model round times
+from a CSV (``client,round,seconds``) and scales a sub-model's time by its FLOP ratio.
 """
 
 from __future__ import annotations
 
+import csv
 import math
+import os
+from dataclasses import dataclass
 
-__all__ = ["StragglerProfiler", "choose_width"]
+import numpy as np
+
+from .._validate import nonneg_float, positive_float, positive_int
+
+__all__ = ["StragglerProfiler", "fluid_keep_fraction", "choose_width", "ClientProfile", "TraceProfile",
+           "device_profiles", "training_flops", "model_bytes", "DEFAULT_WIDTHS", "FLUID_BUCKETS"]
 
 DEFAULT_WIDTHS = (0.5, 0.65, 0.75, 0.85, 0.95)
+#: (lower bound of target/straggler time ratio, keep fraction), FLuID's servers.
+FLUID_BUCKETS = ((0.9, 0.95), (0.8, 0.85), (0.7, 0.75), (0.6, 0.65))
+FLUID_FLOOR = 0.5
+
+
+def fluid_keep_fraction(ratio: float) -> float:
+    """FLuID's bucket for ``ratio = target time / straggler time``."""
+    r = float(ratio)
+    if not math.isfinite(r) or r <= 0:
+        raise ValueError(f"time ratio must be a positive finite number, got {ratio!r}")
+    for lo, keep in FLUID_BUCKETS:
+        if r >= lo:
+            return keep
+    return FLUID_FLOOR
 
 
 def choose_width(ratio: float, widths=DEFAULT_WIDTHS) -> float:
-    """Smallest allowed width >= ratio (1.0 if ratio > max width, min width if below all)."""
-    ws = sorted(widths)
+    """cosearch 0.1's rule: the smallest allowed width >= ratio (1.0 above every width)."""
     if ratio >= 1.0:
         return 1.0
-    for w in ws:
+    for w in sorted(widths):
         if w >= ratio - 1e-12:
             return w
     return 1.0
 
 
 class StragglerProfiler:
-    def __init__(self, num_clients: int, widths=DEFAULT_WIDTHS, fraction: float | None = None,
-                 hysteresis: bool = True):
-        if num_clients < 2:
-            raise ValueError(f"need at least 2 clients to have stragglers, got {num_clients}")
+    """Straggler set and keep fractions from observed round durations (module docstring).
+
+    ``observe(round, durations, keep)`` is the update step; ``keep_fractions()`` and
+    ``stragglers`` are queries that never change the profiler.
+    """
+
+    def __init__(self, num_clients: int, *, fraction: float | None = None, rule: str = "fluid",
+                 widths=DEFAULT_WIDTHS, start_round: int = 2, hysteresis: bool = True, readapt: bool = False):
+        if not isinstance(num_clients, int) or num_clients < 2:
+            raise ValueError(f"need at least 2 clients to have stragglers, got {num_clients!r}")
         for w in widths:
             if not (0.0 < w <= 1.0):
                 raise ValueError(f"widths must lie in (0, 1], got {w!r}")
         if fraction is not None and not (0.0 < fraction < 1.0):
-            raise ValueError(f"fraction must be in (0, 1), got {fraction!r}")
-        self.n, self.widths, self.fraction, self.hysteresis = num_clients, tuple(widths), fraction, hysteresis
+            raise ValueError(f"straggler fraction must be in (0, 1), got {fraction!r}")
+        if rule not in ("fluid", "ceil"):
+            raise ValueError(f"rule={rule!r}; choose 'fluid' or 'ceil'")
+        self.n, self.fraction, self.rule, self.widths = num_clients, fraction, rule, tuple(widths)
+        self.start_round = positive_int("start_round", start_round)
+        self.hysteresis, self.readapt = hysteresis, readapt
         self.full_time: dict[int, float] = {}
-        self.stragglers: list[int] = []
+        self._stragglers: list[int] = []
+        self._keep: dict[int, float] = {}
         self._frozen = 0
 
-    def observe(self, durations: dict[int, float], p_used: dict[int, float]) -> None:
-        for c, d in durations.items():
-            if not (d > 0 and math.isfinite(d)):
-                raise ValueError(f"client {c} reported a non-positive round time {d!r}")
-            self.full_time[c] = d / p_used.get(c, 1.0)
+    @property
+    def stragglers(self) -> list[int]:
+        return list(self._stragglers)
 
     def _count(self) -> int:
-        return 1 if self.fraction is None else max(1, int(round(self.fraction * self.n)))
+        k = 1 if self.fraction is None else max(1, int(self.fraction * self.n))
+        return min(k, self.n - 1)
 
-    def plan(self) -> dict[int, float]:
-        """Kept fraction per client for the next round (1.0 for non-stragglers)."""
-        if len(self.full_time) < self.n:
-            return {c: 1.0 for c in range(self.n)}
-        ranked = sorted(self.full_time, key=lambda c: -self.full_time[c])
-        k = min(self._count(), self.n - 1)
-        candidate = ranked[:k]
-        if not self.stragglers:
-            self.stragglers = candidate
-        elif set(candidate) != set(self.stragglers):
-            if self._frozen > 0:
-                self._frozen -= 1
-            else:
-                slowest_current = min(self.full_time[c] for c in self.stragglers)
-                if any(self.full_time[c] > slowest_current for c in candidate if c not in self.stragglers):
-                    self.stragglers = candidate
-                    self._frozen = 1 if self.hysteresis else 0
-        else:
-            self._frozen = max(0, self._frozen - 1)
-        others = [c for c in range(self.n) if c not in self.stragglers]
+    def _bucket(self, ratio: float) -> float:
+        return fluid_keep_fraction(ratio) if self.rule == "fluid" else choose_width(ratio, self.widths)
+
+    def _assign(self) -> None:
+        others = [c for c in self.full_time if c not in self._stragglers]
+        if not others:
+            return
         target = max(self.full_time[c] for c in others)
-        out = {c: 1.0 for c in range(self.n)}
-        for c in self.stragglers:
-            out[c] = choose_width(target / self.full_time[c], self.widths)
-        return out
+        self._keep = {c: self._bucket(min(1.0, target / self.full_time[c])) for c in self._stragglers}
+
+    def observe(self, round: int, durations: dict[int, float], keep: dict[int, float]) -> None:
+        """Record round ``round``'s durations (seconds) of clients that ran at ``keep``."""
+        for c, d in durations.items():
+            if not (isinstance(d, (int, float)) and math.isfinite(d) and d > 0):
+                raise ValueError(f"client {c} reported round time {d!r}; it must be a positive finite number")
+            self.full_time[c] = float(d) / float(keep.get(c, 1.0))
+        if round < self.start_round or len(self.full_time) < 2:
+            return
+        if not self._stragglers:
+            ranked = sorted(self.full_time, key=lambda c: -self.full_time[c])
+            self._stragglers = ranked[:self._count()]
+            self._assign()
+            return
+        if self._frozen > 0:
+            self._frozen -= 1
+            if self.readapt:
+                self._assign()
+            return
+        others = [c for c in self.full_time if c not in self._stragglers]
+        changed = False
+        while others:
+            slow = max(others, key=lambda c: self.full_time[c])
+            fast = min(self._stragglers, key=lambda c: self.full_time[c])
+            if self.full_time[slow] <= self.full_time[fast]:
+                break
+            self._stragglers[self._stragglers.index(fast)] = slow
+            others[others.index(slow)] = fast
+            changed = True
+        if changed:
+            self._frozen = 1 if self.hysteresis else 0
+        if changed or self.readapt:
+            self._assign()
+
+    def keep_fractions(self) -> dict[int, float]:
+        """Keep fraction per straggler for the next round (clients not listed run the full model)."""
+        return dict(self._keep)
+
+
+# ----------------------------------------------------------------------------- device model
+@dataclass(frozen=True)
+class ClientProfile:
+    """A client device: achieved training FLOP/s, link bandwidths (bytes/s), one-way
+    latency (s) and the coefficient of variation of per-round log-normal noise."""
+
+    flops_per_s: float
+    downlink_Bps: float
+    uplink_Bps: float
+    latency_s: float = 0.05
+    noise_cv: float = 0.0
+    name: str = ""
+
+    def __post_init__(self):
+        positive_float("flops_per_s", self.flops_per_s)
+        positive_float("downlink_Bps", self.downlink_Bps)
+        positive_float("uplink_Bps", self.uplink_Bps)
+        nonneg_float("latency_s", self.latency_s)
+        nonneg_float("noise_cv", self.noise_cv)
+
+    def round_time_s(self, train_flops: float, nbytes: float, rng: np.random.Generator | None = None,
+                     client: int = 0, round: int = 0) -> float:
+        t = (2 * self.latency_s + nbytes / self.downlink_Bps + train_flops / self.flops_per_s
+             + nbytes / self.uplink_Bps)
+        if self.noise_cv > 0 and rng is not None:
+            s = math.sqrt(math.log1p(self.noise_cv ** 2))
+            t *= float(rng.lognormal(-0.5 * s * s, s))
+        return t
+
+
+class TraceProfile:
+    """Measured full-model round times ``seconds[client, round]`` from a CSV with columns
+    ``client,round,seconds`` (rounds from 1; a missing round repeats the client's last one).
+    A sub-model's time is the full time scaled by ``sub FLOPs / full FLOPs``."""
+
+    def __init__(self, seconds: dict[tuple[int, int], float]):
+        if not seconds:
+            raise ValueError("a trace needs at least one (client, round, seconds) row")
+        self.seconds = dict(seconds)
+        self.clients = sorted({c for c, _ in seconds})
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike) -> TraceProfile:
+        out: dict[tuple[int, int], float] = {}
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            need = {"client", "round", "seconds"}
+            if reader.fieldnames is None or not need <= set(reader.fieldnames):
+                raise ValueError(f"{path}: a trace CSV needs the columns client,round,seconds; "
+                                 f"got {reader.fieldnames}")
+            for i, row in enumerate(reader, start=2):
+                try:
+                    c, r, s = int(row["client"]), int(row["round"]), float(row["seconds"])
+                except (TypeError, ValueError):
+                    raise ValueError(f"{path}:{i}: client and round must be integers and seconds a "
+                                     f"number, got {row}") from None
+                if c < 0 or r < 1 or not (math.isfinite(s) and s > 0):
+                    raise ValueError(f"{path}:{i}: need client >= 0, round >= 1, seconds > 0; got {row}")
+                out[(c, r)] = s
+        return cls(out)
+
+    def full_time_s(self, client: int, round: int) -> float:
+        rounds = [r for c, r in self.seconds if c == client and r <= round]
+        if not rounds:
+            raise ValueError(f"the trace has no time for client {client} at or before round {round}")
+        return self.seconds[(client, max(rounds))]
+
+    def round_time_s(self, client: int, round: int, flops_ratio: float) -> float:
+        return self.full_time_s(client, round) * flops_ratio
+
+
+def device_profiles(n: int, spread: float = 2.5, noise_cv: float = 0.05,
+                    base_flops_per_s: float = 2e8, link_Bps: float = 2e6, latency_s: float = 0.02
+                    ) -> list[ClientProfile]:
+    """``n`` illustrative clients: client ``i`` computes ``1 + (spread - 1) i / (n - 1)``
+    times slower than client 0 (the last one is the straggler), equal links.  The defaults
+    (0.2 GFLOP/s achieved in small-batch training, 2 MB/s, 20 ms) are an order of magnitude
+    for phone-class devices running an interpreted training loop, not a measurement."""
+    positive_int("clients", n)
+    positive_float("spread", spread)
+    out = []
+    for i in range(n):
+        slow = 1.0 + (spread - 1.0) * (i / (n - 1) if n > 1 else 0.0)
+        out.append(ClientProfile(base_flops_per_s / slow, link_Bps, link_Bps, latency_s, noise_cv, f"client{i}"))
+    return out
+
+
+# ----------------------------------------------------------------------------- model costs
+def forward_flops(model, example_input) -> float:
+    """Forward FLOPs of one sample (multiply-add = 2 FLOPs) of Linear, Conv2d and LSTM layers,
+    counted with forward hooks on one example batch."""
+    import torch
+    import torch.nn as nn
+
+    total = [0.0]
+
+    def hook(mod, inp, out):
+        x = inp[0]
+        b = x.shape[0] if x.dim() > 1 else 1
+        if isinstance(mod, nn.Linear):
+            total[0] += 2.0 * mod.in_features * mod.out_features * (x.numel() / mod.in_features) / b
+        elif isinstance(mod, nn.Conv2d):
+            o = out
+            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels / mod.groups
+            total[0] += 2.0 * k * o[0].numel()
+        elif isinstance(mod, nn.LSTM):
+            steps = x.shape[1] if mod.batch_first else x.shape[0]
+            h, i = mod.hidden_size, mod.input_size
+            total[0] += 2.0 * 4 * h * (i + h) * steps * mod.num_layers
+
+    hooks = [m.register_forward_hook(hook) for m in model.modules()
+             if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM))]
+    try:
+        with torch.no_grad():
+            model.eval()
+            model(example_input[:1])
+    finally:
+        for h in hooks:
+            h.remove()
+    return total[0]
+
+
+def training_flops(model, example_input, samples: int, epochs: int = 1) -> float:
+    """FLOPs of local training: 3 x forward (forward + backward) per sample per epoch."""
+    return 3.0 * forward_flops(model, example_input) * samples * epochs
+
+
+def model_bytes(model) -> int:
+    """Bytes of the model's floating-point state (what is sent down and up)."""
+    return int(sum(v.numel() * v.element_size() for v in model.state_dict().values() if v.is_floating_point()))

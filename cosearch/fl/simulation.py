@@ -1,30 +1,32 @@
-"""In-process federated learning simulation with heterogeneous client speeds.
+"""In-process federated learning driven by :class:`~cosearch.fl.server.RoundProtocol`.
 
-Round 1 is plain FedAvg.  From round 2 the :class:`~cosearch.fl.profiling.StragglerProfiler`
-picks stragglers and their kept fraction ``p``; the chosen :mod:`dropout policy
-<cosearch.fl.masks>` picks which neurons each straggler keeps; stragglers train the
-extracted sub-model, everyone returns weights, and :func:`~cosearch.fl.submodel.merge_updates`
-averages them per element.  A client's simulated round time is ``p * latency`` (its
-full-model latency for that round, from the profile); the round's time is the slowest
-client's.  Invariant Dropout observes the non-stragglers' returned weights each round.
+Every client trains every round (FLuID's setting).  Rounds 1 and 2 run the full model on
+all clients; the slowest client of round 2 becomes the straggler and, from round 3, trains
+the sub-model its keep fraction and the dropout method give it.  A client's simulated round
+time follows its device (:class:`~cosearch.fl.profiling.ClientProfile`: the sub-model's own
+training FLOPs and bytes, plus latency and noise) or a measured trace
+(:class:`~cosearch.fl.profiling.TraceProfile`); the round lasts as long as its slowest client.
+
+After each round the global model is evaluated centrally (the dataset's test set) and
+federatedly (every client's test split, example-weighted).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .._json import dump_json, load_json
+from .._validate import choice, positive_float, positive_int
 from .data import FLData, load_dataset
-from .masks import policy as make_policy
-from .models import build_model
-from .profiling import DEFAULT_WIDTHS, StragglerProfiler
-from .submodel import extract_submodel, groups, merge_updates
+from .masks import METHODS, ThresholdSchedule
+from .models import DATASET_DEFAULTS, build_model
+from .profiling import ClientProfile, TraceProfile, device_profiles, model_bytes, training_flops
+from .server import ClientUpdate, RoundProtocol
 
-__all__ = ["simulate", "FLResult", "RoundMetrics"]
+__all__ = ["simulate", "FLResult", "RoundMetrics", "plot", "train_local", "evaluate_model"]
 
 
 @dataclass
@@ -32,11 +34,15 @@ class RoundMetrics:
     round: int
     accuracy: float
     loss: float
+    fed_accuracy: float
+    fed_loss: float
     round_time_s: float
-    wall_clock_s: float
-    p: dict = field(default_factory=dict)
+    sim_time_s: float
+    client_times_s: dict = field(default_factory=dict)
+    keep: dict = field(default_factory=dict)
     invariant_counts: dict = field(default_factory=dict)
-    rejected: list = field(default_factory=list)
+    thresholds: dict = field(default_factory=dict)
+    rejected: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -56,30 +62,44 @@ class FLResult:
         return dump_json(self.to_dict(), path)
 
     @classmethod
+    def from_dict(cls, d: dict) -> FLResult:
+        try:
+            rounds = []
+            for r in d["rounds"]:
+                r = dict(r)
+                for key in ("client_times_s", "keep", "rejected"):
+                    r[key] = {int(k): v for k, v in r.get(key, {}).items()}
+                for key in ("accuracy", "loss", "fed_accuracy", "fed_loss", "round_time_s", "sim_time_s"):
+                    r[key] = float("nan") if r.get(key) is None else float(r[key])
+                rounds.append(RoundMetrics(**r))
+            return cls(d["method"], d["dataset"], d["model"], int(d["clients"]), rounds, d.get("config", {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a cosearch FL result: {exc!r}") from None
+
+    @classmethod
     def from_json(cls, source) -> FLResult:
-        d = load_json(source)
-        rounds = [RoundMetrics(**{**r, "p": {int(k): v for k, v in r["p"].items()}}) for r in d["rounds"]]
-        return cls(d["method"], d["dataset"], d["model"], d["clients"], rounds, d.get("config", {}))
+        return cls.from_dict(load_json(source))
 
     def summary(self) -> str:
         last = self.rounds[-1]
-        return (f"{self.method:>9}: final accuracy {last.accuracy:.3f}, loss {last.loss:.3f}, "
-                f"wall clock {last.wall_clock_s:.1f} s over {len(self.rounds)} rounds, "
+        return (f"{self.method:>18}: accuracy {last.accuracy:.3f} (federated {last.fed_accuracy:.3f}), "
+                f"simulated time {last.sim_time_s:.1f} s over {len(self.rounds)} rounds, "
                 f"mean round {np.mean([r.round_time_s for r in self.rounds]):.2f} s")
 
 
 def plot(results: list[FLResult], path=None):
+    """Accuracy vs round and vs simulated time for single runs (experiments: :mod:`.experiment`)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for r in results:
         a.plot([m.round for m in r.rounds], [m.accuracy for m in r.rounds], label=r.method)
-        b.plot([m.wall_clock_s for m in r.rounds], [m.accuracy for m in r.rounds], label=r.method)
+        b.plot([m.sim_time_s for m in r.rounds], [m.accuracy for m in r.rounds], label=r.method)
     a.set_xlabel("round")
-    b.set_xlabel("simulated wall clock (s)")
+    b.set_xlabel("simulated time (s)")
     for ax in (a, b):
-        ax.set_ylabel("global accuracy")
+        ax.set_ylabel("central accuracy")
         ax.legend()
     fig.tight_layout()
     if path:
@@ -88,22 +108,31 @@ def plot(results: list[FLResult], path=None):
     return fig
 
 
-def _evaluate(model, x, y):
+def evaluate_model(model, x, y, batch: int = 1024) -> tuple[float, float, int]:
+    """(accuracy, mean cross-entropy, samples) of ``model`` on ``(x, y)``."""
     import torch
     import torch.nn.functional as F
+    if len(y) == 0:
+        return float("nan"), float("nan"), 0
     model.eval()
+    correct, loss = 0.0, 0.0
     with torch.no_grad():
-        out = model(torch.as_tensor(x))
-        yt = torch.as_tensor(y)
-        return float((out.argmax(1) == yt).float().mean()), float(F.cross_entropy(out, yt))
+        for i in range(0, len(y), batch):
+            out = model(torch.as_tensor(x[i:i + batch]))
+            yt = torch.as_tensor(y[i:i + batch])
+            correct += float((out.argmax(1) == yt).sum())
+            loss += float(F.cross_entropy(out, yt, reduction="sum"))
+    return correct / len(y), loss / len(y), len(y)
 
 
-def _train(model, x, y, epochs, lr, batch_size, gen):
+def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size: int, gen):
+    """Local training with a fresh optimizer (``sgd`` or ``adam``) each round."""
     import torch
     import torch.nn.functional as F
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    xt, yt = torch.tensor(np.asarray(x)), torch.tensor(np.asarray(y))
+    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer]
+    opt = cls(model.parameters(), lr=lr)
+    xt, yt = torch.as_tensor(np.asarray(x)), torch.as_tensor(np.asarray(y))
     for _ in range(epochs):
         perm = torch.randperm(len(yt), generator=gen)
         for i in range(0, len(yt), batch_size):
@@ -114,76 +143,103 @@ def _train(model, x, y, epochs, lr, batch_size, gen):
     return model
 
 
-def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "invariant", rounds: int = 30,
-             model: str = "auto", latency_s=None, local_epochs: int = 1, lr: float = 0.1, batch_size: int = 32,
-             widths=DEFAULT_WIDTHS, straggler_fraction: float | None = None, seed: int = 0,
-             data_dir: str | None = None, progress: bool = False, out: str | os.PathLike | None = None) -> FLResult:
-    """Run ``rounds`` rounds of FL with ``method`` in invariant/ordered/random/none.
+def _devices(devices, n: int, rounds: int, latency_s):
+    if devices is not None and latency_s is not None:
+        raise ValueError("give devices= or latency_s=, not both")
+    if latency_s is not None:   # fixed full-model times: a trace
+        lat = np.asarray(latency_s, dtype=float)
+        if lat.ndim == 1:
+            lat = np.tile(lat, (rounds, 1))
+        if lat.ndim != 2 or lat.shape[1] != n or not np.all(np.isfinite(lat)) or np.any(lat <= 0):
+            raise ValueError(f"latency_s must give a positive finite time for each of {n} clients")
+        return TraceProfile({(c, r + 1): float(lat[min(r, len(lat) - 1), c]) for c in range(n) for r in range(rounds)})
+    if devices is None:
+        return device_profiles(n)
+    if isinstance(devices, (str, os.PathLike)):
+        return TraceProfile.from_csv(devices)
+    if isinstance(devices, TraceProfile):
+        return devices
+    devices = list(devices)
+    if len(devices) != n or not all(isinstance(d, ClientProfile) for d in devices):
+        raise ValueError(f"devices must be {n} ClientProfile objects (one per client), a TraceProfile or a CSV path")
+    return devices
 
-    ``model``: mlp, femnist_cnn, cifar_vgg, char_lstm, or "auto" (the FLuID model of the dataset;
-    mlp for digits).
-    ``latency_s``: per-client full-model round time in seconds — a list (fixed), or a list
-    of per-round lists (dynamic stragglers); default: client i takes ``1 + i * 0.25`` s,
-    the last client 2.5x the first.
+
+def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "invariant", rounds: int = 30,
+             model: str = "auto", *, devices=None, latency_s=None, local_epochs: int = 1,
+             optimizer: str | None = None, lr: float | None = None, batch_size: int | None = None,
+             schedule: ThresholdSchedule | str | None = None, straggler_fraction: float | None = None,
+             keep_rule: str = "fluid", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
+             progress: bool = False, out: str | os.PathLike | None = None) -> FLResult:
+    """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
+
+    ``model``: a :data:`~cosearch.fl.models.MODELS` name or "auto" (the dataset's FLuID model).
+    ``optimizer``/``lr``/``batch_size``: default to FLuID's per dataset
+    (:data:`~cosearch.fl.models.DATASET_DEFAULTS`).
+    ``devices``: one :class:`ClientProfile` per client, a :class:`TraceProfile`, or a trace CSV
+    path; default :func:`~cosearch.fl.profiling.device_profiles`.  ``latency_s``: shorthand
+    for a trace of full-model times (one per client, or per round and client).
+    ``schedule``: FLuID's threshold schedule (default: the dataset's).
     """
     import torch
 
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
-    data = dataset if isinstance(dataset, FLData) else load_dataset(dataset, clients, data_dir, seed)
+    choice("method", method, METHODS)
+    positive_int("rounds", rounds, 100_000)
+    positive_int("local_epochs", local_epochs)
+    data = dataset if isinstance(dataset, FLData) else load_dataset(dataset, clients, data_dir, seed, alpha)
     n = len(data.clients)
-    if latency_s is None:
-        latency_s = [1.0 + 0.25 * i for i in range(n - 1)] + [2.5]
-    lat = np.asarray(latency_s, dtype=float)
-    if lat.ndim == 1:
-        lat = np.tile(lat, (rounds, 1))
-    if lat.shape[1] != n or np.any(lat <= 0):
-        raise ValueError(f"latency_s must give a positive time for each of {n} clients")
-    if model == "auto":
-        model = {"femnist": "femnist_cnn", "cifar10": "cifar_vgg", "shakespeare": "char_lstm"}.get(data.name, "mlp")
+    if n < 2:
+        raise ValueError(f"federated dropout needs at least 2 clients, got {n}")
+    defaults = DATASET_DEFAULTS.get(data.name, DATASET_DEFAULTS["digits"])
+    model = defaults["model"] if model == "auto" else model
+    optimizer = choice("optimizer", optimizer or defaults["optimizer"], ("sgd", "adam"))
+    lr = positive_float("lr", defaults["lr"] if lr is None else lr)
+    batch_size = positive_int("batch_size", defaults["batch_size"] if batch_size is None else batch_size)
+    dev = _devices(devices, n, rounds, latency_s)
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    rng = np.random.default_rng(seed)
     net = build_model(model, data.in_shape, data.classes)
     example = torch.as_tensor(data.clients[0][0][:2])
-    gs = groups(net, example)
-    pol = make_policy(method)
-    prof = StragglerProfiler(n, widths, straggler_fraction)
+    proto = RoundProtocol(net, n, method, example_input=example, total_rounds=rounds,
+                          schedule=schedule if schedule is not None else data.name,
+                          straggler_fraction=straggler_fraction, keep_rule=keep_rule, seed=seed)
+    full_flops = training_flops(net, example, 1)
     metrics: list[RoundMetrics] = []
     clock = 0.0
     it = range(1, rounds + 1)
     if progress:
         from tqdm.auto import tqdm
-        it = tqdm(it, desc=f"FL {method}", unit="round")
+        it = tqdm(it, desc=f"FL {method}", unit="round", leave=False)
     for r in it:
-        plan = {c: 1.0 for c in range(n)} if r == 1 or method == "none" else prof.plan()
-        gstate = {k: v.clone() for k, v in net.state_dict().items()}
-        updates, full_states, times = [], [], {}
+        assign = proto.assignments(r, range(n))
+        updates = []
         for c in range(n):
-            p = plan[c]
-            masks = pol.masks(p, gs, rng) if p < 1.0 else {g.name: np.ones(g.units, dtype=bool) for g in gs}
-            local = extract_submodel(net, masks, example) if p < 1.0 else copy.deepcopy(net)
+            local = proto.submodel(assign[c])
             x, y = data.clients[c]
-            _train(local, x, y, local_epochs, lr, batch_size, gen)
-            st = local.state_dict()
-            updates.append((st, masks, len(y)))
-            if p >= 1.0:
-                full_states.append(st)
-            times[c] = lat[r - 1, c] * p
-        prof.observe(times, plan)
-        new, rejected = merge_updates(gstate, updates, gs)
-        net.load_state_dict(new)
-        pol.observe(gstate, full_states)
-        acc, loss = _evaluate(net, *data.test)
-        rt = max(times.values())
-        clock += rt
-        metrics.append(RoundMetrics(r, acc, loss, rt, clock, {c: p for c, p in plan.items() if p < 1.0},
-                                    dict(getattr(pol, "invariant_counts", {})), [str(x) for x in rejected]))
+            gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
+            train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen)
+            flops = training_flops(local, example, len(y), local_epochs)
+            if isinstance(dev, TraceProfile):
+                t = dev.round_time_s(c, r, flops / (full_flops * len(y) * local_epochs))
+            else:
+                t = dev[c].round_time_s(flops, model_bytes(local), np.random.default_rng([seed, 7, r, c]))
+            updates.append(ClientUpdate(c, local.state_dict(), len(y), t))
+        rep = proto.aggregate(r, assign, updates)
+        acc, loss, _ = evaluate_model(net, *data.test)
+        fed = [evaluate_model(net, *t) for t in data.client_tests if len(t[1])]
+        tot = sum(k for *_, k in fed)
+        facc = sum(a * k for a, _, k in fed) / tot if tot else float("nan")
+        floss = sum(b * k for _, b, k in fed) / tot if tot else float("nan")
+        clock += rep.round_time_s
+        st = rep.policy_state
+        metrics.append(RoundMetrics(r, acc, loss, facc, floss, rep.round_time_s, clock, rep.durations_s,
+                                    rep.keep, st.get("invariant_counts", {}), st.get("thresholds", {}),
+                                    rep.rejected))
         if progress:
             it.set_postfix(acc=f"{acc:.3f}")
     res = FLResult(method, data.name, model, n, metrics,
-                   {"rounds": rounds, "local_epochs": local_epochs, "lr": lr, "seed": seed,
-                    "latency_s": lat.tolist(), "widths": list(widths)})
+                   {"rounds": rounds, "local_epochs": local_epochs, "optimizer": optimizer, "lr": lr,
+                    "batch_size": batch_size, "seed": seed, "alpha": alpha, "keep_rule": keep_rule,
+                    "straggler_fraction": straggler_fraction})
     if out is not None:
         res.to_json(out)
     return res

@@ -11,7 +11,7 @@ of each of the four gates).
 
 Supported containers: ``nn.Sequential`` of Linear / Conv2d / BatchNorm1d/2d / ReLU /
 Tanh / Sigmoid / GELU / MaxPool2d / AvgPool2d / Flatten / Dropout, and models that
-declare ``fl_groups()`` (as :class:`~cosearch.fl.models.CharLSTM` — Embedding dims and LSTM units —
+declare ``fl_groups()`` (as :class:`~cosearch.fl.models.ShakespeareLSTM` — LSTM units —
 and :class:`~cosearch.fl.models.ResMLP` — residual blocks sharing one drop set per stage — do).  Anything
 else raises ``ValueError`` naming the layer type.
 """
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +30,9 @@ __all__ = ["Group", "ParamSlice", "groups", "extract_submodel", "merge_updates",
            "param_indices"]
 
 log = logging.getLogger("cosearch.fl")
+
+#: Largest accepted ``num_examples`` (exact in float64; keeps weighted sums finite).
+MAX_EXAMPLES = 2.0 ** 53
 
 
 @dataclass(frozen=True)
@@ -195,8 +200,10 @@ def extract_submodel(model, masks: dict[str, np.ndarray], example_input=None):
 def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.ndarray], float]], gs: list[Group]):
     """Example-weighted, per-element average of sub-model states mapped back into the
     global model's coordinates.  ``updates`` are ``(sub_state_dict, masks, num_examples)``.
-    An element nobody trained keeps its global value.  Updates with a wrong shape or a
-    non-finite value are rejected (logged) and the rest are merged.
+    An element nobody trained keeps its global value.  An update is rejected (logged, and
+    listed in the result) when its masks are invalid, its ``num_examples`` is not a positive
+    finite number, a tensor is missing, has the wrong shape, holds NaN/inf, or holds values
+    that overflow the global tensor's dtype; the rest are merged.
 
     Returns ``(new_state, rejected)`` with ``rejected`` a list of (update index, reason).
     """
@@ -212,9 +219,12 @@ def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.nda
         except ValueError as exc:
             rejected.append((u, str(exc)))
             continue
-        if not (n > 0):
-            rejected.append((u, f"num_examples must be positive, got {n}"))
+        nf = float(n) if isinstance(n, numbers.Real) else float("nan")
+        if isinstance(n, bool) or not (math.isfinite(nf) and 0 < nf <= MAX_EXAMPLES):
+            log.warning("rejecting update %d: num_examples=%r", u, n)
+            rejected.append((u, f"num_examples must be a positive finite number (at most 2^53), got {n!r}"))
             continue
+        n = nf
         idx = param_indices(gs, masks)
         reason = ""
         for k in sums:
@@ -227,8 +237,19 @@ def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.nda
             if list(state[k].shape) != expect:
                 reason = f"{k!r} has shape {tuple(state[k].shape)}, expected {tuple(expect)}"
                 break
-            if not torch.isfinite(state[k]).all():
+            t = state[k]
+            if not isinstance(t, torch.Tensor):
+                reason = f"{k!r} is a {type(t).__name__}, not a tensor"
+                break
+            if not (torch.is_floating_point(t) or t.dtype in (torch.int32, torch.int64)):
+                reason = f"{k!r} has dtype {t.dtype}"
+                break
+            if not torch.isfinite(t).all():
                 reason = f"{k!r} contains NaN or inf"
+                break
+            limit = torch.finfo(global_state[k].dtype).max
+            if t.numel() and float(t.abs().max()) > limit:
+                reason = f"{k!r} holds values beyond {global_state[k].dtype}'s range"
                 break
         if reason:
             log.warning("rejecting update %d: %s", u, reason)

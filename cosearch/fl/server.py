@@ -1,0 +1,158 @@
+"""One federated round of dropout training, written once for every engine.
+
+A round: **observe** the durations the clients reported → **keep fractions** per straggler
+(:class:`~cosearch.fl.profiling.StragglerProfiler`) → **masks** per straggler (the
+:mod:`dropout policy <cosearch.fl.masks>`) → **sub-models** → clients train → **merge** the
+accepted updates (:func:`~cosearch.fl.submodel.merge_updates`) → **policy update** with the
+accepted full-model updates only.
+
+:class:`RoundProtocol` keeps queries and updates apart: :meth:`~RoundProtocol.assignments`
+and :meth:`~RoundProtocol.submodel` never change it (the random fill of round ``r`` for
+client ``c`` comes from a generator seeded by ``(seed, r, c)``, so asking twice gives the same
+answer); :meth:`~RoundProtocol.aggregate` is the one update step.  The in-process simulation
+(:func:`cosearch.fl.simulate`) and the Flower strategy (:mod:`cosearch.fl.flower`) both drive it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .masks import DropoutPolicy, ThresholdSchedule
+from .masks import policy as make_policy
+from .profiling import StragglerProfiler
+from .submodel import extract_submodel, full_masks, groups, merge_updates
+
+__all__ = ["Assignment", "ClientUpdate", "RoundReport", "RoundProtocol"]
+
+log = logging.getLogger("cosearch.fl")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What ``client`` trains this round: the full model (``keep == 1``) or the sub-model of ``masks``."""
+
+    client: int
+    keep: float
+    masks: dict
+
+
+@dataclass
+class ClientUpdate:
+    """A client's returned weights (a state dict in the sub-model's shapes), example count
+    and measured or simulated round duration in seconds."""
+
+    client: int
+    state: dict
+    num_examples: float
+    duration_s: float | None = None
+
+
+@dataclass
+class RoundReport:
+    """What one round did: keep fractions, accepted and rejected clients (with reasons),
+    durations, the round's time (slowest reporting client), and the policy's state."""
+
+    round: int
+    keep: dict[int, float]
+    accepted: list[int]
+    rejected: dict[int, str]
+    durations_s: dict[int, float]
+    round_time_s: float
+    policy_state: dict = field(default_factory=dict)
+
+
+def _valid_duration(d) -> bool:
+    return isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) and d > 0
+
+
+class RoundProtocol:
+    """The round logic around a global torch ``model`` (see the module docstring).
+
+    ``method``: invariant, invariant-adaptive, ordered, random or none (or pass ``policy``).
+    ``schedule``: FLuID threshold schedule or dataset name; ``total_rounds`` places its growth.
+    ``straggler_fraction``: None = one straggler (FLuID), else that fraction of the clients.
+    """
+
+    def __init__(self, model, num_clients: int, method: str = "invariant", *, policy: DropoutPolicy | None = None,
+                 example_input=None, total_rounds: int | None = None,
+                 schedule: ThresholdSchedule | str = "femnist", straggler_fraction: float | None = None,
+                 keep_rule: str = "fluid", readapt: bool = False, seed: int = 0):
+        self.model = model
+        self.example = example_input
+        self.groups = groups(model, example_input)
+        if policy is None:
+            kw = {"schedule": schedule, "total_rounds": total_rounds} if method.startswith("invariant") else {}
+            policy = make_policy(method, **kw)
+        self.policy = policy
+        self.method = policy.name
+        self.profiler = StragglerProfiler(num_clients, fraction=straggler_fraction, rule=keep_rule,
+                                          readapt=readapt)
+        self.num_clients = num_clients
+        self.seed = int(seed)
+
+    # ------------------------------------------------------------------ queries
+    def global_state(self) -> dict:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def assignments(self, round: int, clients) -> dict[int, Assignment]:
+        """Each client's model for round ``round`` (does not change the protocol)."""
+        keep = {} if self.method == "none" else self.profiler.keep_fractions()
+        full = full_masks(self.groups)
+        out = {}
+        for c in clients:
+            p = keep.get(c, 1.0)
+            if p < 1.0:
+                rng = np.random.default_rng([self.seed, int(round), int(c)])
+                out[c] = Assignment(c, p, self.policy.masks(p, self.groups, rng, client=c))
+            else:
+                out[c] = Assignment(c, 1.0, full)
+        return out
+
+    def submodel(self, assignment: Assignment):
+        """A fresh copy of the global model, cut to the assignment's masks."""
+        if assignment.keep >= 1.0:
+            return copy.deepcopy(self.model)
+        return extract_submodel(self.model, assignment.masks, self.example)
+
+    # ------------------------------------------------------------------ the update step
+    def aggregate(self, round: int, assignments: dict[int, Assignment], updates: list[ClientUpdate]) -> RoundReport:
+        """Validate and merge ``updates``, then update the policy and the profiler."""
+        gstate = self.global_state()
+        rejected: dict[int, str] = {}
+        batch, owners = [], []
+        for u in updates:
+            a = assignments.get(u.client)
+            if a is None:
+                rejected[u.client] = "no model was sent to this client this round"
+                continue
+            if not isinstance(u.state, dict):
+                rejected[u.client] = f"update is a {type(u.state).__name__}, not a state dict"
+                continue
+            batch.append((u.state, a.masks, u.num_examples))
+            owners.append(u)
+        new, bad = merge_updates(gstate, batch, self.groups) if batch else (gstate, [])
+        for i, reason in bad:
+            rejected[owners[i].client] = reason
+        accepted = [u for u in owners if u.client not in rejected]
+        if accepted:
+            self.model.load_state_dict(new)
+        full_states = [u.state for u in accepted if assignments[u.client].keep >= 1.0]
+        self.policy.observe(round, gstate, full_states, self.groups)
+        durations = {u.client: float(u.duration_s) for u in updates
+                     if u.client in assignments and _valid_duration(u.duration_s)}
+        ok = {c: d for c, d in durations.items() if c not in rejected}
+        if ok:
+            self.profiler.observe(round, ok, {c: assignments[c].keep for c in ok})
+        for c, a in assignments.items():
+            if a.keep < 1.0:
+                self.policy.record(c, a.masks)
+        for c, reason in rejected.items():
+            log.warning("round %d: rejected client %s: %s", round, c, reason)
+        return RoundReport(round, {c: a.keep for c, a in assignments.items() if a.keep < 1.0},
+                           [u.client for u in accepted], rejected, durations,
+                           max(durations.values()) if durations else 0.0, self.policy.state())

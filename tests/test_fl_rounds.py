@@ -1,0 +1,256 @@
+"""Datasets (LEAF splits, safe CIFAR loader), update validation, the round protocol and the
+simulation's time model."""
+
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cosearch import fl  # noqa: E402
+from cosearch.fl import data, models, submodel  # noqa: E402
+from cosearch.fl.server import ClientUpdate, RoundProtocol  # noqa: E402
+
+
+# ---------------------------------------------------------------------- LEAF
+def _leaf(users, kind="femnist", n=4, rng=None):
+    rng = rng or np.random.default_rng(0)
+    ud = {}
+    for u in users:
+        if kind == "femnist":
+            ud[u] = {"x": rng.random((n, 784)).round(2).tolist(), "y": rng.integers(0, 62, n).tolist()}
+        else:
+            xs = ["".join(rng.choice(list(data.SHAKESPEARE_CHARS[12:60]), 80)) for _ in range(n)]
+            ud[u] = {"x": xs, "y": [s[0] for s in xs]}
+    return {"users": list(users), "num_samples": [n] * len(users), "user_data": ud}
+
+
+def _write(path, doc):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+
+
+def test_leaf_split_is_respected(tmp_path):
+    _write(tmp_path / "train" / "a.json", _leaf(["w1", "w2"], n=5))
+    _write(tmp_path / "test" / "a.json", _leaf(["w1", "w2", "w3"], n=2))
+    d = data.load_leaf(str(tmp_path), "femnist")
+    assert [len(y) for _, y in d.clients] == [5, 5]
+    assert [len(y) for _, y in d.client_tests] == [2, 2]
+    assert len(d.test[1]) == 6                        # every test user, also w3
+    flat = tmp_path / "flat"
+    _write(flat / "all_data_0.json", _leaf(["a", "b"], n=10))
+    f = data.load_leaf(str(flat), "femnist", test_fraction=0.3)
+    assert [len(y) for _, y in f.clients] == [7, 7] and len(f.test[1]) == 6
+
+
+def test_leaf_bad_inputs(tmp_path):
+    _write(tmp_path / "d1" / "a.json", _leaf(["w1"]))
+    _write(tmp_path / "d1" / "b.json", _leaf(["w1"]))
+    with pytest.raises(ValueError, match="appears in two"):
+        data.load_leaf(str(tmp_path / "d1"))
+    doc = _leaf(["w1"])
+    doc["user_data"]["w1"]["y"] = doc["user_data"]["w1"]["y"][:-1]
+    _write(tmp_path / "d2" / "a.json", doc)
+    with pytest.raises(ValueError, match="labels in y"):
+        data.load_leaf(str(tmp_path / "d2"))
+    doc = _leaf(["w1"])
+    doc["user_data"]["w1"]["y"][0] = 62
+    _write(tmp_path / "d3" / "a.json", doc)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 62\)"):
+        data.load_leaf(str(tmp_path / "d3"))
+    _write(tmp_path / "d4" / "a.json", _leaf(["w1"], n=3))
+    with pytest.raises(ValueError, match="empty test split"):
+        data.load_leaf(str(tmp_path / "d4"), test_fraction=0.0)
+    doc = _leaf(["R"], kind="shakespeare")
+    doc["user_data"]["R"]["x"][0] = "é" * 80
+    _write(tmp_path / "d5" / "a.json", doc)
+    with pytest.raises(ValueError, match="80-character set"):
+        data.load_leaf(str(tmp_path / "d5"), "shakespeare")
+    with pytest.raises(ValueError, match="LEAF"):
+        data.load_leaf(str(tmp_path / "nothing"))
+
+
+def test_generated_leaf_folders_load(tmp_path):
+    pytest.importorskip("sklearn")
+    d = data.load_leaf(data.write_femnist_like(str(tmp_path / "f"), users=3, samples=20), "femnist")
+    assert len(d.clients) == 3 and d.clients[0][0].shape[1:] == (1, 28, 28) and len(d.test[1]) == 12
+    s = data.load_leaf(data.write_shakespeare_like(str(tmp_path / "s"), users=2, samples=30), "shakespeare")
+    assert s.clients[0][0].shape[1:] == (80,) and s.classes == 80
+
+
+# ---------------------------------------------------------------------- CIFAR-10, safe unpickling
+def test_cifar_batches(tmp_path):
+    rng = np.random.default_rng(0)
+    for name, n in (("data_batch_1", 20), ("data_batch_2", 20), ("test_batch", 10)):
+        with open(tmp_path / name, "wb") as fh:
+            pickle.dump({b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                         b"labels": rng.integers(0, 10, n).tolist(), b"batch_label": b"x"}, fh)
+    d = data.load_cifar10(str(tmp_path), clients=2, alpha=None)
+    assert sum(len(c[1]) + len(t[1]) for c, t in zip(d.clients, d.client_tests)) == 40
+    assert d.test[0].shape == (10, 3, 32, 32) and d.test[0].max() <= 1.0
+
+
+class _Evil:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_cifar_loader_runs_no_code(tmp_path):
+    marker = tmp_path / "pwned"
+    with open(tmp_path / "data_batch_1", "wb") as fh:
+        pickle.dump({b"data": _Evil(marker), b"labels": [0]}, fh)
+    with open(tmp_path / "test_batch", "wb") as fh:
+        pickle.dump({b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}, fh)
+    with pytest.raises(ValueError, match="not a CIFAR-10 batch"):
+        data.load_cifar10(str(tmp_path), clients=1, alpha=None)
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------- update validation
+@pytest.mark.parametrize("n", [float("inf"), float("nan"), 0, -3, True, "10", None, 2.0 ** 60])
+def test_bad_num_examples_rejected(n):
+    m = models.mlp(4, 2, 4)
+    gs = submodel.groups(m)
+    full = submodel.full_masks(gs)
+    good = {k: v + 1.0 for k, v in m.state_dict().items()}
+    new, rej = submodel.merge_updates(m.state_dict(), [(good, full, 2), (good, full, n)], gs)
+    assert [r[0] for r in rej] == [1] and "num_examples" in rej[0][1]
+    ref, _ = submodel.merge_updates(m.state_dict(), [(good, full, 2)], gs)
+    for k in new:
+        assert torch.equal(new[k], ref[k]) and torch.isfinite(new[k]).all()
+
+
+def test_overflowing_float64_update_rejected():
+    m = models.mlp(4, 2, 4)
+    gs = submodel.groups(m)
+    full = submodel.full_masks(gs)
+    huge = {k: v.to(torch.float64) * 1e300 for k, v in m.state_dict().items()}
+    new, rej = submodel.merge_updates(m.state_dict(), [(huge, full, 1)], gs)
+    assert rej and "range" in rej[0][1]
+    for k, v in m.state_dict().items():
+        assert torch.equal(new[k], v)
+
+
+# ---------------------------------------------------------------------- the round protocol
+class _Spy(fl.NoDropout):
+    name = "spy"
+
+    def __init__(self):
+        self.seen = []
+
+    def observe(self, round, global_state, client_states, groups):
+        self.seen.append(len(client_states))
+        for s in client_states:
+            for v in s.values():
+                assert torch.isfinite(v).all()
+
+
+def test_rejected_update_never_reaches_policy_and_global_stays_finite():
+    torch.manual_seed(0)
+    spy = _Spy()
+    proto = RoundProtocol(models.mlp(4, 2, 4), 3, policy=spy)
+    ref = RoundProtocol(models.mlp(4, 2, 4), 3, policy=fl.NoDropout())
+    ref.model.load_state_dict(proto.model.state_dict())
+    for r in (1, 2, 3):
+        a = proto.assignments(r, range(3))
+        base = proto.global_state()
+        good = [ClientUpdate(c, {k: v + 0.1 * (c + 1) for k, v in base.items()}, 5, 1.0 + c) for c in (0, 1)]
+        bad = {k: v.clone() for k, v in base.items()}
+        next(iter(bad.values())).view(-1)[0] = float("nan")
+        rep = proto.aggregate(r, a, good + [ClientUpdate(2, bad, 5, 3.0)])
+        rep_ref = ref.aggregate(r, ref.assignments(r, range(3)), good)
+        assert rep.rejected.keys() == {2} and "NaN" in rep.rejected[2]
+        for k, v in proto.model.state_dict().items():
+            assert torch.isfinite(v).all()
+            torch.testing.assert_close(v, ref.model.state_dict()[k])
+        assert rep_ref.accepted == [0, 1]
+    assert spy.seen == [2, 2, 1]     # round 3: client 1 is the straggler; only client 0 is full
+
+
+def test_assignments_are_queries_and_stragglers_start_in_round_3():
+    torch.manual_seed(0)
+    proto = RoundProtocol(models.mlp(8, 3, 20), 3, "invariant", total_rounds=10, seed=5)
+    times = {0: 1.0, 1: 1.3, 2: 2.0}
+    for r in (1, 2, 3):
+        a = proto.assignments(r, range(3))
+        b = proto.assignments(r, range(3))
+        assert {c: x.keep for c, x in a.items()} == {c: x.keep for c, x in b.items()}
+        assert all(np.array_equal(a[c].masks[k], b[c].masks[k]) for c in a for k in a[c].masks)
+        if r < 3:
+            assert all(x.keep == 1.0 for x in a.values())
+        else:
+            assert a[2].keep == 0.65 and a[0].keep == a[1].keep == 1.0       # 1.3 / 2.0
+            assert proto.submodel(a[2])[1].out_features == 20 - submodel_drop(0.65, 20)
+        base = proto.global_state()
+        ups = []
+        for c in range(3):
+            sub = proto.submodel(a[c])
+            st = {k: v * 1.01 for k, v in sub.state_dict().items()}
+            ups.append(ClientUpdate(c, st, 4, times[c] * a[c].keep))
+        rep = proto.aggregate(r, a, ups)
+        assert not rep.rejected and base.keys() == proto.global_state().keys()
+
+
+def submodel_drop(p, n):
+    return fl.drop_count(p, n)
+
+
+def test_update_for_unassigned_client_rejected():
+    proto = RoundProtocol(models.mlp(4, 2, 4), 2, "random")
+    a = proto.assignments(1, [0, 1])
+    rep = proto.aggregate(1, a, [ClientUpdate(7, proto.global_state(), 1, 1.0),
+                                 ClientUpdate(0, "garbage", 1, 1.0)])
+    assert set(rep.rejected) == {7, 0}
+
+
+# ---------------------------------------------------------------------- simulation
+def test_simulation_time_model_and_json(tmp_path):
+    pytest.importorskip("sklearn")
+    devs = [fl.ClientProfile(2e8 / s, 2e6, 2e6, 0.02) for s in (1.0, 1.2, 1.4, 1.6, 2.2)]
+    res = fl.simulate("digits", clients=5, method="invariant", rounds=4, devices=devs, out=tmp_path / "f.json")
+    d = data.load_digits(5, 0.5, 0)
+    per_sample = 3 * 2 * (64 * 64 + 64 * 64 + 64 * 10)        # mlp(64, 10, 64) forward, x3 for training
+    nbytes = 4 * models.count_parameters(models.mlp(64, 10))
+    for c, dev in enumerate(devs):
+        t = 0.04 + 2 * nbytes / 2e6 + per_sample * len(d.clients[c][1]) / dev.flops_per_s
+        assert res.rounds[0].client_times_s[c] == pytest.approx(t, rel=1e-9)
+    assert res.rounds[0].keep == res.rounds[1].keep == {}
+    slow = max(range(5), key=lambda c: res.rounds[1].client_times_s[c])
+    assert set(res.rounds[2].keep) == {slow}
+    assert res.rounds[2].client_times_s[slow] < res.rounds[1].client_times_s[slow]
+    back = fl.simulation.FLResult.from_json(tmp_path / "f.json")
+    assert back.to_dict() == res.to_dict()
+    text = (tmp_path / "f.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    for r in res.rounds:
+        assert 0 <= r.accuracy <= 1 and 0 <= r.fed_accuracy <= 1
+
+
+def test_simulation_on_leaf_shakespeare_uses_lstm(tmp_path):
+    _write(tmp_path / "train" / "a.json", _leaf(["A", "B", "C"], "shakespeare", n=12))
+    _write(tmp_path / "test" / "a.json", _leaf(["A", "B", "C"], "shakespeare", n=3))
+    d = data.load_leaf(str(tmp_path), "shakespeare")
+    res = fl.simulate(d, method="invariant", rounds=3, latency_s=[1.0, 1.2, 2.0], batch_size=4)
+    assert res.model == "shakespeare_lstm" and res.config["optimizer"] == "adam"
+    assert res.rounds[2].keep == {2: 0.65}
+    assert all(np.isfinite(r.loss) for r in res.rounds)
+
+
+def test_simulation_bad_arguments():
+    pytest.importorskip("sklearn")
+    with pytest.raises(ValueError, match="method"):
+        fl.simulate("digits", method="magic", rounds=1)
+    with pytest.raises(ValueError, match="rounds"):
+        fl.simulate("digits", rounds=0)
+    with pytest.raises(ValueError, match="latency_s"):
+        fl.simulate("digits", clients=3, rounds=1, latency_s=[1.0, -1.0, 2.0])
+    with pytest.raises(ValueError, match="optimizer"):
+        fl.simulate("digits", clients=3, rounds=1, optimizer="lbfgs")
+    with pytest.raises(ValueError, match="dataset"):
+        fl.simulate("mnist9", rounds=1)
