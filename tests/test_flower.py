@@ -1,43 +1,196 @@
+"""Dropout training on Flower: the strategy's round logic, and a real deployment — a SuperLink
+and three SuperNodes on 127.0.0.1 talking over Flower's network APIs."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
 import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
-pytest.importorskip("ray")
 pytest.importorskip("sklearn")
+torch = pytest.importorskip("torch")
 
 
-def test_flower_simulation_sends_submodels_and_merges():
-    from flwr.server import ServerConfig
-    from flwr.simulation import start_simulation
-
-    from cosearch.fl import data, flower, models
-
-    d = data.load_digits(3, alpha=None)
-    lat = [1.0, 1.3, 2.0]
-
-    def model_fn():
-        return models.mlp(64, 10, 32)
-
-    def client_fn(context):
-        i = int(context.node_config["partition-id"])
-        return flower.SubmodelClient(model_fn, *d.clients[i], latency_s=lat[i]).to_client()
-
-    strat = flower.DropoutStrategy(model_fn, "invariant", min_clients=3)
-    start_simulation(client_fn=client_fn, num_clients=3, config=ServerConfig(num_rounds=3), strategy=strat,
-                     client_resources={"num_cpus": 1}, ray_init_args={"num_cpus": 2, "include_dashboard": False})
-    h = strat.history
-    assert len(h) == 3 and h[0]["round_time_s"] == pytest.approx(2.0)
-    # the straggler (2.0 s) got its own sub-model: 1.3 / 2.0 = 0.65 -> width 0.65
-    assert list(h[1]["p"].values()) == [0.65] and h[1]["round_time_s"] == pytest.approx(1.3)
-    assert all(r["rejected"] == 0 for r in h)
-    # the global model is still full size and finite
-    for v in strat.model.state_dict().values():
-        assert np.isfinite(v.numpy()).all()
-    assert strat.model[1].out_features == 32
-
-
-def test_mask_codec_round_trip():
+def test_mask_codec_round_trip_and_garbage():
     from cosearch.fl import flower
     m = {"a": np.array([True, False, True]), "b": np.array([False, False, True, True])}
     back = flower.decode_masks(flower.encode_masks(m))
     assert all(np.array_equal(back[k], m[k]) for k in m)
+    for bad in ("{", '{"a": 3}', '{"a": [9, -2]}', "[]"):
+        with pytest.raises(ValueError, match="malformed"):
+            flower.decode_masks(bad)
+
+
+class _Proxy:
+    def __init__(self, cid):
+        self.cid = cid
+
+
+class _Manager:
+    def __init__(self, n):
+        self.clients = [_Proxy(str(100 + i)) for i in range(n)]
+
+    def num_available(self):
+        return len(self.clients)
+
+    def sample(self, num_clients, min_num_clients=None):
+        return self.clients[:num_clients]
+
+
+def _fit_round(strategy, manager, rnd, times, corrupt=None, fail=False):
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    ins = strategy.configure_fit(rnd, strategy.initialize_parameters(manager), manager)
+    results = []
+    for proxy, fit in ins:
+        arrays = [a * 1.01 for a in parameters_to_ndarrays(fit.parameters)]
+        if corrupt == proxy.cid:
+            arrays[0] = arrays[0] * np.nan
+        keep = fit.config["keep"]
+        results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 10,
+                                      {"round_time_s": times[proxy.cid] * keep})))
+    return strategy.aggregate_fit(rnd, results, [RuntimeError("lost")] if fail else []), ins
+
+
+def test_strategy_is_fedavg_and_survives_a_malformed_update():
+    from flwr.server.strategy import FedAvg
+
+    from cosearch.fl import flower, models
+    s = flower.DropoutStrategy(lambda: models.mlp(64, 10, 32), "invariant", total_rounds=6,
+                               min_available_clients=3, min_fit_clients=3)
+    assert isinstance(s, FedAvg)
+    mgr = _Manager(3)
+    times = {"100": 1.0, "101": 1.3, "102": 2.0}
+    for rnd in (1, 2):
+        (params, metrics), _ = _fit_round(s, mgr, rnd, times, corrupt="100" if rnd == 2 else None)
+        assert params is not None
+    assert s.history[1]["rejected"].keys() == {"0"}              # client "100" -> index 0
+    (params, _), ins = _fit_round(s, mgr, 3, times)
+    keeps = {p.cid: f.config["keep"] for p, f in ins}
+    assert keeps == {"100": 1.0, "101": 1.0, "102": 0.65}         # 1.3 / 2.0 -> FLuID bucket 0.65
+    for v in s.model.state_dict().values():
+        assert torch.isfinite(v).all()
+    strict = flower.DropoutStrategy(lambda: models.mlp(64, 10, 32), accept_failures=False)
+    (params, _), _ = _fit_round(strict, mgr, 1, times, fail=True)
+    assert params is None
+
+
+def _signal_group(p, sig):
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+APP_TOML = """
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "cosearchdigits"
+version = "1.0.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "cosearch"
+
+[tool.flwr.app.components]
+serverapp = "cosearch.fl.flower_app:server_app"
+clientapp = "cosearch.fl.flower_app:client_app"
+
+[tool.flwr.app.config]
+method = "invariant"
+num-rounds = 4
+seed = 0
+alpha = -1.0
+spread = 2.5
+min-clients = 3
+fraction-evaluate = 0.0
+out = ""
+"""
+
+
+@pytest.mark.skipif(shutil.which("flower-superlink") is None, reason="Flower's CLI is not installed")
+def test_superlink_and_three_supernodes_run_invariant_dropout(tmp_path):
+    """Two full rounds, then two rounds of invariant dropout, on Flower's deployment engine."""
+    bindir = os.path.dirname(sys.executable)
+    env = dict(os.environ, FLWR_HOME=str(tmp_path / "home"), PATH=bindir + os.pathsep + os.environ["PATH"])
+    link, *nodes = _free_ports(4)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config.toml").write_text(textwrap.dedent(f"""
+        [superlink]
+        default = "test"
+
+        [superlink.test]
+        address = "127.0.0.1:{link}"
+        insecure = true
+        """))
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "pyproject.toml").write_text(APP_TOML)
+    (app / "app_marker.py").write_text("# the components live in cosearch.fl.flower_app\n")
+    out = tmp_path / "history.json"
+    procs = []
+    try:
+        procs.append(subprocess.Popen([os.path.join(bindir, "flower-superlink"), "--insecure", "--port", str(link),
+                                       "--disable-runtime-dependency-installation"], env=env,
+                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "link.log", "w")))
+        for i, port in enumerate(nodes):
+            procs.append(subprocess.Popen(
+                [os.path.join(bindir, "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
+                 "--port", str(port), "--node-config", f"partition-id={i} num-partitions=3"],
+                env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                stderr=open(tmp_path / f"node{i}.log", "w")))
+        deadline = time.time() + 240
+        run = None
+        while time.time() < deadline:
+            run = subprocess.run([os.path.join(bindir, "flwr"), "run", ".", "test", "--run-config",
+                                  f'out="{out}"'], cwd=app, env=env, capture_output=True, text=True, timeout=120)
+            if run.returncode == 0:
+                break
+            time.sleep(2)
+        assert run is not None and run.returncode == 0, run.stdout + run.stderr
+        hist = None
+        while time.time() < deadline:
+            if out.exists():
+                hist = json.loads(out.read_text())["history"]
+                if len(hist) == 4:
+                    break
+            time.sleep(1)
+        assert hist is not None and len(hist) == 4, (tmp_path / "link.log").read_text()[-3000:]
+    finally:
+        for p in procs:      # each server runs in its own session: stop it with its app processes
+            _signal_group(p, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+    assert [h["keep"] for h in hist[:2]] == [{}, {}]                 # dropout starts in round 3
+    straggler = hist[2]["keep"]
+    assert len(straggler) == 1 and 0.5 <= next(iter(straggler.values())) < 1.0
+    assert hist[3]["keep"] == straggler
+    assert all(h["rejected"] == {} and h["failures"] == 0 for h in hist)
+    assert hist[2]["round_time_s"] < hist[1]["round_time_s"]         # the straggler's sub-model is faster
+    assert hist[2]["thresholds"].keys() == hist[2]["invariant_counts"].keys() == {"1", "3"}

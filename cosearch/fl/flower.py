@@ -1,13 +1,14 @@
-"""A Flower strategy for Invariant Dropout (``pip install 'cosearch[flower]'``).
+"""Dropout training on Flower's engine (``pip install 'cosearch[flower]'``).
 
-:class:`DropoutStrategy` implements Flower's ``Strategy`` interface: every round it
-profiles the clients' reported round times (``metrics["round_time_s"]``), picks the
-stragglers and their kept fraction with :class:`~cosearch.fl.profiling.StragglerProfiler`,
-chooses their neurons with a :mod:`dropout policy <cosearch.fl.masks>`, and sends each
-straggler its own sub-model in its own ``FitIns`` (the masks travel in the config as a
-JSON string).  ``aggregate_fit`` maps the differently-shaped updates back with
-:func:`~cosearch.fl.submodel.merge_updates`.  :class:`SubmodelClient` is the matching
-``NumPyClient``.
+:class:`DropoutStrategy` is a Flower ``FedAvg`` (client sampling, ``accept_failures``,
+federated evaluation, central ``evaluate_fn``) whose fit rounds are run by the same
+:class:`~cosearch.fl.server.RoundProtocol` as the in-process simulation: each sampled
+straggler receives its own sub-model (its masks travel in the fit config as JSON), the
+differently-shaped updates are validated and merged back, and the policy and profiler are
+updated from the accepted updates only.  Clients report their round time as the fit metric
+``round_time_s`` (simulated from a :class:`~cosearch.fl.profiling.ClientProfile`, or
+measured).  :class:`SubmodelClient` is the matching ``NumPyClient``; federated evaluation
+returns the example-weighted ``accuracy`` of the clients' test splits.
 """
 
 from __future__ import annotations
@@ -18,22 +19,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .masks import policy as make_policy
-from .profiling import DEFAULT_WIDTHS, StragglerProfiler
-from .submodel import extract_submodel, groups, merge_updates
+from .masks import ThresholdSchedule
+from .server import ClientUpdate, RoundProtocol
 
 try:
     import flwr
-    from flwr.common import (
-        FitIns,
-        ndarrays_to_parameters,
-        parameters_to_ndarrays,
-    )
-    from flwr.server.strategy import Strategy
+    from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAvg
 except ImportError as exc:  # pragma: no cover
     raise ImportError("cosearch.fl.flower needs Flower: pip install 'cosearch[flower]'") from exc
 
-__all__ = ["DropoutStrategy", "SubmodelClient", "encode_masks", "decode_masks"]
+__all__ = ["DropoutStrategy", "SubmodelClient", "encode_masks", "decode_masks", "weighted_accuracy"]
 
 
 def encode_masks(masks: dict[str, np.ndarray]) -> str:
@@ -41,143 +37,146 @@ def encode_masks(masks: dict[str, np.ndarray]) -> str:
 
 
 def decode_masks(text: str) -> dict[str, np.ndarray]:
-    out = {}
-    for k, v in json.loads(text).items():
-        n = -v[-1]
-        m = np.zeros(n, dtype=bool)
-        m[v[:-1]] = True
-        out[k] = m
-    return out
+    """Masks from :func:`encode_masks`; malformed text raises ``ValueError``."""
+    try:
+        raw = json.loads(text)
+        out = {}
+        for k, v in raw.items():
+            n = -int(v[-1])
+            m = np.zeros(n, dtype=bool)
+            m[np.asarray(v[:-1], dtype=np.int64)] = True
+            out[k] = m
+        return out
+    except (ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"malformed mask message: {exc}") from None
 
 
-def _state_to_arrays(state) -> list[np.ndarray]:
+def _arrays(state) -> list[np.ndarray]:
     return [v.detach().cpu().numpy() for v in state.values()]
 
 
-def _arrays_to_state(keys, arrays):
+def _state(keys, arrays):
     import torch
-    return {k: torch.as_tensor(np.asarray(a)) for k, a in zip(keys, arrays)}
+    if len(keys) != len(arrays):
+        raise ValueError(f"expected {len(keys)} tensors, got {len(arrays)}")
+    return {k: torch.as_tensor(np.array(a)) for k, a in zip(keys, arrays)}
 
 
-class DropoutStrategy(Strategy):
-    """Invariant (or ordered / random / no) dropout for stragglers, as a Flower strategy.
+def weighted_accuracy(metrics: list[tuple[int, dict]]) -> dict:
+    """Example-weighted mean of the clients' ``accuracy`` metric."""
+    tot = sum(n for n, m in metrics if "accuracy" in m)
+    if not tot:
+        return {}
+    return {"accuracy": sum(n * float(m["accuracy"]) for n, m in metrics if "accuracy" in m) / tot}
 
-    ``model_fn()`` builds the global torch model; ``example_input`` (optional) is needed
-    for CNNs whose ``Flatten`` sizes must be probed.  ``evaluate_fn(model) -> (loss, metrics)``
-    (optional) evaluates the global model on the server.
+
+class DropoutStrategy(FedAvg):
+    """Invariant (or ordered / random / no) dropout for stragglers as a Flower ``FedAvg``.
+
+    ``model_fn()`` builds the global torch model; ``example_input`` is needed for CNNs whose
+    ``Flatten`` sizes must be probed.  ``total_rounds`` places FLuID's threshold growth.
+    Other keyword arguments go to ``FedAvg`` (``fraction_fit``, ``min_available_clients``,
+    ``accept_failures``, ``evaluate_fn``, ...).  ``history`` lists one dict per round.
     """
 
-    def __init__(self, model_fn: Callable, method: str = "invariant", widths=DEFAULT_WIDTHS,
-                 straggler_fraction: float | None = None, min_clients: int = 2, example_input=None,
-                 evaluate_fn: Callable | None = None, seed: int = 0):
-        super().__init__()
+    def __init__(self, model_fn: Callable, method: str = "invariant", *, example_input=None,
+                 total_rounds: int | None = None, schedule: ThresholdSchedule | str = "femnist",
+                 straggler_fraction: float | None = None, seed: int = 0, **fedavg):
+        fedavg.setdefault("evaluate_metrics_aggregation_fn", weighted_accuracy)
+        super().__init__(**fedavg)
         self.model = model_fn()
-        self.example = example_input
-        self.groups = groups(self.model, example_input)
-        self.policy = make_policy(method)
+        self._proto_args = dict(method=method, example_input=example_input, total_rounds=total_rounds,
+                                schedule=schedule, straggler_fraction=straggler_fraction, seed=seed)
+        self.protocol: RoundProtocol | None = None
         self.method = method
-        self.widths, self.fraction = widths, straggler_fraction
-        self.min_clients = min_clients
-        self.evaluate_fn = evaluate_fn
-        self.rng = np.random.default_rng(seed)
-        self.profiler: StragglerProfiler | None = None
-        self.sent: dict[str, tuple[dict, float]] = {}
-        self.history: list[dict] = []
         self._index: dict[str, int] = {}
+        self._sent: dict = {}
+        self.history: list[dict] = []
 
     def __repr__(self) -> str:
-        return f"DropoutStrategy(method={self.method!r})"
+        return f"DropoutStrategy(method={self.method!r}, accept_failures={self.accept_failures})"
 
     def initialize_parameters(self, client_manager):
-        return ndarrays_to_parameters(_state_to_arrays(self.model.state_dict()))
+        return ndarrays_to_parameters(_arrays(self.model.state_dict()))
+
+    def _client(self, cid: str) -> int:
+        return self._index.setdefault(cid, len(self._index))
 
     def configure_fit(self, server_round, parameters, client_manager):
-        client_manager.wait_for(self.min_clients)
-        clients = sorted(client_manager.all().values(), key=lambda c: c.cid)
-        for c in clients:
-            self._index.setdefault(c.cid, len(self._index))
-        if self.profiler is None:
-            self.profiler = StragglerProfiler(max(2, len(clients)), self.widths, self.fraction)
-        plan = self.profiler.plan() if (server_round > 1 and self.method != "none") else {}
-        full = {g.name: np.ones(g.units, dtype=bool) for g in self.groups}
+        config = self.on_fit_config_fn(server_round) if self.on_fit_config_fn is not None else {}
+        size, least = self.num_fit_clients(client_manager.num_available())
+        clients = client_manager.sample(num_clients=size, min_num_clients=least)
+        if self.protocol is None:
+            n = max(2, client_manager.num_available())
+            self.protocol = RoundProtocol(self.model, n, **self._proto_args)
+        ids = {c.cid: self._client(c.cid) for c in clients}
+        self._sent = self.protocol.assignments(server_round, ids.values())
         out = []
-        self.sent = {}
         for c in clients:
-            p = plan.get(self._index[c.cid], 1.0)
-            masks = self.policy.masks(p, self.groups, self.rng) if p < 1.0 else full
-            model = extract_submodel(self.model, masks, self.example) if p < 1.0 else self.model
-            self.sent[c.cid] = (masks, p)
-            cfg = {"p": float(p), "masks": encode_masks(masks), "round": int(server_round)}
-            out.append((c, FitIns(ndarrays_to_parameters(_state_to_arrays(model.state_dict())), cfg)))
+            a = self._sent[ids[c.cid]]
+            model = self.protocol.submodel(a)
+            cfg = dict(config, keep=float(a.keep), masks=encode_masks(a.masks), round=int(server_round))
+            out.append((c, FitIns(ndarrays_to_parameters(_arrays(model.state_dict())), cfg)))
         return out
 
     def aggregate_fit(self, server_round, results, failures):
+        if not results or (failures and not self.accept_failures) or self.protocol is None:
+            return None, {"failures": len(failures)}
         keys = list(self.model.state_dict().keys())
-        gstate = {k: v.clone() for k, v in self.model.state_dict().items()}
-        updates, full_states, times, used = [], [], {}, {}
+        updates = []
         for proxy, res in results:
-            if proxy.cid not in self.sent:
-                continue
-            masks, p = self.sent[proxy.cid]
-            state = _arrays_to_state(keys, parameters_to_ndarrays(res.parameters))
-            updates.append((state, masks, res.num_examples))
-            if p >= 1.0:
-                full_states.append(state)
-            i = self._index[proxy.cid]
-            times[i] = float(res.metrics.get("round_time_s", 1.0))
-            used[i] = p
-        if not updates:
-            return None, {"rejected": len(failures)}
-        new, rejected = merge_updates(gstate, updates, self.groups)
-        self.model.load_state_dict(new)
-        self.policy.observe(gstate, full_states)
-        if self.profiler is not None and times:
-            self.profiler.observe(times, used)
-        round_time = max(times.values()) if times else 0.0
-        self.history.append({"round": server_round, "round_time_s": round_time,
-                             "p": {str(k): v for k, v in used.items() if v < 1.0}, "rejected": len(rejected)})
-        return ndarrays_to_parameters(_state_to_arrays(new)), {"round_time_s": round_time,
-                                                               "rejected": len(rejected)}
-
-    def configure_evaluate(self, server_round, parameters, client_manager):
-        return []
-
-    def aggregate_evaluate(self, server_round, results, failures):
-        return None, {}
-
-    def evaluate(self, server_round, parameters):
-        if self.evaluate_fn is None:
-            return None
-        return self.evaluate_fn(self.model)
+            c = self._client(proxy.cid)
+            try:
+                state = _state(keys, parameters_to_ndarrays(res.parameters))
+            except ValueError as exc:
+                state = f"undecodable update ({exc})"
+            updates.append(ClientUpdate(c, state, res.num_examples, res.metrics.get("round_time_s")))
+        rep = self.protocol.aggregate(server_round, self._sent, updates)
+        self.history.append({"round": server_round, "round_time_s": rep.round_time_s,
+                             "keep": {str(k): v for k, v in rep.keep.items()},
+                             "rejected": {str(k): v for k, v in rep.rejected.items()},
+                             "failures": len(failures), **rep.policy_state})
+        return (ndarrays_to_parameters(_arrays(self.model.state_dict())),
+                {"round_time_s": rep.round_time_s, "rejected": len(rep.rejected)})
 
 
 class SubmodelClient(flwr.client.NumPyClient):
-    """Trains whatever sub-model the strategy sends (shape given by the masks in the config).
+    """Trains whatever sub-model the strategy sends (shape given by the masks in the config)
+    and evaluates the global model on its test split.
 
-    ``latency_s`` (optional) simulates the client's full-model round time: it reports
-    ``p * latency_s`` as ``round_time_s``; otherwise the measured training time.
+    ``device`` (a :class:`~cosearch.fl.profiling.ClientProfile`, optional) simulates the round
+    time from the sub-model's FLOPs and bytes; otherwise the measured training time is reported.
     """
 
-    def __init__(self, model_fn: Callable, x, y, epochs: int = 1, lr: float = 0.1, batch_size: int = 32,
-                 latency_s: float | None = None, example_input=None, seed: int = 0):
-        self.model_fn, self.x, self.y = model_fn, x, y
-        self.epochs, self.lr, self.batch_size = epochs, lr, batch_size
-        self.latency_s, self.example, self.seed = latency_s, example_input, seed
+    def __init__(self, model_fn: Callable, x, y, test=None, *, epochs: int = 1, optimizer: str = "sgd",
+                 lr: float = 0.1, batch_size: int = 32, device=None, example_input=None, seed: int = 0):
+        self.model_fn, self.x, self.y, self.test = model_fn, x, y, test
+        self.epochs, self.optimizer, self.lr, self.batch_size = epochs, optimizer, lr, batch_size
+        self.device, self.example, self.seed = device, example_input, seed
 
     def fit(self, parameters, config):
         import torch
 
-        from .simulation import _train
+        from .profiling import model_bytes, training_flops
+        from .simulation import train_local
+        from .submodel import extract_submodel
         masks = decode_masks(config["masks"])
         model = extract_submodel(self.model_fn(), masks, self.example)
-        keys = list(model.state_dict().keys())
-        model.load_state_dict(_arrays_to_state(keys, parameters))
+        model.load_state_dict(_state(list(model.state_dict().keys()), parameters))
         t0 = time.perf_counter()
-        _train(model, self.x, self.y, self.epochs, self.lr, self.batch_size,
-               torch.Generator().manual_seed(self.seed + int(config.get("round", 0))))
+        train_local(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size,
+                    torch.Generator().manual_seed(self.seed + int(config.get("round", 0))))
         t = time.perf_counter() - t0
-        rt = float(config["p"]) * self.latency_s if self.latency_s else t
-        return _state_to_arrays(model.state_dict()), len(self.y), {"round_time_s": rt}
+        if self.device is not None:
+            ex = self.example if self.example is not None else torch.as_tensor(self.x[:1])
+            t = self.device.round_time_s(training_flops(model, ex, len(self.y), self.epochs), model_bytes(model))
+        return _arrays(model.state_dict()), len(self.y), {"round_time_s": float(t)}
 
     def evaluate(self, parameters, config):
-        return 0.0, len(self.y), {}
+        from .simulation import evaluate_model
+        if self.test is None or len(self.test[1]) == 0:
+            return 0.0, 0, {}
+        model = self.model_fn()
+        model.load_state_dict(_state(list(model.state_dict().keys()), parameters))
+        acc, loss, n = evaluate_model(model, *self.test)
+        return float(loss), int(n), {"accuracy": float(acc)}

@@ -1,0 +1,72 @@
+"""A Flower App (``ServerApp`` + ``ClientApp``) for dropout training on the bundled digits.
+
+Run it on a real deployment (a SuperLink, SuperNodes started with
+``--node-config "partition-id=I num-partitions=N"``) with an app folder whose
+``pyproject.toml`` names ``cosearch.fl.flower_app:server_app`` and ``:client_app`` as its
+components.  Run config keys: ``method``, ``num-rounds``, ``seed``, ``alpha`` (Dirichlet skew;
+negative = IID), ``spread`` (the slowest client computes ``spread`` times slower than the
+fastest; round times are simulated with :func:`~cosearch.fl.profiling.device_profiles`),
+``fraction-evaluate`` (clients sampled for federated evaluation; 0 = none),
+``min-clients``, ``out`` (a JSON file for the strategy's per-round history; empty = none).
+"""
+
+from __future__ import annotations
+
+from flwr.client import ClientApp
+from flwr.common import Context
+from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+
+from .._json import dump_json
+from .data import load_digits
+from .flower import DropoutStrategy, SubmodelClient
+from .models import mlp
+from .profiling import device_profiles
+
+__all__ = ["server_app", "client_app"]
+
+
+def _model():
+    return mlp(64, 10, 32)
+
+
+def _alpha(cfg) -> float | None:
+    a = float(cfg.get("alpha", -1.0))
+    return None if a <= 0 else a
+
+
+def _client_fn(context: Context):
+    i = int(context.node_config["partition-id"])
+    n = int(context.node_config["num-partitions"])
+    cfg = context.run_config
+    seed = int(cfg.get("seed", 0))
+    d = load_digits(n, _alpha(cfg), seed)
+    dev = device_profiles(n, spread=float(cfg.get("spread", 2.5)), noise_cv=0.0)[i]
+    return SubmodelClient(_model, *d.clients[i], d.client_tests[i], device=dev, seed=seed + i).to_client()
+
+
+class _SavingStrategy(DropoutStrategy):
+    def __init__(self, out: str, **kw):
+        super().__init__(**kw)
+        self.out = out
+
+    def aggregate_fit(self, server_round, results, failures):
+        res = super().aggregate_fit(server_round, results, failures)
+        if self.out:
+            dump_json({"method": self.method, "history": self.history}, self.out)
+        return res
+
+
+def _server_fn(context: Context) -> ServerAppComponents:
+    cfg = context.run_config
+    rounds = int(cfg.get("num-rounds", 4))
+    strategy = _SavingStrategy(str(cfg.get("out", "")), model_fn=_model, method=str(cfg.get("method", "invariant")),
+                               total_rounds=rounds, seed=int(cfg.get("seed", 0)),
+                               min_available_clients=int(cfg.get("min-clients", 2)),
+                               min_fit_clients=int(cfg.get("min-clients", 2)),
+                               min_evaluate_clients=int(cfg.get("min-clients", 2)),
+                               fraction_evaluate=float(cfg.get("fraction-evaluate", 1.0)))
+    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
+
+
+server_app = ServerApp(server_fn=_server_fn)
+client_app = ClientApp(client_fn=_client_fn)
