@@ -8,7 +8,8 @@
     cosearch models
     cosearch presets
     cosearch fl simulate --dataset digits --clients 5 --method invariant --rounds 30 --out fl.json
-    cosearch fl report fl.json --plot fl.png
+    cosearch fl experiment --dataset digits --methods invariant,ordered,random,none --seeds 10 --out exp.json
+    cosearch fl report exp.json --plot exp.png
 """
 
 from __future__ import annotations
@@ -158,19 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     _plan_args(pl)
     sub.add_parser("models", help="list model presets")
     sub.add_parser("presets", help="list accelerator presets")
-    fl = sub.add_parser("fl", help="federated learning with Invariant Dropout")
-    flsub = fl.add_subparsers(dest="flcmd", required=True)
-    fs = flsub.add_parser("simulate", help="run an in-process FL simulation")
-    fs.add_argument("--dataset", default="digits", help="digits (bundled), or femnist/shakespeare/cifar10 with --data")
-    fs.add_argument("--data", help="directory with LEAF JSON or CIFAR-10 pickles")
-    fs.add_argument("--clients", type=int, default=5)
-    fs.add_argument("--method", default="invariant", choices=["invariant", "ordered", "random", "none"])
-    fs.add_argument("--rounds", type=int, default=30)
-    fs.add_argument("--seed", type=int, default=0)
-    fs.add_argument("--out", default="fl.json")
-    fr = flsub.add_parser("report", help="summarise FL results")
-    fr.add_argument("results", nargs="+")
-    fr.add_argument("--plot", help="write accuracy-vs-round / wall-clock plot (PNG)")
+    from .fl.cli import add_parsers as add_fl_parsers
+    add_fl_parsers(sub)
     a = ap.parse_args(argv)
     try:
         return _dispatch(a)

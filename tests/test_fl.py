@@ -1,5 +1,3 @@
-import json
-import pickle
 
 import numpy as np
 import pytest
@@ -8,8 +6,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 from cosearch import fl  # noqa: E402
-from cosearch._kernels.magnitude import neuron_scores  # noqa: E402
-from cosearch.fl import data, masks, models, profiling, submodel  # noqa: E402
+from cosearch.fl import models, submodel  # noqa: E402
 
 
 def zeroed_forward(model, ms, x):

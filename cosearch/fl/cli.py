@@ -1,20 +1,137 @@
-"""``cosearch fl simulate`` / ``cosearch fl report``."""
+"""``cosearch fl simulate | experiment | report``."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import sys
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    from .data import DATASETS
+    from .models import MODELS
+    p.add_argument("--dataset", default="digits", choices=DATASETS,
+                   help="digits (bundled), or femnist/shakespeare (LEAF folder) / cifar10 (batches) with --data "
+                        "(default: digits)")
+    p.add_argument("--data", help="folder with LEAF JSON (train/ and test/, or all_data) or CIFAR-10 batches")
+    p.add_argument("--clients", type=int, default=5, help="number of clients (default: 5)")
+    p.add_argument("--rounds", type=int, default=30, help="federated rounds (default: 30)")
+    p.add_argument("--model", default="auto", choices=["auto", *MODELS],
+                   help="model; auto = the dataset's FLuID model (mlp for digits) (default: auto)")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], help="client optimizer (default: the dataset's, FLuID's)")
+    p.add_argument("--lr", type=float, help="client learning rate (default: the dataset's, FLuID's)")
+    p.add_argument("--batch-size", type=int, help="client batch size (default: the dataset's, FLuID's)")
+    p.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (default: 1)")
+    p.add_argument("--alpha", type=float, default=0.5,
+                   help="Dirichlet label skew for digits/cifar10; 0 = IID (default: 0.5)")
+    p.add_argument("--devices", help="CSV of measured full-model round times (client,round,seconds); "
+                                     "default: illustrative device profiles")
+    p.add_argument("--spread", type=float, default=2.5,
+                   help="slowest/fastest compute ratio of the default device profiles (default: 2.5)")
+    p.add_argument("--noise", type=float, default=0.05,
+                   help="per-round round-time noise (coefficient of variation) of the default profiles "
+                        "(default: 0.05)")
+    p.add_argument("--straggler-fraction", type=float,
+                   help="fraction of clients treated as stragglers (default: one straggler, as FLuID)")
+
+
+def add_parsers(sub) -> None:
+    from .masks import METHODS
+    fl = sub.add_parser("fl", help="federated learning with Invariant Dropout",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    flsub = fl.add_subparsers(dest="flcmd", required=True)
+    fs = flsub.add_parser("simulate", help="run one in-process FL simulation")
+    _common(fs)
+    fs.add_argument("--method", default="invariant", choices=METHODS, help="dropout method (default: invariant)")
+    fs.add_argument("--seed", type=int, default=0, help="seed of data split, weights and noise (default: 0)")
+    fs.add_argument("--out", default="fl.json", help="result JSON (default: fl.json)")
+    fs.add_argument("--force", action="store_true", help="replace an existing --out file")
+    fe = flsub.add_parser("experiment", help="paired multi-seed comparison of methods, with statistics")
+    _common(fe)
+    fe.add_argument("--methods", default="invariant,ordered,random,none",
+                    help=f"comma-separated, from {', '.join(METHODS)} (default: invariant,ordered,random,none)")
+    fe.add_argument("--seeds", type=int, default=10, help="paired seeds per method (default: 10)")
+    fe.add_argument("--workers", type=int, help="worker processes (default: min(2, CPUs))")
+    fe.add_argument("--target", type=float, help="target accuracy in [0, 1] for time-to-target "
+                                                 "(default: 95%% of the lowest mean final accuracy)")
+    fe.add_argument("--out", default="exp.json", help="experiment JSON, saved after every run (default: exp.json)")
+    fe.add_argument("--resume", action="store_true", help="continue the runs already in --out")
+    fe.add_argument("--force", action="store_true", help="replace an existing --out file")
+    fr = flsub.add_parser("report", help="summarise FL results or an experiment")
+    fr.add_argument("results", nargs="+", help="result or experiment JSON files")
+    fr.add_argument("--plot", help="write a PNG: accuracy vs round and vs simulated time (bands for experiments), "
+                                   "per-client round times, keep fractions")
+    fr.add_argument("--target", type=float, help="target accuracy for an experiment's time-to-target")
+
+
+def _check_out(path: str, force: bool, resume: bool | None = None) -> None:
+    """Refuse bad output paths before any work is done."""
+    if os.path.isdir(path):
+        raise ValueError(f"--out {path!r} is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"--out {path!r}: folder {parent!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"--out {path!r}: folder {parent!r} is not writable")
+    if os.path.exists(path) and not (force or bool(resume)):
+        raise ValueError(f"--out {path!r} exists; pass --force to replace it" + (
+            " or --resume to continue it" if resume is not None else ""))
+
+
+def _sim_kwargs(a) -> dict:
+    from .profiling import device_profiles
+    kw = {"model": a.model, "optimizer": a.optimizer, "lr": a.lr, "batch_size": a.batch_size,
+          "local_epochs": a.local_epochs, "alpha": None if a.alpha == 0 else a.alpha, "data_dir": a.data,
+          "straggler_fraction": a.straggler_fraction}
+    if a.devices:
+        if not os.path.isfile(a.devices):
+            raise ValueError(f"--devices {a.devices!r}: no such file")
+        kw["devices"] = a.devices
+    elif (a.spread, a.noise) != (2.5, 0.05):
+        kw["devices"] = device_profiles(a.clients, a.spread, a.noise)
+    return kw
+
 
 def run(a) -> int:
+    from .experiment import Experiment, run_experiment
     from .simulation import FLResult, plot, simulate
     if a.flcmd == "simulate":
+        _check_out(a.out, a.force)
         res = simulate(a.dataset, clients=a.clients, method=a.method, rounds=a.rounds, seed=a.seed,
-                       data_dir=a.data, progress=True, out=a.out)
+                       progress=True, out=a.out, **_sim_kwargs(a))
         print(res.summary())
         print(f"saved {a.out}")
         return 0
-    results = [FLResult.from_json(p) for p in a.results]
-    for r in results:
+    if a.flcmd == "experiment":
+        _check_out(a.out, a.force, a.resume)
+        kw = _sim_kwargs(a)
+        if isinstance(kw.get("devices"), list):
+            raise ValueError("--spread/--noise apply to simulate; for experiments give --devices CSV")
+        methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+        exp = run_experiment(a.dataset, methods, a.seeds, a.rounds, clients=a.clients, workers=a.workers,
+                             out=a.out, resume=a.out if (a.resume and os.path.exists(a.out)) else None, **kw)
+        print(exp.table(a.target))
+        if exp.interrupted:
+            print(f"cosearch: interrupted; saved the finished runs to {a.out} (continue with --resume)",
+                  file=sys.stderr)
+            return 130
+        print(f"saved {a.out}")
+        return 0
+    for path in a.results:
+        if not os.path.isfile(path):
+            raise ValueError(f"{path}: no such file")
+    from .._json import load_json
+    docs = [(p, load_json(p)) for p in a.results]
+    exps = [Experiment.from_json(p) for p, d in docs if isinstance(d, dict) and d.get("kind") == "cosearch.fl.experiment"]
+    singles = [FLResult.from_dict(d) for p, d in docs if not (isinstance(d, dict) and d.get("kind"))]
+    for e in exps:
+        print(e.table(a.target))
+    for r in singles:
         print(r.summary())
     if a.plot:
-        plot(results, a.plot)
+        if exps:
+            exps[0].plot(a.plot)
+        else:
+            plot(singles, a.plot)
         print(f"wrote {a.plot}")
     return 0

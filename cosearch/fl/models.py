@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 import torch.nn as nn
 
 from .submodel import Group, ParamSlice

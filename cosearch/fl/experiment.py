@@ -1,0 +1,334 @@
+"""Paired multi-seed, multi-method FL experiments, with statistics.
+
+:func:`run_experiment` runs every (method, seed) pair with the same data split, initial
+weights, device noise and — since stragglers are picked from the full-model rounds 1–2 —
+the same stragglers and keep fractions per seed; only the dropout method differs.  Runs go
+to a process pool; each finished run is saved at once (atomically) when ``out`` is given, so
+Ctrl-C keeps everything finished, and ``resume=`` continues an experiment file.
+
+:meth:`Experiment.summary` reports per method: final central and federated accuracy (mean ±
+95% t-interval), the paired difference to a reference method (mean ± 95% CI and a two-sided
+paired t-test p-value), the simulated time to reach a target accuracy, the accuracy at equal
+simulated time (the shortest run's total), and the mean round time of the dropout rounds
+against no dropout.  :meth:`Experiment.plot` draws accuracy against round and against
+simulated time with 95% bands, one seed's per-client round times, and the keep fraction per
+straggler per round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._json import dump_json, load_json
+from .._validate import positive_int
+from .masks import METHODS
+from .simulation import FLResult, simulate
+
+__all__ = ["Experiment", "MethodStats", "run_experiment", "mean_ci", "paired_test"]
+
+
+def mean_ci(x) -> tuple[float, float]:
+    """(mean, half-width of the 95% Student-t interval); half-width NaN for fewer than 2 values."""
+    from scipy import stats
+    x = np.asarray([v for v in x if v is not None and math.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    if len(x) < 2:
+        return float(x.mean()), float("nan")
+    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def paired_test(a, b) -> tuple[float, float, float]:
+    """Paired difference ``a - b``: (mean, 95% CI half-width, two-sided t-test p-value)."""
+    from scipy import stats
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    d = a[ok] - b[ok]
+    m, h = mean_ci(d)
+    if len(d) < 2:
+        return m, h, float("nan")
+    if np.all(d == d[0]):
+        return m, 0.0, 1.0 if d[0] == 0 else 0.0
+    return m, h, float(stats.ttest_rel(a[ok], b[ok]).pvalue)
+
+
+@dataclass
+class MethodStats:
+    """One method's summary over the seeds (see :meth:`Experiment.summary`)."""
+
+    method: str
+    runs: int
+    accuracy: tuple[float, float]
+    fed_accuracy: tuple[float, float]
+    diff_vs_reference: tuple[float, float, float]
+    time_to_target_s: tuple[float, float]
+    reached_target: int
+    accuracy_at_equal_time: tuple[float, float]
+    diff_at_equal_time: tuple[float, float, float]
+    round_time_s: tuple[float, float]
+    round_time_reduction: tuple[float, float]
+
+
+def _accuracy_at(res: FLResult, t: float) -> float:
+    acc = [r.accuracy for r in res.rounds if r.sim_time_s <= t + 1e-12]
+    return acc[-1] if acc else float("nan")
+
+
+def _time_to(res: FLResult, target: float) -> float:
+    for r in res.rounds:
+        if r.accuracy >= target:
+            return r.sim_time_s
+    return float("nan")
+
+
+def _dropout_round_time(res: FLResult) -> float:
+    rounds = [r.round_time_s for r in res.rounds if r.round >= 3] or [r.round_time_s for r in res.rounds]
+    return float(np.mean(rounds))
+
+
+@dataclass
+class Experiment:
+    """Runs of ``methods`` x ``seeds`` (``runs[method][seed]``) and the settings they share."""
+
+    dataset: str
+    methods: list[str]
+    seeds: list[int]
+    config: dict
+    runs: dict[str, dict[int, FLResult]] = field(default_factory=dict)
+    interrupted: bool = False
+
+    def complete(self) -> bool:
+        return all(s in self.runs.get(m, {}) for m in self.methods for s in self.seeds)
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict:
+        return {"kind": "cosearch.fl.experiment", "dataset": self.dataset, "methods": self.methods,
+                "seeds": self.seeds, "config": self.config, "interrupted": bool(self.interrupted),
+                "runs": {m: {str(s): r.to_dict() for s, r in rs.items()} for m, rs in self.runs.items()}}
+
+    def to_json(self, path=None) -> str:
+        return dump_json(self.to_dict(), path)
+
+    @classmethod
+    def from_json(cls, source) -> Experiment:
+        d = load_json(source)
+        if not isinstance(d, dict) or d.get("kind") != "cosearch.fl.experiment":
+            raise ValueError(f"{source}: not a cosearch FL experiment file")
+        try:
+            runs = {m: {int(s): FLResult.from_dict(r) for s, r in rs.items()} for m, rs in d["runs"].items()}
+            interrupted = d.get("interrupted", False)
+            if not isinstance(interrupted, bool):
+                raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
+            return cls(str(d["dataset"]), [str(m) for m in d["methods"]], [int(s) for s in d["seeds"]],
+                       dict(d["config"]), runs, interrupted)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{source}: malformed experiment file ({exc!r})") from None
+
+    # ------------------------------------------------------------------ statistics
+    def default_target(self) -> float:
+        """95% of the lowest mean final accuracy over the methods (every method can reach it)."""
+        finals = [np.mean([r.rounds[-1].accuracy for r in rs.values()]) for rs in self.runs.values() if rs]
+        return 0.95 * float(min(finals)) if finals else float("nan")
+
+    def summary(self, target_accuracy: float | None = None, reference: str | None = None) -> list[MethodStats]:
+        """Per-method statistics over the seeds that every method finished."""
+        methods = [m for m in self.methods if self.runs.get(m)]
+        if not methods:
+            return []
+        seeds = [s for s in self.seeds if all(s in self.runs.get(m, {}) for m in methods)]
+        reference = reference or ("invariant" if "invariant" in methods else methods[0])
+        target = self.default_target() if target_accuracy is None else float(target_accuracy)
+        t_equal = min(self.runs[m][s].rounds[-1].sim_time_s for m in methods for s in seeds) if seeds else 0.0
+        ref = {s: self.runs[reference][s] for s in seeds} if reference in methods else {}
+        base = {s: self.runs["none"][s] for s in seeds} if "none" in methods else {}
+        out = []
+        for m in methods:
+            rs = [self.runs[m][s] for s in seeds]
+            acc = [r.rounds[-1].accuracy for r in rs]
+            at_t = [_accuracy_at(r, t_equal) for r in rs]
+            ttt = [_time_to(r, target) for r in rs]
+            rt = [_dropout_round_time(r) for r in rs]
+            red = [1.0 - rt[i] / _dropout_round_time(base[s]) for i, s in enumerate(seeds)] if base else []
+            out.append(MethodStats(
+                m, len(rs), mean_ci(acc), mean_ci([r.rounds[-1].fed_accuracy for r in rs]),
+                paired_test(acc, [ref[s].rounds[-1].accuracy for s in seeds]) if ref else (np.nan,) * 3,
+                mean_ci(ttt), int(np.isfinite(ttt).sum()), mean_ci(at_t),
+                paired_test(at_t, [_accuracy_at(ref[s], t_equal) for s in seeds]) if ref else (np.nan,) * 3,
+                mean_ci(rt), mean_ci(red)))
+        return out
+
+    def table(self, target_accuracy: float | None = None, reference: str | None = None) -> str:
+        stats = self.summary(target_accuracy, reference)
+        if not stats:
+            return "no finished runs"
+        ref = reference or ("invariant" if "invariant" in [s.method for s in stats] else stats[0].method)
+        target = self.default_target() if target_accuracy is None else target_accuracy
+
+        def pm(v, scale=1.0, fmt=".1f"):
+            m, h = v[0] * scale, v[1] * scale
+            return "n/a" if not math.isfinite(m) else (f"{m:{fmt}}" + (f" ± {h:{fmt}}" if math.isfinite(h) else ""))
+        lines = [f"{self.dataset}: {len(self.seeds)} paired seeds, {self.config.get('rounds')} rounds, "
+                 f"{self.config.get('clients')} clients; accuracy in %, mean ± 95% CI; paired differences "
+                 f"vs {ref} (p: two-sided paired t-test); target accuracy {100 * target:.1f}%"
+                 + ("  [INTERRUPTED: partial]" if self.interrupted else ""),
+                 f"{'method':>18} {'runs':>4} {'accuracy':>13} {'federated':>13} {'diff vs ' + ref:>22} "
+                 f"{'time to target s':>17} {'acc @ equal time':>16} {'round time s':>15} {'vs none':>13}"]
+        for s in stats:
+            d = s.diff_vs_reference
+            diff = "—" if s.method == ref or not math.isfinite(d[0]) else (
+                f"{100 * d[0]:+.1f} ± {100 * d[1]:.1f} p={d[2]:.3f}" if math.isfinite(d[1]) else f"{100 * d[0]:+.1f}")
+            ttt = pm(s.time_to_target_s, 1.0, ".2f") + ("" if s.reached_target == s.runs
+                                                          else f" ({s.reached_target}/{s.runs})")
+            lines.append(f"{s.method:>18} {s.runs:>4} {pm(s.accuracy, 100):>13} {pm(s.fed_accuracy, 100):>13} "
+                         f"{diff:>22} {ttt:>17} {pm(s.accuracy_at_equal_time, 100):>16} "
+                         f"{pm(s.round_time_s, 1.0, '.3f'):>15} "
+                         f"{('n/a' if not math.isfinite(s.round_time_reduction[0]) else pm(s.round_time_reduction, 100) + '%'):>13}")
+        return "\n".join(lines)
+
+    def plot(self, path=None):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+        (a, b), (c, d) = axes
+        for m in self.methods:
+            rs = list(self.runs.get(m, {}).values())
+            if not rs:
+                continue
+            n = min(len(r.rounds) for r in rs)
+            acc = np.array([[x.accuracy for x in r.rounds[:n]] for r in rs])
+            t = np.array([[x.sim_time_s for x in r.rounds[:n]] for r in rs]).mean(axis=0)
+            mean = acc.mean(axis=0)
+            half = np.array([mean_ci(acc[:, i])[1] for i in range(n)]) if len(rs) > 1 else np.zeros(n)
+            half = np.nan_to_num(half)
+            rounds = np.arange(1, n + 1)
+            a.plot(rounds, mean, label=m)
+            a.fill_between(rounds, mean - half, mean + half, alpha=0.2)
+            b.plot(t, mean, label=m)
+            b.fill_between(t, mean - half, mean + half, alpha=0.2)
+        a.set_xlabel("round")
+        b.set_xlabel("simulated time (s, mean over seeds)")
+        for ax in (a, b):
+            ax.set_ylabel("central accuracy (mean, 95% band)")
+            ax.legend(fontsize=8)
+        show = next((m for m in self.methods if m.startswith("invariant") and self.runs.get(m)),
+                    next((m for m in self.methods if self.runs.get(m)), None))
+        if show is not None:
+            run = self.runs[show][min(self.runs[show])]
+            clients = sorted({c for r in run.rounds for c in r.client_times_s})
+            for cl in clients:
+                c.plot([r.round for r in run.rounds], [r.client_times_s.get(cl, np.nan) for r in run.rounds],
+                       label=f"client {cl}")
+            c.set_title(f"{show}, seed {min(self.runs[show])}: round time per client")
+            c.set_xlabel("round")
+            c.set_ylabel("simulated seconds")
+            c.legend(fontsize=7)
+            strag = sorted({k for r in run.rounds for k in r.keep})
+            for cl in strag:
+                d.step([r.round for r in run.rounds], [r.keep.get(cl, 1.0) for r in run.rounds], where="mid",
+                       label=f"client {cl}")
+            d.set_ylim(0.4, 1.05)
+            d.set_title("keep fraction per straggler")
+            d.set_xlabel("round")
+            d.legend(fontsize=7)
+        fig.tight_layout()
+        if path:
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+        return fig
+
+
+def _one_run(kw: dict) -> dict:
+    import torch
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent decides what an interrupt means
+    return simulate(**kw).to_dict()
+
+
+def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "random", "none"), seeds=10,
+                   rounds: int = 30, *, clients: int = 5, workers: int | None = None,
+                   out: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
+                   progress: bool = True, **simulate_kwargs) -> Experiment:
+    """Run every method on every seed (``seeds``: a count or a list) and return the
+    :class:`Experiment`.  ``simulate_kwargs`` go to :func:`~cosearch.fl.simulation.simulate`
+    (``model``, ``optimizer``, ``lr``, ``batch_size``, ``devices``, ``alpha``, ``data_dir``,
+    ...).  ``out``: saved after every run; ``resume``: an earlier experiment file with the same
+    settings whose finished runs are kept.  On Ctrl-C the finished runs are returned (and
+    saved) with ``interrupted=True``."""
+    methods = list(methods)
+    if not methods:
+        raise ValueError("give at least one method")
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods are listed twice: {methods}")
+    seed_list = list(range(positive_int("seeds", seeds, 10_000))) if isinstance(seeds, int) else [int(s) for s in seeds]
+    positive_int("rounds", rounds, 100_000)
+    positive_int("clients", clients, 10_000)
+    for key in ("devices", "latency_s"):
+        v = simulate_kwargs.get(key)
+        if v is not None and not isinstance(v, (str, os.PathLike, list, tuple)):
+            raise ValueError(f"{key} must be a CSV path or a list to run in worker processes")
+    config = json.loads(json.dumps({"rounds": rounds, "clients": clients, **{
+        k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in simulate_kwargs.items()}}))
+    exp = Experiment(dataset, methods, seed_list, config)
+    if resume is not None:
+        old = Experiment.from_json(resume)
+        if old.dataset != dataset or old.config != config:
+            raise ValueError(f"{resume}: its settings ({old.dataset}, {old.config}) differ from this run's "
+                             f"({dataset}, {config}); resume with the same settings")
+        for m, rs in old.runs.items():
+            if m in methods:
+                exp.runs[m] = {s: r for s, r in rs.items() if s in seed_list}
+    todo = [(m, s) for s in seed_list for m in methods if s not in exp.runs.get(m, {})]
+    workers = min(os.cpu_count() or 1, 2) if workers is None else positive_int("workers", workers)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(todo), desc=f"FL experiment ({dataset})", unit="run")
+
+    def done(m, s, d):
+        exp.runs.setdefault(m, {})[s] = FLResult.from_dict(d)
+        if out is not None:
+            exp.to_json(out)
+        if bar is not None:
+            bar.update(1)
+
+    kw = {"dataset": dataset, "rounds": rounds, "clients": clients, **simulate_kwargs}
+    try:
+        if workers == 1 or len(todo) <= 1:
+            for m, s in todo:
+                done(m, s, simulate(**dict(kw, method=m, seed=s)).to_dict())
+        else:
+            pool = ProcessPoolExecutor(workers)
+            try:
+                pending = {pool.submit(_one_run, dict(kw, method=m, seed=s)): (m, s) for m, s in todo}
+                while pending:
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        m, s = pending.pop(f)
+                        done(m, s, f.result())
+            finally:
+                procs = list((getattr(pool, "_processes", None) or {}).values())
+                pool.shutdown(wait=False, cancel_futures=True)
+                for p in procs:          # on an interrupt, stop runs in flight; no worker outlives us
+                    if p.is_alive():
+                        p.terminate()
+                for p in procs:
+                    p.join(timeout=10)
+    except KeyboardInterrupt:
+        exp.interrupted = True
+        if out is not None:
+            exp.to_json(out)
+    finally:
+        if bar is not None:
+            bar.close()
+    return exp

@@ -1,0 +1,108 @@
+"""Paired experiments: statistics against hand-worked values, resume, Ctrl-C, the CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from cosearch.fl import experiment  # noqa: E402
+
+
+def test_mean_ci_and_paired_test_hand_worked():
+    m, h = experiment.mean_ci([1.0, 2.0, 3.0, 4.0])
+    # sd = sqrt(5/3) = 1.290994; t(0.975, 3) = 3.182446; half = t sd / 2
+    assert m == 2.5 and h == pytest.approx(3.182446 * 1.290994 / 2, rel=1e-5)
+    d, hd, p = experiment.paired_test([2.0, 3.0, 5.0], [1.0, 1.0, 1.0])
+    # differences 1, 2, 4: mean 7/3, sd 1.527525, t = (7/3) / (1.527525 / sqrt 3) = 2.645751, df 2
+    assert d == pytest.approx(7 / 3) and p == pytest.approx(0.118, abs=0.001)
+    assert experiment.paired_test([1, 1], [1, 1])[2] == 1.0
+    assert np.isnan(experiment.mean_ci([])[0])
+
+
+def test_experiment_statistics_resume_and_plot(tmp_path):
+    out = tmp_path / "e.json"
+    full = experiment.run_experiment("digits", ["invariant", "none"], 2, 4, clients=3, workers=1, progress=False)
+    part = experiment.run_experiment("digits", ["invariant", "none"], [0], 4, clients=3, workers=1,
+                                     progress=False, out=out)
+    assert part.complete() and all(list(rs) == [0] for rs in part.runs.values())
+    resumed = experiment.run_experiment("digits", ["invariant", "none"], 2, 4, clients=3, workers=1,
+                                        progress=False, out=out, resume=out)
+    assert resumed.complete()
+    for m in ("invariant", "none"):
+        for s in (0, 1):
+            assert resumed.runs[m][s].to_dict() == full.runs[m][s].to_dict()
+    stats = {s.method: s for s in full.summary()}
+    inv, none = full.runs["invariant"], full.runs["none"]
+    d = [inv[s].rounds[-1].accuracy - none[s].rounds[-1].accuracy for s in (0, 1)]
+    assert stats["none"].diff_vs_reference[0] == pytest.approx(-np.mean(d))
+    t_eq = min(r.rounds[-1].sim_time_s for rs in full.runs.values() for r in rs.values())
+    for m, rs in full.runs.items():
+        at = [[x.accuracy for x in r.rounds if x.sim_time_s <= t_eq + 1e-12][-1] for r in rs.values()]
+        assert stats[m].accuracy_at_equal_time[0] == pytest.approx(np.mean(at))
+    # the straggler's sub-model makes the dropout rounds shorter than with no dropout
+    assert stats["invariant"].round_time_s[0] < stats["none"].round_time_s[0]
+    assert "invariant" in full.table()
+    back = experiment.Experiment.from_json(out)
+    assert back.to_dict() == resumed.to_dict()
+    full.plot(tmp_path / "e.png")
+    assert (tmp_path / "e.png").stat().st_size > 5000
+    with pytest.raises(ValueError, match="differ"):
+        experiment.run_experiment("digits", ["invariant"], 2, 5, clients=3, workers=1, progress=False,
+                                  resume=out)
+    with pytest.raises(ValueError, match="unknown method"):
+        experiment.run_experiment("digits", ["bogus"], 1, 2)
+
+
+def test_ctrl_c_keeps_finished_runs_and_stops_workers(tmp_path):
+    out = tmp_path / "e.json"
+    cmd = [sys.executable, "-m", "cosearch", "fl", "experiment", "--seeds", "40", "--rounds", "3",
+           "--clients", "3", "--methods", "invariant,none", "--workers", "2", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not out.exists():
+        time.sleep(0.2)
+    assert out.exists(), proc.stderr.read() if proc.poll() is not None else "no run finished"
+    proc.send_signal(signal.SIGINT)
+    try:
+        so, se = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == 130, se
+    assert "interrupted" in se and "Traceback" not in se
+    d = json.loads(out.read_text())
+    assert d["interrupted"] is True and sum(len(v) for v in d["runs"].values()) >= 1
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == []
+
+
+def test_cli_refuses_bad_outputs_before_work(tmp_path, capsys):
+    from cosearch.cli import main
+    assert main(["fl", "experiment", "--out", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["fl", "experiment", "--out", str(tmp_path / "no" / "e.json")]) == 2
+    (tmp_path / "e.json").write_text("{}")
+    assert main(["fl", "simulate", "--out", str(tmp_path / "e.json")]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["fl", "report", str(tmp_path / "e.json")]) == 2       # not a result file
+
+
+def test_fl_cli_simulate_and_report(tmp_path):
+    from cosearch.cli import main
+    out = tmp_path / "fl.json"
+    assert main(["fl", "simulate", "--clients", "3", "--method", "ordered", "--rounds", "3", "--out", str(out),
+                 "--lr", "0.05", "--batch-size", "16", "--optimizer", "adam"]) == 0
+    d = json.loads(out.read_text())
+    assert d["config"]["optimizer"] == "adam" and d["config"]["lr"] == 0.05 and d["config"]["batch_size"] == 16
+    png = tmp_path / "fl.png"
+    assert main(["fl", "report", str(out), "--plot", str(png)]) == 0
+    assert png.stat().st_size > 1000
