@@ -1,8 +1,13 @@
 """Magnitude thresholding + invariant-neuron scores over a 25M-parameter update from 5 clients.
 
-Reports GB/s (bytes of the global + client weights and index arrays read), the ratio against the NumPy
-implementation of the same definition (cosearch.fl.masks.neuron_scores_numpy), and the
-fraction of memory bandwidth reached (reference: np.copyto of the same bytes).
+The update is one 5000 x 5000 weight matrix (rows: this layer's neurons, columns: the
+previous layer's).  Reports the kernel's time against
+
+* ``np.copyto`` of the same bytes (the weights it must read: global + 5 clients) — target:
+  no slower (ratio <= 1.0);
+* the NumPy implementation of the same definition (``cosearch.fl.masks.neuron_scores_numpy``)
+  — target >= 10x.
+
 Run: python -m pytest bench/bench_magnitude.py --benchmark-only -s
 """
 
@@ -10,36 +15,38 @@ import time
 
 import numpy as np
 
-from cosearch._kernels.magnitude import neuron_scores
+from cosearch._kernels import magnitude
 from cosearch.fl.masks import neuron_scores_numpy
 
 
 def test_magnitude_25m(benchmark):
-    P, K, rows = 25_000_000, 5, 5000
+    rows, cols, K = 5000, 5000, 5
+    P = rows * cols
     rng = np.random.default_rng(0)
     w = rng.standard_normal(P, dtype=np.float32)
     wk = w[None, :] + 0.01 * rng.standard_normal((K, P), dtype=np.float32)
-    e = np.arange(P, dtype=np.int64)
-    nin = e // (P // rows)                 # rows of a weight matrix: incoming weights
-    nout = rows + e % rows                 # columns: outgoing weights into the next layer
-    n = 2 * rows
-    neuron_scores(w[:1000], wk[:, :1000], 4, np.float32(1e-8), nin[:1000], nout[:1000], n)
-    out = benchmark.pedantic(neuron_scores, args=(w, wk, 4, np.float32(1e-8), nin, nout, n),
-                             rounds=3, iterations=1)
+    nmap = magnitude.make_map([(rows, cols)], [np.arange(rows)], [rows + np.arange(cols)])
+    n = rows + cols
+    small = magnitude.make_map([(2, cols)], [np.arange(2)], [2 + np.arange(cols)])
+    magnitude.neuron_scores(w[:2 * cols], wk[:, :2 * cols], 4, np.float32(1e-8), small, 2 + cols)
+    out = benchmark.pedantic(magnitude.neuron_scores, args=(w, wk, 4, np.float32(1e-8), nmap, n),
+                             rounds=5, iterations=1)
     t = benchmark.stats.stats.median
-    nbytes = w.nbytes + wk.nbytes + nin.nbytes + nout.nbytes
+    nbytes = w.nbytes + wk.nbytes
+    nin, nout = magnitude.expand(nmap)
     t0 = time.perf_counter()
     ref = neuron_scores_numpy(w, wk, 4, np.float32(1e-8), nin, nout, n)
     t_np = time.perf_counter() - t0
-    np.testing.assert_allclose(out, ref, rtol=1e-6)
+    np.testing.assert_allclose(out, ref, rtol=1e-6)   # both rows: quorum scores and largest changes
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
     np.copyto(dst, src)
-    t0 = time.perf_counter()
-    for _ in range(3):
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
         np.copyto(dst, src)
-    t_copy = (time.perf_counter() - t0) / 3
-    print(f"\n[magnitude] 25M params x {K} clients: kernel {t*1e3:.0f} ms ({nbytes/t/1e9:.1f} GB/s read), "
-          f"NumPy {t_np*1e3:.0f} ms, speed-up {t_np/t:.1f}x (target >= 3x); np.copyto of the same "
-          f"{nbytes/1e9:.2f} GB: {t_copy*1e3:.0f} ms ({nbytes/t_copy/1e9:.1f} GB/s), kernel/copy time "
-          f"{t/t_copy:.2f}x (target within 3x)")
+        times.append(time.perf_counter() - t0)
+    t_copy = float(np.median(times))
+    print(f"\n[magnitude] 25M params x {K} clients: kernel {t*1e3:.0f} ms ({nbytes/t/1e9:.1f} GB/s of weights "
+          f"read), NumPy {t_np*1e3:.0f} ms: speed-up {t_np/t:.1f}x (target >= 10x); np.copyto of the same "
+          f"{nbytes/1e9:.2f} GB: {t_copy*1e3:.0f} ms, kernel/copy time {t/t_copy:.2f}x (target <= 1.0)")

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cosearch import fl  # noqa: E402
+from cosearch._kernels import magnitude  # noqa: E402
 from cosearch._kernels.magnitude import neuron_scores  # noqa: E402
 from cosearch.fl import masks, models, profiling, submodel  # noqa: E402
 
@@ -32,34 +33,73 @@ def _scores_loops(w, wk, quorum, eps, nin, nout, n):
     return out
 
 
-@pytest.mark.parametrize("K,quorum", [(1, 1), (4, 3), (5, 4), (7, 6)])
-def test_kernel_equals_loop_reference(K, quorum):
+def _random_map(rng, N, segments):
+    shapes = [(7, 13), (40,), (5, 3, 2, 2), (1, 90), (33, 1)]
+    rows = [sh[0] for sh in shapes]
+    cols = [int(np.prod(sh[1:])) if len(sh) > 1 else 1 for sh in shapes]
+    return magnitude.make_map(shapes, [rng.integers(-1, N, r) for r in rows],
+                              [rng.integers(-1, N, c) for c in cols], segments)
+
+
+@pytest.mark.parametrize("K,quorum,segments", [(1, 1, 1), (4, 3, 64), (5, 4, 7), (7, 6, 300), (4, 1, 5),
+                                                (10, 5, 9), (20, 15, 64)])
+def test_kernel_equals_loop_reference(K, quorum, segments):
     rng = np.random.default_rng(K)
-    P, N = 700, 23
+    N = 23
+    nmap = _random_map(rng, N, segments)
+    P = int(nmap.offsets[-1])
     w = rng.normal(size=P).astype(np.float32)
     w[:20] = 0.0
     wk = (w[None] + rng.normal(scale=0.1, size=(K, P))).astype(np.float32)
     wk[:, :10] = 0.0
-    nin = rng.integers(-1, N, P)
-    nout = rng.integers(-1, N, P)
-    got = neuron_scores(w, wk, quorum, np.float32(1e-8), nin, nout, N)
+    nin, nout = magnitude.expand(nmap)
+    got = neuron_scores(w, wk, quorum, np.float32(1e-8), nmap, N)
     np.testing.assert_allclose(got, _scores_loops(w, wk, quorum, 1e-8, nin, nout, N), rtol=2e-6)
     np.testing.assert_allclose(got, masks.neuron_scores_numpy(w, wk, quorum, np.float32(1e-8), nin, nout, N),
                                rtol=1e-6)
 
 
+def _one(rows, cols):
+    return magnitude.make_map([(len(rows), len(cols))], [np.asarray(rows)], [np.asarray(cols)])
+
+
 def test_quorum_boundary_hand_worked():
     w = np.array([1.0], dtype=np.float32)
     wk = np.array([[1.1], [1.2], [1.3], [1.4]], dtype=np.float32)  # rel changes .1 .2 .3 .4
-    s = neuron_scores(w, wk, 3, np.float32(0.0), np.array([0]), np.array([-1]), 1)  # 75% of 4 = 3
+    s = neuron_scores(w, wk, 3, np.float32(0.0), _one([0], [-1]), 1)  # 75% of 4 = 3
     assert s[0, 0] == pytest.approx(0.3, rel=1e-6) and s[1, 0] == pytest.approx(0.4, rel=1e-6)
 
 
 def test_zero_weights_no_nan():
     w = np.zeros(4, dtype=np.float32)
     wk = np.zeros((3, 4), dtype=np.float32)
-    s = neuron_scores(w, wk, 2, np.float32(1e-8), np.array([0, 0, 1, 1]), np.full(4, -1), 2)
+    s = neuron_scores(w, wk, 2, np.float32(1e-8), _one([0, 1], [-1, -1]), 2)
     assert np.all(s == 0.0)
+
+
+def test_neuron_map_of_a_cnn_matches_the_groups():
+    """Every element the groups' slices name is mapped to exactly that neuron."""
+    m = models.femnist_cnn()
+    x = torch.zeros(1, 1, 28, 28)
+    gs = submodel.groups(m, x)
+    names, nmap, offs = masks.neuron_index(m.state_dict(), gs)
+    nin, nout = magnitude.expand(nmap)
+    sizes = [m.state_dict()[n].numel() for n in names]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    for gi, g in enumerate(gs):
+        for j in (0, g.units - 1):
+            one = np.zeros(g.units, bool)
+            one[j] = True
+            for sl in g.slices:
+                k = names.index(sl.name)
+                shape = tuple(m.state_dict()[sl.name].shape)
+                idx = np.zeros(shape, bool)
+                index = [slice(None)] * len(shape)
+                index[sl.axis] = sl.indices(one)
+                idx[tuple(index)] = True
+                flat = np.flatnonzero(idx.ravel()) + starts[k]
+                target = nin if sl.axis == 0 else nout
+                assert np.all(target[flat] == offs[gi] + j)
 
 
 # ---------------------------------------------------------------------- threshold

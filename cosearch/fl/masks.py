@@ -175,37 +175,43 @@ def flatten_state(state: dict, names: list[str]) -> np.ndarray:
                                       else state[n], dtype=np.float32).ravel() for n in names])
 
 
-def neuron_index(state: dict, groups: list[Group]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """(param names, nin, nout, group offsets): element -> neuron it enters (axis-0
-    slices) / leaves (axis-1 slices), -1 for none, over the flattened params."""
+def neuron_index(state: dict, groups: list[Group]):
+    """(param names, :class:`~cosearch._kernels.magnitude.NeuronMap`, group offsets) of the
+    flattened params the groups touch: each tensor viewed as (first axis) x (the rest), its
+    rows mapped to the neuron they enter (axis-0 slices) and its columns to the neuron they
+    leave (axis-1 slices), -1 for none."""
+    from .._kernels.magnitude import make_map
     names = sorted({s.name for g in groups for s in g.slices})
-    sizes = [int(np.prod(tuple(state[n].shape))) for n in names]
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    nin = np.full(starts[-1], -1, dtype=np.int64)
-    nout = np.full(starts[-1], -1, dtype=np.int64)
+    shapes = [tuple(int(d) for d in state[n].shape) for n in names]
+    rowmaps = [np.full(sh[0] if sh else 1, -1, dtype=np.int64) for sh in shapes]
+    colmaps = [np.full(int(np.prod(sh[1:])) if len(sh) > 1 else 1, -1, dtype=np.int64) for sh in shapes]
     offsets = np.concatenate([[0], np.cumsum([g.units for g in groups])]).astype(np.int64)
     for gi, g in enumerate(groups):
         for s in g.slices:
             k = names.index(s.name)
-            shape = tuple(state[s.name].shape)
+            shape = shapes[k]
             ids = np.full(shape[s.axis], -1, dtype=np.int64)
             for j in range(g.units):
                 one = np.zeros(g.units, dtype=bool)
                 one[j] = True
                 ids[s.indices(one)] = offsets[gi] + j
-            bshape = [1] * len(shape)
-            bshape[s.axis] = shape[s.axis]
-            full = np.broadcast_to(ids.reshape(bshape), shape).ravel()
-            target = nin if s.axis == 0 else nout
-            seg = target[starts[k]:starts[k + 1]]
-            sel = full >= 0
-            seg[sel] = full[sel]
-    return names, nin, nout, offsets
+            if s.axis == 0:
+                sel = ids >= 0
+                rowmaps[k][sel] = ids[sel]
+            elif s.axis == 1:
+                inner = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+                full = np.repeat(ids, inner)
+                sel = full >= 0
+                colmaps[k][sel] = full[sel]
+            else:
+                raise ValueError(f"{s.name}: slices along axis {s.axis} are not supported")
+    return names, make_map(shapes, rowmaps, colmaps), offsets
 
 
 def neuron_scores_numpy(w, wk, quorum, eps, nin, nout, n_neurons):
-    """NumPy version of :func:`cosearch._kernels.magnitude.neuron_scores` (same definition,
-    written with partition/maximum.at): the benchmark's NumPy reference."""
+    """NumPy version of :func:`cosearch._kernels.magnitude.neuron_scores` over per-element
+    neuron arrays (``magnitude.expand``), written with partition/maximum.at: the benchmark's
+    NumPy reference."""
     rel = np.abs(wk - w[None, :]) / (np.abs(w)[None, :] + eps)
     q = np.partition(rel, quorum - 1, axis=0)[quorum - 1].astype(np.float32)
     mx = rel.max(axis=0).astype(np.float32)
@@ -258,11 +264,11 @@ class InvariantDropout(DropoutPolicy):
         key = [g.name for g in groups]
         if self._index is None or self._index[0] != key:
             self._index = (key, *neuron_index(global_state, groups))
-        _, names, nin, nout, offsets = self._index
+        _, names, nmap, offsets = self._index
         w = flatten_state(global_state, names)
         wk = np.stack([flatten_state(s, names) for s in client_states])
         q = max(1, math.ceil(self.quorum * len(client_states) - 1e-9))
-        sc = neuron_scores(w, wk, q, np.float32(self.eps), nin, nout, int(offsets[-1]))
+        sc = neuron_scores(w, wk, q, np.float32(self.eps), nmap, int(offsets[-1]))
         self.scores = {g.name: sc[0, offsets[i]:offsets[i + 1]] for i, g in enumerate(groups)}
         self.max_scores = {g.name: sc[1, offsets[i]:offsets[i + 1]] for i, g in enumerate(groups)}
 
