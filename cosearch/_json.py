@@ -32,7 +32,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.fchmod(fd, 0o666 & ~umask)       # mkstemp's 0600 would differ from a plain open()
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()

@@ -84,3 +84,22 @@ def divisors(n: int) -> list[int]:
                 large.append(n // d)
         d += 1
     return small + large[::-1]
+
+
+def output_path(path, force: bool = False, resume: bool | None = None, flag: str = "--out") -> str:
+    """Check an output file before any work: not a folder, its folder exists and is writable,
+    and an existing file is replaced only with ``force`` (or continued with ``resume``).
+    ``resume=None``: the command has no resume option."""
+    import os
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise ValueError(f"{flag} {p!r} is a directory")
+    parent = os.path.dirname(os.path.abspath(p))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{flag} {p!r}: folder {parent!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{flag} {p!r}: folder {parent!r} is not writable")
+    if os.path.exists(p) and not (force or bool(resume)):
+        raise ValueError(f"{flag} {p!r} exists; pass --force to replace it"
+                         + (" or --resume to continue it" if resume is not None else ""))
+    return p

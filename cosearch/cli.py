@@ -20,14 +20,34 @@ import sys
 __all__ = ["main"]
 
 
+def _count(text: str) -> int:
+    """argparse type: a non-negative integer."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _positive(text: str) -> int:
+    """argparse type: a positive integer within the supported range."""
+    from ._validate import MAX_BATCH
+    v = _count(text)
+    if v == 0 or v > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_BATCH}, got {v}")
+    return v
+
+
 def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model preset (see `cosearch models`)")
-    p.add_argument("--chips", type=int, default=1024, help="number of chips in the cluster")
-    p.add_argument("--batch", type=int, default=1536, help="global batch size (sequences)")
+    p.add_argument("--chips", type=_positive, default=1024, help="number of chips in the cluster")
+    p.add_argument("--batch", type=_positive, default=1536, help="global batch size (sequences)")
     p.add_argument("--no-prune", action="store_true", help="evaluate every design")
-    p.add_argument("--refine-top", type=int, default=3, help="designs re-planned with ILP layer times")
+    p.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times (0: none)")
     p.add_argument("--serial", action="store_true", help="run in-process instead of a process pool")
-    p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated (default: 0,1)")
+    p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated")
 
 
 def _int_list(text: str, name: str) -> tuple[int, ...]:
@@ -37,12 +57,41 @@ def _int_list(text: str, name: str) -> tuple[int, ...]:
         raise ValueError(f"--{name} must be comma-separated integers, got {text!r}") from None
 
 
-def _run_search(a, baselines: bool):
+def _run_search(a, baselines: bool, out: str | None = None, resume: bool = False):
     from .search import DEFAULT_PLAN_OPTIONS, cosearch
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
+    import os
     return cosearch(a.model, None, a.chips, a.batch, "serial" if a.serial else None,
                     prune=not a.no_prune, refine_top=a.refine_top, progress=True, baselines=baselines,
-                    plan_options=opts)
+                    plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),
+                    resume=out if (resume and out and os.path.exists(out)) else None)
+
+
+def _finish_search(res, out: str | None, top: int) -> int:
+    """Save, print, and choose the exit status: 130/143 interrupted, 3 nothing fits."""
+    from ._interrupt import exit_code
+    if out:
+        res.to_json(out)
+    print(res.table(top=top))
+    if out:
+        print(f"saved {out}")
+    if res.interrupted:
+        print("cosearch: interrupted; the finished part is saved" + (f" in {out} (continue with --resume)"
+                                                                    if out else ""), file=sys.stderr)
+        return exit_code(res.stopped_by)
+    if not res.feasible:
+        print(f"cosearch: error: {_infeasible_reason(res)}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _infeasible_reason(res) -> str:
+    """The reason of the design with the most HBM: what the largest memory could not hold."""
+    rows = [r for r in res.rows if r.reason]
+    if not rows:
+        return "no design has a feasible plan"
+    r = max(rows, key=lambda r: r.design.get("hbm_bytes", 0.0))
+    return f"no design has a feasible plan on {res.chips} chips (the largest-HBM design: {r.reason})"
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
@@ -140,33 +189,68 @@ def _run_plan(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    fmt = argparse.ArgumentDefaultsHelpFormatter
     ap = argparse.ArgumentParser(prog="cosearch", description="Hardware/placement co-search for LLM "
-                                 "training and federated learning with Invariant Dropout")
+                                 "training and federated learning with Invariant Dropout", formatter_class=fmt)
+    ap.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("search", help="co-search the default accelerator space for a model")
+    s = sub.add_parser("search", help="co-search the default accelerator space for a model", formatter_class=fmt)
     _search_args(s)
-    s.add_argument("--out", default="results.json", help="where to write the results (JSON)")
+    s.add_argument("--out", default="results.json",
+                   help="results JSON, also the checkpoint while the search runs")
+    s.add_argument("--force", action="store_true", help="replace an existing --out file")
+    s.add_argument("--resume", action="store_true", help="continue the search saved in --out")
+    s.add_argument("--checkpoint-every", type=float, default=10.0,
+                   help="seconds between checkpoints of the partial search into --out")
     s.add_argument("--baselines", action="store_true", help="also run the TPUv4 and Spotlight baselines")
-    r = sub.add_parser("report", help="summarise a results file")
-    r.add_argument("results")
+    r = sub.add_parser("report", help="summarise a results file", formatter_class=fmt)
+    r.add_argument("results", help="a results JSON written by `cosearch search`")
     r.add_argument("--plot", help="write a throughput-vs-area plot (PNG)")
     r.add_argument("--csv", help="write all rows as CSV")
-    r.add_argument("--top", type=int, default=10)
-    c = sub.add_parser("compare", help="co-search vs TPUv4 and Spotlight-style baselines")
+    r.add_argument("--top", type=_count, default=10, help="rows to show")
+    c = sub.add_parser("compare", help="co-search vs TPUv4 and Spotlight-style baselines", formatter_class=fmt)
     _search_args(c)
     c.add_argument("--out", help="also save the results (JSON)")
-    pl = sub.add_parser("plan", help="evaluate a fixed training plan, or search the parts not given")
+    c.add_argument("--force", action="store_true", help="replace an existing --out file")
+    pl = sub.add_parser("plan", help="evaluate a fixed training plan, or search the parts not given",
+                        formatter_class=fmt)
     _plan_args(pl)
     sub.add_parser("models", help="list model presets")
     sub.add_parser("presets", help="list accelerator presets")
     from .fl.cli import add_parsers as add_fl_parsers
     add_fl_parsers(sub)
     a = ap.parse_args(argv)
+    from ._interrupt import exit_code, terminate_as_interrupt
     try:
-        return _dispatch(a)
-    except ValueError as exc:
-        print(f"cosearch: error: {exc}", file=sys.stderr)
+        with terminate_as_interrupt():
+            return _dispatch(a)
+    except KeyboardInterrupt as exc:
+        if a.debug:
+            raise
+        print("cosearch: interrupted", file=sys.stderr)
+        return exit_code(exc)
+    except Exception as exc:  # one line for the user; --debug shows the traceback
+        if a.debug:
+            raise
+        print(f"cosearch: error: {_user_message(exc)}", file=sys.stderr)
         return 2
+
+
+#: Optional extras by the module whose absence means the extra is missing.
+_EXTRAS = {"matplotlib": "plot", "flwr": "flower", "dask": "dask", "distributed": "dask", "sklearn": "digits"}
+
+
+def _user_message(exc: BaseException) -> str:
+    if isinstance(exc, ImportError):
+        mod = (getattr(exc, "name", None) or "").split(".")[0]
+        if mod in _EXTRAS:
+            return f"this needs the optional package {mod!r}: pip install 'cosearch[{_EXTRAS[mod]}]'"
+        return f"missing package: {exc}"
+    if isinstance(exc, OSError) and getattr(exc, "filename", None):
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, (ValueError, RuntimeError, OSError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc} (run with --debug for the traceback)"
 
 
 def _dispatch(a) -> int:
@@ -188,19 +272,20 @@ def _dispatch(a) -> int:
     if a.cmd == "plan":
         return _run_plan(a)
     if a.cmd == "search":
-        res = _run_search(a, a.baselines)
-        res.to_json(a.out)
-        print(res.table())
-        print(f"saved {a.out}")
-        return 130 if res.interrupted else 0
+        from ._validate import output_path
+        output_path(a.out, a.force, a.resume)
+        return _finish_search(_run_search(a, a.baselines, a.out, a.resume), a.out, 10)
     if a.cmd == "compare":
-        res = _run_search(a, True)
-        print(res.table(top=5))
         if a.out:
-            res.to_json(a.out)
-        return 130 if res.interrupted else 0
+            from ._validate import output_path
+            output_path(a.out, a.force)
+        return _finish_search(_run_search(a, True, a.out), a.out, 5)
     if a.cmd == "report":
+        import os
+
         from .search import Results
+        if not os.path.isfile(a.results):
+            raise ValueError(f"{a.results}: no such file")
         res = Results.from_json(a.results)
         print(res.table(top=a.top))
         if a.csv:

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import logging
 import math
 import os
+import time
 from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +32,7 @@ import numpy as np
 
 from . import memory, placement
 from . import plan as plan_mod
+from ._interrupt import stop_pool
 from ._json import dump_json, load_json
 from ._kernels import formulas as F
 from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, Cluster, SearchSpace
@@ -35,6 +40,11 @@ from .models import ModelConfig
 from .models import preset as model_preset
 
 __all__ = ["cosearch", "Results", "DesignResult", "evaluate_designs", "pareto_front"]
+
+log = logging.getLogger("cosearch")
+
+#: How many times a sweep replaces a pool whose worker died before giving up.
+MAX_POOL_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -60,10 +70,26 @@ class DesignResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DesignResult:
-        return cls(index=int(d["index"]), design={k: float(v) for k, v in d["design"].items()},
-                   area_mm2=float(d["area_mm2"]), power_w=float(d["power_w"]),
-                   plan=plan_mod.Plan.from_dict(d["plan"]) if d["plan"] else None,
-                   reason=d.get("reason", ""), time_model=d.get("time_model", "sum"))
+        """Parse one row, refusing non-finite or negative numbers (a hand-edited NaN must not
+        rank first)."""
+        def num(name, v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"row {d.get('index')!r}: {name} must be a finite non-negative number, got {v!r}")
+            return float(v)
+        if not isinstance(d["design"], dict):
+            raise ValueError(f"row {d.get('index')!r}: design must be an object")
+        design = {k: num(f"design.{k}", v) for k, v in d["design"].items()}
+        plan = plan_mod.Plan.from_dict(d["plan"]) if d["plan"] else None
+        if plan is not None:
+            num("plan.tokens_per_s", plan.tokens_per_s)
+            if plan.feasible:
+                num("plan.step_time_s", plan.step_time_s)
+        tm = d.get("time_model", "sum")
+        if tm not in ("sum", "ilp"):
+            raise ValueError(f"row {d.get('index')!r}: time_model must be 'sum' or 'ilp', got {tm!r}")
+        return cls(index=int(d["index"]), design=design, area_mm2=num("area_mm2", d["area_mm2"]),
+                   power_w=num("power_w", d["power_w"]), plan=plan, reason=str(d.get("reason", "")),
+                   time_model=tm)
 
     def accelerator(self) -> Accelerator:
         return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
@@ -94,6 +120,7 @@ class Results:
     interrupted: bool = False
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
     def feasible(self) -> list[DesignResult]:
@@ -129,10 +156,25 @@ class Results:
     def from_json(cls, source: str | os.PathLike) -> Results:
         """Load from a JSON string or a file path."""
         d = load_json(source)
-        return cls(model=d["model"], chips=int(d["chips"]), global_batch=int(d["global_batch"]),
-                   rows=[DesignResult.from_dict(r) for r in d["rows"]], pruned=int(d["pruned"]),
-                   total_designs=int(d["total_designs"]), interrupted=bool(d["interrupted"]),
-                   baselines=d.get("baselines", {}), meta=d.get("meta", {}))
+        name = source if len(str(source)) < 200 else "results"
+        try:
+            if not isinstance(d, dict):
+                raise ValueError("the top level is not an object")
+            interrupted = d["interrupted"]
+            if not isinstance(interrupted, bool):
+                raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
+            if not isinstance(d["rows"], list):
+                raise ValueError("'rows' must be a list")
+            return cls(model=str(d["model"]), chips=int(d["chips"]), global_batch=int(d["global_batch"]),
+                       rows=[DesignResult.from_dict(r) for r in d["rows"]], pruned=int(d["pruned"]),
+                       total_designs=int(d["total_designs"]), interrupted=interrupted,
+                       baselines=d.get("baselines", {}), meta=d.get("meta", {}))
+        except KeyError as exc:
+            raise ValueError(f"{name}: not a cosearch results file (missing field {exc})") from None
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"{name}: malformed cosearch results file ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"{name}: malformed cosearch results file: {exc}") from None
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
         buf = io.StringIO()
@@ -270,7 +312,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
              tps: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
              mem: memory.MemoryConfig | None = None, prune: bool = True, refine_top: int = 3,
              chunk_size: int = 32, progress: bool = False, baselines: bool = False,
-             plan_options: dict[str, Any] | None = None) -> Results:
+             plan_options: dict[str, Any] | None = None, checkpoint: str | os.PathLike | None = None,
+             checkpoint_every_s: float = 10.0, resume: str | os.PathLike | None = None) -> Results:
     """Co-search accelerator designs and training plans; see the module docstring.
 
     ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask ``Client.get_executor()``),
@@ -281,7 +324,12 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     ``baselines``: also run the TPUv4 and Spotlight-style baselines (``Results.baselines``).
     ``plan_options``: keyword options of :func:`cosearch.placement.search_plans` for every
     design (default :data:`DEFAULT_PLAN_OPTIONS`).
-    Ctrl-C returns the results gathered so far (``Results.interrupted``).
+    Ctrl-C (or SIGTERM under the CLI) in any phase returns the results gathered so far
+    (``Results.interrupted``) and stops the pool's workers.  A dead pool worker's chunks are
+    retried on a fresh pool (up to :data:`MAX_POOL_RESTARTS` times).  ``checkpoint``: a JSON
+    file the partial sweep is saved to at most every ``checkpoint_every_s`` seconds;
+    ``resume``: such a file (or a saved result) made with the same settings — its evaluated
+    designs are kept and not evaluated again.
     """
     model = model_preset(model)
     space = space or SearchSpace()
@@ -303,15 +351,36 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
                                 bool(opts.get("flash_attention", False)))
     lb = _step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips)
     order = np.argsort(lb, kind="stable")
+    meta = {"tps": list(tps), "microbatches": list(mbs), "time_model": "sum", "cluster": cluster.to_dict(),
+            "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
+            "area_budget_mm2": space.area_budget_mm2, "power_budget_w": space.power_budget_w, "refined": []}
     rows: list[DesignResult] = []
+    done_idx: set[int] = set()
     pruned = 0
+    if resume is not None:
+        old = Results.from_json(resume)
+        settings = (old.model, old.chips, old.global_batch, old.total_designs)
+        same_meta = {k: v for k, v in old.meta.items() if k != "refined"} == \
+            json.loads(json.dumps({k: v for k, v in meta.items() if k != "refined"}))
+        if settings != (model.name, cluster.num_chips, global_batch, len(designs)) or not same_meta:
+            raise ValueError(f"{resume}: it was made with other settings ({old.model}, {old.chips} chips, batch "
+                             f"{old.global_batch}, {old.total_designs} designs); resume with the same ones")
+        rows = [r for r in old.rows if r.time_model == "sum"]
+        done_idx = {r.index for r in rows}
+        pruned = old.pruned
     interrupted = False
-    best_step = math.inf
+    stopped_by: BaseException | None = None
+    best_step = min((r.plan.step_time_s for r in rows if r.plan is not None), default=math.inf)
     pool, owned = _make_executor(executor)
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(designs), desc="designs", unit="design")
+        bar = tqdm(total=len(designs), initial=len(done_idx) + pruned, desc="designs", unit="design")
+    last_save = [time.monotonic()]
+
+    def snapshot(final: bool) -> Results:
+        return Results(model.name, cluster.num_chips, global_batch, list(rows), pruned=pruned,
+                       total_designs=len(designs), interrupted=not final, meta=json.loads(json.dumps(meta)))
 
     def task_args(idx):
         return (model, designs[idx], idx, cluster, global_batch, tps, mbs, units[idx], mem,
@@ -327,59 +396,78 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
             bar.update(len(batch))
             if best_step < math.inf:
                 bar.set_postfix(best_tok_s=f"{global_batch * model.seq_len / best_step:,.0f}")
+        if checkpoint is not None and time.monotonic() - last_save[0] >= checkpoint_every_s:
+            snapshot(False).to_json(checkpoint)
+            last_save[0] = time.monotonic()
+
+    def select(ch):
+        nonlocal pruned
+        ch = ch[[i not in done_idx for i in ch]] if done_idx else ch
+        keep = ch[lb[ch] <= best_step] if prune else ch
+        pruned += len(ch) - len(keep)
+        if bar is not None and len(ch) > len(keep):
+            bar.update(len(ch) - len(keep))
+        return keep
 
     try:
         chunks = [order[i:i + chunk_size] for i in range(0, len(order), chunk_size)]
         if pool is None:
             for ch in chunks:
-                keep = ch[lb[ch] <= best_step] if prune else ch
-                pruned += len(ch) - len(keep)
-                if bar is not None and len(ch) > len(keep):
-                    bar.update(len(ch) - len(keep))
+                keep = select(ch)
                 if len(keep):
                     absorb(evaluate_designs(*task_args(keep)))
         else:
             workers = max(1, getattr(pool, "_max_workers", os.cpu_count() or 2))
-            pending = {}
+            pending: dict = {}
+            restarts = 0
             ci = 0
             while ci < len(chunks) or pending:
                 while ci < len(chunks) and len(pending) < 2 * workers:
-                    ch = chunks[ci]
+                    keep = select(chunks[ci])
                     ci += 1
-                    keep = ch[lb[ch] <= best_step] if prune else ch
-                    pruned += len(ch) - len(keep)
-                    if bar is not None and len(ch) > len(keep):
-                        bar.update(len(ch) - len(keep))
                     if len(keep):
                         pending[pool.submit(evaluate_designs, *task_args(keep))] = keep
                 if not pending:
                     break
-                from concurrent.futures import FIRST_COMPLETED, wait
                 done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                broken = False
                 for fut in done:
-                    pending.pop(fut)
-                    absorb(fut.result())
+                    try:
+                        absorb(fut.result())
+                        pending.pop(fut)
+                    except BrokenProcessPool:
+                        broken = True
+                if broken:   # a worker died: resubmit every unfinished chunk to a fresh pool
+                    if not owned or restarts >= MAX_POOL_RESTARTS:
+                        raise RuntimeError("worker processes died repeatedly (out of memory?); "
+                                           f"{len(rows)} designs were evaluated") from None
+                    restarts += 1
+                    log.warning("a worker process died; retrying %d chunks on a fresh pool", len(pending))
+                    stop_pool(pool)
+                    pool, owned = _make_executor(None)
+                    pending = {pool.submit(evaluate_designs, *task_args(k)): k for k in pending.values()}
             # designs pruned after submission are still evaluated; that is harmless
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        interrupted, stopped_by = True, exc
     finally:
         if bar is not None:
             bar.close()
         if owned:
-            pool.shutdown(wait=not interrupted, cancel_futures=True)
-    res = Results(model.name, cluster.num_chips, global_batch, rows, pruned=pruned,
-                  total_designs=len(designs), interrupted=interrupted,
-                  meta={"tps": list(tps), "microbatches": list(mbs), "time_model": "sum",
-                        "cluster": cluster.to_dict(), "plan_options": {k: list(v) if isinstance(v, tuple) else v
-                                                                       for k, v in opts.items()},
-                        "area_budget_mm2": space.area_budget_mm2, "power_budget_w": space.power_budget_w,
-                        "refined": []})
-    if refine_top and not interrupted and res.feasible:
-        _refine(res, model, cluster, global_batch, mem, refine_top, opts)
-    if baselines and not interrupted:
-        from . import baselines as bl
-        res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
-                                         microbatches=mbs, refine=bool(refine_top), plan_options=opts)
+            if interrupted:
+                stop_pool(pool)
+            else:
+                pool.shutdown(wait=True)
+    res = snapshot(not interrupted)
+    res.stopped_by = stopped_by
+    try:
+        if refine_top and not interrupted and res.feasible:
+            _refine(res, model, cluster, global_batch, mem, refine_top, opts)
+        if baselines and not interrupted:
+            from . import baselines as bl
+            res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
+                                             microbatches=mbs, refine=bool(refine_top), plan_options=opts)
+    except KeyboardInterrupt as exc:      # refinement or baselines cut short: keep the sweep
+        res.interrupted, res.stopped_by = True, exc
     return res
 
 

@@ -20,7 +20,7 @@ axis, and the product of the others); ``rowmap`` gives the neuron each row belon
 once and only a few small index arrays.  Work is split into row segments (``seg_*``) of
 roughly equal size; each keeps, per column, the ``K - q + 1`` largest changes seen so far
 by insertion, so the q-th smallest and the largest fall out of one pass without sorting.
-For up to 16 clients and ``K - q + 1 <= 4`` a kernel is compiled for the exact ``K`` and
+For large updates from up to 16 clients with ``K - q + 1 <= 4`` a kernel is compiled for the exact ``K`` and
 ``L`` (the client loop unrolled, the L largest kept in registers, the division by
 ``|w| + eps`` done once per element since it scales every client's change alike), so the
 loop over a row vectorises; other cases use a general kernel.
@@ -159,6 +159,11 @@ def _scores_general(w, wk, quorum, eps, nmap, n_neurons):
 
 _SPECIAL: dict[tuple[int, int], object] = {}
 
+#: Updates of at least this many client-elements use the specialised kernel; below it, its
+#: compile time (seconds, once per process and (K, L)) would outweigh the run time, and the
+#: general kernel (compiled once and cached on disk) is used.
+SPECIALISE_ABOVE = 20_000_000
+
 
 def _specialised(K: int, L: int):
     """The kernel compiled for ``K`` clients keeping the ``L <= 4`` largest changes."""
@@ -243,6 +248,6 @@ def neuron_scores(w, wk, quorum, eps, nmap: NeuronMap, n_neurons: int) -> np.nda
     if w.ndim != 1 or wk.ndim != 2 or wk.shape[1] != w.shape[0] or w.shape[0] != int(nmap.offsets[-1]):
         raise ValueError(f"w {w.shape} / wk {wk.shape} do not match the map's {int(nmap.offsets[-1])} elements")
     L = K - quorum + 1
-    if K <= 16 and L <= 4:
+    if K <= 16 and L <= 4 and w.shape[0] * K >= SPECIALISE_ABOVE:
         return _specialised(K, L)(w, wk, np.float32(eps), nmap, int(n_neurons))
     return _scores_general(w, wk, quorum, np.float32(eps), nmap, int(n_neurons))

@@ -57,6 +57,14 @@ def add_parsers(sub) -> None:
     fe.add_argument("--out", default="exp.json", help="experiment JSON, saved after every run (default: exp.json)")
     fe.add_argument("--resume", action="store_true", help="continue the runs already in --out")
     fe.add_argument("--force", action="store_true", help="replace an existing --out file")
+    fg = flsub.add_parser("generate", help="write a LEAF-format folder generated offline from real data")
+    fg.add_argument("kind", choices=["femnist", "shakespeare"],
+                    help="femnist: bundled digits restyled per writer; shakespeare: English prose from "
+                         "Python's docstrings, one module per role")
+    fg.add_argument("out", help="folder to create (train/ and test/ inside)")
+    fg.add_argument("--users", type=int, default=5, help="clients (writers or roles) (default: 5)")
+    fg.add_argument("--samples", type=int, default=150, help="samples per user before the split (default: 150)")
+    fg.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
     fr = flsub.add_parser("report", help="summarise FL results or an experiment")
     fr.add_argument("results", nargs="+", help="result or experiment JSON files")
     fr.add_argument("--plot", help="write a PNG: accuracy vs round and vs simulated time (bands for experiments), "
@@ -65,17 +73,8 @@ def add_parsers(sub) -> None:
 
 
 def _check_out(path: str, force: bool, resume: bool | None = None) -> None:
-    """Refuse bad output paths before any work is done."""
-    if os.path.isdir(path):
-        raise ValueError(f"--out {path!r} is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ValueError(f"--out {path!r}: folder {parent!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"--out {path!r}: folder {parent!r} is not writable")
-    if os.path.exists(path) and not (force or bool(resume)):
-        raise ValueError(f"--out {path!r} exists; pass --force to replace it" + (
-            " or --resume to continue it" if resume is not None else ""))
+    from .._validate import output_path
+    output_path(path, force, resume)
 
 
 def _sim_kwargs(a) -> dict:
@@ -112,10 +111,21 @@ def run(a) -> int:
                              out=a.out, resume=a.out if (a.resume and os.path.exists(a.out)) else None, **kw)
         print(exp.table(a.target))
         if exp.interrupted:
+            from .._interrupt import exit_code
             print(f"cosearch: interrupted; saved the finished runs to {a.out} (continue with --resume)",
                   file=sys.stderr)
-            return 130
+            return exit_code(exp.stopped_by)
         print(f"saved {a.out}")
+        return 0
+    if a.flcmd == "generate":
+        from .data import write_femnist_like, write_shakespeare_like
+        if os.path.exists(os.path.join(a.out, "train")):
+            raise ValueError(f"{a.out!r} already holds a LEAF train/ folder")
+        if a.kind == "femnist":
+            write_femnist_like(a.out, a.users, a.samples, a.seed)
+        else:
+            write_shakespeare_like(a.out, a.users, a.samples, a.seed, stride=2)
+        print(f"wrote {a.kind}-like LEAF folder {a.out} ({a.users} users)")
         return 0
     for path in a.results:
         if not os.path.isfile(path):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._interrupt import stop_pool
 from .._json import dump_json, load_json
 from .._validate import positive_int
 from .masks import METHODS
@@ -103,6 +104,7 @@ class Experiment:
     config: dict
     runs: dict[str, dict[int, FLResult]] = field(default_factory=dict)
     interrupted: bool = False
+    stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
 
     def complete(self) -> bool:
         return all(s in self.runs.get(m, {}) for m in self.methods for s in self.seeds)
@@ -308,7 +310,9 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
             for m, s in todo:
                 done(m, s, simulate(**dict(kw, method=m, seed=s)).to_dict())
         else:
-            pool = ProcessPoolExecutor(workers)
+            import multiprocessing as mp
+            # spawn: torch's and numba's thread pools make fork() unsafe once they have run
+            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
             try:
                 pending = {pool.submit(_one_run, dict(kw, method=m, seed=s)): (m, s) for m, s in todo}
                 while pending:
@@ -317,15 +321,10 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
                         m, s = pending.pop(f)
                         done(m, s, f.result())
             finally:
-                procs = list((getattr(pool, "_processes", None) or {}).values())
-                pool.shutdown(wait=False, cancel_futures=True)
-                for p in procs:          # on an interrupt, stop runs in flight; no worker outlives us
-                    if p.is_alive():
-                        p.terminate()
-                for p in procs:
-                    p.join(timeout=10)
-    except KeyboardInterrupt:
+                stop_pool(pool)          # on an interrupt, stop runs in flight; no worker outlives us
+    except KeyboardInterrupt as exc:
         exp.interrupted = True
+        exp.stopped_by = exc
         if out is not None:
             exp.to_json(out)
     finally:

@@ -1,0 +1,167 @@
+"""No lost work and no silent wrong numbers on the co-search side: real signals to a real
+`cosearch search`, a killed pool worker, resume, bad outputs and inputs, infeasibility."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cosearch import search
+from cosearch.cli import main
+
+SMALL = ["--model", "gpt3-1.3b", "--chips", "64", "--batch", "256", "--refine-top", "0"]
+
+
+def _start(tmp_path, out, *extra):
+    cmd = [sys.executable, "-m", "cosearch", "search", *SMALL, "--out", str(out), "--checkpoint-every", "0.2",
+           *extra]
+    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _group_empties(pgid, timeout=15.0):
+    """True once no process of the group is left (multiprocessing's resource tracker exits
+    a moment after its parent)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _wait_for(path, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline and not path.exists():
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    return path.exists()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_saves_partial_results_and_stops_workers(tmp_path, sig, code):
+    out = tmp_path / "r.json"
+    proc = _start(tmp_path, out)
+    assert _wait_for(out, proc), proc.communicate()[1][-2000:]
+    os.kill(proc.pid, sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    if proc.returncode == 0:          # the search finished before the signal landed: nothing to check
+        pytest.skip("search finished before the signal")
+    assert proc.returncode == code, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    d = json.loads(out.read_text())
+    assert d["interrupted"] is True and len(d["rows"]) > 0
+    assert _group_empties(proc.pid), "worker processes outlived the search"
+    # --resume continues and ends with the same best design as an uninterrupted search
+    assert main(["search", *SMALL, "--serial", "--out", str(out), "--resume"]) == 0
+    full = search.cosearch("gpt3-1.3b", None, 64, 256, "serial", refine_top=0)
+    done = search.Results.from_json(out)
+    assert not done.interrupted and done.best.index == full.best.index
+    assert done.best.tokens_per_s == pytest.approx(full.best.tokens_per_s)
+
+
+def _children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def test_dead_worker_is_replaced_and_nothing_is_lost():
+    res = {}
+
+    def run():
+        res["r"] = search.cosearch("bert-large", None, 16, 64, None, refine_top=0, prune=False, chunk_size=8)
+    t = threading.Thread(target=run)
+    t.start()
+    killed = False
+    deadline = time.time() + 60
+    while not killed and time.time() < deadline and t.is_alive():
+        kids = [k for k in _children(os.getpid()) if "spawn_main" in open(f"/proc/{k}/cmdline").read()]
+        if len(kids) >= 2:
+            time.sleep(2.0)               # let it get going
+            os.kill(kids[0], signal.SIGKILL)
+            killed = True
+        time.sleep(0.05)
+    t.join(300)
+    assert killed and "r" in res
+    r = res["r"]
+    assert not r.interrupted and len(r.rows) == r.total_designs
+    ref = search.cosearch("bert-large", None, 16, 64, "serial", refine_top=0, prune=False)
+    assert sorted(x.index for x in r.rows) == sorted(x.index for x in ref.rows)
+    assert r.best.index == ref.best.index
+
+
+def test_outputs_checked_before_any_work(tmp_path, capsys):
+    t0 = time.time()
+    assert main(["search", *SMALL, "--out", str(tmp_path)]) == 2
+    assert main(["search", *SMALL, "--out", str(tmp_path / "missing" / "r.json")]) == 2
+    (tmp_path / "r.json").write_text("{}")
+    assert main(["search", *SMALL, "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "does not exist" in err and "--force" in err
+    assert time.time() - t0 < 5                       # refused before the search started
+    assert (tmp_path / "r.json").read_text() == "{}"  # not replaced
+
+
+def test_report_validates_what_it_reads(tmp_path, capsys):
+    res = search.cosearch("bert-large", None, 8, 16, "serial", refine_top=0)
+    good = tmp_path / "g.json"
+    res.to_json(good)
+    assert main(["report", str(good)]) == 0
+    d = json.loads(good.read_text())
+    cases = {"interrupted": ("interrupted", "false"), "nan": None, "missing": None}
+    for name in cases:
+        bad = json.loads(json.dumps(d))
+        if name == "interrupted":
+            bad["interrupted"] = "false"
+        elif name == "nan":
+            row = next(r for r in bad["rows"] if r["plan"])
+            row["plan"]["tokens_per_s"] = float("nan")
+        else:
+            del bad["rows"]
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(bad))
+        assert main(["report", str(p)]) == 2, name
+    err = capsys.readouterr().err
+    assert "true or false" in err and "finite" in err and "missing field" in err
+    (tmp_path / "junk.json").write_text("{not json")
+    assert main(["report", str(tmp_path / "junk.json")]) == 2
+    assert main(["report", str(tmp_path / "nothing.json")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_infeasible_search_exits_nonzero_with_the_memory_needed(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["search", "--model", "gpt3-175b", "--chips", "8", "--batch", "64", "--serial",
+                 "--out", str(out), "--refine-top", "0"]) == 3
+    err = capsys.readouterr().err
+    assert "no design has a feasible plan" in err and "GiB" in err and "needs at least" in err
+
+
+def test_bad_numbers_refused_at_the_edge(capsys):
+    for argv in (["search", "--model", "gpt3-1.3b", "--refine-top", "-1"],
+                 ["search", "--model", "gpt3-1.3b", "--chips", str(2 ** 70)],
+                 ["search", "--model", "gpt3-1.3b", "--batch", "0"],
+                 ["report", "x.json", "--top", "-3"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    assert main(["search", "--model", "nonesuch", "--out", os.devnull, "--force"]) == 2
+    assert "unknown model" in capsys.readouterr().err
