@@ -448,12 +448,21 @@ def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip
     starts = [max(0.0, float(v) / scale) for v in xc.value[:n]]
     makespan = max(st + lat[i, modes[i]] for i, st in enumerate(starts))
     info = prob.solver_stats.extra_stats
-    gap = float(getattr(info, "mip_gap", 0.0) or 0.0) if info is not None else 0.0
-    if not np.isfinite(gap) or gap < 0:
-        gap = 0.0
-    status = "optimal" if prob.status == "optimal" and gap <= max(mip_gap, 1e-9) * 1.0001 else "time_limit"
+    reported = getattr(info, "mip_gap", None) if info is not None else None
+    reported = float(reported) if isinstance(reported, (int, float)) and np.isfinite(reported) and reported >= 0 \
+        else None
+    optimal = prob.status == "optimal" and reported is not None and reported <= max(mip_gap, 1e-9) * 1.0001
+    status = "optimal" if optimal else "time_limit"
     if makespan > ub:  # numerical slack: never worse than the list schedule
-        return ub, lmodes, lstarts, status, gap, elapsed
+        makespan, modes, starts = ub, lmodes, lstarts
+    if optimal:
+        gap = reported
+    else:
+        # a real gap: incumbent against the best valid bound we hold (our lower bound, or the
+        # solver's own when it reports a positive one); a reported 0 with no proof is not trusted
+        lb_v = lb if lb is not None else lower_bound(p)
+        ours = max(0.0, 1.0 - lb_v / makespan) if makespan > 0 else 0.0
+        gap = min(ours, reported) if reported is not None and reported > 0 else ours
     return float(makespan), modes, starts, status, gap, elapsed
 
 
