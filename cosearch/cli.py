@@ -40,8 +40,43 @@ def _positive(text: str) -> int:
     return v
 
 
+def _model_from_args(a):
+    """A preset by name, or a Hugging Face config.json path (with --seq-len)."""
+    import json
+    import os
+    import warnings
+
+    from .models import from_hf_config
+    from .models import preset as model_preset
+    seq = getattr(a, "seq_len", None)
+    if str(a.model).endswith(".json") or os.path.isfile(a.model):
+        if not os.path.isfile(a.model):
+            raise ValueError(f"--model {a.model}: no such file")
+        with open(a.model) as fh:
+            try:
+                cfg = json.load(fh)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"--model {a.model}: not valid JSON ({exc})") from None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            base = os.path.basename(a.model)
+            label = (os.path.basename(os.path.dirname(os.path.abspath(a.model))) if base == "config.json"
+                     else os.path.splitext(base)[0])
+            m = from_hf_config(cfg, name=label or None, seq_len=seq)
+        for w in caught:
+            print(f"cosearch: {w.message}", file=sys.stderr)
+        print(f"cosearch: {m.name}: {m.num_params() / 1e9:.2f}B parameters, sequence length {m.seq_len}",
+              file=sys.stderr)
+        return m
+    m = model_preset(a.model)
+    return m.with_(seq_len=seq) if seq else m
+
+
 def _search_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model preset (see `cosearch models`)")
+    p.add_argument("--model", required=True,
+                   help="model preset (see `cosearch models`) or a Hugging Face config.json path")
+    p.add_argument("--seq-len", type=_positive, help="training sequence length (default: the preset's, or a "
+                                                     "config's context if <= 8192)")
     p.add_argument("--chips", type=_positive, default=1024, help="number of chips in the cluster")
     p.add_argument("--batch", type=_positive, default=1536, help="global batch size (sequences)")
     p.add_argument("--no-prune", action="store_true", help="evaluate every design")
@@ -61,7 +96,7 @@ def _run_search(a, baselines: bool, out: str | None = None, resume: bool = False
     from .search import DEFAULT_PLAN_OPTIONS, cosearch
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
     import os
-    return cosearch(a.model, None, a.chips, a.batch, "serial" if a.serial else None,
+    return cosearch(_model_from_args(a), None, a.chips, a.batch, "serial" if a.serial else None,
                     prune=not a.no_prune, refine_top=a.refine_top, progress=True, baselines=baselines,
                     plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),
                     resume=out if (resume and out and os.path.exists(out)) else None)
@@ -95,7 +130,10 @@ def _infeasible_reason(res) -> str:
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model preset (see `cosearch models`)")
+    p.add_argument("--model", required=True,
+                   help="model preset (see `cosearch models`) or a Hugging Face config.json path")
+    p.add_argument("--seq-len", type=_positive, help="training sequence length (default: the preset's, or a "
+                                                     "config's context if <= 8192)")
     p.add_argument("--chip", default="A100-80GB", help="chip preset (see `cosearch presets`; default A100-80GB)")
     p.add_argument("--cluster", default="dgx-a100",
                    help="cluster preset: dgx-a100, dgx-h100 (sized by --nodes), tpuv4-pod (by --chips), "
@@ -147,10 +185,9 @@ def _run_plan(a) -> int:
     import json
 
     from .hardware import preset as chip_preset
-    from .models import preset as model_preset
     from .placement import search_plans
     from .plan import PlanSpec, evaluate
-    model = model_preset(a.model)
+    model = _model_from_args(a)
     chip = chip_preset(a.chip)
     cluster = _cluster_from_args(a)
     full = None not in (a.dp, a.tp, a.pp, a.mb)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-__all__ = ["ModelConfig", "preset", "preset_names", "PRESETS"]
+__all__ = ["ModelConfig", "preset", "preset_names", "PRESETS", "from_hf_config", "HF_FAMILIES"]
 
 _ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
 _NORMS = ("layernorm", "rmsnorm")
@@ -48,6 +48,11 @@ class ModelConfig:
     dtype_bytes: bytes per element of activations/weights in the compute dtype.
     extra_params: parameters outside the blocks and embeddings (e.g. BERT's pooler,
         token-type embeddings); counted in :meth:`num_params`.
+    head_size: per-head width when it is not ``hidden / heads`` (Gemma-7B: 16 heads of 256
+        on a 3,072-wide model); None = ``hidden / heads``.  Activation memory is still
+        estimated from ``hidden`` (Korthikanti et al.'s formulas).
+    norms_per_layer: 2 (pre-norm attention and MLP) or 1 (parallel attention/MLP blocks:
+        GPT-J, Falcon-7B, Phi).
     """
 
     name: str
@@ -66,6 +71,8 @@ class ModelConfig:
     dropout: bool = True
     dtype_bytes: int = 2
     extra_params: int = 0
+    head_size: int | None = None
+    norms_per_layer: int = 2
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -75,10 +82,14 @@ class ModelConfig:
             _positive_int(f, getattr(self, f))
         if self.extra_params < 0:
             raise ValueError(f"ModelConfig.extra_params must be >= 0, got {self.extra_params!r}")
-        if self.hidden % self.heads:
+        if self.head_size is not None:
+            _positive_int("head_size", self.head_size)
+        elif self.hidden % self.heads:
             raise ValueError(
-                f"ModelConfig.heads={self.heads} must divide hidden={self.hidden}"
+                f"ModelConfig.heads={self.heads} must divide hidden={self.hidden} (or give head_size)"
             )
+        if self.norms_per_layer not in (1, 2):
+            raise ValueError(f"ModelConfig.norms_per_layer must be 1 or 2, got {self.norms_per_layer!r}")
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"ModelConfig.kv_heads={self.kv_heads} must divide heads={self.heads}"
@@ -93,7 +104,12 @@ class ModelConfig:
     # ------------------------------------------------------------------ derived sizes
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size if self.head_size is not None else self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the Q projection output (and the attention output's input): ``heads * head_dim``."""
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -106,14 +122,14 @@ class ModelConfig:
 
     def layer_params(self) -> int:
         """Parameters of one transformer block (attention + MLP + its two norms)."""
-        h, f, kv = self.hidden, self.ffn_hidden, self.kv_dim
-        attn = h * h + 2 * h * kv + h * h
+        h, f, kv, q = self.hidden, self.ffn_hidden, self.kv_dim, self.q_dim
+        attn = h * q + 2 * h * kv + q * h
         mlp = (3 if self.gated else 2) * h * f
         params = attn + mlp
         if self.bias:
-            params += h + 2 * kv + h  # q, k, v, out biases
+            params += q + 2 * kv + h  # q, k, v, out biases
             params += (2 * f if self.gated else f) + h
-        params += 2 * self.norm_params()
+        params += self.norms_per_layer * self.norm_params()
         return params
 
     def norm_params(self) -> int:
@@ -149,55 +165,135 @@ class ModelConfig:
     @classmethod
     def from_hf_config(cls, config: dict[str, Any], name: str | None = None,
                        seq_len: int | None = None, dtype_bytes: int = 2) -> ModelConfig:
-        """Build a config from a Hugging Face ``config.json`` dictionary.
+        """Build a config from a Hugging Face ``config.json`` dictionary (see
+        :func:`from_hf_config`)."""
+        return from_hf_config(config, name, seq_len, dtype_bytes)
 
-        Understands the field names of GPT-2 (``n_layer``, ``n_embd``, ``n_head``),
-        BERT/OPT/Llama-style configs (``num_hidden_layers``, ``hidden_size``,
-        ``num_attention_heads``, ``intermediate_size``/``ffn_dim``,
-        ``num_key_value_heads``, ``max_position_embeddings``, ``hidden_act``).
-        """
-        if not isinstance(config, dict):
-            raise ValueError(f"from_hf_config expects a dict (parsed config.json), got {type(config).__name__}")
 
-        def pick(*keys: str, default: Any = None) -> Any:
-            for k in keys:
-                if k in config and config[k] is not None:
-                    return config[k]
-            return default
+#: Families :func:`from_hf_config` understands (``model_type``).
+HF_FAMILIES = ("gpt2", "gptj", "gpt_neox", "opt", "bloom", "llama", "mistral", "qwen2", "falcon", "gemma",
+               "phi", "bert")
+#: Context lengths up to this are taken as the training sequence length when none is given.
+PLAUSIBLE_TRAINING_CONTEXT = 8192
+_MOE_KEYS = ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts", "num_experts_per_tok")
+_ENC_DEC = ("t5", "mt5", "bart", "mbart", "pegasus", "marian", "led", "longt5", "umt5", "whisper", "switch_transformers")
 
-        layers = pick("num_hidden_layers", "n_layer", "num_layers")
-        hidden = pick("hidden_size", "n_embd", "d_model")
-        heads = pick("num_attention_heads", "n_head")
-        missing = [k for k, v in (("num_hidden_layers", layers), ("hidden_size", hidden),
-                                  ("num_attention_heads", heads)) if v is None]
-        if missing:
-            raise ValueError(f"from_hf_config: config is missing {missing}")
-        ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=None) or 4 * hidden
-        vocab = pick("vocab_size")
-        if vocab is None:
-            raise ValueError("from_hf_config: config is missing 'vocab_size'")
-        max_pos = pick("max_position_embeddings", "n_positions", "n_ctx", default=2048)
-        model_type = str(pick("model_type", default="")).lower()
-        act = str(pick("hidden_act", "activation_function", default="gelu")).lower()
-        gated = model_type in ("llama", "mistral", "qwen2", "gemma") or act in ("silu", "swish")
-        activation = "swiglu" if gated else ("relu" if act == "relu" else "gelu")
-        rms = model_type in ("llama", "mistral", "qwen2", "gemma") or "rms_norm_eps" in config
-        rotary = model_type in ("llama", "mistral", "qwen2", "gemma", "gpt_neox") or "rope_theta" in config
-        extra = 0
-        if model_type == "bert":
-            extra = pick("type_vocab_size", default=2) * hidden + hidden * hidden + hidden
-        tie = bool(pick("tie_word_embeddings", default=not gated))
-        return cls(
-            name=name or pick("_name_or_path", default=model_type or "hf-model"),
-            num_layers=int(layers), hidden=int(hidden), heads=int(heads),
-            kv_heads=int(pick("num_key_value_heads", default=heads)),
-            ffn_hidden=int(ffn), vocab=int(vocab), seq_len=int(seq_len or max_pos),
-            activation=activation, norm="rmsnorm" if rms else "layernorm",
-            position="rotary" if rotary else "learned",
-            bias=not gated and bool(pick("bias", "attention_bias", default=True)),
-            tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
-            extra_params=int(extra),
-        )
+
+def _hf_int(config: dict, *keys: str, default: Any = None, required: bool = False) -> Any:
+    for k in keys:
+        if k in config and config[k] is not None:
+            v = config[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"from_hf_config: {k!r} must be a positive integer, got {v!r}")
+            return v
+    if required:
+        raise ValueError(f"from_hf_config: config is missing {keys[0]!r}"
+                         + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else ""))
+    return default
+
+
+def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int | None = None,
+                   dtype_bytes: int = 2) -> ModelConfig:
+    """A :class:`ModelConfig` from a Hugging Face ``config.json`` dictionary.
+
+    Families (``model_type``): GPT-2, GPT-J, GPT-NeoX, OPT, BLOOM (ALiBi, embedding norm),
+    Llama 2/3 (GQA), Mistral, Qwen2 (q/k/v biases), Falcon (multi-query or GQA, parallel
+    attention), Gemma (``head_dim``, tied embeddings), Phi, BERT; other decoder configs with
+    the usual field names are read the same way.  Mixture-of-experts configs (Mixtral,
+    Qwen-MoE, ...) and encoder-decoder configs (T5, BART, ...) are refused with a message that
+    says so.  Sizes must be integers.
+
+    ``seq_len``: the training sequence length.  When None, the config's context length is
+    used if it is at most :data:`PLAUSIBLE_TRAINING_CONTEXT` tokens (a warning says so);
+    a longer context (Llama-3.1, Qwen2: 131,072) must be given explicitly.
+    """
+    import warnings
+
+    if not isinstance(config, dict):
+        raise ValueError(f"from_hf_config expects a dict (parsed config.json), got {type(config).__name__}")
+    mt = str(config.get("model_type", "")).lower().replace("-", "_")
+    if config.get("is_encoder_decoder") or mt in _ENC_DEC:
+        raise ValueError(f"from_hf_config: {mt or 'this'} is an encoder-decoder model; cosearch models "
+                         "decoder-only and encoder-only transformers")
+    moe = [k for k in _MOE_KEYS if isinstance(config.get(k), int) and config[k] > 1]
+    if moe or "moe" in mt:
+        raise ValueError(f"from_hf_config: {mt or 'this model'} is a mixture-of-experts model ({', '.join(moe)}); "
+                         "cosearch's cost model is dense and would mis-size it, so it is refused")
+    layers = _hf_int(config, "num_hidden_layers", "n_layer", "num_layers", required=True)
+    hidden = _hf_int(config, "hidden_size", "n_embd", "d_model", required=True)
+    heads = _hf_int(config, "num_attention_heads", "n_head", "num_heads", required=True)
+    vocab = _hf_int(config, "vocab_size", required=True)
+    ffn = _hf_int(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * hidden)
+    head_size = _hf_int(config, "head_dim", default=None)
+    if head_size is not None and head_size * heads == hidden:
+        head_size = None
+    if mt == "falcon":
+        if config.get("new_decoder_architecture"):
+            kv = _hf_int(config, "num_kv_heads", "num_key_value_heads", default=heads)
+        else:
+            kv = 1 if config.get("multi_query", True) else heads
+    else:
+        kv = _hf_int(config, "num_key_value_heads", "num_kv_heads", default=None)
+        if kv is None:
+            kv = 1 if config.get("multi_query") else heads
+    ctx = _hf_int(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=None)
+    if seq_len is None:
+        if ctx is None:
+            raise ValueError("from_hf_config: the config gives no context length; pass seq_len=")
+        if ctx > PLAUSIBLE_TRAINING_CONTEXT:
+            raise ValueError(f"from_hf_config: the config's context is {ctx:,} tokens, longer than a plausible "
+                             f"training length (> {PLAUSIBLE_TRAINING_CONTEXT:,}); pass seq_len= (CLI --seq-len)")
+        warnings.warn(f"from_hf_config: training sequence length not given; using the config's context "
+                      f"length {ctx}", UserWarning, stacklevel=3)
+        seq_len = ctx
+    act = str(config.get("hidden_act") or config.get("activation_function") or config.get("hidden_activation")
+              or "gelu").lower()
+    gated = mt in ("llama", "mistral", "qwen2", "gemma") or act in ("silu", "swish")
+    activation = ("geglu" if mt == "gemma" else "swiglu") if gated else ("relu" if act == "relu" else "gelu")
+    rms = mt in ("llama", "mistral", "qwen2", "gemma") or "rms_norm_eps" in config
+    if mt == "bloom" or config.get("alibi"):
+        position = "none"
+    elif mt in ("llama", "mistral", "qwen2", "gemma", "gpt_neox", "gptj", "falcon", "phi") or "rope_theta" in config:
+        position = "rotary"
+    else:
+        position = "learned"
+    if mt in ("llama", "mistral", "gemma"):
+        bias = bool(config.get("attention_bias", False))
+    elif mt == "falcon":
+        bias = bool(config.get("bias", False))
+    elif mt == "qwen2":
+        bias = False            # only q/k/v carry biases: a few thousand parameters, left out
+    else:
+        bias = bool(config.get("bias", config.get("use_bias", True)))
+    tie_default = mt in ("gpt2", "opt", "bloom", "bert", "gemma", "falcon") or not gated
+    if mt in ("gptj", "gpt_neox", "phi"):
+        tie_default = False
+    tie = config.get("tie_word_embeddings", tie_default)
+    if not isinstance(tie, bool):
+        raise ValueError(f"from_hf_config: 'tie_word_embeddings' must be true or false, got {tie!r}")
+    parallel = mt in ("gptj", "phi") or (mt == "falcon" and config.get("parallel_attn", True)
+                                         and not config.get("new_decoder_architecture"))
+    extra = 0
+    if mt == "bert":
+        extra = _hf_int(config, "type_vocab_size", default=2) * hidden + hidden * hidden + hidden
+    if mt == "bloom":
+        extra = 2 * hidden            # the layer norm on the word embeddings
+    if mt == "opt" and position == "learned":
+        extra = 2 * hidden            # OPT's learned positions carry a 2-row offset
+    if mt in ("gptj", "phi") and not tie:
+        extra += vocab                # lm_head bias
+    learned_rows = ctx if (position == "learned" and ctx) else seq_len
+    cfg = ModelConfig(
+        name=name or str(config.get("_name_or_path") or mt or "hf-model"),
+        num_layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=vocab,
+        seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
+        position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
+        extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2)
+    if position == "learned" and learned_rows != seq_len:
+        # the position table holds the config's context, whatever length is trained on
+        cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
+            if learned_rows > seq_len else cfg
+    return cfg
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelConfig:

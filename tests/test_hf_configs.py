@@ -1,0 +1,111 @@
+"""from_hf_config on real config.json contents against the published parameter counts (2%)."""
+
+import warnings
+
+import pytest
+
+from cosearch.models import from_hf_config
+
+L = {"hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+CASES = {
+    # name: (config.json fields, seq_len or None, published parameters)
+    "gpt2": ({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
+              "n_positions": 1024, "n_ctx": 1024, "activation_function": "gelu_new"}, None, 124_439_808),
+    "gpt-j-6b": ({"model_type": "gptj", "n_layer": 28, "n_embd": 4096, "n_head": 16, "rotary_dim": 64,
+                  "vocab_size": 50400, "n_positions": 2048, "activation_function": "gelu_new",
+                  "tie_word_embeddings": False}, None, 6_053_381_344),
+    "gpt-neox-20b": ({"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144,
+                      "num_attention_heads": 64, "intermediate_size": 24576, "vocab_size": 50432,
+                      "max_position_embeddings": 2048, "rotary_pct": 0.25, "hidden_act": "gelu",
+                      "tie_word_embeddings": False, "use_parallel_residual": True}, None, 20_554_567_680),
+    "opt-1.3b": ({"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 32,
+                  "ffn_dim": 8192, "vocab_size": 50272, "max_position_embeddings": 2048,
+                  "activation_function": "relu", "word_embed_proj_dim": 2048}, None, 1_315_758_080),
+    "bloom-560m": ({"model_type": "bloom", "n_layer": 24, "hidden_size": 1024, "n_head": 16,
+                    "vocab_size": 250880}, 2048, 559_214_592),
+    "llama-2-7b": ({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+                    "vocab_size": 32000, "max_position_embeddings": 4096, **L}, None, 6_738_415_616),
+    "llama-3-8b": ({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                    "vocab_size": 128256, "max_position_embeddings": 8192, "rope_theta": 500000.0, **L},
+                   None, 8_030_261_248),
+    "llama-3.1-8b": ({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                      "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                      "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                      "rope_scaling": {"rope_type": "llama3", "factor": 8.0}, **L}, 8192, 8_030_261_248),
+    "mistral-7b": ({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                    "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096, **L},
+                   4096, 7_241_732_096),
+    "qwen2-7b": ({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+                  "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+                  "vocab_size": 152064, "max_position_embeddings": 131072, **L}, 4096, 7_615_616_512),
+    "falcon-7b": ({"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71,
+                   "num_hidden_layers": 32, "vocab_size": 65024, "multi_query": True, "parallel_attn": True,
+                   "bias": False, "alibi": False, "new_decoder_architecture": False}, 2048, 6_921_720_704),
+    "gemma-7b": ({"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576,
+                  "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+                  "num_hidden_layers": 28, "vocab_size": 256000, "max_position_embeddings": 8192,
+                  "hidden_act": "gelu", "rms_norm_eps": 1e-6}, None, 8_537_680_896),
+    "gemma-2b": ({"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+                  "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+                  "num_hidden_layers": 18, "vocab_size": 256000, "max_position_embeddings": 8192,
+                  "hidden_act": "gelu", "rms_norm_eps": 1e-6}, None, 2_506_172_416),
+    "phi-2": ({"model_type": "phi", "hidden_size": 2560, "intermediate_size": 10240, "num_attention_heads": 32,
+               "num_hidden_layers": 32, "vocab_size": 51200, "max_position_embeddings": 2048,
+               "hidden_act": "gelu_new", "partial_rotary_factor": 0.4, "tie_word_embeddings": False},
+              None, 2_779_683_840),
+    "bert-base": ({"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                   "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,
+                   "type_vocab_size": 2, "hidden_act": "gelu"}, None, 109_482_240),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_published_parameter_counts(name):
+    cfg, seq, published = CASES[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = from_hf_config(cfg, name=name, seq_len=seq)
+    assert m.num_params() == pytest.approx(published, rel=0.02), (name, m.num_params(), published)
+
+
+def test_structure_follows_the_family():
+    gemma = from_hf_config(CASES["gemma-7b"][0])
+    assert gemma.head_dim == 256 and gemma.q_dim == 4096 and gemma.tie_embeddings
+    falcon = from_hf_config(CASES["falcon-7b"][0], seq_len=2048)
+    assert falcon.kv_heads == 1 and falcon.norms_per_layer == 1
+    llama3 = from_hf_config(CASES["llama-3-8b"][0])
+    assert llama3.kv_heads == 8 and llama3.gated and not llama3.tie_embeddings
+
+
+def test_sequence_length_is_explicit_for_long_contexts():
+    with pytest.raises(ValueError, match="seq_len"):
+        from_hf_config(CASES["llama-3.1-8b"][0])
+    with pytest.warns(UserWarning, match="context length 8192"):
+        m = from_hf_config(CASES["llama-3-8b"][0])
+    assert m.seq_len == 8192
+    assert from_hf_config(CASES["llama-3.1-8b"][0], seq_len=4096).seq_len == 4096
+
+
+def test_refused_with_a_reason():
+    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+               "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+               "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2}
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        from_hf_config(mixtral, seq_len=4096)
+    qwen_moe = dict(mixtral, model_type="qwen2_moe", num_experts=60, num_local_experts=None)
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        from_hf_config(qwen_moe, seq_len=4096)
+    for enc_dec in ({"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "vocab_size": 32128,
+                     "is_encoder_decoder": True},
+                    {"model_type": "bart", "d_model": 768, "encoder_layers": 6, "vocab_size": 50265}):
+        with pytest.raises(ValueError, match="encoder-decoder"):
+            from_hf_config(enc_dec, seq_len=512)
+    with pytest.raises(ValueError, match="positive integer"):
+        from_hf_config(dict(CASES["gpt2"][0], n_embd="768"))
+    with pytest.raises(ValueError, match="positive integer"):
+        from_hf_config(dict(CASES["gpt2"][0], n_layer=12.5))
+    with pytest.raises(ValueError, match="missing 'num_hidden_layers'"):
+        from_hf_config({"hidden_size": 8, "num_attention_heads": 2, "vocab_size": 3})
