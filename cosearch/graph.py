@@ -398,6 +398,56 @@ def _numel(shape) -> int:
     return n
 
 
+def _expand_mha(b: _Builder, name: str, deps, mod, x, batch_first: bool, _unused) -> int:
+    """nn.MultiheadAttention on input ``x`` (self-attention): packed in-projection, QK^T,
+    softmax, dropout, PV, out-projection."""
+    if batch_first:
+        n_, length = x[0], x[1]
+    else:
+        length, n_ = x[0], x[1]
+    e, h = mod.embed_dim, mod.num_heads
+    d = e // h
+    kdim, vdim = mod.kdim, mod.vdim
+    rows = n_ * length
+    qi = b.gemm(f"{name}.q_proj", deps, rows, e, e)
+    ki = b.gemm(f"{name}.k_proj", deps, rows, e, kdim)
+    vi = b.gemm(f"{name}.v_proj", deps, rows, e, vdim)
+    sc = b.gemm(f"{name}.scores", [qi, ki], length, length, d, batch=n_ * h, weights=False)
+    sm = b.vector(f"{name}.softmax", [sc], n_ * h * length * length, "softmax")
+    if mod.dropout > 0:
+        sm = b.vector(f"{name}.attn_dropout", [sm], n_ * h * length * length, "dropout")
+    ctx = b.gemm(f"{name}.context", [sm, vi], length, d, length, batch=n_ * h, weights=False)
+    return b.gemm(f"{name}.out_proj", [ctx], rows, e, e)
+
+
+def _expand_encoder_layer(b: _Builder, name: str, deps, mod, x) -> int:
+    """nn.TransformerEncoderLayer: self-attention block and MLP block, each with dropout,
+    residual add and LayerNorm (before or after, per ``norm_first``)."""
+    bf = bool(mod.self_attn.batch_first)
+    rows = x[0] * x[1]
+    e = mod.self_attn.embed_dim
+    f = mod.linear1.out_features
+    act = "relu" if getattr(mod, "activation_relu_or_gelu", 1) == 1 else "gelu"
+    h = deps
+    if mod.norm_first:
+        h = [b.vector(f"{name}.norm1", h, rows * e, "layernorm")]
+    a = _expand_mha(b, f"{name}.self_attn", h, mod.self_attn, x, bf, None)
+    a = b.vector(f"{name}.dropout1", [a], rows * e, "dropout")
+    r = b.vector(f"{name}.residual1", [a, *deps], rows * e, "add", inputs=2)
+    if not mod.norm_first:
+        r = b.vector(f"{name}.norm1", [r], rows * e, "layernorm")
+    m = b.vector(f"{name}.norm2", [r], rows * e, "layernorm") if mod.norm_first else r
+    m = b.gemm(f"{name}.linear1", [m], rows, f, e)
+    m = b.vector(f"{name}.activation", [m], rows * f, act)
+    m = b.vector(f"{name}.dropout", [m], rows * f, "dropout")
+    m = b.gemm(f"{name}.linear2", [m], rows, e, f)
+    m = b.vector(f"{name}.dropout2", [m], rows * e, "dropout")
+    out = b.vector(f"{name}.residual2", [m, r], rows * e, "add", inputs=2)
+    if not mod.norm_first:
+        out = b.vector(f"{name}.norm2", [out], rows * e, "layernorm")
+    return out
+
+
 def from_module(module, example_inputs, name: str | None = None, dtype_bytes: int = 2) -> LayerGraph:
     """Trace ``module(*example_inputs)`` with ``torch.fx`` on the meta device into a forward
     :class:`LayerGraph`.
@@ -406,7 +456,12 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
     matmuls; norms, softmax, activations, dropout and elementwise add/mul become
     vector ops; view/reshape/transpose/split are free.  A scalar multiply or
     divide whose only consumer is a softmax is fused into it (as Megatron's
-    fused scale-softmax does).  Unknown modules raise ``ValueError`` naming them.
+    fused scale-softmax does).  ``F.scaled_dot_product_attention`` becomes a fused
+    attention op (half the blocks under ``is_causal``).  ``nn.MultiheadAttention`` and
+    ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``-free encoder stacks are
+    kept as leaves and expanded into their GEMMs, batched matmuls and vector ops from their
+    shapes (their control flow cannot be traced).  Unknown modules, functions and methods
+    raise ``ValueError`` naming them.
     """
     import copy
 
@@ -420,7 +475,35 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
         raise ValueError(f"from_module expects a torch.nn.Module, got {type(module).__name__}")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    gm = torch.fx.symbolic_trace(copy.deepcopy(module).to("meta"))
+    leaves = (nn.MultiheadAttention, nn.TransformerEncoderLayer)
+
+    class _Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m, qualname):
+            return isinstance(m, leaves) or super().is_leaf_module(m, qualname)
+
+    root = copy.deepcopy(module).to("meta")
+    if isinstance(root, leaves):      # the root itself is never a leaf: wrap it
+
+        class _Wrap1(nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                return self.inner(x)
+
+        class _Wrap3(_Wrap1):
+            def forward(self, q, k, v):
+                return self.inner(q, k, v)
+        if len(example_inputs) not in (1, 3):
+            raise ValueError(f"from_module: give 1 input (or query, key, value) for {type(root).__name__}")
+        root = (_Wrap1 if len(example_inputs) == 1 else _Wrap3)(root)
+    try:
+        graph_ = _Tracer().trace(root)
+    except Exception as exc:   # torch.fx cannot follow data-dependent control flow
+        raise ValueError(f"from_module: torch.fx could not trace {type(module).__name__}: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    gm = torch.fx.GraphModule(root, graph_)
     meta_inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in example_inputs]
     ShapeProp(gm).propagate(*meta_inputs)
     modules = dict(gm.named_modules())
@@ -469,6 +552,24 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
         kind = None
         if out_shape is None and n.op != "call_module":
             last[n] = deps  # python scalars, shape arithmetic, tuples of tensors
+            continue
+        if n.op == "call_module" and isinstance(modules[n.target], leaves):
+            mod = modules[n.target]
+            x = shape(n.args[0])
+            if isinstance(mod, nn.MultiheadAttention):
+                last[n] = (_expand_mha(b, n.name, deps, mod, x, bool(mod.batch_first), None),)
+            else:
+                last[n] = (_expand_encoder_layer(b, n.name, deps, mod, x),)
+            continue
+        if n.op == "call_function" and n.target is F.scaled_dot_product_attention:
+            q = shape(n.args[0])
+            kv = shape(n.args[1])
+            causal = bool(n.kwargs.get("is_causal", False))
+            batch = _numel(q[:-2])
+            # QK^T and PV: 2 x (2 L S E) per head; half the blocks under a causal mask
+            frac = 0.5 if causal else 1.0
+            factor = 2.0 * frac * kv[-2] / q[-2]
+            last[n] = (b.attention(n.name, deps, q[-2], q[-1], batch, factor, 3.0, 1.0),)
             continue
         if n.op == "call_module":
             mod = modules[n.target]

@@ -123,3 +123,71 @@ def test_from_module_unsupported_layer_named():
     m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Conv1d(1, 1, 1))
     with pytest.raises(ValueError, match="Conv1d"):
         graph.from_module(m, torch.zeros(1, 4))
+
+
+def _nano_block(torch, nn, E, H):
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        """nanoGPT's block: pre-norm, fused qkv, F.scaled_dot_product_attention (causal), 4x MLP."""
+
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(E)
+            self.c_attn = nn.Linear(E, 3 * E)
+            self.c_proj = nn.Linear(E, E)
+            self.ln_2 = nn.LayerNorm(E)
+            self.c_fc = nn.Linear(E, 4 * E)
+            self.gelu = nn.GELU()
+            self.mlp_proj = nn.Linear(4 * E, E)
+
+        def forward(self, x):
+            B, T, C = x.size()
+            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+            q = q.view(B, T, H, C // H).transpose(1, 2)
+            k = k.view(B, T, H, C // H).transpose(1, 2)
+            v = v.view(B, T, H, C // H).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
+            x = x + self.c_proj(y)
+            return x + self.mlp_proj(self.gelu(self.c_fc(self.ln_2(x))))
+    return Block()
+
+
+def test_from_module_standard_layers_closed_forms():
+    torch = pytest.importorskip("torch")
+    import torch.nn as nn
+    N, L, E, H, F_ = 2, 16, 64, 4, 128
+    d = E // H
+    rows = N * L
+    proj = 2 * rows * E * E
+    attn = 2 * (2 * N * H * L * L * d)
+    x = torch.zeros(N, L, E)
+    mha = graph.from_module(nn.MultiheadAttention(E, H, batch_first=True), (x, x, x))
+    assert mha.tensor_flops == pytest.approx(4 * proj + attn)
+    enc = graph.from_module(nn.TransformerEncoderLayer(E, H, F_, batch_first=True), x)
+    assert enc.tensor_flops == pytest.approx(4 * proj + attn + 2 * (2 * rows * E * F_))
+    assert sum(o.kind == "vector" and "norm" in o.name for o in enc.ops) == 2
+    seq_first = graph.from_module(nn.MultiheadAttention(E, H), (x.transpose(0, 1),) * 3)
+    assert seq_first.tensor_flops == pytest.approx(mha.tensor_flops)
+    nano = graph.from_module(_nano_block(torch, nn, E, H), x)
+    causal = attn / 2
+    assert nano.tensor_flops == pytest.approx(2 * rows * E * 3 * E + proj + 2 * (2 * rows * E * 4 * E) + causal)
+    assert sum(o.kind == "attention" for o in nano.ops) == 1
+
+
+def test_from_module_names_what_it_cannot_do():
+    torch = pytest.importorskip("torch")
+    import torch.nn as nn
+
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x
+    with pytest.raises(ValueError, match="could not trace Branchy"):
+        graph.from_module(Branchy(), torch.zeros(2, 2))
+
+    class Erf(nn.Module):
+        def forward(self, x):
+            return torch.special.erf(x)
+    with pytest.raises(ValueError, match="erf"):
+        graph.from_module(Erf(), torch.zeros(2, 2))
