@@ -178,3 +178,15 @@ def test_ilp_gap_is_real_when_not_proven():
         # the reported gap bounds the true distance to the optimum from above
         assert quick.gap >= 1.0 - best.latency_s / quick.latency_s - 1e-9
         assert quick.gap > 0.0 or quick.latency_s == pytest.approx(best.latency_s)
+
+
+def test_missing_extra_is_named_and_debug_shows_traceback(tmp_path, capsys, monkeypatch):
+    res = search.cosearch("bert-large", None, 8, 16, "serial", refine_top=0)
+    good = tmp_path / "g.json"
+    res.to_json(good)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)      # as if matplotlib were not installed
+    assert main(["report", str(good), "--plot", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'cosearch[plot]'" in err and "Traceback" not in err
+    with pytest.raises(ImportError):
+        main(["--debug", "report", str(good), "--plot", str(tmp_path / "p.png")])
