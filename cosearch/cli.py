@@ -92,14 +92,27 @@ def _int_list(text: str, name: str) -> tuple[int, ...]:
         raise ValueError(f"--{name} must be comma-separated integers, got {text!r}") from None
 
 
-def _run_search(a, baselines: bool, out: str | None = None, resume: bool = False):
+def _run_search(a, baselines: bool, out: str | None = None, resume=None):
     from .search import DEFAULT_PLAN_OPTIONS, cosearch
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
     import os
     return cosearch(_model_from_args(a), None, a.chips, a.batch, "serial" if a.serial else None,
                     prune=not a.no_prune, refine_top=a.refine_top, progress=True, baselines=baselines,
                     plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),
-                    resume=out if (resume and out and os.path.exists(out)) else None)
+                    resume=_resume_file(resume, out))
+
+
+def _resume_file(resume, out):
+    """The file to continue from: ``--resume FILE``, or ``--out`` for a bare ``--resume``."""
+    import os
+    if resume is None:
+        return None
+    path = out if resume is True else resume
+    if not path or not os.path.isfile(path):
+        if resume is True:
+            return None           # nothing saved yet: start from scratch
+        raise ValueError(f"--resume {path}: no such file")
+    return path
 
 
 def _finish_search(res, out: str | None, top: int) -> int:
@@ -236,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", default="results.json",
                    help="results JSON, also the checkpoint while the search runs")
     s.add_argument("--force", action="store_true", help="replace an existing --out file")
-    s.add_argument("--resume", action="store_true", help="continue the search saved in --out")
+    s.add_argument("--resume", nargs="?", const=True, default=None, metavar="FILE",
+                   help="continue a saved search: FILE, or --out when no FILE is given")
     s.add_argument("--checkpoint-every", type=float, default=10.0,
                    help="seconds between checkpoints of the partial search into --out")
     s.add_argument("--baselines", action="store_true", help="also run the TPUv4 and Spotlight baselines")
@@ -310,7 +324,7 @@ def _dispatch(a) -> int:
         return _run_plan(a)
     if a.cmd == "search":
         from ._validate import output_path
-        output_path(a.out, a.force, a.resume)
+        output_path(a.out, a.force, a.resume is not None)
         return _finish_search(_run_search(a, a.baselines, a.out, a.resume), a.out, 10)
     if a.cmd == "compare":
         if a.out:

@@ -190,3 +190,18 @@ def test_missing_extra_is_named_and_debug_shows_traceback(tmp_path, capsys, monk
     assert "pip install 'cosearch[plot]'" in err and "Traceback" not in err
     with pytest.raises(ImportError):
         main(["--debug", "report", str(good), "--plot", str(tmp_path / "p.png")])
+
+
+def test_resume_from_a_named_file(tmp_path, capsys):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    args = ["search", "--model", "bert-large", "--chips", "8", "--batch", "16", "--serial", "--refine-top", "0"]
+    assert main([*args, "--out", str(first)]) == 0
+    a = search.Results.from_json(first)
+    partial = search.Results(a.model, a.chips, a.global_batch, a.rows[: len(a.rows) // 2], a.pruned,
+                             a.total_designs, True, meta=a.meta)
+    partial.to_json(first)
+    assert main([*args, "--out", str(second), "--resume", str(first)]) == 0
+    b = search.Results.from_json(second)
+    assert not b.interrupted and b.best.index == a.best.index
+    assert sorted(r.index for r in b.rows) == sorted(r.index for r in a.rows)
+    assert main([*args, "--out", str(tmp_path / "c.json"), "--resume", str(tmp_path / "none.json")]) == 2
