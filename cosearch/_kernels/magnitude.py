@@ -88,6 +88,36 @@ def expand(nmap: NeuronMap) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(nin), np.concatenate(nout)
 
 
+@njit(cache=True, inline="always")
+def _flush_row(partial, sg, nr, rq, rm):
+    """Fold a row's scores into its neuron (segment ``sg``'s partial maxima)."""
+    if nr >= 0:
+        partial[sg, 0, nr] = max(partial[sg, 0, nr], rq)
+        partial[sg, 1, nr] = max(partial[sg, 1, nr], rm)
+
+
+@njit(cache=True, inline="always")
+def _flush_columns(partial, sg, nmap, t, nc, cq, cm):
+    """Fold a segment's per-column maxima into the columns' neurons."""
+    for j in range(nc):
+        ncn = nmap.colmap[nmap.col_off[t] + j]
+        if ncn >= 0:
+            partial[sg, 0, ncn] = max(partial[sg, 0, ncn], cq[j])
+            partial[sg, 1, ncn] = max(partial[sg, 1, ncn], cm[j])
+
+
+@njit(cache=True)
+def _reduce(partial):
+    """Max over segments of the partial neuron scores: a (2, n_neurons) array."""
+    out = np.zeros((2, partial.shape[2]), dtype=np.float32)
+    for sg in range(partial.shape[0]):
+        for i in range(2):
+            for j in range(partial.shape[2]):
+                if partial[sg, i, j] > out[i, j]:
+                    out[i, j] = partial[sg, i, j]
+    return out
+
+
 @njit(cache=True, inline="always", error_model="numpy", fastmath=True)
 def _row_general(w, wk, e0, nc, L, eps, top, v, cq, cm):
     """One row for any L: the L largest changes per element kept in ``top`` by insertion."""
@@ -139,22 +169,9 @@ def _scores_general(w, wk, quorum, eps, nmap, n_neurons):
         for i in range(nmap.seg_r0[sg], nmap.seg_r1[sg]):
             e0 = base + i * nc
             rq, rm = _row_general(w, wk, e0, nc, L, epsf, top, v, cq, cm)
-            nr = nmap.rowmap[nmap.row_off[t] + i]
-            if nr >= 0:
-                partial[sg, 0, nr] = max(partial[sg, 0, nr], rq)
-                partial[sg, 1, nr] = max(partial[sg, 1, nr], rm)
-        for j in range(nc):
-            ncn = nmap.colmap[nmap.col_off[t] + j]
-            if ncn >= 0:
-                partial[sg, 0, ncn] = max(partial[sg, 0, ncn], cq[j])
-                partial[sg, 1, ncn] = max(partial[sg, 1, ncn], cm[j])
-    out = np.zeros((2, n_neurons), dtype=np.float32)
-    for sg in range(S):
-        for i in range(2):
-            for j in range(n_neurons):
-                if partial[sg, i, j] > out[i, j]:
-                    out[i, j] = partial[sg, i, j]
-    return out
+            _flush_row(partial, sg, nmap.rowmap[nmap.row_off[t] + i], rq, rm)
+        _flush_columns(partial, sg, nmap, t, nc, cq, cm)
+    return _reduce(partial)
 
 
 _SPECIAL: dict[tuple[int, int], object] = {}
@@ -216,22 +233,9 @@ def _specialised(K: int, L: int):
                     rm = max(rm, m)
                     cq[j] = max(cq[j], s)
                     cm[j] = max(cm[j], m)
-                nr = nmap.rowmap[nmap.row_off[t] + i]
-                if nr >= 0:
-                    partial[sg, 0, nr] = max(partial[sg, 0, nr], rq)
-                    partial[sg, 1, nr] = max(partial[sg, 1, nr], rm)
-            for j in range(nc):
-                ncn = nmap.colmap[nmap.col_off[t] + j]
-                if ncn >= 0:
-                    partial[sg, 0, ncn] = max(partial[sg, 0, ncn], cq[j])
-                    partial[sg, 1, ncn] = max(partial[sg, 1, ncn], cm[j])
-        out = np.zeros((2, n_neurons), dtype=np.float32)
-        for sg in range(S):
-            for i in range(2):
-                for j in range(n_neurons):
-                    if partial[sg, i, j] > out[i, j]:
-                        out[i, j] = partial[sg, i, j]
-        return out
+                _flush_row(partial, sg, nmap.rowmap[nmap.row_off[t] + i], rq, rm)
+            _flush_columns(partial, sg, nmap, t, nc, cq, cm)
+        return _reduce(partial)
 
     _SPECIAL[key] = kernel
     return kernel
