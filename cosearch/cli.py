@@ -95,7 +95,6 @@ def _int_list(text: str, name: str) -> tuple[int, ...]:
 def _run_search(a, baselines: bool, out: str | None = None, resume=None):
     from .search import DEFAULT_PLAN_OPTIONS, cosearch
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
-    import os
     return cosearch(_model_from_args(a), None, a.chips, a.batch, "serial" if a.serial else None,
                     prune=not a.no_prune, refine_top=a.refine_top, progress=True, baselines=baselines,
                     plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),
