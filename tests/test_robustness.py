@@ -205,3 +205,23 @@ def test_resume_from_a_named_file(tmp_path, capsys):
     assert not b.interrupted and b.best.index == a.best.index
     assert sorted(r.index for r in b.rows) == sorted(r.index for r in a.rows)
     assert main([*args, "--out", str(tmp_path / "c.json"), "--resume", str(tmp_path / "none.json")]) == 2
+
+
+@pytest.mark.parametrize("phase", ["_refine", "baselines"])
+def test_interrupt_in_refinement_or_baselines_keeps_the_sweep(tmp_path, monkeypatch, capsys, phase):
+    from cosearch import baselines
+    from cosearch._interrupt import Terminated
+
+    def boom(*a, **k):
+        raise Terminated()
+    if phase == "_refine":
+        monkeypatch.setattr(search, "_refine", boom)
+    else:
+        monkeypatch.setattr(baselines, "run_baselines", boom)
+    out = tmp_path / "r.json"
+    rc = main(["search", "--model", "bert-large", "--chips", "8", "--batch", "16", "--serial", "--out", str(out),
+               "--baselines", "--refine-top", "1"])
+    assert rc == 143
+    d = json.loads(out.read_text())
+    assert d["interrupted"] is True and len(d["rows"]) == d["total_designs"] - d["pruned"]
+    assert "interrupted" in capsys.readouterr().err
