@@ -181,15 +181,18 @@ class Experiment:
                  f"vs {ref} (p: two-sided paired t-test); target accuracy {100 * target:.1f}%"
                  + ("  [INTERRUPTED: partial]" if self.interrupted else ""),
                  f"{'method':>18} {'runs':>4} {'accuracy':>13} {'federated':>13} {'diff vs ' + ref:>22} "
-                 f"{'time to target s':>17} {'acc @ equal time':>16} {'round time s':>15} {'vs none':>13}"]
-        for s in stats:
-            d = s.diff_vs_reference
-            diff = "—" if s.method == ref or not math.isfinite(d[0]) else (
+                 f"{'time to target s':>17} {'acc @ equal time':>16} {'diff @ equal time':>22} {'round time s':>15} "
+                 f"{'vs none':>13}"]
+        def paired(s, d):
+            return "—" if s.method == ref or not math.isfinite(d[0]) else (
                 f"{100 * d[0]:+.1f} ± {100 * d[1]:.1f} p={d[2]:.3f}" if math.isfinite(d[1]) else f"{100 * d[0]:+.1f}")
+        for s in stats:
+            diff = paired(s, s.diff_vs_reference)
             ttt = pm(s.time_to_target_s, 1.0, ".2f") + ("" if s.reached_target == s.runs
                                                           else f" ({s.reached_target}/{s.runs})")
             lines.append(f"{s.method:>18} {s.runs:>4} {pm(s.accuracy, 100):>13} {pm(s.fed_accuracy, 100):>13} "
                          f"{diff:>22} {ttt:>17} {pm(s.accuracy_at_equal_time, 100):>16} "
+                         f"{paired(s, s.diff_at_equal_time):>22} "
                          f"{pm(s.round_time_s, 1.0, '.3f'):>15} "
                          f"{('n/a' if not math.isfinite(s.round_time_reduction[0]) else pm(s.round_time_reduction, 100) + '%'):>13}")
         return "\n".join(lines)
