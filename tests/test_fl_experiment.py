@@ -24,6 +24,7 @@ def test_mean_ci_and_paired_test_hand_worked():
     # differences 1, 2, 4: mean 7/3, sd 1.527525, t = (7/3) / (1.527525 / sqrt 3) = 2.645751, df 2
     assert d == pytest.approx(7 / 3) and p == pytest.approx(0.118, abs=0.001)
     assert experiment.paired_test([1, 1], [1, 1])[2] == 1.0
+    assert np.isnan(experiment.paired_test([2, 2], [1, 1])[2])      # no variance: no p-value
     assert np.isnan(experiment.mean_ci([])[0])
 
 

@@ -55,8 +55,9 @@ def paired_test(a, b) -> tuple[float, float, float]:
     m, h = mean_ci(d)
     if len(d) < 2:
         return m, h, float("nan")
-    if np.all(d == d[0]):
-        return m, 0.0, 1.0 if d[0] == 0 else 0.0
+    if np.allclose(d, d[0], rtol=1e-9, atol=1e-12):
+        # no spread: no difference at all (p 1), or a t-test without variance (undefined)
+        return m, 0.0, 1.0 if abs(d[0]) <= 1e-12 else float("nan")
     return m, h, float(stats.ttest_rel(a[ok], b[ok]).pvalue)
 
 
@@ -185,7 +186,8 @@ class Experiment:
                  f"{'vs none':>13}"]
         def paired(s, d):
             return "—" if s.method == ref or not math.isfinite(d[0]) else (
-                f"{100 * d[0]:+.1f} ± {100 * d[1]:.1f} p={d[2]:.3f}" if math.isfinite(d[1]) else f"{100 * d[0]:+.1f}")
+                f"{100 * d[0]:+.1f} ± {100 * d[1]:.1f} p={d[2]:.3f}" if math.isfinite(d[1]) and math.isfinite(d[2])
+                else f"{100 * d[0]:+.1f} p=n/a")
         for s in stats:
             diff = paired(s, s.diff_vs_reference)
             ttt = pm(s.time_to_target_s, 1.0, ".2f") + ("" if s.reached_target == s.runs
