@@ -75,7 +75,8 @@ def _model_from_args(a):
 def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
                    help="model preset (see `cosearch models`) or a Hugging Face config.json path")
-    p.add_argument("--seq-len", type=_positive, help="training sequence length (default: the preset's, or a "
+    p.add_argument("--seq-len", type=_positive, default=argparse.SUPPRESS,
+                   help="training sequence length (default: the preset's, or a "
                                                      "config's context if <= 8192)")
     p.add_argument("--chips", type=_positive, default=1024, help="number of chips in the cluster")
     p.add_argument("--batch", type=_positive, default=1536, help="global batch size (sequences)")
@@ -144,12 +145,13 @@ def _infeasible_reason(res) -> str:
 def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
                    help="model preset (see `cosearch models`) or a Hugging Face config.json path")
-    p.add_argument("--seq-len", type=_positive, help="training sequence length (default: the preset's, or a "
+    p.add_argument("--seq-len", type=_positive, default=argparse.SUPPRESS,
+                   help="training sequence length (default: the preset's, or a "
                                                      "config's context if <= 8192)")
-    p.add_argument("--chip", default="A100-80GB", help="chip preset (see `cosearch presets`; default A100-80GB)")
+    p.add_argument("--chip", default="A100-80GB", help="chip preset (see `cosearch presets`)")
     p.add_argument("--cluster", default="dgx-a100",
                    help="cluster preset: dgx-a100, dgx-h100 (sized by --nodes), tpuv4-pod (by --chips), "
-                        "or flat (--chips, the chip's own link) (default dgx-a100)")
+                        "or flat (--chips, the chip's own link)")
     p.add_argument("--nodes", type=int, help="nodes of a DGX cluster preset")
     p.add_argument("--chips", type=int, help="chips of a tpuv4-pod or flat cluster")
     p.add_argument("--batch", type=int, required=True, help="global batch size in sequences")
@@ -162,7 +164,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (omit to search)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (omit to search)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
-    p.add_argument("--top", type=int, default=1, help="plans to show when searching (default 1)")
+    p.add_argument("--top", type=_positive, default=1, help="plans to show when searching")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
