@@ -72,12 +72,16 @@ def _model_from_args(a):
     return m.with_(seq_len=seq) if seq else m
 
 
-def _search_args(p: argparse.ArgumentParser) -> None:
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """--model and --seq-len, read by :func:`_model_from_args`."""
     p.add_argument("--model", required=True,
                    help="model preset (see `cosearch models`) or a Hugging Face config.json path")
     p.add_argument("--seq-len", type=_positive, default=argparse.SUPPRESS,
-                   help="training sequence length (default: the preset's, or a "
-                                                     "config's context if <= 8192)")
+                   help="training sequence length (default: the preset's, or a config's context if <= 8192)")
+
+
+def _search_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
     p.add_argument("--chips", type=_positive, default=1024, help="number of chips in the cluster")
     p.add_argument("--batch", type=_positive, default=1536, help="global batch size (sequences)")
     p.add_argument("--no-prune", action="store_true", help="evaluate every design")
@@ -143,11 +147,7 @@ def _infeasible_reason(res) -> str:
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True,
-                   help="model preset (see `cosearch models`) or a Hugging Face config.json path")
-    p.add_argument("--seq-len", type=_positive, default=argparse.SUPPRESS,
-                   help="training sequence length (default: the preset's, or a "
-                                                     "config's context if <= 8192)")
+    _model_args(p)
     p.add_argument("--chip", default="A100-80GB", help="chip preset (see `cosearch presets`)")
     p.add_argument("--cluster", default="dgx-a100",
                    help="cluster preset: dgx-a100, dgx-h100 (sized by --nodes), tpuv4-pod (by --chips), "
