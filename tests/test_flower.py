@@ -131,10 +131,16 @@ out = ""
 """
 
 
-@pytest.mark.skipif(shutil.which("flower-superlink") is None, reason="Flower's CLI is not installed")
+def _flower_bin(name):
+    """A Flower command next to this interpreter (a venv need not be on PATH), else on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    return here if os.path.exists(here) else shutil.which(name)
+
+
+@pytest.mark.skipif(_flower_bin("flower-superlink") is None, reason="Flower's CLI is not installed")
 def test_superlink_and_three_supernodes_run_invariant_dropout(tmp_path):
     """Two full rounds, then two rounds of invariant dropout, on Flower's deployment engine."""
-    bindir = os.path.dirname(sys.executable)
+    bindir = os.path.dirname(_flower_bin("flower-superlink"))
     env = dict(os.environ, FLWR_HOME=str(tmp_path / "home"), PATH=bindir + os.pathsep + os.environ["PATH"])
     link, *nodes = _free_ports(4)
     (tmp_path / "home").mkdir()
