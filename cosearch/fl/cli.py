@@ -72,11 +72,6 @@ def add_parsers(sub) -> None:
     fr.add_argument("--target", type=float, help="target accuracy for an experiment's time-to-target")
 
 
-def _check_out(path: str, force: bool, resume: bool | None = None) -> None:
-    from .._validate import output_path
-    output_path(path, force, resume)
-
-
 def _sim_kwargs(a) -> dict:
     from .profiling import device_profiles
     kw = {"model": a.model, "optimizer": a.optimizer, "lr": a.lr, "batch_size": a.batch_size,
@@ -92,17 +87,18 @@ def _sim_kwargs(a) -> dict:
 
 
 def run(a) -> int:
+    from .._validate import output_path
     from .experiment import Experiment, run_experiment
     from .simulation import FLResult, plot, simulate
     if a.flcmd == "simulate":
-        _check_out(a.out, a.force)
+        output_path(a.out, a.force)
         res = simulate(a.dataset, clients=a.clients, method=a.method, rounds=a.rounds, seed=a.seed,
                        progress=True, out=a.out, **_sim_kwargs(a))
         print(res.summary())
         print(f"saved {a.out}")
         return 0
     if a.flcmd == "experiment":
-        _check_out(a.out, a.force, a.resume)
+        output_path(a.out, a.force, a.resume)
         kw = _sim_kwargs(a)
         if isinstance(kw.get("devices"), list):
             raise ValueError("--spread/--noise apply to simulate; for experiments give --devices CSV")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import choice, positive_float, positive_int
+from .._validate import choice, fraction, positive_float, positive_int
 from .submodel import Group
 
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout",
@@ -50,13 +50,7 @@ METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none")
 
 
 def _check_p(p: float) -> float:
-    try:
-        f = float(p)
-    except (TypeError, ValueError):
-        raise ValueError(f"kept fraction p must be in (0, 1], got {p!r}") from None
-    if not (0.0 < f <= 1.0):
-        raise ValueError(f"kept fraction p must be in (0, 1], got {p!r}")
-    return f
+    return fraction("kept fraction p", p)
 
 
 def drop_count(p: float, n: int) -> int:

@@ -63,6 +63,11 @@ def choose_width(ratio: float, widths=DEFAULT_WIDTHS) -> float:
     return 1.0
 
 
+def valid_duration(d) -> bool:
+    """A round time a client may report: a positive finite number of seconds (not a bool)."""
+    return isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) and d > 0
+
+
 class StragglerProfiler:
     """Straggler set and keep fractions from observed round durations (module docstring).
 
@@ -110,7 +115,7 @@ class StragglerProfiler:
     def observe(self, round: int, durations: dict[int, float], keep: dict[int, float]) -> None:
         """Record round ``round``'s durations (seconds) of clients that ran at ``keep``."""
         for c, d in durations.items():
-            if not (isinstance(d, (int, float)) and math.isfinite(d) and d > 0):
+            if not valid_duration(d):
                 raise ValueError(f"client {c} reported round time {d!r}; it must be a positive finite number")
             self.full_time[c] = float(d) / float(keep.get(c, 1.0))
         if round < self.start_round or len(self.full_time) < 2:

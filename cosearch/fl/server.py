@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .masks import DropoutPolicy, ThresholdSchedule
 from .masks import policy as make_policy
-from .profiling import StragglerProfiler
+from .profiling import StragglerProfiler, valid_duration
 from .submodel import extract_submodel, full_masks, groups, merge_updates
 
 __all__ = ["Assignment", "ClientUpdate", "RoundReport", "RoundProtocol"]
@@ -64,10 +63,6 @@ class RoundReport:
     durations_s: dict[int, float]
     round_time_s: float
     policy_state: dict = field(default_factory=dict)
-
-
-def _valid_duration(d) -> bool:
-    return isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) and d > 0
 
 
 class RoundProtocol:
@@ -144,7 +139,7 @@ class RoundProtocol:
         full_states = [u.state for u in accepted if assignments[u.client].keep >= 1.0]
         self.policy.observe(round, gstate, full_states, self.groups)
         durations = {u.client: float(u.duration_s) for u in updates
-                     if u.client in assignments and _valid_duration(u.duration_s)}
+                     if u.client in assignments and valid_duration(u.duration_s)}
         ok = {c: d for c, d in durations.items() if c not in rejected}
         if ok:
             self.profiler.observe(round, ok, {c: assignments[c].keep for c in ok})
