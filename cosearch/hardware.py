@@ -27,14 +27,24 @@ Link bandwidths are per chip and per direction.  Each preset carries a
 source of every constant in :data:`EFFICIENCY_SOURCES`.
 
 Area/power model (:class:`AreaPowerModel`) — first-order constants for a 7 nm
-class process, chosen from public sources and calibrated so the TPUv4 preset
-lands near its published envelope (~ 400 mm^2 of logic+SRAM, 170 W mean / 192 W TDP):
+class process, chosen from public sources (not fitted to any chip).  What it computes for
+the TPUv4 preset: 294 mm^2 of logic die (PEs 98, SRAM 72, HBM PHY 45, SerDes 15, uncore 60,
+vector lanes 4) and 168 W at full utilisation (514 mm^2 with its four 8 GiB HBM stacks); TPUv4's die is reported as < 600 mm^2 with
+a 192 W TDP / 170 W mean (Jouppi et al., ISCA 2023), so the die estimate is a lower bound
+(no NoC, no CMEM periphery beyond the SRAM constant, no ICI router).  Area budgets are
+relative (a design against a reference chip under the same model), which is what the
+search needs.
 
 * PE (bf16 MAC + pipeline registers): 7.5e-4 mm^2, 0.5 pJ per MAC
   (Horowitz ISSCC 2014 energy table scaled 45 nm -> 7 nm; Spotlight, Sakhuja et al. HPCA 2023).
 * SRAM: 0.45 mm^2 and 0.1 W per MiB (TSMC N7 high-density bitcell 0.027 um^2, ~2x periphery).
 * Vector lane (fp32 ALU + register slice): 2e-3 mm^2, 1.5 pJ per op.
 * HBM PHY + controller: 0.0375 mm^2 per GB/s (~15 mm^2 per 400 GB/s stack); 4 pJ per bit moved.
+* HBM capacity: the stacks' footprint beside the die, 6.875 mm^2 per GiB (an 8-high 16 GB
+  HBM2E stack is an 11 x 10 mm package; SK hynix HBM2E datasheet, JEDEC JESD235 outline).
+  Counted in :meth:`AreaPowerModel.area_mm2` (package area) and not in
+  :meth:`AreaPowerModel.die_area_mm2`; so a search over HBM capacity pays for it.  The
+  stacks' static power is not modelled (no public per-GiB figure); their traffic is, per bit.
 * Chip-to-chip SerDes: 0.05 mm^2 per GB/s of link bandwidth; 5 pJ per bit.
 * Fixed uncore (control, host interface, misc.): 60 mm^2 and 30 W.
 
@@ -44,6 +54,8 @@ Power is evaluated at full utilisation (a TDP-style bound).
 from __future__ import annotations
 
 import itertools
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -244,6 +256,7 @@ class AreaPowerModel:
     lane_energy_j: float = 1.5e-12
     hbm_area_mm2_per_gbps: float = 0.0375
     hbm_energy_j_per_bit: float = 4.0e-12
+    hbm_stack_area_mm2_per_gib: float = 110.0 / 16.0
     link_area_mm2_per_gbps: float = 0.05
     link_energy_j_per_bit: float = 5.0e-12
     fixed_area_mm2: float = 60.0
@@ -260,6 +273,12 @@ class AreaPowerModel:
         return {f: d[:, i] for i, f in enumerate(DESIGN_FIELDS)}
 
     def area_mm2(self, designs: np.ndarray) -> np.ndarray:
+        """Package area: the logic die plus the HBM stacks' footprint (mm^2)."""
+        c = self._cols(designs)
+        return self.die_area_mm2(designs) + c["hbm_bytes"] / GiB * self.hbm_stack_area_mm2_per_gib
+
+    def die_area_mm2(self, designs: np.ndarray) -> np.ndarray:
+        """Logic die area (mm^2): PEs, SRAM, vector lanes, HBM PHYs, SerDes, uncore."""
         c = self._cols(designs)
         pes = c["tensor_cores"] * c["systolic_rows"] * c["systolic_cols"]
         sram_mib = (c["tensor_cores"] * c["l1_bytes"] + c["l2_bytes"]) / MiB
@@ -287,15 +306,55 @@ def _as_tuple(name: str, v: Any) -> tuple:
     return t
 
 
+def phaze_l1_bytes(rows: float, cols: float) -> float:
+    """PHAZE's per-core buffer: ``2**(log2(width) + log2(depth) - 6)`` KiB, at least 1 KiB
+    (msr-fiddle/phaze, ``Estimator/utils/estimator_wrapper.py``, ``L2_Buffer``) — 1/64 KiB per
+    PE, so 256 KiB for a 128 x 128 array."""
+    return max(1.0, rows * cols / 64.0) * KiB
+
+
+#: PHAZE's clock (``Estimator/architecture.py``: ``frequency = 1.05 GHz``).
+PHAZE_CLOCK_HZ = 1.05e9
+
+
+def phaze_reference(hbm_bytes: float = 32 * GiB, hbm_Bps: float = 1.2e12) -> Accelerator:
+    """PHAZE's area reference (``max_acc_config``): 8 tensor cores of 128 x 128, 2 vector
+    cores of 128 lanes, a 128 MiB global buffer, PHAZE's per-core buffers, at 1.05 GHz,
+    with the run's HBM and TPUv4's 300 GB/s of chip links."""
+    return Accelerator("PHAZE-reference", 8, 128, 128, 2, 128, PHAZE_CLOCK_HZ, phaze_l1_bytes(128, 128),
+                       128 * MiB, hbm_bytes, hbm_Bps, 3.0e11)
+
+
+#: HBM scenarios a run can be given by capacity (GiB) alone: capacity -> bandwidth (B/s).
+#: 32 GiB: TPUv4's HBM2 (1.2 TB/s); 64 GiB: the same bandwidth (PHAZE varies capacity only);
+#: 80 GiB: likewise.  Give ``hbm_Bps`` to change the bandwidth of a scenario.
+HBM_SCENARIO_BPS = 1.2e12
+
+#: Fields a search-space JSON file may set (besides ``"base"`` and ``"hbm_gib"``).
+SPACE_FILE_FIELDS = ("tensor_cores", "systolic_dims", "vector_units", "vector_width", "vector_width_tied",
+                     "clock_hz", "l1_bytes", "l1_rule", "l2_bytes", "hbm", "link_bandwidth_Bps",
+                     "area_budget_mm2", "power_budget_w", "min_area_fraction", "min_area_exempt_single_core")
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """A Cartesian grid of accelerator designs under an area and power budget.
 
     Each field lists the candidate values of one architecture parameter;
     ``systolic_dims`` lists (rows, cols) pairs and ``hbm`` lists
-    (capacity_bytes, bandwidth_Bps) pairs.  The default budget is the TPUv4
-    preset's area and power under ``area_power``.  :meth:`arrays` returns the
+    (capacity_bytes, bandwidth_Bps) pairs.  ``vector_width_tied``: every vector unit is as
+    wide as the systolic array (``vector_width`` then ignored; PHAZE's rule).  ``l1_rule``:
+    ``"grid"`` (the ``l1_bytes`` values) or ``"phaze"`` (:func:`phaze_l1_bytes`).
+
+    Budgets: the area (package: die + HBM stacks) and power of ``reference`` (default the
+    TPUv4 preset, given the grid's HBM when the grid has a single HBM scenario) unless set.
+    ``min_area_fraction``: designs whose *die* area is below this fraction of the
+    reference's die area are dropped (PHAZE keeps 0.3x-1x, except designs with a single
+    tensor or vector core: ``min_area_exempt_single_core``).  :meth:`arrays` returns the
     designs that fit as one row per design (:data:`DESIGN_FIELDS` order).
+
+    HBM is a *scenario* (one capacity per run) in both presets; a grid with several HBM
+    pairs searches it, and then capacity and bandwidth cost area (and bandwidth power).
     """
 
     tensor_cores: tuple = (2, 4, 8, 16, 32)
@@ -305,49 +364,150 @@ class SearchSpace:
     clock_hz: tuple = (1.05e9,)
     l1_bytes: tuple = (1 * MiB, 4 * MiB, 16 * MiB)
     l2_bytes: tuple = (32 * MiB, 128 * MiB)
-    hbm: tuple = ((32 * GiB, 1.2e12), (64 * GiB, 1.6e12), (96 * GiB, 2.4e12))
+    hbm: tuple = ((32 * GiB, 1.2e12),)
     link_bandwidth_Bps: tuple = (3.0e11,)
     area_budget_mm2: float | None = None
     power_budget_w: float | None = None
     area_power: AreaPowerModel = field(default_factory=AreaPowerModel)
+    vector_width_tied: bool = False
+    l1_rule: str = "grid"
+    min_area_fraction: float = 0.0
+    min_area_exempt_single_core: bool = False
+    reference: Accelerator | None = None
+    name: str = "default"
 
     def __post_init__(self) -> None:
         for f in ("tensor_cores", "vector_units", "vector_width", "clock_hz", "l1_bytes",
                   "l2_bytes", "link_bandwidth_Bps"):
             vals = _as_tuple(f, getattr(self, f))
             for v in vals:
-                if not (float(v) > 0):
-                    raise ValueError(f"SearchSpace.{f} values must be positive, got {v!r}")
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                        or not (float(v) > 0) or not np.isfinite(float(v)):
+                    raise ValueError(f"SearchSpace.{f} values must be positive numbers, got {v!r}")
             object.__setattr__(self, f, vals)
         for f, names in (("systolic_dims", ("rows", "cols")), ("hbm", ("capacity", "bandwidth"))):
             vals = getattr(self, f)
-            if not vals:
-                raise ValueError(f"SearchSpace.{f} must not be empty")
-            pairs = tuple(tuple(p) for p in vals)
+            if not isinstance(vals, (list, tuple)) or not vals:
+                raise ValueError(f"SearchSpace.{f} must be a non-empty list of ({names[0]}, {names[1]}) pairs")
+            pairs = tuple(tuple(p) if isinstance(p, (list, tuple)) else (p,) for p in vals)
             for p in pairs:
-                if len(p) != 2 or not all(float(x) > 0 for x in p):
-                    raise ValueError(f"SearchSpace.{f} entries must be positive ({names[0]}, {names[1]}) pairs, got {p!r}")
+                if len(p) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                          and float(x) > 0 and np.isfinite(x) for x in p):
+                    raise ValueError(f"SearchSpace.{f} entries must be positive ({names[0]}, {names[1]}) "
+                                     f"pairs, got {p!r}")
             object.__setattr__(self, f, pairs)
-        if self.area_budget_mm2 is None:
-            object.__setattr__(self, "area_budget_mm2", TPUv4.area_mm2(self.area_power))
-        if self.power_budget_w is None:
-            object.__setattr__(self, "power_budget_w", TPUv4.power_w(self.area_power))
-        if not (self.area_budget_mm2 > 0 and self.power_budget_w > 0):
-            raise ValueError("SearchSpace budgets must be positive")
+        if self.l1_rule not in ("grid", "phaze"):
+            raise ValueError(f"SearchSpace.l1_rule must be 'grid' or 'phaze', got {self.l1_rule!r}")
+        if not (isinstance(self.min_area_fraction, (int, float)) and 0.0 <= self.min_area_fraction < 1.0):
+            raise ValueError(f"SearchSpace.min_area_fraction must be in [0, 1), got {self.min_area_fraction!r}")
+        ref = self.reference or TPUv4
+        if not isinstance(ref, Accelerator):
+            raise ValueError(f"SearchSpace.reference must be an Accelerator, got {ref!r}")
+        if len(self.hbm) == 1:        # an HBM scenario: the reference carries the same HBM
+            ref = ref.with_(hbm_bytes=float(self.hbm[0][0]), hbm_bandwidth_Bps=float(self.hbm[0][1]))
+        object.__setattr__(self, "reference", ref)
+        for f, fn in (("area_budget_mm2", ref.area_mm2), ("power_budget_w", ref.power_w)):
+            v = getattr(self, f)
+            if v is None:
+                object.__setattr__(self, f, fn(self.area_power))
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"SearchSpace.{f} must be a positive number, got {v!r}")
 
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def phaze(cls, hbm_gib: float = 32, hbm_Bps: float | None = None,
+              area_power: AreaPowerModel | None = None) -> SearchSpace:
+        """PHAZE's architecture space (msr-fiddle/phaze, ``Estimator/architecture.py``):
+        1-4,096 tensor cores and 1-4,096 vector cores (powers of two), systolic width and
+        depth independently 2-256 (powers of two), vector width = array width, a 2-128 MiB
+        global buffer, PHAZE's per-core buffers (:func:`phaze_l1_bytes`), 1.05 GHz; kept
+        when its die area lies between 0.3x and 1x that of :func:`phaze_reference` (no
+        lower bound for a single tensor or vector core, as PHAZE).  HBM is the run's
+        scenario: ``hbm_gib`` GiB at ``hbm_Bps`` (default :data:`HBM_SCENARIO_BPS`); no power cap
+        (PHAZE constrains area only)."""
+        from . import _validate as v
+        gib = v.positive_float("hbm_gib", hbm_gib)
+        bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
+        hbm = (gib * GiB, bw)
+        p2 = [2 ** i for i in range(0, 13)]
+        dims = tuple((2 ** w, 2 ** d) for w in range(1, 9) for d in range(1, 9))
+        return cls(tensor_cores=tuple(p2), systolic_dims=dims, vector_units=tuple(p2), vector_width=(1,),
+                   clock_hz=(PHAZE_CLOCK_HZ,), l1_bytes=(1,), l2_bytes=tuple(2 ** i * MiB for i in range(1, 8)),
+                   hbm=(hbm,), link_bandwidth_Bps=(3.0e11,), power_budget_w=math.inf,
+                   area_power=area_power or AreaPowerModel(), vector_width_tied=True, l1_rule="phaze",
+                   min_area_fraction=0.3, min_area_exempt_single_core=True,
+                   reference=phaze_reference(*hbm), name=f"phaze-hbm{gib:g}")
+
+    @classmethod
+    def default(cls, hbm_gib: float = 32, hbm_Bps: float | None = None) -> SearchSpace:
+        """The default grid (square arrays, up to 32 cores) at one HBM scenario."""
+        from . import _validate as v
+        gib = v.positive_float("hbm_gib", hbm_gib)
+        bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
+        return cls(hbm=((gib * GiB, bw),), name=f"default-hbm{gib:g}")
+
+    @classmethod
+    def from_json(cls, path: str, hbm_gib: float | None = None) -> SearchSpace:
+        """A user's grid from a JSON object: ``"base"`` (``"default"`` or ``"phaze"``, default
+        ``"default"``), ``"hbm_gib"``, and any of :data:`SPACE_FILE_FIELDS` (byte and Hz
+        units as in the dataclass).  Unknown fields are an error naming them."""
+        import json
+        try:
+            with open(path) as fh:
+                d = json.load(fh)
+        except OSError as exc:
+            raise ValueError(f"space file {path!r}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"space file {path!r} is not valid JSON: {exc}") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"space file {path!r}: the top level must be an object")
+        unknown = sorted(set(d) - set(SPACE_FILE_FIELDS) - {"base", "hbm_gib"})
+        if unknown:
+            raise ValueError(f"space file {path!r}: unknown field(s) {unknown}; allowed: "
+                             f"base, hbm_gib, {', '.join(SPACE_FILE_FIELDS)}")
+        base = d.pop("base", "default")
+        if base not in ("default", "phaze"):
+            raise ValueError(f"space file {path!r}: base must be 'default' or 'phaze', got {base!r}")
+        gib = d.pop("hbm_gib", None) if hbm_gib is None else hbm_gib
+        space = (cls.phaze if base == "phaze" else cls.default)(**({} if gib is None else {"hbm_gib": gib}))
+        changes = {}
+        for k, val in d.items():
+            changes[k] = tuple(tuple(x) if isinstance(x, list) else x for x in val) if isinstance(val, list) else val
+        if "hbm" in changes:
+            changes["reference"] = space.reference.with_(hbm_bytes=TPUv4.hbm_bytes) if base == "default" \
+                else space.reference
+        try:
+            return replace(space, name=os.path.basename(str(path)), **changes)
+        except ValueError as exc:
+            raise ValueError(f"space file {path!r}: {exc}") from None
+        except TypeError as exc:
+            raise ValueError(f"space file {path!r}: {exc}") from None
+
+    # ------------------------------------------------------------------ designs
     def grid(self) -> np.ndarray:
         """Every design of the grid, before the budget filter."""
+        vws = (0.0,) if self.vector_width_tied else self.vector_width
+        l1s = (0.0,) if self.l1_rule == "phaze" else self.l1_bytes
         rows = []
         for tc, (r, c), vu, vw, clk, l1, l2, (hc, hb), lb in itertools.product(
-                self.tensor_cores, self.systolic_dims, self.vector_units, self.vector_width,
-                self.clock_hz, self.l1_bytes, self.l2_bytes, self.hbm, self.link_bandwidth_Bps):
-            rows.append((tc, r, c, vu, vw, clk, l1, l2, hc, hb, lb))
+                self.tensor_cores, self.systolic_dims, self.vector_units, vws,
+                self.clock_hz, l1s, self.l2_bytes, self.hbm, self.link_bandwidth_Bps):
+            rows.append((tc, r, c, vu, r if self.vector_width_tied else vw, clk,
+                         phaze_l1_bytes(r, c) if self.l1_rule == "phaze" else l1, l2, hc, hb, lb))
         return np.array(rows, dtype=np.float64)
 
     def budget_mask(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Boolean (fits area, fits power) masks for the rows of ``grid``."""
-        return (self.area_power.area_mm2(grid) <= self.area_budget_mm2 * (1 + 1e-9),
-                self.area_power.power_w(grid) <= self.power_budget_w * (1 + 1e-9))
+        """Boolean (fits area, fits power) masks for the rows of ``grid``; the area mask also
+        holds the lower bound ``min_area_fraction``."""
+        ap = self.area_power
+        ok_a = ap.area_mm2(grid) <= self.area_budget_mm2 * (1 + 1e-9)
+        if self.min_area_fraction > 0:
+            floor = self.min_area_fraction * ap.die_area_mm2(self.reference.as_array()[None])[0]
+            big = ap.die_area_mm2(grid) >= floor * (1 - 1e-9)
+            if self.min_area_exempt_single_core:
+                big |= (grid[:, 0] == 1) | (grid[:, 3] == 1)
+            ok_a &= big
+        return ok_a, ap.power_w(grid) <= self.power_budget_w * (1 + 1e-9)
 
     def arrays(self) -> np.ndarray:
         """Designs under budget; raises ``ValueError`` naming the constraint if none are."""
@@ -376,7 +536,7 @@ class SearchSpace:
     def describe(self) -> dict[str, Any]:
         g = self.grid()
         ok_a, ok_p = self.budget_mask(g)
-        return {"grid": len(g), "over_area": int((~ok_a).sum()), "over_power": int((~ok_p).sum()),
+        return {"name": self.name, "grid": len(g), "over_area": int((~ok_a).sum()), "over_power": int((~ok_p).sum()),
                 "feasible": int((ok_a & ok_p).sum()), "area_budget_mm2": self.area_budget_mm2,
                 "power_budget_w": self.power_budget_w}
 

@@ -29,7 +29,9 @@ def test_area_power_hand_worked():
         + 100 * m.hbm_area_mm2_per_gbps + 10 * m.link_area_mm2_per_gbps + m.fixed_area_mm2
     power = 32 * 1e9 * m.pe_energy_j + 4 * m.sram_power_w_per_mib + 8e9 * m.lane_energy_j \
         + 8e11 * m.hbm_energy_j_per_bit + 8e10 * m.link_energy_j_per_bit + m.fixed_power_w
-    assert a.area_mm2() == pytest.approx(area)
+    stacks = 1e9 / 2**30 * m.hbm_stack_area_mm2_per_gib      # 1e9 bytes of HBM
+    assert a.area_mm2() == pytest.approx(area + stacks)
+    assert m.die_area_mm2(a.as_array()[None])[0] == pytest.approx(area)
     assert a.power_w() == pytest.approx(power)
 
 
@@ -52,6 +54,81 @@ def test_search_space_default_budget_is_tpuv4():
     s = hardware.SearchSpace()
     assert s.area_budget_mm2 == pytest.approx(hardware.TPUv4.area_mm2())
     assert s.power_budget_w == pytest.approx(hardware.TPUv4.power_w())
+    # an HBM scenario moves the reference's HBM with it: the budget pays for the same stacks
+    s80 = hardware.SearchSpace.default(hbm_gib=80)
+    assert s80.area_budget_mm2 - s.area_budget_mm2 == pytest.approx(48 * s.area_power.hbm_stack_area_mm2_per_gib)
+    assert len(s80.arrays()) == len(s.arrays())
+
+
+def test_searching_hbm_costs_area():
+    """Several HBM pairs = HBM searched: capacity and bandwidth cost area against TPUv4's budget."""
+    one = hardware.SearchSpace()
+    many = hardware.SearchSpace(hbm=((32 * 2**30, 1.2e12), (48 * 2**30, 1.2e12), (96 * 2**30, 2.4e12)))
+    hbm = many.arrays()[:, hardware.DESIGN_FIELDS.index("hbm_bytes")]
+    big = hbm > 32 * 2**30
+    assert 0 < big.sum() < (~big).sum()          # 48 GiB fits only by giving up compute or SRAM
+    assert not np.any(hbm > 64 * 2**30)          # 96 GiB's stacks alone exceed what is left
+    assert (~big).sum() == len(one.arrays())
+
+
+def _phaze_area(tc, w, d, vc, glb_mib, m, hbm_gib=32, hbm_Bps=1.2e12):
+    """Die area of a PHAZE-space design, written out term by term (independent of the grid code)."""
+    per_core_kib = max(1.0, w * d / 64)
+    return (tc * w * d * m.pe_area_mm2 + (tc * per_core_kib / 1024 + glb_mib) * m.sram_area_mm2_per_mib
+            + vc * w * m.lane_area_mm2 + hbm_Bps / 1e9 * m.hbm_area_mm2_per_gbps
+            + 300 * m.link_area_mm2_per_gbps + m.fixed_area_mm2)
+
+
+def test_phaze_space_matches_its_definition():
+    """PHAZE's space by brute force: every (tc, vc, width, depth, GLB) kept iff its die area is
+    within [0.3, 1] x the reference's (no lower bound with one tensor or vector core)."""
+    s = hardware.SearchSpace.phaze()
+    m = s.area_power
+    ref = _phaze_area(8, 128, 128, 2, 128, m)
+    expect = set()
+    for lt in range(13):
+        for lv in range(13):
+            for lw in range(1, 9):
+                for ld in range(1, 9):
+                    for lg in range(1, 8):
+                        tc, vc, w, d, g = 2 ** lt, 2 ** lv, 2 ** lw, 2 ** ld, 2 ** lg
+                        a = _phaze_area(tc, w, d, vc, g, m)
+                        lo = 0.0 if tc == 1 or vc == 1 else 0.3
+                        if lo * ref <= a * (1 + 1e-12) and a <= ref * (1 + 1e-12):
+                            expect.add((tc, vc, w, d, g))
+    got = s.arrays()
+    F = hardware.DESIGN_FIELDS
+    keys = {(int(r[F.index("tensor_cores")]), int(r[F.index("vector_units")]), int(r[F.index("systolic_rows")]),
+             int(r[F.index("systolic_cols")]), int(round(r[F.index("l2_bytes")] / 2**20))) for r in got}
+    assert keys == expect and len(got) == len(expect)
+    assert np.all(got[:, F.index("vector_width")] == got[:, F.index("systolic_rows")])
+    assert np.all(got[:, F.index("clock_hz")] == 1.05e9)
+    assert np.all(got[:, F.index("hbm_bytes")] == 32 * 2**30)
+    # the reference itself is in the space, at the budget's edge
+    assert (8, 2, 128, 128, 128) in keys
+
+
+def test_space_file(tmp_path):
+    p = tmp_path / "space.json"
+    p.write_text('{"base": "phaze", "hbm_gib": 64, "tensor_cores": [8, 16], "l2_bytes": [134217728]}')
+    s = hardware.SearchSpace.from_json(str(p))
+    a = s.arrays()
+    assert set(a[:, 0]) <= {8.0, 16.0} and np.all(a[:, hardware.DESIGN_FIELDS.index("hbm_bytes")] == 64 * 2**30)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"tensor_core": [8]}')
+    with pytest.raises(ValueError, match="unknown field.*tensor_core"):
+        hardware.SearchSpace.from_json(str(bad))
+    bad.write_text('{"tensor_cores": [0, 8]}')
+    with pytest.raises(ValueError, match="tensor_cores"):
+        hardware.SearchSpace.from_json(str(bad))
+    bad.write_text('{"hbm": [[-1, 5]]}')
+    with pytest.raises(ValueError, match="hbm"):
+        hardware.SearchSpace.from_json(str(bad))
+    bad.write_text('[1, 2]')
+    with pytest.raises(ValueError, match="object"):
+        hardware.SearchSpace.from_json(str(bad))
+    with pytest.raises(ValueError, match="no-such"):
+        hardware.SearchSpace.from_json(str(tmp_path / "no-such.json"))
 
 
 def test_search_space_all_rejected_says_why():
