@@ -88,6 +88,12 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times (0: none)")
     p.add_argument("--serial", action="store_true", help="run in-process instead of a process pool")
     p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated")
+    p.add_argument("--space", default="default",
+                   help="accelerator space: default (square arrays, <= 32 cores), phaze (PHAZE's space), "
+                        "or a JSON file of SearchSpace fields")
+    p.add_argument("--hbm-gib", type=float, default=None,
+                   help="HBM scenario: capacity per chip in GiB at TPUv4's 1.2 TB/s (default 32, or the "
+                        "space file's hbm_gib); HBM is not searched")
 
 
 def _int_list(text: str, name: str) -> tuple[int, ...]:
@@ -100,10 +106,22 @@ def _int_list(text: str, name: str) -> tuple[int, ...]:
 def _run_search(a, baselines: bool, out: str | None = None, resume=None):
     from .search import DEFAULT_PLAN_OPTIONS, cosearch
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
-    return cosearch(_model_from_args(a), None, a.chips, a.batch, "serial" if a.serial else None,
+    return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch, "serial" if a.serial else None,
                     prune=not a.no_prune, refine_top=a.refine_top, progress=True, baselines=baselines,
                     plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),
                     resume=_resume_file(resume, out))
+
+
+def _space_from_args(a):
+    from .hardware import SearchSpace
+    if a.hbm_gib is not None and not (0 < a.hbm_gib < 1e6):
+        raise ValueError(f"--hbm-gib must be a positive number of GiB, got {a.hbm_gib}")
+    if a.space in ("default", "phaze"):
+        return getattr(SearchSpace, a.space)(32.0 if a.hbm_gib is None else a.hbm_gib)
+    import os
+    if not os.path.isfile(a.space):
+        raise ValueError(f"--space {a.space!r}: not 'default', 'phaze' or an existing JSON file")
+    return SearchSpace.from_json(a.space, hbm_gib=a.hbm_gib)
 
 
 def _resume_file(resume, out):

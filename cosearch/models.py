@@ -320,11 +320,17 @@ PRESETS: dict[str, ModelConfig] = {
                               extra_params=2 * 1024 + 1024 * 1024 + 1024),
     # Radford et al. 2019: 48 layers, 1600 hidden, 25 heads, context 1024.
     "gpt2-xl": ModelConfig("gpt2-xl", 48, 1600, 25, 6400, 50257, 1024),
+    # Shoeybi et al. 2019 (Megatron-LM), Table 2 / PHAZE's model: 72 layers, 3072 hidden, 24
+    # heads, context 1024, vocab padded to 51,200: 8.3B parameters.
+    "megatron-gpt2-8.3b": ModelConfig("megatron-gpt2-8.3b", 72, 3072, 24, 4 * 3072, 51200, 1024),
     "gpt3-1.3b": _gpt3("gpt3-1.3b", 24, 2048, 16),
     "gpt3-2.7b": _gpt3("gpt3-2.7b", 32, 2560, 32),
     "gpt3-6.7b": _gpt3("gpt3-6.7b", 32, 4096, 32),
     "gpt3-13b": _gpt3("gpt3-13b", 40, 5120, 40),
     "gpt3-175b": _gpt3("gpt3-175b", 96, 12288, 96),
+    # OPT-350m (PHAZE's model): 24 x 1024, 16 heads.  Its real embedding is 512 wide with
+    # 1024<->512 project-in/out layers (331.2M parameters); modelled 1024 wide (355.9M, +7%).
+    "opt-350m": _opt("opt-350m", 24, 1024, 16),
     "opt-1.3b": _opt("opt-1.3b", 24, 2048, 32),
     "opt-6.7b": _opt("opt-6.7b", 32, 4096, 32),
     "opt-13b": _opt("opt-13b", 40, 5120, 40),

@@ -8,7 +8,17 @@ PUBLISHED = {
     "gpt3-1.3b": 1.3, "gpt3-2.7b": 2.7, "gpt3-6.7b": 6.7, "gpt3-13b": 13.0, "gpt3-175b": 175.0,
     "opt-1.3b": 1.3, "opt-6.7b": 6.7, "opt-13b": 13.0, "opt-30b": 30.0, "opt-66b": 66.0,
     "opt-175b": 175.0, "llama2-7b": 6.74, "llama2-13b": 13.0, "llama2-70b": 68.98,
+    "megatron-gpt2-8.3b": 8.3,
 }
+
+
+def test_opt_350m_count_off_by_its_narrow_embedding():
+    """OPT-350m's embedding is 512 wide with 1024<->512 projections (331.2M, model card); the
+    preset models it 1024 wide: the difference is exactly the wider embedding table less the
+    two projections."""
+    n = models.preset("opt-350m").num_params()
+    V, h, e = 50272, 1024, 512
+    assert n - (V * (h - e) - 2 * h * e) == pytest.approx(331.2e6, rel=0.01)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
