@@ -20,9 +20,9 @@ import numpy as np
 from . import memory, placement
 from .hardware import Accelerator, Cluster, SearchSpace, TPUv4
 from .models import ModelConfig
-from .models import preset as model_preset
+from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
 
-__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "compare"]
+__all__ = ["fixed_chip", "spotlight_chip", "run_baselines"]
 
 
 def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
@@ -30,7 +30,6 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
                microbatches: Sequence[int] | None = None, refine: bool = True,
                plan_options: dict[str, Any] | None = None) -> placement.PlacementResult:
     """Best plan of a fixed chip (same plan search and options as the co-search)."""
-    from .search import DEFAULT_PLAN_OPTIONS, ilp_plan
     mem = mem or memory.MemoryConfig()
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
@@ -75,13 +74,3 @@ def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, glob
     out["Spotlight"] = _entry(fixed_chip(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
                                          plan_options), chip, space, f"chip-only search (design {i}) + plan search")
     return out
-
-
-def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster: Cluster | int = 1024,
-            global_batch: int = 1536, executor=None, show: bool = True, **kwargs):
-    """Co-search vs the TPUv4 and Spotlight-style baselines; prints the side-by-side table."""
-    from .search import cosearch
-    res = cosearch(model_preset(model), space, cluster, global_batch, executor, baselines=True, **kwargs)
-    if show:
-        print(res.table(top=5))
-    return res

@@ -222,3 +222,19 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                                f"{step} vs {plan.step_time_s}")
         plans.append(plan)
     return PlacementResult(tuple(plans), configurations=len(cfg), evaluated=evaluated)
+
+
+#: Plan options the co-search explores per design by default (the full space is
+#: :func:`cosearch.placement.search_plans`'s default; this keeps a 1,000-design sweep fast).
+DEFAULT_PLAN_OPTIONS: dict[str, Any] = {"virtual_stages": (1,), "sequence_parallel": (False,), "zero": (0, 1)}
+
+
+def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
+             mem: memory.MemoryConfig, plan: Plan, opts: dict[str, Any] | None = None) -> Plan | None:
+    """Best plan with ILP-scheduled layer times at ``plan``'s tp, microbatch and
+    sequence-parallel choice."""
+    opts = dict(DEFAULT_PLAN_OPTIONS if opts is None else opts)
+    opts["sequence_parallel"] = (plan.spec.sequence_parallel,)
+    r = search_plans(model, chip, cluster, global_batch, tps=(plan.tp,), microbatches=(plan.microbatch,),
+                               mem=mem, time_model="ilp", **opts)
+    return r.plans[0] if r.plans else None

@@ -15,8 +15,6 @@ cached) for the (tp, microbatch) pairs of their best plans, and the results re-r
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import math
@@ -25,7 +23,6 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,13 +30,15 @@ import numpy as np
 from . import memory, placement
 from . import plan as plan_mod
 from ._interrupt import stop_pool
-from ._json import dump_json, load_json
 from ._kernels import formulas as F
 from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
+from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
+from .results import DesignResult, Results, pareto_front
 
-__all__ = ["cosearch", "Results", "DesignResult", "evaluate_designs", "pareto_front"]
+__all__ = ["cosearch", "compare", "Results", "DesignResult", "evaluate_designs", "pareto_front",
+           "DEFAULT_PLAN_OPTIONS", "ilp_plan"]
 
 log = logging.getLogger("cosearch")
 
@@ -47,222 +46,7 @@ log = logging.getLogger("cosearch")
 MAX_POOL_RESTARTS = 3
 
 
-@dataclass(frozen=True)
-class DesignResult:
-    """One design of the space and its best plan (``plan`` is None if nothing fits)."""
-
-    index: int
-    design: dict[str, float]
-    area_mm2: float
-    power_w: float
-    plan: plan_mod.Plan | None
-    reason: str = ""
-    time_model: str = "sum"
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.plan.tokens_per_s if self.plan else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "design": dict(self.design), "area_mm2": self.area_mm2,
-                "power_w": self.power_w, "plan": self.plan.to_dict() if self.plan else None,
-                "reason": self.reason, "time_model": self.time_model}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DesignResult:
-        """Parse one row, refusing non-finite or negative numbers (a hand-edited NaN must not
-        rank first)."""
-        def num(name, v):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"row {d.get('index')!r}: {name} must be a finite non-negative number, got {v!r}")
-            return float(v)
-        if not isinstance(d["design"], dict):
-            raise ValueError(f"row {d.get('index')!r}: design must be an object")
-        design = {k: num(f"design.{k}", v) for k, v in d["design"].items()}
-        plan = plan_mod.Plan.from_dict(d["plan"]) if d["plan"] else None
-        if plan is not None:
-            num("plan.tokens_per_s", plan.tokens_per_s)
-            if plan.feasible:
-                num("plan.step_time_s", plan.step_time_s)
-        tm = d.get("time_model", "sum")
-        if tm not in ("sum", "ilp"):
-            raise ValueError(f"row {d.get('index')!r}: time_model must be 'sum' or 'ilp', got {tm!r}")
-        return cls(index=int(d["index"]), design=design, area_mm2=num("area_mm2", d["area_mm2"]),
-                   power_w=num("power_w", d["power_w"]), plan=plan, reason=str(d.get("reason", "")),
-                   time_model=tm)
-
-    def accelerator(self) -> Accelerator:
-        return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
-
-
-def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[int]:
-    """Indices of points with no other point of lower-or-equal ``x`` and higher ``y``
-    (minimise x, maximise y), sorted by x."""
-    order = sorted(range(len(x)), key=lambda i: (x[i], -y[i]))
-    front, best = [], -math.inf
-    for i in order:
-        if y[i] > best:
-            front.append(i)
-            best = y[i]
-    return front
-
-
-@dataclass
-class Results:
-    """Co-search results: one row per evaluated design, the best, Pareto fronts, baselines."""
-
-    model: str
-    chips: int
-    global_batch: int
-    rows: list[DesignResult]
-    pruned: int = 0
-    total_designs: int = 0
-    interrupted: bool = False
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def feasible(self) -> list[DesignResult]:
-        return [r for r in self.rows if r.plan is not None]
-
-    @property
-    def best(self) -> DesignResult:
-        f = self.feasible
-        if not f:
-            reasons = {r.reason for r in self.rows if r.reason}
-            raise ValueError("no design has a feasible plan" + (f": {sorted(reasons)[0]}" if reasons else ""))
-        return max(f, key=lambda r: (r.tokens_per_s, -r.index))
-
-    def pareto(self, against: str = "area") -> list[DesignResult]:
-        """Designs on the throughput-vs-area (or ``"power"``) Pareto front."""
-        if against not in ("area", "power"):
-            raise ValueError(f"against must be 'area' or 'power', got {against!r}")
-        f = self.feasible
-        x = [r.area_mm2 if against == "area" else r.power_w for r in f]
-        return [f[i] for i in pareto_front(x, [r.tokens_per_s for r in f])]
-
-    # ------------------------------------------------------------------ persistence
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
-                "pruned": self.pruned, "total_designs": self.total_designs,
-                "interrupted": self.interrupted, "baselines": self.baselines, "meta": self.meta,
-                "rows": [r.to_dict() for r in self.rows]}
-
-    def to_json(self, path: str | os.PathLike | None = None) -> str:
-        return dump_json(self.to_dict(), path)
-
-    @classmethod
-    def from_json(cls, source: str | os.PathLike) -> Results:
-        """Load from a JSON string or a file path."""
-        d = load_json(source)
-        name = source if len(str(source)) < 200 else "results"
-        try:
-            if not isinstance(d, dict):
-                raise ValueError("the top level is not an object")
-            interrupted = d["interrupted"]
-            if not isinstance(interrupted, bool):
-                raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
-            if not isinstance(d["rows"], list):
-                raise ValueError("'rows' must be a list")
-            return cls(model=str(d["model"]), chips=int(d["chips"]), global_batch=int(d["global_batch"]),
-                       rows=[DesignResult.from_dict(r) for r in d["rows"]], pruned=int(d["pruned"]),
-                       total_designs=int(d["total_designs"]), interrupted=interrupted,
-                       baselines=d.get("baselines", {}), meta=d.get("meta", {}))
-        except KeyError as exc:
-            raise ValueError(f"{name}: not a cosearch results file (missing field {exc})") from None
-        except (TypeError, AttributeError) as exc:
-            raise ValueError(f"{name}: malformed cosearch results file ({exc})") from None
-        except ValueError as exc:
-            raise ValueError(f"{name}: malformed cosearch results file: {exc}") from None
-
-    def to_csv(self, path: str | os.PathLike | None = None) -> str:
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        cols = ["index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",
-                "dp", "tp", "pp", "microbatch", "chips_used", "mfu", "time_model"]
-        w.writerow(cols)
-        for r in self.rows:
-            p = r.plan
-            w.writerow([r.index, *[r.design[f] for f in DESIGN_FIELDS], r.area_mm2, r.power_w,
-                        r.tokens_per_s, p.step_time_s if p else "", p.dp if p else "", p.tp if p else "",
-                        p.pp if p else "", p.microbatch if p else "", p.chips_used if p else "",
-                        p.mfu if p else "", r.time_model])
-        text = buf.getvalue()
-        if path is not None:
-            with open(path, "w", newline="") as fh:
-                fh.write(text)
-        return text
-
-    def table(self, top: int = 10) -> str:
-        """Plain-text summary: the best designs, the baselines and the pruning count."""
-        lines = [f"cosearch: {self.model} on {self.chips} chips, global batch {self.global_batch}: "
-                 f"{len(self.rows)} designs evaluated, {self.pruned} pruned of {self.total_designs}"
-                 + (" (interrupted: partial results)" if self.interrupted else "")]
-        hdr = f"{'rank':>4} {'design':>7} {'cores':>5} {'array':>9} {'L1 MiB':>7} {'L2 MiB':>7} {'HBM GB':>7} " \
-              f"{'TB/s':>5} {'area':>6} {'W':>6} {'tok/s':>10} {'chips':>6} {'MFU':>6} {'time':>4}  plan"
-        lines.append(hdr)
-        ranked = sorted(self.feasible, key=lambda r: -r.tokens_per_s)[:top]
-        for k, r in enumerate(ranked, 1):
-            d = r.design
-            lines.append(f"{k:>4} {r.index:>7} {int(d['tensor_cores']):>5} "
-                         f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} "
-                         f"{d['l1_bytes']/2**20:>7.2f} {d['l2_bytes']/2**20:>7.0f} {d['hbm_bytes']/1e9:>7.0f} "
-                         f"{d['hbm_bandwidth_Bps']/1e12:>5.2f} {r.area_mm2:>6.0f} {r.power_w:>6.0f} "
-                         f"{r.tokens_per_s:>10,.0f} {r.plan.chips_used:>6} {r.plan.mfu:>6.1%} {r.time_model:>4}  "
-                         f"{r.plan.spec.describe()}")
-        if ranked:
-            b = ranked[0].plan.breakdown
-            lines.append("best plan's step (s): " + ", ".join(f"{k[:-2]} {v:.3g}" for k, v in b.items()))
-        for name, b in self.baselines.items():
-            lines.append(f"baseline {name}: {b.get('tokens_per_s', 0):,.0f} tok/s ({b.get('note', '')})")
-        if self.feasible and self.baselines:
-            best = self.best.tokens_per_s
-            for name, b in self.baselines.items():
-                if b.get("tokens_per_s"):
-                    lines.append(f"co-search / {name}: {best / b['tokens_per_s']:.3f}x")
-        return "\n".join(lines)
-
-    def plot(self, path: str | os.PathLike | None = None, against: str = "area"):
-        """Throughput vs area (or power) of every design, Pareto front and baselines marked.
-        Needs matplotlib (``pip install cosearch[plot]``)."""
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as exc:  # pragma: no cover
-            raise ImportError("Results.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
-        f = self.feasible
-        key = "area_mm2" if against == "area" else "power_w"
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        ax.scatter([getattr(r, key) for r in f], [r.tokens_per_s for r in f], s=8, alpha=0.4,
-                   label="designs")
-        front = self.pareto(against)
-        ax.plot([getattr(r, key) for r in front], [r.tokens_per_s for r in front], "k-", lw=1,
-                label="Pareto front")
-        if f:
-            b = self.best
-            ax.scatter([getattr(b, key)], [b.tokens_per_s], marker="*", s=200, c="red", label="co-search best")
-        for (name, base), mk in zip(self.baselines.items(), ("s", "^", "D")):
-            if base.get("tokens_per_s"):
-                ax.scatter([base.get(key, np.nan)], [base["tokens_per_s"]], marker=mk, s=80, label=name)
-        ax.set_xlabel("area (mm$^2$)" if against == "area" else "power (W)")
-        ax.set_ylabel("training throughput (tokens/s)")
-        ax.set_title(f"{self.model}, {self.chips} chips, batch {self.global_batch}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-        return fig
-
-
 # ---------------------------------------------------------------------- worker
-#: Plan options the co-search explores per design by default (the full space is
-#: :func:`cosearch.placement.search_plans`'s default; this keeps a 1,000-design sweep fast).
-DEFAULT_PLAN_OPTIONS: dict[str, Any] = {"virtual_stages": (1,), "sequence_parallel": (False,), "zero": (0, 1)}
-
-
 def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[int], cluster: Cluster,
                      global_batch: int, tps: Sequence[int], microbatches: Sequence[int],
                      units: np.ndarray, mem: memory.MemoryConfig, area_power: AreaPowerModel,
@@ -484,12 +268,10 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
             res.meta["refined"].append(r.index)
 
 
-def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
-             mem: memory.MemoryConfig, plan: plan_mod.Plan, opts: dict[str, Any] | None = None) -> plan_mod.Plan | None:
-    """Best plan with ILP-scheduled layer times at ``plan``'s tp, microbatch and
-    sequence-parallel choice."""
-    opts = dict(DEFAULT_PLAN_OPTIONS if opts is None else opts)
-    opts["sequence_parallel"] = (plan.spec.sequence_parallel,)
-    r = placement.search_plans(model, chip, cluster, global_batch, tps=(plan.tp,), microbatches=(plan.microbatch,),
-                               mem=mem, time_model="ilp", **opts)
-    return r.plans[0] if r.plans else None
+def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster: Cluster | int = 1024,
+            global_batch: int = 1536, executor=None, show: bool = True, **kwargs):
+    """Co-search vs the TPUv4 and Spotlight-style baselines; prints the side-by-side table."""
+    res = cosearch(model_preset(model), space, cluster, global_batch, executor, baselines=True, **kwargs)
+    if show:
+        print(res.table(top=5))
+    return res

@@ -157,3 +157,37 @@ def test_cli_search_report(tmp_path, capsys, monkeypatch):
     png = tmp_path / "r.png"
     assert main(["report", str(out), "--plot", str(png), "--csv", str(tmp_path / "r.csv")]) == 0
     assert png.stat().st_size > 1000
+
+
+def test_table_separates_time_models_and_collapses_equivalent_designs():
+    """Brute force on the rows: every distinct (time model, plan, chips, throughput) appears once
+    with its count, ILP rows are listed before (never among) screened rows."""
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=2)
+    from cosearch import report
+    text = res.table(top=100)
+    feas = res.feasible
+    for tm in ("ilp", "sum"):
+        rows = [r for r in feas if r.time_model == tm]
+        keys = {}
+        for r in rows:
+            keys.setdefault((r.plan.spec.describe(), r.plan.chips_used, round(r.tokens_per_s, 3)), []).append(r)
+        groups = [g for g in report.collapse(rows)]
+        assert len(groups) == len(keys)
+        assert sorted(n for _, n in groups) == sorted(len(v) for v in keys.values())
+        for rep, n in groups:   # the representative is the smallest-area member
+            same = keys[(rep.plan.spec.describe(), rep.plan.chips_used, round(rep.tokens_per_s, 3))]
+            assert rep.area_mm2 == min(r.area_mm2 for r in same) and n == len(same)
+    lines = text.splitlines()
+    ilp_at = next(i for i, s in enumerate(lines) if s.startswith("-- ranked on ILP"))
+    sum_at = next(i for i, s in enumerate(lines) if s.startswith("-- screened"))
+    assert ilp_at < sum_at
+    assert all(" ilp " in s for s in lines[ilp_at + 2:sum_at])
+    assert not any(" ilp " in s for s in lines[sum_at + 2:] if s[:4].strip().isdigit())
+
+
+def test_results_report_and_baselines_do_not_import_the_search_loop():
+    import subprocess
+    import sys
+    code = ("import sys, cosearch.results, cosearch.report, cosearch.baselines; "
+            "sys.exit(1 if 'cosearch.search' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

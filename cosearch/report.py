@@ -1,0 +1,109 @@
+"""Tables and plots of co-search :class:`~cosearch.results.Results`."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .results import Results
+
+__all__ = ["table", "plot", "collapse", "TIME_MODEL_TITLES"]
+
+
+#: Time models in the order their rows are listed; rows of different models are never
+#: ranked against each other (an ILP-scheduled layer is faster than the serial sum).
+TIME_MODEL_TITLES = (("ilp", "ranked on ILP-scheduled layer times"),
+                     ("sum", "screened on serial layer times (not ILP-ranked; an ILP schedule would be faster)"))
+
+
+def collapse(rows) -> list[tuple[object, int]]:
+    """Rows that differ only in parameters with no effect on the result (same time model,
+    plan, chips used and throughput) as one (smallest-area representative, count) each,
+    best first."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        key = (r.time_model, r.plan.spec.describe(), r.plan.chips_used, float(f"{r.tokens_per_s:.9g}"))
+        groups.setdefault(key, []).append(r)
+    out = [(min(g, key=lambda r: (r.area_mm2, r.index)), len(g)) for g in groups.values()]
+    return sorted(out, key=lambda rc: (-rc[0].tokens_per_s, rc[0].area_mm2, rc[0].index))
+
+
+def _row(k: int, r, n: int) -> str:
+    d = r.design
+    return (f"{k:>4} {r.index:>7} {n:>4} {int(d['tensor_cores']):>5} "
+            f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} {int(d['vector_units']):>5} "
+            f"{d['l1_bytes']/2**20:>7.2f} {d['l2_bytes']/2**20:>7.0f} {d['hbm_bytes']/2**30:>7.0f} "
+            f"{d['hbm_bandwidth_Bps']/1e12:>5.2f} {r.area_mm2:>6.0f} {r.power_w:>6.0f} "
+            f"{r.tokens_per_s:>10,.0f} {r.plan.chips_used:>6} {r.plan.mfu:>6.1%} {r.time_model:>4}  "
+            f"{r.plan.spec.describe()}")
+
+
+def table(res: Results, top: int = 10) -> str:
+    """Plain-text summary: the best designs per time model (equivalent designs collapsed
+    into one row with their count ``n``), the best plan's breakdown, the baselines and the
+    pruning count.  MFU is over all chips of the cluster."""
+    lines = [f"cosearch: {res.model} on {res.chips} chips, global batch {res.global_batch}: "
+             f"{len(res.rows)} designs evaluated, {res.pruned} pruned of {res.total_designs}"
+             + (" (interrupted: partial results)" if res.interrupted else "")]
+    hdr = f"{'rank':>4} {'design':>7} {'n':>4} {'cores':>5} {'array':>9} {'vec':>5} {'L1 MiB':>7} " \
+          f"{'L2 MiB':>7} {'HBM GiB':>7} {'TB/s':>5} {'area':>6} {'W':>6} {'tok/s':>10} {'chips':>6} " \
+          f"{'MFU':>6} {'time':>4}  plan"
+    shown = None
+    for tm, title in TIME_MODEL_TITLES:
+        rows = [r for r in res.feasible if r.time_model == tm]
+        if not rows:
+            continue
+        groups = collapse(rows)
+        lines.append(f"-- {title}: {len(rows)} designs in {len(groups)} distinct results")
+        lines.append(hdr)
+        for k, (r, n) in enumerate(groups[:top], 1):
+            lines.append(_row(k, r, n))
+        shown = shown or groups[0][0]
+    if shown is not None:
+        b = shown.plan.breakdown
+        lines.append("best plan's step (s): " + ", ".join(f"{k[:-2]} {v:.3g}" for k, v in b.items()))
+    for name, b in res.baselines.items():
+        lines.append(f"baseline {name}: {b.get('tokens_per_s', 0):,.0f} tok/s ({b.get('note', '')})")
+    if res.feasible and res.baselines:
+        best = res.best.tokens_per_s
+        for name, b in res.baselines.items():
+            if b.get("tokens_per_s"):
+                lines.append(f"co-search / {name}: {best / b['tokens_per_s']:.3f}x")
+    return "\n".join(lines)
+
+
+def plot(res: Results, path: str | os.PathLike | None = None, against: str = "area"):
+    """Throughput vs area (or power) of every design, Pareto front and baselines marked.
+    Needs matplotlib (``pip install cosearch[plot]``)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover
+        raise ImportError("Results.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
+    f = res.feasible
+    key = "area_mm2" if against == "area" else "power_w"
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.scatter([getattr(r, key) for r in f], [r.tokens_per_s for r in f], s=8, alpha=0.4,
+               label="designs")
+    front = res.pareto(against)
+    ax.plot([getattr(r, key) for r in front], [r.tokens_per_s for r in front], "k-", lw=1,
+            label="Pareto front")
+    if f:
+        b = res.best
+        ax.scatter([getattr(b, key)], [b.tokens_per_s], marker="*", s=200, c="red", label="co-search best")
+    for (name, base), mk in zip(res.baselines.items(), ("s", "^", "D")):
+        if base.get("tokens_per_s"):
+            ax.scatter([base.get(key, np.nan)], [base["tokens_per_s"]], marker=mk, s=80, label=name)
+    ax.set_xlabel("area (mm$^2$)" if against == "area" else "power (W)")
+    ax.set_ylabel("training throughput (tokens/s)")
+    ax.set_title(f"{res.model}, {res.chips} chips, batch {res.global_batch}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+    return fig

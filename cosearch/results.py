@@ -1,0 +1,179 @@
+"""Co-search results: one row per evaluated design (:class:`DesignResult`), the whole run
+(:class:`Results`) with its best design, Pareto fronts and baselines, and their JSON/CSV
+persistence.  Tables and plots live in :mod:`cosearch.report`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import plan as plan_mod
+from ._json import dump_json, load_json
+from .hardware import DESIGN_FIELDS, Accelerator
+
+__all__ = ["DesignResult", "Results", "pareto_front"]
+
+
+@dataclass(frozen=True)
+class DesignResult:
+    """One design of the space and its best plan (``plan`` is None if nothing fits)."""
+
+    index: int
+    design: dict[str, float]
+    area_mm2: float
+    power_w: float
+    plan: plan_mod.Plan | None
+    reason: str = ""
+    time_model: str = "sum"
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.plan.tokens_per_s if self.plan else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "design": dict(self.design), "area_mm2": self.area_mm2,
+                "power_w": self.power_w, "plan": self.plan.to_dict() if self.plan else None,
+                "reason": self.reason, "time_model": self.time_model}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DesignResult:
+        """Parse one row, refusing non-finite or negative numbers (a hand-edited NaN must not
+        rank first)."""
+        def num(name, v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"row {d.get('index')!r}: {name} must be a finite non-negative number, got {v!r}")
+            return float(v)
+        if not isinstance(d["design"], dict):
+            raise ValueError(f"row {d.get('index')!r}: design must be an object")
+        design = {k: num(f"design.{k}", v) for k, v in d["design"].items()}
+        plan = plan_mod.Plan.from_dict(d["plan"]) if d["plan"] else None
+        if plan is not None:
+            num("plan.tokens_per_s", plan.tokens_per_s)
+            if plan.feasible:
+                num("plan.step_time_s", plan.step_time_s)
+        tm = d.get("time_model", "sum")
+        if tm not in ("sum", "ilp"):
+            raise ValueError(f"row {d.get('index')!r}: time_model must be 'sum' or 'ilp', got {tm!r}")
+        return cls(index=int(d["index"]), design=design, area_mm2=num("area_mm2", d["area_mm2"]),
+                   power_w=num("power_w", d["power_w"]), plan=plan, reason=str(d.get("reason", "")),
+                   time_model=tm)
+
+    def accelerator(self) -> Accelerator:
+        return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
+
+
+def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[int]:
+    """Indices of points with no other point of lower-or-equal ``x`` and higher ``y``
+    (minimise x, maximise y), sorted by x."""
+    order = sorted(range(len(x)), key=lambda i: (x[i], -y[i]))
+    front, best = [], -math.inf
+    for i in order:
+        if y[i] > best:
+            front.append(i)
+            best = y[i]
+    return front
+
+
+@dataclass
+class Results:
+    """Co-search results: one row per evaluated design, the best, Pareto fronts, baselines."""
+
+    model: str
+    chips: int
+    global_batch: int
+    rows: list[DesignResult]
+    pruned: int = 0
+    total_designs: int = 0
+    interrupted: bool = False
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def feasible(self) -> list[DesignResult]:
+        return [r for r in self.rows if r.plan is not None]
+
+    @property
+    def best(self) -> DesignResult:
+        f = self.feasible
+        if not f:
+            reasons = {r.reason for r in self.rows if r.reason}
+            raise ValueError("no design has a feasible plan" + (f": {sorted(reasons)[0]}" if reasons else ""))
+        return max(f, key=lambda r: (r.tokens_per_s, -r.index))
+
+    def pareto(self, against: str = "area") -> list[DesignResult]:
+        """Designs on the throughput-vs-area (or ``"power"``) Pareto front."""
+        if against not in ("area", "power"):
+            raise ValueError(f"against must be 'area' or 'power', got {against!r}")
+        f = self.feasible
+        x = [r.area_mm2 if against == "area" else r.power_w for r in f]
+        return [f[i] for i in pareto_front(x, [r.tokens_per_s for r in f])]
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
+                "pruned": self.pruned, "total_designs": self.total_designs,
+                "interrupted": self.interrupted, "baselines": self.baselines, "meta": self.meta,
+                "rows": [r.to_dict() for r in self.rows]}
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        return dump_json(self.to_dict(), path)
+
+    @classmethod
+    def from_json(cls, source: str | os.PathLike) -> Results:
+        """Load from a JSON string or a file path."""
+        d = load_json(source)
+        name = source if len(str(source)) < 200 else "results"
+        try:
+            if not isinstance(d, dict):
+                raise ValueError("the top level is not an object")
+            interrupted = d["interrupted"]
+            if not isinstance(interrupted, bool):
+                raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
+            if not isinstance(d["rows"], list):
+                raise ValueError("'rows' must be a list")
+            return cls(model=str(d["model"]), chips=int(d["chips"]), global_batch=int(d["global_batch"]),
+                       rows=[DesignResult.from_dict(r) for r in d["rows"]], pruned=int(d["pruned"]),
+                       total_designs=int(d["total_designs"]), interrupted=interrupted,
+                       baselines=d.get("baselines", {}), meta=d.get("meta", {}))
+        except KeyError as exc:
+            raise ValueError(f"{name}: not a cosearch results file (missing field {exc})") from None
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"{name}: malformed cosearch results file ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"{name}: malformed cosearch results file: {exc}") from None
+
+    def to_csv(self, path: str | os.PathLike | None = None) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        cols = ["index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",
+                "dp", "tp", "pp", "microbatch", "chips_used", "mfu", "time_model"]
+        w.writerow(cols)
+        for r in self.rows:
+            p = r.plan
+            w.writerow([r.index, *[r.design[f] for f in DESIGN_FIELDS], r.area_mm2, r.power_w,
+                        r.tokens_per_s, p.step_time_s if p else "", p.dp if p else "", p.tp if p else "",
+                        p.pp if p else "", p.microbatch if p else "", p.chips_used if p else "",
+                        p.mfu if p else "", r.time_model])
+        text = buf.getvalue()
+        if path is not None:
+            with open(path, "w", newline="") as fh:
+                fh.write(text)
+        return text
+
+    def table(self, top: int = 10) -> str:
+        """Plain-text summary (see :func:`cosearch.report.table`)."""
+        from .report import table
+        return table(self, top)
+
+    def plot(self, path: str | os.PathLike | None = None, against: str = "area"):
+        """Throughput vs area (or power) with the Pareto front and baselines (see
+        :func:`cosearch.report.plot`)."""
+        from .report import plot
+        return plot(self, path, against)
