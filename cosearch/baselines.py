@@ -22,7 +22,14 @@ from .hardware import Accelerator, Cluster, SearchSpace, TPUv4
 from .models import ModelConfig
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
 
-__all__ = ["fixed_chip", "spotlight_chip", "run_baselines"]
+__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "fixed_megatron", "PHAZE_MEGATRON_PLANS"]
+
+#: PHAZE's fixed Megatron-LM placements for 1,024 accelerators, as (dp, tp, pp)
+#: (msr-fiddle/phaze, ``Solver/baseline_configs.py``: ``d``, ``t``, ``p`` per model).
+PHAZE_MEGATRON_PLANS: dict[str, tuple[int, int, int]] = {
+    "opt-350m": (85, 1, 12), "bert-large": (128, 1, 8), "gpt2-xl": (32, 1, 32),
+    "megatron-gpt2-8.3b": (16, 8, 8), "gpt3-175b": (8, 4, 32), "llama2-7b": (128, 1, 8),
+}
 
 
 def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
@@ -39,6 +46,42 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
         if p is not None:
             return placement.PlacementResult((p,))
     return res
+
+
+def fixed_megatron(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
+                   mem: memory.MemoryConfig | None = None, microbatches: Sequence[int] | None = None,
+                   zero: Sequence[int] = (0, 1), time_model: str = "sum") -> tuple[object | None, str]:
+    """PHAZE's fixed Megatron placement (:data:`PHAZE_MEGATRON_PLANS`) on ``chip``: dp, tp and pp
+    as PHAZE fixes them; microbatch, one recompute mode for all stages and the ZeRO stage
+    chosen by trying each with :func:`cosearch.plan.evaluate` (serial layer times; with
+    ``time_model="ilp"`` the best three are re-timed with ILP-scheduled layers and the best of
+    those kept).  Returns (best feasible Plan or None, reason)."""
+    from .plan import PlanSpec, evaluate
+    fixed = PHAZE_MEGATRON_PLANS.get(model.name)
+    if fixed is None:
+        return None, f"PHAZE gives no fixed Megatron placement for {model.name}"
+    dp, tp, pp = fixed
+    if dp * tp * pp > cluster.num_chips:
+        return None, f"PHAZE's placement dp{dp} tp{tp} pp{pp} needs {dp * tp * pp} chips, the cluster has {cluster.num_chips}"
+    if global_batch % dp:
+        return None, f"global batch {global_batch} is not divisible by PHAZE's dp={dp}"
+    mbs = [b for b in (microbatches or placement.divisors(global_batch // dp)) if (global_batch // dp) % b == 0]
+    tried, why = [], "no microbatch, recompute mode or ZeRO stage fits"
+    for mb in mbs:
+        for rc in ("none", "selective", "full"):
+            for z in zero:
+                p = evaluate(model, chip, cluster, PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z), global_batch,
+                             mem=mem)
+                if p.feasible:
+                    tried.append(p)
+                else:
+                    why = p.reason
+    tried.sort(key=lambda p: p.step_time_s)
+    if time_model != "sum":   # the best few re-timed with scheduled layers (ILP solves are costly)
+        tried = sorted((evaluate(model, chip, cluster, p.spec, global_batch, mem=mem, time_model=time_model)
+                        for p in tried[:3]), key=lambda p: p.step_time_s)
+    best = tried[0] if tried else None
+    return best, "" if best else why
 
 
 def spotlight_chip(model: ModelConfig, space: SearchSpace) -> tuple[int, Accelerator]:
@@ -65,12 +108,22 @@ def _entry(res: placement.PlacementResult, chip: Accelerator, space: SearchSpace
 
 def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_batch: int,
                   mem: memory.MemoryConfig | None = None, tps=None, microbatches=None,
-                  refine: bool = True, plan_options: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """{"TPUv4": ..., "Spotlight": ...} with throughput, plan, area and power."""
+                  refine: bool = True, plan_options: dict[str, Any] | None = None,
+                  cosearched: Accelerator | None = None) -> dict[str, dict[str, Any]]:
+    """{"TPUv4": ..., "Spotlight": ...} with throughput, plan, area and power; with
+    ``cosearched`` (the co-search's best chip) also ``"Megatron-fixed"``: PHAZE's fixed
+    Megatron placement on that chip, where PHAZE gives one for the model."""
     out = {}
     out["TPUv4"] = _entry(fixed_chip(model, TPUv4, cluster, global_batch, mem, tps, microbatches, refine,
                                      plan_options), TPUv4, space, "fixed TPUv4 chip + plan search")
     i, chip = spotlight_chip(model, space)
     out["Spotlight"] = _entry(fixed_chip(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
                                          plan_options), chip, space, f"chip-only search (design {i}) + plan search")
+    if cosearched is not None and model.name in PHAZE_MEGATRON_PLANS:
+        opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
+        p, why = fixed_megatron(model, cosearched, cluster, global_batch, mem, microbatches,
+                                zero=tuple(opts.get("zero", (0, 1))), time_model="ilp" if refine else "sum")
+        res = placement.PlacementResult((p,) if p else (), reason=why)
+        out["Megatron-fixed"] = _entry(res, cosearched, space, "PHAZE's fixed Megatron placement on the "
+                                       "co-searched chip" + (f" ({why})" if why else ""))
     return out

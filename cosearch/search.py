@@ -105,7 +105,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     ``ProcessPoolExecutor`` of your own should use the ``spawn`` (or ``forkserver``) start
     method: numba's OpenMP threads make ``fork`` unsafe.
     ``refine_top``: re-plan this many best designs with ILP-scheduled layer times (0: off).
-    ``baselines``: also run the TPUv4 and Spotlight-style baselines (``Results.baselines``).
+    ``baselines``: also run the TPUv4 and Spotlight-style baselines and PHAZE's fixed Megatron
+    placement on the best chip found (``Results.baselines``).
     ``plan_options``: keyword options of :func:`cosearch.placement.search_plans` for every
     design (default :data:`DEFAULT_PLAN_OPTIONS`).
     Ctrl-C (or SIGTERM under the CLI) in any phase returns the results gathered so far
@@ -249,7 +250,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         if baselines and not interrupted:
             from . import baselines as bl
             res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
-                                             microbatches=mbs, refine=bool(refine_top), plan_options=opts)
+                                             microbatches=mbs, refine=bool(refine_top), plan_options=opts,
+                                             cosearched=res.best.accelerator() if res.feasible else None)
     except KeyboardInterrupt as exc:      # refinement or baselines cut short: keep the sweep
         res.interrupted, res.stopped_by = True, exc
     return res

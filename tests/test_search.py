@@ -191,3 +191,29 @@ def test_results_report_and_baselines_do_not_import_the_search_loop():
     code = ("import sys, cosearch.results, cosearch.report, cosearch.baselines; "
             "sys.exit(1 if 'cosearch.search' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_fixed_megatron_is_phazes_placement_and_never_beats_the_plan_search():
+    m = models.preset("gpt3-175b")
+    cl = hardware.Cluster(1024)
+    p, why = baselines.fixed_megatron(m, hardware.TPUv4, cl, 1536)
+    assert p is not None and why == ""
+    assert (p.dp, p.tp, p.pp) == (8, 4, 32)                 # PHAZE's Solver/baseline_configs.py
+    # the exact plan search covers every spec the fixed placement tries (and more)
+    free = placement.search_plans(m, hardware.TPUv4, cl, 1536, **search.DEFAULT_PLAN_OPTIONS)
+    assert free.best.step_time_s <= p.step_time_s * (1 + 1e-9)
+    # an independent check of the choice: no (mb, uniform recompute, zero) of that placement is faster
+    from cosearch.plan import PlanSpec, evaluate
+    for mb in (1, 2, 4):
+        for rc in ("none", "selective", "full"):
+            q = evaluate(m, hardware.TPUv4, cl, PlanSpec(8, 4, 32, mb, recompute=rc, zero=1), 1536)
+            assert not q.feasible or q.step_time_s >= p.step_time_s * (1 - 1e-9)
+
+
+def test_fixed_megatron_says_why_not():
+    p, why = baselines.fixed_megatron(models.preset("opt-350m"), hardware.TPUv4, hardware.Cluster(1024), 4096)
+    assert p is None and "dp=85" in why                     # 4096 sequences do not split over 85 replicas
+    p, why = baselines.fixed_megatron(models.preset("gpt3-13b"), hardware.TPUv4, hardware.Cluster(1024), 1536)
+    assert p is None and "no fixed Megatron placement" in why
+    p, why = baselines.fixed_megatron(models.preset("gpt3-175b"), hardware.TPUv4, hardware.Cluster(512), 1536)
+    assert p is None and "1024 chips" in why
