@@ -88,6 +88,8 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times (0: none)")
     p.add_argument("--serial", action="store_true", help="run in-process instead of a process pool")
     p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated")
+    p.add_argument("--objective", choices=["geomean", "mean"], default="geomean",
+                   help="with several --model names (a,b,c): rank designs by this mean of their throughputs")
     p.add_argument("--space", default="default",
                    help="accelerator space: default (square arrays, <= 32 cores), phaze (PHAZE's space), "
                         "or a JSON file of SearchSpace fields")
@@ -106,6 +108,14 @@ def _int_list(text: str, name: str) -> tuple[int, ...]:
 def _run_search(a, baselines: bool, out: str | None = None, resume=None):
     from .search import DEFAULT_PLAN_OPTIONS, cosearch
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
+    if "," in str(a.model):
+        import argparse as _ap
+        names = [x.strip() for x in str(a.model).split(",") if x.strip()]
+        if baselines or resume is not None:
+            raise ValueError("a search over several models (--model a,b) has no --baselines or --resume yet")
+        ms = [_model_from_args(_ap.Namespace(**{**vars(a), "model": n})) for n in names]
+        return cosearch(ms, _space_from_args(a), a.chips, a.batch, prune=not a.no_prune, progress=True,
+                        plan_options=opts, objective=a.objective)
     return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch, "serial" if a.serial else None,
                     prune=not a.no_prune, refine_top=a.refine_top, progress=True, baselines=baselines,
                     plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),

@@ -97,7 +97,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
              mem: memory.MemoryConfig | None = None, prune: bool = True, refine_top: int = 3,
              chunk_size: int = 32, progress: bool = False, baselines: bool = False,
              plan_options: dict[str, Any] | None = None, checkpoint: str | os.PathLike | None = None,
-             checkpoint_every_s: float = 10.0, resume: str | os.PathLike | None = None) -> Results:
+             checkpoint_every_s: float = 10.0, resume: str | os.PathLike | None = None,
+             objective: str = "geomean") -> Results:
     """Co-search accelerator designs and training plans; see the module docstring.
 
     ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask ``Client.get_executor()``),
@@ -115,7 +116,15 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     file the partial sweep is saved to at most every ``checkpoint_every_s`` seconds;
     ``resume``: such a file (or a saved result) made with the same settings — its evaluated
     designs are kept and not evaluated again.
+
+    ``model`` a list of models: PHAZE's cross-model search — the design with the best
+    ``objective`` (``"geomean"`` or ``"mean"``) of the models' throughputs
+    (:func:`cosearch.multimodel.cosearch_models`; returns its ``MultiModelResults``).
     """
+    if isinstance(model, (list, tuple)):
+        from .multimodel import cosearch_models
+        return cosearch_models(model, space, cluster, global_batch, objective=objective, mem=mem, prune=prune,
+                               progress=progress, plan_options=plan_options)
     model = model_preset(model)
     space = space or SearchSpace()
     cluster = cluster if isinstance(cluster, Cluster) else Cluster(int(cluster))

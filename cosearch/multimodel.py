@@ -1,0 +1,201 @@
+"""Cross-model co-search (PHAZE's multi-model mode): one accelerator for several models.
+
+Each design's score is the mean or geometric mean, over the models, of its best training
+throughput (tokens/s) for each model, every model with its own exact plan search
+(:func:`cosearch.placement.search_plans`) on the same cluster.  A design that fits no plan
+for some model scores 0.  The geometric mean weighs models of very different sizes
+alike (a 2x gain on a small model counts as much as a 2x gain on a large one); the mean
+favours the models with the most tokens/s.
+
+Pruning keeps the search exact: a model's throughput on a design is at most
+``tokens / lb`` with ``lb`` the step-time lower bound of the single-model search (all
+chip-seconds of a step spread perfectly over every chip), and both means are monotone, so
+a design whose bound on the score cannot beat the best score found is skipped.  Layer
+times are the serial sum of op times (the screening time model of :mod:`cosearch.search`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import memory, placement
+from . import plan as plan_mod
+from .hardware import DESIGN_FIELDS, Accelerator, Cluster, SearchSpace
+from .models import ModelConfig
+from .models import preset as model_preset
+from .results import DesignResult
+
+__all__ = ["cosearch_models", "MultiModelResults", "JointRow", "OBJECTIVES"]
+
+OBJECTIVES = ("geomean", "mean")
+
+
+def combine(values: np.ndarray, objective: str) -> np.ndarray:
+    """Score over the last axis: the mean or the geometric mean (0 if any value is 0)."""
+    v = np.asarray(values, dtype=np.float64)
+    if objective == "mean":
+        return v.mean(axis=-1)
+    with np.errstate(divide="ignore"):
+        return np.where((v > 0).all(axis=-1), np.exp(np.log(np.where(v > 0, v, 1.0)).mean(axis=-1)), 0.0)
+
+
+@dataclass(frozen=True)
+class JointRow:
+    """One design: its score and each model's best plan (None where nothing fits)."""
+
+    index: int
+    design: dict[str, float]
+    area_mm2: float
+    power_w: float
+    score: float
+    per_model: tuple[DesignResult, ...]
+
+    @property
+    def tokens_per_s(self) -> tuple[float, ...]:
+        return tuple(r.tokens_per_s for r in self.per_model)
+
+    def accelerator(self) -> Accelerator:
+        return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
+
+
+@dataclass
+class MultiModelResults:
+    """Result of :func:`cosearch_models`: evaluated designs ranked by score."""
+
+    models: tuple[str, ...]
+    objective: str
+    chips: int
+    global_batch: tuple[int, ...]
+    rows: list[JointRow]
+    pruned: int = 0
+    total_designs: int = 0
+    interrupted: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+    stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def feasible(self) -> list[JointRow]:
+        return [r for r in self.rows if r.score > 0]
+
+    @property
+    def best(self) -> JointRow:
+        f = self.feasible
+        if not f:
+            raise ValueError(f"the models {', '.join(self.models)} share no design with a feasible plan for "
+                             "every one of them")
+        return max(f, key=lambda r: (r.score, -r.index))
+
+    def table(self, top: int = 10) -> str:
+        lines = [f"cosearch (models {', '.join(self.models)}; {self.objective} of tokens/s) on {self.chips} chips: "
+                 f"{len(self.rows)} designs evaluated, {self.pruned} pruned of {self.total_designs}"
+                 + (" (interrupted: partial results)" if self.interrupted else "")]
+        lines.append(f"{'rank':>4} {'design':>7} {'cores':>5} {'array':>9} {'L2 MiB':>7} {'area':>6} {'score':>12}  "
+                     + "  ".join(f"{m + ' tok/s':>16}" for m in self.models))
+        for k, r in enumerate(sorted(self.feasible, key=lambda r: -r.score)[:top], 1):
+            d = r.design
+            lines.append(f"{k:>4} {r.index:>7} {int(d['tensor_cores']):>5} "
+                         f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} {d['l2_bytes'] / 2**20:>7.0f} "
+                         f"{r.area_mm2:>6.0f} {r.score:>12,.0f}  "
+                         + "  ".join(f"{t:>16,.0f}" for t in r.tokens_per_s))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"models": list(self.models), "objective": self.objective, "chips": self.chips,
+                "global_batch": list(self.global_batch), "pruned": self.pruned,
+                "total_designs": self.total_designs, "interrupted": self.interrupted, "meta": self.meta,
+                "rows": [{"index": r.index, "design": r.design, "area_mm2": r.area_mm2, "power_w": r.power_w,
+                          "score": r.score, "per_model": [p.to_dict() for p in r.per_model]} for r in self.rows]}
+
+    def to_json(self, path=None) -> str:
+        from ._json import dump_json
+        return dump_json(self.to_dict(), path)
+
+
+def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | None = None,
+                    cluster: Cluster | int = 1024, global_batch: int | Sequence[int] = 1536, *,
+                    objective: str = "geomean", mem: memory.MemoryConfig | None = None, prune: bool = True,
+                    chunk_size: int = 16, progress: bool = False,
+                    plan_options: dict[str, Any] | None = None) -> MultiModelResults:
+    """The design with the best mean (``objective="mean"``) or geometric-mean throughput over
+    ``models`` (see the module docstring).  ``global_batch``: one for all models or one per
+    model.  Runs in-process; Ctrl-C returns the designs finished so far (``interrupted``)."""
+    from .search import DEFAULT_PLAN_OPTIONS, _step_lower_bound, evaluate_designs
+    if isinstance(models, (str, ModelConfig)):
+        models = [models]
+    ms = [model_preset(m) for m in models]
+    if len(ms) < 1:
+        raise ValueError("cosearch_models needs at least one model")
+    names = [m.name for m in ms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"models listed twice: {names}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    space = space or SearchSpace()
+    cluster = cluster if isinstance(cluster, Cluster) else Cluster(int(cluster))
+    mem = mem or memory.MemoryConfig()
+    batches = [global_batch] * len(ms) if isinstance(global_batch, (int, np.integer)) else list(global_batch)
+    if len(batches) != len(ms):
+        raise ValueError(f"give one global batch for all models or one per model ({len(ms)}), got {len(batches)}")
+    for b in batches:
+        if isinstance(b, bool) or int(b) != b or b <= 0:
+            raise ValueError(f"global_batch must be a positive integer, got {b!r}")
+    batches = [int(b) for b in batches]
+    opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
+    sps = placement._bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
+    opts["sequence_parallel"] = sps
+    designs = space.arrays()
+    per = []
+    for m, b in zip(ms, batches):
+        tps = tuple(placement.default_tps(m, cluster.num_chips))
+        mbs = tuple(placement.divisors(b))
+        units = plan_mod.unit_costs(m, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)))
+        lb = _step_lower_bound(units, m, tps, mbs, b, cluster.num_chips)
+        per.append((m, b, tps, mbs, units, (b * m.seq_len) / lb))
+    ub = combine(np.stack([p[5] for p in per], axis=-1), objective)
+    order = np.argsort(-ub, kind="stable")
+    area = space.area_power.area_mm2(designs)
+    power = space.area_power.power_w(designs)
+    rows: list[JointRow] = []
+    best = 0.0
+    pruned = 0
+    interrupted = False
+    stopped_by = None
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(designs), desc="designs", unit="design")
+    try:
+        for i in range(0, len(order), chunk_size):
+            ch = order[i:i + chunk_size]
+            keep = ch[ub[ch] >= best] if prune else ch
+            pruned += len(ch) - len(keep)
+            if len(keep):
+                results = [evaluate_designs(m, designs[keep], keep, cluster, b, tps, mbs, units[keep], mem,
+                                            space.area_power, "sum", opts)
+                           for (m, b, tps, mbs, units, _) in per]
+                for k, idx in enumerate(keep):
+                    pm = tuple(r[k] for r in results)
+                    score = float(combine(np.array([r.tokens_per_s for r in pm]), objective))
+                    rows.append(JointRow(int(idx), {f: float(v) for f, v in zip(DESIGN_FIELDS, designs[idx])},
+                                         float(area[idx]), float(power[idx]), score, pm))
+                    best = max(best, score)
+            if bar is not None:
+                bar.update(len(ch))
+    except KeyboardInterrupt as exc:
+        interrupted, stopped_by = True, exc
+    finally:
+        if bar is not None:
+            bar.close()
+    res = MultiModelResults(tuple(names), objective, cluster.num_chips, tuple(batches), rows, pruned,
+                            len(designs), interrupted,
+                            {"time_model": "sum", "space": space.name,
+                             "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}},
+                            stopped_by)
+    if not interrupted and not res.feasible:
+        raise ValueError(f"the models {', '.join(names)} share no design with a feasible plan for every one "
+                         f"of them on {cluster.num_chips} chips")
+    return res

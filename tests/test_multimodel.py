@@ -1,0 +1,69 @@
+import math
+
+import numpy as np
+import pytest
+
+from cosearch import hardware, models, multimodel, placement, search
+
+MiB, GiB = 2**20, 2**30
+
+
+def _space():
+    return hardware.SearchSpace(tensor_cores=(2, 4, 8), systolic_dims=((32, 32), (64, 64), (128, 128)),
+                                vector_units=(2,), vector_width=(512,), l1_bytes=(1 * MiB,),
+                                l2_bytes=(32 * MiB,), hbm=((16 * GiB, 1.2e12),))
+
+
+@pytest.mark.parametrize("objective", ["geomean", "mean"])
+def test_joint_best_equals_brute_force(objective):
+    """Every design through search_plans for every model, combined by hand."""
+    ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
+    sp, cl = _space(), hardware.Cluster(16)
+    res = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective)
+    full = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective, prune=False)
+    assert full.pruned == 0 and len(full.rows) == len(sp.arrays())
+    scores = []
+    for row in sp.arrays():
+        chip = hardware.Accelerator.from_array(row)
+        t = []
+        for m in ms:
+            r = placement.search_plans(m, chip, cl, 32, **search.DEFAULT_PLAN_OPTIONS)
+            t.append(r.best.tokens_per_s if r.feasible else 0.0)
+        if objective == "mean":
+            scores.append(sum(t) / len(t))
+        else:
+            scores.append(math.prod(t) ** (1 / len(t)) if all(t) else 0.0)
+    i = int(np.argmax(scores))
+    assert full.best.score == pytest.approx(scores[i], rel=1e-9) and full.best.index == i
+    assert res.best.score == pytest.approx(scores[i], rel=1e-9) and res.best.index == i
+    assert res.pruned + len(res.rows) == res.total_designs
+    assert "score" in res.table() and res.to_json()
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="objective"):
+        multimodel.cosearch_models(["gpt3-1.3b"], _space(), 16, 32, objective="max")
+    with pytest.raises(ValueError, match="twice"):
+        multimodel.cosearch_models(["gpt3-1.3b", "gpt3-1.3b"], _space(), 16, 32)
+    with pytest.raises(ValueError, match="one per model"):
+        multimodel.cosearch_models(["gpt3-1.3b", "opt-350m"], _space(), 16, [32, 32, 32])
+
+
+def test_models_that_share_no_design_say_so():
+    # GPT-3 175B cannot fit 16 chips of 16 GiB; the small model can: no shared design
+    with pytest.raises(ValueError, match="share no design"):
+        multimodel.cosearch_models(["gpt3-1.3b", "gpt3-175b"], _space(), 16, 32)
+
+
+def test_cli_several_models(tmp_path, capsys):
+    from cosearch.cli import main
+    space = tmp_path / "space.json"
+    space.write_text('{"tensor_cores": [2, 4], "systolic_dims": [[64, 64]], "vector_units": [2], '
+                     '"vector_width": [512], "l1_bytes": [1048576], "l2_bytes": [33554432]}')
+    out = tmp_path / "mm.json"
+    code = main(["search", "--model", "gpt3-1.3b,opt-350m", "--chips", "16", "--batch", "32",
+                 "--space", str(space), "--hbm-gib", "16", "--objective", "mean", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0 and "mean of tokens/s" in text and out.exists()
+    assert main(["search", "--model", "gpt3-1.3b,opt-350m", "--chips", "16", "--batch", "32", "--space",
+                 str(space), "--baselines", "--out", str(tmp_path / "x.json")]) != 0
