@@ -1,19 +1,28 @@
 """Per-layer operator scheduling on one accelerator: an ILP (CVXPY + HiGHS), a
 critical-path list scheduler and a lower bound.
 
-Resources.  The chip's tensor cores and its vector units each form one unit type
-split into two equal *slots* (halves).  An op runs in one *mode*: a unit type it
-can run on and either both slots (all cores) or one slot (half of the cores and,
-by the cost model's own split, half the HBM bandwidth — see
-:func:`cosearch.cost.price` ``core_fraction``).  Tensor ops (GEMMs) can run on the
-tensor cores or, slowly, on the vector units (``allow_gemm_on_vector``); vector
-ops only on the vector units.  All-reduce ops are not chip work: they are
-contracted out of the DAG (their time is added by :mod:`cosearch.placement`).
-Half modes are offered only where they beat linear scaling (``make_problem``'s
-``prune_linear_halves``): under the roofline split a big GEMM on half the cores
-takes exactly twice as long, and such modes only multiply symmetric branches
-(they made a GPT-3 175B backward layer take ~10 s to prove instead of 0.25 s).
-Vector and tensor units run concurrently, each with the HBM share its mode gives.
+Resources (PHAZE's formulation, Wang et al. ICML 2024).  A chip has a tensor unit of
+``N_T`` cores and a vector unit of ``N_V`` cores.  An op runs in one *mode*: its unit and
+either **all** of the unit's cores or **one** core (PHAZE's ``y`` variable).  These are
+*slots*: a unit contributes ``W_u = min(N_u, A_u)`` core slots, with ``A_u`` the largest set
+of ops on that unit no two of which are ordered by the DAG (a max antichain, Dilworth) —
+a one-core op holds one slot, an all-cores op all of them — so at most ``N_u`` one-core
+ops ever run at once (PHAZE adds that core constraint lazily; with ``W_u`` slots it holds
+exactly, and more slots could never be used).  A one-core mode is offered only where it
+beats linear scaling (``N`` such ops side by side, each with ``1/N`` of the cores and
+bandwidth, against one after another on all cores: a GEMM with fewer tiles than cores);
+elsewhere it only adds symmetric branches.  An op's latency in a mode is the roofline
+(:func:`cosearch.cost.price`) at that many cores with the chip's HBM bandwidth; concurrent
+ops are *not* charged for sharing that bandwidth (a GEMM beside a memory-bound vector op
+is priced as if each had it all; a shared-bandwidth model with HBM as two more slots was
+tried and made the backward layer's ILP time out at 10 s — issue 12).  Tensor ops (GEMMs)
+run on the tensor cores (PHAZE's mapping) or, with ``allow_gemm_on_vector``, also slowly on
+the vector units; vector ops only on the vector units.  All-reduce ops are not chip work:
+they are contracted out of the DAG (their time is added by :mod:`cosearch.placement`).  A
+mode another mode beats on both latency and slots (a subset) is dropped, and an op
+ordered against every other op keeps only its fastest modes.  A layer whose ops form a
+chain (a forward layer) is solved without the ILP: its makespan is the sum of the fastest
+modes.
 
 Formulation: disjunctive, with big-M.  Binary ``y[i, m]`` picks op ``i``'s mode,
 its duration is ``d_i = sum_m lat[i, m] y[i, m]``, ``s_i`` its start.  Precedence:
@@ -25,7 +34,9 @@ them and every slot both could use, an order binary ``z_ij`` and::
 
 where ``u_ir`` (a sum of ``y``) is 1 when op ``i`` occupies slot ``r``.  ``M`` is the
 list schedule's makespan, which also bounds every finish time.  Minimise the
-makespan ``C >= s_i + d_i``.  A disjunctive model beats a time-indexed one here:
+makespan ``C >= s_i + d_i``.  A unit's core slots are interchangeable, so the ILP may take
+the first op (by index) on core slot ``k`` to follow one on slot ``k - 1``: symmetry
+breaking that keeps an optimum.  A disjunctive model beats a time-indexed one here:
 op latencies span five orders of magnitude (a 10 us norm next to a 10 ms GEMM), so
 any time grid fine enough to be exact would need ~10^4 steps per op, while pairs
 related by a path need no disjunction at all (a transformer layer is close to a
@@ -33,9 +44,9 @@ chain, so few pairs remain).
 
 The list scheduler (upper bound, warm start and fallback) dispatches ready ops
 by longest remaining critical path and gives each the mode that finishes it
-earliest.  The lower bound is the larger of the critical path (fastest mode per
-op) and the total slot-time area over the chip's four slots (vector-only ops also
-over the vector unit's two slots).
+earliest.  The lower bound is the largest of the critical path (fastest mode per
+op) and, for each kind of slot (tensor cores, vector cores), the least slot-time every op
+needs of that kind over the number of such slots.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,28 +64,44 @@ from .graph import KIND_NETWORK, KIND_TENSOR, LayerGraph
 from .hardware import Accelerator
 
 __all__ = ["ScheduleResult", "Problem", "layer_time", "list_schedule", "lower_bound", "solve_ilp",
-           "make_problem", "cache_info", "clear_cache", "SLOTS"]
+           "make_problem", "cache_info", "clear_cache", "SLOTS", "is_chain", "max_antichain"]
 
-#: (unit, slot) names; slots 0-1 are the tensor cores' halves, 2-3 the vector units'.
+#: The legacy six-mode layout (two halves per unit), the default of a hand-built
+#: :class:`Problem`: slots 0-1 are the tensor cores' halves, 2-3 the vector units'.
 SLOTS = ("tensor.0", "tensor.1", "vector.0", "vector.1")
 #: mode -> slots it occupies
 MODES = ((0, 1), (0,), (1,), (2, 3), (2,), (3,))
 MODE_NAMES = ("tensor.all", "tensor.half0", "tensor.half1", "vector.all", "vector.half0", "vector.half1")
+#: Interchangeable slot chains of the legacy layout: (modes on slot k-1, modes on slot k).
+LEGACY_SYMMETRY = (((1,), (2,)), ((4,), (5,)))
 
 
 @dataclass(frozen=True)
 class Problem:
-    """A scheduling instance: latencies (ops x 6 modes, inf = cannot run) and edges."""
+    """A scheduling instance: latencies (ops x modes, inf = cannot run), edges, and which
+    slots each mode occupies.  ``modes``/``slots``/``mode_names`` default to the legacy
+    six-mode layout (:data:`MODES`); ``symmetry`` lists (modes on slot k-1, modes on slot
+    k) pairs of interchangeable slots for symmetry breaking (``()``: none)."""
 
     names: tuple[str, ...]
     latency_s: np.ndarray
     preds: tuple[tuple[int, ...], ...]
+    modes: tuple[tuple[int, ...], ...] = MODES
+    slots: tuple[str, ...] = SLOTS
+    mode_names: tuple[str, ...] = MODE_NAMES
+    symmetry: tuple = LEGACY_SYMMETRY
+    slot_kinds: tuple[str, ...] = ("tensor", "tensor", "vector", "vector")
 
     def __post_init__(self) -> None:
         lat = np.asarray(self.latency_s, dtype=np.float64)
         n = len(self.names)
-        if lat.shape != (n, len(MODES)):
-            raise ValueError(f"latency_s must have shape ({n}, {len(MODES)}), got {lat.shape}")
+        if lat.shape != (n, len(self.modes)):
+            raise ValueError(f"latency_s must have shape ({n}, {len(self.modes)}), got {lat.shape}")
+        if len(self.mode_names) != len(self.modes) or len(self.slot_kinds) != len(self.slots):
+            raise ValueError("mode_names must name every mode and slot_kinds every slot")
+        for m in self.modes:
+            if not m or any(not (0 <= r < len(self.slots)) for r in m):
+                raise ValueError(f"mode slots {m!r} must be a non-empty subset of the {len(self.slots)} slots")
         for i in range(n):
             ok = np.isfinite(lat[i])
             if not ok.any():
@@ -146,26 +174,36 @@ def _gemm_on_vector_s(ops: np.ndarray, chip: Accelerator, frac: float) -> np.nda
     return np.maximum(compute, mem)
 
 
-def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: bool = True,
-                 op_costs: np.ndarray | None = None, prune_linear_halves: bool = True) -> Problem:
-    """Scheduling instance of ``layer`` on ``chip``; all-reduce ops are contracted out.
+def _reach(preds: Sequence[Sequence[int]], names: Sequence[str]) -> np.ndarray:
+    """Boolean (n, n): ``reach[i, j]`` when op ``j`` is a (transitive) predecessor of ``i``."""
+    n = len(preds)
+    reach = np.zeros((n, n), dtype=bool)
+    for i in _topo_order(preds, names):
+        for j in preds[i]:
+            reach[i, j] = True
+            reach[i] |= reach[j]
+    return reach
 
-    ``op_costs`` may give the per-op latencies at full and half chip ((2, ops) array,
-    rows = core fraction 1 and 0.5) instead of pricing them with the roofline model.
-    With ``prune_linear_halves`` a half-chip mode is offered only when it is faster than
-    twice the all-cores time (the op leaves cores idle or pays fill/drain): a mode that
-    does the same work at no better rate would add only symmetric branches to the ILP.
-    """
+
+def max_antichain(reach: np.ndarray, members: np.ndarray) -> int:
+    """Size of the largest set of ``members`` no two of which are ordered (Dilworth: members
+    minus a maximum matching of the comparability bipartite graph)."""
+    idx = np.flatnonzero(members)
+    if len(idx) <= 1:
+        return len(idx)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+    sub = reach[np.ix_(idx, idx)].T          # sub[a, b]: a precedes b
+    match = maximum_bipartite_matching(csr_matrix(sub.astype(np.int8)), perm_type="column")
+    return int(len(idx) - np.count_nonzero(match >= 0))
+
+
+def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: bool = False,
+                 prune_dominated: bool = True) -> Problem:
+    """Scheduling instance of ``layer`` on ``chip`` in PHAZE's all-or-one-core formulation
+    (see the module docstring); all-reduce ops are contracted out."""
     ops = layer.arrays()
-    if op_costs is None:
-        full = cost.price(ops, chip, 1.0)[0]
-        half = cost.price(ops, chip, 0.5)[0]
-    else:
-        oc = np.asarray(op_costs, dtype=np.float64)
-        if oc.shape != (2, len(layer)):
-            raise ValueError(f"op_costs must have shape (2, {len(layer)}), got {oc.shape}")
-        full, half = oc
-    keep = [i for i, op in enumerate(layer.ops) if ops[i, 0] != KIND_NETWORK]
+    keep = [i for i in range(len(layer)) if ops[i, 0] != KIND_NETWORK]
     new_index = {old: new for new, old in enumerate(keep)}
 
     def chip_preds(i: int) -> set[int]:
@@ -177,29 +215,90 @@ def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: boo
                 out |= chip_preds(d)
         return out
 
-    lat = np.full((len(keep), len(MODES)), np.inf)
-    if allow_gemm_on_vector:
-        vfull = _gemm_on_vector_s(ops, chip, 1.0)
-        vhalf = _gemm_on_vector_s(ops, chip, 0.5)
-    for new, old in enumerate(keep):
-        if ops[old, 0] == KIND_TENSOR:
-            lat[new, 0], lat[new, 1], lat[new, 2] = full[old], half[old], half[old]
-            if allow_gemm_on_vector:
-                lat[new, 3], lat[new, 4], lat[new, 5] = vfull[old], vhalf[old], vhalf[old]
+    names = tuple(layer.ops[i].name for i in keep)
+    preds = tuple(tuple(sorted(chip_preds(old))) for old in keep)
+    kept = ops[keep]
+    n = len(keep)
+    reach = _reach(preds, names)
+    related = reach | reach.T
+    concurrent = bool(n > 1 and (~related[~np.eye(n, dtype=bool)]).any())
+    is_tensor = kept[:, 0] == KIND_TENSOR
+    on_unit = {"tensor": is_tensor, "vector": (~is_tensor) | allow_gemm_on_vector}
+    cores = {"tensor": chip.tensor_cores, "vector": chip.vector_units}
+    # one core of N pays only where it beats linear scaling: N such ops side by side, each
+    # with 1/N of the cores and of the bandwidth, against one after another on the whole
+    # chip — a GEMM with fewer tiles than cores, say.  Where it does not (big GEMMs; ops
+    # bound by memory, which share the bandwidth either way) it only adds symmetric
+    # branches to the ILP.
+    full = cost.price(kept, chip, 1.0)[0]
+    one_pays = {}
+    for u in ("tensor", "vector"):
+        f1 = 1.0 / cores[u]
+        t1 = cost.price(kept, chip, f1)[0]
+        one_pays[u] = on_unit[u] & (t1 < cores[u] * full * (1 - 1e-12)) & (cores[u] > 1)
+        if u == "vector" and allow_gemm_on_vector:
+            one_pays[u] &= ~is_tensor
+    width = {u: min(cores[u], max_antichain(reach, one_pays[u])) if concurrent else 1
+             for u in ("tensor", "vector")}
+    slots: list[str] = []
+    kinds: list[str] = []
+    unit_slots = {}
+    for u in ("tensor", "vector"):
+        k = max(1, width[u])
+        unit_slots[u] = tuple(range(len(slots), len(slots) + k))
+        slots += [f"{u}.{c}" for c in range(k)]
+        kinds += [u] * k
+    core_opts = {u: [("all", unit_slots[u], 1.0)] + ([(f"core{c}", (unit_slots[u][c],), 1.0 / cores[u])
+                                                       for c in range(width[u])] if width[u] >= 2 else [])
+                 for u in ("tensor", "vector")}
+    modes, mode_names, spec = [], [], []
+    for u in ("tensor", "vector"):
+        for cname, cslots, frac in core_opts[u]:
+            modes.append(tuple(sorted(cslots)))
+            mode_names.append(f"{u}.{cname}")
+            spec.append((u, frac))
+    lat = np.full((n, len(modes)), np.inf)
+    priced: dict[float, tuple] = {}
+    for m, (u, frac) in enumerate(spec):
+        key = frac
+        if key not in priced:
+            c = chip.with_(hbm_bandwidth_Bps=chip.hbm_bandwidth_Bps / frac)   # the whole bandwidth
+            priced[key] = (cost.price(kept, c, frac)[0],
+                           _gemm_on_vector_s(kept, c, frac) if allow_gemm_on_vector else None)
+        own, gemm_vec = priced[key]
+        rows = np.ones(n, dtype=bool) if frac == 1.0 else one_pays[u]
+        if u == "tensor":
+            sel = is_tensor & rows
+            lat[sel, m] = own[sel]
         else:
-            lat[new, 3], lat[new, 4], lat[new, 5] = full[old], half[old], half[old]
-    if prune_linear_halves:
-        # a half mode that is no better than linear (>= 2x the all-cores time) only adds
-        # symmetric choices; offer halves only where splitting pays (ops leaving cores idle)
-        for fm, hs in ((0, (1, 2)), (3, (4, 5))):
-            slow = np.isfinite(lat[:, fm]) & (lat[:, hs[0]] >= 2.0 * lat[:, fm] * (1 - 1e-12))
-            lat[slow, hs[0]] = np.inf
-            lat[slow, hs[1]] = np.inf
-    bad = [layer.ops[keep[i]].name for i in range(len(keep)) if np.any(lat[i][np.isfinite(lat[i])] <= 0)]
+            sel = ~is_tensor & rows
+            lat[sel, m] = own[sel]
+            if allow_gemm_on_vector and frac == 1.0:
+                lat[is_tensor, m] = gemm_vec[is_tensor]
+    bad = [names[i] for i in range(n) if np.any(lat[i][np.isfinite(lat[i])] <= 0)]
     if bad:
         raise ValueError(f"op {bad[0]!r} has a non-positive latency (an empty op?)")
-    preds = tuple(tuple(sorted(chip_preds(old))) for old in keep)
-    return Problem(tuple(layer.ops[i].name for i in keep), lat, preds)
+    if prune_dominated:
+        sets = [set(m) for m in modes]
+        for i in range(n):
+            for m in range(len(modes)):
+                if not np.isfinite(lat[i, m]):
+                    continue
+                for m2 in range(len(modes)):
+                    if m2 != m and np.isfinite(lat[i, m2]) and sets[m2] <= sets[m] and (
+                            lat[i, m2] < lat[i, m] or (lat[i, m2] == lat[i, m] and (sets[m2] < sets[m] or m2 < m))):
+                        lat[i, m] = np.inf
+                        break
+    symmetry = []
+    mode_sets = [set(m) for m in modes]
+    for u in ("tensor", "vector"):
+        us = unit_slots[u]
+        if len(us) >= 2 and width[u] >= 2:
+            for c in range(1, len(us)):
+                prev = tuple(m for m in range(len(modes)) if mode_sets[m] & set(us) == {us[c - 1]})
+                cur = tuple(m for m in range(len(modes)) if mode_sets[m] & set(us) == {us[c]})
+                symmetry.append((prev, cur))
+    return Problem(names, lat, preds, tuple(modes), tuple(slots), tuple(mode_names), tuple(symmetry), tuple(kinds))
 
 
 # ---------------------------------------------------------------------- bounds and list schedule
@@ -212,17 +311,30 @@ def _succs(p: Problem) -> list[list[int]]:
 
 
 def lower_bound(p: Problem) -> float:
-    """max(critical path with each op's fastest mode, slot-time area / slots)."""
+    """max(critical path with each op's fastest mode, and for each kind of slot the least
+    slot-time every op needs of that kind over the number of such slots)."""
     if len(p) == 0:
         return 0.0
     fastest = p.latency_s.min(axis=1)
     finish = np.zeros(len(p))
     for i in _topo_order(p.preds, p.names):
         finish[i] = fastest[i] + max((finish[j] for j in p.preds[i]), default=0.0)
-    widths = np.array([len(m) for m in MODES], dtype=float)
-    area = (p.latency_s * widths).min(axis=1)
-    vector_only = ~np.isfinite(p.latency_s[:, :3]).any(axis=1)
-    return float(max(finish.max(), area.sum() / 4.0, area[vector_only].sum() / 2.0))
+    best = finish.max()
+    kinds = np.array(p.slot_kinds)
+    for kind in sorted(set(p.slot_kinds)):
+        members = set(np.flatnonzero(kinds == kind).tolist())
+        use = np.array([len(members & set(m)) for m in p.modes], dtype=float)
+        fin = np.isfinite(p.latency_s)
+        area = np.where(fin, np.where(use[None, :] > 0, np.where(fin, p.latency_s, 0.0) * use[None, :], 0.0),
+                        np.inf).min(axis=1)
+        best = max(best, area.sum() / len(members))
+    return float(best)
+
+
+def is_chain(p: Problem) -> bool:
+    """Every pair of ops is ordered: no two can ever run at once."""
+    n = len(p)
+    return n <= 1 or bool(_related(p)[~np.eye(n, dtype=bool)].all())
 
 
 def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
@@ -238,7 +350,7 @@ def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
         tail[i] = fastest[i] + max((tail[j] for j in succ[i]), default=0.0)
     remaining = [len(set(ps)) for ps in p.preds]
     ready = {i for i in range(n) if remaining[i] == 0}
-    slot_free = [0.0] * len(SLOTS)
+    slot_free = [0.0] * len(p.slots)
     finish = [0.0] * n
     modes = [-1] * n
     starts = [0.0] * n
@@ -247,7 +359,7 @@ def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
         ready.remove(i)
         t0 = max((finish[j] for j in p.preds[i]), default=0.0)
         best = (math.inf, math.inf, -1)
-        for m, slots in enumerate(MODES):
+        for m, slots in enumerate(p.modes):
             lat = p.latency_s[i, m]
             if not np.isfinite(lat):
                 continue
@@ -257,7 +369,7 @@ def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
                 best = cand
         f, lat, m = best
         modes[i], starts[i], finish[i] = m, f - lat, f
-        for r in MODES[m]:
+        for r in p.modes[m]:
             slot_free[r] = f
         for j in succ[i]:
             remaining[j] -= 1
@@ -332,24 +444,20 @@ def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip
     finite = np.isfinite(lat) & (head[:, None] + np.where(np.isfinite(lat), lat, 0) + tail[:, None]
                                  <= ub * (1 + 1e-12))
     related = _related(p)
-    # half modes only pay if an unrelated op could share the unit; otherwise the all-cores
-    # mode (never slower) dominates
+    # an op ordered against every other op runs alone: only its fastest modes matter
     for i in range(n):
-        for full_m, halves in ((0, (1, 2)), (3, (4, 5))):
-            peers = [j for j in range(n) if j != i and not related[i, j]
-                     and np.isfinite(lat[j, list(halves)]).any()]
-            if not peers and np.isfinite(lat[i, full_m]) and all(
-                    not np.isfinite(lat[i, h]) or lat[i, full_m] <= lat[i, h] for h in halves):
-                finite[i, list(halves)] = False
+        if related[i, np.arange(n) != i].all():
+            finite[i] &= lat[i] <= fastest[i] * (1 + 1e-12)
     finite[np.arange(n), lmodes] = True
     if lb is None:
         lb = lower_bound(p)
     M = ub
     scale = 1.0 / ub  # solve in units of the upper bound for numerical sanity
     L = np.where(finite, lat * scale, 0.0)
-    nm = len(MODES)
-    usable = np.array([[any(finite[i, m] and r in MODES[m] for m in range(nm))
-                        for r in range(len(SLOTS))] for i in range(n)])
+    MODES_, SLOTS_ = p.modes, p.slots
+    nm = len(MODES_)
+    usable = np.array([[any(finite[i, m] and r in MODES_[m] for m in range(nm))
+                        for r in range(len(SLOTS_))] for i in range(n)])
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if not related[i, j]]
     P = len(pairs)
     # boolean vector xb = [y (n*nm, row-major), z (P)]; continuous xc = [s (n), C]
@@ -379,7 +487,7 @@ def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip
         return [(i * nm + m, sign * L[i, m]) for m in range(nm) if finite[i, m]]
 
     def use(i, r, coef):
-        return [(i * nm + m, coef) for m in range(nm) if finite[i, m] and r in MODES[m]]
+        return [(i * nm + m, coef) for m in range(nm) if finite[i, m] and r in MODES_[m]]
 
     for i in range(n):
         row(dur(i), [(i, 1.0), (n, -1.0)], -tail[i] * scale)  # s_i + d_i + tail_i <= C
@@ -390,24 +498,25 @@ def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip
             row(dur(i), [(i, 1.0), (j, -1.0)], 0.0)  # s_i + d_i <= s_j
     for k, (i, j) in enumerate(pairs):
         zc = n * nm + k
-        for r in range(len(SLOTS)):
+        for r in range(len(SLOTS_)):
             if not (usable[i, r] and usable[j, r]):
                 continue
             row(dur(i) + [(zc, big)] + use(i, r, big) + use(j, r, big), [(i, 1.0), (j, -1.0)], 3 * big)
             row(dur(j) + [(zc, -big)] + use(i, r, big) + use(j, r, big), [(j, 1.0), (i, -1.0)], 2 * big)
     # energetic cuts: every slot is busy at most C (valid, and they tighten the LP a lot)
-    for r in range(len(SLOTS)):
-        terms = [(i * nm + m, L[i, m]) for i in range(n) for m in range(nm) if finite[i, m] and r in MODES[m]]
+    for r in range(len(SLOTS_)):
+        terms = [(i * nm + m, L[i, m]) for i in range(n) for m in range(nm) if finite[i, m] and r in MODES_[m]]
         if terms:
-            users = [i for i in range(n) if any(finite[i, m] and r in MODES[m] for m in range(nm))]
+            users = [i for i in range(n) if any(finite[i, m] and r in MODES_[m] for m in range(nm))]
             slack = (min(head[users]) + min(tail[users])) * scale
             row(terms, [(n, -1.0)], -slack)
-    # symmetry breaking: the two halves of a unit are identical, so the lowest-index op
-    # in a half mode may be taken to use half 0
-    for h0, h1 in ((1, 2), (4, 5)):
+    # symmetry breaking: interchangeable slots, so the first op (by index) on slot k may be
+    # taken to follow an op on slot k - 1
+    for prev, cur in p.symmetry:
         for i in range(n):
-            if finite[i, h1]:
-                row([(i * nm + h1, 1.0)] + [(j * nm + h0, -1.0) for j in range(i) if finite[j, h0]], [], 0.0)
+            mine = [(i * nm + m, 1.0) for m in cur if finite[i, m]]
+            if mine:
+                row(mine + [(j * nm + m, -1.0) for j in range(i) for m in prev if finite[j, m]], [], 0.0)
     from scipy import sparse
     nr = len(rhs)
     Ab = sparse.csr_matrix((vb, (rb, cb)), shape=(nr, nb))
@@ -483,37 +592,51 @@ def clear_cache() -> None:
 
 
 def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver: str = "HIGHS",
-               time_limit_s: float = 10.0, mip_gap: float = 1e-6, allow_gemm_on_vector: bool = True,
-               op_costs: np.ndarray | None = None, use_cache: bool = True) -> ScheduleResult:
+               time_limit_s: float = 10.0, mip_gap: float = 1e-6, allow_gemm_on_vector: bool = False,
+               use_cache: bool = True) -> ScheduleResult:
     """Schedule one layer graph on ``chip`` and return its latency.
 
-    ``method`` is ``"ilp"`` (MILP, falls back to the list schedule on failure) or
-    ``"list"``.  Results are cached by (layer signature — which includes tp and
-    microbatch —, design, method, solver settings), so a search never solves the
-    same ILP twice.
+    ``method`` is ``"ilp"`` (MILP, falls back to the list schedule on failure), ``"list"``
+    or ``"bound"`` (the lower bound only: ``latency_s`` is :func:`lower_bound`).  A chain
+    of ops is solved exactly without the ILP (status ``optimal``, sum of fastest modes).
+    Results are cached by (layer signature — which includes tp and microbatch —, design,
+    method, solver settings), so a search never solves the same ILP twice.
     """
-    if method not in ("ilp", "list"):
-        raise ValueError(f"method must be 'ilp' or 'list', got {method!r}")
+    if method not in ("ilp", "list", "bound"):
+        raise ValueError(f"method must be 'ilp', 'list' or 'bound', got {method!r}")
     if not isinstance(chip, Accelerator):
         raise ValueError(f"chip must be an Accelerator, got {type(chip).__name__}")
-    key = (layer.signature(), tuple(chip.as_array()), method, solver, time_limit_s, mip_gap,
+    key = (layer.signature(), tuple(chip.as_array()), chip.efficiency, method, solver, time_limit_s, mip_gap,
            allow_gemm_on_vector)
-    if use_cache and op_costs is None and key in _CACHE:
+    if use_cache and key in _CACHE:
         _STATS["hits"] += 1
         return _CACHE[key]
     _STATS["misses"] += 1
-    p = make_problem(layer, chip, allow_gemm_on_vector, op_costs)
+    p = make_problem(layer, chip, allow_gemm_on_vector)
     lb = lower_bound(p)
-    ub, modes, starts = list_schedule(p)
-    if method == "list":
-        res = ScheduleResult(ub, tuple(MODE_NAMES[m] for m in modes), tuple(starts), lb, ub, "list",
-                             (ub - lb) / ub if ub > 0 else 0.0, 0.0, p.names)
+    names = p.mode_names
+    if method == "bound":
+        res = ScheduleResult(lb, (), (), lb, math.nan, "bound", math.nan, 0.0, p.names)
+    elif is_chain(p):
+        best = [int(np.argmin(p.latency_s[i])) for i in range(len(p))]
+        starts, t = [], 0.0
+        for i in _topo_order(p.preds, p.names):
+            starts.append((i, t))
+            t += float(p.latency_s[i, best[i]])
+        st = dict(starts)
+        res = ScheduleResult(t, tuple(names[m] for m in best), tuple(st[i] for i in range(len(p))), lb, t,
+                             "optimal", 0.0, 0.0, p.names)
     else:
-        _STATS["solves"] += 1
-        mk, modes, starts, status, gap, t = solve_ilp(p, solver, time_limit_s, mip_gap,
-                                                      start=(ub, modes, starts), lb=lb)
-        res = ScheduleResult(mk, tuple(MODE_NAMES[m] for m in modes), tuple(starts), lb, ub, status,
-                             gap, t, p.names)
-    if use_cache and op_costs is None:
+        ub, modes, starts = list_schedule(p)
+        if method == "list":
+            res = ScheduleResult(ub, tuple(names[m] for m in modes), tuple(starts), lb, ub, "list",
+                                 (ub - lb) / ub if ub > 0 else 0.0, 0.0, p.names)
+        else:
+            _STATS["solves"] += 1
+            mk, modes, starts, status, gap, t = solve_ilp(p, solver, time_limit_s, mip_gap,
+                                                          start=(ub, modes, starts), lb=lb)
+            res = ScheduleResult(mk, tuple(names[m] for m in modes), tuple(starts), lb, ub, status,
+                                 gap, t, p.names)
+    if use_cache:
         _CACHE[key] = res
     return res

@@ -46,7 +46,7 @@ def roofline(ops, designs, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0)):
 SCHED_MODES = ((0, 1), (0,), (1,), (2, 3), (2,), (3,))
 
 
-def schedule_brute_force(latency, preds):
+def schedule_brute_force(latency, preds, modes=SCHED_MODES, nslots=4):
     """Optimal makespan by enumerating every (dispatch order, mode) sequence with a serial
     schedule-generation scheme (each op at its earliest start after its predecessors and
     after the last op on its slots) — this set contains an optimal schedule.  Branches
@@ -66,7 +66,7 @@ def schedule_brute_force(latency, preds):
             if done[i] or not all(done[j] for j in preds[i]):
                 continue
             ready = max([finish[j] for j in preds[i]], default=0.0)
-            for m, slots in enumerate(SCHED_MODES):
+            for m, slots in enumerate(modes):
                 lat = latency[i][m]
                 if lat == math.inf:
                     continue
@@ -79,5 +79,5 @@ def schedule_brute_force(latency, preds):
                 finish[i] = f
                 rec(count + 1, new_free, max(cur, f))
                 done[i] = False
-    rec(0, [0.0] * 4, 0.0)
+    rec(0, [0.0] * nslots, 0.0)
     return best[0]

@@ -78,15 +78,126 @@ def test_layer_presets_bounds(name, phase):
 
 def test_cache_never_solves_twice():
     schedule.clear_cache()
-    g = graph.build(models.preset("gpt3-1.3b"), tp=1, microbatch=1, phase="fwd")
+    g = graph.build(models.preset("gpt3-1.3b"), tp=1, microbatch=1, phase="bwd")
     a = schedule.layer_time(g, hardware.TPUv4)
-    b = schedule.layer_time(graph.build(models.preset("gpt3-1.3b"), tp=1, microbatch=1, phase="fwd"),
+    b = schedule.layer_time(graph.build(models.preset("gpt3-1.3b"), tp=1, microbatch=1, phase="bwd"),
                             hardware.TPUv4)
     assert a is b
     info = schedule.cache_info()
     assert info["solves"] == 1 and info["hits"] == 1
-    schedule.layer_time(graph.build(models.preset("gpt3-1.3b"), tp=2, microbatch=1), hardware.TPUv4)
+    schedule.layer_time(graph.build(models.preset("gpt3-1.3b"), tp=2, microbatch=1, phase="bwd"), hardware.TPUv4)
     assert schedule.cache_info()["solves"] == 2
+
+
+def test_forward_layer_is_a_chain_solved_without_the_ilp():
+    """A forward layer's ops are totally ordered: its makespan is the sum, over ops, of the
+    fastest mode (here: every op on all cores), with no ILP solve."""
+    from cosearch import cost
+    schedule.clear_cache()
+    for chip in (hardware.TPUv4, hardware.A100):
+        g = graph.build(models.preset("gpt3-1.3b"), tp=1, microbatch=1, phase="fwd")
+        r = schedule.layer_time(g, chip)
+        assert schedule.is_chain(schedule.make_problem(g, chip))
+        assert r.status == "optimal" and r.latency_s == pytest.approx(cost.price_on(g, chip).sum(), rel=1e-12)
+    assert schedule.cache_info()["solves"] == 0
+
+
+def _random_dag(rng, n, p=0.3):
+    return tuple(tuple(j for j in range(i) if rng.random() < p) for i in range(n))
+
+
+def _antichain_brute(preds):
+    import itertools
+    n = len(preds)
+    reach = [set() for _ in range(n)]
+    for i in range(n):
+        for j in preds[i]:
+            reach[i] |= {j} | reach[j]
+    best = 0
+    for k in range(n, 0, -1):
+        for sub in itertools.combinations(range(n), k):
+            if all(b not in reach[a] and a not in reach[b] for a, b in itertools.combinations(sub, 2)):
+                return k
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_max_antichain_against_subsets(seed):
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 10))
+    preds = _random_dag(rng, n, float(rng.uniform(0.1, 0.6)))
+    reach = schedule._reach(preds, [str(i) for i in range(n)])
+    assert schedule.max_antichain(reach, np.ones(n, dtype=bool)) == _antichain_brute(preds)
+
+
+def _general_problem(rng, n, wt, wv):
+    """PHAZE-style layout: tensor slots 0..wt-1, vector slots wt..wt+wv-1; modes 'all' (every
+    slot of the unit) and 'one core' on each slot; one-core ops take 1.3-4x the all-cores time."""
+    T = tuple(range(wt))
+    V = tuple(range(wt, wt + wv))
+    modes = [T] + ([(t,) for t in T] if wt > 1 else []) + [V] + ([(v,) for v in V] if wv > 1 else [])
+    names = ["tensor.all"] + [f"tensor.core{t}" for t in T if wt > 1] + ["vector.all"] + \
+        [f"vector.core{v}" for v in range(wv) if wv > 1]
+    lat = np.full((n, len(modes)), INF)
+    for i in range(n):
+        full = rng.uniform(1.0, 10.0)
+        one = full * rng.uniform(1.3, 4.0)
+        lo, hi = (0, 1 + (wt if wt > 1 else 0)) if rng.random() < 0.5 else \
+            (1 + (wt if wt > 1 else 0), len(modes))
+        lat[i, lo] = full
+        lat[i, lo + 1:hi] = one
+    sym = []
+    for first, w in ((1, wt), (2 + (wt if wt > 1 else 0), wv)):
+        if w > 1:
+            sym += [((first + k - 1,), (first + k,)) for k in range(1, w)]
+    kinds = ["tensor"] * wt + ["vector"] * wv
+    return schedule.Problem(tuple(f"op{i}" for i in range(n)), lat, _random_dag(rng, n), tuple(modes),
+                            tuple(f"s{r}" for r in range(wt + wv)), tuple(names), tuple(sym), tuple(kinds))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_core_slot_ilp_equals_brute_force(seed):
+    """All-or-one-core modes on 1-3 tensor and 1-2 vector slots, symmetry breaking on: the
+    ILP's makespan equals an exhaustive search over dispatch orders and modes."""
+    rng = np.random.default_rng(500 + seed)
+    n = int(rng.integers(2, 7))
+    wt, wv = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    p = _general_problem(rng, n, wt, wv)
+    mk, modes, starts, status, _, _ = schedule.solve_ilp(p, time_limit_s=30)
+    bf = schedule_brute_force(p.latency_s.tolist(), p.preds, p.modes, len(p.slots))
+    assert status == "optimal" and mk == pytest.approx(bf, rel=1e-6)
+    fin = [starts[i] + p.latency_s[i, modes[i]] for i in range(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            if set(p.modes[modes[i]]) & set(p.modes[modes[j]]):
+                assert fin[i] <= starts[j] + 1e-6 * bf or fin[j] <= starts[i] + 1e-6 * bf
+    assert schedule.lower_bound(p) <= bf * (1 + 1e-9) <= schedule.list_schedule(p)[0] * (1 + 2e-9)
+
+
+def test_core_slots_follow_core_counts_and_antichains():
+    """W_u = min(cores, max antichain of the ops that may use one core); one core of one is
+    the whole unit; a one-core mode is offered only where it beats linear scaling."""
+    m = models.preset("gpt3-175b")
+    g = graph.build(m, 8, 1, "bwd", "layer")
+    for chip in (hardware.TPUv4, hardware.A100, hardware.TPUv4.with_(tensor_cores=1, vector_units=1)):
+        p = schedule.make_problem(g, chip)
+        kinds = np.array(p.slot_kinds)
+        wt, wv = int((kinds == "tensor").sum()), int((kinds == "vector").sum())
+        assert wt <= chip.tensor_cores and wv <= chip.vector_units
+        reach = schedule._reach(p.preds, p.names)
+        assert wt <= max(1, schedule.max_antichain(reach, np.ones(len(p), dtype=bool)))
+        if chip.tensor_cores == 1:
+            assert wt == 1 and not any("core" in n for n in p.mode_names if n.startswith("tensor"))
+        from cosearch import cost
+        for mi, name in enumerate(p.mode_names):
+            if ".core" in name:
+                unit = name.split(".")[0]
+                N = chip.tensor_cores if unit == "tensor" else chip.vector_units
+                ops = g.arrays()[[i for i, op in enumerate(g.ops) if op.name in p.names]]
+                lin = N * cost.price(ops, chip, 1.0)[0]
+                one = cost.price(ops, chip, 1.0 / N)[0]
+                fin = np.isfinite(p.latency_s[:, mi])
+                assert np.all(one[fin] < lin[fin])
 
 
 def test_bad_input_names_op():
