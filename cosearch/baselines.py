@@ -22,7 +22,8 @@ from .hardware import Accelerator, Cluster, SearchSpace, TPUv4
 from .models import ModelConfig
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
 
-__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "fixed_megatron", "PHAZE_MEGATRON_PLANS"]
+__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "fixed_megatron", "PHAZE_MEGATRON_PLANS",
+           "scenario_chip"]
 
 #: PHAZE's fixed Megatron-LM placements for 1,024 accelerators, as (dp, tp, pp)
 #: (msr-fiddle/phaze, ``Solver/baseline_configs.py``: ``d``, ``t``, ``p`` per model).
@@ -46,6 +47,15 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
         if p is not None:
             return placement.PlacementResult((p,))
     return res
+
+
+def scenario_chip(chip: Accelerator, space: SearchSpace) -> Accelerator:
+    """``chip`` with the space's HBM when the space holds one HBM scenario (a baseline gets
+    the same memory as every design), else ``chip`` as it is."""
+    if len(space.hbm) == 1:
+        cap, bw = space.hbm[0]
+        return chip.with_(hbm_bytes=float(cap), hbm_bandwidth_Bps=float(bw))
+    return chip
 
 
 def fixed_megatron(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
@@ -114,8 +124,11 @@ def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, glob
     ``cosearched`` (the co-search's best chip) also ``"Megatron-fixed"``: PHAZE's fixed
     Megatron placement on that chip, where PHAZE gives one for the model."""
     out = {}
-    out["TPUv4"] = _entry(fixed_chip(model, TPUv4, cluster, global_batch, mem, tps, microbatches, refine,
-                                     plan_options), TPUv4, space, "fixed TPUv4 chip + plan search")
+    tpu = scenario_chip(TPUv4, space)
+    out["TPUv4"] = _entry(fixed_chip(model, tpu, cluster, global_batch, mem, tps, microbatches, refine,
+                                     plan_options), tpu, space,
+                          "fixed TPUv4 chip + plan search" + (f" (HBM {tpu.hbm_bytes / 2**30:g} GiB, as every design)"
+                                                              if tpu.hbm_bytes != TPUv4.hbm_bytes else ""))
     i, chip = spotlight_chip(model, space)
     out["Spotlight"] = _entry(fixed_chip(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
                                          plan_options), chip, space, f"chip-only search (design {i}) + plan search")

@@ -297,6 +297,18 @@ def main(argv: list[str] | None = None) -> int:
     _plan_args(pl)
     sub.add_parser("models", help="list model presets")
     sub.add_parser("presets", help="list accelerator presets")
+    rp = sub.add_parser("reproduce", help="re-run a published experiment (phaze: PHAZE's ICML 2024 table)",
+                        formatter_class=fmt)
+    rp.add_argument("experiment", choices=["phaze"])
+    rp.add_argument("--models", default=",".join(__import__("cosearch.reproduce", fromlist=["x"]).PHAZE_MODELS),
+                    help="comma-separated model presets")
+    rp.add_argument("--hbm-gib", default="32,64,80", help="comma-separated HBM scenarios (GiB per chip)")
+    rp.add_argument("--space", choices=["phaze", "default"], default="phaze", help="accelerator space")
+    rp.add_argument("--chips", type=_positive, default=1024, help="chips in the cluster")
+    rp.add_argument("--batch", type=_positive, default=4096, help="global batch (sequences)")
+    rp.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times")
+    rp.add_argument("--out", default="phaze.json", help="rows saved here after each run; finished rows are "
+                    "skipped when it exists")
     from .fl.cli import add_parsers as add_fl_parsers
     add_fl_parsers(sub)
     a = ap.parse_args(argv)
@@ -374,6 +386,22 @@ def _dispatch(a) -> int:
         if a.plot:
             res.plot(a.plot)
             print(f"wrote {a.plot}")
+        return 0
+    if a.cmd == "reproduce":
+        from . import reproduce
+        from ._validate import output_path
+        output_path(a.out, True)
+        gibs = [float(x) for x in a.hbm_gib.split(",") if x.strip()]
+        if not gibs or any(not (0 < g < 1e6) for g in gibs):
+            raise ValueError(f"--hbm-gib must list positive GiB values, got {a.hbm_gib!r}")
+        print(reproduce.HEADER)
+        try:
+            rows = reproduce.phaze([x.strip() for x in a.models.split(",") if x.strip()], gibs, chips=a.chips,
+                                   global_batch=a.batch, space=a.space, refine_top=a.refine_top, out=a.out)
+        except KeyboardInterrupt:
+            print(f"cosearch: interrupted; finished rows are in {a.out} (run again to continue)", file=sys.stderr)
+            return 130
+        print(f"{len(rows)} rows saved in {a.out}")
         return 0
     if a.cmd == "fl":
         from .fl import cli as flcli

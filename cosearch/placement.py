@@ -53,6 +53,7 @@ class PlacementResult:
     min_memory_needed_bytes: float = 0.0
     configurations: int = 0
     evaluated: int = 0
+    cut_off: bool = False
 
     @property
     def feasible(self) -> bool:
@@ -131,7 +132,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  sequence_parallel: bool | Sequence[bool] | None = None, zero: int | Sequence[int] | None = None,
                  flash_attention: bool = False, top_k: int = 1, mem: memory.MemoryConfig | None = None,
                  overlap_dp: bool = True, time_model: str = "sum", units: np.ndarray | None = None,
-                 prune: bool = True, progress: bool = False) -> PlacementResult:
+                 prune: bool = True, progress: bool = False, cutoff_s: float | None = None) -> PlacementResult:
     """The ``top_k`` best plans (one per configuration, best first) over the option space.
 
     Each option is a list of values to try (None: all — tp: the degrees dividing the
@@ -139,7 +140,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     per stage, virtual stages: :data:`DEFAULT_VIRTUAL`, sequence parallel: off/on, ZeRO
     0-3).  ``units`` passes precomputed :func:`cosearch.plan.unit_costs` for this chip
     (shape (tps, microbatches, sp options, fields)).  The best plan's step time equals
-    :func:`cosearch.plan.evaluate` of its spec (same formulas).
+    :func:`cosearch.plan.evaluate` of its spec (same formulas).  ``cutoff_s``: only plans
+    faster than this step time are wanted; if none is, the result has no plans and
+    ``cut_off`` set (the co-search's pruning inside a design).
     """
     from ._kernels import dp as kernel
     from .hardware import preset as chip_preset
@@ -182,12 +185,16 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
         from tqdm.auto import tqdm
         bar = tqdm(total=len(cfg), desc="plans", unit="cfg", leave=False)
     try:
+        cut = math.inf if cutoff_s is None else float(cutoff_s)
         res, _lb, evaluated = kernel.search(units, net, hw, cfg, model.num_layers, modes, top_k, prune=prune,
-                                            progress=bar.update if bar is not None else None)
+                                            progress=bar.update if bar is not None else None, cutoff=cut)
     finally:
         if bar is not None:
             bar.close()
-    fin = np.flatnonzero(np.isfinite(res))
+    fin = np.flatnonzero(np.isfinite(res) & (res <= (math.inf if cutoff_s is None else float(cutoff_s))))
+    if fin.size == 0 and cutoff_s is not None and math.isfinite(cutoff_s) and prune:
+        return PlacementResult((), reason=f"no plan is faster than the cutoff {float(cutoff_s):.6g} s",
+                               configurations=len(cfg), evaluated=int(evaluated), cut_off=True)
     if fin.size == 0:
         need = float(kernel.min_memory_needed(units, net, hw, cfg, model.num_layers, modes))
         hints = ["more chips"]

@@ -228,7 +228,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     d = design_array(designs.as_array() if single else designs)
     chips = [designs] if single else [Accelerator.from_array(r, efficiency=eff) for r in d]
-    nets = [cluster.net_array(c) for c in chips]
+    nets_all = np.array([cluster.net_array(c) for c in chips]).reshape(len(chips), -1)
+    # the network terms depend on a design only through its network row: price them once
+    # per distinct row (a space with one link speed has one)
+    nets, net_of = np.unique(nets_all, axis=0, return_inverse=True)
+    net_of = np.asarray(net_of).reshape(-1)
     if time_model not in ("sum", "ilp", "list"):
         raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp' or 'list'")
     c = model
@@ -249,21 +253,24 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     chip_s = {k: np.array([schedule.layer_time(g, ch, method=time_model).latency_s for ch in chips])
                               for k, g in gs.items()}
                 act_b = c.seq_len * mb * c.hidden * c.dtype_bytes
-                for di, net in enumerate(nets):
-                    u = out[di, ti, bi, si]
-                    u[F.U_LF], u[F.U_LB] = chip_s["layer", "fwd"][di], chip_s["layer", "bwd"][di]
-                    u[F.U_LATT] = attn[di]
-                    u[F.U_EF], u[F.U_EB] = chip_s["embedding", "fwd"][di], chip_s["embedding", "bwd"][di]
-                    u[F.U_HF], u[F.U_HB] = chip_s["head", "fwd"][di], chip_s["head", "bwd"][di]
-                    for part, (kf, kb) in (("layer", (F.U_LTPF, F.U_LTPB)), ("embedding", (F.U_ETPF, F.U_ETPB)),
-                                           ("head", (F.U_HTPF, F.U_HTPB))):
-                        u[kf] = _comm_s(gs[part, "fwd"], t, net)
-                        u[kb] = _comm_s(gs[part, "bwd"], t, net)
+                u = out[:, ti, bi, si]
+                u[:, F.U_LF], u[:, F.U_LB] = chip_s["layer", "fwd"], chip_s["layer", "bwd"]
+                u[:, F.U_LATT] = attn
+                u[:, F.U_EF], u[:, F.U_EB] = chip_s["embedding", "fwd"], chip_s["embedding", "bwd"]
+                u[:, F.U_HF], u[:, F.U_HB] = chip_s["head", "fwd"], chip_s["head", "bwd"]
+                comm = np.zeros((len(nets), 8))
+                for ni, net in enumerate(nets):
+                    for k, part in enumerate(("layer", "embedding", "head")):
+                        comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net)
+                        comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net)
                     # pipeline sends: Megatron scatters the activation over the tp ranks
                     # (each sends 1/tp) and all-gathers it inside the node after receipt
-                    u[F.U_P2P_BYTES] = act_b / t
-                    u[F.U_P2P_GATHER] = 0.0 if (sp or t == 1) else F.allgather_s(act_b, float(t), 1.0, net)
-                u = out[:, ti, bi, si]
+                    comm[ni, 6] = act_b / t
+                    comm[ni, 7] = 0.0 if (sp or t == 1) else F.allgather_s(act_b, float(t), 1.0, net)
+                per = comm[net_of]
+                for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
+                                       F.U_P2P_BYTES, F.U_P2P_GATHER)):
+                    u[:, f] = per[:, k]
                 u[:, F.U_ACT_NONE] = memory.layer_activation_bytes(c, t, mb, sp, "none", flash_attention)
                 u[:, F.U_ACT_SEL] = memory.layer_activation_bytes(c, t, mb, sp, "selective", flash_attention)
                 u[:, F.U_ACT_IN] = memory.layer_input_bytes(c, t, mb, sp)

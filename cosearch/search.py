@@ -50,17 +50,28 @@ MAX_POOL_RESTARTS = 3
 def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[int], cluster: Cluster,
                      global_batch: int, tps: Sequence[int], microbatches: Sequence[int],
                      units: np.ndarray, mem: memory.MemoryConfig, area_power: AreaPowerModel,
-                     time_model: str = "sum", plan_options: dict[str, Any] | None = None) -> list[DesignResult]:
+                     time_model: str = "sum", plan_options: dict[str, Any] | None = None,
+                     cutoff_s: float | None = None) -> list[DesignResult]:
     """Best plan of each design (a picklable task for any executor).  ``units``: the
-    designs' :func:`cosearch.plan.unit_costs` (designs, tps, microbatches, sp, fields)."""
+    designs' :func:`cosearch.plan.unit_costs` (designs, tps, microbatches, sp, fields).
+    ``cutoff_s`` (pruning on; ``math.inf`` to start without a bound): designs with no plan
+    faster than this step time (lowered as better ones are found) are left out of the
+    result — pruned, not infeasible.  None: every design is returned."""
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     out = []
     area = area_power.area_mm2(designs)
     power = area_power.power_w(designs)
+    pruning = cutoff_s is not None
+    cut = float(cutoff_s) if pruning else math.inf
     for k, row in enumerate(designs):
         chip = Accelerator.from_array(row, name=f"design{indices[k]}")
         res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
-                                     mem=mem, units=units[k], time_model=time_model, **opts)
+                                     mem=mem, units=units[k], time_model=time_model,
+                                     cutoff_s=cut if math.isfinite(cut) else None, **opts)
+        if res.cut_off:
+            continue
+        if res.plans and pruning:
+            cut = min(cut, res.plans[0].step_time_s)
         out.append(DesignResult(int(indices[k]), {f: float(v) for f, v in zip(DESIGN_FIELDS, row)},
                                 float(area[k]), float(power[k]), res.plans[0] if res.plans else None,
                                 res.reason, time_model))
@@ -178,10 +189,13 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 
     def task_args(idx):
         return (model, designs[idx], idx, cluster, global_batch, tps, mbs, units[idx], mem,
-                space.area_power, "sum", opts)
+                space.area_power, "sum", opts, best_step if prune else None)
 
-    def absorb(batch):
-        nonlocal best_step
+    def absorb(batch, submitted):
+        nonlocal best_step, pruned
+        pruned += len(submitted) - len(batch)        # designs no plan of which beat the cutoff
+        if bar is not None and len(submitted) > len(batch):
+            bar.update(len(submitted) - len(batch))
         for r in batch:
             rows.append(r)
             if r.plan is not None and r.plan.step_time_s < best_step:
@@ -209,7 +223,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
             for ch in chunks:
                 keep = select(ch)
                 if len(keep):
-                    absorb(evaluate_designs(*task_args(keep)))
+                    absorb(evaluate_designs(*task_args(keep)), keep)
         else:
             workers = max(1, getattr(pool, "_max_workers", os.cpu_count() or 2))
             pending: dict = {}
@@ -227,7 +241,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
                 broken = False
                 for fut in done:
                     try:
-                        absorb(fut.result())
+                        absorb(fut.result(), pending[fut])
                         pending.pop(fut)
                     except BrokenProcessPool:
                         broken = True

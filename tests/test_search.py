@@ -217,3 +217,14 @@ def test_fixed_megatron_says_why_not():
     assert p is None and "no fixed Megatron placement" in why
     p, why = baselines.fixed_megatron(models.preset("gpt3-175b"), hardware.TPUv4, hardware.Cluster(512), 1536)
     assert p is None and "1024 chips" in why
+
+
+def test_plan_search_cutoff_keeps_the_best_or_says_cut():
+    m = models.preset("gpt3-1.3b")
+    cl = hardware.Cluster(16)
+    full = placement.search_plans(m, hardware.TPUv4, cl, 32, **search.DEFAULT_PLAN_OPTIONS)
+    t = full.best.step_time_s
+    above = placement.search_plans(m, hardware.TPUv4, cl, 32, cutoff_s=t * 1.001, **search.DEFAULT_PLAN_OPTIONS)
+    assert above.best.step_time_s == t and above.best.spec == full.best.spec and above.evaluated <= full.evaluated
+    below = placement.search_plans(m, hardware.TPUv4, cl, 32, cutoff_s=t * 0.999, **search.DEFAULT_PLAN_OPTIONS)
+    assert below.cut_off and not below.plans and "cutoff" in below.reason

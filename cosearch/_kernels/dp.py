@@ -217,15 +217,17 @@ def _block(units, net, hw, cfg, order, start, stop, L, modes, res):
                              c[C_DP], c[C_TP], c[C_Z], modes, counts, rm)
 
 
-def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress=None):
+def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress=None, cutoff=INF):
     """Best step time of every configuration row of ``cfg`` (INF: infeasible or pruned),
-    visiting them in lower-bound order; returns (steps, lower bounds, evaluated count)."""
+    visiting them in lower-bound order; returns (steps, lower bounds, evaluated count).
+    ``cutoff``: configurations whose bound exceeds it are not evaluated (a caller that only
+    needs plans faster than ``cutoff`` seconds)."""
     n = cfg.shape[0]
     lb = lower_bounds(units, net, cfg, L)
     order = np.argsort(lb, kind="stable")
     res = np.full(n, INF)
     evaluated = 0
-    kth = INF
+    kth = cutoff
     start = 0
     while start < n:
         if prune and lb[order[start]] > kth:
@@ -241,7 +243,7 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
             progress(stop - start)
         fin = res[np.isfinite(res)]
         if fin.size >= top_k:
-            kth = np.partition(fin, top_k - 1)[top_k - 1]
+            kth = min(kth, np.partition(fin, top_k - 1)[top_k - 1])
         start = stop
     return res, lb, evaluated
 

@@ -1,0 +1,125 @@
+"""PHAZE's experiment (Wang et al., ICML 2024), re-run with cosearch's models.
+
+1,024 chips, global batch 4,096, PHAZE's six models at their sequence lengths, HBM
+scenarios of 32, 64 and 80 GiB per chip.  For each (model, HBM) it co-searches the space
+(PHAZE's by default), re-plans the best designs with ILP-scheduled layer times, and
+compares the winner against the TPUv4 chip (same HBM), the Spotlight-style chip, and
+PHAZE's fixed Megatron placement on the winning chip — all with the same time model.
+Rows are saved after each run; a re-run with the same file skips the rows it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ._json import dump_json, load_json
+
+__all__ = ["PHAZE_MODELS", "PHAZE_HBM_GIB", "PhazeRow", "phaze"]
+
+#: PHAZE's models (its ``scripts/``), by cosearch preset; each at its preset's sequence length
+#: (BERT-large 512, GPT2-XL 1,024, OPT-350m 2,048, Llama-2-7B 4,096, Megatron GPT2-8.3B 1,024,
+#: GPT-3 175B 2,048).
+PHAZE_MODELS = ("bert-large", "gpt2-xl", "opt-350m", "llama2-7b", "megatron-gpt2-8.3b", "gpt3-175b")
+PHAZE_HBM_GIB = (32, 64, 80)
+
+
+@dataclass(frozen=True)
+class PhazeRow:
+    """One (model, HBM) run: the winner, its plan and its gains over the baselines
+    (0.0 where a baseline has no feasible plan)."""
+
+    model: str
+    hbm_gib: float
+    designs: int
+    evaluated: int
+    best_design: str
+    area_mm2: float
+    plan: str
+    tokens_per_s: float
+    mfu: float
+    time_model: str
+    gain_over_tpuv4: float
+    gain_over_spotlight: float
+    gain_over_megatron: float
+    seconds: float
+    note: str = ""
+
+    def line(self) -> str:
+        def g(x):
+            return f"{x:6.3f}x" if x > 0 else "    n/a"
+        return (f"{self.model:<20} {self.hbm_gib:>4g} {self.best_design:<34} {self.tokens_per_s:>12,.0f} "
+                f"{self.mfu:>6.1%} {g(self.gain_over_tpuv4)} {g(self.gain_over_spotlight)} "
+                f"{g(self.gain_over_megatron)} {self.seconds:>7.0f}  {self.plan}")
+
+
+HEADER = (f"{'model':<20} {'HBM':>4} {'best design':<34} {'tokens/s':>12} {'MFU':>6} {'/TPUv4':>7} "
+          f"{'/Spotl.':>7} {'/Megat.':>7} {'seconds':>7}  plan")
+
+
+def _describe(d: dict[str, float]) -> str:
+    return (f"{int(d['tensor_cores'])}x{int(d['systolic_rows'])}x{int(d['systolic_cols'])} TC, "
+            f"{int(d['vector_units'])} VC, {d['l2_bytes'] / 2**20:g} MiB")
+
+
+def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, global_batch: int = 4096,
+          space: str = "phaze", refine_top: int = 3, out: str | os.PathLike | None = None,
+          progress: bool = True, executor=None, echo=print) -> list[PhazeRow]:
+    """Run PHAZE's experiment; see the module docstring.  ``space``: ``"phaze"`` or
+    ``"default"``.  ``out``: a JSON file the rows are saved to after every run (and read
+    back from, to skip finished rows).  ``echo``: called with each finished row's line."""
+    from .hardware import SearchSpace
+    from .models import preset
+    from .search import cosearch
+    if space not in ("phaze", "default"):
+        raise ValueError(f"space must be 'phaze' or 'default', got {space!r}")
+    ms = [preset(m) for m in models]
+    rows: list[PhazeRow] = []
+    if out is not None and os.path.isfile(out):
+        rows = [PhazeRow(**r) for r in load_json(out)["rows"]]
+    done = {(r.model, float(r.hbm_gib)) for r in rows}
+    for m in ms:
+        for gib in hbm_gibs:
+            if (m.name, float(gib)) in done:
+                continue
+            sp = getattr(SearchSpace, space)(gib)
+            t0 = time.perf_counter()
+            res = cosearch(m, sp, chips, global_batch, executor, refine_top=refine_top, baselines=True,
+                           progress=progress)
+            dt = time.perf_counter() - t0
+            if res.interrupted:
+                raise KeyboardInterrupt
+            if not res.feasible:
+                reason = next((r.reason for r in res.rows if r.reason), "no design has a feasible plan")
+                row = PhazeRow(m.name, float(gib), res.total_designs, len(res.rows), "-", 0.0, "-", 0.0, 0.0,
+                               "-", 0.0, 0.0, 0.0, dt, reason)
+            else:
+                b = res.best
+                base = {k: v.get("tokens_per_s", 0.0) for k, v in res.baselines.items()}
+                g = [b.tokens_per_s / base[k] if base.get(k) else 0.0 for k in ("TPUv4", "Spotlight", "Megatron-fixed")]
+                row = PhazeRow(m.name, float(gib), res.total_designs, len(res.rows), _describe(b.design),
+                               b.area_mm2, b.plan.spec.describe(), b.tokens_per_s, b.plan.mfu, b.time_model,
+                               g[0], g[1], g[2], dt,
+                               "; ".join(f"{k}: {v.get('reason', '')}" for k, v in res.baselines.items()
+                                         if not v.get("tokens_per_s")))
+            rows.append(row)
+            if out is not None:
+                dump_json({"experiment": "phaze", "chips": chips, "global_batch": global_batch, "space": space,
+                           "rows": [asdict(r) for r in rows]}, out)
+            if echo is not None:
+                echo(row.line())
+    return rows
+
+
+def table(rows: list[PhazeRow]) -> str:
+    return "\n".join([HEADER] + [r.line() for r in rows])
+
+
+def load(path: str | os.PathLike) -> list[PhazeRow]:
+    d: Any = load_json(path)
+    try:
+        return [PhazeRow(**r) for r in d["rows"]]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a PHAZE reproduction file ({exc})") from None

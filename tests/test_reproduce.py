@@ -1,0 +1,30 @@
+import pytest
+
+from cosearch import reproduce, search
+
+
+def test_phaze_rows_saved_and_skipped_on_rerun(tmp_path, monkeypatch):
+    out = tmp_path / "phaze.json"
+    lines = []
+    rows = reproduce.phaze(["opt-350m"], [32], chips=64, global_batch=128, space="default", refine_top=1,
+                           out=out, progress=False, executor="serial", echo=lines.append)
+    assert len(rows) == 1 and out.exists() and len(lines) == 1
+    r = rows[0]
+    assert r.model == "opt-350m" and r.hbm_gib == 32 and r.tokens_per_s > 0
+    # the same-HBM TPUv4 is in the default space: the co-search can at best tie it
+    assert r.gain_over_tpuv4 >= 1 - 1e-9 and r.gain_over_spotlight >= 1 - 1e-9
+    assert r.gain_over_megatron == 0.0 and "Megatron-fixed" in r.note   # PHAZE's placement needs 1,020 chips
+    assert reproduce.load(out) == rows
+
+    def boom(*a, **k):
+        raise AssertionError("a finished row was run again")
+    monkeypatch.setattr(search, "cosearch", boom)
+    again = reproduce.phaze(["opt-350m"], [32], chips=64, global_batch=128, space="default", out=out,
+                            progress=False, echo=None)
+    assert again == rows
+    assert "opt-350m" in reproduce.table(again)
+
+
+def test_bad_space():
+    with pytest.raises(ValueError, match="space"):
+        reproduce.phaze(["opt-350m"], [32], space="mine", progress=False)
