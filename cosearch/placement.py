@@ -12,6 +12,7 @@ plan's step time equals ``evaluate`` of its spec.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,8 +96,20 @@ def _modes(recompute) -> np.ndarray:
 
 
 def configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros) -> np.ndarray:
-    """The configuration table (rows of :data:`cosearch._kernels.dp.CFG_FIELDS`)."""
-    L = model.num_layers
+    """The configuration table (rows of :data:`cosearch._kernels.dp.CFG_FIELDS`); the same
+    for every chip, so cached (a read-only array)."""
+    return _configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
+                           tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros))
+
+
+@functools.lru_cache(maxsize=64)
+def _configurations(L: int, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros) -> np.ndarray:
+    out = _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros)
+    out.setflags(write=False)
+    return out
+
+
+def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros) -> np.ndarray:
     rows = []
     dps_all = divisors(global_batch)
     for ti, t in enumerate(tps):

@@ -78,6 +78,28 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
     return out
 
 
+def equivalent_designs(designs: np.ndarray, units: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
+    """Group designs the plan search cannot tell apart: the same unit costs (every priced
+    time, byte and parameter count) and the same HBM capacity, HBM bandwidth and link
+    bandwidth — the only other things it reads of a chip.  Returns (group of each design,
+    members of each group, lowest index first)."""
+    import hashlib
+    cols = [DESIGN_FIELDS.index(f) for f in ("hbm_bytes", "hbm_bandwidth_Bps", "link_bandwidth_Bps")]
+    seen: dict[bytes, int] = {}
+    group = np.empty(len(designs), dtype=np.int64)
+    members: list[list[int]] = []
+    for i in range(len(designs)):
+        h = hashlib.blake2b(np.ascontiguousarray(units[i]).tobytes(), digest_size=16)
+        h.update(np.ascontiguousarray(designs[i, cols]).tobytes())
+        k = h.digest()
+        if k not in seen:
+            seen[k] = len(members)
+            members.append([])
+        group[i] = seen[k]
+        members[seen[k]].append(i)
+    return group, members
+
+
 def _step_lower_bound(units: np.ndarray, model: ModelConfig, tps, mbs, global_batch, chips) -> np.ndarray:
     """Per design: min over (tp, mb) of (B / mb) * tp * (per-microbatch work) / chips."""
     total = F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers).min(axis=-1)  # (D, T, B)
@@ -155,7 +177,12 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     units = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps,
                                 bool(opts.get("flash_attention", False)))
     lb = _step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips)
-    order = np.argsort(lb, kind="stable")
+    group, members = equivalent_designs(designs, units)
+    reps = np.array(sorted({m[0] for m in members}), dtype=np.int64)
+    order = reps[np.argsort(lb[reps], kind="stable")]
+    size = np.array([len(members[group[i]]) for i in range(len(designs))])
+    area_all = space.area_power.area_mm2(designs)
+    power_all = space.area_power.power_w(designs)
     meta = {"tps": list(tps), "microbatches": list(mbs), "time_model": "sum", "cluster": cluster.to_dict(),
             "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
             "area_budget_mm2": space.area_budget_mm2, "power_budget_w": space.power_budget_w, "refined": []}
@@ -171,8 +198,12 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
             raise ValueError(f"{resume}: it was made with other settings ({old.model}, {old.chips} chips, batch "
                              f"{old.global_batch}, {old.total_designs} designs); resume with the same ones")
         rows = [r for r in old.rows if r.time_model == "sum"]
+        have = {r.index for r in rows}
+        # a group of equivalent designs counts as done only whole; pruned designs are
+        # looked at again (and counted again)
+        whole = {int(group[i]) for i in have if all(m in have for m in members[group[i]])}
+        rows = [r for r in rows if int(group[r.index]) in whole]
         done_idx = {r.index for r in rows}
-        pruned = old.pruned
     interrupted = False
     stopped_by: BaseException | None = None
     best_step = min((r.plan.step_time_s for r in rows if r.plan is not None), default=math.inf)
@@ -193,15 +224,20 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 
     def absorb(batch, submitted):
         nonlocal best_step, pruned
-        pruned += len(submitted) - len(batch)        # designs no plan of which beat the cutoff
-        if bar is not None and len(submitted) > len(batch):
-            bar.update(len(submitted) - len(batch))
+        got = {r.index for r in batch}
+        cut = int(sum(size[i] for i in submitted if i not in got))   # no plan of theirs beat the cutoff
+        pruned += cut
+        if bar is not None and cut:
+            bar.update(cut)
         for r in batch:
-            rows.append(r)
+            for m in members[group[r.index]]:          # the design and those equivalent to it
+                rows.append(r if m == r.index else DesignResult(
+                    int(m), {f: float(v) for f, v in zip(DESIGN_FIELDS, designs[m])}, float(area_all[m]),
+                    float(power_all[m]), r.plan, r.reason, r.time_model))
             if r.plan is not None and r.plan.step_time_s < best_step:
                 best_step = r.plan.step_time_s
         if bar is not None:
-            bar.update(len(batch))
+            bar.update(int(sum(size[r.index] for r in batch)))
             if best_step < math.inf:
                 bar.set_postfix(best_tok_s=f"{global_batch * model.seq_len / best_step:,.0f}")
         if checkpoint is not None and time.monotonic() - last_save[0] >= checkpoint_every_s:
@@ -212,9 +248,10 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         nonlocal pruned
         ch = ch[[i not in done_idx for i in ch]] if done_idx else ch
         keep = ch[lb[ch] <= best_step] if prune else ch
-        pruned += len(ch) - len(keep)
-        if bar is not None and len(ch) > len(keep):
-            bar.update(len(ch) - len(keep))
+        dropped = int(size[ch].sum() - size[keep].sum())
+        pruned += dropped
+        if bar is not None and dropped:
+            bar.update(dropped)
         return keep
 
     try:

@@ -87,7 +87,7 @@ def test_dead_worker_is_replaced_and_nothing_is_lost():
     res = {}
 
     def run():
-        res["r"] = search.cosearch("bert-large", None, 16, 64, None, refine_top=0, prune=False, chunk_size=8)
+        res["r"] = search.cosearch("bert-large", None, 16, 64, None, refine_top=0, prune=False, chunk_size=1)
     t = threading.Thread(target=run)
     t.start()
     killed = False
@@ -95,7 +95,7 @@ def test_dead_worker_is_replaced_and_nothing_is_lost():
     while not killed and time.time() < deadline and t.is_alive():
         kids = [k for k in _children(os.getpid()) if "spawn_main" in open(f"/proc/{k}/cmdline").read()]
         if len(kids) >= 2:
-            time.sleep(2.0)               # let it get going
+            time.sleep(0.5)               # let it get going (the whole sweep takes a few seconds)
             os.kill(kids[0], signal.SIGKILL)
             killed = True
         time.sleep(0.05)

@@ -228,3 +228,23 @@ def test_plan_search_cutoff_keeps_the_best_or_says_cut():
     assert above.best.step_time_s == t and above.best.spec == full.best.spec and above.evaluated <= full.evaluated
     below = placement.search_plans(m, hardware.TPUv4, cl, 32, cutoff_s=t * 0.999, **search.DEFAULT_PLAN_OPTIONS)
     assert below.cut_off and not below.plans and "cutoff" in below.reason
+
+
+def test_equivalent_designs_have_the_same_plan_and_rows_match_a_per_design_search():
+    """Designs grouped as equivalent (same unit costs, HBM and links) are evaluated once; every
+    design's row must still equal its own plan search."""
+    m = models.preset("gpt3-1.3b")
+    sp = small_space(vector_units=(2, 4), l2_bytes=(32 * MiB, 64 * MiB))
+    cl = hardware.Cluster(16)
+    res = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=False)
+    from cosearch.plan import unit_costs
+    designs = sp.arrays()
+    tps, mbs = placement.default_tps(m, 16), placement.divisors(32)
+    group, members = search.equivalent_designs(designs, unit_costs(m, designs, cl, tps, mbs, (False,)))
+    assert len(members) < len(designs)           # vector units / L2 that change nothing are shared
+    by_index = {r.index: r for r in res.rows}
+    assert sorted(by_index) == list(range(len(designs)))
+    for row in designs[::3]:
+        i = int(np.flatnonzero((designs == row).all(axis=1))[0])
+        r = placement.search_plans(m, hardware.Accelerator.from_array(row), cl, 32, **search.DEFAULT_PLAN_OPTIONS)
+        assert by_index[i].tokens_per_s == pytest.approx(r.best.tokens_per_s if r.feasible else 0.0, rel=1e-12)
