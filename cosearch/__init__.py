@@ -5,7 +5,7 @@ Co-search pipeline (PHAZE-style)::
 
     import cosearch as cs
     model = cs.models.preset("gpt3-175b")
-    space = cs.SearchSpace()                       # accelerator grid under the TPUv4 area/power
+    space = cs.SearchSpace.phaze(hbm_gib=32)       # PHAZE's space; HBM is the run's scenario
     res = cs.cosearch(model, space, cs.Cluster(1024), global_batch=1536)
     print(res.table())
 
@@ -19,7 +19,11 @@ Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op tim
 Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Training plans: :class:`PlanSpec`,
 :func:`evaluate` (one fixed plan -> :class:`Plan` with time breakdown and memory per stage),
 :func:`search_plans` (exact search over dp/tp/pp/microbatch/recompute/virtual/SP/ZeRO ->
-:class:`PlacementResult`).  Search: :func:`cosearch`, :func:`compare`, :class:`Results`.
+:class:`PlacementResult`).  Search: :func:`cosearch` (one model, or several: PHAZE's
+cross-model mode, :mod:`multimodel`), :func:`compare`, :class:`Results` (:mod:`results`; tables
+and plots in :mod:`report`); ``SearchSpace.phaze()`` is PHAZE's architecture space and
+:mod:`reproduce` re-runs PHAZE's experiment; :mod:`baselines` holds TPUv4, Spotlight-style and
+PHAZE's fixed Megatron placement.
 Federated learning: :mod:`cosearch.fl`.
 
 ``torch``, ``cvxpy`` and ``numba`` are imported only when first needed, so
@@ -56,6 +60,7 @@ _LAZY = {
     "plan": ("plan", None),
     "cosearch": ("search", "cosearch"), "Results": ("results", "Results"),
     "compare": ("search", "compare"), "results": ("results", None), "report": ("report", None),
+    "multimodel": ("multimodel", None), "reproduce": ("reproduce", None), "cosearch_models": ("multimodel", "cosearch_models"),
     "schedule": ("schedule", None), "placement": ("placement", None), "memory": ("memory", None),
     "comm": ("comm", None), "search": ("search", None), "baselines": ("baselines", None),
     "cost": ("cost", None), "fl": ("fl", None), "cli": ("cli", None),

@@ -250,11 +250,42 @@ DEFAULT_PLAN_OPTIONS: dict[str, Any] = {"virtual_stages": (1,), "sequence_parall
 
 
 def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
-             mem: memory.MemoryConfig, plan: Plan, opts: dict[str, Any] | None = None) -> Plan | None:
-    """Best plan with ILP-scheduled layer times at ``plan``'s tp, microbatch and
-    sequence-parallel choice."""
+             mem: memory.MemoryConfig, plan: Plan | None = None, opts: dict[str, Any] | None = None, *,
+             tps: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
+             cutoff_s: float = math.inf, units_bound: np.ndarray | None = None) -> Plan | None:
+    """The best plan with ILP-scheduled layer times over every (tp, microbatch, sequence
+    parallel) choice — exact, without solving the ILP for every choice: each choice's best
+    step under :func:`cosearch.schedule.layer_bounds` layer times (a valid lower bound, the
+    stage formula being monotone in them) is computed first, and choices are scheduled in
+    that order until the next bound cannot beat the best ILP plan found.  ``cutoff_s``: only
+    plans faster than it are wanted (None returned if there is none).  ``plan``: ignored
+    (kept for callers that passed the screened plan).  ``units_bound``: precomputed bound
+    unit costs of this chip (tps, microbatches, sp, fields)."""
     opts = dict(DEFAULT_PLAN_OPTIONS if opts is None else opts)
-    opts["sequence_parallel"] = (plan.spec.sequence_parallel,)
-    r = search_plans(model, chip, cluster, global_batch, tps=(plan.tp,), microbatches=(plan.microbatch,),
-                               mem=mem, time_model="ilp", **opts)
-    return r.plans[0] if r.plans else None
+    tps = tuple(tps) if tps is not None else tuple(default_tps(model, cluster.num_chips))
+    mbs = tuple(microbatches) if microbatches is not None else tuple(divisors(global_batch))
+    sps = _bools("sequence_parallel", opts.pop("sequence_parallel", None), (False, True))
+    flash = bool(opts.get("flash_attention", False))
+    ub = units_bound if units_bound is not None else unit_costs(model, chip, cluster, tps, mbs, sps, flash,
+                                                                time_model="bound")[0]
+    pairs = []
+    for ti, t in enumerate(tps):
+        for bi, mb in enumerate(mbs):
+            for si, sp in enumerate(sps):
+                if sp and t == 1:
+                    continue
+                r = search_plans(model, chip, cluster, global_batch, tps=(t,), microbatches=(mb,),
+                                 sequence_parallel=(sp,), mem=mem, units=ub[ti:ti + 1, bi:bi + 1, si:si + 1],
+                                 cutoff_s=cutoff_s if math.isfinite(cutoff_s) else None, **opts)
+                if r.plans:
+                    pairs.append((r.plans[0].step_time_s, t, mb, sp))
+    best: Plan | None = None
+    best_s = cutoff_s
+    for lb_s, t, mb, sp in sorted(pairs, key=lambda x: x[0]):
+        if lb_s > best_s:
+            break
+        r = search_plans(model, chip, cluster, global_batch, tps=(t,), microbatches=(mb,), sequence_parallel=(sp,),
+                         mem=mem, time_model="ilp", cutoff_s=best_s if math.isfinite(best_s) else None, **opts)
+        if r.plans and r.plans[0].step_time_s <= best_s:
+            best, best_s = r.plans[0], r.plans[0].step_time_s
+    return best

@@ -219,8 +219,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     array of per-unit seconds, bytes and parameters.
 
     ``designs``: an Accelerator (its own kernel efficiency) or a design array (``efficiency``,
-    default ideal).  ``time_model``: ``"sum"`` (ops one after another, as a GPU runs them) or
-    ``"ilp"``/``"list"`` (per-layer schedule on the chip's units, :mod:`cosearch.schedule`).
+    default ideal).  ``time_model``: ``"sum"`` (ops one after another, as a GPU runs them),
+    ``"ilp"``/``"list"`` (per-layer schedule on the chip's units, :mod:`cosearch.schedule`) or
+    ``"bound"`` (a valid lower bound on the ILP's layer times, vectorised over designs:
+    :func:`cosearch.schedule.layer_bounds`).
     """
     from . import cost
     from .hardware import IDEAL
@@ -233,8 +235,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # per distinct row (a space with one link speed has one)
     nets, net_of = np.unique(nets_all, axis=0, return_inverse=True)
     net_of = np.asarray(net_of).reshape(-1)
-    if time_model not in ("sum", "ilp", "list"):
-        raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp' or 'list'")
+    if time_model not in ("sum", "ilp", "list", "bound"):
+        raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp', 'list' or 'bound'")
     c = model
     out = np.zeros((len(d), len(tps), len(microbatches), len(sequence_parallel), F.NU))
     norms = 2 * c.norm_params()
@@ -248,6 +250,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 attn = layer_fwd[:, core].sum(axis=1)
                 if time_model == "sum":
                     chip_s = {k: cost.price(g, d, efficiency=eff).sum(axis=1) for k, g in gs.items()}
+                elif time_model == "bound":
+                    from . import schedule
+                    chip_s = {k: schedule.layer_bounds(g, d, eff) for k, g in gs.items()}
                 else:
                     from . import schedule
                     chip_s = {k: np.array([schedule.layer_time(g, ch, method=time_model).latency_s for ch in chips])

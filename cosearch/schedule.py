@@ -60,11 +60,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import cost
-from .graph import KIND_NETWORK, KIND_TENSOR, LayerGraph
+from .graph import KIND_ATTENTION, KIND_NETWORK, KIND_TENSOR, LayerGraph
 from .hardware import Accelerator
 
 __all__ = ["ScheduleResult", "Problem", "layer_time", "list_schedule", "lower_bound", "solve_ilp",
-           "make_problem", "cache_info", "clear_cache", "SLOTS", "is_chain", "max_antichain"]
+           "make_problem", "cache_info", "clear_cache", "SLOTS", "is_chain", "max_antichain", "layer_bounds"]
 
 #: The legacy six-mode layout (two halves per unit), the default of a hand-built
 #: :class:`Problem`: slots 0-1 are the tensor cores' halves, 2-3 the vector units'.
@@ -222,7 +222,7 @@ def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: boo
     reach = _reach(preds, names)
     related = reach | reach.T
     concurrent = bool(n > 1 and (~related[~np.eye(n, dtype=bool)]).any())
-    is_tensor = kept[:, 0] == KIND_TENSOR
+    is_tensor = np.isin(kept[:, 0], (KIND_TENSOR, KIND_ATTENTION))     # GEMMs and attention matmuls
     on_unit = {"tensor": is_tensor, "vector": (~is_tensor) | allow_gemm_on_vector}
     cores = {"tensor": chip.tensor_cores, "vector": chip.vector_units}
     # one core of N pays only where it beats linear scaling: N such ops side by side, each
@@ -329,6 +329,46 @@ def lower_bound(p: Problem) -> float:
                         np.inf).min(axis=1)
         best = max(best, area.sum() / len(members))
     return float(best)
+
+
+def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
+    """A lower bound on the ILP makespan of ``layer`` for every row of a design array, in one
+    vectorised pass (the co-search's valid bound for pruning under the ILP time model):
+    the larger of the critical path with each op's fastest mode (all cores, or one core
+    with the whole bandwidth) and, per unit, the least core-time its ops need, ``min(t_all,
+    t_one / N)`` each, over the unit.  Every mode :func:`make_problem` offers is one of those,
+    and a unit's ``W <= N`` slots can host at most ``N`` one-core ops at once, so the ILP
+    (with GEMMs on the tensor cores) can never be faster."""
+    from .hardware import DESIGN_FIELDS
+    d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
+    ops = layer.arrays()
+    keep = [i for i in range(len(layer)) if ops[i, 0] != KIND_NETWORK]
+    if not keep:
+        return np.zeros(len(d))
+    kept = ops[keep]
+    ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
+    one = d.copy()
+    one[:, ti] = 1.0
+    one[:, vi] = 1.0
+    t_all = cost.price(kept, d, 1.0, efficiency=efficiency)
+    t_one = cost.price(kept, one, 1.0, efficiency=efficiency)
+    is_tensor = np.isin(kept[:, 0], (KIND_TENSOR, KIND_ATTENTION))
+    fastest = np.minimum(t_all, t_one)
+    new_index = {old: new for new, old in enumerate(keep)}
+
+    def preds_of(i: int) -> set[int]:
+        out: set[int] = set()
+        for dep in layer.ops[i].deps:
+            out |= {new_index[dep]} if dep in new_index else preds_of(dep)
+        return out
+    preds = [tuple(sorted(preds_of(old))) for old in keep]
+    finish = np.zeros_like(fastest)
+    for i in _topo_order(preds, [layer.ops[k].name for k in keep]):
+        start = np.max(finish[:, list(preds[i])], axis=1) if preds[i] else 0.0
+        finish[:, i] = start + fastest[:, i]
+    area_t = np.minimum(t_all, t_one / d[:, [ti]])[:, is_tensor].sum(axis=1)
+    area_v = np.minimum(t_all, t_one / d[:, [vi]])[:, ~is_tensor].sum(axis=1)
+    return np.maximum(finish.max(axis=1), np.maximum(area_t, area_v))
 
 
 def is_chain(p: Problem) -> bool:

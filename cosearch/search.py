@@ -8,9 +8,11 @@ then finds each design's best plan over the plan options given (``plan_options``
 Designs are visited in order of a throughput upper bound and skipped once the bound
 cannot beat the best plan found (pruning): any plan's step time is at least
 ``(B / mb) * tp * sum_u t_u(tp, mb) / chips`` (all chip-seconds of a step spread
-perfectly over every chip), minimised over (tp, mb).  Finally the top ``refine_top``
-designs are re-planned with ILP-scheduled layer times (:func:`cosearch.schedule.layer_time`,
-cached) for the (tp, microbatch) pairs of their best plans, and the results re-ranked.
+perfectly over every chip), minimised over (tp, mb).  Designs the plan search cannot tell
+apart (:func:`equivalent_designs`) are evaluated once.  Finally the top ``refine_top`` are
+ranked exactly under ILP-scheduled layer times (:func:`cosearch.schedule.layer_time`,
+cached): designs are re-planned in order of a valid bound on their ILP throughput until
+none left could enter the top ``refine_top`` (see :func:`_refine`).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     ``"serial"`` to run in-process, or None for a local process pool over the cores.  A
     ``ProcessPoolExecutor`` of your own should use the ``spawn`` (or ``forkserver``) start
     method: numba's OpenMP threads make ``fork`` unsafe.
-    ``refine_top``: re-plan this many best designs with ILP-scheduled layer times (0: off).
+    ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times (0: off).
     ``baselines``: also run the TPUv4 and Spotlight-style baselines and PHAZE's fixed Megatron
     placement on the best chip found (``Results.baselines``).
     ``plan_options``: keyword options of :func:`cosearch.placement.search_plans` for every
@@ -306,7 +308,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     res.stopped_by = stopped_by
     try:
         if refine_top and not interrupted and res.feasible:
-            _refine(res, model, cluster, global_batch, mem, refine_top, opts)
+            _refine(res, model, cluster, global_batch, mem, refine_top, opts, designs, group, members, tps, mbs,
+                    area_all, power_all, progress)
         if baselines and not interrupted:
             from . import baselines as bl
             res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
@@ -318,16 +321,53 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 
 
 def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: int,
-            mem: memory.MemoryConfig, top: int, opts: dict[str, Any]) -> None:
-    """Re-plan the best designs with ILP layer times on their best plans' (tp, mb)."""
-    ranked = sorted(res.feasible, key=lambda r: -r.tokens_per_s)[:top]
-    by_index = {r.index: i for i, r in enumerate(res.rows)}
-    for r in ranked:
-        new = ilp_plan(model, r.accelerator(), cluster, global_batch, mem, r.plan, opts)
-        if new is not None:
-            res.rows[by_index[r.index]] = DesignResult(r.index, r.design, r.area_mm2, r.power_w, new,
-                                                       "", "ilp")
-            res.meta["refined"].append(r.index)
+            mem: memory.MemoryConfig, top: int, opts: dict[str, Any], designs: np.ndarray,
+            group: np.ndarray, members: list[list[int]], tps, mbs, area: np.ndarray, power: np.ndarray,
+            progress: bool = False) -> None:
+    """Exact top-``top`` under ILP layer times.  Every design's ILP throughput is at most
+    ``tokens / lb`` with ``lb`` the perfect-spread step bound on
+    :func:`cosearch.schedule.layer_bounds` layer times; groups of equivalent designs are
+    re-planned exactly (:func:`cosearch.placement.ilp_plan`) in order of that bound until
+    the ``top``-th best ILP step time is no slower than the next group's bound — so no
+    design left unscheduled could enter the top ``top``.  Re-planned designs' rows become
+    ILP rows (designs the sweep had pruned gain a row)."""
+    sps = tuple(opts.get("sequence_parallel", (False,)))
+    ub = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
+                             time_model="bound")
+    lb = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
+    reps = sorted({m[0] for m in members}, key=lambda g: (lb[g], g))
+    steps: list[float] = []
+    by_index = {r.index: k for k, r in enumerate(res.rows)}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(desc="ILP ranking", unit="design", leave=False)
+    try:
+        for rep in reps:
+            kth = sorted(steps)[top - 1] if len(steps) >= top else math.inf
+            if lb[rep] > kth:
+                break
+            chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
+            new = ilp_plan(model, chip, cluster, global_batch, mem, None, opts, tps=tps, microbatches=mbs,
+                           cutoff_s=kth, units_bound=ub[rep])
+            if bar is not None:
+                bar.update(1)
+            if new is None:
+                continue
+            steps.append(new.step_time_s)
+            for m in members[group[rep]]:
+                row = DesignResult(int(m), {f: float(v) for f, v in zip(DESIGN_FIELDS, designs[m])},
+                                   float(area[m]), float(power[m]), new, "", "ilp")
+                if m in by_index:
+                    res.rows[by_index[m]] = row
+                else:
+                    by_index[m] = len(res.rows)
+                    res.rows.append(row)
+                    res.pruned -= 1
+                res.meta["refined"].append(int(m))
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster: Cluster | int = 1024,
