@@ -88,6 +88,13 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times (0: none)")
     p.add_argument("--serial", action="store_true", help="run in-process instead of a process pool")
     p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated")
+    p.add_argument("--tps", help="tensor-parallel degrees to try, comma-separated (default: those dividing the heads)")
+    p.add_argument("--microbatches", help="microbatch sizes to try, comma-separated (default: divisors of --batch)")
+    p.add_argument("--time-model", choices=["ilp", "sum"], default="ilp",
+                   help="ilp: rank the best --refine-top designs exactly on ILP-scheduled layer times; "
+                        "sum: serial layer times only")
+    p.add_argument("--ilp-designs", type=_positive, default=64,
+                   help="most designs the exact ILP ranking re-plans (the table says if the top was proven)")
     p.add_argument("--objective", choices=["geomean", "mean"], default="geomean",
                    help="with several --model names (a,b,c): rank designs by this mean of their throughputs")
     p.add_argument("--space", default="default",
@@ -117,7 +124,11 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
         return cosearch(ms, _space_from_args(a), a.chips, a.batch, prune=not a.no_prune, progress=True,
                         plan_options=opts, objective=a.objective)
     return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch, "serial" if a.serial else None,
-                    prune=not a.no_prune, refine_top=a.refine_top, progress=True, baselines=baselines,
+                    tps=_int_list(a.tps, "tps") if a.tps else None,
+                    microbatches=_int_list(a.microbatches, "microbatches") if a.microbatches else None,
+                    prune=not a.no_prune, refine_top=a.refine_top if a.time_model == "ilp" else 0,
+                    ilp_designs=a.ilp_designs,
+                    progress=True, baselines=baselines,
                     plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),
                     resume=_resume_file(resume, out))
 

@@ -51,6 +51,12 @@ def table(res: Results, top: int = 10) -> str:
     hdr = f"{'rank':>4} {'design':>7} {'n':>4} {'cores':>5} {'array':>9} {'vec':>5} {'L1 MiB':>7} " \
           f"{'L2 MiB':>7} {'HBM GiB':>7} {'TB/s':>5} {'area':>6} {'W':>6} {'tok/s':>10} {'chips':>6} " \
           f"{'MFU':>6} {'time':>4}  plan"
+    ir = res.meta.get("ilp_ranking")
+    if ir:
+        lines.append(f"ILP ranking: top {ir['top']} proven exact after re-planning {ir['scheduled']} designs"
+                     if ir["proven"] else
+                     f"ILP ranking NOT proven: {ir['scheduled']} designs re-planned, {ir['open']} more could still "
+                     f"enter the top {ir['top']} by their bound (raise --ilp-designs)")
     shown = None
     for tm, title in TIME_MODEL_TITLES:
         rows = [r for r in res.feasible if r.time_model == tm]
@@ -76,25 +82,36 @@ def table(res: Results, top: int = 10) -> str:
 
 
 def plot(res: Results, path: str | os.PathLike | None = None, against: str = "area"):
-    """Throughput vs area (or power) of every design, Pareto front and baselines marked.
-    Needs matplotlib (``pip install cosearch[plot]``)."""
+    """Left: throughput vs area (or power) of every design — ILP-ranked and screened rows
+    marked apart —, the Pareto front of the ILP-ranked rows (the screened ones if there are
+    none) and the baselines.  Right: the winner's step-time breakdown.  Needs matplotlib
+    (``pip install cosearch[plot]``)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover
         raise ImportError("Results.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
+    from .results import pareto_front
     f = res.feasible
     key = "area_mm2" if against == "area" else "power_w"
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.scatter([getattr(r, key) for r in f], [r.tokens_per_s for r in f], s=8, alpha=0.4,
-               label="designs")
-    front = res.pareto(against)
-    ax.plot([getattr(r, key) for r in front], [r.tokens_per_s for r in front], "k-", lw=1,
-            label="Pareto front")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    for tm, colour, label in (("sum", "0.6", "screened (serial layers)"), ("ilp", "C0", "ILP-ranked")):
+        rows = [r for r in f if r.time_model == tm]
+        if rows:
+            ax.scatter([getattr(r, key) for r in rows], [r.tokens_per_s for r in rows], s=8, alpha=0.5,
+                       c=colour, label=label)
+    ranked = [r for r in f if r.time_model == "ilp"] or f
+    front = [ranked[i] for i in pareto_front([getattr(r, key) for r in ranked], [r.tokens_per_s for r in ranked])]
+    ax.plot([getattr(r, key) for r in front], [r.tokens_per_s for r in front], "k-", lw=1, label="Pareto front")
     if f:
         b = res.best
         ax.scatter([getattr(b, key)], [b.tokens_per_s], marker="*", s=200, c="red", label="co-search best")
+        items = [(k[:-2].replace("_", " "), v) for k, v in b.plan.breakdown.items()]
+        bx.barh([k for k, _ in items], [v for _, v in items], color="C1")
+        bx.invert_yaxis()
+        bx.set_xlabel("seconds per step")
+        bx.set_title(f"best design {b.index}: {b.plan.spec.describe()[:40]}", fontsize=8)
     for (name, base), mk in zip(res.baselines.items(), ("s", "^", "D")):
         if base.get("tokens_per_s"):
             ax.scatter([base.get(key, np.nan)], [base["tokens_per_s"]], marker=mk, s=80, label=name)

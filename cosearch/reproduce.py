@@ -102,8 +102,8 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
                 row = PhazeRow(m.name, float(gib), res.total_designs, len(res.rows), _describe(b.design),
                                b.area_mm2, b.plan.spec.describe(), b.tokens_per_s, b.plan.mfu, b.time_model,
                                g[0], g[1], g[2], dt,
-                               "; ".join(f"{k}: {v.get('reason', '')}" for k, v in res.baselines.items()
-                                         if not v.get("tokens_per_s")))
+                               "; ".join([f"{k}: {v.get('reason', '')}" for k, v in res.baselines.items()
+                                          if not v.get("tokens_per_s")] + _ranking_note(res.meta)))
             rows.append(row)
             if out is not None:
                 dump_json({"experiment": "phaze", "chips": chips, "global_batch": global_batch, "space": space,
@@ -111,6 +111,13 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
             if echo is not None:
                 echo(row.line())
     return rows
+
+
+def _ranking_note(meta: dict) -> list[str]:
+    ir = meta.get("ilp_ranking")
+    if ir and not ir["proven"]:
+        return [f"ILP top not proven ({ir['scheduled']} designs re-planned, {ir['open']} open)"]
+    return []
 
 
 def table(rows: list[PhazeRow]) -> str:

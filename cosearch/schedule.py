@@ -335,10 +335,11 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     """A lower bound on the ILP makespan of ``layer`` for every row of a design array, in one
     vectorised pass (the co-search's valid bound for pruning under the ILP time model):
     the larger of the critical path with each op's fastest mode (all cores, or one core
-    with the whole bandwidth) and, per unit, the least core-time its ops need, ``min(t_all,
-    t_one / N)`` each, over the unit.  Every mode :func:`make_problem` offers is one of those,
-    and a unit's ``W <= N`` slots can host at most ``N`` one-core ops at once, so the ILP
-    (with GEMMs on the tensor cores) can never be faster."""
+    with the whole bandwidth where :func:`make_problem` offers one core) and, per unit, the
+    least core-time its ops need — ``t_all``, or ``min(t_all, t_one / N)`` where one core is
+    offered — over the unit.  Every mode :func:`make_problem` offers is among those, and a
+    unit's ``W <= N`` slots host at most ``N`` one-core ops at once, so the ILP (with GEMMs on
+    the tensor cores) can never be faster."""
     from .hardware import DESIGN_FIELDS
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     ops = layer.arrays()
@@ -347,13 +348,24 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
         return np.zeros(len(d))
     kept = ops[keep]
     ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
+    bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
     one = d.copy()
     one[:, ti] = 1.0
     one[:, vi] = 1.0
     t_all = cost.price(kept, d, 1.0, efficiency=efficiency)
-    t_one = cost.price(kept, one, 1.0, efficiency=efficiency)
+    t_one = cost.price(kept, one, 1.0, efficiency=efficiency)          # one core, the whole bandwidth
     is_tensor = np.isin(kept[:, 0], (KIND_TENSOR, KIND_ATTENTION))
-    fastest = np.minimum(t_all, t_one)
+    # make_problem offers one core only where it beats linear scaling (one core with 1/N of
+    # the bandwidth, N of them side by side, against one after another on all cores)
+    n_unit = np.where(is_tensor[None, :], d[:, [ti]], d[:, [vi]])
+    pays = np.zeros_like(t_all, dtype=bool)
+    for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
+        lin = one.copy()
+        lin[:, bi] = d[:, bi] / d[:, col]
+        t_lin = cost.price(kept, lin, 1.0, efficiency=efficiency)
+        pays[:, mask] = ((t_lin < d[:, [col]] * t_all) & (d[:, [col]] > 1))[:, mask]
+    fastest = np.where(pays, np.minimum(t_all, t_one), t_all)
+    core_time = np.where(pays, np.minimum(t_all, t_one / n_unit), t_all)
     new_index = {old: new for new, old in enumerate(keep)}
 
     def preds_of(i: int) -> set[int]:
@@ -366,8 +378,8 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     for i in _topo_order(preds, [layer.ops[k].name for k in keep]):
         start = np.max(finish[:, list(preds[i])], axis=1) if preds[i] else 0.0
         finish[:, i] = start + fastest[:, i]
-    area_t = np.minimum(t_all, t_one / d[:, [ti]])[:, is_tensor].sum(axis=1)
-    area_v = np.minimum(t_all, t_one / d[:, [vi]])[:, ~is_tensor].sum(axis=1)
+    area_t = core_time[:, is_tensor].sum(axis=1)
+    area_v = core_time[:, ~is_tensor].sum(axis=1)
     return np.maximum(finish.max(axis=1), np.maximum(area_t, area_v))
 
 

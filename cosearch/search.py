@@ -133,14 +133,16 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
              chunk_size: int = 32, progress: bool = False, baselines: bool = False,
              plan_options: dict[str, Any] | None = None, checkpoint: str | os.PathLike | None = None,
              checkpoint_every_s: float = 10.0, resume: str | os.PathLike | None = None,
-             objective: str = "geomean") -> Results:
+             objective: str = "geomean", ilp_designs: int = 64) -> Results:
     """Co-search accelerator designs and training plans; see the module docstring.
 
     ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask ``Client.get_executor()``),
     ``"serial"`` to run in-process, or None for a local process pool over the cores.  A
     ``ProcessPoolExecutor`` of your own should use the ``spawn`` (or ``forkserver``) start
     method: numba's OpenMP threads make ``fork`` unsafe.
-    ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times (0: off).
+    ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times (0: off),
+    re-planning at most ``ilp_designs`` groups of equivalent designs (``Results.meta
+    ["ilp_ranking"]`` says whether that proved the top).
     ``baselines``: also run the TPUv4 and Spotlight-style baselines and PHAZE's fixed Megatron
     placement on the best chip found (``Results.baselines``).
     ``plan_options``: keyword options of :func:`cosearch.placement.search_plans` for every
@@ -168,8 +170,13 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         raise ValueError(f"global_batch must be a positive integer, got {global_batch!r}")
     global_batch = int(global_batch)
     designs = space.arrays()  # raises naming the constraint if nothing fits
-    tps = tuple(tps or placement.default_tps(model, cluster.num_chips))
-    mbs = tuple(microbatches or placement.divisors(global_batch))
+    from . import _validate as v
+    tps = v.int_list("tps", tps) if tps else tuple(placement.default_tps(model, cluster.num_chips))
+    for t in tps:
+        if model.heads % t or model.ffn_hidden % t or (model.kv_heads % t and model.kv_heads >= t):
+            raise ValueError(f"tps: tp={t} must divide heads={model.heads} (and ffn_hidden={model.ffn_hidden})")
+    mbs = v.int_list("microbatches", microbatches, v.MAX_BATCH) if microbatches else \
+        tuple(placement.divisors(global_batch))
     bad = [b for b in mbs if global_batch % b]
     if bad:
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
@@ -309,7 +316,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     try:
         if refine_top and not interrupted and res.feasible:
             _refine(res, model, cluster, global_batch, mem, refine_top, opts, designs, group, members, tps, mbs,
-                    area_all, power_all, progress)
+                    area_all, power_all, progress, max_designs=ilp_designs)
         if baselines and not interrupted:
             from . import baselines as bl
             res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
@@ -323,14 +330,16 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: int,
             mem: memory.MemoryConfig, top: int, opts: dict[str, Any], designs: np.ndarray,
             group: np.ndarray, members: list[list[int]], tps, mbs, area: np.ndarray, power: np.ndarray,
-            progress: bool = False) -> None:
+            progress: bool = False, max_designs: int = 64) -> None:
     """Exact top-``top`` under ILP layer times.  Every design's ILP throughput is at most
     ``tokens / lb`` with ``lb`` the perfect-spread step bound on
     :func:`cosearch.schedule.layer_bounds` layer times; groups of equivalent designs are
     re-planned exactly (:func:`cosearch.placement.ilp_plan`) in order of that bound until
     the ``top``-th best ILP step time is no slower than the next group's bound — so no
     design left unscheduled could enter the top ``top``.  Re-planned designs' rows become
-    ILP rows (designs the sweep had pruned gain a row)."""
+    ILP rows (designs the sweep had pruned gain a row).  At most ``max_designs`` groups are
+    re-planned; ``res.meta["ilp_ranking"]`` says whether the top was proven and, if not,
+    how many groups' bounds still beat the ``top``-th ILP plan."""
     sps = tuple(opts.get("sequence_parallel", (False,)))
     ub = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
                              time_model="bound")
@@ -342,11 +351,19 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(desc="ILP ranking", unit="design", leave=False)
+    done = 0
+    proven = True
     try:
-        for rep in reps:
+        for pos, rep in enumerate(reps):
             kth = sorted(steps)[top - 1] if len(steps) >= top else math.inf
             if lb[rep] > kth:
                 break
+            if done >= max_designs:
+                proven = False
+                left = sum(1 for g in reps[pos:] if lb[g] <= kth)
+                res.meta["ilp_ranking"] = {"proven": False, "scheduled": done, "top": top, "open": left}
+                break
+            done += 1
             chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
             new = ilp_plan(model, chip, cluster, global_batch, mem, None, opts, tps=tps, microbatches=mbs,
                            cutoff_s=kth, units_bound=ub[rep])
@@ -368,6 +385,8 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     finally:
         if bar is not None:
             bar.close()
+    if proven:
+        res.meta["ilp_ranking"] = {"proven": True, "scheduled": done, "top": top, "open": 0}
 
 
 def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster: Cluster | int = 1024,

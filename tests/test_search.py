@@ -278,6 +278,11 @@ def test_exact_ilp_ranking_equals_ilp_for_every_design():
     for r in ilp_rows:
         assert r.tokens_per_s == pytest.approx(truth[r.index], rel=1e-9)
     assert res.best.tokens_per_s == pytest.approx(brute[0][0], rel=1e-9)
+    assert res.meta["ilp_ranking"]["proven"] and "proven exact" in res.table()
+    # a budget of one re-planned design cannot prove a top 2: said so, never hidden
+    short = search.cosearch(m, sp, cl, 32, "serial", tps=(1, 2), microbatches=(1, 2), refine_top=k, ilp_designs=1)
+    ir = short.meta["ilp_ranking"]
+    assert not ir["proven"] and ir["scheduled"] == 1 and ir["open"] >= 1 and "NOT proven" in short.table()
 
 
 @pytest.mark.parametrize("name,tp,mb", [("gpt3-1.3b", 1, 1), ("llama2-7b", 2, 2), ("bert-large", 1, 4)])
@@ -292,3 +297,21 @@ def test_layer_bounds_never_exceed_the_ilp(name, tp, mb):
             r = schedule.layer_time(g, hardware.Accelerator.from_array(row), use_cache=False)
             assert b <= r.latency_s * (1 + 1e-9)
             assert r.status == "optimal" or b <= r.latency_s
+
+
+def test_plot_and_cli_lists(tmp_path, capsys):
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=1)
+    fig = res.plot(tmp_path / "front.png")
+    assert (tmp_path / "front.png").stat().st_size > 1000 and len(fig.axes) == 2
+    space = tmp_path / "s.json"
+    space.write_text('{"tensor_cores": [2, 4], "systolic_dims": [[64, 64]], "vector_units": [2], '
+                     '"vector_width": [512], "l1_bytes": [1048576], "l2_bytes": [33554432]}')
+    base = ["search", "--model", "gpt3-1.3b", "--chips", "16", "--batch", "32", "--serial", "--space", str(space),
+            "--hbm-gib", "16"]
+    assert main([*base, "--tps", "1,2", "--microbatches", "1,2", "--time-model", "sum",
+                 "--out", str(tmp_path / "a.json")]) == 0
+    d = json.loads((tmp_path / "a.json").read_text())
+    assert d["meta"]["tps"] == [1, 2] and d["meta"]["microbatches"] == [1, 2]
+    assert all(r["time_model"] == "sum" for r in d["rows"])
+    assert main([*base, "--tps", "3", "--out", str(tmp_path / "b.json")]) == 2
+    assert "tp=3 must divide" in capsys.readouterr().err
