@@ -1,13 +1,16 @@
 """Baselines the co-search is measured against, under the same area/power budget.
 
-* ``TPUv4``: the fixed TPUv4 preset chip with the same placement DP.
+* ``TPUv4``: the fixed TPUv4 preset chip (given the run's HBM scenario) with the same
+  exact plan search.
 * ``Spotlight``: a chip-only search in the style of Spotlight (Sakhuja et al., HPCA 2023):
   among the space's designs, the one with the lowest single-accelerator latency of one
   transformer layer (forward + backward, tp = 1, microbatch 1) — no placement, memory
-  or communication awareness — then the placement DP on that chip.
+  or communication awareness — then the plan search on that chip.
+* ``Megatron-fixed``: PHAZE's fixed Megatron-LM placement (its ``baseline_configs.py``
+  dp/tp/pp) on the co-searched chip.
 
-Both use the same layer-time models as the co-search (serial roofline, then ILP
-refinement of the chosen plan when ``refine``).
+All use the co-search's time models: serial roofline layers, then (``refine``) the exact
+ILP-scheduled plan (:func:`cosearch.placement.ilp_plan`).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
     res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
                                  mem=mem, **opts)
     if refine and res.plans:
-        p = ilp_plan(model, chip, cluster, global_batch, mem, res.plans[0], opts)
+        p = ilp_plan(model, chip, cluster, global_batch, mem, None, opts, tps=tps, microbatches=microbatches)
         if p is not None:
             return placement.PlacementResult((p,))
     return res
