@@ -66,7 +66,9 @@ def test_ctrl_c_keeps_finished_runs_and_stops_workers(tmp_path):
     out = tmp_path / "e.json"
     cmd = [sys.executable, "-m", "cosearch", "fl", "experiment", "--seeds", "40", "--rounds", "3",
            "--clients", "3", "--methods", "invariant,none", "--workers", "2", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    from tests.test_robustness import default_sigint
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
     deadline = time.time() + 120
     while time.time() < deadline and not out.exists():
         time.sleep(0.2)

@@ -17,11 +17,18 @@ from cosearch.cli import main
 SMALL = ["--model", "gpt3-1.3b", "--chips", "64", "--batch", "256", "--refine-top", "0"]
 
 
+def default_sigint():
+    """preexec_fn for a child that must see Ctrl-C: a shell that starts the test run in the
+    background ignores SIGINT, children inherit that, and Python then installs no
+    KeyboardInterrupt handler — the signal would be lost, not the feature tested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(tmp_path, out, *extra):
     cmd = [sys.executable, "-m", "cosearch", "search", *SMALL, "--out", str(out), "--checkpoint-every", "0.2",
            *extra]
     return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
 
 
 def _group_empties(pgid, timeout=15.0):
