@@ -337,9 +337,11 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     the larger of the critical path with each op's fastest mode (all cores, or one core
     with the whole bandwidth where :func:`make_problem` offers one core) and, per unit, the
     least core-time its ops need — ``t_all``, or ``min(t_all, t_one / N)`` where one core is
-    offered — over the unit.  Every mode :func:`make_problem` offers is among those, and a
-    unit's ``W <= N`` slots host at most ``N`` one-core ops at once, so the ILP (with GEMMs on
-    the tensor cores) can never be faster."""
+    offered — over the unit, plus the fastest time of every op of the *other* unit that is
+    ordered against all of this unit's ops (the unit idles while it runs).  Every mode
+    :func:`make_problem` offers is among those, and a unit's ``W <= N`` slots host at most
+    ``N`` one-core ops at once, so the ILP (with GEMMs on the tensor cores) can never be
+    faster."""
     from .hardware import DESIGN_FIELDS
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     ops = layer.arrays()
@@ -378,8 +380,16 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     for i in _topo_order(preds, [layer.ops[k].name for k in keep]):
         start = np.max(finish[:, list(preds[i])], axis=1) if preds[i] else 0.0
         finish[:, i] = start + fastest[:, i]
-    area_t = core_time[:, is_tensor].sum(axis=1)
-    area_v = core_time[:, ~is_tensor].sum(axis=1)
+    # an op ordered against every op of the other unit runs while that unit idles: its time
+    # adds to the other unit's busy time (e.g. the vector ops before a backward layer's first GEMM)
+    reach = _reach(preds, [layer.ops[k].name for k in keep])
+    related = reach | reach.T
+    alone_t = np.array([bool(is_tensor[j]) or bool(related[j, is_tensor].all()) for j in range(len(keep))]) \
+        if is_tensor.any() else np.zeros(len(keep), dtype=bool)
+    alone_v = np.array([not is_tensor[j] or bool(related[j, ~is_tensor].all()) for j in range(len(keep))]) \
+        if (~is_tensor).any() else np.zeros(len(keep), dtype=bool)
+    area_t = np.where(is_tensor[None, :], core_time, fastest)[:, alone_t].sum(axis=1)
+    area_v = np.where(~is_tensor[None, :], core_time, fastest)[:, alone_v].sum(axis=1)
     return np.maximum(finish.max(axis=1), np.maximum(area_t, area_v))
 
 

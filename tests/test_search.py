@@ -315,3 +315,16 @@ def test_plot_and_cli_lists(tmp_path, capsys):
     assert all(r["time_model"] == "sum" for r in d["rows"])
     assert main([*base, "--tps", "3", "--out", str(tmp_path / "b.json")]) == 2
     assert "tp=3 must divide" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,tp,mb", [("bert-large", 1, 4), ("gpt3-1.3b", 2, 1)])
+def test_layer_bounds_never_exceed_the_ilp_on_phaze_designs(name, tp, mb):
+    """PHAZE's space spans 1-4,096 cores of 2x2 to 256x256 arrays: the bound stays under the
+    proven ILP makespan on a spread of them (backward layers, where the ILP overlaps ops)."""
+    from cosearch import graph, schedule
+    g = graph.build(models.preset(name), tp, mb, "bwd")
+    designs = hardware.SearchSpace.phaze().arrays()[::5000]
+    for row, b in zip(designs, schedule.layer_bounds(g, designs)):
+        r = schedule.layer_time(g, hardware.Accelerator.from_array(row), use_cache=False)
+        assert r.status == "optimal"
+        assert b <= r.latency_s * (1 + 1e-9)
