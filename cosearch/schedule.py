@@ -198,10 +198,10 @@ def max_antichain(reach: np.ndarray, members: np.ndarray) -> int:
     return int(len(idx) - np.count_nonzero(match >= 0))
 
 
-def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: bool = False,
-                 prune_dominated: bool = True) -> Problem:
-    """Scheduling instance of ``layer`` on ``chip`` in PHAZE's all-or-one-core formulation
-    (see the module docstring); all-reduce ops are contracted out."""
+def _chip_graph(layer: LayerGraph) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...], np.ndarray]:
+    """The layer's chip work: (op names, their predecessors among themselves, their op
+    rows), all-reduce ops contracted out (a successor of one depends on
+    its chip predecessors)."""
     ops = layer.arrays()
     keep = [i for i in range(len(layer)) if ops[i, 0] != KIND_NETWORK]
     new_index = {old: new for new, old in enumerate(keep)}
@@ -209,35 +209,54 @@ def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: boo
     def chip_preds(i: int) -> set[int]:
         out: set[int] = set()
         for d in layer.ops[i].deps:
-            if d in new_index:
-                out.add(new_index[d])
-            else:
-                out |= chip_preds(d)
+            out |= {new_index[d]} if d in new_index else chip_preds(d)
         return out
 
     names = tuple(layer.ops[i].name for i in keep)
     preds = tuple(tuple(sorted(chip_preds(old))) for old in keep)
-    kept = ops[keep]
-    n = len(keep)
+    return names, preds, ops[keep]
+
+
+def _on_tensor_cores(kept: np.ndarray) -> np.ndarray:
+    """GEMMs and attention matmuls (PHAZE maps both to the tensor cores)."""
+    return np.isin(kept[:, 0], (KIND_TENSOR, KIND_ATTENTION))
+
+
+def _one_core_pays(kept: np.ndarray, designs: np.ndarray, efficiency, is_tensor: np.ndarray) -> np.ndarray:
+    """(designs, ops): whether one core of its unit is offered to an op — only where it beats
+    linear scaling: N such ops side by side, each with 1/N of the cores and of the bandwidth,
+    against one after another on the whole chip (a GEMM with fewer tiles than cores, say).
+    Where it does not (big GEMMs; ops bound by memory, which share the bandwidth either
+    way) it only adds symmetric branches to the ILP."""
+    from .hardware import DESIGN_FIELDS
+    ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
+    bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
+    full = cost.price(kept, designs, 1.0, efficiency=efficiency)
+    pays = np.zeros_like(full, dtype=bool)
+    for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
+        lin = designs.copy()                  # one core of the unit with 1/N of the bandwidth
+        lin[:, ti] = 1.0
+        lin[:, vi] = 1.0
+        lin[:, bi] = designs[:, bi] / designs[:, col]
+        n = designs[:, [col]]
+        t_lin = cost.price(kept, lin, 1.0, efficiency=efficiency)
+        pays[:, mask] = ((t_lin < n * full * (1 - 1e-12)) & (n > 1))[:, mask]
+    return pays
+
+
+def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: bool = False,
+                 prune_dominated: bool = True) -> Problem:
+    """Scheduling instance of ``layer`` on ``chip`` in PHAZE's all-or-one-core formulation
+    (see the module docstring); all-reduce ops are contracted out."""
+    names, preds, kept = _chip_graph(layer)
+    n = len(kept)
     reach = _reach(preds, names)
     related = reach | reach.T
     concurrent = bool(n > 1 and (~related[~np.eye(n, dtype=bool)]).any())
-    is_tensor = np.isin(kept[:, 0], (KIND_TENSOR, KIND_ATTENTION))     # GEMMs and attention matmuls
-    on_unit = {"tensor": is_tensor, "vector": (~is_tensor) | allow_gemm_on_vector}
+    is_tensor = _on_tensor_cores(kept)
     cores = {"tensor": chip.tensor_cores, "vector": chip.vector_units}
-    # one core of N pays only where it beats linear scaling: N such ops side by side, each
-    # with 1/N of the cores and of the bandwidth, against one after another on the whole
-    # chip — a GEMM with fewer tiles than cores, say.  Where it does not (big GEMMs; ops
-    # bound by memory, which share the bandwidth either way) it only adds symmetric
-    # branches to the ILP.
-    full = cost.price(kept, chip, 1.0)[0]
-    one_pays = {}
-    for u in ("tensor", "vector"):
-        f1 = 1.0 / cores[u]
-        t1 = cost.price(kept, chip, f1)[0]
-        one_pays[u] = on_unit[u] & (t1 < cores[u] * full * (1 - 1e-12)) & (cores[u] > 1)
-        if u == "vector" and allow_gemm_on_vector:
-            one_pays[u] &= ~is_tensor
+    pays = _one_core_pays(kept, chip.as_array()[None], chip.efficiency, is_tensor)[0]
+    one_pays = {"tensor": is_tensor & pays, "vector": ~is_tensor & pays}
     width = {u: min(cores[u], max_antichain(reach, one_pays[u])) if concurrent else 1
              for u in ("tensor", "vector")}
     slots: list[str] = []
@@ -344,50 +363,33 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     faster."""
     from .hardware import DESIGN_FIELDS
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
-    ops = layer.arrays()
-    keep = [i for i in range(len(layer)) if ops[i, 0] != KIND_NETWORK]
-    if not keep:
+    names, preds, kept = _chip_graph(layer)
+    if not len(kept):
         return np.zeros(len(d))
-    kept = ops[keep]
     ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
-    bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
     one = d.copy()
     one[:, ti] = 1.0
     one[:, vi] = 1.0
     t_all = cost.price(kept, d, 1.0, efficiency=efficiency)
     t_one = cost.price(kept, one, 1.0, efficiency=efficiency)          # one core, the whole bandwidth
-    is_tensor = np.isin(kept[:, 0], (KIND_TENSOR, KIND_ATTENTION))
-    # make_problem offers one core only where it beats linear scaling (one core with 1/N of
-    # the bandwidth, N of them side by side, against one after another on all cores)
+    is_tensor = _on_tensor_cores(kept)
     n_unit = np.where(is_tensor[None, :], d[:, [ti]], d[:, [vi]])
-    pays = np.zeros_like(t_all, dtype=bool)
-    for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
-        lin = one.copy()
-        lin[:, bi] = d[:, bi] / d[:, col]
-        t_lin = cost.price(kept, lin, 1.0, efficiency=efficiency)
-        pays[:, mask] = ((t_lin < d[:, [col]] * t_all) & (d[:, [col]] > 1))[:, mask]
+    pays = _one_core_pays(kept, d, efficiency, is_tensor)               # make_problem's own rule
     fastest = np.where(pays, np.minimum(t_all, t_one), t_all)
     core_time = np.where(pays, np.minimum(t_all, t_one / n_unit), t_all)
-    new_index = {old: new for new, old in enumerate(keep)}
-
-    def preds_of(i: int) -> set[int]:
-        out: set[int] = set()
-        for dep in layer.ops[i].deps:
-            out |= {new_index[dep]} if dep in new_index else preds_of(dep)
-        return out
-    preds = [tuple(sorted(preds_of(old))) for old in keep]
     finish = np.zeros_like(fastest)
-    for i in _topo_order(preds, [layer.ops[k].name for k in keep]):
+    for i in _topo_order(preds, names):
         start = np.max(finish[:, list(preds[i])], axis=1) if preds[i] else 0.0
         finish[:, i] = start + fastest[:, i]
     # an op ordered against every op of the other unit runs while that unit idles: its time
     # adds to the other unit's busy time (e.g. the vector ops before a backward layer's first GEMM)
-    reach = _reach(preds, [layer.ops[k].name for k in keep])
+    reach = _reach(preds, names)
     related = reach | reach.T
-    alone_t = np.array([bool(is_tensor[j]) or bool(related[j, is_tensor].all()) for j in range(len(keep))]) \
-        if is_tensor.any() else np.zeros(len(keep), dtype=bool)
-    alone_v = np.array([not is_tensor[j] or bool(related[j, ~is_tensor].all()) for j in range(len(keep))]) \
-        if (~is_tensor).any() else np.zeros(len(keep), dtype=bool)
+    n = len(kept)
+    alone_t = np.array([bool(is_tensor[j]) or bool(related[j, is_tensor].all()) for j in range(n)]) \
+        if is_tensor.any() else np.zeros(n, dtype=bool)
+    alone_v = np.array([not is_tensor[j] or bool(related[j, ~is_tensor].all()) for j in range(n)]) \
+        if (~is_tensor).any() else np.zeros(n, dtype=bool)
     area_t = np.where(is_tensor[None, :], core_time, fastest)[:, alone_t].sum(axis=1)
     area_v = np.where(~is_tensor[None, :], core_time, fastest)[:, alone_v].sum(axis=1)
     return np.maximum(finish.max(axis=1), np.maximum(area_t, area_v))
@@ -442,12 +444,7 @@ def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
 
 def _related(p: Problem) -> np.ndarray:
     """Boolean (n, n): a path exists between i and j (either direction)."""
-    n = len(p)
-    reach = np.zeros((n, n), dtype=bool)
-    for i in _topo_order(p.preds, p.names):
-        for j in p.preds[i]:
-            reach[i, j] = True
-            reach[i] |= reach[j]
+    reach = _reach(p.preds, p.names)
     return reach | reach.T
 
 
