@@ -24,7 +24,7 @@ import numpy as np
 
 from . import memory, placement
 from . import plan as plan_mod
-from .hardware import DESIGN_FIELDS, Accelerator, Cluster, SearchSpace
+from .hardware import Accelerator, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
 from .results import DesignResult
@@ -45,21 +45,34 @@ def combine(values: np.ndarray, objective: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class JointRow:
-    """One design: its score and each model's best plan (None where nothing fits)."""
+    """One design: its score and each model's best plan (a :class:`DesignResult` per model,
+    which also carries the design, its area and power)."""
 
-    index: int
-    design: dict[str, float]
-    area_mm2: float
-    power_w: float
     score: float
     per_model: tuple[DesignResult, ...]
+
+    @property
+    def index(self) -> int:
+        return self.per_model[0].index
+
+    @property
+    def design(self) -> dict[str, float]:
+        return self.per_model[0].design
+
+    @property
+    def area_mm2(self) -> float:
+        return self.per_model[0].area_mm2
+
+    @property
+    def power_w(self) -> float:
+        return self.per_model[0].power_w
 
     @property
     def tokens_per_s(self) -> tuple[float, ...]:
         return tuple(r.tokens_per_s for r in self.per_model)
 
     def accelerator(self) -> Accelerator:
-        return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
+        return self.per_model[0].accelerator()
 
 
 @dataclass
@@ -157,8 +170,6 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         per.append((m, b, tps, mbs, units, (b * m.seq_len) / lb))
     ub = combine(np.stack([p[5] for p in per], axis=-1), objective)
     order = np.argsort(-ub, kind="stable")
-    area = space.area_power.area_mm2(designs)
-    power = space.area_power.power_w(designs)
     rows: list[JointRow] = []
     best = 0.0
     pruned = 0
@@ -177,11 +188,10 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                 results = [evaluate_designs(m, designs[keep], keep, cluster, b, tps, mbs, units[keep], mem,
                                             space.area_power, "sum", opts)
                            for (m, b, tps, mbs, units, _) in per]
-                for k, idx in enumerate(keep):
+                for k in range(len(keep)):
                     pm = tuple(r[k] for r in results)
                     score = float(combine(np.array([r.tokens_per_s for r in pm]), objective))
-                    rows.append(JointRow(int(idx), {f: float(v) for f, v in zip(DESIGN_FIELDS, designs[idx])},
-                                         float(area[idx]), float(power[idx]), score, pm))
+                    rows.append(JointRow(score, pm))
                     best = max(best, score)
             if bar is not None:
                 bar.update(len(ch))

@@ -64,6 +64,13 @@ class DesignResult:
                    power_w=num("power_w", d["power_w"]), plan=plan, reason=str(d.get("reason", "")),
                    time_model=tm)
 
+    @classmethod
+    def from_row(cls, index: int, row, area_mm2: float, power_w: float, plan: plan_mod.Plan | None,
+                 reason: str = "", time_model: str = "sum") -> DesignResult:
+        """A result for design ``index`` given as one :data:`DESIGN_FIELDS` row."""
+        return cls(int(index), {f: float(v) for f, v in zip(DESIGN_FIELDS, row)}, float(area_mm2), float(power_w),
+                   plan, reason, time_model)
+
     def accelerator(self) -> Accelerator:
         return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
 

@@ -74,9 +74,8 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
             continue
         if res.plans and pruning:
             cut = min(cut, res.plans[0].step_time_s)
-        out.append(DesignResult(int(indices[k]), {f: float(v) for f, v in zip(DESIGN_FIELDS, row)},
-                                float(area[k]), float(power[k]), res.plans[0] if res.plans else None,
-                                res.reason, time_model))
+        out.append(DesignResult.from_row(indices[k], row, area[k], power[k], res.plans[0] if res.plans else None,
+                                         res.reason, time_model))
     return out
 
 
@@ -240,9 +239,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
             bar.update(cut)
         for r in batch:
             for m in members[group[r.index]]:          # the design and those equivalent to it
-                rows.append(r if m == r.index else DesignResult(
-                    int(m), {f: float(v) for f, v in zip(DESIGN_FIELDS, designs[m])}, float(area_all[m]),
-                    float(power_all[m]), r.plan, r.reason, r.time_model))
+                rows.append(r if m == r.index else DesignResult.from_row(
+                    m, designs[m], area_all[m], power_all[m], r.plan, r.reason, r.time_model))
             if r.plan is not None and r.plan.step_time_s < best_step:
                 best_step = r.plan.step_time_s
         if bar is not None:
@@ -373,8 +371,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
                 continue
             steps.append(new.step_time_s)
             for m in members[group[rep]]:
-                row = DesignResult(int(m), {f: float(v) for f, v in zip(DESIGN_FIELDS, designs[m])},
-                                   float(area[m]), float(power[m]), new, "", "ilp")
+                row = DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp")
                 if m in by_index:
                     res.rows[by_index[m]] = row
                 else:

@@ -115,18 +115,11 @@ def test_space_file(tmp_path):
     a = s.arrays()
     assert set(a[:, 0]) <= {8.0, 16.0} and np.all(a[:, hardware.DESIGN_FIELDS.index("hbm_bytes")] == 64 * 2**30)
     bad = tmp_path / "bad.json"
-    bad.write_text('{"tensor_core": [8]}')
-    with pytest.raises(ValueError, match="unknown field.*tensor_core"):
-        hardware.SearchSpace.from_json(str(bad))
-    bad.write_text('{"tensor_cores": [0, 8]}')
-    with pytest.raises(ValueError, match="tensor_cores"):
-        hardware.SearchSpace.from_json(str(bad))
-    bad.write_text('{"hbm": [[-1, 5]]}')
-    with pytest.raises(ValueError, match="hbm"):
-        hardware.SearchSpace.from_json(str(bad))
-    bad.write_text('[1, 2]')
-    with pytest.raises(ValueError, match="object"):
-        hardware.SearchSpace.from_json(str(bad))
+    for text, why in (('{"tensor_core": [8]}', "unknown field.*tensor_core"), ('{"tensor_cores": [0, 8]}', "tensor_cores"),
+                      ('{"hbm": [[-1, 5]]}', "hbm"), ('[1, 2]', "object")):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            hardware.SearchSpace.from_json(str(bad))
     with pytest.raises(ValueError, match="no-such"):
         hardware.SearchSpace.from_json(str(tmp_path / "no-such.json"))
 
