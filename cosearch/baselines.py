@@ -25,8 +25,7 @@ from .hardware import Accelerator, Cluster, SearchSpace, TPUv4
 from .models import ModelConfig
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
 
-__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "fixed_megatron", "PHAZE_MEGATRON_PLANS",
-           "scenario_chip"]
+__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "fixed_megatron", "PHAZE_MEGATRON_PLANS"]
 
 #: PHAZE's fixed Megatron-LM placements for 1,024 accelerators, as (dp, tp, pp)
 #: (msr-fiddle/phaze, ``Solver/baseline_configs.py``: ``d``, ``t``, ``p`` per model).
@@ -46,19 +45,10 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
     res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
                                  mem=mem, **opts)
     if refine and res.plans:
-        p = ilp_plan(model, chip, cluster, global_batch, mem, None, opts, tps=tps, microbatches=microbatches)
+        p = ilp_plan(model, chip, cluster, global_batch, mem, opts, tps=tps, microbatches=microbatches)
         if p is not None:
             return placement.PlacementResult((p,))
     return res
-
-
-def scenario_chip(chip: Accelerator, space: SearchSpace) -> Accelerator:
-    """``chip`` with the space's HBM when the space holds one HBM scenario (a baseline gets
-    the same memory as every design), else ``chip`` as it is."""
-    if len(space.hbm) == 1:
-        cap, bw = space.hbm[0]
-        return chip.with_(hbm_bytes=float(cap), hbm_bandwidth_Bps=float(bw))
-    return chip
 
 
 def fixed_megatron(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
@@ -127,7 +117,7 @@ def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, glob
     ``cosearched`` (the co-search's best chip) also ``"Megatron-fixed"``: PHAZE's fixed
     Megatron placement on that chip, where PHAZE gives one for the model."""
     out = {}
-    tpu = scenario_chip(TPUv4, space)
+    tpu = space.with_scenario_hbm(TPUv4)
     out["TPUv4"] = _entry(fixed_chip(model, tpu, cluster, global_batch, mem, tps, microbatches, refine,
                                      plan_options), tpu, space,
                           "fixed TPUv4 chip + plan search" + (f" (HBM {tpu.hbm_bytes / 2**30:g} GiB, as every design)"

@@ -403,8 +403,7 @@ class SearchSpace:
         ref = self.reference or TPUv4
         if not isinstance(ref, Accelerator):
             raise ValueError(f"SearchSpace.reference must be an Accelerator, got {ref!r}")
-        if len(self.hbm) == 1:        # an HBM scenario: the reference carries the same HBM
-            ref = ref.with_(hbm_bytes=float(self.hbm[0][0]), hbm_bandwidth_Bps=float(self.hbm[0][1]))
+        ref = self.with_scenario_hbm(ref)      # an HBM scenario: the reference carries the same HBM
         object.__setattr__(self, "reference", ref)
         for f, fn in (("area_budget_mm2", ref.area_mm2), ("power_budget_w", ref.power_w)):
             v = getattr(self, f)
@@ -412,6 +411,13 @@ class SearchSpace:
                 object.__setattr__(self, f, fn(self.area_power))
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"SearchSpace.{f} must be a positive number, got {v!r}")
+
+    def with_scenario_hbm(self, chip: Accelerator) -> Accelerator:
+        """``chip`` with this space's HBM when the space holds one HBM scenario (a reference
+        or baseline gets the same memory as every design), else ``chip`` as it is."""
+        if len(self.hbm) == 1:
+            return chip.with_(hbm_bytes=float(self.hbm[0][0]), hbm_bandwidth_Bps=float(self.hbm[0][1]))
+        return chip
 
     # ------------------------------------------------------------------ presets
     @classmethod

@@ -193,20 +193,20 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     if len(cfg) == 0:
         return PlacementResult((), reason=(f"no configuration fits {chips} chips with global batch {B} "
                                            "and the given options"))
+    cut = math.inf if cutoff_s is None else float(cutoff_s)
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(cfg), desc="plans", unit="cfg", leave=False)
     try:
-        cut = math.inf if cutoff_s is None else float(cutoff_s)
         res, _lb, evaluated = kernel.search(units, net, hw, cfg, model.num_layers, modes, top_k, prune=prune,
                                             progress=bar.update if bar is not None else None, cutoff=cut)
     finally:
         if bar is not None:
             bar.close()
-    fin = np.flatnonzero(np.isfinite(res) & (res <= (math.inf if cutoff_s is None else float(cutoff_s))))
-    if fin.size == 0 and cutoff_s is not None and math.isfinite(cutoff_s) and prune:
-        return PlacementResult((), reason=f"no plan is faster than the cutoff {float(cutoff_s):.6g} s",
+    fin = np.flatnonzero(np.isfinite(res) & (res <= cut))
+    if fin.size == 0 and math.isfinite(cut) and prune:
+        return PlacementResult((), reason=f"no plan is faster than the cutoff {cut:.6g} s",
                                configurations=len(cfg), evaluated=int(evaluated), cut_off=True)
     if fin.size == 0:
         need = float(kernel.min_memory_needed(units, net, hw, cfg, model.num_layers, modes))
@@ -250,7 +250,7 @@ DEFAULT_PLAN_OPTIONS: dict[str, Any] = {"virtual_stages": (1,), "sequence_parall
 
 
 def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
-             mem: memory.MemoryConfig, plan: Plan | None = None, opts: dict[str, Any] | None = None, *,
+             mem: memory.MemoryConfig, opts: dict[str, Any] | None = None, *,
              tps: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
              cutoff_s: float = math.inf, units_bound: np.ndarray | None = None) -> Plan | None:
     """The best plan with ILP-scheduled layer times over every (tp, microbatch, sequence
@@ -258,9 +258,8 @@ def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_bat
     step under :func:`cosearch.schedule.layer_bounds` layer times (a valid lower bound, the
     stage formula being monotone in them) is computed first, and choices are scheduled in
     that order until the next bound cannot beat the best ILP plan found.  ``cutoff_s``: only
-    plans faster than it are wanted (None returned if there is none).  ``plan``: ignored
-    (kept for callers that passed the screened plan).  ``units_bound``: precomputed bound
-    unit costs of this chip (tps, microbatches, sp, fields)."""
+    plans faster than it are wanted (None returned if there is none).  ``units_bound``:
+    precomputed bound unit costs of this chip (tps, microbatches, sp, fields)."""
     opts = dict(DEFAULT_PLAN_OPTIONS if opts is None else opts)
     tps = tuple(tps) if tps is not None else tuple(default_tps(model, cluster.num_chips))
     mbs = tuple(microbatches) if microbatches is not None else tuple(divisors(global_batch))

@@ -363,7 +363,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
                 break
             done += 1
             chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
-            new = ilp_plan(model, chip, cluster, global_batch, mem, None, opts, tps=tps, microbatches=mbs,
+            new = ilp_plan(model, chip, cluster, global_batch, mem, opts, tps=tps, microbatches=mbs,
                            cutoff_s=kth, units_bound=ub[rep])
             if bar is not None:
                 bar.update(1)
