@@ -313,7 +313,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     res.stopped_by = stopped_by
     try:
         if refine_top and not interrupted and res.feasible:
-            _refine(res, model, cluster, global_batch, mem, refine_top, opts, designs, group, members, tps, mbs,
+            _refine(res, model, cluster, global_batch, mem, refine_top, opts, designs, tps, mbs,
                     area_all, power_all, progress, max_designs=ilp_designs)
         if baselines and not interrupted:
             from . import baselines as bl
@@ -327,22 +327,23 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 
 def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: int,
             mem: memory.MemoryConfig, top: int, opts: dict[str, Any], designs: np.ndarray,
-            group: np.ndarray, members: list[list[int]], tps, mbs, area: np.ndarray, power: np.ndarray,
-            progress: bool = False, max_designs: int = 64) -> None:
+            tps, mbs, area: np.ndarray, power: np.ndarray, progress: bool = False, max_designs: int = 64) -> None:
     """Exact top-``top`` under ILP layer times.  Every design's ILP throughput is at most
     ``tokens / lb`` with ``lb`` the perfect-spread step bound on
-    :func:`cosearch.schedule.layer_bounds` layer times; groups of equivalent designs are
-    re-planned exactly (:func:`cosearch.placement.ilp_plan`) in order of that bound until
-    the ``top``-th best ILP step time is no slower than the next group's bound — so no
-    design left unscheduled could enter the top ``top``.  Re-planned designs' rows become
-    ILP rows (designs the sweep had pruned gain a row).  At most ``max_designs`` groups are
-    re-planned; ``res.meta["ilp_ranking"]`` says whether the top was proven and, if not,
-    how many groups' bounds still beat the ``top``-th ILP plan."""
+    :func:`cosearch.schedule.layer_bounds` layer times; designs are re-planned exactly
+    (:func:`cosearch.placement.ilp_plan`) in order of that bound until the ``top``-th best
+    ILP step time is no slower than the next design's bound — so no design left
+    unscheduled could enter the top ``top``.  Each design is re-planned on its own: designs
+    the plan search cannot tell apart on serial layer times (:func:`equivalent_designs`) may
+    still schedule differently (the ILP reads per-op times and core counts).  Re-planned
+    designs' rows become ILP rows (designs the sweep had pruned gain a row).  At most
+    ``max_designs`` designs are re-planned; ``res.meta["ilp_ranking"]`` says whether the top
+    was proven and, if not, how many designs' bounds still beat the ``top``-th ILP plan."""
     sps = tuple(opts.get("sequence_parallel", (False,)))
     ub = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
                              time_model="bound")
     lb = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
-    reps = sorted({m[0] for m in members}, key=lambda g: (lb[g], g))
+    reps = sorted(range(len(designs)), key=lambda g: (lb[g], g))
     steps: list[float] = []
     by_index = {r.index: k for k, r in enumerate(res.rows)}
     bar = None
@@ -370,15 +371,14 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
             if new is None:
                 continue
             steps.append(new.step_time_s)
-            for m in members[group[rep]]:
-                row = DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp")
-                if m in by_index:
-                    res.rows[by_index[m]] = row
-                else:
-                    by_index[m] = len(res.rows)
-                    res.rows.append(row)
-                    res.pruned -= 1
-                res.meta["refined"].append(int(m))
+            row = DesignResult.from_row(rep, designs[rep], area[rep], power[rep], new, "", "ilp")
+            if rep in by_index:
+                res.rows[by_index[rep]] = row
+            else:
+                by_index[rep] = len(res.rows)
+                res.rows.append(row)
+                res.pruned -= 1
+            res.meta["refined"].append(int(rep))
     finally:
         if bar is not None:
             bar.close()
