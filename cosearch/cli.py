@@ -93,8 +93,8 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-model", choices=["ilp", "sum"], default="ilp",
                    help="ilp: rank the best --refine-top designs exactly on ILP-scheduled layer times; "
                         "sum: serial layer times only")
-    p.add_argument("--ilp-designs", type=_positive, default=64,
-                   help="most designs the exact ILP ranking re-plans (the table says if the top was proven)")
+    p.add_argument("--ilp-designs", type=_positive, default=256,
+                   help="most ILP plans the exact ranking makes (one per group of designs the model cannot tell apart; the table says if the top was proven)")
     p.add_argument("--objective", choices=["geomean", "mean"], default="geomean",
                    help="with several --model names (a,b,c): rank designs by this mean of their throughputs")
     p.add_argument("--space", default="default",

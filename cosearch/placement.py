@@ -13,6 +13,7 @@ plan's step time equals ``evaluate`` of its spec.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from . import _validate as v
 from . import memory
 from ._kernels import formulas as F
 from .cluster import Cluster
-from .hardware import Accelerator
+from .hardware import DESIGN_FIELDS, Accelerator
 from .models import ModelConfig
 from .plan import Plan, PlanSpec, hw_row, plan_from_stages, unit_costs
 
@@ -249,15 +250,61 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
 DEFAULT_PLAN_OPTIONS: dict[str, Any] = {"virtual_stages": (1,), "sequence_parallel": (False,), "zero": (0, 1)}
 
 
+def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Cluster, global_batch: int,
+                         tps: Sequence[int], mbs: Sequence[int], mem: memory.MemoryConfig | None = None,
+                         **opts) -> tuple[int, ...]:
+    """The microbatch sizes of ``mbs`` with which some configuration's memory floor
+    (:func:`cosearch._kernels.dp.memory_floor`, a lower bound on its plans' memory per chip)
+    fits the HBM of some design — with the others no plan fits any of them, whatever its
+    layer times (memory depends on the model, the configuration and the HBM only), so a
+    search over many designs can leave them out.  ``opts``: :func:`search_plans`'s plan
+    options.  The smallest size is always kept (an infeasible search still reports how
+    much memory it would need)."""
+    from ._kernels import dp as kernel
+    mem = mem or memory.MemoryConfig()
+    d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
+    sps = _bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
+    zero = opts.get("zero")
+    zeros = (0, 1, 2, 3) if zero is None else ((zero,) if isinstance(zero, int) else tuple(zero))
+    virt = tuple(opts["virtual_stages"]) if opts.get("virtual_stages") is not None else DEFAULT_VIRTUAL
+    modes = _modes(opts.get("recompute"))
+    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros)
+    if not len(cfg):
+        return tuple(mbs)
+    chip = Accelerator.from_array(d[0])
+    units = unit_costs(model, chip, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)))[0]
+    net = cluster.net_array(chip)
+    hi = DESIGN_FIELDS.index("hbm_bytes")
+    keep = {min(mbs)}
+    for hbm in np.unique(d[:, hi]):
+        hw = hw_row(float(hbm), chip.hbm_bandwidth_Bps, mem, bool(opts.get("overlap_dp", True)))
+        fits = kernel.memory_floor(units, net, hw, cfg, model.num_layers, modes) <= hw[F.H_HBM]
+        keep |= {int(mbs[b]) for b in np.unique(cfg[fits, kernel.C_BI])}
+    return tuple(b for b in mbs if b in keep)
+
+
+def spread_bound(units: np.ndarray, model: ModelConfig, tps: Sequence[int], mbs: Sequence[int],
+                 global_batch: int, chips: int) -> np.ndarray:
+    """A lower bound on the step time of every plan with a given (tp, microbatch, sp): all
+    chip-seconds of a step spread perfectly over every chip, ``(B / mb) * tp *
+    (per-microbatch work of all layers) / chips`` — ``units``' trailing shape (tps, mbs, sp,
+    fields), any leading ones kept."""
+    work = F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers)
+    tp = np.array(tps, dtype=float)[:, None, None]
+    mb = np.array(mbs, dtype=float)[None, :, None]
+    return (global_batch / mb) * tp * work / chips
+
+
 def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
              mem: memory.MemoryConfig, opts: dict[str, Any] | None = None, *,
              tps: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
              cutoff_s: float = math.inf, units_bound: np.ndarray | None = None) -> Plan | None:
     """The best plan with ILP-scheduled layer times over every (tp, microbatch, sequence
-    parallel) choice — exact, without solving the ILP for every choice: each choice's best
-    step under :func:`cosearch.schedule.layer_bounds` layer times (a valid lower bound, the
-    stage formula being monotone in them) is computed first, and choices are scheduled in
-    that order until the next bound cannot beat the best ILP plan found.  ``cutoff_s``: only
+    parallel) choice — exact, without solving the ILP for every choice: best-first over
+    two valid bounds per choice, the perfect-spread step (:func:`spread_bound`) and the best
+    plan under :func:`cosearch.schedule.layer_bounds` layer times (the stage formulas are
+    monotone in layer times); a choice is ILP-planned only when its bound is the smallest
+    left and can still beat the best ILP plan found.  ``cutoff_s``: only
     plans faster than it are wanted (None returned if there is none).  ``units_bound``:
     precomputed bound unit costs of this chip (tps, microbatches, sp, fields)."""
     opts = dict(DEFAULT_PLAN_OPTIONS if opts is None else opts)
@@ -267,24 +314,26 @@ def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_bat
     flash = bool(opts.get("flash_attention", False))
     ub = units_bound if units_bound is not None else unit_costs(model, chip, cluster, tps, mbs, sps, flash,
                                                                 time_model="bound")[0]
-    pairs = []
-    for ti, t in enumerate(tps):
-        for bi, mb in enumerate(mbs):
-            for si, sp in enumerate(sps):
-                if sp and t == 1:
-                    continue
-                r = search_plans(model, chip, cluster, global_batch, tps=(t,), microbatches=(mb,),
-                                 sequence_parallel=(sp,), mem=mem, units=ub[ti:ti + 1, bi:bi + 1, si:si + 1],
-                                 cutoff_s=cutoff_s if math.isfinite(cutoff_s) else None, **opts)
-                if r.plans:
-                    pairs.append((r.plans[0].step_time_s, t, mb, sp))
+    # best-first over the choices: each starts at its perfect-spread bound, is raised to its
+    # best plan under bound layer times, then planned with ILP layer times; a choice whose
+    # bound cannot beat the best ILP plan found is never looked at again
+    spread = spread_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
+    heap = [(float(spread[ti, bi, si]), 0, ti, bi, si) for ti, t in enumerate(tps) for bi in range(len(mbs))
+            for si, sp in enumerate(sps) if not (sp and t == 1)]
+    heapq.heapify(heap)
     best: Plan | None = None
     best_s = cutoff_s
-    for lb_s, t, mb, sp in sorted(pairs, key=lambda x: x[0]):
-        if lb_s > best_s:
-            break
-        r = search_plans(model, chip, cluster, global_batch, tps=(t,), microbatches=(mb,), sequence_parallel=(sp,),
-                         mem=mem, time_model="ilp", cutoff_s=best_s if math.isfinite(best_s) else None, **opts)
+    while heap and heap[0][0] <= best_s:
+        _, level, ti, bi, si = heapq.heappop(heap)
+        one = {"tps": (tps[ti],), "microbatches": (mbs[bi],), "sequence_parallel": (sps[si],), "mem": mem,
+               "cutoff_s": best_s if math.isfinite(best_s) else None}
+        if level == 0:
+            r = search_plans(model, chip, cluster, global_batch, units=ub[ti:ti + 1, bi:bi + 1, si:si + 1],
+                             **one, **opts)
+            if r.plans:
+                heapq.heappush(heap, (r.plans[0].step_time_s, 1, ti, bi, si))
+            continue
+        r = search_plans(model, chip, cluster, global_batch, time_model="ilp", **one, **opts)
         if r.plans and r.plans[0].step_time_s <= best_s:
             best, best_s = r.plans[0], r.plans[0].step_time_s
     return best

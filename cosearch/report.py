@@ -53,9 +53,10 @@ def table(res: Results, top: int = 10) -> str:
           f"{'MFU':>6} {'time':>4}  plan"
     ir = res.meta.get("ilp_ranking")
     if ir:
-        lines.append(f"ILP ranking: top {ir['top']} proven exact after re-planning {ir['scheduled']} designs"
+        planned = f"{ir['scheduled']} ILP plans ({ir.get('designs', ir['scheduled'])} designs)"
+        lines.append(f"ILP ranking: top {ir['top']} proven exact after {planned}"
                      if ir["proven"] else
-                     f"ILP ranking NOT proven: {ir['scheduled']} designs re-planned, {ir['open']} more could still "
+                     f"ILP ranking NOT proven: {planned}; {ir['open']} more designs could still "
                      f"enter the top {ir['top']} by their bound (raise --ilp-designs)")
     shown = None
     for tm, title in TIME_MODEL_TITLES:

@@ -116,7 +116,7 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
 def _ranking_note(meta: dict) -> list[str]:
     ir = meta.get("ilp_ranking")
     if ir and not ir["proven"]:
-        return [f"ILP top not proven ({ir['scheduled']} designs re-planned, {ir['open']} open)"]
+        return [f"ILP top not proven ({ir['scheduled']} ILP plans, {ir['open']} designs open)"]
     return []
 
 

@@ -64,7 +64,7 @@ from .graph import KIND_ATTENTION, KIND_NETWORK, KIND_TENSOR, LayerGraph
 from .hardware import Accelerator
 
 __all__ = ["ScheduleResult", "Problem", "layer_time", "list_schedule", "lower_bound", "solve_ilp",
-           "make_problem", "cache_info", "clear_cache", "SLOTS", "is_chain", "max_antichain", "layer_bounds"]
+           "make_problem", "scheduling_prices", "cache_info", "clear_cache", "SLOTS", "is_chain", "max_antichain", "layer_bounds"]
 
 #: The legacy six-mode layout (two halves per unit), the default of a hand-built
 #: :class:`Problem`: slots 0-1 are the tensor cores' halves, 2-3 the vector units'.
@@ -115,6 +115,12 @@ class Problem:
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def content_key(self) -> tuple:
+        """Everything a solver reads: two problems with equal keys have the same schedules
+        (designs that price a layer's ops alike share one ILP solve)."""
+        return (self.names, self.latency_s.tobytes(), self.preds, self.modes, self.slots, self.mode_names,
+                self.symmetry, self.slot_kinds)
 
 
 def _topo_order(preds, names) -> list[int]:
@@ -242,6 +248,40 @@ def _one_core_pays(kept: np.ndarray, designs: np.ndarray, efficiency, is_tensor:
         t_lin = cost.price(kept, lin, 1.0, efficiency=efficiency)
         pays[:, mask] = ((t_lin < n * full * (1 - 1e-12)) & (n > 1))[:, mask]
     return pays
+
+
+def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
+    """(designs, values): every roofline price of ``layer``'s ops that the serial sum,
+    :func:`make_problem` and :func:`layer_bounds` read of a design — all ops at all cores;
+    for the ops on the chip, whether one core is offered (:func:`_one_core_pays`) and, where
+    it is, the one-core time with the whole bandwidth and the one-core mode's time as
+    :func:`make_problem` prices it (fraction ``1/N``, bandwidth scaled by ``N``); NaN where
+    not offered.  Two designs with equal rows, the same core counts and the same HBM, get the
+    same layer schedules and bounds."""
+    from .hardware import DESIGN_FIELDS
+    d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
+    ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
+    bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
+    every = cost.price(layer, d, 1.0, efficiency=efficiency)
+    _, _, kept = _chip_graph(layer)
+    if not len(kept):
+        return every
+    is_tensor = _on_tensor_cores(kept)
+    pays = _one_core_pays(kept, d, efficiency, is_tensor)
+    one = d.copy()
+    one[:, ti] = 1.0
+    one[:, vi] = 1.0
+    t_one = cost.price(kept, one, 1.0, efficiency=efficiency)
+    t_mode = np.full_like(t_one, np.nan)
+    for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
+        for n in np.unique(d[:, col]):
+            sel = np.flatnonzero(d[:, col] == n)
+            frac = 1.0 / n
+            c = d[sel].copy()
+            c[:, bi] = c[:, bi] / frac
+            t_mode[np.ix_(sel, np.flatnonzero(mask))] = cost.price(kept, c, frac, efficiency=efficiency)[:, mask]
+    return np.concatenate([every, pays.astype(float), np.where(pays, t_one, np.nan), np.where(pays, t_mode, np.nan)],
+                          axis=1)
 
 
 def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: bool = False,
@@ -399,6 +439,19 @@ def is_chain(p: Problem) -> bool:
     """Every pair of ops is ordered: no two can ever run at once."""
     n = len(p)
     return n <= 1 or bool(_related(p)[~np.eye(n, dtype=bool)].all())
+
+
+def serial_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
+    """Ops one after another in topological order, each in its fastest mode: (makespan,
+    mode per op, start per op) — optimal for a chain, and never slower than the serial sum
+    of all-core times."""
+    modes = [int(np.argmin(p.latency_s[i])) for i in range(len(p))]
+    starts = [0.0] * len(p)
+    t = 0.0
+    for i in _topo_order(p.preds, p.names):
+        starts[i] = t
+        t += float(p.latency_s[i, modes[i]])
+    return t, modes, starts
 
 
 def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
@@ -659,7 +712,9 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
     or ``"bound"`` (the lower bound only: ``latency_s`` is :func:`lower_bound`).  A chain
     of ops is solved exactly without the ILP (status ``optimal``, sum of fastest modes).
     Results are cached by (layer signature — which includes tp and microbatch —, design,
-    method, solver settings), so a search never solves the same ILP twice.
+    method, solver settings) and by the scheduling instance itself
+    (:meth:`Problem.content_key`), so a search never solves the same ILP twice, even for two
+    designs that price the layer's ops alike.
     """
     if method not in ("ilp", "list", "bound"):
         raise ValueError(f"method must be 'ilp', 'list' or 'bound', got {method!r}")
@@ -670,23 +725,24 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
     if use_cache and key in _CACHE:
         _STATS["hits"] += 1
         return _CACHE[key]
-    _STATS["misses"] += 1
     p = make_problem(layer, chip, allow_gemm_on_vector)
+    key2 = ("problem", p.content_key(), method, solver, time_limit_s, mip_gap)
+    if use_cache and key2 in _CACHE:       # another design, the same instance
+        _STATS["hits"] += 1
+        _CACHE[key] = _CACHE[key2]
+        return _CACHE[key2]
+    _STATS["misses"] += 1
     lb = lower_bound(p)
     names = p.mode_names
     if method == "bound":
         res = ScheduleResult(lb, (), (), lb, math.nan, "bound", math.nan, 0.0, p.names)
     elif is_chain(p):
-        best = [int(np.argmin(p.latency_s[i])) for i in range(len(p))]
-        starts, t = [], 0.0
-        for i in _topo_order(p.preds, p.names):
-            starts.append((i, t))
-            t += float(p.latency_s[i, best[i]])
-        st = dict(starts)
-        res = ScheduleResult(t, tuple(names[m] for m in best), tuple(st[i] for i in range(len(p))), lb, t,
-                             "optimal", 0.0, 0.0, p.names)
+        t, best, starts = serial_schedule(p)
+        res = ScheduleResult(t, tuple(names[m] for m in best), tuple(starts), lb, t, "optimal", 0.0, 0.0, p.names)
     else:
-        ub, modes, starts = list_schedule(p)
+        # the list schedule, or ops one after another where that is better: so a scheduled
+        # layer is never slower than the serial sum (the co-search's ILP ranking relies on it)
+        ub, modes, starts = min(list_schedule(p), serial_schedule(p), key=lambda x: x[0])
         if method == "list":
             res = ScheduleResult(ub, tuple(names[m] for m in modes), tuple(starts), lb, ub, "list",
                                  (ub - lb) / ub if ub > 0 else 0.0, 0.0, p.names)
@@ -697,5 +753,5 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
             res = ScheduleResult(mk, tuple(names[m] for m in modes), tuple(starts), lb, ub, status,
                                  gap, t, p.names)
     if use_cache:
-        _CACHE[key] = res
+        _CACHE[key] = _CACHE[key2] = res
     return res

@@ -32,7 +32,6 @@ import numpy as np
 from . import memory, placement
 from . import plan as plan_mod
 from ._interrupt import stop_pool
-from ._kernels import formulas as F
 from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -101,12 +100,46 @@ def equivalent_designs(designs: np.ndarray, units: np.ndarray) -> tuple[np.ndarr
     return group, members
 
 
+def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs, sps, flash: bool,
+                              efficiency=None) -> list[list[int]]:
+    """Group designs that differ only in their buffer sizes (L1, L2) and get the same
+    :func:`cosearch.schedule.scheduling_prices` for every graph the search prices
+    (embedding, layer and head, fwd and bwd, for every (tp, microbatch, sequence parallel)).
+    The buffers are read only by the roofline, so such designs get the same serial and ILP
+    layer times, bounds and plans — the performance model cannot tell them apart (their area
+    and power still differ).  Returns the groups, lowest index first."""
+    from . import schedule
+    d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
+    rest = d.copy()
+    rest[:, [DESIGN_FIELDS.index("l1_bytes"), DESIGN_FIELDS.index("l2_bytes")]] = 0.0
+    _, gid = np.unique(rest, axis=0, return_inverse=True)
+    gid = np.asarray(gid).reshape(-1)
+    shared = np.flatnonzero(np.bincount(gid)[gid] > 1)     # only families of 2+ can merge
+    if len(shared):
+        sub, sid = d[shared], gid[shared]
+        seen: set = set()
+        for t in tps:
+            for mb in mbs:
+                for sp in sps:
+                    sp = bool(sp) and t > 1
+                    if (t, mb, sp) in seen:
+                        continue
+                    seen.add((t, mb, sp))
+                    for g in plan_mod._graph_rows(model, t, mb, sp, flash).values():
+                        a = np.nan_to_num(schedule.scheduling_prices(g, sub, efficiency), nan=-1.0)
+                        _, sid = np.unique(np.column_stack([sid, a]), axis=0, return_inverse=True)
+                        sid = np.asarray(sid).reshape(-1)
+        gid = gid.copy()
+        gid[shared] = gid.max() + 1 + sid
+    out: dict[int, list[int]] = {}
+    for i, g in enumerate(gid.tolist()):
+        out.setdefault(g, []).append(i)
+    return sorted(out.values())
+
+
 def _step_lower_bound(units: np.ndarray, model: ModelConfig, tps, mbs, global_batch, chips) -> np.ndarray:
-    """Per design: min over (tp, mb) of (B / mb) * tp * (per-microbatch work) / chips."""
-    total = F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers).min(axis=-1)  # (D, T, B)
-    tp = np.array(tps, dtype=float)[None, :, None]
-    mb = np.array(mbs, dtype=float)[None, None, :]
-    lb = (global_batch / mb) * tp * total / chips
+    """Per design: the smallest :func:`cosearch.placement.spread_bound` over (tp, mb, sp)."""
+    lb = placement.spread_bound(units, model, tps, mbs, global_batch, chips)
     return lb.reshape(len(units), -1).min(axis=1)
 
 
@@ -132,7 +165,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
              chunk_size: int = 32, progress: bool = False, baselines: bool = False,
              plan_options: dict[str, Any] | None = None, checkpoint: str | os.PathLike | None = None,
              checkpoint_every_s: float = 10.0, resume: str | os.PathLike | None = None,
-             objective: str = "geomean", ilp_designs: int = 64) -> Results:
+             objective: str = "geomean", ilp_designs: int = 256) -> Results:
     """Co-search accelerator designs and training plans; see the module docstring.
 
     ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask ``Client.get_executor()``),
@@ -182,6 +215,9 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     sps = placement._bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
     opts["sequence_parallel"] = sps
+    all_mbs = mbs
+    # microbatch sizes with which no plan fits any design's HBM are never priced
+    mbs = placement.fitting_microbatches(model, designs, cluster, global_batch, tps, mbs, mem, **opts)
     units = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps,
                                 bool(opts.get("flash_attention", False)))
     lb = _step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips)
@@ -318,7 +354,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         if baselines and not interrupted:
             from . import baselines as bl
             res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
-                                             microbatches=mbs, refine=bool(refine_top), plan_options=opts,
+                                             microbatches=all_mbs, refine=bool(refine_top), plan_options=opts,
                                              cosearched=res.best.accelerator() if res.feasible else None)
     except KeyboardInterrupt as exc:      # refinement or baselines cut short: keep the sweep
         res.interrupted, res.stopped_by = True, exc
@@ -328,62 +364,92 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: int,
             mem: memory.MemoryConfig, top: int, opts: dict[str, Any], designs: np.ndarray,
             tps, mbs, area: np.ndarray, power: np.ndarray, progress: bool = False, max_designs: int = 64) -> None:
-    """Exact top-``top`` under ILP layer times.  Every design's ILP throughput is at most
-    ``tokens / lb`` with ``lb`` the perfect-spread step bound on
-    :func:`cosearch.schedule.layer_bounds` layer times; designs are re-planned exactly
-    (:func:`cosearch.placement.ilp_plan`) in order of that bound until the ``top``-th best
-    ILP step time is no slower than the next design's bound — so no design left
-    unscheduled could enter the top ``top``.  Each design is re-planned on its own: designs
-    the plan search cannot tell apart on serial layer times (:func:`equivalent_designs`) may
-    still schedule differently (the ILP reads per-op times and core counts).  Re-planned
-    designs' rows become ILP rows (designs the sweep had pruned gain a row).  At most
-    ``max_designs`` designs are re-planned; ``res.meta["ilp_ranking"]`` says whether the top
-    was proven and, if not, how many designs' bounds still beat the ``top``-th ILP plan."""
+    """Exact top-``top`` under ILP layer times, by best-first search over bounds.
+
+    Three valid bounds on a design's ILP step time, each tighter and dearer than the last:
+    (0) the perfect-spread step on :func:`cosearch.schedule.layer_bounds` layer times
+    (vectorised over all designs); (1) the design's best plan under those layer times (the
+    exact plan search; the stage formulas are monotone in layer times); (2) the exact ILP
+    plan (:func:`cosearch.placement.ilp_plan`).  A heap holds every design at its best known
+    bound; the smallest is raised one level at a time, until it exceeds the ``top``-th best
+    ILP step found — then no design left could enter the top ``top``.  Designs the
+    serial sweep already beats ``top`` times cannot enter either: an ILP layer time never
+    exceeds the serial one, so the serial top-``top`` bounds the ILP one.  Designs that
+    differ only in buffers that make no difference to them
+    (:func:`buffer_equivalent_designs`) are one heap entry and get one plan; all other
+    designs are planned on their own (two designs with equal serial layer times may
+    schedule differently).  Planned designs' rows become ILP rows (designs the sweep had
+    pruned gain a row).  At most ``max_designs`` ILP plans are made;
+    ``res.meta["ilp_ranking"]`` says whether the top was proven and, if not, how many
+    designs' bounds still beat the ``top``-th ILP plan."""
+    import heapq
     sps = tuple(opts.get("sequence_parallel", (False,)))
-    ub = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
-                             time_model="bound")
+    flash = bool(opts.get("flash_attention", False))
+    serial = sorted(r.plan.step_time_s for r in res.rows if r.plan is not None)
+    ceiling = serial[top - 1] if len(serial) >= top else math.inf
+    ub = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, flash, time_model="bound")
     lb = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
-    reps = sorted(range(len(designs)), key=lambda g: (lb[g], g))
+    cand = np.flatnonzero(lb <= ceiling)
+    groups = [[int(cand[k]) for k in g] for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]
+    heap = [(float(lb[g[0]]), 0, gi) for gi, g in enumerate(groups)]
+    heapq.heapify(heap)
     steps: list[float] = []
     by_index = {r.index: k for k, r in enumerate(res.rows)}
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(desc="ILP ranking", unit="design", leave=False)
-    done = 0
+    planned = 0
     proven = True
+    opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
+
+    def kth() -> float:
+        return min(ceiling, sorted(steps)[top - 1]) if len(steps) >= top else ceiling
+
     try:
-        for pos, rep in enumerate(reps):
-            kth = sorted(steps)[top - 1] if len(steps) >= top else math.inf
-            if lb[rep] > kth:
+        while heap:
+            bound, level, gi = heap[0]
+            cut = kth()
+            if bound > cut:
                 break
-            if done >= max_designs:
-                proven = False
-                left = sum(1 for g in reps[pos:] if lb[g] <= kth)
-                res.meta["ilp_ranking"] = {"proven": False, "scheduled": done, "top": top, "open": left}
-                break
-            done += 1
+            rep = groups[gi][0]
             chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
-            new = ilp_plan(model, chip, cluster, global_batch, mem, opts, tps=tps, microbatches=mbs,
-                           cutoff_s=kth, units_bound=ub[rep])
+            if level == 0:
+                heapq.heappop(heap)
+                r = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=mbs,
+                                           sequence_parallel=sps, mem=mem, units=ub[rep],
+                                           cutoff_s=cut if math.isfinite(cut) else None, **opts)
+                if r.plans:
+                    heapq.heappush(heap, (r.plans[0].step_time_s, 1, gi))
+                continue
+            if planned >= max_designs:
+                proven = False
+                break
+            heapq.heappop(heap)
+            planned += 1
+            new = ilp_plan(model, chip, cluster, global_batch, mem, dict(opts, sequence_parallel=sps), tps=tps,
+                           microbatches=mbs, cutoff_s=cut, units_bound=ub[rep])
             if bar is not None:
-                bar.update(1)
+                bar.update(len(groups[gi]))
             if new is None:
                 continue
-            steps.append(new.step_time_s)
-            row = DesignResult.from_row(rep, designs[rep], area[rep], power[rep], new, "", "ilp")
-            if rep in by_index:
-                res.rows[by_index[rep]] = row
-            else:
-                by_index[rep] = len(res.rows)
-                res.rows.append(row)
-                res.pruned -= 1
-            res.meta["refined"].append(int(rep))
+            for m in groups[gi]:
+                steps.append(new.step_time_s)
+                row = DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp")
+                if m in by_index:
+                    res.rows[by_index[m]] = row
+                else:
+                    by_index[m] = len(res.rows)
+                    res.rows.append(row)
+                    res.pruned -= 1
+                res.meta["refined"].append(int(m))
     finally:
         if bar is not None:
             bar.close()
-    if proven:
-        res.meta["ilp_ranking"] = {"proven": True, "scheduled": done, "top": top, "open": 0}
+    cut = kth()
+    left = sum(len(groups[gi]) for b, _, gi in heap if b <= cut) if not proven else 0
+    res.meta["ilp_ranking"] = {"proven": proven, "scheduled": planned, "designs": len(res.meta["refined"]),
+                               "top": top, "open": left}
 
 
 def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster: Cluster | int = 1024,

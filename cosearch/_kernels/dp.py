@@ -249,10 +249,11 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
 
 
 @njit(cache=True, parallel=True)
-def min_memory_needed(units, net, hw, cfg, L, modes):
+def memory_floor(units, net, hw, cfg, L, modes):
     """A lower bound on the per-chip memory any configuration's plan needs: some stage
     holds at least ceil(L / pp) layers; priced with the fewest microbatches in flight
-    (the last stage's), no embedding or head, in the lightest allowed recompute mode."""
+    (the last stage's), no embedding or head, in the lightest allowed recompute mode — per
+    configuration row."""
     n = cfg.shape[0]
     out = np.full(n, INF)
     for i in prange(n):
@@ -271,7 +272,13 @@ def min_memory_needed(units, net, hw, cfg, L, modes):
             if mm < best:
                 best = mm
         out[i] = best
-    return out.min() if n else INF
+    return out
+
+
+def min_memory_needed(units, net, hw, cfg, L, modes):
+    """The smallest :func:`memory_floor` over the configurations (INF if there are none)."""
+    out = memory_floor(units, net, hw, cfg, L, modes)
+    return out.min() if len(out) else INF
 
 
 @njit(cache=True, parallel=True)

@@ -1,0 +1,142 @@
+"""The exact ILP ranking's pieces, each against a direct (brute-force) computation:
+ilp_plan against planning every (tp, microbatch, sp) choice with ILP layer times, buffer
+groups against scheduling each member, the microbatch filter against the plan search,
+and the ranking over a space whose buffers bind for some designs and not others."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from cosearch import cost, graph, hardware, memory, models, placement, schedule, search
+from cosearch import plan as plan_mod
+
+MiB, GiB = 2**20, 2**30
+
+
+def _chip(row):
+    return hardware.Accelerator.from_array(row)
+
+
+def test_ilp_plan_is_the_best_ilp_plan_over_every_choice():
+    m = models.preset("gpt3-1.3b")
+    chip = hardware.Accelerator("c", 8, 64, 64, 2, 512, 1e9, 1 * MiB, 32 * MiB, 16 * GiB, 1.2e12, 1e11)
+    cl = hardware.Cluster(16)
+    tps, mbs = (1, 2, 4), (1, 2, 4)
+    opts = dict(placement.DEFAULT_PLAN_OPTIONS, sequence_parallel=(False, True))
+    brute = []
+    for t, mb, sp in itertools.product(tps, mbs, (False, True)):
+        if sp and t == 1:
+            continue
+        r = placement.search_plans(m, chip, cl, 32, tps=(t,), microbatches=(mb,), sequence_parallel=(sp,),
+                                   time_model="ilp", zero=(0, 1), virtual_stages=(1,))
+        if r.plans:
+            brute.append(r.plans[0].step_time_s)
+    best = min(brute)
+    got = placement.ilp_plan(m, chip, cl, 32, memory.MemoryConfig(), opts, tps=tps, microbatches=mbs)
+    assert got.step_time_s == pytest.approx(best, rel=1e-12)
+    # a cutoff above the best keeps it; one below it leaves nothing
+    assert placement.ilp_plan(m, chip, cl, 32, memory.MemoryConfig(), opts, tps=tps, microbatches=mbs,
+                              cutoff_s=best * 1.01).step_time_s == pytest.approx(best, rel=1e-12)
+    assert placement.ilp_plan(m, chip, cl, 32, memory.MemoryConfig(), opts, tps=tps, microbatches=mbs,
+                              cutoff_s=best * 0.99) is None
+
+
+def _buffer_space():
+    # 1 MiB of L2 (and 16 KiB of L1) starve the big arrays' GEMMs; 64 MiB does not
+    return hardware.SearchSpace(tensor_cores=(2, 8), systolic_dims=((32, 32), (128, 128)), vector_units=(2, 4),
+                                vector_width=(512,), l1_bytes=(16 * 1024, 1 * MiB),
+                                l2_bytes=(1 * MiB, 16 * MiB, 64 * MiB), hbm=((16 * GiB, 1.2e12),))
+
+
+def test_buffer_groups_schedule_alike_and_split_where_buffers_bind():
+    m = models.preset("gpt3-1.3b")
+    designs = _buffer_space().arrays()
+    tps, mbs = (1, 2), (1, 2)
+    groups = search.buffer_equivalent_designs(m, designs, tps, mbs, (False,), False)
+    assert sorted(i for g in groups for i in g) == list(range(len(designs)))
+    assert any(len(g) > 1 for g in groups)                   # merged where buffers change nothing
+    fam = {}
+    for gi, g in enumerate(groups):
+        for i in g:
+            key = tuple(np.delete(designs[i], [6, 7]))
+            fam.setdefault(key, set()).add(gi)
+    assert any(len(v) > 1 for v in fam.values())             # split where they bind
+    merged = [g for g in groups if len(g) > 1]
+    for g in merged:
+        for t, mb, ph, part in itertools.product(tps, mbs, ("fwd", "bwd"), ("layer", "head")):
+            lay = graph.build(m, t, mb, ph, part)
+            bnd = schedule.layer_bounds(lay, designs[g])
+            ser = cost.price(lay, designs[g]).sum(axis=1)
+            assert np.all(bnd == bnd[0]) and np.all(ser == ser[0])
+    for g in merged[:2]:                                      # each member's own ILP (no cache)
+        for t in tps:
+            lay = graph.build(m, t, 1, "bwd")
+            ref = schedule.layer_time(lay, _chip(designs[g[0]]), use_cache=False)
+            for i in g[1:]:
+                assert schedule.layer_time(lay, _chip(designs[i]), use_cache=False).latency_s == ref.latency_s
+
+
+def test_ranking_with_binding_buffers_equals_ilp_for_every_design():
+    m = models.preset("gpt3-1.3b")
+    sp = _buffer_space()
+    designs = sp.arrays()
+    cl = hardware.Cluster(16)
+    k = 3
+    res = search.cosearch(m, sp, cl, 32, "serial", tps=(1, 2), microbatches=(1, 2), refine_top=k)
+    brute = []
+    for row in designs:
+        r = placement.search_plans(m, _chip(row), cl, 32, tps=(1, 2), microbatches=(1, 2), time_model="ilp",
+                                   **search.DEFAULT_PLAN_OPTIONS)
+        brute.append(r.best.step_time_s if r.feasible else np.inf)
+    brute = np.array(brute)
+    ilp_rows = sorted((r for r in res.feasible if r.time_model == "ilp"), key=lambda r: r.plan.step_time_s)
+    assert res.meta["ilp_ranking"]["proven"]
+    np.testing.assert_allclose([r.plan.step_time_s for r in ilp_rows[:k]], np.sort(brute)[:k], rtol=1e-12)
+    for r in ilp_rows:                                        # every ILP row is its design's own optimum
+        assert r.plan.step_time_s == pytest.approx(brute[r.index], rel=1e-12)
+
+
+def test_fitting_microbatches_drops_only_sizes_no_plan_fits():
+    m = models.preset("gpt3-1.3b")
+    chip = hardware.Accelerator("c", 8, 64, 64, 2, 512, 1e9, 1 * MiB, 32 * MiB, 3 * GiB, 1.2e12, 1e11)
+    designs = chip.as_array()[None]
+    cl = hardware.Cluster(8)
+    tps, mbs = (1, 2), (1, 2, 4, 8, 16, 32, 64)
+    keep = placement.fitting_microbatches(m, designs, cl, 64, tps, mbs, **placement.DEFAULT_PLAN_OPTIONS)
+    assert keep[0] == 1 and len(keep) < len(mbs)            # tight HBM: some sizes go
+    for mb in mbs:
+        r = placement.search_plans(m, chip, cl, 64, tps=tps, microbatches=(mb,), **placement.DEFAULT_PLAN_OPTIONS)
+        if mb not in keep:
+            assert not r.feasible                            # brute force: nothing fits
+    # more HBM on another design brings sizes back
+    roomy = hardware.Accelerator.from_array(designs[0]).with_(hbm_bytes=64 * GiB).as_array()[None]
+    more = placement.fitting_microbatches(m, np.vstack([designs, roomy]), cl, 64, tps, mbs,
+                                          **placement.DEFAULT_PLAN_OPTIONS)
+    assert set(keep) <= set(more) and len(more) > len(keep)
+
+
+def test_scheduled_layer_never_slower_than_serial_sum():
+    """Even when the ILP stops at its time limit, a layer's schedule is no slower than the
+    ops one after another on all cores (the co-search's ILP ranking relies on it)."""
+    m = models.preset("llama2-7b")
+    for row in _buffer_space().arrays()[::5]:
+        chip = _chip(row)
+        for t, ph in itertools.product((1, 2), ("fwd", "bwd")):
+            lay = graph.build(m, t, 2, ph)
+            r = schedule.layer_time(lay, chip, time_limit_s=0.01, use_cache=False)
+            assert r.latency_s <= cost.price_on(lay, chip).sum() * (1 + 1e-12)
+
+
+def test_spread_bound_is_below_every_plan():
+    m = models.preset("gpt3-1.3b")
+    chip = hardware.Accelerator("c", 8, 64, 64, 2, 512, 1e9, 1 * MiB, 32 * MiB, 16 * GiB, 1.2e12, 1e11)
+    cl = hardware.Cluster(16)
+    tps, mbs = (1, 2, 4), (1, 2, 4)
+    u = plan_mod.unit_costs(m, chip, cl, tps, mbs, (False,))[0]
+    sb = placement.spread_bound(u, m, tps, mbs, 32, 16)
+    for (ti, t), (bi, mb) in itertools.product(enumerate(tps), enumerate(mbs)):
+        r = placement.search_plans(m, chip, cl, 32, tps=(t,), microbatches=(mb,), sequence_parallel=(False,),
+                                   top_k=10_000)
+        for p in r.plans:
+            assert sb[ti, bi, 0] <= p.step_time_s * (1 + 1e-12)
