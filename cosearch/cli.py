@@ -203,6 +203,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (omit to search)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (omit to search)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
+    p.add_argument("--engine", choices=["megatron-lm", "megatron-deepspeed"], default="megatron-lm",
+                   help="training framework: how pipeline sends, gradient accumulation and the gradient "
+                        "reduction run (cosearch.engine)")
     p.add_argument("--top", type=_positive, default=1, help="plans to show when searching")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -247,7 +250,7 @@ def _run_plan(a) -> int:
     if full:
         spec = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash)
-        plans = [evaluate(model, chip, cluster, spec, a.batch)]
+        plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
         searched = None
     else:
         if a.dp is not None or a.pp is not None:
@@ -258,19 +261,20 @@ def _run_plan(a) -> int:
                            virtual_stages=(a.virtual,) if a.virtual else None,
                            sequence_parallel=(True,) if a.sp else None,
                            zero=(a.zero,) if a.zero is not None else None, flash_attention=a.flash,
-                           top_k=a.top, progress=not a.json)
+                           top_k=a.top, progress=not a.json, engine=a.engine)
         if not res.feasible:
             raise ValueError(res.reason)
         plans = list(res.plans)
         searched = res
     if a.json:
         d = {"model": model.name, "chip": chip.name, "cluster": cluster.to_dict(), "global_batch": a.batch,
+             "engine": a.engine,
              "plans": [p.to_dict() for p in plans]}
         if searched is not None:
             d.update(configurations=searched.configurations, evaluated=searched.evaluated)
         print(json.dumps(d, indent=1))
     else:
-        print(f"{model.name} on {cluster.describe()} of {chip.name}, global batch {a.batch}"
+        print(f"{model.name} on {cluster.describe()} of {chip.name}, global batch {a.batch}, {a.engine}"
               + (f": searched {searched.configurations:,} configurations ({searched.evaluated:,} evaluated)"
                  if searched is not None else ""))
         for p in plans:

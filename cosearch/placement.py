@@ -25,6 +25,7 @@ from . import _validate as v
 from . import memory
 from ._kernels import formulas as F
 from .cluster import Cluster
+from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator
 from .models import ModelConfig
 from .plan import Plan, PlanSpec, hw_row, plan_from_stages, unit_costs
@@ -146,7 +147,8 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  sequence_parallel: bool | Sequence[bool] | None = None, zero: int | Sequence[int] | None = None,
                  flash_attention: bool = False, top_k: int = 1, mem: memory.MemoryConfig | None = None,
                  overlap_dp: bool = True, time_model: str = "sum", units: np.ndarray | None = None,
-                 prune: bool = True, progress: bool = False, cutoff_s: float | None = None) -> PlacementResult:
+                 prune: bool = True, progress: bool = False, cutoff_s: float | None = None,
+                 engine=None) -> PlacementResult:
     """The ``top_k`` best plans (one per configuration, best first) over the option space.
 
     Each option is a list of values to try (None: all — tp: the degrees dividing the
@@ -156,7 +158,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     (shape (tps, microbatches, sp options, fields)).  The best plan's step time equals
     :func:`cosearch.plan.evaluate` of its spec (same formulas).  ``cutoff_s``: only plans
     faster than this step time are wanted; if none is, the result has no plans and
-    ``cut_off`` set (the co-search's pruning inside a design).
+    ``cut_off`` set (the co-search's pruning inside a design).  ``engine``: the training
+    framework (:mod:`cosearch.engine`; default Megatron-LM); precomputed ``units`` must have
+    been priced for the same engine.
     """
     from ._kernels import dp as kernel
     from .hardware import preset as chip_preset
@@ -186,10 +190,12 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
             if isinstance(z, bool) or z not in (0, 1, 2, 3):
                 raise ValueError(f"zero must be 0, 1, 2 or 3 (or a list of them), got {zero!r}")
     modes = _modes(recompute)
+    engine = engine_preset(engine)
     if units is None:
-        units = unit_costs(model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model)[0]
+        units = unit_costs(model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model,
+                           scatter_gather=engine.pipeline_scatter_gather)[0]
     net = cluster.net_array(chip)
-    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp)
+    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine)
     cfg = configurations(model, chips, B, tps, mbs, sps, virt, zeros)
     if len(cfg) == 0:
         return PlacementResult((), reason=(f"no configuration fits {chips} chips with global batch {B} "
@@ -272,12 +278,13 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     if not len(cfg):
         return tuple(mbs)
     chip = Accelerator.from_array(d[0])
-    units = unit_costs(model, chip, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)))[0]
+    units = unit_costs(model, chip, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
+                       scatter_gather=engine_preset(opts.get("engine")).pipeline_scatter_gather)[0]
     net = cluster.net_array(chip)
     hi = DESIGN_FIELDS.index("hbm_bytes")
     keep = {min(mbs)}
     for hbm in np.unique(d[:, hi]):
-        hw = hw_row(float(hbm), chip.hbm_bandwidth_Bps, mem, bool(opts.get("overlap_dp", True)))
+        hw = hw_row(float(hbm), chip.hbm_bandwidth_Bps, mem, bool(opts.get("overlap_dp", True)), opts.get("engine"))
         fits = kernel.memory_floor(units, net, hw, cfg, model.num_layers, modes) <= hw[F.H_HBM]
         keep |= {int(mbs[b]) for b in np.unique(cfg[fits, kernel.C_BI])}
     return tuple(b for b in mbs if b in keep)
@@ -312,8 +319,9 @@ def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_bat
     mbs = tuple(microbatches) if microbatches is not None else tuple(divisors(global_batch))
     sps = _bools("sequence_parallel", opts.pop("sequence_parallel", None), (False, True))
     flash = bool(opts.get("flash_attention", False))
-    ub = units_bound if units_bound is not None else unit_costs(model, chip, cluster, tps, mbs, sps, flash,
-                                                                time_model="bound")[0]
+    ub = units_bound if units_bound is not None else unit_costs(
+        model, chip, cluster, tps, mbs, sps, flash,
+        scatter_gather=engine_preset(opts.get("engine")).pipeline_scatter_gather, time_model="bound")[0]
     # best-first over the choices: each starts at its perfect-spread bound, is raised to its
     # best plan under bound layer times, then planned with ILP layer times; a choice whose
     # bound cannot beat the best ILP plan found is never looked at again

@@ -28,6 +28,7 @@ from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
 from .cluster import Cluster
+from .engine import preset as engine_preset
 from .hardware import Accelerator, design_array
 from .models import ModelConfig
 
@@ -214,7 +215,7 @@ def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray) -> float:
 
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
-               efficiency=None, time_model: str = "sum") -> np.ndarray:
+               efficiency=None, time_model: str = "sum", scatter_gather: bool = True) -> np.ndarray:
     """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
     array of per-unit seconds, bytes and parameters.
 
@@ -222,7 +223,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     default ideal).  ``time_model``: ``"sum"`` (ops one after another, as a GPU runs them),
     ``"ilp"``/``"list"`` (per-layer schedule on the chip's units, :mod:`cosearch.schedule`) or
     ``"bound"`` (a valid lower bound on the ILP's layer times, vectorised over designs:
-    :func:`cosearch.schedule.layer_bounds`).
+    :func:`cosearch.schedule.layer_bounds`).  ``scatter_gather``: pipeline sends split over
+    the tp ranks and all-gathered after receipt (Megatron-LM) or whole activations from
+    every tp rank (DeepSpeed's pipeline engine; :attr:`cosearch.engine.Engine.pipeline_scatter_gather`).
     """
     from . import cost
     from .hardware import IDEAL
@@ -269,9 +272,12 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net)
                         comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net)
                     # pipeline sends: Megatron scatters the activation over the tp ranks
-                    # (each sends 1/tp) and all-gathers it inside the node after receipt
-                    comm[ni, 6] = act_b / t
-                    comm[ni, 7] = 0.0 if (sp or t == 1) else F.allgather_s(act_b, float(t), 1.0, net)
+                    # (each sends 1/tp) and all-gathers it inside the node after receipt;
+                    # without scatter/gather every tp rank sends the whole activation
+                    split = scatter_gather or sp
+                    comm[ni, 6] = act_b / t if split else act_b
+                    comm[ni, 7] = 0.0 if (sp or t == 1 or not scatter_gather) else \
+                        F.allgather_s(act_b, float(t), 1.0, net)
                 per = comm[net_of]
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
@@ -290,10 +296,15 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     return out
 
 
-def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool) -> np.ndarray:
-    """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row."""
+def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,
+           engine=None) -> np.ndarray:
+    """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row; the data-parallel reduction is
+    overlapped when ``overlap_dp`` and the engine (:mod:`cosearch.engine`) both allow it."""
+    e = engine_preset(engine)
+    gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
     return np.array([chip_hbm_bytes, mem.weight_bytes, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
-                     1.0 if overlap_dp else 0.0], dtype=np.float64)
+                     1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred],
+                    dtype=np.float64)
 
 
 # ---------------------------------------------------------------------- validation
@@ -402,12 +413,14 @@ def plan_from_stages(model: ModelConfig, chip: Accelerator, cluster: Cluster, sp
 
 def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster | int, spec: PlanSpec,
              global_batch: int, *, mem: memory.MemoryConfig | None = None, overlap_dp: bool = True,
-             time_model: str = "sum") -> Plan:
+             time_model: str = "sum", engine=None) -> Plan:
     """Predicted step time, throughput, MFU, memory per stage and time breakdown of one plan.
 
     A plan that does not fit HBM returns ``feasible=False`` with the memory needed vs
     available; a spec that cannot run at all (more chips than the cluster has, a batch
     that does not divide, tp not dividing the heads, ...) raises ``ValueError``.
+    ``engine``: the training framework's way of running the plan (an
+    :class:`cosearch.engine.Engine` or its name; default Megatron-LM).
     """
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
@@ -416,8 +429,10 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     cluster = cluster if isinstance(cluster, Cluster) else Cluster(v.positive_int("cluster", cluster, v.MAX_CHIPS))
     mem = mem or memory.MemoryConfig()
     spec = check_spec(model, cluster, spec, global_batch)
+    engine = engine_preset(engine)
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
-                   spec.flash_attention, time_model=time_model)[0, 0, 0, 0]
-    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp)
+                   spec.flash_attention, time_model=time_model,
+                   scatter_gather=engine.pipeline_scatter_gather)[0, 0, 0, 0]
+    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
                             time_model)

@@ -28,7 +28,7 @@ def _compositions(total, parts, step):
         yield tuple((b - a) * step for a, b in zip(edges, edges[1:]))
 
 
-def brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros):
+def brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros, engine=None):
     """Every (dp, tp, pp, microbatch, virtual, sp, zero, split, per-stage recompute) plan through
     evaluate(); returns [(step_s, max stage memory, spec)] for all plans that can run."""
     out = []
@@ -47,16 +47,16 @@ def brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros):
                     for rc in itertools.product(MODES, repeat=pp):
                         spec = PlanSpec(dp, tp, pp, mb, recompute=rc, virtual_stages=vs, sequence_parallel=sp,
                                         zero=z, stage_layers=split)
-                        p = evaluate(model, chip, cl, spec, batch)
-                        out.append((p.step_time_s if p.feasible else plan_step(p), max(p.memory_per_chip_bytes),
+                        p = evaluate(model, chip, cl, spec, batch, engine=engine)
+                        out.append((p.step_time_s if p.feasible else plan_step(p, engine), max(p.memory_per_chip_bytes),
                                     spec))
     return out
 
 
-def plan_step(p):
+def plan_step(p, engine=None):
     # infeasible plans carry no step time; evaluate the same spec on a chip with ample HBM
     big = evaluate(MODEL_CACHE["model"], MODEL_CACHE["chip"].with_(hbm_bytes=1e18), MODEL_CACHE["cluster"],
-                   p.spec, MODEL_CACHE["batch"])
+                   p.spec, MODEL_CACHE["batch"], engine=engine)
     return big.step_time_s
 
 
@@ -70,13 +70,15 @@ def cached_units(monkeypatch):
     real = plan.unit_costs
 
     @functools.cache
-    def key(model, chip, cl, tps, mbs, sps, flash, tm):
-        return real(model, chip, cl, tps, mbs, sps, flash, time_model=tm)
+    def key(model, chip, cl, tps, mbs, sps, flash, tm, sg):
+        return real(model, chip, cl, tps, mbs, sps, flash, time_model=tm, scatter_gather=sg)
 
-    def cached(model, chip, cl, tps, mbs, sps=(False,), flash=False, efficiency=None, time_model="sum"):
+    def cached(model, chip, cl, tps, mbs, sps=(False,), flash=False, efficiency=None, time_model="sum",
+               scatter_gather=True):
         if isinstance(chip, hardware.Accelerator) and efficiency is None:
-            return key(model, chip.with_(hbm_bytes=1.0), cl, tuple(tps), tuple(mbs), tuple(sps), flash, time_model)
-        return real(model, chip, cl, tps, mbs, sps, flash, efficiency, time_model)
+            return key(model, chip.with_(hbm_bytes=1.0), cl, tuple(tps), tuple(mbs), tuple(sps), flash, time_model,
+                       scatter_gather)
+        return real(model, chip, cl, tps, mbs, sps, flash, efficiency, time_model, scatter_gather)
 
     monkeypatch.setattr(plan, "unit_costs", cached)
     monkeypatch.setattr(placement, "unit_costs", cached)
@@ -85,8 +87,9 @@ def cached_units(monkeypatch):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layers=st.sampled_from([2, 3, 4]), hidden=st.sampled_from([64, 96]), heads=st.sampled_from([2, 4]),
        chips=st.sampled_from([2, 4, 8]), batch=st.sampled_from([2, 4]), gated=st.booleans(),
-       nodes=st.booleans())
-def test_search_equals_brute_force_of_evaluate(cached_units, layers, hidden, heads, chips, batch, gated, nodes):
+       nodes=st.booleans(), engine=st.sampled_from(["megatron-lm", "megatron-deepspeed"]))
+def test_search_equals_brute_force_of_evaluate(cached_units, layers, hidden, heads, chips, batch, gated, nodes,
+                                               engine):
     model = models.ModelConfig("t", layers, hidden, heads, 4 * hidden if not gated else 3 * hidden, 512, 64,
                                activation="swiglu" if gated else "gelu", tie_embeddings=not gated)
     chip = hardware.A100
@@ -94,14 +97,14 @@ def test_search_equals_brute_force_of_evaluate(cached_units, layers, hidden, hea
           if nodes else cluster.Cluster(chips))
     MODEL_CACHE.update(model=model, chip=chip, cluster=cl, batch=batch)
     tps, virtuals, sps, zeros = (1, 2), (1, 2), (False, True), (0, 1, 3)
-    plans = brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros)
+    plans = brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros, engine)
     mems = np.array([p[1] for p in plans])
     # HBM sizes at which a quarter, half and three quarters of the plans do not fit
     for q in (0.25, 0.5, 0.75):
         hbm = float(np.quantile(mems, q))
         fits = [p for p in plans if p[1] <= hbm]
         res = placement.search_plans(model, chip.with_(hbm_bytes=hbm), cl, batch, tps=tps, virtual_stages=virtuals,
-                                     sequence_parallel=sps, zero=zeros, top_k=3)
+                                     sequence_parallel=sps, zero=zeros, top_k=3, engine=engine)
         if not fits:
             assert not res.feasible
             assert res.min_memory_needed_bytes <= mems.min() * (1 + 1e-12)
@@ -109,7 +112,7 @@ def test_search_equals_brute_force_of_evaluate(cached_units, layers, hidden, hea
         best = min(p[0] for p in fits)
         assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
         # the best plan's spec evaluates to the same plan
-        again = evaluate(model, chip.with_(hbm_bytes=hbm), cl, res.best.spec, batch)
+        again = evaluate(model, chip.with_(hbm_bytes=hbm), cl, res.best.spec, batch, engine=engine)
         assert again.feasible and again.step_time_s == pytest.approx(res.best.step_time_s, rel=1e-12)
         steps = [p.step_time_s for p in res.plans]
         assert steps == sorted(steps)

@@ -245,3 +245,78 @@ def test_plan_json_round_trip():
     p = evaluate(tiny(), hardware.A100, 4, PlanSpec(2, 1, 2, 1, "selective"), 8)
     assert Plan.from_dict(p.to_dict()) == p
     assert np.isfinite(p.step_time_s)
+
+
+# ---------------------------------------------------------------- engines
+def test_engine_validation_and_presets():
+    from cosearch import engine
+    assert engine.preset(None) is engine.MEGATRON_LM
+    assert engine.preset("megatron-deepspeed") is engine.MEGATRON_DEEPSPEED
+    with pytest.raises(ValueError, match="unknown engine 'fsdp'"):
+        engine.preset("fsdp")
+    with pytest.raises(ValueError, match="grad_accum_bytes"):
+        engine.Engine("x", grad_accum_bytes=-1)
+    with pytest.raises(ValueError, match="overlap_grad_reduce"):
+        engine.Engine("x", overlap_grad_reduce="yes")
+    with pytest.raises(ValueError, match="unknown engine"):
+        evaluate(tiny(), hardware.A100, cluster.Cluster(1), PlanSpec(1, 1, 1, 1), 2, engine="nope")
+
+
+def test_deepspeed_engine_hand_worked():
+    """Megatron-DeepSpeed on a flat 8-chip domain (10 GB/s, 1 us): whole activations sent by
+    every tp rank, an fp32 accumulation pass of 10 bytes per parameter per microbatch, and the
+    fp32 gradient reduction after the pipeline drains — each term worked by hand."""
+    m = tiny()
+    chip = hardware.A100
+    B, a = 1e10, 1e-6
+    cl = cluster.Cluster(8, intra_node_Bps=B, link_latency_s=a)
+    spec = PlanSpec(2, 2, 2, 1)                       # dp 2, tp 2, pp 2, microbatch 1: 4 microbatches
+    lm = evaluate(m, chip, cl, spec, 8)
+    ds = evaluate(m, chip, cl, spec, 8, engine="megatron-deepspeed")
+    micro = 4
+    act = m.seq_len * 1 * m.hidden * 2                # one microbatch's activation, bf16
+    # pipeline sends: 2 per microbatch (activation forward, gradient back), the whole tensor
+    assert ds.breakdown["pp_p2p_s"] == pytest.approx(micro * 2 * (act / B + a), rel=1e-12)
+    # Megatron: 1/tp of it, then an all-gather over the 2 tp ranks inside the domain
+    gather = (2 - 1) / 2 * act / B + (2 - 1) * a
+    assert lm.breakdown["pp_p2p_s"] == pytest.approx(micro * 2 * (act / 2 / B + a + gather), rel=1e-12)
+    # the critical stage's parameters per chip (tp 2): 2 layers and the embedding or the head
+    crit = ds.critical_stage
+    norms = 2 * m.norm_params()
+    layer = (m.layer_params() - norms) / 2 + norms
+    pos = m.seq_len * m.hidden if m.position == "learned" else 0
+    extra = m.vocab * m.hidden / 2 + pos if crit == 0 else m.norm_params() + m.vocab * m.hidden / 2
+    params = 2 * layer + extra
+    bw = chip.hbm_bandwidth_Bps * chip.efficiency.memory
+    assert ds.breakdown["grad_accum_s"] == pytest.approx(micro * params * 10 / bw, rel=1e-9)
+    assert lm.breakdown["grad_accum_s"] == 0.0
+    # ZeRO 0: fp32 gradients all-reduced over dp 2 (ranks tp*... apart, same flat domain), not hidden
+    ar = 2 * (2 - 1) / 2 * params * 4 / B + 2 * (2 - 1) * a
+    tied = 2 * (2 - 1) / 2 * (m.vocab * m.hidden / 2) * 4 / B + 2 * a    # first/last stage tied embedding
+    assert ds.breakdown["dp_exposed_s"] == pytest.approx(ar + tied, rel=1e-9)
+    assert ds.step_time_s > lm.step_time_s
+    assert sum(ds.breakdown.values()) == pytest.approx(ds.step_time_s, rel=1e-12)
+
+
+def test_plan_cli_evaluates_and_searches_with_an_engine(capsys):
+    import json
+
+    from cosearch import placement
+    from cosearch.cli import main
+    args = ["plan", "--model", "gpt3-1.3b", "--chip", "A100-80GB", "--cluster", "dgx-a100", "--nodes", "2",
+            "--batch", "64", "--json", "--engine", "megatron-deepspeed"]
+    cl = cluster.dgx_a100(2)
+    assert main(args + ["--dp", "4", "--tp", "2", "--pp", "2", "--mb", "2", "--recompute", "selective"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = evaluate("gpt3-1.3b", "A100-80GB", cl, PlanSpec(4, 2, 2, 2, recompute="selective"), 64,
+                    engine="megatron-deepspeed")
+    assert out["engine"] == "megatron-deepspeed"
+    assert out["plans"][0]["step_time_s"] == pytest.approx(want.step_time_s, rel=1e-12)
+    assert out["plans"][0]["breakdown"]["grad_accum_s"] > 0
+    assert main(args + ["--tp", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = placement.search_plans("gpt3-1.3b", "A100-80GB", cl, 64, tps=(2,), engine="megatron-deepspeed")
+    assert out["plans"][0]["step_time_s"] == pytest.approx(best.best.step_time_s, rel=1e-12)
+    with pytest.raises(SystemExit) as exc:                              # unknown engine: argparse's message
+        main(args[:-1] + ["fsdp", "--tp", "2"])
+    assert exc.value.code == 2 and "invalid choice: 'fsdp'" in capsys.readouterr().err

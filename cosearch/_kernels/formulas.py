@@ -26,13 +26,16 @@ A stage holds ``n`` transformer layers (+ the embedding on the first stage, + th
 on the last).  Per microbatch it spends ``T = F + B + R + C_tp + P`` seconds: forward
 and backward compute, recompute (``selective``: the attention core again; ``full``:
 the whole forward of its layers incl. their TP communication), tensor-parallel
-collectives, and ``2 v`` pipeline sends (interleaving with ``v`` virtual stages
-multiplies them).  With ZeRO-3 the per-microbatch parameter all-gathers (forward and
+collectives, ``2 v`` pipeline sends (interleaving with ``v`` virtual stages
+multiplies them; whole activations or Megatron's scatter/gather over the tp ranks, by
+engine, :mod:`cosearch.engine`), and the engine's gradient-accumulation pass over the
+stage's parameters (``grad_accum_bytes`` per parameter at the achievable HBM bandwidth; 0
+when the backward GEMMs accumulate in place).  With ZeRO-3 the per-microbatch parameter all-gathers (forward and
 backward) and gradient reduce-scatter overlap with that work: ``T = max(T, Z3)``.
 After the last microbatch it spends ``E`` seconds: the data-parallel gradient
 all-reduce (ZeRO 0) or reduce-scatter + parameter all-gather (ZeRO 1/2; the
-distributed optimizer), the reduction hidden behind the backward of the last
-microbatch when ``overlap``; the tied embedding's gradient all-reduce between the
+distributed optimizer) of ``grad_reduce_bytes`` per gradient element, the reduction
+hidden behind the backward of the last microbatch when ``overlap`` (the engine's); the tied embedding's gradient all-reduce between the
 first and last stage; the optimizer step (Adam reads and writes master weights and
 both moments, reads the gradient and writes the weight: ``2 o + g + w`` bytes per
 parameter, sharded by ZeRO >= 1) and per-step fixed work (gradient-norm read and
@@ -77,8 +80,9 @@ UNIT_FIELDS = (
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
-HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp")
-H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP = range(len(HW_FIELDS))
+HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
+             "grad_accum_bytes", "grad_reduce_bytes")
+H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -89,11 +93,11 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 #: breakdown row written by stage_terms (seconds per step unless noted)
 BREAKDOWN_FIELDS = ("forward_s", "backward_s", "recompute_s", "tp_comm_s", "pp_p2p_s", "bubble_s",
-                    "dp_exposed_s", "optimizer_s")
-(B_FWD, B_BWD, B_REC, B_TP, B_P2P, B_BUBBLE, B_DP, B_OPT) = range(len(BREAKDOWN_FIELDS))
+                    "dp_exposed_s", "optimizer_s", "grad_accum_s")
+(B_FWD, B_BWD, B_REC, B_TP, B_P2P, B_BUBBLE, B_DP, B_OPT, B_GACC) = range(len(BREAKDOWN_FIELDS))
 # extra columns after the breakdown
-B_T, B_E, B_MEM, B_PARAMS, B_COST = 8, 9, 10, 11, 12
-NB = 13
+B_T, B_E, B_MEM, B_PARAMS, B_COST = 9, 10, 11, 12, 13
+NB = 14
 
 
 # ---------------------------------------------------------------- collectives
@@ -227,22 +231,24 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
     p2p = 0.0
     if pp > 1:
         p2p = 2.0 * v * (p2p_s(u[U_P2P_BYTES], tp * dp, net) + u[U_P2P_GATHER])
-    work = f + b + rec + tpc + p2p
     w = hw[H_W]
     g = hw[H_G]
     o = hw[H_O]
+    gr = hw[H_GRED]
+    gacc = params * hw[H_GACC] / hw[H_MEMBW]
+    work = f + b + rec + tpc + p2p + gacc
     t = work
     if zero == 3 and dp > 1:
-        z3 = 2.0 * allgather_s(params * w, dp, tp, net) + allgather_s(params * g, dp, tp, net)
+        z3 = 2.0 * allgather_s(params * w, dp, tp, net) + allgather_s(params * gr, dp, tp, net)
         if z3 > t:
             t = z3
     # ---- after the last microbatch
     gcomm = 0.0
     pgather = 0.0
     if zero == 0:
-        gcomm = allreduce_s(params * g, dp, tp, net)
+        gcomm = allreduce_s(params * gr, dp, tp, net)
     elif zero <= 2:
-        gcomm = allgather_s(params * g, dp, tp, net)
+        gcomm = allgather_s(params * gr, dp, tp, net)
         pgather = allgather_s(params * w, dp, tp, net)
     if hw[H_OVERLAP] > 0.0:
         window = b + rec + n * u[U_LTPB]
@@ -253,7 +259,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
         exposed = gcomm
     exposed += pgather
     if pp > 1 and (first or last) and u[U_PTIED] > 0.0:
-        exposed += allreduce_s(u[U_PTIED] * g, 2.0, tp * dp * (pp - 1.0), net)
+        exposed += allreduce_s(u[U_PTIED] * gr, 2.0, tp * dp * (pp - 1.0), net)
     opt_shard = dp if zero >= 1 else 1.0
     fixed_shard = dp if zero >= 2 else 1.0
     opt = params * ((2.0 * o + g + w) / opt_shard + 2.0 * g / fixed_shard) / hw[H_MEMBW]
@@ -274,6 +280,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
     out[B_BUBBLE] = (pp - 1.0) / v * t
     out[B_DP] = m * (t - work) + exposed
     out[B_OPT] = opt
+    out[B_GACC] = m * gacc
     out[B_T] = t
     out[B_E] = e
     out[B_MEM] = mem

@@ -1,0 +1,79 @@
+"""What the training framework does around the model's math.
+
+Two frameworks run the same plan differently, and the published runs cosearch is checked
+against used both.  An :class:`Engine` names the differences the performance model
+prices; the time of every other piece (kernels, collectives, the pipeline schedule) is the
+same.
+
+* ``pipeline_scatter_gather`` — Megatron-LM splits a pipeline send over the tensor-parallel
+  ranks (each sends ``1/tp`` of the activation) and all-gathers it inside the node after
+  receipt (``scatter_gather_tensors_in_pipeline``); DeepSpeed's pipeline engine sends the
+  whole activation from every tensor-parallel rank.
+* ``overlap_grad_reduce`` — the data-parallel gradient reduction runs behind the backward
+  of the last microbatch (Megatron-LM's bucketed reduction) or only after the pipeline has
+  drained (DeepSpeed's pipeline schedule ends with a ``ReduceGrads`` instruction).
+* ``grad_accum_bytes`` — HBM bytes moved per parameter per microbatch to accumulate
+  gradients outside the backward GEMMs: 0 where the weight-gradient GEMM accumulates into
+  the fp32 main gradient itself (Megatron-LM's ``gradient_accumulation_fusion``); DeepSpeed's
+  ``BF16_Optimizer`` adds each micro-step's bf16 gradient into an fp32 buffer
+  (``hp_grad.add_(lp.grad.to(fp32))``): at least a 2-byte read and a 4-byte read and write,
+  10 bytes.
+* ``grad_reduce_bytes`` — bytes per gradient element the data-parallel reduction moves
+  (None: the memory model's gradient bytes).  Both frameworks reduce bf16 training's
+  gradients in fp32: Megatron-LM forces ``accumulate_allreduce_grads_in_fp32`` for bf16,
+  and ``BF16_Optimizer.get_grads_for_reduction`` returns the fp32 buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Engine", "MEGATRON_LM", "MEGATRON_DEEPSPEED", "ENGINES", "preset"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How a training framework runs a plan (see the module docstring)."""
+
+    name: str = "megatron-lm"
+    pipeline_scatter_gather: bool = True
+    overlap_grad_reduce: bool = True
+    grad_accum_bytes: float = 0.0
+    grad_reduce_bytes: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
+        for f in ("pipeline_scatter_gather", "overlap_grad_reduce"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
+        for f in ("grad_accum_bytes", "grad_reduce_bytes"):
+            x = getattr(self, f)
+            if x is None and f == "grad_reduce_bytes":
+                continue
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x < 1e3):
+                raise ValueError(f"Engine.{f} must be a number of bytes in [0, 1000), got {x!r}")
+
+
+#: Megatron-LM: pipeline sends scattered over the tp ranks, gradient reduction overlapped
+#: with the last backward, weight-gradient accumulation fused into the GEMMs.  The default.
+MEGATRON_LM = Engine()
+
+#: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
+#: framework): whole activations sent, gradients reduced in fp32 after the pipeline drains,
+#: a separate fp32 accumulation pass per microbatch.
+MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", pipeline_scatter_gather=False, overlap_grad_reduce=False,
+                            grad_accum_bytes=10.0, grad_reduce_bytes=4.0)
+
+ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_DEEPSPEED)}
+
+
+def preset(engine: Engine | str | None) -> Engine:
+    """An :class:`Engine`, or one by name (None: Megatron-LM)."""
+    if engine is None:
+        return MEGATRON_LM
+    if isinstance(engine, Engine):
+        return engine
+    if isinstance(engine, str) and engine in ENGINES:
+        return ENGINES[engine]
+    raise ValueError(f"unknown engine {engine!r}; choose one of {sorted(ENGINES)} or pass an Engine")
