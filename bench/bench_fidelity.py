@@ -36,6 +36,13 @@ def _model(name, d):
 #: The others default to Megatron-LM's behaviour.
 ENGINE_OF = {"BLOOM-176B": "megatron-deepspeed"}
 
+#: ZeRO stage of runs whose source describes its sharding in words.  Llama 3 (Herd of Models,
+#: sec. 3.3.2): "Our use of FSDP for Llama 3 shards optimizer states and gradients, but for
+#: model shards we do not reshard after forward computation" — gradients and optimizer state
+#: sharded, weights gathered and kept: ZeRO-2 (plus the weights' all-gather each step).
+#: Other "sharded" data parallelism (PaLM's) is taken as ZeRO-3.
+ZERO_OF = {"Llama-3-405B-8k-gpus": 2, "Llama-3-405B-16k-gpus": 2}
+
 
 def _setup(run):
     hw = run["hardware"]
@@ -70,6 +77,7 @@ def _predict(run, models_by_name):
         return None, "global batch not given"
     zero = p.get("zero", 0)
     zero = 3 if isinstance(zero, str) or "sharded" in str(p.get("data_parallel", "")) else int(zero or 0)
+    zero = ZERO_OF.get(run["name"], zero)
     tp = p.get("tp") or p.get("model_parallel")
     fully = all(isinstance(p.get(k), int) for k in ("dp", "tp", "pp", "microbatch")) and \
         isinstance(p.get("virtual_stages"), int) and p.get("recompute") in ("none", "full", "selective")
@@ -80,7 +88,9 @@ def _predict(run, models_by_name):
         return evaluate(m, chip, cl, spec, B, engine=ENGINE_OF.get(run["name"])), "plan as published"
     # partly given: search the rest with the given parts fixed
     rc = p.get("recompute")
-    rc = rc if rc in ("none", "full", "selective") else None
+    # "yes (...)": the source says activations were recomputed but not how — either mode
+    rc = rc if rc in ("none", "full", "selective") else \
+        (("selective", "full") if str(rc).lower().startswith("yes") else None)
     res = placement.search_plans(m, chip, cl, B, tps=(tp,) if tp else None, recompute=rc, zero=(zero,),
                                  flash_attention=True, top_k=500, engine=ENGINE_OF.get(run["name"]))
     keep = [q for q in res.plans if (not isinstance(p.get("dp"), int) or q.dp == p["dp"])

@@ -19,7 +19,8 @@ Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op tim
 Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Training plans: :class:`PlanSpec`,
 :func:`evaluate` (one fixed plan -> :class:`Plan` with time breakdown and memory per stage),
 :func:`search_plans` (exact search over dp/tp/pp/microbatch/recompute/virtual/SP/ZeRO ->
-:class:`PlacementResult`).  Search: :func:`cosearch` (one model, or several: PHAZE's
+:class:`PlacementResult`); both take an ``engine`` (:class:`Engine`, :mod:`engine`: Megatron-LM or
+Megatron-DeepSpeed, the framework's pipeline sends, gradient accumulation and reduction).  Search: :func:`cosearch` (one model, or several: PHAZE's
 cross-model mode, :mod:`multimodel`), :func:`compare`, :class:`Results` (:mod:`results`; tables
 and plots in :mod:`report`); ``SearchSpace.phaze()`` is PHAZE's architecture space and
 :mod:`reproduce` re-runs PHAZE's experiment; :mod:`baselines` holds TPUv4, Spotlight-style and
@@ -64,6 +65,7 @@ _LAZY = {
     "schedule": ("schedule", None), "placement": ("placement", None), "memory": ("memory", None),
     "comm": ("comm", None), "search": ("search", None), "baselines": ("baselines", None),
     "cost": ("cost", None), "fl": ("fl", None), "cli": ("cli", None),
+    "engine": ("engine", None), "Engine": ("engine", "Engine"),
 }
 
 __all__ = [
