@@ -322,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--chips", type=_positive, default=1024, help="chips in the cluster")
     rp.add_argument("--batch", type=_positive, default=4096, help="global batch (sequences)")
     rp.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times")
+    rp.add_argument("--ilp-designs", type=_positive, default=256, help="most ILP plans the exact ranking makes per run")
     rp.add_argument("--out", default="phaze.json", help="rows saved here after each run; finished rows are "
                     "skipped when it exists")
     from .fl.cli import add_parsers as add_fl_parsers
@@ -412,7 +413,8 @@ def _dispatch(a) -> int:
         print(reproduce.HEADER)
         try:
             rows = reproduce.phaze([x.strip() for x in a.models.split(",") if x.strip()], gibs, chips=a.chips,
-                                   global_batch=a.batch, space=a.space, refine_top=a.refine_top, out=a.out)
+                                   global_batch=a.batch, space=a.space, refine_top=a.refine_top,
+                                   ilp_designs=a.ilp_designs, out=a.out)
         except KeyboardInterrupt:
             print(f"cosearch: interrupted; finished rows are in {a.out} (run again to continue)", file=sys.stderr)
             return 130

@@ -290,6 +290,41 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     return tuple(b for b in mbs if b in keep)
 
 
+def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, global_batch: int,
+                    units: np.ndarray, tps: Sequence[int], mbs: Sequence[int], sps: Sequence[bool],
+                    mem: memory.MemoryConfig | None = None, cutoff_s: float = math.inf, **opts) -> np.ndarray:
+    """The best plan's step time of every design — :func:`search_plans`' best over the same
+    options, in one compiled call across designs (``units``: their :func:`unit_costs`,
+    (designs, tps, mbs, sps, fields)); ``inf`` where no plan fits or none is at most
+    ``cutoff_s``.  ``opts``: :func:`search_plans`' plan options."""
+    from ._kernels import dp as kernel
+    mem = mem or memory.MemoryConfig()
+    d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
+    zero = opts.get("zero")
+    zeros = (0, 1, 2, 3) if zero is None else ((zero,) if isinstance(zero, int) else tuple(zero))
+    virt = tuple(opts["virtual_stages"]) if opts.get("virtual_stages") is not None else DEFAULT_VIRTUAL
+    modes = _modes(opts.get("recompute"))
+    engine = engine_preset(opts.get("engine"))
+    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros)
+    out = np.full(len(d), np.inf)
+    if not len(cfg) or not len(d):
+        return out
+    rows = []
+    for row in d:
+        chip = Accelerator.from_array(row)
+        rows.append(np.concatenate([cluster.net_array(chip),
+                                    hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem,
+                                           bool(opts.get("overlap_dp", True)), engine)]))
+    keys, which = np.unique(np.array(rows), axis=0, return_inverse=True)
+    which = np.asarray(which).reshape(-1)
+    nn = len(rows[0]) - F.NH
+    for k, key in enumerate(keys):
+        sel = np.flatnonzero(which == k)
+        out[sel] = kernel.best_steps(np.ascontiguousarray(units[sel]), key[:nn].copy(), key[nn:].copy(), cfg,
+                                     model.num_layers, modes, float(cutoff_s))
+    return out
+
+
 def spread_bound(units: np.ndarray, model: ModelConfig, tps: Sequence[int], mbs: Sequence[int],
                  global_batch: int, chips: int) -> np.ndarray:
     """A lower bound on the step time of every plan with a given (tp, microbatch, sp): all

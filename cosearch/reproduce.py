@@ -65,10 +65,11 @@ def _describe(d: dict[str, float]) -> str:
 
 
 def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, global_batch: int = 4096,
-          space: str = "phaze", refine_top: int = 3, out: str | os.PathLike | None = None,
+          space: str = "phaze", refine_top: int = 3, ilp_designs: int = 256, out: str | os.PathLike | None = None,
           progress: bool = True, executor=None, echo=print) -> list[PhazeRow]:
     """Run PHAZE's experiment; see the module docstring.  ``space``: ``"phaze"`` or
-    ``"default"``.  ``out``: a JSON file the rows are saved to after every run (and read
+    ``"default"``.  ``ilp_designs``: the ILP ranking's cap per run (:func:`cosearch.search.cosearch`).
+    ``out``: a JSON file the rows are saved to after every run (and read
     back from, to skip finished rows).  ``echo``: called with each finished row's line."""
     from .hardware import SearchSpace
     from .models import preset
@@ -86,7 +87,8 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
                 continue
             sp = getattr(SearchSpace, space)(gib)
             t0 = time.perf_counter()
-            res = cosearch(m, sp, chips, global_batch, executor, refine_top=refine_top, baselines=True,
+            res = cosearch(m, sp, chips, global_batch, executor, refine_top=refine_top, ilp_designs=ilp_designs,
+                           baselines=True,
                            progress=progress)
             dt = time.perf_counter() - t0
             if res.interrupted:

@@ -369,11 +369,13 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
 
     Three valid bounds on a design's ILP step time, each tighter and dearer than the last:
     (0) the perfect-spread step on :func:`cosearch.schedule.layer_bounds` layer times
-    (vectorised over all designs); (1) the design's best plan under those layer times (the
-    exact plan search; the stage formulas are monotone in layer times); (2) the exact ILP
-    plan (:func:`cosearch.placement.ilp_plan`).  A heap holds every design at its best known
-    bound; the smallest is raised one level at a time, until it exceeds the ``top``-th best
-    ILP step found — then no design left could enter the top ``top``.  Designs the
+    (vectorised over all designs; it picks the candidates); (1) the design's best plan
+    under those layer times (the exact plan search, the stage formulas being monotone in
+    layer times; :func:`cosearch.placement.best_plan_steps`, one compiled call for all
+    candidates); (2) the exact ILP plan (:func:`cosearch.placement.ilp_plan`).  A heap holds
+    the candidates at bound (1); the smallest is planned exactly, until the next bound
+    exceeds the ``top``-th best ILP step found — then no design left could enter the top
+    ``top``.  Designs the
     serial sweep already beats ``top`` times cannot enter either: an ILP layer time never
     exceeds the serial one, so the serial top-``top`` bounds the ILP one.  Designs that
     differ only in buffers that make no difference to them
@@ -393,7 +395,11 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     lb = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
     cand = np.flatnonzero(lb <= ceiling)
     groups = [[int(cand[k]) for k in g] for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]
-    heap = [(float(lb[g[0]]), 0, gi) for gi, g in enumerate(groups)]
+    # level 1 for every group at once (one compiled call): its best plan on bound layer times
+    reps = np.array([g[0] for g in groups], dtype=np.int64)
+    first = placement.best_plan_steps(model, designs[reps], cluster, global_batch, ub[reps], tps, mbs, sps, mem,
+                                      ceiling, **{k: v for k, v in opts.items() if k != "sequence_parallel"})
+    heap = [(float(first[gi]), 1, gi) for gi in range(len(groups)) if np.isfinite(first[gi])]
     heapq.heapify(heap)
     steps: list[float] = []
     by_index = {r.index: k for k, r in enumerate(res.rows)}
@@ -416,14 +422,6 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
                 break
             rep = groups[gi][0]
             chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
-            if level == 0:
-                heapq.heappop(heap)
-                r = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=mbs,
-                                           sequence_parallel=sps, mem=mem, units=ub[rep],
-                                           cutoff_s=cut if math.isfinite(cut) else None, **opts)
-                if r.plans:
-                    heapq.heappush(heap, (r.plans[0].step_time_s, 1, gi))
-                continue
             if planned >= max_designs:
                 proven = False
                 break

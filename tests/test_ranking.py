@@ -140,3 +140,28 @@ def test_spread_bound_is_below_every_plan():
                                    top_k=10_000)
         for p in r.plans:
             assert sb[ti, bi, 0] <= p.step_time_s * (1 + 1e-12)
+
+
+def test_best_plan_steps_equals_search_plans_per_design():
+    m = models.preset("gpt3-1.3b")
+    designs = hardware.SearchSpace(tensor_cores=(2, 8), systolic_dims=((32, 32), (128, 128)), vector_units=(2,),
+                                   vector_width=(512,), l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,),
+                                   hbm=((GiB // 2, 1.2e12), (16 * GiB, 1.6e12))).arrays()
+    cl = hardware.Cluster(16)
+    tps, mbs, sps = (1, 2), (1, 2, 4), (False, True)
+    opts = dict(placement.DEFAULT_PLAN_OPTIONS)
+    units = plan_mod.unit_costs(m, designs, cl, tps, mbs, sps)
+    got = placement.best_plan_steps(m, designs, cl, 32, units, tps, mbs, sps, **{k: v for k, v in opts.items()
+                                                                              if k != "sequence_parallel"})
+    want = []
+    for row in designs:
+        r = placement.search_plans(m, _chip(row), cl, 32, tps=tps, microbatches=mbs,
+                                   **dict(opts, sequence_parallel=sps))
+        want.append(r.best.step_time_s if r.feasible else np.inf)
+    want = np.array(want)
+    assert np.isinf(want).any() and np.isfinite(want).any()           # 0.5 GiB: some designs fit nothing
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    cut = float(np.median(want[np.isfinite(want)]))
+    capped = placement.best_plan_steps(m, designs, cl, 32, units, tps, mbs, sps, cutoff_s=cut,
+                                       **{k: v for k, v in opts.items() if k != "sequence_parallel"})
+    np.testing.assert_allclose(capped, np.where(want <= cut, want, np.inf), rtol=1e-12)

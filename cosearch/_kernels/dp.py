@@ -248,6 +248,49 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
     return res, lb, evaluated
 
 
+@njit(cache=True)
+def _best_one(units, net, hw, cfg, L, modes, cutoff, lb, order):
+    """The best step time of one design's units over every configuration (INF if none fits
+    or none can beat ``cutoff``), visiting configurations in lower-bound order."""
+    n = cfg.shape[0]
+    for i in range(n):
+        c = cfg[i]
+        lb[i] = lower_bound(units[c[C_TI], c[C_BI], c[C_SI]], c[C_PP], c[C_V], c[C_M], L)
+    idx = np.argsort(lb)
+    for i in range(n):
+        order[i] = idx[i]
+    best = cutoff
+    found = INF
+    for j in range(n):
+        i = order[j]
+        if lb[i] > best:
+            break
+        c = cfg[i]
+        counts = np.zeros(c[C_PP], dtype=np.int64)
+        rm = np.zeros(c[C_PP], dtype=np.int64)
+        r = config_best(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
+                        c[C_DP], c[C_TP], c[C_Z], modes, counts, rm)
+        if r <= best:
+            best = r
+            found = r
+    return found
+
+
+@njit(cache=True, parallel=True)
+def best_steps(units, net, hw, cfg, L, modes, cutoff):
+    """:func:`search`'s best step time (top 1) for many designs at once: ``units`` is
+    (designs, tps, mbs, sps, fields), sharing one network and HW row; INF where no plan fits
+    or none is at most ``cutoff``."""
+    nd = units.shape[0]
+    out = np.full(nd, INF)
+    n = cfg.shape[0]
+    for d in prange(nd):
+        lb = np.empty(n)
+        order = np.empty(n, dtype=np.int64)
+        out[d] = _best_one(units[d], net, hw, cfg, L, modes, cutoff, lb, order)
+    return out
+
+
 @njit(cache=True, parallel=True)
 def memory_floor(units, net, hw, cfg, L, modes):
     """A lower bound on the per-chip memory any configuration's plan needs: some stage
