@@ -372,10 +372,11 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     (vectorised over all designs; it picks the candidates); (1) the design's best plan
     under those layer times (the exact plan search, the stage formulas being monotone in
     layer times; :func:`cosearch.placement.best_plan_steps`, one compiled call for all
-    candidates); (2) the exact ILP plan (:func:`cosearch.placement.ilp_plan`).  A heap holds
-    the candidates at bound (1); the smallest is planned exactly, until the next bound
-    exceeds the ``top``-th best ILP step found — then no design left could enter the top
-    ``top``.  Designs the
+    candidates); (2) the exact ILP plan (:func:`cosearch.placement.ilp_plan`).  The serial
+    sweep's best designs are planned first (seeds: their ILP top-k is the bound pass's
+    cutoff); a heap then holds the other candidates at bound (1), and the smallest is planned
+    exactly until the next bound exceeds the ``top``-th best ILP step found — then no design
+    left could enter the top ``top``.  Designs the
     serial sweep already beats ``top`` times cannot enter either: an ILP layer time never
     exceeds the serial one, so the serial top-``top`` bounds the ILP one.  Designs that
     differ only in buffers that make no difference to them
@@ -395,12 +396,6 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     lb = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
     cand = np.flatnonzero(lb <= ceiling)
     groups = [[int(cand[k]) for k in g] for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]
-    # level 1 for every group at once (one compiled call): its best plan on bound layer times
-    reps = np.array([g[0] for g in groups], dtype=np.int64)
-    first = placement.best_plan_steps(model, designs[reps], cluster, global_batch, ub[reps], tps, mbs, sps, mem,
-                                      ceiling, **{k: v for k, v in opts.items() if k != "sequence_parallel"})
-    heap = [(float(first[gi]), 1, gi) for gi in range(len(groups)) if np.isfinite(first[gi])]
-    heapq.heapify(heap)
     steps: list[float] = []
     by_index = {r.index: k for k, r in enumerate(res.rows)}
     bar = None
@@ -408,46 +403,67 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
         from tqdm.auto import tqdm
         bar = tqdm(desc="ILP ranking", unit="design", leave=False)
     planned = 0
-    proven = True
-    opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
+    done: set[int] = set()
+    plan_opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
 
     def kth() -> float:
         return min(ceiling, sorted(steps)[top - 1]) if len(steps) >= top else ceiling
 
+    def plan_group(gi: int) -> None:
+        nonlocal planned
+        planned += 1
+        done.add(gi)
+        rep = groups[gi][0]
+        chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
+        new = ilp_plan(model, chip, cluster, global_batch, mem, dict(plan_opts, sequence_parallel=sps), tps=tps,
+                       microbatches=mbs, cutoff_s=kth(), units_bound=ub[rep])
+        if bar is not None:
+            bar.update(len(groups[gi]))
+        if new is None:
+            return
+        for m in groups[gi]:
+            steps.append(new.step_time_s)
+            row = DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp")
+            if m in by_index:
+                res.rows[by_index[m]] = row
+            else:
+                by_index[m] = len(res.rows)
+                res.rows.append(row)
+                res.pruned -= 1
+            res.meta["refined"].append(int(m))
+
+    heap: list = []
+    proven = True
     try:
-        while heap:
-            bound, level, gi = heap[0]
-            cut = kth()
-            if bound > cut:
+        # seed: plan the serial sweep's best designs first, so the cutoff of the bound pass
+        # below is an ILP top-k already (an ILP layer is never slower than its serial sum)
+        group_of = {m: gi for gi, g in enumerate(groups) for m in g}
+        best_rows = sorted((r for r in res.rows if r.plan is not None and r.index in group_of),
+                           key=lambda r: r.plan.step_time_s)
+        for r in best_rows:
+            if len(steps) >= top or planned >= max_designs:
                 break
-            rep = groups[gi][0]
-            chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
+            if group_of[r.index] not in done:
+                plan_group(group_of[r.index])
+        # bound (1) for every other group at once (one compiled call): its best plan on bound
+        # layer times, with the seeds' k-th ILP step as cutoff
+        todo = [gi for gi in range(len(groups)) if gi not in done]
+        reps = np.array([groups[gi][0] for gi in todo], dtype=np.int64)
+        first = placement.best_plan_steps(model, designs[reps], cluster, global_batch, ub[reps], tps, mbs, sps,
+                                          mem, kth(), **plan_opts) if len(todo) else np.zeros(0)
+        heap = [(float(first[k]), gi) for k, gi in enumerate(todo) if np.isfinite(first[k])]
+        heapq.heapify(heap)
+        while heap and heap[0][0] <= kth():
             if planned >= max_designs:
                 proven = False
                 break
-            heapq.heappop(heap)
-            planned += 1
-            new = ilp_plan(model, chip, cluster, global_batch, mem, dict(opts, sequence_parallel=sps), tps=tps,
-                           microbatches=mbs, cutoff_s=cut, units_bound=ub[rep])
-            if bar is not None:
-                bar.update(len(groups[gi]))
-            if new is None:
-                continue
-            for m in groups[gi]:
-                steps.append(new.step_time_s)
-                row = DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp")
-                if m in by_index:
-                    res.rows[by_index[m]] = row
-                else:
-                    by_index[m] = len(res.rows)
-                    res.rows.append(row)
-                    res.pruned -= 1
-                res.meta["refined"].append(int(m))
+            _, gi = heapq.heappop(heap)
+            plan_group(gi)
     finally:
         if bar is not None:
             bar.close()
     cut = kth()
-    left = sum(len(groups[gi]) for b, _, gi in heap if b <= cut) if not proven else 0
+    left = sum(len(groups[gi]) for b, gi in heap if b <= cut) if not proven else 0
     res.meta["ilp_ranking"] = {"proven": proven, "scheduled": planned, "designs": len(res.meta["refined"]),
                                "top": top, "open": left}
 
