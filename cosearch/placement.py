@@ -83,6 +83,18 @@ def _bools(name: str, x, default) -> tuple[bool, ...]:
     return tuple(sorted({bool(b) for b in vals}))
 
 
+def _virtuals_and_zeros(virtual_stages, zero) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The virtual-stage counts and ZeRO stages a plan option names (None: all)."""
+    virt = v.int_list("virtual_stages", virtual_stages) if virtual_stages is not None else DEFAULT_VIRTUAL
+    if zero is None:
+        return virt, (0, 1, 2, 3)
+    zeros = (zero,) if isinstance(zero, int) and not isinstance(zero, bool) else tuple(zero)
+    for z in zeros:
+        if isinstance(z, bool) or z not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be 0, 1, 2 or 3 (or a list of them), got {zero!r}")
+    return virt, zeros
+
+
 def _modes(recompute) -> np.ndarray:
     if recompute is None:
         rc = F.RECOMPUTE_MODES
@@ -181,14 +193,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     if bad:
         raise ValueError(f"microbatches {bad} do not divide global_batch={B}")
     sps = _bools("sequence_parallel", sequence_parallel, (False, True))
-    virt = v.int_list("virtual_stages", virtual_stages) if virtual_stages is not None else DEFAULT_VIRTUAL
-    if zero is None:
-        zeros = (0, 1, 2, 3)
-    else:
-        zeros = (zero,) if isinstance(zero, int) and not isinstance(zero, bool) else tuple(zero)
-        for z in zeros:
-            if isinstance(z, bool) or z not in (0, 1, 2, 3):
-                raise ValueError(f"zero must be 0, 1, 2 or 3 (or a list of them), got {zero!r}")
+    virt, zeros = _virtuals_and_zeros(virtual_stages, zero)
     modes = _modes(recompute)
     engine = engine_preset(engine)
     if units is None:
@@ -270,9 +275,7 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     mem = mem or memory.MemoryConfig()
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     sps = _bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
-    zero = opts.get("zero")
-    zeros = (0, 1, 2, 3) if zero is None else ((zero,) if isinstance(zero, int) else tuple(zero))
-    virt = tuple(opts["virtual_stages"]) if opts.get("virtual_stages") is not None else DEFAULT_VIRTUAL
+    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"))
     modes = _modes(opts.get("recompute"))
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros)
     if not len(cfg):
@@ -300,9 +303,7 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
     from ._kernels import dp as kernel
     mem = mem or memory.MemoryConfig()
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
-    zero = opts.get("zero")
-    zeros = (0, 1, 2, 3) if zero is None else ((zero,) if isinstance(zero, int) else tuple(zero))
-    virt = tuple(opts["virtual_stages"]) if opts.get("virtual_stages") is not None else DEFAULT_VIRTUAL
+    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"))
     modes = _modes(opts.get("recompute"))
     engine = engine_preset(opts.get("engine"))
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros)

@@ -250,6 +250,16 @@ def _one_core_pays(kept: np.ndarray, designs: np.ndarray, efficiency, is_tensor:
     return pays
 
 
+def _mode_prices(kept: np.ndarray, designs: np.ndarray, frac: float, efficiency) -> np.ndarray:
+    """(designs, ops) times of ops run on a ``frac`` share of their unit's cores with the
+    whole HBM bandwidth (the roofline scales bandwidth by ``frac``; this undoes it)."""
+    from .hardware import DESIGN_FIELDS
+    c = np.array(designs, dtype=np.float64)
+    bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
+    c[:, bi] = c[:, bi] / frac
+    return cost.price(kept, c, frac, efficiency=efficiency)
+
+
 def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
     """(designs, values): every roofline price of ``layer``'s ops that the serial sum,
     :func:`make_problem` and :func:`layer_bounds` read of a design — all ops at all cores;
@@ -261,7 +271,6 @@ def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -
     from .hardware import DESIGN_FIELDS
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
-    bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
     every = cost.price(layer, d, 1.0, efficiency=efficiency)
     _, _, kept = _chip_graph(layer)
     if not len(kept):
@@ -277,9 +286,7 @@ def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -
         for n in np.unique(d[:, col]):
             sel = np.flatnonzero(d[:, col] == n)
             frac = 1.0 / n
-            c = d[sel].copy()
-            c[:, bi] = c[:, bi] / frac
-            t_mode[np.ix_(sel, np.flatnonzero(mask))] = cost.price(kept, c, frac, efficiency=efficiency)[:, mask]
+            t_mode[np.ix_(sel, np.flatnonzero(mask))] = _mode_prices(kept, d[sel], frac, efficiency)[:, mask]
     return np.concatenate([every, pays.astype(float), np.where(pays, t_one, np.nan), np.where(pays, t_mode, np.nan)],
                           axis=1)
 
@@ -322,7 +329,7 @@ def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: boo
         key = frac
         if key not in priced:
             c = chip.with_(hbm_bandwidth_Bps=chip.hbm_bandwidth_Bps / frac)   # the whole bandwidth
-            priced[key] = (cost.price(kept, c, frac)[0],
+            priced[key] = (_mode_prices(kept, chip.as_array()[None], frac, chip.efficiency)[0],
                            _gemm_on_vector_s(kept, c, frac) if allow_gemm_on_vector else None)
         own, gemm_vec = priced[key]
         rows = np.ones(n, dtype=bool) if frac == 1.0 else one_pays[u]
