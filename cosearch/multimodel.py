@@ -24,7 +24,6 @@ import numpy as np
 
 from . import memory, placement
 from . import plan as plan_mod
-from .engine import preset as engine_preset
 from .hardware import Accelerator, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -167,7 +166,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         tps = tuple(placement.default_tps(m, cluster.num_chips))
         mbs = tuple(placement.divisors(b))
         units = plan_mod.unit_costs(m, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
-                                    scatter_gather=engine_preset(opts.get("engine")).pipeline_scatter_gather)
+                                    engine=opts.get("engine"))
         lb = _step_lower_bound(units, m, tps, mbs, b, cluster.num_chips)
         per.append((m, b, tps, mbs, units, (b * m.seq_len) / lb))
     ub = combine(np.stack([p[5] for p in per], axis=-1), objective)

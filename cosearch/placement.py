@@ -198,7 +198,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     engine = engine_preset(engine)
     if units is None:
         units = unit_costs(model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model,
-                           scatter_gather=engine.pipeline_scatter_gather)[0]
+                           engine=engine)[0]
     net = cluster.net_array(chip)
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine)
     cfg = configurations(model, chips, B, tps, mbs, sps, virt, zeros)
@@ -282,7 +282,7 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
         return tuple(mbs)
     chip = Accelerator.from_array(d[0])
     units = unit_costs(model, chip, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
-                       scatter_gather=engine_preset(opts.get("engine")).pipeline_scatter_gather)[0]
+                       engine=opts.get("engine"))[0]
     net = cluster.net_array(chip)
     hi = DESIGN_FIELDS.index("hbm_bytes")
     keep = {min(mbs)}
@@ -357,7 +357,7 @@ def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_bat
     flash = bool(opts.get("flash_attention", False))
     ub = units_bound if units_bound is not None else unit_costs(
         model, chip, cluster, tps, mbs, sps, flash,
-        scatter_gather=engine_preset(opts.get("engine")).pipeline_scatter_gather, time_model="bound")[0]
+        engine=opts.get("engine"), time_model="bound")[0]
     # best-first over the choices: each starts at its perfect-spread bound, is raised to its
     # best plan under bound layer times, then planned with ILP layer times; a choice whose
     # bound cannot beat the best ILP plan found is never looked at again

@@ -215,7 +215,7 @@ def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray) -> float:
 
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
-               efficiency=None, time_model: str = "sum", scatter_gather: bool = True) -> np.ndarray:
+               efficiency=None, time_model: str = "sum", engine=None) -> np.ndarray:
     """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
     array of per-unit seconds, bytes and parameters.
 
@@ -223,9 +223,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     default ideal).  ``time_model``: ``"sum"`` (ops one after another, as a GPU runs them),
     ``"ilp"``/``"list"`` (per-layer schedule on the chip's units, :mod:`cosearch.schedule`) or
     ``"bound"`` (a valid lower bound on the ILP's layer times, vectorised over designs:
-    :func:`cosearch.schedule.layer_bounds`).  ``scatter_gather``: pipeline sends split over
-    the tp ranks and all-gathered after receipt (Megatron-LM) or whole activations from
-    every tp rank (DeepSpeed's pipeline engine; :attr:`cosearch.engine.Engine.pipeline_scatter_gather`).
+    :func:`cosearch.schedule.layer_bounds`).  ``engine`` (:mod:`cosearch.engine`, default
+    Megatron-LM) decides the pipeline sends: split over the tp ranks and all-gathered after
+    receipt, or whole activations from every tp rank (DeepSpeed's pipeline engine).
     """
     from . import cost
     from .hardware import IDEAL
@@ -240,6 +240,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     net_of = np.asarray(net_of).reshape(-1)
     if time_model not in ("sum", "ilp", "list", "bound"):
         raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp', 'list' or 'bound'")
+    scatter_gather = engine_preset(engine).pipeline_scatter_gather
     c = model
     out = np.zeros((len(d), len(tps), len(microbatches), len(sequence_parallel), F.NU))
     norms = 2 * c.norm_params()
@@ -431,8 +432,7 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     spec = check_spec(model, cluster, spec, global_batch)
     engine = engine_preset(engine)
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
-                   spec.flash_attention, time_model=time_model,
-                   scatter_gather=engine.pipeline_scatter_gather)[0, 0, 0, 0]
+                   spec.flash_attention, time_model=time_model, engine=engine)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
                             time_model)

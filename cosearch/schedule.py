@@ -228,6 +228,14 @@ def _on_tensor_cores(kept: np.ndarray) -> np.ndarray:
     return np.isin(kept[:, 0], (KIND_TENSOR, KIND_ATTENTION))
 
 
+def _one_core(designs: np.ndarray) -> np.ndarray:
+    """The designs with one tensor core and one vector unit (the rest, bandwidth included, kept)."""
+    from .hardware import DESIGN_FIELDS
+    one = np.array(designs, dtype=np.float64)
+    one[:, [DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")]] = 1.0
+    return one
+
+
 def _one_core_pays(kept: np.ndarray, designs: np.ndarray, efficiency, is_tensor: np.ndarray) -> np.ndarray:
     """(designs, ops): whether one core of its unit is offered to an op — only where it beats
     linear scaling: N such ops side by side, each with 1/N of the cores and of the bandwidth,
@@ -240,9 +248,7 @@ def _one_core_pays(kept: np.ndarray, designs: np.ndarray, efficiency, is_tensor:
     full = cost.price(kept, designs, 1.0, efficiency=efficiency)
     pays = np.zeros_like(full, dtype=bool)
     for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
-        lin = designs.copy()                  # one core of the unit with 1/N of the bandwidth
-        lin[:, ti] = 1.0
-        lin[:, vi] = 1.0
+        lin = _one_core(designs)              # one core of the unit with 1/N of the bandwidth
         lin[:, bi] = designs[:, bi] / designs[:, col]
         n = designs[:, [col]]
         t_lin = cost.price(kept, lin, 1.0, efficiency=efficiency)
@@ -277,10 +283,7 @@ def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -
         return every
     is_tensor = _on_tensor_cores(kept)
     pays = _one_core_pays(kept, d, efficiency, is_tensor)
-    one = d.copy()
-    one[:, ti] = 1.0
-    one[:, vi] = 1.0
-    t_one = cost.price(kept, one, 1.0, efficiency=efficiency)
+    t_one = cost.price(kept, _one_core(d), 1.0, efficiency=efficiency)
     t_mode = np.full_like(t_one, np.nan)
     for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
         for n in np.unique(d[:, col]):
@@ -414,11 +417,8 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     if not len(kept):
         return np.zeros(len(d))
     ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
-    one = d.copy()
-    one[:, ti] = 1.0
-    one[:, vi] = 1.0
     t_all = cost.price(kept, d, 1.0, efficiency=efficiency)
-    t_one = cost.price(kept, one, 1.0, efficiency=efficiency)          # one core, the whole bandwidth
+    t_one = cost.price(kept, _one_core(d), 1.0, efficiency=efficiency)          # one core, the whole bandwidth
     is_tensor = _on_tensor_cores(kept)
     n_unit = np.where(is_tensor[None, :], d[:, [ti]], d[:, [vi]])
     pays = _one_core_pays(kept, d, efficiency, is_tensor)               # make_problem's own rule

@@ -32,7 +32,6 @@ import numpy as np
 from . import memory, placement
 from . import plan as plan_mod
 from ._interrupt import stop_pool
-from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -220,7 +219,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     # microbatch sizes with which no plan fits any design's HBM are never priced
     mbs = placement.fitting_microbatches(model, designs, cluster, global_batch, tps, mbs, mem, **opts)
     units = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
-                                scatter_gather=engine_preset(opts.get("engine")).pipeline_scatter_gather)
+                                engine=opts.get("engine"))
     lb = _step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips)
     group, members = equivalent_designs(designs, units)
     reps = np.array(sorted({m[0] for m in members}), dtype=np.int64)
@@ -392,7 +391,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     serial = sorted(r.plan.step_time_s for r in res.rows if r.plan is not None)
     ceiling = serial[top - 1] if len(serial) >= top else math.inf
     ub = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, flash, time_model="bound",
-                             scatter_gather=engine_preset(opts.get("engine")).pipeline_scatter_gather)
+                             engine=opts.get("engine"))
     lb = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
     cand = np.flatnonzero(lb <= ceiling)
     groups = [[int(cand[k]) for k in g] for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]

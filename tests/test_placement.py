@@ -70,15 +70,15 @@ def cached_units(monkeypatch):
     real = plan.unit_costs
 
     @functools.cache
-    def key(model, chip, cl, tps, mbs, sps, flash, tm, sg):
-        return real(model, chip, cl, tps, mbs, sps, flash, time_model=tm, scatter_gather=sg)
+    def key(model, chip, cl, tps, mbs, sps, flash, tm, engine):
+        return real(model, chip, cl, tps, mbs, sps, flash, time_model=tm, engine=engine)
 
     def cached(model, chip, cl, tps, mbs, sps=(False,), flash=False, efficiency=None, time_model="sum",
-               scatter_gather=True):
+               engine=None):
         if isinstance(chip, hardware.Accelerator) and efficiency is None:
             return key(model, chip.with_(hbm_bytes=1.0), cl, tuple(tps), tuple(mbs), tuple(sps), flash, time_model,
-                       scatter_gather)
-        return real(model, chip, cl, tps, mbs, sps, flash, efficiency, time_model, scatter_gather)
+                       engine)
+        return real(model, chip, cl, tps, mbs, sps, flash, efficiency, time_model, engine)
 
     monkeypatch.setattr(plan, "unit_costs", cached)
     monkeypatch.setattr(placement, "unit_costs", cached)

@@ -249,16 +249,15 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
 
 
 @njit(cache=True)
-def _best_one(units, net, hw, cfg, L, modes, cutoff, lb, order):
+def _best_one(units, net, hw, cfg, L, modes, cutoff):
     """The best step time of one design's units over every configuration (INF if none fits
     or none can beat ``cutoff``), visiting configurations in lower-bound order."""
     n = cfg.shape[0]
+    lb = np.empty(n)
     for i in range(n):
         c = cfg[i]
         lb[i] = lower_bound(units[c[C_TI], c[C_BI], c[C_SI]], c[C_PP], c[C_V], c[C_M], L)
-    idx = np.argsort(lb)
-    for i in range(n):
-        order[i] = idx[i]
+    order = np.argsort(lb)
     best = cutoff
     found = INF
     for j in range(n):
@@ -283,11 +282,8 @@ def best_steps(units, net, hw, cfg, L, modes, cutoff):
     or none is at most ``cutoff``."""
     nd = units.shape[0]
     out = np.full(nd, INF)
-    n = cfg.shape[0]
     for d in prange(nd):
-        lb = np.empty(n)
-        order = np.empty(n, dtype=np.int64)
-        out[d] = _best_one(units[d], net, hw, cfg, L, modes, cutoff, lb, order)
+        out[d] = _best_one(units[d], net, hw, cfg, L, modes, cutoff)
     return out
 
 
