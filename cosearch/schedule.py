@@ -12,17 +12,20 @@ exactly, and more slots could never be used).  A one-core mode is offered only w
 beats linear scaling (``N`` such ops side by side, each with ``1/N`` of the cores and
 bandwidth, against one after another on all cores: a GEMM with fewer tiles than cores);
 elsewhere it only adds symmetric branches.  An op's latency in a mode is the roofline
-(:func:`cosearch.cost.price`) at that many cores with the chip's HBM bandwidth; concurrent
-ops are *not* charged for sharing that bandwidth (a GEMM beside a memory-bound vector op
-is priced as if each had it all; a shared-bandwidth model with HBM as two more slots was
-tried and made the backward layer's ILP time out at 10 s — issue 12).  Tensor ops (GEMMs)
-run on the tensor cores (PHAZE's mapping) or, with ``allow_gemm_on_vector``, also slowly on
-the vector units; vector ops only on the vector units.  All-reduce ops are not chip work:
-they are contracted out of the DAG (their time is added by :mod:`cosearch.placement`).  A
-mode another mode beats on both latency and slots (a subset) is dropped, and an op
-ordered against every other op keeps only its fastest modes.  A layer whose ops form a
-chain (a forward layer) is solved without the ILP: its makespan is the sum of the fastest
-modes.
+(:func:`cosearch.cost.price`) at that many cores with the chip's HBM bandwidth.
+
+HBM bandwidth is shared.  A run streams HBM at a fixed *share* of the bandwidth: its
+memory time at the whole bandwidth over its latency (1 for a memory-bound run, about 0.2
+for a big GEMM); runs that overlap never hold more than 1 between them.  Durations do not
+stretch, so every schedule is achievable — a memory-bound op waits for the bandwidth rather
+than slowing a GEMM beside it (the model is conservative where a real chip would let both
+slow down and overlap).  Tensor ops (GEMMs) run on the tensor cores (PHAZE's mapping) or,
+with ``allow_gemm_on_vector``, also slowly on the vector units; vector ops only on the
+vector units.  All-reduce ops are not chip work: they are contracted out of the DAG (their
+time is added by :mod:`cosearch.placement`).  A mode another mode beats on latency, slots
+(a subset) and share is dropped, and an op ordered against every other op keeps only its
+fastest modes.  A layer whose ops form a chain (a forward layer) is solved without the
+ILP: its makespan is the sum of the fastest modes.
 
 Formulation: disjunctive, with big-M.  Binary ``y[i, m]`` picks op ``i``'s mode,
 its duration is ``d_i = sum_m lat[i, m] y[i, m]``, ``s_i`` its start.  Precedence:
@@ -33,24 +36,35 @@ them and every slot both could use, an order binary ``z_ij`` and::
     s_j + d_j <= s_i + M z_ij       + M (2 - u_ir - u_jr)
 
 where ``u_ir`` (a sum of ``y``) is 1 when op ``i`` occupies slot ``r``.  ``M`` is the
-list schedule's makespan, which also bounds every finish time.  Minimise the
-makespan ``C >= s_i + d_i``.  A unit's core slots are interchangeable, so the ILP may take
+starting schedule's makespan, which also bounds every finish time.  Minimise the
+makespan ``C >= s_i + d_i``.  Bandwidth: a pair whose runs' shares sum above 1 gets a
+binary ``q_ij`` (no overlap) with the same two big-M rows and ``q_ij >= y_im + y_jm' - 1``;
+three or more runs whose shares fit pairwise but not together are cut lazily (solve, find
+an instant where the shares exceed 1, add "some two of these do not overlap", solve
+again — intervals that pairwise overlap share an instant, so the cuts are exact).
+Energetic cuts: every slot is busy at most ``C``, and a run that can overlap no other op
+(an *exclusive* run, e.g. a memory-bound op beside GEMMs that read HBM) adds its whole
+time to every slot's load.  A unit's core slots are interchangeable, so the ILP may take
 the first op (by index) on core slot ``k`` to follow one on slot ``k - 1``: symmetry
 breaking that keeps an optimum.  A disjunctive model beats a time-indexed one here:
 op latencies span five orders of magnitude (a 10 us norm next to a 10 ms GEMM), so
 any time grid fine enough to be exact would need ~10^4 steps per op, while pairs
 related by a path need no disjunction at all (a transformer layer is close to a
-chain, so few pairs remain).
+chain, so few pairs remain).  The model is built from named CVXPY variables
+(``_DisjunctiveModel``) and solved by HiGHS; :func:`solve_ilp` returns an
+:class:`ILPResult`.
 
 The list scheduler (upper bound, warm start and fallback) dispatches ready ops
-by longest remaining critical path and gives each the mode that finishes it
-earliest.  The lower bound is the largest of the critical path (fastest mode per
-op) and, for each kind of slot (tensor cores, vector cores), the least slot-time every op
-needs of that kind over the number of such slots.
+by longest remaining critical path and gives each the mode and the earliest start (gaps
+included) that finishes it first with its slots idle and the bandwidth not oversubscribed.
+The lower bound is the largest of the critical path (fastest mode per op), for each kind
+of slot the least slot-time every op needs of that kind (exclusive runs counted whole)
+over the number of such slots, and the ops' total HBM time.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import warnings
@@ -63,7 +77,7 @@ from . import cost
 from .graph import KIND_ATTENTION, KIND_NETWORK, KIND_TENSOR, LayerGraph
 from .hardware import Accelerator
 
-__all__ = ["ScheduleResult", "Problem", "layer_time", "list_schedule", "lower_bound", "solve_ilp",
+__all__ = ["ScheduleResult", "ILPResult", "Problem", "layer_time", "list_schedule", "lower_bound", "solve_ilp",
            "make_problem", "scheduling_prices", "cache_info", "clear_cache", "SLOTS", "is_chain", "max_antichain", "layer_bounds"]
 
 #: The legacy six-mode layout (two halves per unit), the default of a hand-built
@@ -74,6 +88,10 @@ MODES = ((0, 1), (0,), (1,), (2, 3), (2,), (3,))
 MODE_NAMES = ("tensor.all", "tensor.half0", "tensor.half1", "vector.all", "vector.half0", "vector.half1")
 #: Interchangeable slot chains of the legacy layout: (modes on slot k-1, modes on slot k).
 LEGACY_SYMMETRY = (((1,), (2,)), ((4,), (5,)))
+#: Slack on the bandwidth budget (shares sum to at most 1 + this) and on overlaps (relative
+#: to the makespan), absorbing the solver's feasibility tolerance.
+BANDWIDTH_TOL = 1e-9
+OVERLAP_TOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -81,7 +99,9 @@ class Problem:
     """A scheduling instance: latencies (ops x modes, inf = cannot run), edges, and which
     slots each mode occupies.  ``modes``/``slots``/``mode_names`` default to the legacy
     six-mode layout (:data:`MODES`); ``symmetry`` lists (modes on slot k-1, modes on slot
-    k) pairs of interchangeable slots for symmetry breaking (``()``: none)."""
+    k) pairs of interchangeable slots for symmetry breaking (``()``: none).  ``bandwidth``
+    (ops x modes, in [0, 1]; ``None``: zeros) is the share of the chip's HBM bandwidth an op
+    streams at while it runs in a mode: ops running at once never demand more than 1."""
 
     names: tuple[str, ...]
     latency_s: np.ndarray
@@ -91,6 +111,8 @@ class Problem:
     mode_names: tuple[str, ...] = MODE_NAMES
     symmetry: tuple = LEGACY_SYMMETRY
     slot_kinds: tuple[str, ...] = ("tensor", "tensor", "vector", "vector")
+    bandwidth: np.ndarray | None = None
+
 
     def __post_init__(self) -> None:
         lat = np.asarray(self.latency_s, dtype=np.float64)
@@ -109,6 +131,12 @@ class Problem:
             if np.any(lat[i][ok] <= 0) or np.any(np.isnan(lat[i])):
                 raise ValueError(f"op {self.names[i]!r} has a non-positive latency")
         object.__setattr__(self, "latency_s", lat)
+        bw = np.zeros_like(lat) if self.bandwidth is None else np.asarray(self.bandwidth, dtype=np.float64)
+        if bw.shape != lat.shape:
+            raise ValueError(f"bandwidth must have the shape of latency_s {lat.shape}, got {bw.shape}")
+        if np.any(np.isnan(bw)) or np.any(bw < 0) or np.any(bw > 1 + 1e-9):
+            raise ValueError("bandwidth shares must lie in [0, 1] (a share of the chip's HBM bandwidth)")
+        object.__setattr__(self, "bandwidth", np.minimum(bw, 1.0))
         if len(self.preds) != n:
             raise ValueError("preds must list the predecessors of every op")
         _topo_order(self.preds, self.names)
@@ -120,7 +148,13 @@ class Problem:
         """Everything a solver reads: two problems with equal keys have the same schedules
         (designs that price a layer's ops alike share one ILP solve)."""
         return (self.names, self.latency_s.tobytes(), self.preds, self.modes, self.slots, self.mode_names,
-                self.symmetry, self.slot_kinds)
+                self.symmetry, self.slot_kinds, self.bandwidth.tobytes())
+
+    @property
+    def shares_bandwidth(self) -> bool:
+        """Whether ops running at once could ever demand more HBM bandwidth than the chip has."""
+        top = np.where(np.isfinite(self.latency_s), self.bandwidth, 0.0).max(axis=1)
+        return len(self) > 1 and float(top.sum()) > 1 + BANDWIDTH_TOL
 
 
 def _topo_order(preds, names) -> list[int]:
@@ -266,13 +300,25 @@ def _mode_prices(kept: np.ndarray, designs: np.ndarray, frac: float, efficiency)
     return cost.price(kept, c, frac, efficiency=efficiency)
 
 
+def _hbm_s(kept: np.ndarray, designs: np.ndarray, efficiency) -> np.ndarray:
+    """(designs, ops) seconds each op streams HBM at the whole (achievable) bandwidth: its
+    roofline memory time, which no mode changes (one-core modes keep the whole bandwidth,
+    and an op's bytes depend on the L2 and the L1 per core, not on how many cores it gets)."""
+    from .hardware import DESIGN_FIELDS
+    fast = np.array(designs, dtype=np.float64)
+    fast[:, DESIGN_FIELDS.index("clock_hz")] = 1e300        # compute takes no time
+    launch = cost.efficiency_array(fast, efficiency)[3]
+    return np.maximum(cost.price(kept, fast, 1.0, efficiency=efficiency) - launch, 0.0)
+
+
 def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
     """(designs, values): every roofline price of ``layer``'s ops that the serial sum,
     :func:`make_problem` and :func:`layer_bounds` read of a design — all ops at all cores;
     for the ops on the chip, whether one core is offered (:func:`_one_core_pays`) and, where
     it is, the one-core time with the whole bandwidth and the one-core mode's time as
     :func:`make_problem` prices it (fraction ``1/N``, bandwidth scaled by ``N``); NaN where
-    not offered.  Two designs with equal rows, the same core counts and the same HBM, get the
+    not offered; and each op's HBM time at the whole bandwidth (its share of the bandwidth in
+    every mode).  Two designs with equal rows, the same core counts and the same HBM, get the
     same layer schedules and bounds."""
     from .hardware import DESIGN_FIELDS
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
@@ -290,8 +336,8 @@ def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -
             sel = np.flatnonzero(d[:, col] == n)
             frac = 1.0 / n
             t_mode[np.ix_(sel, np.flatnonzero(mask))] = _mode_prices(kept, d[sel], frac, efficiency)[:, mask]
-    return np.concatenate([every, pays.astype(float), np.where(pays, t_one, np.nan), np.where(pays, t_mode, np.nan)],
-                          axis=1)
+    return np.concatenate([every, pays.astype(float), np.where(pays, t_one, np.nan), np.where(pays, t_mode, np.nan),
+                           _hbm_s(kept, d, efficiency)], axis=1)
 
 
 def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: bool = False,
@@ -347,17 +393,27 @@ def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: boo
     bad = [names[i] for i in range(n) if np.any(lat[i][np.isfinite(lat[i])] <= 0)]
     if bad:
         raise ValueError(f"op {bad[0]!r} has a non-positive latency (an empty op?)")
+    # HBM share of each mode: the op's memory time at the whole bandwidth over its latency
+    fin = np.isfinite(lat)
+    hbm = np.repeat(_hbm_s(kept, chip.as_array()[None], chip.efficiency)[0][:, None], len(modes), axis=1)
+    if allow_gemm_on_vector:
+        on_vec = np.array([u == "vector" for u, _ in spec])
+        hbm[np.ix_(is_tensor, on_vec)] = ((kept[:, 7] + kept[:, 8]) / chip.hbm_bandwidth_Bps)[is_tensor, None]
+    bw = np.where(fin, np.minimum(hbm / np.where(fin, lat, 1.0), 1.0), 0.0)
     if prune_dominated:
+        # a mode is dropped when another takes a subset of its slots, no longer and no more
+        # bandwidth (ties: the smaller slot set, then the lower index)
         sets = [set(m) for m in modes]
         for i in range(n):
             for m in range(len(modes)):
                 if not np.isfinite(lat[i, m]):
                     continue
                 for m2 in range(len(modes)):
-                    if m2 != m and np.isfinite(lat[i, m2]) and sets[m2] <= sets[m] and (
+                    if m2 != m and np.isfinite(lat[i, m2]) and sets[m2] <= sets[m] and bw[i, m2] <= bw[i, m] and (
                             lat[i, m2] < lat[i, m] or (lat[i, m2] == lat[i, m] and (sets[m2] < sets[m] or m2 < m))):
                         lat[i, m] = np.inf
                         break
+        bw[~np.isfinite(lat)] = 0.0
     symmetry = []
     mode_sets = [set(m) for m in modes]
     for u in ("tensor", "vector"):
@@ -367,7 +423,8 @@ def make_problem(layer: LayerGraph, chip: Accelerator, allow_gemm_on_vector: boo
                 prev = tuple(m for m in range(len(modes)) if mode_sets[m] & set(us) == {us[c - 1]})
                 cur = tuple(m for m in range(len(modes)) if mode_sets[m] & set(us) == {us[c]})
                 symmetry.append((prev, cur))
-    return Problem(names, lat, preds, tuple(modes), tuple(slots), tuple(mode_names), tuple(symmetry), tuple(kinds))
+    return Problem(names, lat, preds, tuple(modes), tuple(slots), tuple(mode_names), tuple(symmetry), tuple(kinds),
+                   bw)
 
 
 # ---------------------------------------------------------------------- bounds and list schedule
@@ -380,8 +437,9 @@ def _succs(p: Problem) -> list[list[int]]:
 
 
 def lower_bound(p: Problem) -> float:
-    """max(critical path with each op's fastest mode, and for each kind of slot the least
-    slot-time every op needs of that kind over the number of such slots)."""
+    """max(critical path with each op's fastest mode; for each kind of slot the least
+    slot-time every op needs of that kind over the number of such slots; and the least HBM
+    time, share x latency, the ops need in all — the bandwidth is never oversubscribed)."""
     if len(p) == 0:
         return 0.0
     fastest = p.latency_s.min(axis=1)
@@ -390,14 +448,17 @@ def lower_bound(p: Problem) -> float:
         finish[i] = fastest[i] + max((finish[j] for j in p.preds[i]), default=0.0)
     best = finish.max()
     kinds = np.array(p.slot_kinds)
+    fin = np.isfinite(p.latency_s)
+    lat0 = np.where(fin, p.latency_s, 0.0)
+    # an exclusive run has the chip to itself: it adds its whole time to every slot kind's area
+    excl = _exclusive_runs(p, fin, _related(p))
     for kind in sorted(set(p.slot_kinds)):
         members = set(np.flatnonzero(kinds == kind).tolist())
         use = np.array([len(members & set(m)) for m in p.modes], dtype=float)
-        fin = np.isfinite(p.latency_s)
-        area = np.where(fin, np.where(use[None, :] > 0, np.where(fin, p.latency_s, 0.0) * use[None, :], 0.0),
-                        np.inf).min(axis=1)
+        area = np.where(fin, np.where(excl, lat0 * len(members), lat0 * use[None, :]), np.inf).min(axis=1)
         best = max(best, area.sum() / len(members))
-    return float(best)
+    hbm = np.where(fin, p.bandwidth * np.where(fin, p.latency_s, 0.0), np.inf).min(axis=1)
+    return float(max(best, hbm.sum()))
 
 
 def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
@@ -410,7 +471,7 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     ordered against all of this unit's ops (the unit idles while it runs).  Every mode
     :func:`make_problem` offers is among those, and a unit's ``W <= N`` slots host at most
     ``N`` one-core ops at once, so the ILP (with GEMMs on the tensor cores) can never be
-    faster."""
+    faster; and the ops' total HBM time at the whole bandwidth (shares never exceed 1)."""
     from .hardware import DESIGN_FIELDS
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     names, preds, kept = _chip_graph(layer)
@@ -439,7 +500,8 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
         if (~is_tensor).any() else np.zeros(n, dtype=bool)
     area_t = np.where(is_tensor[None, :], core_time, fastest)[:, alone_t].sum(axis=1)
     area_v = np.where(~is_tensor[None, :], core_time, fastest)[:, alone_v].sum(axis=1)
-    return np.maximum(finish.max(axis=1), np.maximum(area_t, area_v))
+    hbm = _hbm_s(kept, d, efficiency).sum(axis=1)        # the bandwidth is never oversubscribed
+    return np.maximum(np.maximum(finish.max(axis=1), hbm), np.maximum(area_t, area_v))
 
 
 def is_chain(p: Problem) -> bool:
@@ -462,7 +524,10 @@ def serial_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
 
 
 def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
-    """Critical-path list schedule: (makespan, mode per op, start per op)."""
+    """Critical-path list schedule: (makespan, mode per op, start per op).  Ops are taken by
+    longest remaining critical path; each gets the mode and the earliest start that finishes
+    it first, with its slots free and the HBM bandwidth never oversubscribed (an op may fill
+    an earlier gap)."""
     n = len(p)
     if n == 0:
         return 0.0, [], []
@@ -474,32 +539,51 @@ def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
         tail[i] = fastest[i] + max((tail[j] for j in succ[i]), default=0.0)
     remaining = [len(set(ps)) for ps in p.preds]
     ready = {i for i in range(n) if remaining[i] == 0}
-    slot_free = [0.0] * len(p.slots)
+    placed: list[tuple[float, float, frozenset, float]] = []
     finish = [0.0] * n
     modes = [-1] * n
     starts = [0.0] * n
+    mode_slots = [frozenset(m) for m in p.modes]
     while ready:
         i = max(ready, key=lambda k: (tail[k], -k))
         ready.remove(i)
         t0 = max((finish[j] for j in p.preds[i]), default=0.0)
         best = (math.inf, math.inf, -1)
-        for m, slots in enumerate(p.modes):
+        for m in range(len(p.modes)):
             lat = p.latency_s[i, m]
             if not np.isfinite(lat):
                 continue
-            st = max([t0] + [slot_free[r] for r in slots])
+            st = _first_fit(placed, t0, lat, mode_slots[m], float(p.bandwidth[i, m]))
             cand = (st + lat, lat, m)
             if cand < best:
                 best = cand
         f, lat, m = best
         modes[i], starts[i], finish[i] = m, f - lat, f
-        for r in p.modes[m]:
-            slot_free[r] = f
+        placed.append((f - lat, f, mode_slots[m], float(p.bandwidth[i, m])))
         for j in succ[i]:
             remaining[j] -= 1
             if remaining[j] == 0:
                 ready.add(j)
     return float(max(finish)), modes, starts
+
+
+def _first_fit(placed: list, t0: float, lat: float, slots: frozenset, share: float) -> float:
+    """Earliest start ``>= t0`` of a ``lat``-long run on ``slots`` demanding ``share`` of the
+    HBM bandwidth, next to ``placed`` runs (start, finish, slots, share): none of its slots
+    busy and the shares in use at every instant at most 1.  The candidates are ``t0`` and
+    the placed runs' finishes after it (the earliest feasible start is one of them)."""
+    for t in sorted({t0, *(f for _, f, _, _ in placed if f > t0)}):
+        end = t + lat
+        over = [(s, f, sh) for s, f, sl, sh in placed if s < end and f > t]
+        if any(sl & slots for s, f, sl, _ in placed if s < end and f > t):
+            continue
+        if share > 0 and over:
+            # the load is piecewise constant; it peaks at t or at a placed run's start inside
+            points = [t] + [s for s, _, _ in over if s > t]
+            if any(share + sum(sh for s, f, sh in over if s <= q < f) > 1 + BANDWIDTH_TOL for q in points):
+                continue
+        return t
+    return t0  # unreachable: after every placed run finishes, all is free
 
 
 def _related(p: Problem) -> np.ndarray:
@@ -533,165 +617,315 @@ class _QuietStdout:
         return False
 
 
+@dataclass(frozen=True)
+class ILPResult:
+    """What :func:`solve_ilp` found: the makespan, each op's mode (index into
+    ``Problem.modes``) and start, ``status`` (``optimal``: proven within the gap asked for;
+    ``time_limit``: the best schedule when time ran out, ``gap`` says how far from proven;
+    ``fallback``: the solver failed and the starting schedule is returned), the gap, the
+    seconds spent, how many solver rounds ran and how many bandwidth cuts they added."""
+
+    makespan_s: float
+    modes: tuple[int, ...]
+    start_s: tuple[float, ...]
+    status: str
+    gap: float
+    solve_time_s: float
+    rounds: int = 1
+    bandwidth_cuts: int = 0
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def _oversubscribed(p: Problem, modes, starts, makespan: float) -> list[tuple[tuple[int, int], ...]]:
+    """Sets of runs (op, mode) that run at one instant of a schedule and together demand
+    more than the whole HBM bandwidth — each cut to a smallest violating subset (largest
+    shares first).  Runs that merely touch (one ends where the next starts) do not overlap."""
+    tol = OVERLAP_TOL * makespan
+    related = _related(p)
+    share = np.array([p.bandwidth[i, m] for i, m in enumerate(modes)])
+    fin = np.array([st + p.latency_s[i, m] for i, (st, m) in enumerate(zip(starts, modes))])
+    st = np.asarray(starts)
+    found = set()
+    for t in np.unique(st):
+        on = np.flatnonzero((st <= t + tol) & (fin > t + tol))
+        if share[on].sum() <= 1 + BANDWIDTH_TOL:
+            continue
+        on = on[np.argsort(-share[on], kind="stable")]
+        k = int(np.searchsorted(np.cumsum(share[on]), 1 + BANDWIDTH_TOL, side="right")) + 1
+        found.add(tuple(sorted((int(i), int(modes[i])) for i in on[:k])))
+    # runs ordered by a path never overlap: such a "set" is solver tolerance, not a schedule
+    found = {c for c in found if not any(related[a, b] for (a, _), (b, _) in itertools.combinations(c, 2))}
+    return sorted(found)
+
+
 def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip_gap: float = 1e-6,
               start: tuple[float, list[int], list[float]] | None = None, lb: float | None = None,
-              ) -> tuple[float, list[int], list[float], str, float, float]:
-    """Solve the disjunctive MILP.  Returns (makespan, modes, starts, status, gap, solve seconds).
+              max_rounds: int = 50) -> ILPResult:
+    """Solve the disjunctive MILP (see the module docstring) and return an :class:`ILPResult`.
 
-    ``start`` / ``lb`` may pass an already computed :func:`list_schedule` result and
-    :func:`lower_bound`.  Falls back to the list schedule with a warning if the solver fails.
+    ``start`` / ``lb`` may pass an already computed feasible schedule (makespan, modes,
+    starts), e.g. :func:`list_schedule`'s, and :func:`lower_bound`.  Where the ops may
+    oversubscribe the HBM bandwidth, every pair of runs that cannot share it is ordered up
+    front, and larger sets are cut lazily: a solution in which some runs overlap at one
+    instant demanding more than the bandwidth gets the cut "if these ops run in these
+    modes, some two of them do not overlap" (intervals on a line that pairwise overlap
+    share an instant, so this is exact) and is solved again, at most ``max_rounds`` times
+    within ``time_limit_s``.  Falls back to the starting schedule with a warning if the
+    solver fails.
     """
-    import cvxpy as cp
-
+    t_start = time.perf_counter()
     n = len(p)
     ub, lmodes, lstarts = start if start is not None else list_schedule(p)
     if n <= 1:
-        return ub, lmodes, lstarts, "optimal", 0.0, 0.0
-    t_start = time.perf_counter()
-    lat = p.latency_s
-    # earliest start (head) and least remaining time after an op (tail), fastest modes
-    fastest = lat.min(axis=1)
-    order = _topo_order(p.preds, p.names)
-    succ = _succs(p)
-    head = np.zeros(n)
-    for i in order:
-        head[i] = max((head[j] + fastest[j] for j in p.preds[i]), default=0.0)
-    tail = np.zeros(n)
-    for i in reversed(order):
-        tail[i] = max((tail[j] + fastest[j] for j in succ[i]), default=0.0)
-    # a mode that cannot finish within the list schedule's makespan is never optimal
-    finite = np.isfinite(lat) & (head[:, None] + np.where(np.isfinite(lat), lat, 0) + tail[:, None]
-                                 <= ub * (1 + 1e-12))
-    related = _related(p)
-    # an op ordered against every other op runs alone: only its fastest modes matter
-    for i in range(n):
-        if related[i, np.arange(n) != i].all():
-            finite[i] &= lat[i] <= fastest[i] * (1 + 1e-12)
-    finite[np.arange(n), lmodes] = True
+        return ILPResult(ub, tuple(lmodes), tuple(lstarts), "optimal", 0.0, 0.0, 0, 0)
     if lb is None:
         lb = lower_bound(p)
-    M = ub
-    scale = 1.0 / ub  # solve in units of the upper bound for numerical sanity
-    L = np.where(finite, lat * scale, 0.0)
-    MODES_, SLOTS_ = p.modes, p.slots
-    nm = len(MODES_)
-    usable = np.array([[any(finite[i, m] and r in MODES_[m] for m in range(nm))
-                        for r in range(len(SLOTS_))] for i in range(n)])
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if not related[i, j]]
-    P = len(pairs)
-    # boolean vector xb = [y (n*nm, row-major), z (P)]; continuous xc = [s (n), C]
-    nb, nc = n * nm + P, n + 1
-    big = M * scale
-    rb: list[int] = []
-    cb: list[int] = []
-    vb: list[float] = []
-    rc: list[int] = []
-    cc: list[int] = []
-    vc: list[float] = []
-    rhs: list[float] = []
+    model = _DisjunctiveModel(p, ub, lmodes, lstarts, lb)
+    rounds = cuts = 0
+    relaxed_lb = lb
+    while True:
+        rounds += 1
+        left = time_limit_s - (time.perf_counter() - t_start)
+        try:
+            sol = model.solve(solver, max(left, 1e-3), mip_gap)
+        except Exception as exc:  # solver failure -> the starting schedule
+            warnings.warn(f"ILP solver {solver} failed ({type(exc).__name__}: {exc}); using the list schedule",
+                          RuntimeWarning, stacklevel=2)
+            return ILPResult(ub, tuple(lmodes), tuple(lstarts), "fallback", float("nan"),
+                             time.perf_counter() - t_start, rounds, cuts)
+        if sol is None:
+            warnings.warn(f"ILP solver {solver} returned status {model.status!r}; using the list schedule",
+                          RuntimeWarning, stacklevel=2)
+            return ILPResult(ub, tuple(lmodes), tuple(lstarts), "fallback", float("nan"),
+                             time.perf_counter() - t_start, rounds, cuts)
+        makespan, modes, starts, optimal, reported = sol
+        if optimal:            # the optimum of a relaxation (fewer cuts) bounds the true one
+            relaxed_lb = max(relaxed_lb, makespan * (1 - mip_gap))
+        bad = _oversubscribed(p, modes, starts, makespan) if p.shares_bandwidth else []
+        if not bad:
+            break
+        cuts += model.add_cuts(bad)
+        if rounds >= max_rounds or time.perf_counter() - t_start >= time_limit_s:
+            # out of rounds: the starting schedule stands, with the best bound we proved
+            gap = max(0.0, 1.0 - relaxed_lb / ub) if ub > 0 else 0.0
+            return ILPResult(ub, tuple(lmodes), tuple(lstarts), "time_limit", gap,
+                             time.perf_counter() - t_start, rounds, cuts)
+    elapsed = time.perf_counter() - t_start
+    if makespan > ub:  # numerical slack: never worse than the starting schedule
+        makespan, modes, starts = ub, list(lmodes), list(lstarts)
+    if optimal:
+        return ILPResult(float(makespan), tuple(modes), tuple(starts), "optimal", reported, elapsed, rounds, cuts)
+    # a real gap: incumbent against the best valid bound we hold (ours, or the solver's own
+    # when it reports a positive one); a reported 0 with no proof is not trusted
+    ours = max(0.0, 1.0 - relaxed_lb / makespan) if makespan > 0 else 0.0
+    gap = min(ours, reported) if reported is not None and reported > 0 else ours
+    return ILPResult(float(makespan), tuple(modes), tuple(starts), "time_limit", gap, elapsed, rounds, cuts)
 
-    def row(bool_terms, cont_terms, b):
-        r = len(rhs)
-        for col, v in bool_terms:
-            rb.append(r)
-            cb.append(col)
-            vb.append(v)
-        for col, v in cont_terms:
-            rc.append(r)
-            cc.append(col)
-            vc.append(v)
-        rhs.append(b)
 
-    def dur(i, sign=1.0):
-        return [(i * nm + m, sign * L[i, m]) for m in range(nm) if finite[i, m]]
-
-    def use(i, r, coef):
-        return [(i * nm + m, coef) for m in range(nm) if finite[i, m] and r in MODES_[m]]
-
+def _exclusive_runs(p: Problem, finite: np.ndarray, related: np.ndarray) -> np.ndarray:
+    """(ops, modes): runs that can overlap no other op's run in any mode — every op not
+    ordered against them holds a common slot in each of its modes or would oversubscribe
+    the HBM bandwidth beside them (a memory-bound op next to anything that reads HBM)."""
+    n, nm = finite.shape
+    if not p.shares_bandwidth:
+        return np.zeros((n, nm), dtype=bool)
+    inc = np.zeros((nm, len(p.slots)), dtype=bool)
+    for m, sl in enumerate(p.modes):
+        inc[m, list(sl)] = True
+    common = (inc.astype(int) @ inc.T.astype(int)) > 0
+    bw = np.where(finite, p.bandwidth, 0.0)
+    out = finite.copy()
     for i in range(n):
-        row(dur(i), [(i, 1.0), (n, -1.0)], -tail[i] * scale)  # s_i + d_i + tail_i <= C
-        row([], [(i, -1.0)], -head[i] * scale)  # s_i >= head_i
-    row([], [(n, -1.0)], -lb * scale * (1 - 1e-9))  # C >= lower bound
-    for j, ps in enumerate(p.preds):
-        for i in ps:
-            row(dur(i), [(i, 1.0), (j, -1.0)], 0.0)  # s_i + d_i <= s_j
-    for k, (i, j) in enumerate(pairs):
-        zc = n * nm + k
-        for r in range(len(SLOTS_)):
-            if not (usable[i, r] and usable[j, r]):
+        for j in np.flatnonzero(~related[i]):
+            if j == i:
                 continue
-            row(dur(i) + [(zc, big)] + use(i, r, big) + use(j, r, big), [(i, 1.0), (j, -1.0)], 3 * big)
-            row(dur(j) + [(zc, -big)] + use(i, r, big) + use(j, r, big), [(j, 1.0), (i, -1.0)], 2 * big)
-    # energetic cuts: every slot is busy at most C (valid, and they tighten the LP a lot)
-    for r in range(len(SLOTS_)):
-        terms = [(i * nm + m, L[i, m]) for i in range(n) for m in range(nm) if finite[i, m] and r in MODES_[m]]
-        if terms:
-            users = [i for i in range(n) if any(finite[i, m] and r in MODES_[m] for m in range(nm))]
-            slack = (min(head[users]) + min(tail[users])) * scale
-            row(terms, [(n, -1.0)], -slack)
-    # symmetry breaking: interchangeable slots, so the first op (by index) on slot k may be
-    # taken to follow an op on slot k - 1
-    for prev, cur in p.symmetry:
+            mj = np.flatnonzero(finite[j])
+            # run (i, m) may overlap j when some mode of j shares no slot and fits the bandwidth
+            fits = (~common[:, mj]) & (bw[i][:, None] + bw[j, mj][None, :] <= 1 + BANDWIDTH_TOL)
+            out[i] &= ~fits.any(axis=1)
+    return out
+
+
+class _DisjunctiveModel:
+    """The MILP of one :class:`Problem` as named CVXPY variables, in units of the starting
+    makespan ``ub`` (so every time lies in [0, 1] and 1 is a valid big-M):
+
+    * ``y`` (ops x modes, boolean): the mode of each op; ``d = sum_m L * y`` its duration;
+    * ``s`` (ops), ``C``: starts and the makespan;
+    * ``z`` (pairs, boolean): for each pair of ops with no path between them, whether the
+      lower-index op goes first (read only where the pair must not overlap);
+    * ``q`` (bandwidth pairs, boolean): the pair does not overlap, forced where the two
+      runs' HBM shares sum above 1 and chosen where a lazy cut needs it.
+    """
+
+    def __init__(self, p: Problem, ub: float, lmodes, lstarts, lb: float):
+        n = len(p)
+        self.p, self.ub, self.n = p, ub, n
+        lat = p.latency_s
+        fastest = lat.min(axis=1)
+        order = _topo_order(p.preds, p.names)
+        succ = _succs(p)
+        head = np.zeros(n)
+        for i in order:
+            head[i] = max((head[j] + fastest[j] for j in p.preds[i]), default=0.0)
+        tail = np.zeros(n)
+        for i in reversed(order):
+            tail[i] = max((tail[j] + fastest[j] for j in succ[i]), default=0.0)
+        # a mode that cannot finish within the starting makespan is never optimal
+        finite = np.isfinite(lat) & (head[:, None] + np.where(np.isfinite(lat), lat, 0) + tail[:, None]
+                                     <= ub * (1 + 1e-12))
+        related = _related(p)
+        # an op ordered against every other op runs alone: only its fastest modes matter
         for i in range(n):
-            mine = [(i * nm + m, 1.0) for m in cur if finite[i, m]]
-            if mine:
-                row(mine + [(j * nm + m, -1.0) for j in range(i) for m in prev if finite[j, m]], [], 0.0)
-    from scipy import sparse
-    nr = len(rhs)
-    Ab = sparse.csr_matrix((vb, (rb, cb)), shape=(nr, nb))
-    Ac = sparse.csr_matrix((vc, (rc, cc)), shape=(nr, nc))
-    Eq = sparse.csr_matrix((np.ones(n * nm), (np.repeat(np.arange(n), nm), np.arange(n * nm))),
-                           shape=(n, nb))
-    xb = cp.Variable(nb, boolean=True)
-    xc = cp.Variable(nc, nonneg=True)
-    cons = [Ab @ xb + Ac @ xc <= np.array(rhs), Eq @ xb == 1, xc[n] <= 1.0 + 1e-9]
-    forbidden = np.flatnonzero(~finite.ravel())
-    if forbidden.size:
-        cons.append(xb[forbidden] == 0)
-    # warm start from the list schedule
-    x0 = np.zeros(nb)
-    x0[np.arange(n) * nm + np.array(lmodes)] = 1.0
-    st0 = np.array(lstarts)
-    for k, (i, j) in enumerate(pairs):
-        x0[n * nm + k] = 1.0 if st0[i] <= st0[j] else 0.0
-    xb.value = x0
-    xc.value = np.concatenate([st0 * scale, [1.0]])
-    prob = cp.Problem(cp.Minimize(xc[n]), cons)
-    try:
+            if related[i, np.arange(n) != i].all():
+                finite[i] &= lat[i] <= fastest[i] * (1 + 1e-12)
+        finite[np.arange(n), lmodes] = True
+        self.finite = finite
+        self.scale = 1.0 / ub
+        self.L = np.where(finite, lat * self.scale, 0.0)
+        self.head, self.tail, self.lb = head * self.scale, tail * self.scale, lb * self.scale
+        nm, ns = len(p.modes), len(p.slots)
+        self.inc = np.zeros((nm, ns))                       # mode -> slots it holds
+        for m, sl in enumerate(p.modes):
+            self.inc[m, list(sl)] = 1.0
+        self.usable = (finite.astype(float) @ self.inc) > 0   # op i may hold slot r
+        self.pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if not related[i, j]]
+        self.pair_index = {pr: k for k, pr in enumerate(self.pairs)}
+        self.edges = np.array([(i, j) for j, ps in enumerate(p.preds) for i in ps], dtype=int).reshape(-1, 2)
+        # bandwidth: pairs of runs on disjoint slots whose shares exceed the bandwidth
+        self.q_pairs: list[int] = []                        # pair index per q variable
+        self.conflicts: list[tuple[int, int, tuple[int, ...]]] = []   # (pair, mode of i, modes of j)
+        if p.shares_bandwidth:
+            bw = np.where(finite, p.bandwidth, 0.0)
+            disjoint = (self.inc @ self.inc.T) == 0
+            for k, (i, j) in enumerate(self.pairs):
+                for m in np.flatnonzero(finite[i]):
+                    clash = tuple(int(m2) for m2 in np.flatnonzero(finite[j]) if disjoint[m, m2]
+                                  and bw[i, m] + bw[j, m2] > 1 + BANDWIDTH_TOL)
+                    if clash:
+                        self._q(k)
+                        self.conflicts.append((k, int(m), clash))
+        self.exclusive = _exclusive_runs(p, finite, related)
+        self.cuts: list[tuple[tuple[int, int], ...]] = []
+        self.lmodes, self.lstarts = list(lmodes), list(lstarts)
+        self.status = None
+
+    def _q(self, k: int) -> int:
+        if k not in self.q_pairs:
+            self.q_pairs.append(k)
+        return self.q_pairs.index(k)
+
+    def add_cuts(self, sets) -> int:
+        new = [c for c in sets if c not in self.cuts]
+        for c in new:
+            for a in range(len(c)):
+                for b in range(a + 1, len(c)):
+                    self._q(self.pair_index[tuple(sorted((c[a][0], c[b][0])))])
+        self.cuts += new
+        return len(new)
+
+    def _build(self):
+        import cvxpy as cp
+        p, n = self.p, self.n
+        nm = len(p.modes)
+        L, finite = self.L, self.finite
+        y = cp.Variable((n, nm), boolean=True, name="y")
+        s = cp.Variable(n, nonneg=True, name="s")
+        C = cp.Variable(nonneg=True, name="C")
+        d = cp.sum(cp.multiply(L, y), axis=1)
+        hold = y @ self.inc                                  # (ops, slots): op i holds slot r
+        cons = [cp.sum(y, axis=1) == 1, s >= self.head, s + d + self.tail <= C,
+                C >= self.lb * (1 - 1e-9), C <= 1.0 + 1e-9]
+        off = np.argwhere(~finite)
+        if len(off):
+            cons.append(y[off[:, 0], off[:, 1]] == 0)
+        if len(self.edges):
+            a, b = self.edges[:, 0], self.edges[:, 1]
+            cons.append(s[a] + d[a] <= s[b])
+        z = q = None
+        if self.pairs:
+            z = cp.Variable(len(self.pairs), boolean=True, name="z")
+            # slot disjunctions: a pair holding a common slot does not overlap
+            rows = [(k, i, j, r) for k, (i, j) in enumerate(self.pairs)
+                    for r in np.flatnonzero(self.usable[i] & self.usable[j])]
+            if rows:
+                K, fst, snd, R = (np.array(c) for c in zip(*rows))
+                both = 2 - hold[fst, R] - hold[snd, R]
+                cons += [s[fst] + d[fst] <= s[snd] + (1 - z[K]) + both, s[snd] + d[snd] <= s[fst] + z[K] + both]
+            if self.q_pairs:
+                q = cp.Variable(len(self.q_pairs), boolean=True, name="q")
+                Kq = np.array(self.q_pairs)
+                fst = np.array([self.pairs[k][0] for k in Kq])
+                snd = np.array([self.pairs[k][1] for k in Kq])
+                cons += [s[fst] + d[fst] <= s[snd] + (1 - z[Kq]) + (1 - q),
+                         s[snd] + d[snd] <= s[fst] + z[Kq] + (1 - q)]
+                qi = {k: x for x, k in enumerate(self.q_pairs)}
+                for k, m, clash in self.conflicts:          # shares above 1: no overlap
+                    i, j = self.pairs[k]
+                    cons.append(q[qi[k]] >= y[i, m] + cp.sum(y[j, list(clash)]) - 1)
+                for c in self.cuts:                        # not all of these at one instant
+                    idx = [qi[self.pair_index[tuple(sorted((c[a][0], c[b][0])))]]
+                           for a in range(len(c)) for b in range(a + 1, len(c))]
+                    ops, ms = np.array([i for i, _ in c]), np.array([m for _, m in c])
+                    cons.append(cp.sum(q[idx]) >= 1 - cp.sum(1 - y[ops, ms]))
+        # energetic cuts: every slot is busy at most C, and a run that can share the HBM with
+        # no other op (an exclusive run) has the chip to itself, so exclusive runs plus a
+        # slot's other load fit in C (valid, and they tighten the LP a lot)
+        excl = self.exclusive
+        load = cp.sum(cp.multiply(L * ~excl, y) @ self.inc, axis=0)
+        alone = cp.sum(cp.multiply(L * excl, y)) if excl.any() else 0.0
+        users = [np.flatnonzero(self.usable[:, r] | excl.any(axis=1)) for r in range(len(p.slots))]
+        busy = [r for r in range(len(p.slots)) if len(users[r])]
+        slack = np.array([self.head[users[r]].min() + self.tail[users[r]].min() for r in busy])
+        if busy:
+            cons.append(load[busy] + alone + slack <= C)
+        # symmetry breaking: interchangeable slots, so the first op (by index) on slot k may
+        # be taken to follow an op on slot k - 1
+        for prev, cur in p.symmetry:
+            on_cur = cp.sum(y[:, list(cur)], axis=1)
+            on_prev = cp.sum(y[:, list(prev)], axis=1)
+            before = cp.cumsum(on_prev) - on_prev               # ops j < i on slot k - 1
+            cons.append(on_cur <= before)
+        prob = cp.Problem(cp.Minimize(C), cons)
+        # warm start: the starting schedule
+        y0 = np.zeros((n, nm))
+        y0[np.arange(n), self.lmodes] = 1.0
+        y.value = y0
+        st0 = np.array(self.lstarts) * self.scale
+        s.value, C.value = st0, np.array(1.0)
+        fin0 = st0 + self.L[np.arange(n), self.lmodes]
+        if z is not None:
+            z.value = np.array([1.0 if st0[i] <= st0[j] else 0.0 for i, j in self.pairs])
+        if q is not None:
+            q.value = np.array([1.0 if fin0[self.pairs[k][0]] <= st0[self.pairs[k][1]] + 1e-12
+                                or fin0[self.pairs[k][1]] <= st0[self.pairs[k][0]] + 1e-12 else 0.0
+                                for k in self.q_pairs])
+        return prob, y, s
+
+    def solve(self, solver: str, time_limit_s: float, mip_gap: float):
+        """One solver round: (makespan, modes, starts, proven optimal, reported gap) or None."""
+        import cvxpy as cp
+        prob, y, s = self._build()
         opts = ({"time_limit": float(time_limit_s), "mip_rel_gap": float(mip_gap), "output_flag": False}
                 if solver == "HIGHS" else {})
         with warnings.catch_warnings(), _QuietStdout():
             warnings.simplefilter("ignore")
             prob.solve(solver=getattr(cp, solver), warm_start=True, verbose=False, **opts)
-    except Exception as exc:  # solver failure -> list schedule
-        warnings.warn(f"ILP solver {solver} failed ({type(exc).__name__}: {exc}); using the list schedule",
-                      RuntimeWarning, stacklevel=2)
-        return ub, lmodes, lstarts, "fallback", float("nan"), time.perf_counter() - t_start
-    elapsed = time.perf_counter() - t_start
-    if xb.value is None or xc.value is None or prob.status not in ("optimal", "optimal_inaccurate", "user_limit"):
-        warnings.warn(f"ILP solver {solver} returned status {prob.status!r}; using the list schedule",
-                      RuntimeWarning, stacklevel=2)
-        return ub, lmodes, lstarts, "fallback", float("nan"), elapsed
-    modes = [int(np.argmax(r)) for r in xb.value[: n * nm].reshape(n, nm)]
-    starts = [max(0.0, float(v) / scale) for v in xc.value[:n]]
-    makespan = max(st + lat[i, modes[i]] for i, st in enumerate(starts))
-    info = prob.solver_stats.extra_stats
-    reported = getattr(info, "mip_gap", None) if info is not None else None
-    reported = float(reported) if isinstance(reported, (int, float)) and np.isfinite(reported) and reported >= 0 \
-        else None
-    optimal = prob.status == "optimal" and reported is not None and reported <= max(mip_gap, 1e-9) * 1.0001
-    status = "optimal" if optimal else "time_limit"
-    if makespan > ub:  # numerical slack: never worse than the list schedule
-        makespan, modes, starts = ub, lmodes, lstarts
-    if optimal:
-        gap = reported
-    else:
-        # a real gap: incumbent against the best valid bound we hold (our lower bound, or the
-        # solver's own when it reports a positive one); a reported 0 with no proof is not trusted
-        lb_v = lb if lb is not None else lower_bound(p)
-        ours = max(0.0, 1.0 - lb_v / makespan) if makespan > 0 else 0.0
-        gap = min(ours, reported) if reported is not None and reported > 0 else ours
-    return float(makespan), modes, starts, status, gap, elapsed
+        self.status = prob.status
+        if y.value is None or s.value is None or prob.status not in ("optimal", "optimal_inaccurate", "user_limit"):
+            return None
+        lat = self.p.latency_s
+        modes = [int(np.argmax(r)) for r in y.value]
+        starts = [max(0.0, float(v) / self.scale) for v in s.value]
+        makespan = max(st + lat[i, modes[i]] for i, st in enumerate(starts))
+        info = prob.solver_stats.extra_stats
+        reported = getattr(info, "mip_gap", None) if info is not None else None
+        reported = float(reported) if isinstance(reported, (int, float)) and np.isfinite(reported) \
+            and reported >= 0 else None
+        optimal = prob.status == "optimal" and reported is not None and reported <= max(mip_gap, 1e-9) * 1.0001
+        return makespan, modes, starts, optimal, reported
 
 
 # ---------------------------------------------------------------------- cached public entry
@@ -755,10 +989,9 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
                                  (ub - lb) / ub if ub > 0 else 0.0, 0.0, p.names)
         else:
             _STATS["solves"] += 1
-            mk, modes, starts, status, gap, t = solve_ilp(p, solver, time_limit_s, mip_gap,
-                                                          start=(ub, modes, starts), lb=lb)
-            res = ScheduleResult(mk, tuple(names[m] for m in modes), tuple(starts), lb, ub, status,
-                                 gap, t, p.names)
+            r = solve_ilp(p, solver, time_limit_s, mip_gap, start=(ub, modes, starts), lb=lb)
+            res = ScheduleResult(r.makespan_s, tuple(names[m] for m in r.modes), r.start_s, lb, ub, r.status,
+                                 r.gap, r.solve_time_s, p.names)
     if use_cache:
         _CACHE[key] = _CACHE[key2] = res
     return res

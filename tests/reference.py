@@ -46,17 +46,36 @@ def roofline(ops, designs, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0)):
 SCHED_MODES = ((0, 1), (0,), (1,), (2, 3), (2,), (3,))
 
 
-def schedule_brute_force(latency, preds, modes=SCHED_MODES, nslots=4):
+def schedule_brute_force(latency, preds, modes=SCHED_MODES, nslots=4, bandwidth=None):
     """Optimal makespan by enumerating every (dispatch order, mode) sequence with a serial
-    schedule-generation scheme (each op at its earliest start after its predecessors and
-    after the last op on its slots) — this set contains an optimal schedule.  Branches
-    whose partial makespan already reaches the best known are cut (exactness kept)."""
+    schedule-generation scheme — this set contains an optimal schedule.  Without
+    ``bandwidth`` each op starts after its predecessors and after the last op on its slots.
+    With ``bandwidth`` (op x mode shares of the HBM, at most 1 at any instant) each op takes
+    the earliest start, gaps included, at which its slots are idle and the shares fit for its
+    whole run: the candidates are its ready time and the finishes of the runs already placed
+    (Kolisch 1996: such "active" schedules contain an optimum).  Branches whose partial
+    makespan reaches the best known are cut (exactness kept)."""
     n = len(preds)
     best = [math.inf]
     finish = [0.0] * n
     done = [False] * n
 
-    def rec(count, slot_free, cur):
+    def fits(runs, t, lat, slots, share):
+        for (s0, f0, sl0, _sh0) in runs:
+            if s0 < t + lat and t < f0 and set(sl0) & set(slots):
+                return False
+        if bandwidth is None:
+            return True
+        # the load is a step function; check it just after each step inside [t, t + lat)
+        steps = sorted({t} | {s0 for (s0, f0, _, _) in runs if t < s0 < t + lat}
+                       | {f0 for (s0, f0, _, _) in runs if t < f0 < t + lat})
+        for x in steps:
+            load = share + sum(sh0 for (s0, f0, _, sh0) in runs if s0 <= x < f0)
+            if load > 1 + 1e-9:
+                return False
+        return True
+
+    def rec(count, slot_free, runs, cur):
         if cur >= best[0]:
             return
         if count == n:
@@ -70,14 +89,20 @@ def schedule_brute_force(latency, preds, modes=SCHED_MODES, nslots=4):
                 lat = latency[i][m]
                 if lat == math.inf:
                     continue
-                st = max([ready] + [slot_free[r] for r in slots])
+                if bandwidth is None:
+                    st = max([ready] + [slot_free[r] for r in slots])
+                else:
+                    share = bandwidth[i][m]
+                    st = min(t for t in [ready] + [f0 for (_, f0, _, _) in runs if f0 > ready]
+                             if fits(runs, t, lat, slots, share))
                 f = st + lat
                 new_free = list(slot_free)
                 for r in slots:
-                    new_free[r] = f
+                    new_free[r] = max(new_free[r], f)
                 done[i] = True
                 finish[i] = f
-                rec(count + 1, new_free, max(cur, f))
+                sh = 0.0 if bandwidth is None else bandwidth[i][m]
+                rec(count + 1, new_free, runs + [(st, f, slots, sh)], max(cur, f))
                 done[i] = False
-    rec(0, [0.0] * nslots, 0.0)
+    rec(0, [0.0] * nslots, [], 0.0)
     return best[0]
