@@ -524,8 +524,9 @@ def serial_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
 
 
 def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
-    """Critical-path list schedule: (makespan, mode per op, start per op).  Ops are taken by
-    longest remaining critical path; each gets the mode and the earliest start that finishes
+    """List schedule: (makespan, mode per op, start per op).  Ready ops are taken by longest
+    remaining critical path, or (a second pass) in the graph's own op order, and the better
+    of the two schedules is kept; each op gets the mode and the earliest start that finishes
     it first, with its slots free and the HBM bandwidth never oversubscribed (an op may fill
     an earlier gap)."""
     n = len(p)
@@ -537,6 +538,49 @@ def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
     tail = np.zeros(n)
     for i in reversed(order):
         tail[i] = fastest[i] + max((tail[j] for j in succ[i]), default=0.0)
+    best = min(_list_pass(p, succ, lambda k: (tail[k], -k)), _list_pass(p, succ, lambda k: -k),
+               key=lambda x: x[0])
+    return _justify(p, succ, *best)
+
+
+def _sgs(p: Problem, order, modes, preds) -> list[float]:
+    """Serial schedule generation with fixed modes: each op of ``order`` (topological for
+    ``preds``) at its earliest start after its ``preds`` with its slots idle and the
+    bandwidth not oversubscribed.  Returns the starts."""
+    placed: list[tuple[float, float, frozenset, float]] = []
+    start = [0.0] * len(p)
+    finish = [0.0] * len(p)
+    for i in order:
+        m = modes[i]
+        lat = float(p.latency_s[i, m])
+        t0 = max((finish[j] for j in preds[i]), default=0.0)
+        start[i] = _first_fit(placed, t0, lat, frozenset(p.modes[m]), float(p.bandwidth[i, m]))
+        finish[i] = start[i] + lat
+        placed.append((start[i], finish[i], frozenset(p.modes[m]), float(p.bandwidth[i, m])))
+    return start
+
+
+def _justify(p: Problem, succ, makespan: float, modes, starts, rounds: int = 3):
+    """Forward-backward improvement (Valls et al. 2005, "justification"): schedule the ops
+    again as late as possible in order of decreasing finish, then as early as possible in
+    order of the new starts; modes kept.  Never longer; repeated while it shortens."""
+    lat = np.array([p.latency_s[i, m] for i, m in enumerate(modes)])
+    for _ in range(rounds):
+        fin = np.asarray(starts) + lat
+        back = _sgs(p, sorted(range(len(p)), key=lambda i: (-fin[i], i)), modes, succ)   # reversed time
+        span = max(b + lat[i] for i, b in enumerate(back))
+        late = [span - (b + lat[i]) for i, b in enumerate(back)]                        # real starts
+        fwd = _sgs(p, sorted(range(len(p)), key=lambda i: (late[i], i)), modes, p.preds)
+        new = max(f + lat[i] for i, f in enumerate(fwd))
+        if new >= makespan * (1 - 1e-12):
+            break
+        makespan, starts = float(new), fwd
+    return float(makespan), list(modes), list(starts)
+
+
+def _list_pass(p: Problem, succ, priority) -> tuple[float, list[int], list[float]]:
+    """One list-scheduling pass taking the ready op of highest ``priority`` first."""
+    n = len(p)
     remaining = [len(set(ps)) for ps in p.preds]
     ready = {i for i in range(n) if remaining[i] == 0}
     placed: list[tuple[float, float, frozenset, float]] = []
@@ -545,7 +589,7 @@ def list_schedule(p: Problem) -> tuple[float, list[int], list[float]]:
     starts = [0.0] * n
     mode_slots = [frozenset(m) for m in p.modes]
     while ready:
-        i = max(ready, key=lambda k: (tail[k], -k))
+        i = max(ready, key=priority)
         ready.remove(i)
         t0 = max((finish[j] for j in p.preds[i]), default=0.0)
         best = (math.inf, math.inf, -1)
@@ -682,6 +726,9 @@ def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip
         return ILPResult(ub, tuple(lmodes), tuple(lstarts), "optimal", 0.0, 0.0, 0, 0)
     if lb is None:
         lb = lower_bound(p)
+    if ub <= lb * (1 + mip_gap):          # the starting schedule meets the bound: proven
+        return ILPResult(ub, tuple(lmodes), tuple(lstarts), "optimal", max(0.0, 1.0 - lb / ub) if ub > 0 else 0.0,
+                         time.perf_counter() - t_start, 0, 0)
     model = _DisjunctiveModel(p, ub, lmodes, lstarts, lb)
     rounds = cuts = 0
     relaxed_lb = lb
@@ -797,10 +844,17 @@ class _DisjunctiveModel:
         # bandwidth: pairs of runs on disjoint slots whose shares exceed the bandwidth
         self.q_pairs: list[int] = []                        # pair index per q variable
         self.conflicts: list[tuple[int, int, tuple[int, ...]]] = []   # (pair, mode of i, modes of j)
+        # pairs that can never overlap (in every pair of modes they share a slot or exceed
+        # the bandwidth) get plain disjunctions, without slot or q terms
+        bw = np.where(finite, p.bandwidth, 0.0) if p.shares_bandwidth else np.zeros_like(p.latency_s)
+        disjoint = (self.inc @ self.inc.T) == 0
+        self.apart = np.array([not (disjoint[np.ix_(finite[i], finite[j])]
+                                    & (bw[i, finite[i]][:, None] + bw[j, finite[j]][None, :]
+                                       <= 1 + BANDWIDTH_TOL)).any() for i, j in self.pairs], dtype=bool)
         if p.shares_bandwidth:
-            bw = np.where(finite, p.bandwidth, 0.0)
-            disjoint = (self.inc @ self.inc.T) == 0
             for k, (i, j) in enumerate(self.pairs):
+                if self.apart[k]:
+                    continue
                 for m in np.flatnonzero(finite[i]):
                     clash = tuple(int(m2) for m2 in np.flatnonzero(finite[j]) if disjoint[m, m2]
                                   and bw[i, m] + bw[j, m2] > 1 + BANDWIDTH_TOL)
@@ -848,8 +902,13 @@ class _DisjunctiveModel:
         if self.pairs:
             z = cp.Variable(len(self.pairs), boolean=True, name="z")
             # slot disjunctions: a pair holding a common slot does not overlap
-            rows = [(k, i, j, r) for k, (i, j) in enumerate(self.pairs)
+            rows = [(k, i, j, r) for k, (i, j) in enumerate(self.pairs) if not self.apart[k]
                     for r in np.flatnonzero(self.usable[i] & self.usable[j])]
+            if self.apart.any():
+                K = np.flatnonzero(self.apart)
+                fst = np.array([self.pairs[k][0] for k in K])
+                snd = np.array([self.pairs[k][1] for k in K])
+                cons += [s[fst] + d[fst] <= s[snd] + (1 - z[K]), s[snd] + d[snd] <= s[fst] + z[K]]
             if rows:
                 K, fst, snd, R = (np.array(c) for c in zip(*rows))
                 both = 2 - hold[fst, R] - hold[snd, R]

@@ -228,7 +228,7 @@ def test_solver_failure_falls_back_with_warning(monkeypatch):
     monkeypatch.setattr(cp.Problem, "solve", boom)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        r = schedule.solve_ilp(p)
+        r = schedule.solve_ilp(p, lb=0.0)          # a bound the start cannot meet: the solver runs
         mk, status = r.makespan_s, r.status
     assert status == "fallback"
     assert mk == pytest.approx(schedule.list_schedule(p)[0])
