@@ -10,8 +10,19 @@ favours the models with the most tokens/s.
 Pruning keeps the search exact: a model's throughput on a design is at most
 ``tokens / lb`` with ``lb`` the step-time lower bound of the single-model search (all
 chip-seconds of a step spread perfectly over every chip), and both means are monotone, so
-a design whose bound on the score cannot beat the best score found is skipped.  Layer
-times are the serial sum of op times (the screening time model of :mod:`cosearch.search`).
+a design whose bound on the score cannot beat the best score found is skipped.  This
+sweep prices layers at the serial sum of op times (the screening time model of
+:mod:`cosearch.search`).
+
+Then the top ``refine_top`` designs are ranked exactly on ILP-scheduled layer times, as the
+single-model search does (:func:`cosearch.search._refine`), with scores in place of step
+times: an ILP layer is never slower than its serial sum, so a design's serial score bounds
+its ILP score from below and the serial top-k's k-th score is a floor; each model's
+throughput is bounded from above by its best plan on :func:`cosearch.schedule.layer_bounds`
+layer times (:func:`cosearch.placement.best_plan_steps`), and the combined bound orders a
+best-first search that ILP-plans designs (:func:`cosearch.placement.ilp_plan`, every model)
+until no design's bound can beat the k-th ILP score found.  Rows keep their time model
+(``sum`` or ``ilp``) and tables rank each apart.
 """
 
 from __future__ import annotations
@@ -71,6 +82,11 @@ class JointRow:
     def tokens_per_s(self) -> tuple[float, ...]:
         return tuple(r.tokens_per_s for r in self.per_model)
 
+    @property
+    def time_model(self) -> str:
+        """``ilp`` when every model's plan uses ILP-scheduled layer times, else ``sum``."""
+        return "ilp" if all(r.time_model == "ilp" for r in self.per_model) else "sum"
+
     def accelerator(self) -> Accelerator:
         return self.per_model[0].accelerator()
 
@@ -96,24 +112,39 @@ class MultiModelResults:
 
     @property
     def best(self) -> JointRow:
+        """The best design under the most exact time model present (ILP rows if any)."""
         f = self.feasible
         if not f:
             raise ValueError(f"the models {', '.join(self.models)} share no design with a feasible plan for "
                              "every one of them")
+        f = [r for r in f if r.time_model == "ilp"] or f
         return max(f, key=lambda r: (r.score, -r.index))
 
     def table(self, top: int = 10) -> str:
+        """Plain-text summary: the ILP-ranked designs, then the screened ones (never ranked
+        together: their layer times come from different time models)."""
+        from .report import TIME_MODEL_TITLES
         lines = [f"cosearch (models {', '.join(self.models)}; {self.objective} of tokens/s) on {self.chips} chips: "
                  f"{len(self.rows)} designs evaluated, {self.pruned} pruned of {self.total_designs}"
                  + (" (interrupted: partial results)" if self.interrupted else "")]
-        lines.append(f"{'rank':>4} {'design':>7} {'cores':>5} {'array':>9} {'L2 MiB':>7} {'area':>6} {'score':>12}  "
-                     + "  ".join(f"{m + ' tok/s':>16}" for m in self.models))
-        for k, r in enumerate(sorted(self.feasible, key=lambda r: -r.score)[:top], 1):
-            d = r.design
-            lines.append(f"{k:>4} {r.index:>7} {int(d['tensor_cores']):>5} "
-                         f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} {d['l2_bytes'] / 2**20:>7.0f} "
-                         f"{r.area_mm2:>6.0f} {r.score:>12,.0f}  "
-                         + "  ".join(f"{t:>16,.0f}" for t in r.tokens_per_s))
+        ir = self.meta.get("ilp_ranking")
+        if ir:
+            lines.append(f"ILP ranking: top {ir['top']} " + ("proven exact" if ir["proven"] else
+                         f"not proven ({ir['open']} designs could still enter; raise ilp_designs)")
+                         + f" after {ir['scheduled']} ILP-planned designs")
+        for tm, title in TIME_MODEL_TITLES:
+            rows = sorted((r for r in self.feasible if r.time_model == tm), key=lambda r: -r.score)[:top]
+            if not rows:
+                continue
+            lines.append(f"-- {title}")
+            lines.append(f"{'rank':>4} {'design':>7} {'cores':>5} {'array':>9} {'L2 MiB':>7} {'area':>6} "
+                         f"{'score':>12}  " + "  ".join(f"{m + ' tok/s':>16}" for m in self.models))
+            for k, r in enumerate(rows, 1):
+                d = r.design
+                lines.append(f"{k:>4} {r.index:>7} {int(d['tensor_cores']):>5} "
+                             f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} "
+                             f"{d['l2_bytes'] / 2**20:>7.0f} {r.area_mm2:>6.0f} {r.score:>12,.0f}  "
+                             + "  ".join(f"{t:>16,.0f}" for t in r.tokens_per_s))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,10 +163,14 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                     cluster: Cluster | int = 1024, global_batch: int | Sequence[int] = 1536, *,
                     objective: str = "geomean", mem: memory.MemoryConfig | None = None, prune: bool = True,
                     chunk_size: int = 16, progress: bool = False,
-                    plan_options: dict[str, Any] | None = None) -> MultiModelResults:
+                    plan_options: dict[str, Any] | None = None, refine_top: int = 3,
+                    ilp_designs: int = 256) -> MultiModelResults:
     """The design with the best mean (``objective="mean"``) or geometric-mean throughput over
     ``models`` (see the module docstring).  ``global_batch``: one for all models or one per
-    model.  Runs in-process; Ctrl-C returns the designs finished so far (``interrupted``)."""
+    model.  ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times
+    (0: off), ILP-planning at most ``ilp_designs`` designs (``meta["ilp_ranking"]`` says
+    whether that proved the top).  Runs in-process; Ctrl-C returns the designs finished so
+    far (``interrupted``)."""
     from .search import DEFAULT_PLAN_OPTIONS, _step_lower_bound, evaluate_designs
     if isinstance(models, (str, ModelConfig)):
         models = [models]
@@ -147,6 +182,10 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         raise ValueError(f"models listed twice: {names}")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if isinstance(refine_top, bool) or int(refine_top) != refine_top or refine_top < 0:
+        raise ValueError(f"refine_top must be a non-negative integer, got {refine_top!r}")
+    if isinstance(ilp_designs, bool) or int(ilp_designs) != ilp_designs or ilp_designs < 1:
+        raise ValueError(f"ilp_designs must be a positive integer, got {ilp_designs!r}")
     space = space or SearchSpace()
     cluster = cluster if isinstance(cluster, Cluster) else Cluster(int(cluster))
     mem = mem or memory.MemoryConfig()
@@ -206,7 +245,129 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                             {"time_model": "sum", "space": space.name,
                              "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}},
                             stopped_by)
+    if refine_top > 0 and not interrupted and res.feasible:
+        area = space.area_power.area_mm2(designs)
+        power = space.area_power.power_w(designs)
+        try:
+            _refine_joint(res, per, cluster, mem, opts, designs, area, power, int(refine_top), objective,
+                          int(ilp_designs), progress)
+            res.meta["time_model"] = "ilp"
+        except KeyboardInterrupt as exc:
+            res.interrupted, res.stopped_by = True, exc
     if not interrupted and not res.feasible:
         raise ValueError(f"the models {', '.join(names)} share no design with a feasible plan for every one "
                          f"of them on {cluster.num_chips} chips")
     return res
+
+
+def _needed(bounds: np.ndarray, kth: float, objective: str) -> np.ndarray:
+    """Per model, the least throughput that could still give a score of ``kth`` with every
+    other model at its upper bound (``bounds``: (models,)); 0 where any will do."""
+    n = len(bounds)
+    out = np.zeros(n)
+    for m in range(n):
+        others = np.delete(bounds, m)
+        if objective == "mean":
+            out[m] = n * kth - others.sum()
+        elif kth > 0:
+            prod = float(np.prod(others))
+            out[m] = kth ** n / prod if prod > 0 else np.inf
+    return np.maximum(out, 0.0)
+
+
+def _refine_joint(res: MultiModelResults, per, cluster: Cluster, mem, opts, designs, area, power, top: int,
+                  objective: str, max_designs: int, progress: bool) -> None:
+    """Exact top-``top`` scores under ILP layer times (see the module docstring)."""
+    import heapq
+    import math
+
+    from .search import _step_lower_bound
+    sps = tuple(opts.get("sequence_parallel", (False,)))
+    flash = bool(opts.get("flash_attention", False))
+    plan_opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
+    serial = sorted((r.score for r in res.feasible), reverse=True)
+    floor = serial[top - 1] if len(serial) >= top else 0.0
+    # (0) perfect-spread bound on bound layer times, per model, for every design
+    bound_units, tput0 = [], []
+    for (m, b, tps, mbs, _, _) in per:
+        u = plan_mod.unit_costs(m, designs, cluster, tps, mbs, sps, flash, time_model="bound",
+                                engine=opts.get("engine"))
+        bound_units.append(u)
+        tput0.append(b * m.seq_len / _step_lower_bound(u, m, tps, mbs, b, cluster.num_chips))
+    tput0 = np.stack(tput0, axis=-1)
+    cand = np.flatnonzero(combine(tput0, objective) >= floor * (1 - 1e-12))
+    # (1) each model's best plan on bound layer times, every candidate in one compiled call
+    tput1 = np.zeros((len(cand), len(per)))
+    for k, (m, b, tps, mbs, _, _) in enumerate(per):
+        if len(cand):
+            steps = placement.best_plan_steps(m, designs[cand], cluster, b, bound_units[k][cand], tps, mbs, sps,
+                                              mem, math.inf, **plan_opts)
+            tput1[:, k] = np.where(np.isfinite(steps), b * m.seq_len / steps, 0.0)
+    score1 = combine(tput1, objective)
+    scores: list[float] = []
+    by_index = {r.index: k for k, r in enumerate(res.rows)}
+    planned = 0
+    refined: list[int] = []
+
+    def kth() -> float:
+        return max(floor, sorted(scores, reverse=True)[top - 1]) if len(scores) >= top else floor
+
+    def plan(ci: int) -> None:
+        nonlocal planned
+        planned += 1
+        d = int(cand[ci])
+        chip = Accelerator.from_array(designs[d], name=f"design{d}")
+        need = _needed(tput1[ci], kth(), objective)
+        pm = []
+        for k, (m, b, tps, mbs, _, _) in enumerate(per):
+            cutoff = b * m.seq_len / need[k] if need[k] > 0 else math.inf
+            p = placement.ilp_plan(m, chip, cluster, b, mem, dict(plan_opts, sequence_parallel=sps), tps=tps,
+                                   microbatches=mbs, cutoff_s=cutoff, units_bound=bound_units[k][d])
+            if p is None:           # this model cannot reach the k-th score here: neither can the design
+                return
+            pm.append(DesignResult.from_row(d, designs[d], area[d], power[d], p, "", "ilp"))
+        row = JointRow(float(combine(np.array([r.tokens_per_s for r in pm]), objective)), tuple(pm))
+        scores.append(row.score)
+        refined.append(d)
+        if d in by_index:
+            res.rows[by_index[d]] = row
+        else:
+            by_index[d] = len(res.rows)
+            res.rows.append(row)
+            res.pruned -= 1
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(desc="ILP ranking", unit="design", leave=False)
+    pos = {int(d): ci for ci, d in enumerate(cand)}
+    done: set[int] = set()
+    proven = True
+    try:
+        # seeds: the serial sweep's best designs (their ILP scores are at least the serial ones)
+        for r in sorted(res.feasible, key=lambda r: -r.score):
+            if len(scores) >= top or planned >= max_designs:
+                break
+            if r.index in pos:
+                done.add(pos[r.index])
+                plan(pos[r.index])
+                if bar is not None:
+                    bar.update(1)
+        heap = [(-float(score1[ci]), ci) for ci in range(len(cand)) if ci not in done and score1[ci] > 0]
+        heapq.heapify(heap)
+        while heap and -heap[0][0] >= kth() * (1 - 1e-12):
+            if planned >= max_designs:
+                proven = False
+                break
+            _, ci = heapq.heappop(heap)
+            plan(ci)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    cut = kth()
+    left = sum(1 for b, _ in heap if -b >= cut) if not proven else 0
+    res.meta["refined"] = refined
+    res.meta["ilp_ranking"] = {"proven": proven, "scheduled": planned, "designs": len(refined), "top": top,
+                               "open": left}

@@ -146,9 +146,21 @@ class Problem:
 
     def content_key(self) -> tuple:
         """Everything a solver reads: two problems with equal keys have the same schedules
-        (designs that price a layer's ops alike share one ILP solve)."""
+        (designs that price a layer's ops alike share one ILP solve).  The bandwidth shares
+        enter as the constraints they make: with at most two slots no more than two runs
+        ever overlap, so only which pairs of runs exceed the bandwidth matters (designs whose
+        L2 changes a GEMM's bytes but no conflict share a solve); with more slots, the
+        shares themselves."""
+        if not self.shares_bandwidth:
+            bw: object = None
+        elif len(self.slots) <= 2:
+            fin = np.isfinite(self.latency_s)
+            f = np.where(fin, self.bandwidth, -np.inf).ravel()
+            bw = np.packbits(f[:, None] + f[None, :] > 1 + BANDWIDTH_TOL).tobytes()
+        else:
+            bw = self.bandwidth.tobytes()
         return (self.names, self.latency_s.tobytes(), self.preds, self.modes, self.slots, self.mode_names,
-                self.symmetry, self.slot_kinds, self.bandwidth.tobytes())
+                self.symmetry, self.slot_kinds, bw)
 
     @property
     def shares_bandwidth(self) -> bool:
@@ -471,7 +483,9 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     ordered against all of this unit's ops (the unit idles while it runs).  Every mode
     :func:`make_problem` offers is among those, and a unit's ``W <= N`` slots host at most
     ``N`` one-core ops at once, so the ILP (with GEMMs on the tensor cores) can never be
-    faster; and the ops' total HBM time at the whole bandwidth (shares never exceed 1)."""
+    faster; and the ops' total HBM time at the whole bandwidth (shares never exceed 1).
+    Ops that can overlap no other op (exclusive: a memory-bound op beside ops that read
+    HBM) are taken out of the unit sums and added whole: nothing runs beside them."""
     from .hardware import DESIGN_FIELDS
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     names, preds, kept = _chip_graph(layer)
@@ -498,10 +512,29 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
         if is_tensor.any() else np.zeros(n, dtype=bool)
     alone_v = np.array([not is_tensor[j] or bool(related[j, ~is_tensor].all()) for j in range(n)]) \
         if (~is_tensor).any() else np.zeros(n, dtype=bool)
-    area_t = np.where(is_tensor[None, :], core_time, fastest)[:, alone_t].sum(axis=1)
-    area_v = np.where(~is_tensor[None, :], core_time, fastest)[:, alone_v].sum(axis=1)
-    hbm = _hbm_s(kept, d, efficiency).sum(axis=1)        # the bandwidth is never oversubscribed
-    return np.maximum(np.maximum(finish.max(axis=1), hbm), np.maximum(area_t, area_v))
+    hbm_op = _hbm_s(kept, d, efficiency)
+    # exclusive ops: in every mode offered, every op not ordered against them shares a slot
+    # with them or exceeds the bandwidth beside them — they have the chip to themselves.
+    # Shares are taken at their smallest over the modes offered (all cores; one core where
+    # it pays), so exclusivity is never over-claimed.
+    t_mode = np.array(t_all)
+    for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
+        for nn in np.unique(d[:, col]):
+            sel = np.flatnonzero(d[:, col] == nn)
+            t_mode[np.ix_(sel, np.flatnonzero(mask))] = _mode_prices(kept, d[sel], 1.0 / nn, efficiency)[:, mask]
+    slowest = np.where(pays, np.maximum(t_all, t_mode), t_all)
+    share = np.minimum(hbm_op / slowest, 1.0)
+    same_unit = is_tensor[:, None] == is_tensor[None, :]
+    clash = share[:, :, None] + share[:, None, :] > 1 + BANDWIDTH_TOL                     # (D, n, n)
+    slot_bound = same_unit[None] & ~(pays[:, :, None] & pays[:, None, :])              # no two slots free
+    free = ~related & ~np.eye(n, dtype=bool)
+    excl = np.all(~free[None] | clash | slot_bound, axis=2)                             # (D, n)
+    t_excl = np.where(excl, fastest, 0.0).sum(axis=1)
+    area_t = np.where(is_tensor[None, :], core_time, fastest)
+    area_v = np.where(~is_tensor[None, :], core_time, fastest)
+    units = np.maximum((area_t * (alone_t[None] & ~excl)).sum(axis=1), (area_v * (alone_v[None] & ~excl)).sum(axis=1))
+    hbm = hbm_op.sum(axis=1)                              # the bandwidth is never oversubscribed
+    return np.maximum(np.maximum(finish.max(axis=1), hbm), t_excl + units)
 
 
 def is_chain(p: Problem) -> bool:

@@ -19,8 +19,8 @@ def test_joint_best_equals_brute_force(objective):
     """Every design through search_plans for every model, combined by hand."""
     ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
     sp, cl = _space(), hardware.Cluster(16)
-    res = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective)
-    full = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective, prune=False)
+    res = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective, refine_top=0)
+    full = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective, prune=False, refine_top=0)
     assert full.pruned == 0 and len(full.rows) == len(sp.arrays())
     scores = []
     for row in sp.arrays():
@@ -40,6 +40,36 @@ def test_joint_best_equals_brute_force(objective):
     assert "score" in res.table() and res.to_json()
 
 
+@pytest.mark.parametrize("objective", ["geomean", "mean"])
+def test_joint_ilp_ranking_equals_ilp_for_every_design(objective):
+    """The joint top 3 under ILP layer times equals ILP-planning every design for every model
+    (search_plans with time_model="ilp") and combining by hand; every ILP row is its design's
+    own ILP score, and the table ranks ILP rows apart from screened ones."""
+    ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
+    sp = hardware.SearchSpace(tensor_cores=(2, 4), systolic_dims=((32, 32), (64, 64), (128, 128)),
+                              vector_units=(1, 4), vector_width=(128,), l1_bytes=(1 * MiB,),
+                              l2_bytes=(32 * MiB,), hbm=((8 * GiB, 1.2e12),))
+    cl, k = hardware.Cluster(16), 3
+    res = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective, refine_top=k)
+    brute = []
+    for row in sp.arrays():
+        chip = hardware.Accelerator.from_array(row)
+        t = []
+        for m in ms:
+            r = placement.search_plans(m, chip, cl, 32, time_model="ilp", **search.DEFAULT_PLAN_OPTIONS)
+            t.append(r.best.tokens_per_s if r.feasible else 0.0)
+        brute.append(float(multimodel.combine(np.array(t), objective)))
+    brute = np.array(brute)
+    ilp = sorted((r for r in res.rows if r.time_model == "ilp"), key=lambda r: -r.score)
+    assert res.meta["ilp_ranking"]["proven"] and len(ilp) >= k
+    np.testing.assert_allclose([r.score for r in ilp[:k]], np.sort(brute)[::-1][:k], rtol=1e-9)
+    for r in ilp:
+        assert r.score == pytest.approx(brute[r.index], rel=1e-9)
+    assert res.best.time_model == "ilp" and res.best.score == pytest.approx(brute.max(), rel=1e-9)
+    text = res.table()
+    assert "ILP-scheduled" in text and "proven exact" in text
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="objective"):
         multimodel.cosearch_models(["gpt3-1.3b"], _space(), 16, 32, objective="max")
@@ -47,6 +77,8 @@ def test_bad_input():
         multimodel.cosearch_models(["gpt3-1.3b", "gpt3-1.3b"], _space(), 16, 32)
     with pytest.raises(ValueError, match="one per model"):
         multimodel.cosearch_models(["gpt3-1.3b", "opt-350m"], _space(), 16, [32, 32, 32])
+    with pytest.raises(ValueError, match="refine_top"):
+        multimodel.cosearch_models(["gpt3-1.3b", "opt-350m"], _space(), 16, 32, refine_top=-1)
 
 
 def test_models_that_share_no_design_say_so():
