@@ -35,5 +35,5 @@ def test_phaze_space_175b(benchmark):
     assert off.best.tokens_per_s == on.best.tokens_per_s
     print(f"\n[phaze] GPT-3 175B, 1024 chips, batch 4096, PHAZE space {n} designs: {t_all:.1f} s end to end "
           f"(target < 60 s), {n / t_all:.0f} designs/s, {res.pruned / n:.1%} pruned, {len(res.rows)} evaluated; "
-          f"ILP: {info['solves']} solves, {info['hits']} cache hits, ranking {res.meta.get('ilp_ranking')}.  Subset of {m}: pruning on {t_on:.1f} s, "
+          f"ILP: {info['solves']} solves, {info['hits']} cache hits, ranking {res.meta.get('ilp_ranking')}, bound-plan candidates {res.meta.get('ilp_ranking_candidates')}.  Subset of {m}: pruning on {t_on:.1f} s, "
           f"off {t_off:.1f} s, off/on {t_off / t_on:.2f}x.  Best: {res.best.plan.describe()}")

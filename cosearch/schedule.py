@@ -524,11 +524,20 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
             t_mode[np.ix_(sel, np.flatnonzero(mask))] = _mode_prices(kept, d[sel], 1.0 / nn, efficiency)[:, mask]
     slowest = np.where(pays, np.maximum(t_all, t_mode), t_all)
     share = np.minimum(hbm_op / slowest, 1.0)
-    same_unit = is_tensor[:, None] == is_tensor[None, :]
-    clash = share[:, :, None] + share[:, None, :] > 1 + BANDWIDTH_TOL                     # (D, n, n)
-    slot_bound = same_unit[None] & ~(pays[:, :, None] & pays[:, None, :])              # no two slots free
+    # op i clashes with every free op j (no path between them) when j, in the modes that
+    # could run beside i — any, on the other unit; one-core, on i's own unit where both have
+    # one core offered — always streams more than 1 - share_i
     free = ~related & ~np.eye(n, dtype=bool)
-    excl = np.all(~free[None] | clash | slot_bound, axis=2)                             # (D, n)
+    excl = np.ones_like(pays)
+    share_pays = np.where(pays, share, np.inf)
+    for i in range(n):
+        other = np.flatnonzero(free[i] & (is_tensor != is_tensor[i]))
+        same = np.flatnonzero(free[i] & (is_tensor == is_tensor[i]))
+        need = 1 + BANDWIDTH_TOL - share[:, i]
+        if len(other):
+            excl[:, i] &= share[:, other].min(axis=1) > need
+        if len(same):
+            excl[:, i] &= ~pays[:, i] | (share_pays[:, same].min(axis=1) > need)
     t_excl = np.where(excl, fastest, 0.0).sum(axis=1)
     area_t = np.where(is_tensor[None, :], core_time, fastest)
     area_v = np.where(~is_tensor[None, :], core_time, fastest)

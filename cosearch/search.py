@@ -447,6 +447,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
         # bound (1) for every other group at once (one compiled call): its best plan on bound
         # layer times, with the seeds' k-th ILP step as cutoff
         todo = [gi for gi in range(len(groups)) if gi not in done]
+        res.meta["ilp_ranking_candidates"] = len(todo)
         reps = np.array([groups[gi][0] for gi in todo], dtype=np.int64)
         first = placement.best_plan_steps(model, designs[reps], cluster, global_batch, ub[reps], tps, mbs, sps,
                                           mem, kth(), **plan_opts) if len(todo) else np.zeros(0)
