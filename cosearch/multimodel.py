@@ -40,7 +40,7 @@ from .models import ModelConfig
 from .models import preset as model_preset
 from .results import DesignResult
 
-__all__ = ["cosearch_models", "MultiModelResults", "JointRow", "OBJECTIVES"]
+__all__ = ["cosearch_models", "MultiModelResults", "JointRow", "OBJECTIVES", "joint_baselines"]
 
 OBJECTIVES = ("geomean", "mean")
 
@@ -105,6 +105,7 @@ class MultiModelResults:
     interrupted: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
     stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def feasible(self) -> list[JointRow]:
@@ -145,12 +146,19 @@ class MultiModelResults:
                              f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} "
                              f"{d['l2_bytes'] / 2**20:>7.0f} {r.area_mm2:>6.0f} {r.score:>12,.0f}  "
                              + "  ".join(f"{t:>16,.0f}" for t in r.tokens_per_s))
+        if self.baselines:
+            best = self.best.score if self.feasible else 0.0
+            for name, b in self.baselines.items():
+                per = "  ".join(f"{m} {t:,.0f}" for m, t in zip(self.models, b["tokens_per_s"]))
+                ratio = f"; co-search / {name}: {best / b['score']:.3f}x" if b["score"] > 0 else ""
+                lines.append(f"baseline {name}: score {b['score']:,.0f} ({per}) — {b['note']}{ratio}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {"models": list(self.models), "objective": self.objective, "chips": self.chips,
                 "global_batch": list(self.global_batch), "pruned": self.pruned,
                 "total_designs": self.total_designs, "interrupted": self.interrupted, "meta": self.meta,
+                "baselines": self.baselines,
                 "rows": [{"index": r.index, "design": r.design, "area_mm2": r.area_mm2, "power_w": r.power_w,
                           "score": r.score, "per_model": [p.to_dict() for p in r.per_model]} for r in self.rows]}
 
@@ -164,12 +172,15 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                     objective: str = "geomean", mem: memory.MemoryConfig | None = None, prune: bool = True,
                     chunk_size: int = 16, progress: bool = False,
                     plan_options: dict[str, Any] | None = None, refine_top: int = 3,
-                    ilp_designs: int = 256) -> MultiModelResults:
+                    ilp_designs: int = 256, baselines: bool = False) -> MultiModelResults:
     """The design with the best mean (``objective="mean"``) or geometric-mean throughput over
     ``models`` (see the module docstring).  ``global_batch``: one for all models or one per
     model.  ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times
     (0: off), ILP-planning at most ``ilp_designs`` designs (``meta["ilp_ranking"]`` says
-    whether that proved the top).  Runs in-process; Ctrl-C returns the designs finished so
+    whether that proved the top).  ``baselines``: also score the TPUv4 chip, the
+    Spotlight-style chip (the best ``objective`` of the models' single-chip layer
+    throughputs) and PHAZE's fixed Megatron placements on the best chip found, with the same
+    plan search and time model (:func:`joint_baselines`).  Runs in-process; Ctrl-C returns the designs finished so
     far (``interrupted``)."""
     from .search import DEFAULT_PLAN_OPTIONS, _step_lower_bound, evaluate_designs
     if isinstance(models, (str, ModelConfig)):
@@ -252,6 +263,12 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
             _refine_joint(res, per, cluster, mem, opts, designs, area, power, int(refine_top), objective,
                           int(ilp_designs), progress)
             res.meta["time_model"] = "ilp"
+        except KeyboardInterrupt as exc:
+            res.interrupted, res.stopped_by = True, exc
+    if baselines and not res.interrupted and res.feasible:
+        try:
+            res.baselines = joint_baselines(ms, space, cluster, batches, objective, mem, opts,
+                                            cosearched=res.best.accelerator(), refine=refine_top > 0)
         except KeyboardInterrupt as exc:
             res.interrupted, res.stopped_by = True, exc
     if not interrupted and not res.feasible:
@@ -371,3 +388,56 @@ def _refine_joint(res: MultiModelResults, per, cluster: Cluster, mem, opts, desi
     res.meta["refined"] = refined
     res.meta["ilp_ranking"] = {"proven": proven, "scheduled": planned, "designs": len(refined), "top": top,
                                "open": left}
+
+
+def joint_baselines(models: Sequence[ModelConfig], space: SearchSpace, cluster: Cluster,
+                    global_batch: Sequence[int], objective: str = "geomean",
+                    mem: memory.MemoryConfig | None = None, plan_options: dict[str, Any] | None = None,
+                    cosearched: Accelerator | None = None, refine: bool = True) -> dict[str, dict[str, Any]]:
+    """The cross-model baselines, each scored like a design (``objective`` of the models'
+    throughputs, every model with its own plan search, ILP layer times when ``refine``):
+    ``"TPUv4"`` (the TPUv4 preset with the space's HBM scenario), ``"Spotlight"`` (the design
+    with the best ``objective`` of the models' single-chip layer throughputs, tp 1 and
+    microbatch 1 — the chip-only search) and, with ``cosearched``, ``"Megatron-fixed"``
+    (PHAZE's fixed dp/tp/pp for each model on that chip; score 0 with the reason where PHAZE
+    gives none or it does not fit)."""
+    from ._kernels import formulas as F
+    from .baselines import fixed_chip, fixed_megatron
+    from .hardware import TPUv4
+    from .plan import unit_costs
+    opts = dict(plan_options or {})
+    designs = space.arrays()
+
+    def scored(chip: Accelerator, note: str, plans) -> dict[str, Any]:
+        tput = [p.tokens_per_s if p is not None else 0.0 for p in plans]
+        return {"note": note, "score": float(combine(np.array(tput), objective)), "tokens_per_s": tput,
+                "plans": [p.to_dict() if p is not None else None for p in plans],
+                "design": chip.to_dict(), "area_mm2": chip.area_mm2(space.area_power),
+                "power_w": chip.power_w(space.area_power)}
+
+    def searched(chip: Accelerator) -> list:
+        out = []
+        for m, b in zip(models, global_batch):
+            r = fixed_chip(m, chip, cluster, b, mem, refine=refine, plan_options=opts)
+            out.append(r.plans[0] if r.plans else None)
+        return out
+
+    out = {}
+    tpu = space.with_scenario_hbm(TPUv4)
+    out["TPUv4"] = scored(tpu, "fixed TPUv4 chip + plan search", searched(tpu))
+    lat = [unit_costs(m, designs, Cluster(1), (1,), (1,))[:, 0, 0, 0] for m in models]
+    single = np.stack([m.seq_len / (u[:, F.U_LF] + u[:, F.U_LB]) for m, u in zip(models, lat)], axis=-1)
+    i = int(np.argmax(combine(single, objective)))
+    spot = Accelerator.from_array(designs[i], name=f"spotlight{i}")
+    out["Spotlight"] = scored(spot, f"chip-only search (design {i}) + plan search", searched(spot))
+    if cosearched is not None:
+        plans, why = [], []
+        for m, b in zip(models, global_batch):
+            p, w = fixed_megatron(m, cosearched, cluster, b, mem, zero=tuple(opts.get("zero", (0, 1))),
+                                  time_model="ilp" if refine else "sum")
+            plans.append(p)
+            if w:
+                why.append(f"{m.name}: {w}")
+        out["Megatron-fixed"] = scored(cosearched, "PHAZE's fixed Megatron placements on the co-searched chip"
+                                       + (f" ({'; '.join(why)})" if why else ""), plans)
+    return out

@@ -97,5 +97,40 @@ def test_cli_several_models(tmp_path, capsys):
                  "--space", str(space), "--hbm-gib", "16", "--objective", "mean", "--out", str(out)])
     text = capsys.readouterr().out
     assert code == 0 and "mean of tokens/s" in text and out.exists()
+    assert "ILP ranking: top 3 proven exact" in text and "ILP-scheduled" in text
     assert main(["search", "--model", "gpt3-1.3b,opt-350m", "--chips", "16", "--batch", "32", "--space",
-                 str(space), "--baselines", "--out", str(tmp_path / "x.json")]) != 0
+                 str(space), "--resume", str(out), "--out", str(tmp_path / "x.json")]) != 0
+
+
+def test_joint_baselines_score_like_designs():
+    """TPUv4 and Spotlight joint scores equal each model's own plan search on those chips,
+    combined by hand; the Spotlight chip is the design with the best combined single-chip
+    layer throughput (checked against evaluate on one chip, tp 1, microbatch 1); fixed
+    Megatron says why where PHAZE gives no placement."""
+    from cosearch import baselines as bl
+    from cosearch.plan import unit_costs
+    ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
+    sp, cl = _space(), hardware.Cluster(16)
+    res = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, baselines=True)
+    b = res.baselines
+    assert set(b) == {"TPUv4", "Spotlight", "Megatron-fixed"}
+    tpu = sp.with_scenario_hbm(hardware.TPUv4)
+    want = [placement.search_plans(m, tpu, cl, 32, **search.DEFAULT_PLAN_OPTIONS).best.tokens_per_s for m in ms]
+    assert b["TPUv4"]["tokens_per_s"] == pytest.approx(want, rel=1e-12)
+    assert b["TPUv4"]["score"] == pytest.approx(sum(want) / 2, rel=1e-12)
+    # the Spotlight chip: brute force over the designs of the combined single-chip throughput
+    single = []
+    for row in sp.arrays():
+        t = []
+        for m in ms:
+            u = unit_costs(m, row[None], hardware.Cluster(1), (1,), (1,))[0, 0, 0, 0]
+            from cosearch._kernels import formulas as F
+            t.append(m.seq_len / (u[F.U_LF] + u[F.U_LB]))
+        single.append(sum(t) / 2)
+    assert f"design {int(np.argmax(single))})" in b["Spotlight"]["note"]
+    # PHAZE fixes no placement for gpt3-1.3b, and its opt-350m one needs 1,020 chips
+    assert b["Megatron-fixed"]["score"] == 0.0
+    assert "no fixed Megatron placement for gpt3-1.3b" in b["Megatron-fixed"]["note"]
+    assert "1020 chips" in b["Megatron-fixed"]["note"]
+    assert "baseline TPUv4" in res.table() and res.to_json()
+    assert bl.PHAZE_MEGATRON_PLANS  # the fixed placements come from PHAZE's table
