@@ -38,7 +38,7 @@ from . import plan as plan_mod
 from .hardware import Accelerator, Cluster, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
-from .results import DesignResult
+from .results import DesignResult, place_row
 
 __all__ = ["cosearch_models", "MultiModelResults", "JointRow", "OBJECTIVES", "joint_baselines"]
 
@@ -346,12 +346,7 @@ def _refine_joint(res: MultiModelResults, per, cluster: Cluster, mem, opts, desi
         row = JointRow(float(combine(np.array([r.tokens_per_s for r in pm]), objective)), tuple(pm))
         scores.append(row.score)
         refined.append(d)
-        if d in by_index:
-            res.rows[by_index[d]] = row
-        else:
-            by_index[d] = len(res.rows)
-            res.rows.append(row)
-            res.pruned -= 1
+        place_row(res, by_index, d, row)
 
     bar = None
     if progress:

@@ -75,6 +75,19 @@ class DesignResult:
         return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
 
 
+def place_row(res, by_index: dict[int, int], index: int, row) -> None:
+    """Put ``row`` (design ``index``'s re-planned result) into ``res.rows``: in place of the
+    design's old row if it has one (``by_index``: design -> position, kept up to date), else
+    appended, the design then no longer counted as pruned.  ``res`` is any result with
+    ``rows`` and ``pruned`` (single- or multi-model)."""
+    if index in by_index:
+        res.rows[by_index[index]] = row
+    else:
+        by_index[index] = len(res.rows)
+        res.rows.append(row)
+        res.pruned -= 1
+
+
 def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[int]:
     """Indices of points with no other point of lower-or-equal ``x`` and higher ``y``
     (minimise x, maximise y), sorted by x."""

@@ -193,6 +193,11 @@ def _topo_order(preds, names) -> list[int]:
     return order
 
 
+def _fields_as_dict(obj) -> dict:
+    """A result dataclass's fields as JSON-ready values (tuples as lists)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in obj.__dict__.items()}
+
+
 @dataclass(frozen=True)
 class ScheduleResult:
     """A layer schedule: makespan, each op's mode and start, the bounds and the status.
@@ -213,7 +218,7 @@ class ScheduleResult:
     op_names: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        return _fields_as_dict(self)
 
 
 # ---------------------------------------------------------------------- building problems
@@ -721,7 +726,7 @@ class ILPResult:
     bandwidth_cuts: int = 0
 
     def to_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        return _fields_as_dict(self)
 
 
 def _oversubscribed(p: Problem, modes, starts, makespan: float) -> list[tuple[tuple[int, int], ...]]:

@@ -36,7 +36,7 @@ from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, Cluster, Searc
 from .models import ModelConfig
 from .models import preset as model_preset
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
-from .results import DesignResult, Results, pareto_front
+from .results import DesignResult, Results, pareto_front, place_row
 
 __all__ = ["cosearch", "compare", "Results", "DesignResult", "evaluate_designs", "pareto_front",
            "DEFAULT_PLAN_OPTIONS", "ilp_plan"]
@@ -423,13 +423,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
             return
         for m in groups[gi]:
             steps.append(new.step_time_s)
-            row = DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp")
-            if m in by_index:
-                res.rows[by_index[m]] = row
-            else:
-                by_index[m] = len(res.rows)
-                res.rows.append(row)
-                res.pruned -= 1
+            place_row(res, by_index, m, DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp"))
             res.meta["refined"].append(int(m))
 
     heap: list = []
