@@ -118,13 +118,11 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
     if "," in str(a.model):
         import argparse as _ap
         names = [x.strip() for x in str(a.model).split(",") if x.strip()]
-        if resume is not None:
-            raise ValueError("a search over several models (--model a,b) has no --resume yet")
         ms = [_model_from_args(_ap.Namespace(**{**vars(a), "model": n})) for n in names]
         return cosearch(ms, _space_from_args(a), a.chips, a.batch, prune=not a.no_prune, progress=True,
                         plan_options=opts, objective=a.objective,
                         refine_top=a.refine_top if a.time_model == "ilp" else 0, ilp_designs=a.ilp_designs,
-                        baselines=baselines)
+                        baselines=baselines, resume=_resume_file(resume, out))
     return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch, "serial" if a.serial else None,
                     tps=_int_list(a.tps, "tps") if a.tps else None,
                     microbatches=_int_list(a.microbatches, "microbatches") if a.microbatches else None,

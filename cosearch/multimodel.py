@@ -27,6 +27,7 @@ until no design's bound can beat the k-th ILP score found.  Rows keep their time
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,13 +167,40 @@ class MultiModelResults:
         from ._json import dump_json
         return dump_json(self.to_dict(), path)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MultiModelResults:
+        """Parse :meth:`to_dict`'s output (rows validated as :meth:`DesignResult.from_dict` does)."""
+        import math
+        try:
+            rows = []
+            for r in d["rows"]:
+                score = r["score"]
+                if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) \
+                        or score < 0:
+                    raise ValueError(f"row {r.get('index')!r}: score must be a finite non-negative number")
+                rows.append(JointRow(float(score), tuple(DesignResult.from_dict(p) for p in r["per_model"])))
+            return cls(tuple(d["models"]), str(d["objective"]), int(d["chips"]), tuple(int(b) for b in d["global_batch"]),
+                       rows, int(d.get("pruned", 0)), int(d["total_designs"]), bool(d.get("interrupted", False)),
+                       dict(d.get("meta", {})), baselines=dict(d.get("baselines", {})))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a multi-model co-search result ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def from_json(cls, path) -> MultiModelResults:
+        from ._json import load_json
+        d = load_json(path)
+        if not isinstance(d, dict) or "models" not in d:
+            raise ValueError(f"{path}: not a multi-model co-search result (no 'models')")
+        return cls.from_dict(d)
+
 
 def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | None = None,
                     cluster: Cluster | int = 1024, global_batch: int | Sequence[int] = 1536, *,
                     objective: str = "geomean", mem: memory.MemoryConfig | None = None, prune: bool = True,
                     chunk_size: int = 16, progress: bool = False,
                     plan_options: dict[str, Any] | None = None, refine_top: int = 3,
-                    ilp_designs: int = 256, baselines: bool = False) -> MultiModelResults:
+                    ilp_designs: int = 256, baselines: bool = False,
+                    resume: str | os.PathLike | None = None) -> MultiModelResults:
     """The design with the best mean (``objective="mean"``) or geometric-mean throughput over
     ``models`` (see the module docstring).  ``global_batch``: one for all models or one per
     model.  ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times
@@ -180,7 +208,9 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     whether that proved the top).  ``baselines``: also score the TPUv4 chip, the
     Spotlight-style chip (the best ``objective`` of the models' single-chip layer
     throughputs) and PHAZE's fixed Megatron placements on the best chip found, with the same
-    plan search and time model (:func:`joint_baselines`).  Runs in-process; Ctrl-C returns the designs finished so
+    plan search and time model (:func:`joint_baselines`).  ``resume``: a saved result of the
+    same settings (say, one cut short by Ctrl-C): its screened designs are kept and not
+    evaluated again.  Runs in-process; Ctrl-C returns the designs finished so
     far (``interrupted``)."""
     from .search import DEFAULT_PLAN_OPTIONS, _step_lower_bound, evaluate_designs
     if isinstance(models, (str, ModelConfig)):
@@ -222,17 +252,33 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     ub = combine(np.stack([p[5] for p in per], axis=-1), objective)
     order = np.argsort(-ub, kind="stable")
     rows: list[JointRow] = []
-    best = 0.0
+    meta = {"time_model": "sum", "space": space.name,
+            "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}}
+    if resume is not None:
+        import json
+        old = MultiModelResults.from_json(resume)
+        same = (old.models, old.objective, old.chips, old.global_batch, old.total_designs) == \
+            (tuple(names), objective, cluster.num_chips, tuple(batches), len(designs))
+        if not same or {k: old.meta.get(k) for k in ("space", "plan_options")} != \
+                json.loads(json.dumps({k: meta[k] for k in ("space", "plan_options")})):
+            raise ValueError(f"{resume}: it was made with other settings ({', '.join(old.models)}, "
+                             f"{old.objective}, {old.chips} chips, batches {list(old.global_batch)}, "
+                             f"{old.total_designs} designs); resume with the same ones")
+        rows = [r for r in old.rows if r.time_model == "sum"]   # ILP rows are ranked again
+    done = {r.index for r in rows}
+    best = max((r.score for r in rows), default=0.0)
     pruned = 0
     interrupted = False
     stopped_by = None
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(designs), desc="designs", unit="design")
+        bar = tqdm(total=len(designs), initial=len(done), desc="designs", unit="design")
     try:
         for i in range(0, len(order), chunk_size):
             ch = order[i:i + chunk_size]
+            if done:
+                ch = ch[~np.isin(ch, list(done))]
             keep = ch[ub[ch] >= best] if prune else ch
             pruned += len(ch) - len(keep)
             if len(keep):
@@ -252,10 +298,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         if bar is not None:
             bar.close()
     res = MultiModelResults(tuple(names), objective, cluster.num_chips, tuple(batches), rows, pruned,
-                            len(designs), interrupted,
-                            {"time_model": "sum", "space": space.name,
-                             "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}},
-                            stopped_by)
+                            len(designs), interrupted, meta, stopped_by)
     if refine_top > 0 and not interrupted and res.feasible:
         area = space.area_power.area_mm2(designs)
         power = space.area_power.power_w(designs)

@@ -98,8 +98,13 @@ def test_cli_several_models(tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == 0 and "mean of tokens/s" in text and out.exists()
     assert "ILP ranking: top 3 proven exact" in text and "ILP-scheduled" in text
+    # --resume: the same settings continue (nothing left to screen), others are refused
     assert main(["search", "--model", "gpt3-1.3b,opt-350m", "--chips", "16", "--batch", "32", "--space",
-                 str(space), "--resume", str(out), "--out", str(tmp_path / "x.json")]) != 0
+                 str(space), "--hbm-gib", "16", "--objective", "mean", "--resume", str(out),
+                 "--out", str(tmp_path / "y.json")]) == 0
+    assert main(["search", "--model", "gpt3-1.3b,opt-350m", "--chips", "16", "--batch", "32", "--space",
+                 str(space), "--hbm-gib", "16", "--resume", str(out), "--out", str(tmp_path / "x.json")]) != 0
+    assert "other settings" in capsys.readouterr().err
 
 
 def test_joint_baselines_score_like_designs():
@@ -134,3 +139,38 @@ def test_joint_baselines_score_like_designs():
     assert "1020 chips" in b["Megatron-fixed"]["note"]
     assert "baseline TPUv4" in res.table() and res.to_json()
     assert bl.PHAZE_MEGATRON_PLANS  # the fixed placements come from PHAZE's table
+
+
+def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monkeypatch):
+    """A result cut short (here: half its rows kept) resumes to the same designs and scores
+    as an uninterrupted run, evaluating only the designs it lacks; other settings are refused."""
+    ms = ["gpt3-1.3b", "opt-350m"]
+    sp, cl = _space(), hardware.Cluster(16)
+    full = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False)
+    d = full.to_dict()
+    kept = d["rows"][:4]
+    d.update(rows=kept, interrupted=True)
+    part = tmp_path / "part.json"
+    import json
+    part.write_text(json.dumps(d))
+    seen = []
+    real = search.evaluate_designs
+
+    def counting(model, designs, idx, *a, **k):
+        seen.extend(int(i) for i in idx)
+        return real(model, designs, idx, *a, **k)
+
+    monkeypatch.setattr(search, "evaluate_designs", counting)
+    res = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False, resume=part)
+    assert not res.interrupted and len(res.rows) == len(full.rows)
+    assert {r.index: r.score for r in res.rows} == pytest.approx({r.index: r.score for r in full.rows}, rel=1e-12)
+    assert set(seen) == set(range(len(sp.arrays()))) - {r["index"] for r in kept}
+    assert multimodel.MultiModelResults.from_json(part).rows[0].score == pytest.approx(kept[0]["score"])
+    with pytest.raises(ValueError, match="other settings"):
+        multimodel.cosearch_models(ms, sp, cl, 32, objective="geomean", refine_top=0, resume=part)
+    with pytest.raises(ValueError, match="other settings"):
+        multimodel.cosearch_models(ms, sp, hardware.Cluster(8), 32, objective="mean", refine_top=0, resume=part)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"models": ["a"], "rows": [{"score": -1}]}')
+    with pytest.raises(ValueError, match="score must be"):
+        multimodel.MultiModelResults.from_json(bad)
