@@ -122,7 +122,8 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
         return cosearch(ms, _space_from_args(a), a.chips, a.batch, prune=not a.no_prune, progress=True,
                         plan_options=opts, objective=a.objective,
                         refine_top=a.refine_top if a.time_model == "ilp" else 0, ilp_designs=a.ilp_designs,
-                        baselines=baselines, resume=_resume_file(resume, out))
+                        baselines=baselines, resume=_resume_file(resume, out), checkpoint=out,
+                        checkpoint_every_s=getattr(a, "checkpoint_every", 10.0))
     return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch, "serial" if a.serial else None,
                     tps=_int_list(a.tps, "tps") if a.tps else None,
                     microbatches=_int_list(a.microbatches, "microbatches") if a.microbatches else None,

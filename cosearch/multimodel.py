@@ -27,7 +27,9 @@ until no design's bound can beat the k-th ILP score found.  Rows keep their time
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,7 +202,8 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                     chunk_size: int = 16, progress: bool = False,
                     plan_options: dict[str, Any] | None = None, refine_top: int = 3,
                     ilp_designs: int = 256, baselines: bool = False,
-                    resume: str | os.PathLike | None = None) -> MultiModelResults:
+                    resume: str | os.PathLike | None = None, checkpoint: str | os.PathLike | None = None,
+                    checkpoint_every_s: float = 10.0) -> MultiModelResults:
     """The design with the best mean (``objective="mean"``) or geometric-mean throughput over
     ``models`` (see the module docstring).  ``global_batch``: one for all models or one per
     model.  ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times
@@ -210,7 +213,8 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     throughputs) and PHAZE's fixed Megatron placements on the best chip found, with the same
     plan search and time model (:func:`joint_baselines`).  ``resume``: a saved result of the
     same settings (say, one cut short by Ctrl-C): its screened designs are kept and not
-    evaluated again.  Runs in-process; Ctrl-C returns the designs finished so
+    evaluated again.  ``checkpoint``: a JSON file the partial screening is saved to at most
+    every ``checkpoint_every_s`` seconds (a valid ``resume`` file).  Runs in-process; Ctrl-C returns the designs finished so
     far (``interrupted``)."""
     from .search import DEFAULT_PLAN_OPTIONS, _step_lower_bound, evaluate_designs
     if isinstance(models, (str, ModelConfig)):
@@ -255,7 +259,6 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     meta = {"time_model": "sum", "space": space.name,
             "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}}
     if resume is not None:
-        import json
         old = MultiModelResults.from_json(resume)
         same = (old.models, old.objective, old.chips, old.global_batch, old.total_designs) == \
             (tuple(names), objective, cluster.num_chips, tuple(batches), len(designs))
@@ -267,6 +270,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         rows = [r for r in old.rows if r.time_model == "sum"]   # ILP rows are ranked again
     done = {r.index for r in rows}
     best = max((r.score for r in rows), default=0.0)
+    last_save = time.monotonic()
     pruned = 0
     interrupted = False
     stopped_by = None
@@ -292,6 +296,10 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                     best = max(best, score)
             if bar is not None:
                 bar.update(len(ch))
+            if checkpoint is not None and time.monotonic() - last_save >= checkpoint_every_s:
+                MultiModelResults(tuple(names), objective, cluster.num_chips, tuple(batches), list(rows), pruned,
+                                  len(designs), True, json.loads(json.dumps(meta))).to_json(checkpoint)
+                last_save = time.monotonic()
     except KeyboardInterrupt as exc:
         interrupted, stopped_by = True, exc
     finally:

@@ -194,7 +194,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         from .multimodel import cosearch_models
         return cosearch_models(model, space, cluster, global_batch, objective=objective, mem=mem, prune=prune,
                                progress=progress, plan_options=plan_options, refine_top=refine_top,
-                               ilp_designs=ilp_designs, baselines=baselines, resume=resume)
+                               ilp_designs=ilp_designs, baselines=baselines, resume=resume,
+                               checkpoint=checkpoint, checkpoint_every_s=checkpoint_every_s)
     model = model_preset(model)
     space = space or SearchSpace()
     cluster = cluster if isinstance(cluster, Cluster) else Cluster(int(cluster))

@@ -174,3 +174,18 @@ def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monk
     bad.write_text('{"models": ["a"], "rows": [{"score": -1}]}')
     with pytest.raises(ValueError, match="score must be"):
         multimodel.MultiModelResults.from_json(bad)
+
+
+def test_checkpoint_is_a_resumable_partial_result(tmp_path):
+    """With checkpoint_every_s=0 every chunk is saved; the last checkpoint is marked
+    interrupted, holds screened rows only, and resumes to the full result."""
+    ms = ["gpt3-1.3b", "opt-350m"]
+    sp, cl = _space(), hardware.Cluster(16)
+    ck = tmp_path / "ck.json"
+    full = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False,
+                                      chunk_size=4, checkpoint=ck, checkpoint_every_s=0.0)
+    saved = multimodel.MultiModelResults.from_json(ck)
+    assert saved.interrupted and len(saved.rows) == len(sp.arrays())
+    assert all(r.time_model == "sum" for r in saved.rows)
+    res = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False, resume=ck)
+    assert {r.index: r.score for r in res.rows} == pytest.approx({r.index: r.score for r in full.rows}, rel=1e-12)
