@@ -665,13 +665,13 @@ def _first_fit(placed: list, t0: float, lat: float, slots: frozenset, share: flo
     the placed runs' finishes after it (the earliest feasible start is one of them)."""
     for t in sorted({t0, *(f for _, f, _, _ in placed if f > t0)}):
         end = t + lat
-        over = [(s, f, sh) for s, f, sl, sh in placed if s < end and f > t]
-        if any(sl & slots for s, f, sl, _ in placed if s < end and f > t):
+        over = [(s, f, sl, sh) for s, f, sl, sh in placed if s < end and f > t]
+        if any(sl & slots for _, _, sl, _ in over):
             continue
         if share > 0 and over:
             # the load is piecewise constant; it peaks at t or at a placed run's start inside
-            points = [t] + [s for s, _, _ in over if s > t]
-            if any(share + sum(sh for s, f, sh in over if s <= q < f) > 1 + BANDWIDTH_TOL for q in points):
+            points = [t] + [s for s, _, _, _ in over if s > t]
+            if any(share + sum(sh for s, f, _, sh in over if s <= q < f) > 1 + BANDWIDTH_TOL for q in points):
                 continue
         return t
     return t0  # unreachable: after every placed run finishes, all is free
@@ -818,6 +818,14 @@ def solve_ilp(p: Problem, solver: str = "HIGHS", time_limit_s: float = 10.0, mip
     return ILPResult(float(makespan), tuple(modes), tuple(starts), "time_limit", gap, elapsed, rounds, cuts)
 
 
+def _holds(p: Problem) -> np.ndarray:
+    """Boolean (modes, slots): the slots each mode holds."""
+    inc = np.zeros((len(p.modes), len(p.slots)), dtype=bool)
+    for m, sl in enumerate(p.modes):
+        inc[m, list(sl)] = True
+    return inc
+
+
 def _exclusive_runs(p: Problem, finite: np.ndarray, related: np.ndarray) -> np.ndarray:
     """(ops, modes): runs that can overlap no other op's run in any mode — every op not
     ordered against them holds a common slot in each of its modes or would oversubscribe
@@ -825,10 +833,8 @@ def _exclusive_runs(p: Problem, finite: np.ndarray, related: np.ndarray) -> np.n
     n, nm = finite.shape
     if not p.shares_bandwidth:
         return np.zeros((n, nm), dtype=bool)
-    inc = np.zeros((nm, len(p.slots)), dtype=bool)
-    for m, sl in enumerate(p.modes):
-        inc[m, list(sl)] = True
-    common = (inc.astype(int) @ inc.T.astype(int)) > 0
+    inc = _holds(p).astype(int)
+    common = (inc @ inc.T) > 0
     bw = np.where(finite, p.bandwidth, 0.0)
     out = finite.copy()
     for i in range(n):
@@ -880,16 +886,13 @@ class _DisjunctiveModel:
         self.scale = 1.0 / ub
         self.L = np.where(finite, lat * self.scale, 0.0)
         self.head, self.tail, self.lb = head * self.scale, tail * self.scale, lb * self.scale
-        nm, ns = len(p.modes), len(p.slots)
-        self.inc = np.zeros((nm, ns))                       # mode -> slots it holds
-        for m, sl in enumerate(p.modes):
-            self.inc[m, list(sl)] = 1.0
+        self.inc = _holds(p).astype(float)                  # mode -> slots it holds
         self.usable = (finite.astype(float) @ self.inc) > 0   # op i may hold slot r
         self.pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if not related[i, j]]
         self.pair_index = {pr: k for k, pr in enumerate(self.pairs)}
         self.edges = np.array([(i, j) for j, ps in enumerate(p.preds) for i in ps], dtype=int).reshape(-1, 2)
         # bandwidth: pairs of runs on disjoint slots whose shares exceed the bandwidth
-        self.q_pairs: list[int] = []                        # pair index per q variable
+        self.q_of: dict[int, int] = {}                      # pair index -> its q variable
         self.conflicts: list[tuple[int, int, tuple[int, ...]]] = []   # (pair, mode of i, modes of j)
         # pairs that can never overlap (in every pair of modes they share a slot or exceed
         # the bandwidth) get plain disjunctions, without slot or q terms
@@ -906,24 +909,22 @@ class _DisjunctiveModel:
                     clash = tuple(int(m2) for m2 in np.flatnonzero(finite[j]) if disjoint[m, m2]
                                   and bw[i, m] + bw[j, m2] > 1 + BANDWIDTH_TOL)
                     if clash:
-                        self._q(k)
+                        self.q_of.setdefault(k, len(self.q_of))
                         self.conflicts.append((k, int(m), clash))
         self.exclusive = _exclusive_runs(p, finite, related)
         self.cuts: list[tuple[tuple[int, int], ...]] = []
         self.lmodes, self.lstarts = list(lmodes), list(lstarts)
         self.status = None
 
-    def _q(self, k: int) -> int:
-        if k not in self.q_pairs:
-            self.q_pairs.append(k)
-        return self.q_pairs.index(k)
+    def _cut_pairs(self, cut) -> list[int]:
+        """Pair indices of every two runs of a cut."""
+        return [self.pair_index[(min(a, b), max(a, b))] for (a, _), (b, _) in itertools.combinations(cut, 2)]
 
     def add_cuts(self, sets) -> int:
         new = [c for c in sets if c not in self.cuts]
         for c in new:
-            for a in range(len(c)):
-                for b in range(a + 1, len(c)):
-                    self._q(self.pair_index[tuple(sorted((c[a][0], c[b][0])))])
+            for k in self._cut_pairs(c):
+                self.q_of.setdefault(k, len(self.q_of))
         self.cuts += new
         return len(new)
 
@@ -960,20 +961,19 @@ class _DisjunctiveModel:
                 K, fst, snd, R = (np.array(c) for c in zip(*rows))
                 both = 2 - hold[fst, R] - hold[snd, R]
                 cons += [s[fst] + d[fst] <= s[snd] + (1 - z[K]) + both, s[snd] + d[snd] <= s[fst] + z[K] + both]
-            if self.q_pairs:
-                q = cp.Variable(len(self.q_pairs), boolean=True, name="q")
-                Kq = np.array(self.q_pairs)
+            if self.q_of:
+                q = cp.Variable(len(self.q_of), boolean=True, name="q")
+                Kq = np.array(list(self.q_of))
                 fst = np.array([self.pairs[k][0] for k in Kq])
                 snd = np.array([self.pairs[k][1] for k in Kq])
                 cons += [s[fst] + d[fst] <= s[snd] + (1 - z[Kq]) + (1 - q),
                          s[snd] + d[snd] <= s[fst] + z[Kq] + (1 - q)]
-                qi = {k: x for x, k in enumerate(self.q_pairs)}
+                qi = self.q_of
                 for k, m, clash in self.conflicts:          # shares above 1: no overlap
                     i, j = self.pairs[k]
                     cons.append(q[qi[k]] >= y[i, m] + cp.sum(y[j, list(clash)]) - 1)
                 for c in self.cuts:                        # not all of these at one instant
-                    idx = [qi[self.pair_index[tuple(sorted((c[a][0], c[b][0])))]]
-                           for a in range(len(c)) for b in range(a + 1, len(c))]
+                    idx = [qi[k] for k in self._cut_pairs(c)]
                     ops, ms = np.array([i for i, _ in c]), np.array([m for _, m in c])
                     cons.append(cp.sum(q[idx]) >= 1 - cp.sum(1 - y[ops, ms]))
         # energetic cuts: every slot is busy at most C, and a run that can share the HBM with
@@ -1007,7 +1007,7 @@ class _DisjunctiveModel:
         if q is not None:
             q.value = np.array([1.0 if fin0[self.pairs[k][0]] <= st0[self.pairs[k][1]] + 1e-12
                                 or fin0[self.pairs[k][1]] <= st0[self.pairs[k][0]] + 1e-12 else 0.0
-                                for k in self.q_pairs])
+                                for k in self.q_of])
         return prob, y, s
 
     def solve(self, solver: str, time_limit_s: float, mip_gap: float):
