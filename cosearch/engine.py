@@ -5,10 +5,22 @@ against used both.  An :class:`Engine` names the differences the performance mod
 prices; the time of every other piece (kernels, collectives, the pipeline schedule) is the
 same.
 
-* ``pipeline_scatter_gather`` — Megatron-LM splits a pipeline send over the tensor-parallel
-  ranks (each sends ``1/tp`` of the activation) and all-gathers it inside the node after
-  receipt (``scatter_gather_tensors_in_pipeline``); DeepSpeed's pipeline engine sends the
-  whole activation from every tensor-parallel rank.
+* ``pipeline_scatter_gather`` — the pipeline send is split over the tensor-parallel ranks
+  (each sends ``1/tp`` of the tensor) and all-gathered inside the node after receipt.  Both
+  frameworks do it: Megatron-LM's ``scatter_gather_tensors_in_pipeline`` and DeepSpeed's
+  pipeline engine, which partitions activations and their gradients whenever tensor
+  parallelism is on (``PipelineEngine``: ``is_pipe_partitioned = is_grad_partitioned =
+  is_model_parallel``; the receiver's ``PartitionedTensor.full()`` all-gathers over the
+  tensor-parallel group).  ``False`` prices a framework that sends whole tensors.
+* ``blocking_p2p`` — how a stage's pipeline transfers meet its compute.  Megatron-LM pairs a
+  send with the opposite receive in one batched ``isend``/``irecv`` call
+  (``send_forward_recv_backward``): two exchanges per microbatch per model chunk.
+  DeepSpeed's ``TrainSchedule`` issues ``RecvActivation``, ``SendGrad``, ``SendActivation``
+  and ``RecvGrad`` as separate instructions, each blocking until its partner stage posts
+  the matching one (its docstrings: "The communication is blocking and must be paired"):
+  an interior stage spends four transfer times per microbatch, the first and last stage
+  two.  (Checked against a simulation of the instruction streams, ``tests/reference.py``.)
+  DeepSpeed has no interleaved schedule, so a blocking engine refuses virtual stages.
 * ``overlap_grad_reduce`` — the data-parallel gradient reduction runs behind the backward
   of the last microbatch (Megatron-LM's bucketed reduction) or only after the pipeline has
   drained (DeepSpeed's pipeline schedule ends with a ``ReduceGrads`` instruction).
@@ -28,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Engine", "MEGATRON_LM", "MEGATRON_DEEPSPEED", "ENGINES", "preset"]
+__all__ = ["Engine", "MEGATRON_LM", "MEGATRON_DEEPSPEED", "ENGINES", "preset", "check_interleaving"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,7 @@ class Engine:
 
     name: str = "megatron-lm"
     pipeline_scatter_gather: bool = True
+    blocking_p2p: bool = False
     overlap_grad_reduce: bool = True
     grad_accum_bytes: float = 0.0
     grad_reduce_bytes: float | None = None
@@ -44,7 +57,7 @@ class Engine:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
-        for f in ("pipeline_scatter_gather", "overlap_grad_reduce"):
+        for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         for f in ("grad_accum_bytes", "grad_reduce_bytes"):
@@ -60,9 +73,10 @@ class Engine:
 MEGATRON_LM = Engine()
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
-#: framework): whole activations sent, gradients reduced in fp32 after the pipeline drains,
-#: a separate fp32 accumulation pass per microbatch.
-MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", pipeline_scatter_gather=False, overlap_grad_reduce=False,
+#: framework): partitioned pipeline sends issued one at a time and blocking, gradients
+#: reduced in fp32 after the pipeline drains, a separate fp32 accumulation pass per
+#: microbatch.
+MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_grad_reduce=False,
                             grad_accum_bytes=10.0, grad_reduce_bytes=4.0)
 
 ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_DEEPSPEED)}
@@ -77,3 +91,10 @@ def preset(engine: Engine | str | None) -> Engine:
     if isinstance(engine, str) and engine in ENGINES:
         return ENGINES[engine]
     raise ValueError(f"unknown engine {engine!r}; choose one of {sorted(ENGINES)} or pass an Engine")
+
+
+def check_interleaving(engine: Engine, virtual_stages: int) -> None:
+    """Refuse virtual stages on an engine without an interleaved schedule (a blocking one)."""
+    if engine.blocking_p2p and virtual_stages > 1:
+        raise ValueError(f"engine {engine.name!r} has no interleaved pipeline schedule: virtual_stages must be "
+                         f"1, got {virtual_stages}")

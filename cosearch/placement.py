@@ -25,6 +25,7 @@ from . import _validate as v
 from . import memory
 from ._kernels import formulas as F
 from .cluster import Cluster
+from .engine import check_interleaving
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator
 from .models import ModelConfig
@@ -83,9 +84,14 @@ def _bools(name: str, x, default) -> tuple[bool, ...]:
     return tuple(sorted({bool(b) for b in vals}))
 
 
-def _virtuals_and_zeros(virtual_stages, zero) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The virtual-stage counts and ZeRO stages a plan option names (None: all)."""
-    virt = v.int_list("virtual_stages", virtual_stages) if virtual_stages is not None else DEFAULT_VIRTUAL
+def _virtuals_and_zeros(virtual_stages, zero, engine=None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The virtual-stage counts and ZeRO stages a plan option names (None: all the engine runs)."""
+    engine = engine_preset(engine)
+    if virtual_stages is None:
+        virt = (1,) if engine.blocking_p2p else DEFAULT_VIRTUAL
+    else:
+        virt = v.int_list("virtual_stages", virtual_stages)
+        check_interleaving(engine, max(virt))
     if zero is None:
         return virt, (0, 1, 2, 3)
     zeros = (zero,) if isinstance(zero, int) and not isinstance(zero, bool) else tuple(zero)
@@ -193,9 +199,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     if bad:
         raise ValueError(f"microbatches {bad} do not divide global_batch={B}")
     sps = _bools("sequence_parallel", sequence_parallel, (False, True))
-    virt, zeros = _virtuals_and_zeros(virtual_stages, zero)
-    modes = _modes(recompute)
     engine = engine_preset(engine)
+    virt, zeros = _virtuals_and_zeros(virtual_stages, zero, engine)
+    modes = _modes(recompute)
     if units is None:
         units = unit_costs(model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model,
                            engine=engine)[0]
@@ -275,7 +281,7 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     mem = mem or memory.MemoryConfig()
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     sps = _bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
-    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"))
+    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), opts.get("engine"))
     modes = _modes(opts.get("recompute"))
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros)
     if not len(cfg):
@@ -303,9 +309,9 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
     from ._kernels import dp as kernel
     mem = mem or memory.MemoryConfig()
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
-    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"))
-    modes = _modes(opts.get("recompute"))
     engine = engine_preset(opts.get("engine"))
+    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), engine)
+    modes = _modes(opts.get("recompute"))
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros)
     out = np.full(len(d), np.inf)
     if not len(cfg) or not len(d):

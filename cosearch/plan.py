@@ -28,6 +28,7 @@ from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
 from .cluster import Cluster
+from .engine import check_interleaving
 from .engine import preset as engine_preset
 from .hardware import Accelerator, design_array
 from .models import ModelConfig
@@ -225,7 +226,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     ``"bound"`` (a valid lower bound on the ILP's layer times, vectorised over designs:
     :func:`cosearch.schedule.layer_bounds`).  ``engine`` (:mod:`cosearch.engine`, default
     Megatron-LM) decides the pipeline sends: split over the tp ranks and all-gathered after
-    receipt, or whole activations from every tp rank (DeepSpeed's pipeline engine).
+    receipt (both frameworks), or whole activations from every tp rank.
     """
     from . import cost
     from .hardware import IDEAL
@@ -304,7 +305,8 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
     e = engine_preset(engine)
     gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
     return np.array([chip_hbm_bytes, mem.weight_bytes, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
-                     1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred],
+                     1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred,
+                     1.0 if e.blocking_p2p else 0.0],
                     dtype=np.float64)
 
 
@@ -431,6 +433,7 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     mem = mem or memory.MemoryConfig()
     spec = check_spec(model, cluster, spec, global_batch)
     engine = engine_preset(engine)
+    check_interleaving(engine, spec.virtual_stages)
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
                    spec.flash_attention, time_model=time_model, engine=engine)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine)

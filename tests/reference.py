@@ -106,3 +106,71 @@ def schedule_brute_force(latency, preds, modes=SCHED_MODES, nslots=4, bandwidth=
                 done[i] = False
     rec(0, [0.0] * nslots, [], 0.0)
     return best[0]
+
+
+# ---------------------------------------------------------------- DeepSpeed's pipeline schedule
+def deepspeed_train_steps(micro, stages, stage):
+    """The instruction stream DeepSpeed's ``TrainSchedule`` gives one stage, as (kind, microbatch)
+    pairs in order: "ra"/"sa" receive/send an activation, "rg"/"sg" a gradient, "f"/"b" compute.
+
+    Written from the schedule's documented rules (not shared with cosearch): 2 (micro +
+    stages - 1) steps; at each step a stage runs a forward or a backward, by the parity of
+    step and stage; a forward step first receives its activation and sends back the gradient
+    of the previous step's microbatch, a backward step sends on the previous step's
+    activation and receives its gradient."""
+    def micro_of(step):
+        even_step, even_stage = step % 2 == 0, stage % 2 == 0
+        if even_step and even_stage:
+            return step // 2 - stage // 2, True
+        if not even_step and not even_stage:
+            return (step - 1) // 2 - stage // 2, True
+        if even_step:
+            return step // 2 - stages + (stage + 1) // 2, False
+        return (step - 1) // 2 - stages + 1 + stage // 2, False
+
+    def valid(i):
+        return 0 <= i < micro
+
+    out, prev = [], -1
+    for step in range(2 * (micro + stages - 1)):
+        i, fwd = micro_of(step)
+        if fwd and stage > 0:
+            out += [("ra", i)] if valid(i) else []
+            out += [("sg", prev)] if valid(prev) else []
+        if not fwd and stage < stages - 1:
+            out += [("sa", prev)] if valid(prev) else []
+            out += [("rg", i)] if valid(i) else []
+        if valid(i):
+            out.append(("f" if fwd else "b", i))
+        prev = i
+    return out
+
+
+def deepspeed_pipeline_time(micro, stages, fwd_s, bwd_s, transfer_s):
+    """Makespan of DeepSpeed's pipeline schedule when every send waits for its partner's
+    receive (blocking p2p): stage s computes a forward in fwd_s[s] and a backward in
+    bwd_s[s]; a transfer starts when both partners reach it and takes transfer_s."""
+    progs = [deepspeed_train_steps(micro, stages, s) for s in range(stages)]
+    pc, clock = [0] * stages, [0.0] * stages
+    partner = {"ra": (-1, "sa"), "sg": (-1, "rg"), "sa": (1, "ra"), "rg": (1, "sg")}
+    while any(pc[s] < len(progs[s]) for s in range(stages)):
+        moved = False
+        for s in range(stages):
+            while pc[s] < len(progs[s]):
+                kind, i = progs[s][pc[s]]
+                if kind in ("f", "b"):
+                    clock[s] += fwd_s[s] if kind == "f" else bwd_s[s]
+                    pc[s] += 1
+                    moved = True
+                    continue
+                step, want = partner[kind]
+                q = s + step
+                if pc[q] >= len(progs[q]) or progs[q][pc[q]] != (want, i):
+                    break
+                clock[s] = clock[q] = max(clock[s], clock[q]) + transfer_s
+                pc[s] += 1
+                pc[q] += 1
+                moved = True
+        if not moved:
+            raise RuntimeError("the schedule deadlocked")
+    return max(clock)

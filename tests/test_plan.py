@@ -263,8 +263,8 @@ def test_engine_validation_and_presets():
 
 
 def test_deepspeed_engine_hand_worked():
-    """Megatron-DeepSpeed on a flat 8-chip domain (10 GB/s, 1 us): whole activations sent by
-    every tp rank, an fp32 accumulation pass of 10 bytes per parameter per microbatch, and the
+    """Megatron-DeepSpeed on a flat 8-chip domain (10 GB/s, 1 us): partitioned pipeline sends
+    one at a time, an fp32 accumulation pass of 10 bytes per parameter per microbatch, and the
     fp32 gradient reduction after the pipeline drains — each term worked by hand."""
     m = tiny()
     chip = hardware.A100
@@ -275,11 +275,14 @@ def test_deepspeed_engine_hand_worked():
     ds = evaluate(m, chip, cl, spec, 8, engine="megatron-deepspeed")
     micro = 4
     act = m.seq_len * 1 * m.hidden * 2                # one microbatch's activation, bf16
-    # pipeline sends: 2 per microbatch (activation forward, gradient back), the whole tensor
-    assert ds.breakdown["pp_p2p_s"] == pytest.approx(micro * 2 * (act / B + a), rel=1e-12)
-    # Megatron: 1/tp of it, then an all-gather over the 2 tp ranks inside the domain
+    # both frameworks send 1/tp of a tensor and all-gather it over the 2 tp ranks on receipt
     gather = (2 - 1) / 2 * act / B + (2 - 1) * a
-    assert lm.breakdown["pp_p2p_s"] == pytest.approx(micro * 2 * (act / 2 / B + a + gather), rel=1e-12)
+    send = act / 2 / B + a
+    # Megatron: two exchanges per microbatch, each sending and receiving at once
+    assert lm.breakdown["pp_p2p_s"] == pytest.approx(micro * 2 * (send + gather), rel=1e-12)
+    # DeepSpeed, pp 2 (both stages at an end): send activation + receive gradient (stage 0)
+    # or receive activation + send gradient (stage 1), one after the other; one gather
+    assert ds.breakdown["pp_p2p_s"] == pytest.approx(micro * (2 * send + gather), rel=1e-12)
     # the critical stage's parameters per chip (tp 2): 2 layers and the embedding or the head
     crit = ds.critical_stage
     norms = 2 * m.norm_params()
@@ -296,6 +299,52 @@ def test_deepspeed_engine_hand_worked():
     assert ds.breakdown["dp_exposed_s"] == pytest.approx(ar + tied, rel=1e-9)
     assert ds.step_time_s > lm.step_time_s
     assert sum(ds.breakdown.values()) == pytest.approx(ds.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("micro,stages,fwd,bwd,transfer", [
+    (128, 12, [0.146] * 12, [0.416] * 12, 0.0209),          # BLOOM-like: 4 transfers ~ 10% of a cycle
+    (32, 4, [1.0] * 4, [3.0] * 4, 0.5),
+    (24, 6, [1.0] * 6, [2.0] * 6, 0.2),
+    (64, 8, [0.5] * 8, [1.5] * 8, 0.05),
+    (16, 2, [1.0, 1.0], [2.0, 2.0], 0.4),
+])
+def test_blocking_pipeline_matches_a_simulated_deepspeed_schedule(micro, stages, fwd, bwd, transfer):
+    """The stage formula under a blocking engine (4 transfers per microbatch inside the
+    pipeline, 2 at its ends) against a simulation of DeepSpeed's TrainSchedule instruction
+    streams with rendezvous sends (tests/reference.py).  Megatron-LM's two exchanges per
+    microbatch would be 4-12% short on the first two cases."""
+    from tests.reference import deepspeed_pipeline_time
+    sim = deepspeed_pipeline_time(micro, stages, fwd, bwd, transfer)
+    net = np.array([0.0, 1e9, 1e9, 0.0, 0.0, 0.0])            # flat, 1 GB/s, no latency
+    hw = np.zeros(F.NH)
+    hw[F.H_HBM], hw[F.H_MEMBW], hw[F.H_P2PB] = 1e30, 1.0, 1.0
+    out = np.zeros(F.NB)
+    costs = []
+    for s in range(stages):
+        u = np.zeros(F.NU)
+        u[F.U_LF], u[F.U_LB], u[F.U_P2P_BYTES] = fwd[s], bwd[s], transfer * 1e9
+        cost, _ = F.stage_terms.py_func(u, net, hw, 1.0, s == 0, s == stages - 1, s, stages, 1, micro,
+                                        1.0, 1.0, 0, F.RC_NONE, out)
+        costs.append(cost)
+    assert max(costs) == pytest.approx(sim, rel=0.015)
+    hw[F.H_P2PB] = 0.0                                         # the non-blocking count for contrast
+    u = np.zeros(F.NU)
+    u[F.U_LF], u[F.U_LB], u[F.U_P2P_BYTES] = max(fwd), max(bwd), transfer * 1e9
+    two = F.stage_terms.py_func(u, net, hw, 1.0, False, False, 1, stages, 1, micro, 1.0, 1.0, 0, F.RC_NONE, out)[0]
+    if stages > 2 and transfer * 4 > 0.05 * (max(fwd) + max(bwd)):
+        assert two < sim * 0.97
+
+
+def test_blocking_engine_refuses_interleaving():
+    m = tiny()
+    cl = cluster.Cluster(8)
+    with pytest.raises(ValueError, match="no interleaved pipeline schedule: virtual_stages must be 1, got 2"):
+        evaluate(m, hardware.A100, cl, PlanSpec(1, 1, 2, 1, virtual_stages=2), 8, engine="megatron-deepspeed")
+    from cosearch import placement
+    with pytest.raises(ValueError, match="no interleaved pipeline schedule"):
+        placement.search_plans(m, hardware.A100, cl, 8, virtual_stages=(1, 2), engine="megatron-deepspeed")
+    res = placement.search_plans(m, hardware.A100, cl, 8, top_k=50, engine="megatron-deepspeed")
+    assert res.plans and all(p.spec.virtual_stages == 1 for p in res.plans)
 
 
 def test_plan_cli_evaluates_and_searches_with_an_engine(capsys):

@@ -81,8 +81,8 @@ NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
-             "grad_accum_bytes", "grad_reduce_bytes")
-H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED = range(len(HW_FIELDS))
+             "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p")
+H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -202,7 +202,8 @@ def unit_work(u, layers):
 def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out):
     """Cost of stage s holding n layers (+ embedding if first, + head if last) under
     recompute `mode`; fills `out` (:data:`BREAKDOWN_FIELDS` then T, E, memory, params,
-    cost) and returns (cost, memory) with cost = (m + (pp-1)/v) T + E."""
+    cost) and returns (cost, memory) with cost = m T + (pp-1)/v T' + E, T' = T (less the
+    pipeline transfers under a blocking engine)."""
     f = n * u[U_LF]
     b = n * u[U_LB]
     tpc = n * (u[U_LTPF] + u[U_LTPB])
@@ -230,7 +231,16 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
         rec = n * (u[U_LF] + u[U_LTPF])
     p2p = 0.0
     if pp > 1:
-        p2p = 2.0 * v * (p2p_s(u[U_P2P_BYTES], tp * dp, net) + u[U_P2P_GATHER])
+        send = p2p_s(u[U_P2P_BYTES], tp * dp, net)
+        if hw[H_P2PB] > 0.0:
+            # one blocking transfer at a time: receive activation, send its gradient back,
+            # send activation on, receive its gradient (the end stages have one neighbour);
+            # every received (partitioned) tensor is all-gathered
+            k = 2.0 if (first or last) else 4.0
+            p2p = k * send + 0.5 * k * u[U_P2P_GATHER]
+        else:
+            # per chunk, two exchanges that send and receive at once
+            p2p = 2.0 * v * (send + u[U_P2P_GATHER])
     w = hw[H_W]
     g = hw[H_G]
     o = hw[H_O]
@@ -270,14 +280,16 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
         mem += u[U_ACT_NONE]
     if zero == 3 and dp > 1:
         mem += 2.0 * u[U_PL_FULL] * w
-    a = m + (pp - 1.0) / v
-    cost = a * t + e
+    # the fill and drain: Megatron-LM's exchanges sit on that path; a blocking engine's
+    # transfers there meet a stage idle anyway (its simulated schedule, tests/reference.py)
+    fill = t - p2p if hw[H_P2PB] > 0.0 else t
+    cost = m * t + (pp - 1.0) / v * fill + e
     out[B_FWD] = m * f
     out[B_BWD] = m * b
     out[B_REC] = m * rec
     out[B_TP] = m * tpc
     out[B_P2P] = m * p2p
-    out[B_BUBBLE] = (pp - 1.0) / v * t
+    out[B_BUBBLE] = (pp - 1.0) / v * fill
     out[B_DP] = m * (t - work) + exposed
     out[B_OPT] = opt
     out[B_GACC] = m * gacc
