@@ -86,7 +86,10 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=_positive, default=1536, help="global batch size (sequences)")
     p.add_argument("--no-prune", action="store_true", help="evaluate every design")
     p.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times (0: none)")
-    p.add_argument("--serial", action="store_true", help="run in-process instead of a process pool")
+    p.add_argument("--serial", action="store_true", help="run in-process, never a process pool")
+    p.add_argument("--workers", type=_positive, default=None,
+                   help="a local pool of this many worker processes from the start (default: in-process, "
+                        "with a pool over the cores once the sweep runs past 5 s)")
     p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated")
     p.add_argument("--tps", help="tensor-parallel degrees to try, comma-separated (default: those dividing the heads)")
     p.add_argument("--microbatches", help="microbatch sizes to try, comma-separated (default: divisors of --batch)")
@@ -114,6 +117,8 @@ def _int_list(text: str, name: str) -> tuple[int, ...]:
 
 def _run_search(a, baselines: bool, out: str | None = None, resume=None):
     from .search import DEFAULT_PLAN_OPTIONS, cosearch
+    if a.serial and getattr(a, "workers", None):
+        raise ValueError("--serial and --workers exclude each other: choose in-process or a pool")
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
     if "," in str(a.model):
         import argparse as _ap
@@ -124,7 +129,8 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
                         refine_top=a.refine_top if a.time_model == "ilp" else 0, ilp_designs=a.ilp_designs,
                         baselines=baselines, resume=_resume_file(resume, out), checkpoint=out,
                         checkpoint_every_s=getattr(a, "checkpoint_every", 10.0))
-    return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch, "serial" if a.serial else None,
+    return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch,
+                    "serial" if a.serial else getattr(a, "workers", None),
                     tps=_int_list(a.tps, "tps") if a.tps else None,
                     microbatches=_int_list(a.microbatches, "microbatches") if a.microbatches else None,
                     prune=not a.no_prune, refine_top=a.refine_top if a.time_model == "ilp" else 0,

@@ -30,7 +30,7 @@ from ._kernels import formulas as F
 from .cluster import Cluster
 from .engine import check_interleaving
 from .engine import preset as engine_preset
-from .hardware import Accelerator, design_array
+from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
 
 __all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "even_split", "check_spec"]
@@ -224,7 +224,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     default ideal).  ``time_model``: ``"sum"`` (ops one after another, as a GPU runs them),
     ``"ilp"``/``"list"`` (per-layer schedule on the chip's units, :mod:`cosearch.schedule`) or
     ``"bound"`` (a valid lower bound on the ILP's layer times, vectorised over designs:
-    :func:`cosearch.schedule.layer_bounds`).  ``engine`` (:mod:`cosearch.engine`, default
+    :func:`cosearch.schedule.layer_bounds`) or ``"work-bound"`` (a weaker, far cheaper
+    valid bound: :func:`cosearch.schedule.work_bounds`).  ``engine`` (:mod:`cosearch.engine`, default
     Megatron-LM) decides the pipeline sends: split over the tp ranks and all-gathered after
     receipt (both frameworks), or whole activations from every tp rank.
     """
@@ -233,15 +234,18 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     d = design_array(designs.as_array() if single else designs)
-    chips = [designs] if single else [Accelerator.from_array(r, efficiency=eff) for r in d]
-    nets_all = np.array([cluster.net_array(c) for c in chips]).reshape(len(chips), -1)
-    # the network terms depend on a design only through its network row: price them once
-    # per distinct row (a space with one link speed has one)
-    nets, net_of = np.unique(nets_all, axis=0, return_inverse=True)
+    # the network terms depend on a design only through its link bandwidth: price them once
+    # per distinct link (a space with one link speed has one)
+    links, first, net_of = np.unique(d[:, DESIGN_FIELDS.index("link_bandwidth_Bps")], return_index=True,
+                                     return_inverse=True)
     net_of = np.asarray(net_of).reshape(-1)
-    if time_model not in ("sum", "ilp", "list", "bound"):
-        raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp', 'list' or 'bound'")
+    nets = np.array([cluster.net_array(designs if single else Accelerator.from_array(d[i], efficiency=eff))
+                     for i in first]).reshape(len(links), -1)
+    if time_model not in ("sum", "ilp", "list", "bound", "work-bound"):
+        raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp', 'list', 'bound' or "
+                         f"'work-bound'")
     scatter_gather = engine_preset(engine).pipeline_scatter_gather
+    chips = None
     c = model
     out = np.zeros((len(d), len(tps), len(microbatches), len(sequence_parallel), F.NU))
     norms = 2 * c.norm_params()
@@ -250,16 +254,24 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             for si, sp in enumerate(sequence_parallel):
                 sp = bool(sp) and t > 1
                 gs = _graph_rows(c, t, mb, sp, flash_attention)
-                layer_fwd = cost.price(gs["layer", "fwd"], d, efficiency=eff)
-                core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
-                attn = layer_fwd[:, core].sum(axis=1)
+                if time_model == "work-bound":
+                    attn = 0.0                        # selective recompute's time: at least nothing
+                else:
+                    layer_fwd = cost.price(gs["layer", "fwd"], d, efficiency=eff)
+                    core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
+                    attn = layer_fwd[:, core].sum(axis=1)
                 if time_model == "sum":
                     chip_s = {k: cost.price(g, d, efficiency=eff).sum(axis=1) for k, g in gs.items()}
                 elif time_model == "bound":
                     from . import schedule
                     chip_s = {k: schedule.layer_bounds(g, d, eff) for k, g in gs.items()}
+                elif time_model == "work-bound":
+                    from . import schedule
+                    chip_s = {k: schedule.work_bounds(g, d, eff) for k, g in gs.items()}
                 else:
                     from . import schedule
+                    if chips is None:
+                        chips = [designs] if single else [Accelerator.from_array(r, efficiency=eff) for r in d]
                     chip_s = {k: np.array([schedule.layer_time(g, ch, method=time_model).latency_s for ch in chips])
                               for k, g in gs.items()}
                 act_b = c.seq_len * mb * c.hidden * c.dtype_bytes

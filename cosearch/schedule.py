@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import cost
-from .graph import KIND_ATTENTION, KIND_NETWORK, KIND_TENSOR, LayerGraph
+from .graph import KIND_ATTENTION, KIND_NETWORK, KIND_TENSOR, KIND_VECTOR, LayerGraph
 from .hardware import Accelerator
 
 __all__ = ["ScheduleResult", "ILPResult", "Problem", "layer_time", "list_schedule", "lower_bound", "solve_ilp",
@@ -478,6 +478,41 @@ def lower_bound(p: Problem) -> float:
     return float(max(best, hbm.sum()))
 
 
+def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
+    """A cheap lower bound on the ILP makespan of ``layer`` for every design: the largest of
+    the tensor cores' work, the vector units' work and the HBM traffic, each spread
+    perfectly.  Whatever mode the ILP gives an op, the cores it holds times its duration is
+    at least its work on one core — ``batch ceil(K/R) ceil(N/C) (M + R + C - 2)`` cycles for
+    a matmul (the roofline's own cycle count: ``c`` cores need ``ceil(tiles/c)`` waves, or
+    split M over idle cores, never less), ``elements x ops`` lane-cycles for a vector op — and
+    a unit never holds more than its cores; every op streams at least its operands once (a
+    GEMM's A, B and C; a vector or attention op's own bytes) and the bandwidth is never
+    oversubscribed.  No roofline call, no graph walk: arithmetic on the op and design
+    arrays, so the co-search can screen a whole space before :func:`layer_bounds`."""
+    from .hardware import DESIGN_FIELDS, IDEAL
+    d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
+    eff = efficiency or IDEAL
+    _names, _preds, kept = _chip_graph(layer)
+    if not len(kept):
+        return np.zeros(len(d))
+    col = {f: d[:, [DESIGN_FIELDS.index(f)]] for f in ("tensor_cores", "systolic_rows", "systolic_cols",
+                                                      "vector_units", "vector_width", "clock_hz",
+                                                      "hbm_bandwidth_Bps")}
+    kind, m, n, k, b = (kept[None, :, j] for j in range(5))
+    elements, per, rd, wr, dt = (kept[None, :, j] for j in range(5, 10))
+    r, c = col["systolic_rows"], col["systolic_cols"]
+    mat = np.isin(kind, (KIND_TENSOR, KIND_ATTENTION))
+    rate = np.where(kind == KIND_ATTENTION, eff.attention, eff.tensor) * col["clock_hz"]
+    cycles = b * np.ceil(k / r) * np.ceil(n / c) * (m + r + c - 2.0)
+    tensor = np.where(mat, cycles / rate, 0.0).sum(axis=1) / col["tensor_cores"][:, 0]
+    vec = kind == KIND_VECTOR
+    lanes = col["vector_units"] * col["vector_width"] * col["clock_hz"]
+    vector = np.where(vec, elements * per / lanes, 0.0).sum(axis=1)
+    operand_bytes = np.where(kind == KIND_TENSOR, (m * k + k * n + m * n) * b * dt, rd + wr)
+    hbm = operand_bytes.sum(axis=1) / (col["hbm_bandwidth_Bps"][:, 0] * eff.memory)
+    return np.maximum(np.maximum(tensor, vector), hbm)
+
+
 def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
     """A lower bound on the ILP makespan of ``layer`` for every row of a design array, in one
     vectorised pass (the co-search's valid bound for pruning under the ILP time model):
@@ -518,6 +553,7 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     alone_v = np.array([not is_tensor[j] or bool(related[j, ~is_tensor].all()) for j in range(n)]) \
         if (~is_tensor).any() else np.zeros(n, dtype=bool)
     hbm_op = _hbm_s(kept, d, efficiency)
+    hbm = hbm_op.sum(axis=1)                              # the bandwidth is never oversubscribed
     # exclusive ops: in every mode offered, every op not ordered against them shares a slot
     # with them or exceeds the bandwidth beside them — they have the chip to themselves.
     # Shares are taken at their smallest over the modes offered (all cores; one core where
@@ -547,7 +583,6 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     area_t = np.where(is_tensor[None, :], core_time, fastest)
     area_v = np.where(~is_tensor[None, :], core_time, fastest)
     units = np.maximum((area_t * (alone_t[None] & ~excl)).sum(axis=1), (area_v * (alone_v[None] & ~excl)).sum(axis=1))
-    hbm = hbm_op.sum(axis=1)                              # the bandwidth is never oversubscribed
     return np.maximum(np.maximum(finish.max(axis=1), hbm), t_excl + units)
 
 

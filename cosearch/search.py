@@ -46,6 +46,10 @@ log = logging.getLogger("cosearch")
 #: How many times a sweep replaces a pool whose worker died before giving up.
 MAX_POOL_RESTARTS = 3
 
+#: With ``executor=None`` the sweep runs in-process for this many seconds before it starts a
+#: local process pool for what is left.
+AUTO_POOL_AFTER_S = 5.0
+
 
 # ---------------------------------------------------------------------- worker
 def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[int], cluster: Cluster,
@@ -146,15 +150,18 @@ def _step_lower_bound(units: np.ndarray, model: ModelConfig, tps, mbs, global_ba
 def _make_executor(executor) -> tuple[Executor | None, bool]:
     if executor == "serial":
         return None, False
-    if executor is None:
-        n = os.cpu_count() or 1
-        if n <= 1:
+    if executor is None or (isinstance(executor, int) and not isinstance(executor, bool)):
+        n = (os.cpu_count() or 1) if executor is None else executor
+        if n < 1:
+            raise ValueError(f"executor: a number of worker processes must be >= 1, got {n}")
+        if n <= 1 and executor is None:
             return None, False
         import multiprocessing as mp
         # spawn: numba's OpenMP threads make fork() unsafe once a kernel has run
         return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")), True
     if not isinstance(executor, Executor):
-        raise ValueError(f"executor must be a concurrent.futures.Executor, 'serial' or None, got {executor!r}")
+        raise ValueError(f"executor must be a concurrent.futures.Executor, 'serial', a number of worker "
+                         f"processes or None, got {executor!r}")
     return executor, False
 
 
@@ -169,7 +176,9 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     """Co-search accelerator designs and training plans; see the module docstring.
 
     ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask ``Client.get_executor()``),
-    ``"serial"`` to run in-process, or None for a local process pool over the cores.  A
+    ``"serial"`` to run in-process, an int for a local pool of that many worker processes from
+    the start, or None: in-process, with a local process pool over the cores for whatever is
+    left after :data:`AUTO_POOL_AFTER_S` seconds.  A
     ``ProcessPoolExecutor`` of your own should use the ``spawn`` (or ``forkserver``) start
     method: numba's OpenMP threads make ``fork`` unsafe.
     ``refine_top``: rank this many best designs exactly on ILP-scheduled layer times (0: off),
@@ -253,7 +262,11 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     interrupted = False
     stopped_by: BaseException | None = None
     best_step = min((r.plan.step_time_s for r in rows if r.plan is not None), default=math.inf)
-    pool, owned = _make_executor(executor)
+    # executor None: run in-process first and start a local pool only if the sweep is still
+    # going after AUTO_POOL_AFTER_S (spawning workers costs seconds; a well-pruned sweep of
+    # a large space is often done sooner)
+    auto = executor is None
+    pool, owned = _make_executor("serial" if auto else executor)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -301,16 +314,21 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 
     try:
         chunks = [order[i:i + chunk_size] for i in range(0, len(order), chunk_size)]
+        ci = 0
         if pool is None:
-            for ch in chunks:
-                keep = select(ch)
+            started = time.monotonic()
+            can_pool = auto and (os.cpu_count() or 1) > 1
+            while ci < len(chunks) and not (can_pool and time.monotonic() - started > AUTO_POOL_AFTER_S):
+                keep = select(chunks[ci])
+                ci += 1
                 if len(keep):
                     absorb(evaluate_designs(*task_args(keep)), keep)
-        else:
+            if ci < len(chunks):
+                pool, owned = _make_executor(None)
+        if pool is not None:
             workers = max(1, getattr(pool, "_max_workers", os.cpu_count() or 2))
             pending: dict = {}
             restarts = 0
-            ci = 0
             while ci < len(chunks) or pending:
                 while ci < len(chunks) and len(pending) < 2 * workers:
                     keep = select(chunks[ci])
@@ -363,6 +381,23 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     return res
 
 
+def _bound_candidates(model: ModelConfig, designs: np.ndarray, cluster: Cluster, global_batch: int, tps, mbs, sps,
+                      flash: bool, engine, ceiling: float) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """The designs whose perfect-spread step on :func:`cosearch.schedule.layer_bounds` layer
+    times is at most ``ceiling`` — the only ones whose ILP step can be — and those unit
+    costs by design index.  The whole space is first screened on the far cheaper
+    :func:`cosearch.schedule.work_bounds` (itself a valid bound on the ILP layer time, so a
+    design it puts above ``ceiling`` cannot be below it), and ``layer_bounds`` is priced on
+    the rest."""
+    wb = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, flash, time_model="work-bound", engine=engine)
+    pre = np.flatnonzero(_step_lower_bound(wb, model, tps, mbs, global_batch, cluster.num_chips) <= ceiling)
+    if not len(pre):
+        return pre, {}
+    ub = plan_mod.unit_costs(model, designs[pre], cluster, tps, mbs, sps, flash, time_model="bound", engine=engine)
+    keep = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips) <= ceiling
+    return pre[keep], {int(i): ub[k] for k, i in enumerate(pre) if keep[k]}
+
+
 def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: int,
             mem: memory.MemoryConfig, top: int, opts: dict[str, Any], designs: np.ndarray,
             tps, mbs, area: np.ndarray, power: np.ndarray, progress: bool = False, max_designs: int = 64) -> None:
@@ -392,10 +427,8 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     flash = bool(opts.get("flash_attention", False))
     serial = sorted(r.plan.step_time_s for r in res.rows if r.plan is not None)
     ceiling = serial[top - 1] if len(serial) >= top else math.inf
-    ub = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, flash, time_model="bound",
-                             engine=opts.get("engine"))
-    lb = _step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
-    cand = np.flatnonzero(lb <= ceiling)
+    cand, ub = _bound_candidates(model, designs, cluster, global_batch, tps, mbs, sps, flash, opts.get("engine"),
+                                 ceiling)
     groups = [[int(cand[k]) for k in g] for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]
     steps: list[float] = []
     by_index = {r.index: k for k, r in enumerate(res.rows)}
@@ -417,7 +450,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
         rep = groups[gi][0]
         chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
         new = ilp_plan(model, chip, cluster, global_batch, mem, dict(plan_opts, sequence_parallel=sps), tps=tps,
-                       microbatches=mbs, cutoff_s=kth(), units_bound=ub[rep])
+                       microbatches=mbs, cutoff_s=kth(), units_bound=ub[int(rep)])
         if bar is not None:
             bar.update(len(groups[gi]))
         if new is None:
@@ -445,7 +478,8 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
         todo = [gi for gi in range(len(groups)) if gi not in done]
         res.meta["ilp_ranking_candidates"] = len(todo)
         reps = np.array([groups[gi][0] for gi in todo], dtype=np.int64)
-        first = placement.best_plan_steps(model, designs[reps], cluster, global_batch, ub[reps], tps, mbs, sps,
+        first = placement.best_plan_steps(model, designs[reps], cluster, global_batch,
+                                          np.array([ub[int(r)] for r in reps]), tps, mbs, sps,
                                           mem, kth(), **plan_opts) if len(todo) else np.zeros(0)
         heap = [(float(first[k]), gi) for k, gi in enumerate(todo) if np.isfinite(first[k])]
         heapq.heapify(heap)

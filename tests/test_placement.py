@@ -120,6 +120,43 @@ def test_search_equals_brute_force_of_evaluate(cached_units, layers, hidden, hea
         assert steps == sorted(steps)
 
 
+@pytest.mark.parametrize("engine", ["megatron-lm", "megatron-deepspeed"])
+def test_config_bound_is_below_every_split_and_exact_without_a_pipeline(cached_units, engine):
+    """dp.config_bound (spread work, or the cheapest fitting cost of the stage that must hold
+    the most layers) against the brute force's best split and recompute per configuration,
+    at an HBM size where half the plans do not fit: never above it, equal to it at pp = 1
+    (one stage, the bound's own case), and above the spread bound somewhere."""
+    from cosearch import memory
+    from cosearch._kernels import dp as kernel
+    model = models.ModelConfig("t", 4, 64, 2, 256, 512, 64)
+    chip, cl, batch = hardware.A100, cluster.Cluster(8, 2, 5e9, 1e9, link_latency_s=1e-6), 4
+    MODEL_CACHE.update(model=model, chip=chip, cluster=cl, batch=batch)
+    tps, mbs, virtuals, sps, zeros = (1, 2), tuple(_divs(batch)), ((1,) if engine != "megatron-lm" else (1, 2)), \
+        (False,), (0, 1)
+    plans = brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros, engine)
+    hbm = float(np.median([p[1] for p in plans]))
+    best: dict = {}
+    for step, mem, spec in plans:
+        key = (spec.dp, spec.tp, spec.pp, spec.microbatch, spec.virtual_stages, spec.zero)
+        best[key] = min(best.get(key, math.inf), step if mem <= hbm else math.inf)
+    units = plan.unit_costs(model, chip, cl, tps, mbs, sps, engine=engine)[0]
+    hw = plan.hw_row(hbm, chip.hbm_bandwidth_Bps * chip.efficiency.memory, memory.MemoryConfig(), True, engine)
+    net = cl.net_array(chip)
+    cfg = placement.configurations(model, cl.num_chips, batch, tps, mbs, sps, virtuals, zeros)
+    bounds = kernel.config_bounds(units, net, hw, cfg, model.num_layers, placement._modes(None))
+    spread = kernel.lower_bounds(units, net, cfg, model.num_layers)
+    tighter = 0
+    for c, b, a in zip(cfg, bounds, spread):
+        key = (int(c[kernel.C_DP]), tps[c[kernel.C_TI]], int(c[kernel.C_PP]), mbs[c[kernel.C_BI]],
+               int(c[kernel.C_V]), int(c[kernel.C_Z]))
+        exact = best[key]
+        assert b <= exact * (1 + 1e-12)
+        if key[2] == 1:
+            assert b == pytest.approx(exact, rel=1e-12) or (math.isinf(b) and math.isinf(exact))
+        tighter += b > a * (1 + 1e-9)
+    assert tighter > 0
+
+
 def test_infeasible_states_true_lower_bound(cached_units):
     model = models.ModelConfig("t", 3, 64, 2, 256, 512, 64)
     cl = cluster.Cluster(4)

@@ -26,7 +26,7 @@ def default_sigint():
 
 def _start(tmp_path, out, *extra):
     cmd = [sys.executable, "-m", "cosearch", "search", *SMALL, "--out", str(out), "--checkpoint-every", "0.2",
-           *extra]
+           "--workers", "2", *extra]
     return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=default_sigint)
 
@@ -94,7 +94,7 @@ def test_dead_worker_is_replaced_and_nothing_is_lost():
     res = {}
 
     def run():
-        res["r"] = search.cosearch("bert-large", None, 16, 64, None, refine_top=0, prune=False, chunk_size=1)
+        res["r"] = search.cosearch("bert-large", None, 16, 64, 2, refine_top=0, prune=False, chunk_size=1)
     t = threading.Thread(target=run)
     t.start()
     killed = False
@@ -232,3 +232,10 @@ def test_interrupt_in_refinement_or_baselines_keeps_the_sweep(tmp_path, monkeypa
     d = json.loads(out.read_text())
     assert d["interrupted"] is True and len(d["rows"]) == d["total_designs"] - d["pruned"]
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_serial_and_workers_exclude_each_other(capsys):
+    assert main(["search", *SMALL, "--serial", "--workers", "2"]) == 2
+    assert "--serial and --workers exclude each other" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="worker processes must be >= 1"):
+        search.cosearch("gpt3-1.3b", None, 64, 256, 0, refine_top=0)

@@ -92,6 +92,31 @@ def test_process_pool_matches_serial():
     assert sorted((r.index, r.tokens_per_s) for r in a.rows) == sorted((r.index, r.tokens_per_s) for r in b.rows)
 
 
+def test_default_executor_starts_a_pool_only_for_a_long_sweep(monkeypatch):
+    """executor=None runs in-process and hands what is left to a spawned local pool once
+    AUTO_POOL_AFTER_S has passed; either way the rows are the serial sweep's."""
+    sp = small_space()
+    a = search.cosearch("gpt3-1.3b", sp, 16, 32, "serial", refine_top=0, prune=False)
+    started = []
+    real = search.ProcessPoolExecutor
+
+    def spy(*args, **kwargs):
+        started.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search, "ProcessPoolExecutor", spy)
+    monkeypatch.setattr(search, "AUTO_POOL_AFTER_S", 1e9)
+    b = search.cosearch("gpt3-1.3b", sp, 16, 32, None, refine_top=0, prune=False, chunk_size=8)
+    assert not started
+    monkeypatch.setattr(search, "AUTO_POOL_AFTER_S", 0.0)
+    monkeypatch.setattr(search.os, "cpu_count", lambda: 2)
+    c = search.cosearch("gpt3-1.3b", sp, 16, 32, None, refine_top=0, prune=False, chunk_size=8)
+    assert started
+    want = sorted((r.index, r.tokens_per_s) for r in a.rows)
+    assert sorted((r.index, r.tokens_per_s) for r in b.rows) == want
+    assert sorted((r.index, r.tokens_per_s) for r in c.rows) == want
+
+
 def test_dask_executor():
     distributed = pytest.importorskip("distributed")
     sp = small_space(tensor_cores=(4, 8))
@@ -293,10 +318,12 @@ def test_layer_bounds_never_exceed_the_ilp(name, tp, mb):
     for ph in ("fwd", "bwd"):
         g = graph.build(m, tp, mb, ph)
         lb = schedule.layer_bounds(g, designs)
-        for row, b in zip(designs, lb):
+        wb = schedule.work_bounds(g, designs)
+        for row, b, w in zip(designs, lb, wb):
             r = schedule.layer_time(g, hardware.Accelerator.from_array(row), use_cache=False)
             assert b <= r.latency_s * (1 + 1e-9)
             assert r.status == "optimal" or b <= r.latency_s
+            assert 0 < w <= r.latency_s * (1 + 1e-9)
 
 
 def test_plot_and_cli_lists(tmp_path, capsys):
@@ -324,7 +351,11 @@ def test_layer_bounds_never_exceed_the_ilp_on_phaze_designs(name, tp, mb):
     from cosearch import graph, schedule
     g = graph.build(models.preset(name), tp, mb, "bwd")
     designs = hardware.SearchSpace.phaze().arrays()[::5000]
-    for row, b in zip(designs, schedule.layer_bounds(g, designs)):
+    ratios = []
+    for row, b, w in zip(designs, schedule.layer_bounds(g, designs), schedule.work_bounds(g, designs)):
         r = schedule.layer_time(g, hardware.Accelerator.from_array(row), use_cache=False)
         assert r.status == "optimal"
         assert b <= r.latency_s * (1 + 1e-9)
+        assert w <= r.latency_s * (1 + 1e-9)          # the cheap screen is a bound too
+        ratios.append(w / r.latency_s)
+    assert np.median(ratios) > 0.8                 # and a tight one where compute binds

@@ -17,9 +17,10 @@ in some allowed mode), and a split with max cost ``<= X`` exists iff every
 ``X`` — every stage cost value the formula can produce — that is feasible, found by
 binary search over the sorted candidates.
 
-Configurations are visited in order of a valid lower bound (all stages' work spread
-evenly: ``(m + (p-1)/v) * (sum of unit work) / p``) and skipped once the bound exceeds
-the k-th best step time found, which never drops one of the best k.
+Configurations are visited in order of a valid lower bound — the larger of all stages'
+work spread evenly (``(m + (p-1)/v) * (sum of unit work) / p``) and the cheapest cost of
+the stage that must hold the most layers (:func:`critical_stage_bound`) — and skipped once
+the bound exceeds the k-th best step time found, which never drops one of the best k.
 """
 
 from __future__ import annotations
@@ -196,6 +197,62 @@ def lower_bound(u, pp, v, m, L):
     return (m + (pp - 1.0) / v) * F.unit_work(u, L) / pp
 
 
+@njit(cache=True)
+def critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out):
+    """Valid lower bound on a configuration's step time from the stage that must hold the
+    most layers: some stage holds at least ``k = ceil(L / (v pp))`` chunks, and its cost is
+    at least the cheapest cost of ``k`` chunks, over the recompute modes that fit HBM,
+    at a position of its kind — the first stage, the last, or a middle one priced at
+    position ``pp - 2`` (middle stages cost the same at every position, and the one
+    nearest the end holds the fewest microbatches, so whatever fits elsewhere fits
+    there).  It charges what the spread bound cannot: memory-forced recompute, pipeline
+    sends, the fp32 accumulation pass and what follows the last microbatch.  INF when
+    no mode fits (then no split fits either)."""
+    if L % v != 0:
+        return INF
+    total = L // v
+    if total < pp:
+        return INF
+    k = (total + pp - 1) // pp
+    best = INF
+    for t in range(3):
+        if (t == 1 and pp < 2) or (t == 2 and pp < 3):
+            continue
+        s = 0 if t == 0 else (pp - 1 if t == 1 else pp - 2)
+        for r in range(3):
+            if not modes[r]:
+                continue
+            c, mm = _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, r, out)
+            if mm <= hw[F.H_HBM] and c < best:
+                best = c
+    return best
+
+
+@njit(cache=True)
+def config_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out):
+    """The larger of :func:`lower_bound` and :func:`critical_stage_bound`."""
+    a = lower_bound(u, pp, v, m, L)
+    b = critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out)
+    return a if a > b else b
+
+
+@njit(cache=True, parallel=True)
+def config_bounds(units, net, hw, cfg, L, modes, cutoff=INF):
+    """:func:`config_bound` of every configuration row — or only :func:`lower_bound` where
+    that already exceeds ``cutoff`` (the dearer bound would change nothing there)."""
+    n = cfg.shape[0]
+    out = np.empty(n)
+    for i in prange(n):
+        c = cfg[i]
+        u = units[c[C_TI], c[C_BI], c[C_SI]]
+        out[i] = lower_bound(u, c[C_PP], c[C_V], c[C_M], L)
+        if out[i] <= cutoff:
+            scratch = np.zeros(F.NB)
+            out[i] = config_bound(u, net, hw, L, c[C_PP], c[C_V], c[C_M], float(c[C_DP]), float(c[C_TP]), c[C_Z],
+                                  modes, scratch)
+    return out
+
+
 @njit(cache=True, parallel=True)
 def lower_bounds(units, net, cfg, L):
     n = cfg.shape[0]
@@ -223,7 +280,7 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
     ``cutoff``: configurations whose bound exceeds it are not evaluated (a caller that only
     needs plans faster than ``cutoff`` seconds)."""
     n = cfg.shape[0]
-    lb = lower_bounds(units, net, cfg, L)
+    lb = config_bounds(units, net, hw, cfg, L, modes, cutoff) if prune else lower_bounds(units, net, cfg, L)
     order = np.argsort(lb, kind="stable")
     res = np.full(n, INF)
     evaluated = 0
@@ -254,9 +311,13 @@ def _best_one(units, net, hw, cfg, L, modes, cutoff):
     or none can beat ``cutoff``), visiting configurations in lower-bound order."""
     n = cfg.shape[0]
     lb = np.empty(n)
+    scratch = np.zeros(F.NB)
     for i in range(n):
         c = cfg[i]
         lb[i] = lower_bound(units[c[C_TI], c[C_BI], c[C_SI]], c[C_PP], c[C_V], c[C_M], L)
+        if lb[i] <= cutoff:
+            lb[i] = config_bound(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
+                                 float(c[C_DP]), float(c[C_TP]), c[C_Z], modes, scratch)
     order = np.argsort(lb)
     best = cutoff
     found = INF
