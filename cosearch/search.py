@@ -17,6 +17,7 @@ none left could enter the top ``refine_top`` (see :func:`_refine`).
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
@@ -56,18 +57,19 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
                      global_batch: int, tps: Sequence[int], microbatches: Sequence[int],
                      units: np.ndarray, mem: memory.MemoryConfig, area_power: AreaPowerModel,
                      time_model: str = "sum", plan_options: dict[str, Any] | None = None,
-                     cutoff_s: float | None = None) -> list[DesignResult]:
+                     cutoff_s: float | None = None, keep_top: int = 1) -> list[DesignResult]:
     """Best plan of each design (a picklable task for any executor).  ``units``: the
     designs' :func:`cosearch.plan.unit_costs` (designs, tps, microbatches, sp, fields).
     ``cutoff_s`` (pruning on; ``math.inf`` to start without a bound): designs with no plan
-    faster than this step time (lowered as better ones are found) are left out of the
-    result — pruned, not infeasible.  None: every design is returned."""
+    faster than this step time (lowered to the ``keep_top``-th best step found) are left out
+    of the result — pruned, not infeasible.  None: every design is returned."""
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     out = []
     area = area_power.area_mm2(designs)
     power = area_power.power_w(designs)
     pruning = cutoff_s is not None
     cut = float(cutoff_s) if pruning else math.inf
+    found: list[float] = []
     for k, row in enumerate(designs):
         chip = Accelerator.from_array(row, name=f"design{indices[k]}")
         res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
@@ -76,7 +78,9 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
         if res.cut_off:
             continue
         if res.plans and pruning:
-            cut = min(cut, res.plans[0].step_time_s)
+            bisect.insort(found, res.plans[0].step_time_s)
+            if len(found) >= keep_top:
+                cut = min(cut, found[keep_top - 1])
         out.append(DesignResult.from_row(indices[k], row, area[k], power[k], res.plans[0] if res.plans else None,
                                          res.reason, time_model))
     return out
@@ -261,7 +265,12 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         done_idx = {r.index for r in rows}
     interrupted = False
     stopped_by: BaseException | None = None
-    best_step = min((r.plan.step_time_s for r in rows if r.plan is not None), default=math.inf)
+    # prune against the keep_top-th best step (the ILP ranking's top k needs the sweep's)
+    keep_top = max(1, int(refine_top or 0))
+    tops = sorted(r.plan.step_time_s for r in rows if r.plan is not None)[:keep_top]
+
+    def kth_step() -> float:
+        return tops[keep_top - 1] if len(tops) >= keep_top else math.inf
     # executor None: run in-process first and start a local pool only if the sweep is still
     # going after AUTO_POOL_AFTER_S (spawning workers costs seconds; a well-pruned sweep of
     # a large space is often done sooner)
@@ -279,10 +288,10 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 
     def task_args(idx):
         return (model, designs[idx], idx, cluster, global_batch, tps, mbs, units[idx], mem,
-                space.area_power, "sum", opts, best_step if prune else None)
+                space.area_power, "sum", opts, kth_step() if prune else None, keep_top)
 
     def absorb(batch, submitted):
-        nonlocal best_step, pruned
+        nonlocal pruned
         got = {r.index for r in batch}
         cut = int(sum(size[i] for i in submitted if i not in got))   # no plan of theirs beat the cutoff
         pruned += cut
@@ -292,12 +301,14 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
             for m in members[group[r.index]]:          # the design and those equivalent to it
                 rows.append(r if m == r.index else DesignResult.from_row(
                     m, designs[m], area_all[m], power_all[m], r.plan, r.reason, r.time_model))
-            if r.plan is not None and r.plan.step_time_s < best_step:
-                best_step = r.plan.step_time_s
+            if r.plan is not None:
+                for _ in members[group[r.index]]:
+                    bisect.insort(tops, r.plan.step_time_s)
+                del tops[keep_top:]
         if bar is not None:
             bar.update(int(sum(size[r.index] for r in batch)))
-            if best_step < math.inf:
-                bar.set_postfix(best_tok_s=f"{global_batch * model.seq_len / best_step:,.0f}")
+            if tops:
+                bar.set_postfix(best_tok_s=f"{global_batch * model.seq_len / tops[0]:,.0f}")
         if checkpoint is not None and time.monotonic() - last_save[0] >= checkpoint_every_s:
             snapshot(False).to_json(checkpoint)
             last_save[0] = time.monotonic()
@@ -305,7 +316,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     def select(ch):
         nonlocal pruned
         ch = ch[[i not in done_idx for i in ch]] if done_idx else ch
-        keep = ch[lb[ch] <= best_step] if prune else ch
+        keep = ch[lb[ch] <= kth_step()] if prune else ch
         dropped = int(size[ch].sum() - size[keep].sum())
         pruned += dropped
         if bar is not None and dropped:

@@ -143,7 +143,8 @@ def test_config_bound_is_below_every_split_and_exact_without_a_pipeline(cached_u
     hw = plan.hw_row(hbm, chip.hbm_bandwidth_Bps * chip.efficiency.memory, memory.MemoryConfig(), True, engine)
     net = cl.net_array(chip)
     cfg = placement.configurations(model, cl.num_chips, batch, tps, mbs, sps, virtuals, zeros)
-    bounds = kernel.config_bounds(units, net, hw, cfg, model.num_layers, placement._modes(None))
+    bounds = kernel.config_bounds(units, net, hw, cfg, np.arange(len(cfg)), model.num_layers,
+                                  placement._modes(None))
     spread = kernel.lower_bounds(units, net, cfg, model.num_layers)
     tighter = 0
     for c, b, a in zip(cfg, bounds, spread):

@@ -17,10 +17,12 @@ in some allowed mode), and a split with max cost ``<= X`` exists iff every
 ``X`` — every stage cost value the formula can produce — that is feasible, found by
 binary search over the sorted candidates.
 
-Configurations are visited in order of a valid lower bound — the larger of all stages'
-work spread evenly (``(m + (p-1)/v) * (sum of unit work) / p``) and the cheapest cost of
-the stage that must hold the most layers (:func:`critical_stage_bound`) — and skipped once
-the bound exceeds the k-th best step time found, which never drops one of the best k.
+Configurations are visited in order of a valid lower bound (all stages' work spread
+evenly: ``(m + (p-1)/v) * (sum of unit work) / p``) and skipped once a valid bound exceeds
+the k-th best step time found, which never drops one of the best k: that bound, or the
+dearer cheapest cost of the stage that must hold the most layers
+(:func:`critical_stage_bound`; it charges memory-forced recompute, sends and what follows
+the last microbatch), computed only for configurations the first still admits.
 """
 
 from __future__ import annotations
@@ -237,19 +239,14 @@ def config_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out):
 
 
 @njit(cache=True, parallel=True)
-def config_bounds(units, net, hw, cfg, L, modes, cutoff=INF):
-    """:func:`config_bound` of every configuration row — or only :func:`lower_bound` where
-    that already exceeds ``cutoff`` (the dearer bound would change nothing there)."""
-    n = cfg.shape[0]
-    out = np.empty(n)
-    for i in prange(n):
-        c = cfg[i]
-        u = units[c[C_TI], c[C_BI], c[C_SI]]
-        out[i] = lower_bound(u, c[C_PP], c[C_V], c[C_M], L)
-        if out[i] <= cutoff:
-            scratch = np.zeros(F.NB)
-            out[i] = config_bound(u, net, hw, L, c[C_PP], c[C_V], c[C_M], float(c[C_DP]), float(c[C_TP]), c[C_Z],
-                                  modes, scratch)
+def config_bounds(units, net, hw, cfg, idx, L, modes):
+    """:func:`config_bound` of the configuration rows ``idx``."""
+    out = np.empty(len(idx))
+    for j in prange(len(idx)):
+        c = cfg[idx[j]]
+        scratch = np.zeros(F.NB)
+        out[j] = config_bound(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
+                              float(c[C_DP]), float(c[C_TP]), c[C_Z], modes, scratch)
     return out
 
 
@@ -264,9 +261,9 @@ def lower_bounds(units, net, cfg, L):
 
 
 @njit(cache=True, parallel=True)
-def _block(units, net, hw, cfg, order, start, stop, L, modes, res):
-    for j in prange(start, stop):
-        i = order[j]
+def _block(units, net, hw, cfg, idx, L, modes, res):
+    for j in prange(len(idx)):
+        i = idx[j]
         c = cfg[i]
         counts = np.zeros(c[C_PP], dtype=np.int64)
         rm = np.zeros(c[C_PP], dtype=np.int64)
@@ -276,11 +273,13 @@ def _block(units, net, hw, cfg, order, start, stop, L, modes, res):
 
 def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress=None, cutoff=INF):
     """Best step time of every configuration row of ``cfg`` (INF: infeasible or pruned),
-    visiting them in lower-bound order; returns (steps, lower bounds, evaluated count).
+    visiting them in spread-bound order (:func:`lower_bound`; once a k-th best step is known,
+    each block is also checked against :func:`config_bound`); returns (steps, lower bounds,
+    evaluated count).
     ``cutoff``: configurations whose bound exceeds it are not evaluated (a caller that only
     needs plans faster than ``cutoff`` seconds)."""
     n = cfg.shape[0]
-    lb = config_bounds(units, net, hw, cfg, L, modes, cutoff) if prune else lower_bounds(units, net, cfg, L)
+    lb = lower_bounds(units, net, cfg, L)
     order = np.argsort(lb, kind="stable")
     res = np.full(n, INF)
     evaluated = 0
@@ -290,12 +289,16 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
         if prune and lb[order[start]] > kth:
             break
         stop = min(n, start + block)
+        idx = order[start:stop]
         if prune and np.isfinite(kth):
-            # shrink the block to the configurations the bound still admits
-            admit = np.searchsorted(lb[order[start:stop]], kth, side="right")
-            stop = start + max(1, int(admit))
-        _block(units, net, hw, cfg, order, start, stop, L, modes, res)
-        evaluated += stop - start
+            # shrink the block to the configurations the spread bound still admits, then
+            # to those the dearer critical-stage bound admits
+            idx = idx[:max(1, int(np.searchsorted(lb[idx], kth, side="right")))]
+            stop = start + len(idx)
+            lb[idx] = np.maximum(lb[idx], config_bounds(units, net, hw, cfg, idx, L, modes))
+            idx = idx[lb[idx] <= kth]
+        _block(units, net, hw, cfg, idx, L, modes, res)
+        evaluated += len(idx)
         if progress is not None:
             progress(stop - start)
         fin = res[np.isfinite(res)]
