@@ -61,8 +61,8 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
     """Best plan of each design (a picklable task for any executor).  ``units``: the
     designs' :func:`cosearch.plan.unit_costs` (designs, tps, microbatches, sp, fields).
     ``cutoff_s`` (pruning on; ``math.inf`` to start without a bound): designs with no plan
-    faster than this step time (lowered to the ``keep_top``-th best step found) are left out
-    of the result — pruned, not infeasible.  None: every design is returned."""
+    faster than this step time (lowered to the ``keep_top``-th best distinct step found) are
+    left out of the result — pruned, not infeasible.  None: every design is returned."""
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     out = []
     area = area_power.area_mm2(designs)
@@ -77,7 +77,7 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
                                      cutoff_s=cut if math.isfinite(cut) else None, **opts)
         if res.cut_off:
             continue
-        if res.plans and pruning:
+        if res.plans and pruning and res.plans[0].step_time_s not in found:
             bisect.insort(found, res.plans[0].step_time_s)
             if len(found) >= keep_top:
                 cut = min(cut, found[keep_top - 1])
@@ -265,9 +265,10 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
         done_idx = {r.index for r in rows}
     interrupted = False
     stopped_by: BaseException | None = None
-    # prune against the keep_top-th best step (the ILP ranking's top k needs the sweep's)
+    # prune against the keep_top-th best distinct step (the ILP ranking seeds its top k
+    # distinct results with the sweep's)
     keep_top = max(1, int(refine_top or 0))
-    tops = sorted(r.plan.step_time_s for r in rows if r.plan is not None)[:keep_top]
+    tops = sorted({r.plan.step_time_s for r in rows if r.plan is not None})[:keep_top]
 
     def kth_step() -> float:
         return tops[keep_top - 1] if len(tops) >= keep_top else math.inf
@@ -301,9 +302,8 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
             for m in members[group[r.index]]:          # the design and those equivalent to it
                 rows.append(r if m == r.index else DesignResult.from_row(
                     m, designs[m], area_all[m], power_all[m], r.plan, r.reason, r.time_model))
-            if r.plan is not None:
-                for _ in members[group[r.index]]:
-                    bisect.insort(tops, r.plan.step_time_s)
+            if r.plan is not None and r.plan.step_time_s not in tops:
+                bisect.insort(tops, r.plan.step_time_s)
                 del tops[keep_top:]
         if bar is not None:
             bar.update(int(sum(size[r.index] for r in batch)))
@@ -412,82 +412,109 @@ def _bound_candidates(model: ModelConfig, designs: np.ndarray, cluster: Cluster,
 def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: int,
             mem: memory.MemoryConfig, top: int, opts: dict[str, Any], designs: np.ndarray,
             tps, mbs, area: np.ndarray, power: np.ndarray, progress: bool = False, max_designs: int = 64) -> None:
-    """Exact top-``top`` under ILP layer times, by best-first search over bounds.
+    """Exact top-``top`` distinct results under ILP layer times, by best-first search over
+    bounds.  "Distinct": the table collapses designs with one result into a row, so the top
+    ``top`` rows it shows are the designs whose ILP step is among the ``top`` smallest
+    distinct steps — every such design gets an ILP plan.
 
-    Three valid bounds on a design's ILP step time, each tighter and dearer than the last:
-    (0) the perfect-spread step on :func:`cosearch.schedule.layer_bounds` layer times
-    (vectorised over all designs; it picks the candidates); (1) the design's best plan
-    under those layer times (the exact plan search, the stage formulas being monotone in
-    layer times; :func:`cosearch.placement.best_plan_steps`, one compiled call for all
-    candidates); (2) the exact ILP plan (:func:`cosearch.placement.ilp_plan`).  The serial
-    sweep's best designs are planned first (seeds: their ILP top-k is the bound pass's
-    cutoff); a heap then holds the other candidates at bound (1), and the smallest is planned
-    exactly until the next bound exceeds the ``top``-th best ILP step found — then no design
-    left could enter the top ``top``.  Designs the
-    serial sweep already beats ``top`` times cannot enter either: an ILP layer time never
-    exceeds the serial one, so the serial top-``top`` bounds the ILP one.  Designs that
+    Seeds first: the serial sweep's best designs are planned exactly until they give ``top``
+    distinct ILP steps; the largest of those (the running ``top``-th distinct step) bounds
+    the rest.  Three valid bounds on a design's ILP step time, each tighter and dearer than
+    the last: (0) the perfect-spread step on :func:`cosearch.schedule.layer_bounds` layer
+    times (after a :func:`cosearch.schedule.work_bounds` screen of the whole space; it picks
+    the candidates); (1) the design's best plan under those layer times (the exact plan
+    search, the stage formulas being monotone in layer times;
+    :func:`cosearch.placement.best_plan_steps`, one compiled call for all candidates); (2)
+    the exact ILP plan (:func:`cosearch.placement.ilp_plan`).  A heap holds the candidates
+    at bound (1), and the smallest is planned exactly until the next bound exceeds the
+    ``top``-th distinct ILP step found — then no design left could enter.  Designs that
     differ only in buffers that make no difference to them
-    (:func:`buffer_equivalent_designs`) are one heap entry and get one plan; all other
-    designs are planned on their own (two designs with equal serial layer times may
-    schedule differently).  Planned designs' rows become ILP rows (designs the sweep had
-    pruned gain a row).  At most ``max_designs`` ILP plans are made;
-    ``res.meta["ilp_ranking"]`` says whether the top was proven and, if not, how many
-    designs' bounds still beat the ``top``-th ILP plan."""
+    (:func:`buffer_equivalent_designs`) are one heap entry and get one plan (a seed's, where
+    their group holds one); all other designs are planned on their own (two designs with
+    equal serial layer times may schedule differently).  Planned designs' rows become ILP
+    rows (designs the sweep had pruned gain a row).  At most ``max_designs`` ILP plans are
+    made; ``res.meta["ilp_ranking"]`` says whether the top was proven and, if not, how many
+    designs' bounds still beat the ``top``-th distinct ILP step."""
     import heapq
     sps = tuple(opts.get("sequence_parallel", (False,)))
     flash = bool(opts.get("flash_attention", False))
-    serial = sorted(r.plan.step_time_s for r in res.rows if r.plan is not None)
-    ceiling = serial[top - 1] if len(serial) >= top else math.inf
-    cand, ub = _bound_candidates(model, designs, cluster, global_batch, tps, mbs, sps, flash, opts.get("engine"),
-                                 ceiling)
-    groups = [[int(cand[k]) for k in g] for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]
-    steps: list[float] = []
+    engine = opts.get("engine")
     by_index = {r.index: k for k, r in enumerate(res.rows)}
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(desc="ILP ranking", unit="design", leave=False)
     planned = 0
-    done: set[int] = set()
+    steps: set[float] = set()                 # distinct ILP step times found
+    ub: dict[int, np.ndarray] = {}
     plan_opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
 
     def kth() -> float:
-        return min(ceiling, sorted(steps)[top - 1]) if len(steps) >= top else ceiling
+        # the top-th best *distinct* step: the table collapses designs with one result, so
+        # "top k" means k distinct results, not k rows
+        return sorted(steps)[top - 1] if len(steps) >= top else math.inf
 
-    def plan_group(gi: int) -> None:
+    def plan_design(i: int, members: Sequence[int]):
         nonlocal planned
         planned += 1
-        done.add(gi)
-        rep = groups[gi][0]
-        chip = Accelerator.from_array(designs[rep], name=f"design{rep}")
+        if i not in ub:
+            ub[i] = plan_mod.unit_costs(model, designs[[i]], cluster, tps, mbs, sps, flash, time_model="bound",
+                                        engine=engine)[0]
+        chip = Accelerator.from_array(designs[i], name=f"design{i}")
         new = ilp_plan(model, chip, cluster, global_batch, mem, dict(plan_opts, sequence_parallel=sps), tps=tps,
-                       microbatches=mbs, cutoff_s=kth(), units_bound=ub[int(rep)])
+                       microbatches=mbs, cutoff_s=kth(), units_bound=ub[i])
         if bar is not None:
-            bar.update(len(groups[gi]))
+            bar.update(len(members))
+        record(new, members)
+        return new
+
+    def record(new, members) -> None:
         if new is None:
             return
-        for m in groups[gi]:
-            steps.append(new.step_time_s)
+        steps.add(new.step_time_s)
+        for m in members:
             place_row(res, by_index, m, DesignResult.from_row(m, designs[m], area[m], power[m], new, "", "ilp"))
             res.meta["refined"].append(int(m))
 
     heap: list = []
+    groups: list[list[int]] = []
     proven = True
     try:
-        # seed: plan the serial sweep's best designs first, so the cutoff of the bound pass
-        # below is an ILP top-k already (an ILP layer is never slower than its serial sum)
-        group_of = {m: gi for gi, g in enumerate(groups) for m in g}
-        best_rows = sorted((r for r in res.rows if r.plan is not None and r.index in group_of),
-                           key=lambda r: r.plan.step_time_s)
-        for r in best_rows:
+        # seeds: the serial sweep's best designs, planned exactly until they give `top`
+        # distinct ILP steps — the cutoff of every bound below (an ILP layer is never
+        # slower than its serial sum, so these are found early)
+        seeded: dict[int, object] = {}
+        rows = sorted((r for r in res.rows if r.plan is not None), key=lambda r: r.plan.step_time_s)
+        pool = list(dict.fromkeys(r.index for r in rows))
+        if pool:
+            pool_ub = plan_mod.unit_costs(model, designs[pool], cluster, tps, mbs, sps, flash, time_model="bound",
+                                          engine=engine)
+            ub.update({i: pool_ub[k] for k, i in enumerate(pool)})
+            family = {pool[k]: [pool[j] for j in g]
+                      for g in buffer_equivalent_designs(model, designs[pool], tps, mbs, sps, flash) for k in g}
+        for i in pool:
             if len(steps) >= top or planned >= max_designs:
                 break
-            if group_of[r.index] not in done:
-                plan_group(group_of[r.index])
+            if i not in seeded:
+                new = plan_design(i, family[i])
+                seeded.update({m: new for m in family[i]})
+        # bound (0) over the whole space picks the candidates; buffer-equivalent candidates
+        # share one plan (a seed's, where the group holds one)
+        cand, more_ub = _bound_candidates(model, designs, cluster, global_batch, tps, mbs, sps, flash, engine,
+                                          kth())
+        ub.update(more_ub)
+        groups = [[int(cand[k]) for k in g]
+                  for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]
+        todo = []
+        for gi, g in enumerate(groups):
+            have = [m for m in g if m in seeded]
+            if have:
+                record(seeded[have[0]], [m for m in g if m not in seeded])
+            else:
+                todo.append(gi)
+        res.meta["ilp_ranking_candidates"] = len(todo)
         # bound (1) for every other group at once (one compiled call): its best plan on bound
         # layer times, with the seeds' k-th ILP step as cutoff
-        todo = [gi for gi in range(len(groups)) if gi not in done]
-        res.meta["ilp_ranking_candidates"] = len(todo)
         reps = np.array([groups[gi][0] for gi in todo], dtype=np.int64)
         first = placement.best_plan_steps(model, designs[reps], cluster, global_batch,
                                           np.array([ub[int(r)] for r in reps]), tps, mbs, sps,
@@ -499,7 +526,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
                 proven = False
                 break
             _, gi = heapq.heappop(heap)
-            plan_group(gi)
+            plan_design(groups[gi][0], groups[gi])
     finally:
         if bar is not None:
             bar.close()

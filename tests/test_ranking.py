@@ -95,6 +95,12 @@ def test_ranking_with_binding_buffers_equals_ilp_for_every_design():
     np.testing.assert_allclose([r.plan.step_time_s for r in ilp_rows[:k]], np.sort(brute)[:k], rtol=1e-12)
     for r in ilp_rows:                                        # every ILP row is its design's own optimum
         assert r.plan.step_time_s == pytest.approx(brute[r.index], rel=1e-12)
+    # the table collapses designs with one result: every design among the k best *distinct*
+    # ILP steps has its ILP row (counting rows, equivalent designs could fill the top k alone)
+    thr = np.unique(brute[np.isfinite(brute)])[k - 1]
+    need = {i for i in range(len(brute)) if brute[i] <= thr * (1 + 1e-12)}
+    assert len(need) > k                                      # ties: the case that tells the two apart
+    assert need <= {r.index for r in ilp_rows}
 
 
 def test_fitting_microbatches_drops_only_sizes_no_plan_fits():
@@ -165,3 +171,30 @@ def test_best_plan_steps_equals_search_plans_per_design():
     capped = placement.best_plan_steps(m, designs, cl, 32, units, tps, mbs, sps, cutoff_s=cut,
                                        **{k: v for k, v in opts.items() if k != "sequence_parallel"})
     np.testing.assert_allclose(capped, np.where(want <= cut, want, np.inf), rtol=1e-12)
+
+
+def test_top_k_counts_distinct_results_not_equivalent_designs():
+    """Two chip families, each with six buffer variants that change nothing: the top 2 the
+    table shows are the two families, so both must be ILP-ranked (counting rows, the best
+    family's six copies would fill a "top 2" by themselves) — against ILP-planning every
+    design."""
+    m = models.preset("gpt3-1.3b")
+    sp = hardware.SearchSpace(tensor_cores=(4, 8), systolic_dims=((64, 64),), vector_units=(2,), vector_width=(512,),
+                              l1_bytes=(1 * MiB, 2 * MiB), l2_bytes=(32 * MiB, 64 * MiB, 128 * MiB),
+                              hbm=((16 * GiB, 1.2e12),))
+    designs = sp.arrays()
+    cl = hardware.Cluster(16)
+    res = search.cosearch(m, sp, cl, 32, "serial", tps=(1, 2), microbatches=(1, 2), refine_top=2)
+    brute = np.array([placement.search_plans(m, _chip(row), cl, 32, tps=(1, 2), microbatches=(1, 2),
+                                             time_model="ilp", **search.DEFAULT_PLAN_OPTIONS).best.step_time_s
+                      for row in designs])
+    distinct = np.unique(brute)
+    assert len(distinct) >= 2 and (brute == distinct[0]).sum() >= 2
+    need = set(np.flatnonzero(brute <= distinct[1]).tolist())
+    ilp = {r.index: r for r in res.feasible if r.time_model == "ilp"}
+    assert need <= set(ilp) and res.meta["ilp_ranking"]["proven"]
+    for i in need:
+        assert ilp[i].plan.step_time_s == pytest.approx(brute[i], rel=1e-12)
+    lines = res.table(top=2).splitlines()
+    first = lines.index(next(x for x in lines if x.startswith("-- ranked on ILP")))
+    assert "ilp" in lines[first + 2] and "ilp" in lines[first + 3]

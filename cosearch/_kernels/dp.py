@@ -118,9 +118,10 @@ def _feasible(caps, pp, total):
 
 
 @njit(cache=True)
-def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes):
-    """Minimum step time of one configuration (INF if nothing fits); `counts`/`rmodes`
-    (length >= pp) receive the layers and recompute mode of each stage."""
+def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes, cutoff=INF):
+    """Minimum step time of one configuration (INF if nothing fits, or if no split is at
+    most ``cutoff``: then ``counts``/``rmodes`` are not filled); `counts`/`rmodes` (length
+    >= pp) receive the layers and recompute mode of each stage."""
     if L % v != 0:
         return INF
     total = L // v
@@ -136,6 +137,11 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes):
     _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, INF, memcap, caps, capmode, out)
     if not _feasible(caps, pp, total):
         return INF
+    if cutoff < INF:
+        # a split within `cutoff` exists iff the caps at cutoff cover the layers
+        _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, cutoff, memcap, caps, capmode, out)
+        if not _feasible(caps, pp, total):
+            return INF
     # candidate costs: every stage cost value (middle stages share theirs)
     nstage = 3 if pp > 2 else pp
     cand = np.empty(nstage * 3 * kmax)
@@ -261,14 +267,14 @@ def lower_bounds(units, net, cfg, L):
 
 
 @njit(cache=True, parallel=True)
-def _block(units, net, hw, cfg, idx, L, modes, res):
+def _block(units, net, hw, cfg, idx, L, modes, res, cutoff):
     for j in prange(len(idx)):
         i = idx[j]
         c = cfg[i]
         counts = np.zeros(c[C_PP], dtype=np.int64)
         rm = np.zeros(c[C_PP], dtype=np.int64)
         res[i] = config_best(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
-                             c[C_DP], c[C_TP], c[C_Z], modes, counts, rm)
+                             c[C_DP], c[C_TP], c[C_Z], modes, counts, rm, cutoff)
 
 
 def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress=None, cutoff=INF):
@@ -285,10 +291,12 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
     evaluated = 0
     kth = cutoff
     start = 0
+    size = min(block, 16) if prune else block     # small blocks first: the best plans come early
     while start < n:
         if prune and lb[order[start]] > kth:
             break
-        stop = min(n, start + block)
+        stop = min(n, start + size)
+        size = min(block, 2 * size)
         idx = order[start:stop]
         if prune and np.isfinite(kth):
             # shrink the block to the configurations the spread bound still admits, then
@@ -297,7 +305,7 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
             stop = start + len(idx)
             lb[idx] = np.maximum(lb[idx], config_bounds(units, net, hw, cfg, idx, L, modes))
             idx = idx[lb[idx] <= kth]
-        _block(units, net, hw, cfg, idx, L, modes, res)
+        _block(units, net, hw, cfg, idx, L, modes, res, kth if prune else INF)
         evaluated += len(idx)
         if progress is not None:
             progress(stop - start)
@@ -318,9 +326,6 @@ def _best_one(units, net, hw, cfg, L, modes, cutoff):
     for i in range(n):
         c = cfg[i]
         lb[i] = lower_bound(units[c[C_TI], c[C_BI], c[C_SI]], c[C_PP], c[C_V], c[C_M], L)
-        if lb[i] <= cutoff:
-            lb[i] = config_bound(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
-                                 float(c[C_DP]), float(c[C_TP]), c[C_Z], modes, scratch)
     order = np.argsort(lb)
     best = cutoff
     found = INF
@@ -329,10 +334,13 @@ def _best_one(units, net, hw, cfg, L, modes, cutoff):
         if lb[i] > best:
             break
         c = cfg[i]
+        if config_bound(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M], float(c[C_DP]),
+                        float(c[C_TP]), c[C_Z], modes, scratch) > best:
+            continue
         counts = np.zeros(c[C_PP], dtype=np.int64)
         rm = np.zeros(c[C_PP], dtype=np.int64)
         r = config_best(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
-                        c[C_DP], c[C_TP], c[C_Z], modes, counts, rm)
+                        c[C_DP], c[C_TP], c[C_Z], modes, counts, rm, best)
         if r <= best:
             best = r
             found = r
