@@ -52,6 +52,26 @@ MAX_POOL_RESTARTS = 3
 AUTO_POOL_AFTER_S = 5.0
 
 
+class _DistinctTop:
+    """The ``k`` smallest distinct step times seen; ``kth`` is the largest of them (inf until
+    there are ``k``) — the cutoff that keeps every design of the top ``k`` distinct results."""
+
+    def __init__(self, k: int, steps=()) -> None:
+        self.k = max(1, int(k))
+        self.best: list[float] = []
+        for x in steps:
+            self.add(x)
+
+    def add(self, step: float) -> None:
+        if step not in self.best:
+            bisect.insort(self.best, step)
+            del self.best[self.k:]
+
+    @property
+    def kth(self) -> float:
+        return self.best[self.k - 1] if len(self.best) >= self.k else math.inf
+
+
 # ---------------------------------------------------------------------- worker
 def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[int], cluster: Cluster,
                      global_batch: int, tps: Sequence[int], microbatches: Sequence[int],
@@ -69,7 +89,7 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
     power = area_power.power_w(designs)
     pruning = cutoff_s is not None
     cut = float(cutoff_s) if pruning else math.inf
-    found: list[float] = []
+    found = _DistinctTop(keep_top)
     for k, row in enumerate(designs):
         chip = Accelerator.from_array(row, name=f"design{indices[k]}")
         res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
@@ -77,10 +97,9 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
                                      cutoff_s=cut if math.isfinite(cut) else None, **opts)
         if res.cut_off:
             continue
-        if res.plans and pruning and res.plans[0].step_time_s not in found:
-            bisect.insort(found, res.plans[0].step_time_s)
-            if len(found) >= keep_top:
-                cut = min(cut, found[keep_top - 1])
+        if res.plans and pruning:
+            found.add(res.plans[0].step_time_s)
+            cut = min(cut, found.kth)
         out.append(DesignResult.from_row(indices[k], row, area[k], power[k], res.plans[0] if res.plans else None,
                                          res.reason, time_model))
     return out
@@ -268,10 +287,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     # prune against the keep_top-th best distinct step (the ILP ranking seeds its top k
     # distinct results with the sweep's)
     keep_top = max(1, int(refine_top or 0))
-    tops = sorted({r.plan.step_time_s for r in rows if r.plan is not None})[:keep_top]
-
-    def kth_step() -> float:
-        return tops[keep_top - 1] if len(tops) >= keep_top else math.inf
+    tops = _DistinctTop(keep_top, (r.plan.step_time_s for r in rows if r.plan is not None))
     # executor None: run in-process first and start a local pool only if the sweep is still
     # going after AUTO_POOL_AFTER_S (spawning workers costs seconds; a well-pruned sweep of
     # a large space is often done sooner)
@@ -289,7 +305,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
 
     def task_args(idx):
         return (model, designs[idx], idx, cluster, global_batch, tps, mbs, units[idx], mem,
-                space.area_power, "sum", opts, kth_step() if prune else None, keep_top)
+                space.area_power, "sum", opts, tops.kth if prune else None, keep_top)
 
     def absorb(batch, submitted):
         nonlocal pruned
@@ -302,13 +318,12 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
             for m in members[group[r.index]]:          # the design and those equivalent to it
                 rows.append(r if m == r.index else DesignResult.from_row(
                     m, designs[m], area_all[m], power_all[m], r.plan, r.reason, r.time_model))
-            if r.plan is not None and r.plan.step_time_s not in tops:
-                bisect.insort(tops, r.plan.step_time_s)
-                del tops[keep_top:]
+            if r.plan is not None:
+                tops.add(r.plan.step_time_s)
         if bar is not None:
             bar.update(int(sum(size[r.index] for r in batch)))
-            if tops:
-                bar.set_postfix(best_tok_s=f"{global_batch * model.seq_len / tops[0]:,.0f}")
+            if tops.best:
+                bar.set_postfix(best_tok_s=f"{global_batch * model.seq_len / tops.best[0]:,.0f}")
         if checkpoint is not None and time.monotonic() - last_save[0] >= checkpoint_every_s:
             snapshot(False).to_json(checkpoint)
             last_save[0] = time.monotonic()
@@ -316,7 +331,7 @@ def cosearch(model: ModelConfig | str, space: SearchSpace | None = None, cluster
     def select(ch):
         nonlocal pruned
         ch = ch[[i not in done_idx for i in ch]] if done_idx else ch
-        keep = ch[lb[ch] <= kth_step()] if prune else ch
+        keep = ch[lb[ch] <= tops.kth] if prune else ch
         dropped = int(size[ch].sum() - size[keep].sum())
         pruned += dropped
         if bar is not None and dropped:
@@ -445,14 +460,14 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
         from tqdm.auto import tqdm
         bar = tqdm(desc="ILP ranking", unit="design", leave=False)
     planned = 0
-    steps: set[float] = set()                 # distinct ILP step times found
+    steps = _DistinctTop(top)                 # distinct ILP step times found
     ub: dict[int, np.ndarray] = {}
     plan_opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
 
     def kth() -> float:
         # the top-th best *distinct* step: the table collapses designs with one result, so
         # "top k" means k distinct results, not k rows
-        return sorted(steps)[top - 1] if len(steps) >= top else math.inf
+        return steps.kth
 
     def plan_design(i: int, members: Sequence[int]):
         nonlocal planned
@@ -493,7 +508,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
             family = {pool[k]: [pool[j] for j in g]
                       for g in buffer_equivalent_designs(model, designs[pool], tps, mbs, sps, flash) for k in g}
         for i in pool:
-            if len(steps) >= top or planned >= max_designs:
+            if math.isfinite(kth()) or planned >= max_designs:
                 break
             if i not in seeded:
                 new = plan_design(i, family[i])
