@@ -1,9 +1,9 @@
 """PHAZE's space, end to end: GPT-3 175B on 1,024 chips at global batch 4,096.
 
 Every design of ``SearchSpace.phaze()`` (45,874 under cosearch's area model) is screened
-with the exact plan search, then the top three ranked on ILP layer times (best-first over
-three bounds; exact up to the default cap of 256 ILP plans; the run says whether the top was
-proven).  Reports
+with the exact plan search, then the top three distinct results ranked on ILP layer times
+(seeds, then best-first over three bounds; exact up to the default cap of 256 ILP plans; the
+run says whether the top was proven).  Reports
 wall time (target < 60 s on 2 cores), designs/s, the fraction pruned, ILP solves and cache
 hits, and the pruning-off / pruning-on time ratio on a 2,253-design subset (64 tensor cores,
 four buffer sizes, serial layer times) in the same run.
