@@ -461,7 +461,7 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
         bar = tqdm(desc="ILP ranking", unit="design", leave=False)
     planned = 0
     steps = _DistinctTop(top)                 # distinct ILP step times found
-    ub: dict[int, np.ndarray] = {}
+    ub: dict[int, np.ndarray] = {}            # bound unit costs: the seeds', then the candidates'
     plan_opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
 
     def kth() -> float:
@@ -472,9 +472,6 @@ def _refine(res: Results, model: ModelConfig, cluster: Cluster, global_batch: in
     def plan_design(i: int, members: Sequence[int]):
         nonlocal planned
         planned += 1
-        if i not in ub:
-            ub[i] = plan_mod.unit_costs(model, designs[[i]], cluster, tps, mbs, sps, flash, time_model="bound",
-                                        engine=engine)[0]
         chip = Accelerator.from_array(designs[i], name=f"design{i}")
         new = ilp_plan(model, chip, cluster, global_batch, mem, dict(plan_opts, sequence_parallel=sps), tps=tps,
                        microbatches=mbs, cutoff_s=kth(), units_bound=ub[i])
