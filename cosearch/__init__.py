@@ -20,9 +20,11 @@ Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Training plans: :class:`Plan
 :func:`evaluate` (one fixed plan -> :class:`Plan` with time breakdown and memory per stage),
 :func:`search_plans` (exact search over dp/tp/pp/microbatch/recompute/virtual/SP/ZeRO ->
 :class:`PlacementResult`); both take an ``engine`` (:class:`Engine`, :mod:`engine`: Megatron-LM or
-Megatron-DeepSpeed, the framework's pipeline sends, gradient accumulation and reduction).  Search: :func:`cosearch` (one model, or several: PHAZE's
-cross-model mode, :mod:`multimodel`), :func:`compare`, :class:`Results` (:mod:`results`; tables
-and plots in :mod:`report`); ``SearchSpace.phaze()`` is PHAZE's architecture space and
+Megatron-DeepSpeed, the framework's pipeline sends, gradient accumulation and reduction).
+Search: :func:`cosearch` (one model, or several: PHAZE's cross-model mode, :mod:`multimodel`)
+with :class:`SearchOptions` (pruning, ILP ranking, checkpoints, executor), :func:`compare`,
+:class:`Results` (:mod:`results`; tables and plots in :mod:`report`); the phases live in
+:mod:`sweep` (screening) and :mod:`ranking` (exact ILP ranking of the top); ``SearchSpace.phaze()`` is PHAZE's architecture space and
 :mod:`reproduce` re-runs PHAZE's experiment; :mod:`baselines` holds TPUv4, Spotlight-style and
 PHAZE's fixed Megatron placement.
 Federated learning: :mod:`cosearch.fl`.
@@ -66,6 +68,7 @@ _LAZY = {
     "comm": ("comm", None), "search": ("search", None), "baselines": ("baselines", None),
     "cost": ("cost", None), "fl": ("fl", None), "cli": ("cli", None),
     "engine": ("engine", None), "Engine": ("engine", "Engine"),
+    "SearchOptions": ("search", "SearchOptions"), "sweep": ("sweep", None), "ranking": ("ranking", None),
 }
 
 __all__ = [

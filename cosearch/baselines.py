@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from . import memory, placement
-from .hardware import Accelerator, Cluster, SearchSpace, TPUv4
+from .cluster import Cluster
+from .hardware import Accelerator, SearchSpace, TPUv4
 from .models import ModelConfig
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
 

@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Accelerator", "Cluster", "AreaPowerModel", "SearchSpace", "KernelEfficiency",
+    "Accelerator", "AreaPowerModel", "SearchSpace", "KernelEfficiency",
     "TPUv4", "A100", "A100_80GB", "H100", "PRESETS", "preset", "preset_names",
     "DESIGN_FIELDS", "design_array", "IDEAL", "EFFICIENCY_SOURCES",
 ]
@@ -547,4 +547,3 @@ class SearchSpace:
                 "power_budget_w": self.power_budget_w}
 
 
-from .cluster import Cluster  # noqa: E402  (re-exported: clusters are built from chips)

@@ -15,7 +15,7 @@ sweep prices layers at the serial sum of op times (the screening time model of
 :mod:`cosearch.search`).
 
 Then the top ``refine_top`` designs are ranked exactly on ILP-scheduled layer times, as the
-single-model search does (:func:`cosearch.search._refine`), with scores in place of step
+single-model search does (:func:`cosearch.ranking.rank_top_ilp`), with scores in place of step
 times: an ILP layer is never slower than its serial sum, so a design's serial score bounds
 its ILP score from below and the serial top-k's k-th score is a floor; each model's
 throughput is bounded from above by its best plan on :func:`cosearch.schedule.layer_bounds`
@@ -36,11 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from . import memory, placement
+from . import memory, placement, sweep
 from . import plan as plan_mod
-from .hardware import Accelerator, Cluster, SearchSpace
+from .cluster import Cluster
+from .hardware import Accelerator, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
+from .placement import DEFAULT_PLAN_OPTIONS
+from .report import TIME_MODEL_TITLES
 from .results import DesignResult, place_row
 
 __all__ = ["cosearch_models", "MultiModelResults", "JointRow", "OBJECTIVES", "joint_baselines"]
@@ -127,7 +130,6 @@ class MultiModelResults:
     def table(self, top: int = 10) -> str:
         """Plain-text summary: the ILP-ranked designs, then the screened ones (never ranked
         together: their layer times come from different time models)."""
-        from .report import TIME_MODEL_TITLES
         lines = [f"cosearch (models {', '.join(self.models)}; {self.objective} of tokens/s) on {self.chips} chips: "
                  f"{len(self.rows)} designs evaluated, {self.pruned} pruned of {self.total_designs}"
                  + (" (interrupted: partial results)" if self.interrupted else "")]
@@ -216,7 +218,6 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     evaluated again.  ``checkpoint``: a JSON file the partial screening is saved to at most
     every ``checkpoint_every_s`` seconds (a valid ``resume`` file).  Runs in-process; Ctrl-C returns the designs finished so
     far (``interrupted``)."""
-    from .search import DEFAULT_PLAN_OPTIONS, _step_lower_bound, evaluate_designs
     if isinstance(models, (str, ModelConfig)):
         models = [models]
     ms = [model_preset(m) for m in models]
@@ -251,7 +252,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         mbs = tuple(placement.divisors(b))
         units = plan_mod.unit_costs(m, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
                                     engine=opts.get("engine"))
-        lb = _step_lower_bound(units, m, tps, mbs, b, cluster.num_chips)
+        lb = sweep.step_lower_bound(units, m, tps, mbs, b, cluster.num_chips)
         per.append((m, b, tps, mbs, units, (b * m.seq_len) / lb))
     ub = combine(np.stack([p[5] for p in per], axis=-1), objective)
     order = np.argsort(-ub, kind="stable")
@@ -286,7 +287,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
             keep = ch[ub[ch] >= best] if prune else ch
             pruned += len(ch) - len(keep)
             if len(keep):
-                results = [evaluate_designs(m, designs[keep], keep, cluster, b, tps, mbs, units[keep], mem,
+                results = [sweep.evaluate_designs(m, designs[keep], keep, cluster, b, tps, mbs, units[keep], mem,
                                             space.area_power, "sum", opts)
                            for (m, b, tps, mbs, units, _) in per]
                 for k in range(len(keep)):
@@ -349,7 +350,6 @@ def _refine_joint(res: MultiModelResults, per, cluster: Cluster, mem, opts, desi
     import heapq
     import math
 
-    from .search import _step_lower_bound
     sps = tuple(opts.get("sequence_parallel", (False,)))
     flash = bool(opts.get("flash_attention", False))
     plan_opts = {k: v for k, v in opts.items() if k != "sequence_parallel"}
@@ -361,7 +361,7 @@ def _refine_joint(res: MultiModelResults, per, cluster: Cluster, mem, opts, desi
         u = plan_mod.unit_costs(m, designs, cluster, tps, mbs, sps, flash, time_model="bound",
                                 engine=opts.get("engine"))
         bound_units.append(u)
-        tput0.append(b * m.seq_len / _step_lower_bound(u, m, tps, mbs, b, cluster.num_chips))
+        tput0.append(b * m.seq_len / sweep.step_lower_bound(u, m, tps, mbs, b, cluster.num_chips))
     tput0 = np.stack(tput0, axis=-1)
     cand = np.flatnonzero(combine(tput0, objective) >= floor * (1 - 1e-12))
     # (1) each model's best plan on bound layer times, every candidate in one compiled call

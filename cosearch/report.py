@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,13 +12,25 @@ import numpy as np
 if TYPE_CHECKING:
     from .results import Results
 
-__all__ = ["table", "plot", "collapse", "TIME_MODEL_TITLES"]
+__all__ = ["table", "plot", "collapse", "pareto_front", "TIME_MODEL_TITLES"]
 
 
 #: Time models in the order their rows are listed; rows of different models are never
 #: ranked against each other (an ILP-scheduled layer is faster than the serial sum).
 TIME_MODEL_TITLES = (("ilp", "ranked on ILP-scheduled layer times"),
                      ("sum", "screened on serial layer times (not ILP-ranked; an ILP schedule would be faster)"))
+
+
+def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[int]:
+    """Indices of points with no other point of lower-or-equal ``x`` and higher ``y``
+    (minimise x, maximise y), sorted by x."""
+    order = sorted(range(len(x)), key=lambda i: (x[i], -y[i]))
+    front, best = [], -math.inf
+    for i in order:
+        if y[i] > best:
+            front.append(i)
+            best = y[i]
+    return front
 
 
 def collapse(rows) -> list[tuple[object, int]]:
@@ -93,7 +107,6 @@ def plot(res: Results, path: str | os.PathLike | None = None, against: str = "ar
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover
         raise ImportError("Results.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
-    from .results import pareto_front
     f = res.feasible
     key = "area_mm2" if against == "area" else "power_w"
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})

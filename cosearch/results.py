@@ -9,13 +9,13 @@ import csv
 import io
 import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import plan as plan_mod
 from ._json import dump_json, load_json
 from .hardware import DESIGN_FIELDS, Accelerator
+from .report import pareto_front, plot, table
 
 __all__ = ["DesignResult", "Results", "pareto_front"]
 
@@ -86,18 +86,6 @@ def place_row(res, by_index: dict[int, int], index: int, row) -> None:
         by_index[index] = len(res.rows)
         res.rows.append(row)
         res.pruned -= 1
-
-
-def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[int]:
-    """Indices of points with no other point of lower-or-equal ``x`` and higher ``y``
-    (minimise x, maximise y), sorted by x."""
-    order = sorted(range(len(x)), key=lambda i: (x[i], -y[i]))
-    front, best = [], -math.inf
-    for i in order:
-        if y[i] > best:
-            front.append(i)
-            best = y[i]
-    return front
 
 
 @dataclass
@@ -189,11 +177,9 @@ class Results:
 
     def table(self, top: int = 10) -> str:
         """Plain-text summary (see :func:`cosearch.report.table`)."""
-        from .report import table
         return table(self, top)
 
     def plot(self, path: str | os.PathLike | None = None, against: str = "area"):
         """Throughput vs area (or power) with the Pareto front and baselines (see
         :func:`cosearch.report.plot`)."""
-        from .report import plot
         return plot(self, path, against)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from cosearch import hardware
+from cosearch import cluster, hardware
 
 
 @pytest.mark.parametrize("chip,tflops", [(hardware.TPUv4, 275), (hardware.A100, 312), (hardware.H100, 989)])
@@ -140,5 +140,5 @@ def test_search_space_bad_values():
 
 def test_cluster_validation():
     with pytest.raises(ValueError, match="num_chips"):
-        hardware.Cluster(0)
-    assert hardware.Cluster(8).link_bandwidth(hardware.TPUv4) == hardware.TPUv4.link_bandwidth_Bps
+        cluster.Cluster(0)
+    assert cluster.Cluster(8).link_bandwidth(hardware.TPUv4) == hardware.TPUv4.link_bandwidth_Bps

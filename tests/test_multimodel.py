@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from cosearch import hardware, models, multimodel, placement, search
+from cosearch import cluster, hardware, models, multimodel, placement, search, sweep
 
 MiB, GiB = 2**20, 2**30
 
@@ -18,7 +18,7 @@ def _space():
 def test_joint_best_equals_brute_force(objective):
     """Every design through search_plans for every model, combined by hand."""
     ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
-    sp, cl = _space(), hardware.Cluster(16)
+    sp, cl = _space(), cluster.Cluster(16)
     res = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective, refine_top=0)
     full = multimodel.cosearch_models(ms, sp, cl, 32, objective=objective, prune=False, refine_top=0)
     assert full.pruned == 0 and len(full.rows) == len(sp.arrays())
@@ -49,7 +49,7 @@ def test_joint_ilp_ranking_equals_ilp_for_every_design(objective):
     sp = hardware.SearchSpace(tensor_cores=(2, 4), systolic_dims=((32, 32), (128, 128)),
                               vector_units=(1, 4), vector_width=(128,), l1_bytes=(1 * MiB,),
                               l2_bytes=(32 * MiB,), hbm=((8 * GiB, 1.2e12),))
-    cl, k = hardware.Cluster(4), 3
+    cl, k = cluster.Cluster(4), 3
     res = multimodel.cosearch_models(ms, sp, cl, 4, objective=objective, refine_top=k)
     brute = []
     for row in sp.arrays():
@@ -115,7 +115,7 @@ def test_joint_baselines_score_like_designs():
     from cosearch import baselines as bl
     from cosearch.plan import unit_costs
     ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
-    sp, cl = _space(), hardware.Cluster(16)
+    sp, cl = _space(), cluster.Cluster(16)
     res = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, baselines=True)
     b = res.baselines
     assert set(b) == {"TPUv4", "Spotlight", "Megatron-fixed"}
@@ -128,7 +128,7 @@ def test_joint_baselines_score_like_designs():
     for row in sp.arrays():
         t = []
         for m in ms:
-            u = unit_costs(m, row[None], hardware.Cluster(1), (1,), (1,))[0, 0, 0, 0]
+            u = unit_costs(m, row[None], cluster.Cluster(1), (1,), (1,))[0, 0, 0, 0]
             from cosearch._kernels import formulas as F
             t.append(m.seq_len / (u[F.U_LF] + u[F.U_LB]))
         single.append(sum(t) / 2)
@@ -145,7 +145,7 @@ def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monk
     """A result cut short (here: half its rows kept) resumes to the same designs and scores
     as an uninterrupted run, evaluating only the designs it lacks; other settings are refused."""
     ms = ["gpt3-1.3b", "opt-350m"]
-    sp, cl = _space(), hardware.Cluster(16)
+    sp, cl = _space(), cluster.Cluster(16)
     full = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False)
     d = full.to_dict()
     kept = d["rows"][:4]
@@ -154,13 +154,13 @@ def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monk
     import json
     part.write_text(json.dumps(d))
     seen = []
-    real = search.evaluate_designs
+    real = sweep.evaluate_designs
 
     def counting(model, designs, idx, *a, **k):
         seen.extend(int(i) for i in idx)
         return real(model, designs, idx, *a, **k)
 
-    monkeypatch.setattr(search, "evaluate_designs", counting)
+    monkeypatch.setattr(sweep, "evaluate_designs", counting)
     res = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False, resume=part)
     assert not res.interrupted and len(res.rows) == len(full.rows)
     assert {r.index: r.score for r in res.rows} == pytest.approx({r.index: r.score for r in full.rows}, rel=1e-12)
@@ -169,7 +169,7 @@ def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monk
     with pytest.raises(ValueError, match="other settings"):
         multimodel.cosearch_models(ms, sp, cl, 32, objective="geomean", refine_top=0, resume=part)
     with pytest.raises(ValueError, match="other settings"):
-        multimodel.cosearch_models(ms, sp, hardware.Cluster(8), 32, objective="mean", refine_top=0, resume=part)
+        multimodel.cosearch_models(ms, sp, cluster.Cluster(8), 32, objective="mean", refine_top=0, resume=part)
     bad = tmp_path / "bad.json"
     bad.write_text('{"models": ["a"], "rows": [{"score": -1}]}')
     with pytest.raises(ValueError, match="score must be"):
@@ -180,7 +180,7 @@ def test_checkpoint_is_a_resumable_partial_result(tmp_path):
     """With checkpoint_every_s=0 every chunk is saved; the last checkpoint is marked
     interrupted, holds screened rows only, and resumes to the full result."""
     ms = ["gpt3-1.3b", "opt-350m"]
-    sp, cl = _space(), hardware.Cluster(16)
+    sp, cl = _space(), cluster.Cluster(16)
     ck = tmp_path / "ck.json"
     full = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False,
                                       chunk_size=4, checkpoint=ck, checkpoint_every_s=0.0)

@@ -8,7 +8,18 @@ import itertools
 import numpy as np
 import pytest
 
-from cosearch import cost, graph, hardware, memory, models, placement, schedule, search
+from cosearch import (
+    cluster,
+    cost,
+    graph,
+    hardware,
+    memory,
+    models,
+    placement,
+    schedule,
+    search,
+    sweep,
+)
 from cosearch import plan as plan_mod
 
 MiB, GiB = 2**20, 2**30
@@ -21,7 +32,7 @@ def _chip(row):
 def test_ilp_plan_is_the_best_ilp_plan_over_every_choice():
     m = models.preset("gpt3-1.3b")
     chip = hardware.Accelerator("c", 8, 64, 64, 2, 512, 1e9, 1 * MiB, 32 * MiB, 16 * GiB, 1.2e12, 1e11)
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     tps, mbs = (1, 2, 4), (1, 2, 4)
     opts = dict(placement.DEFAULT_PLAN_OPTIONS, sequence_parallel=(False, True))
     brute = []
@@ -53,7 +64,7 @@ def test_buffer_groups_schedule_alike_and_split_where_buffers_bind():
     m = models.preset("gpt3-1.3b")
     designs = _buffer_space().arrays()
     tps, mbs = (1, 2), (1, 2)
-    groups = search.buffer_equivalent_designs(m, designs, tps, mbs, (False,), False)
+    groups = sweep.buffer_equivalent_designs(m, designs, tps, mbs, (False,), False)
     assert sorted(i for g in groups for i in g) == list(range(len(designs)))
     assert any(len(g) > 1 for g in groups)                   # merged where buffers change nothing
     fam = {}
@@ -81,7 +92,7 @@ def test_ranking_with_binding_buffers_equals_ilp_for_every_design():
     m = models.preset("gpt3-1.3b")
     sp = _buffer_space()
     designs = sp.arrays()
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     k = 3
     res = search.cosearch(m, sp, cl, 32, "serial", tps=(1, 2), microbatches=(1, 2), refine_top=k)
     brute = []
@@ -107,7 +118,7 @@ def test_fitting_microbatches_drops_only_sizes_no_plan_fits():
     m = models.preset("gpt3-1.3b")
     chip = hardware.Accelerator("c", 8, 64, 64, 2, 512, 1e9, 1 * MiB, 32 * MiB, 3 * GiB, 1.2e12, 1e11)
     designs = chip.as_array()[None]
-    cl = hardware.Cluster(8)
+    cl = cluster.Cluster(8)
     tps, mbs = (1, 2), (1, 2, 4, 8, 16, 32, 64)
     keep = placement.fitting_microbatches(m, designs, cl, 64, tps, mbs, **placement.DEFAULT_PLAN_OPTIONS)
     assert keep[0] == 1 and len(keep) < len(mbs)            # tight HBM: some sizes go
@@ -137,7 +148,7 @@ def test_scheduled_layer_never_slower_than_serial_sum():
 def test_spread_bound_is_below_every_plan():
     m = models.preset("gpt3-1.3b")
     chip = hardware.Accelerator("c", 8, 64, 64, 2, 512, 1e9, 1 * MiB, 32 * MiB, 16 * GiB, 1.2e12, 1e11)
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     tps, mbs = (1, 2, 4), (1, 2, 4)
     u = plan_mod.unit_costs(m, chip, cl, tps, mbs, (False,))[0]
     sb = placement.spread_bound(u, m, tps, mbs, 32, 16)
@@ -153,7 +164,7 @@ def test_best_plan_steps_equals_search_plans_per_design():
     designs = hardware.SearchSpace(tensor_cores=(2, 8), systolic_dims=((32, 32), (128, 128)), vector_units=(2,),
                                    vector_width=(512,), l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,),
                                    hbm=((GiB // 2, 1.2e12), (16 * GiB, 1.6e12))).arrays()
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     tps, mbs, sps = (1, 2), (1, 2, 4), (False, True)
     opts = dict(placement.DEFAULT_PLAN_OPTIONS)
     units = plan_mod.unit_costs(m, designs, cl, tps, mbs, sps)
@@ -183,7 +194,7 @@ def test_top_k_counts_distinct_results_not_equivalent_designs():
                               l1_bytes=(1 * MiB, 2 * MiB), l2_bytes=(32 * MiB, 64 * MiB, 128 * MiB),
                               hbm=((16 * GiB, 1.2e12),))
     designs = sp.arrays()
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     res = search.cosearch(m, sp, cl, 32, "serial", tps=(1, 2), microbatches=(1, 2), refine_top=2)
     brute = np.array([placement.search_plans(m, _chip(row), cl, 32, tps=(1, 2), microbatches=(1, 2),
                                              time_model="ilp", **search.DEFAULT_PLAN_OPTIONS).best.step_time_s

@@ -127,7 +127,7 @@ def test_max_antichain_against_subsets(seed):
     rng = np.random.default_rng(100 + seed)
     n = int(rng.integers(1, 10))
     preds = _random_dag(rng, n, float(rng.uniform(0.1, 0.6)))
-    reach = schedule._reach(preds, [str(i) for i in range(n)])
+    reach = schedule.problem._reach(preds, [str(i) for i in range(n)])
     assert schedule.max_antichain(reach, np.ones(n, dtype=bool)) == _antichain_brute(preds)
 
 
@@ -186,7 +186,7 @@ def test_core_slots_follow_core_counts_and_antichains():
         kinds = np.array(p.slot_kinds)
         wt, wv = int((kinds == "tensor").sum()), int((kinds == "vector").sum())
         assert wt <= chip.tensor_cores and wv <= chip.vector_units
-        reach = schedule._reach(p.preds, p.names)
+        reach = schedule.problem._reach(p.preds, p.names)
         assert wt <= max(1, schedule.max_antichain(reach, np.ones(len(p), dtype=bool)))
         if chip.tensor_cores == 1:
             assert wt == 1 and not any("core" in n for n in p.mode_names if n.startswith("tensor"))

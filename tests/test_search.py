@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from cosearch import baselines, hardware, models, placement, search
+from cosearch import baselines, cluster, hardware, models, placement, search, sweep
 from cosearch.cli import main
 
 MiB, GiB = 2**20, 2**30
@@ -20,7 +20,7 @@ def small_space(**kw):
 def test_best_is_best_of_exhaustive_and_pruning_keeps_it():
     m = models.preset("gpt3-1.3b")
     sp = small_space()
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     res = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=True)
     full = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=False)
     assert full.pruned == 0 and len(full.rows) == len(sp.arrays())
@@ -39,14 +39,14 @@ def test_best_is_best_of_exhaustive_and_pruning_keeps_it():
 def test_pruning_bound_is_valid():
     m = models.preset("gpt3-1.3b")
     sp = small_space()
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     full = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=False)
     designs = sp.arrays()
     tps = placement.default_tps(m, 16)
     mbs = placement.divisors(32)
     from cosearch.plan import unit_costs
     units = unit_costs(m, designs, cl, tps, mbs, (False,))
-    lb = search._step_lower_bound(units, m, tps, mbs, 32, 16)
+    lb = sweep.step_lower_bound(units, m, tps, mbs, 32, 16)
     for r in full.feasible:
         assert lb[r.index] <= r.plan.step_time_s * (1 + 1e-9)
 
@@ -98,18 +98,18 @@ def test_default_executor_starts_a_pool_only_for_a_long_sweep(monkeypatch):
     sp = small_space()
     a = search.cosearch("gpt3-1.3b", sp, 16, 32, "serial", refine_top=0, prune=False)
     started = []
-    real = search.ProcessPoolExecutor
+    real = sweep.ProcessPoolExecutor
 
     def spy(*args, **kwargs):
         started.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(search, "ProcessPoolExecutor", spy)
-    monkeypatch.setattr(search, "AUTO_POOL_AFTER_S", 1e9)
+    monkeypatch.setattr(sweep, "ProcessPoolExecutor", spy)
+    monkeypatch.setattr(sweep, "AUTO_POOL_AFTER_S", 1e9)
     b = search.cosearch("gpt3-1.3b", sp, 16, 32, None, refine_top=0, prune=False, chunk_size=8)
     assert not started
-    monkeypatch.setattr(search, "AUTO_POOL_AFTER_S", 0.0)
-    monkeypatch.setattr(search.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(sweep, "AUTO_POOL_AFTER_S", 0.0)
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 2)
     c = search.cosearch("gpt3-1.3b", sp, 16, 32, None, refine_top=0, prune=False, chunk_size=8)
     assert started
     want = sorted((r.index, r.tokens_per_s) for r in a.rows)
@@ -130,7 +130,7 @@ def test_dask_executor():
 
 def test_keyboard_interrupt_returns_partial(monkeypatch):
     calls = {"n": 0}
-    real = search.evaluate_designs
+    real = sweep.evaluate_designs
 
     def flaky(*a, **k):
         calls["n"] += 1
@@ -138,7 +138,7 @@ def test_keyboard_interrupt_returns_partial(monkeypatch):
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(search, "evaluate_designs", flaky)
+    monkeypatch.setattr(sweep, "evaluate_designs", flaky)
     res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", chunk_size=4, prune=False)
     assert res.interrupted and 0 < len(res.rows) < res.total_designs
 
@@ -223,7 +223,7 @@ def test_results_report_and_baselines_do_not_import_the_search_loop():
 
 def test_fixed_megatron_is_phazes_placement_and_never_beats_the_plan_search():
     m = models.preset("gpt3-175b")
-    cl = hardware.Cluster(1024)
+    cl = cluster.Cluster(1024)
     p, why = baselines.fixed_megatron(m, hardware.TPUv4, cl, 1536)
     assert p is not None and why == ""
     assert (p.dp, p.tp, p.pp) == (8, 4, 32)                 # PHAZE's Solver/baseline_configs.py
@@ -239,17 +239,17 @@ def test_fixed_megatron_is_phazes_placement_and_never_beats_the_plan_search():
 
 
 def test_fixed_megatron_says_why_not():
-    p, why = baselines.fixed_megatron(models.preset("opt-350m"), hardware.TPUv4, hardware.Cluster(1024), 4096)
+    p, why = baselines.fixed_megatron(models.preset("opt-350m"), hardware.TPUv4, cluster.Cluster(1024), 4096)
     assert p is None and "dp=85" in why                     # 4096 sequences do not split over 85 replicas
-    p, why = baselines.fixed_megatron(models.preset("gpt3-13b"), hardware.TPUv4, hardware.Cluster(1024), 1536)
+    p, why = baselines.fixed_megatron(models.preset("gpt3-13b"), hardware.TPUv4, cluster.Cluster(1024), 1536)
     assert p is None and "no fixed Megatron placement" in why
-    p, why = baselines.fixed_megatron(models.preset("gpt3-175b"), hardware.TPUv4, hardware.Cluster(512), 1536)
+    p, why = baselines.fixed_megatron(models.preset("gpt3-175b"), hardware.TPUv4, cluster.Cluster(512), 1536)
     assert p is None and "1024 chips" in why
 
 
 def test_plan_search_cutoff_keeps_the_best_or_says_cut():
     m = models.preset("gpt3-1.3b")
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     full = placement.search_plans(m, hardware.TPUv4, cl, 32, **search.DEFAULT_PLAN_OPTIONS)
     t = full.best.step_time_s
     above = placement.search_plans(m, hardware.TPUv4, cl, 32, cutoff_s=t * 1.001, **search.DEFAULT_PLAN_OPTIONS)
@@ -263,12 +263,12 @@ def test_equivalent_designs_have_the_same_plan_and_rows_match_a_per_design_searc
     design's row must still equal its own plan search."""
     m = models.preset("gpt3-1.3b")
     sp = small_space(vector_units=(2, 4), l2_bytes=(32 * MiB, 64 * MiB))
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     res = search.cosearch(m, sp, cl, 32, "serial", refine_top=0, prune=False)
     from cosearch.plan import unit_costs
     designs = sp.arrays()
     tps, mbs = placement.default_tps(m, 16), placement.divisors(32)
-    group, members = search.equivalent_designs(designs, unit_costs(m, designs, cl, tps, mbs, (False,)))
+    group, members = sweep.equivalent_designs(designs, unit_costs(m, designs, cl, tps, mbs, (False,)))
     assert len(members) < len(designs)           # vector units / L2 that change nothing are shared
     by_index = {r.index: r for r in res.rows}
     assert sorted(by_index) == list(range(len(designs)))
@@ -285,7 +285,7 @@ def test_exact_ilp_ranking_equals_ilp_for_every_design():
     sp = hardware.SearchSpace(tensor_cores=(2, 4, 8), systolic_dims=((64, 64), (128, 128)), vector_units=(2,),
                               vector_width=(512,), l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,),
                               hbm=((16 * GiB, 1.2e12),))
-    cl = hardware.Cluster(16)
+    cl = cluster.Cluster(16)
     k = 2
     res = search.cosearch(m, sp, cl, 32, "serial", tps=(1, 2), microbatches=(1, 2), refine_top=k)
     brute = []
