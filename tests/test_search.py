@@ -359,3 +359,28 @@ def test_layer_bounds_never_exceed_the_ilp_on_phaze_designs(name, tp, mb):
         assert w <= r.latency_s * (1 + 1e-9)          # the cheap screen is a bound too
         ratios.append(w / r.latency_s)
     assert np.median(ratios) > 0.8                 # and a tight one where compute binds
+
+
+def test_resume_accepts_unlimited_budgets_ranked_and_finished_files(tmp_path):
+    """Resume compares only the settings that change results: an unlimited power budget
+    (saved as null, as PHAZE's space has it), the ILP ranking's ``meta`` keys and a finished
+    file are all accepted, and the resumed run gives the uninterrupted answer; a setting that
+    changes results is still refused, naming it."""
+    m = models.preset("gpt3-1.3b")
+    sp = small_space(power_budget_w=float("inf"))
+    full = search.cosearch(m, sp, 16, 32, "serial", refine_top=1)
+    assert "ilp_ranking" in full.meta and full.meta["power_budget_w"] == float("inf")
+    f = tmp_path / "r.json"
+    full.to_json(f)
+    again = search.cosearch(m, sp, 16, 32, "serial", refine_top=1, resume=f)
+    assert again.best.index == full.best.index
+    assert again.best.tokens_per_s == pytest.approx(full.best.tokens_per_s, rel=1e-12)
+    # a file cut short mid-sweep (half its rows, marked interrupted) resumes to the same answer
+    d = json.loads(f.read_text())
+    d["rows"] = [r for r in d["rows"] if r["time_model"] == "sum"][: len(d["rows"]) // 2]
+    d["interrupted"] = True
+    f.write_text(json.dumps(d))
+    part = search.cosearch(m, sp, 16, 32, "serial", refine_top=1, resume=f)
+    assert part.best.index == full.best.index and not part.interrupted
+    with pytest.raises(ValueError, match="these differ: tps"):
+        search.cosearch(m, sp, 16, 32, "serial", tps=(1,), refine_top=1, resume=f)

@@ -1,0 +1,112 @@
+"""The package's shape: imports flow one way (no cycles, lazy imports included), heavy
+dependencies stay out of ``import cosearch``, and the search settings are one validated
+dataclass."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from cosearch import search
+
+PKG = pathlib.Path(__file__).resolve().parents[1] / "cosearch"
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports anywhere in its body (function-level imports
+    count; imports under ``if TYPE_CHECKING:`` do not run and do not count)."""
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text())
+        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                and "TYPE_CHECKING" in ast.dump(node.test) for n in ast.walk(node)}
+        base = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(tree):
+            if id(node) in skip or not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                parts = base.split(".")
+                target = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in files]
+            for t in subs or [target]:
+                if t in files and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of two or more modules (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(g) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    """No module imports one that (directly or through others) imports it back, not even
+    lazily inside a function (the package's ``__init__`` re-exports are not edges back)."""
+    g = _import_graph()
+    g = {m: {t for t in ts if t != "cosearch"} for m, ts in g.items() if m != "cosearch"}
+    assert g["cosearch.search"] >= {"cosearch.sweep", "cosearch.ranking", "cosearch.multimodel"}
+    assert _cycles(g) == []
+
+
+def test_import_is_light():
+    """``import cosearch`` does not import torch or cvxpy (or numba's compiler)."""
+    code = ("import sys, cosearch; "
+            "print(','.join(m for m in ('torch', 'cvxpy', 'numba') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_search_options_validate_and_refuse_unknown_names():
+    o = search.SearchOptions()
+    assert o.refine_top == 3 and o.prune and o.executor is None
+    assert o.with_(refine_top=0).refine_top == 0
+    with pytest.raises(TypeError, match="unknown search option"):
+        o.with_(refine=1)
+    for bad in ({"refine_top": -1}, {"ilp_designs": 0}, {"chunk_size": 1.5}, {"checkpoint_every_s": float("nan")},
+                {"objective": "median"}, {"prune": "yes"}):
+        with pytest.raises(ValueError):
+            search.SearchOptions(**bad)
+    with pytest.raises(TypeError, match="unknown search option"):
+        search.cosearch("bert-large", None, 8, 16, "serial", refine=1)
