@@ -93,7 +93,7 @@ def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fracti
 def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0,
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
-    e_t, e_a, e_m, launch = IDEAL.as_array() if eff is None else eff
+    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over = IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
@@ -117,7 +117,14 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         nbytes = np.where(total <= l2, total, blocked)
         need_l1 = dt * 2.0 * r * c + r * (r * dt + 4.0 * c)
         nbytes = nbytes + np.where(need_l1 > d["l1_bytes"], tiles * np.ceil(m / r) * r * c * dt, 0.0)
-        tensor_t = np.maximum(compute_t / e_t, nbytes / bw) + launch
+        if slots > 0:     # thread-block tiles over the SMs (an independent NumPy statement of the rule)
+            sl = max(1.0, np.floor(slots * frac))
+            blocks = b * np.ceil(m / tm) * np.ceil(n / tn)
+            occupied = np.ceil(blocks / sl) * sl * tm * tn
+            shape = (m * n * b / occupied) * (k / (np.ceil(k / tk) * tk + k_over))
+        else:
+            shape = 1.0
+        tensor_t = np.maximum(compute_t / (e_t * shape), nbytes / bw) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
         attn_t = np.maximum(compute_t / e_a, op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]

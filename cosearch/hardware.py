@@ -79,19 +79,28 @@ DESIGN_FIELDS = (
 )
 
 
-#: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads).
-EFF_FIELDS = ("tensor", "attention", "memory", "launch_s")
+#: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
+#: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
+EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
+              "k_overhead")
 
 
 @dataclass(frozen=True)
 class KernelEfficiency:
     """What a chip's kernels achieve on top of the roofline.
 
-    ``tensor``: fraction of the modelled compute rate that GEMMs reach when compute-bound;
-    ``attention``: the same for the attention core (batched score/context matmuls or a
-    fused flash-attention kernel); ``memory``: fraction of peak HBM bandwidth that
+    ``tensor``: fraction of the modelled compute rate that GEMMs reach at their best shape
+    when compute-bound; ``attention``: the same for the attention core (batched score/context
+    matmuls or a fused flash-attention kernel); ``memory``: fraction of peak HBM bandwidth that
     memory-bound kernels stream at; ``launch_s``: fixed time per kernel.  An op costs
     ``max(compute / eff, bytes / (memory * HBM bandwidth)) + launch_s``.
+
+    GEMM shape (GPUs): with ``tile_slots > 0`` a GEMM's efficiency is ``tensor`` times
+    :func:`cosearch._kernels.formulas.gemm_shape_efficiency` — ``tile_m x tile_n`` output
+    tiles of ``tile_k``-deep main-loop steps, ``tile_slots`` tiles at once (one per SM),
+    ``k_overhead`` K-equivalents of pipeline prologue per tile — so small, skinny and
+    badly-divided GEMMs run below the best-shape rate.  ``tile_slots = 0`` (the default)
+    turns it off.
     """
 
     tensor: float = 1.0
@@ -99,6 +108,11 @@ class KernelEfficiency:
     memory: float = 1.0
     launch_s: float = 0.0
     source: str = "ideal roofline"
+    tile_m: int = 0
+    tile_n: int = 0
+    tile_k: int = 0
+    tile_slots: int = 0
+    k_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("tensor", "attention", "memory"):
@@ -107,9 +121,26 @@ class KernelEfficiency:
                 raise ValueError(f"KernelEfficiency.{f} must be in (0, 1], got {v!r}")
         if not (isinstance(self.launch_s, (int, float)) and 0.0 <= self.launch_s < 1.0):
             raise ValueError(f"KernelEfficiency.launch_s must be in [0, 1) seconds, got {self.launch_s!r}")
+        tiles = ("tile_m", "tile_n", "tile_k", "tile_slots")
+        for f in tiles:
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"KernelEfficiency.{f} must be a non-negative integer, got {v!r}")
+        if self.tile_slots and not all(getattr(self, f) > 0 for f in tiles[:3]):
+            raise ValueError("KernelEfficiency: tile_slots > 0 needs positive tile_m, tile_n and tile_k "
+                             f"(got {self.tile_m}, {self.tile_n}, {self.tile_k})")
+        if not (isinstance(self.k_overhead, (int, float)) and 0.0 <= self.k_overhead < 1e6):
+            raise ValueError(f"KernelEfficiency.k_overhead must be in [0, 1e6) K-elements, got {self.k_overhead!r}")
 
     def as_array(self) -> np.ndarray:
-        return np.array([self.tensor, self.attention, self.memory, self.launch_s], dtype=np.float64)
+        return np.array([float(getattr(self, f)) for f in EFF_FIELDS], dtype=np.float64)
+
+    def shape_efficiency(self, m: float, n: float, k: float, batch: float = 1.0) -> float:
+        """The GEMM shape factor (1 without a tile model) for one ``batch x (m x k) @ (k x n)``."""
+        from ._kernels.formulas import gemm_shape_efficiency
+        return float(gemm_shape_efficiency(float(m), float(n), float(k), float(batch), float(self.tile_m),
+                                           float(self.tile_n), float(self.tile_k), float(self.tile_slots),
+                                           float(self.k_overhead)))
 
 
 #: The plain roofline (PHAZE's assumption for searched designs).
@@ -117,20 +148,29 @@ IDEAL = KernelEfficiency()
 
 #: Where each preset's kernel-efficiency constants come from (kernel-level measurements only).
 EFFICIENCY_SOURCES = {
-    "A100": "tensor 0.859: maximum achievable bf16 matmul 267.9 of 312 TFLOP/s on A100 SXM "
-            "(S. Bekman, ml-engineering, MAMF table, CUDA 12.1); attention 0.72: FlashAttention-2 "
-            "fwd+bwd reaches 225 of 312 TFLOP/s on A100 (Dao 2023, sec. 4.1); memory 0.88: "
-            "device-to-device copy reaches ~1.8 of 2.04 TB/s on A100-80GB and ~1.37 of 1.56 TB/s on "
-            "A100-40GB (BabelStream/nvbandwidth-class copy kernels, ~88-90% of peak); launch 4 us "
-            "per kernel (CUDA launch + PyTorch dispatch, ~4 us measured per eager op).",
-    "H100": "tensor 0.801: maximum achievable bf16 matmul 792.1 of 989 TFLOP/s on H100 SXM "
-            "(ml-engineering MAMF table, CUDA 12.1); attention 0.60: FlashAttention-3 bf16 reaches "
-            "~740 TFLOP/s forward and ~550 backward on H100 SXM (Shah et al. 2024); memory 0.90: a "
+    "A100": "GEMM shape model: CUTLASS's default SM80 tensor-op configuration, 128x256x64 thread-block "
+            "tiles with 3 pipeline stages (cutlass/gemm/device/default_gemm_configuration.h), so 2 x 64 = 128 "
+            "K-elements of prologue per tile, one tile per SM on the 108 SMs; tensor 0.931: the best-shape bf16 "
+            "matmul, 271.2 of 312 TFLOP/s at 1024x10240x5120 (S. Bekman, ml-engineering, MAMF table, torch "
+            "2.6+cu126; the sustained clock under the power limit is in the measurement), divided by the shape "
+            "model at that shape; checked against every GEMM row of cosearch/data/public_kernels.csv "
+            "(tests/test_kernel_model.py).  Attention 0.50: FlashAttention-2 fwd+bwd, causal, head dim 128, "
+            "seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, as cosearch "
+            "counts them).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
+            "(FastIceFlo effective-throughput table; chsasank device-benchmarks).  Launch 4 us per kernel "
+            "(CUDA launch + PyTorch dispatch).",
+    "H100": "GEMM shape model: 128x256x64 tiles, 128 K-elements of prologue, one tile per SM on the 132 SMs "
+            "(assumed as on SM80: CUTLASS 3's warp-specialised SM90 kernels use the same tile); tensor 0.856: "
+            "best-shape bf16 matmul 794.5 of 989 TFLOP/s at 2048x2048x13312 on H100 SXM (ml-engineering MAMF "
+            "table, torch 2.7+cu126) divided by the shape model there.  Attention 0.60: FlashAttention-3 bf16 "
+            "reaches ~740 TFLOP/s forward and ~550 backward on H100 SXM (Shah et al. 2024); memory 0.90: a "
             "4 GiB device copy reaches 90.6% of peak HBM bandwidth on a Hopper card; launch 4 us.",
 }
 
-_A100_EFF = KernelEfficiency(0.859, 0.72, 0.88, 4e-6, EFFICIENCY_SOURCES["A100"])
-_H100_EFF = KernelEfficiency(0.801, 0.60, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"])
+_A100_EFF = KernelEfficiency(0.931, 0.50, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256, tile_k=64,
+                             tile_slots=108, k_overhead=128.0)
+_H100_EFF = KernelEfficiency(0.856, 0.60, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256, tile_k=64,
+                             tile_slots=132, k_overhead=128.0)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0)):
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op
     cores_total, r, c, vu, vw, clock, l1, l2, _hbm, hbm_bw, _link = d
-    e_tensor, e_attention, e_memory, launch = eff
+    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over = (tuple(eff) + (0, 0, 0, 0, 0.0))[:9]
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
         cores = max(1, math.floor(cores_total * frac))
@@ -31,11 +31,34 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0)):
             traffic = a_bytes * math.ceil(n / t) + b_bytes * math.ceil(m / t) + c_bytes
         if 2 * r * c * dt + r * (r * dt + 4 * c) > l1:
             traffic += tiles * math.ceil(m / r) * r * c * dt
+        if slots > 0:   # thread-block tiles: count the rounds the busiest SM runs
+            sl = max(1, math.floor(slots * frac))
+            blocks = int(b) * math.ceil(m / tm) * math.ceil(n / tn)
+            rounds = blocks // sl + (1 if blocks % sl else 0)
+            e_tensor = e_tensor * (m * n * b) / (rounds * sl * tm * tn) * k / (math.ceil(k / tk) * tk + k_over)
         return max(compute / e_tensor, traffic / bw) + launch
     if kind == 1:
         lanes = vu * frac * vw
         return max(math.ceil(elems / lanes) * ope / clock, (br + bw_) / bw) + launch
     return 0.0
+
+
+def gemm_tiles_simulated(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead):
+    """Efficiency of a tiled GEMM by simulation: every output tile (edge tiles clipped) is
+    handed to the SM that frees up first; a tile costs ``ceil(k / tile_k) tile_k +
+    k_overhead`` MAC-rounds of a full ``tile_m x tile_n`` tile whatever its size.  Returns
+    useful MACs / (makespan x slots x tile_m x tile_n)."""
+    import heapq
+    free = [0.0] * slots
+    heapq.heapify(free)
+    useful = 0.0
+    cost = math.ceil(k / tile_k) * tile_k + k_overhead
+    for _ in range(batch):
+        for i in range(0, m, tile_m):
+            for j in range(0, n, tile_n):
+                useful += min(tile_m, m - i) * min(tile_n, n - j) * k
+                heapq.heappush(free, heapq.heappop(free) + cost)
+    return useful / (max(free) * slots * tile_m * tile_n)
 
 
 def roofline(ops, designs, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0)):

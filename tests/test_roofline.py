@@ -29,7 +29,10 @@ def random_designs(rng, n):
     return np.array(rows, dtype=float)
 
 
-EFFS = [hardware.IDEAL, hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6), hardware.KernelEfficiency(0.5, 0.9, 0.3, 0)]
+EFFS = [hardware.IDEAL, hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6), hardware.KernelEfficiency(0.5, 0.9, 0.3, 0),
+        hardware.KernelEfficiency(0.9, 0.5, 0.75, 4e-6, tile_m=128, tile_n=256, tile_k=64, tile_slots=108,
+                                  k_overhead=128.0),
+        hardware.KernelEfficiency(1.0, 1.0, 1.0, 0.0, tile_m=64, tile_n=32, tile_k=16, tile_slots=7, k_overhead=5.0)]
 
 
 @pytest.mark.parametrize("frac", [1.0, 0.5, 0.25])
@@ -62,18 +65,15 @@ def test_gemm_never_beats_peak_or_bandwidth(m, n, k, chip):
 
 @pytest.mark.parametrize("chip", [hardware.H100, hardware.A100_80GB, hardware.TPUv4])
 def test_large_gemm_runs_at_the_measured_ceiling(chip):
-    # a big square GEMM reaches the chip's measured matmul efficiency (MAMF for the GPU
-    # presets: 792/989 on H100, 268/312 on A100), not the datasheet peak
+    # a big square GEMM reaches the chip's best-shape matmul efficiency times its shape factor
+    # (1 for TPUv4, which has no tile model), never more; the GPU presets' figures are checked
+    # against measured kernels in test_kernel_model.py
     s = 8192
     op = graph.Op("g", "gemm", m=s, n=s, k=s, bytes_read=4 * s * s, bytes_written=2 * s * s)
     t = cost.price_on(np.array([op.as_row()]), chip)[0]
     achieved = op.flops / t
-    ceiling = chip.efficiency.tensor * chip.peak_flops
+    ceiling = chip.efficiency.tensor * chip.efficiency.shape_efficiency(s, s, s) * chip.peak_flops
     assert 0.95 * ceiling <= achieved <= ceiling
-    if chip.name == "H100":
-        assert achieved == pytest.approx(792.1e12, rel=0.03)
-    if chip.name == "A100-80GB":
-        assert achieved == pytest.approx(267.9e12, rel=0.03)
 
 
 def test_padding_waste_hand_worked():

@@ -100,6 +100,34 @@ B_T, B_E, B_MEM, B_PARAMS, B_COST = 9, 10, 11, 12, 13
 NB = 14
 
 
+#: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
+(E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD) = range(9)
+NE = 9
+
+
+# ---------------------------------------------------------------- GEMM shape efficiency
+@njit(cache=True, inline="always")
+def gemm_shape_efficiency(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead):
+    """Fraction of a GPU's best-shape GEMM rate that a ``batch`` x (m x k) @ (k x n) GEMM
+    reaches, from how a tiled kernel maps onto the chip (wave and tile quantisation).
+
+    The output is cut into ``tile_m x tile_n`` thread-block tiles; ``slots`` of them run at
+    once (one per SM), so the kernel takes ``waves = ceil(tiles / slots)`` rounds and the
+    useful fraction of the SM-rounds it occupies is ``m n batch / (waves slots tile_m
+    tile_n)`` (partial last wave, padded edge tiles, idle SMs of a small GEMM).  Along K a
+    tile runs ``ceil(k / tile_k)`` main-loop steps of ``tile_k`` plus a pipeline prologue
+    and epilogue worth ``k_overhead`` more (the software pipeline filling its stages before
+    the first MMA): ``k / (ceil(k / tile_k) tile_k + k_overhead)``.  1 where ``slots <= 0``
+    (the model is off: search-space designs are priced on the plain roofline)."""
+    if slots <= 0.0:
+        return 1.0
+    tiles = batch * math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    waves = math.ceil(tiles / slots)
+    spatial = (m * n * batch) / (waves * slots * tile_m * tile_n)
+    temporal = k / (math.ceil(k / tile_k) * tile_k + k_overhead)
+    return spatial * temporal
+
+
 # ---------------------------------------------------------------- collectives
 @njit(cache=True)
 def group_layout(n, stride, net):

@@ -27,7 +27,10 @@ Attention op (kind 3: batched activation matmuls or a fused flash kernel): the t
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
 Network op: 0 (priced by cosearch.comm).
 Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction * eff[2]))
-+ eff[3] (launch).
++ eff[3] (launch).  A GEMM's ``eff_unit`` is ``eff[0]`` times
+:func:`cosearch._kernels.formulas.gemm_shape_efficiency` (wave and tile quantisation of a
+GPU's thread-block tiles over its SMs, ``eff[4:9]``; 1 where ``eff[7]`` (slots) is 0), the
+slots scaled by ``core_fraction`` like the cores.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ import math
 
 import numpy as np
 from numba import njit, prange
+
+from .formulas import gemm_shape_efficiency
 
 
 @njit(cache=True, inline="always")
@@ -69,7 +74,11 @@ def _price_one(op, d, frac, eff):
             compute = cycles / clock / eff[1]
             mem = (op[7] + op[8]) / bw
             return (compute if compute > mem else mem) + eff[3]
-        compute = cycles / clock / eff[0]
+        slots = math.floor(eff[7] * frac)
+        if eff[7] > 0.0 and slots < 1.0:
+            slots = 1.0
+        shape = gemm_shape_efficiency(m, n, k, b, eff[4], eff[5], eff[6], slots, eff[8])
+        compute = cycles / clock / (eff[0] * shape)
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]
         if total <= l2:
