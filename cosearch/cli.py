@@ -165,13 +165,44 @@ def _resume_file(resume, out):
     return path
 
 
-def _finish_search(res, out: str | None, top: int) -> int:
-    """Save, print, and choose the exit status: 130/143 interrupted, 3 nothing fits."""
-    from ._interrupt import exit_code
-    if out:
+#: Exit status when the result could not be written to ``--out`` (it went to a fallback file).
+EXIT_SAVE_FAILED = 4
+
+
+def _save_with_fallback(res, out: str) -> str | None:
+    """Write ``res`` to ``out``; if that fails, to a fallback file (next to ``out``, else in the
+    current folder, else in the temp folder).  Returns the fallback path used (None: saved
+    to ``out``); raises only if every place failed."""
+    import os
+    import tempfile
+    try:
         res.to_json(out)
+        return None
+    except OSError as exc:
+        first = exc
+    stem = os.path.splitext(os.path.basename(out))[0] or "results"
+    name = f"{stem}.unsaved-{os.getpid()}.json"
+    for folder in (os.path.dirname(os.path.abspath(out)), os.getcwd(), tempfile.gettempdir()):
+        path = os.path.join(folder, name)
+        try:
+            res.to_json(path)
+        except OSError:
+            continue
+        print(f"cosearch: error: could not write {out} ({first}); the result is saved in {path}", file=sys.stderr)
+        return path
+    raise first
+
+
+def _finish_search(res, out: str | None, top: int) -> int:
+    """Print, save, and choose the exit status: 130/143 interrupted, 3 nothing fits, 4 the
+    result could not be written to ``out`` (it is in a fallback file the message names).
+    The table is printed before the save, so a failed save never hides the result."""
+    from ._interrupt import exit_code
     print(res.table(top=top))
     if out:
+        fallback = _save_with_fallback(res, out)
+        if fallback is not None:
+            return EXIT_SAVE_FAILED
         print(f"saved {out}")
     if res.interrupted:
         print("cosearch: interrupted; the finished part is saved" + (f" in {out} (continue with --resume)"

@@ -240,3 +240,30 @@ def test_serial_and_workers_exclude_each_other(capsys):
     assert "--serial and --workers exclude each other" in capsys.readouterr().err
     with pytest.raises(ValueError, match="worker processes must be >= 1"):
         search.cosearch("gpt3-1.3b", None, 64, 256, 0, refine_top=0)
+
+
+def test_failed_final_save_prints_the_table_and_keeps_the_result(tmp_path, monkeypatch, capsys):
+    """--out passed the up-front check, then its folder vanished: the table is still printed,
+    the result goes to a fallback file named in the message, and the exit status is 4."""
+    import shutil
+
+    from cosearch import cli
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    real = search.cosearch
+
+    def run_then_remove(*a, **k):
+        res = real(*a, **k)
+        shutil.rmtree(gone)
+        return res
+    monkeypatch.setattr(search, "cosearch", run_then_remove)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["search", "--model", "bert-large", "--chips", "8", "--batch", "16", "--serial", "--refine-top", "0",
+               "--out", str(gone / "r.json")])
+    out, err = capsys.readouterr()
+    assert rc == cli.EXIT_SAVE_FAILED
+    assert "designs evaluated" in out and "saved" not in out
+    fallback = [p for p in tmp_path.iterdir() if p.name.startswith("r.unsaved-")]
+    assert len(fallback) == 1 and str(fallback[0].name) in err
+    back = search.Results.from_json(fallback[0])
+    assert back.best is not None and not back.interrupted
