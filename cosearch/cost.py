@@ -13,7 +13,7 @@ to a table of measured op and collective times.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -235,8 +235,10 @@ def calibrate(chip: Accelerator, measurements, cluster=None) -> Calibration:
                            dtype_bytes=int(t)).as_row()
                         for a, bb, c, d, t, kk in zip(m, n, k, b, dt, kinds)])
         # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)
-        compute = price(arr, chip.with_(hbm_bandwidth_Bps=1e30), efficiency=IDEAL)[0]
-        memory = price(arr, chip.with_(clock_hz=1e30), efficiency=IDEAL)[0]
+        # (with the chip's GEMM shape model, if it has one: only the four scalars are fitted)
+        unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0)
+        compute = price(arr, chip.with_(hbm_bandwidth_Bps=1e30), efficiency=unit)[0]
+        memory = price(arr, chip.with_(clock_hz=1e30), efficiency=unit)[0]
         is_att = arr[:, 0] == 3.0
         y = np.log(sec)
 
@@ -252,8 +254,8 @@ def calibrate(chip: Accelerator, measurements, cluster=None) -> Calibration:
         if is_att.any():
             e_a = e_a2
         rms = float(np.sqrt(np.mean(fit.fun ** 2)))
-    eff = KernelEfficiency(e_t, e_a, e_m, launch, source=f"calibrated on {len(ops_rows)} measured ops "
-                           f"(rms log error {rms:.3f})")
+    eff = replace(chip.efficiency, tensor=e_t, attention=e_a, memory=e_m, launch_s=launch,
+                  source=f"calibrated on {len(ops_rows)} measured ops (rms log error {rms:.3f})")
     out = {"intra": (None, None), "inter": (None, None)}
     coll_rows = np.flatnonzero(coll)
     if len(coll_rows):

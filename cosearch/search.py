@@ -214,7 +214,8 @@ def _resumed_rows(resume, sp: sweep.SweepSpace, meta: dict) -> tuple[list[Design
     old = Results.from_json(resume)
     have = (old.model, old.chips, old.global_batch, old.total_designs)
     want = (sp.model.name, sp.cluster.num_chips, sp.global_batch, len(sp.designs))
-    differ = [k for k in SETTINGS_KEYS if settings_of(old.meta).get(k) != settings_of(meta).get(k)]
+    was, now = settings_of(old.meta), settings_of(meta)
+    differ = [k for k in SETTINGS_KEYS if was.get(k) != now.get(k)]
     if have != want or differ:
         why = f"; these differ: {', '.join(differ)}" if differ else ""
         raise ValueError(f"{resume}: it was made with other settings ({old.model}, {old.chips} chips, batch "

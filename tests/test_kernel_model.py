@@ -91,3 +91,11 @@ def test_small_and_skinny_gemms_run_below_the_best_shape():
     assert e.shape_efficiency(512, 512, 8192) < 0.2         # 8 tiles on 108 SMs
     assert e.shape_efficiency(8192, 8192, 64) < 0.35        # the prologue dominates a K of 64
     assert math.isclose(e.shape_efficiency(8192, 8192, 8192, 2), e.shape_efficiency(16384, 8192, 8192), rel_tol=0.02)
+
+
+def test_efficiency_columns_match_the_kernel_indices():
+    from cosearch._kernels import formulas as F
+    names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD")
+    assert [getattr(F, n) for n in names] == list(range(len(hardware.EFF_FIELDS)))
+    e = hardware.A100_80GB.efficiency.as_array()
+    assert (e[F.E_SLOTS], e[F.E_TILE_M], e[F.E_K_OVERHEAD]) == (108, 128, 128)

@@ -129,9 +129,11 @@ def test_bad_input():
 def test_calibrate_recovers_a_known_efficiency_curve(tmp_path):
     """Synthetic measurements from a known (tensor, attention, memory, launch) curve are
     fitted back, from a mapping and from a CSV file; collectives too."""
+    from dataclasses import replace
+
     from cosearch import cluster
-    truth = hardware.KernelEfficiency(0.71, 0.55, 0.83, 6e-6)
     chip = hardware.A100_80GB
+    truth = replace(chip.efficiency, tensor=0.71, attention=0.55, memory=0.83, launch_s=6e-6)
     rng = np.random.default_rng(3)
     rows = []
     for i in range(60):
@@ -150,6 +152,7 @@ def test_calibrate_recovers_a_known_efficiency_curve(tmp_path):
     assert got.attention == pytest.approx(truth.attention, rel=1e-3)
     assert got.memory == pytest.approx(truth.memory, rel=1e-3)
     assert got.launch_s == pytest.approx(truth.launch_s, rel=1e-2)
+    assert got.as_array()[4:].tolist() == chip.efficiency.as_array()[4:].tolist()   # shape model kept
     # collectives: t = f (n-1)/n S / (e B) + f (n-1) a on a DGX-like cluster
     cl = cluster.dgx_a100(4)
     coll = {"collective": [], "bytes": [], "group": [], "link": [], "seconds": []}

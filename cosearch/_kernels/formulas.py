@@ -102,7 +102,6 @@ NB = 14
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD) = range(9)
-NE = 9
 
 
 # ---------------------------------------------------------------- GEMM shape efficiency

@@ -40,7 +40,15 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .formulas import gemm_shape_efficiency
+from .formulas import (
+    E_K_OVERHEAD,
+    E_SLOTS,
+    E_TENSOR,
+    E_TILE_K,
+    E_TILE_M,
+    E_TILE_N,
+    gemm_shape_efficiency,
+)
 
 
 @njit(cache=True, inline="always")
@@ -74,11 +82,12 @@ def _price_one(op, d, frac, eff):
             compute = cycles / clock / eff[1]
             mem = (op[7] + op[8]) / bw
             return (compute if compute > mem else mem) + eff[3]
-        slots = math.floor(eff[7] * frac)
-        if eff[7] > 0.0 and slots < 1.0:
+        slots = math.floor(eff[E_SLOTS] * frac)
+        if eff[E_SLOTS] > 0.0 and slots < 1.0:
             slots = 1.0
-        shape = gemm_shape_efficiency(m, n, k, b, eff[4], eff[5], eff[6], slots, eff[8])
-        compute = cycles / clock / (eff[0] * shape)
+        shape = gemm_shape_efficiency(m, n, k, b, eff[E_TILE_M], eff[E_TILE_N], eff[E_TILE_K], slots,
+                                      eff[E_K_OVERHEAD])
+        compute = cycles / clock / (eff[E_TENSOR] * shape)
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]
         if total <= l2:
