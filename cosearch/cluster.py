@@ -43,7 +43,7 @@ from . import _validate as v
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Accelerator
 
-__all__ = ["Cluster", "preset", "preset_names", "PRESETS", "NET_FIELDS"]
+__all__ = ["Cluster", "preset", "preset_names", "PRESETS", "PRESET_CHIPS", "NET_FIELDS"]
 
 #: Column order of :meth:`Cluster.net_array` (read by the njit formulas).
 NET_FIELDS = ("chips_per_node", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s",
@@ -168,7 +168,73 @@ def tpuv4_pod(chips: int = 4096) -> Cluster:
                    name=f"tpuv4-pod {n}")
 
 
-PRESETS = {"dgx-a100": dgx_a100, "dgx-h100": dgx_h100, "tpuv4-pod": tpuv4_pod}
+def dgx_h200(nodes: int) -> Cluster:
+    """``nodes`` DGX H200 (8 x H200 SXM, the DGX H100's NVSwitch and NDR fabric)."""
+    return dgx_h100(nodes).with_(name=f"dgx-h200 x{nodes}")
+
+
+def dgx_b200(nodes: int) -> Cluster:
+    """``nodes`` DGX B200: 8 x B200, NVLink 5 at 900 GB/s per GPU per direction, 8 x 400 Gb/s
+    ConnectX-7 per node (50 GB/s per GPU) (NVIDIA DGX B200 datasheet).  Achievable fractions
+    as on DGX H100 (assumed: no public NVLink 5 nccl-tests row in the calibration data)."""
+    n = v.positive_int("nodes", nodes, maximum=v.MAX_CHIPS // 8)
+    return Cluster(8 * n, 8, 900e9, 50e9, link_latency_s=3e-6, inter_latency_s=6e-6,
+                   intra_efficiency=0.80, inter_efficiency=0.90, name=f"dgx-b200 x{n}")
+
+
+def gb200_nvl72(chips: int) -> Cluster:
+    """``chips`` GB200 GPUs in NVL72 racks: one rack is one 72-GPU NVLink 5 domain (900 GB/s per
+    GPU per direction), racks joined by 400 Gb/s per GPU (50 GB/s) (NVIDIA GB200 NVL72
+    specifications).  Jobs of a multiple of 64 GPUs use 64 GPUs per rack (power-of-two groups, as
+    published runs of 64/128/256 GPUs do); other counts must fill whole 72-GPU racks."""
+    n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
+    if n <= 72:
+        per = n
+    elif n % 64 == 0:
+        per = 64
+    elif n % 72 == 0:
+        per = 72
+    else:
+        raise ValueError(f"gb200-nvl72: {n} GPUs are neither whole 72-GPU racks nor a multiple of 64 GPUs "
+                         "(64 per rack); choose a multiple of 64 or 72, or build a Cluster by hand")
+    return Cluster(n, per, 900e9, 50e9, link_latency_s=3e-6, inter_latency_s=6e-6,
+                   intra_efficiency=0.80, inter_efficiency=0.90, name=f"gb200-nvl72 {n}")
+
+
+def _tpu_slices(chips: int, slice_chips: int, side: int, link_Bps: float, dcn_Bps: float, name: str) -> Cluster:
+    n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
+    if n <= slice_chips:
+        return Cluster(n, None, link_Bps, None, link_latency_s=2e-6, intra_efficiency=0.90,
+                       torus_side=min(side, max(2, math.ceil(round(n ** 0.5, 9)))) if side else 0,
+                       name=f"{name} {n}")
+    if n % slice_chips:
+        raise ValueError(f"{name}: {n} chips are not whole slices of {slice_chips}")
+    return Cluster(n, slice_chips, link_Bps, dcn_Bps, link_latency_s=2e-6, inter_latency_s=1e-5,
+                   intra_efficiency=0.90, inter_efficiency=0.90, torus_side=side, name=f"{name} {n}")
+
+
+def tpuv5e_pod(chips: int = 256) -> Cluster:
+    """TPU v5e: slices of up to 256 chips on a 16 x 16 2D torus of 50 GB/s ICI links; more chips
+    are whole 256-chip slices joined over the data-center network (multislice), at an assumed
+    6.25 GB/s per chip (no per-chip DCN figure is published; 200 Gb/s per 4-chip host)."""
+    return _tpu_slices(chips, 256, 16, 50e9, 6.25e9, "tpuv5e-pod")
+
+
+def tpuv5p_pod(chips: int = 8960) -> Cluster:
+    """TPU v5p: one slice of up to 8,960 chips on a 3D torus of 100 GB/s ICI links (side: the
+    cube root, rounded up), as :func:`tpuv4_pod` prices TPU v4."""
+    n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
+    side = max(2, math.ceil(round(n ** (1.0 / 3.0), 9)))
+    return Cluster(n, None, 100e9, None, link_latency_s=2e-6, intra_efficiency=0.90, torus_side=side,
+                   name=f"tpuv5p-pod {n}")
+
+
+PRESETS = {"dgx-a100": dgx_a100, "dgx-h100": dgx_h100, "dgx-h200": dgx_h200, "dgx-b200": dgx_b200,
+           "gb200-nvl72": gb200_nvl72, "tpuv4-pod": tpuv4_pod, "tpuv5e-pod": tpuv5e_pod, "tpuv5p-pod": tpuv5p_pod}
+
+#: The chip each cluster preset is built of (a cluster preset implies its chip).
+PRESET_CHIPS = {"dgx-a100": "A100-80GB", "dgx-h100": "H100", "dgx-h200": "H200", "dgx-b200": "B200",
+                "gb200-nvl72": "GB200", "tpuv4-pod": "TPUv4", "tpuv5e-pod": "TPUv5e", "tpuv5p-pod": "TPUv5p"}
 
 
 def preset_names() -> list[str]:
@@ -176,7 +242,8 @@ def preset_names() -> list[str]:
 
 
 def preset(name: str, size: int) -> Cluster:
-    """Cluster preset: ``dgx-a100`` / ``dgx-h100`` take a node count, ``tpuv4-pod`` a chip count."""
+    """Cluster preset: the ``dgx-*`` presets take a node count; ``gb200-nvl72`` and the ``tpu*-pod``
+    presets a chip count."""
     key = str(name).lower().replace("_", "-")
     if key not in PRESETS:
         raise ValueError(f"unknown cluster preset {name!r}; known presets: {', '.join(preset_names())}")

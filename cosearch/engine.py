@@ -34,13 +34,43 @@ same.
   (None: the memory model's gradient bytes).  Both frameworks reduce bf16 training's
   gradients in fp32: Megatron-LM forces ``accumulate_allreduce_grads_in_fp32`` for bf16,
   and ``BF16_Optimizer.get_grads_for_reduction`` returns the fp32 buffers.
+* ``zero3_per_layer`` — how ZeRO-3's gathers meet compute.  False: the stage's parameter
+  gathers and gradient reduce-scatter run beside all of a microbatch's work (hidden up to
+  it).  True (PyTorch FSDP/FSDP2, MaxText's FSDP): every microbatch gathers each layer's
+  weights for the forward and again for the backward and reduce-scatters its gradient, with
+  one layer of prefetch, so the exposed time is what per-layer compute cannot hide
+  (:func:`cosearch._kernels.formulas.fsdp_exposed_s`).
+* ``overlap_param_gather`` — with the distributed optimizer (ZeRO 1/2), the updated
+  parameters' all-gather runs behind the next step's first forward (Megatron-Core's
+  ``overlap_param_gather``) instead of after the optimizer step.
+* ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
+  and an interleaved pipeline schedule; plans using a missing feature are refused.
+
+Presets and the software they describe:
+
+* ``megatron-lm`` (default): Megatron-LM 2023 (core 0.2-0.4 era) as used by the SC21/Korthikanti
+  reproductions: overlapped bucketed DP reduction, parameter all-gather after the step.
+* ``megatron-lm-2021``: Megatron-LM of 2021-22 (SC21 paper code): the DP all-reduce runs after
+  the backward pass, not overlapped (``--DDP-impl local`` all-reduces after the pipeline drains).
+* ``megatron-core``: Megatron-Core as NeMo 2 / Megatron-Bridge (2024+) run it: distributed
+  optimizer with ``overlap_grad_reduce`` and ``overlap_param_gather`` (NeMo performance recipes
+  set both), context parallelism.
+* ``megatron-deepspeed``: BLOOM's framework (above).
+* ``fsdp``: PyTorch FSDP / FSDP2 as llm-foundry (Composer) and torchtitan run it: per-layer
+  gathers every microbatch (FSDP cannot skip them under gradient accumulation with
+  FULL_SHARD), fp32 gradient reduction (torchtitan's ``mixed_precision_reduce = "float32"``;
+  llm-foundry's ``DEFAULT`` mode), whole-tensor pipeline sends (torch.distributed.pipelining).
+* ``maxtext``: MaxText on JAX/XLA: FSDP over ``ici_fsdp_parallelism`` with XLA's collective
+  matmul/prefetch overlapping one layer ahead (the same per-layer rule), gradients reduced in
+  the parameter dtype; no pipeline scatter/gather.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Engine", "MEGATRON_LM", "MEGATRON_DEEPSPEED", "ENGINES", "preset", "check_interleaving"]
+__all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_DEEPSPEED", "FSDP", "MAXTEXT",
+           "ENGINES", "preset", "check_interleaving", "check_features"]
 
 
 @dataclass(frozen=True)
@@ -53,11 +83,16 @@ class Engine:
     overlap_grad_reduce: bool = True
     grad_accum_bytes: float = 0.0
     grad_reduce_bytes: float | None = None
+    zero3_per_layer: bool = False
+    overlap_param_gather: bool = False
+    context_parallel: bool = True
+    software: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
-        for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce"):
+        for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
+                  "overlap_param_gather", "context_parallel"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         for f in ("grad_accum_bytes", "grad_reduce_bytes"):
@@ -70,16 +105,34 @@ class Engine:
 
 #: Megatron-LM: pipeline sends scattered over the tp ranks, gradient reduction overlapped
 #: with the last backward, weight-gradient accumulation fused into the GEMMs.  The default.
-MEGATRON_LM = Engine()
+MEGATRON_LM = Engine(software="Megatron-LM 2023 (bucketed, overlapped DP reduction)")
+
+#: Megatron-LM of 2021-22: the data-parallel all-reduce after the backward, not overlapped.
+MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False,
+                          software="Megatron-LM 2021-22 (SC21 code: DP all-reduce after the backward)")
+
+#: Megatron-Core (NeMo 2 / Megatron-Bridge, 2024+): distributed optimizer with overlapped
+#: gradient reduce-scatter and parameter all-gather.
+MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True,
+                       software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
 #: framework): partitioned pipeline sends issued one at a time and blocking, gradients
 #: reduced in fp32 after the pipeline drains, a separate fp32 accumulation pass per
 #: microbatch.
 MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_grad_reduce=False,
-                            grad_accum_bytes=10.0, grad_reduce_bytes=4.0)
+                            grad_accum_bytes=10.0, grad_reduce_bytes=4.0, context_parallel=False,
+                            software="Megatron-DeepSpeed with DeepSpeed's pipeline engine (BLOOM, 2022)")
 
-ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_DEEPSPEED)}
+#: PyTorch FSDP / FSDP2 (llm-foundry, torchtitan).
+FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
+              software="PyTorch FSDP/FSDP2 (llm-foundry/Composer 2023-24, torchtitan 2024-25)")
+
+#: MaxText (JAX/XLA).
+MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,
+                 software="MaxText on JAX/XLA (2023-24)")
+
+ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_DEEPSPEED, FSDP, MAXTEXT)}
 
 
 def preset(engine: Engine | str | None) -> Engine:
@@ -91,6 +144,14 @@ def preset(engine: Engine | str | None) -> Engine:
     if isinstance(engine, str) and engine in ENGINES:
         return ENGINES[engine]
     raise ValueError(f"unknown engine {engine!r}; choose one of {sorted(ENGINES)} or pass an Engine")
+
+
+def check_features(engine: Engine, virtual_stages: int = 1, context_parallel: int = 1) -> None:
+    """Refuse a plan that uses a feature the engine does not have."""
+    check_interleaving(engine, virtual_stages)
+    if context_parallel > 1 and not engine.context_parallel:
+        raise ValueError(f"engine {engine.name!r} has no context parallelism: context_parallel must be 1, "
+                         f"got {context_parallel}")
 
 
 def check_interleaving(engine: Engine, virtual_stages: int) -> None:

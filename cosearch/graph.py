@@ -50,7 +50,7 @@ OP_FIELDS = ("kind", "m", "n", "k", "batch", "elements", "ops_per_element",
 VECTOR_OPS_PER_ELEMENT = {
     "layernorm": 5.0, "rmsnorm": 4.0, "softmax": 5.0, "gelu": 8.0, "relu": 1.0,
     "silu": 4.0, "swiglu": 5.0, "geglu": 9.0, "add": 1.0, "mul": 1.0, "dropout": 2.0,
-    "rotary": 3.0, "embedding": 1.0, "cross_entropy": 5.0,
+    "rotary": 3.0, "embedding": 1.0, "cross_entropy": 5.0, "fp8_cast": 3.0,
 }
 
 
@@ -173,12 +173,16 @@ class _Builder:
         self.ops.append(op)
         return len(self.ops) - 1
 
-    def gemm(self, name: str, deps, m: int, n: int, k: int, batch: int = 1, weights: bool = True) -> int:
+    def gemm(self, name: str, deps, m: int, n: int, k: int, batch: int = 1, weights: bool = True,
+             operand_bytes: int | None = None) -> int:
+        """A GEMM; ``operand_bytes`` (default the graph's dtype) sizes its inputs — 1 for an
+        FP8 GEMM, whose output stays in the graph's dtype."""
         dt = self.dt
-        br = (m * k + (k * n if weights else k * n)) * batch * dt
+        ob = dt if operand_bytes is None else operand_bytes
+        br = (m * k + k * n) * batch * ob
         return self._add(Op(name, "gemm" if weights else "bmm", tuple(d for d in deps if d is not None),
                             m=m, n=n, k=k, batch=batch, bytes_read=br, bytes_written=m * n * batch * dt,
-                            dtype_bytes=dt, weight_bytes=k * n * dt if weights else 0.0))
+                            dtype_bytes=ob, weight_bytes=k * n * ob if weights else 0.0))
 
     def vector(self, name: str, deps, elements: float, kind: str, inputs: int = 1, scale: float = 1.0) -> int:
         dt = self.dt
@@ -194,15 +198,55 @@ class _Builder:
     def allreduce(self, name: str, deps, nbytes: float) -> int:
         return self.collective(name, deps, nbytes, "allreduce")
 
-    def attention(self, name: str, deps, s: int, d: int, batch: int, flops_factor: float,
-                  tensors_read: float, tensors_written: float) -> int:
-        """A fused attention kernel: ``flops_factor`` s x s x d matmuls per head, HBM traffic
-        of whole (s, d) tensors only (no s x s scores)."""
+    def attention(self, name: str, deps, sq: int, sk: int, d: int, batch: int, flops_factor: float,
+                  rows_read: float, rows_written: float) -> int:
+        """A fused attention kernel of ``sq`` query rows against ``sk`` keys:
+        ``flops_factor`` sq x sk x d matmuls per head, HBM traffic of whole (rows, d) tensors
+        only (no sq x sk scores): ``rows_read`` / ``rows_written`` rows of d per head."""
         dt = self.dt
-        k = int(round(flops_factor * d))  # 2 m n k batch = flops_factor * 2 s^2 d batch
-        return self._add(Op(name, "attention", tuple(x for x in deps if x is not None), m=s, n=s, k=k,
-                            batch=batch, bytes_read=tensors_read * s * d * batch * dt,
-                            bytes_written=tensors_written * s * d * batch * dt, dtype_bytes=dt))
+        k = int(round(flops_factor * d))  # 2 m n k batch = flops_factor * 2 sq sk d batch
+        return self._add(Op(name, "attention", tuple(x for x in deps if x is not None), m=sq, n=sk, k=k,
+                            batch=batch, bytes_read=rows_read * d * batch * dt,
+                            bytes_written=rows_written * d * batch * dt, dtype_bytes=dt))
+
+    def fp8_cast(self, name: str, deps, elements: float) -> int:
+        """Cast a bf16 tensor to FP8 with its amax (Transformer Engine's / torchao's
+        cast-and-scale kernel: reads 2 bytes, writes 1 byte per element)."""
+        return self._add(Op(name, "vector", tuple(d for d in deps if d is not None), elements=float(elements),
+                            ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
+                            bytes_read=float(elements * self.dt), bytes_written=float(elements),
+                            dtype_bytes=self.dt))
+
+    def linear(self, name: str, deps, m: int, n: int, k: int, fp8: bool = False) -> int:
+        """A weight GEMM; with ``fp8`` its input is cast to FP8 first and its operands are
+        1 byte (the weight's FP8 copy is made once per step and cached, as Transformer
+        Engine does across microbatches, so it is not charged per microbatch)."""
+        if not fp8:
+            return self.gemm(name, deps, m, n, k)
+        x = self.fp8_cast(f"{name}.cast", deps, m * k)
+        return self.gemm(name, [x], m, n, k, operand_bytes=1)
+
+
+#: Training precisions a graph can be built for.
+PRECISIONS = ("bf16", "fp8")
+
+
+def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> int:
+    """Validate a context-parallel degree for a model; returns it as an int.  The sequence
+    must split into ``2 cp`` equal chunks (the load-balanced causal split Megatron-Core and
+    torchtitan use), and CP needs fused attention (both run it only through flash/fused
+    attention kernels)."""
+    if isinstance(cp, bool) or not isinstance(cp, (int, np.integer)) or cp < 1:
+        raise ValueError(f"context_parallel must be a positive integer, got {cp!r}")
+    cp = int(cp)
+    if cp > 1:
+        if config.seq_len % (2 * cp):
+            raise ValueError(f"context_parallel={cp}: the sequence length {config.seq_len} must split into "
+                             f"2 x cp = {2 * cp} equal chunks (load-balanced causal attention)")
+        if not flash_attention:
+            raise ValueError(f"context_parallel={cp} needs flash attention (Megatron-Core and torchtitan run "
+                             "context parallelism only with fused attention kernels); set flash_attention=True")
+    return cp
 
 
 def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
@@ -216,34 +260,38 @@ def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
         raise ValueError(f"tp={tp} must divide ffn_hidden={config.ffn_hidden}")
 
 
-def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False) -> list[Op]:
+def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
+                   cp: int = 1, fp8: bool = False) -> list[Op]:
     c = config
     s, h, d = c.seq_len, c.hidden, c.head_dim
+    sl = s // cp  # this rank's share of the sequence under context parallelism
     a = c.heads // tp
     kv = max(1, c.kv_heads // tp)  # GQA with kv_heads < tp replicates KV heads
     f = c.ffn_hidden // tp
-    T = b * s
+    T = b * sl
     Tv = T // tp if sp and T % tp == 0 else (T / tp if sp else T)  # rows of the replicated region
     act_bytes = T * h * c.dtype_bytes
     g = _Builder(c.dtype_bytes)
     norm = c.norm
     n1 = g.vector("norm1", [], Tv * h, norm)
     x_in = g.collective("allgather_attn", [n1], act_bytes, "allgather") if sp and tp > 1 else n1
-    qkv = g.gemm("qkv", [x_in], T, (a + 2 * kv) * d, h)
+    qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, fp8)
     x = qkv
     if c.position == "rotary":
         x = g.vector("rotary", [qkv], T * (a + kv) * d, "rotary")
     if flash:
         # FlashAttention: QK^T and PV fused (2 s^2 d per head each, half of the blocks
-        # skipped under the causal mask), reads Q, K, V, writes O
-        ctx = g.attention("attn_core", [x, qkv], s, d, b * a, 1.0, 3.0, 1.0)
+        # skipped under the causal mask), reads Q, K, V, writes O.  Under context
+        # parallelism a rank's sl queries meet all s keys (the K/V ring) and load-balanced
+        # causal chunks give every rank 1/cp of the causal work: 2 sl s d per head each
+        ctx = g.attention("attn_core", [x, qkv], sl, s, d, b * a, 1.0, sl + 2.0 * s, float(sl))
     else:
         sc = g.gemm("attn_scores", [x], s, s, d, batch=b * a, weights=False)
         sm = g.vector("softmax", [sc], b * a * s * s, "softmax")
         if c.dropout:
             sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
         ctx = g.gemm("attn_context", [sm, qkv], s, d, s, batch=b * a, weights=False)
-    out = g.gemm("attn_out", [ctx], T, h, a * d)
+    out = g.linear("attn_out", [ctx], T, h, a * d, fp8)
     if tp > 1:
         out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
                else g.allreduce("allreduce_attn", [out], act_bytes))
@@ -254,12 +302,12 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     x2 = g.collective("allgather_mlp", [n2], act_bytes, "allgather") if sp and tp > 1 else n2
     if c.gated:
         # Megatron fuses the gate and up projections into one column-parallel GEMM
-        fc1 = g.gemm("fc1", [x2], T, 2 * f, h)
+        fc1 = g.linear("fc1", [x2], T, 2 * f, h, fp8)
         act = g.vector("act", [fc1], T * f, c.activation, inputs=2)
     else:
-        fc1 = g.gemm("fc1", [x2], T, f, h)
+        fc1 = g.linear("fc1", [x2], T, f, h, fp8)
         act = g.vector("act", [fc1], T * f, c.activation)
-    fc2 = g.gemm("fc2", [act], T, h, f)
+    fc2 = g.linear("fc2", [act], T, h, f, fp8)
     y = fc2
     if tp > 1:
         y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
@@ -302,8 +350,11 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
             grad_of[i] = [g.collective(f"{op.name}.grad", deps, op.bytes_read, _CONJUGATE[op.kind])]
             continue
         if op.kind == "gemm":
-            dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n)
-            g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m)
+            # an FP8 GEMM's gradients are FP8 GEMMs too (the incoming gradient is cast by the
+            # backward of the forward's cast op)
+            ob = op.dtype_bytes
+            dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n, operand_bytes=ob)
+            g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m, operand_bytes=ob)
             if tp > 1 and op.name in allreduce_after and not sequence_parallel:
                 dg = g.allreduce(f"{op.name}.allreduce", [dg], op.m * op.k * dt)
             grad_of[i] = [dg]
@@ -314,8 +365,10 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
         elif op.kind == "attention":
             # FlashAttention-2 backward: 5 matmuls for the forward's 2 (the scores are
             # recomputed), reads Q, K, V, O, dO and writes dQ, dK, dV
-            s_, d_ = op.m, op.k  # the forward's k is d (causal factor 1)
-            grad_of[i] = [g.attention(f"{op.name}.grad", deps, s_, d_, op.batch, 2.5, 5.0, 3.0)]
+            # (Q, O, dO and dQ have the query rows, K, V, dK and dV the key rows)
+            sq, sk, d_ = op.m, op.n, op.k  # the forward's k is d (causal factor 1)
+            grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, sk, d_, op.batch, 2.5, 3.0 * sq + 2.0 * sk,
+                                      sq + 2.0 * sk)]
         else:
             name = f"{op.name}.grad"
             bw = Op(name, "vector", tuple(deps), elements=op.elements,
@@ -327,9 +380,9 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
 
 
 def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
-                       flash: bool = False) -> list[Op]:
+                       flash: bool = False, cp: int = 1, fp8: bool = False) -> list[Op]:
     c = config
-    T = b * c.seq_len
+    T = b * (c.seq_len // cp)
     Tv = T / tp if sp else T
     g = _Builder(c.dtype_bytes)
     e = g.vector("embedding", [], T * c.hidden, "embedding")
@@ -343,9 +396,12 @@ def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
     return g.ops
 
 
-def _forward_head(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False) -> list[Op]:
+def _forward_head(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
+                  cp: int = 1, fp8: bool = False) -> list[Op]:
+    """Final norm, LM head and loss; the LM head stays in bf16 under FP8 training (Transformer
+    Engine and torchao leave the output layer in high precision)."""
     c = config
-    T = b * c.seq_len
+    T = b * (c.seq_len // cp)
     g = _Builder(c.dtype_bytes)
     n = g.vector("final_norm", [], (T / tp if sp else T) * c.hidden, c.norm)
     if sp and tp > 1:
@@ -361,13 +417,19 @@ _PARTS = {"layer": (_forward_layer, ("qkv", "fc1")),
 
 
 def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "fwd",
-          part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False) -> LayerGraph:
+          part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False,
+          context_parallel: int = 1, precision: str = "bf16") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
     ``microbatch`` sequences.  ``sequence_parallel`` replaces each TP all-reduce by a
     reduce-scatter + all-gather and shards the norms/dropouts/residuals by ``tp``;
-    ``flash_attention`` fuses the attention core into one kernel without s x s traffic."""
+    ``flash_attention`` fuses the attention core into one kernel without s x s traffic.
+    ``context_parallel`` (cp) gives this rank ``seq_len / cp`` tokens of every sequence; its
+    attention meets all keys through the K/V ring (the ring's transfers are priced by
+    :func:`cosearch.plan.unit_costs`, not as graph ops).  ``precision="fp8"`` runs the
+    layer's weight GEMMs (QKV, attention output, MLP) on FP8 operands, each input cast
+    first; attention and the LM head stay bf16."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -377,7 +439,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if phase not in ("fwd", "bwd"):
         raise ValueError(f"phase must be 'fwd' or 'bwd', got {phase!r}")
     fwd_fn, ar_after = _PARTS[part]
-    ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention))
+    cp = check_context_parallel(config, context_parallel, flash_attention)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}; choose one of {PRECISIONS}")
+    ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, precision == "fp8")
     if phase == "bwd":
         ops = _backward(ops, tp, config.dtype_bytes, ar_after)
     return LayerGraph(f"{config.name}.{part}.{phase}", tuple(ops), phase=phase, tp=tp,
@@ -569,7 +634,7 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
             # QK^T and PV: 2 x (2 L S E) per head; half the blocks under a causal mask
             frac = 0.5 if causal else 1.0
             factor = 2.0 * frac * kv[-2] / q[-2]
-            last[n] = (b.attention(n.name, deps, q[-2], q[-1], batch, factor, 3.0, 1.0),)
+            last[n] = (b.attention(n.name, deps, q[-2], q[-2], q[-1], batch, factor, 3.0 * q[-2], 1.0 * q[-2]),)
             continue
         if n.op == "call_module":
             mod = modules[n.target]

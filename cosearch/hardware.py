@@ -82,7 +82,7 @@ DESIGN_FIELDS = (
 #: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
-              "k_overhead")
+              "k_overhead", "fp8_rate")
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,10 @@ class KernelEfficiency:
     ``k_overhead`` K-equivalents of pipeline prologue per tile — so small, skinny and
     badly-divided GEMMs run below the best-shape rate.  ``tile_slots = 0`` (the default)
     turns it off.
+
+    ``fp8_rate``: how many times faster an FP8 GEMM runs than the same GEMM in bf16 (the
+    datasheet FP8/BF16 dense peak ratio times the measured FP8/BF16 kernel efficiency ratio);
+    0 (the default): the chip has no FP8 tensor cores, and FP8 plans are refused.
     """
 
     tensor: float = 1.0
@@ -113,8 +117,12 @@ class KernelEfficiency:
     tile_k: int = 0
     tile_slots: int = 0
     k_overhead: float = 0.0
+    fp8_rate: float = 0.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.fp8_rate, bool) or not isinstance(self.fp8_rate, (int, float)) or \
+                not (0.0 <= self.fp8_rate <= 8.0):
+            raise ValueError(f"KernelEfficiency.fp8_rate must be in [0, 8] (0: no FP8), got {self.fp8_rate!r}")
         for f in ("tensor", "attention", "memory"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
@@ -164,13 +172,23 @@ EFFICIENCY_SOURCES = {
             "best-shape bf16 matmul 794.5 of 989 TFLOP/s at 2048x2048x13312 on H100 SXM (ml-engineering MAMF "
             "table, torch 2.7+cu126) divided by the shape model there.  Attention 0.60: FlashAttention-3 bf16 "
             "reaches ~740 TFLOP/s forward and ~550 backward on H100 SXM (Shah et al. 2024); memory 0.90: a "
-            "4 GiB device copy reaches 90.6% of peak HBM bandwidth on a Hopper card; launch 4 us.",
+            "4 GiB device copy reaches 90.6% of peak HBM bandwidth on a Hopper card; launch 4 us.  FP8 rate "
+            "1.765: the best-shape fp8 e4m3 matmul, 1402.6 TFLOP/s at 1024x9216x14336, over the best-shape bf16 "
+            "one, 794.5 TFLOP/s (ml-engineering MAMF table, torch 2.7+cu126): 2x the peak at 0.88x the efficiency.",
+    "Blackwell": "No Blackwell kernel-level row is in cosearch/data/public_kernels.csv: the H100's kernel "
+                 "fractions (tensor 0.856, attention 0.60, memory 0.90, FP8 rate 1.765, the same tile model) are "
+                 "assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip preset).",
+    "TPU v5": "No public kernel-level TPU v5 measurement was found: the systolic model's own fill/drain and "
+              "padding are the only losses (tensor, attention and memory 1.0), so TPU predictions are optimistic "
+              "by whatever XLA's kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
 }
 
 _A100_EFF = KernelEfficiency(0.931, 0.50, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256, tile_k=64,
                              tile_slots=108, k_overhead=128.0)
 _H100_EFF = KernelEfficiency(0.856, 0.60, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256, tile_k=64,
-                             tile_slots=132, k_overhead=128.0)
+                             tile_slots=132, k_overhead=128.0, fp8_rate=1.765)
+_BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148)
+_TPU5_EFF = KernelEfficiency(source=EFFICIENCY_SOURCES["TPU v5"])
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,11 @@ class Accelerator:
         return 2.0 * self.tensor_cores * self.systolic_rows * self.systolic_cols * self.clock_hz
 
     @property
+    def supports_fp8(self) -> bool:
+        """Whether the chip has FP8 tensor cores (its kernel model has an FP8 rate)."""
+        return self.efficiency.fp8_rate > 0.0
+
+    @property
     def peak_vector_flops(self) -> float:
         return float(self.vector_units * self.vector_width * self.clock_hz)
 
@@ -250,7 +273,30 @@ A100 = Accelerator("A100", 432, 16, 16, 108, 64, 1.41e9, 48 * KiB, 40 * MiB, 40 
 A100_80GB = A100.with_(name="A100-80GB", hbm_bytes=80 * GiB, hbm_bandwidth_Bps=2.039e12)
 H100 = Accelerator("H100", 528, 16, 32, 132, 128, 1.83e9, 64 * KiB, 50 * MiB, 80 * GiB,
                    3.35e12, 4.5e11, _H100_EFF)
-PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100}
+
+# Datasheet chips of 2023-2025.  The tensor rate is cores x rows x cols x clock, with the
+# "clock" chosen so that the product is the datasheet's dense BF16 peak (the array shape is a
+# modelling choice for GPUs; only the peak and the SM count enter the GEMM model).
+#: H200 SXM: H100's compute, 141 GB HBM3e at 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet).
+H200 = H100.with_(name="H200", hbm_bytes=141e9, hbm_bandwidth_Bps=4.8e12)
+#: B200 (HGX/DGX B200): 2.25 PFLOP/s dense BF16, 4.5 dense FP8, 180 GB HBM3e at 8 TB/s, NVLink 5 at
+#: 1.8 TB/s bidirectional (900 GB/s per direction), 148 SMs (NVIDIA DGX B200 datasheet: 72 PFLOP/s
+#: FP8 training and 1,440 GB for 8 GPUs; HGX B200 specifications).  L2 assumed 2 x 50 MB (two dies).
+B200 = Accelerator("B200", 592, 16, 64, 148, 128, 2.25e15 / (2 * 592 * 16 * 64), 228 * KiB, 100 * MiB, 180e9,
+                   8.0e12, 9.0e11, _BLACKWELL_EFF)
+#: GB200 (one Blackwell GPU of a GB200 NVL72): 2.5 PFLOP/s dense BF16, 5 dense FP8, 186 GB HBM3e
+#: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72 GPUs).
+GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=186e9)
+#: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s.
+GB300 = GB200.with_(name="GB300", hbm_bytes=288e9)
+#: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
+#: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).
+TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 16e9, 8.19e11, 5.0e10, _TPU5_EFF)
+#: TPU v5p: 459 TFLOP/s BF16 from 2 TensorCores x 4 MXUs of 128 x 128 at 1.75 GHz, 95 GB HBM2e at
+#: 2,765 GB/s, ICI 4,800 Gb/s per chip over 6 links (100 GB/s each) (Google Cloud TPU v5p documentation).
+TPUv5p = Accelerator("TPUv5p", 8, 128, 128, 8, 1024, 1.75e9, 4 * MiB, 96 * MiB, 95e9, 2.765e12, 1.0e11, _TPU5_EFF)
+PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100, "h200": H200,
+                                   "b200": B200, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
 
 
 def preset_names() -> list[str]:
@@ -258,7 +304,8 @@ def preset_names() -> list[str]:
 
 
 def preset(name: str | Accelerator) -> Accelerator:
-    """Accelerator preset by name (case-insensitive): TPUv4, A100, H100."""
+    """Accelerator preset by name (case-insensitive): TPUv4, A100, A100-80GB, H100, H200, B200,
+    GB200, GB300, TPUv5e, TPUv5p."""
     if isinstance(name, Accelerator):
         return name
     key = str(name).lower().replace("_", "-")

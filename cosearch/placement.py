@@ -25,7 +25,7 @@ from . import _validate as v
 from . import memory
 from ._kernels import formulas as F
 from .cluster import Cluster
-from .engine import check_interleaving
+from .engine import check_features, check_interleaving
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator
 from .models import ModelConfig
@@ -115,21 +115,34 @@ def _modes(recompute) -> np.ndarray:
     return np.array([m in rc for m in F.RECOMPUTE_MODES], dtype=np.bool_)
 
 
-def configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros) -> np.ndarray:
-    """The configuration table (rows of :data:`cosearch._kernels.dp.CFG_FIELDS`); the same
-    for every chip, so cached (a read-only array)."""
+def configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros,
+                   cp: int = 1, zero_groups=(None,)) -> np.ndarray:
+    """The configuration table (rows of :data:`cosearch._kernels.dp.CFG_FIELDS`) for one
+    context-parallel degree ``cp``; the same for every chip, so cached (a read-only array).
+    ``zero_groups``: ZeRO sharding groups to try (None: all ``dp * cp`` ranks; a group that
+    does not divide ``dp * cp`` is skipped for that dp; ZeRO-0 ignores them)."""
     return _configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
-                           tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros))
+                           tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp), tuple(zero_groups))
 
 
 @functools.lru_cache(maxsize=64)
-def _configurations(L: int, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros) -> np.ndarray:
-    out = _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros)
+def _configurations(L: int, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros, cp=1,
+                    zero_groups=(None,)) -> np.ndarray:
+    out = _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups)
     out.setflags(write=False)
     return out
 
 
-def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros) -> np.ndarray:
+def _groups(zero: int, replicas: int, zero_groups) -> list[int]:
+    if zero == 0:
+        return [replicas]
+    out = sorted({replicas if g is None else int(g) for g in zero_groups
+                  if g is None or (int(g) <= replicas and replicas % int(g) == 0)})
+    return out
+
+
+def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp=1,
+                          zero_groups=(None,)) -> np.ndarray:
     rows = []
     dps_all = divisors(global_batch)
     for ti, t in enumerate(tps):
@@ -140,10 +153,10 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
                 if sp and t == 1:
                     continue  # sequence parallelism is a no-op without tensor parallelism
                 for dp in dps_all:
-                    if dp * t > chips or global_batch % (dp * mb):
+                    if dp * t * cp > chips or global_batch % (dp * mb):
                         continue
                     m = global_batch // (dp * mb)
-                    max_pp = min(L, chips // (dp * t))
+                    max_pp = min(L, chips // (dp * t * cp))
                     for vs in virtuals:
                         if L % vs:
                             continue
@@ -152,11 +165,25 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
                         if not len(pps):
                             continue
                         for z in zeros:
-                            blk = np.empty((len(pps), 9), dtype=np.int64)
-                            blk[:] = (ti, bi, si, dp, 0, vs, z, t, m)
-                            blk[:, 4] = pps
-                            rows.append(blk)
-    return np.concatenate(rows) if rows else np.zeros((0, 9), dtype=np.int64)
+                            for zg in _groups(z, dp * cp, zero_groups):
+                                blk = np.empty((len(pps), 11), dtype=np.int64)
+                                blk[:] = (ti, bi, si, dp, 0, vs, z, t, m, cp, zg)
+                                blk[:, 4] = pps
+                                rows.append(blk)
+    return np.concatenate(rows) if rows else np.zeros((0, 11), dtype=np.int64)
+
+
+def _option_list(name: str, x, default: tuple, check) -> tuple:
+    if x is None:
+        return default
+    vals = (x,) if isinstance(x, (str, int, np.integer)) and not isinstance(x, bool) else tuple(x)
+    if not vals:
+        raise ValueError(f"{name} must name at least one value")
+    return tuple(dict.fromkeys(check(name, val) for val in vals))
+
+
+def _check_group(name: str, g):
+    return None if g is None else v.positive_int(name, g, v.MAX_CHIPS)
 
 
 def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster | int, global_batch: int, *,
@@ -166,23 +193,30 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  flash_attention: bool = False, top_k: int = 1, mem: memory.MemoryConfig | None = None,
                  overlap_dp: bool = True, time_model: str = "sum", units: np.ndarray | None = None,
                  prune: bool = True, progress: bool = False, cutoff_s: float | None = None,
-                 engine=None) -> PlacementResult:
+                 engine=None, context_parallel: int | Sequence[int] | None = None,
+                 precision: str | Sequence[str] | None = None,
+                 zero_group: int | None | Sequence[int | None] = None) -> PlacementResult:
     """The ``top_k`` best plans (one per configuration, best first) over the option space.
 
     Each option is a list of values to try (None: all — tp: the degrees dividing the
     heads, microbatch: the divisors of the batch, recompute: none/selective/full chosen
     per stage, virtual stages: :data:`DEFAULT_VIRTUAL`, sequence parallel: off/on, ZeRO
-    0-3).  ``units`` passes precomputed :func:`cosearch.plan.unit_costs` for this chip
-    (shape (tps, microbatches, sp options, fields)).  The best plan's step time equals
-    :func:`cosearch.plan.evaluate` of its spec (same formulas).  ``cutoff_s``: only plans
-    faster than this step time are wanted; if none is, the result has no plans and
-    ``cut_off`` set (the co-search's pruning inside a design).  ``engine``: the training
-    framework (:mod:`cosearch.engine`; default Megatron-LM); precomputed ``units`` must have
-    been priced for the same engine.
+    0-3).  ``context_parallel`` (default 1), ``precision`` (default ``"bf16"``) and
+    ``zero_group`` (default None: ZeRO shards over all ``dp * cp`` ranks; ints: HSDP-style
+    groups, tried where they divide ``dp * cp``) are searched too when given several values.
+    ``units`` passes precomputed :func:`cosearch.plan.unit_costs` for this chip
+    (shape (tps, microbatches, sp options, fields); one context-parallel degree and precision
+    only).  The best plan's step time equals :func:`cosearch.plan.evaluate` of its spec (same
+    formulas).  ``cutoff_s``: only plans faster than this step time are wanted; if none is, the
+    result has no plans and ``cut_off`` set (the co-search's pruning inside a design).
+    ``engine``: the training framework (:mod:`cosearch.engine`; default Megatron-LM);
+    precomputed ``units`` must have been priced for the same engine.
     """
     from ._kernels import dp as kernel
+    from .graph import PRECISIONS, check_context_parallel
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
+    from .plan import check_precision
     model = model_preset(model)
     chip = chip_preset(chip)
     cluster = cluster if isinstance(cluster, Cluster) else Cluster(v.positive_int("cluster", cluster, v.MAX_CHIPS))
@@ -202,32 +236,61 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     engine = engine_preset(engine)
     virt, zeros = _virtuals_and_zeros(virtual_stages, zero, engine)
     modes = _modes(recompute)
-    if units is None:
-        units = unit_costs(model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model,
-                           engine=engine)[0]
+    cps = v.int_list("context_parallel", context_parallel) if context_parallel is not None else (1,)
+    for c in cps:
+        check_context_parallel(model, c, flash_attention)
+        check_features(engine, 1, c)
+    precs = _option_list("precision", precision, ("bf16",), lambda n, p: v.choice(n, p, PRECISIONS) or p)
+    for p in precs:
+        check_precision(chip, p)
+    groups = _option_list("zero_group", zero_group, (None,), _check_group)
+    if units is not None and (len(cps) > 1 or len(precs) > 1):
+        raise ValueError("precomputed units cover one context-parallel degree and one precision; "
+                         f"got context_parallel={list(cps)}, precision={list(precs)}")
     net = cluster.net_array(chip)
-    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine)
-    cfg = configurations(model, chips, B, tps, mbs, sps, virt, zeros)
-    if len(cfg) == 0:
+    combos = []
+    for c in cps:
+        cfg = configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups)
+        for p in precs:
+            if len(cfg):
+                combos.append((c, p, cfg))
+    if not combos:
         return PlacementResult((), reason=(f"no configuration fits {chips} chips with global batch {B} "
                                            "and the given options"))
+    total = sum(len(cfg) for _c, _p, cfg in combos)
     cut = math.inf if cutoff_s is None else float(cutoff_s)
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(cfg), desc="plans", unit="cfg", leave=False)
+        bar = tqdm(total=total, desc="plans", unit="cfg", leave=False)
+    found = []          # (step, combo index, row)
+    evaluated = 0
+    need = math.inf
+    priced = []
     try:
-        res, _lb, evaluated = kernel.search(units, net, hw, cfg, model.num_layers, modes, top_k, prune=prune,
-                                            progress=bar.update if bar is not None else None, cutoff=cut)
+        kth = cut
+        for ci, (c, p, cfg) in enumerate(combos):
+            u_all = units if units is not None else unit_costs(
+                model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model, engine=engine,
+                context_parallel=c, precision=p)[0]
+            hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine, p)
+            priced.append((u_all, hw))
+            res, _lb, ev = kernel.search(u_all, net, hw, cfg, model.num_layers, modes, top_k, prune=prune,
+                                         progress=bar.update if bar is not None else None, cutoff=kth)
+            evaluated += int(ev)
+            fin = np.flatnonzero(np.isfinite(res) & (res <= cut))
+            found.extend((float(res[i]), ci, int(i)) for i in fin)
+            if prune and len(found) >= top_k:
+                kth = min(kth, sorted(x[0] for x in found)[top_k - 1])
     finally:
         if bar is not None:
             bar.close()
-    fin = np.flatnonzero(np.isfinite(res) & (res <= cut))
-    if fin.size == 0 and math.isfinite(cut) and prune:
+    if not found and math.isfinite(cut) and prune:
         return PlacementResult((), reason=f"no plan is faster than the cutoff {cut:.6g} s",
-                               configurations=len(cfg), evaluated=int(evaluated), cut_off=True)
-    if fin.size == 0:
-        need = float(kernel.min_memory_needed(units, net, hw, cfg, model.num_layers, modes))
+                               configurations=total, evaluated=evaluated, cut_off=True)
+    if not found:
+        for (c, p, cfg), (u_all, hw) in zip(combos, priced):
+            need = min(need, float(kernel.min_memory_needed(u_all, net, hw, cfg, model.num_layers, modes)))
         hints = ["more chips"]
         if 3 not in zeros:
             hints.append("ZeRO-3")
@@ -237,29 +300,38 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
         return PlacementResult((), reason=(
             f"no plan fits {chip.hbm_bytes / 2**30:.1f} GiB of HBM per chip on {chips} chips: every plan needs at "
             f"least {need / 2**30:.1f} GiB per chip; try {', '.join(hints)}"),
-            min_memory_needed_bytes=need, configurations=len(cfg), evaluated=evaluated)
-    order = fin[np.argsort(res[fin], kind="stable")][:top_k]
+            min_memory_needed_bytes=need, configurations=total, evaluated=evaluated)
+    found.sort(key=lambda x: x[0])
     plans = []
-    for i in order:
+    for step_found, ci, i in found[:top_k]:
+        c_cp, prec, cfg = combos[ci]
+        u_all, hw = priced[ci]
         c = cfg[i]
-        pp = int(c[4])
+        pp = int(c[kernel.C_PP])
         counts = np.zeros(pp, dtype=np.int64)
         rm = np.zeros(pp, dtype=np.int64)
-        u = units[c[0], c[1], c[2]]
-        step = kernel.config_best(u, net, hw, model.num_layers, pp, int(c[5]), int(c[8]), int(c[3]), int(c[7]),
-                                  int(c[6]), modes, counts, rm)
-        spec = PlanSpec(dp=int(c[3]), tp=int(c[7]), pp=pp, microbatch=int(mbs[c[1]]),
-                        recompute=tuple(F.RECOMPUTE_MODES[r] for r in rm), virtual_stages=int(c[5]),
-                        sequence_parallel=bool(sps[c[2]]), zero=int(c[6]), stage_layers=tuple(int(x) for x in counts),
-                        flash_attention=bool(flash_attention))
+        u = u_all[c[kernel.C_TI], c[kernel.C_BI], c[kernel.C_SI]]
+        dp = int(c[kernel.C_DP])
+        replicas = dp * c_cp
+        zg = int(c[kernel.C_ZG])
+        step = kernel.config_best(u, net, hw, model.num_layers, pp, int(c[kernel.C_V]), int(c[kernel.C_M]),
+                                  float(replicas), int(c[kernel.C_TP]), int(c[kernel.C_Z]), float(zg), modes,
+                                  counts, rm)
+        spec = PlanSpec(dp=dp, tp=int(c[kernel.C_TP]), pp=pp, microbatch=int(mbs[c[kernel.C_BI]]),
+                        recompute=tuple(F.RECOMPUTE_MODES[r] for r in rm), virtual_stages=int(c[kernel.C_V]),
+                        sequence_parallel=bool(sps[c[kernel.C_SI]]), zero=int(c[kernel.C_Z]),
+                        stage_layers=tuple(int(x) for x in counts), flash_attention=bool(flash_attention),
+                        context_parallel=c_cp, precision=prec,
+                        zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg)
         if len(set(spec.recompute)) == 1:
             spec = spec.with_(recompute=spec.recompute[0])
         plan = plan_from_stages(model, chip, cluster, spec, B, u, net, hw, time_model)
-        if not (plan.feasible and math.isclose(plan.step_time_s, step, rel_tol=1e-9)):  # pragma: no cover
+        if not (plan.feasible and math.isclose(plan.step_time_s, step, rel_tol=1e-9)
+                and math.isclose(step, step_found, rel_tol=1e-9)):  # pragma: no cover
             raise RuntimeError(f"placement kernel and evaluate disagree on {spec.describe()}: "
                                f"{step} vs {plan.step_time_s}")
         plans.append(plan)
-    return PlacementResult(tuple(plans), configurations=len(cfg), evaluated=evaluated)
+    return PlacementResult(tuple(plans), configurations=total, evaluated=evaluated)
 
 
 #: Plan options the co-search explores per design by default (the full space is

@@ -28,12 +28,12 @@ from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
 from .cluster import Cluster
-from .engine import check_interleaving
+from .engine import check_features
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
 
-__all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "even_split", "check_spec"]
+__all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "even_split", "check_spec", "check_precision"]
 
 _MODES = F.RECOMPUTE_MODES
 
@@ -43,7 +43,14 @@ class PlanSpec:
     """A training plan.  ``recompute``: ``"none"``, ``"selective"`` (attention core),
     ``"full"``, or one of those per pipeline stage; ``stage_layers``: transformer layers
     per stage (None: even split); ``zero``: 0 (none), 1 (optimizer state sharded, Megatron's
-    distributed optimizer), 2 (+ gradients), 3 (+ weights)."""
+    distributed optimizer), 2 (+ gradients), 3 (+ weights).
+
+    ``context_parallel`` (cp): the sequence split over cp ranks (K/V exchanged around a ring,
+    overlapped with attention; needs ``flash_attention``); ``chips = dp * tp * pp * cp`` and the
+    ranks holding the same weights are ``dp * cp``.  ``zero_group``: the ZeRO sharding group
+    inside those ``dp * cp`` ranks (None: all of them; HSDP / MaxText's FSDP over a slice: a
+    divisor, replicated across the others).  ``precision``: ``"bf16"`` or ``"fp8"`` (the
+    layers' weight GEMMs on FP8 tensor cores; FP8 weight copies kept in memory)."""
 
     dp: int
     tp: int
@@ -55,9 +62,12 @@ class PlanSpec:
     zero: int = 0
     stage_layers: tuple[int, ...] | None = None
     flash_attention: bool = False
+    context_parallel: int = 1
+    precision: str = "bf16"
+    zero_group: int | None = None
 
     def __post_init__(self) -> None:
-        for f in ("dp", "tp", "pp", "microbatch", "virtual_stages"):
+        for f in ("dp", "tp", "pp", "microbatch", "virtual_stages", "context_parallel"):
             object.__setattr__(self, f, v.positive_int(f"PlanSpec.{f}", getattr(self, f), v.MAX_CHIPS
                                                        if f != "microbatch" else v.MAX_BATCH))
         rc = self.recompute
@@ -86,10 +96,27 @@ class PlanSpec:
             object.__setattr__(self, "stage_layers", sl)
         if self.virtual_stages > 1 and self.pp == 1:
             raise ValueError(f"PlanSpec.virtual_stages={self.virtual_stages} needs pipeline parallelism (pp > 1)")
+        v.choice("PlanSpec.precision", self.precision, graph.PRECISIONS)
+        if self.zero_group is not None:
+            zg = v.positive_int("PlanSpec.zero_group", self.zero_group, v.MAX_CHIPS)
+            if self.weight_replicas % zg:
+                raise ValueError(f"PlanSpec.zero_group={zg} must divide dp * context_parallel = "
+                                 f"{self.dp} * {self.context_parallel} = {self.weight_replicas}")
+            object.__setattr__(self, "zero_group", zg)
 
     @property
     def chips(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.context_parallel
+
+    @property
+    def weight_replicas(self) -> int:
+        """Ranks holding the same weights: ``dp * context_parallel``."""
+        return self.dp * self.context_parallel
+
+    @property
+    def shard_group(self) -> int:
+        """The ZeRO sharding group (``zero_group``, or all ``dp * cp`` ranks)."""
+        return self.weight_replicas if self.zero_group is None else self.zero_group
 
     def recompute_per_stage(self) -> tuple[str, ...]:
         return (self.recompute,) * self.pp if isinstance(self.recompute, str) else tuple(self.recompute)
@@ -121,9 +148,14 @@ class PlanSpec:
             extra.append("sp")
         if self.zero:
             extra.append(f"zero{self.zero}")
+        if self.zero_group is not None and self.zero_group != self.weight_replicas:
+            extra.append(f"zg{self.zero_group}")
         if self.flash_attention:
             extra.append("flash")
-        return " ".join([f"dp{self.dp} tp{self.tp} pp{self.pp} mb{self.microbatch}", f"rc:{rc}", *extra])
+        if self.precision != "bf16":
+            extra.append(self.precision)
+        cp = f" cp{self.context_parallel}" if self.context_parallel > 1 else ""
+        return " ".join([f"dp{self.dp} tp{self.tp} pp{self.pp}{cp} mb{self.microbatch}", f"rc:{rc}", *extra])
 
 
 @dataclass(frozen=True)
@@ -198,10 +230,19 @@ class Plan:
 
 
 # ---------------------------------------------------------------------- unit costs
-def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool):
+def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd)."""
-    return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash)
+    return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash,
+                                    context_parallel=cp, precision=precision)
             for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
+
+
+def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
+    """Bytes one rank sends per forward ring step of context parallelism: the K and V of its
+    ``seq_len / cp`` tokens for its ``kv_heads / tp`` heads (the backward sends twice this: K/V
+    again and their gradients)."""
+    kv = max(1, model.kv_heads // tp)
+    return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * model.dtype_bytes
 
 
 def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray) -> float:
@@ -216,7 +257,8 @@ def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray) -> float:
 
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
-               efficiency=None, time_model: str = "sum", engine=None) -> np.ndarray:
+               efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
+               precision: str = "bf16") -> np.ndarray:
     """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
     array of per-unit seconds, bytes and parameters.
 
@@ -228,6 +270,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     valid bound: :func:`cosearch.schedule.work_bounds`).  ``engine`` (:mod:`cosearch.engine`, default
     Megatron-LM) decides the pipeline sends: split over the tp ranks and all-gathered after
     receipt (both frameworks), or whole activations from every tp rank.
+    ``context_parallel`` (cp): every unit is priced for this rank's ``seq_len / cp`` tokens, and
+    the K/V ring's exposed time per layer (:func:`cosearch._kernels.formulas.ring_exposed_s`,
+    overlapped with the layer's attention kernel) fills ``layer_cp_fwd_s``/``layer_cp_bwd_s``.
+    ``precision``: ``"bf16"`` or ``"fp8"`` (the layer GEMMs on FP8 operands, :func:`graph.build`).
     """
     from . import cost
     from .hardware import IDEAL
@@ -246,20 +292,28 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                          f"'work-bound'")
     scatter_gather = engine_preset(engine).pipeline_scatter_gather
     chips = None
+    cp = graph.check_context_parallel(model, context_parallel, flash_attention)
     c = model
+    cl = replace(model, seq_len=model.seq_len // cp) if cp > 1 else model  # this rank's tokens
     out = np.zeros((len(d), len(tps), len(microbatches), len(sequence_parallel), F.NU))
     norms = 2 * c.norm_params()
     for ti, t in enumerate(tps):
         for bi, mb in enumerate(microbatches):
             for si, sp in enumerate(sequence_parallel):
                 sp = bool(sp) and t > 1
-                gs = _graph_rows(c, t, mb, sp, flash_attention)
+                gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision)
                 if time_model == "work-bound":
                     attn = 0.0                        # selective recompute's time: at least nothing
+                    attn_b = None                     # and the CP ring's exposed time too
                 else:
                     layer_fwd = cost.price(gs["layer", "fwd"], d, efficiency=eff)
                     core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
                     attn = layer_fwd[:, core].sum(axis=1)
+                    if cp > 1:
+                        layer_bwd = cost.price(gs["layer", "bwd"], d, efficiency=eff)
+                        core_b = [i for i, op in enumerate(gs["layer", "bwd"].ops)
+                                  if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
+                        attn_b = layer_bwd[:, core_b].sum(axis=1)
                 if time_model == "sum":
                     chip_s = {k: cost.price(g, d, efficiency=eff).sum(axis=1) for k, g in gs.items()}
                 elif time_model == "bound":
@@ -274,7 +328,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         chips = [designs] if single else [Accelerator.from_array(r, efficiency=eff) for r in d]
                     chip_s = {k: np.array([schedule.layer_time(g, ch, method=time_model).latency_s for ch in chips])
                               for k, g in gs.items()}
-                act_b = c.seq_len * mb * c.hidden * c.dtype_bytes
+                act_b = cl.seq_len * mb * c.hidden * c.dtype_bytes
                 u = out[:, ti, bi, si]
                 u[:, F.U_LF], u[:, F.U_LB] = chip_s["layer", "fwd"], chip_s["layer", "bwd"]
                 u[:, F.U_LATT] = attn
@@ -296,11 +350,17 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
                     u[:, f] = per[:, k]
-                u[:, F.U_ACT_NONE] = memory.layer_activation_bytes(c, t, mb, sp, "none", flash_attention)
-                u[:, F.U_ACT_SEL] = memory.layer_activation_bytes(c, t, mb, sp, "selective", flash_attention)
-                u[:, F.U_ACT_IN] = memory.layer_input_bytes(c, t, mb, sp)
-                u[:, F.U_EACT] = memory.embedding_activation_bytes(c, t, mb, sp)
-                u[:, F.U_HACT] = memory.head_activation_bytes(c, t, mb, sp)
+                if cp > 1 and attn_b is not None:
+                    ring = cp_ring_bytes(c, t, mb, cp)
+                    for i in range(len(d)):
+                        net = nets[net_of[i]]
+                        u[i, F.U_LCPF] = F.ring_exposed_s(ring, float(cp), float(t), float(attn[i]), net)
+                        u[i, F.U_LCPB] = F.ring_exposed_s(2.0 * ring, float(cp), float(t), float(attn_b[i]), net)
+                u[:, F.U_ACT_NONE] = memory.layer_activation_bytes(cl, t, mb, sp, "none", flash_attention)
+                u[:, F.U_ACT_SEL] = memory.layer_activation_bytes(cl, t, mb, sp, "selective", flash_attention)
+                u[:, F.U_ACT_IN] = memory.layer_input_bytes(cl, t, mb, sp)
+                u[:, F.U_EACT] = memory.embedding_activation_bytes(cl, t, mb, sp)
+                u[:, F.U_HACT] = memory.head_activation_bytes(cl, t, mb, sp)
                 u[:, F.U_PL] = (c.layer_params() - norms) / t + norms
                 u[:, F.U_PL_FULL] = u[:, F.U_PL]
                 u[:, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
@@ -310,19 +370,34 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     return out
 
 
+#: Bytes per parameter FP8 training keeps on top of the bf16 weights: Transformer Engine's FP8
+#: copy of each weight and of its transpose (Hopper's FP8 GEMMs need both layouts).
+FP8_WEIGHT_COPY_BYTES = 2.0
+
+
 def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,
-           engine=None) -> np.ndarray:
+           engine=None, precision: str = "bf16") -> np.ndarray:
     """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row; the data-parallel reduction is
     overlapped when ``overlap_dp`` and the engine (:mod:`cosearch.engine`) both allow it."""
     e = engine_preset(engine)
     gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
     return np.array([chip_hbm_bytes, mem.weight_bytes, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
                      1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred,
-                     1.0 if e.blocking_p2p else 0.0],
+                     1.0 if e.blocking_p2p else 0.0, 1.0 if e.zero3_per_layer else 0.0,
+                     1.0 if e.overlap_param_gather else 0.0,
+                     FP8_WEIGHT_COPY_BYTES if precision == "fp8" else 0.0],
                     dtype=np.float64)
 
 
 # ---------------------------------------------------------------------- validation
+def check_precision(chip: Accelerator, precision: str) -> None:
+    """Refuse FP8 on a chip without FP8 tensor cores."""
+    v.choice("precision", precision, graph.PRECISIONS)
+    if precision == "fp8" and not chip.supports_fp8:
+        raise ValueError(f"precision='fp8': chip {chip.name} has no FP8 tensor cores (its kernel model has no "
+                         "FP8 rate); use precision='bf16' or a chip with FP8 (H100, H200, B200, GB200, GB300)")
+
+
 def even_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
     """Layers per stage, as even as possible in multiples of ``virtual_stages``; extra
     layers go to the middle stages first, then the last, then the first."""
@@ -343,8 +418,9 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
     B = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
     L = model.num_layers
     if spec.chips > cluster.num_chips:
-        raise ValueError(f"PlanSpec dp*tp*pp = {spec.dp}*{spec.tp}*{spec.pp} = {spec.chips} exceeds the "
-                         f"cluster's {cluster.num_chips} chips")
+        raise ValueError(f"PlanSpec dp*tp*pp*cp = {spec.dp}*{spec.tp}*{spec.pp}*{spec.context_parallel} = "
+                         f"{spec.chips} exceeds the cluster's {cluster.num_chips} chips")
+    graph.check_context_parallel(model, spec.context_parallel, spec.flash_attention)
     if B % (spec.dp * spec.microbatch):
         raise ValueError(f"global_batch={B} is not divisible by dp*microbatch = {spec.dp}*{spec.microbatch}")
     if spec.pp > L:
@@ -400,7 +476,8 @@ def plan_from_stages(model: ModelConfig, chip: Accelerator, cluster: Cluster, sp
     costs, mems, rows = [], [], []
     for s, (n, mode) in enumerate(zip(spec.stage_layers, spec.recompute_per_stage())):
         cst, mm = F.stage_terms(u, net, hw, float(n), s == 0, s == spec.pp - 1, s, spec.pp, spec.virtual_stages,
-                                m, float(spec.dp), float(spec.tp), spec.zero, _MODES.index(mode), out)
+                                m, float(spec.weight_replicas), float(spec.tp), spec.zero, float(spec.shard_group),
+                                _MODES.index(mode), out)
         costs.append(float(cst))
         mems.append(float(mm))
         rows.append(out.copy())
@@ -445,9 +522,12 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     mem = mem or memory.MemoryConfig()
     spec = check_spec(model, cluster, spec, global_batch)
     engine = engine_preset(engine)
-    check_interleaving(engine, spec.virtual_stages)
+    check_features(engine, spec.virtual_stages, spec.context_parallel)
+    check_precision(chip, spec.precision)
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
-                   spec.flash_attention, time_model=time_model, engine=engine)[0, 0, 0, 0]
-    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine)
+                   spec.flash_attention, time_model=time_model, engine=engine,
+                   context_parallel=spec.context_parallel, precision=spec.precision)[0, 0, 0, 0]
+    hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
+                spec.precision)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
                             time_model)

@@ -28,8 +28,8 @@ def _model_tflops(row) -> float:
                         bytes_written=m * n * b * dt, dtype_bytes=dt)]
     else:   # FlashAttention fwd + bwd over (seq m, head dim k), causal FLOPs halved as the graph counts them
         g = graph._Builder(dt)
-        g.attention("fwd", [], m, k, b, 1.0, 3.0, 1.0)
-        g.attention("bwd", [], m, k, b, 2.5, 5.0, 3.0)
+        g.attention("fwd", [], m, m, k, b, 1.0, 3.0 * m, 1.0 * m)
+        g.attention("bwd", [], m, m, k, b, 2.5, 5.0 * m, 3.0 * m)
         ops = g.ops
     t = cost.price(np.array([o.as_row() for o in ops]), chip)[0].sum()
     return sum(o.flops for o in ops) / t / 1e12
@@ -95,7 +95,7 @@ def test_small_and_skinny_gemms_run_below_the_best_shape():
 
 def test_efficiency_columns_match_the_kernel_indices():
     from cosearch._kernels import formulas as F
-    names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD")
+    names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD", "E_FP8")
     assert [getattr(F, n) for n in names] == list(range(len(hardware.EFF_FIELDS)))
     e = hardware.A100_80GB.efficiency.as_array()
     assert (e[F.E_SLOTS], e[F.E_TILE_M], e[F.E_K_OVERHEAD]) == (108, 128, 128)

@@ -35,32 +35,34 @@ from . import formulas as F
 INF = np.inf
 
 #: columns of the configuration table handed to :func:`search`
-CFG_FIELDS = ("tp_index", "mb_index", "sp_index", "dp", "pp", "virtual", "zero", "tp", "m")
-C_TI, C_BI, C_SI, C_DP, C_PP, C_V, C_Z, C_TP, C_M = range(len(CFG_FIELDS))
+#: (``cp``: context-parallel degree, the ranks holding the same weights are ``dp * cp``;
+#: ``zero_group``: the ZeRO sharding group inside them)
+CFG_FIELDS = ("tp_index", "mb_index", "sp_index", "dp", "pp", "virtual", "zero", "tp", "m", "cp", "zero_group")
+C_TI, C_BI, C_SI, C_DP, C_PP, C_V, C_Z, C_TP, C_M, C_CP, C_ZG = range(len(CFG_FIELDS))
 
 
 @njit(cache=True)
-def _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, mode, out):
+def _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, zg, mode, out):
     return F.stage_terms(u, net, hw, float(k * v), s == 0, s == pp - 1, s, pp, v, m, dp, tp, zero,
-                         mode, out)
+                         zg, mode, out)
 
 
 @njit(cache=True)
-def _cap(u, net, hw, s, pp, v, m, dp, tp, zero, mode, kmax, x, lo, out, check_mem=True):
+def _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, mode, kmax, x, lo, out, check_mem=True):
     """Largest k in [lo, kmax] whose stage (k*v layers) costs <= x (and fits HBM when
     check_mem); lo - 1 if none."""
     hbm = hw[F.H_HBM] if check_mem else INF
     a = lo
-    c, mm = _cost(u, net, hw, a, s, pp, v, m, dp, tp, zero, mode, out)
+    c, mm = _cost(u, net, hw, a, s, pp, v, m, dp, tp, zero, zg, mode, out)
     if not (mm <= hbm and c <= x):
         return a - 1
     b = kmax
-    c, mm = _cost(u, net, hw, b, s, pp, v, m, dp, tp, zero, mode, out)
+    c, mm = _cost(u, net, hw, b, s, pp, v, m, dp, tp, zero, zg, mode, out)
     if mm <= hbm and c <= x:
         return b
     while b - a > 1:  # invariant: a fits, b does not
         mid = (a + b) // 2
-        c, mm = _cost(u, net, hw, mid, s, pp, v, m, dp, tp, zero, mode, out)
+        c, mm = _cost(u, net, hw, mid, s, pp, v, m, dp, tp, zero, zg, mode, out)
         if mm <= hbm and c <= x:
             a = mid
         else:
@@ -69,13 +71,13 @@ def _cap(u, net, hw, s, pp, v, m, dp, tp, zero, mode, kmax, x, lo, out, check_me
 
 
 @njit(cache=True)
-def _caps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, x, memcap, caps, capmode, out):
+def _caps(u, net, hw, pp, v, m, dp, tp, zero, zg, modes, kmax, x, memcap, caps, capmode, out):
     """hi_s(x) for every stage (in chunks of v layers) and the mode reaching it."""
     # middle stages share one cost curve; memory caps were precomputed
     ccost = np.zeros(3, dtype=np.int64)
     for r in range(3):
         if modes[r] and pp > 2:
-            ccost[r] = _cap(u, net, hw, 1, pp, v, m, dp, tp, zero, r, kmax, x, 1, out, False)
+            ccost[r] = _cap(u, net, hw, 1, pp, v, m, dp, tp, zero, zg, r, kmax, x, 1, out, False)
     for s in range(pp):
         best = 0
         bm = -1
@@ -83,7 +85,7 @@ def _caps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, x, memcap, caps, capm
             if not modes[r]:
                 continue
             if s == 0 or s == pp - 1:
-                h = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, r, kmax, x, 1, out)
+                h = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, r, kmax, x, 1, out)
             else:
                 h = ccost[r] if ccost[r] < memcap[s, r] else memcap[s, r]
             if h > best:
@@ -94,7 +96,7 @@ def _caps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, x, memcap, caps, capm
 
 
 @njit(cache=True)
-def _memcaps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, memcap, out):
+def _memcaps(u, net, hw, pp, v, m, dp, tp, zero, zg, modes, kmax, memcap, out):
     for r in range(3):
         prev = 1
         for s in range(pp):
@@ -102,7 +104,7 @@ def _memcaps(u, net, hw, pp, v, m, dp, tp, zero, modes, kmax, memcap, out):
                 memcap[s, r] = 0
                 continue
             lo = prev if (s >= 2 and s < pp - 1) else 1
-            memcap[s, r] = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, r, kmax, INF, lo, out)
+            memcap[s, r] = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, r, kmax, INF, lo, out)
             if s >= 1 and s < pp - 1 and memcap[s, r] >= 1:
                 prev = memcap[s, r]
 
@@ -118,7 +120,7 @@ def _feasible(caps, pp, total):
 
 
 @njit(cache=True)
-def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes, cutoff=INF):
+def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, counts, rmodes, cutoff=INF):
     """Minimum step time of one configuration (INF if nothing fits, or if no split is at
     most ``cutoff``: then ``counts``/``rmodes`` are not filled); `counts`/`rmodes` (length
     >= pp) receive the layers and recompute mode of each stage."""
@@ -127,19 +129,20 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes, cu
     total = L // v
     if total < pp:
         return INF
+    zg = float(zg)
     kmax = total - (pp - 1)
     out = np.zeros(F.NB)
     memcap = np.zeros((pp, 3), dtype=np.int64)
-    _memcaps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, memcap, out)
+    _memcaps(u, net, hw, pp, v, m, float(dp), float(tp), zero, zg, modes, kmax, memcap, out)
     caps = np.zeros(pp, dtype=np.int64)
     capmode = np.zeros(pp, dtype=np.int64)
     # quick memory-only check
-    _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, INF, memcap, caps, capmode, out)
+    _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, zg, modes, kmax, INF, memcap, caps, capmode, out)
     if not _feasible(caps, pp, total):
         return INF
     if cutoff < INF:
         # a split within `cutoff` exists iff the caps at cutoff cover the layers
-        _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, cutoff, memcap, caps, capmode, out)
+        _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, zg, modes, kmax, cutoff, memcap, caps, capmode, out)
         if not _feasible(caps, pp, total):
             return INF
     # candidate costs: every stage cost value (middle stages share theirs)
@@ -152,7 +155,7 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes, cu
             if not modes[r]:
                 continue
             for k in range(1, kmax + 1):
-                c, mm = _cost(u, net, hw, k, s, pp, v, m, float(dp), float(tp), zero, r, out)
+                c, mm = _cost(u, net, hw, k, s, pp, v, m, float(dp), float(tp), zero, zg, r, out)
                 cand[nc] = c
                 nc += 1
     cs = np.sort(cand[:nc])
@@ -160,14 +163,14 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes, cu
     hi = nc - 1  # the largest candidate is feasible (memory-only feasibility holds)
     while lo < hi:
         mid = (lo + hi) // 2
-        _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, cs[mid], memcap, caps,
+        _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, zg, modes, kmax, cs[mid], memcap, caps,
               capmode, out)
         if _feasible(caps, pp, total):
             hi = mid
         else:
             lo = mid + 1
     x = cs[lo]
-    _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, modes, kmax, x, memcap, caps, capmode, out)
+    _caps(u, net, hw, pp, v, m, float(dp), float(tp), zero, zg, modes, kmax, x, memcap, caps, capmode, out)
     # a split within the caps: add chunks one at a time to the emptiest stage (middle first)
     for s in range(pp):
         counts[s] = 1
@@ -187,7 +190,7 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, modes, counts, rmodes, cu
         for r in range(3):
             if not modes[r]:
                 continue
-            c, mm = _cost(u, net, hw, counts[s], s, pp, v, m, float(dp), float(tp), zero, r, out)
+            c, mm = _cost(u, net, hw, counts[s], s, pp, v, m, float(dp), float(tp), zero, zg, r, out)
             if mm <= hw[F.H_HBM] and c < bc:
                 bc = c
                 br = r
@@ -206,7 +209,7 @@ def lower_bound(u, pp, v, m, L):
 
 
 @njit(cache=True)
-def critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out):
+def critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, out):
     """Valid lower bound on a configuration's step time from the stage that must hold the
     most layers: some stage holds at least ``k = ceil(L / (v pp))`` chunks, and its cost is
     at least the cheapest cost of ``k`` chunks, over the recompute modes that fit HBM,
@@ -230,17 +233,17 @@ def critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out):
         for r in range(3):
             if not modes[r]:
                 continue
-            c, mm = _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, r, out)
+            c, mm = _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, zg, r, out)
             if mm <= hw[F.H_HBM] and c < best:
                 best = c
     return best
 
 
 @njit(cache=True)
-def config_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out):
+def config_bound(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, out):
     """The larger of :func:`lower_bound` and :func:`critical_stage_bound`."""
     a = lower_bound(u, pp, v, m, L)
-    b = critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, modes, out)
+    b = critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, out)
     return a if a > b else b
 
 
@@ -252,7 +255,7 @@ def config_bounds(units, net, hw, cfg, idx, L, modes):
         c = cfg[idx[j]]
         scratch = np.zeros(F.NB)
         out[j] = config_bound(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
-                              float(c[C_DP]), float(c[C_TP]), c[C_Z], modes, scratch)
+                              float(c[C_DP] * c[C_CP]), float(c[C_TP]), c[C_Z], float(c[C_ZG]), modes, scratch)
     return out
 
 
@@ -274,7 +277,7 @@ def _block(units, net, hw, cfg, idx, L, modes, res, cutoff):
         counts = np.zeros(c[C_PP], dtype=np.int64)
         rm = np.zeros(c[C_PP], dtype=np.int64)
         res[i] = config_best(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
-                             c[C_DP], c[C_TP], c[C_Z], modes, counts, rm, cutoff)
+                             float(c[C_DP] * c[C_CP]), c[C_TP], c[C_Z], float(c[C_ZG]), modes, counts, rm, cutoff)
 
 
 def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress=None, cutoff=INF):
@@ -334,13 +337,13 @@ def _best_one(units, net, hw, cfg, L, modes, cutoff):
         if lb[i] > best:
             break
         c = cfg[i]
-        if config_bound(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M], float(c[C_DP]),
-                        float(c[C_TP]), c[C_Z], modes, scratch) > best:
+        if config_bound(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M], float(c[C_DP] * c[C_CP]),
+                        float(c[C_TP]), c[C_Z], float(c[C_ZG]), modes, scratch) > best:
             continue
         counts = np.zeros(c[C_PP], dtype=np.int64)
         rm = np.zeros(c[C_PP], dtype=np.int64)
         r = config_best(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, L, c[C_PP], c[C_V], c[C_M],
-                        c[C_DP], c[C_TP], c[C_Z], modes, counts, rm, best)
+                        float(c[C_DP] * c[C_CP]), c[C_TP], c[C_Z], float(c[C_ZG]), modes, counts, rm, best)
         if r <= best:
             best = r
             found = r
@@ -379,7 +382,7 @@ def memory_floor(units, net, hw, cfg, L, modes):
             if not modes[r]:
                 continue
             _c, mm = F.stage_terms(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, float(k), False, False, pp - 1,
-                                   pp, v, c[C_M], float(c[C_DP]), float(c[C_TP]), c[C_Z], r, scratch)
+                                   pp, v, c[C_M], float(c[C_DP] * c[C_CP]), float(c[C_TP]), c[C_Z], float(c[C_ZG]), r, scratch)
             if mm < best:
                 best = mm
         out[i] = best
@@ -405,7 +408,7 @@ def plan_steps(units, net, hw, cfg, layers, modes):
         worst = 0.0
         for s in range(pp):
             cost, mm = F.stage_terms(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, float(layers[i, s]), s == 0,
-                                     s == pp - 1, s, pp, c[C_V], c[C_M], float(c[C_DP]), float(c[C_TP]), c[C_Z],
+                                     s == pp - 1, s, pp, c[C_V], c[C_M], float(c[C_DP] * c[C_CP]), float(c[C_TP]), c[C_Z], float(c[C_ZG]),
                                      modes[i, s], scratch)
             if mm > hw[F.H_HBM]:
                 worst = INF

@@ -73,16 +73,19 @@ UNIT_FIELDS = (
     "act_none_bytes", "act_selective_bytes", "act_input_bytes", "emb_act_bytes", "head_act_bytes",
     "p2p_bytes", "p2p_gather_s",
     "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
+    "layer_cp_fwd_s", "layer_cp_bwd_s",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
- U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL) = range(len(UNIT_FIELDS))
+ U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
-             "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p")
-H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB = range(len(HW_FIELDS))
+             "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
+             "overlap_param_gather", "lowp_weight_bytes")
+(H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
+ H_W8) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -92,16 +95,16 @@ RC_NONE, RC_SELECTIVE, RC_FULL = 0, 1, 2
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 #: breakdown row written by stage_terms (seconds per step unless noted)
-BREAKDOWN_FIELDS = ("forward_s", "backward_s", "recompute_s", "tp_comm_s", "pp_p2p_s", "bubble_s",
+BREAKDOWN_FIELDS = ("forward_s", "backward_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_p2p_s", "bubble_s",
                     "dp_exposed_s", "optimizer_s", "grad_accum_s")
-(B_FWD, B_BWD, B_REC, B_TP, B_P2P, B_BUBBLE, B_DP, B_OPT, B_GACC) = range(len(BREAKDOWN_FIELDS))
+(B_FWD, B_BWD, B_REC, B_TP, B_CP, B_P2P, B_BUBBLE, B_DP, B_OPT, B_GACC) = range(len(BREAKDOWN_FIELDS))
 # extra columns after the breakdown
-B_T, B_E, B_MEM, B_PARAMS, B_COST = 9, 10, 11, 12, 13
-NB = 14
+B_T, B_E, B_MEM, B_PARAMS, B_COST = range(len(BREAKDOWN_FIELDS), len(BREAKDOWN_FIELDS) + 5)
+NB = len(BREAKDOWN_FIELDS) + 5
 
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
-(E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD) = range(9)
+(E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8) = range(10)
 
 
 # ---------------------------------------------------------------- GEMM shape efficiency
@@ -190,6 +193,34 @@ def p2p_s(nbytes, stride, net):
     return nbytes / _intra_bw(2.0, net) + net[N_LATI]
 
 
+@njit(cache=True)
+def ring_step_s(nbytes, n, stride, net):
+    """One step of a ring exchange over ``n`` ranks ``stride`` apart (context parallelism's
+    K/V ring): every rank sends ``nbytes`` to its neighbour at once, so a step takes the
+    slowest hop — an inter-node one when the ring leaves the node (``n * stride`` ranks
+    exceed a node), else an intra-node one."""
+    if nbytes <= 0.0 or n <= 1.0:
+        return 0.0
+    cpn = net[N_CPN]
+    if cpn > 0.0 and n * stride > cpn:
+        return nbytes / net[N_BWE] + net[N_LATE]
+    return nbytes / _intra_bw(2.0, net) + net[N_LATI]
+
+
+@njit(cache=True)
+def ring_exposed_s(step_bytes, n, stride, compute_s, net):
+    """Exposed time of a ring exchange overlapped with compute, as context parallelism runs
+    attention (Megatron-Core's ``AttnFuncWithCPAndKVP2P``, torchtitan's ring attention): the
+    work is ``n`` chunks of ``compute_s / n``; while chunk ``i`` is computed the K/V of chunk
+    ``i + 1`` arrives, so each of the ``n - 1`` transfers hides behind one chunk and only
+    ``(n - 1) max(0, step - compute_s / n)`` is exposed."""
+    if n <= 1.0:
+        return 0.0
+    step = ring_step_s(step_bytes, n, stride, net)
+    x = step - compute_s / n
+    return (n - 1.0) * x if x > 0.0 else 0.0
+
+
 # ---------------------------------------------------------------- memory
 @njit(cache=True)
 def static_bytes(params, dp, zero, w, g, o):
@@ -226,14 +257,56 @@ def unit_work(u, layers):
 
 # ---------------------------------------------------------------- one stage
 @njit(cache=True)
-def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out):
+def fsdp_exposed_s(u, net, hw, n, first, last, zg, tp, rec):
+    """ZeRO-3 communication of one microbatch that per-layer prefetch cannot hide (PyTorch
+    FSDP/FSDP2, MaxText's FSDP): each unit — a layer; the embedding and the head are units
+    of their own — is gathered for the forward and again for the backward and its gradient
+    reduce-scattered after its backward, and the next unit's gather is issued while the
+    current one computes (one unit ahead).  Per pass the first gather is exposed whole (one
+    layer's), and every unit exposes what its collectives exceed its own compute: forward
+    ``AG + sum_u max(0, AG_u - F_u)``, backward ``AG + RS + sum_u max(0, AG_u + RS_u - B_u)``
+    (the last reduce-scatter is waited for too; a recomputed forward runs inside its unit's
+    backward)."""
+    w = hw[H_W]
+    gr = hw[H_GRED]
+    agl = allgather_s(u[U_PL] * w, zg, tp, net)
+    rsl = allgather_s(u[U_PL] * gr, zg, tp, net)
+    lf = u[U_LF] + u[U_LTPF] + u[U_LCPF]
+    lb = u[U_LB] + u[U_LTPB] + u[U_LCPB]
+    if n > 0.0:
+        lb += rec / n
+    xf = agl - lf
+    xb = agl + rsl - lb
+    out = agl + (agl + rsl) + n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
+    if first:
+        age = allgather_s(u[U_PE] * w, zg, tp, net)
+        rse = allgather_s(u[U_PE] * gr, zg, tp, net)
+        xf = age - (u[U_EF] + u[U_ETPF])
+        xb = age + rse - (u[U_EB] + u[U_ETPB])
+        out += (xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0)
+    if last:
+        agh = allgather_s(u[U_PH] * w, zg, tp, net)
+        rsh = allgather_s(u[U_PH] * gr, zg, tp, net)
+        xf = agh - (u[U_HF] + u[U_HTPF])
+        xb = agh + rsh - (u[U_HB] + u[U_HTPB])
+        out += (xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0)
+    return out
+
+
+@njit(cache=True)
+def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode, out):
     """Cost of stage s holding n layers (+ embedding if first, + head if last) under
     recompute `mode`; fills `out` (:data:`BREAKDOWN_FIELDS` then T, E, memory, params,
     cost) and returns (cost, memory) with cost = m T + (pp-1)/v T' + E, T' = T (less the
-    pipeline transfers under a blocking engine)."""
+    pipeline transfers under a blocking engine).
+
+    ``dp``: the ranks holding the same weights, ``tp`` apart in rank order (data x context
+    parallel ranks); ``zg``: the ZeRO sharding group inside them (a divisor of ``dp``,
+    consecutive ranks; ``dp / zg`` replicas of it are all-reduced across)."""
     f = n * u[U_LF]
     b = n * u[U_LB]
     tpc = n * (u[U_LTPF] + u[U_LTPB])
+    cpc = n * (u[U_LCPF] + u[U_LCPB])
     params = n * u[U_PL]
     act = n * (u[U_ACT_NONE] if mode == RC_NONE else (u[U_ACT_SEL] if mode == RC_SELECTIVE
                                                        else u[U_ACT_IN]))
@@ -253,9 +326,9 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
             params += u[U_PTIED]
     rec = 0.0
     if mode == RC_SELECTIVE:
-        rec = n * u[U_LATT]
+        rec = n * (u[U_LATT] + u[U_LCPF])
     elif mode == RC_FULL:
-        rec = n * (u[U_LF] + u[U_LTPF])
+        rec = n * (u[U_LF] + u[U_LTPF] + u[U_LCPF])
     p2p = 0.0
     if pp > 1:
         send = p2p_s(u[U_P2P_BYTES], tp * dp, net)
@@ -273,20 +346,28 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
     o = hw[H_O]
     gr = hw[H_GRED]
     gacc = params * hw[H_GACC] / hw[H_MEMBW]
-    work = f + b + rec + tpc + p2p + gacc
+    work = f + b + rec + tpc + cpc + p2p + gacc
     t = work
-    if zero == 3 and dp > 1:
-        z3 = 2.0 * allgather_s(params * w, dp, tp, net) + allgather_s(params * gr, dp, tp, net)
-        if z3 > t:
-            t = z3
+    if zero == 3 and zg > 1.0:
+        if hw[H_Z3_LAYER] > 0.0:
+            t = work + fsdp_exposed_s(u, net, hw, n, first, last, zg, tp, rec)
+        else:
+            # the stage's gathers and reduce-scatter run beside all of its microbatch work
+            z3 = 2.0 * allgather_s(params * w, zg, tp, net) + allgather_s(params * gr, zg, tp, net)
+            if z3 > t:
+                t = z3
     # ---- after the last microbatch
     gcomm = 0.0
     pgather = 0.0
+    reps = dp / zg
     if zero == 0:
         gcomm = allreduce_s(params * gr, dp, tp, net)
     elif zero <= 2:
-        gcomm = allgather_s(params * gr, dp, tp, net)
-        pgather = allgather_s(params * w, dp, tp, net)
+        gcomm = allgather_s(params * gr, zg, tp, net) + allreduce_s(params * gr / zg, reps, tp * zg, net)
+        pgather = allgather_s(params * w, zg, tp, net)
+    else:
+        # sharded gradients of the zg-group replicas (HSDP); nothing when one group holds all
+        gcomm = allreduce_s(params * gr / zg, reps, tp * zg, net)
     if hw[H_OVERLAP] > 0.0:
         window = b + rec + n * u[U_LTPB]
         exposed = gcomm - window
@@ -294,18 +375,24 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
             exposed = 0.0
     else:
         exposed = gcomm
-    exposed += pgather
+    if hw[H_PG_OVERLAP] > 0.0:
+        # the updated parameters are gathered behind the next step's first forward
+        x = pgather - f
+        exposed += x if x > 0.0 else 0.0
+    else:
+        exposed += pgather
     if pp > 1 and (first or last) and u[U_PTIED] > 0.0:
         exposed += allreduce_s(u[U_PTIED] * gr, 2.0, tp * dp * (pp - 1.0), net)
-    opt_shard = dp if zero >= 1 else 1.0
-    fixed_shard = dp if zero >= 2 else 1.0
+    opt_shard = zg if zero >= 1 else 1.0
+    fixed_shard = zg if zero >= 2 else 1.0
     opt = params * ((2.0 * o + g + w) / opt_shard + 2.0 * g / fixed_shard) / hw[H_MEMBW]
     e = exposed + opt
     # ---- memory
-    mem = static_bytes(params, dp, zero, w, g, o) + inflight(s, pp, m, v) * act
+    mem = static_bytes(params, zg, zero, w, g, o) + inflight(s, pp, m, v) * act
+    mem += params * hw[H_W8] / (zg if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
         mem += u[U_ACT_NONE]
-    if zero == 3 and dp > 1:
+    if zero == 3 and zg > 1.0:
         mem += 2.0 * u[U_PL_FULL] * w
     # the fill and drain: Megatron-LM's exchanges sit on that path; a blocking engine's
     # transfers there meet a stage idle anyway (its simulated schedule, tests/reference.py)
@@ -315,6 +402,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, mode, out
     out[B_BWD] = m * b
     out[B_REC] = m * rec
     out[B_TP] = m * tpc
+    out[B_CP] = m * cpc
     out[B_P2P] = m * p2p
     out[B_BUBBLE] = (pp - 1.0) / v * fill
     out[B_DP] = m * (t - work) + exposed
