@@ -262,11 +262,12 @@ def fsdp_exposed_s(u, net, hw, n, first, last, zg, tp, rec):
     FSDP/FSDP2, MaxText's FSDP): each unit — a layer; the embedding and the head are units
     of their own — is gathered for the forward and again for the backward and its gradient
     reduce-scattered after its backward, and the next unit's gather is issued while the
-    current one computes (one unit ahead).  Per pass the first gather is exposed whole (one
-    layer's), and every unit exposes what its collectives exceed its own compute: forward
-    ``AG + sum_u max(0, AG_u - F_u)``, backward ``AG + RS + sum_u max(0, AG_u + RS_u - B_u)``
-    (the last reduce-scatter is waited for too; a recomputed forward runs inside its unit's
-    backward)."""
+    current one computes (one unit ahead).  Per pass the first layer's gather is exposed
+    whole, and every other unit exposes what its collectives exceed its own compute: forward
+    ``AG + sum_{u > 1} max(0, AG_u - F_u)``, backward ``AG + RS + sum_{u > 1} max(0, AG_u + RS_u
+    - B_u)`` (the last reduce-scatter is waited for too; a recomputed forward runs inside its
+    unit's backward).  With no compute at all this is every gather and reduce-scatter one
+    after another: ``n`` layer gathers per pass and ``n`` reduce-scatters per microbatch."""
     w = hw[H_W]
     gr = hw[H_GRED]
     agl = allgather_s(u[U_PL] * w, zg, tp, net)
@@ -277,7 +278,8 @@ def fsdp_exposed_s(u, net, hw, n, first, last, zg, tp, rec):
         lb += rec / n
     xf = agl - lf
     xb = agl + rsl - lb
-    out = agl + (agl + rsl) + n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
+    rest = n - 1.0 if n >= 1.0 else 0.0
+    out = agl + (agl + rsl) + rest * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
     if first:
         age = allgather_s(u[U_PE] * w, zg, tp, net)
         rse = allgather_s(u[U_PE] * gr, zg, tp, net)

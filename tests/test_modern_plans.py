@@ -1,0 +1,255 @@
+"""Today's training plans: context parallelism, FP8, ZeRO sharding groups, the FSDP /
+Megatron-Core engines and the 2023-25 chips — each against a hand-worked case, and the plan
+search over the new dimensions against brute force over evaluate()."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from cosearch import cluster, cost, graph, hardware, memory, models, placement
+from cosearch._kernels import formulas as F
+from cosearch.plan import PlanSpec, evaluate, unit_costs
+from tests.test_placement import MODES, _compositions, _divs, cached_units  # noqa: F401  (fixture)
+
+TINY = models.ModelConfig("t", 2, 64, 4, 256, 512, 64, kv_heads=2, activation="swiglu", position="rotary",
+                          tie_embeddings=False)
+
+
+# ------------------------------------------------------------------ context parallelism
+def test_ring_exposed_hand_worked():
+    # flat domain, 100 GB/s, 1 us: a 1 GB step takes 10.001 ms; 4 chunks of 20 ms / 4 = 5 ms
+    net = np.array([0.0, 100e9, 100e9, 1e-6, 1e-6, 0.0])
+    assert F.ring_exposed_s(1e9, 4.0, 1.0, 0.020, net) == pytest.approx(3 * (0.010001 - 0.005))
+    assert F.ring_exposed_s(1e9, 4.0, 1.0, 0.080, net) == 0.0          # hidden: 20 ms per chunk
+    assert F.ring_exposed_s(1e9, 1.0, 1.0, 0.0, net) == 0.0            # no ring
+    # nodes of 8: a ring of 4 ranks 4 apart leaves the node -> the 10 GB/s inter-node hop sets the pace
+    nodes = np.array([8.0, 100e9, 10e9, 1e-6, 5e-6, 0.0])
+    assert F.ring_exposed_s(1e9, 4.0, 4.0, 0.0, nodes) == pytest.approx(3 * (0.1 + 5e-6))
+    assert F.ring_exposed_s(1e9, 4.0, 2.0, 0.0, nodes) == pytest.approx(3 * (0.01 + 1e-6))
+
+
+def test_context_parallel_splits_work_and_activations_exactly():
+    m = TINY
+    for part in ("layer", "embedding", "head"):
+        for ph in ("fwd", "bwd"):
+            one = sum(op.flops for op in graph.build(m, 1, 2, ph, part, flash_attention=True).ops)
+            two = sum(op.flops for op in graph.build(m, 1, 2, ph, part, flash_attention=True,
+                                                     context_parallel=2).ops)
+            assert two * 2 == pytest.approx(one, rel=1e-12), (part, ph)
+    cl = cluster.Cluster(4)
+    u1 = unit_costs(m, hardware.H100, cl, (1,), (2,), (False,), True)[0, 0, 0, 0]
+    u2 = unit_costs(m, hardware.H100, cl, (1,), (2,), (False,), True, context_parallel=2)[0, 0, 0, 0]
+    # with flash attention every activation term is linear in the sequence length
+    for f in (F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT, F.U_P2P_BYTES):
+        assert u2[f] * 2 == pytest.approx(u1[f], rel=1e-12)
+    assert u2[F.U_PL] == u1[F.U_PL]
+
+
+def test_context_parallel_ring_bytes_hand_worked():
+    """A slow link so the ring dominates: per layer forward, cp - 1 steps each moving this rank's
+    K and V (b x s/cp x kv_heads x head_dim x 2 bytes, twice) minus the attention it hides."""
+    m, mb, cp = TINY, 2, 2
+    chip = hardware.H100
+    cl = cluster.Cluster(2, intra_node_Bps=1e6, link_latency_s=2e-6)
+    u = unit_costs(m, chip, cl, (1,), (mb,), (False,), True, context_parallel=cp)[0, 0, 0, 0]
+    step_bytes = 2 * mb * (64 // cp) * 2 * (64 // 4) * 2        # K and V
+    step_s = step_bytes / 1e6 + 2e-6
+    attn_fwd = u[F.U_LATT]                                       # the fused attention kernel's time
+    assert u[F.U_LCPF] == pytest.approx((cp - 1) * (step_s - attn_fwd / cp), rel=1e-9)
+    assert u[F.U_LCPB] > 1.9 * u[F.U_LCPF]                       # K/V again and their gradients
+    spec = PlanSpec(1, 1, 1, mb, flash_attention=True, context_parallel=cp)
+    p = evaluate(m, chip, cl, spec, mb)
+    assert p.breakdown["cp_comm_s"] == pytest.approx(m.num_layers * (u[F.U_LCPF] + u[F.U_LCPB]), rel=1e-12)
+
+
+def test_context_parallel_refusals():
+    cl = cluster.Cluster(8)
+    with pytest.raises(ValueError, match="flash attention"):
+        evaluate(TINY, "H100", cl, PlanSpec(1, 1, 1, 1, context_parallel=2), 1)
+    with pytest.raises(ValueError, match="equal chunks"):
+        evaluate(TINY.with_(seq_len=60), "H100", cl, PlanSpec(1, 1, 1, 1, context_parallel=4,
+                                                             flash_attention=True), 1)
+    with pytest.raises(ValueError, match="no context parallelism"):
+        evaluate(TINY, "H100", cl, PlanSpec(1, 1, 1, 1, context_parallel=2, flash_attention=True), 1,
+                 engine="megatron-deepspeed")
+    with pytest.raises(ValueError, match=r"dp\*tp\*pp\*cp"):
+        evaluate(TINY, "H100", cluster.Cluster(2), PlanSpec(2, 1, 1, 1, context_parallel=2,
+                                                            flash_attention=True), 2)
+
+
+# ------------------------------------------------------------------ FP8
+def test_fp8_gemm_runs_at_the_chips_fp8_rate():
+    chip = hardware.H100
+    big = [graph.Op("g", "gemm", m=8192, n=8192, k=8192, bytes_read=(2 * 8192 ** 2) * dt,
+                    bytes_written=8192 ** 2 * 2, dtype_bytes=dt) for dt in (2, 1)]
+    t16, t8 = cost.price(np.array([o.as_row() for o in big]), chip)[0]
+    launch = chip.efficiency.launch_s
+    assert (t16 - launch) / (t8 - launch) == pytest.approx(chip.efficiency.fp8_rate, rel=1e-9)  # compute-bound
+    ref = cost.price_numpy(np.array([o.as_row() for o in big]), chip.as_array()[None], 1.0,
+                           chip.efficiency.as_array())[0]
+    assert np.allclose(ref, [t16, t8], rtol=1e-12)
+
+
+def test_fp8_plan_memory_and_refusal():
+    m, cl = TINY, cluster.Cluster(1)
+    spec = PlanSpec(1, 1, 1, 1, flash_attention=True)
+    bf = evaluate(m, "H100", cl, spec, 1)
+    f8 = evaluate(m, "H100", cl, spec.with_(precision="fp8"), 1)
+    # 2 bytes per parameter more: the FP8 weight and its transpose (ZeRO-0, one stage holds all)
+    extra = f8.memory_per_chip_bytes[0] - bf.memory_per_chip_bytes[0]
+    assert extra == pytest.approx(2.0 * m.num_params(), rel=1e-12)
+    assert f8.breakdown["forward_s"] < bf.breakdown["forward_s"]
+    with pytest.raises(ValueError, match="no FP8 tensor cores"):
+        evaluate(m, "A100", cl, spec.with_(precision="fp8"), 1)
+    with pytest.raises(ValueError, match="precision"):
+        PlanSpec(1, 1, 1, 1, precision="fp4")
+
+
+# ------------------------------------------------------------------ ZeRO groups
+def test_zero_group_memory_and_hsdp_reduction_hand_worked():
+    """dp 4 in one flat 100 GB/s domain, no latency, ZeRO-2 in groups of 2 on an engine that does
+    not overlap the reduction: after the last microbatch, reduce-scatter in the group (bf16
+    gradients), all-reduce of the half shard across the 2 groups, all-gather of the weights."""
+    m = TINY
+    cl = cluster.Cluster(4, intra_node_Bps=100e9, link_latency_s=0.0)
+    P = m.num_params()
+    B = 100e9
+    spec = PlanSpec(4, 1, 1, 1, zero=2, zero_group=2, flash_attention=True)
+    p = evaluate(m, "H100", cl, spec, 4, engine="megatron-lm-2021")
+    rs = 0.5 * 2 * (1 / 2) * (P * 2) / B
+    ar = 2 * (1 / 2) * (P * 2 / 2) / B
+    ag = 0.5 * 2 * (1 / 2) * (P * 2) / B
+    assert p.breakdown["dp_exposed_s"] == pytest.approx(rs + ar + ag, rel=1e-9)
+    full = evaluate(m, "H100", cl, spec.with_(zero_group=None), 4, engine="megatron-lm-2021")
+    # static memory: 2 + (2 + 12) / group bytes per parameter
+    diff = p.memory_per_chip_bytes[0] - full.memory_per_chip_bytes[0]
+    assert diff == pytest.approx(P * 14 * (1 / 2 - 1 / 4), rel=1e-12)
+    with pytest.raises(ValueError, match="must divide"):
+        PlanSpec(4, 1, 1, 1, zero=3, zero_group=3)
+    assert PlanSpec(2, 1, 1, 1, context_parallel=2, zero_group=4, flash_attention=True).shard_group == 4
+
+
+# ------------------------------------------------------------------ engines
+def test_fsdp_gathers_every_layer_twice_per_microbatch():
+    """With no compute to hide behind, FSDP's per-microbatch traffic is every layer gathered
+    for the forward and again for the backward plus every layer's gradient reduce-scattered,
+    one after another; with ample compute only the first gather of each pass and the last
+    reduce-scatter show."""
+    n, P, B, zg = 4, 1e8, 100e9, 4.0
+    net = np.array([0.0, B, B, 0.0, 0.0, 0.0])
+    hw = np.zeros(F.NH)
+    hw[F.H_W], hw[F.H_GRED], hw[F.H_Z3_LAYER], hw[F.H_MEMBW], hw[F.H_HBM] = 2.0, 4.0, 1.0, 1e12, 1e30
+    u = np.zeros(F.NU)
+    u[F.U_PL] = P
+    ag = 0.5 * 2 * (3 / 4) * (P * 2) / B
+    rs = 0.5 * 2 * (3 / 4) * (P * 4) / B
+    assert F.fsdp_exposed_s(u, net, hw, float(n), False, False, zg, 1.0, 0.0) == pytest.approx(n * (2 * ag + rs))
+    u[F.U_LF], u[F.U_LB] = 1.0, 2.0
+    assert F.fsdp_exposed_s(u, net, hw, float(n), False, False, zg, 1.0, 0.0) == pytest.approx(2 * ag + rs)
+    out = np.zeros(F.NB)
+    cost, _ = F.stage_terms(u, net, hw, float(n), False, False, 0, 1, 1, 3, 4.0, 1.0, 3, zg, F.RC_NONE, out)
+    assert out[F.B_DP] == pytest.approx(3 * (2 * ag + rs))      # three microbatches
+
+
+def test_engine_presets_differ_where_their_software_does():
+    m = models.preset("gpt3-1.3b")
+    cl = cluster.preset("dgx-h100", 2)
+    spec = PlanSpec(16, 1, 1, 1, zero=3, flash_attention=True)
+    fsdp = evaluate(m, "H100", cl, spec, 64, engine="fsdp")
+    meg = evaluate(m, "H100", cl, spec, 64, engine="megatron-lm")
+    assert fsdp.step_time_s > meg.step_time_s                   # gathers every microbatch, one layer ahead
+    z1 = PlanSpec(16, 1, 1, 1, zero=1, flash_attention=True)
+    core = evaluate(m, "H100", cl, z1, 64, engine="megatron-core")
+    lm = evaluate(m, "H100", cl, z1, 64, engine="megatron-lm")
+    assert core.step_time_s < lm.step_time_s                    # the parameter gather hides behind a forward
+    old = evaluate(m, "H100", cl, PlanSpec(16, 1, 1, 1), 64, engine="megatron-lm-2021")
+    new = evaluate(m, "H100", cl, PlanSpec(16, 1, 1, 1), 64, engine="megatron-lm")
+    assert old.step_time_s > new.step_time_s
+
+
+# ------------------------------------------------------------------ chips and clusters
+@pytest.mark.parametrize("name,bf16,hbm,fp8", [("H100", 989e12, 80 * 2**30, True), ("H200", 989e12, 141e9, True),
+                                              ("B200", 2.25e15, 180e9, True), ("GB200", 2.5e15, 186e9, True),
+                                              ("GB300", 2.5e15, 288e9, True), ("TPUv5e", 197e12, 16e9, False),
+                                              ("TPUv5p", 459e12, 95e9, False)])
+def test_chip_presets_match_datasheets(name, bf16, hbm, fp8):
+    chip = hardware.preset(name)
+    assert chip.peak_flops == pytest.approx(bf16, rel=0.003)
+    assert chip.hbm_bytes == hbm and chip.supports_fp8 is fp8
+
+
+def test_cluster_presets():
+    g = cluster.preset("gb200-nvl72", 256)
+    assert (g.chips_per_node, g.nodes) == (64, 4)               # 64 GPUs per rack for power-of-two jobs
+    assert cluster.preset("gb200-nvl72", 144).chips_per_node == 72
+    with pytest.raises(ValueError, match="neither whole 72-GPU racks"):
+        cluster.preset("gb200-nvl72", 100)
+    t = cluster.preset("tpuv5e-pod", 1024)
+    assert (t.chips_per_node, t.torus_side) == (256, 16)
+    with pytest.raises(ValueError, match="whole slices"):
+        cluster.preset("tpuv5e-pod", 300)
+    assert cluster.preset("dgx-b200", 2).intra_node_Bps == 900e9
+    assert set(cluster.PRESET_CHIPS) == set(cluster.PRESETS)
+    for name, chip in cluster.PRESET_CHIPS.items():
+        hardware.preset(chip)
+
+
+# ------------------------------------------------------------------ the search over the new dimensions
+def _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine):
+    out = []
+    L = model.num_layers
+    for tp, cp, prec, z, zg in itertools.product(tps, cps, precs, zeros, groups):
+        for mb in _divs(batch):
+            for dp in _divs(batch):
+                if batch % (dp * mb):
+                    continue
+                if zg is not None and ((dp * cp) % zg or z == 0):
+                    continue
+                for pp in range(1, L + 1):
+                    if dp * tp * pp * cp > cl.num_chips:
+                        continue
+                    for split in _compositions(L, pp, 1):
+                        for rc in itertools.product(MODES, repeat=pp):
+                            spec = PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split,
+                                            flash_attention=True, context_parallel=cp, precision=prec,
+                                            zero_group=zg)
+                            p = evaluate(model, chip, cl, spec, batch, engine=engine)
+                            big = evaluate(model, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine=engine)
+                            out.append((big.step_time_s, max(p.memory_per_chip_bytes), spec))
+    return out
+
+
+@pytest.mark.parametrize("engine", ["megatron-core", "fsdp"])
+def test_search_over_cp_precision_and_groups_equals_brute_force(cached_units, engine):
+    model = TINY
+    chip = hardware.H100
+    cl = cluster.Cluster(8, 4, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
+    batch, tps, cps, precs, zeros, groups = 2, (1, 2), (1, 2), ("bf16", "fp8"), (0, 1, 3), (None, 2)
+    plans = _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine)
+    mems = np.array([p[1] for p in plans])
+    assert any(p[2].context_parallel == 2 for p in plans) and any(p[2].zero_group == 2 for p in plans)
+    for q in (0.2, 0.6):
+        hbm = float(np.quantile(mems, q))
+        fits = [p for p in plans if p[1] <= hbm]
+        res = placement.search_plans(model, chip.with_(hbm_bytes=hbm), cl, batch, tps=tps, virtual_stages=(1,),
+                                     sequence_parallel=(False,), zero=zeros, flash_attention=True, top_k=2,
+                                     engine=engine, context_parallel=cps, precision=precs, zero_group=groups)
+        best = min(p[0] for p in fits)
+        assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
+        again = evaluate(model, chip.with_(hbm_bytes=hbm), cl, res.best.spec, batch, engine=engine)
+        assert again.step_time_s == pytest.approx(res.best.step_time_s, rel=1e-12)
+        assert math.isfinite(res.plans[-1].step_time_s)
+
+
+def test_search_refuses_fp8_on_a_chip_without_it():
+    with pytest.raises(ValueError, match="no FP8"):
+        placement.search_plans(TINY, "A100", 4, 4, precision=("bf16", "fp8"))
+    with pytest.raises(ValueError, match="flash attention"):
+        placement.search_plans(TINY, "H100", 4, 4, context_parallel=(1, 2))
+
+
+def test_memory_helper_is_unchanged_for_groups():
+    mem = memory.MemoryConfig()
+    assert memory.static_bytes(1e9, 4, 1, mem) == pytest.approx(1e9 * (2 + 2 + 12 / 4))
