@@ -126,6 +126,57 @@ def _node_check() -> str:
             f"{lo:.1f}-{hi:.1f} predicted {pred:.1f} TFLOP/s/GPU, error {pred / hi - 1:+.1%} to {pred / lo - 1:+.1%}")
 
 
+def evaluate_modern(path: Path) -> tuple[dict, list]:
+    """Every row of modern_runs.jsonl evaluated or refused: per source group, the signed errors on
+    tokens/s per GPU and the refusals by reason; and (error, row id, plan, description, group) of
+    every evaluated row."""
+    from modern_runs import Refused, describe, source_group
+    groups: dict[str, dict] = {}
+    evaluated = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        g = groups.setdefault(source_group(row), {"rows": 0, "errors": [], "refused": {}})
+        g["rows"] += 1
+        try:
+            d = describe(row)
+            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.batch, engine=d.engine)
+        except (Refused, ValueError) as e:
+            why = str(e).split(";")[0][:90]
+            g["refused"][why] = g["refused"].get(why, 0) + 1
+            continue
+        if not plan.feasible:
+            why = "does not fit HBM in cosearch's memory model (activations or static memory too large)"
+            g["refused"][why] = g["refused"].get(why, 0) + 1
+            continue
+        pred = plan.tokens_per_s / d.cluster.num_chips
+        err = pred / d.measured_tok_s_gpu - 1.0
+        g["errors"].append(err)
+        evaluated.append((err, row["id"], plan, d, source_group(row)))
+    return groups, evaluated
+
+
+def modern_table(path: Path) -> str:
+    groups, evaluated = evaluate_modern(path)
+    total = sum(g["rows"] for g in groups.values())
+    lines = [f"[fidelity] modern_runs.jsonl: {total} rows, {len(evaluated)} evaluated "
+             f"({len(evaluated) / total:.0%}); tokens/s per GPU, predicted vs measured:"]
+    for name, g in sorted(groups.items()):
+        e = g["errors"]
+        stats = (f"MAE {sum(abs(x) for x in e) / len(e):6.1%}, mean signed {sum(e) / len(e):+6.1%}" if e
+                 else "no rows evaluated")
+        lines.append(f"  {name:<16} rows {g['rows']:3d}, evaluated {len(e):3d}, refused {g['rows'] - len(e):3d}; {stats}")
+        for why, n in sorted(g["refused"].items(), key=lambda x: -x[1]):
+            lines.append(f"      refused {n:3d}: {why}")
+        worst = sorted((x for x in evaluated if x[4] == name), key=lambda x: -abs(x[0]))[:3]
+        for err, rid, plan, d, _g in worst:
+            bd = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in plan.breakdown.items() if v > 0.005)
+            lines.append(f"      worst {err:+6.1%} {rid}: {plan.spec.describe()} [{d.engine}] step "
+                         f"{plan.step_time_s:.2f} s ({bd})")
+    return "\n".join(lines)
+
+
 def test_fidelity(benchmark):
     runs = json.loads(PATH.read_text())["runs"] if PATH.exists() else pytest.skip(f"no {PATH}")
     rows, errors, by_name = [], [], {}
@@ -173,7 +224,5 @@ def test_fidelity(benchmark):
               f"({refused}); {stats}")
     modern = PATH.with_name("modern_runs.jsonl")
     if modern.exists():
-        n = sum(1 for line in modern.read_text().splitlines() if line.strip())
-        print(f"  modern_runs.jsonl: {n} rows, evaluated 0: not read by this bench yet (most need context/"
-              "expert parallelism, FP8, MoE or FSDP-engine features the modern-plans issue adds)")
+        print(modern_table(modern))
     print(_node_check())

@@ -289,7 +289,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
         return PlacementResult((), reason=f"no plan is faster than the cutoff {cut:.6g} s",
                                configurations=total, evaluated=evaluated, cut_off=True)
     if not found:
-        for (c, p, cfg), (u_all, hw) in zip(combos, priced):
+        for (_cp, _prec, cfg), (u_all, hw) in zip(combos, priced):
             need = min(need, float(kernel.min_memory_needed(u_all, net, hw, cfg, model.num_layers, modes)))
         hints = ["more chips"]
         if 3 not in zeros:

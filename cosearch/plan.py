@@ -442,9 +442,14 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
     else:
         if sum(sl) != L:
             raise ValueError(f"PlanSpec.stage_layers={list(sl)} sums to {sum(sl)}, not the model's {L} layers")
-        bad = [x for x in sl if x % vs]
+        # a given split may leave a stage's model chunks uneven by a layer — Megatron-Core's
+        # account_for_embedding/loss_in_pipeline_split counts the embedding and the loss as
+        # layers (Llama 3.1 405B: 126 layers + 2 over pp 8 x v 4 chunks of 4); each chunk
+        # still needs a layer, less the one the embedding or loss stands in for
+        bad = [x for s, x in enumerate(sl) if x < vs - (1 if s in (0, len(sl) - 1) else 0)]
         if bad:
-            raise ValueError(f"PlanSpec.virtual_stages={vs} does not divide the layers per stage {list(sl)}")
+            raise ValueError(f"PlanSpec.stage_layers={list(sl)}: with virtual_stages={vs} every stage needs at "
+                             f"least {vs} layers (one per model chunk; the first and last stages one fewer)")
     return spec.with_(stage_layers=tuple(sl))
 
 

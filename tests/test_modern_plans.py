@@ -192,7 +192,7 @@ def test_cluster_presets():
         cluster.preset("tpuv5e-pod", 300)
     assert cluster.preset("dgx-b200", 2).intra_node_Bps == 900e9
     assert set(cluster.PRESET_CHIPS) == set(cluster.PRESETS)
-    for name, chip in cluster.PRESET_CHIPS.items():
+    for chip in cluster.PRESET_CHIPS.values():
         hardware.preset(chip)
 
 
@@ -221,8 +221,9 @@ def _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine):
     return out
 
 
+@pytest.mark.usefixtures("cached_units")
 @pytest.mark.parametrize("engine", ["megatron-core", "fsdp"])
-def test_search_over_cp_precision_and_groups_equals_brute_force(cached_units, engine):
+def test_search_over_cp_precision_and_groups_equals_brute_force(engine):
     model = TINY
     chip = hardware.H100
     cl = cluster.Cluster(8, 4, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)

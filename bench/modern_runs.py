@@ -1,0 +1,190 @@
+"""Read ../shared/validation/modern_runs.jsonl rows as cosearch plans, the way a user would
+describe each run through the public API, or refuse a row with a named reason.
+
+Nothing here is fitted to the rows: each maps the published fields (model dims, chip, plan,
+precision, framework) onto presets and PlanSpec fields; the choices that the rows leave open
+are written out in ``describe`` with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cosearch import cluster, hardware, models
+from cosearch.plan import PlanSpec
+
+
+@dataclass(frozen=True)
+class Described:
+    model: models.ModelConfig
+    chip: hardware.Accelerator
+    cluster: cluster.Cluster
+    spec: PlanSpec
+    batch: int
+    engine: str
+    measured_tok_s_gpu: float
+    notes: tuple[str, ...] = ()
+
+
+class Refused(Exception):
+    """A row cosearch cannot describe; the message names the missing feature."""
+
+
+def source_group(row: dict) -> str:
+    sw = row["software"]
+    if sw.startswith("llm-foundry"):
+        return "llm-foundry"
+    if sw.startswith("torchtitan"):
+        return "torchtitan"
+    if sw.startswith("MaxText"):
+        return "MaxText"
+    if "Megatron-Bridge" in sw:
+        return "Megatron-Bridge"
+    if sw.startswith("NeMo"):
+        return "NeMo"
+    return sw.split()[0]
+
+
+def _engine(row: dict) -> str:
+    g = source_group(row)
+    return {"llm-foundry": "fsdp", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
+
+
+def _chip(row: dict, notes: list) -> hardware.Accelerator:
+    a = row["accel"]
+    if a.startswith("A100-SXM-40GB"):
+        return hardware.A100
+    if a.startswith("A100"):
+        return hardware.A100_80GB
+    if a.startswith("H100-SXM-96GB") or a.startswith("H100-95GB"):
+        # HBM2e parts at lower TDP: HBM size from the row; no datasheet for their clock or bandwidth,
+        # so the SXM5 preset's are kept (optimistic)
+        notes.append("H100 96 GB lower-TDP part priced with the H100 SXM5's clock and bandwidth")
+        return hardware.H100.with_(name="H100-96GB", hbm_bytes=(95e9 if "95GB" in a else 96e9))
+    if a.startswith("H100"):
+        return hardware.H100
+    if a.startswith("H200"):
+        return hardware.H200
+    if a.startswith("B200"):
+        return hardware.B200
+    if a.startswith("GB200"):
+        return hardware.GB200
+    if a.startswith("GB300"):
+        return hardware.GB300
+    if a.startswith("TPU-v5e"):
+        return hardware.TPUv5e
+    if a.startswith("TPU-v5p"):
+        return hardware.TPUv5p
+    raise Refused(f"chip {a!r} has no preset")
+
+
+def _cluster(row: dict, chip: hardware.Accelerator) -> cluster.Cluster:
+    n = int(row["n_gpus"])
+    name = chip.name
+    if name.startswith("TPUv5e"):
+        return cluster.tpuv5e_pod(n)
+    if name.startswith("TPUv5p"):
+        return cluster.tpuv5p_pod(n)
+    if name in ("GB200", "GB300"):
+        return cluster.gb200_nvl72(n)
+    base = {"A100": cluster.dgx_a100, "A100-80GB": cluster.dgx_a100, "H100": cluster.dgx_h100,
+            "H100-96GB": cluster.dgx_h100, "H200": cluster.dgx_h200, "B200": cluster.dgx_b200}[name]
+    if n % 8 == 0:
+        return base(n // 8)
+    one = base(1)   # fewer GPUs than a node: one flat NVLink domain of n
+    return cluster.Cluster(n, None, one.intra_node_Bps, None, link_latency_s=one.link_latency_s,
+                           intra_efficiency=one.intra_efficiency, name=f"{one.name} ({n} GPUs)")
+
+
+def _model(row: dict) -> models.ModelConfig:
+    arch = row["arch"]
+    gated = "SwiGLU" in arch or "llama" in arch.lower()
+    act = "swiglu" if gated else ("relu" if "ReLU" in arch else "gelu")   # squared-ReLU priced as ReLU
+    learned = "learned pos-emb" in arch
+    head = None
+    if "head_dim 256" in arch:
+        head = 256
+    elif row["hidden"] % row["heads"]:
+        raise Refused(f"heads={row['heads']} do not divide hidden={row['hidden']} and no head size is given")
+    return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row["ffn"], row["vocab"],
+                              row["seq"], kv_heads=row["kv_heads"], activation=act,
+                              norm="rmsnorm" if (gated or "RMSNorm" in arch) else "layernorm",
+                              position="learned" if learned else "rotary",
+                              bias=not ("no-bias" in arch or gated or "MaxText" in row["model"]),
+                              tie_embeddings=("tied" in arch and "untied" not in arch) or "MPT" in row["model"],
+                              dropout=False, head_size=head)
+
+
+def _recompute(row: dict, notes: list) -> str:
+    r = row["recompute"]
+    if r.startswith("none"):
+        return "none"
+    if r.startswith("full") or r.startswith("remat_policy=full"):
+        return "full"
+    if r.startswith("selective (core attention)"):
+        return "selective"
+    if r.startswith("selective") or r.startswith("remat_policy=minimal"):
+        notes.append(f"recompute {r!r} priced as Megatron's selective (attention core)")
+        return "selective"
+    raise Refused(f"recompute {r!r} is not modelled")
+
+
+def _precision(row: dict, notes: list) -> str:
+    p = row["precision"]
+    if "NVFP4" in p:
+        raise Refused("NVFP4 (4-bit) GEMMs are not modelled")
+    if "FP8" in p or "Float8" in p:
+        if "MXFP8" in p:
+            notes.append("MXFP8 priced as per-tensor FP8")
+        return "fp8"
+    return "bf16"
+
+
+def measured_tok_s_gpu(row: dict, model: models.ModelConfig) -> float:
+    """Tokens/s per GPU as published; MaxText rows give only TFLOP/s per chip, converted back with
+    MaxText's own FLOP count (matmul FLOPs incl. the logits, attention without causal halving)."""
+    if row.get("tok_s_gpu"):
+        return float(row["tok_s_gpu"])
+    if row.get("flop_conv") == "F-mx" and row.get("tflops_gpu"):
+        m = model
+        per_layer = 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + (3 if m.gated else 2) * m.hidden * m.ffn_hidden
+        matmul = m.num_layers * per_layer + m.vocab * m.hidden
+        flops_per_token = 6.0 * matmul + 12.0 * m.num_layers * m.seq_len * m.q_dim
+        return float(row["tflops_gpu"]) * 1e12 / flops_per_token
+    raise Refused("the row gives neither tokens/s nor a convertible TFLOP/s")
+
+
+def describe(row: dict) -> Described:
+    """The row as (model, chip, cluster, spec, batch, engine); raises :class:`Refused` with
+    the reason, or ``ValueError`` from cosearch's own validation."""
+    notes: list[str] = []
+    if int(row.get("ep") or 1) > 1:
+        raise Refused("expert parallelism is not modelled")
+    chip = _chip(row, notes)
+    cl = _cluster(row, chip)
+    model = _model(row)
+    precision = _precision(row, notes)
+    rc = _recompute(row, notes)
+    dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
+    vp = row.get("vp")
+    vp = int(vp) if isinstance(vp, (int, float)) and vp and vp > 1 else 1
+    zero = int(row.get("zero") or 0)
+    zg = row.get("zero_group")
+    zg = None if (zg is None or int(zg) == dp * cp or zero == 0) else int(zg)
+    sw = row["software"]
+    flash = not (sw.startswith("MaxText") and "attention=flash" not in sw)
+    if cp > 1 and not flash:
+        raise Refused("context parallelism without flash attention")
+    split = None
+    L = model.num_layers
+    if vp > 1 and L % (pp * vp) and (L + 2) % (pp * vp) == 0:
+        # Megatron-Core's account_for_embedding/loss_in_pipeline_split (the Megatron-Bridge Llama
+        # 3.1 405B recipes): the embedding and the loss count as layers of the first and last stage
+        k = (L + 2) // pp
+        split = (k - 1,) + (k,) * (pp - 2) + (k - 1,)
+        notes.append("embedding and loss counted as pipeline layers")
+    spec = PlanSpec(dp, tp, pp, int(row["mbs"]), recompute=rc, virtual_stages=vp,
+                    sequence_parallel=bool(row.get("sp")) and tp > 1, zero=zero, flash_attention=flash,
+                    context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split)
+    return Described(model, chip, cl, spec, int(row["gbs"]), _engine(row), measured_tok_s_gpu(row, model),
+                     tuple(notes))
