@@ -225,13 +225,17 @@ def _infeasible_reason(res) -> str:
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
-    p.add_argument("--chip", default="A100-80GB", help="chip preset (see `cosearch presets`)")
+    p.add_argument("--chip", default=None,
+                   help="chip preset (see `cosearch presets`; default: the cluster preset's own chip, "
+                        "A100-80GB for a flat cluster)")
     p.add_argument("--cluster", default="dgx-a100",
-                   help="cluster preset: dgx-a100, dgx-h100 (sized by --nodes), tpuv4-pod (by --chips), "
-                        "or flat (--chips, the chip's own link)")
+                   help="cluster preset: dgx-a100, dgx-h100, dgx-h200, dgx-b200 (sized by --nodes), "
+                        "gb200-nvl72, tpuv4-pod, tpuv5e-pod, tpuv5p-pod (by --chips), or flat (--chips, the "
+                        "chip's own link)")
     p.add_argument("--nodes", type=int, help="nodes of a DGX cluster preset")
-    p.add_argument("--chips", type=int, help="chips of a tpuv4-pod or flat cluster")
-    p.add_argument("--batch", type=int, required=True, help="global batch size in sequences")
+    p.add_argument("--chips", type=int, help="chips of a gb200-nvl72, TPU pod or flat cluster")
+    p.add_argument("--batch", type=int, help="global batch size in sequences (or --global-batch-size in "
+                                             "--from-megatron-args)")
     p.add_argument("--dp", type=int, help="data-parallel degree (omit to search)")
     p.add_argument("--tp", type=int, help="tensor-parallel degree (omit to search)")
     p.add_argument("--pp", type=int, help="pipeline stages (omit to search)")
@@ -241,28 +245,50 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (omit to search)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (omit to search)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
-    p.add_argument("--engine", choices=["megatron-lm", "megatron-deepspeed"], default="megatron-lm",
-                   help="training framework: how pipeline sends, gradient accumulation and the gradient "
-                        "reduction run (cosearch.engine)")
+    p.add_argument("--cp", type=int, help="context-parallel degree (needs --flash; omit: 1)")
+    p.add_argument("--precision", choices=["bf16", "fp8"], help="GEMM precision (omit: bf16)")
+    p.add_argument("--zero-group", type=int, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
+    p.add_argument("--engine", choices=["megatron-lm", "megatron-lm-2021", "megatron-core", "megatron-deepspeed",
+                                        "fsdp", "maxtext"], default=None,
+                   help="training framework: what overlaps what, how often sharded weights are gathered, "
+                        "pipeline sends (cosearch.engine; default megatron-lm, megatron-core with "
+                        "--from-megatron-args)")
+    p.add_argument("--from-megatron-args", metavar="ARGS",
+                   help="a Megatron-LM / NeMo argument line (quoted) giving tp, pp, cp, virtual stages, "
+                        "microbatch, global batch, recompute, SP, distributed optimizer and FP8")
     p.add_argument("--top", type=_positive, default=1, help="plans to show when searching")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
+_NODE_PRESETS = ("dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200")
+_CHIP_PRESETS = ("gb200-nvl72", "tpuv4-pod", "tpuv5e-pod", "tpuv5p-pod")
+
+
 def _cluster_from_args(a):
     from . import cluster as cl
-    if a.cluster in ("dgx-a100", "dgx-h100"):
+    if a.cluster in _NODE_PRESETS:
         if a.nodes is None:
             raise ValueError(f"--cluster {a.cluster} needs --nodes")
         return cl.preset(a.cluster, a.nodes)
-    if a.cluster == "tpuv4-pod":
+    if a.cluster in _CHIP_PRESETS:
         if a.chips is None:
-            raise ValueError("--cluster tpuv4-pod needs --chips")
+            raise ValueError(f"--cluster {a.cluster} needs --chips")
         return cl.preset(a.cluster, a.chips)
     if a.cluster == "flat":
         if a.chips is None:
             raise ValueError("--cluster flat needs --chips")
         return cl.Cluster(a.chips)
-    raise ValueError(f"unknown --cluster {a.cluster!r}; choose dgx-a100, dgx-h100, tpuv4-pod or flat")
+    raise ValueError(f"unknown --cluster {a.cluster!r}; choose one of {', '.join(_NODE_PRESETS + _CHIP_PRESETS)} "
+                     "or flat")
+
+
+def _chip_from_args(a):
+    """--chip, or the chip the cluster preset is built of."""
+    from .cluster import PRESET_CHIPS
+    from .hardware import preset as chip_preset
+    if a.chip is not None:
+        return chip_preset(a.chip)
+    return chip_preset(PRESET_CHIPS.get(a.cluster, "A100-80GB"))
 
 
 def _print_plan(p, out) -> None:
@@ -278,16 +304,33 @@ def _print_plan(p, out) -> None:
 def _run_plan(a) -> int:
     import json
 
-    from .hardware import preset as chip_preset
     from .placement import search_plans
     from .plan import PlanSpec, evaluate
     model = _model_from_args(a)
-    chip = chip_preset(a.chip)
+    chip = _chip_from_args(a)
     cluster = _cluster_from_args(a)
     full = None not in (a.dp, a.tp, a.pp, a.mb)
-    if full:
+    ignored: tuple[str, ...] = ()
+    if a.from_megatron_args is not None:
+        from .megatron_args import parse_megatron_args
+        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp)):
+            raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp")
+        mp = parse_megatron_args(a.from_megatron_args, model, cluster.num_chips, a.batch)
+        a.batch, a.engine, ignored = mp.global_batch, a.engine or "megatron-core", mp.ignored
+        spec = mp.spec.with_(flash_attention=mp.spec.flash_attention or a.flash,
+                             zero=a.zero if a.zero is not None else mp.spec.zero,
+                             precision=a.precision or mp.spec.precision, zero_group=a.zero_group)
+        plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
+        searched = None
+    a.engine = a.engine or "megatron-lm"
+    if a.batch is None:
+        raise ValueError("--batch is required (the global batch in sequences)")
+    if a.from_megatron_args is not None:
+        pass                    # evaluated above
+    elif full:
         spec = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
-                        sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash)
+                        sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
+                        context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group)
         plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
         searched = None
     else:
@@ -299,7 +342,10 @@ def _run_plan(a) -> int:
                            virtual_stages=(a.virtual,) if a.virtual else None,
                            sequence_parallel=(True,) if a.sp else None,
                            zero=(a.zero,) if a.zero is not None else None, flash_attention=a.flash,
-                           top_k=a.top, progress=not a.json, engine=a.engine)
+                           top_k=a.top, progress=not a.json, engine=a.engine,
+                           context_parallel=(a.cp,) if a.cp else None,
+                           precision=(a.precision,) if a.precision else None,
+                           zero_group=(a.zero_group,) if a.zero_group else None)
         if not res.feasible:
             raise ValueError(res.reason)
         plans = list(res.plans)
@@ -317,6 +363,8 @@ def _run_plan(a) -> int:
                  if searched is not None else ""))
         for p in plans:
             _print_plan(p, sys.stdout)
+        if ignored:
+            print(f"(Megatron flags not used by the performance model: {' '.join(ignored)})")
     return 0 if plans[0].feasible else 3
 
 

@@ -254,3 +254,49 @@ def test_search_refuses_fp8_on_a_chip_without_it():
 def test_memory_helper_is_unchanged_for_groups():
     mem = memory.MemoryConfig()
     assert memory.static_bytes(1e9, 4, 1, mem) == pytest.approx(1e9 * (2 + 2 + 12 / 4))
+
+
+# ------------------------------------------------------------------ Megatron argument lines and the CLI
+def test_megatron_args_hand_read():
+    from cosearch.megatron_args import parse_megatron_args
+    m = models.preset("llama2-7b")
+    line = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size=4 --context-parallel-size 2 "
+            "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 256 "
+            "--recompute-granularity selective --sequence-parallel --use-distributed-optimizer --fp8-format hybrid "
+            "--lr 3e-4 --bf16")
+    mp = parse_megatron_args(line, m, 64)
+    s = mp.spec
+    # 64 chips / (tp 2 x pp 4 x cp 2) = dp 4; 32 layers / (pp 4 x 4 per chunk) = 2 virtual stages
+    assert (s.dp, s.tp, s.pp, s.context_parallel, s.virtual_stages, s.microbatch) == (4, 2, 4, 2, 2, 1)
+    assert (s.recompute, s.sequence_parallel, s.zero, s.precision, s.flash_attention) == \
+        ("selective", True, 1, "fp8", True)
+    assert mp.global_batch == 256 and mp.ignored == ("--lr", "3e-4", "--bf16")
+    with pytest.raises(ValueError, match="not a multiple"):
+        parse_megatron_args("--tensor-model-parallel-size 3 --global-batch-size 8", m, 8)
+    with pytest.raises(ValueError, match="global-batch-size"):
+        parse_megatron_args("--tensor-model-parallel-size 2", m, 8)
+    with pytest.raises(ValueError, match="whole number"):
+        parse_megatron_args("--micro-batch-size two --global-batch-size 8", m, 8)
+    with pytest.raises(ValueError, match="needs a value"):
+        parse_megatron_args("--global-batch-size", m, 8)
+
+
+def test_cli_plan_with_modern_options(capsys):
+    from cosearch.cli import main
+    rc = main(["plan", "--model", "llama2-7b", "--cluster", "dgx-h100", "--nodes", "2", "--from-megatron-args",
+               "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --context-parallel-size 2 "
+               "--micro-batch-size 1 --global-batch-size 64 --sequence-parallel --use-distributed-optimizer "
+               "--fp8-format hybrid"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "dp2 tp2 pp2 cp2 mb1 rc:none sp zero1 flash fp8" in out and "megatron-core" in out
+    assert "of H100" in out                                     # dgx-h100 implies the H100
+    rc = main(["plan", "--model", "llama2-7b", "--cluster", "gb200-nvl72", "--chips", "64", "--batch", "64",
+               "--dp", "16", "--tp", "2", "--pp", "1", "--mb", "1", "--cp", "2", "--flash", "--precision", "fp8",
+               "--engine", "fsdp", "--zero", "3", "--zero-group", "8", "--json"])
+    import json
+    d = json.loads(capsys.readouterr().out)
+    spec = d["plans"][0]["spec"]
+    assert rc == 0 and d["chip"] == "GB200" and (spec["context_parallel"], spec["zero_group"]) == (2, 8)
+    assert main(["plan", "--model", "llama2-7b", "--cluster", "dgx-a100", "--nodes", "1", "--batch", "8",
+                 "--dp", "8", "--tp", "1", "--pp", "1", "--mb", "1", "--precision", "fp8"]) == 2
+    assert "no FP8 tensor cores" in capsys.readouterr().err
