@@ -40,7 +40,7 @@ def test_search_plans_175b_4096(benchmark):
     tps, mbs = (1, 2, 4, 8), (1, 2, 4)
     units = unit_costs(m, chip, cl, tps, mbs, (False,))[0]
     cfg = np.array([[tps.index(s.tp), mbs.index(s.microbatch), 0, s.dp, s.pp, 1, s.zero, s.tp,
-                     1536 // (s.dp * s.microbatch)] for s in specs], dtype=np.int64)
+                     1536 // (s.dp * s.microbatch), 1, s.dp] for s in specs], dtype=np.int64)
     layers = np.zeros((len(specs), 16), dtype=np.int64)
     modes = np.zeros((len(specs), 16), dtype=np.int64)
     for i, s in enumerate(specs):
@@ -61,3 +61,24 @@ def test_search_plans_175b_4096(benchmark):
           f"costs included (target < 2 s). Per fixed plan: evaluate() {per_eval * 1e3:.2f} ms, njit stage "
           f"formula {per_kernel * 1e6:.2f} us: {per_eval / per_kernel:,.0f}x (target >= 50x). "
           f"Best: {res.best.describe()}")
+
+
+def test_modern_option_space_175b_4096(benchmark):
+    """The option space of today's plans — context parallelism 1/2/4, bf16/FP8, ZeRO over all
+    dp x cp ranks or in groups of 8 — against the old space (cp 1, bf16, one group) on the
+    same chip and cluster, both timed in this run (target: under 3x the old time)."""
+    m = models.preset("gpt3-175b")
+    cl = cluster.dgx_h100(512)
+    chip = hardware.H100
+    placement.search_plans(m, chip, cluster.dgx_h100(2), 16, tps=(8,), flash_attention=True,
+                           context_parallel=(1, 2), precision=("bf16", "fp8"), zero_group=(None, 8))
+    t0 = time.perf_counter()
+    old = placement.search_plans(m, chip, cl, 1536, flash_attention=True)
+    t_old = time.perf_counter() - t0
+    new = benchmark.pedantic(placement.search_plans, args=(m, chip, cl, 1536),
+                             kwargs=dict(flash_attention=True, context_parallel=(1, 2, 4),
+                                         precision=("bf16", "fp8"), zero_group=(None, 8)), rounds=1, iterations=1)
+    t_new = benchmark.stats.stats.median
+    print(f"\n[placement] GPT-3 175B on 4096 H100: old space {old.configurations:,} configurations in {t_old:.2f} s; "
+          f"with cp 1/2/4, bf16/fp8 and ZeRO groups {new.configurations:,} in {t_new:.2f} s: "
+          f"{t_new / t_old:.2f}x the old time (target < 3x). Best: {new.best.describe()}")

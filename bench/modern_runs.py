@@ -101,10 +101,10 @@ def _model(row: dict) -> models.ModelConfig:
     gated = "SwiGLU" in arch or "llama" in arch.lower()
     act = "swiglu" if gated else ("relu" if "ReLU" in arch else "gelu")   # squared-ReLU priced as ReLU
     learned = "learned pos-emb" in arch
-    head = None
-    if "head_dim 256" in arch:
-        head = 256
-    elif row["hidden"] % row["heads"]:
+    head = int(row["head_dim"]) if row.get("head_dim") else None
+    if head == row["hidden"] // row["heads"] and row["hidden"] % row["heads"] == 0:
+        head = None
+    if head is None and row["hidden"] % row["heads"]:
         raise Refused(f"heads={row['heads']} do not divide hidden={row['hidden']} and no head size is given")
     return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row["ffn"], row["vocab"],
                               row["seq"], kv_heads=row["kv_heads"], activation=act,
@@ -160,6 +160,8 @@ def describe(row: dict) -> Described:
     notes: list[str] = []
     if int(row.get("ep") or 1) > 1:
         raise Refused("expert parallelism is not modelled")
+    if row.get("offload"):
+        raise Refused("activation CPU offload is not modelled")
     chip = _chip(row, notes)
     cl = _cluster(row, chip)
     model = _model(row)

@@ -164,12 +164,13 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
                             [p for p in range(2, min(max_pp, L // vs) + 1) if m % p == 0], dtype=np.int64)
                         if not len(pps):
                             continue
-                        for z in zeros:
-                            for zg in _groups(z, dp * cp, zero_groups):
-                                blk = np.empty((len(pps), 11), dtype=np.int64)
-                                blk[:] = (ti, bi, si, dp, 0, vs, z, t, m, cp, zg)
-                                blk[:, 4] = pps
-                                rows.append(blk)
+                        zz = [(z, zg) for z in zeros for zg in _groups(z, dp * cp, zero_groups)]
+                        blk = np.empty((len(zz), len(pps), 11), dtype=np.int64)
+                        blk[:] = (ti, bi, si, dp, 0, vs, 0, t, m, cp, 0)
+                        blk[:, :, 4] = pps
+                        blk[:, :, 6] = np.array([z for z, _g in zz])[:, None]
+                        blk[:, :, 10] = np.array([g for _z, g in zz])[:, None]
+                        rows.append(blk.reshape(-1, 11))
     return np.concatenate(rows) if rows else np.zeros((0, 11), dtype=np.int64)
 
 
