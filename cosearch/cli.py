@@ -246,6 +246,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (omit to search)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
     p.add_argument("--cp", type=int, help="context-parallel degree (needs --flash; omit: 1)")
+    p.add_argument("--ep", type=int, help="expert-parallel degree of an MoE model (omit: 1)")
     p.add_argument("--precision", choices=["bf16", "fp8"], help="GEMM precision (omit: bf16)")
     p.add_argument("--zero-group", type=int, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
     p.add_argument("--engine", choices=["megatron-lm", "megatron-lm-2021", "megatron-core", "megatron-deepspeed",
@@ -313,8 +314,8 @@ def _run_plan(a) -> int:
     ignored: tuple[str, ...] = ()
     if a.from_megatron_args is not None:
         from .megatron_args import parse_megatron_args
-        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp)):
-            raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp")
+        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep)):
+            raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep")
         mp = parse_megatron_args(a.from_megatron_args, model, cluster.num_chips, a.batch)
         a.batch, a.engine, ignored = mp.global_batch, a.engine or "megatron-core", mp.ignored
         spec = mp.spec.with_(flash_attention=mp.spec.flash_attention or a.flash,
@@ -330,7 +331,8 @@ def _run_plan(a) -> int:
     elif full:
         spec = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
-                        context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group)
+                        context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
+                        expert_parallel=a.ep or 1)
         plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
         searched = None
     else:
@@ -345,7 +347,8 @@ def _run_plan(a) -> int:
                            top_k=a.top, progress=not a.json, engine=a.engine,
                            context_parallel=(a.cp,) if a.cp else None,
                            precision=(a.precision,) if a.precision else None,
-                           zero_group=(a.zero_group,) if a.zero_group else None)
+                           zero_group=(a.zero_group,) if a.zero_group else None,
+                           expert_parallel=(a.ep,) if a.ep else None)
         if not res.feasible:
             raise ValueError(res.reason)
         plans = list(res.plans)

@@ -36,9 +36,11 @@ __all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION = 0, 1, 2, 3
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
               "vector": KIND_VECTOR, "allreduce": KIND_NETWORK, "allgather": KIND_NETWORK,
-              "reducescatter": KIND_NETWORK}
-#: Network op kinds (priced by cosearch.comm on the cluster, not by the chip).
-NETWORK_KINDS = ("allreduce", "allgather", "reducescatter")
+              "reducescatter": KIND_NETWORK, "alltoall": KIND_NETWORK}
+#: Network op kinds (priced by cosearch.comm on the cluster, not by the chip).  ``alltoall``
+#: (MoE token dispatch and combine) runs over the expert-parallel group, the others over
+#: the tensor-parallel group.
+NETWORK_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
 #: Forward ops that selective recomputation runs again (the attention core).
 ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_core")
 
@@ -217,6 +219,13 @@ class _Builder:
                             bytes_read=float(elements * self.dt), bytes_written=float(elements),
                             dtype_bytes=self.dt))
 
+    def expert_gemm(self, name: str, deps, m: int, n: int, k: int, experts: int, fp8: bool = False) -> int:
+        """``experts`` weight GEMMs of the same shape (grouped GEMM over an MoE layer's local
+        experts), with an FP8 cast of the inputs under ``fp8``."""
+        if fp8:
+            deps = [self.fp8_cast(f"{name}.cast", deps, m * k * experts)]
+        return self.gemm(name, deps, m, n, k, batch=experts, operand_bytes=1 if fp8 else None)
+
     def linear(self, name: str, deps, m: int, n: int, k: int, fp8: bool = False) -> int:
         """A weight GEMM; with ``fp8`` its input is cast to FP8 first and its operands are
         1 byte (the weight's FP8 copy is made once per step and cached, as Transformer
@@ -249,6 +258,18 @@ def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> in
     return cp
 
 
+def check_expert_parallel(config: ModelConfig, ep) -> int:
+    """Validate an expert-parallel degree for a model; returns it as an int."""
+    if isinstance(ep, bool) or not isinstance(ep, (int, np.integer)) or ep < 1:
+        raise ValueError(f"expert_parallel must be a positive integer, got {ep!r}")
+    ep = int(ep)
+    if ep > 1 and not config.moe:
+        raise ValueError(f"expert_parallel={ep} needs a mixture-of-experts model; {config.name} is dense")
+    if config.moe and config.num_experts % ep:
+        raise ValueError(f"expert_parallel={ep} must divide the {config.num_experts} experts")
+    return ep
+
+
 def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
     if isinstance(tp, bool) or int(tp) != tp or tp <= 0:
         raise ValueError(f"tp must be a positive integer, got {tp!r}")
@@ -260,8 +281,37 @@ def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
         raise ValueError(f"tp={tp} must divide ffn_hidden={config.ffn_hidden}")
 
 
+def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, fp8: bool) -> int:
+    """An MoE MLP on this rank's T tokens: the router, token dispatch over the ``ep``-rank
+    expert-parallel group (all-to-all of every routed copy of a token's hidden state, each
+    tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM per
+    projection — expert load assumed balanced, every local expert gets ``T k ep / E`` tokens —
+    the combine all-to-all back, and the shared experts as a dense MLP beside them."""
+    h, k, E = c.hidden, c.experts_per_token, c.num_experts
+    fe = c.expert_ffn // tp
+    dt = c.dtype_bytes
+    router = g.gemm("router", [x2], T, E, h)
+    gate = g.vector("router_topk", [router], T * E, "softmax")
+    moved = T * k * h * dt / tp
+    disp = g.collective("moe_dispatch", [gate], moved, "alltoall") if ep > 1 else gate
+    local = E // ep
+    per = max(1, math.ceil(T * k * ep / E))
+    width = 2 * fe if c.gated else fe
+    fc1 = g.expert_gemm("expert_fc1", [disp], per, width, h, local, fp8)
+    act = g.vector("expert_act", [fc1], per * local * fe, c.activation, inputs=2 if c.gated else 1)
+    fc2 = g.expert_gemm("expert_fc2", [act], per, h, fe, local, fp8)
+    out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
+    if c.shared_experts:
+        fs = c.shared_experts * fe
+        s1 = g.linear("shared_fc1", [x2], T, 2 * fs if c.gated else fs, h, fp8)
+        sa = g.vector("shared_act", [s1], T * fs, c.activation, inputs=2 if c.gated else 1)
+        s2 = g.linear("shared_fc2", [sa], T, h, fs, fp8)
+        out = g.vector("moe_add", [out, s2], T * h, "add", inputs=2)
+    return g.vector("moe_unpermute", [out], T * k * h, "mul")
+
+
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
-                   cp: int = 1, fp8: bool = False) -> list[Op]:
+                   cp: int = 1, fp8: bool = False, ep: int = 1) -> list[Op]:
     c = config
     s, h, d = c.seq_len, c.hidden, c.head_dim
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -275,7 +325,19 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     norm = c.norm
     n1 = g.vector("norm1", [], Tv * h, norm)
     x_in = g.collective("allgather_attn", [n1], act_bytes, "allgather") if sp and tp > 1 else n1
-    qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, fp8)
+    if c.mla is not None:
+        # multi-head latent attention: Q and K/V from low-rank latents (the down projections
+        # replicated over the tp ranks, the up projections split by head); the attention core
+        # is priced with head width d + rope / 2 (QK^T over d + rope, PV over d)
+        qr, kvr, rope = c.mla
+        qd = g.linear("q_down", [x_in], T, qr, h, fp8)
+        qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, fp8)
+        kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, fp8)
+        kvu = g.linear("kv_up", [kvd], T, a * 2 * d, kvr, fp8)
+        qkv = g.vector("mla_join", [qkv, kvu], T * a * (3 * d + rope), "add", inputs=1)
+        d = d + rope // 2
+    else:
+        qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, fp8)
     x = qkv
     if c.position == "rotary":
         x = g.vector("rotary", [qkv], T * (a + kv) * d, "rotary")
@@ -291,7 +353,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         if c.dropout:
             sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
         ctx = g.gemm("attn_context", [sm, qkv], s, d, s, batch=b * a, weights=False)
-    out = g.linear("attn_out", [ctx], T, h, a * d, fp8)
+    out = g.linear("attn_out", [ctx], T, h, a * c.head_dim, fp8)
     if tp > 1:
         out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
                else g.allreduce("allreduce_attn", [out], act_bytes))
@@ -300,14 +362,17 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     r1 = g.vector("residual1", [out], Tv * h, "add", inputs=2)
     n2 = g.vector("norm2", [r1], Tv * h, norm)
     x2 = g.collective("allgather_mlp", [n2], act_bytes, "allgather") if sp and tp > 1 else n2
-    if c.gated:
+    if c.moe:
+        fc2 = _moe_mlp(g, c, x2, T, tp, ep, fp8)
+    elif c.gated:
         # Megatron fuses the gate and up projections into one column-parallel GEMM
         fc1 = g.linear("fc1", [x2], T, 2 * f, h, fp8)
         act = g.vector("act", [fc1], T * f, c.activation, inputs=2)
     else:
         fc1 = g.linear("fc1", [x2], T, f, h, fp8)
         act = g.vector("act", [fc1], T * f, c.activation)
-    fc2 = g.linear("fc2", [act], T, h, f, fp8)
+    if not c.moe:
+        fc2 = g.linear("fc2", [act], T, h, f, fp8)
     y = fc2
     if tp > 1:
         y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
@@ -318,7 +383,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     return g.ops
 
 
-_CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather"}
+_CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather", "alltoall": "alltoall"}
 
 
 def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -> list[Op]:
@@ -353,8 +418,8 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
             # an FP8 GEMM's gradients are FP8 GEMMs too (the incoming gradient is cast by the
             # backward of the forward's cast op)
             ob = op.dtype_bytes
-            dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n, operand_bytes=ob)
-            g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m, operand_bytes=ob)
+            dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n, batch=op.batch, operand_bytes=ob)
+            g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m, batch=op.batch, operand_bytes=ob)
             if tp > 1 and op.name in allreduce_after and not sequence_parallel:
                 dg = g.allreduce(f"{op.name}.allreduce", [dg], op.m * op.k * dt)
             grad_of[i] = [dg]
@@ -380,7 +445,7 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
 
 
 def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
-                       flash: bool = False, cp: int = 1, fp8: bool = False) -> list[Op]:
+                       flash: bool = False, cp: int = 1, fp8: bool = False, ep: int = 1) -> list[Op]:
     c = config
     T = b * (c.seq_len // cp)
     Tv = T / tp if sp else T
@@ -397,7 +462,7 @@ def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
 
 
 def _forward_head(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
-                  cp: int = 1, fp8: bool = False) -> list[Op]:
+                  cp: int = 1, fp8: bool = False, ep: int = 1) -> list[Op]:
     """Final norm, LM head and loss; the LM head stays in bf16 under FP8 training (Transformer
     Engine and torchao leave the output layer in high precision)."""
     c = config
@@ -418,7 +483,7 @@ _PARTS = {"layer": (_forward_layer, ("qkv", "fc1")),
 
 def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "fwd",
           part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False,
-          context_parallel: int = 1, precision: str = "bf16") -> LayerGraph:
+          context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1) -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -429,7 +494,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     attention meets all keys through the K/V ring (the ring's transfers are priced by
     :func:`cosearch.plan.unit_costs`, not as graph ops).  ``precision="fp8"`` runs the
     layer's weight GEMMs (QKV, attention output, MLP) on FP8 operands, each input cast
-    first; attention and the LM head stay bf16."""
+    first; attention and the LM head stay bf16.  ``expert_parallel`` (ep): an MoE layer's
+    experts are spread over ep ranks (``num_experts / ep`` each), tokens dispatched to them and
+    combined back by all-to-alls over that group."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -442,7 +509,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     cp = check_context_parallel(config, context_parallel, flash_attention)
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; choose one of {PRECISIONS}")
-    ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, precision == "fp8")
+    ep = check_expert_parallel(config, expert_parallel)
+    ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, precision == "fp8",
+                 ep)
     if phase == "bwd":
         ops = _backward(ops, tp, config.dtype_bytes, ar_after)
     return LayerGraph(f"{config.name}.{part}.{phase}", tuple(ops), phase=phase, tp=tp,

@@ -8,6 +8,7 @@ names):
 ``--tensor-model-parallel-size``            tp
 ``--pipeline-model-parallel-size``          pp
 ``--context-parallel-size``                 context_parallel
+``--expert-model-parallel-size``            expert_parallel
 ``--num-layers-per-virtual-pipeline-stage`` virtual stages = layers / (pp x this)
 ``--num-virtual-stages-per-pipeline-rank``  virtual stages (the newer spelling)
 ``--micro-batch-size``                      microbatch
@@ -34,6 +35,7 @@ from .plan import PlanSpec
 __all__ = ["MegatronPlan", "parse_megatron_args"]
 
 _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+           "--expert-model-parallel-size",
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
            "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--fp8-format",
            "--attention-backend"}
@@ -91,6 +93,7 @@ def parse_megatron_args(text: str, model: ModelConfig, num_chips: int, global_ba
     pp = _int("--pipeline-model-parallel-size", vals.get("--pipeline-model-parallel-size", "1"))
     cp = _int("--context-parallel-size", vals.get("--context-parallel-size", "1"))
     mb = _int("--micro-batch-size", vals.get("--micro-batch-size", "1"))
+    ep = _int("--expert-model-parallel-size", vals.get("--expert-model-parallel-size", "1"))
     if "--global-batch-size" in vals:
         global_batch = _int("--global-batch-size", vals["--global-batch-size"])
     if global_batch is None:
@@ -118,5 +121,5 @@ def parse_megatron_args(text: str, model: ModelConfig, num_chips: int, global_ba
     spec = PlanSpec(dp, tp, pp, mb, recompute=rc, virtual_stages=virtual,
                     sequence_parallel="--sequence-parallel" in flags and tp > 1,
                     zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
-                    context_parallel=cp, precision="fp8" if fmt else "bf16")
+                    context_parallel=cp, precision="fp8" if fmt else "bf16", expert_parallel=ep)
     return MegatronPlan(spec, int(global_batch), tuple(ignored))

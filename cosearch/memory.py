@@ -18,7 +18,9 @@ Per chip, for the layers of one pipeline stage under tensor parallelism ``tp``:
       full:       2 s b h per layer (/t with sequence parallelism), + one layer's full stash
 
   generalised to other MLP widths, gated MLPs, GQA's smaller K/V, other dtypes and
-  no-dropout models (:func:`layer_activation_bytes`).  With flash attention the
+  no-dropout models (:func:`layer_activation_bytes`); an MoE layer keeps the MLP activations of
+  each of a token's ``experts_per_token`` routed copies and of its shared experts, plus the
+  dispatched copies of its input.  With flash attention the
   ``5 a s / h`` score terms are gone (only the fp32 softmax statistics, ``4 a s b``
   bytes, are kept).
 * **in flight**: stage ``s`` of ``p`` keeps ``min(p - s, m)`` microbatches under 1F1B;
@@ -77,7 +79,13 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     # split by tp: Q, K, V (K/V scaled for GQA), attention-projection input (2),
     # MLP: fc1 output(s) and activation output
     f_ratio = c.ffn_hidden / h
+    if c.moe:
+        # every routed copy of a token (k of them) and the shared experts keep their MLP
+        # activations, plus the dispatched (permuted) copies of the token's input
+        f_ratio = (c.experts_per_token + c.shared_experts) * c.expert_ffn / h
     mlp = 2.0 * f_ratio * (3.0 if c.gated else 2.0) * e
+    if c.moe:
+        mlp += 2.0 * c.experts_per_token * e
     qkv = 2.0 * (1.0 + 2.0 * kv_ratio) * e + 2.0 * e
     split = qkv + mlp
     if flash_attention:

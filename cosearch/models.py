@@ -53,6 +53,18 @@ class ModelConfig:
         estimated from ``hidden`` (Korthikanti et al.'s formulas).
     norms_per_layer: 2 (pre-norm attention and MLP) or 1 (parallel attention/MLP blocks:
         GPT-J, Falcon-7B, Phi).
+    num_experts: routed experts of a mixture-of-experts MLP (0: a dense MLP).
+    experts_per_token: experts each token is routed to (top-k).
+    moe_ffn_hidden: width of one expert's MLP (None: ``ffn_hidden``).
+    shared_experts: experts every token passes through besides the routed ones (DeepSeek,
+        Qwen-MoE), each ``moe_ffn_hidden`` wide.
+    dense_layers: leading layers with a dense ``ffn_hidden`` MLP instead of experts (DeepSeek-V3:
+        3).  Counted exactly in the parameter counts; the cost model prices every layer as an
+        MoE layer (the training plans assume identical layers) — for DeepSeek-V3 the two have
+        equal FLOPs per token (9 x 2,048 = 18,432).
+    mla: multi-head latent attention's ``(q_lora_rank, kv_lora_rank, rope_head_dim)``
+        (DeepSeek-V2/V3): Q and K/V come from low-rank latents, each head's query/key has
+        ``head_dim + rope_head_dim`` dims and its value ``head_dim``.
     """
 
     name: str
@@ -73,8 +85,39 @@ class ModelConfig:
     extra_params: int = 0
     head_size: int | None = None
     norms_per_layer: int = 2
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    mla: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
+        for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers"):
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+                raise ValueError(f"ModelConfig.{f} must be a non-negative integer, got {x!r}")
+        if self.num_experts:
+            if self.num_experts < 2:
+                raise ValueError(f"ModelConfig.num_experts={self.num_experts}: a mixture needs at least 2 experts "
+                                 "(0 for a dense MLP)")
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                raise ValueError(f"ModelConfig.experts_per_token={self.experts_per_token} must be in 1.."
+                                 f"{self.num_experts} (num_experts)")
+            if self.dense_layers >= self.num_layers:
+                raise ValueError(f"ModelConfig.dense_layers={self.dense_layers} leaves no MoE layer of "
+                                 f"{self.num_layers}")
+        elif self.experts_per_token or self.shared_experts or self.dense_layers or self.moe_ffn_hidden:
+            raise ValueError("ModelConfig: experts_per_token, shared_experts, dense_layers and moe_ffn_hidden "
+                             "need num_experts >= 2")
+        if self.moe_ffn_hidden is not None:
+            _positive_int("moe_ffn_hidden", self.moe_ffn_hidden)
+        if self.mla is not None:
+            if len(tuple(self.mla)) != 3:
+                raise ValueError(f"ModelConfig.mla must be (q_lora_rank, kv_lora_rank, rope_head_dim), got {self.mla!r}")
+            object.__setattr__(self, "mla", tuple(self.mla))
+            for x in self.mla:
+                _positive_int("mla", x)
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         for f in ("num_layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
@@ -120,17 +163,53 @@ class ModelConfig:
     def gated(self) -> bool:
         return self.activation in ("swiglu", "geglu")
 
-    def layer_params(self) -> int:
-        """Parameters of one transformer block (attention + MLP + its two norms)."""
+    @property
+    def moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn(self) -> int:
+        """One expert's MLP width."""
+        return self.moe_ffn_hidden or self.ffn_hidden
+
+    def attention_params(self) -> int:
+        """Q, K, V and output projections (MLA: the latent down/up projections and their norms)."""
+        h, q = self.hidden, self.q_dim
+        if self.mla is not None:
+            qr, kvr, rope = self.mla
+            d, a = self.head_dim, self.heads
+            return (h * qr + qr * a * (d + rope) + h * (kvr + rope) + kvr * a * 2 * d + a * d * h
+                    + qr + kvr)
+        return h * q + 2 * h * self.kv_dim + q * h
+
+    def _mlp_params(self, width: int) -> int:
+        return (3 if self.gated else 2) * self.hidden * width
+
+    def expert_layer_params(self) -> int:
+        """Routed-expert parameters of one MoE layer (0 for a dense model)."""
+        return self.num_experts * self._mlp_params(self.expert_ffn) if self.moe else 0
+
+    def layer_params(self, active: bool = False) -> int:
+        """Parameters of one transformer block (attention + MLP + its two norms); for an MoE
+        layer, all experts, the shared ones and the router — or with ``active``, only what
+        one token uses (its ``experts_per_token`` routed experts)."""
         h, f, kv, q = self.hidden, self.ffn_hidden, self.kv_dim, self.q_dim
-        attn = h * q + 2 * h * kv + q * h
-        mlp = (3 if self.gated else 2) * h * f
+        attn = self.attention_params()
+        if self.moe:
+            routed = self.experts_per_token if active else self.num_experts
+            mlp = (routed + self.shared_experts) * self._mlp_params(self.expert_ffn) + h * self.num_experts
+        else:
+            mlp = self._mlp_params(f)
         params = attn + mlp
         if self.bias:
             params += q + 2 * kv + h  # q, k, v, out biases
             params += (2 * f if self.gated else f) + h
         params += self.norms_per_layer * self.norm_params()
         return params
+
+    def _dense_layer_params(self) -> int:
+        return self.with_(num_experts=0, experts_per_token=0, shared_experts=0, moe_ffn_hidden=None,
+                          dense_layers=0).layer_params()
 
     def norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
@@ -145,14 +224,18 @@ class ModelConfig:
             p += self.vocab * self.hidden
         return p
 
-    def num_params(self) -> int:
-        """Total trainable parameters."""
-        return self.num_layers * self.layer_params() + self.embedding_params() + self.extra_params
+    def num_params(self, active: bool = False) -> int:
+        """Total trainable parameters (``active``: those one token uses, for an MoE model)."""
+        moe_layers = self.num_layers - self.dense_layers
+        layers = moe_layers * self.layer_params(active) + self.dense_layers * (
+            self._dense_layer_params() if self.dense_layers else 0)
+        return layers + self.embedding_params() + self.extra_params
 
     def flops_per_token(self) -> float:
-        """Training FLOPs per token (forward + backward, no recompute), 6N + attention."""
+        """Training FLOPs per token (forward + backward, no recompute), 6N + attention, N the
+        parameters a token uses (all of a dense model, the active ones of an MoE model)."""
         attn = 12 * self.num_layers * self.hidden * self.seq_len  # 2*2*L*s*h fwd, x3 for fwd+bwd
-        return 6.0 * (self.num_params() - self.extra_params) + attn
+        return 6.0 * (self.num_params(active=True) - self.extra_params) + attn
 
     def with_(self, **changes: Any) -> ModelConfig:
         """A copy with some fields replaced (validated again)."""
@@ -172,10 +255,9 @@ class ModelConfig:
 
 #: Families :func:`from_hf_config` understands (``model_type``).
 HF_FAMILIES = ("gpt2", "gptj", "gpt_neox", "opt", "bloom", "llama", "mistral", "qwen2", "falcon", "gemma",
-               "phi", "bert")
+               "phi", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 #: Context lengths up to this are taken as the training sequence length when none is given.
 PLAUSIBLE_TRAINING_CONTEXT = 8192
-_MOE_KEYS = ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts", "num_experts_per_tok")
 _ENC_DEC = ("t5", "mt5", "bart", "mbart", "pegasus", "marian", "led", "longt5", "umt5", "whisper", "switch_transformers")
 
 
@@ -192,6 +274,42 @@ def _hf_int(config: dict, *keys: str, default: Any = None, required: bool = Fals
     return default
 
 
+def _hf_moe(config: dict, mt: str) -> dict[str, Any]:
+    """Mixture-of-experts fields of an HF config: Mixtral (``num_local_experts``), Qwen2-MoE /
+    Qwen3-MoE (``num_experts``, ``moe_intermediate_size``, one shared expert of
+    ``shared_expert_intermediate_size``), DeepSeek-V2/V3 (``n_routed_experts``,
+    ``n_shared_experts``, ``first_k_dense_replace``, MLA ranks).  {} for a dense model."""
+    experts = _hf_int(config, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts",
+                      default=None)
+    if experts is None or experts <= 1:
+        if "moe" in mt:
+            raise ValueError(f"from_hf_config: {mt} names a mixture of experts but gives no expert count "
+                             "(num_local_experts / num_experts / n_routed_experts)")
+        return {}
+    k = _hf_int(config, "num_experts_per_tok", "moe_top_k", required=True)
+    out: dict[str, Any] = {"num_experts": experts, "experts_per_token": k}
+    width = _hf_int(config, "moe_intermediate_size", default=None)
+    if width is not None:
+        out["moe_ffn_hidden"] = width
+    shared = _hf_int(config, "n_shared_experts", default=0)
+    shared_width = _hf_int(config, "shared_expert_intermediate_size", default=None)
+    if shared_width:
+        # Qwen-MoE: one shared expert of its own width, expressed in expert widths
+        w = width or _hf_int(config, "intermediate_size", required=True)
+        if shared_width % w:
+            raise ValueError(f"from_hf_config: shared_expert_intermediate_size {shared_width} is not a whole number "
+                             f"of expert widths ({w})")
+        shared = shared_width // w
+    out["shared_experts"] = shared
+    dense = _hf_int(config, "first_k_dense_replace", default=0)
+    if dense:
+        out["dense_layers"] = dense
+    if config.get("kv_lora_rank"):
+        out["mla"] = (_hf_int(config, "q_lora_rank", required=True), _hf_int(config, "kv_lora_rank"),
+                      _hf_int(config, "qk_rope_head_dim", required=True))
+    return out
+
+
 def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int | None = None,
                    dtype_bytes: int = 2) -> ModelConfig:
     """A :class:`ModelConfig` from a Hugging Face ``config.json`` dictionary.
@@ -199,9 +317,10 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     Families (``model_type``): GPT-2, GPT-J, GPT-NeoX, OPT, BLOOM (ALiBi, embedding norm),
     Llama 2/3 (GQA), Mistral, Qwen2 (q/k/v biases), Falcon (multi-query or GQA, parallel
     attention), Gemma (``head_dim``, tied embeddings), Phi, BERT; other decoder configs with
-    the usual field names are read the same way.  Mixture-of-experts configs (Mixtral,
-    Qwen-MoE, ...) and encoder-decoder configs (T5, BART, ...) are refused with a message that
-    says so.  Sizes must be integers.
+    the usual field names are read the same way.  Mixture-of-experts configs: Mixtral,
+    Qwen2/3-MoE and DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`).
+    Encoder-decoder configs (T5, BART, ...) are refused with a message that says so.  Sizes
+    must be integers.
 
     ``seq_len``: the training sequence length.  When None, the config's context length is
     used if it is at most :data:`PLAUSIBLE_TRAINING_CONTEXT` tokens (a warning says so);
@@ -215,10 +334,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     if config.get("is_encoder_decoder") or mt in _ENC_DEC:
         raise ValueError(f"from_hf_config: {mt or 'this'} is an encoder-decoder model; cosearch models "
                          "decoder-only and encoder-only transformers")
-    moe = [k for k in _MOE_KEYS if isinstance(config.get(k), int) and config[k] > 1]
-    if moe or "moe" in mt:
-        raise ValueError(f"from_hf_config: {mt or 'this model'} is a mixture-of-experts model ({', '.join(moe)}); "
-                         "cosearch's cost model is dense and would mis-size it, so it is refused")
+    moe_kw = _hf_moe(config, mt)
     layers = _hf_int(config, "num_hidden_layers", "n_layer", "num_layers", required=True)
     hidden = _hf_int(config, "hidden_size", "n_embd", "d_model", required=True)
     heads = _hf_int(config, "num_attention_heads", "n_head", "num_heads", required=True)
@@ -248,16 +364,20 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         seq_len = ctx
     act = str(config.get("hidden_act") or config.get("activation_function") or config.get("hidden_activation")
               or "gelu").lower()
-    gated = mt in ("llama", "mistral", "qwen2", "gemma") or act in ("silu", "swish")
+    gated = mt in ("llama", "mistral", "qwen2", "gemma") or act in ("silu", "swish") or bool(moe_kw)
     activation = ("geglu" if mt == "gemma" else "swiglu") if gated else ("relu" if act == "relu" else "gelu")
     rms = mt in ("llama", "mistral", "qwen2", "gemma") or "rms_norm_eps" in config
+    if moe_kw.get("mla"):
+        head_size = _hf_int(config, "qk_nope_head_dim", required=True)
+        if _hf_int(config, "v_head_dim", default=head_size) != head_size:
+            raise ValueError("from_hf_config: MLA with v_head_dim != qk_nope_head_dim is not modelled")
     if mt == "bloom" or config.get("alibi"):
         position = "none"
     elif mt in ("llama", "mistral", "qwen2", "gemma", "gpt_neox", "gptj", "falcon", "phi") or "rope_theta" in config:
         position = "rotary"
     else:
         position = "learned"
-    if mt in ("llama", "mistral", "gemma"):
+    if mt in ("llama", "mistral", "gemma") or moe_kw:
         bias = bool(config.get("attention_bias", False))
     elif mt == "falcon":
         bias = bool(config.get("bias", False))
@@ -288,7 +408,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         num_layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=vocab,
         seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
         position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
-        extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2)
+        extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw)
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
@@ -340,6 +460,23 @@ PRESETS: dict[str, ModelConfig] = {
     "llama2-7b": _llama2("llama2-7b", 32, 4096, 32, 32, 11008),
     "llama2-13b": _llama2("llama2-13b", 40, 5120, 40, 40, 13824),
     "llama2-70b": _llama2("llama2-70b", 80, 8192, 64, 8, 28672),
+    # Jiang et al. 2024 (Mixtral of Experts) and its config.json: 32 x 4096, 32 heads, 8 KV
+    # heads, 8 experts of 14,336 (SwiGLU), top-2, vocab 32000, untied: 46.7B total, 12.9B active.
+    "mixtral-8x7b": ModelConfig("mixtral-8x7b", 32, 4096, 32, 14336, 32000, 4096, kv_heads=8, activation="swiglu",
+                                norm="rmsnorm", position="rotary", bias=False, tie_embeddings=False, dropout=False,
+                                num_experts=8, experts_per_token=2),
+    # xAI grok-1 release (model.py): 64 x 6144, 48 heads of 128, 8 KV heads, 8 experts of
+    # 32,768 (gated), top-2, vocab 131072: 314B parameters.
+    "grok-1": ModelConfig("grok-1", 64, 6144, 48, 32768, 131072, 8192, kv_heads=8, activation="geglu",
+                          norm="rmsnorm", position="rotary", bias=False, tie_embeddings=True, dropout=False,
+                          num_experts=8, experts_per_token=2),
+    # DeepSeek-V3 technical report and config.json: 61 x 7168, 128 heads, MLA (q rank 1536, kv rank
+    # 512, rope 64, head 128), 256 routed experts of 2,048 (top-8) + 1 shared, first 3 layers dense
+    # (18,432), vocab 129280, untied: 671B total, 37B active (the MTP module left out).
+    "deepseek-v3": ModelConfig("deepseek-v3", 61, 7168, 128, 18432, 129280, 4096, head_size=128,
+                               activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                               tie_embeddings=False, dropout=False, num_experts=256, experts_per_token=8,
+                               moe_ffn_hidden=2048, shared_experts=1, dense_layers=3, mla=(1536, 512, 64)),
 }
 
 

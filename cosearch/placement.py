@@ -116,19 +116,21 @@ def _modes(recompute) -> np.ndarray:
 
 
 def configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros,
-                   cp: int = 1, zero_groups=(None,)) -> np.ndarray:
+                   cp: int = 1, zero_groups=(None,), ep: int = 1) -> np.ndarray:
     """The configuration table (rows of :data:`cosearch._kernels.dp.CFG_FIELDS`) for one
     context-parallel degree ``cp``; the same for every chip, so cached (a read-only array).
     ``zero_groups``: ZeRO sharding groups to try (None: all ``dp * cp`` ranks; a group that
-    does not divide ``dp * cp`` is skipped for that dp; ZeRO-0 ignores them)."""
+    does not divide ``dp * cp`` is skipped for that dp; ZeRO-0 ignores them).  ``ep``: the
+    expert-parallel degree, which must divide ``dp * cp``."""
     return _configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
-                           tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp), tuple(zero_groups))
+                           tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp), tuple(zero_groups),
+                           int(ep))
 
 
 @functools.lru_cache(maxsize=64)
 def _configurations(L: int, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros, cp=1,
-                    zero_groups=(None,)) -> np.ndarray:
-    out = _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups)
+                    zero_groups=(None,), ep=1) -> np.ndarray:
+    out = _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep)
     out.setflags(write=False)
     return out
 
@@ -142,7 +144,7 @@ def _groups(zero: int, replicas: int, zero_groups) -> list[int]:
 
 
 def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp=1,
-                          zero_groups=(None,)) -> np.ndarray:
+                          zero_groups=(None,), ep=1) -> np.ndarray:
     rows = []
     dps_all = divisors(global_batch)
     for ti, t in enumerate(tps):
@@ -153,7 +155,7 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
                 if sp and t == 1:
                     continue  # sequence parallelism is a no-op without tensor parallelism
                 for dp in dps_all:
-                    if dp * t * cp > chips or global_batch % (dp * mb):
+                    if dp * t * cp > chips or global_batch % (dp * mb) or (dp * cp) % ep:
                         continue
                     m = global_batch // (dp * mb)
                     max_pp = min(L, chips // (dp * t * cp))
@@ -196,7 +198,8 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  prune: bool = True, progress: bool = False, cutoff_s: float | None = None,
                  engine=None, context_parallel: int | Sequence[int] | None = None,
                  precision: str | Sequence[str] | None = None,
-                 zero_group: int | None | Sequence[int | None] = None) -> PlacementResult:
+                 zero_group: int | None | Sequence[int | None] = None,
+                 expert_parallel: int | Sequence[int] | None = None) -> PlacementResult:
     """The ``top_k`` best plans (one per configuration, best first) over the option space.
 
     Each option is a list of values to try (None: all — tp: the degrees dividing the
@@ -204,7 +207,8 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     per stage, virtual stages: :data:`DEFAULT_VIRTUAL`, sequence parallel: off/on, ZeRO
     0-3).  ``context_parallel`` (default 1), ``precision`` (default ``"bf16"``) and
     ``zero_group`` (default None: ZeRO shards over all ``dp * cp`` ranks; ints: HSDP-style
-    groups, tried where they divide ``dp * cp``) are searched too when given several values.
+    groups, tried where they divide ``dp * cp``) and ``expert_parallel`` (default 1; MoE
+    models) are searched too when given several values.
     ``units`` passes precomputed :func:`cosearch.plan.unit_costs` for this chip
     (shape (tps, microbatches, sp options, fields); one context-parallel degree and precision
     only).  The best plan's step time equals :func:`cosearch.plan.evaluate` of its spec (same
@@ -214,7 +218,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     precomputed ``units`` must have been priced for the same engine.
     """
     from ._kernels import dp as kernel
-    from .graph import PRECISIONS, check_context_parallel
+    from .graph import PRECISIONS, check_context_parallel, check_expert_parallel
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
     from .plan import check_precision
@@ -245,20 +249,25 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     for p in precs:
         check_precision(chip, p)
     groups = _option_list("zero_group", zero_group, (None,), _check_group)
-    if units is not None and (len(cps) > 1 or len(precs) > 1):
-        raise ValueError("precomputed units cover one context-parallel degree and one precision; "
-                         f"got context_parallel={list(cps)}, precision={list(precs)}")
+    eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
+    for e in eps:
+        check_expert_parallel(model, e)
+    if units is not None and (len(cps) > 1 or len(precs) > 1 or len(eps) > 1):
+        raise ValueError("precomputed units cover one context-parallel degree, precision and expert-parallel "
+                         f"degree; got context_parallel={list(cps)}, precision={list(precs)}, "
+                         f"expert_parallel={list(eps)}")
     net = cluster.net_array(chip)
     combos = []
     for c in cps:
-        cfg = configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups)
-        for p in precs:
-            if len(cfg):
-                combos.append((c, p, cfg))
+        for e in eps:
+            cfg = configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups, e)
+            for p in precs:
+                if len(cfg):
+                    combos.append((c, p, cfg, e))
     if not combos:
         return PlacementResult((), reason=(f"no configuration fits {chips} chips with global batch {B} "
                                            "and the given options"))
-    total = sum(len(cfg) for _c, _p, cfg in combos)
+    total = sum(len(cfg) for _c, _p, cfg, _e in combos)
     cut = math.inf if cutoff_s is None else float(cutoff_s)
     bar = None
     if progress:
@@ -270,10 +279,10 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     priced = []
     try:
         kth = cut
-        for ci, (c, p, cfg) in enumerate(combos):
+        for ci, (c, p, cfg, e) in enumerate(combos):
             u_all = units if units is not None else unit_costs(
                 model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model, engine=engine,
-                context_parallel=c, precision=p)[0]
+                context_parallel=c, precision=p, expert_parallel=e)[0]
             hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine, p)
             priced.append((u_all, hw))
             res, _lb, ev = kernel.search(u_all, net, hw, cfg, model.num_layers, modes, top_k, prune=prune,
@@ -290,7 +299,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
         return PlacementResult((), reason=f"no plan is faster than the cutoff {cut:.6g} s",
                                configurations=total, evaluated=evaluated, cut_off=True)
     if not found:
-        for (_cp, _prec, cfg), (u_all, hw) in zip(combos, priced):
+        for (_cp, _prec, cfg, _ep), (u_all, hw) in zip(combos, priced):
             need = min(need, float(kernel.min_memory_needed(u_all, net, hw, cfg, model.num_layers, modes)))
         hints = ["more chips"]
         if 3 not in zeros:
@@ -305,7 +314,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     found.sort(key=lambda x: x[0])
     plans = []
     for step_found, ci, i in found[:top_k]:
-        c_cp, prec, cfg = combos[ci]
+        c_cp, prec, cfg, c_ep = combos[ci]
         u_all, hw = priced[ci]
         c = cfg[i]
         pp = int(c[kernel.C_PP])
@@ -322,7 +331,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                         recompute=tuple(F.RECOMPUTE_MODES[r] for r in rm), virtual_stages=int(c[kernel.C_V]),
                         sequence_parallel=bool(sps[c[kernel.C_SI]]), zero=int(c[kernel.C_Z]),
                         stage_layers=tuple(int(x) for x in counts), flash_attention=bool(flash_attention),
-                        context_parallel=c_cp, precision=prec,
+                        context_parallel=c_cp, precision=prec, expert_parallel=c_ep,
                         zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg)
         if len(set(spec.recompute)) == 1:
             spec = spec.with_(recompute=spec.recompute[0])

@@ -43,7 +43,8 @@ class PlanSpec:
     """A training plan.  ``recompute``: ``"none"``, ``"selective"`` (attention core),
     ``"full"``, or one of those per pipeline stage; ``stage_layers``: transformer layers
     per stage (None: even split); ``zero``: 0 (none), 1 (optimizer state sharded, Megatron's
-    distributed optimizer), 2 (+ gradients), 3 (+ weights).
+    distributed optimizer), 2 (+ gradients), 3 (+ weights).  ``expert_parallel`` (ep, MoE models):
+    each expert lives on one of ep ranks carved from the ``dp * cp`` data-parallel ranks.
 
     ``context_parallel`` (cp): the sequence split over cp ranks (K/V exchanged around a ring,
     overlapped with attention; needs ``flash_attention``); ``chips = dp * tp * pp * cp`` and the
@@ -65,9 +66,10 @@ class PlanSpec:
     context_parallel: int = 1
     precision: str = "bf16"
     zero_group: int | None = None
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
-        for f in ("dp", "tp", "pp", "microbatch", "virtual_stages", "context_parallel"):
+        for f in ("dp", "tp", "pp", "microbatch", "virtual_stages", "context_parallel", "expert_parallel"):
             object.__setattr__(self, f, v.positive_int(f"PlanSpec.{f}", getattr(self, f), v.MAX_CHIPS
                                                        if f != "microbatch" else v.MAX_BATCH))
         rc = self.recompute
@@ -103,6 +105,9 @@ class PlanSpec:
                 raise ValueError(f"PlanSpec.zero_group={zg} must divide dp * context_parallel = "
                                  f"{self.dp} * {self.context_parallel} = {self.weight_replicas}")
             object.__setattr__(self, "zero_group", zg)
+        if self.weight_replicas % self.expert_parallel:
+            raise ValueError(f"PlanSpec.expert_parallel={self.expert_parallel} must divide dp * context_parallel = "
+                             f"{self.weight_replicas} (the expert-parallel group lives inside the data-parallel ranks)")
 
     @property
     def chips(self) -> int:
@@ -155,6 +160,7 @@ class PlanSpec:
         if self.precision != "bf16":
             extra.append(self.precision)
         cp = f" cp{self.context_parallel}" if self.context_parallel > 1 else ""
+        cp += f" ep{self.expert_parallel}" if self.expert_parallel > 1 else ""
         return " ".join([f"dp{self.dp} tp{self.tp} pp{self.pp}{cp} mb{self.microbatch}", f"rc:{rc}", *extra])
 
 
@@ -230,10 +236,11 @@ class Plan:
 
 
 # ---------------------------------------------------------------------- unit costs
-def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16"):
+def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
+                ep: int = 1):
     """The six graphs of (embedding, layer, head) x (fwd, bwd)."""
     return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash,
-                                    context_parallel=cp, precision=precision)
+                                    context_parallel=cp, precision=precision, expert_parallel=ep)
             for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
 
 
@@ -245,11 +252,15 @@ def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
     return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * model.dtype_bytes
 
 
-def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray) -> float:
+def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1) -> float:
+    """The graph's collectives: tensor-parallel ones over the tp adjacent ranks, MoE all-to-alls
+    over the ep expert-parallel ranks ``tp`` apart."""
     t = 0.0
     for kind, nbytes in g.collectives:
         if kind == "allreduce":
             t += F.allreduce_s(nbytes, float(tp), 1.0, net)
+        elif kind == "alltoall":
+            t += F.alltoall_s(nbytes, float(ep), float(tp), net)
         else:
             t += F.allgather_s(nbytes, float(tp), 1.0, net)
     return t
@@ -258,7 +269,7 @@ def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray) -> float:
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
                efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
-               precision: str = "bf16") -> np.ndarray:
+               precision: str = "bf16", expert_parallel: int = 1) -> np.ndarray:
     """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
     array of per-unit seconds, bytes and parameters.
 
@@ -274,6 +285,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     the K/V ring's exposed time per layer (:func:`cosearch._kernels.formulas.ring_exposed_s`,
     overlapped with the layer's attention kernel) fills ``layer_cp_fwd_s``/``layer_cp_bwd_s``.
     ``precision``: ``"bf16"`` or ``"fp8"`` (the layer GEMMs on FP8 operands, :func:`graph.build`).
+    ``expert_parallel`` (ep): an MoE model's experts over ep ranks (all-to-alls priced over them,
+    ``layer_expert_params`` the experts' share of ``layer_params``).
     """
     from . import cost
     from .hardware import IDEAL
@@ -293,6 +306,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     scatter_gather = engine_preset(engine).pipeline_scatter_gather
     chips = None
     cp = graph.check_context_parallel(model, context_parallel, flash_attention)
+    ep = graph.check_expert_parallel(model, expert_parallel)
     c = model
     cl = replace(model, seq_len=model.seq_len // cp) if cp > 1 else model  # this rank's tokens
     out = np.zeros((len(d), len(tps), len(microbatches), len(sequence_parallel), F.NU))
@@ -301,7 +315,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
         for bi, mb in enumerate(microbatches):
             for si, sp in enumerate(sequence_parallel):
                 sp = bool(sp) and t > 1
-                gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision)
+                gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
                 if time_model == "work-bound":
                     attn = 0.0                        # selective recompute's time: at least nothing
                     attn_b = None                     # and the CP ring's exposed time too
@@ -337,8 +351,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 comm = np.zeros((len(nets), 8))
                 for ni, net in enumerate(nets):
                     for k, part in enumerate(("layer", "embedding", "head")):
-                        comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net)
-                        comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net)
+                        comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep)
+                        comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep)
                     # pipeline sends: Megatron scatters the activation over the tp ranks
                     # (each sends 1/tp) and all-gathers it inside the node after receipt;
                     # without scatter/gather every tp rank sends the whole activation
@@ -361,7 +375,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 u[:, F.U_ACT_IN] = memory.layer_input_bytes(cl, t, mb, sp)
                 u[:, F.U_EACT] = memory.embedding_activation_bytes(cl, t, mb, sp)
                 u[:, F.U_HACT] = memory.head_activation_bytes(cl, t, mb, sp)
-                u[:, F.U_PL] = (c.layer_params() - norms) / t + norms
+                experts = c.expert_layer_params()
+                u[:, F.U_PL] = (c.layer_params() - experts - norms) / t + norms + experts / (t * ep)
+                u[:, F.U_PLX] = experts / (t * ep)
+                u[:, F.U_EP] = ep
                 u[:, F.U_PL_FULL] = u[:, F.U_PL]
                 u[:, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
                 u[:, F.U_PH] = (c.norm_params() + (0 if c.tie_embeddings else c.vocab * c.hidden / t)
@@ -421,6 +438,7 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
         raise ValueError(f"PlanSpec dp*tp*pp*cp = {spec.dp}*{spec.tp}*{spec.pp}*{spec.context_parallel} = "
                          f"{spec.chips} exceeds the cluster's {cluster.num_chips} chips")
     graph.check_context_parallel(model, spec.context_parallel, spec.flash_attention)
+    graph.check_expert_parallel(model, spec.expert_parallel)
     if B % (spec.dp * spec.microbatch):
         raise ValueError(f"global_batch={B} is not divisible by dp*microbatch = {spec.dp}*{spec.microbatch}")
     if spec.pp > L:
@@ -462,7 +480,7 @@ def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float) -> float:
     """FLOPs of the recomputed forward work per step (full: whole layers; selective: the
     attention scores and context)."""
     c = model
-    per_layer_full = 2.0 * (c.layer_params() - 2 * c.norm_params()) + 4.0 * c.hidden * c.seq_len
+    per_layer_full = 2.0 * (c.layer_params(active=True) - 2 * c.norm_params()) + 4.0 * c.hidden * c.seq_len
     per_layer_sel = 4.0 * c.hidden * c.seq_len
     out = 0.0
     for n, mode in zip(spec.stage_layers, spec.recompute_per_stage()):
@@ -531,7 +549,8 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     check_precision(chip, spec.precision)
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
                    spec.flash_attention, time_model=time_model, engine=engine,
-                   context_parallel=spec.context_parallel, precision=spec.precision)[0, 0, 0, 0]
+                   context_parallel=spec.context_parallel, precision=spec.precision,
+                   expert_parallel=spec.expert_parallel)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,

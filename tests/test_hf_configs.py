@@ -89,15 +89,50 @@ def test_sequence_length_is_explicit_for_long_contexts():
     assert from_hf_config(CASES["llama-3.1-8b"][0], seq_len=4096).seq_len == 4096
 
 
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000, "rms_norm_eps": 1e-5,
+           "rope_theta": 1e6, "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "hidden_act": "silu", "tie_word_embeddings": False}
+# Qwen/Qwen1.5-MoE-A2.7B config.json
+QWEN_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24, "vocab_size": 151936,
+            "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 8192, "hidden_act": "silu",
+            "tie_word_embeddings": False}
+# deepseek-ai/DeepSeek-V3 config.json
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+               "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+               "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+               "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+               "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280, "rms_norm_eps": 1e-6,
+               "rope_theta": 10000, "max_position_embeddings": 163840, "hidden_act": "silu",
+               "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("cfg,total,active", [(MIXTRAL, 46.7e9, 12.9e9), (QWEN_MOE, 14.3e9, 2.7e9),
+                                              (DEEPSEEK_V3, 671e9, 37e9)])
+def test_moe_configs_match_published_sizes(cfg, total, active):
+    """Published totals and active counts: Mixtral paper (46.7B / 12.9B), the Qwen1.5-MoE-A2.7B
+    model card (14.3B / 2.7B), the DeepSeek-V3 report (671B / 37B without the MTP module)."""
+    m = from_hf_config(cfg, seq_len=4096)
+    assert m.num_params() == pytest.approx(total, rel=0.02)
+    assert m.num_params(active=True) == pytest.approx(active, rel=0.03)
+
+
+def test_moe_presets_match_from_hf_config():
+    from cosearch import models
+    for name, cfg in (("mixtral-8x7b", MIXTRAL), ("deepseek-v3", DEEPSEEK_V3)):
+        m = from_hf_config(cfg, seq_len=4096)
+        assert models.preset(name).num_params() == m.num_params()
+        assert models.preset(name).num_params(active=True) == m.num_params(active=True)
+    assert models.preset("grok-1").num_params() == pytest.approx(314e9, rel=0.01)     # xAI's release
+
+
 def test_refused_with_a_reason():
-    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-               "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-               "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2}
-    with pytest.raises(ValueError, match="mixture-of-experts"):
-        from_hf_config(mixtral, seq_len=4096)
-    qwen_moe = dict(mixtral, model_type="qwen2_moe", num_experts=60, num_local_experts=None)
-    with pytest.raises(ValueError, match="mixture-of-experts"):
-        from_hf_config(qwen_moe, seq_len=4096)
+    with pytest.raises(ValueError, match="expert count"):
+        from_hf_config(dict(MIXTRAL, model_type="qwen2_moe", num_local_experts=None), seq_len=4096)
+    with pytest.raises(ValueError, match="num_experts_per_tok"):
+        from_hf_config(dict(MIXTRAL, num_experts_per_tok=None), seq_len=4096)
     for enc_dec in ({"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "vocab_size": 32128,
                      "is_encoder_decoder": True},
                     {"model_type": "bart", "d_model": 768, "encoder_layers": 6, "vocab_size": 50265}):

@@ -145,9 +145,9 @@ def test_fsdp_gathers_every_layer_twice_per_microbatch():
     u[F.U_PL] = P
     ag = 0.5 * 2 * (3 / 4) * (P * 2) / B
     rs = 0.5 * 2 * (3 / 4) * (P * 4) / B
-    assert F.fsdp_exposed_s(u, net, hw, float(n), False, False, zg, 1.0, 0.0) == pytest.approx(n * (2 * ag + rs))
+    assert F.fsdp_exposed_s(u, net, hw, float(n), False, False, zg, zg, 1.0, 0.0) == pytest.approx(n * (2 * ag + rs))
     u[F.U_LF], u[F.U_LB] = 1.0, 2.0
-    assert F.fsdp_exposed_s(u, net, hw, float(n), False, False, zg, 1.0, 0.0) == pytest.approx(2 * ag + rs)
+    assert F.fsdp_exposed_s(u, net, hw, float(n), False, False, zg, zg, 1.0, 0.0) == pytest.approx(2 * ag + rs)
     out = np.zeros(F.NB)
     cost, _ = F.stage_terms(u, net, hw, float(n), False, False, 0, 1, 1, 3, 4.0, 1.0, 3, zg, F.RC_NONE, out)
     assert out[F.B_DP] == pytest.approx(3 * (2 * ag + rs))      # three microbatches
@@ -300,3 +300,98 @@ def test_cli_plan_with_modern_options(capsys):
     assert main(["plan", "--model", "llama2-7b", "--cluster", "dgx-a100", "--nodes", "1", "--batch", "8",
                  "--dp", "8", "--tp", "1", "--pp", "1", "--mb", "1", "--precision", "fp8"]) == 2
     assert "no FP8 tensor cores" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ mixture of experts
+MOE = models.ModelConfig("moe", 2, 64, 4, 128, 512, 64, kv_heads=2, activation="swiglu", position="rotary",
+                         tie_embeddings=False, dropout=False, bias=False, norm="rmsnorm", num_experts=4,
+                         experts_per_token=2, moe_ffn_hidden=96, shared_experts=1)
+
+
+def test_moe_active_flops_hand_worked():
+    """One MoE layer's forward GEMM FLOPs on T = 2 x 64 tokens: attention projections, the
+    router, each token's 2 routed experts and the shared one (3 matrices of 64 x 96 each)."""
+    T, h = 128, 64
+    g = graph.build(MOE, 1, 2, "fwd", "layer", flash_attention=True)
+    gemm = sum(op.flops for op in g.ops if op.kind == "gemm")
+    attn_proj = h * 64 + 2 * h * 32 + 64 * h                        # q, k, v (2 KV heads of 16), out
+    per_token = attn_proj + h * 4 + (2 + 1) * 3 * h * 96
+    assert gemm == pytest.approx(2.0 * T * per_token, rel=1e-12)
+    assert MOE.num_params(active=True) - MOE.embedding_params() == 2 * (per_token + 2 * 64)   # + the 2 norms
+    # expert parallelism moves work, not FLOPs, and adds the two all-to-alls of every routed copy
+    g2 = graph.build(MOE, 1, 2, "fwd", "layer", flash_attention=True, expert_parallel=2)
+    assert sum(op.flops for op in g2.ops if op.kind == "gemm") == pytest.approx(gemm, rel=1e-12)
+    assert [b for k, b in g2.collectives] == [T * 2 * h * 2] * 2
+
+
+def test_alltoall_hand_worked():
+    # 8 ranks 1 apart in nodes of 4: 3/8 of the bytes to node peers at 100 GB/s, 4/8 over a 10 GB/s NIC
+    net = np.array([4.0, 100e9, 10e9, 1e-6, 5e-6, 0.0])
+    assert F.alltoall_s(8e9, 8.0, 1.0, net) == pytest.approx(3e9 / 100e9 + 1e-6 + 4e9 / 10e9 + 5e-6)
+    assert F.alltoall_s(8e9, 4.0, 1.0, net) == pytest.approx(3 / 4 * 8e9 / 100e9 + 1e-6)   # one node
+    assert F.alltoall_s(8e9, 1.0, 1.0, net) == 0.0
+
+
+def test_experts_are_sharded_by_ep_and_reduced_over_their_own_group():
+    cl = cluster.Cluster(4, intra_node_Bps=100e9, link_latency_s=0.0)
+    u1 = unit_costs(MOE, hardware.H100, cl, (1,), (1,), (False,), True)[0, 0, 0, 0]
+    u2 = unit_costs(MOE, hardware.H100, cl, (1,), (1,), (False,), True, expert_parallel=2)[0, 0, 0, 0]
+    experts = 4 * 3 * 64 * 96
+    assert u1[F.U_PLX] == experts and u2[F.U_PLX] == experts / 2
+    assert u1[F.U_PL] - u2[F.U_PL] == experts / 2
+    # ZeRO-0 on an engine without overlap, dp 4, ep 2: dense gradients all-reduced over 4 ranks,
+    # each expert's over the 2 ranks that hold it (bf16 gradients, no latency)
+    B = 100e9
+    spec = PlanSpec(4, 1, 1, 1, flash_attention=True, expert_parallel=2)
+    p = evaluate(MOE, "H100", cl, spec, 4, engine="megatron-lm-2021")
+    L = MOE.num_layers
+    dense = MOE.num_params() - L * experts
+    want = 2 * (3 / 4) * dense * 2 / B + 2 * (1 / 2) * (L * experts / 2) * 2 / B
+    assert p.breakdown["dp_exposed_s"] == pytest.approx(want, rel=1e-9)
+    with pytest.raises(ValueError, match="must divide the 4 experts"):
+        evaluate(MOE, "H100", cluster.Cluster(8), PlanSpec(8, 1, 1, 1, expert_parallel=8), 8)
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        evaluate(TINY, "H100", cl, PlanSpec(4, 1, 1, 1, expert_parallel=2), 4)
+    with pytest.raises(ValueError, match="must divide dp"):
+        PlanSpec(2, 1, 1, 1, expert_parallel=4)
+
+
+@pytest.mark.usefixtures("cached_units")
+def test_search_over_expert_parallel_equals_brute_force():
+    model, chip, batch = MOE, hardware.H100, 4
+    cl = cluster.Cluster(4, 2, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
+    plans = []
+    for ep, z, dp, mb, tp in itertools.product((1, 2, 4), (0, 1, 3), _divs(batch), _divs(batch), (1, 2)):
+        if batch % (dp * mb) or dp % ep:
+            continue
+        for pp in range(1, 3):
+            if dp * tp * pp > cl.num_chips:
+                continue
+            for split in _compositions(2, pp, 1):
+                for rc in itertools.product(MODES, repeat=pp):
+                    spec = PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
+                                    expert_parallel=ep)
+                    p = evaluate(model, chip, cl, spec, batch, engine="megatron-core")
+                    big = evaluate(model, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine="megatron-core")
+                    plans.append((big.step_time_s, max(p.memory_per_chip_bytes)))
+    assert len(plans) > 100
+    for q in (0.3, 0.7):
+        hbm = float(np.quantile([p[1] for p in plans], q))
+        best = min(p[0] for p in plans if p[1] <= hbm)
+        res = placement.search_plans(model, chip.with_(hbm_bytes=hbm), cl, batch, tps=(1, 2), virtual_stages=(1,),
+                                     sequence_parallel=(False,), zero=(0, 1, 3), flash_attention=True,
+                                     engine="megatron-core", expert_parallel=(1, 2, 4))
+        assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
+
+
+def test_moe_presets_and_plan():
+    m = models.preset("mixtral-8x7b")
+    assert m.num_params() == pytest.approx(46.7e9, rel=0.01)
+    assert m.num_params(active=True) == pytest.approx(12.9e9, rel=0.01)
+    assert m.flops_per_token() < 6.5 * m.num_params(active=True) + 12 * 32 * 4096 * 4096
+    cl = cluster.preset("dgx-h100", 4)
+    base = PlanSpec(8, 2, 2, 1, zero=1, flash_attention=True, sequence_parallel=True)
+    one = evaluate(m, "H100", cl, base, 256, engine="megatron-core")
+    four = evaluate(m, "H100", cl, base.with_(expert_parallel=4), 256, engine="megatron-core")
+    assert max(four.memory_per_chip_bytes) < max(one.memory_per_chip_bytes)   # experts sharded
+    assert "ep4" in four.spec.describe()

@@ -73,11 +73,11 @@ UNIT_FIELDS = (
     "act_none_bytes", "act_selective_bytes", "act_input_bytes", "emb_act_bytes", "head_act_bytes",
     "p2p_bytes", "p2p_gather_s",
     "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
-    "layer_cp_fwd_s", "layer_cp_bwd_s",
+    "layer_cp_fwd_s", "layer_cp_bwd_s", "layer_expert_params", "expert_parallel",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
- U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB) = range(len(UNIT_FIELDS))
+ U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
@@ -194,6 +194,23 @@ def p2p_s(nbytes, stride, net):
 
 
 @njit(cache=True)
+def alltoall_s(nbytes, n, stride, net):
+    """All-to-all over n ranks `stride` apart, each rank holding ``nbytes`` spread evenly over
+    the group (MoE token dispatch/combine): ``(k - 1) / n`` of it goes to the other members of
+    its node over the intra-node link and ``(n - k) / n`` to other nodes over its own NIC, the
+    exchanges running at once (one latency per link type)."""
+    if n <= 1.0 or nbytes <= 0.0:
+        return 0.0
+    k, q = group_layout(n, stride, net)
+    t = 0.0
+    if k > 1.0:
+        t += (k - 1.0) / n * nbytes / _intra_bw(k, net) + net[N_LATI]
+    if q > 1.0:
+        t += (n - k) / n * nbytes / net[N_BWE] + net[N_LATE]
+    return t
+
+
+@njit(cache=True)
 def ring_step_s(nbytes, n, stride, net):
     """One step of a ring exchange over ``n`` ranks ``stride`` apart (context parallelism's
     K/V ring): every rank sends ``nbytes`` to its neighbour at once, so a step takes the
@@ -257,7 +274,7 @@ def unit_work(u, layers):
 
 # ---------------------------------------------------------------- one stage
 @njit(cache=True)
-def fsdp_exposed_s(u, net, hw, n, first, last, zg, tp, rec):
+def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     """ZeRO-3 communication of one microbatch that per-layer prefetch cannot hide (PyTorch
     FSDP/FSDP2, MaxText's FSDP): each unit — a layer; the embedding and the head are units
     of their own — is gathered for the forward and again for the backward and its gradient
@@ -270,8 +287,11 @@ def fsdp_exposed_s(u, net, hw, n, first, last, zg, tp, rec):
     after another: ``n`` layer gathers per pass and ``n`` reduce-scatters per microbatch."""
     w = hw[H_W]
     gr = hw[H_GRED]
-    agl = allgather_s(u[U_PL] * w, zg, tp, net)
-    rsl = allgather_s(u[U_PL] * gr, zg, tp, net)
+    ep = u[U_EP] if u[U_EP] > 1.0 else 1.0
+    dpx = dp / ep                          # the expert weights' own group (see stage_terms)
+    pld = u[U_PL] - u[U_PLX]
+    agl = allgather_s(pld * w, zg, tp, net) + allgather_s(u[U_PLX] * w, dpx, tp * ep, net)
+    rsl = allgather_s(pld * gr, zg, tp, net) + allgather_s(u[U_PLX] * gr, dpx, tp * ep, net)
     lf = u[U_LF] + u[U_LTPF] + u[U_LCPF]
     lb = u[U_LB] + u[U_LTPB] + u[U_LCPB]
     if n > 0.0:
@@ -304,12 +324,19 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
 
     ``dp``: the ranks holding the same weights, ``tp`` apart in rank order (data x context
     parallel ranks); ``zg``: the ZeRO sharding group inside them (a divisor of ``dp``,
-    consecutive ranks; ``dp / zg`` replicas of it are all-reduced across)."""
+    consecutive ranks; ``dp / zg`` replicas of it are all-reduced across).  MoE expert
+    weights (``u[U_PLX]`` of each layer's parameters) live on ``ep`` (``u[U_EP]``) of those
+    ranks each, so their gradients are reduced — and ZeRO shards them — over the ``dp / ep``
+    ranks ``tp * ep`` apart that hold the same experts (Megatron-Core's expert data parallel
+    group); a ZeRO group smaller than that is not applied to them."""
     f = n * u[U_LF]
     b = n * u[U_LB]
     tpc = n * (u[U_LTPF] + u[U_LTPB])
     cpc = n * (u[U_LCPF] + u[U_LCPB])
     params = n * u[U_PL]
+    pexp = n * u[U_PLX]
+    ep = u[U_EP] if u[U_EP] > 1.0 else 1.0
+    dpx = dp / ep
     act = n * (u[U_ACT_NONE] if mode == RC_NONE else (u[U_ACT_SEL] if mode == RC_SELECTIVE
                                                        else u[U_ACT_IN]))
     if first:
@@ -352,24 +379,28 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     t = work
     if zero == 3 and zg > 1.0:
         if hw[H_Z3_LAYER] > 0.0:
-            t = work + fsdp_exposed_s(u, net, hw, n, first, last, zg, tp, rec)
+            t = work + fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec)
         else:
             # the stage's gathers and reduce-scatter run beside all of its microbatch work
-            z3 = 2.0 * allgather_s(params * w, zg, tp, net) + allgather_s(params * gr, zg, tp, net)
+            pd = params - pexp
+            z3 = (2.0 * allgather_s(pd * w, zg, tp, net) + allgather_s(pd * gr, zg, tp, net)
+                  + 2.0 * allgather_s(pexp * w, dpx, tp * ep, net) + allgather_s(pexp * gr, dpx, tp * ep, net))
             if z3 > t:
                 t = z3
     # ---- after the last microbatch
     gcomm = 0.0
     pgather = 0.0
     reps = dp / zg
+    pd = params - pexp
     if zero == 0:
-        gcomm = allreduce_s(params * gr, dp, tp, net)
+        gcomm = allreduce_s(pd * gr, dp, tp, net) + allreduce_s(pexp * gr, dpx, tp * ep, net)
     elif zero <= 2:
-        gcomm = allgather_s(params * gr, zg, tp, net) + allreduce_s(params * gr / zg, reps, tp * zg, net)
-        pgather = allgather_s(params * w, zg, tp, net)
+        gcomm = (allgather_s(pd * gr, zg, tp, net) + allreduce_s(pd * gr / zg, reps, tp * zg, net)
+                 + allgather_s(pexp * gr, dpx, tp * ep, net))
+        pgather = allgather_s(pd * w, zg, tp, net) + allgather_s(pexp * w, dpx, tp * ep, net)
     else:
         # sharded gradients of the zg-group replicas (HSDP); nothing when one group holds all
-        gcomm = allreduce_s(params * gr / zg, reps, tp * zg, net)
+        gcomm = allreduce_s(pd * gr / zg, reps, tp * zg, net)
     if hw[H_OVERLAP] > 0.0:
         window = b + rec + n * u[U_LTPB]
         exposed = gcomm - window
@@ -387,11 +418,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         exposed += allreduce_s(u[U_PTIED] * gr, 2.0, tp * dp * (pp - 1.0), net)
     opt_shard = zg if zero >= 1 else 1.0
     fixed_shard = zg if zero >= 2 else 1.0
-    opt = params * ((2.0 * o + g + w) / opt_shard + 2.0 * g / fixed_shard) / hw[H_MEMBW]
+    xopt_shard = dpx if zero >= 1 else 1.0
+    xfixed_shard = dpx if zero >= 2 else 1.0
+    opt = (pd * ((2.0 * o + g + w) / opt_shard + 2.0 * g / fixed_shard)
+           + pexp * ((2.0 * o + g + w) / xopt_shard + 2.0 * g / xfixed_shard)) / hw[H_MEMBW]
     e = exposed + opt
     # ---- memory
-    mem = static_bytes(params, zg, zero, w, g, o) + inflight(s, pp, m, v) * act
-    mem += params * hw[H_W8] / (zg if zero == 3 else 1.0)
+    mem = static_bytes(pd, zg, zero, w, g, o) + static_bytes(pexp, dpx, zero, w, g, o) + inflight(s, pp, m, v) * act
+    mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
         mem += u[U_ACT_NONE]
     if zero == 3 and zg > 1.0:
