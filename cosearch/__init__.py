@@ -12,15 +12,20 @@ Co-search pipeline (PHAZE-style)::
 Public API
 ----------
 Models and graphs: :class:`ModelConfig`, :func:`model_preset`, :mod:`graph` (``build``,
-``from_module``).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
-:data:`TPUv4`, :data:`A100`, :data:`H100`, :class:`AreaPowerModel`.  Cost: :func:`price`.
+``from_module``; MoE models through ``num_experts``; presets include mixtral-8x7b, grok-1 and
+deepseek-v3).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
+:data:`TPUv4`, :data:`A100`, :data:`H100`, :data:`H200`, :data:`B200`, :data:`GB200`,
+:data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :class:`AreaPowerModel`.  Cost: :func:`price`.
 Clusters: :class:`Cluster` (nodes, intra/inter-node links; presets in :mod:`cluster`).
 Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op times).
 Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Training plans: :class:`PlanSpec`,
 :func:`evaluate` (one fixed plan -> :class:`Plan` with time breakdown and memory per stage),
 :func:`search_plans` (exact search over dp/tp/pp/microbatch/recompute/virtual/SP/ZeRO ->
-:class:`PlacementResult`); both take an ``engine`` (:class:`Engine`, :mod:`engine`: Megatron-LM or
-Megatron-DeepSpeed, the framework's pipeline sends, gradient accumulation and reduction).
+:class:`PlacementResult`; also context and expert parallelism, FP8 and ZeRO sharding groups); both
+take an ``engine`` (:class:`Engine`, :mod:`engine`: Megatron-LM (and its 2021 behaviour),
+Megatron-Core, Megatron-DeepSpeed, FSDP, MaxText — what overlaps what and how often sharded
+weights are gathered).  :func:`parse_megatron_args` reads a Megatron-LM / NeMo argument line
+as a :class:`PlanSpec`.
 Search: :func:`cosearch` (one model, or several: PHAZE's cross-model mode, :mod:`multimodel`)
 with :class:`SearchOptions` (pruning, ILP ranking, checkpoints, executor), :func:`compare`,
 :class:`Results` (:mod:`results`; tables and plots in :mod:`report`); the phases live in
@@ -44,12 +49,18 @@ from .cost import calibrate, price, price_on
 from .hardware import (
     A100,
     A100_80GB,
+    B200,
+    GB200,
+    GB300,
     H100,
+    H200,
     Accelerator,
     AreaPowerModel,
     KernelEfficiency,
     SearchSpace,
     TPUv4,
+    TPUv5e,
+    TPUv5p,
 )
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -69,10 +80,11 @@ _LAZY = {
     "cost": ("cost", None), "fl": ("fl", None), "cli": ("cli", None),
     "engine": ("engine", None), "Engine": ("engine", "Engine"),
     "SearchOptions": ("search", "SearchOptions"), "sweep": ("sweep", None), "ranking": ("ranking", None),
+    "parse_megatron_args": ("megatron_args", "parse_megatron_args"), "megatron_args": ("megatron_args", None),
 }
 
 __all__ = [
-    "A100", "A100_80GB", "H100", "TPUv4", "Accelerator", "AreaPowerModel", "Cluster", "KernelEfficiency",
+    "A100", "A100_80GB", "H100", "H200", "B200", "GB200", "GB300", "TPUv4", "TPUv5e", "TPUv5p", "Accelerator", "AreaPowerModel", "Cluster", "KernelEfficiency",
     "ModelConfig", "SearchSpace", "calibrate", "cluster", "graph", "hardware", "models", "model_preset",
     "price", "price_on",
     *_LAZY,

@@ -60,10 +60,14 @@ class MemoryConfig:
 
 def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            sequence_parallel: bool = False, recompute: str = "none",
-                           flash_attention: bool = False) -> float:
+                           flash_attention: bool = False, precision: str = "bf16") -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
-    (full: only the layer input)."""
+    (full: only the layer input).  Under ``precision="fp8"`` the weight GEMMs keep the FP8
+    casts of their inputs for the weight gradient (Transformer Engine's ``Linear`` /
+    ``LayerNormLinear`` save the cast input, 1 byte, instead of the bf16 one): the two norm
+    outputs and the MLP's activation output shrink to 1 byte per element, while the
+    attention output stays (flash attention's backward needs it) and its FP8 cast is added."""
     if recompute == "full":
         return layer_input_bytes(config, tp, microbatch, sequence_parallel)
     if recompute not in ("none", "selective"):
@@ -83,10 +87,14 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
         # every routed copy of a token (k of them) and the shared experts keep their MLP
         # activations, plus the dispatched (permuted) copies of the token's input
         f_ratio = (c.experts_per_token + c.shared_experts) * c.expert_ffn / h
-    mlp = 2.0 * f_ratio * (3.0 if c.gated else 2.0) * e
+    fp8 = precision == "fp8"
+    act_out = 1.0 if fp8 else 2.0 * e
+    mlp = f_ratio * (2.0 * (2.0 if c.gated else 1.0) * e + act_out)
     if c.moe:
         mlp += 2.0 * c.experts_per_token * e
-    qkv = 2.0 * (1.0 + 2.0 * kv_ratio) * e + 2.0 * e
+    qkv = 2.0 * (1.0 + 2.0 * kv_ratio) * e + 2.0 * e + (1.0 if fp8 else 0.0)
+    if fp8:
+        replicated = 4.0 * e + 2.0 * mask + 2.0
     split = qkv + mlp
     if flash_attention:
         attn = 4.0 * a / h  # fp32 log-sum-exp per row and head

@@ -320,16 +320,20 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     attn = 0.0                        # selective recompute's time: at least nothing
                     attn_b = None                     # and the CP ring's exposed time too
                 else:
-                    layer_fwd = cost.price(gs["layer", "fwd"], d, efficiency=eff)
+                    # every op of the six graphs priced in one call, then cut back per graph
+                    keys = list(gs)
+                    arrs = [gs[k].arrays() for k in keys]
+                    priced = np.split(cost.price(np.concatenate(arrs), d, efficiency=eff),
+                                      np.cumsum([len(a) for a in arrs])[:-1], axis=1)
+                    per_op = dict(zip(keys, priced))
                     core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
-                    attn = layer_fwd[:, core].sum(axis=1)
+                    attn = per_op["layer", "fwd"][:, core].sum(axis=1)
                     if cp > 1:
-                        layer_bwd = cost.price(gs["layer", "bwd"], d, efficiency=eff)
                         core_b = [i for i, op in enumerate(gs["layer", "bwd"].ops)
                                   if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
-                        attn_b = layer_bwd[:, core_b].sum(axis=1)
+                        attn_b = per_op["layer", "bwd"][:, core_b].sum(axis=1)
                 if time_model == "sum":
-                    chip_s = {k: cost.price(g, d, efficiency=eff).sum(axis=1) for k, g in gs.items()}
+                    chip_s = {k: p.sum(axis=1) for k, p in per_op.items()}
                 elif time_model == "bound":
                     from . import schedule
                     chip_s = {k: schedule.layer_bounds(g, d, eff) for k, g in gs.items()}
@@ -370,8 +374,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         net = nets[net_of[i]]
                         u[i, F.U_LCPF] = F.ring_exposed_s(ring, float(cp), float(t), float(attn[i]), net)
                         u[i, F.U_LCPB] = F.ring_exposed_s(2.0 * ring, float(cp), float(t), float(attn_b[i]), net)
-                u[:, F.U_ACT_NONE] = memory.layer_activation_bytes(cl, t, mb, sp, "none", flash_attention)
-                u[:, F.U_ACT_SEL] = memory.layer_activation_bytes(cl, t, mb, sp, "selective", flash_attention)
+                u[:, F.U_ACT_NONE] = memory.layer_activation_bytes(cl, t, mb, sp, "none", flash_attention,
+                                                                   precision)
+                u[:, F.U_ACT_SEL] = memory.layer_activation_bytes(cl, t, mb, sp, "selective", flash_attention,
+                                                                  precision)
                 u[:, F.U_ACT_IN] = memory.layer_input_bytes(cl, t, mb, sp)
                 u[:, F.U_EACT] = memory.embedding_activation_bytes(cl, t, mb, sp)
                 u[:, F.U_HACT] = memory.head_activation_bytes(cl, t, mb, sp)

@@ -367,5 +367,5 @@ def test_plan_cli_evaluates_and_searches_with_an_engine(capsys):
     best = placement.search_plans("gpt3-1.3b", "A100-80GB", cl, 64, tps=(2,), engine="megatron-deepspeed")
     assert out["plans"][0]["step_time_s"] == pytest.approx(best.best.step_time_s, rel=1e-12)
     with pytest.raises(SystemExit) as exc:                              # unknown engine: argparse's message
-        main(args[:-1] + ["fsdp", "--tp", "2"])
-    assert exc.value.code == 2 and "invalid choice: 'fsdp'" in capsys.readouterr().err
+        main(args[:-1] + ["colossal", "--tp", "2"])
+    assert exc.value.code == 2 and "invalid choice: 'colossal'" in capsys.readouterr().err
