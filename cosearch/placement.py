@@ -147,6 +147,8 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
                           zero_groups=(None,), ep=1) -> np.ndarray:
     rows = []
     dps_all = divisors(global_batch)
+    zz_of: dict = {}                                  # dp -> the (ZeRO stage, group) columns
+    pp_all = np.arange(1, L + 1, dtype=np.int64)
     for ti, t in enumerate(tps):
         for bi, mb in enumerate(mbs):
             if global_batch % mb:
@@ -159,19 +161,26 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
                         continue
                     m = global_batch // (dp * mb)
                     max_pp = min(L, chips // (dp * t * cp))
+                    if dp not in zz_of:
+                        zz = [(z, zg) for z in zeros for zg in _groups(z, dp * cp, zero_groups)]
+                        zz_of[dp] = (np.array([z for z, _g in zz])[:, None], np.array([g for _z, g in zz])[:, None])
+                    zarr, garr = zz_of[dp]
                     for vs in virtuals:
                         if L % vs:
                             continue
-                        pps = np.arange(1, min(max_pp, L // vs) + 1) if vs == 1 else np.array(
-                            [p for p in range(2, min(max_pp, L // vs) + 1) if m % p == 0], dtype=np.int64)
+                        top = min(max_pp, L // vs)
+                        if vs == 1:
+                            pps = pp_all[:top]
+                        else:
+                            pps = pp_all[1:top]
+                            pps = pps[m % pps == 0]
                         if not len(pps):
                             continue
-                        zz = [(z, zg) for z in zeros for zg in _groups(z, dp * cp, zero_groups)]
-                        blk = np.empty((len(zz), len(pps), 11), dtype=np.int64)
+                        blk = np.empty((len(zarr), len(pps), 11), dtype=np.int64)
                         blk[:] = (ti, bi, si, dp, 0, vs, 0, t, m, cp, 0)
                         blk[:, :, 4] = pps
-                        blk[:, :, 6] = np.array([z for z, _g in zz])[:, None]
-                        blk[:, :, 10] = np.array([g for _z, g in zz])[:, None]
+                        blk[:, :, 6] = zarr
+                        blk[:, :, 10] = garr
                         rows.append(blk.reshape(-1, 11))
     return np.concatenate(rows) if rows else np.zeros((0, 11), dtype=np.int64)
 
