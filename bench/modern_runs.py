@@ -132,7 +132,8 @@ def _recompute(row: dict, notes: list) -> str:
 def _precision(row: dict, notes: list) -> str:
     p = row["precision"]
     if "NVFP4" in p:
-        raise Refused("NVFP4 (4-bit) GEMMs are not modelled")
+        notes.append("NVFP4 priced on every layer GEMM (the recipe keeps a few layers in bf16)")
+        return "fp4"
     if "FP8" in p or "Float8" in p:
         if "MXFP8" in p:
             notes.append("MXFP8 priced as per-tensor FP8")

@@ -93,7 +93,7 @@ def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fracti
 def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0,
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
-    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate = IDEAL.as_array() if eff is None else eff
+    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate = IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
@@ -125,6 +125,7 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         else:
             shape = 1.0
         rate = np.where((dt == 1.0) & (fp8_rate > 0.0), fp8_rate, 1.0)   # 1-byte operands: FP8 tensor cores
+        rate = np.where((dt < 1.0) & (fp4_rate > 0.0), fp4_rate, rate)   # NVFP4
         tensor_t = np.maximum(compute_t / (e_t * shape * rate), nbytes / bw) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
         attn_t = np.maximum(compute_t / e_a, op_bytes) + launch

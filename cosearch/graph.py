@@ -211,33 +211,37 @@ class _Builder:
                             batch=batch, bytes_read=rows_read * d * batch * dt,
                             bytes_written=rows_written * d * batch * dt, dtype_bytes=dt))
 
-    def fp8_cast(self, name: str, deps, elements: float) -> int:
-        """Cast a bf16 tensor to FP8 with its amax (Transformer Engine's / torchao's
-        cast-and-scale kernel: reads 2 bytes, writes 1 byte per element)."""
+    def fp8_cast(self, name: str, deps, elements: float, out_bytes: float = 1.0) -> int:
+        """Cast a bf16 tensor to FP8 (or NVFP4) with its scales (Transformer Engine's /
+        torchao's cast-and-scale kernel: reads 2 bytes, writes ``out_bytes`` per element)."""
         return self._add(Op(name, "vector", tuple(d for d in deps if d is not None), elements=float(elements),
                             ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
-                            bytes_read=float(elements * self.dt), bytes_written=float(elements),
+                            bytes_read=float(elements * self.dt), bytes_written=float(elements * out_bytes),
                             dtype_bytes=self.dt))
 
-    def expert_gemm(self, name: str, deps, m: int, n: int, k: int, experts: int, fp8: bool = False) -> int:
+    def expert_gemm(self, name: str, deps, m: int, n: int, k: int, experts: int, lowp: float = 0.0) -> int:
         """``experts`` weight GEMMs of the same shape (grouped GEMM over an MoE layer's local
-        experts), with an FP8 cast of the inputs under ``fp8``."""
-        if fp8:
-            deps = [self.fp8_cast(f"{name}.cast", deps, m * k * experts)]
-        return self.gemm(name, deps, m, n, k, batch=experts, operand_bytes=1 if fp8 else None)
+        experts), with a low-precision cast of the inputs when ``lowp`` (operand bytes) is set."""
+        if lowp:
+            deps = [self.fp8_cast(f"{name}.cast", deps, m * k * experts, lowp)]
+        return self.gemm(name, deps, m, n, k, batch=experts, operand_bytes=lowp if lowp else None)
 
-    def linear(self, name: str, deps, m: int, n: int, k: int, fp8: bool = False) -> int:
-        """A weight GEMM; with ``fp8`` its input is cast to FP8 first and its operands are
-        1 byte (the weight's FP8 copy is made once per step and cached, as Transformer
-        Engine does across microbatches, so it is not charged per microbatch)."""
-        if not fp8:
+    def linear(self, name: str, deps, m: int, n: int, k: int, lowp: float = 0.0) -> int:
+        """A weight GEMM; with ``lowp`` (operand bytes: 1 for FP8, 0.5625 for NVFP4) its input
+        is cast first and its operands are ``lowp`` bytes (the weight's low-precision copy is made
+        once per step and cached, as Transformer Engine does across microbatches, so it is not
+        charged per microbatch)."""
+        if not lowp:
             return self.gemm(name, deps, m, n, k)
-        x = self.fp8_cast(f"{name}.cast", deps, m * k)
-        return self.gemm(name, [x], m, n, k, operand_bytes=1)
+        x = self.fp8_cast(f"{name}.cast", deps, m * k, lowp)
+        return self.gemm(name, [x], m, n, k, operand_bytes=lowp)
 
 
 #: Training precisions a graph can be built for.
-PRECISIONS = ("bf16", "fp8")
+PRECISIONS = ("bf16", "fp8", "fp4")
+#: Bytes per GEMM operand element of each precision: NVFP4 packs 2 values per byte plus an
+#: FP8 scale per 16-element block (0.5 + 1/16).
+OPERAND_BYTES = {"bf16": 0.0, "fp8": 1.0, "fp4": 0.5625}
 
 
 def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> int:
@@ -281,7 +285,7 @@ def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
         raise ValueError(f"tp={tp} must divide ffn_hidden={config.ffn_hidden}")
 
 
-def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, fp8: bool) -> int:
+def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float) -> int:
     """An MoE MLP on this rank's T tokens: the router, token dispatch over the ``ep``-rank
     expert-parallel group (all-to-all of every routed copy of a token's hidden state, each
     tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM per
@@ -297,21 +301,21 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, fp8
     local = E // ep
     per = max(1, math.ceil(T * k * ep / E))
     width = 2 * fe if c.gated else fe
-    fc1 = g.expert_gemm("expert_fc1", [disp], per, width, h, local, fp8)
+    fc1 = g.expert_gemm("expert_fc1", [disp], per, width, h, local, lowp)
     act = g.vector("expert_act", [fc1], per * local * fe, c.activation, inputs=2 if c.gated else 1)
-    fc2 = g.expert_gemm("expert_fc2", [act], per, h, fe, local, fp8)
+    fc2 = g.expert_gemm("expert_fc2", [act], per, h, fe, local, lowp)
     out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
     if c.shared_experts:
         fs = c.shared_experts * fe
-        s1 = g.linear("shared_fc1", [x2], T, 2 * fs if c.gated else fs, h, fp8)
+        s1 = g.linear("shared_fc1", [x2], T, 2 * fs if c.gated else fs, h, lowp)
         sa = g.vector("shared_act", [s1], T * fs, c.activation, inputs=2 if c.gated else 1)
-        s2 = g.linear("shared_fc2", [sa], T, h, fs, fp8)
+        s2 = g.linear("shared_fc2", [sa], T, h, fs, lowp)
         out = g.vector("moe_add", [out, s2], T * h, "add", inputs=2)
     return g.vector("moe_unpermute", [out], T * k * h, "mul")
 
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
-                   cp: int = 1, fp8: bool = False, ep: int = 1) -> list[Op]:
+                   cp: int = 1, lowp: float = 0.0, ep: int = 1) -> list[Op]:
     c = config
     s, h, d = c.seq_len, c.hidden, c.head_dim
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -330,14 +334,14 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         # replicated over the tp ranks, the up projections split by head); the attention core
         # is priced with head width d + rope / 2 (QK^T over d + rope, PV over d)
         qr, kvr, rope = c.mla
-        qd = g.linear("q_down", [x_in], T, qr, h, fp8)
-        qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, fp8)
-        kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, fp8)
-        kvu = g.linear("kv_up", [kvd], T, a * 2 * d, kvr, fp8)
+        qd = g.linear("q_down", [x_in], T, qr, h, lowp)
+        qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, lowp)
+        kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, lowp)
+        kvu = g.linear("kv_up", [kvd], T, a * 2 * d, kvr, lowp)
         qkv = g.vector("mla_join", [qkv, kvu], T * a * (3 * d + rope), "add", inputs=1)
         d = d + rope // 2
     else:
-        qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, fp8)
+        qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, lowp)
     x = qkv
     if c.position == "rotary":
         x = g.vector("rotary", [qkv], T * (a + kv) * d, "rotary")
@@ -353,7 +357,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         if c.dropout:
             sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
         ctx = g.gemm("attn_context", [sm, qkv], s, d, s, batch=b * a, weights=False)
-    out = g.linear("attn_out", [ctx], T, h, a * c.head_dim, fp8)
+    out = g.linear("attn_out", [ctx], T, h, a * c.head_dim, lowp)
     if tp > 1:
         out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
                else g.allreduce("allreduce_attn", [out], act_bytes))
@@ -363,16 +367,16 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     n2 = g.vector("norm2", [r1], Tv * h, norm)
     x2 = g.collective("allgather_mlp", [n2], act_bytes, "allgather") if sp and tp > 1 else n2
     if c.moe:
-        fc2 = _moe_mlp(g, c, x2, T, tp, ep, fp8)
+        fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp)
     elif c.gated:
         # Megatron fuses the gate and up projections into one column-parallel GEMM
-        fc1 = g.linear("fc1", [x2], T, 2 * f, h, fp8)
+        fc1 = g.linear("fc1", [x2], T, 2 * f, h, lowp)
         act = g.vector("act", [fc1], T * f, c.activation, inputs=2)
     else:
-        fc1 = g.linear("fc1", [x2], T, f, h, fp8)
+        fc1 = g.linear("fc1", [x2], T, f, h, lowp)
         act = g.vector("act", [fc1], T * f, c.activation)
     if not c.moe:
-        fc2 = g.linear("fc2", [act], T, h, f, fp8)
+        fc2 = g.linear("fc2", [act], T, h, f, lowp)
     y = fc2
     if tp > 1:
         y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
@@ -445,7 +449,7 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
 
 
 def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
-                       flash: bool = False, cp: int = 1, fp8: bool = False, ep: int = 1) -> list[Op]:
+                       flash: bool = False, cp: int = 1, lowp: float = 0.0, ep: int = 1) -> list[Op]:
     c = config
     T = b * (c.seq_len // cp)
     Tv = T / tp if sp else T
@@ -462,7 +466,7 @@ def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
 
 
 def _forward_head(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
-                  cp: int = 1, fp8: bool = False, ep: int = 1) -> list[Op]:
+                  cp: int = 1, lowp: float = 0.0, ep: int = 1) -> list[Op]:
     """Final norm, LM head and loss; the LM head stays in bf16 under FP8 training (Transformer
     Engine and torchao leave the output layer in high precision)."""
     c = config
@@ -492,7 +496,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     ``flash_attention`` fuses the attention core into one kernel without s x s traffic.
     ``context_parallel`` (cp) gives this rank ``seq_len / cp`` tokens of every sequence; its
     attention meets all keys through the K/V ring (the ring's transfers are priced by
-    :func:`cosearch.plan.unit_costs`, not as graph ops).  ``precision="fp8"`` runs the
+    :func:`cosearch.plan.unit_costs`, not as graph ops).  ``precision="fp8"`` (or ``"fp4"``, NVFP4) runs the
     layer's weight GEMMs (QKV, attention output, MLP) on FP8 operands, each input cast
     first; attention and the LM head stay bf16.  ``expert_parallel`` (ep): an MoE layer's
     experts are spread over ep ranks (``num_experts / ep`` each), tokens dispatched to them and
@@ -510,7 +514,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; choose one of {PRECISIONS}")
     ep = check_expert_parallel(config, expert_parallel)
-    ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, precision == "fp8",
+    ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep)
     if phase == "bwd":
         ops = _backward(ops, tp, config.dtype_bytes, ar_after)

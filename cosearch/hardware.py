@@ -82,7 +82,7 @@ DESIGN_FIELDS = (
 #: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
-              "k_overhead", "fp8_rate")
+              "k_overhead", "fp8_rate", "fp4_rate")
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,7 @@ class KernelEfficiency:
     ``fp8_rate``: how many times faster an FP8 GEMM runs than the same GEMM in bf16 (the
     datasheet FP8/BF16 dense peak ratio times the measured FP8/BF16 kernel efficiency ratio);
     0 (the default): the chip has no FP8 tensor cores, and FP8 plans are refused.
+    ``fp4_rate``: the same for NVFP4 GEMMs (0: no FP4 tensor cores).
     """
 
     tensor: float = 1.0
@@ -118,11 +119,13 @@ class KernelEfficiency:
     tile_slots: int = 0
     k_overhead: float = 0.0
     fp8_rate: float = 0.0
+    fp4_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.fp8_rate, bool) or not isinstance(self.fp8_rate, (int, float)) or \
-                not (0.0 <= self.fp8_rate <= 8.0):
-            raise ValueError(f"KernelEfficiency.fp8_rate must be in [0, 8] (0: no FP8), got {self.fp8_rate!r}")
+        for f in ("fp8_rate", "fp4_rate"):
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= 16.0):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, 16] (0: not supported), got {x!r}")
         for f in ("tensor", "attention", "memory"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
@@ -177,7 +180,9 @@ EFFICIENCY_SOURCES = {
             "one, 794.5 TFLOP/s (ml-engineering MAMF table, torch 2.7+cu126): 2x the peak at 0.88x the efficiency.",
     "Blackwell": "No Blackwell kernel-level row is in cosearch/data/public_kernels.csv: the H100's kernel "
                  "fractions (tensor 0.856, attention 0.60, memory 0.90, FP8 rate 1.765, the same tile model) are "
-                 "assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip preset).",
+                 "assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip preset).  NVFP4 "
+                 "rate: the datasheet's dense FP4/BF16 peak ratio times the H100's measured FP8 efficiency "
+                 "ratio (1.765 / 2 = 0.8825), no FP4 kernel measurement being public.",
     "TPU v5": "No public kernel-level TPU v5 measurement was found: the systolic model's own fill/drain and "
               "padding are the only losses (tensor, attention and memory 1.0), so TPU predictions are optimistic "
               "by whatever XLA's kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
@@ -187,7 +192,8 @@ _A100_EFF = KernelEfficiency(0.931, 0.50, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"]
                              tile_slots=108, k_overhead=128.0)
 _H100_EFF = KernelEfficiency(0.856, 0.60, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256, tile_k=64,
                              tile_slots=132, k_overhead=128.0, fp8_rate=1.765)
-_BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148)
+_BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
+                         fp4_rate=4.0 * 1.765 / 2.0)
 _TPU5_EFF = KernelEfficiency(source=EFFICIENCY_SOURCES["TPU v5"])
 
 
@@ -233,6 +239,11 @@ class Accelerator:
     def supports_fp8(self) -> bool:
         """Whether the chip has FP8 tensor cores (its kernel model has an FP8 rate)."""
         return self.efficiency.fp8_rate > 0.0
+
+    @property
+    def supports_fp4(self) -> bool:
+        """Whether the chip has NVFP4 tensor cores (its kernel model has an FP4 rate)."""
+        return self.efficiency.fp4_rate > 0.0
 
     @property
     def peak_vector_flops(self) -> float:
@@ -287,8 +298,10 @@ B200 = Accelerator("B200", 592, 16, 64, 148, 128, 2.25e15 / (2 * 592 * 16 * 64),
 #: GB200 (one Blackwell GPU of a GB200 NVL72): 2.5 PFLOP/s dense BF16, 5 dense FP8, 186 GB HBM3e
 #: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72 GPUs).
 GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=186e9)
-#: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s.
-GB300 = GB200.with_(name="GB300", hbm_bytes=288e9)
+#: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s,
+#: dense NVFP4 15 PFLOP/s, 6x BF16 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4 dense per 72).
+GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
+                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=6.0 * 1.765 / 2.0))
 #: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
 #: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).
 TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 16e9, 8.19e11, 5.0e10, _TPU5_EFF)

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 from ._kernels import formulas
+from .graph import OPERAND_BYTES
 from .models import ModelConfig
 
 __all__ = ["MemoryConfig", "layer_activation_bytes", "layer_input_bytes", "embedding_activation_bytes",
@@ -63,8 +64,8 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            flash_attention: bool = False, precision: str = "bf16") -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
-    (full: only the layer input).  Under ``precision="fp8"`` the weight GEMMs keep the FP8
-    casts of their inputs for the weight gradient (Transformer Engine's ``Linear`` /
+    (full: only the layer input).  Under ``precision="fp8"`` (``"fp4"``: NVFP4, 0.5625 bytes)
+    the weight GEMMs keep the low-precision casts of their inputs for the weight gradient (Transformer Engine's ``Linear`` /
     ``LayerNormLinear`` save the cast input, 1 byte, instead of the bf16 one): the two norm
     outputs and the MLP's activation output shrink to 1 byte per element, while the
     attention output stays (flash attention's backward needs it) and its FP8 cast is added."""
@@ -87,14 +88,15 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
         # every routed copy of a token (k of them) and the shared experts keep their MLP
         # activations, plus the dispatched (permuted) copies of the token's input
         f_ratio = (c.experts_per_token + c.shared_experts) * c.expert_ffn / h
-    fp8 = precision == "fp8"
-    act_out = 1.0 if fp8 else 2.0 * e
+    lowp = OPERAND_BYTES.get(precision, 0.0)
+    fp8 = lowp > 0.0
+    act_out = lowp if fp8 else 2.0 * e
     mlp = f_ratio * (2.0 * (2.0 if c.gated else 1.0) * e + act_out)
     if c.moe:
         mlp += 2.0 * c.experts_per_token * e
-    qkv = 2.0 * (1.0 + 2.0 * kv_ratio) * e + 2.0 * e + (1.0 if fp8 else 0.0)
+    qkv = 2.0 * (1.0 + 2.0 * kv_ratio) * e + 2.0 * e + lowp
     if fp8:
-        replicated = 4.0 * e + 2.0 * mask + 2.0
+        replicated = 4.0 * e + 2.0 * mask + 2.0 * lowp
     split = qkv + mlp
     if flash_attention:
         attn = 4.0 * a / h  # fp32 log-sum-exp per row and head

@@ -393,9 +393,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     return out
 
 
-#: Bytes per parameter FP8 training keeps on top of the bf16 weights: Transformer Engine's FP8
-#: copy of each weight and of its transpose (Hopper's FP8 GEMMs need both layouts).
-FP8_WEIGHT_COPY_BYTES = 2.0
+#: Low-precision training keeps, on top of the bf16 weights, Transformer Engine's copy of each
+#: weight in the GEMM format and of its transpose (Hopper's FP8 GEMMs need both layouts;
+#: MXFP8/NVFP4 keep row- and column-wise copies): 2 x the operand bytes per parameter.
 
 
 def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,
@@ -408,7 +408,7 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred,
                      1.0 if e.blocking_p2p else 0.0, 1.0 if e.zero3_per_layer else 0.0,
                      1.0 if e.overlap_param_gather else 0.0,
-                     FP8_WEIGHT_COPY_BYTES if precision == "fp8" else 0.0],
+                     2.0 * graph.OPERAND_BYTES[precision]],
                     dtype=np.float64)
 
 
@@ -419,6 +419,9 @@ def check_precision(chip: Accelerator, precision: str) -> None:
     if precision == "fp8" and not chip.supports_fp8:
         raise ValueError(f"precision='fp8': chip {chip.name} has no FP8 tensor cores (its kernel model has no "
                          "FP8 rate); use precision='bf16' or a chip with FP8 (H100, H200, B200, GB200, GB300)")
+    if precision == "fp4" and not chip.supports_fp4:
+        raise ValueError(f"precision='fp4': chip {chip.name} has no NVFP4 tensor cores (its kernel model has no "
+                         "FP4 rate); use a Blackwell chip (B200, GB200, GB300)")
 
 
 def even_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:

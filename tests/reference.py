@@ -7,10 +7,11 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0)):
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op
     cores_total, r, c, vu, vw, clock, l1, l2, _hbm, hbm_bw, _link = d
-    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8 = (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0))[:10]
+    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4 = \
+        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0))[:11]
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
         cores = max(1, math.floor(cores_total * frac))
@@ -38,6 +39,8 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0)
             e_tensor = e_tensor * (m * n * b) / (rounds * sl * tm * tn) * k / (math.ceil(k / tk) * tk + k_over)
         if dt == 1 and fp8 > 0:   # FP8 operands run at the chip's FP8 rate
             e_tensor = e_tensor * fp8
+        elif dt < 1 and fp4 > 0:  # NVFP4 at the FP4 rate
+            e_tensor = e_tensor * fp4
         return max(compute / e_tensor, traffic / bw) + launch
     if kind == 1:
         lanes = vu * frac * vw

@@ -107,7 +107,7 @@ def test_fp8_plan_memory_and_refusal():
     with pytest.raises(ValueError, match="no FP8 tensor cores"):
         evaluate(m, "A100", cl, spec.with_(precision="fp8"), 1)
     with pytest.raises(ValueError, match="precision"):
-        PlanSpec(1, 1, 1, 1, precision="fp4")
+        PlanSpec(1, 1, 1, 1, precision="int4")
 
 
 # ------------------------------------------------------------------ ZeRO groups
@@ -398,3 +398,25 @@ def test_moe_presets_and_plan():
     four = evaluate(m, "H100", cl, base.with_(expert_parallel=4), 256, engine="megatron-core")
     assert max(four.memory_per_chip_bytes) < max(one.memory_per_chip_bytes)   # experts sharded
     assert "ep4" in four.spec.describe()
+
+
+def test_nvfp4_rate_memory_and_refusal():
+    chip = hardware.GB200
+    ops = [graph.Op("g", "gemm", m=8192, n=8192, k=8192, bytes_read=(2 * 8192 ** 2) * dt,
+                    bytes_written=8192 ** 2 * 2, dtype_bytes=dt) for dt in (2, 0.5625)]
+    t16, t4 = cost.price(np.array([o.as_row() for o in ops]), chip)[0]
+    launch = chip.efficiency.launch_s
+    # dense NVFP4 is 4x dense BF16 on the datasheet, at the H100's FP8 efficiency ratio (1.765 / 2)
+    assert (t16 - launch) / (t4 - launch) == pytest.approx(4 * 1.765 / 2, rel=1e-9)
+    assert hardware.GB300.efficiency.fp4_rate == pytest.approx(6 * 1.765 / 2)
+    m, cl = TINY, cluster.Cluster(1)
+    spec = PlanSpec(1, 1, 1, 1, flash_attention=True)
+    bf = evaluate(m, chip, cl, spec, 1)
+    f4 = evaluate(m, chip, cl, spec.with_(precision="fp4"), 1)
+    # 2 x 0.5625 bytes of weight copies per parameter; activations: norm outputs 2 x (2 - 0.5625),
+    # the 4h-wide activation output 4 x (2 - 0.5625), the attention output's cast +0.5625
+    per_layer = (2 * (2 - 0.5625) + 4 * (2 - 0.5625) - 0.5625) * 64 * 64
+    extra = f4.memory_per_chip_bytes[0] - bf.memory_per_chip_bytes[0]
+    assert extra == pytest.approx(1.125 * m.num_params() - m.num_layers * per_layer, rel=1e-12)
+    with pytest.raises(ValueError, match="no NVFP4 tensor cores"):
+        evaluate(m, "H100", cl, spec.with_(precision="fp4"), 1)

@@ -31,7 +31,8 @@ Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction 
 :func:`cosearch._kernels.formulas.gemm_shape_efficiency` (wave and tile quantisation of a
 GPU's thread-block tiles over its SMs, ``eff[4:9]``; 1 where ``eff[7]`` (slots) is 0), the
 slots scaled by ``core_fraction`` like the cores.  A GEMM with 1-byte operands (FP8) runs
-``eff[9]`` (``E_FP8``) times faster than the same GEMM in bf16.
+``eff[9]`` (``E_FP8``) times faster than the same GEMM in bf16, one with NVFP4 operands (under
+1 byte) ``eff[10]`` (``E_FP4``) times.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import numpy as np
 from numba import njit, prange
 
 from .formulas import (
+    E_FP4,
     E_FP8,
     E_K_OVERHEAD,
     E_SLOTS,
@@ -92,6 +94,8 @@ def _price_one(op, d, frac, eff):
         compute = cycles / clock / (eff[E_TENSOR] * shape)
         if dt == 1.0 and eff[E_FP8] > 0.0:
             compute = compute / eff[E_FP8]  # FP8 operands: the chip's FP8 rate
+        elif dt < 1.0 and eff[E_FP4] > 0.0:
+            compute = compute / eff[E_FP4]  # NVFP4 operands: the chip's FP4 rate
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]
         if total <= l2:
