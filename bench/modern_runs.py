@@ -155,14 +155,24 @@ def measured_tok_s_gpu(row: dict, model: models.ModelConfig) -> float:
     raise Refused("the row gives neither tokens/s nor a convertible TFLOP/s")
 
 
+def _offload(row: dict, pp: int) -> int:
+    """``activation CPU offload of N layers`` -> N per pipeline stage (the rows that offload have
+    one stage)."""
+    text = row.get("offload")
+    if not text:
+        return 0
+    words = [w for w in str(text).split() if w.isdigit()]
+    if not words:
+        raise Refused(f"offload {text!r} names no layer count")
+    return -(-int(words[0]) // pp)
+
+
 def describe(row: dict) -> Described:
     """The row as (model, chip, cluster, spec, batch, engine); raises :class:`Refused` with
     the reason, or ``ValueError`` from cosearch's own validation."""
     notes: list[str] = []
     if int(row.get("ep") or 1) > 1:
         raise Refused("expert parallelism is not modelled")
-    if row.get("offload"):
-        raise Refused("activation CPU offload is not modelled")
     chip = _chip(row, notes)
     cl = _cluster(row, chip)
     model = _model(row)
@@ -188,6 +198,7 @@ def describe(row: dict) -> Described:
         notes.append("embedding and loss counted as pipeline layers")
     spec = PlanSpec(dp, tp, pp, int(row["mbs"]), recompute=rc, virtual_stages=vp,
                     sequence_parallel=bool(row.get("sp")) and tp > 1, zero=zero, flash_attention=flash,
-                    context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split)
+                    context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
+                    offload_layers=_offload(row, pp))
     return Described(model, chip, cl, spec, int(row["gbs"]), _engine(row), measured_tok_s_gpu(row, model),
                      tuple(notes))

@@ -214,8 +214,13 @@ class Accelerator:
     hbm_bandwidth_Bps: float
     link_bandwidth_Bps: float
     efficiency: KernelEfficiency = field(default=IDEAL, compare=True)
+    #: per-direction bandwidth to host memory (activation offload); PCIe Gen4 x16 by default
+    host_link_Bps: float = 32e9
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.host_link_Bps, (int, float)) and math.isfinite(self.host_link_Bps)
+                and self.host_link_Bps > 0):
+            raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
         if not isinstance(self.efficiency, KernelEfficiency):
             raise ValueError(f"Accelerator.efficiency must be a KernelEfficiency, got {self.efficiency!r}")
         for f in ("tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width"):
@@ -282,8 +287,11 @@ TPUv4 = Accelerator("TPUv4", 8, 128, 128, 2, 1024, 1.05e9, 4 * MiB, 128 * MiB, 3
 A100 = Accelerator("A100", 432, 16, 16, 108, 64, 1.41e9, 48 * KiB, 40 * MiB, 40 * GiB,
                    1.555e12, 3.0e11, _A100_EFF)
 A100_80GB = A100.with_(name="A100-80GB", hbm_bytes=80 * GiB, hbm_bandwidth_Bps=2.039e12)
+# host links (activation offload), per direction: PCIe Gen4 x16 32 GB/s (A100), Gen5 x16 64 GB/s
+# (H100, H200, B200 in HGX/DGX); a GB200/GB300 superchip's NVLink-C2C, 900 GB/s bidirectional,
+# shared by its two GPUs: 225 GB/s per GPU per direction (NVIDIA GB200 NVL72 specifications)
 H100 = Accelerator("H100", 528, 16, 32, 132, 128, 1.83e9, 64 * KiB, 50 * MiB, 80 * GiB,
-                   3.35e12, 4.5e11, _H100_EFF)
+                   3.35e12, 4.5e11, _H100_EFF, host_link_Bps=64e9)
 
 # Datasheet chips of 2023-2025.  The tensor rate is cores x rows x cols x clock, with the
 # "clock" chosen so that the product is the datasheet's dense BF16 peak (the array shape is a
@@ -294,10 +302,10 @@ H200 = H100.with_(name="H200", hbm_bytes=141e9, hbm_bandwidth_Bps=4.8e12)
 #: 1.8 TB/s bidirectional (900 GB/s per direction), 148 SMs (NVIDIA DGX B200 datasheet: 72 PFLOP/s
 #: FP8 training and 1,440 GB for 8 GPUs; HGX B200 specifications).  L2 assumed 2 x 50 MB (two dies).
 B200 = Accelerator("B200", 592, 16, 64, 148, 128, 2.25e15 / (2 * 592 * 16 * 64), 228 * KiB, 100 * MiB, 180e9,
-                   8.0e12, 9.0e11, _BLACKWELL_EFF)
+                   8.0e12, 9.0e11, _BLACKWELL_EFF, host_link_Bps=64e9)
 #: GB200 (one Blackwell GPU of a GB200 NVL72): 2.5 PFLOP/s dense BF16, 5 dense FP8, 186 GB HBM3e
 #: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72 GPUs).
-GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=186e9)
+GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=186e9, host_link_Bps=225e9)
 #: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s,
 #: dense NVFP4 15 PFLOP/s, 6x BF16 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4 dense per 72).
 GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,

@@ -45,6 +45,9 @@ class PlanSpec:
     per stage (None: even split); ``zero``: 0 (none), 1 (optimizer state sharded, Megatron's
     distributed optimizer), 2 (+ gradients), 3 (+ weights).  ``expert_parallel`` (ep, MoE models):
     each expert lives on one of ep ranks carved from the ``dp * cp`` data-parallel ranks.
+    ``offload_layers``: per pipeline stage, layers whose saved activations go to host memory
+    over the chip's host link (Megatron-Core's activation CPU offload), each transfer overlapped
+    with its layer's compute (not searched; 0 by default).
 
     ``context_parallel`` (cp): the sequence split over cp ranks (K/V exchanged around a ring,
     overlapped with attention; needs ``flash_attention``); ``chips = dp * tp * pp * cp`` and the
@@ -67,8 +70,12 @@ class PlanSpec:
     precision: str = "bf16"
     zero_group: int | None = None
     expert_parallel: int = 1
+    offload_layers: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.offload_layers, bool) or not isinstance(self.offload_layers, (int, np.integer)) \
+                or self.offload_layers < 0:
+            raise ValueError(f"PlanSpec.offload_layers must be a whole number >= 0, got {self.offload_layers!r}")
         for f in ("dp", "tp", "pp", "microbatch", "virtual_stages", "context_parallel", "expert_parallel"):
             object.__setattr__(self, f, v.positive_int(f"PlanSpec.{f}", getattr(self, f), v.MAX_CHIPS
                                                        if f != "microbatch" else v.MAX_BATCH))
@@ -159,6 +166,8 @@ class PlanSpec:
             extra.append("flash")
         if self.precision != "bf16":
             extra.append(self.precision)
+        if self.offload_layers:
+            extra.append(f"offload{self.offload_layers}")
         cp = f" cp{self.context_parallel}" if self.context_parallel > 1 else ""
         cp += f" ep{self.expert_parallel}" if self.expert_parallel > 1 else ""
         return " ".join([f"dp{self.dp} tp{self.tp} pp{self.pp}{cp} mb{self.microbatch}", f"rc:{rc}", *extra])
@@ -399,16 +408,17 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
 
 
 def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,
-           engine=None, precision: str = "bf16") -> np.ndarray:
+           engine=None, precision: str = "bf16", offload_layers: int = 0, host_Bps: float = 32e9) -> np.ndarray:
     """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row; the data-parallel reduction is
-    overlapped when ``overlap_dp`` and the engine (:mod:`cosearch.engine`) both allow it."""
+    overlapped when ``overlap_dp`` and the engine (:mod:`cosearch.engine`) both allow it;
+    ``offload_layers`` of each stage send their activations to host memory at ``host_Bps``."""
     e = engine_preset(engine)
     gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
     return np.array([chip_hbm_bytes, mem.weight_bytes, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
                      1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred,
                      1.0 if e.blocking_p2p else 0.0, 1.0 if e.zero3_per_layer else 0.0,
                      1.0 if e.overlap_param_gather else 0.0,
-                     2.0 * graph.OPERAND_BYTES[precision]],
+                     2.0 * graph.OPERAND_BYTES[precision], float(offload_layers), float(host_Bps)],
                     dtype=np.float64)
 
 
@@ -561,6 +571,6 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
                    context_parallel=spec.context_parallel, precision=spec.precision,
                    expert_parallel=spec.expert_parallel)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
-                spec.precision)
+                spec.precision, spec.offload_layers, chip.host_link_Bps)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
                             time_model)

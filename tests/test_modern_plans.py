@@ -420,3 +420,31 @@ def test_nvfp4_rate_memory_and_refusal():
     assert extra == pytest.approx(1.125 * m.num_params() - m.num_layers * per_layer, rel=1e-12)
     with pytest.raises(ValueError, match="no NVFP4 tensor cores"):
         evaluate(m, "H100", cl, spec.with_(precision="fp4"), 1)
+
+
+def test_activation_offload_hand_worked():
+    """4 layers, 2 offloaded: each moves its A bytes out in the forward and back in the backward
+    at the host bandwidth H, hidden behind its layer's compute; memory loses their activations."""
+    A, H, n = 4e9, 100e9, 4.0                                  # 40 ms per transfer
+    net = np.array([0.0, 1e11, 1e11, 0.0, 0.0, 0.0])
+    hw = np.zeros(F.NH)
+    hw[F.H_HBM], hw[F.H_MEMBW], hw[F.H_HOSTBW], hw[F.H_OFFLOAD] = 1e30, 1e12, H, 2.0
+    u = np.zeros(F.NU)
+    u[F.U_LF], u[F.U_LB], u[F.U_ACT_NONE] = 0.010, 0.050, A     # forward 10 ms, backward 50 ms
+    out = np.zeros(F.NB)
+    _, mem = F.stage_terms(u, net, hw, n, False, False, 0, 1, 1, 1, 1.0, 1.0, 0, 1.0, F.RC_NONE, out)
+    assert out[F.B_OFF] == pytest.approx(2 * (0.040 - 0.010))  # the backward hides its 40 ms
+    assert mem == pytest.approx((n - 2) * A)
+    hw[F.H_OFFLOAD] = 9.0                                      # more than the stage has: all 4
+    _, mem = F.stage_terms(u, net, hw, n, False, False, 0, 1, 1, 1, 1.0, 1.0, 0, 1.0, F.RC_NONE, out)
+    assert out[F.B_OFF] == pytest.approx(4 * 0.030) and mem == pytest.approx(0.0)
+    spec = PlanSpec(1, 1, 1, 1, flash_attention=True, offload_layers=1)
+    cl = cluster.Cluster(1)
+    on, off = evaluate(TINY, "GB200", cl, spec, 1), evaluate(TINY, "GB200", cl, spec.with_(offload_layers=0), 1)
+    a_l = unit_costs(TINY, hardware.GB200, cl, (1,), (1,), (False,), True)[0, 0, 0, 0][F.U_ACT_NONE]
+    assert off.memory_per_chip_bytes[0] - on.memory_per_chip_bytes[0] == pytest.approx(a_l)
+    assert "offload1" in on.spec.describe()
+    with pytest.raises(ValueError, match="offload_layers"):
+        PlanSpec(1, 1, 1, 1, offload_layers=-1)
+    with pytest.raises(ValueError, match="host_link_Bps"):
+        hardware.H100.with_(host_link_Bps=0.0)

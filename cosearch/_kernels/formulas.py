@@ -83,9 +83,9 @@ NU = len(UNIT_FIELDS)
 #: chip / training-numerics constants, one row
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
              "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
-             "overlap_param_gather", "lowp_weight_bytes")
+             "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps")
 (H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
- H_W8) = range(len(HW_FIELDS))
+ H_W8, H_OFFLOAD, H_HOSTBW) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -96,8 +96,8 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 #: breakdown row written by stage_terms (seconds per step unless noted)
 BREAKDOWN_FIELDS = ("forward_s", "backward_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_p2p_s", "bubble_s",
-                    "dp_exposed_s", "optimizer_s", "grad_accum_s")
-(B_FWD, B_BWD, B_REC, B_TP, B_CP, B_P2P, B_BUBBLE, B_DP, B_OPT, B_GACC) = range(len(BREAKDOWN_FIELDS))
+                    "dp_exposed_s", "optimizer_s", "grad_accum_s", "offload_s")
+(B_FWD, B_BWD, B_REC, B_TP, B_CP, B_P2P, B_BUBBLE, B_DP, B_OPT, B_GACC, B_OFF) = range(len(BREAKDOWN_FIELDS))
 # extra columns after the breakdown
 B_T, B_E, B_MEM, B_PARAMS, B_COST = range(len(BREAKDOWN_FIELDS), len(BREAKDOWN_FIELDS) + 5)
 NB = len(BREAKDOWN_FIELDS) + 5
@@ -375,7 +375,19 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     o = hw[H_O]
     gr = hw[H_GRED]
     gacc = params * hw[H_GACC] / hw[H_MEMBW]
-    work = f + b + rec + tpc + cpc + p2p + gacc
+    # activation offload (Megatron-Core's cpu_offloading_num_layers): the saved activations of
+    # up to `offload_layers` of the stage's layers go to host memory during the forward and come
+    # back during the backward on a side stream; each transfer hides behind its layer's compute
+    off = 0.0
+    k_off = hw[H_OFFLOAD] if hw[H_OFFLOAD] < n else n
+    if k_off > 0.0 and mode != RC_FULL:
+        a_l = u[U_ACT_NONE] if mode == RC_NONE else u[U_ACT_SEL]
+        x = a_l / hw[H_HOSTBW]
+        xf = x - (u[U_LF] + u[U_LTPF] + u[U_LCPF])
+        xb = x - (u[U_LB] + u[U_LTPB] + u[U_LCPB])
+        off = k_off * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
+        act -= k_off * a_l
+    work = f + b + rec + tpc + cpc + p2p + gacc + off
     t = work
     if zero == 3 and zg > 1.0:
         if hw[H_Z3_LAYER] > 0.0:
@@ -444,6 +456,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     out[B_DP] = m * (t - work) + exposed
     out[B_OPT] = opt
     out[B_GACC] = m * gacc
+    out[B_OFF] = m * off
     out[B_T] = t
     out[B_E] = e
     out[B_MEM] = mem
