@@ -164,7 +164,7 @@ def free_search_gains(evaluated) -> str:
     sides are cosearch predictions, so a gain well above 1 says the model favours plans the vendor
     did not pick."""
     gains = []
-    for err, rid, plan, d, group in evaluated:
+    for _err, rid, plan, d, group in evaluated:
         if group not in ("NeMo", "Megatron-Bridge"):
             continue
         res = placement.search_plans(d.model, d.chip, d.cluster, d.batch, engine=d.engine, zero=(d.spec.zero,),
