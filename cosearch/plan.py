@@ -261,11 +261,12 @@ def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
     return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * model.dtype_bytes
 
 
-def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1) -> float:
-    """The graph's collectives: tensor-parallel ones over the tp adjacent ranks, MoE all-to-alls
-    over the ep expert-parallel ranks ``tp`` apart."""
+def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: float = 1.0) -> float:
+    """The graph's collectives (their bytes times ``scale``): tensor-parallel ones over the tp
+    adjacent ranks, MoE all-to-alls over the ep expert-parallel ranks ``tp`` apart."""
     t = 0.0
     for kind, nbytes in g.collectives:
+        nbytes *= scale
         if kind == "allreduce":
             t += F.allreduce_s(nbytes, float(tp), 1.0, net)
         elif kind == "alltoall":
@@ -320,18 +321,37 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     cl = replace(model, seq_len=model.seq_len // cp) if cp > 1 else model  # this rank's tokens
     out = np.zeros((len(d), len(tps), len(microbatches), len(sequence_parallel), F.NU))
     norms = 2 * c.norm_params()
+    # Under the "sum" model only the op rows matter, and every field of a dense model's graphs
+    # is affine in the microbatch (token counts, bytes, batch of heads; weights constant), so the
+    # graphs are built at microbatch 1 and 2 and the rows of any other size extrapolated
+    # exactly (tests/test_modern_plans.py checks it against graphs built at that size).  MoE
+    # graphs round tokens per expert up, so they are built at every size.
+    affine = time_model == "sum" and not c.moe
+    base: dict = {}
     for ti, t in enumerate(tps):
         for bi, mb in enumerate(microbatches):
             for si, sp in enumerate(sequence_parallel):
                 sp = bool(sp) and t > 1
-                gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
+                if affine:
+                    if (t, sp) not in base:
+                        g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep)
+                        g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep)
+                        a1 = {k: g.arrays() for k, g in g1.items()}
+                        base[t, sp] = (g1, a1, {k: g2[k].arrays() - a1[k] for k in g1})
+                    gs, a1, da = base[t, sp]
+                    rows = {k: a1[k] + (mb - 1) * da[k] for k in gs}
+                    scale = float(mb)
+                else:
+                    gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
+                    rows = {k: g.arrays() for k, g in gs.items()}
+                    scale = 1.0
                 if time_model == "work-bound":
                     attn = 0.0                        # selective recompute's time: at least nothing
                     attn_b = None                     # and the CP ring's exposed time too
                 else:
                     # every op of the six graphs priced in one call, then cut back per graph
                     keys = list(gs)
-                    arrs = [gs[k].arrays() for k in keys]
+                    arrs = [rows[k] for k in keys]
                     priced = np.split(cost.price(np.concatenate(arrs), d, efficiency=eff),
                                       np.cumsum([len(a) for a in arrs])[:-1], axis=1)
                     per_op = dict(zip(keys, priced))
@@ -364,8 +384,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 comm = np.zeros((len(nets), 8))
                 for ni, net in enumerate(nets):
                     for k, part in enumerate(("layer", "embedding", "head")):
-                        comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep)
-                        comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep)
+                        comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale)
+                        comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale)
                     # pipeline sends: Megatron scatters the activation over the tp ranks
                     # (each sends 1/tp) and all-gathers it inside the node after receipt;
                     # without scatter/gather every tp rank sends the whole activation

@@ -448,3 +448,33 @@ def test_activation_offload_hand_worked():
         PlanSpec(1, 1, 1, 1, offload_layers=-1)
     with pytest.raises(ValueError, match="host_link_Bps"):
         hardware.H100.with_(host_link_Bps=0.0)
+
+
+@pytest.mark.parametrize("model,kw", [
+    (models.preset("gpt3-1.3b"), dict(tps=(1, 2), sps=(False, True), flash=False)),
+    (TINY, dict(tps=(1, 2), sps=(False, True), flash=True, context_parallel=2, precision="fp8")),
+    (models.preset("llama2-7b"), dict(tps=(4,), sps=(True,), flash=True, precision="fp4")),
+])
+def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw):
+    """unit_costs builds graphs at microbatch 1 and 2 and extrapolates the rows; the sums must
+    equal those of graphs built at each size and priced op by op."""
+    chip = hardware.GB200
+    cl = cluster.preset("gb200-nvl72", 8)
+    mbs = (1, 3, 4, 7)
+    u = unit_costs(model, chip, cl, kw["tps"], mbs, kw["sps"], kw["flash"],
+                   context_parallel=kw.get("context_parallel", 1), precision=kw.get("precision", "bf16"))[0]
+    for ti, t in enumerate(kw["tps"]):
+        for bi, mb in enumerate(mbs):
+            for si, sp in enumerate(kw["sps"]):
+                for part, ph, f in (("layer", "fwd", F.U_LF), ("layer", "bwd", F.U_LB), ("head", "bwd", F.U_HB),
+                                    ("embedding", "fwd", F.U_EF)):
+                    g = graph.build(model, t, mb, ph, part, sequence_parallel=sp and t > 1,
+                                    flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
+                                    precision=kw.get("precision", "bf16"))
+                    assert u[ti, bi, si, f] == pytest.approx(cost.price(g, chip)[0].sum(), rel=1e-12), (t, mb, sp, f)
+                # the tensor-parallel collectives of the layer, priced on the graph built at this size
+                from cosearch.plan import _comm_s
+                g = graph.build(model, t, mb, "fwd", "layer", sequence_parallel=sp and t > 1,
+                                flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
+                                precision=kw.get("precision", "bf16"))
+                assert u[ti, bi, si, F.U_LTPF] == pytest.approx(_comm_s(g, t, cl.net_array(chip)), rel=1e-12)
