@@ -72,12 +72,20 @@ def test_modern_option_space_175b_4096(benchmark):
     chip = hardware.H100
     placement.search_plans(m, chip, cluster.dgx_h100(2), 16, tps=(8,), flash_attention=True,
                            context_parallel=(1, 2), precision=("bf16", "fp8"), zero_group=(None, 8))
-    t0 = time.perf_counter()
-    old = placement.search_plans(m, chip, cl, 1536, flash_attention=True)
-    t_old = time.perf_counter() - t0
-    new = benchmark.pedantic(placement.search_plans, args=(m, chip, cl, 1536),
-                             kwargs=dict(flash_attention=True, context_parallel=(1, 2, 4),
-                                         precision=("bf16", "fp8"), zero_group=(None, 8)), rounds=1, iterations=1)
+    new_kw = dict(flash_attention=True, context_parallel=(1, 2, 4), precision=("bf16", "fp8"), zero_group=(None, 8))
+    placement.search_plans(m, chip, cl, 1536, **new_kw)           # the compiled kernels warm
+    olds = []
+    for _ in range(3):                                              # both timed with their tables built
+        placement._configurations.cache_clear()
+        t0 = time.perf_counter()
+        old = placement.search_plans(m, chip, cl, 1536, flash_attention=True)
+        olds.append(time.perf_counter() - t0)
+    t_old = sorted(olds)[1]
+
+    def run():
+        placement._configurations.cache_clear()
+        return placement.search_plans(m, chip, cl, 1536, **new_kw)
+    new = benchmark.pedantic(run, rounds=3, iterations=1)
     t_new = benchmark.stats.stats.median
     print(f"\n[placement] GPT-3 175B on 4096 H100: old space {old.configurations:,} configurations in {t_old:.2f} s; "
           f"with cp 1/2/4, bf16/fp8 and ZeRO groups {new.configurations:,} in {t_new:.2f} s: "

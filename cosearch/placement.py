@@ -145,44 +145,22 @@ def _groups(zero: int, replicas: int, zero_groups) -> list[int]:
 
 def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp=1,
                           zero_groups=(None,), ep=1) -> np.ndarray:
-    rows = []
-    dps_all = divisors(global_batch)
-    zz_of: dict = {}                                  # dp -> the (ZeRO stage, group) columns
-    pp_all = np.arange(1, L + 1, dtype=np.int64)
-    for ti, t in enumerate(tps):
-        for bi, mb in enumerate(mbs):
-            if global_batch % mb:
-                continue
-            for si, sp in enumerate(sps):
-                if sp and t == 1:
-                    continue  # sequence parallelism is a no-op without tensor parallelism
-                for dp in dps_all:
-                    if dp * t * cp > chips or global_batch % (dp * mb) or (dp * cp) % ep:
-                        continue
-                    m = global_batch // (dp * mb)
-                    max_pp = min(L, chips // (dp * t * cp))
-                    if dp not in zz_of:
-                        zz = [(z, zg) for z in zeros for zg in _groups(z, dp * cp, zero_groups)]
-                        zz_of[dp] = (np.array([z for z, _g in zz])[:, None], np.array([g for _z, g in zz])[:, None])
-                    zarr, garr = zz_of[dp]
-                    for vs in virtuals:
-                        if L % vs:
-                            continue
-                        top = min(max_pp, L // vs)
-                        if vs == 1:
-                            pps = pp_all[:top]
-                        else:
-                            pps = pp_all[1:top]
-                            pps = pps[m % pps == 0]
-                        if not len(pps):
-                            continue
-                        blk = np.empty((len(zarr), len(pps), 11), dtype=np.int64)
-                        blk[:] = (ti, bi, si, dp, 0, vs, 0, t, m, cp, 0)
-                        blk[:, :, 4] = pps
-                        blk[:, :, 6] = zarr
-                        blk[:, :, 10] = garr
-                        rows.append(blk.reshape(-1, 11))
-    return np.concatenate(rows) if rows else np.zeros((0, 11), dtype=np.int64)
+    from ._kernels import dp as kernel
+    dps = np.array(divisors(global_batch), dtype=np.int64)
+    zz_z, zz_g, start = [], [], [0]
+    for dp in dps:
+        for z in zeros:
+            for zg in _groups(z, int(dp) * cp, zero_groups):
+                zz_z.append(z)
+                zz_g.append(zg)
+        start.append(len(zz_z))
+    args = (int(L), int(chips), int(global_batch), np.array(tps, dtype=np.int64), np.array(mbs, dtype=np.int64),
+            np.array(sps, dtype=np.bool_), dps, np.array(virtuals, dtype=np.int64), np.array(zz_z, dtype=np.int64),
+            np.array(zz_g, dtype=np.int64), np.array(start, dtype=np.int64), int(cp), int(ep))
+    n = kernel._config_rows(*args, np.zeros((0, 11), dtype=np.int64))
+    out = np.empty((n, 11), dtype=np.int64)
+    kernel._config_rows(*args, out)
+    return out
 
 
 def _option_list(name: str, x, default: tuple, check) -> tuple:

@@ -339,8 +339,18 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         a1 = {k: g.arrays() for k, g in g1.items()}
                         base[t, sp] = (g1, a1, {k: g2[k].arrays() - a1[k] for k in g1})
                     gs, a1, da = base[t, sp]
-                    rows = {k: a1[k] + (mb - 1) * da[k] for k in gs}
+                    rows = None
                     scale = float(mb)
+                    if (t, sp, "priced") not in base:
+                        # every microbatch size's rows of all six graphs priced in one call
+                        keys = list(gs)
+                        one = np.concatenate([a1[k] for k in keys])
+                        step = np.concatenate([da[k] for k in keys])
+                        stacked = np.concatenate([one + (b_ - 1) * step for b_ in microbatches])
+                        allp = cost.price(stacked, d, efficiency=eff).reshape(len(d), len(microbatches), len(one))
+                        cuts = np.cumsum([len(a1[k]) for k in keys])[:-1]
+                        base[t, sp, "priced"] = [dict(zip(keys, np.split(allp[:, j], cuts, axis=1)))
+                                                 for j in range(len(microbatches))]
                 else:
                     gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
                     rows = {k: g.arrays() for k, g in gs.items()}
@@ -349,12 +359,15 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     attn = 0.0                        # selective recompute's time: at least nothing
                     attn_b = None                     # and the CP ring's exposed time too
                 else:
-                    # every op of the six graphs priced in one call, then cut back per graph
-                    keys = list(gs)
-                    arrs = [rows[k] for k in keys]
-                    priced = np.split(cost.price(np.concatenate(arrs), d, efficiency=eff),
-                                      np.cumsum([len(a) for a in arrs])[:-1], axis=1)
-                    per_op = dict(zip(keys, priced))
+                    if rows is None:
+                        per_op = base[t, sp, "priced"][bi]
+                    else:
+                        # every op of the six graphs priced in one call, then cut back per graph
+                        keys = list(gs)
+                        arrs = [rows[k] for k in keys]
+                        priced = np.split(cost.price(np.concatenate(arrs), d, efficiency=eff),
+                                          np.cumsum([len(a) for a in arrs])[:-1], axis=1)
+                        per_op = dict(zip(keys, priced))
                     core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
                     attn = per_op["layer", "fwd"][:, core].sum(axis=1)
                     if cp > 1:

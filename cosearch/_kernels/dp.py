@@ -42,6 +42,45 @@ C_TI, C_BI, C_SI, C_DP, C_PP, C_V, C_Z, C_TP, C_M, C_CP, C_ZG = range(len(CFG_FI
 
 
 @njit(cache=True)
+def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start, cp, ep, out):
+    """Fill (or, with ``out`` of 0 rows, count) the configuration table's rows: for every tp,
+    microbatch, SP choice, dp (a divisor of the batch, ``dps``), virtual-stage count, (ZeRO stage,
+    group) pair of that dp (``zz_*[zz_start[i]:zz_start[i + 1]]`` for ``dps[i]``) and pipeline
+    depth that fits — the order :func:`cosearch.placement.configurations` documents."""
+    n = 0
+    fill = out.shape[0] > 0
+    for ti in range(len(tps)):
+        t = tps[ti]
+        for bi in range(len(mbs)):
+            mb = mbs[bi]
+            if B % mb:
+                continue
+            for si in range(len(sps)):
+                if sps[si] and t == 1:
+                    continue
+                for di in range(len(dps)):
+                    dp = dps[di]
+                    if dp * t * cp > chips or B % (dp * mb) or (dp * cp) % ep:
+                        continue
+                    m = B // (dp * mb)
+                    max_pp = min(L, chips // (dp * t * cp))
+                    for vs in virtuals:
+                        if L % vs:
+                            continue
+                        top = min(max_pp, L // vs)
+                        for zi in range(zz_start[di], zz_start[di + 1]):
+                            for pp in range(1 if vs == 1 else 2, top + 1):
+                                if vs > 1 and m % pp:
+                                    continue
+                                if fill:
+                                    r = out[n]
+                                    r[0], r[1], r[2], r[3], r[4], r[5] = ti, bi, si, dp, pp, vs
+                                    r[6], r[7], r[8], r[9], r[10] = zz_z[zi], t, m, cp, zz_g[zi]
+                                n += 1
+    return n
+
+
+@njit(cache=True)
 def _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, zg, mode, out):
     return F.stage_terms(u, net, hw, float(k * v), s == 0, s == pp - 1, s, pp, v, m, dp, tp, zero,
                          zg, mode, out)
