@@ -328,6 +328,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # graphs round tokens per expert up, so they are built at every size.
     affine = time_model == "sum" and not c.moe
     base: dict = {}
+    experts, layer_all, norm1 = c.expert_layer_params(), c.layer_params(), c.norm_params()
     for ti, t in enumerate(tps):
         for bi, mb in enumerate(microbatches):
             for si, sp in enumerate(sequence_parallel):
@@ -342,15 +343,22 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     rows = None
                     scale = float(mb)
                     if (t, sp, "priced") not in base:
-                        # every microbatch size's rows of all six graphs priced in one call
+                        # every microbatch size's rows of all six graphs priced in one call; per
+                        # size, each graph's sum and the attention core's share
                         keys = list(gs)
                         one = np.concatenate([a1[k] for k in keys])
                         step = np.concatenate([da[k] for k in keys])
                         stacked = np.concatenate([one + (b_ - 1) * step for b_ in microbatches])
                         allp = cost.price(stacked, d, efficiency=eff).reshape(len(d), len(microbatches), len(one))
-                        cuts = np.cumsum([len(a1[k]) for k in keys])[:-1]
-                        base[t, sp, "priced"] = [dict(zip(keys, np.split(allp[:, j], cuts, axis=1)))
-                                                 for j in range(len(microbatches))]
+                        starts = np.concatenate([[0], np.cumsum([len(a1[k]) for k in keys])[:-1]])
+                        sums = np.add.reduceat(allp, starts, axis=2)
+                        lf = starts[keys.index(("layer", "fwd"))]
+                        lb = starts[keys.index(("layer", "bwd"))]
+                        core = [lf + i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
+                        core_b = [lb + i for i, op in enumerate(gs["layer", "bwd"].ops)
+                                  if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
+                        base[t, sp, "priced"] = (keys, sums, allp[:, :, core].sum(axis=2),
+                                                 allp[:, :, core_b].sum(axis=2))
                 else:
                     gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
                     rows = {k: g.arrays() for k, g in gs.items()}
@@ -358,16 +366,17 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 if time_model == "work-bound":
                     attn = 0.0                        # selective recompute's time: at least nothing
                     attn_b = None                     # and the CP ring's exposed time too
+                elif rows is None:
+                    keys, sums, attn_all, attn_b_all = base[t, sp, "priced"]
+                    attn, attn_b = attn_all[:, bi], attn_b_all[:, bi]
+                    chip_s = {k: sums[:, bi, j] for j, k in enumerate(keys)}
                 else:
-                    if rows is None:
-                        per_op = base[t, sp, "priced"][bi]
-                    else:
-                        # every op of the six graphs priced in one call, then cut back per graph
-                        keys = list(gs)
-                        arrs = [rows[k] for k in keys]
-                        priced = np.split(cost.price(np.concatenate(arrs), d, efficiency=eff),
-                                          np.cumsum([len(a) for a in arrs])[:-1], axis=1)
-                        per_op = dict(zip(keys, priced))
+                    # every op of the six graphs priced in one call, then cut back per graph
+                    keys = list(gs)
+                    arrs = [rows[k] for k in keys]
+                    priced = np.split(cost.price(np.concatenate(arrs), d, efficiency=eff),
+                                      np.cumsum([len(a) for a in arrs])[:-1], axis=1)
+                    per_op = dict(zip(keys, priced))
                     core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
                     attn = per_op["layer", "fwd"][:, core].sum(axis=1)
                     if cp > 1:
@@ -375,7 +384,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                   if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
                         attn_b = per_op["layer", "bwd"][:, core_b].sum(axis=1)
                 if time_model == "sum":
-                    chip_s = {k: p.sum(axis=1) for k, p in per_op.items()}
+                    if rows is not None:              # (the affine path summed them above)
+                        chip_s = {k: p.sum(axis=1) for k, p in per_op.items()}
                 elif time_model == "bound":
                     from . import schedule
                     chip_s = {k: schedule.layer_bounds(g, d, eff) for k, g in gs.items()}
@@ -416,21 +426,21 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         net = nets[net_of[i]]
                         u[i, F.U_LCPF] = F.ring_exposed_s(ring, float(cp), float(t), float(attn[i]), net)
                         u[i, F.U_LCPB] = F.ring_exposed_s(2.0 * ring, float(cp), float(t), float(attn_b[i]), net)
-                u[:, F.U_ACT_NONE] = memory.layer_activation_bytes(cl, t, mb, sp, "none", flash_attention,
-                                                                   precision)
-                u[:, F.U_ACT_SEL] = memory.layer_activation_bytes(cl, t, mb, sp, "selective", flash_attention,
-                                                                  precision)
-                u[:, F.U_ACT_IN] = memory.layer_input_bytes(cl, t, mb, sp)
-                u[:, F.U_EACT] = memory.embedding_activation_bytes(cl, t, mb, sp)
-                u[:, F.U_HACT] = memory.head_activation_bytes(cl, t, mb, sp)
-                experts = c.expert_layer_params()
-                u[:, F.U_PL] = (c.layer_params() - experts - norms) / t + norms + experts / (t * ep)
+                if (t, sp, "memory") not in base:
+                    # activation bytes are linear in the microbatch: priced for one sequence
+                    base[t, sp, "memory"] = (
+                        memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision),
+                        memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision),
+                        memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
+                        memory.head_activation_bytes(cl, t, 1, sp))
+                for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), base[t, sp, "memory"]):
+                    u[:, f] = mb * x
+                u[:, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (t * ep)
                 u[:, F.U_PLX] = experts / (t * ep)
                 u[:, F.U_EP] = ep
                 u[:, F.U_PL_FULL] = u[:, F.U_PL]
                 u[:, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
-                u[:, F.U_PH] = (c.norm_params() + (0 if c.tie_embeddings else c.vocab * c.hidden / t)
-                                + c.extra_params)
+                u[:, F.U_PH] = (norm1 + (0 if c.tie_embeddings else c.vocab * c.hidden / t) + c.extra_params)
                 u[:, F.U_PTIED] = c.vocab * c.hidden / t if c.tie_embeddings else 0.0
     return out
 
