@@ -43,6 +43,11 @@ same.
 * ``overlap_param_gather`` — with the distributed optimizer (ZeRO 1/2), the updated
   parameters' all-gather runs behind the next step's first forward (Megatron-Core's
   ``overlap_param_gather``) instead of after the optimizer step.
+* ``overlap_tp_comm`` — tensor-parallel all-gathers / reduce-scatters split into chunks and
+  overlapped with the layer's GEMMs (Megatron-Core's ``tp_comm_overlap`` with Transformer
+  Engine userbuffers; needs sequence parallelism in practice): only the part of a layer's TP
+  communication that exceeds its compute is exposed.  Off in every preset; the
+  ``megatron-core-tp-overlap`` preset turns it on.
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -69,7 +74,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_DEEPSPEED", "FSDP", "MAXTEXT",
+__all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
+           "MEGATRON_DEEPSPEED", "FSDP", "MAXTEXT",
            "ENGINES", "preset", "check_interleaving", "check_features"]
 
 
@@ -86,13 +92,14 @@ class Engine:
     zero3_per_layer: bool = False
     overlap_param_gather: bool = False
     context_parallel: bool = True
+    overlap_tp_comm: bool = False
     software: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
-                  "overlap_param_gather", "context_parallel"):
+                  "overlap_param_gather", "context_parallel", "overlap_tp_comm"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         for f in ("grad_accum_bytes", "grad_reduce_bytes"):
@@ -132,7 +139,12 @@ FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,
                  software="MaxText on JAX/XLA (2023-24)")
 
-ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_DEEPSPEED, FSDP, MAXTEXT)}
+#: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
+MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
+                                  software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
+
+ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP,
+                               MEGATRON_DEEPSPEED, FSDP, MAXTEXT)}
 
 
 def preset(engine: Engine | str | None) -> Engine:

@@ -83,9 +83,9 @@ NU = len(UNIT_FIELDS)
 #: chip / training-numerics constants, one row
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
              "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
-             "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps")
+             "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps", "overlap_tp_comm")
 (H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
- H_W8, H_OFFLOAD, H_HOSTBW) = range(len(HW_FIELDS))
+ H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -331,7 +331,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     group); a ZeRO group smaller than that is not applied to them."""
     f = n * u[U_LF]
     b = n * u[U_LB]
-    tpc = n * (u[U_LTPF] + u[U_LTPB])
+    if hw[H_TP_OVERLAP] > 0.0:
+        # tensor-parallel collectives chunked and overlapped with the layer's GEMMs
+        # (Megatron-Core's tp_comm_overlap): only what exceeds the layer's compute shows
+        xf = u[U_LTPF] - u[U_LF]
+        xb = u[U_LTPB] - u[U_LB]
+        tpc = n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
+    else:
+        tpc = n * (u[U_LTPF] + u[U_LTPB])
     cpc = n * (u[U_LCPF] + u[U_LCPB])
     params = n * u[U_PL]
     pexp = n * u[U_PLX]
