@@ -255,9 +255,10 @@ class ModelConfig:
 
 #: Families :func:`from_hf_config` understands (``model_type``).
 HF_FAMILIES = ("gpt2", "gptj", "gpt_neox", "opt", "bloom", "llama", "mistral", "qwen2", "falcon", "gemma",
-               "phi", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+               "gemma2", "gemma3", "gemma3_text", "phi", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 #: Context lengths up to this are taken as the training sequence length when none is given.
 PLAUSIBLE_TRAINING_CONTEXT = 8192
+_GEMMA = ("gemma", "gemma2", "gemma3_text")
 _ENC_DEC = ("t5", "mt5", "bart", "mbart", "pegasus", "marian", "led", "longt5", "umt5", "whisper", "switch_transformers")
 
 
@@ -316,7 +317,9 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
 
     Families (``model_type``): GPT-2, GPT-J, GPT-NeoX, OPT, BLOOM (ALiBi, embedding norm),
     Llama 2/3 (GQA), Mistral, Qwen2 (q/k/v biases), Falcon (multi-query or GQA, parallel
-    attention), Gemma (``head_dim``, tied embeddings), Phi, BERT; other decoder configs with
+    attention), Gemma 1/2/3 (``head_dim``, tied embeddings, GeGLU, Gemma 2/3's post-norms and
+    Gemma 3's q/k norms; a sequence longer than their sliding window is refused), Phi, BERT;
+    OPT-350m's narrow embedding with project_in/out is refused; other decoder configs with
     the usual field names are read the same way.  Mixture-of-experts configs: Mixtral,
     Qwen2/3-MoE and DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`).
     Encoder-decoder configs (T5, BART, ...) are refused with a message that says so.  Sizes
@@ -331,6 +334,11 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     if not isinstance(config, dict):
         raise ValueError(f"from_hf_config expects a dict (parsed config.json), got {type(config).__name__}")
     mt = str(config.get("model_type", "")).lower().replace("-", "_")
+    if mt == "gemma3" and isinstance(config.get("text_config"), dict):
+        # the multimodal Gemma 3 config nests its language model
+        config = {**config["text_config"], "model_type": "gemma3_text"}
+        mt = "gemma3_text"
+    gemma = mt in _GEMMA
     if config.get("is_encoder_decoder") or mt in _ENC_DEC:
         raise ValueError(f"from_hf_config: {mt or 'this'} is an encoder-decoder model; cosearch models "
                          "decoder-only and encoder-only transformers")
@@ -364,20 +372,30 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         seq_len = ctx
     act = str(config.get("hidden_act") or config.get("activation_function") or config.get("hidden_activation")
               or "gelu").lower()
-    gated = mt in ("llama", "mistral", "qwen2", "gemma") or act in ("silu", "swish") or bool(moe_kw)
-    activation = ("geglu" if mt == "gemma" else "swiglu") if gated else ("relu" if act == "relu" else "gelu")
-    rms = mt in ("llama", "mistral", "qwen2", "gemma") or "rms_norm_eps" in config
+    gated = mt in ("llama", "mistral", "qwen2") or gemma or act in ("silu", "swish") or bool(moe_kw)
+    activation = ("geglu" if gemma else "swiglu") if gated else ("relu" if act == "relu" else "gelu")
+    rms = mt in ("llama", "mistral", "qwen2") or gemma or "rms_norm_eps" in config
+    window = config.get("sliding_window")
+    if isinstance(window, int) and not isinstance(window, bool) and 0 < window < int(seq_len) and \
+            (gemma or config.get("use_sliding_window", mt == "mistral")):
+        raise ValueError(f"from_hf_config: {mt} attends within a sliding window of {window} tokens in some or all "
+                         f"layers; at seq_len={seq_len} that changes the attention FLOPs, which cosearch does not "
+                         f"model (pass seq_len <= {window})")
+    proj = _hf_int(config, "word_embed_proj_dim", default=None)
+    if proj is not None and proj != hidden:
+        raise ValueError(f"from_hf_config: the {proj}-wide token embedding with project_in/out to the {hidden}-wide "
+                         "model (OPT-350m) is not modelled; cosearch would size it as a full-width embedding")
     if moe_kw.get("mla"):
         head_size = _hf_int(config, "qk_nope_head_dim", required=True)
         if _hf_int(config, "v_head_dim", default=head_size) != head_size:
             raise ValueError("from_hf_config: MLA with v_head_dim != qk_nope_head_dim is not modelled")
     if mt == "bloom" or config.get("alibi"):
         position = "none"
-    elif mt in ("llama", "mistral", "qwen2", "gemma", "gpt_neox", "gptj", "falcon", "phi") or "rope_theta" in config:
+    elif mt in ("llama", "mistral", "qwen2", "gpt_neox", "gptj", "falcon", "phi") or gemma or "rope_theta" in config:
         position = "rotary"
     else:
         position = "learned"
-    if mt in ("llama", "mistral", "gemma") or moe_kw:
+    if mt in ("llama", "mistral") or gemma or moe_kw:
         bias = bool(config.get("attention_bias", False))
     elif mt == "falcon":
         bias = bool(config.get("bias", False))
@@ -385,7 +403,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         bias = False            # only q/k/v carry biases: a few thousand parameters, left out
     else:
         bias = bool(config.get("bias", config.get("use_bias", True)))
-    tie_default = mt in ("gpt2", "opt", "bloom", "bert", "gemma", "falcon") or not gated
+    tie_default = mt in ("gpt2", "opt", "bloom", "bert", "falcon") or gemma or not gated
     if mt in ("gptj", "gpt_neox", "phi"):
         tie_default = False
     tie = config.get("tie_word_embeddings", tie_default)
@@ -402,6 +420,12 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         extra = 2 * hidden            # OPT's learned positions carry a 2-row offset
     if mt in ("gptj", "phi") and not tie:
         extra += vocab                # lm_head bias
+    if mt in _GEMMA[1:]:
+        # Gemma 2/3 norm the attention and MLP outputs too (post-norms), and Gemma 3 its queries
+        # and keys per head (q_norm, k_norm)
+        extra += layers * 2 * hidden
+        if mt != "gemma2":
+            extra += layers * 2 * (head_size or hidden // heads)
     learned_rows = ctx if (position == "learned" and ctx) else seq_len
     cfg = ModelConfig(
         name=name or str(config.get("_name_or_path") or mt or "hf-model"),

@@ -144,3 +144,37 @@ def test_refused_with_a_reason():
         from_hf_config(dict(CASES["gpt2"][0], n_layer=12.5))
     with pytest.raises(ValueError, match="missing 'num_hidden_layers'"):
         from_hf_config({"hidden_size": 8, "num_attention_heads": 2, "vocab_size": 3})
+
+
+# google/gemma-2-9b and google/gemma-3-1b-pt config.json (the fields that size the model)
+GEMMA2_9B = {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 256, "num_hidden_layers": 42, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh",
+             "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0}
+GEMMA3_1B = {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_attention_heads": 4,
+             "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 26, "vocab_size": 262144,
+             "max_position_embeddings": 32768, "sliding_window": 512, "hidden_activation": "gelu_pytorch_tanh",
+             "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256}
+
+
+def test_gemma2_and_gemma3_sizes():
+    """Published counts: Gemma-2-9B 9,241,705,984 and Gemma-3-1B 999,885,952 (the HF model pages'
+    safetensors totals).  Before: 7.08B and 0.79B (their MLPs read as ungated)."""
+    g2 = from_hf_config(GEMMA2_9B, seq_len=4096)
+    assert g2.num_params() == pytest.approx(9_241_705_984, rel=1e-4)
+    assert g2.activation == "geglu" and g2.tie_embeddings and g2.head_dim == 256
+    g3 = from_hf_config(GEMMA3_1B, seq_len=512)
+    assert g3.num_params() == pytest.approx(999_885_952, rel=1e-4)
+    nested = from_hf_config({"model_type": "gemma3", "text_config": GEMMA3_1B}, seq_len=512)
+    assert nested.num_params() == g3.num_params()
+
+
+def test_sliding_window_and_narrow_embedding_refused():
+    with pytest.raises(ValueError, match="sliding window of 4096"):
+        from_hf_config(GEMMA2_9B, seq_len=8192)
+    with pytest.raises(ValueError, match="sliding window of 4096"):
+        from_hf_config(CASES["mistral-7b"][0], seq_len=8192)
+    opt350 = dict(CASES["opt-1.3b"][0], hidden_size=1024, num_attention_heads=16, ffn_dim=4096,
+                  word_embed_proj_dim=512)
+    with pytest.raises(ValueError, match="project_in/out"):
+        from_hf_config(opt350)
