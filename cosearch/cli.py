@@ -504,9 +504,10 @@ def _dispatch(a) -> int:
             rows = reproduce.phaze([x.strip() for x in a.models.split(",") if x.strip()], gibs, chips=a.chips,
                                    global_batch=a.batch, space=a.space, refine_top=a.refine_top,
                                    ilp_designs=a.ilp_designs, out=a.out)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            from ._interrupt import exit_code
             print(f"cosearch: interrupted; finished rows are in {a.out} (run again to continue)", file=sys.stderr)
-            return 130
+            return exit_code(exc)
         print(f"{len(rows)} rows saved in {a.out}")
         return 0
     if a.cmd == "fl":

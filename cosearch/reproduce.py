@@ -5,7 +5,9 @@ scenarios of 32, 64 and 80 GiB per chip.  For each (model, HBM) it co-searches t
 (PHAZE's by default), re-plans the best designs with ILP-scheduled layer times, and
 compares the winner against the TPUv4 chip (same HBM), the Spotlight-style chip, and
 PHAZE's fixed Megatron placement on the winning chip — all with the same time model.
-Rows are saved after each run; a re-run with the same file skips the rows it holds.
+Rows are saved after each run; a re-run with the same file skips the rows it holds that were
+made with the same settings (chips, batch, space, ILP refinement); rows made with other
+settings stay in the file and are not reused or returned.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class PhazeRow:
     gain_over_megatron: float
     seconds: float
     note: str = ""
+    #: the run's settings besides the model and HBM (chips, global batch, space, ILP refinement);
+    #: a row is reused only by a run with the same ones (None: a file from before they were kept)
+    settings: dict[str, Any] | None = None
 
     def line(self) -> str:
         def g(x):
@@ -77,13 +82,17 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
     if space not in ("phaze", "default"):
         raise ValueError(f"space must be 'phaze' or 'default', got {space!r}")
     ms = [preset(m) for m in models]
-    rows: list[PhazeRow] = []
+    settings = {"chips": int(chips), "global_batch": int(global_batch), "space": space,
+                "refine_top": int(refine_top), "ilp_designs": int(ilp_designs)}
+    kept: list[PhazeRow] = []                  # every row of the file, other settings' included
     if out is not None and os.path.isfile(out):
-        rows = [PhazeRow(**r) for r in load_json(out)["rows"]]
-    done = {(r.model, float(r.hbm_gib)) for r in rows}
+        kept = load(out)
+    done = {(r.model, float(r.hbm_gib)): r for r in kept if r.settings == settings}
+    rows: list[PhazeRow] = []
     for m in ms:
         for gib in hbm_gibs:
             if (m.name, float(gib)) in done:
+                rows.append(done[m.name, float(gib)])
                 continue
             sp = getattr(SearchSpace, space)(gib)
             t0 = time.perf_counter()
@@ -96,7 +105,7 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
             if not res.feasible:
                 reason = next((r.reason for r in res.rows if r.reason), "no design has a feasible plan")
                 row = PhazeRow(m.name, float(gib), res.total_designs, len(res.rows), "-", 0.0, "-", 0.0, 0.0,
-                               "-", 0.0, 0.0, 0.0, dt, reason)
+                               "-", 0.0, 0.0, 0.0, dt, reason, settings)
             else:
                 b = res.best
                 base = {k: v.get("tokens_per_s", 0.0) for k, v in res.baselines.items()}
@@ -105,11 +114,11 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
                                b.area_mm2, b.plan.spec.describe(), b.tokens_per_s, b.plan.mfu, b.time_model,
                                g[0], g[1], g[2], dt,
                                "; ".join([f"{k}: {v.get('reason', '')}" for k, v in res.baselines.items()
-                                          if not v.get("tokens_per_s")] + _ranking_note(res.meta)))
+                                          if not v.get("tokens_per_s")] + _ranking_note(res.meta)), settings)
             rows.append(row)
+            kept.append(row)
             if out is not None:
-                dump_json({"experiment": "phaze", "chips": chips, "global_batch": global_batch, "space": space,
-                           "rows": [asdict(r) for r in rows]}, out)
+                dump_json({"experiment": "phaze", "rows": [asdict(r) for r in kept]}, out)
             if echo is not None:
                 echo(row.line())
     return rows

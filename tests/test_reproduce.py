@@ -19,10 +19,32 @@ def test_phaze_rows_saved_and_skipped_on_rerun(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a finished row was run again")
     monkeypatch.setattr(search, "cosearch", boom)
-    again = reproduce.phaze(["opt-350m"], [32], chips=64, global_batch=128, space="default", out=out,
-                            progress=False, echo=None)
+    again = reproduce.phaze(["opt-350m"], [32], chips=64, global_batch=128, space="default", refine_top=1,
+                            out=out, progress=False, echo=None)
     assert again == rows
     assert "opt-350m" in reproduce.table(again)
+    # a row made on 64 chips is not a row for 32: that run happens, and both stay in the file
+    calls = []
+
+    def fake(model, space, chips, *a, **k):
+        calls.append(chips)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(search, "cosearch", fake)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.phaze(["opt-350m"], [32], chips=32, global_batch=128, space="default", refine_top=1, out=out,
+                        progress=False, echo=None)
+    assert calls == [32] and reproduce.load(out) == rows
+
+
+def test_reproduce_exits_143_on_sigterm(tmp_path, monkeypatch, capsys):
+    from cosearch import cli
+    from cosearch._interrupt import Terminated
+
+    def term(*a, **k):
+        raise Terminated()
+    monkeypatch.setattr(reproduce, "phaze", term)
+    assert cli.main(["reproduce", "phaze", "--out", str(tmp_path / "p.json")]) == 143
+    assert "interrupted" in capsys.readouterr().err
 
 
 def test_bad_space():
