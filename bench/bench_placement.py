@@ -90,3 +90,46 @@ def test_modern_option_space_175b_4096(benchmark):
     print(f"\n[placement] GPT-3 175B on 4096 H100: old space {old.configurations:,} configurations in {t_old:.2f} s; "
           f"with cp 1/2/4, bf16/fp8 and ZeRO groups {new.configurations:,} in {t_new:.2f} s: "
           f"{t_new / t_old:.2f}x the old time (target < 3x). Best: {new.best.describe()}")
+
+
+def _spin(stop):                                   # a CPU-bound neighbour process
+    while not stop.is_set():
+        pass
+
+
+def test_evaluate_under_cpu_contention(benchmark):
+    """evaluate() of one plan while every core is busy with another process: numba's default
+    thread count against one thread (``numba.set_num_threads(1)``, what ``NUMBA_NUM_THREADS=1``
+    gives), in the same run.  Few designs are priced on the calling thread, so the two should
+    be close (the issue measured 29 ms vs 3.7 ms before)."""
+    import multiprocessing as mp
+    import os
+
+    import numba
+    m, cl, chip = models.preset("gpt3-1.3b"), cluster.dgx_a100(2), hardware.A100_80GB
+    spec = PlanSpec(4, 2, 2, 2, recompute="selective")
+    evaluate(m, chip, cl, spec, 64)
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(os.cpu_count() or 1)]
+    for p in procs:
+        p.start()
+    try:
+        def per_plan(threads, n=20):
+            old = numba.get_num_threads()
+            numba.set_num_threads(threads)
+            try:
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    evaluate(m, chip, cl, spec, 64)
+                return (time.perf_counter() - t0) / n
+            finally:
+                numba.set_num_threads(old)
+        default = benchmark.pedantic(per_plan, args=(numba.config.NUMBA_NUM_THREADS,), rounds=1, iterations=1)
+        one = per_plan(1)
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=5)
+    print(f"\n[placement] evaluate() under full CPU contention: {default * 1e3:.2f} ms per plan with "
+          f"{numba.config.NUMBA_NUM_THREADS} numba threads, {one * 1e3:.2f} ms with 1: {default / one:.2f}x")

@@ -78,7 +78,8 @@ def price(ops: LayerGraph | np.ndarray, designs, core_fraction: float = 1.0,
     d = _designs(designs)
     f = _check_fraction(core_fraction)
     if backend == "numba":
-        from ._kernels.roofline import price as kernel
+        from ._kernels import roofline
+        kernel = roofline.price if len(d) >= roofline.PARALLEL_MIN_DESIGNS else roofline.price_serial
         return kernel(o, d, f, eff)
     if backend == "numpy":
         return price_numpy(o, d, f, eff)

@@ -185,3 +185,21 @@ def test_calibrate_recovers_a_known_efficiency_curve(tmp_path):
         cost.calibrate(chip, tmp_path / "missing.csv")
     with pytest.raises(ValueError, match="column 'seconds'"):
         cost.calibrate(chip, {k: v for k, v in cols.items() if k != "seconds"})
+
+
+def test_serial_kernel_for_few_designs_equals_parallel_and_reference():
+    """Few designs are priced on the calling thread (roofline.price_serial); it, the parallel
+    kernel and the Python reference agree, FP8 and NVFP4 operands included."""
+    from cosearch._kernels import roofline as kern
+    rng = np.random.default_rng(3)
+    ops = random_ops(rng, 60)
+    ops[::3, 9] = 1.0                      # FP8 operands
+    ops[1::3, 9] = 0.5625                  # NVFP4 operands
+    des = random_designs(rng, 3)
+    eff = hardware.KernelEfficiency(0.9, 0.6, 0.8, 4e-6, tile_m=128, tile_n=256, tile_k=64, tile_slots=108,
+                                    k_overhead=128.0, fp8_rate=1.7, fp4_rate=3.4)
+    assert len(des) < kern.PARALLEL_MIN_DESIGNS
+    got = cost.price(ops, des, efficiency=eff)
+    np.testing.assert_allclose(got, kern.price(ops, des, 1.0, eff.as_array()), rtol=0, atol=0)
+    np.testing.assert_allclose(got, np.array(roofline(ops, des, 1.0, tuple(eff.as_array()))), rtol=1e-12)
+    np.testing.assert_allclose(got, cost.price(ops, des, backend="numpy", efficiency=eff), rtol=1e-12)

@@ -131,6 +131,23 @@ def price(ops, designs, core_fraction, eff):
     return out
 
 
+@njit(cache=True)
+def price_serial(ops, designs, core_fraction, eff):
+    """:func:`price` on the calling thread: for a few designs (one chip's plan) the thread
+    pool's start-up and, on a loaded machine, waiting for busy cores cost more than the work."""
+    nd = designs.shape[0]
+    no = ops.shape[0]
+    out = np.empty((nd, no), dtype=np.float64)
+    for i in range(nd):
+        d = designs[i]
+        for j in range(no):
+            out[i, j] = _price_one(ops[j], d, core_fraction, eff)
+    return out
+
+#: Below this many designs, pricing runs on the calling thread (:func:`price_serial`).
+PARALLEL_MIN_DESIGNS = 32
+
+
 @njit(cache=True, parallel=True)
 def price_sum(ops, designs, core_fraction, weights, eff):
     """Weighted sum over ops of their roofline times, per design (no (D, O) array)."""
