@@ -90,7 +90,11 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=_positive, default=None,
                    help="a local pool of this many worker processes from the start (default: in-process, "
                         "with a pool over the cores once the sweep runs past 5 s)")
-    p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated")
+    p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated (0-3; "
+                                                 "default 0,1)")
+    p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
+    p.add_argument("--sp", action="store_true", help="also try sequence parallelism (default: off only)")
+    p.add_argument("--virtual", help="interleaved virtual stages to try, comma-separated (default: 1)")
     p.add_argument("--tps", help="tensor-parallel degrees to try, comma-separated (default: those dividing the heads)")
     p.add_argument("--microbatches", help="microbatch sizes to try, comma-separated (default: divisors of --batch)")
     p.add_argument("--time-model", choices=["ilp", "sum"], default="ilp",
@@ -120,6 +124,15 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
     if a.serial and getattr(a, "workers", None):
         raise ValueError("--serial and --workers exclude each other: choose in-process or a pool")
     opts = dict(DEFAULT_PLAN_OPTIONS, zero=_int_list(a.zero, "zero"))
+    bad = [z for z in opts["zero"] if z not in (0, 1, 2, 3)]
+    if bad or not opts["zero"]:
+        raise ValueError(f"--zero must list ZeRO stages 0-3, got {a.zero!r}")
+    if a.flash:
+        opts["flash_attention"] = True
+    if a.sp:
+        opts["sequence_parallel"] = (False, True)
+    if a.virtual:
+        opts["virtual_stages"] = _int_list(a.virtual, "virtual")
     if "," in str(a.model):
         import argparse as _ap
         names = [x.strip() for x in str(a.model).split(",") if x.strip()]
@@ -220,7 +233,21 @@ def _infeasible_reason(res) -> str:
     if not rows:
         return "no design has a feasible plan"
     r = max(rows, key=lambda r: r.design.get("hbm_bytes", 0.0))
-    return f"no design has a feasible plan on {res.chips} chips (the largest-HBM design: {r.reason})"
+    msg = f"no design has a feasible plan on {res.chips} chips (the largest-HBM design: {r.reason})"
+    return msg + _untried(res.meta.get("plan_options") or {})
+
+
+def _untried(opts: dict) -> str:
+    """The `search` options that widen the plan space and were not used."""
+    out = []
+    zeros = set(opts.get("zero") or ())
+    if not {2, 3} <= zeros:
+        out.append("--zero 0,1,2,3")
+    if not opts.get("flash_attention"):
+        out.append("--flash")
+    if True not in (opts.get("sequence_parallel") or ()):
+        out.append("--sp")
+    return f"; not tried: {', '.join(out)}" if out else ""
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:

@@ -293,6 +293,10 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
             hints.append("ZeRO-3")
         if not modes[F.RC_FULL]:
             hints.append("full recompute")
+        if not flash_attention:
+            hints.append("flash attention")
+        if True not in sps and max(tps) > 1:
+            hints.append("sequence parallelism")
         hints.append("a chip with more HBM")
         return PlacementResult((), reason=(
             f"no plan fits {chip.hbm_bytes / 2**30:.1f} GiB of HBM per chip on {chips} chips: every plan needs at "

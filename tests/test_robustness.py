@@ -267,3 +267,18 @@ def test_failed_final_save_prints_the_table_and_keeps_the_result(tmp_path, monke
     assert len(fallback) == 1 and str(fallback[0].name) in err
     back = search.Results.from_json(fallback[0])
     assert back.best is not None and not back.interrupted
+
+
+def test_search_offers_plan_options_and_names_the_untried(capsys):
+    """A 64k-token sequence on 8 small chips: with ZeRO 0/1 and no flash attention nothing fits and
+    the message names the options not tried; with ZeRO-3, flash attention and SP a plan fits."""
+    base = ["search", "--model", "gpt3-1.3b", "--seq-len", "65536", "--chips", "8", "--batch", "8", "--serial",
+            "--refine-top", "0", "--out", "r.json", "--hbm-gib", "32"]
+    assert main(base) == 3
+    err = capsys.readouterr().err
+    assert "not tried: --zero 0,1,2,3, --flash, --sp" in err and "ZeRO-3" in err
+    assert main(base[:-4] + ["--out", "r2.json", "--hbm-gib", "32", "--zero", "0,1,2,3", "--flash", "--sp"]) == 0
+    out = capsys.readouterr().out
+    assert "flash" in out
+    assert main(base + ["--zero", "0,4", "--force"]) == 2
+    assert "ZeRO stages 0-3" in capsys.readouterr().err
