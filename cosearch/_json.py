@@ -27,11 +27,43 @@ def finite_or_none(obj: Any) -> Any:
     return obj
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                      # exists, owned by someone else
+        return True
+    return True
+
+
+def _remove_stale_temps(folder: str, base: str) -> None:
+    """Remove the temporary files of earlier writes of ``base`` whose writer died mid-save
+    (SIGKILL, power loss): ``.tmp-<base>-<pid>-*.json`` with no such process alive."""
+    prefix = f".tmp-{base}-"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".json")):
+            continue
+        pid = name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` to ``path`` through a temporary file (``.tmp-<name>-<pid>-*.json``) and a
+    rename; temporary files of this path left by a writer that died are removed first."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    base = os.path.basename(path)
+    _remove_stale_temps(folder, base)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{base}-{os.getpid()}-", suffix=".json")
     umask = os.umask(0)
     os.umask(umask)
     try:

@@ -407,11 +407,35 @@ class AreaPowerModel:
                 + c["link_bandwidth_Bps"] * 8 * self.link_energy_j_per_bit + self.fixed_power_w)
 
 
+#: Most distinct values one SearchSpace field may list, and most designs its grid may hold
+#: before the budget filter (PHAZE's space: 75,712): larger inputs are refused before anything is
+#: allocated (a grid row costs ~100 bytes, so the cap keeps the grid under ~1 GB).
+MAX_FIELD_VALUES = 4096
+MAX_GRID_DESIGNS = 10_000_000
+#: Largest space file read (bytes).
+MAX_SPACE_FILE_BYTES = 1 << 20
+
+
 def _as_tuple(name: str, v: Any) -> tuple:
     t = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else (v,)
     if not t:
         raise ValueError(f"SearchSpace.{name} must not be empty")
+    if len(t) > 16 * MAX_FIELD_VALUES:
+        raise ValueError(f"SearchSpace.{name} lists {len(t):,} values; at most {MAX_FIELD_VALUES:,} distinct "
+                         "values are supported")
     return t
+
+
+def _distinct(name: str, vals: tuple) -> tuple:
+    """The values in their first order, repeats dropped; refused past :data:`MAX_FIELD_VALUES`."""
+    try:
+        out = tuple(dict.fromkeys(vals))
+    except TypeError:
+        out = vals
+    if len(out) > MAX_FIELD_VALUES:
+        raise ValueError(f"SearchSpace.{name} has {len(out):,} distinct values; at most {MAX_FIELD_VALUES:,} "
+                         "are supported")
+    return out
 
 
 def phaze_l1_bytes(rows: float, cols: float) -> float:
@@ -492,18 +516,19 @@ class SearchSpace:
                 if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
                         or not (float(v) > 0) or not np.isfinite(float(v)):
                     raise ValueError(f"SearchSpace.{f} values must be positive numbers, got {v!r}")
-            object.__setattr__(self, f, vals)
+            object.__setattr__(self, f, _distinct(f, vals))
         for f, names in (("systolic_dims", ("rows", "cols")), ("hbm", ("capacity", "bandwidth"))):
             vals = getattr(self, f)
             if not isinstance(vals, (list, tuple)) or not vals:
                 raise ValueError(f"SearchSpace.{f} must be a non-empty list of ({names[0]}, {names[1]}) pairs")
+            _as_tuple(f, vals)
             pairs = tuple(tuple(p) if isinstance(p, (list, tuple)) else (p,) for p in vals)
             for p in pairs:
                 if len(p) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                           and float(x) > 0 and np.isfinite(x) for x in p):
                     raise ValueError(f"SearchSpace.{f} entries must be positive ({names[0]}, {names[1]}) "
                                      f"pairs, got {p!r}")
-            object.__setattr__(self, f, pairs)
+            object.__setattr__(self, f, _distinct(f, pairs))
         if self.l1_rule not in ("grid", "phaze"):
             raise ValueError(f"SearchSpace.l1_rule must be 'grid' or 'phaze', got {self.l1_rule!r}")
         if not (isinstance(self.min_area_fraction, (int, float)) and 0.0 <= self.min_area_fraction < 1.0):
@@ -566,7 +591,12 @@ class SearchSpace:
         ``"default"``), ``"hbm_gib"``, and any of :data:`SPACE_FILE_FIELDS` (byte and Hz
         units as in the dataclass).  Unknown fields are an error naming them."""
         import json
+        import os
         try:
+            size = os.path.getsize(path)
+            if size > MAX_SPACE_FILE_BYTES:
+                raise ValueError(f"space file {path!r} is {size:,} bytes; a space file is at most "
+                                 f"{MAX_SPACE_FILE_BYTES:,} bytes (list each value once)")
             with open(path) as fh:
                 d = json.load(fh)
         except OSError as exc:
@@ -598,8 +628,20 @@ class SearchSpace:
             raise ValueError(f"space file {path!r}: {exc}") from None
 
     # ------------------------------------------------------------------ designs
+    @property
+    def grid_size(self) -> int:
+        """Designs in the grid before the budget filter."""
+        return math.prod(len(x) for x in (
+            self.tensor_cores, self.systolic_dims, self.vector_units,
+            (0,) if self.vector_width_tied else self.vector_width, self.clock_hz,
+            (0,) if self.l1_rule == "phaze" else self.l1_bytes, self.l2_bytes, self.hbm, self.link_bandwidth_Bps))
+
     def grid(self) -> np.ndarray:
         """Every design of the grid, before the budget filter."""
+        n = self.grid_size
+        if n > MAX_GRID_DESIGNS:
+            raise ValueError(f"the search space's grid holds {n:,} designs, more than the {MAX_GRID_DESIGNS:,} "
+                             "supported; list fewer values per field")
         vws = (0.0,) if self.vector_width_tied else self.vector_width
         l1s = (0.0,) if self.l1_rule == "phaze" else self.l1_bytes
         rows = []

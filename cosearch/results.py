@@ -12,12 +12,24 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _validate as v
 from . import plan as plan_mod
 from ._json import dump_json, load_json
 from .hardware import DESIGN_FIELDS, Accelerator
 from .report import pareto_front, plot, table
 
 __all__ = ["DesignResult", "Results", "pareto_front"]
+
+
+#: Largest throughput a results file may claim (tokens/s): a million times the fastest published
+#: training runs' ~1e9 tokens/s; anything above is a corrupted or hand-edited file.
+MAX_TOKENS_PER_S = 1e15
+
+
+def _count(name: str, x) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or not (0 <= x <= 1 << 40):
+        raise ValueError(f"'{name}' must be a whole number in [0, 2^40], got {x!r}")
+    return x
 
 
 @dataclass(frozen=True)
@@ -54,9 +66,17 @@ class DesignResult:
         design = {k: num(f"design.{k}", v) for k, v in d["design"].items()}
         plan = plan_mod.Plan.from_dict(d["plan"]) if d["plan"] else None
         if plan is not None:
-            num("plan.tokens_per_s", plan.tokens_per_s)
+            if num("plan.tokens_per_s", plan.tokens_per_s) > MAX_TOKENS_PER_S:
+                raise ValueError(f"row {d.get('index')!r}: plan.tokens_per_s={plan.tokens_per_s:g} is beyond any "
+                                 f"machine (at most {MAX_TOKENS_PER_S:g})")
+            for f in ("mfu", "hfu"):
+                # (model FLOPs count attention without causal halving, so a long-sequence plan at
+                # the ideal roofline may pass 1, never 2)
+                if num(f"plan.{f}", getattr(plan, f)) > 2.0:
+                    raise ValueError(f"row {d.get('index')!r}: plan.{f}={getattr(plan, f)!r} is over twice the peak")
             if plan.feasible:
                 num("plan.step_time_s", plan.step_time_s)
+            v.positive_int(f"row {d.get('index')!r}: plan.num_chips", plan.num_chips, v.MAX_CHIPS)
         tm = d.get("time_model", "sum")
         if tm not in ("sum", "ilp"):
             raise ValueError(f"row {d.get('index')!r}: time_model must be 'sum' or 'ilp', got {tm!r}")
@@ -146,9 +166,11 @@ class Results:
                 raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
             if not isinstance(d["rows"], list):
                 raise ValueError("'rows' must be a list")
-            return cls(model=str(d["model"]), chips=int(d["chips"]), global_batch=int(d["global_batch"]),
-                       rows=[DesignResult.from_dict(r) for r in d["rows"]], pruned=int(d["pruned"]),
-                       total_designs=int(d["total_designs"]), interrupted=interrupted,
+            return cls(model=str(d["model"]), chips=v.positive_int("chips", d["chips"], v.MAX_CHIPS),
+                       global_batch=v.positive_int("global_batch", d["global_batch"], v.MAX_BATCH),
+                       rows=[DesignResult.from_dict(r) for r in d["rows"]],
+                       pruned=_count("pruned", d["pruned"]),
+                       total_designs=_count("total_designs", d["total_designs"]), interrupted=interrupted,
                        baselines=d.get("baselines", {}), meta=d.get("meta", {}))
         except KeyError as exc:
             raise ValueError(f"{name}: not a cosearch results file (missing field {exc})") from None

@@ -112,6 +112,24 @@ def test_cifar_loader_runs_no_code(tmp_path):
     assert not marker.exists()
 
 
+def test_cifar_loader_type_checks_before_converting(tmp_path):
+    """A tiny pickle of a list that refers to itself 60 levels deep (2**60 leaves through the
+    memo) would keep np.asarray busy for ever; it is refused by type first."""
+    deep: list = [0]
+    for _ in range(60):
+        deep = [deep, deep]
+    with open(tmp_path / "test_batch", "wb") as fh:
+        pickle.dump({b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}, fh)
+    for bad, match in (({b"data": deep, b"labels": [0]}, "NumPy array"),
+                       ({b"data": np.zeros((1, 3072), np.uint8), b"labels": deep}, "list of integers"),
+                       ({b"data": np.zeros((1, 3072), np.uint8), b"labels": np.zeros(1, np.float32)}, "integer")):
+        raw = pickle.dumps(bad)
+        assert len(raw) < 8000
+        (tmp_path / "data_batch_1").write_bytes(raw)
+        with pytest.raises(ValueError, match=match):
+            data.load_cifar10(str(tmp_path), clients=1, alpha=None)
+
+
 # ---------------------------------------------------------------------- update validation
 @pytest.mark.parametrize("n", [float("inf"), float("nan"), 0, -3, True, "10", None, 2.0 ** 60])
 def test_bad_num_examples_rejected(n):

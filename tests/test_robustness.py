@@ -134,14 +134,21 @@ def test_report_validates_what_it_reads(tmp_path, capsys):
     res.to_json(good)
     assert main(["report", str(good)]) == 0
     d = json.loads(good.read_text())
-    cases = {"interrupted": ("interrupted", "false"), "nan": None, "missing": None}
+    cases = {"interrupted": ("interrupted", "false"), "nan": None, "missing": None, "huge": None, "mfu": None,
+             "chips": None}
     for name in cases:
         bad = json.loads(json.dumps(d))
+        row = next(r for r in bad["rows"] if r["plan"])
         if name == "interrupted":
             bad["interrupted"] = "false"
         elif name == "nan":
-            row = next(r for r in bad["rows"] if r["plan"])
             row["plan"]["tokens_per_s"] = float("nan")
+        elif name == "huge":
+            row["plan"]["tokens_per_s"] = 1e308
+        elif name == "mfu":
+            row["plan"]["mfu"] = float("nan")
+        elif name == "chips":
+            bad["chips"] = 10 ** 400
         else:
             del bad["rows"]
         p = tmp_path / f"{name}.json"
@@ -149,6 +156,7 @@ def test_report_validates_what_it_reads(tmp_path, capsys):
         assert main(["report", str(p)]) == 2, name
     err = capsys.readouterr().err
     assert "true or false" in err and "finite" in err and "missing field" in err
+    assert "beyond any machine" in err and "plan.mfu" in err and "supported maximum" in err
     (tmp_path / "junk.json").write_text("{not json")
     assert main(["report", str(tmp_path / "junk.json")]) == 2
     assert main(["report", str(tmp_path / "nothing.json")]) == 2
@@ -282,3 +290,41 @@ def test_search_offers_plan_options_and_names_the_untried(capsys):
     assert "flash" in out
     assert main(base + ["--zero", "0,4", "--force"]) == 2
     assert "ZeRO stages 0-3" in capsys.readouterr().err
+
+
+def test_space_inputs_are_bounded_before_any_allocation(tmp_path):
+    from cosearch import hardware
+    assert hardware.SearchSpace(tensor_cores=[2] * 20_000).tensor_cores == (2,)      # repeats collapse
+    with pytest.raises(ValueError, match="at most 4,096"):
+        hardware.SearchSpace(tensor_cores=[2] * 5_000_000)
+    with pytest.raises(ValueError, match="grid holds 767,616,048 designs"):
+        hardware.SearchSpace(tensor_cores=list(range(1, 4000)), vector_units=list(range(1, 4000))).grid()
+    big = tmp_path / "space.json"
+    big.write_text(json.dumps({"tensor_cores": [2] * 600_000}))
+    with pytest.raises(ValueError, match="at most 1,048,576 bytes"):
+        hardware.SearchSpace.from_json(str(big))
+
+
+def test_temp_files_of_a_killed_save_are_removed_on_the_next_write(tmp_path):
+    """A writer SIGKILLed mid-save leaves its temporary file; the next write of the same path
+    removes it (its pid is gone), and leaves other paths' and live writers' files alone."""
+    import subprocess as sp
+    import sys as _sys
+
+    from cosearch._json import dump_json
+    child = sp.Popen([_sys.executable, "-c", "pass"])
+    child.wait()                                            # a pid that is certainly gone now
+    stale = tmp_path / f".tmp-r.json-{child.pid}-abc.json"
+    other = tmp_path / f".tmp-other.json-{child.pid}-abc.json"
+    live = tmp_path / f".tmp-r.json-{os.getppid()}-abc.json"
+    for f in (stale, other, live):
+        f.write_text("{half")
+    dump_json({"a": 1}, tmp_path / "r.json")
+    assert not stale.exists() and other.exists() and live.exists()
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(f".tmp-r.json-{os.getpid()}")]
+
+
+def test_checkpoint_interval_must_be_finite(capsys):
+    assert main(["search", *SMALL, "--serial", "--out", "r.json", "--checkpoint-every", "nan"]) == 2
+    assert "checkpoint_every_s must be a positive finite number" in capsys.readouterr().err

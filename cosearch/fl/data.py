@@ -250,12 +250,21 @@ def _read_cifar_batch(path: str):
     d = {(k.decode() if isinstance(k, bytes) else k): v for k, v in d.items()}
     if "data" not in d or "labels" not in d:
         raise ValueError(f"{path}: a CIFAR-10 batch needs 'data' and 'labels'")
-    data = np.asarray(d["data"])
+    # types and sizes are checked before anything is converted: a crafted file must not make
+    # NumPy walk a huge or deeply nested object
+    data, labels = d["data"], d["labels"]
+    if not isinstance(data, np.ndarray):
+        raise ValueError(f"{path}: CIFAR-10 data must be a NumPy array, got {type(data).__name__}")
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
         raise ValueError(f"{path}: CIFAR-10 data must be uint8 of shape (n, 3072), got {data.dtype} {data.shape}")
-    y = np.asarray(d["labels"], dtype=np.int64)
-    if len(y) != len(data):
-        raise ValueError(f"{path}: {len(data)} images but {len(y)} labels")
+    if isinstance(labels, np.ndarray):
+        if labels.ndim != 1 or labels.dtype.kind not in "iu":
+            raise ValueError(f"{path}: CIFAR-10 labels must be a 1-D integer array, got {labels.dtype} {labels.shape}")
+    elif not isinstance(labels, list) or not all(type(x) is int for x in labels[:len(data) + 1]):
+        raise ValueError(f"{path}: CIFAR-10 labels must be a list of integers")
+    if len(labels) != len(data):
+        raise ValueError(f"{path}: {len(data)} images but {len(labels)} labels")
+    y = np.asarray(labels, dtype=np.int64)
     _check_labels(y, 10, path)
     return data.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0, y
 
