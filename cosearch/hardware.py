@@ -591,7 +591,6 @@ class SearchSpace:
         ``"default"``), ``"hbm_gib"``, and any of :data:`SPACE_FILE_FIELDS` (byte and Hz
         units as in the dataclass).  Unknown fields are an error naming them."""
         import json
-        import os
         try:
             size = os.path.getsize(path)
             if size > MAX_SPACE_FILE_BYTES:
