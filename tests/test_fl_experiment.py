@@ -108,3 +108,69 @@ def test_fl_cli_simulate_and_report(tmp_path):
     png = tmp_path / "fl.png"
     assert main(["fl", "report", str(out), "--plot", str(png)]) == 0
     assert png.stat().st_size > 1000
+
+
+def test_dead_worker_is_retried_and_nothing_is_lost(tmp_path):
+    """A worker killed mid-run (as by the OOM killer): its run is retried on a fresh pool and the
+    experiment completes (before: exit 2 with a partial file marked not interrupted)."""
+    import multiprocessing as mp
+    import threading
+    killed = []
+
+    def kill_one_worker():
+        deadline = time.time() + 60
+        while time.time() < deadline and not killed:
+            kids = mp.active_children()
+            if kids:
+                time.sleep(2.0)                       # let the workers start their runs
+                os.kill(kids[0].pid, signal.SIGKILL)
+                killed.append(kids[0].pid)
+            time.sleep(0.05)
+    t = threading.Thread(target=kill_one_worker, daemon=True)
+    t.start()
+    exp = experiment.run_experiment("digits", ["invariant", "none"], 3, 25, clients=3, workers=2, progress=False,
+                                    out=tmp_path / "e.json")
+    t.join(timeout=5)
+    assert killed, "no worker was killed"
+    assert exp.complete() and not exp.interrupted and sum(len(v) for v in exp.runs.values()) == 6
+    d = json.loads((tmp_path / "e.json").read_text())
+    assert d["interrupted"] is False and sum(len(v) for v in d["runs"].values()) == 6
+
+
+def test_simulate_saves_the_finished_rounds_on_an_interrupt(tmp_path, monkeypatch):
+    from cosearch.fl import simulation
+    real = simulation.evaluate_model
+    calls = {"n": 0}
+
+    def stop_in_round_3(*a, **k):
+        calls["n"] += 1
+        if calls["n"] > 2 * 4:                       # the server's and 3 clients' evaluations, rounds 1-2
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(simulation, "evaluate_model", stop_in_round_3)
+    out = tmp_path / "fl.json"
+    res = simulation.simulate("digits", clients=3, rounds=6, out=out)
+    assert res.interrupted and len(res.rounds) == 2 and isinstance(res.stopped_by, KeyboardInterrupt)
+    d = json.loads(out.read_text())
+    assert d["interrupted"] is True and len(d["rounds"]) == 2
+    assert simulation.FLResult.from_dict(d).rounds == res.rounds
+
+
+def test_fl_simulate_cli_exits_143_on_sigterm_with_the_rounds_saved(tmp_path):
+    out = tmp_path / "fl.json"
+    cmd = [sys.executable, "-m", "cosearch", "fl", "simulate", "--rounds", "5000", "--clients", "3",
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not out.exists() and proc.poll() is None:
+        time.sleep(0.2)                               # the first checkpoint (every 10 s)
+    assert out.exists(), "no checkpoint was written"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        so, se = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == 143, se
+    d = json.loads(out.read_text())
+    assert d["interrupted"] is True and 0 < len(d["rounds"]) < 5000

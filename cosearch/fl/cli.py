@@ -94,7 +94,13 @@ def run(a) -> int:
         output_path(a.out, a.force)
         res = simulate(a.dataset, clients=a.clients, method=a.method, rounds=a.rounds, seed=a.seed,
                        progress=True, out=a.out, **_sim_kwargs(a))
-        print(res.summary())
+        if res.rounds:
+            print(res.summary())
+        if res.interrupted:
+            from .._interrupt import exit_code
+            print(f"cosearch: interrupted after {len(res.rounds)} of {a.rounds} rounds; they are saved in {a.out}",
+                  file=sys.stderr)
+            return exit_code(res.stopped_by)
         print(f"saved {a.out}")
         return 0
     if a.flcmd == "experiment":

@@ -22,6 +22,7 @@ import math
 import os
 import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -252,6 +253,10 @@ class Experiment:
         return fig
 
 
+#: Fresh pools an experiment starts after workers die before it gives up.
+MAX_POOL_RESTARTS = 3
+
+
 def _one_run(kw: dict) -> dict:
     import torch
     torch.set_num_threads(1)
@@ -317,14 +322,35 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
         else:
             import multiprocessing as mp
             # spawn: torch's and numba's thread pools make fork() unsafe once they have run
-            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+            def new_pool():
+                return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+            pool = new_pool()
+            restarts = 0
             try:
                 pending = {pool.submit(_one_run, dict(kw, method=m, seed=s)): (m, s) for m, s in todo}
                 while pending:
                     finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    broken = False
                     for f in finished:
+                        try:
+                            d = f.result()
+                        except BrokenProcessPool:
+                            broken = True
+                            continue
                         m, s = pending.pop(f)
-                        done(m, s, f.result())
+                        done(m, s, d)
+                    if broken:
+                        # a worker died (killed, out of memory): its runs and those queued behind
+                        # it are run again on a fresh pool, as the co-search's sweep does
+                        if restarts >= MAX_POOL_RESTARTS:
+                            raise RuntimeError(f"FL worker processes died {restarts + 1} times (out of memory?); "
+                                               f"{sum(len(r) for r in exp.runs.values())} finished runs are "
+                                               f"saved" + (f" in {out}" if out is not None else ""))
+                        restarts += 1
+                        stop_pool(pool)
+                        pool = new_pool()
+                        pending = {pool.submit(_one_run, dict(kw, method=m, seed=s)): (m, s)
+                                   for m, s in pending.values()}
             finally:
                 stop_pool(pool)          # on an interrupt, stop runs in flight; no worker outlives us
     except KeyboardInterrupt as exc:

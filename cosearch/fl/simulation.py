@@ -53,10 +53,15 @@ class FLResult:
     clients: int
     rounds: list[RoundMetrics]
     config: dict = field(default_factory=dict)
+    #: True when the run was stopped (Ctrl-C, SIGTERM) before its last round: ``rounds`` holds
+    #: the finished ones
+    interrupted: bool = False
+    stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self):
         return {"method": self.method, "dataset": self.dataset, "model": self.model, "clients": self.clients,
-                "config": self.config, "rounds": [asdict(r) for r in self.rounds]}
+                "config": self.config, "interrupted": bool(self.interrupted),
+                "rounds": [asdict(r) for r in self.rounds]}
 
     def to_json(self, path=None) -> str:
         return dump_json(self.to_dict(), path)
@@ -72,7 +77,11 @@ class FLResult:
                 for key in ("accuracy", "loss", "fed_accuracy", "fed_loss", "round_time_s", "sim_time_s"):
                     r[key] = float("nan") if r.get(key) is None else float(r[key])
                 rounds.append(RoundMetrics(**r))
-            return cls(d["method"], d["dataset"], d["model"], int(d["clients"]), rounds, d.get("config", {}))
+            interrupted = d.get("interrupted", False)
+            if not isinstance(interrupted, bool):
+                raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
+            return cls(d["method"], d["dataset"], d["model"], int(d["clients"]), rounds, d.get("config", {}),
+                       interrupted)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a cosearch FL result: {exc!r}") from None
 
@@ -170,7 +179,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              optimizer: str | None = None, lr: float | None = None, batch_size: int | None = None,
              schedule: ThresholdSchedule | str | None = None, straggler_fraction: float | None = None,
              keep_rule: str = "fluid", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
-             progress: bool = False, out: str | os.PathLike | None = None) -> FLResult:
+             progress: bool = False, out: str | os.PathLike | None = None,
+             checkpoint_every_s: float = 10.0) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
 
     ``model``: a :data:`~cosearch.fl.models.MODELS` name or "auto" (the dataset's FLuID model).
@@ -180,6 +190,10 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     path; default :func:`~cosearch.fl.profiling.device_profiles`.  ``latency_s``: shorthand
     for a trace of full-model times (one per client, or per round and client).
     ``schedule``: FLuID's threshold schedule (default: the dataset's).
+    ``out``: the result is saved there at the end and, while running, every
+    ``checkpoint_every_s`` seconds (the finished rounds, ``interrupted: true``).  Ctrl-C or
+    SIGTERM (as :class:`KeyboardInterrupt`) stops the run: the finished rounds are saved to
+    ``out`` and returned with ``interrupted=True`` (``stopped_by`` holds the signal).
     """
     import torch
 
@@ -204,7 +218,35 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
                           straggler_fraction=straggler_fraction, keep_rule=keep_rule, seed=seed)
     full_flops = training_flops(net, example, 1)
     metrics: list[RoundMetrics] = []
+    every = positive_float("checkpoint_every_s", checkpoint_every_s)
+    config = {"rounds": rounds, "local_epochs": local_epochs, "optimizer": optimizer, "lr": lr,
+              "batch_size": batch_size, "seed": seed, "alpha": alpha, "keep_rule": keep_rule,
+              "straggler_fraction": straggler_fraction}
+    res = FLResult(method, data.name, model, n, metrics, config, interrupted=True)
+    try:
+        _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
+                    batch_size, seed, method, progress, out, res, every)
+    except KeyboardInterrupt as exc:
+        res.stopped_by = exc
+        if out is not None:
+            res.to_json(out)
+        return res
+    res.interrupted = False
+    if out is not None:
+        res.to_json(out)
+    return res
+
+
+def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
+                batch_size, seed, method, progress, out, partial, every) -> None:
+    """The round loop of :func:`simulate`, appending to ``metrics`` (``partial`` saved to ``out``
+    every ``every`` seconds)."""
+    import time
+
+    import torch
+    n = len(data.clients)
     clock = 0.0
+    last_save = time.monotonic()
     it = range(1, rounds + 1)
     if progress:
         from tqdm.auto import tqdm
@@ -236,10 +278,6 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
                                     rep.rejected))
         if progress:
             it.set_postfix(acc=f"{acc:.3f}")
-    res = FLResult(method, data.name, model, n, metrics,
-                   {"rounds": rounds, "local_epochs": local_epochs, "optimizer": optimizer, "lr": lr,
-                    "batch_size": batch_size, "seed": seed, "alpha": alpha, "keep_rule": keep_rule,
-                    "straggler_fraction": straggler_fraction})
-    if out is not None:
-        res.to_json(out)
-    return res
+        if out is not None and time.monotonic() - last_save >= every:
+            partial.to_json(out)
+            last_save = time.monotonic()
