@@ -598,15 +598,18 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
     attention op (half the blocks under ``is_causal``).  ``nn.MultiheadAttention`` and
     ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``-free encoder stacks are
     kept as leaves and expanded into their GEMMs, batched matmuls and vector ops from their
-    shapes (their control flow cannot be traced).  Unknown modules, functions and methods
-    raise ``ValueError`` naming them.
+    shapes (their control flow cannot be traced).  A module the symbolic tracer cannot follow
+    (sizes used as slice bounds as in nanoGPT's attention, dtype casts as in HF's RMSNorm,
+    ``nn.TransformerEncoder``'s fast paths) or with an op it does not know is captured again
+    with ``torch.export`` (ATen ops at the example's shapes: ``linear``, ``matmul``, ``sdpa``,
+    norms, elementwise ops, ``repeat_interleave``, ...).  An op neither path knows raises
+    ``ValueError`` naming it.
     """
     import copy
 
     import torch
     import torch.fx
     import torch.nn as nn
-    import torch.nn.functional as F
     from torch.fx.passes.shape_prop import ShapeProp
 
     if not isinstance(module, nn.Module):
@@ -639,17 +642,142 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
     try:
         graph_ = _Tracer().trace(root)
     except Exception as exc:   # torch.fx cannot follow data-dependent control flow
-        raise ValueError(f"from_module: torch.fx could not trace {type(module).__name__}: "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        why = (f"torch.fx could not trace {type(module).__name__}: "
+               f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return _from_exported(module, example_inputs, name, dtype_bytes, why)
     gm = torch.fx.GraphModule(root, graph_)
     meta_inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    ShapeProp(gm).propagate(*meta_inputs)
+    try:
+        ShapeProp(gm).propagate(*meta_inputs)
+    except Exception as exc:
+        return _from_exported(module, example_inputs, name, dtype_bytes,
+                              f"shapes could not be propagated through {type(module).__name__}: {exc}")
     modules = dict(gm.named_modules())
 
     def shape(n):
         tm = n.meta.get("tensor_meta") if hasattr(n, "meta") else None
         return tuple(tm.shape) if tm is not None and hasattr(tm, "shape") else None
 
+    try:
+        return _convert_fx(gm, modules, shape, leaves, name or type(module).__name__, dtype_bytes)
+    except _Unsupported as exc:
+        return _from_exported(module, example_inputs, name, dtype_bytes, str(exc))
+
+
+class _Unsupported(ValueError):
+    """An op the torch.fx path does not know (the torch.export path is tried next)."""
+
+
+#: ATen ops of an exported graph that move no data or only view it (free), elementwise and
+#: reduction ops priced as vector ops (their kind), and the rest handled one by one in
+#: :func:`_from_exported`.
+_ATEN_FREE = {
+    "view", "_unsafe_view", "reshape", "transpose", "permute", "t", "expand", "slice", "select", "unsqueeze",
+    "squeeze", "unflatten", "flatten", "split", "split_with_sizes", "chunk", "contiguous", "alias", "detach",
+    "_assert_tensor_metadata", "lift_fresh_copy", "cat", "stack", "arange", "zeros", "ones", "full", "empty",
+    "scalar_tensor", "sym_size", "eq", "ne", "lt", "le", "gt", "ge", "tril", "triu", "zeros_like", "ones_like",
+    "clone", "_to_copy", "to", "type_as", "expand_as", "view_as", "dim", "size",
+}
+_ATEN_VECTOR = {
+    "softmax": "softmax", "_softmax": "softmax", "log_softmax": "softmax", "layer_norm": "layernorm",
+    "native_layer_norm": "layernorm", "rms_norm": "rmsnorm", "gelu": "gelu", "relu": "relu", "silu": "silu",
+    "tanh": "gelu", "sigmoid": "silu", "dropout": "dropout", "native_dropout": "dropout", "add": "add",
+    "sub": "add", "rsub": "add", "mul": "mul", "div": "mul", "neg": "mul", "pow": "mul", "rsqrt": "mul",
+    "sqrt": "mul", "exp": "mul", "cos": "mul", "sin": "mul", "masked_fill": "add", "where": "add",
+    "mean": "add", "sum": "add", "repeat_interleave": "add", "repeat": "add", "embedding": "embedding",
+}
+
+
+def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> LayerGraph:
+    """:func:`from_module` through ``torch.export`` (ATen ops with concrete shapes), for modules
+    the symbolic tracer cannot follow (sizes used as slice bounds, dtype casts, fast paths).
+    ``why``: what stopped the torch.fx path, reported if this path fails too."""
+    import copy
+
+    import torch
+
+    def export(mod, inputs):
+        return torch.export.export(mod, tuple(inputs))
+    ep = None
+    errors = []
+    for device in ("meta", None):       # meta first (no memory for weights), then as given
+        try:
+            if device == "meta":
+                mod = copy.deepcopy(module).to("meta")
+                inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in example_inputs]
+            else:
+                mod, inputs = module, list(example_inputs)
+            ep = export(mod, inputs)
+            break
+        except Exception as exc:        # noqa: PERF203 - two attempts
+            errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if ep is None:
+        raise ValueError(f"from_module: {why}; torch.export failed too ({errors[-1]})")
+    g = ep.graph
+    params = set(ep.graph_signature.inputs_to_parameters)
+
+    def shape(n):
+        v = n.meta.get("val") if hasattr(n, "meta") else None
+        return tuple(int(x) for x in v.shape) if hasattr(v, "shape") else None
+
+    b = _Builder(dtype_bytes)
+    last: dict = {}
+    weight: dict = {}          # node -> True when it is a parameter or a view of one
+    for n in g.nodes:
+        if n.op == "placeholder":
+            last[n] = ()
+            weight[n] = n.name in params
+            continue
+        if n.op != "call_function":
+            continue
+        deps = tuple(sorted({i for a in n.all_input_nodes for i in last.get(a, ())}))
+        target = n.target
+        op = getattr(getattr(target, "overloadpacket", None), "__name__", None) or getattr(target, "__name__", "")
+        op = op.split(".")[-1]
+        out = shape(n)
+        if op in _ATEN_FREE or op == "getitem" or out is None:
+            last[n] = deps
+            weight[n] = any(weight.get(a, False) for a in n.all_input_nodes)
+            continue
+        args = [a for a in n.args]
+        if op == "linear":
+            x, w = shape(args[0]), shape(args[1])
+            last[n] = (b.gemm(n.name, deps, _numel(x[:-1]), w[0], w[1]),)
+        elif op in ("mm", "addmm", "matmul", "bmm", "baddbmm"):
+            a0, a1 = (args[1], args[2]) if op in ("addmm", "baddbmm") else (args[0], args[1])
+            x, y = shape(a0), shape(a1)
+            has_w = weight.get(a0, False) or weight.get(a1, False)
+            batch = _numel(out[:-2]) if len(out) > 2 else 1
+            if has_w and len(y) == 2:
+                last[n] = (b.gemm(n.name, deps, _numel(x[:-1]), y[-1], x[-1]),)
+            else:
+                last[n] = (b.gemm(n.name, deps, x[-2] if len(x) > 1 else 1, y[-1], x[-1], batch=batch,
+                                  weights=False),)
+        elif op in ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                    "_scaled_dot_product_efficient_attention"):
+            q, k = shape(args[0]), shape(args[1])
+            masked = len(args) > 3 and args[3] is not None
+            causal = bool(args[5]) if len(args) > 5 else bool(n.kwargs.get("is_causal", False))
+            frac = 0.5 if (causal and not masked) else 1.0
+            factor = 2.0 * frac * k[-2] / q[-2]
+            last[n] = (b.attention(n.name, deps, q[-2], q[-2], q[-1], _numel(q[:-2]), factor, 3.0 * q[-2],
+                                   1.0 * q[-2]),)
+        elif op in _ATEN_VECTOR:
+            kind = _ATEN_VECTOR[op]
+            elems = _numel(shape(args[0]) or out) if op in ("mean", "sum") else _numel(out)
+            ntensors = sum(1 for a in n.all_input_nodes if shape(a) is not None)
+            last[n] = (b.vector(n.name, deps, elems, kind, inputs=max(1, ntensors)),)
+        else:
+            raise ValueError(f"from_module: {why}; through torch.export the op aten.{op} is not supported")
+        weight[n] = False
+    return LayerGraph(name or type(module).__name__, tuple(b.ops), phase="fwd")
+
+
+def _convert_fx(gm, modules, shape, leaves, name, dtype_bytes) -> LayerGraph:
+    """The symbolically traced graph as ops (see :func:`from_module`)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
     vec_funcs = {
         F.softmax: "softmax", torch.softmax: "softmax", F.gelu: "gelu", F.relu: "relu",
         torch.relu: "relu", F.silu: "silu", F.layer_norm: "layernorm", F.dropout: "dropout",
@@ -663,7 +791,6 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
                    nn.Dropout: "dropout", nn.Softmax: "softmax", nn.Tanh: "gelu"}
     if hasattr(nn, "RMSNorm"):
         vec_modules[nn.RMSNorm] = "rmsnorm"
-
     b = _Builder(dtype_bytes)
     last: dict = {}  # fx node -> tuple of op indices it depends on (its producing ops)
     nodes = list(gm.graph.nodes)
@@ -724,7 +851,7 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
                 if isinstance(mod, nn.Identity):
                     last[n] = deps
                     continue
-                raise ValueError(f"from_module: unsupported module {type(mod).__name__} at {n.target!r}")
+                raise _Unsupported(f"from_module: unsupported module {type(mod).__name__} at {n.target!r}")
         elif n.op == "call_function":
             if n.target is F.linear:
                 x, w = shape(n.args[0]), shape(n.args[1])
@@ -742,7 +869,7 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
                 last[n] = deps
                 continue
             else:
-                raise ValueError(f"from_module: unsupported function {getattr(n.target, '__name__', n.target)!r}")
+                raise _Unsupported(f"from_module: unsupported function {getattr(n.target, '__name__', n.target)!r}")
         elif n.op == "call_method":
             if n.target in free_methods:
                 last[n] = deps
@@ -750,7 +877,7 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
             if n.target in vec_methods:
                 kind = vec_methods[n.target]
             else:
-                raise ValueError(f"from_module: unsupported tensor method {n.target!r}")
+                raise _Unsupported(f"from_module: unsupported tensor method {n.target!r}")
         if out_shape is None:
             last[n] = deps
             continue
@@ -764,4 +891,4 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
                 last[n] = deps
                 continue
         last[n] = (b.vector(n.name, deps, _numel(out_shape), kind, inputs=max(1, ntensors)),)
-    return LayerGraph(name or type(module).__name__, tuple(b.ops), phase="fwd")
+    return LayerGraph(name, tuple(b.ops), phase="fwd")

@@ -191,3 +191,43 @@ def test_from_module_names_what_it_cannot_do():
             return torch.special.erf(x)
     with pytest.raises(ValueError, match="erf"):
         graph.from_module(Erf(), torch.zeros(2, 2))
+
+
+def _gemm_flops(g):
+    return sum(op.flops for op in g.ops if op.kind in ("gemm", "bmm", "attention"))
+
+
+def test_from_module_handles_todays_attention_blocks():
+    """Hand-counted FLOPs on 2 sequences of 16 tokens, width 64, 4 heads of 16 (32 tokens)."""
+    torch = pytest.importorskip("torch")
+    from tests import modules_for_tracing as mt
+    x = torch.randn(2, 16, 64)
+    T, h = 32, 64
+    # nanoGPT: c_attn, c_proj, and q k^T, att v over 8 (batch x head) 16 x 16 x 16 products
+    g = graph.from_module(mt.NanoGPTAttention(), x)
+    assert _gemm_flops(g) == 2 * T * h * 3 * h + 2 * T * h * h + 2 * (2 * 16 * 16 * 16 * 8)
+    assert {op.kind for op in g.ops} == {"gemm", "bmm", "vector"}
+    # HF RMSNorm: square, mean, add eps, rsqrt, scale, weight (the dtype casts are free)
+    g = graph.from_module(mt.HFRMSNorm(64), x)
+    assert [op.kind for op in g.ops] == ["vector"] * 6 and _gemm_flops(g) == 0
+    # Llama-style GQA: q and o (64 x 64), k and v (64 x 32), causal SDPA (half of 4 s^2 d per head)
+    g = graph.from_module(mt.HFLlamaAttention(), x)
+    assert _gemm_flops(g) == 2 * T * (h * h + 2 * h * 32 + h * h) + 4 * 16 * 16 * 16 * 8 // 2
+    assert any(op.name.startswith("repeat_interleave") for op in g.ops)
+    # masked multi-head attention: the mask changes nothing in the FLOPs (no causal skip assumed)
+    g = graph.from_module(mt.MaskedMHA(), x)
+    assert _gemm_flops(g) == 2 * T * h * 3 * h + 2 * T * h * h + 4 * 16 * 16 * 16 * 8
+    # nn.TransformerEncoder of 2 layers (d_ff 256): twice the layer's projections, FFN and attention
+    g = graph.from_module(mt.encoder(), x)
+    per_layer = 2 * T * h * 3 * h + 2 * T * h * h + 2 * 2 * T * h * 256 + 4 * 16 * 16 * 16 * 8
+    assert _gemm_flops(g) == 2 * per_layer
+
+
+def test_from_module_names_an_unsupported_op():
+    torch = pytest.importorskip("torch")
+
+    class Odd(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.fft(x).real
+    with pytest.raises(ValueError, match=r"fft"):
+        graph.from_module(Odd(), torch.randn(2, 8))
