@@ -2,6 +2,7 @@
 GQA attention with rotary embeddings and repeat_interleave, masked multi-head attention and
 nn.TransformerEncoder."""
 import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
