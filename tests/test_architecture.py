@@ -110,3 +110,23 @@ def test_search_options_validate_and_refuse_unknown_names():
             search.SearchOptions(**bad)
     with pytest.raises(TypeError, match="unknown search option"):
         search.cosearch("bert-large", None, 8, 16, "serial", refine=1)
+
+
+def test_cli_imports_no_torch_unless_an_fl_command_runs():
+    """`cosearch --help`, `models` and `presets` build every sub-parser; none may import torch
+    (it costs ~2 s), and the FL parser's model list must equal the models themselves."""
+    code = ("import sys, contextlib, io\n"
+            "from cosearch.cli import main\n"
+            "for argv in (['--help'], ['models'], ['presets'], ['fl', 'simulate', '--help']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            main(argv)\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+    pytest.importorskip("torch")
+    from cosearch.fl.cli import MODEL_NAMES
+    from cosearch.fl.models import MODELS
+    assert tuple(MODELS) == MODEL_NAMES

@@ -7,9 +7,14 @@ import os
 import sys
 
 
+#: The names of :data:`cosearch.fl.models.MODELS`, here so that building the command line does
+#: not import torch (a test keeps the two equal).
+MODEL_NAMES = ("mlp", "resmlp", "femnist_cnn", "cifar_vgg", "shakespeare_lstm")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     from .data import DATASETS
-    from .models import MODELS
+    MODELS = MODEL_NAMES
     p.add_argument("--dataset", default="digits", choices=DATASETS,
                    help="digits (bundled), or femnist/shakespeare (LEAF folder) / cifar10 (batches) with --data "
                         "(default: digits)")
