@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 
-
 #: The names of :data:`cosearch.fl.models.MODELS`, here so that building the command line does
 #: not import torch (a test keeps the two equal).
 MODEL_NAMES = ("mlp", "resmlp", "femnist_cnn", "cifar_vgg", "shakespeare_lstm")
