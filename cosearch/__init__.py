@@ -44,6 +44,7 @@ import importlib
 from typing import Any
 
 from . import cluster, graph, hardware, models
+from ._version import __version__ as __version__
 from .cluster import Cluster
 from .cost import calibrate, price, price_on
 from .hardware import (
@@ -64,8 +65,6 @@ from .hardware import (
 )
 from .models import ModelConfig
 from .models import preset as model_preset
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "layer_time": ("schedule", "layer_time"), "ScheduleResult": ("schedule", "ScheduleResult"),

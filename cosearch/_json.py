@@ -13,7 +13,18 @@ import os
 import tempfile
 from typing import Any
 
-__all__ = ["dump_json", "load_json", "atomic_write_text", "finite_or_none"]
+__all__ = ["dump_json", "save_new_json", "load_json", "atomic_write_text", "finite_or_none", "stamped", "SCHEMA_VERSION"]
+
+#: Version of the layout of cosearch's JSON files (results, FL results and experiments,
+#: PHAZE reproductions); README's "Output files" section documents the fields.
+SCHEMA_VERSION = 1
+
+
+def stamped(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``schema`` (``"cosearch.<kind>/<SCHEMA_VERSION>"``) and the cosearch
+    version that wrote it, first."""
+    from ._version import __version__
+    return {"schema": f"cosearch.{kind}/{SCHEMA_VERSION}", "cosearch_version": __version__, **data}
 
 
 def finite_or_none(obj: Any) -> Any:
@@ -85,6 +96,14 @@ def dump_json(data: dict[str, Any], path: str | os.PathLike | None = None) -> st
     if path is not None:
         atomic_write_text(path, text)
     return text
+
+
+def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrite: bool) -> str:
+    """:func:`dump_json`, refusing an existing ``path`` unless ``overwrite`` (as the command line
+    refuses without ``--force``)."""
+    if path is not None and not overwrite and os.path.exists(path):
+        raise FileExistsError(f"{os.fspath(path)} exists; pass overwrite=True to replace it")
+    return dump_json(data, path)
 
 
 def load_json(source: str | os.PathLike) -> dict[str, Any]:

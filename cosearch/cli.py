@@ -189,7 +189,7 @@ def _save_with_fallback(res, out: str) -> str | None:
     import os
     import tempfile
     try:
-        res.to_json(out)
+        res.to_json(out, overwrite=True)
         return None
     except OSError as exc:
         first = exc
@@ -198,7 +198,7 @@ def _save_with_fallback(res, out: str) -> str | None:
     for folder in (os.path.dirname(os.path.abspath(out)), os.getcwd(), tempfile.gettempdir()):
         path = os.path.join(folder, name)
         try:
-            res.to_json(path)
+            res.to_json(path, overwrite=True)
         except OSError:
             continue
         print(f"cosearch: error: could not write {out} ({first}); the result is saved in {path}", file=sys.stderr)

@@ -160,16 +160,19 @@ class MultiModelResults:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"models": list(self.models), "objective": self.objective, "chips": self.chips,
-                "global_batch": list(self.global_batch), "pruned": self.pruned,
-                "total_designs": self.total_designs, "interrupted": self.interrupted, "meta": self.meta,
-                "baselines": self.baselines,
-                "rows": [{"index": r.index, "design": r.design, "area_mm2": r.area_mm2, "power_w": r.power_w,
-                          "score": r.score, "per_model": [p.to_dict() for p in r.per_model]} for r in self.rows]}
+        from ._json import stamped
+        return stamped("multi-model-results", {
+            "models": list(self.models), "objective": self.objective, "chips": self.chips,
+            "global_batch": list(self.global_batch), "pruned": self.pruned,
+            "total_designs": self.total_designs, "interrupted": self.interrupted, "meta": self.meta,
+            "baselines": self.baselines,
+            "rows": [{"index": r.index, "design": r.design, "area_mm2": r.area_mm2, "power_w": r.power_w,
+                      "score": r.score, "per_model": [p.to_dict() for p in r.per_model]} for r in self.rows]})
 
-    def to_json(self, path=None) -> str:
-        from ._json import dump_json
-        return dump_json(self.to_dict(), path)
+    def to_json(self, path=None, overwrite: bool = False) -> str:
+        """As :meth:`cosearch.results.Results.to_json`: ``path`` must not exist unless ``overwrite``."""
+        from ._json import save_new_json
+        return save_new_json(self.to_dict(), path, overwrite)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MultiModelResults:
@@ -299,7 +302,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                 bar.update(len(ch))
             if checkpoint is not None and time.monotonic() - last_save >= checkpoint_every_s:
                 MultiModelResults(tuple(names), objective, cluster.num_chips, tuple(batches), list(rows), pruned,
-                                  len(designs), True, json.loads(json.dumps(meta))).to_json(checkpoint)
+                                  len(designs), True, json.loads(json.dumps(meta))).to_json(checkpoint, overwrite=True)
                 last_save = time.monotonic()
     except KeyboardInterrupt as exc:
         interrupted, stopped_by = True, exc

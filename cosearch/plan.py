@@ -38,6 +38,23 @@ __all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "even_split",
 _MODES = F.RECOMPUTE_MODES
 
 
+_SHORT = {"none": "none", "selective": "sel", "full": "full"}
+
+
+def recompute_runs(modes: Sequence[str]) -> str:
+    """Per-stage recompute modes as runs: ``("selective",) * 19 + ("none",) * 2`` ->
+    ``"sel×19/none×2"`` (a run of one stage has no count)."""
+    out: list[str] = []
+    i = 0
+    while i < len(modes):
+        j = i
+        while j < len(modes) and modes[j] == modes[i]:
+            j += 1
+        out.append(_SHORT.get(modes[i], modes[i]) + (f"×{j - i}" if j - i > 1 else ""))
+        i = j
+    return "/".join(out)
+
+
 @dataclass(frozen=True)
 class PlanSpec:
     """A training plan.  ``recompute``: ``"none"``, ``"selective"`` (attention core),
@@ -152,7 +169,8 @@ class PlanSpec:
         return cls(**d)
 
     def describe(self) -> str:
-        rc = self.recompute if isinstance(self.recompute, str) else "/".join(self.recompute)
+        """One line; per-stage recompute as runs (``sel×19/none×2``)."""
+        rc = self.recompute if isinstance(self.recompute, str) else recompute_runs(self.recompute)
         extra = []
         if self.virtual_stages > 1:
             extra.append(f"v{self.virtual_stages}")

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._json import dump_json, load_json
+from ._json import dump_json, load_json, stamped
 
 __all__ = ["PHAZE_MODELS", "PHAZE_HBM_GIB", "PhazeRow", "phaze"]
 
@@ -118,7 +118,8 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
             rows.append(row)
             kept.append(row)
             if out is not None:
-                dump_json({"experiment": "phaze", "rows": [asdict(r) for r in kept]}, out)
+                dump_json(stamped("phaze-reproduction", {"experiment": "phaze", "rows": [asdict(r) for r in kept]}),
+                          out)
             if echo is not None:
                 echo(row.line())
     return rows

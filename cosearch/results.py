@@ -14,7 +14,7 @@ from typing import Any
 
 from . import _validate as v
 from . import plan as plan_mod
-from ._json import dump_json, load_json
+from ._json import load_json, save_new_json, stamped
 from .hardware import DESIGN_FIELDS, Accelerator
 from .report import pareto_front, plot, table
 
@@ -145,13 +145,15 @@ class Results:
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
+        return stamped("results", {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
                 "pruned": self.pruned, "total_designs": self.total_designs,
                 "interrupted": self.interrupted, "baselines": self.baselines, "meta": self.meta,
-                "rows": [r.to_dict() for r in self.rows]}
+                "rows": [r.to_dict() for r in self.rows]})
 
-    def to_json(self, path: str | os.PathLike | None = None) -> str:
-        return dump_json(self.to_dict(), path)
+    def to_json(self, path: str | os.PathLike | None = None, overwrite: bool = False) -> str:
+        """The JSON text; also written to ``path`` when given — which must not exist unless
+        ``overwrite`` (as the command line refuses without ``--force``)."""
+        return save_new_json(self.to_dict(), path, overwrite)
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> Results:
@@ -179,18 +181,32 @@ class Results:
         except ValueError as exc:
             raise ValueError(f"{name}: malformed cosearch results file: {exc}") from None
 
+    #: Columns of :meth:`to_csv` after the design fields (README's "Output files").
+    CSV_PLAN_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "microbatch", "recompute", "virtual_stages",
+                        "sequence_parallel", "zero", "zero_group", "precision", "flash_attention", "chips_used",
+                        "mfu", "time_model", "reason")
+
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
+        """One row per design in rank order (best throughput first, designs without a plan
+        last), with the plan's columns (:data:`CSV_PLAN_COLUMNS`)."""
         buf = io.StringIO()
         w = csv.writer(buf)
-        cols = ["index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",
-                "dp", "tp", "pp", "microbatch", "chips_used", "mfu", "time_model"]
+        cols = ["rank", "index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",
+                *self.CSV_PLAN_COLUMNS]
         w.writerow(cols)
-        for r in self.rows:
+        ranked = sorted(self.rows, key=lambda r: (r.plan is None, -r.tokens_per_s, r.index))
+        for rank, r in enumerate(ranked, start=1):
             p = r.plan
-            w.writerow([r.index, *[r.design[f] for f in DESIGN_FIELDS], r.area_mm2, r.power_w,
-                        r.tokens_per_s, p.step_time_s if p else "", p.dp if p else "", p.tp if p else "",
-                        p.pp if p else "", p.microbatch if p else "", p.chips_used if p else "",
-                        p.mfu if p else "", r.time_model])
+            if p is None:
+                plan_cols = [""] * (len(self.CSV_PLAN_COLUMNS) - 2) + [r.time_model, r.reason]
+            else:
+                s = p.spec
+                rc = s.recompute if isinstance(s.recompute, str) else plan_mod.recompute_runs(s.recompute)
+                plan_cols = [s.dp, s.tp, s.pp, s.context_parallel, s.expert_parallel, s.microbatch, rc,
+                             s.virtual_stages, s.sequence_parallel, s.zero, s.shard_group if s.zero else "",
+                             s.precision, s.flash_attention, p.chips_used, p.mfu, r.time_model, r.reason]
+            w.writerow([rank if p is not None else "", r.index, *[r.design[f] for f in DESIGN_FIELDS], r.area_mm2,
+                        r.power_w, r.tokens_per_s, p.step_time_s if p else "", *plan_cols])
         text = buf.getvalue()
         if path is not None:
             with open(path, "w", newline="") as fh:

@@ -154,7 +154,7 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
                        total_designs=len(sp.designs), interrupted=not final, meta=json.loads(json.dumps(meta)))
 
     save = None if o.checkpoint is None else \
-        (lambda rows_now, pruned: snapshot(rows_now, pruned, False).to_json(o.checkpoint))
+        (lambda rows_now, pruned: snapshot(rows_now, pruned, False).to_json(o.checkpoint, overwrite=True))
     # prune against the keep_top-th best distinct step (the ILP ranking seeds its top k
     # distinct results with the sweep's)
     out = sweep.run_sweep(sp, rows=rows, done=done, prune=o.prune, keep_top=max(1, int(o.refine_top or 0)),
@@ -237,6 +237,10 @@ def _rank_and_compare(res: Results, sp: sweep.SweepSpace, space: SearchSpace, o:
             ranking.rank_top_ilp(res, sp.model, sp.cluster, sp.global_batch, sp.mem, o.refine_top, sp.plan_options,
                                  sp.designs, sp.tps, sp.mbs, sp.area, sp.power, o.progress,
                                  max_designs=o.ilp_designs)
+            # the meta says what the ranked rows say: "ilp" once the top is ranked on ILP layer
+            # times (those rows carry time_model "ilp"; the rest stay the screening's "sum")
+            if any(r.time_model == "ilp" for r in res.rows):
+                res.meta["time_model"] = "ilp"
         if baselines:
             from . import baselines as bl
             res.baselines = bl.run_baselines(sp.model, space, sp.cluster, sp.global_batch, mem=sp.mem, tps=sp.tps,

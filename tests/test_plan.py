@@ -369,3 +369,11 @@ def test_plan_cli_evaluates_and_searches_with_an_engine(capsys):
     with pytest.raises(SystemExit) as exc:                              # unknown engine: argparse's message
         main(args[:-1] + ["colossal", "--tp", "2"])
     assert exc.value.code == 2 and "invalid choice: 'colossal'" in capsys.readouterr().err
+
+
+
+def test_per_stage_recompute_prints_as_runs():
+    from cosearch.plan import recompute_runs
+    assert recompute_runs(("selective",) * 19 + ("none",) * 2) == "sel×19/none×2"
+    assert recompute_runs(("full", "selective", "selective", "none")) == "full/sel×2/none"
+    assert PlanSpec(1, 1, 3, 1, recompute=("full", "full", "none")).describe() == "dp1 tp1 pp3 mb1 rc:full×2/none"

@@ -215,7 +215,7 @@ def test_resume_from_a_named_file(tmp_path, capsys):
     a = search.Results.from_json(first)
     partial = search.Results(a.model, a.chips, a.global_batch, a.rows[: len(a.rows) // 2], a.pruned,
                              a.total_designs, True, meta=a.meta)
-    partial.to_json(first)
+    partial.to_json(first, overwrite=True)
     assert main([*args, "--out", str(second), "--resume", str(first)]) == 0
     b = search.Results.from_json(second)
     assert not b.interrupted and b.best.index == a.best.index

@@ -61,6 +61,24 @@ def test_json_round_trip(tmp_path):
     csv = res.to_csv()
     assert csv.count("\n") == len(res.rows) + 1
     assert "designs evaluated" in res.table()
+    d = json.loads(p.read_text())
+    assert d["schema"] == "cosearch.results/1" and d["cosearch_version"]
+
+
+def test_csv_in_rank_order_with_plan_columns():
+    import csv as csv_mod
+    import io
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=0,
+                          plan_options={"zero": (0, 1, 3), "sequence_parallel": (False, True)})
+    rows = list(csv_mod.DictReader(io.StringIO(res.to_csv())))
+    tps = [float(r["tokens_per_s"]) for r in rows if r["rank"]]
+    assert tps == sorted(tps, reverse=True) and [r["rank"] for r in rows if r["rank"]] == [str(i + 1) for i in range(len(tps))]
+    best = res.best
+    top = rows[0]
+    assert int(top["index"]) == best.index and int(top["dp"]) == best.plan.dp
+    for col in ("cp", "ep", "recompute", "virtual_stages", "sequence_parallel", "zero", "precision"):
+        assert col in top
+    assert top["precision"] == "bf16" and top["cp"] == "1"
 
 
 def test_pareto_front_brute_force():
@@ -386,3 +404,20 @@ def test_resume_accepts_unlimited_budgets_ranked_and_finished_files(tmp_path):
     assert part.best.index == full.best.index and not part.interrupted
     with pytest.raises(ValueError, match="these differ: tps"):
         search.cosearch(m, sp, 16, 32, "serial", tps=(1,), refine_top=1, resume=f)
+
+
+def test_results_to_json_refuses_to_overwrite_by_default(tmp_path):
+    res = search.cosearch("bert-large", None, 8, 16, "serial", refine_top=0)
+    p = tmp_path / "r.json"
+    res.to_json(p)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        res.to_json(p)
+    res.to_json(p, overwrite=True)
+    assert json.loads(p.read_text())["model"] == res.model
+
+
+def test_meta_time_model_agrees_with_the_rows():
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=1)
+    assert any(r.time_model == "ilp" for r in res.rows) and res.meta["time_model"] == "ilp"
+    res0 = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=0)
+    assert all(r.time_model == "sum" for r in res0.rows) and res0.meta["time_model"] == "sum"

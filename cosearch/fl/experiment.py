@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._interrupt import stop_pool
-from .._json import dump_json, load_json
+from .._json import dump_json, load_json, stamped
 from .._validate import positive_int
 from .masks import METHODS
 from .simulation import FLResult, simulate
@@ -113,9 +113,10 @@ class Experiment:
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict:
-        return {"kind": "cosearch.fl.experiment", "dataset": self.dataset, "methods": self.methods,
-                "seeds": self.seeds, "config": self.config, "interrupted": bool(self.interrupted),
-                "runs": {m: {str(s): r.to_dict() for s, r in rs.items()} for m, rs in self.runs.items()}}
+        return stamped("fl-experiment", {
+            "kind": "cosearch.fl.experiment", "dataset": self.dataset, "methods": self.methods,
+            "seeds": self.seeds, "config": self.config, "interrupted": bool(self.interrupted),
+            "runs": {m: {str(s): r.to_dict() for s, r in rs.items()} for m, rs in self.runs.items()}})
 
     def to_json(self, path=None) -> str:
         return dump_json(self.to_dict(), path)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .._json import dump_json, load_json
+from .._json import dump_json, load_json, stamped
 from .._validate import choice, positive_float, positive_int
 from .data import FLData, load_dataset
 from .masks import METHODS, ThresholdSchedule
@@ -59,9 +59,10 @@ class FLResult:
     stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self):
-        return {"method": self.method, "dataset": self.dataset, "model": self.model, "clients": self.clients,
-                "config": self.config, "interrupted": bool(self.interrupted),
-                "rounds": [asdict(r) for r in self.rounds]}
+        return stamped("fl-result", {"method": self.method, "dataset": self.dataset, "model": self.model,
+                                     "clients": self.clients, "config": self.config,
+                                     "interrupted": bool(self.interrupted),
+                                     "rounds": [asdict(r) for r in self.rounds]})
 
     def to_json(self, path=None) -> str:
         return dump_json(self.to_dict(), path)
