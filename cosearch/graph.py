@@ -132,10 +132,14 @@ class LayerGraph:
         return len(self.ops)
 
     def arrays(self) -> np.ndarray:
-        """(ops, len(OP_FIELDS)) float64 array for the kernels."""
-        if not self.ops:
-            return np.zeros((0, len(OP_FIELDS)))
-        return np.array([op.as_row() for op in self.ops], dtype=np.float64)
+        """(ops, len(OP_FIELDS)) float64 array for the kernels (built once, read-only)."""
+        cached = self.__dict__.get("_arrays")
+        if cached is None:
+            cached = (np.zeros((0, len(OP_FIELDS))) if not self.ops else
+                      np.array([op.as_row() for op in self.ops], dtype=np.float64))
+            cached.setflags(write=False)
+            self.__dict__["_arrays"] = cached
+        return cached
 
     @property
     def total_flops(self) -> float:

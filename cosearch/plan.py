@@ -17,6 +17,7 @@ and head), as BLOOM's and Llama 3's pipelines did.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -263,9 +264,11 @@ class Plan:
 
 
 # ---------------------------------------------------------------------- unit costs
+@functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1):
-    """The six graphs of (embedding, layer, head) x (fwd, bwd)."""
+    """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
+    again (another design, another ``evaluate``) reuses them (callers must not change the dict)."""
     return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash,
                                     context_parallel=cp, precision=precision, expert_parallel=ep)
             for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
