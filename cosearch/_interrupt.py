@@ -12,7 +12,7 @@ import signal
 import threading
 from contextlib import contextmanager
 
-__all__ = ["Terminated", "terminate_as_interrupt", "stop_pool", "exit_code"]
+__all__ = ["Terminated", "terminate_as_interrupt", "stop_pool", "exit_code", "worker_deaths"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -50,3 +50,24 @@ def stop_pool(pool, wait: bool = False) -> None:
             p.terminate()
     for p in procs:
         p.join(timeout=10)
+
+
+def worker_deaths(pool) -> str:
+    """How a broken pool's workers ended, from their exit codes (``"killed by SIGKILL, as the
+    out-of-memory killer does"``), or that it is not known."""
+    import signal as _signal
+    codes = sorted({p.exitcode for p in (getattr(pool, "_processes", None) or {}).values()
+                    if p.exitcode not in (None, 0)})
+    if not codes:
+        return "how they ended is not known"
+    out = []
+    for c in codes:
+        if c < 0:
+            try:
+                name = _signal.Signals(-c).name
+            except ValueError:
+                name = f"signal {-c}"
+            out.append(f"killed by {name}" + (", as the out-of-memory killer does" if -c == _signal.SIGKILL else ""))
+        else:
+            out.append(f"exited with status {c}")
+    return "; ".join(out)

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import memory, placement, schedule
 from . import plan as plan_mod
-from ._interrupt import stop_pool
+from ._interrupt import stop_pool, worker_deaths
 from .cluster import Cluster
 from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel
 from .models import ModelConfig
@@ -178,6 +178,11 @@ def make_executor(executor) -> tuple[Executor | None, bool]:
             raise ValueError(f"executor: a number of worker processes must be >= 1, got {n}")
         if n <= 1 and executor is None:
             return None, False
+        from ._spawn import spawn_problem
+        why = spawn_problem()
+        if why is not None:
+            log.warning("cosearch: %s", why)
+            return None, False
         import multiprocessing as mp
         # spawn: numba's OpenMP threads make fork() unsafe once a kernel has run
         return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")), True
@@ -313,7 +318,7 @@ def run_sweep(sp: SweepSpace, *, rows: list, done: set, prune: bool, keep_top: i
                         broken = True
                 if broken:   # a worker died: resubmit every unfinished chunk to a fresh pool
                     if not owned or restarts >= MAX_POOL_RESTARTS:
-                        raise RuntimeError("worker processes died repeatedly (out of memory?); "
+                        raise RuntimeError(f"worker processes died repeatedly ({worker_deaths(pool)}); "
                                            f"{len(out.rows)} designs were evaluated") from None
                     restarts += 1
                     log.warning("a worker process died; retrying %d chunks on a fresh pool", len(pending))

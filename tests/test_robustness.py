@@ -328,3 +328,34 @@ def test_temp_files_of_a_killed_save_are_removed_on_the_next_write(tmp_path):
 def test_checkpoint_interval_must_be_finite(capsys):
     assert main(["search", *SMALL, "--serial", "--out", "r.json", "--checkpoint-every", "nan"]) == 2
     assert "checkpoint_every_s must be a positive finite number" in capsys.readouterr().err
+
+
+def test_library_call_in_an_unguarded_script_runs_in_process(tmp_path):
+    """README's library example pasted into a script without `if __name__ == "__main__":`:
+    the pool would re-run the script in every worker; it runs in-process with a warning."""
+    script = tmp_path / "job.py"
+    script.write_text("import cosearch as cs\n"
+                      "res = cs.cosearch('bert-large', None, 8, 16, executor=2, refine_top=0)\n"
+                      "print('best', res.best.index)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("best") == 1
+    assert "without an `if __name__" in out.stderr and "running in-process" in out.stderr
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text("import cosearch as cs\n"
+                       "if __name__ == '__main__':\n"
+                       "    res = cs.cosearch('bert-large', None, 8, 16, executor=2, refine_top=0)\n"
+                       "    print('best', res.best.index)\n")
+    out2 = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out2.returncode == 0 and "running in-process" not in out2.stderr
+    assert out2.stdout == out.stdout
+
+
+def test_worker_deaths_are_named():
+    from types import SimpleNamespace
+
+    from cosearch._interrupt import worker_deaths
+    pool = SimpleNamespace(_processes={1: SimpleNamespace(exitcode=-9), 2: SimpleNamespace(exitcode=None),
+                                       3: SimpleNamespace(exitcode=3)})
+    assert worker_deaths(pool) == "killed by SIGKILL, as the out-of-memory killer does; exited with status 3"
+    assert worker_deaths(SimpleNamespace(_processes={})) == "how they ended is not known"

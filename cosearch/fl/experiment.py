@@ -18,6 +18,7 @@ straggler per round.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._interrupt import stop_pool
+from .._interrupt import stop_pool, worker_deaths
 from .._json import dump_json, load_json, stamped
 from .._validate import positive_int
 from .masks import METHODS
@@ -254,6 +255,8 @@ class Experiment:
         return fig
 
 
+log = logging.getLogger("cosearch")
+
 #: Fresh pools an experiment starts after workers die before it gives up.
 MAX_POOL_RESTARTS = 3
 
@@ -316,6 +319,12 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
             bar.update(1)
 
     kw = {"dataset": dataset, "rounds": rounds, "clients": clients, **simulate_kwargs}
+    if workers > 1 and len(todo) > 1:
+        from .._spawn import spawn_problem
+        why = spawn_problem()
+        if why is not None:
+            log.warning("cosearch: %s", why)
+            workers = 1
     try:
         if workers == 1 or len(todo) <= 1:
             for m, s in todo:
@@ -344,7 +353,8 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
                         # a worker died (killed, out of memory): its runs and those queued behind
                         # it are run again on a fresh pool, as the co-search's sweep does
                         if restarts >= MAX_POOL_RESTARTS:
-                            raise RuntimeError(f"FL worker processes died {restarts + 1} times (out of memory?); "
+                            raise RuntimeError(f"FL worker processes died {restarts + 1} times "
+                                               f"({worker_deaths(pool)}); "
                                                f"{sum(len(r) for r in exp.runs.values())} finished runs are "
                                                f"saved" + (f" in {out}" if out is not None else ""))
                         restarts += 1
