@@ -13,7 +13,7 @@ import os
 import tempfile
 from typing import Any
 
-__all__ = ["dump_json", "save_new_json", "load_json", "atomic_write_text", "finite_or_none", "stamped", "SCHEMA_VERSION"]
+__all__ = ["dump_json", "save_new_json", "load_json", "read_json_file", "atomic_write_text", "finite_or_none", "stamped", "SCHEMA_VERSION"]
 
 #: Version of the layout of cosearch's JSON files (results, FL results and experiments,
 #: PHAZE reproductions); README's "Output files" section documents the fields.
@@ -104,6 +104,17 @@ def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrit
     if path is not None and not overwrite and os.path.exists(path):
         raise FileExistsError(f"{os.fspath(path)} exists; pass overwrite=True to replace it")
     return dump_json(data, path)
+
+
+def read_json_file(path: str | os.PathLike, what: str) -> Any:
+    """The parsed JSON of a user's file, or ``ValueError`` naming ``what`` and the problem."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except OSError as exc:
+        raise ValueError(f"{what} file {os.fspath(path)!r}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} file {os.fspath(path)!r} is not valid JSON: {exc}") from None
 
 
 def load_json(source: str | os.PathLike) -> dict[str, Any]:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 __all__ = ["main"]
@@ -261,6 +262,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "chip's own link)")
     p.add_argument("--nodes", type=int, help="nodes of a DGX cluster preset")
     p.add_argument("--chips", type=int, help="chips of a gb200-nvl72, TPU pod or flat cluster")
+    p.add_argument("--chips-per-node", type=int, help="override the cluster's chips per node")
+    p.add_argument("--intra-Bps", type=float, help="override the per-chip intra-node bandwidth (bytes/s, one direction)")
+    p.add_argument("--inter-Bps", type=float, help="override the per-chip inter-node bandwidth (bytes/s, one direction)")
+    p.add_argument("--intra-efficiency", type=float, help="override the achievable fraction of the intra-node link")
+    p.add_argument("--inter-efficiency", type=float, help="override the achievable fraction of the inter-node link")
     p.add_argument("--batch", type=int, help="global batch size in sequences (or --global-batch-size in "
                                              "--from-megatron-args)")
     p.add_argument("--dp", type=int, help="data-parallel degree (omit to search)")
@@ -293,7 +299,23 @@ _CHIP_PRESETS = ("gb200-nvl72", "tpuv4-pod", "tpuv5e-pod", "tpuv5p-pod")
 
 
 def _cluster_from_args(a):
+    c = _base_cluster(a)
+    changes = {k: getattr(a, arg) for k, arg in (("chips_per_node", "chips_per_node"), ("intra_node_Bps", "intra_Bps"),
+                                                  ("inter_node_Bps", "inter_Bps"),
+                                                  ("intra_efficiency", "intra_efficiency"),
+                                                  ("inter_efficiency", "inter_efficiency"))
+               if getattr(a, arg, None) is not None}
+    return c.with_(**changes) if changes else c
+
+
+def _is_file(name: str | None) -> bool:
+    return bool(name) and (str(name).endswith(".json") or os.path.isfile(str(name)))
+
+
+def _base_cluster(a):
     from . import cluster as cl
+    if _is_file(a.cluster):
+        return cl.Cluster.from_json(a.cluster)
     if a.cluster in _NODE_PRESETS:
         if a.nodes is None:
             raise ValueError(f"--cluster {a.cluster} needs --nodes")
@@ -313,7 +335,10 @@ def _cluster_from_args(a):
 def _chip_from_args(a):
     """--chip, or the chip the cluster preset is built of."""
     from .cluster import PRESET_CHIPS
+    from .hardware import Accelerator
     from .hardware import preset as chip_preset
+    if _is_file(a.chip):
+        return Accelerator.from_json(a.chip)
     if a.chip is not None:
         return chip_preset(a.chip)
     return chip_preset(PRESET_CHIPS.get(a.cluster, "A100-80GB"))
@@ -427,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                         formatter_class=fmt)
     _plan_args(pl)
     sub.add_parser("models", help="list model presets")
-    sub.add_parser("presets", help="list accelerator presets")
+    sub.add_parser("presets", help="list chip, cluster and engine presets")
     rp = sub.add_parser("reproduce", help="re-run a published experiment (phaze: PHAZE's ICML 2024 table)",
                         formatter_class=fmt)
     rp.add_argument("experiment", choices=["phaze"])
@@ -486,12 +511,21 @@ def _dispatch(a) -> int:
                   f"{m.seq_len:>5} {m.num_params()/1e9:>8.2f}B")
         return 0
     if a.cmd == "presets":
+        from .cluster import PRESET_CHIPS
+        from .engine import ENGINES
         from .hardware import PRESETS
+        print("chips (--chip NAME, or --chip FILE.json with Accelerator.to_dict() fields):")
+        print(f"  {'name':<10} {'BF16 TFLOP/s':>12} {'FP8':>5} {'HBM GiB':>8} {'TB/s':>6} {'L2 MiB':>7}")
         for chip in PRESETS.values():
-            print(f"{chip.name:<6} {chip.tensor_cores:>4} x {chip.systolic_rows}x{chip.systolic_cols} @ "
-                  f"{chip.clock_hz/1e9:.2f} GHz = {chip.peak_flops/1e12:.0f} TFLOP/s, HBM "
-                  f"{chip.hbm_bytes/2**30:.0f} GiB @ {chip.hbm_bandwidth_Bps/1e12:.2f} TB/s, "
-                  f"L2 {chip.l2_bytes/2**20:.0f} MiB, area {chip.area_mm2():.0f} mm^2, {chip.power_w():.0f} W")
+            print(f"  {chip.name:<10} {chip.peak_flops/1e12:>12.0f} {'yes' if chip.supports_fp8 else 'no':>5} "
+                  f"{chip.hbm_bytes/2**30:>8.0f} {chip.hbm_bandwidth_Bps/1e12:>6.2f} {chip.l2_bytes/2**20:>7.0f}")
+        print("clusters (--cluster NAME with --nodes or --chips, or --cluster FILE.json with Cluster.to_dict() "
+              "fields):")
+        for name, chip in PRESET_CHIPS.items():
+            print(f"  {name:<12} chip {chip}")
+        print("engines (--engine NAME):")
+        for e in ENGINES.values():
+            print(f"  {e.name:<26} {e.software}")
         return 0
     if a.cmd == "plan":
         return _run_plan(a)

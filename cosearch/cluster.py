@@ -138,6 +138,27 @@ class Cluster:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cluster:
+        """A cluster from :meth:`to_dict`'s fields (a cluster JSON file); an unknown field is
+        refused by name and every value validated."""
+        from dataclasses import fields
+        if not isinstance(d, dict):
+            raise ValueError(f"a cluster description must be an object, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"cluster: unknown field(s) {unknown}; known: {sorted(known)}")
+        if "num_chips" not in d:
+            raise ValueError("cluster: missing field 'num_chips'")
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, path) -> Cluster:
+        """A cluster from a JSON file of :meth:`to_dict`'s fields."""
+        from ._json import read_json_file
+        return cls.from_dict(read_json_file(path, "cluster"))
+
     def describe(self) -> str:
         if self.flat:
             return f"{self.num_chips} chips, one flat domain"

@@ -57,7 +57,7 @@ import itertools
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -271,9 +271,35 @@ class Accelerator:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Accelerator:
+        """An accelerator from :meth:`to_dict`'s fields (a chip JSON file); an unknown or missing
+        field is refused by name, and every value is validated as the constructor does."""
+        from dataclasses import fields
+        if not isinstance(d, dict):
+            raise ValueError(f"a chip description must be an object, got {type(d).__name__}")
         d = dict(d)
         eff = d.pop("efficiency", None)
+        known = {f.name for f in fields(cls)} - {"efficiency"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"chip: unknown field(s) {unknown}; known: {sorted(known | {'efficiency'})}")
+        missing = sorted(f.name for f in fields(cls) if f.name in known and f.name not in d
+                         and f.default is MISSING)
+        if missing:
+            raise ValueError(f"chip: missing field(s) {missing}")
+        if eff is not None:
+            if not isinstance(eff, dict):
+                raise ValueError("chip: 'efficiency' must be an object of KernelEfficiency fields")
+            ekeys = {f.name for f in fields(KernelEfficiency)}
+            bad = sorted(set(eff) - ekeys)
+            if bad:
+                raise ValueError(f"chip: unknown efficiency field(s) {bad}; known: {sorted(ekeys)}")
         return cls(**d, efficiency=KernelEfficiency(**eff) if eff else IDEAL)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> Accelerator:
+        """A chip from a JSON file of :meth:`to_dict`'s fields."""
+        from ._json import read_json_file
+        return cls.from_dict(read_json_file(path, "chip"))
 
     def area_mm2(self, model: AreaPowerModel | None = None) -> float:
         return float((model or AreaPowerModel()).area_mm2(self.as_array()[None, :])[0])

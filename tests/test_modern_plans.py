@@ -499,3 +499,38 @@ def test_tp_comm_overlap_hand_worked():
     a = evaluate(m, "H100", cl, spec, 8, engine="megatron-core")
     b = evaluate(m, "H100", cl, spec, 8, engine="megatron-core-tp-overlap")
     assert b.breakdown["tp_comm_s"] < a.breakdown["tp_comm_s"] and b.step_time_s < a.step_time_s
+
+
+def test_chip_and_cluster_files_round_trip_and_cli(tmp_path, capsys):
+    import json
+
+    from cosearch.cli import main
+    chip = hardware.H100.with_(name="my-h100", hbm_bytes=96e9)
+    cl = cluster.preset("dgx-h100", 2).with_(inter_node_Bps=25e9, name="slow-ib")
+    (tmp_path / "chip.json").write_text(json.dumps(chip.to_dict()))
+    (tmp_path / "cl.json").write_text(json.dumps(cl.to_dict()))
+    assert hardware.Accelerator.from_json(tmp_path / "chip.json") == chip
+    assert cluster.Cluster.from_json(tmp_path / "cl.json") == cl
+    spec = ["--batch", "32", "--dp", "4", "--tp", "4", "--pp", "1", "--mb", "1", "--json"]
+    assert main(["plan", "--model", "llama2-7b", "--chip", str(tmp_path / "chip.json"), "--cluster",
+                 str(tmp_path / "cl.json"), *spec]) == 0
+    d = json.loads(capsys.readouterr().out)
+    want = evaluate("llama2-7b", chip, cl, PlanSpec(4, 4, 1, 1), 32)
+    assert d["chip"] == "my-h100" and d["plans"][0]["step_time_s"] == pytest.approx(want.step_time_s, rel=1e-12)
+    # flags override a preset's links
+    assert main(["plan", "--model", "llama2-7b", "--cluster", "dgx-h100", "--nodes", "2", "--inter-Bps", "25e9",
+                 *spec]) == 0
+    d2 = json.loads(capsys.readouterr().out)
+    assert d2["cluster"]["inter_node_Bps"] == 25e9 and d2["chip"] == "H100"
+    bad = dict(chip.to_dict(), turbo=True)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['turbo'\]"):
+        hardware.Accelerator.from_dict(bad)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['nodes'\]"):
+        cluster.Cluster.from_dict(dict(cl.to_dict(), nodes=2))
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    assert main(["plan", "--model", "llama2-7b", "--chip", str(tmp_path / "bad.json"), "--cluster", "flat",
+                 "--chips", "16", *spec]) == 2
+    assert "turbo" in capsys.readouterr().err
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "chips (" in out and "clusters (" in out and "engines (" in out and "fsdp" in out
