@@ -97,41 +97,56 @@ def table(res: Results, top: int = 10) -> str:
 
 
 def plot(res: Results, path: str | os.PathLike | None = None, against: str = "area"):
-    """Left: throughput vs area (or power) of every design — ILP-ranked and screened rows
-    marked apart —, the Pareto front of the ILP-ranked rows (the screened ones if there are
-    none) and the baselines.  Right: the winner's step-time breakdown.  Needs matplotlib
-    (``pip install cosearch[plot]``)."""
+    """Left: throughput vs area (or power) of every evaluated design — ILP-ranked and screened
+    rows marked apart —, their Pareto front (a step line with markers), the baselines, and a
+    note of how many designs a bound pruned unevaluated.  Right: the winner's step-time
+    breakdown, each bar labelled with its seconds.  Axes carry thousands separators.  Needs
+    matplotlib (``pip install cosearch[plot]``)."""
+    import textwrap
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter
     except ImportError as exc:  # pragma: no cover
         raise ImportError("Results.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
     f = res.feasible
     key = "area_mm2" if against == "area" else "power_w"
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     for tm, colour, label in (("sum", "0.6", "screened (serial layers)"), ("ilp", "C0", "ILP-ranked")):
         rows = [r for r in f if r.time_model == tm]
         if rows:
             ax.scatter([getattr(r, key) for r in rows], [r.tokens_per_s for r in rows], s=8, alpha=0.5,
                        c=colour, label=label)
-    ranked = [r for r in f if r.time_model == "ilp"] or f
-    front = [ranked[i] for i in pareto_front([getattr(r, key) for r in ranked], [r.tokens_per_s for r in ranked])]
-    ax.plot([getattr(r, key) for r in front], [r.tokens_per_s for r in front], "k-", lw=1, label="Pareto front")
+    front = sorted((f[i] for i in pareto_front([getattr(r, key) for r in f], [r.tokens_per_s for r in f])),
+                   key=lambda r: getattr(r, key))
+    if front:
+        ax.plot([getattr(r, key) for r in front], [r.tokens_per_s for r in front], "k-o", ms=4, lw=1,
+                drawstyle="steps-post", label=f"Pareto front ({len(front)} design{'s' if len(front) > 1 else ''})")
     if f:
         b = res.best
-        ax.scatter([getattr(b, key)], [b.tokens_per_s], marker="*", s=200, c="red", label="co-search best")
-        items = [(k[:-2].replace("_", " "), v) for k, v in b.plan.breakdown.items()]
-        bx.barh([k for k, _ in items], [v for _, v in items], color="C1")
+        ax.scatter([getattr(b, key)], [b.tokens_per_s], marker="*", s=200, c="red", label="co-search best", zorder=3)
+        items = [(k[:-2].replace("_", " "), v) for k, v in b.plan.breakdown.items() if v > 0]
+        bars = bx.barh([k for k, _ in items], [v for _, v in items], color="C1")
+        bx.bar_label(bars, labels=[f"{v:,.3g}" for _, v in items], fontsize=7, padding=2)
         bx.invert_yaxis()
         bx.set_xlabel("seconds per step")
-        bx.set_title(f"best design {b.index}: {b.plan.spec.describe()[:40]}", fontsize=8)
+        bx.margins(x=0.25)
+        title = f"best design {b.index}: {b.plan.spec.describe()}"
+        bx.set_title("\n".join(textwrap.wrap(title, 48)), fontsize=8)
     for (name, base), mk in zip(res.baselines.items(), ("s", "^", "D")):
         if base.get("tokens_per_s"):
             ax.scatter([base.get(key, np.nan)], [base["tokens_per_s"]], marker=mk, s=80, label=name)
+    note = ""
+    if res.pruned:
+        note = (f"\n{res.pruned:,} of {res.total_designs:,} designs pruned unevaluated: a valid lower bound on "
+                f"their step time\n(all work spread over every chip) was above the best plan found")
+    thousands = FuncFormatter(lambda x, _pos: f"{x:,.0f}")
+    ax.yaxis.set_major_formatter(thousands)
+    ax.xaxis.set_major_formatter(thousands)
     ax.set_xlabel("area (mm$^2$)" if against == "area" else "power (W)")
     ax.set_ylabel("training throughput (tokens/s)")
-    ax.set_title(f"{res.model}, {res.chips} chips, batch {res.global_batch}")
+    ax.set_title(f"{res.model}, {res.chips:,} chips, batch {res.global_batch:,}" + note, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     if path is not None:

@@ -350,6 +350,19 @@ def test_plot_and_cli_lists(tmp_path, capsys):
     res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=1)
     fig = res.plot(tmp_path / "front.png")
     assert (tmp_path / "front.png").stat().st_size > 1000 and len(fig.axes) == 2
+    ax, bx = fig.axes
+    # the front is drawn (a line with markers through the non-dominated designs)
+    front = [ln for ln in ax.get_lines() if ln.get_label().startswith("Pareto front")]
+    assert front and len(front[0].get_xdata()) >= 1 and front[0].get_marker() == "o"
+    xs = list(front[0].get_xdata())
+    assert xs == sorted(xs)
+    best = max(r.tokens_per_s for r in res.feasible)
+    assert max(front[0].get_ydata()) == pytest.approx(best)
+    if res.pruned:
+        assert "pruned unevaluated" in ax.get_title()
+    assert ax.yaxis.get_major_formatter()(1234567, 0) == "1,234,567"
+    assert bx.texts and all(t.get_text() for t in bx.texts)          # every bar labelled with its value
+    assert max(len(x) for x in bx.get_title().splitlines()) <= 48
     space = tmp_path / "s.json"
     space.write_text('{"tensor_cores": [2, 4], "systolic_dims": [[64, 64]], "vector_units": [2], '
                      '"vector_width": [512], "l1_bytes": [1048576], "l2_bytes": [33554432]}')
