@@ -99,38 +99,6 @@ def _free_ports(n):
     return ports
 
 
-APP_TOML = """
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "cosearchdigits"
-version = "1.0.0"
-dependencies = []
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "cosearch"
-
-[tool.flwr.app.components]
-serverapp = "cosearch.fl.flower_app:server_app"
-clientapp = "cosearch.fl.flower_app:client_app"
-
-[tool.flwr.app.config]
-method = "invariant"
-num-rounds = 4
-seed = 0
-alpha = -1.0
-spread = 2.5
-min-clients = 3
-fraction-evaluate = 0.0
-out = ""
-"""
-
-
 def _flower_bin(name):
     """A Flower command next to this interpreter (a venv need not be on PATH), else on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), name)
@@ -152,10 +120,10 @@ def test_superlink_and_three_supernodes_run_invariant_dropout(tmp_path):
         address = "127.0.0.1:{link}"
         insecure = true
         """))
+    # the app folder `cosearch fl new-app` writes, as a user would run it
+    from cosearch.cli import main
     app = tmp_path / "app"
-    app.mkdir()
-    (app / "pyproject.toml").write_text(APP_TOML)
-    (app / "app_marker.py").write_text("# the components live in cosearch.fl.flower_app\n")
+    assert main(["fl", "new-app", str(app), "--rounds", "4", "--clients", "3"]) == 0
     out = tmp_path / "history.json"
     procs = []
     try:
@@ -200,3 +168,23 @@ def test_superlink_and_three_supernodes_run_invariant_dropout(tmp_path):
     assert all(h["rejected"] == {} and h["failures"] == 0 for h in hist)
     assert hist[2]["round_time_s"] < hist[1]["round_time_s"]         # the straggler's sub-model is faster
     assert hist[2]["thresholds"].keys() == hist[2]["invariant_counts"].keys() == {"1", "3"}
+
+
+def test_new_app_writes_a_flower_app_for_any_dataset_and_model(tmp_path, capsys):
+    import tomllib
+
+    from cosearch.cli import main
+    assert main(["fl", "new-app", str(tmp_path / "a"), "--dataset", "femnist", "--data", "/data/fem",
+                 "--model", "femnist_cnn", "--method", "ordered", "--rounds", "7", "--clients", "5"]) == 0
+    cfg = tomllib.loads((tmp_path / "a" / "pyproject.toml").read_text())
+    assert cfg["tool"]["flwr"]["app"]["components"] == {"serverapp": "cosearch.fl.flower_app:server_app",
+                                                        "clientapp": "cosearch.fl.flower_app:client_app"}
+    run = cfg["tool"]["flwr"]["app"]["config"]
+    assert (run["dataset"], run["data-dir"], run["model"], run["method"], run["num-rounds"], run["min-clients"]) == \
+        ("femnist", "/data/fem", "femnist_cnn", "ordered", 7, 5)
+    assert "num-partitions=5" in (tmp_path / "a" / "README.md").read_text()
+    assert main(["fl", "new-app", str(tmp_path / "a")]) == 2                      # never over an app
+    assert main(["fl", "new-app", str(tmp_path / "b"), "--dataset", "cifar10"]) == 2    # needs --data
+    assert main(["fl", "new-app", str(tmp_path / "c"), "--model", "gpt"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds" in err and "give data_dir" in err and "model" in err

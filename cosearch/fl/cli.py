@@ -69,6 +69,14 @@ def add_parsers(sub) -> None:
     fg.add_argument("--users", type=int, default=5, help="clients (writers or roles) (default: 5)")
     fg.add_argument("--samples", type=int, default=150, help="samples per user before the split (default: 150)")
     fg.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    fn = flsub.add_parser("new-app", help="write a Flower App folder (flwr run) for a dataset, model and method")
+    fn.add_argument("out", help="folder to create")
+    fn.add_argument("--dataset", default="digits", help="digits (bundled), femnist, shakespeare or cifar10")
+    fn.add_argument("--data", default="", help="the dataset's folder on every SuperNode (not for digits)")
+    fn.add_argument("--model", default="auto", help="auto (the dataset's FLuID model) or a model name")
+    fn.add_argument("--method", default="invariant", help="dropout method (default: invariant)")
+    fn.add_argument("--rounds", type=int, default=10, help="rounds (default: 10)")
+    fn.add_argument("--clients", type=int, default=3, help="SuperNodes, one partition each (default: 3)")
     fr = flsub.add_parser("report", help="summarise FL results or an experiment")
     fr.add_argument("results", nargs="+", help="result or experiment JSON files")
     fr.add_argument("--plot", help="write a PNG: accuracy vs round and vs simulated time (bands for experiments), "
@@ -122,6 +130,11 @@ def run(a) -> int:
                   file=sys.stderr)
             return exit_code(exp.stopped_by)
         print(f"saved {a.out}")
+        return 0
+    if a.flcmd == "new-app":
+        from .app_template import write_app
+        d = write_app(a.out, a.dataset, a.model, a.method, a.rounds, a.clients, a.data)
+        print(f"wrote Flower app {d} (see {os.path.join(d, 'README.md')} for the flwr run commands)")
         return 0
     if a.flcmd == "generate":
         from .data import write_femnist_like, write_shakespeare_like

@@ -1,4 +1,4 @@
-"""A Flower App (``ServerApp`` + ``ClientApp``) for dropout training on the bundled digits.
+"""A Flower App (``ServerApp`` + ``ClientApp``) for dropout training on cosearch's FL datasets.
 
 Run it on a real deployment (a SuperLink, SuperNodes started with
 ``--node-config "partition-id=I num-partitions=N"``) with an app folder whose
@@ -7,7 +7,10 @@ components.  Run config keys: ``method``, ``num-rounds``, ``seed``, ``alpha`` (D
 negative = IID), ``spread`` (the slowest client computes ``spread`` times slower than the
 fastest; round times are simulated with :func:`~cosearch.fl.profiling.device_profiles`),
 ``fraction-evaluate`` (clients sampled for federated evaluation; 0 = none),
-``min-clients``, ``out`` (a JSON file for the strategy's per-round history; empty = none).
+``min-clients``, ``out`` (a JSON file for the strategy's per-round history; empty = none),
+``dataset`` (``digits``, bundled; ``femnist``/``shakespeare``/``cifar10`` read from ``data-dir``
+on every SuperNode) and ``model`` (``auto``: the dataset's FLuID model, or a
+:data:`~cosearch.fl.models.MODELS` name).  ``cosearch fl new-app DIR`` writes such an app folder.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from .._json import dump_json
-from .data import load_digits
+from .data import load_dataset
 from .flower import DropoutStrategy, SubmodelClient
-from .models import mlp
+from .models import DATASET_DEFAULTS, DATASET_SHAPES, build_model, mlp
 from .profiling import device_profiles
 
 __all__ = ["server_app", "client_app"]
@@ -27,6 +30,18 @@ __all__ = ["server_app", "client_app"]
 
 def _model():
     return mlp(64, 10, 32)
+
+
+def _model_fn(cfg):
+    """The run's model builder: digits with ``model = "auto"`` keeps the small MLP; otherwise
+    the named (or the dataset's FLuID) model at the dataset's shapes."""
+    dataset = str(cfg.get("dataset", "digits"))
+    name = str(cfg.get("model", "auto"))
+    if dataset == "digits" and name == "auto":
+        return _model
+    name = DATASET_DEFAULTS.get(dataset, DATASET_DEFAULTS["digits"])["model"] if name == "auto" else name
+    shape, classes = DATASET_SHAPES[dataset]
+    return lambda: build_model(name, shape, classes)
 
 
 def _alpha(cfg) -> float | None:
@@ -39,9 +54,9 @@ def _client_fn(context: Context):
     n = int(context.node_config["num-partitions"])
     cfg = context.run_config
     seed = int(cfg.get("seed", 0))
-    d = load_digits(n, _alpha(cfg), seed)
+    d = load_dataset(str(cfg.get("dataset", "digits")), n, str(cfg.get("data-dir", "")) or None, seed, _alpha(cfg))
     dev = device_profiles(n, spread=float(cfg.get("spread", 2.5)), noise_cv=0.0)[i]
-    return SubmodelClient(_model, *d.clients[i], d.client_tests[i], device=dev, seed=seed + i).to_client()
+    return SubmodelClient(_model_fn(cfg), *d.clients[i], d.client_tests[i], device=dev, seed=seed + i).to_client()
 
 
 class _SavingStrategy(DropoutStrategy):
@@ -59,7 +74,8 @@ class _SavingStrategy(DropoutStrategy):
 def _server_fn(context: Context) -> ServerAppComponents:
     cfg = context.run_config
     rounds = int(cfg.get("num-rounds", 4))
-    strategy = _SavingStrategy(str(cfg.get("out", "")), model_fn=_model, method=str(cfg.get("method", "invariant")),
+    strategy = _SavingStrategy(str(cfg.get("out", "")), model_fn=_model_fn(cfg),
+                               method=str(cfg.get("method", "invariant")),
                                total_rounds=rounds, seed=int(cfg.get("seed", 0)),
                                min_available_clients=int(cfg.get("min-clients", 2)),
                                min_fit_clients=int(cfg.get("min-clients", 2)),

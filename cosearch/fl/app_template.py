@@ -1,0 +1,97 @@
+"""``cosearch fl new-app DIR``: a Flower App folder for :mod:`cosearch.fl.flower_app`.
+
+The folder holds a ``pyproject.toml`` whose components are cosearch's ``server_app`` and
+``client_app`` and whose run config picks the dataset, model, dropout method and rounds, and a
+``README.md`` with the commands that run it on a local SuperLink and SuperNodes.  Nothing in it
+imports Flower, so the command line stays light.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._validate import choice, positive_int
+from .data import DATASETS
+from .masks import METHODS
+
+__all__ = ["write_app"]
+
+_TOML = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "{name}"
+version = "1.0.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "cosearch"
+
+[tool.flwr.app.components]
+serverapp = "cosearch.fl.flower_app:server_app"
+clientapp = "cosearch.fl.flower_app:client_app"
+
+[tool.flwr.app.config]
+dataset = "{dataset}"
+data-dir = "{data_dir}"
+model = "{model}"
+method = "{method}"
+num-rounds = {rounds}
+seed = 0
+alpha = -1.0
+spread = 2.5
+min-clients = {clients}
+fraction-evaluate = 0.0
+out = ""
+"""
+
+_README = """# {name}: cosearch's dropout FL on Flower
+
+Start a SuperLink and {clients} SuperNodes (each its own partition), then run the app:
+
+```bash
+flower-superlink --insecure --port 9093 &
+for i in $(seq 0 {last}); do
+  flower-supernode --insecure --superlink 127.0.0.1:9093 --port $((9100 + i)) \\
+      --node-config "partition-id=$i num-partitions={clients}" &
+done
+flwr run . local --run-config 'out="history.json"'
+```
+
+(Flower 1.42's flags) with a `local` connection in `$FLWR_HOME/config.toml` (default `~/.flwr`):
+`[superlink.local]` with `address = "127.0.0.1:9093"` and `insecure = true`.  The test suite runs
+exactly this (tests/test_flower.py).
+Run config (`pyproject.toml`, or `--run-config`): dataset `{dataset}`, model `{model}`, method `{method}`,
+{rounds} rounds; `data-dir` must exist on every SuperNode for femnist/shakespeare/cifar10.
+"""
+
+
+def write_app(directory: str | os.PathLike, dataset: str = "digits", model: str = "auto",
+              method: str = "invariant", rounds: int = 10, clients: int = 3, data_dir: str = "") -> str:
+    """Write the app folder (refusing one that already holds a ``pyproject.toml``); returns it."""
+    from .cli import MODEL_NAMES
+    choice("dataset", dataset, DATASETS)
+    choice("model", model, ("auto", *MODEL_NAMES))
+    choice("method", method, METHODS)
+    positive_int("rounds", rounds, 100_000)
+    positive_int("clients", clients, 10_000)
+    if dataset != "digits" and not data_dir:
+        raise ValueError(f"dataset {dataset!r} is read from a folder on every SuperNode: give data_dir (--data)")
+    directory = os.fspath(directory)
+    if os.path.exists(os.path.join(directory, "pyproject.toml")):
+        raise ValueError(f"{directory!r} already holds a pyproject.toml")
+    os.makedirs(directory, exist_ok=True)
+    name = "cosearch" + "".join(ch for ch in os.path.basename(os.path.abspath(directory)).lower() if ch.isalnum())
+    fields = dict(name=name, dataset=dataset, model=model, method=method, rounds=rounds, clients=clients,
+                  last=clients - 1, data_dir=str(data_dir).replace("\\\\", "/").replace('"', ""))
+    with open(os.path.join(directory, "pyproject.toml"), "w") as fh:
+        fh.write(_TOML.format(**fields))
+    with open(os.path.join(directory, "README.md"), "w") as fh:
+        fh.write(_README.format(**fields))
+    with open(os.path.join(directory, "app_marker.py"), "w") as fh:
+        fh.write("# the app's components live in cosearch.fl.flower_app\n")
+    return directory
