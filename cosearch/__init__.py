@@ -46,7 +46,7 @@ from typing import Any
 from . import cluster, graph, hardware, models
 from ._version import __version__ as __version__
 from .cluster import Cluster
-from .cost import calibrate, price, price_on
+from .cost import calibrate, example_gemm_times, price, price_on
 from .hardware import (
     A100,
     A100_80GB,
@@ -85,7 +85,7 @@ _LAZY = {
 __all__ = [
     "A100", "A100_80GB", "H100", "H200", "B200", "GB200", "GB300", "TPUv4", "TPUv5e", "TPUv5p", "Accelerator", "AreaPowerModel", "Cluster", "KernelEfficiency",
     "ModelConfig", "SearchSpace", "calibrate", "cluster", "graph", "hardware", "models", "model_preset",
-    "price", "price_on",
+    "price", "price_on", "example_gemm_times",
     *_LAZY,
 ]
 

@@ -199,6 +199,13 @@ class Calibration:
         return cluster.with_(**ch) if ch else cluster
 
 
+def example_gemm_times() -> str:
+    """Path of a small measurement CSV in :func:`calibrate`'s format: A100 GEMM times derived
+    from the public kernel rows (``cosearch/data/public_kernels.csv``), to try ``calibrate`` on."""
+    import importlib.resources
+    return str(importlib.resources.files("cosearch").joinpath("data/example_gemm_times.csv"))
+
+
 def calibrate(chip: Accelerator, measurements, cluster=None) -> Calibration:
     """Fit ``chip``'s kernel efficiency (and optionally link efficiencies) to measured times.
 

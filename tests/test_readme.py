@@ -1,0 +1,82 @@
+"""README's command blocks run as a user would run them (bash lines through the shell, Python
+blocks as scripts without a main guard), at small sizes where a block is expensive, so README
+cannot drift from the code.  Blocks that install, run this suite, run the benchmarks or start a
+Flower deployment (tests/test_flower.py runs that one) are listed and skipped."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+#: (text in README, what the test runs instead): the same commands at small sizes.
+SMALLER = [
+    ("--chips 1024 --batch 1536", "--chips 256 --batch 256"),
+    ("cs.SearchSpace.phaze(hbm_gib=32), cs.Cluster(1024), global_batch=4096",
+     "cs.SearchSpace(), cs.Cluster(256), global_batch=256"),
+    ('cs.SearchSpace(), 64, 128, objective="geomean"', 'cs.SearchSpace(), 16, 32, objective="geomean"'),
+    ('cs.reproduce.phaze(["opt-350m"], [32], out="phaze.json")',
+     'cs.reproduce.phaze(["opt-350m"], [32], chips=64, global_batch=128, space="default", refine_top=1, '
+     'out="phaze.json")'),
+    ("--seeds 10 --rounds 30", "--seeds 2 --rounds 2"),
+    ("--rounds 30", "--rounds 2"),
+    ("--seeds 5 --rounds 40", "--seeds 2 --rounds 2"),
+    ("seeds=10, rounds=30", "seeds=2, rounds=2"),
+    ("rounds=30", "rounds=2"),
+]
+#: Blocks not run here, by a phrase they contain.
+SKIP = ("pip install", "--benchmark-only", "flower-superlink")
+
+
+def _blocks():
+    text = README.read_text()
+    out = []
+    for lang, body in re.findall(r"```(\w*)\n(.*?)```", text, re.S):
+        if lang not in ("bash", "python") or any(s in body for s in SKIP):
+            continue
+        for a, b in SMALLER:
+            body = body.replace(a, b)
+        out.append((lang, body))
+    return out
+
+
+def _bash_commands(body: str) -> list[str]:
+    lines, cur = [], ""
+    for raw in body.splitlines():
+        line = re.sub(r"\s+#.*$", "", raw) if not raw.lstrip().startswith("#") else ""
+        if not line.strip():
+            continue
+        if line.rstrip().endswith("\\"):
+            cur += line.rstrip()[:-1] + " "
+            continue
+        lines.append((cur + line).strip())
+        cur = ""
+    cosearch = f"{sys.executable} -m cosearch"
+    return [re.sub(r"(^|&& )cosearch ", lambda m: m.group(1) + cosearch + " ", c) for c in lines]
+
+
+BLOCKS = _blocks()
+
+
+def test_readme_has_the_blocks_this_test_runs():
+    assert len(BLOCKS) >= 6 and any(lang == "python" for lang, _ in BLOCKS)
+
+
+@pytest.mark.parametrize("i", range(len(BLOCKS)))
+def test_readme_block_runs(i, tmp_path):
+    lang, body = BLOCKS[i]
+    env = dict(os.environ, MPLBACKEND="Agg")
+    if lang == "python":
+        script = tmp_path / "block.py"
+        script.write_text(body)
+        runs = [[sys.executable, str(script)]]
+    else:
+        runs = [["bash", "-c", c] for c in _bash_commands(body)]
+    for cmd in runs:
+        out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, f"{cmd[-1][:200]}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+        assert "Traceback" not in out.stderr, out.stderr[-3000:]
