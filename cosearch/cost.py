@@ -12,13 +12,18 @@ to a table of measured op and collective times.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .graph import OP_FIELDS, LayerGraph
 from .hardware import DESIGN_FIELDS, IDEAL, Accelerator, KernelEfficiency, design_array
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cluster import Cluster
 
 __all__ = ["price", "price_on", "price_numpy", "op_array", "calibrate", "Calibration",
            "efficiency_array"]
@@ -62,7 +67,8 @@ def _check_fraction(core_fraction: float) -> float:
     return f
 
 
-def price(ops: LayerGraph | np.ndarray, designs, core_fraction: float = 1.0,
+def price(ops: LayerGraph | np.ndarray, designs: Accelerator | Sequence[Accelerator] | np.ndarray,
+          core_fraction: float = 1.0,
           backend: str = "numba", efficiency: KernelEfficiency | None = None) -> np.ndarray:
     """(designs, ops) array of op latencies in seconds.
 
@@ -206,7 +212,8 @@ def example_gemm_times() -> str:
     return str(importlib.resources.files("cosearch").joinpath("data/example_gemm_times.csv"))
 
 
-def calibrate(chip: Accelerator, measurements, cluster=None) -> Calibration:
+def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, Sequence[Any]],
+              cluster: Cluster | None = None) -> Calibration:
     """Fit ``chip``'s kernel efficiency (and optionally link efficiencies) to measured times.
 
     ``measurements``: a CSV path or a mapping of column arrays.  Op rows carry

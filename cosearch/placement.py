@@ -25,7 +25,7 @@ from . import _validate as v
 from . import memory
 from ._kernels import formulas as F
 from .cluster import Cluster
-from .engine import check_features, check_interleaving
+from .engine import Engine, check_features, check_interleaving
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator
 from .models import ModelConfig
@@ -183,7 +183,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  flash_attention: bool = False, top_k: int = 1, mem: memory.MemoryConfig | None = None,
                  overlap_dp: bool = True, time_model: str = "sum", units: np.ndarray | None = None,
                  prune: bool = True, progress: bool = False, cutoff_s: float | None = None,
-                 engine=None, context_parallel: int | Sequence[int] | None = None,
+                 engine: Engine | str | None = None, context_parallel: int | Sequence[int] | None = None,
                  precision: str | Sequence[str] | None = None,
                  zero_group: int | None | Sequence[int | None] = None,
                  expert_parallel: int | Sequence[int] | None = None) -> PlacementResult:

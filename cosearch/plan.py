@@ -29,7 +29,7 @@ from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
 from .cluster import Cluster
-from .engine import check_features
+from .engine import Engine, check_features
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
@@ -612,7 +612,7 @@ def plan_from_stages(model: ModelConfig, chip: Accelerator, cluster: Cluster, sp
 
 def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster | int, spec: PlanSpec,
              global_batch: int, *, mem: memory.MemoryConfig | None = None, overlap_dp: bool = True,
-             time_model: str = "sum", engine=None) -> Plan:
+             time_model: str = "sum", engine: Engine | str | None = None) -> Plan:
     """Predicted step time, throughput, MFU, memory per stage and time breakdown of one plan.
 
     A plan that does not fit HBM returns ``feasible=False`` with the memory needed vs

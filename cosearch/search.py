@@ -252,7 +252,8 @@ def _rank_and_compare(res: Results, sp: sweep.SweepSpace, space: SearchSpace, o:
 
 
 def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster: Cluster | int = 1024,
-            global_batch: int = 1536, executor=None, show: bool = True, **kwargs):
+            global_batch: int = 1536, executor: Executor | str | int | None = None, show: bool = True,
+            **kwargs: Any) -> Results:
     """Co-search vs the TPUv4 and Spotlight-style baselines; prints the side-by-side table."""
     res = cosearch(model_preset(model), space, cluster, global_batch, executor, baselines=True, **kwargs)
     if show:

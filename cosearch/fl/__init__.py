@@ -16,6 +16,10 @@ Sub-models: :func:`extract_submodel`, :func:`merge_updates`, :func:`groups`.  Da
 torch is imported only when a function needs it.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .masks import (
     METHODS,
     DropoutPolicy,
@@ -38,14 +42,18 @@ from .profiling import (
 )
 from .submodel import extract_submodel, groups, merge_updates
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .experiment import Experiment
+    from .simulation import FLResult
 
-def simulate(*args, **kwargs):
+
+def simulate(*args: Any, **kwargs: Any) -> FLResult:
     """See :func:`cosearch.fl.simulation.simulate`."""
     from .simulation import simulate as _sim
     return _sim(*args, **kwargs)
 
 
-def run_experiment(*args, **kwargs):
+def run_experiment(*args: Any, **kwargs: Any) -> Experiment:
     """See :func:`cosearch.fl.experiment.run_experiment`."""
     from .experiment import run_experiment as _run
     return _run(*args, **kwargs)

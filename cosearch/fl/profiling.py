@@ -27,9 +27,15 @@ from __future__ import annotations
 import csv
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
 
 from .._validate import nonneg_float, positive_float, positive_int
 
@@ -53,7 +59,7 @@ def fluid_keep_fraction(ratio: float) -> float:
     return FLUID_FLOOR
 
 
-def choose_width(ratio: float, widths=DEFAULT_WIDTHS) -> float:
+def choose_width(ratio: float, widths: Sequence[float] = DEFAULT_WIDTHS) -> float:
     """cosearch 0.1's rule: the smallest allowed width >= ratio (1.0 above every width)."""
     if ratio >= 1.0:
         return 1.0
@@ -272,7 +278,7 @@ def forward_flops(model, example_input) -> float:
     return total[0]
 
 
-def training_flops(model, example_input, samples: int, epochs: int = 1) -> float:
+def training_flops(model: nn.Module, example_input: torch.Tensor, samples: int, epochs: int = 1) -> float:
     """FLOPs of local training: 3 x forward (forward + backward) per sample per epoch."""
     return 3.0 * forward_flops(model, example_input) * samples * epochs
 

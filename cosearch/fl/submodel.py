@@ -23,8 +23,13 @@ import logging
 import math
 import numbers
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
 
 __all__ = ["Group", "ParamSlice", "groups", "extract_submodel", "merge_updates", "full_masks",
            "param_indices"]
@@ -72,7 +77,7 @@ _ACTS = ("ReLU", "Tanh", "Sigmoid", "GELU", "MaxPool2d", "AvgPool2d", "Dropout",
          "LeakyReLU", "SiLU")
 
 
-def groups(model, example_input=None) -> list[Group]:
+def groups(model: nn.Module, example_input: torch.Tensor | None = None) -> list[Group]:
     """Droppable groups of ``model`` (see the module docstring)."""
     import torch
     import torch.nn as nn
@@ -168,7 +173,8 @@ def _slice(t, idx: dict[int, np.ndarray]):
     return t
 
 
-def extract_submodel(model, masks: dict[str, np.ndarray], example_input=None):
+def extract_submodel(model: nn.Module, masks: dict[str, np.ndarray], example_input: torch.Tensor | None = None
+                     ) -> nn.Module:
     """A smaller copy of ``model`` keeping the units where ``masks[layer]`` is True."""
     import torch
 
@@ -197,7 +203,8 @@ def extract_submodel(model, masks: dict[str, np.ndarray], example_input=None):
     return sub
 
 
-def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.ndarray], float]], gs: list[Group]):
+def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.ndarray], float]], gs: list[Group]
+                  ) -> tuple[dict, list[tuple[int, str]]]:
     """Example-weighted, per-element average of sub-model states mapped back into the
     global model's coordinates.  ``updates`` are ``(sub_state_dict, masks, num_examples)``.
     An element nobody trained keeps its global value.  An update is rejected (logged, and
