@@ -13,6 +13,7 @@ import os
 from .._validate import choice, positive_int
 from .data import DATASETS
 from .masks import METHODS
+from .names import MODEL_NAMES
 
 __all__ = ["write_app"]
 
@@ -73,7 +74,6 @@ Run config (`pyproject.toml`, or `--run-config`): dataset `{dataset}`, model `{m
 def write_app(directory: str | os.PathLike, dataset: str = "digits", model: str = "auto",
               method: str = "invariant", rounds: int = 10, clients: int = 3, data_dir: str = "") -> str:
     """Write the app folder (refusing one that already holds a ``pyproject.toml``); returns it."""
-    from .cli import MODEL_NAMES
     choice("dataset", dataset, DATASETS)
     choice("model", model, ("auto", *MODEL_NAMES))
     choice("method", method, METHODS)

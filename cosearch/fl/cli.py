@@ -6,9 +6,7 @@ import argparse
 import os
 import sys
 
-#: The names of :data:`cosearch.fl.models.MODELS`, here so that building the command line does
-#: not import torch (a test keeps the two equal).
-MODEL_NAMES = ("mlp", "resmlp", "femnist_cnn", "cifar_vgg", "shakespeare_lstm")
+from .names import MODEL_NAMES  # the models' names, without importing torch
 
 
 def _common(p: argparse.ArgumentParser) -> None:
