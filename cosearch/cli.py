@@ -354,6 +354,47 @@ def _print_plan(p, out) -> None:
               f"{p.hbm_bytes / 2**30:.0f} GiB", file=out)
 
 
+def _run_calibrate(a) -> int:
+    """Fit the chip to the CSVs, print what was fitted, write the chip JSON."""
+    import csv
+    import io
+
+    from ._json import dump_json
+    from ._validate import output_path
+    from .cost import calibrate
+    output_path(a.out, a.force)
+    if not a.gemm_csv and not a.collective_csv:
+        raise ValueError("give --gemm-csv and/or --collective-csv")
+    chip = _chip_from_args(a)
+    cl = None
+    if a.collective_csv:
+        if a.cluster is None:
+            raise ValueError("--collective-csv needs --cluster (and --nodes or --chips) for the link bandwidths")
+        a.chips_per_node = a.intra_Bps = a.inter_Bps = a.intra_efficiency = a.inter_efficiency = None
+        cl = _cluster_from_args(a)
+    rows: list[dict] = []
+    for path in (a.gemm_csv, a.collective_csv):
+        if path:
+            try:
+                with open(path, newline="") as fh:
+                    rows.extend(csv.DictReader(io.StringIO(fh.read())))
+            except OSError as exc:
+                raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    keys = sorted({k for r in rows for k in r if k})
+    cols = {k: [r.get(k) or "" for r in rows] for k in keys}
+    cal = calibrate(chip, cols, cluster=cl)
+    e = cal.chip.efficiency
+    print(f"fitted: {', '.join(cal.fitted) or 'no kernel parameter'} on {cal.gemm_rows} op rows "
+          f"(rms log error {cal.gemm_rms_log_error:.3f}); tensor {e.tensor:.3f}, attention {e.attention:.3f}, "
+          f"memory {e.memory:.3f}, launch {e.launch_s * 1e6:.1f} us")
+    if cal.collective_rows:
+        print(f"collectives: intra efficiency {cal.intra_efficiency}, latency {cal.intra_latency_s}; "
+              f"inter efficiency {cal.inter_efficiency}, latency {cal.inter_latency_s}")
+    dump_json(cal.chip.to_dict(), a.out)
+    print(f"wrote {a.out} (use it with --chip {a.out})")
+    return 0
+
+
 def _run_plan(a) -> int:
     import json
 
@@ -451,6 +492,17 @@ def main(argv: list[str] | None = None) -> int:
     pl = sub.add_parser("plan", help="evaluate a fixed training plan, or search the parts not given",
                         formatter_class=fmt)
     _plan_args(pl)
+    cal = sub.add_parser("calibrate", help="fit a chip's kernel efficiency to measured times; write a chip JSON",
+                         formatter_class=fmt)
+    cal.add_argument("--chip", required=True, help="the chip measured: a preset or a chip JSON file")
+    cal.add_argument("--gemm-csv", help="op times: m,n,k,batch,dtype_bytes,seconds[,kind]")
+    cal.add_argument("--collective-csv", help="collective times: collective,bytes,group,link,seconds "
+                                              "(needs --cluster/--nodes for the link bandwidths)")
+    cal.add_argument("--cluster", default=None, help="the cluster preset the collectives ran on (with --nodes/--chips)")
+    cal.add_argument("--nodes", type=int)
+    cal.add_argument("--chips", type=int)
+    cal.add_argument("--out", required=True, help="chip JSON to write (use it with --chip FILE)")
+    cal.add_argument("--force", action="store_true", help="replace an existing --out file")
     sub.add_parser("models", help="list model presets")
     sub.add_parser("presets", help="list chip, cluster and engine presets")
     rp = sub.add_parser("reproduce", help="re-run a published experiment (phaze: PHAZE's ICML 2024 table)",
@@ -510,6 +562,8 @@ def _dispatch(a) -> int:
             print(f"{name:<12} {m.num_layers:>6} {m.hidden:>6} {m.heads:>5} {m.kv_heads:>3} {m.ffn_hidden:>6} "
                   f"{m.seq_len:>5} {m.num_params()/1e9:>8.2f}B")
         return 0
+    if a.cmd == "calibrate":
+        return _run_calibrate(a)
     if a.cmd == "presets":
         from .cluster import PRESET_CHIPS
         from .engine import ENGINES

@@ -195,6 +195,10 @@ class Calibration:
     inter_efficiency: float | None = None
     inter_latency_s: float | None = None
     collective_rows: int = 0
+    #: the kernel-efficiency parameters the op rows identified and were fitted (the others keep
+    #: the chip's values), and each op row's log residual (model - measured)
+    fitted: tuple[str, ...] = ()
+    residuals: tuple[float, ...] = ()
 
     def apply(self, cluster):
         ch = {}
@@ -203,6 +207,12 @@ class Calibration:
         if self.inter_efficiency is not None and not cluster.flat:
             ch.update(inter_efficiency=min(1.0, self.inter_efficiency), inter_latency_s=self.inter_latency_s)
         return cluster.with_(**ch) if ch else cluster
+
+
+#: Physical bounds of a fitted kernel launch time (seconds): 1-20 us.
+LAUNCH_BOUNDS_S = (1e-6, 20e-6)
+#: A row this short (at the chip's values) identifies the launch time.
+LAUNCH_MATTERS_S = 200e-6
 
 
 def example_gemm_times() -> str:
@@ -240,6 +250,8 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     e_t, e_a, e_m, launch = chip.efficiency.tensor, chip.efficiency.attention, chip.efficiency.memory, \
         chip.efficiency.launch_s
     rms = 0.0
+    fitted: tuple[str, ...] = ()
+    residuals: tuple[float, ...] = ()
     if len(ops_rows):
         m, n, k, b, dt, sec = (_num(cols, c, ops_rows) for c in _CAL_OP_COLS)
         kinds = (np.array([str(x).strip().lower() for x in cols["kind"][ops_rows]])
@@ -258,21 +270,39 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         memory = price(arr, chip.with_(clock_hz=1e30), efficiency=unit)[0]
         is_att = arr[:, 0] == 3.0
         y = np.log(sec)
+        prior = np.array([e_t, e_a, e_m, min(max(launch, LAUNCH_BOUNDS_S[0]), LAUNCH_BOUNDS_S[1])])
 
         def model(x):
             et, ea, em, la = x
             c = compute / np.where(is_att, ea, et)
             return np.log(np.maximum(c, memory / em) + la)
 
-        x0 = np.array([0.7, 0.7, 0.8, 1e-6])
-        fit = so.least_squares(lambda x: model(x) - y, x0, bounds=([1e-3, 1e-3, 1e-3, 0.0], [1.0, 1.0, 1.0, 1e-2]),
-                               x_scale=[0.1, 0.1, 0.1, 1e-6], xtol=1e-14, ftol=1e-14, gtol=1e-14)
-        e_t, e_a2, e_m, launch = (float(x) for x in fit.x)
-        if is_att.any():
-            e_a = e_a2
-        rms = float(np.sqrt(np.mean(fit.fun ** 2)))
+        # only what the rows identify is fitted; the rest keeps the chip's value: a unit's
+        # efficiency needs a row bound by it (at the chip's values), the launch time a row short
+        # enough for it to matter
+        c0 = compute / np.where(is_att, prior[1], prior[0])
+        m0 = memory / prior[2]
+        free = [bool(np.any(~is_att & (c0 >= m0))), bool(np.any(is_att & (c0 >= m0))), bool(np.any(m0 > c0)),
+                bool(np.any(np.maximum(c0, m0) < LAUNCH_MATTERS_S))]
+        idx = [i for i, f in enumerate(free) if f]
+        lo = np.array([0.01, 0.01, 0.01, LAUNCH_BOUNDS_S[0]])
+        hi = np.array([1.0, 1.0, 1.0, LAUNCH_BOUNDS_S[1]])
+        x = prior.copy()
+        if idx:
+            def resid(z):
+                xx = prior.copy()
+                xx[idx] = z
+                return model(xx) - y
+            fit = so.least_squares(resid, np.clip(prior[idx], lo[idx], hi[idx]), bounds=(lo[idx], hi[idx]),
+                                   x_scale=np.array([0.1, 0.1, 0.1, 1e-6])[idx], xtol=1e-14, ftol=1e-14, gtol=1e-14)
+            x[idx] = fit.x
+        e_t, e_a, e_m, launch = (float(v) for v in x)
+        fitted = tuple(name for name, f in zip(("tensor", "attention", "memory", "launch_s"), free) if f)
+        residuals = tuple(float(r) for r in (model(x) - y))
+        rms = float(np.sqrt(np.mean(np.square(residuals))))
     eff = replace(chip.efficiency, tensor=e_t, attention=e_a, memory=e_m, launch_s=launch,
-                  source=f"calibrated on {len(ops_rows)} measured ops (rms log error {rms:.3f})")
+                  source=(f"calibrated on {len(ops_rows)} measured ops (fitted: {', '.join(fitted) or 'nothing'}; "
+                          f"rms log error {rms:.3f}); the rest from: {chip.efficiency.source}"))
     out = {"intra": (None, None), "inter": (None, None)}
     coll_rows = np.flatnonzero(coll)
     if len(coll_rows):
@@ -304,6 +334,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
                 raise ValueError(f"calibrate: {link}-node collective times do not grow with size")
             out[link] = (float(1.0 / inv_e), float(max(lat, 0.0)))
     return Calibration(chip=chip.with_(efficiency=eff), gemm_rows=len(ops_rows), gemm_rms_log_error=rms,
+                       fitted=fitted, residuals=residuals,
                        intra_efficiency=out["intra"][0], intra_latency_s=out["intra"][1],
                        inter_efficiency=out["inter"][0], inter_latency_s=out["inter"][1],
                        collective_rows=len(coll_rows))

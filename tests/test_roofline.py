@@ -203,3 +203,48 @@ def test_serial_kernel_for_few_designs_equals_parallel_and_reference():
     np.testing.assert_allclose(got, kern.price(ops, des, 1.0, eff.as_array()), rtol=0, atol=0)
     np.testing.assert_allclose(got, np.array(roofline(ops, des, 1.0, tuple(eff.as_array()))), rtol=1e-12)
     np.testing.assert_allclose(got, cost.price(ops, des, backend="numpy", efficiency=eff), rtol=1e-12)
+
+
+def test_calibrate_fits_only_what_the_rows_identify():
+    """Large compute-bound GEMMs identify the tensor efficiency only: memory and launch keep the
+    chip's values (before, memory became the fit's 0.80 starting guess and launch drifted to
+    50 us); the result names what it fitted and each row's residual; launch stays in 1-20 us."""
+    from dataclasses import replace
+    chip = hardware.A100_80GB
+    truth = replace(chip.efficiency, tensor=0.66)
+    rows = []
+    for m in (4096, 8192, 12288):
+        for n in (4096, 8192):
+            op = graph.Op("x", "gemm", m=m, n=n, k=8192, bytes_read=2 * (m * 8192 + 8192 * n), bytes_written=2 * m * n)
+            rows.append((m, n, 8192, 1, 2, cost.price_on(np.array([op.as_row()]), chip.with_(efficiency=truth))[0]))
+    cols = {name: [r[i] for r in rows] for i, name in enumerate(("m", "n", "k", "batch", "dtype_bytes", "seconds"))}
+    cal = cost.calibrate(chip, cols)
+    got = cal.chip.efficiency
+    assert cal.fitted == ("tensor",) and len(cal.residuals) == 6 and max(map(abs, cal.residuals)) < 1e-6
+    assert got.tensor == pytest.approx(0.66, rel=1e-4)
+    assert (got.memory, got.launch_s, got.attention) == (chip.efficiency.memory, chip.efficiency.launch_s,
+                                                          chip.efficiency.attention)
+    # tiny ops besides identify the launch time, held to its physical range: they ask for 50 us
+    slow = replace(truth, launch_s=50e-6)
+    op = graph.Op("x", "gemm", m=64, n=64, k=64, bytes_read=2 * 2 * 64 * 64, bytes_written=2 * 64 * 64)
+    tiny = [(64, 64, 64, 1, 2, cost.price_on(np.array([op.as_row()]), chip.with_(efficiency=slow))[0])] * 3
+    cols2 = {name: [r[i] for r in rows + tiny]
+             for i, name in enumerate(("m", "n", "k", "batch", "dtype_bytes", "seconds"))}
+    cal2 = cost.calibrate(chip, cols2)
+    assert "launch_s" in cal2.fitted and cal2.chip.efficiency.launch_s == pytest.approx(cost.LAUNCH_BOUNDS_S[1])
+
+
+def test_calibrate_cli_writes_a_chip_file_plan_accepts(tmp_path, capsys):
+    import json
+
+    from cosearch.cli import main
+    out = tmp_path / "a100-cal.json"
+    assert main(["calibrate", "--chip", "A100-80GB", "--gemm-csv", cost.example_gemm_times(), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "fitted" in text and out.exists()
+    chip = hardware.Accelerator.from_json(out)
+    assert chip.efficiency.source.startswith("calibrated on 9 measured ops")
+    assert main(["plan", "--model", "gpt3-1.3b", "--chip", str(out), "--cluster", "dgx-a100", "--nodes", "1",
+                 "--batch", "16", "--dp", "8", "--tp", "1", "--pp", "1", "--mb", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chip"] == "A100-80GB"
+    assert main(["calibrate", "--chip", "A100-80GB", "--gemm-csv", cost.example_gemm_times(), "--out", str(out)]) == 2
