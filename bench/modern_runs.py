@@ -61,20 +61,11 @@ def _chip(row: dict, notes: list) -> hardware.Accelerator:
         # so the SXM5 preset's are kept (optimistic)
         notes.append("H100 96 GB lower-TDP part priced with the H100 SXM5's clock and bandwidth")
         return hardware.H100.with_(name="H100-96GB", hbm_bytes=(95e9 if "95GB" in a else 96e9))
-    if a.startswith("H100"):
-        return hardware.H100
-    if a.startswith("H200"):
-        return hardware.H200
-    if a.startswith("B200"):
-        return hardware.B200
-    if a.startswith("GB200"):
-        return hardware.GB200
-    if a.startswith("GB300"):
-        return hardware.GB300
-    if a.startswith("TPU-v5e"):
-        return hardware.TPUv5e
-    if a.startswith("TPU-v5p"):
-        return hardware.TPUv5p
+    for prefix, chip in (("H100", hardware.H100), ("H200", hardware.H200), ("B200", hardware.B200),
+                         ("GB200", hardware.GB200), ("GB300", hardware.GB300), ("TPU-v5e", hardware.TPUv5e),
+                         ("TPU-v5p", hardware.TPUv5p)):
+        if a.startswith(prefix):
+            return chip
     raise Refused(f"chip {a!r} has no preset")
 
 

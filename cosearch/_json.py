@@ -106,9 +106,15 @@ def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrit
     return dump_json(data, path)
 
 
-def read_json_file(path: str | os.PathLike, what: str) -> Any:
-    """The parsed JSON of a user's file, or ``ValueError`` naming ``what`` and the problem."""
+def read_json_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> Any:
+    """The parsed JSON of a user's file, or ``ValueError`` naming ``what`` and the problem
+    (a file over ``max_bytes`` is refused before it is read)."""
     try:
+        if max_bytes is not None:
+            size = os.path.getsize(path)
+            if size > max_bytes:
+                raise ValueError(f"{what} file {os.fspath(path)!r} is {size:,} bytes; a {what} file is at most "
+                                 f"{max_bytes:,} bytes (list each value once)")
         with open(path) as fh:
             return json.load(fh)
     except OSError as exc:

@@ -405,6 +405,7 @@ def _run_plan(a) -> int:
     cluster = _cluster_from_args(a)
     full = None not in (a.dp, a.tp, a.pp, a.mb)
     ignored: tuple[str, ...] = ()
+    spec = None                                  # a fixed plan to evaluate; None: search
     if a.from_megatron_args is not None:
         from .megatron_args import parse_megatron_args
         if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep)):
@@ -414,18 +415,15 @@ def _run_plan(a) -> int:
         spec = mp.spec.with_(flash_attention=mp.spec.flash_attention or a.flash,
                              zero=a.zero if a.zero is not None else mp.spec.zero,
                              precision=a.precision or mp.spec.precision, zero_group=a.zero_group)
-        plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
-        searched = None
     a.engine = a.engine or "megatron-lm"
     if a.batch is None:
         raise ValueError("--batch is required (the global batch in sequences)")
-    if a.from_megatron_args is not None:
-        pass                    # evaluated above
-    elif full:
+    if spec is None and full:
         spec = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
                         context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
                         expert_parallel=a.ep or 1)
+    if spec is not None:
         plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
         searched = None
     else:

@@ -700,8 +700,6 @@ def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> Layer
 
     import torch
 
-    def export(mod, inputs):
-        return torch.export.export(mod, tuple(inputs))
     ep = None
     errors = []
     for device in ("meta", None):       # meta first (no memory for weights), then as given
@@ -711,7 +709,7 @@ def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> Layer
                 inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in example_inputs]
             else:
                 mod, inputs = module, list(example_inputs)
-            ep = export(mod, inputs)
+            ep = torch.export.export(mod, tuple(inputs))
             break
         except Exception as exc:        # noqa: PERF203 - two attempts
             errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -743,7 +741,7 @@ def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> Layer
             last[n] = deps
             weight[n] = any(weight.get(a, False) for a in n.all_input_nodes)
             continue
-        args = [a for a in n.args]
+        args = list(n.args)
         if op == "linear":
             x, w = shape(args[0]), shape(args[1])
             last[n] = (b.gemm(n.name, deps, _numel(x[:-1]), w[0], w[1]),)

@@ -616,18 +616,8 @@ class SearchSpace:
         """A user's grid from a JSON object: ``"base"`` (``"default"`` or ``"phaze"``, default
         ``"default"``), ``"hbm_gib"``, and any of :data:`SPACE_FILE_FIELDS` (byte and Hz
         units as in the dataclass).  Unknown fields are an error naming them."""
-        import json
-        try:
-            size = os.path.getsize(path)
-            if size > MAX_SPACE_FILE_BYTES:
-                raise ValueError(f"space file {path!r} is {size:,} bytes; a space file is at most "
-                                 f"{MAX_SPACE_FILE_BYTES:,} bytes (list each value once)")
-            with open(path) as fh:
-                d = json.load(fh)
-        except OSError as exc:
-            raise ValueError(f"space file {path!r}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"space file {path!r} is not valid JSON: {exc}") from None
+        from ._json import read_json_file
+        d = read_json_file(path, "space", MAX_SPACE_FILE_BYTES)
         if not isinstance(d, dict):
             raise ValueError(f"space file {path!r}: the top level must be an object")
         unknown = sorted(set(d) - set(SPACE_FILE_FIELDS) - {"base", "hbm_gib"})

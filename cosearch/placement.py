@@ -232,7 +232,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     for c in cps:
         check_context_parallel(model, c, flash_attention)
         check_features(engine, 1, c)
-    precs = _option_list("precision", precision, ("bf16",), lambda n, p: v.choice(n, p, PRECISIONS) or p)
+    precs = _option_list("precision", precision, ("bf16",), lambda n, p: v.choice(n, p, PRECISIONS))
     for p in precs:
         check_precision(chip, p)
     groups = _option_list("zero_group", zero_group, (None,), _check_group)

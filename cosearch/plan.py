@@ -274,6 +274,25 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
             for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
 
 
+def _price_sizes(gs: dict, rows_per_size: list[dict], d: np.ndarray, eff) -> tuple:
+    """Price in one call the op rows of the six graphs ``gs`` at several microbatch sizes
+    (``rows_per_size``: one {graph key: rows} per size, each shaped as ``gs``).  Returns the
+    graph keys, per (design, size, graph) the summed seconds, and per (design, size) the
+    attention core's forward and backward seconds."""
+    from . import cost
+    keys = list(gs)
+    lens = [len(rows_per_size[0][k]) for k in keys]
+    stacked = np.concatenate([r[k] for r in rows_per_size for k in keys])
+    allp = cost.price(stacked, d, efficiency=eff).reshape(len(d), len(rows_per_size), sum(lens))
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    lf, lb = starts[keys.index(("layer", "fwd"))], starts[keys.index(("layer", "bwd"))]
+    core = [lf + i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
+    core_b = [lb + i for i, op in enumerate(gs["layer", "bwd"].ops)
+              if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
+    return (keys, np.add.reduceat(allp, starts, axis=2), allp[:, :, core].sum(axis=2),
+            allp[:, :, core_b].sum(axis=2))
+
+
 def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
     """Bytes one rank sends per forward ring step of context parallelism: the K and V of its
     ``seq_len / cp`` tokens for its ``kv_heads / tp`` heads (the backward sends twice this: K/V
@@ -319,7 +338,6 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     ``expert_parallel`` (ep): an MoE model's experts over ep ranks (all-to-alls priced over them,
     ``layer_expert_params`` the experts' share of ``layer_params``).
     """
-    from . import cost
     from .hardware import IDEAL
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
@@ -359,54 +377,25 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep)
                         g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep)
                         a1 = {k: g.arrays() for k, g in g1.items()}
-                        base[t, sp] = (g1, a1, {k: g2[k].arrays() - a1[k] for k in g1})
-                    gs, a1, da = base[t, sp]
-                    rows = None
-                    scale = float(mb)
-                    if (t, sp, "priced") not in base:
-                        # every microbatch size's rows of all six graphs priced in one call; per
-                        # size, each graph's sum and the attention core's share
-                        keys = list(gs)
-                        one = np.concatenate([a1[k] for k in keys])
-                        step = np.concatenate([da[k] for k in keys])
-                        stacked = np.concatenate([one + (b_ - 1) * step for b_ in microbatches])
-                        allp = cost.price(stacked, d, efficiency=eff).reshape(len(d), len(microbatches), len(one))
-                        starts = np.concatenate([[0], np.cumsum([len(a1[k]) for k in keys])[:-1]])
-                        sums = np.add.reduceat(allp, starts, axis=2)
-                        lf = starts[keys.index(("layer", "fwd"))]
-                        lb = starts[keys.index(("layer", "bwd"))]
-                        core = [lf + i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
-                        core_b = [lb + i for i, op in enumerate(gs["layer", "bwd"].ops)
-                                  if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
-                        base[t, sp, "priced"] = (keys, sums, allp[:, :, core].sum(axis=2),
-                                                 allp[:, :, core_b].sum(axis=2))
+                        da = {k: g2[k].arrays() - a1[k] for k in g1}
+                        # every microbatch size's rows of the six graphs priced in one call
+                        base[t, sp] = (g1, _price_sizes(g1, [{k: a1[k] + (b_ - 1) * da[k] for k in g1}
+                                                             for b_ in microbatches], d, eff))
+                    gs, priced = base[t, sp]
+                    j, scale = bi, float(mb)
                 else:
                     gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
-                    rows = {k: g.arrays() for k, g in gs.items()}
-                    scale = 1.0
-                if time_model == "work-bound":
+                    priced = None if time_model == "work-bound" else \
+                        _price_sizes(gs, [{k: g.arrays() for k, g in gs.items()}], d, eff)
+                    j, scale = 0, 1.0
+                if priced is None:
                     attn = 0.0                        # selective recompute's time: at least nothing
                     attn_b = None                     # and the CP ring's exposed time too
-                elif rows is None:
-                    keys, sums, attn_all, attn_b_all = base[t, sp, "priced"]
-                    attn, attn_b = attn_all[:, bi], attn_b_all[:, bi]
-                    chip_s = {k: sums[:, bi, j] for j, k in enumerate(keys)}
                 else:
-                    # every op of the six graphs priced in one call, then cut back per graph
-                    keys = list(gs)
-                    arrs = [rows[k] for k in keys]
-                    priced = np.split(cost.price(np.concatenate(arrs), d, efficiency=eff),
-                                      np.cumsum([len(a) for a in arrs])[:-1], axis=1)
-                    per_op = dict(zip(keys, priced))
-                    core = [i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
-                    attn = per_op["layer", "fwd"][:, core].sum(axis=1)
-                    if cp > 1:
-                        core_b = [i for i, op in enumerate(gs["layer", "bwd"].ops)
-                                  if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
-                        attn_b = per_op["layer", "bwd"][:, core_b].sum(axis=1)
+                    keys, sums, attn_all, attn_b_all = priced
+                    attn, attn_b = attn_all[:, j], attn_b_all[:, j]
                 if time_model == "sum":
-                    if rows is not None:              # (the affine path summed them above)
-                        chip_s = {k: p.sum(axis=1) for k, p in per_op.items()}
+                    chip_s = {k: sums[:, j, i] for i, k in enumerate(keys)}
                 elif time_model == "bound":
                     from . import schedule
                     chip_s = {k: schedule.layer_bounds(g, d, eff) for k, g in gs.items()}

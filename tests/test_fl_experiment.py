@@ -62,6 +62,16 @@ def test_experiment_statistics_resume_and_plot(tmp_path):
         experiment.run_experiment("digits", ["bogus"], 1, 2)
 
 
+def _signal_and_wait(proc, sig) -> str:
+    """Send ``sig`` to a CLI run and wait for it (killing its group if it hangs); its stderr."""
+    proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
 def test_ctrl_c_keeps_finished_runs_and_stops_workers(tmp_path):
     out = tmp_path / "e.json"
     cmd = [sys.executable, "-m", "cosearch", "fl", "experiment", "--seeds", "40", "--rounds", "3",
@@ -73,12 +83,7 @@ def test_ctrl_c_keeps_finished_runs_and_stops_workers(tmp_path):
     while time.time() < deadline and not out.exists():
         time.sleep(0.2)
     assert out.exists(), proc.stderr.read() if proc.poll() is not None else "no run finished"
-    proc.send_signal(signal.SIGINT)
-    try:
-        so, se = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
+    se = _signal_and_wait(proc, signal.SIGINT)
     assert proc.returncode == 130, se
     assert "interrupted" in se and "Traceback" not in se
     d = json.loads(out.read_text())
@@ -165,12 +170,7 @@ def test_fl_simulate_cli_exits_143_on_sigterm_with_the_rounds_saved(tmp_path):
     while time.time() < deadline and not out.exists() and proc.poll() is None:
         time.sleep(0.2)                               # the first checkpoint (every 10 s)
     assert out.exists(), "no checkpoint was written"
-    proc.send_signal(signal.SIGTERM)
-    try:
-        so, se = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
+    se = _signal_and_wait(proc, signal.SIGTERM)
     assert proc.returncode == 143, se
     d = json.loads(out.read_text())
     assert d["interrupted"] is True and 0 < len(d["rounds"]) < 5000

@@ -80,16 +80,25 @@ def test_context_parallel_refusals():
 
 
 # ------------------------------------------------------------------ FP8
+def _big_gemms(dtypes):
+    """A compute-bound 8192^3 GEMM with operands of each byte width (output in bf16)."""
+    return np.array([graph.Op("g", "gemm", m=8192, n=8192, k=8192, bytes_read=(2 * 8192 ** 2) * dt,
+                              bytes_written=8192 ** 2 * 2, dtype_bytes=dt).as_row() for dt in dtypes])
+
+
+def _speedup(chip, low_bytes) -> float:
+    """How many times faster the big GEMM runs on ``low_bytes`` operands than on bf16 (launch
+    time taken out)."""
+    t16, tlow = cost.price(_big_gemms((2, low_bytes)), chip)[0]
+    launch = chip.efficiency.launch_s
+    return (t16 - launch) / (tlow - launch)
+
+
 def test_fp8_gemm_runs_at_the_chips_fp8_rate():
     chip = hardware.H100
-    big = [graph.Op("g", "gemm", m=8192, n=8192, k=8192, bytes_read=(2 * 8192 ** 2) * dt,
-                    bytes_written=8192 ** 2 * 2, dtype_bytes=dt) for dt in (2, 1)]
-    t16, t8 = cost.price(np.array([o.as_row() for o in big]), chip)[0]
-    launch = chip.efficiency.launch_s
-    assert (t16 - launch) / (t8 - launch) == pytest.approx(chip.efficiency.fp8_rate, rel=1e-9)  # compute-bound
-    ref = cost.price_numpy(np.array([o.as_row() for o in big]), chip.as_array()[None], 1.0,
-                           chip.efficiency.as_array())[0]
-    assert np.allclose(ref, [t16, t8], rtol=1e-12)
+    assert _speedup(chip, 1) == pytest.approx(chip.efficiency.fp8_rate, rel=1e-9)  # compute-bound
+    ref = cost.price_numpy(_big_gemms((2, 1)), chip.as_array()[None], 1.0, chip.efficiency.as_array())[0]
+    assert np.allclose(ref, cost.price(_big_gemms((2, 1)), chip)[0], rtol=1e-12)
 
 
 def test_fp8_plan_memory_and_refusal():
@@ -402,12 +411,8 @@ def test_moe_presets_and_plan():
 
 def test_nvfp4_rate_memory_and_refusal():
     chip = hardware.GB200
-    ops = [graph.Op("g", "gemm", m=8192, n=8192, k=8192, bytes_read=(2 * 8192 ** 2) * dt,
-                    bytes_written=8192 ** 2 * 2, dtype_bytes=dt) for dt in (2, 0.5625)]
-    t16, t4 = cost.price(np.array([o.as_row() for o in ops]), chip)[0]
-    launch = chip.efficiency.launch_s
     # dense NVFP4 is 4x dense BF16 on the datasheet, at the H100's FP8 efficiency ratio (1.765 / 2)
-    assert (t16 - launch) / (t4 - launch) == pytest.approx(4 * 1.765 / 2, rel=1e-9)
+    assert _speedup(chip, 0.5625) == pytest.approx(4 * 1.765 / 2, rel=1e-9)
     assert hardware.GB300.efficiency.fp4_rate == pytest.approx(6 * 1.765 / 2)
     m, cl = TINY, cluster.Cluster(1)
     spec = PlanSpec(1, 1, 1, 1, flash_attention=True)

@@ -301,18 +301,21 @@ def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     rest = n - 1.0 if n >= 1.0 else 0.0
     out = agl + (agl + rsl) + rest * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
     if first:
-        age = allgather_s(u[U_PE] * w, zg, tp, net)
-        rse = allgather_s(u[U_PE] * gr, zg, tp, net)
-        xf = age - (u[U_EF] + u[U_ETPF])
-        xb = age + rse - (u[U_EB] + u[U_ETPB])
-        out += (xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0)
+        out += _unit_exposed(u[U_PE], u[U_EF] + u[U_ETPF], u[U_EB] + u[U_ETPB], w, gr, zg, tp, net)
     if last:
-        agh = allgather_s(u[U_PH] * w, zg, tp, net)
-        rsh = allgather_s(u[U_PH] * gr, zg, tp, net)
-        xf = agh - (u[U_HF] + u[U_HTPF])
-        xb = agh + rsh - (u[U_HB] + u[U_HTPB])
-        out += (xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0)
+        out += _unit_exposed(u[U_PH], u[U_HF] + u[U_HTPF], u[U_HB] + u[U_HTPB], w, gr, zg, tp, net)
     return out
+
+
+@njit(cache=True, inline="always")
+def _unit_exposed(params, fwd, bwd, w, gr, zg, tp, net):
+    """What one prefetched FSDP unit's gather (forward) and gather + reduce-scatter (backward)
+    expose beyond its own compute."""
+    ag = allgather_s(params * w, zg, tp, net)
+    rs = allgather_s(params * gr, zg, tp, net)
+    xf = ag - fwd
+    xb = ag + rs - bwd
+    return (xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0)
 
 
 @njit(cache=True)

@@ -119,15 +119,17 @@ def _price_one(op, d, frac, eff):
     return 0.0
 
 
+@njit(cache=True, inline="always")
+def _price_design(ops, d, core_fraction, eff, out_row):
+    for j in range(ops.shape[0]):
+        out_row[j] = _price_one(ops[j], d, core_fraction, eff)
+
+
 @njit(cache=True, parallel=True)
 def price(ops, designs, core_fraction, eff):
-    nd = designs.shape[0]
-    no = ops.shape[0]
-    out = np.empty((nd, no), dtype=np.float64)
-    for i in prange(nd):
-        d = designs[i]
-        for j in range(no):
-            out[i, j] = _price_one(ops[j], d, core_fraction, eff)
+    out = np.empty((designs.shape[0], ops.shape[0]), dtype=np.float64)
+    for i in prange(designs.shape[0]):
+        _price_design(ops, designs[i], core_fraction, eff, out[i])
     return out
 
 
@@ -135,13 +137,9 @@ def price(ops, designs, core_fraction, eff):
 def price_serial(ops, designs, core_fraction, eff):
     """:func:`price` on the calling thread: for a few designs (one chip's plan) the thread
     pool's start-up and, on a loaded machine, waiting for busy cores cost more than the work."""
-    nd = designs.shape[0]
-    no = ops.shape[0]
-    out = np.empty((nd, no), dtype=np.float64)
-    for i in range(nd):
-        d = designs[i]
-        for j in range(no):
-            out[i, j] = _price_one(ops[j], d, core_fraction, eff)
+    out = np.empty((designs.shape[0], ops.shape[0]), dtype=np.float64)
+    for i in range(designs.shape[0]):
+        _price_design(ops, designs[i], core_fraction, eff, out[i])
     return out
 
 #: Below this many designs, pricing runs on the calling thread (:func:`price_serial`).

@@ -11,14 +11,13 @@ from .names import MODEL_NAMES  # the models' names, without importing torch
 
 def _common(p: argparse.ArgumentParser) -> None:
     from .data import DATASETS
-    MODELS = MODEL_NAMES
     p.add_argument("--dataset", default="digits", choices=DATASETS,
                    help="digits (bundled), or femnist/shakespeare (LEAF folder) / cifar10 (batches) with --data "
                         "(default: digits)")
     p.add_argument("--data", help="folder with LEAF JSON (train/ and test/, or all_data) or CIFAR-10 batches")
     p.add_argument("--clients", type=int, default=5, help="number of clients (default: 5)")
     p.add_argument("--rounds", type=int, default=30, help="federated rounds (default: 30)")
-    p.add_argument("--model", default="auto", choices=["auto", *MODELS],
+    p.add_argument("--model", default="auto", choices=["auto", *MODEL_NAMES],
                    help="model; auto = the dataset's FLuID model (mlp for digits) (default: auto)")
     p.add_argument("--optimizer", choices=["sgd", "adam"], help="client optimizer (default: the dataset's, FLuID's)")
     p.add_argument("--lr", type=float, help="client learning rate (default: the dataset's, FLuID's)")
