@@ -17,7 +17,9 @@ deepseek-v3).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchS
 :data:`TPUv4`, :data:`A100`, :data:`H100`, :data:`H200`, :data:`B200`, :data:`GB200`,
 :data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :class:`AreaPowerModel`.  Cost: :func:`price`.
 Clusters: :class:`Cluster` (nodes, intra/inter-node links; presets in :mod:`cluster`).
-Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op times).
+Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op times);
+:mod:`measure` (``cosearch measure``) times a model's kernels and the collectives with torch on
+the user's own GPUs, in the CSV formats ``calibrate`` reads.
 Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Training plans: :class:`PlanSpec`,
 :func:`evaluate` (one fixed plan -> :class:`Plan` with time breakdown and memory per stage),
 :func:`search_plans` (exact search over dp/tp/pp/microbatch/recompute/virtual/SP/ZeRO ->
@@ -80,6 +82,7 @@ _LAZY = {
     "engine": ("engine", None), "Engine": ("engine", "Engine"),
     "SearchOptions": ("search", "SearchOptions"), "sweep": ("sweep", None), "ranking": ("ranking", None),
     "parse_megatron_args": ("megatron_args", "parse_megatron_args"), "megatron_args": ("megatron_args", None),
+    "measure": ("measure", None),
 }
 
 __all__ = [

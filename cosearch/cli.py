@@ -32,6 +32,14 @@ def _count(text: str) -> int:
     return v
 
 
+def _bytes(text: str) -> int:
+    """argparse type: a byte count, 1 to 2^40."""
+    v = _count(text)
+    if not (1 <= v <= 2 ** 40):
+        raise argparse.ArgumentTypeError(f"must be between 1 and 2^40 bytes, got {v}")
+    return v
+
+
 def _positive(text: str) -> int:
     """argparse type: a positive integer within the supported range."""
     from ._validate import MAX_BATCH
@@ -395,6 +403,32 @@ def _run_calibrate(a) -> int:
     return 0
 
 
+def _run_measure(a) -> int:
+    """Time the model's kernels (and collectives under torchrun) into --out/ops.csv etc."""
+    import os
+
+    from .measure import DEFAULT_COLLECTIVE_BYTES, measure
+    if not os.path.isdir(a.out):
+        raise ValueError(f"--out {a.out!r}: no such folder")
+    for f in ("ops.csv", "collectives.csv"):
+        if os.path.exists(os.path.join(a.out, f)) and not a.force:
+            raise ValueError(f"{os.path.join(a.out, f)} exists; pass --force to replace it")
+    model = _model_from_args(a)
+    sizes = [s for s in DEFAULT_COLLECTIVE_BYTES if s <= a.collective_max_bytes] or [a.collective_max_bytes]
+    res = measure(model, a.out, tp=a.tp, microbatch=a.mb, precision=a.precision, flash_attention=not a.no_flash,
+                  sequence_parallel=a.sp, device=a.device, warmup=a.warmup, iters=a.iters,
+                  collective_bytes=sizes, progress=sys.stderr.isatty())
+    for why in res.skipped:
+        print(f"skipped: {why}", file=sys.stderr)
+    if res.op_csv:
+        print(f"wrote {res.op_csv} ({res.op_rows} kernels); fit with: cosearch calibrate --chip CHIP "
+              f"--gemm-csv {res.op_csv} --out chip.json")
+    if res.collective_csv:
+        print(f"wrote {res.collective_csv} ({res.collective_rows} collectives); add --collective-csv "
+              f"{res.collective_csv} --cluster NAME --nodes N")
+    return 0
+
+
 def _run_plan(a) -> int:
     import json
 
@@ -501,6 +535,21 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--chips", type=int)
     cal.add_argument("--out", required=True, help="chip JSON to write (use it with --chip FILE)")
     cal.add_argument("--force", action="store_true", help="replace an existing --out file")
+    me = sub.add_parser("measure", help="time the model's kernels (and, under torchrun, the collectives) with "
+                        "torch on this machine's GPU; write the CSVs that calibrate reads", formatter_class=fmt)
+    _model_args(me)
+    me.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree of the shapes")
+    me.add_argument("--mb", type=_positive, default=1, help="microbatch size (sequences) of the shapes")
+    me.add_argument("--precision", choices=["bf16", "fp8", "fp4"], default="bf16", help="layer GEMM precision")
+    me.add_argument("--no-flash", action="store_true", help="unfused attention (two batched matmuls)")
+    me.add_argument("--sp", action="store_true", help="sequence parallelism")
+    me.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    me.add_argument("--warmup", type=_count, default=3, help="untimed runs before timing each kernel")
+    me.add_argument("--iters", type=_positive, default=10, help="timed runs per kernel (the median is kept)")
+    me.add_argument("--collective-max-bytes", type=_bytes, default=2 ** 30,
+                    help="largest collective message (bytes; sizes from 64 KiB up by factors of 4)")
+    me.add_argument("--out", required=True, help="folder for ops.csv (and collectives.csv under torchrun)")
+    me.add_argument("--force", action="store_true", help="replace existing CSVs in --out")
     sub.add_parser("models", help="list model presets")
     sub.add_parser("presets", help="list chip, cluster and engine presets")
     rp = sub.add_parser("reproduce", help="re-run a published experiment (phaze: PHAZE's ICML 2024 table)",
@@ -562,6 +611,8 @@ def _dispatch(a) -> int:
         return 0
     if a.cmd == "calibrate":
         return _run_calibrate(a)
+    if a.cmd == "measure":
+        return _run_measure(a)
     if a.cmd == "presets":
         from .cluster import PRESET_CHIPS
         from .engine import ENGINES

@@ -15,7 +15,7 @@ from .hardware import Accelerator
 
 __all__ = ["collective_s", "p2p_s", "COLLECTIVES"]
 
-COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
 
 
 def _check(nbytes: float, n: int, stride: int) -> None:
@@ -29,13 +29,16 @@ def _check(nbytes: float, n: int, stride: int) -> None:
 
 def collective_s(kind: str, nbytes: float, n: int, cluster: Cluster, chip: Accelerator,
                  stride: int = 1) -> float:
-    """Seconds for collective ``kind`` of ``nbytes`` (the full buffer) over ``n`` ranks."""
+    """Seconds for collective ``kind`` of ``nbytes`` (the full buffer; for an all-to-all, what
+    each rank holds) over ``n`` ranks."""
     _check(nbytes, n, stride)
     net = cluster.net_array(chip)
     if kind == "allreduce":
         return float(formulas.allreduce_s(float(nbytes), float(n), float(stride), net))
     if kind in ("allgather", "reducescatter"):
         return float(formulas.allgather_s(float(nbytes), float(n), float(stride), net))
+    if kind == "alltoall":
+        return float(formulas.alltoall_s(float(nbytes), float(n), float(stride), net))
     raise ValueError(f"unknown collective {kind!r}; choose one of {COLLECTIVES}")
 
 

@@ -229,7 +229,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     ``measurements``: a CSV path or a mapping of column arrays.  Op rows carry
     ``m, n, k, batch, dtype_bytes, seconds`` (a GEMM ``(m x k) @ (k x n)`` repeated ``batch``
     times; an optional ``kind`` column says ``gemm`` (default) or ``attention``); collective
-    rows carry ``collective`` (allreduce / allgather / reducescatter), ``bytes``, ``group``
+    rows carry ``collective`` (allreduce / allgather / reducescatter / alltoall), ``bytes``, ``group``
     (ranks), ``link`` (intra / inter) and ``seconds``.  Rows of the other kind leave those
     columns empty.  GEMM times are fitted as ``max(c / e_t, b / (e_m B)) + launch``
     (``c``: the roofline compute time, ``b``: its HBM bytes) by least squares on log time;
@@ -314,21 +314,24 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         nbytes = _num(cols, "bytes", coll_rows)
         group = _num(cols, "group", coll_rows)
         sec = _num(cols, "seconds", coll_rows)
-        factor = {"allreduce": 2.0, "allgather": 1.0, "reducescatter": 1.0}
+        # ring collectives: f (n-1)/n S on the wire and f (n-1) latencies; an all-to-all sends
+        # (n-1)/n S, all exchanges at once (one latency), as cosearch.comm prices them
+        factor = {"allreduce": 2.0, "allgather": 1.0, "reducescatter": 1.0, "alltoall": 1.0}
         for link in ("intra", "inter"):
             sel = links == link
             if not sel.any():
                 continue
             unknown = sorted(set(kinds[sel]) - set(factor))
             if unknown:
-                raise ValueError(f"calibrate: unknown collective(s) {unknown}")
+                raise ValueError(f"calibrate: unknown collective(s) {unknown}; choose from {sorted(factor)}")
             f = np.array([factor[x] for x in kinds[sel]])
             nn = group[sel]
+            steps = np.where(kinds[sel] == "alltoall", 1.0, f * (nn - 1))
             wire = cluster.link_bandwidth(chip) if link == "intra" else float(cluster.inter_node_Bps or 0)
             if wire <= 0:
                 raise ValueError("calibrate: the cluster has no inter-node link for 'inter' rows")
-            # t = f (n-1)/n S / (e B) + f (n-1) a   -> linear in (1/e, a)
-            A = np.stack([f * (nn - 1) / nn * nbytes[sel] / wire, f * (nn - 1)], axis=1)
+            # t = f (n-1)/n S / (e B) + steps a   -> linear in (1/e, a)
+            A = np.stack([f * (nn - 1) / nn * nbytes[sel] / wire, steps], axis=1)
             (inv_e, lat), *_ = np.linalg.lstsq(A, sec[sel], rcond=None)
             if inv_e <= 0:
                 raise ValueError(f"calibrate: {link}-node collective times do not grow with size")

@@ -41,6 +41,10 @@ _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTE
 #: (MoE token dispatch and combine) runs over the expert-parallel group, the others over
 #: the tensor-parallel group.
 NETWORK_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
+#: A fused attention backward's matmul FLOPs per forward FLOP (FlashAttention-2: five matmuls
+#: for the forward's two, the scores recomputed).
+ATTENTION_BWD_FACTOR = 2.5
+
 #: Forward ops that selective recomputation runs again (the attention core).
 ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_core")
 
@@ -440,7 +444,8 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
             # recomputed), reads Q, K, V, O, dO and writes dQ, dK, dV
             # (Q, O, dO and dQ have the query rows, K, V, dK and dV the key rows)
             sq, sk, d_ = op.m, op.n, op.k  # the forward's k is d (causal factor 1)
-            grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, sk, d_, op.batch, 2.5, 3.0 * sq + 2.0 * sk,
+            grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, sk, d_, op.batch, ATTENTION_BWD_FACTOR,
+                                      3.0 * sq + 2.0 * sk,
                                       sq + 2.0 * sk)]
         else:
             name = f"{op.name}.grad"
