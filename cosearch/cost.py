@@ -100,7 +100,8 @@ def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fracti
 def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0,
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
-    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate = IDEAL.as_array() if eff is None else eff
+    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over = \
+        IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
@@ -135,7 +136,9 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         rate = np.where((dt < 1.0) & (fp4_rate > 0.0), fp4_rate, rate)   # NVFP4
         tensor_t = np.maximum(compute_t / (e_t * shape * rate), nbytes / bw) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
-        attn_t = np.maximum(compute_t / e_a, op_bytes) + launch
+        # fused attention: per 128-query-row block, a_over blocks of fixed work beside its m / 128
+        length = m / (m + 128.0 * a_over) if a_over > 0 else 1.0
+        attn_t = np.maximum(compute_t / (e_a * length), op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]
         vec_t = np.maximum(np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock, op_bytes) + launch
     kind = o["kind"]

@@ -48,6 +48,12 @@ same.
   Engine userbuffers; needs sequence parallelism in practice): only the part of a layer's TP
   communication that exceeds its compute is exposed.  Off in every preset; the
   ``megatron-core-tp-overlap`` preset turns it on.
+* ``attention_kernel`` — which fused attention kernels the framework runs: ``"best"`` (the
+  chip's own: Transformer Engine's cuDNN / FlashAttention-3 on Hopper in Megatron-Core) or
+  ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan,
+  the Triton FlashAttention port in llm-foundry), priced at the chip's
+  :attr:`~cosearch.hardware.KernelEfficiency.attention_fa2`.  The same on Ampere, where FA2 is
+  the best; on H100 about half the rate (0.297 against 0.578, flash-attention PR #1791).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -94,8 +100,11 @@ class Engine:
     context_parallel: bool = True
     overlap_tp_comm: bool = False
     software: str = ""
+    attention_kernel: str = "best"
 
     def __post_init__(self) -> None:
+        if self.attention_kernel not in ("best", "fa2"):
+            raise ValueError(f"Engine.attention_kernel must be 'best' or 'fa2', got {self.attention_kernel!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
@@ -133,7 +142,9 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
 
 #: PyTorch FSDP / FSDP2 (llm-foundry, torchtitan).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
-              software="PyTorch FSDP/FSDP2 (llm-foundry/Composer 2023-24, torchtitan 2024-25)")
+              attention_kernel="fa2",
+              software="PyTorch FSDP/FSDP2 (llm-foundry/Composer 2023-24, torchtitan 2024-25) with SDPA / "
+                       "Triton FlashAttention-2-generation attention")
 
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,

@@ -82,7 +82,7 @@ DESIGN_FIELDS = (
 #: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
-              "k_overhead", "fp8_rate", "fp4_rate")
+              "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,15 @@ class KernelEfficiency:
     datasheet FP8/BF16 dense peak ratio times the measured FP8/BF16 kernel efficiency ratio);
     0 (the default): the chip has no FP8 tensor cores, and FP8 plans are refused.
     ``fp4_rate``: the same for NVFP4 GEMMs (0: no FP4 tensor cores).
+
+    Attention by length and implementation: ``attention`` is the chip's best fused attention
+    kernel at long sequences (FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN on Hopper);
+    a kernel with ``sq`` query rows reaches ``attention`` times
+    :func:`cosearch._kernels.formulas.attention_length_efficiency` — each 128-row block pays
+    ``attention_overhead`` key blocks of fixed work (0: no length effect).
+    ``attention_fa2``: the long-sequence efficiency of FlashAttention-2-generation kernels
+    (PyTorch SDPA's flash backend, Triton ports) on this chip, which engines that run them use
+    (:attr:`cosearch.engine.Engine.attention_kernel`); 0: the same as ``attention``.
     """
 
     tensor: float = 1.0
@@ -120,8 +129,15 @@ class KernelEfficiency:
     k_overhead: float = 0.0
     fp8_rate: float = 0.0
     fp4_rate: float = 0.0
+    attention_overhead: float = 0.0
+    attention_fa2: float = 0.0
 
     def __post_init__(self) -> None:
+        for f in ("attention_overhead", "attention_fa2"):
+            x = getattr(self, f)
+            hi = 1.0 if f == "attention_fa2" else 1e3
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= hi):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, {hi:g}], got {x!r}")
         for f in ("fp8_rate", "fp4_rate"):
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= 16.0):
@@ -146,6 +162,15 @@ class KernelEfficiency:
     def as_array(self) -> np.ndarray:
         return np.array([float(getattr(self, f)) for f in EFF_FIELDS], dtype=np.float64)
 
+    def with_attention_kernel(self, kernel: str) -> KernelEfficiency:
+        """This efficiency with the attention kernel an engine runs: ``"best"`` (the chip's own,
+        unchanged) or ``"fa2"`` (FlashAttention-2-generation kernels: ``attention_fa2`` where set)."""
+        if kernel == "best" or self.attention_fa2 <= 0.0:
+            return self
+        if kernel != "fa2":
+            raise ValueError(f"unknown attention kernel {kernel!r}; choose 'best' or 'fa2'")
+        return replace(self, attention=self.attention_fa2)
+
     def shape_efficiency(self, m: float, n: float, k: float, batch: float = 1.0) -> float:
         """The GEMM shape factor (1 without a tile model) for one ``batch x (m x k) @ (k x n)``."""
         from ._kernels.formulas import gemm_shape_efficiency
@@ -165,21 +190,28 @@ EFFICIENCY_SOURCES = {
             "matmul, 271.2 of 312 TFLOP/s at 1024x10240x5120 (S. Bekman, ml-engineering, MAMF table, torch "
             "2.6+cu126; the sustained clock under the power limit is in the measurement), divided by the shape "
             "model at that shape; checked against every GEMM row of cosearch/data/public_kernels.csv "
-            "(tests/test_kernel_model.py).  Attention 0.50: FlashAttention-2 fwd+bwd, causal, head dim 128, "
+            "(tests/test_kernel_model.py).  Attention 0.553 at long sequences: FlashAttention-2 fwd+bwd, causal, head dim 128, "
             "seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, as cosearch "
-            "counts them).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
+            "counts them), divided by the length factor at 2k (16 / (16 + 1.8) = 0.899).  Length factor: "
+            "1.8 key blocks of fixed work per 128-row block, the mean of T (r_inf / r(T) - 1) over the "
+            "FlashAttention-3 and Triton-tutorial forward rates at 512-8k tokens, head dim 128, on H100 "
+            "(pytorch/benchmark commit D60117034: FA3 430, 517, 566, 590, 614, 621 TFLOP/s at 512-16k).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
             "(FastIceFlo effective-throughput table; chsasank device-benchmarks).  Launch 4 us per kernel "
             "(CUDA launch + PyTorch dispatch).",
     "H100": "GEMM shape model: 128x256x64 tiles, 128 K-elements of prologue, one tile per SM on the 132 SMs "
             "(assumed as on SM80: CUTLASS 3's warp-specialised SM90 kernels use the same tile); tensor 0.856: "
             "best-shape bf16 matmul 794.5 of 989 TFLOP/s at 2048x2048x13312 on H100 SXM (ml-engineering MAMF "
-            "table, torch 2.7+cu126) divided by the shape model there.  Attention 0.60: FlashAttention-3 bf16 "
-            "reaches ~740 TFLOP/s forward and ~550 backward on H100 SXM (Shah et al. 2024); memory 0.90: a "
+            "table, torch 2.7+cu126) divided by the shape model there.  Attention 0.578 at long sequences: "
+            "FlashAttention-3, causal, head dim 128, seq 8k: 630.0 TFLOP/s forward, 531.6 backward, 556.4 "
+            "fwd+bwd (Dao-AILab/flash-attention PR #1791 benchmark_attn.py on H100), over the length factor "
+            "at 8k (0.973); FlashAttention-2 on the same run: 284.1 / 287.1, 286.2 fwd+bwd, so "
+            "attention_fa2 0.297 (PyTorch SDPA's flash backend runs these kernels; checked against the "
+            "FlashAttention-2 paper's H100 figure, 265 TFLOP/s at 2k, Dao 2023 Fig. 7); memory 0.90: a "
             "4 GiB device copy reaches 90.6% of peak HBM bandwidth on a Hopper card; launch 4 us.  FP8 rate "
             "1.765: the best-shape fp8 e4m3 matmul, 1402.6 TFLOP/s at 1024x9216x14336, over the best-shape bf16 "
             "one, 794.5 TFLOP/s (ml-engineering MAMF table, torch 2.7+cu126): 2x the peak at 0.88x the efficiency.",
     "Blackwell": "No Blackwell kernel-level row is in cosearch/data/public_kernels.csv: the H100's kernel "
-                 "fractions (tensor 0.856, attention 0.60, memory 0.90, FP8 rate 1.765, the same tile model) are "
+                 "fractions (tensor 0.856, attention 0.578 / FA2 0.297, memory 0.90, FP8 rate 1.765, the same tile model) are "
                  "assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip preset).  NVFP4 "
                  "rate: the datasheet's dense FP4/BF16 peak ratio times the H100's measured FP8 efficiency "
                  "ratio (1.765 / 2 = 0.8825), no FP4 kernel measurement being public.",
@@ -188,10 +220,13 @@ EFFICIENCY_SOURCES = {
               "by whatever XLA's kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
 }
 
-_A100_EFF = KernelEfficiency(0.931, 0.50, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256, tile_k=64,
-                             tile_slots=108, k_overhead=128.0)
-_H100_EFF = KernelEfficiency(0.856, 0.60, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256, tile_k=64,
-                             tile_slots=132, k_overhead=128.0, fp8_rate=1.765)
+#: fixed work per 128-row block of a fused attention kernel, in key blocks (EFFICIENCY_SOURCES["A100"])
+ATTENTION_OVERHEAD_BLOCKS = 1.8
+_A100_EFF = KernelEfficiency(0.931, 0.553, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256, tile_k=64,
+                             tile_slots=108, k_overhead=128.0, attention_overhead=ATTENTION_OVERHEAD_BLOCKS)
+_H100_EFF = KernelEfficiency(0.856, 0.578, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256, tile_k=64,
+                             tile_slots=132, k_overhead=128.0, fp8_rate=1.765,
+                             attention_overhead=ATTENTION_OVERHEAD_BLOCKS, attention_fa2=0.297)
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
                          fp4_rate=4.0 * 1.765 / 2.0)
 _TPU5_EFF = KernelEfficiency(source=EFFICIENCY_SOURCES["TPU v5"])

@@ -341,6 +341,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     from .hardware import IDEAL
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
+    eff = eff.with_attention_kernel(engine_preset(engine).attention_kernel)   # the framework's attention
+    if single:
+        designs = designs.with_(efficiency=eff)
     d = design_array(designs.as_array() if single else designs)
     # the network terms depend on a design only through its link bandwidth: price them once
     # per distinct link (a space with one link speed has one)

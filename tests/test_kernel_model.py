@@ -27,6 +27,8 @@ def _model_tflops(row) -> float:
         ops = [graph.Op("g", "gemm", m=m, n=n, k=k, batch=b, bytes_read=(m * k + k * n) * b * dt,
                         bytes_written=m * n * b * dt, dtype_bytes=dt)]
     else:   # FlashAttention fwd + bwd over (seq m, head dim k), causal FLOPs halved as the graph counts them
+        if row["kind"] == "attention-fa2":
+            chip = chip.with_(efficiency=chip.efficiency.with_attention_kernel("fa2"))
         g = graph._Builder(dt)
         g.attention("fwd", [], m, m, k, b, 1.0, 3.0 * m, 1.0 * m)
         g.attention("bwd", [], m, m, k, b, 2.5, 5.0 * m, 3.0 * m)
@@ -53,6 +55,25 @@ def test_model_against_every_public_kernel_row(row):
         assert abs(ratio) <= tol, f"row {row['row']}: model {ratio:+.1%} off ({row['note']})"
     else:
         assert 0.0 <= ratio <= -tol, f"row {row['row']}: model {ratio:+.1%} ({row['note']})"
+
+
+def test_attention_length_factor_against_published_rates():
+    """FlashAttention forward rates by sequence length at a fixed 16k tokens, head dim 128, on
+    H100 (pytorch/benchmark commit D60117034): each length's rate over the 16k rate against the
+    length factor's ratio.  FA3 and the Triton tutorial kernel, one overhead for both."""
+    from cosearch._kernels.formulas import attention_length_efficiency
+    seqs = (512, 1024, 2048, 4096, 8192, 16384)
+    fa3 = (430.32, 517.099, 565.544, 590.233, 614.234, 620.73)
+    triton = (328.882, 389.723, 433.721, 458.359, 470.732, 476.753)
+    c = hardware.ATTENTION_OVERHEAD_BLOCKS
+    for rates in (fa3, triton):
+        for s, r in zip(seqs, rates):
+            want = r / rates[-1]
+            got = attention_length_efficiency(float(s), c) / attention_length_efficiency(16384.0, c)
+            assert got == pytest.approx(want, abs=0.035), (s, got, want)
+    # by hand: 4 blocks of work and 1.8 of overhead at 512 rows; off at 0
+    assert attention_length_efficiency(512.0, 1.8) == pytest.approx(4 / 5.8, rel=1e-14)
+    assert attention_length_efficiency(512.0, 0.0) == 1.0
 
 
 def test_shape_factor_hand_worked():
@@ -96,7 +117,7 @@ def test_small_and_skinny_gemms_run_below_the_best_shape():
 def test_efficiency_columns_match_the_kernel_indices():
     from cosearch._kernels import formulas as F
     names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD", "E_FP8",
-             "E_FP4")
+             "E_FP4", "E_ATTN_OVERHEAD")
     assert [getattr(F, n) for n in names] == list(range(len(hardware.EFF_FIELDS)))
     e = hardware.A100_80GB.efficiency.as_array()
     assert (e[F.E_SLOTS], e[F.E_TILE_M], e[F.E_K_OVERHEAD]) == (108, 128, 128)

@@ -104,7 +104,24 @@ NB = len(BREAKDOWN_FIELDS) + 5
 
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
-(E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4) = range(11)
+(E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
+ E_ATTN_OVERHEAD) = range(12)
+
+#: Query rows per thread block of a fused attention kernel (FlashAttention-2/3 at head dim 128).
+ATTN_BLOCK = 128.0
+
+
+@njit(cache=True, inline="always")
+def attention_length_efficiency(sq, overhead_blocks):
+    """Fraction of a fused attention kernel's long-sequence rate reached with ``sq`` query rows:
+    each thread block of :data:`ATTN_BLOCK` query rows streams the keys in blocks of the same
+    size and pays a fixed prologue/epilogue (loading Q, writing O and the softmax statistics)
+    worth ``overhead_blocks`` key blocks, so with ``T = sq / ATTN_BLOCK`` blocks of work the
+    useful fraction is ``T / (T + overhead_blocks)``.  1 where ``overhead_blocks`` is 0."""
+    if overhead_blocks <= 0.0:
+        return 1.0
+    t = sq / ATTN_BLOCK
+    return t / (t + overhead_blocks)
 
 
 # ---------------------------------------------------------------- GEMM shape efficiency

@@ -23,7 +23,9 @@ Tensor op (weight-stationary systolic array R x C):
   (an R-row input block and fp32 partial sums); if L1 is smaller, weight tiles are
   re-fetched from HBM for every R-row block: + tiles * ceil(M/R) * R C dtype bytes.
 Attention op (kind 3: batched activation matmuls or a fused flash kernel): the tensor
-  compute formula, HBM bytes = the op's bytes_read + bytes_written, efficiency eff[1].
+  compute formula, HBM bytes = the op's bytes_read + bytes_written, efficiency eff[1] times
+  :func:`cosearch._kernels.formulas.attention_length_efficiency` of its M (query rows) with
+  eff[11] (``E_ATTN_OVERHEAD``) blocks of per-block overhead.
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
 Network op: 0 (priced by cosearch.comm).
 Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction * eff[2]))
@@ -43,6 +45,7 @@ import numpy as np
 from numba import njit, prange
 
 from .formulas import (
+    E_ATTN_OVERHEAD,
     E_FP4,
     E_FP8,
     E_K_OVERHEAD,
@@ -51,6 +54,7 @@ from .formulas import (
     E_TILE_K,
     E_TILE_M,
     E_TILE_N,
+    attention_length_efficiency,
     gemm_shape_efficiency,
 )
 
@@ -83,7 +87,7 @@ def _price_one(op, d, frac, eff):
             waves = 1.0
         cycles = waves * (rows + r + c - 2.0)
         if kind == 3.0:
-            compute = cycles / clock / eff[1]
+            compute = cycles / clock / (eff[1] * attention_length_efficiency(m, eff[E_ATTN_OVERHEAD]))
             mem = (op[7] + op[8]) / bw
             return (compute if compute > mem else mem) + eff[3]
         slots = math.floor(eff[E_SLOTS] * frac)
