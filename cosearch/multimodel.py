@@ -136,6 +136,8 @@ class MultiModelResults:
         ir = self.meta.get("ilp_ranking")
         if ir:
             lines.append(f"ILP ranking: top {ir['top']} " + ("proven exact" if ir["proven"] else
+                         f"not proven ({ir['time_limited_layers']} layer schedules hit the ILP time limit)"
+                         if ir.get("time_limited_layers") else
                          f"not proven ({ir['open']} designs could still enter; raise ilp_designs)")
                          + f" after {ir['scheduled']} ILP-planned designs")
         for tm, title in TIME_MODEL_TITLES:
@@ -409,6 +411,8 @@ def _refine_joint(res: MultiModelResults, per, cluster: Cluster, mem, opts, desi
     pos = {int(d): ci for ci, d in enumerate(cand)}
     done: set[int] = set()
     proven = True
+    from .schedule import cache_info
+    limited0 = cache_info()["time_limited"]
     try:
         # seeds: the serial sweep's best designs (their ILP scores are at least the serial ones)
         for r in sorted(res.feasible, key=lambda r: -r.score):
@@ -435,8 +439,9 @@ def _refine_joint(res: MultiModelResults, per, cluster: Cluster, mem, opts, desi
     cut = kth()
     left = sum(1 for b, _ in heap if -b >= cut) if not proven else 0
     res.meta["refined"] = refined
-    res.meta["ilp_ranking"] = {"proven": proven, "scheduled": planned, "designs": len(refined), "top": top,
-                               "open": left}
+    limited = cache_info()["time_limited"] - limited0      # layers the ILP did not prove: not proven
+    res.meta["ilp_ranking"] = {"proven": proven and limited == 0, "scheduled": planned, "designs": len(refined),
+                               "top": top, "open": left, "time_limited_layers": limited}
 
 
 def joint_baselines(models: Sequence[ModelConfig], space: SearchSpace, cluster: Cluster,

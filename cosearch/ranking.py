@@ -111,6 +111,8 @@ def rank_top_ilp(res: Results, model: ModelConfig, cluster: Cluster, global_batc
     heap: list = []
     groups: list[list[int]] = []
     proven = True
+    from .schedule import cache_info
+    limited0 = cache_info()["time_limited"]
     try:
         # seeds: the serial sweep's best designs, planned exactly until they give `top`
         # distinct ILP steps — the cutoff of every bound below (an ILP layer is never
@@ -164,7 +166,10 @@ def rank_top_ilp(res: Results, model: ModelConfig, cluster: Cluster, global_batc
             bar.close()
     cut = kth()
     left = sum(len(groups[gi]) for b, gi in heap if b <= cut) if not proven else 0
-    res.meta["ilp_ranking"] = {"proven": proven, "scheduled": planned, "designs": len(res.meta["refined"]),
-                               "top": top, "open": left}
+    # a layer the ILP did not prove optimal (time limit) leaves its plan, and so the ranking, unproven
+    limited = cache_info()["time_limited"] - limited0
+    res.meta["ilp_ranking"] = {"proven": proven and limited == 0, "scheduled": planned,
+                               "designs": len(res.meta["refined"]), "top": top, "open": left,
+                               "time_limited_layers": limited}
 
 

@@ -70,8 +70,11 @@ def table(res: Results, top: int = 10) -> str:
         planned = f"{ir['scheduled']} ILP plans ({ir.get('designs', ir['scheduled'])} designs)"
         lines.append(f"ILP ranking: top {ir['top']} proven exact after {planned}"
                      if ir["proven"] else
-                     f"ILP ranking NOT proven: {planned}; {ir['open']} more designs could still "
-                     f"enter the top {ir['top']} by their bound (raise --ilp-designs)")
+                     f"ILP ranking NOT proven: {planned}; " + (
+                         f"{ir['time_limited_layers']} layer schedules hit the ILP time limit (their "
+                         f"optimality is not proven)" if ir.get("time_limited_layers") else
+                         f"{ir['open']} more designs could still enter the top {ir['top']} by their bound "
+                         f"(raise --ilp-designs)"))
     shown = None
     for tm, title in TIME_MODEL_TITLES:
         rows = [r for r in res.feasible if r.time_model == tm]

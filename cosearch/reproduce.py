@@ -128,7 +128,9 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
 def _ranking_note(meta: dict) -> list[str]:
     ir = meta.get("ilp_ranking")
     if ir and not ir["proven"]:
-        return [f"ILP top not proven ({ir['scheduled']} ILP plans, {ir['open']} designs open)"]
+        return [f"ILP top not proven ({ir['scheduled']} ILP plans, {ir['open']} designs open"
+                + (f", {ir['time_limited_layers']} layers time-limited" if ir.get("time_limited_layers") else "")
+                + ")"]
     return []
 
 

@@ -434,3 +434,29 @@ def test_meta_time_model_agrees_with_the_rows():
     assert any(r.time_model == "ilp" for r in res.rows) and res.meta["time_model"] == "ilp"
     res0 = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=0)
     assert all(r.time_model == "sum" for r in res0.rows) and res0.meta["time_model"] == "sum"
+
+
+def test_time_limited_layer_schedules_leave_the_ranking_unproven(monkeypatch):
+    """A layer ILP stopped by its time limit is not a proof: the ranking built on it says
+    'NOT proven' and counts the time-limited layers (here every solve is reported as stopped)."""
+    import dataclasses
+
+    from cosearch import schedule
+    from cosearch.schedule import cache as sched_cache
+    real = sched_cache.solve_ilp
+
+    def stopped(*a, **kw):
+        return dataclasses.replace(real(*a, **kw), status="time_limit")
+    monkeypatch.setattr(sched_cache, "solve_ilp", stopped)
+    schedule.clear_cache()
+    m = models.preset("gpt3-1.3b")
+    sp = hardware.SearchSpace(tensor_cores=(2, 4), systolic_dims=((64, 64),), vector_units=(2,),
+                              vector_width=(512,), l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,),
+                              hbm=((16 * GiB, 1.2e12),))
+    try:
+        res = search.cosearch(m, sp, cluster.Cluster(16), 32, "serial", tps=(1, 2), microbatches=(1, 2), refine_top=1)
+    finally:
+        schedule.clear_cache()
+    ir = res.meta["ilp_ranking"]
+    assert ir["time_limited_layers"] > 0 and not ir["proven"]
+    assert "hit the ILP time limit" in res.table()

@@ -24,11 +24,15 @@ from .problem import (
 _CACHE: dict = {}
 
 
-_STATS = {"hits": 0, "misses": 0, "solves": 0}
+#: ``time_limited``: layer times handed out (solved or from the cache) that the ILP did not prove
+#: optimal (status ``time_limit`` or ``fallback``), so whatever was built on them is not proven.
+_STATS = {"hits": 0, "misses": 0, "solves": 0, "time_limited": 0}
+_UNPROVEN = ("time_limit", "fallback")
 
 
 def cache_info() -> dict:
-    """Hits, misses and ILP solves of the layer-schedule cache, and its size."""
+    """Hits, misses and ILP solves of the layer-schedule cache, its size, and how many layer
+    times were handed out unproven (``time_limited``: the ILP hit its time limit or fell back)."""
     return {**_STATS, "size": len(_CACHE)}
 
 
@@ -59,11 +63,13 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
            allow_gemm_on_vector)
     if use_cache and key in _CACHE:
         _STATS["hits"] += 1
+        _STATS["time_limited"] += _CACHE[key].status in _UNPROVEN
         return _CACHE[key]
     p = make_problem(layer, chip, allow_gemm_on_vector)
     key2 = ("problem", p.content_key(), method, solver, time_limit_s, mip_gap)
     if use_cache and key2 in _CACHE:       # another design, the same instance
         _STATS["hits"] += 1
+        _STATS["time_limited"] += _CACHE[key2].status in _UNPROVEN
         _CACHE[key] = _CACHE[key2]
         return _CACHE[key2]
     _STATS["misses"] += 1
@@ -86,6 +92,7 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
             r = solve_ilp(p, solver, time_limit_s, mip_gap, start=(ub, modes, starts), lb=lb)
             res = ScheduleResult(r.makespan_s, tuple(names[m] for m in r.modes), r.start_s, lb, ub, r.status,
                                  r.gap, r.solve_time_s, p.names)
+            _STATS["time_limited"] += res.status in _UNPROVEN
     if use_cache:
         _CACHE[key] = _CACHE[key2] = res
     return res
