@@ -26,7 +26,8 @@ from .hardware import Accelerator, SearchSpace, TPUv4
 from .models import ModelConfig
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
 
-__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "fixed_megatron", "PHAZE_MEGATRON_PLANS"]
+__all__ = ["fixed_chip", "spotlight_chip", "run_baselines", "fixed_megatron", "PHAZE_MEGATRON_PLANS",
+           "scaled_megatron_plan", "PHAZE_PLAN_CHIPS"]
 
 #: PHAZE's fixed Megatron-LM placements for 1,024 accelerators, as (dp, tp, pp)
 #: (msr-fiddle/phaze, ``Solver/baseline_configs.py``: ``d``, ``t``, ``p`` per model).
@@ -52,21 +53,39 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
     return res
 
 
+#: The cluster size PHAZE's fixed placements are written for.
+PHAZE_PLAN_CHIPS = 1024
+
+
+def scaled_megatron_plan(model_name: str, num_chips: int) -> tuple[int, int, int] | str:
+    """PHAZE's fixed (dp, tp, pp) for ``model_name`` on ``num_chips`` chips: its 1,024-chip plan
+    with dp scaled by ``num_chips / 1024`` (tp and pp kept: the model's partition is the same,
+    more replicas run it), or the reason it does not scale (no plan, or a fractional dp)."""
+    fixed = PHAZE_MEGATRON_PLANS.get(model_name)
+    if fixed is None:
+        return f"PHAZE gives no fixed Megatron placement for {model_name}"
+    dp, tp, pp = fixed
+    scaled = dp * num_chips / PHAZE_PLAN_CHIPS
+    if scaled < 1 or scaled != int(scaled):
+        return (f"PHAZE's {PHAZE_PLAN_CHIPS}-chip placement dp{dp} tp{tp} pp{pp} does not scale to {num_chips} "
+                f"chips (dp would be {scaled:g})")
+    return int(scaled), tp, pp
+
+
 def fixed_megatron(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
                    mem: memory.MemoryConfig | None = None, microbatches: Sequence[int] | None = None,
                    zero: Sequence[int] = (0, 1), time_model: str = "sum") -> tuple[object | None, str]:
     """PHAZE's fixed Megatron placement (:data:`PHAZE_MEGATRON_PLANS`) on ``chip``: dp, tp and pp
-    as PHAZE fixes them; microbatch, one recompute mode for all stages and the ZeRO stage
+    as PHAZE fixes them for 1,024 chips, dp scaled with the cluster (:func:`scaled_megatron_plan`;
+    n/a with the reason where it does not scale); microbatch, one recompute mode for all stages and the ZeRO stage
     chosen by trying each with :func:`cosearch.plan.evaluate` (serial layer times; with
     ``time_model="ilp"`` the best three are re-timed with ILP-scheduled layers and the best of
     those kept).  Returns (best feasible Plan or None, reason)."""
     from .plan import PlanSpec, evaluate
-    fixed = PHAZE_MEGATRON_PLANS.get(model.name)
-    if fixed is None:
-        return None, f"PHAZE gives no fixed Megatron placement for {model.name}"
+    fixed = scaled_megatron_plan(model.name, cluster.num_chips)
+    if isinstance(fixed, str):
+        return None, fixed
     dp, tp, pp = fixed
-    if dp * tp * pp > cluster.num_chips:
-        return None, f"PHAZE's placement dp{dp} tp{tp} pp{pp} needs {dp * tp * pp} chips, the cluster has {cluster.num_chips}"
     if global_batch % dp:
         return None, f"global batch {global_batch} is not divisible by PHAZE's dp={dp}"
     mbs = [b for b in (microbatches or placement.divisors(global_batch // dp)) if (global_batch // dp) % b == 0]

@@ -261,8 +261,18 @@ def test_fixed_megatron_says_why_not():
     assert p is None and "dp=85" in why                     # 4096 sequences do not split over 85 replicas
     p, why = baselines.fixed_megatron(models.preset("gpt3-13b"), hardware.TPUv4, cluster.Cluster(1024), 1536)
     assert p is None and "no fixed Megatron placement" in why
-    p, why = baselines.fixed_megatron(models.preset("gpt3-175b"), hardware.TPUv4, cluster.Cluster(512), 1536)
-    assert p is None and "1024 chips" in why
+    p, why = baselines.fixed_megatron(models.preset("opt-350m"), hardware.TPUv4, cluster.Cluster(512), 4096)
+    assert p is None and "does not scale to 512 chips (dp would be 42.5)" in why
+
+
+def test_fixed_megatron_scales_dp_with_the_cluster():
+    """PHAZE's plans are for 1,024 chips: dp grows with the cluster, tp and pp stay (by hand)."""
+    assert baselines.scaled_megatron_plan("gpt3-175b", 4096) == (32, 4, 32)
+    assert baselines.scaled_megatron_plan("gpt3-175b", 512) == (4, 4, 32)
+    assert baselines.scaled_megatron_plan("opt-350m", 2048) == (170, 1, 12)
+    assert "dp would be 0.5" in baselines.scaled_megatron_plan("gpt3-175b", 64)
+    p, why = baselines.fixed_megatron(models.preset("gpt3-175b"), hardware.TPUv4, cluster.Cluster(4096), 2048)
+    assert why == "" and (p.dp, p.tp, p.pp) == (32, 4, 32) and p.chips_used == 4096
 
 
 def test_plan_search_cutoff_keeps_the_best_or_says_cut():
