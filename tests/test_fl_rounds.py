@@ -193,7 +193,8 @@ def test_rejected_update_never_reaches_policy_and_global_stays_finite():
 
 def test_assignments_are_queries_and_stragglers_start_in_round_3():
     torch.manual_seed(0)
-    proto = RoundProtocol(models.mlp(8, 3, 20), 3, "invariant", total_rounds=10, seed=5)
+    proto = RoundProtocol(models.mlp(8, 3, 20), 3, "invariant", total_rounds=10, seed=5,
+                          keep_rule="fluid")    # FLuID's buckets, traced by hand
     times = {0: 1.0, 1: 1.3, 2: 2.0}
     for r in (1, 2, 3):
         a = proto.assignments(r, range(3))
@@ -254,9 +255,9 @@ def test_simulation_on_leaf_shakespeare_uses_lstm(tmp_path):
     _write(tmp_path / "train" / "a.json", _leaf(["A", "B", "C"], "shakespeare", n=12))
     _write(tmp_path / "test" / "a.json", _leaf(["A", "B", "C"], "shakespeare", n=3))
     d = data.load_leaf(str(tmp_path), "shakespeare")
-    res = fl.simulate(d, method="invariant", rounds=3, latency_s=[1.0, 1.2, 2.0], batch_size=4)
+    res = fl.simulate(d, method="invariant", rounds=3, latency_s=[1.0, 1.2, 2.0], batch_size=4, keep_rule="fluid")
     assert res.model == "shakespeare_lstm" and res.config["optimizer"] == "adam"
-    assert res.rounds[2].keep == {2: 0.65}
+    assert res.rounds[2].keep == {2: 0.65}                            # FLuID's bucket for 1.2 / 2.0
     assert all(np.isfinite(r.loss) for r in res.rounds)
 
 

@@ -74,7 +74,14 @@ def test_strategy_is_fedavg_and_survives_a_malformed_update():
     assert s.history[1]["rejected"].keys() == {"0"}              # client "100" -> index 0
     (params, _), ins = _fit_round(s, mgr, 3, times)
     keeps = {p.cid: f.config["keep"] for p, f in ins}
-    assert keeps == {"100": 1.0, "101": 1.0, "102": 0.65}         # 1.3 / 2.0 -> FLuID bucket 0.65
+    # the controller: the largest p (step 0.01) whose predicted time 2.0 r(p) is within the target
+    # 1.3, r the mean of the sub-model's FLOPs and bytes ratios; counted by hand for the
+    # 64-32-32-10 MLP keeping h = int(32 p) of each hidden layer: p = 0.71 keeps 22 (r = 0.6238,
+    # 1.248 s), p = 0.72 keeps 23 (r = 0.6588, 1.318 s)
+    def r(h):
+        return ((64 * h + h * h + 10 * h) / 3392 + (64 * h + h + h * h + h + 10 * h + 10) / 3466) / 2
+    assert 2.0 * r(22) <= 1.3 < 2.0 * r(23)
+    assert keeps == {"100": 1.0, "101": 1.0, "102": 0.71}
     for v in s.model.state_dict().values():
         assert torch.isfinite(v).all()
     strict = flower.DropoutStrategy(lambda: models.mlp(64, 10, 32), accept_failures=False)
@@ -164,7 +171,8 @@ def test_superlink_and_three_supernodes_run_invariant_dropout(tmp_path):
     assert [h["keep"] for h in hist[:2]] == [{}, {}]                 # dropout starts in round 3
     straggler = hist[2]["keep"]
     assert len(straggler) == 1 and 0.5 <= next(iter(straggler.values())) < 1.0
-    assert hist[3]["keep"] == straggler
+    assert hist[3]["keep"].keys() == straggler.keys()                 # the same straggler, its keep re-fitted
+    assert 0.5 <= next(iter(hist[3]["keep"].values())) < 1.0
     assert all(h["rejected"] == {} and h["failures"] == 0 for h in hist)
     assert hist[2]["round_time_s"] < hist[1]["round_time_s"]         # the straggler's sub-model is faster
     assert hist[2]["thresholds"].keys() == hist[2]["invariant_counts"].keys() == {"1", "3"}

@@ -34,6 +34,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "(default: 0.05)")
     p.add_argument("--straggler-fraction", type=float,
                    help="fraction of clients treated as stragglers (default: one straggler, as FLuID)")
+    p.add_argument("--keep-rule", choices=["model", "fluid", "ceil"], default="model",
+                   help="straggler keep fraction: model (predicted sub-model time within the target), "
+                        "fluid (FLuID's buckets) or ceil (cosearch 0.1)")
 
 
 def add_parsers(sub) -> None:
@@ -85,7 +88,7 @@ def _sim_kwargs(a) -> dict:
     from .profiling import device_profiles
     kw = {"model": a.model, "optimizer": a.optimizer, "lr": a.lr, "batch_size": a.batch_size,
           "local_epochs": a.local_epochs, "alpha": None if a.alpha == 0 else a.alpha, "data_dir": a.data,
-          "straggler_fraction": a.straggler_fraction}
+          "straggler_fraction": a.straggler_fraction, "keep_rule": a.keep_rule}
     if a.devices:
         if not os.path.isfile(a.devices):
             raise ValueError(f"--devices {a.devices!r}: no such file")
@@ -105,6 +108,7 @@ def run(a) -> int:
                        progress=True, out=a.out, **_sim_kwargs(a))
         if res.rounds:
             print(res.summary())
+            print(res.controller_report().describe())
         if res.interrupted:
             from .._interrupt import exit_code
             print(f"cosearch: interrupted after {len(res.rounds)} of {a.rounds} rounds; they are saved in {a.out}",
@@ -154,6 +158,7 @@ def run(a) -> int:
         print(e.table(a.target))
     for r in singles:
         print(r.summary())
+        print("  " + r.controller_report().describe())
     if a.plot:
         if exps:
             exps[0].plot(a.plot)

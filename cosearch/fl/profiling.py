@@ -5,7 +5,11 @@ the sub-model keeps ``0.95`` if ratio >= 0.9, ``0.85`` if >= 0.8, ``0.75`` if >=
 ``0.65`` if >= 0.6, else ``0.5`` (:func:`fluid_keep_fraction`).  ``rule="ceil"`` keeps
 cosearch 0.1's rule (the smallest allowed width >= ratio, :func:`choose_width`).
 
-**Stragglers** (:class:`StragglerProfiler`): each client's full-model time is estimated as
+``rule="model"`` (:mod:`cosearch.fl.controller`): each client's sub-model time predicted from
+its own rounds and the sub-model's FLOPs and bytes, the largest keep fraction within the target
+(step 0.01), swaps only beyond the prediction error.
+
+**Stragglers** (:class:`StragglerProfiler`, FLuID's rules): each client's full-model time is estimated as
 ``duration / keep``.  After the first ``start_round`` (FLuID: 2) the slowest client (or
 the slowest ``fraction`` of them) becomes a straggler and gets its keep fraction against the
 slowest non-straggler (the target).  Later, when a non-straggler is slower than a
@@ -43,6 +47,9 @@ __all__ = ["StragglerProfiler", "fluid_keep_fraction", "choose_width", "ClientPr
            "device_profiles", "training_flops", "model_bytes", "DEFAULT_WIDTHS", "FLUID_BUCKETS"]
 
 DEFAULT_WIDTHS = (0.5, 0.65, 0.75, 0.85, 0.95)
+#: Keep-fraction rules: FLuID's buckets, cosearch 0.1's ceiling, and the model-based controller
+#: (:mod:`cosearch.fl.controller`).
+RULES = ("fluid", "ceil", "model")
 #: (lower bound of target/straggler time ratio, keep fraction), FLuID's servers.
 FLUID_BUCKETS = ((0.9, 0.95), (0.8, 0.85), (0.7, 0.75), (0.6, 0.65))
 FLUID_FLOOR = 0.5
@@ -82,7 +89,8 @@ class StragglerProfiler:
     """
 
     def __init__(self, num_clients: int, *, fraction: float | None = None, rule: str = "fluid",
-                 widths=DEFAULT_WIDTHS, start_round: int = 2, hysteresis: bool = True, readapt: bool = False):
+                 widths=DEFAULT_WIDTHS, start_round: int = 2, hysteresis: bool = True, readapt: bool = False,
+                 costs=None, min_keep: float = FLUID_FLOOR, min_margin: float = 0.05, window: int = 6):
         if not isinstance(num_clients, int) or num_clients < 2:
             raise ValueError(f"need at least 2 clients to have stragglers, got {num_clients!r}")
         for w in widths:
@@ -90,8 +98,14 @@ class StragglerProfiler:
                 raise ValueError(f"widths must lie in (0, 1], got {w!r}")
         if fraction is not None and not (0.0 < fraction < 1.0):
             raise ValueError(f"straggler fraction must be in (0, 1), got {fraction!r}")
-        if rule not in ("fluid", "ceil"):
-            raise ValueError(f"rule={rule!r}; choose 'fluid' or 'ceil'")
+        if rule not in RULES:
+            raise ValueError(f"rule={rule!r}; choose one of {RULES}")
+        if rule == "model" and costs is None:
+            raise ValueError("rule='model' needs costs: p -> (FLOPs ratio, bytes ratio) of the sub-model "
+                             "(cosearch.fl.controller.submodel_costs)")
+        if not (0.0 < min_keep <= 1.0):
+            raise ValueError(f"min_keep must be in (0, 1], got {min_keep!r}")
+        nonneg_float("min_margin", min_margin)
         self.n, self.fraction, self.rule, self.widths = num_clients, fraction, rule, tuple(widths)
         self.start_round = positive_int("start_round", start_round)
         self.hysteresis, self.readapt = hysteresis, readapt
@@ -99,6 +113,15 @@ class StragglerProfiler:
         self._stragglers: list[int] = []
         self._keep: dict[int, float] = {}
         self._frozen = 0
+        #: rule="model": the per-client time model, swaps made, and per decided round the target
+        #: and each straggler's predicted time at its keep fraction
+        self.swaps = 0
+        self.decisions: list[dict] = []
+        if rule == "model":
+            from .controller import ClientTimeModel, keep_grid
+            self.time_model = ClientTimeModel(costs, window)
+            self.grid = keep_grid(min_keep)
+            self.min_margin = float(min_margin)
 
     @property
     def stragglers(self) -> list[int]:
@@ -118,11 +141,50 @@ class StragglerProfiler:
         target = max(self.full_time[c] for c in others)
         self._keep = {c: self._bucket(min(1.0, target / self.full_time[c])) for c in self._stragglers}
 
+    def _observe_model(self, round: int, durations: dict[int, float], keep: dict[int, float]) -> None:
+        """rule="model" (:mod:`cosearch.fl.controller`): predict, pick, swap on a margin."""
+        tm = self.time_model
+        for c, d in durations.items():
+            tm.observe(c, float(keep.get(c, 1.0)), float(d))
+        for c in tm.seen:
+            self.full_time[c] = tm.predict(c, 1.0)
+        if round < self.start_round or len(self.full_time) < 2:
+            return
+        ft = self.full_time
+        if not self._stragglers:
+            self._stragglers = sorted(ft, key=lambda c: -ft[c])[:self._count()]
+        else:
+            others = [c for c in ft if c not in self._stragglers]
+            while others:
+                slow = max(others, key=lambda c: ft[c])
+                fast = min(self._stragglers, key=lambda c: ft[c])
+                margin = max(self.min_margin, 2.0 * tm.error(slow, fast))
+                if ft[slow] <= ft[fast] * math.exp(margin):
+                    break
+                self._stragglers[self._stragglers.index(fast)] = slow
+                others[others.index(slow)] = fast
+                self.swaps += 1
+        others = [c for c in ft if c not in self._stragglers]
+        target = max(ft[c] for c in others)
+        self._keep, predicted = {}, {}
+        for s in self._stragglers:
+            times = np.array([tm.predict(s, float(p)) for p in self.grid])
+            fits = np.flatnonzero(times <= target)
+            i = int(fits[-1]) if len(fits) else 0
+            self._keep[s] = float(self.grid[i])
+            predicted[s] = float(times[i])
+        self.decisions.append({"round": int(round) + 1, "target_s": float(target), "predicted_s": predicted,
+                               "swaps": self.swaps})
+
     def observe(self, round: int, durations: dict[int, float], keep: dict[int, float]) -> None:
         """Record round ``round``'s durations (seconds) of clients that ran at ``keep``."""
         for c, d in durations.items():
             if not valid_duration(d):
                 raise ValueError(f"client {c} reported round time {d!r}; it must be a positive finite number")
+        if self.rule == "model":
+            self._observe_model(round, durations, keep)
+            return
+        for c, d in durations.items():
             self.full_time[c] = float(d) / float(keep.get(c, 1.0))
         if round < self.start_round or len(self.full_time) < 2:
             return

@@ -65,18 +65,45 @@ class RoundReport:
     policy_state: dict = field(default_factory=dict)
 
 
+def _linear_example(model):
+    """An input for a model whose first layer is a Linear (what sizing its sub-models needs);
+    other models must be given ``example_input``."""
+    import torch
+    first = next((m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d, torch.nn.LSTM,
+                                                                torch.nn.Embedding))), None)
+    if isinstance(first, torch.nn.Linear):
+        return torch.zeros(2, first.in_features)
+    raise ValueError("keep_rule='model' needs example_input (an input batch, to size the sub-models) for a "
+                     "model that does not start with a Linear layer")
+
+
+def _cost_table(model, example_input, gs):
+    """p -> (FLOPs ratio, bytes ratio) of the sub-model at keep fraction p, sized once per p."""
+    from .controller import submodel_costs
+    table: dict[float, tuple[float, float]] = {}
+
+    def costs(p: float) -> tuple[float, float]:
+        key = round(float(p), 2)
+        if key not in table:
+            table.update(submodel_costs(model, example_input, gs, [key]))
+        return table[key]
+    return costs
+
+
 class RoundProtocol:
     """The round logic around a global torch ``model`` (see the module docstring).
 
     ``method``: invariant, invariant-adaptive, ordered, random or none (or pass ``policy``).
     ``schedule``: FLuID threshold schedule or dataset name; ``total_rounds`` places its growth.
     ``straggler_fraction``: None = one straggler (FLuID), else that fraction of the clients.
+    ``keep_rule``: "model" (the controller of :mod:`cosearch.fl.controller`, default), "fluid"
+    (FLuID's buckets) or "ceil".
     """
 
     def __init__(self, model, num_clients: int, method: str = "invariant", *, policy: DropoutPolicy | None = None,
                  example_input=None, total_rounds: int | None = None,
                  schedule: ThresholdSchedule | str = "femnist", straggler_fraction: float | None = None,
-                 keep_rule: str = "fluid", readapt: bool = False, seed: int = 0):
+                 keep_rule: str = "model", readapt: bool = False, seed: int = 0):
         self.model = model
         self.example = example_input
         self.groups = groups(model, example_input)
@@ -85,8 +112,12 @@ class RoundProtocol:
             policy = make_policy(method, **kw)
         self.policy = policy
         self.method = policy.name
+        costs = None
+        if keep_rule == "model":
+            costs = _cost_table(model, example_input if example_input is not None else _linear_example(model),
+                                self.groups)
         self.profiler = StragglerProfiler(num_clients, fraction=straggler_fraction, rule=keep_rule,
-                                          readapt=readapt)
+                                          readapt=readapt, costs=costs)
         self.num_clients = num_clients
         self.seed = int(seed)
 

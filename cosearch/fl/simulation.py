@@ -13,6 +13,7 @@ federatedly (every client's test split, example-weighted).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -26,7 +27,7 @@ from .models import DATASET_DEFAULTS, build_model
 from .profiling import ClientProfile, TraceProfile, device_profiles, model_bytes, training_flops
 from .server import ClientUpdate, RoundProtocol
 
-__all__ = ["simulate", "FLResult", "RoundMetrics", "plot", "train_local", "evaluate_model"]
+__all__ = ["simulate", "FLResult", "RoundMetrics", "ControllerReport", "plot", "train_local", "evaluate_model"]
 
 
 @dataclass
@@ -43,6 +44,41 @@ class RoundMetrics:
     invariant_counts: dict = field(default_factory=dict)
     thresholds: dict = field(default_factory=dict)
     rejected: dict = field(default_factory=dict)
+    #: rule="model": the controller's target for this round (the slowest non-straggler's
+    #: predicted full-model time) and each straggler's predicted time at its keep fraction
+    target_s: float | None = None
+    predicted_s: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ControllerReport:
+    """How the straggler controller did over a run's dropout rounds (round 3 on): per round the
+    straggler's time over the controller's target and over the slowest other client's time (the
+    round's real target), the swaps of the straggler set, the rounds from round 3 on in which
+    nobody dropped, and the RMS log error of the controller's time predictions (NaN for
+    FLuID's rule, which predicts none)."""
+
+    rounds: tuple[int, ...]
+    over_target: tuple[float, ...]
+    over_slowest_other: tuple[float, ...]
+    swaps: int
+    no_dropout_rounds: int
+    estimate_rms_log_error: float
+
+    def within(self, tol: float = 0.05, against: str = "slowest_other") -> float:
+        """Fraction of dropout rounds whose straggler time is within ``tol`` of the target
+        (``against="slowest_other"``: the round's slowest other client; ``"target"``: the
+        controller's predicted target)."""
+        x = np.array(self.over_slowest_other if against == "slowest_other" else self.over_target, dtype=float)
+        x = x[np.isfinite(x)]
+        return float(np.mean(np.abs(x - 1.0) <= tol)) if len(x) else float("nan")
+
+    def describe(self) -> str:
+        n = len(self.rounds)
+        return (f"straggler within 5% of the slowest other client in {self.within():.0%} of {n} dropout rounds "
+                f"(of the controller's target: {self.within(against='target'):.0%}); {self.swaps} swaps, "
+                f"{self.no_dropout_rounds} rounds without a straggler; prediction error "
+                f"{self.estimate_rms_log_error:.1%} RMS")
 
 
 @dataclass
@@ -73,7 +109,7 @@ class FLResult:
             rounds = []
             for r in d["rounds"]:
                 r = dict(r)
-                for key in ("client_times_s", "keep", "rejected"):
+                for key in ("client_times_s", "keep", "rejected", "predicted_s"):
                     r[key] = {int(k): v for k, v in r.get(key, {}).items()}
                 for key in ("accuracy", "loss", "fed_accuracy", "fed_loss", "round_time_s", "sim_time_s"):
                     r[key] = float("nan") if r.get(key) is None else float(r[key])
@@ -89,6 +125,30 @@ class FLResult:
     @classmethod
     def from_json(cls, source) -> FLResult:
         return cls.from_dict(load_json(source))
+
+    def controller_report(self, start_round: int = 3) -> ControllerReport:
+        """The straggler controller's record over rounds ``start_round`` on (:class:`ControllerReport`)."""
+        rounds, over_t, over_o, errs = [], [], [], []
+        swaps = full = 0
+        prev = None
+        for r in self.rounds:
+            if r.round < start_round or not r.client_times_s:
+                continue
+            times = r.client_times_s
+            if not r.keep:
+                full += 1          # nobody dropped this round
+                continue
+            s = max(r.keep, key=lambda c: times.get(c, 0.0))
+            if prev is not None and set(r.keep) != prev:
+                swaps += 1
+            prev = set(r.keep)
+            others = [v for c, v in times.items() if c not in r.keep]
+            rounds.append(r.round)
+            over_o.append(times.get(s, float("nan")) / max(others) if others else float("nan"))
+            over_t.append(times.get(s, float("nan")) / r.target_s if r.target_s else float("nan"))
+            errs += [math.log(times[c] / t) for c, t in r.predicted_s.items() if c in times and t > 0]
+        rms = float(np.sqrt(np.mean(np.square(errs)))) if errs else float("nan")
+        return ControllerReport(tuple(rounds), tuple(over_t), tuple(over_o), swaps, full, rms)
 
     def summary(self) -> str:
         last = self.rounds[-1]
@@ -179,7 +239,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              model: str = "auto", *, devices=None, latency_s=None, local_epochs: int = 1,
              optimizer: str | None = None, lr: float | None = None, batch_size: int | None = None,
              schedule: ThresholdSchedule | str | None = None, straggler_fraction: float | None = None,
-             keep_rule: str = "fluid", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
+             keep_rule: str = "model", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
              progress: bool = False, out: str | os.PathLike | None = None,
              checkpoint_every_s: float = 10.0) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
@@ -252,8 +312,10 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
     if progress:
         from tqdm.auto import tqdm
         it = tqdm(it, desc=f"FL {method}", unit="round", leave=False)
+    decisions = getattr(proto.profiler, "decisions", [])
     for r in it:
         assign = proto.assignments(r, range(n))
+        dec = decisions[-1] if decisions and decisions[-1]["round"] == r else {}
         updates = []
         for c in range(n):
             local = proto.submodel(assign[c])
@@ -276,7 +338,7 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
         st = rep.policy_state
         metrics.append(RoundMetrics(r, acc, loss, facc, floss, rep.round_time_s, clock, rep.durations_s,
                                     rep.keep, st.get("invariant_counts", {}), st.get("thresholds", {}),
-                                    rep.rejected))
+                                    rep.rejected, dec.get("target_s"), dict(dec.get("predicted_s", {}))))
         if progress:
             it.set_postfix(acc=f"{acc:.3f}")
         if out is not None and time.monotonic() - last_save >= every:

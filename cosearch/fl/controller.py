@@ -1,0 +1,140 @@
+"""A straggler controller that meets its target: each client's sub-model time predicted from its
+own rounds and the sub-model's cost, the largest keep fraction that fits, and swaps only when
+the prediction error cannot explain them (``rule="model"`` of
+:class:`~cosearch.fl.profiling.StragglerProfiler`).
+
+FLuID's rule estimates a straggler's full-model time as ``duration / keep`` and picks a keep
+bucket from ``target / straggler`` as if time were linear in the keep fraction.  A sub-model
+of keep fraction ``p`` drops ``1 - p`` of the neurons of every layer, so a layer between two
+cut layers keeps about ``p^2`` of its weights and FLOPs: time falls faster than ``p`` and the
+linear rule both under-estimates the straggler's full time (stragglers swap back and forth)
+and drops more than needed.
+
+**Cost of a sub-model** (:func:`submodel_costs`): for each keep fraction on a grid, the
+training FLOPs (:func:`~cosearch.fl.profiling.training_flops`) and the bytes sent each way
+(:func:`~cosearch.fl.profiling.model_bytes`) of the sub-model, over the full model's.  The
+sizes depend only on how many neurons each layer keeps, the same for every dropout method.
+
+**A client's time** (:class:`ClientTimeModel`): ``t(p) = a f(p) + c b(p)`` (``f``, ``b``:
+the FLOPs and bytes ratios; ``a``, ``c`` >= 0: the client's compute and communication seconds
+of the full model), fitted by non-negative least squares to the client's last ``window``
+rounds (so a device that changes is followed).  While a client has been seen at one keep
+fraction only, the split is not identified and ``t(p) = t(k) r(p) / r(k)`` with ``t(k)`` the
+mean of its last 3 rounds and ``r`` the mean of the two ratios.  Each prediction's error is
+kept (``log(observed / predicted)``); a round more than 3 spreads of them (at least 5 %) off
+its prediction restarts the client's history from that round (the device changed).
+
+**Decisions** (:meth:`StragglerProfiler.observe` with ``rule="model"``): the target is the
+slowest non-straggler's predicted full-model time; a straggler keeps the largest ``p`` on the
+grid (step 0.01, at least ``min_keep``) whose predicted time is within the target; a
+non-straggler replaces a straggler only if its predicted full time exceeds the straggler's by
+more than ``max(min_margin, 2 sigma)``, ``sigma`` the spread of the two clients' recent log
+prediction errors (:meth:`ClientTimeModel.error`), so noise the predictions already show
+cannot trigger a swap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["ClientTimeModel", "submodel_costs", "keep_grid", "KEEP_STEP"]
+
+#: Keep fractions are chosen on a grid of this step.
+KEEP_STEP = 0.01
+#: Rounds averaged when a client has been seen at one keep fraction only.
+RECENT = 3
+#: A round this many spreads of the client's prediction errors (at least MIN_SIGMA) off its
+#: prediction means the device changed: the client's history restarts from it.
+CHANGE_SIGMAS = 3.0
+MIN_SIGMA = 0.05
+
+
+def keep_grid(min_keep: float) -> np.ndarray:
+    """Keep fractions ``min_keep, min_keep + 0.01, ..., 1`` (rounded to the grid)."""
+    lo = math.ceil(round(min_keep / KEEP_STEP, 9)) * KEEP_STEP
+    return np.round(np.arange(lo, 1.0 + KEEP_STEP / 2, KEEP_STEP), 2)
+
+
+def submodel_costs(model, example_input, groups, keeps) -> dict[float, tuple[float, float]]:
+    """``{p: (training FLOPs ratio, bytes ratio)}`` of the sub-model at each keep fraction ``p``
+    (ordered masks: the sizes depend only on how many neurons each layer keeps)."""
+    from .masks import OrderedDropout
+    from .profiling import model_bytes, training_flops
+    from .submodel import extract_submodel
+    full_f = training_flops(model, example_input, 1)
+    full_b = model_bytes(model)
+    pol = OrderedDropout()
+    rng = np.random.default_rng(0)
+    out = {}
+    for p in keeps:
+        p = float(p)
+        if p >= 1.0:
+            out[1.0] = (1.0, 1.0)
+            continue
+        sub = extract_submodel(model, pol.masks(p, groups, rng), example_input)
+        out[round(p, 2)] = (training_flops(sub, example_input, 1) / full_f, model_bytes(sub) / full_b)
+    return out
+
+
+class ClientTimeModel:
+    """Per-client sub-model time ``t(p) = a f(p) + c b(p)`` fitted to recent rounds (module
+    docstring).  ``costs(p) -> (f, b)`` gives the sub-model's cost ratios."""
+
+    def __init__(self, costs: Callable[[float], tuple[float, float]], window: int = 6):
+        if window < 2:
+            raise ValueError(f"window must be at least 2 rounds, got {window!r}")
+        self.costs = costs
+        self.window = int(window)
+        self.seen: dict[int, deque] = {}
+        self.errors: dict[int, deque] = {}
+
+    def observe(self, client: int, keep: float, seconds: float) -> None:
+        """Record one round: ``client`` trained keep fraction ``keep`` in ``seconds``; the
+        prediction made for it (if any) is scored first."""
+        if client in self.seen:
+            err = math.log(seconds / self.predict(client, keep))
+            if abs(err) > CHANGE_SIGMAS * max(self.error(client), MIN_SIGMA):
+                # far outside what its predictions have shown: the device changed, start afresh
+                self.seen[client].clear()
+                self.errors.pop(client, None)
+            else:
+                self.errors.setdefault(client, deque(maxlen=self.window)).append(err)
+        self.seen.setdefault(client, deque(maxlen=self.window)).append((float(keep), float(seconds)))
+
+    def _fit(self, client: int) -> tuple[float, float] | None:
+        obs = self.seen.get(client)
+        if not obs or len({k for k, _ in obs}) < 2:
+            return None
+        import scipy.optimize as so
+        A = np.array([self.costs(k) for k, _ in obs])
+        t = np.array([s for _, s in obs])
+        (a, c), _ = so.nnls(A, t)
+        if a + c <= 0:
+            return None
+        return float(a), float(c)
+
+    def predict(self, client: int, p: float) -> float:
+        """Predicted seconds of ``client`` at keep fraction ``p`` (needs one observed round)."""
+        obs = self.seen.get(client)
+        if not obs:
+            raise ValueError(f"client {client} has no observed round to predict from")
+        f, b = self.costs(p)
+        fit = self._fit(client)
+        if fit is not None:
+            return fit[0] * f + fit[1] * b
+        # one keep fraction seen: scale its recent mean time by the mean cost ratio
+        k = obs[-1][0]
+        fk, bk = self.costs(k)
+        same = [s for kk, s in obs if kk == k][-RECENT:]
+        return float(np.mean(same)) * (f + b) / (fk + bk)
+
+    def error(self, *clients: int) -> float:
+        """Spread of these clients' recent log prediction errors: 1.4826 x their median absolute
+        value (the standard deviation for normal errors; a device that changed once does not
+        inflate it).  0 before any."""
+        e = [x for c in clients for x in self.errors.get(c, ())]
+        return float(1.4826 * np.median(np.abs(e))) if e else 0.0

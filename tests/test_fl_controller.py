@@ -1,0 +1,96 @@
+"""The model-based straggler controller (cosearch.fl.controller, rule="model"): the time fit
+against closed forms, the keep fraction against the root of the time equation, swaps only past
+the margin, and the straggler on target in a simulation."""
+
+import math
+
+import numpy as np
+import pytest
+
+from cosearch.fl import controller
+from cosearch.fl.profiling import StragglerProfiler, device_profiles
+
+
+def _costs(p):
+    return (p * p, p)          # FLOPs ~ p^2, bytes ~ p: a hand-made cost curve
+
+
+def test_time_fit_recovers_compute_and_communication_seconds():
+    tm = controller.ClientTimeModel(_costs)
+    for p in (1.0, 0.5, 0.8):
+        tm.observe(7, p, 6.0 * p * p + 4.0 * p)             # a = 6 s of compute, c = 4 s of bytes
+    assert tm.predict(7, 0.7) == pytest.approx(6 * 0.49 + 4 * 0.7, rel=1e-9)
+    # errors: the 0.5 round from the full round alone (10 x (0.25 + 0.5) / 2 = 3.75 s for 3.5 s),
+    # the 0.8 round exactly from the fit
+    assert tm.error(7) == pytest.approx(1.4826 * np.median([abs(math.log(3.5 / 3.75)), 0.0]), rel=1e-9)
+
+
+def test_one_keep_seen_scales_by_the_mean_cost_ratio_and_scores_errors():
+    tm = controller.ClientTimeModel(_costs)
+    for t in (4.0, 4.4, 3.8, 4.2):
+        tm.observe(0, 1.0, t)
+    # the last three at keep 1 (mean 4.1333) times (p^2 + p) / 2 at p = 0.5
+    assert tm.predict(0, 0.5) == pytest.approx((4.4 + 3.8 + 4.2) / 3 * 0.375, rel=1e-12)
+    # errors against the running means: log(4.4/4), log(3.8/4.2), log(4.2/4.0667)
+    errs = [math.log(4.4 / 4.0), math.log(3.8 / 4.2), math.log(4.2 / ((4.0 + 4.4 + 3.8) / 3))]
+    assert tm.error(0) == pytest.approx(1.4826 * np.median(np.abs(errs)), rel=1e-9)
+    # a round far off (9 s: log(9/4.13) = 0.78 > 3 x 0.141) is a changed device: history restarts
+    tm.observe(0, 1.0, 9.0)
+    assert tm.predict(0, 0.5) == pytest.approx(9.0 * 0.375, rel=1e-12) and tm.error(0) == 0.0
+    with pytest.raises(ValueError, match="no observed round"):
+        tm.predict(3, 0.5)
+
+
+def _run(devices, rounds, profiler, change=None):
+    """Noise-free rounds of clients t_c(p) = A p^2 + C p; ``change``: {round: {client: (A, C)}}."""
+    dev = dict(devices)
+    keeps = []
+    for r in range(1, rounds + 1):
+        dev.update((change or {}).get(r, {}))
+        keep = profiler.keep_fractions()
+        keeps.append(dict(keep))
+        times = {c: a * keep.get(c, 1.0) ** 2 + cc * keep.get(c, 1.0) for c, (a, cc) in dev.items()}
+        profiler.observe(r, times, keep)
+    return keeps
+
+
+def test_keep_is_the_largest_grid_point_within_the_target():
+    """Clients 1.0, 1.5 and 3.0 s.  After round 2 only full rounds are known: 3 (p^2 + p) / 2 <=
+    1.5 gives p = 0.618 -> 0.61.  After round 3 the fit is exact (2 p^2 + p): 2 p^2 + p <= 1.5
+    gives p = (sqrt(13) - 1) / 4 = 0.651 -> 0.65."""
+    prof = StragglerProfiler(3, rule="model", costs=_costs)
+    keeps = _run({0: (1.0, 0.0), 1: (1.2, 0.3), 2: (2.0, 1.0)}, 4, prof)
+    assert keeps[:2] == [{}, {}]
+    assert keeps[2] == {2: math.floor(100 * (math.sqrt(5) - 1) / 2) / 100}
+    assert keeps[3] == {2: math.floor(100 * (math.sqrt(13) - 1) / 4) / 100}
+    d = prof.decisions[-1]
+    assert d["round"] == 5 and d["target_s"] == pytest.approx(1.5)
+    assert d["predicted_s"][2] == pytest.approx(2 * 0.65 ** 2 + 0.65)
+
+
+def test_swaps_only_past_the_margin():
+    # client 1 is 3% slower than the straggler's full time: inside the 5% margin, never swapped
+    prof = StragglerProfiler(3, rule="model", costs=_costs)
+    _run({0: (1.0, 0.0), 1: (2.8, 0.3), 2: (2.0, 1.0)}, 12, prof)
+    assert prof.stragglers == [1] and prof.swaps == 0     # 3.1 s > 3.0 s: the slowest from the start
+    prof = StragglerProfiler(3, rule="model", costs=_costs)
+    keeps = _run({0: (1.0, 0.0), 1: (1.2, 0.3), 2: (2.0, 1.0)}, 12, prof, change={5: {1: (3.2, 0.3)}})
+    # client 1 becomes 3.5 s in round 5, far off its prediction (1.5 s): its history restarts,
+    # 3.5 > 3.0 x e^0.05, one swap; it then keeps 3.5 (p^2 + p) / 2 <= 3.0: p = 0.9015 -> 0.90,
+    # and after one sub-model round the exact fit 3.2 p^2 + 0.3 p <= 3.0: p = 0.9225 -> 0.92
+    assert prof.swaps == 1 and prof.stragglers == [1]
+    assert all(k == {2: k[2]} for k in keeps[2:5])
+    assert keeps[5] == {1: 0.90} and keeps[6] == {1: 0.92} and keeps[11] == {1: 0.92}
+
+
+def test_model_rule_puts_the_straggler_on_target_in_simulation():
+    """digits, 5 clients, noise-free devices: the straggler finishes within 5% of the slowest
+    other client in >= 90% of dropout rounds, without swaps; FLuID's buckets do not."""
+    from cosearch import fl
+    reps = {rule: fl.simulate("digits", clients=5, method="invariant", rounds=12, keep_rule=rule,
+                              devices=device_profiles(5, noise_cv=0.0)).controller_report()
+            for rule in ("model", "fluid")}
+    m = reps["model"]
+    assert m.within(0.05) >= 0.9 and m.swaps == 0 and m.no_dropout_rounds == 0
+    assert m.estimate_rms_log_error < 0.05
+    assert reps["fluid"].within(0.05) < m.within(0.05)
