@@ -10,7 +10,7 @@ cut layers keeps about ``p^2`` of its weights and FLOPs: time falls faster than 
 linear rule both under-estimates the straggler's full time (stragglers swap back and forth)
 and drops more than needed.
 
-**Cost of a sub-model** (:func:`submodel_costs`): for each keep fraction on a grid, the
+**Cost of a sub-model** (sized by :class:`~cosearch.fl.server.RoundProtocol`): for each keep fraction, the
 training FLOPs (:func:`~cosearch.fl.profiling.training_flops`) and the bytes sent each way
 (:func:`~cosearch.fl.profiling.model_bytes`) of the sub-model, over the full model's.  The
 sizes depend only on how many neurons each layer keeps, the same for every dropout method.
@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["ClientTimeModel", "submodel_costs", "keep_grid", "KEEP_STEP"]
+__all__ = ["ClientTimeModel", "keep_grid", "KEEP_STEP"]
 
 #: Keep fractions are chosen on a grid of this step.
 KEEP_STEP = 0.01
@@ -57,27 +57,6 @@ def keep_grid(min_keep: float) -> np.ndarray:
     """Keep fractions ``min_keep, min_keep + 0.01, ..., 1`` (rounded to the grid)."""
     lo = math.ceil(round(min_keep / KEEP_STEP, 9)) * KEEP_STEP
     return np.round(np.arange(lo, 1.0 + KEEP_STEP / 2, KEEP_STEP), 2)
-
-
-def submodel_costs(model, example_input, groups, keeps) -> dict[float, tuple[float, float]]:
-    """``{p: (training FLOPs ratio, bytes ratio)}`` of the sub-model at each keep fraction ``p``
-    (ordered masks: the sizes depend only on how many neurons each layer keeps)."""
-    from .masks import OrderedDropout
-    from .profiling import model_bytes, training_flops
-    from .submodel import extract_submodel
-    full_f = training_flops(model, example_input, 1)
-    full_b = model_bytes(model)
-    pol = OrderedDropout()
-    rng = np.random.default_rng(0)
-    out = {}
-    for p in keeps:
-        p = float(p)
-        if p >= 1.0:
-            out[1.0] = (1.0, 1.0)
-            continue
-        sub = extract_submodel(model, pol.masks(p, groups, rng), example_input)
-        out[round(p, 2)] = (training_flops(sub, example_input, 1) / full_f, model_bytes(sub) / full_b)
-    return out
 
 
 class ClientTimeModel:

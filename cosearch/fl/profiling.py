@@ -101,8 +101,8 @@ class StragglerProfiler:
         if rule not in RULES:
             raise ValueError(f"rule={rule!r}; choose one of {RULES}")
         if rule == "model" and costs is None:
-            raise ValueError("rule='model' needs costs: p -> (FLOPs ratio, bytes ratio) of the sub-model "
-                             "(cosearch.fl.controller.submodel_costs)")
+            raise ValueError("rule='model' needs costs: p -> (FLOPs ratio, bytes ratio) of the sub-model at "
+                             "keep fraction p (RoundProtocol sizes them from the model)")
         if not (0.0 < min_keep <= 1.0):
             raise ValueError(f"min_keep must be in (0, 1], got {min_keep!r}")
         nonneg_float("min_margin", min_margin)

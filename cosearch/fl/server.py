@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .masks import DropoutPolicy, ThresholdSchedule
+from .masks import DropoutPolicy, OrderedDropout, ThresholdSchedule
 from .masks import policy as make_policy
-from .profiling import StragglerProfiler, valid_duration
+from .profiling import StragglerProfiler, model_bytes, training_flops, valid_duration
 from .submodel import extract_submodel, full_masks, groups, merge_updates
 
 __all__ = ["Assignment", "ClientUpdate", "RoundReport", "RoundProtocol"]
@@ -78,14 +78,20 @@ def _linear_example(model):
 
 
 def _cost_table(model, example_input, gs):
-    """p -> (FLOPs ratio, bytes ratio) of the sub-model at keep fraction p, sized once per p."""
-    from .controller import submodel_costs
-    table: dict[float, tuple[float, float]] = {}
+    """p -> (training FLOPs ratio, bytes ratio) of the sub-model at keep fraction p over the full
+    model's (:func:`~cosearch.fl.profiling.training_flops`, :func:`~cosearch.fl.profiling.model_bytes`),
+    sized once per p with ordered masks (the sizes depend only on how many neurons each layer keeps,
+    the same for every dropout method)."""
+    full_f = training_flops(model, example_input, 1)
+    full_b = model_bytes(model)
+    table: dict[float, tuple[float, float]] = {1.0: (1.0, 1.0)}
 
     def costs(p: float) -> tuple[float, float]:
         key = round(float(p), 2)
         if key not in table:
-            table.update(submodel_costs(model, example_input, gs, [key]))
+            masks = OrderedDropout().masks(key, gs, np.random.default_rng(0))
+            sub = extract_submodel(model, masks, example_input)
+            table[key] = (training_flops(sub, example_input, 1) / full_f, model_bytes(sub) / full_b)
         return table[key]
     return costs
 
