@@ -2,8 +2,11 @@
 
 The method: :class:`InvariantDropout` (FLuID's threshold calibration, growth schedule
 (:class:`ThresholdSchedule`) and drop order; ``threshold="adaptive"`` keeps cosearch 0.1's
-rule) and the baselines :class:`OrderedDropout` (FjORD), :class:`RandomDropout` and
-:class:`NoDropout`, all one :class:`DropoutPolicy` interface (:func:`policy` by name).
+rule) and the baselines :class:`OrderedDropout` (FjORD's ordered masks), :class:`RandomDropout`,
+:class:`NoDropout`, :class:`FjORD` (nested widths sampled per round) and :class:`HeteroFL` (static
+width tiers), all one :class:`DropoutPolicy` interface (:func:`policy` by name).  Stragglers'
+keep fractions come from :class:`StragglerProfiler` — by default the model-based controller of
+:mod:`cosearch.fl.controller`, FLuID's buckets as ``keep_rule="fluid"``.
 Stragglers and keep fractions: :class:`StragglerProfiler` (FLuID's buckets,
 :func:`fluid_keep_fraction`); devices and round times: :class:`ClientProfile`,
 :class:`TraceProfile`, :func:`training_flops`.
@@ -23,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from .masks import (
     METHODS,
     DropoutPolicy,
+    FjORD,
+    HeteroFL,
     InvariantDropout,
     NoDropout,
     OrderedDropout,
@@ -66,7 +71,8 @@ def __getattr__(name):
     raise AttributeError(f"module 'cosearch.fl' has no attribute {name!r}")
 
 
-__all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "policy",
+__all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "HeteroFL",
+           "policy",
            "METHODS", "ThresholdSchedule", "drop_count", "StragglerProfiler", "fluid_keep_fraction",
            "choose_width", "ClientProfile", "TraceProfile", "device_profiles", "training_flops",
            "extract_submodel", "merge_updates", "groups", "simulate", "run_experiment", "RoundProtocol",

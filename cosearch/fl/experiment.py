@@ -202,6 +202,20 @@ class Experiment:
                          f"{('n/a' if not math.isfinite(s.round_time_reduction[0]) else pm(s.round_time_reduction, 100) + '%'):>13}")
         return "\n".join(lines)
 
+    def width_table(self) -> str:
+        """Per-width test accuracy (mean over seeds, %) of the nested-width methods (FjORD's
+        widths, HeteroFL's tiers): the final global model cut to each width."""
+        rows = []
+        for m in self.methods:
+            rs = [r for r in self.runs.get(m, {}).values() if r.width_accuracy]
+            if not rs:
+                continue
+            widths = sorted({w for r in rs for w in r.width_accuracy})
+            cells = [f"{w:g}: {100 * np.mean([r.width_accuracy[w] for r in rs if w in r.width_accuracy]):.1f}"
+                     for w in widths]
+            rows.append(f"{m:>18}  " + "  ".join(cells))
+        return ("accuracy (%) of the final model at each width, mean over seeds\n" + "\n".join(rows)) if rows else ""
+
     def plot(self, path=None):
         import matplotlib
         matplotlib.use("Agg")

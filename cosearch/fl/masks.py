@@ -21,7 +21,17 @@ its methods, so the methods differ only in *which* units they drop.
   ``threshold="adaptive"`` is cosearch 0.1's rule, kept for comparison: every round the
   threshold restarts at the least-changing neuron's score and is multiplied by ``growth``
   until enough neurons are invariant; invariant neurons are then dropped least-change first.
-* :class:`OrderedDropout` (FjORD): keep the first ``n - drop_count`` units.
+* :class:`OrderedDropout` (FjORD's ordered masks, FLuID's baseline): keep the first
+  ``n - drop_count`` units of a straggler's layers.
+* :class:`FjORD` (Horváth et al., NeurIPS 2021): every client, every round, trains the
+  nested sub-model of a width sampled uniformly from the widths it can afford —
+  ``P = {0.2, 0.4, 0.6, 0.8, 1.0}`` (the paper's uniform ``D_P``, k = 5) up to the keep fraction
+  the straggler controller gives it (1 for the others).  Sampled once per round (the paper
+  samples per local batch); without self-distillation.
+* :class:`HeteroFL` (Diao et al., ICLR 2021): static width tiers ``1, 1/2, 1/4, 1/8, 1/16``
+  (the paper's ``a``-``e``): a client gets the largest tier within its first keep fraction
+  below 1 and keeps that tier for the rest of training (a device class); others train the
+  full model.  Nested (ordered) sub-models, averaged per parameter over the clients that hold it.
 * :class:`RandomDropout` (Federated Dropout): keep a random ``n - drop_count`` units.
 * :class:`NoDropout`: keep everything (FedAvg with the full model).
 
@@ -41,12 +51,13 @@ import numpy as np
 from .._validate import choice, fraction, positive_float, positive_int
 from .submodel import Group
 
-__all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout",
+__all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "HeteroFL",
+           "FJORD_WIDTHS", "HETEROFL_TIERS",
            "ThresholdSchedule", "FLUID_SCHEDULES", "drop_count", "neuron_index", "flatten_state",
            "neuron_scores_numpy", "policy", "METHODS"]
 
 #: Method names accepted by :func:`policy` (``invariant-adaptive``: the 0.1 threshold rule).
-METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none")
+METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none", "fjord", "heterofl")
 
 
 def _check_p(p: float) -> float:
@@ -76,6 +87,16 @@ class DropoutPolicy:
         """Query: ``{layer: keep mask}`` for a straggler at keep fraction ``p``."""
         raise NotImplementedError
 
+    def width(self, keep: float, client: int, rng: np.random.Generator) -> float:
+        """The width ``client`` trains this round given the keep fraction the straggler
+        controller allows it (1: not a straggler).  Most methods train exactly that."""
+        return keep
+
+    def widths(self) -> tuple[float, ...]:
+        """The widths the method trains nested sub-models at (for per-width accuracy; empty when
+        its sub-models are not nested)."""
+        return ()
+
     def state(self) -> dict:
         """Scalars worth logging per round (thresholds, invariant counts)."""
         return {}
@@ -99,6 +120,50 @@ class OrderedDropout(DropoutPolicy):
             m[: g.units - drop_count(p, g.units)] = True
             out[g.name] = m
         return out
+
+
+#: FjORD's width set P (Horváth et al. 2021, uniform over k = 5 widths).
+FJORD_WIDTHS = (0.2, 0.4, 0.6, 0.8, 1.0)
+#: HeteroFL's width tiers a-e (Diao et al. 2021: hidden channel shrinkage ratio 1/2 per tier).
+HETEROFL_TIERS = (1.0, 0.5, 0.25, 0.125, 0.0625)
+
+
+class FjORD(OrderedDropout):
+    name = "fjord"
+
+    def width(self, keep, client, rng):
+        ok = [w for w in FJORD_WIDTHS if w <= keep + 1e-9] or [FJORD_WIDTHS[0]]
+        return float(ok[int(rng.integers(len(ok)))])
+
+    def widths(self):
+        return FJORD_WIDTHS
+
+
+class HeteroFL(OrderedDropout):
+    name = "heterofl"
+
+    def __init__(self):
+        self.tier: dict[int, float] = {}
+
+    def width(self, keep, client, rng):
+        if client in self.tier:
+            return self.tier[client]
+        if keep >= 1.0:
+            return 1.0
+        t = max([x for x in HETEROFL_TIERS if x <= keep + 1e-9] or [HETEROFL_TIERS[-1]])
+        return t
+
+    def record(self, client, masks):
+        # the first sub-model a client is sent fixes its tier (its device class) for good
+        if client not in self.tier:
+            kept = [float(m.mean()) for m in masks.values()]
+            self.tier[client] = min(HETEROFL_TIERS, key=lambda x: abs(x - max(kept)))
+
+    def widths(self):
+        return HETEROFL_TIERS
+
+    def state(self):
+        return {"tiers": {str(c): t for c, t in sorted(self.tier.items())}}
 
 
 class RandomDropout(DropoutPolicy):
@@ -392,5 +457,6 @@ def policy(name: str, **kw) -> DropoutPolicy:
         return InvariantDropout(**kw)
     if name == "invariant-adaptive":
         return InvariantDropout(threshold="adaptive", **kw)
-    table = {"ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout}
+    table = {"ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout, "fjord": FjORD,
+             "heterofl": HeteroFL}
     return table[name]()

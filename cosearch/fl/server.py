@@ -137,9 +137,9 @@ class RoundProtocol:
         full = full_masks(self.groups)
         out = {}
         for c in clients:
-            p = keep.get(c, 1.0)
+            rng = np.random.default_rng([self.seed, int(round), int(c)])
+            p = self.policy.width(keep.get(c, 1.0), c, rng)      # FjORD / HeteroFL pick their own widths
             if p < 1.0:
-                rng = np.random.default_rng([self.seed, int(round), int(c)])
                 out[c] = Assignment(c, p, self.policy.masks(p, self.groups, rng, client=c))
             else:
                 out[c] = Assignment(c, 1.0, full)

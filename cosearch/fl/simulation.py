@@ -93,12 +93,16 @@ class FLResult:
     #: the finished ones
     interrupted: bool = False
     stopped_by: BaseException | None = field(default=None, repr=False, compare=False)
+    #: nested-width methods (FjORD, HeteroFL): the final global model's test accuracy when cut to
+    #: each of the method's widths (ordered sub-models), ``{width: accuracy}``
+    width_accuracy: dict = field(default_factory=dict)
 
     def to_dict(self):
         return stamped("fl-result", {"method": self.method, "dataset": self.dataset, "model": self.model,
                                      "clients": self.clients, "config": self.config,
                                      "interrupted": bool(self.interrupted),
-                                     "rounds": [asdict(r) for r in self.rounds]})
+                                     "rounds": [asdict(r) for r in self.rounds],
+                                     "width_accuracy": {str(w): a for w, a in self.width_accuracy.items()}})
 
     def to_json(self, path=None) -> str:
         return dump_json(self.to_dict(), path)
@@ -118,7 +122,8 @@ class FLResult:
             if not isinstance(interrupted, bool):
                 raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
             return cls(d["method"], d["dataset"], d["model"], int(d["clients"]), rounds, d.get("config", {}),
-                       interrupted)
+                       interrupted, width_accuracy={float(w): float(a)
+                                                    for w, a in d.get("width_accuracy", {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a cosearch FL result: {exc!r}") from None
 
@@ -293,9 +298,23 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
             res.to_json(out)
         return res
     res.interrupted = False
+    res.width_accuracy = width_accuracy(proto, data, example)
     if out is not None:
         res.to_json(out)
     return res
+
+
+def width_accuracy(proto, data, example) -> dict[float, float]:
+    """Test accuracy of the global model cut to each nested width of the method (FjORD's
+    widths, HeteroFL's tiers; empty for methods whose sub-models are not nested)."""
+    from .masks import OrderedDropout
+    from .submodel import extract_submodel
+    out = {}
+    for w in proto.policy.widths():
+        net = proto.model if w >= 1.0 else extract_submodel(
+            proto.model, OrderedDropout().masks(w, proto.groups, np.random.default_rng(0)), example)
+        out[float(w)] = float(evaluate_model(net, *data.test)[0])
+    return out
 
 
 def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
