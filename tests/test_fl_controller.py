@@ -94,3 +94,22 @@ def test_model_rule_puts_the_straggler_on_target_in_simulation():
     assert m.within(0.05) >= 0.9 and m.swaps == 0 and m.no_dropout_rounds == 0
     assert m.estimate_rms_log_error < 0.05
     assert reps["fluid"].within(0.05) < m.within(0.05)
+
+
+def test_controller_report_by_hand():
+    from cosearch.fl.simulation import FLResult, RoundMetrics
+
+    def rm(r, times, keep, target=None, pred=None):
+        return RoundMetrics(r, 0.5, 1.0, 0.5, 1.0, max(times.values()), float(r), times, keep,
+                            target_s=target, predicted_s=pred or {})
+    rounds = [rm(1, {0: 1.0, 1: 2.0}, {}), rm(2, {0: 1.0, 1: 2.0}, {}),
+              rm(3, {0: 1.0, 1: 1.02}, {1: 0.7}, 1.0, {1: 1.0}),        # 1.02 of the other, on target
+              rm(4, {0: 1.0, 1: 0.90}, {1: 0.6}, 1.0, {1: 0.95}),       # 0.90: outside 5%
+              rm(5, {0: 1.5, 1: 1.0}, {0: 0.5}, 1.0, {0: 1.0}),         # a swap; 1.5 / 1.0
+              rm(6, {0: 1.0, 1: 1.0}, {})]                              # nobody dropped
+    rep = FLResult("invariant", "digits", "mlp", 2, rounds).controller_report()
+    assert rep.rounds == (3, 4, 5) and rep.swaps == 1 and rep.no_dropout_rounds == 1
+    assert rep.over_slowest_other == pytest.approx((1.02, 0.90, 1.5))
+    assert rep.within(0.05) == pytest.approx(1 / 3) and rep.within(0.05, "target") == pytest.approx(1 / 3)
+    errs = [math.log(1.02 / 1.0), math.log(0.90 / 0.95), math.log(1.5 / 1.0)]
+    assert rep.estimate_rms_log_error == pytest.approx(math.sqrt(np.mean(np.square(errs))))

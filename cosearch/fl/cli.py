@@ -125,8 +125,9 @@ def run(a) -> int:
         exp = run_experiment(a.dataset, methods, a.seeds, a.rounds, clients=a.clients, workers=a.workers,
                              out=a.out, resume=a.out if (a.resume and os.path.exists(a.out)) else None, **kw)
         print(exp.table(a.target))
-        if exp.width_table():
-            print(exp.width_table())
+        for extra in (exp.controller_table(), exp.width_table()):
+            if extra:
+                print(extra)
         if exp.interrupted:
             from .._interrupt import exit_code
             print(f"cosearch: interrupted; saved the finished runs to {a.out} (continue with --resume)",
@@ -158,8 +159,9 @@ def run(a) -> int:
     singles = [FLResult.from_dict(d) for p, d in docs if not (isinstance(d, dict) and d.get("kind"))]
     for e in exps:
         print(e.table(a.target))
-        if e.width_table():
-            print(e.width_table())
+        for extra in (e.controller_table(), e.width_table()):
+            if extra:
+                print(extra)
     for r in singles:
         print(r.summary())
         print("  " + r.controller_report().describe())

@@ -202,6 +202,30 @@ class Experiment:
                          f"{('n/a' if not math.isfinite(s.round_time_reduction[0]) else pm(s.round_time_reduction, 100) + '%'):>13}")
         return "\n".join(lines)
 
+    def controller_table(self) -> str:
+        """Per method, how the straggler controller did over the seeds' dropout rounds: the share of
+        rounds whose straggler finished within 5% of the slowest other client (and of the
+        controller's own target), swaps per 10 rounds, rounds without a straggler, and the RMS log
+        error of its time predictions."""
+        lines = [f"{'method':>18} {'within 5%':>10} {'of target':>10} {'swaps/10 rounds':>16} "
+                 f"{'no-straggler rounds':>20} {'estimate error':>15}"]
+        for m in self.methods:
+            reps = [r.controller_report() for r in self.runs.get(m, {}).values()]
+            reps = [c for c in reps if c.rounds]
+            if not reps:
+                continue
+            n = sum(len(c.rounds) for c in reps)
+            within = sum(c.within() * len(c.rounds) for c in reps) / n
+            tgt = [c.within(against="target") for c in reps]
+            tgt = [x for x in tgt if math.isfinite(x)]
+            err = [c.estimate_rms_log_error for c in reps if math.isfinite(c.estimate_rms_log_error)]
+            lines.append(f"{m:>18} {100 * within:>9.0f}% "
+                         f"{(f'{100 * float(np.mean(tgt)):.0f}%' if tgt else 'n/a'):>10} "
+                         f"{10 * sum(c.swaps for c in reps) / n:>16.2f} {sum(c.no_dropout_rounds for c in reps):>20} "
+                         f"{(f'{100 * float(np.mean(err)):.1f}%' if err else 'n/a'):>15}")
+        return ("straggler controller over the dropout rounds (round 3 on), all seeds\n" + "\n".join(lines)
+                if len(lines) > 1 else "")
+
     def width_table(self) -> str:
         """Per-width test accuracy (mean over seeds, %) of the nested-width methods (FjORD's
         widths, HeteroFL's tiers): the final global model cut to each width."""
