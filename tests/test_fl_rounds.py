@@ -273,3 +273,78 @@ def test_simulation_bad_arguments():
         fl.simulate("digits", clients=3, rounds=1, optimizer="lbfgs")
     with pytest.raises(ValueError, match="dataset"):
         fl.simulate("mnist9", rounds=1)
+
+
+@pytest.mark.parametrize("protocol", range(0, pickle.HIGHEST_PROTOCOL + 1))
+def test_cifar_batches_of_every_pickle_protocol(tmp_path, protocol):
+    """Python 3 pickles of every protocol (bytes as _codecs.encode on 0-2, in-band buffers on 5)
+    load; numpy arrays and lists of labels alike."""
+    rng = np.random.default_rng(protocol)
+    for name, n in (("data_batch_1", 12), ("test_batch", 6)):
+        labels = rng.integers(0, 10, n)
+        with open(tmp_path / name, "wb") as fh:
+            pickle.dump({b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                         "labels": labels if protocol % 2 else labels.tolist(), b"batch_label": b"x"}, fh,
+                        protocol=protocol)
+    d = data.load_cifar10(str(tmp_path), clients=2, alpha=None)
+    assert d.test[0].shape == (6, 3, 32, 32)
+
+
+def test_cifar_unpickler_admits_latin1_bytes_only(tmp_path):
+    """_codecs.encode is admitted for what protocols 0-2 store bytes as, and only with latin-1."""
+    import codecs
+    for enc, ok in (("latin1", True), ("rot13", False)):
+        class _B:
+            def __reduce__(self, enc=enc):
+                return (codecs.encode, ("abc", enc))
+        (tmp_path / "data_batch_1").write_bytes(pickle.dumps({b"data": _B(), b"labels": [0]}, protocol=2))
+        with pytest.raises(ValueError, match="NumPy array" if ok else "not a CIFAR-10 batch"):
+            data._read_cifar_batch(str(tmp_path / "data_batch_1"))
+
+
+def test_fluid_partition_files(tmp_path):
+    """FLuID's Android layout: partition_<i>_{train,test}.txt list image paths whose folder is the
+    class; client c reads partitions c and c + clients."""
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    want = {}
+    for i in range(4):                                   # 2 clients x 2 partitions
+        for split, n in (("train", 3), ("test", 1)):
+            lines = []
+            for k in range(n):
+                cls = data.CIFAR10_CLASSES[(i + k) % 10]
+                rel = f"{split}/{cls}/img_{i}_{k}.png"
+                (tmp_path / split / cls).mkdir(parents=True, exist_ok=True)
+                px = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+                Image.fromarray(px).save(tmp_path / rel)
+                want[rel] = (px, (i + k) % 10)
+                lines.append(rel)
+            (tmp_path / f"partition_{i}_{split}.txt").write_text("\n".join(lines) + "\n")
+    d = data.load_cifar10(str(tmp_path), clients=2)
+    assert [len(y) for _, y in d.clients] == [6, 6] and [len(y) for _, y in d.client_tests] == [2, 2]
+    x0, y0 = d.clients[1]                                 # client 1: partitions 1 then 3
+    px, label = want["train/bird/img_1_1.png"]           # partition 1, second line: class (1 + 1)
+    np.testing.assert_allclose(x0[1], px.transpose(2, 0, 1) / 255.0, rtol=1e-6)
+    assert y0.tolist() == [1, 2, 3, 3, 4, 5] and label == 2
+    assert len(d.test[1]) == 4
+    (tmp_path / "partition_0_train.txt").write_text("../../etc/cat/passwd.png\n")
+    with pytest.raises(ValueError, match="outside"):
+        data.load_cifar10(str(tmp_path), clients=2)
+
+
+def test_leaf_loader_stops_at_max_clients(tmp_path, monkeypatch):
+    """With max_clients the LEAF files are read one at a time and reading stops once enough users
+    are found: a later, broken file is never opened."""
+    _write(tmp_path / "train" / "a.json", _leaf(["u1", "u2"], "femnist", n=4))
+    _write(tmp_path / "train" / "b.json", _leaf(["u3"], "femnist", n=4))
+    (tmp_path / "train" / "c.json").write_text("{not json")
+    _write(tmp_path / "test" / "a.json", _leaf(["u1", "u2", "u3"], "femnist", n=2))
+    (tmp_path / "test" / "b.json").write_text("{not json")
+    d = data.load_leaf(str(tmp_path), "femnist", max_clients=3)
+    assert len(d.clients) == 3 and len(d.test[1]) == 6           # the three users' test data only
+    d2 = data.load_leaf(str(tmp_path), "femnist", max_clients=2)
+    assert len(d2.clients) == 2
+    with pytest.raises(ValueError, match="not valid JSON"):
+        data.load_leaf(str(tmp_path), "femnist")                 # everything: the broken file is read
+    with pytest.raises(ValueError, match="max_clients"):
+        data.load_leaf(str(tmp_path), "femnist", max_clients=0)

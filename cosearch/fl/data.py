@@ -7,14 +7,17 @@ Every dataset is an :class:`FLData`: per-client training arrays, per-client test
   classes), real data needing no download: a central hold-out (``test_fraction``), the
   rest split non-IID over clients (Dirichlet ``alpha``), each client keeping
   ``client_test_fraction`` of its share as its own test split.
-* :func:`load_leaf` — LEAF JSON files (``users``, ``num_samples``, ``user_data: {user:
+* :func:`load_leaf` — LEAF JSON files (read one file at a time; with ``max_clients`` reading
+  stops once that many users are found) (``users``, ``num_samples``, ``user_data: {user:
   {x, y}}``).  With LEAF's layout (``train/`` and ``test/`` folders of ``*.json``) the
   split is LEAF's: a user's training data from ``train/``, its test data from ``test/``,
   the central test set all test data.  A folder of ``all_data`` files (no split) is split
   per user with ``test_fraction``.  A user listed in two files of one split, x/y length
   mismatches, labels outside the classes and an empty test split are errors.
 * :func:`load_cifar10` — the CIFAR-10 "python version" batches through a restricted
-  unpickler that admits only NumPy arrays and plain containers: a crafted file cannot run code.
+  unpickler that admits only NumPy arrays, plain containers and latin-1 bytes (pickle
+  protocols 0-5): a crafted file cannot run code.  A folder of FLuID's
+  ``partition_<i>_{train,test}.txt`` image lists is read by :func:`load_fluid_partitions`.
 * :func:`write_femnist_like` / :func:`write_shakespeare_like` — LEAF-format folders generated
   offline from real data (digits restyled per writer; English text from Python's own
   docstrings, split by module as "roles") for experiments and tests of the LEAF path.
@@ -31,7 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FLData", "load_digits", "load_leaf", "load_cifar10", "iid_partition", "dirichlet_partition",
+__all__ = ["FLData", "load_digits", "load_leaf", "load_cifar10", "load_fluid_partitions", "CIFAR10_CLASSES",
+           "iid_partition", "dirichlet_partition",
            "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "write_shakespeare_like", "DATASETS"]
 
 #: LEAF Shakespeare's 80-character alphabet.
@@ -125,10 +129,17 @@ def load_digits(clients: int = 5, alpha: float | None = 0.5, seed: int = 0, test
 
 
 # ----------------------------------------------------------------------------- LEAF
-def _read_leaf_files(files: list[str], split: str) -> dict[str, dict]:
+def _read_leaf_files(files: list[str], split: str, limit: int | None = None,
+                     want: set[str] | None = None) -> dict[str, dict]:
+    """Users of LEAF files read one file at a time (each file's other users dropped before the
+    next is read): the first ``limit`` users in file order, or only the users in ``want``;
+    reading stops once they are all found, so a subset of a large dataset needs about one
+    file's memory, not the whole dataset's."""
     users: dict[str, dict] = {}
     where: dict[str, str] = {}
     for f in files:
+        if (limit is not None and len(users) >= limit) or (want is not None and len(users) == len(want)):
+            break
         try:
             with open(f) as fh:
                 d = json.load(fh)
@@ -140,12 +151,14 @@ def _read_leaf_files(files: list[str], split: str) -> dict[str, dict]:
             if key not in d:
                 raise ValueError(f"{f}: not a LEAF file (missing {key!r})")
         for u in d["users"]:
-            if u in users:
+            if u in where:
                 raise ValueError(f"user {u!r} appears in two {split} files: {where[u]} and {f}")
+            where[u] = f
             if u not in d["user_data"]:
                 raise ValueError(f"{f}: user {u!r} is listed but has no user_data")
-            users[u] = d["user_data"][u]
-            where[u] = f
+            if (want is None or u in want) and (limit is None or len(users) < limit):
+                users[u] = d["user_data"][u]
+        del d
     return users
 
 
@@ -183,7 +196,14 @@ def _leaf_arrays(ud: dict, kind: str, where: str):
 
 def load_leaf(directory: str, kind: str = "femnist", max_clients: int | None = None,
               test_fraction: float = 0.1, seed: int = 0) -> FLData:
-    """LEAF JSON in ``directory``: ``train/`` + ``test/`` (LEAF's split) or a flat folder."""
+    """LEAF JSON in ``directory``: ``train/`` + ``test/`` (LEAF's split) or a flat folder.
+
+    ``max_clients``: the first that many users in file order (files sorted by name, users in
+    each file's order); files are read one at a time and reading stops once they are found, and
+    the central test set is then those users' test data (without it: every test user's)."""
+    if max_clients is not None and (isinstance(max_clients, bool) or not isinstance(max_clients, int)
+                                    or max_clients < 1):
+        raise ValueError(f"max_clients must be a positive integer or None, got {max_clients!r}")
     tr_dir, te_dir = os.path.join(directory, "train"), os.path.join(directory, "test")
     split = os.path.isdir(tr_dir) and os.path.isdir(te_dir)
     if split:
@@ -191,14 +211,14 @@ def load_leaf(directory: str, kind: str = "femnist", max_clients: int | None = N
         te_files = sorted(glob.glob(os.path.join(te_dir, "*.json")))
         if not tr_files or not te_files:
             raise ValueError(f"{directory!r}: LEAF train/ and test/ folders need *.json files")
-        train_users = _read_leaf_files(tr_files, "train")
-        test_users = _read_leaf_files(te_files, "test")
+        train_users = _read_leaf_files(tr_files, "train", limit=max_clients)
+        test_users = _read_leaf_files(te_files, "test", want=set(train_users) if max_clients else None)
     else:
         files = sorted(glob.glob(os.path.join(directory, "*.json")))
         if not files:
             raise ValueError(f"no LEAF *.json files (or train/ and test/ folders) in {directory!r}")
-        train_users, test_users = _read_leaf_files(files, "data"), {}
-    names = sorted(train_users)[:max_clients]
+        train_users, test_users = _read_leaf_files(files, "data", limit=max_clients), {}
+    names = list(train_users) if max_clients else sorted(train_users)
     rng = np.random.default_rng(seed)
     clients, tests = [], []
     for u in names:
@@ -226,15 +246,29 @@ def load_leaf(directory: str, kind: str = "femnist", max_clients: int | None = N
 # ----------------------------------------------------------------------------- CIFAR-10
 _NUMPY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
                   ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-                  ("numpy._core.multiarray", "scalar")}
+                  ("numpy._core.multiarray", "scalar"),
+                  # pickle protocol 5 (in-band buffers): an array rebuilt from its bytes
+                  ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer")}
+
+
+def _latin1_encode(text, encoding="latin1"):
+    """What Python 3 pickles (protocols 0-2) store bytes as: ``_codecs.encode(str, "latin1")``;
+    only that encoding is admitted."""
+    import codecs
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"refusing _codecs.encode with encoding {encoding!r}")
+    return codecs.encode(text, encoding)
 
 
 class _CifarUnpickler(pickle.Unpickler):
-    """Admits NumPy arrays, dtypes and plain containers only; any other global is refused."""
+    """Admits NumPy arrays, dtypes, plain containers and latin-1 bytes (every pickle protocol
+    0-5 of them); any other global is refused."""
 
     def find_class(self, module, name):
         if (module, name) in _NUMPY_GLOBALS:
             return super().find_class(module, name)
+        if (module, name) == ("_codecs", "encode"):
+            return _latin1_encode
         raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
 
 
@@ -269,9 +303,71 @@ def _read_cifar_batch(path: str):
     return data.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0, y
 
 
+#: CIFAR-10's class names in label order (what FLuID's image folders are named by).
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def _partition_images(directory: str, index: int, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The images one FLuID partition file lists: each line of ``partition_<index>_<split>.txt``
+    is an image path relative to ``directory`` whose parent folder names its class."""
+    try:
+        from PIL import Image
+    except ImportError as exc:  # pragma: no cover
+        raise ImportError("reading FLuID's image partitions needs Pillow: pip install pillow") from exc
+    path = os.path.join(directory, f"partition_{index}_{split}.txt")
+    if not os.path.isfile(path):
+        raise ValueError(f"{directory!r} has no FLuID partition file partition_{index}_{split}.txt")
+    xs, ys = [], []
+    with open(path) as fh:
+        for n, line in enumerate(fh, start=1):
+            rel = line.strip()
+            if not rel:
+                continue
+            label = os.path.basename(os.path.dirname(rel))
+            if label not in CIFAR10_CLASSES:
+                raise ValueError(f"{path}:{n}: {rel!r} is not in a CIFAR-10 class folder "
+                                 f"({', '.join(CIFAR10_CLASSES)})")
+            img_path = os.path.normpath(os.path.join(directory, rel))
+            if not img_path.startswith(os.path.normpath(directory) + os.sep):
+                raise ValueError(f"{path}:{n}: {rel!r} points outside {directory!r}")
+            try:
+                with Image.open(img_path) as im:
+                    a = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{path}:{n}: cannot read image {rel!r} ({exc})") from None
+            if a.shape != (32, 32, 3):
+                raise ValueError(f"{path}:{n}: {rel!r} is {a.shape[1]}x{a.shape[0]}, not a 32x32 CIFAR image")
+            xs.append(a.transpose(2, 0, 1))
+            ys.append(CIFAR10_CLASSES.index(label))
+    if not ys:
+        raise ValueError(f"{path} lists no images")
+    return np.stack(xs), np.array(ys, dtype=np.int64)
+
+
+def load_fluid_partitions(directory: str, clients: int = 5) -> FLData:
+    """CIFAR-10 as FLuID's Android clients read it: client ``c`` (0-based) trains on the images
+    of ``partition_<c>_train.txt`` and ``partition_<c + clients>_train.txt`` and tests on the two
+    ``_test`` files (FLuID's 5 users load partitions ``id - 1`` and ``id - 1 + 5``); the central
+    test set is every client's test images.  Lines are image paths relative to ``directory``
+    (``train/<class>/<file>.png``)."""
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise ValueError(f"clients must be a positive integer, got {clients!r}")
+    train, tests = [], []
+    for c in range(clients):
+        parts = [_partition_images(directory, i, "train") for i in (c, c + clients)]
+        tparts = [_partition_images(directory, i, "test") for i in (c, c + clients)]
+        train.append((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])))
+        tests.append((np.concatenate([p[0] for p in tparts]), np.concatenate([p[1] for p in tparts])))
+    central = (np.concatenate([t[0] for t in tests]), np.concatenate([t[1] for t in tests]))
+    return FLData(train, central, (3, 32, 32), 10, "cifar10", tests)
+
+
 def load_cifar10(directory: str, clients: int = 5, alpha: float | None = 0.5, seed: int = 0,
                  client_test_fraction: float = 0.2) -> FLData:
-    """CIFAR-10 python batches from ``directory`` (``data_batch_*`` and ``test_batch``)."""
+    """CIFAR-10 python batches from ``directory`` (``data_batch_*`` and ``test_batch``), or FLuID's
+    image partitions (``partition_<i>_{train,test}.txt``, :func:`load_fluid_partitions`)."""
+    if os.path.isfile(os.path.join(directory, "partition_0_train.txt")):
+        return load_fluid_partitions(directory, clients)
     batches = sorted(glob.glob(os.path.join(directory, "data_batch_*")))
     test = os.path.join(directory, "test_batch")
     if not batches or not os.path.exists(test):
