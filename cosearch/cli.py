@@ -585,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: Optional extras by the module whose absence means the extra is missing.
-_EXTRAS = {"matplotlib": "plot", "flwr": "flower", "dask": "dask", "distributed": "dask", "sklearn": "digits"}
+_EXTRAS = {"matplotlib": "plot", "flwr": "flower", "dask": "dask", "distributed": "dask", "sklearn": "digits",
+           "flwr_datasets": "datasets"}
 
 
 def _user_message(exc: BaseException) -> str:

@@ -381,16 +381,18 @@ def load_cifar10(directory: str, clients: int = 5, alpha: float | None = 0.5, se
 
 
 def load_dataset(name: str, clients: int = 5, data_dir: str | None = None, seed: int = 0, alpha=0.5) -> FLData:
-    """``digits`` (bundled), ``femnist``/``shakespeare`` (LEAF folder) or ``cifar10`` (batches)."""
+    """``digits`` (bundled), ``femnist``/``shakespeare`` (LEAF folder) or ``cifar10`` (batches or
+    FLuID's partition files) from ``data_dir``; without ``data_dir`` the last three come through
+    Flower Datasets (:mod:`cosearch.fl.flower_datasets`, ``pip install 'cosearch[datasets]'``)."""
     if name == "digits":
         return load_digits(clients, alpha, seed)
+    if name in ("femnist", "shakespeare", "cifar10") and not data_dir:
+        # no local copy: Flower Datasets (an optional extra) downloads it
+        from .flower_datasets import load_flower_dataset
+        return load_flower_dataset(name, clients, alpha, seed)
     if name in ("femnist", "shakespeare"):
-        if not data_dir:
-            raise ValueError(f"{name} needs --data pointing at a LEAF directory")
         return load_leaf(data_dir, name, max_clients=clients, seed=seed)
     if name == "cifar10":
-        if not data_dir:
-            raise ValueError("cifar10 needs --data pointing at the CIFAR-10 python batches")
         return load_cifar10(data_dir, clients, alpha, seed)
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
