@@ -30,41 +30,16 @@ import io
 import json
 import os
 import pickle
-from dataclasses import dataclass, field
 
 import numpy as np
+
+from .fldata import SHAKESPEARE_CHARS, FLData
 
 __all__ = ["FLData", "load_digits", "load_leaf", "load_cifar10", "load_fluid_partitions", "CIFAR10_CLASSES",
            "iid_partition", "dirichlet_partition",
            "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "write_shakespeare_like", "DATASETS"]
 
-#: LEAF Shakespeare's 80-character alphabet.
-SHAKESPEARE_CHARS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}")
 DATASETS = ("digits", "femnist", "shakespeare", "cifar10")
-
-
-@dataclass
-class FLData:
-    """Per-client training arrays, per-client test splits, a central test set, and the input
-    shape / class count."""
-
-    clients: list[tuple[np.ndarray, np.ndarray]]
-    test: tuple[np.ndarray, np.ndarray]
-    in_shape: tuple
-    classes: int
-    name: str
-    client_tests: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-
-    def __post_init__(self):
-        if not self.clients:
-            raise ValueError(f"dataset {self.name!r} has no clients")
-        if len(self.test[1]) == 0:
-            raise ValueError(f"dataset {self.name!r} has an empty test split")
-        for i, (x, y) in enumerate(self.clients):
-            if len(x) != len(y):
-                raise ValueError(f"client {i}: {len(x)} samples but {len(y)} labels")
-            if len(y) == 0:
-                raise ValueError(f"client {i} has no training samples")
 
 
 def _check_labels(y: np.ndarray, classes: int, where: str) -> None:

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from .data import SHAKESPEARE_CHARS, FLData
+from .fldata import SHAKESPEARE_CHARS, FLData
 
 __all__ = ["HUB_DATASETS", "load_flower_dataset", "partition_arrays", "download_note"]
 
