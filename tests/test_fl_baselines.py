@@ -51,4 +51,4 @@ def test_nested_methods_run_and_report_accuracy_per_width(method, tmp_path):
     assert back.width_accuracy == res.width_accuracy
     exp = Experiment("digits", [method], [1], {"rounds": 4, "clients": 4}, {method: {1: res}})
     assert method in exp.width_table() and "1: " in exp.width_table()
-    assert method in exp.controller_table()
+    assert f"({method}: the method picks the widths" in exp.controller_table()

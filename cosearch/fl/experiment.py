@@ -209,7 +209,12 @@ class Experiment:
         error of its time predictions."""
         lines = [f"{'method':>18} {'within 5%':>10} {'of target':>10} {'swaps/10 rounds':>16} "
                  f"{'no-straggler rounds':>20} {'estimate error':>15}"]
+        skipped = []
         for m in self.methods:
+            if m in OWN_WIDTHS:
+                if self.runs.get(m):
+                    skipped.append(m)
+                continue
             reps = [r.controller_report() for r in self.runs.get(m, {}).values()]
             reps = [c for c in reps if c.rounds]
             if not reps:
@@ -223,6 +228,8 @@ class Experiment:
                          f"{(f'{100 * float(np.mean(tgt)):.0f}%' if tgt else 'n/a'):>10} "
                          f"{10 * sum(c.swaps for c in reps) / n:>16.2f} {sum(c.no_dropout_rounds for c in reps):>20} "
                          f"{(f'{100 * float(np.mean(err)):.1f}%' if err else 'n/a'):>15}")
+        if skipped:
+            lines.append(f"({', '.join(skipped)}: the method picks the widths clients train, not the controller)")
         return ("straggler controller over the dropout rounds (round 3 on), all seeds\n" + "\n".join(lines)
                 if len(lines) > 1 else "")
 
@@ -294,6 +301,9 @@ class Experiment:
 
 
 log = logging.getLogger("cosearch")
+
+#: Methods whose clients train widths the method picks (not the straggler controller's keep).
+OWN_WIDTHS = ("fjord", "heterofl")
 
 #: Fresh pools an experiment starts after workers die before it gives up.
 MAX_POOL_RESTARTS = 3
