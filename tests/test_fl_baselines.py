@@ -52,3 +52,12 @@ def test_nested_methods_run_and_report_accuracy_per_width(method, tmp_path):
     exp = Experiment("digits", [method], [1], {"rounds": 4, "clients": 4}, {method: {1: res}})
     assert method in exp.width_table() and "1: " in exp.width_table()
     assert f"({method}: the method picks the widths" in exp.controller_table()
+
+
+def test_holm_and_effect_size_by_hand():
+    from cosearch.fl.experiment import effect_size, holm
+    # sorted 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> raised to 0.06; NaN untouched
+    assert holm([0.01, 0.04, float("nan"), 0.03]) == pytest.approx([0.03, 0.06, float("nan"), 0.06], nan_ok=True)
+    assert holm([0.6, 0.5]) == pytest.approx([1.0, 1.0])
+    assert effect_size([2, 4, 6], [1, 2, 3]) == pytest.approx(2.0)      # diffs 1, 2, 3: mean 2, sd 1
+    assert np.isnan(effect_size([1, 2], [0, 1]))                        # no spread

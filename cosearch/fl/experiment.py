@@ -34,7 +34,7 @@ from .._validate import positive_int
 from .masks import METHODS
 from .simulation import FLResult, simulate
 
-__all__ = ["Experiment", "MethodStats", "run_experiment", "mean_ci", "paired_test"]
+__all__ = ["Experiment", "MethodStats", "run_experiment", "mean_ci", "paired_test", "holm", "effect_size"]
 
 
 def mean_ci(x) -> tuple[float, float]:
@@ -63,6 +63,31 @@ def paired_test(a, b) -> tuple[float, float, float]:
     return m, h, float(stats.ttest_rel(a[ok], b[ok]).pvalue)
 
 
+def holm(pvalues) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (same order; NaN stays NaN and is not counted): the
+    i-th smallest of m is multiplied by m - i + 1, then made non-decreasing, capped at 1."""
+    p = [float(x) for x in pvalues]
+    idx = sorted((i for i, x in enumerate(p) if math.isfinite(x)), key=lambda i: p[i])
+    m = len(idx)
+    out = [float("nan")] * len(p)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def effect_size(a, b) -> float:
+    """Cohen's d_z of the paired differences ``a - b``: their mean over their standard deviation
+    (NaN with fewer than two pairs or no spread)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    d = a[ok] - b[ok]
+    if len(d) < 2 or d.std(ddof=1) == 0:
+        return float("nan")
+    return float(d.mean() / d.std(ddof=1))
+
+
 @dataclass
 class MethodStats:
     """One method's summary over the seeds (see :meth:`Experiment.summary`)."""
@@ -78,6 +103,13 @@ class MethodStats:
     diff_at_equal_time: tuple[float, float, float]
     round_time_s: tuple[float, float]
     round_time_reduction: tuple[float, float]
+    #: the accuracy difference's p-value Holm-corrected over the methods compared with the
+    #: reference, and its effect size (Cohen's d_z)
+    diff_p_holm: float = float("nan")
+    effect_size: float = float("nan")
+    #: time to the target accuracy minus FedAvg's ("none"), paired over seeds where both reached
+    #: it: (mean s, 95% CI half-width, p)
+    time_vs_fedavg: tuple[float, float, float] = (float("nan"),) * 3
 
 
 def _accuracy_at(res: FLResult, t: float) -> float:
@@ -162,12 +194,19 @@ class Experiment:
             ttt = [_time_to(r, target) for r in rs]
             rt = [_dropout_round_time(r) for r in rs]
             red = [1.0 - rt[i] / _dropout_round_time(base[s]) for i, s in enumerate(seeds)] if base else []
+            ref_acc = [ref[s].rounds[-1].accuracy for s in seeds] if ref else []
             out.append(MethodStats(
                 m, len(rs), mean_ci(acc), mean_ci([r.rounds[-1].fed_accuracy for r in rs]),
-                paired_test(acc, [ref[s].rounds[-1].accuracy for s in seeds]) if ref else (np.nan,) * 3,
+                paired_test(acc, ref_acc) if ref else (np.nan,) * 3,
                 mean_ci(ttt), int(np.isfinite(ttt).sum()), mean_ci(at_t),
                 paired_test(at_t, [_accuracy_at(ref[s], t_equal) for s in seeds]) if ref else (np.nan,) * 3,
-                mean_ci(rt), mean_ci(red)))
+                mean_ci(rt), mean_ci(red),
+                effect_size=effect_size(acc, ref_acc) if ref and m != reference else float("nan"),
+                time_vs_fedavg=(paired_test(ttt, [_time_to(base[s], target) for s in seeds])
+                                if base and m != "none" else (np.nan,) * 3)))
+        adjusted = holm([st.diff_vs_reference[2] if st.method != reference else float("nan") for st in out])
+        for st, p in zip(out, adjusted):
+            st.diff_p_holm = p
         return out
 
     def table(self, target_accuracy: float | None = None, reference: str | None = None) -> str:
@@ -182,11 +221,13 @@ class Experiment:
             return "n/a" if not math.isfinite(m) else (f"{m:{fmt}}" + (f" ± {h:{fmt}}" if math.isfinite(h) else ""))
         lines = [f"{self.dataset}: {len(self.seeds)} paired seeds, {self.config.get('rounds')} rounds, "
                  f"{self.config.get('clients')} clients; accuracy in %, mean ± 95% CI; paired differences "
-                 f"vs {ref} (p: two-sided paired t-test); target accuracy {100 * target:.1f}%"
+                 f"vs {ref} (p: two-sided paired t-test; Holm p: corrected over the methods; d: Cohen's d_z); "
+                 f"target accuracy {100 * target:.1f}%; vs FedAvg: time to target minus no dropout's (s)"
                  + ("  [INTERRUPTED: partial]" if self.interrupted else ""),
                  f"{'method':>18} {'runs':>4} {'accuracy':>13} {'federated':>13} {'diff vs ' + ref:>22} "
-                 f"{'time to target s':>17} {'acc @ equal time':>16} {'diff @ equal time':>22} {'round time s':>15} "
-                 f"{'vs none':>13}"]
+                 f"{'Holm p':>7} {'d':>5} "
+                 f"{'time to target s':>17} {'vs FedAvg s':>20} {'acc @ equal time':>16} {'diff @ equal time':>22} "
+                 f"{'round time s':>15} {'vs none':>13}"]
         def paired(s, d):
             return "—" if s.method == ref or not math.isfinite(d[0]) else (
                 f"{100 * d[0]:+.1f} ± {100 * d[1]:.1f} p={d[2]:.3f}" if math.isfinite(d[1]) and math.isfinite(d[2])
@@ -195,8 +236,13 @@ class Experiment:
             diff = paired(s, s.diff_vs_reference)
             ttt = pm(s.time_to_target_s, 1.0, ".2f") + ("" if s.reached_target == s.runs
                                                           else f" ({s.reached_target}/{s.runs})")
+            tv = s.time_vs_fedavg
+            tvs = "—" if not math.isfinite(tv[0]) else (f"{tv[0]:+.2f}" + (f" p={tv[2]:.3f}" if math.isfinite(tv[2])
+                                                                             else ""))
             lines.append(f"{s.method:>18} {s.runs:>4} {pm(s.accuracy, 100):>13} {pm(s.fed_accuracy, 100):>13} "
-                         f"{diff:>22} {ttt:>17} {pm(s.accuracy_at_equal_time, 100):>16} "
+                         f"{diff:>22} {('—' if not math.isfinite(s.diff_p_holm) else f'{s.diff_p_holm:.3f}'):>7} "
+                         f"{('—' if not math.isfinite(s.effect_size) else f'{s.effect_size:+.2f}'):>5} "
+                         f"{ttt:>17} {tvs:>20} {pm(s.accuracy_at_equal_time, 100):>16} "
                          f"{paired(s, s.diff_at_equal_time):>22} "
                          f"{pm(s.round_time_s, 1.0, '.3f'):>15} "
                          f"{('n/a' if not math.isfinite(s.round_time_reduction[0]) else pm(s.round_time_reduction, 100) + '%'):>13}")
