@@ -174,3 +174,23 @@ def test_fl_simulate_cli_exits_143_on_sigterm_with_the_rounds_saved(tmp_path):
     assert proc.returncode == 143, se
     d = json.loads(out.read_text())
     assert d["interrupted"] is True and 0 < len(d["rounds"]) < 5000
+
+
+def test_experiment_cli_spread_noise_and_seed_offset(tmp_path):
+    """--spread/--noise reach every run's devices (noise 0: each client's round time is the same
+    in every full-model round) and --seed-offset picks the seeds."""
+    import json
+
+    from cosearch.cli import main
+    out = tmp_path / "e.json"
+    assert main(["fl", "experiment", "--dataset", "digits", "--methods", "invariant,none", "--seeds", "2",
+                 "--seed-offset", "5", "--rounds", "3", "--spread", "4", "--noise", "0", "--workers", "1",
+                 "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["seeds"] == [5, 6] and d["config"]["spread"] == 4.0 and d["config"]["noise_cv"] == 0.0
+    run = d["runs"]["none"]["5"]["rounds"]
+    assert run[0]["client_times_s"] == run[1]["client_times_s"]          # no noise
+    t = run[0]["client_times_s"]
+    assert max(t.values()) / min(t.values()) > 2.0                       # a 4x compute spread shows
+    assert main(["fl", "experiment", "--dataset", "digits", "--seeds", "1", "--spread", "0.5", "--rounds", "1",
+                 "--out", str(tmp_path / "f.json")]) == 2

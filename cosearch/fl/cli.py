@@ -55,6 +55,8 @@ def add_parsers(sub) -> None:
     fe.add_argument("--methods", default="invariant,ordered,random,none",
                     help=f"comma-separated, from {', '.join(METHODS)} (default: invariant,ordered,random,none)")
     fe.add_argument("--seeds", type=int, default=10, help="paired seeds per method (default: 10)")
+    fe.add_argument("--seed-offset", type=int, default=0,
+                    help="first seed (seeds offset, offset+1, ...), to add seeds to an experiment (default: 0)")
     fe.add_argument("--workers", type=int, help="worker processes (default: min(2, CPUs))")
     fe.add_argument("--target", type=float, help="target accuracy in [0, 1] for time-to-target "
                                                  "(default: 95%% of the lowest mean final accuracy)")
@@ -85,7 +87,6 @@ def add_parsers(sub) -> None:
 
 
 def _sim_kwargs(a) -> dict:
-    from .profiling import device_profiles
     kw = {"model": a.model, "optimizer": a.optimizer, "lr": a.lr, "batch_size": a.batch_size,
           "local_epochs": a.local_epochs, "alpha": None if a.alpha == 0 else a.alpha, "data_dir": a.data,
           "straggler_fraction": a.straggler_fraction, "keep_rule": a.keep_rule}
@@ -93,8 +94,10 @@ def _sim_kwargs(a) -> dict:
         if not os.path.isfile(a.devices):
             raise ValueError(f"--devices {a.devices!r}: no such file")
         kw["devices"] = a.devices
-    elif (a.spread, a.noise) != (2.5, 0.05):
-        kw["devices"] = device_profiles(a.clients, a.spread, a.noise)
+    else:
+        if not (a.spread >= 1.0) or not (0.0 <= a.noise < 10.0):
+            raise ValueError(f"--spread must be >= 1 and --noise in [0, 10), got {a.spread}, {a.noise}")
+        kw.update(spread=a.spread, noise_cv=a.noise)
     return kw
 
 
@@ -119,10 +122,11 @@ def run(a) -> int:
     if a.flcmd == "experiment":
         output_path(a.out, a.force, a.resume)
         kw = _sim_kwargs(a)
-        if isinstance(kw.get("devices"), list):
-            raise ValueError("--spread/--noise apply to simulate; for experiments give --devices CSV")
         methods = [m.strip() for m in a.methods.split(",") if m.strip()]
-        exp = run_experiment(a.dataset, methods, a.seeds, a.rounds, clients=a.clients, workers=a.workers,
+        if a.seed_offset < 0:
+            raise ValueError(f"--seed-offset must be >= 0, got {a.seed_offset}")
+        seeds = list(range(a.seed_offset, a.seed_offset + a.seeds)) if a.seeds >= 1 else a.seeds
+        exp = run_experiment(a.dataset, methods, seeds, a.rounds, clients=a.clients, workers=a.workers,
                              out=a.out, resume=a.out if (a.resume and os.path.exists(a.out)) else None, **kw)
         print(exp.table(a.target))
         for extra in (exp.controller_table(), exp.width_table()):

@@ -218,7 +218,7 @@ def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size:
     return model
 
 
-def _devices(devices, n: int, rounds: int, latency_s):
+def _devices(devices, n: int, rounds: int, latency_s, spread: float = 2.5, noise_cv: float = 0.05):
     if devices is not None and latency_s is not None:
         raise ValueError("give devices= or latency_s=, not both")
     if latency_s is not None:   # fixed full-model times: a trace
@@ -229,7 +229,7 @@ def _devices(devices, n: int, rounds: int, latency_s):
             raise ValueError(f"latency_s must give a positive finite time for each of {n} clients")
         return TraceProfile({(c, r + 1): float(lat[min(r, len(lat) - 1), c]) for c in range(n) for r in range(rounds)})
     if devices is None:
-        return device_profiles(n)
+        return device_profiles(n, spread, noise_cv)
     if isinstance(devices, (str, os.PathLike)):
         return TraceProfile.from_csv(devices)
     if isinstance(devices, TraceProfile):
@@ -246,14 +246,15 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              schedule: ThresholdSchedule | str | None = None, straggler_fraction: float | None = None,
              keep_rule: str = "model", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
              progress: bool = False, out: str | os.PathLike | None = None,
-             checkpoint_every_s: float = 10.0) -> FLResult:
+             checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
 
     ``model``: a :data:`~cosearch.fl.models.MODELS` name or "auto" (the dataset's FLuID model).
     ``optimizer``/``lr``/``batch_size``: default to FLuID's per dataset
     (:data:`~cosearch.fl.models.DATASET_DEFAULTS`).
     ``devices``: one :class:`ClientProfile` per client, a :class:`TraceProfile`, or a trace CSV
-    path; default :func:`~cosearch.fl.profiling.device_profiles`.  ``latency_s``: shorthand
+    path; default :func:`~cosearch.fl.profiling.device_profiles` with ``spread`` (slowest over
+    fastest compute) and ``noise_cv`` (round-time noise).  ``latency_s``: shorthand
     for a trace of full-model times (one per client, or per round and client).
     ``schedule``: FLuID's threshold schedule (default: the dataset's).
     ``out``: the result is saved there at the end and, while running, every
@@ -275,7 +276,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     optimizer = choice("optimizer", optimizer or defaults["optimizer"], ("sgd", "adam"))
     lr = positive_float("lr", defaults["lr"] if lr is None else lr)
     batch_size = positive_int("batch_size", defaults["batch_size"] if batch_size is None else batch_size)
-    dev = _devices(devices, n, rounds, latency_s)
+    dev = _devices(devices, n, rounds, latency_s, positive_float("spread", spread), float(noise_cv))
     torch.manual_seed(seed)
     net = build_model(model, data.in_shape, data.classes)
     example = torch.as_tensor(data.clients[0][0][:2])
@@ -287,7 +288,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     every = positive_float("checkpoint_every_s", checkpoint_every_s)
     config = {"rounds": rounds, "local_epochs": local_epochs, "optimizer": optimizer, "lr": lr,
               "batch_size": batch_size, "seed": seed, "alpha": alpha, "keep_rule": keep_rule,
-              "straggler_fraction": straggler_fraction}
+              "straggler_fraction": straggler_fraction,
+              **({"spread": spread, "noise_cv": noise_cv} if devices is None and latency_s is None else {})}
     res = FLResult(method, data.name, model, n, metrics, config, interrupted=True)
     try:
         _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
