@@ -297,8 +297,8 @@ class Experiment:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-        (a, b), (c, d) = axes
+        fig, axes = plt.subplots(2, 3, figsize=(17, 8))
+        (a, b, e), (c, d, f) = axes
         for m in self.methods:
             rs = list(self.runs.get(m, {}).values())
             if not rs:
@@ -339,6 +339,23 @@ class Experiment:
             d.set_title("keep fraction per straggler")
             d.set_xlabel("round")
             d.legend(fontsize=7)
+            # the controller: straggler time over the slowest other client's, per round, and swaps
+            for m in self.methods:
+                if m in OWN_WIDTHS or not self.runs.get(m):
+                    continue
+                rep = self.runs[m][min(self.runs[m])].controller_report()
+                if rep.rounds:
+                    e.plot(rep.rounds, rep.over_slowest_other, marker=".", label=f"{m} ({rep.swaps} swaps)")
+            e.axhspan(0.95, 1.05, color="grey", alpha=0.15, label="within 5%")
+            e.axhline(1.0, color="grey", lw=0.8)
+            e.set_title("straggler time / slowest other client (first seed)")
+            e.set_xlabel("round")
+            e.legend(fontsize=7)
+            swaps = [(m, sum(r.controller_report().swaps for r in self.runs[m].values()))
+                     for m in self.methods if m not in OWN_WIDTHS and self.runs.get(m)]
+            f.bar([m for m, _ in swaps], [k for _, k in swaps])
+            f.set_title("straggler swaps (all seeds)")
+            f.tick_params(axis="x", labelrotation=30, labelsize=8)
         fig.tight_layout()
         if path:
             fig.savefig(path, dpi=110)
