@@ -55,7 +55,8 @@ def _fit_round(strategy, manager, rnd, times, corrupt=None, fail=False):
             arrays[0] = arrays[0] * np.nan
         keep = fit.config["keep"]
         results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 10,
-                                      {"round_time_s": times[proxy.cid] * keep})))
+                                      {"round_time_s": times[proxy.cid] * keep,
+                                       "partition_id": int(proxy.cid) - 100})))
     return strategy.aggregate_fit(rnd, results, [RuntimeError("lost")] if fail else []), ins
 
 
@@ -72,6 +73,7 @@ def test_strategy_is_fedavg_and_survives_a_malformed_update():
         (params, metrics), _ = _fit_round(s, mgr, rnd, times, corrupt="100" if rnd == 2 else None)
         assert params is not None
     assert s.history[1]["rejected"].keys() == {"0"}              # client "100" -> index 0
+    assert s.history[0]["partition_ids"] == {"0": 0, "1": 1, "2": 2} and s.history[0]["server_round_s"] >= 0
     (params, _), ins = _fit_round(s, mgr, 3, times)
     keeps = {p.cid: f.config["keep"] for p, f in ins}
     # the controller: the largest p (step 0.01) whose predicted time 2.0 r(p) is within the target
@@ -174,6 +176,7 @@ def test_superlink_and_three_supernodes_run_invariant_dropout(tmp_path):
     assert hist[3]["keep"].keys() == straggler.keys()                 # the same straggler, its keep re-fitted
     assert 0.5 <= next(iter(hist[3]["keep"].values())) < 1.0
     assert all(h["rejected"] == {} and h["failures"] == 0 for h in hist)
+    assert all(sorted(h["partition_ids"].values()) == [0, 1, 2] and h["server_round_s"] > 0 for h in hist)
     assert hist[2]["round_time_s"] < hist[1]["round_time_s"]         # the straggler's sub-model is faster
     assert hist[2]["thresholds"].keys() == hist[2]["invariant_counts"].keys() == {"1", "3"}
 

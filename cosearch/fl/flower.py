@@ -112,6 +112,7 @@ class DropoutStrategy(FedAvg):
             self.protocol = RoundProtocol(self.model, n, **self._proto_args)
         ids = {c.cid: self._client(c.cid) for c in clients}
         self._sent = self.protocol.assignments(server_round, ids.values())
+        self._sent_at = time.monotonic()
         out = []
         for c in clients:
             a = self._sent[ids[c.cid]]
@@ -123,10 +124,17 @@ class DropoutStrategy(FedAvg):
     def aggregate_fit(self, server_round, results, failures):
         if not results or (failures and not self.accept_failures) or self.protocol is None:
             return None, {"failures": len(failures)}
+        # the round as the server saw it: from sending the models to having every result back
+        # (training and communication included)
+        server_round_s = time.monotonic() - getattr(self, "_sent_at", time.monotonic())
         keys = list(self.model.state_dict().keys())
         updates = []
+        partitions = {}
         for proxy, res in results:
             c = self._client(proxy.cid)
+            pid = res.metrics.get("partition_id")
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                partitions[str(c)] = pid
             try:
                 state = _state(keys, parameters_to_ndarrays(res.parameters))
             except ValueError as exc:
@@ -134,6 +142,7 @@ class DropoutStrategy(FedAvg):
             updates.append(ClientUpdate(c, state, res.num_examples, res.metrics.get("round_time_s")))
         rep = self.protocol.aggregate(server_round, self._sent, updates)
         self.history.append({"round": server_round, "round_time_s": rep.round_time_s,
+                             "server_round_s": server_round_s, "partition_ids": partitions,
                              "keep": {str(k): v for k, v in rep.keep.items()},
                              "rejected": {str(k): v for k, v in rep.rejected.items()},
                              "failures": len(failures), **rep.policy_state})
@@ -147,11 +156,15 @@ class SubmodelClient(flwr.client.NumPyClient):
 
     ``device`` (a :class:`~cosearch.fl.profiling.ClientProfile`, optional) simulates the round
     time from the sub-model's FLOPs and bytes; otherwise the measured training time is reported.
+    ``partition_id``: reported with every result, so the server's history names the data
+    partition behind each client.
     """
 
     def __init__(self, model_fn: Callable, x, y, test=None, *, epochs: int = 1, optimizer: str = "sgd",
-                 lr: float = 0.1, batch_size: int = 32, device=None, example_input=None, seed: int = 0):
+                 lr: float = 0.1, batch_size: int = 32, device=None, example_input=None, seed: int = 0,
+                 partition_id: int | None = None):
         self.model_fn, self.x, self.y, self.test = model_fn, x, y, test
+        self.partition_id = partition_id
         self.epochs, self.optimizer, self.lr, self.batch_size = epochs, optimizer, lr, batch_size
         self.device, self.example, self.seed = device, example_input, seed
 
@@ -171,7 +184,10 @@ class SubmodelClient(flwr.client.NumPyClient):
         if self.device is not None:
             ex = self.example if self.example is not None else torch.as_tensor(self.x[:1])
             t = self.device.round_time_s(training_flops(model, ex, len(self.y), self.epochs), model_bytes(model))
-        return _arrays(model.state_dict()), len(self.y), {"round_time_s": float(t)}
+        metrics = {"round_time_s": float(t)}
+        if self.partition_id is not None:
+            metrics["partition_id"] = int(self.partition_id)
+        return _arrays(model.state_dict()), len(self.y), metrics
 
     def evaluate(self, parameters, config):
         from .simulation import evaluate_model

@@ -56,7 +56,8 @@ def _client_fn(context: Context):
     seed = int(cfg.get("seed", 0))
     d = load_dataset(str(cfg.get("dataset", "digits")), n, str(cfg.get("data-dir", "")) or None, seed, _alpha(cfg))
     dev = device_profiles(n, spread=float(cfg.get("spread", 2.5)), noise_cv=0.0)[i]
-    return SubmodelClient(_model_fn(cfg), *d.clients[i], d.client_tests[i], device=dev, seed=seed + i).to_client()
+    return SubmodelClient(_model_fn(cfg), *d.clients[i], d.client_tests[i], device=dev, seed=seed + i,
+                          partition_id=i).to_client()
 
 
 class _SavingStrategy(DropoutStrategy):
