@@ -316,6 +316,24 @@ def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: f
     return t
 
 
+def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: float,
+               scatter_gather: bool) -> np.ndarray:
+    """Per distinct network: the six graphs' collective seconds (their bytes times ``scale``),
+    the pipeline send's bytes and its all-gather seconds after receipt."""
+    comm = np.zeros((len(nets), 8))
+    for ni, net in enumerate(nets):
+        for k, part in enumerate(("layer", "embedding", "head")):
+            comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale)
+            comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale)
+        # pipeline sends: Megatron scatters the activation over the tp ranks (each sends 1/tp)
+        # and all-gathers it inside the node after receipt; without scatter/gather every tp
+        # rank sends the whole activation
+        split = scatter_gather or sp
+        comm[ni, 6] = act_b / t if split else act_b
+        comm[ni, 7] = 0.0 if (sp or t == 1 or not scatter_gather) else F.allgather_s(act_b, float(t), 1.0, net)
+    return comm
+
+
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
                efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
@@ -417,18 +435,18 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 u[:, F.U_LATT] = attn
                 u[:, F.U_EF], u[:, F.U_EB] = chip_s["embedding", "fwd"], chip_s["embedding", "bwd"]
                 u[:, F.U_HF], u[:, F.U_HB] = chip_s["head", "fwd"], chip_s["head", "bwd"]
-                comm = np.zeros((len(nets), 8))
-                for ni, net in enumerate(nets):
-                    for k, part in enumerate(("layer", "embedding", "head")):
-                        comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale)
-                        comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale)
-                    # pipeline sends: Megatron scatters the activation over the tp ranks
-                    # (each sends 1/tp) and all-gathers it inside the node after receipt;
-                    # without scatter/gather every tp rank sends the whole activation
-                    split = scatter_gather or sp
-                    comm[ni, 6] = act_b / t if split else act_b
-                    comm[ni, 7] = 0.0 if (sp or t == 1 or not scatter_gather) else \
-                        F.allgather_s(act_b, float(t), 1.0, net)
+                if affine:
+                    # a collective's time is affine in its bytes (latency + bytes / bandwidth; every
+                    # message here is non-empty), and the bytes are linear in the microbatch: priced
+                    # at one and two sequences and extrapolated, as the graphs are
+                    if (t, sp, "comm") not in base:
+                        ab1 = act_b / mb
+                        base[t, sp, "comm"] = tuple(_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather)
+                                                    for k in (1.0, 2.0))
+                    c1, c2 = base[t, sp, "comm"]
+                    comm = c1 + (scale - 1.0) * (c2 - c1)
+                else:
+                    comm = _comm_rows(gs, t, sp, nets, ep, scale, act_b, scatter_gather)
                 per = comm[net_of]
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):

@@ -328,33 +328,55 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
     needs plans faster than ``cutoff`` seconds)."""
     n = cfg.shape[0]
     lb = lower_bounds(units, net, cfg, L)
-    order = np.argsort(lb, kind="stable")
     res = np.full(n, INF)
     evaluated = 0
     kth = cutoff
-    start = 0
     size = min(block, 16) if prune else block     # small blocks first: the best plans come early
-    while start < n:
-        if prune and lb[order[start]] > kth:
-            break
-        stop = min(n, start + size)
-        size = min(block, 2 * size)
-        idx = order[start:stop]
+    # Visit in bound order without sorting every row: the smallest ``chunk`` bounds are picked
+    # (argpartition) and sorted, and what is left is first cut to the bounds that can still beat
+    # the k-th best step (the chunk doubles each time).  Every row whose bound is <= the k-th step
+    # is still evaluated, in increasing bound order, as with one full sort.
+    left = np.arange(n) if not (prune and np.isfinite(kth)) else np.flatnonzero(lb <= kth)
+    chunk = 4096
+    while left.size:
         if prune and np.isfinite(kth):
-            # shrink the block to the configurations the spread bound still admits, then
-            # to those the dearer critical-stage bound admits
-            idx = idx[:max(1, int(np.searchsorted(lb[idx], kth, side="right")))]
-            stop = start + len(idx)
-            lb[idx] = np.maximum(lb[idx], config_bounds(units, net, hw, cfg, idx, L, modes))
-            idx = idx[lb[idx] <= kth]
-        _block(units, net, hw, cfg, idx, L, modes, res, kth if prune else INF)
-        evaluated += len(idx)
-        if progress is not None:
-            progress(stop - start)
-        fin = res[np.isfinite(res)]
-        if fin.size >= top_k:
-            kth = min(kth, np.partition(fin, top_k - 1)[top_k - 1])
-        start = stop
+            left = left[lb[left] <= kth]
+            if not left.size:
+                break
+        if left.size > chunk:
+            part = np.argpartition(lb[left], chunk - 1)
+            sel, left = left[part[:chunk]], left[part[chunk:]]
+            chunk *= 2
+        else:
+            sel, left = left, left[:0]
+        order = sel[np.argsort(lb[sel], kind="stable")]
+        start = 0
+        m = len(order)
+        stopped = False
+        while start < m:
+            if prune and lb[order[start]] > kth:
+                stopped = True
+                break
+            stop = min(m, start + size)
+            size = min(block, 2 * size)
+            idx = order[start:stop]
+            if prune and np.isfinite(kth):
+                # shrink the block to the configurations the spread bound still admits, then
+                # to those the dearer critical-stage bound admits
+                idx = idx[:max(1, int(np.searchsorted(lb[idx], kth, side="right")))]
+                stop = start + len(idx)
+                lb[idx] = np.maximum(lb[idx], config_bounds(units, net, hw, cfg, idx, L, modes))
+                idx = idx[lb[idx] <= kth]
+            _block(units, net, hw, cfg, idx, L, modes, res, kth if prune else INF)
+            evaluated += len(idx)
+            if progress is not None:
+                progress(stop - start)
+            fin = res[np.isfinite(res)]
+            if fin.size >= top_k:
+                kth = min(kth, np.partition(fin, top_k - 1)[top_k - 1])
+            start = stop
+        if stopped:            # every row left has a bound at least this chunk's, above the k-th step
+            break
     return res, lb, evaluated
 
 
