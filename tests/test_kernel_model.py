@@ -26,6 +26,15 @@ def _model_tflops(row) -> float:
     if row["kind"] == "gemm":
         ops = [graph.Op("g", "gemm", m=m, n=n, k=k, batch=b, bytes_read=(m * k + k * n) * b * dt,
                         bytes_written=m * n * b * dt, dtype_bytes=dt)]
+    elif row["kind"] == "attention-unfused":   # scores bmm, softmax, context bmm and their backward
+        g = graph._Builder(dt)
+        sc = g.gemm("attn_scores", [], m, m, k, batch=b, weights=False)
+        sm = g.vector("softmax", [sc], b * m * m, "softmax")
+        g.gemm("attn_context", [sm], m, k, m, batch=b, weights=False)
+        ops = list(g.ops) + list(graph._backward(list(g.ops), 1, dt, ()))
+        causal = "non-causal" not in row["source"]
+        t = cost.price(np.array([o.as_row() for o in ops]), chip)[0].sum()
+        return 3.5 * 4 * b * m * m * k / (2 if causal else 1) / t / 1e12
     else:   # FlashAttention fwd + bwd over (seq m, head dim k), causal FLOPs halved as the graph counts them
         if row["kind"] == "attention-fa2":
             chip = chip.with_(efficiency=chip.efficiency.with_attention_kernel("fa2"))
