@@ -414,6 +414,11 @@ def _run_measure(a) -> int:
         if os.path.exists(os.path.join(a.out, f)) and not a.force:
             raise ValueError(f"{os.path.join(a.out, f)} exists; pass --force to replace it")
     model = _model_from_args(a)
+    import torch
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cpu"):
+        print("cosearch: measuring on the CPU: the times are this CPU's, not a GPU's (bf16 matmuls on a CPU "
+              "are slow; use --seq-len and a small model to try the format)", file=sys.stderr)
     sizes = [s for s in DEFAULT_COLLECTIVE_BYTES if s <= a.collective_max_bytes] or [a.collective_max_bytes]
     res = measure(model, a.out, tp=a.tp, microbatch=a.mb, precision=a.precision, flash_attention=not a.no_flash,
                   sequence_parallel=a.sp, device=a.device, warmup=a.warmup, iters=a.iters,
@@ -629,7 +634,7 @@ def _dispatch(a) -> int:
             print(f"  {name:<12} chip {chip}")
         print("engines (--engine NAME):")
         for e in ENGINES.values():
-            print(f"  {e.name:<26} {e.software}")
+            print(f"  {e.name:<26} {e.software} [attention kernels: {e.attention_kernel}]")
         return 0
     if a.cmd == "plan":
         return _run_plan(a)
