@@ -193,7 +193,8 @@ class ThresholdSchedule:
 
     FLuID's values (iwang05/FLuID servers): FEMNIST 250 rounds, +0.01 every 10 rounds after
     round 125; CIFAR-10 35 rounds, +0.2 every 2 rounds after round 10, per layer;
-    Shakespeare 60 rounds, +1.0 every 3 rounds after round 20 (:data:`FLUID_SCHEDULES`).
+    Shakespeare 60 rounds, +1.0 every 3 rounds after round 20 (:data:`FLUID_SCHEDULES`, with
+    those absolute rounds as ``growth_start``: a shorter run never grows, as in FLuID).
     """
 
     scope: str = "first"
@@ -202,18 +203,26 @@ class ThresholdSchedule:
     growth_step: float = 0.01
     initial: float = 0.1
     calibration_start: int = 2
+    #: the round after which growth counts, as FLuID's servers fix it (``rnd > 125``); None:
+    #: ``growth_after`` of the run's rounds
+    growth_start: int | None = None
 
     def __post_init__(self):
         choice("scope", self.scope, ("first", "mean", "per_layer"))
         if not (0.0 <= float(self.growth_after) <= 1.0):
             raise ValueError(f"growth_after is a fraction of the rounds in [0, 1], got {self.growth_after!r}")
         positive_int("growth_period", self.growth_period)
+        if self.growth_start is not None and (isinstance(self.growth_start, bool) or
+                                              not isinstance(self.growth_start, int) or self.growth_start < 0):
+            raise ValueError(f"growth_start must be a round number >= 0 or None, got {self.growth_start!r}")
         positive_float("growth_step", self.growth_step)
         positive_float("initial", self.initial)
         positive_int("calibration_start", self.calibration_start)
 
     def start_round(self, total_rounds: int | None) -> float:
         """Growth applies in rounds strictly after this one (never when the total is unknown)."""
+        if self.growth_start is not None:
+            return float(self.growth_start)
         return math.inf if total_rounds is None else self.growth_after * total_rounds
 
     @classmethod
@@ -223,9 +232,9 @@ class ThresholdSchedule:
 
 
 FLUID_SCHEDULES = {
-    "femnist": ThresholdSchedule("first", 125 / 250, 10, 0.01, 0.1),
-    "cifar10": ThresholdSchedule("per_layer", 10 / 35, 2, 0.2, 1.5),
-    "shakespeare": ThresholdSchedule("mean", 20 / 60, 3, 1.0, 30.0),
+    "femnist": ThresholdSchedule("first", 125 / 250, 10, 0.01, 0.1, growth_start=125),
+    "cifar10": ThresholdSchedule("per_layer", 10 / 35, 2, 0.2, 1.5, growth_start=10),
+    "shakespeare": ThresholdSchedule("mean", 20 / 60, 3, 1.0, 30.0, growth_start=20),
 }
 
 
@@ -316,6 +325,10 @@ class InvariantDropout(DropoutPolicy):
         self._counter = 0
         self._calibrated = 0
         self._index = None
+        #: rule "fluid": the invariant neurons the next round's masks use, fixed when a round is
+        #: observed, after the growth step and before the calibration (FLuID's find_stable runs
+        #: before find_min), so a calibration reaches the masks one round later
+        self.mask_invariant: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ updates
     def _score(self, global_state, client_states, groups):
@@ -356,6 +369,13 @@ class InvariantDropout(DropoutPolicy):
                 for g in groups:
                     if not self.stopped[g.name]:
                         self.thresholds[g.name] += self.schedule.growth_step
+        prev = self.mask_invariant
+        self.mask_invariant = {k: self.scores[k] <= self.thresholds[k] for k in self.scores}
+        if self.schedule.scope == "first" and prev:
+            # FLuID's FEMNIST server keeps a first-layer neuron in its invariant list for good
+            first = groups[0].name
+            if first in prev and len(prev[first]) == len(self.mask_invariant[first]):
+                self.mask_invariant[first] = self.mask_invariant[first] | prev[first]
         if self._calibrated < 2 and round >= self.schedule.calibration_start:
             vals = self._calibration_values(groups)
             for k, v in vals.items():
@@ -364,30 +384,46 @@ class InvariantDropout(DropoutPolicy):
 
     def record(self, client, masks):
         """Remember what ``client`` dropped (preferred next time) and stop the growth of a
-        threshold once its layer had enough invariant neurons to fill the drop."""
+        threshold once its layer had enough invariant neurons to fill the drop — decided from
+        the masks as they were built (FLuID sets its stop flag while building the sub-model, so
+        the round's own growth step already sees it).  ``first`` scope: the first layer decides;
+        ``mean`` (Shakespeare): the first layer, or a later one whose drop was filled from its
+        invariant neurons but not from its previous drops alone (FLuID's Shakespeare server);
+        ``per_layer``: each layer for itself."""
+        prev = self.last_dropped.get(client, {})
         self.last_dropped[client] = {k: ~np.asarray(v, dtype=bool) for k, v in masks.items()}
         if self.scores is None or self.rule != "fluid":
             return
-        enough = {k: int(self.invariant(k).sum()) >= int((~np.asarray(v)).sum()) for k, v in masks.items()
-                  if k in self.scores}
+        need = {k: int((~np.asarray(v)).sum()) for k, v in masks.items() if k in self.scores}
+        enough = {k: int(self.invariant(k).sum()) >= n for k, n in need.items()}
         if not enough:
             return
         scope = self.schedule.scope
         if scope == "per_layer":
             for k, ok in enough.items():
                 self.stopped[k] = self.stopped[k] or ok
-        else:
-            key = next(iter(self.scores))
-            ok = enough.get(key, False) if scope == "first" else all(enough.values())
-            if ok:
-                for k in self.stopped:
-                    self.stopped[k] = True
+            return
+        names = [k for k in self.scores if k in enough]
+        ok = enough[names[0]]
+        if scope == "mean":
+            for k in names[1:]:
+                kept = prev.get(k)
+                from_prev = int((kept & self.invariant(k)).sum()) if kept is not None and \
+                    len(kept) == len(self.invariant(k)) else 0
+                ok = ok or (enough[k] and from_prev < need[k])
+        if ok:
+            for k in self.stopped:
+                self.stopped[k] = True
 
     # ------------------------------------------------------------------ queries
     def invariant(self, layer: str, threshold: float | None = None) -> np.ndarray:
-        """Invariant neurons of ``layer`` at ``threshold`` (default: the current one)."""
+        """Invariant neurons of ``layer`` at ``threshold`` (default: the set the next masks use —
+        rule "fluid": fixed before the last calibration step, see :attr:`mask_invariant`; else
+        at the current threshold)."""
         if self.scores is None:
             raise ValueError("no non-straggler updates observed yet")
+        if threshold is None and self.rule == "fluid" and layer in self.mask_invariant:
+            return self.mask_invariant[layer]
         th = self.thresholds[layer] if threshold is None else threshold
         return self.scores[layer] <= th
 

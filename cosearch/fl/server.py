@@ -173,6 +173,11 @@ class RoundProtocol:
         accepted = [u for u in owners if u.client not in rejected]
         if accepted:
             self.model.load_state_dict(new)
+        # what the stragglers were sent first: FLuID decides its growth stop while building the
+        # sub-model, before the round's updates are observed
+        for c, a in assignments.items():
+            if a.keep < 1.0:
+                self.policy.record(c, a.masks)
         full_states = [u.state for u in accepted if assignments[u.client].keep >= 1.0]
         self.policy.observe(round, gstate, full_states, self.groups)
         durations = {u.client: float(u.duration_s) for u in updates
@@ -180,9 +185,6 @@ class RoundProtocol:
         ok = {c: d for c, d in durations.items() if c not in rejected}
         if ok:
             self.profiler.observe(round, ok, {c: assignments[c].keep for c in ok})
-        for c, a in assignments.items():
-            if a.keep < 1.0:
-                self.policy.record(c, a.masks)
         for c, reason in rejected.items():
             log.warning("round %d: rejected client %s: %s", round, c, reason)
         return RoundReport(round, {c: a.keep for c, a in assignments.items() if a.keep < 1.0},

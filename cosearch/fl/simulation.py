@@ -246,7 +246,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              schedule: ThresholdSchedule | str | None = None, straggler_fraction: float | None = None,
              keep_rule: str = "model", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
              progress: bool = False, out: str | os.PathLike | None = None,
-             checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05) -> FLResult:
+             checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05,
+             stop_at_accuracy: float | None = None) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
 
     ``model``: a :data:`~cosearch.fl.models.MODELS` name or "auto" (the dataset's FLuID model).
@@ -257,6 +258,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     fastest compute) and ``noise_cv`` (round-time noise).  ``latency_s``: shorthand
     for a trace of full-model times (one per client, or per round and client).
     ``schedule``: FLuID's threshold schedule (default: the dataset's).
+    ``stop_at_accuracy``: early stopping — the run ends after the first round whose central
+    accuracy reaches it (``config["stopped_early"]`` says so); None runs every round.
     ``out``: the result is saved there at the end and, while running, every
     ``checkpoint_every_s`` seconds (the finished rounds, ``interrupted: true``).  Ctrl-C or
     SIGTERM (as :class:`KeyboardInterrupt`) stops the run: the finished rounds are saved to
@@ -277,6 +280,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     lr = positive_float("lr", defaults["lr"] if lr is None else lr)
     batch_size = positive_int("batch_size", defaults["batch_size"] if batch_size is None else batch_size)
     dev = _devices(devices, n, rounds, latency_s, positive_float("spread", spread), float(noise_cv))
+    if stop_at_accuracy is not None and not (0.0 < float(stop_at_accuracy) <= 1.0):
+        raise ValueError(f"stop_at_accuracy must be in (0, 1], got {stop_at_accuracy!r}")
     torch.manual_seed(seed)
     net = build_model(model, data.in_shape, data.classes)
     example = torch.as_tensor(data.clients[0][0][:2])
@@ -293,7 +298,10 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     res = FLResult(method, data.name, model, n, metrics, config, interrupted=True)
     try:
         _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
-                    batch_size, seed, method, progress, out, res, every)
+                    batch_size, seed, method, progress, out, res, every, stop_at_accuracy)
+        if stop_at_accuracy is not None:
+            config["stop_at_accuracy"] = float(stop_at_accuracy)
+            config["stopped_early"] = len(metrics) < rounds
     except KeyboardInterrupt as exc:
         res.stopped_by = exc
         if out is not None:
@@ -320,7 +328,7 @@ def width_accuracy(proto, data, example) -> dict[float, float]:
 
 
 def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
-                batch_size, seed, method, progress, out, partial, every) -> None:
+                batch_size, seed, method, progress, out, partial, every, stop_at=None) -> None:
     """The round loop of :func:`simulate`, appending to ``metrics`` (``partial`` saved to ``out``
     every ``every`` seconds)."""
     import time
@@ -365,3 +373,5 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
         if out is not None and time.monotonic() - last_save >= every:
             partial.to_json(out)
             last_save = time.monotonic()
+        if stop_at is not None and acc >= stop_at:
+            break
