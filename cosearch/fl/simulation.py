@@ -75,6 +75,8 @@ class ControllerReport:
 
     def describe(self) -> str:
         n = len(self.rounds)
+        if n == 0:
+            return "no dropout rounds (the run ended before round 3, or nobody was a straggler)"
         return (f"straggler within 5% of the slowest other client in {self.within():.0%} of {n} dropout rounds "
                 f"(of the controller's target: {self.within(against='target'):.0%}); {self.swaps} swaps, "
                 f"{self.no_dropout_rounds} rounds without a straggler; prediction error "
