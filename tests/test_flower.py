@@ -199,3 +199,17 @@ def test_new_app_writes_a_flower_app_for_any_dataset_and_model(tmp_path, capsys)
     assert main(["fl", "new-app", str(tmp_path / "c"), "--model", "gpt"]) == 2
     err = capsys.readouterr().err
     assert "already holds" in err and "give data_dir" in err and "model" in err
+
+
+@pytest.mark.parametrize("dataset", ["femnist", "shakespeare"])
+def test_flower_app_sizes_sub_models_of_conv_and_lstm_models(dataset):
+    """The app's strategy gets an input batch for the dataset's model, so the straggler
+    controller can size its sub-models (a CNN or LSTM gives no input width by itself)."""
+    pytest.importorskip("flwr")
+    from cosearch.fl import flower_app
+    from cosearch.fl.server import RoundProtocol
+    cfg = {"dataset": dataset}
+    proto = RoundProtocol(flower_app._model_fn(cfg)(), 3, example_input=flower_app._example(cfg))
+    f, b = proto.profiler.time_model.costs(0.5)
+    assert 0.0 < f < 1.0 and 0.0 < b < 1.0
+    assert flower_app._example({"dataset": "digits"}) is None

@@ -32,6 +32,19 @@ def _model():
     return mlp(64, 10, 32)
 
 
+def _example(cfg):
+    """An input batch for the run's model (what the strategy sizes its sub-models with); None for
+    the digits MLP, whose first layer gives its input width."""
+    import torch
+    dataset = str(cfg.get("dataset", "digits"))
+    if dataset == "digits" and str(cfg.get("model", "auto")) == "auto":
+        return None
+    shape = DATASET_SHAPES[dataset][0]
+    if dataset == "shakespeare":
+        return torch.zeros((2, *shape), dtype=torch.long)
+    return torch.zeros((2, *shape))
+
+
 def _model_fn(cfg):
     """The run's model builder: digits with ``model = "auto"`` keeps the small MLP; otherwise
     the named (or the dataset's FLuID) model at the dataset's shapes."""
@@ -76,7 +89,7 @@ def _server_fn(context: Context) -> ServerAppComponents:
     cfg = context.run_config
     rounds = int(cfg.get("num-rounds", 4))
     strategy = _SavingStrategy(str(cfg.get("out", "")), model_fn=_model_fn(cfg),
-                               method=str(cfg.get("method", "invariant")),
+                               method=str(cfg.get("method", "invariant")), example_input=_example(cfg),
                                total_rounds=rounds, seed=int(cfg.get("seed", 0)),
                                min_available_clients=int(cfg.get("min-clients", 2)),
                                min_fit_clients=int(cfg.get("min-clients", 2)),
