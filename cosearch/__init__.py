@@ -33,7 +33,8 @@ with :class:`SearchOptions` (pruning, ILP ranking, checkpoints, executor), :func
 :class:`Results` (:mod:`results`; tables and plots in :mod:`report`); the phases live in
 :mod:`sweep` (screening) and :mod:`ranking` (exact ILP ranking of the top); ``SearchSpace.phaze()`` is PHAZE's architecture space and
 :mod:`reproduce` re-runs PHAZE's experiment; :mod:`baselines` holds TPUv4, Spotlight-style and
-PHAZE's fixed Megatron placement.
+PHAZE's fixed Megatron placement; :func:`design_report` says why a design wins (area by
+component, tile efficiency, on-chip operand bandwidth need).
 Federated learning: :mod:`cosearch.fl`.
 
 ``torch``, ``cvxpy`` and ``numba`` are imported only when first needed, so
@@ -82,7 +83,7 @@ _LAZY = {
     "engine": ("engine", None), "Engine": ("engine", "Engine"),
     "SearchOptions": ("search", "SearchOptions"), "sweep": ("sweep", None), "ranking": ("ranking", None),
     "parse_megatron_args": ("megatron_args", "parse_megatron_args"), "megatron_args": ("megatron_args", None),
-    "measure": ("measure", None),
+    "measure": ("measure", None), "design_report": ("design_report", "design_report"),
 }
 
 __all__ = [

@@ -221,6 +221,7 @@ def _finish_search(res, out: str | None, top: int) -> int:
     The table is printed before the save, so a failed save never hides the result."""
     from ._interrupt import exit_code
     print(res.table(top=top))
+    _print_design_report(res)
     if out:
         fallback = _save_with_fallback(res, out)
         if fallback is not None:
@@ -234,6 +235,22 @@ def _finish_search(res, out: str | None, top: int) -> int:
         print(f"cosearch: error: {_infeasible_reason(res)}", file=sys.stderr)
         return 3
     return 0
+
+
+def _print_design_report(res) -> None:
+    """Why the best design wins (area by component, tile efficiency, operand bandwidth need):
+    :mod:`cosearch.design_report`; nothing for a multi-model or infeasible result."""
+    import numpy as np
+
+    from .design_report import design_report
+    from .hardware import DESIGN_FIELDS, Accelerator, design_array
+    from .models import PRESETS
+    if not getattr(res, "feasible", None) or not hasattr(res, "model") or not isinstance(res.model, str):
+        return
+    best = res.best
+    chip = Accelerator.from_array(design_array(np.array([[best.design[f] for f in DESIGN_FIELDS]]))[0],
+                                  name=f"best design {best.index}")
+    print(design_report(chip, res.model if res.model in PRESETS else None).describe())
 
 
 def _infeasible_reason(res) -> str:

@@ -470,3 +470,21 @@ def test_time_limited_layer_schedules_leave_the_ranking_unproven(monkeypatch):
     ir = res.meta["ilp_ranking"]
     assert ir["time_limited_layers"] > 0 and not ir["proven"]
     assert "hit the ILP time limit" in res.table()
+
+
+def test_design_report_by_hand():
+    """TPUv4 (4 cores of 128x128) on a 2048 x 4096 @ 4096 x 4096 GEMM: 32 x 32 = 1,024 weight
+    tiles in 256 waves of 2048 + 254 cycles, 524,288 useful cycles of 589,312; traffic: weights
+    once, inputs 32 times, fp32 partial sums 32 times; the area parts add up to the chip's."""
+    from cosearch.design_report import design_report, operand_traffic_bytes, tile_efficiency
+    assert tile_efficiency(2048, 4096, 4096, 4, 128, 128) == pytest.approx(524_288 / 589_312, rel=1e-12)
+    want = 4096 * 4096 * 2 + 2048 * 4096 * 2 * 32 + 2048 * 4096 * 4 * 32
+    assert operand_traffic_bytes(2048, 4096, 4096, 128, 128) == want
+    # few tiles: a 4x8 array chip with more cores than tiles splits M over the idle cores
+    assert tile_efficiency(64, 8, 4, 16, 4, 8) == pytest.approx((64 * 8 * 4) / (16 * 32 * (4 + 10)), rel=1e-12)
+    rep = design_report(hardware.TPUv4)
+    assert sum(rep.area_mm2.values()) == pytest.approx(hardware.TPUv4.area_mm2(), rel=1e-12)
+    assert rep.reference_Bps == pytest.approx(4096 * 2 * hardware.TPUv4.clock_hz)
+    assert "mm^2" in rep.describe() and rep.operand_Bps_needed > 0
+    with pytest.raises(ValueError, match="Accelerator"):
+        design_report("TPUv4")

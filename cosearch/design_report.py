@@ -1,0 +1,115 @@
+"""Why a design wins: its area by component, how well its systolic arrays fill on a GEMM, and the
+on-chip operand traffic that GEMM needs against what a global buffer like PHAZE's delivers.
+
+The co-search's cost model charges fill/drain and tile padding but no on-chip bandwidth, and its
+area model has no per-core term (issue #28); this report shows an architect where a winner's
+advantage comes from, so a design that only wins through those gaps is visible as such.
+
+* **Tile efficiency**: useful multiply-accumulates over the array-cycles the roofline charges
+  (``waves x (rows + R + C - 2)`` per weight tile, :mod:`cosearch._kernels.roofline`).
+* **Operand traffic** of a weight-stationary array between the global buffer and the cores: the
+  weights once (``k n``), the inputs once per column of weight tiles (``m k ceil(n / C)``), and
+  one fp32 partial sum per output per row of weight tiles (``4 m n ceil(k / R)`` bytes, reduced
+  through the buffer); over the GEMM's compute time that is the bandwidth it needs.
+* **Reference bandwidth**: PHAZE's estimator gives a multi-core chip's global buffer 4,096 words
+  per cycle (msr-fiddle/phaze ``Estimator/utils/estimator_wrapper.py``: ``max_glb_bw = 4096``),
+  2-byte words at the chip's clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .hardware import Accelerator, AreaPowerModel, GiB, MiB
+from .models import ModelConfig
+
+__all__ = ["DesignReport", "design_report", "operand_traffic_bytes", "tile_efficiency", "PHAZE_GLB_WORDS_PER_CYCLE"]
+
+#: PHAZE's global-buffer bandwidth for a multi-core chip, words per cycle (``max_glb_bw``).
+PHAZE_GLB_WORDS_PER_CYCLE = 4096
+
+
+def tile_efficiency(m: int, n: int, k: int, cores: int, rows: int, cols: int) -> float:
+    """Useful MACs over the MAC-cycles the roofline charges a ``(m x k) @ (k x n)`` GEMM on
+    ``cores`` weight-stationary ``rows x cols`` arrays: the roofline kernel's own compute time
+    (its fill/drain and padding rule; unbounded memory bandwidth, no kernel-efficiency losses)
+    against the ideal ``m n k / (cores rows cols)`` cycles."""
+    import numpy as np
+
+    from .cost import price
+    from .graph import Op
+    from .hardware import IDEAL
+    clock = 1e9
+    chip = Accelerator(name="tile", tensor_cores=cores, systolic_rows=rows, systolic_cols=cols, vector_units=1,
+                       vector_width=1, clock_hz=clock, l1_bytes=1e30, l2_bytes=1e30, hbm_bytes=1e12,
+                       hbm_bandwidth_Bps=1e30, link_bandwidth_Bps=1e9)
+    op = Op("g", "gemm", m=m, n=n, k=k, bytes_read=1.0, bytes_written=1.0)
+    t = float(price(np.array([op.as_row()]), chip, efficiency=IDEAL)[0, 0])
+    return (m * n * k) / (cores * rows * cols * clock) / t
+
+
+def operand_traffic_bytes(m: int, n: int, k: int, rows: int, cols: int, dtype_bytes: int = 2) -> float:
+    """Global-buffer traffic of the GEMM on ``rows x cols`` weight-stationary arrays (module
+    docstring): weights once, inputs once per weight-tile column, fp32 partial sums once per
+    weight-tile row."""
+    return (k * n * dtype_bytes + m * k * dtype_bytes * math.ceil(n / cols)
+            + m * n * 4.0 * math.ceil(k / rows))
+
+
+@dataclass(frozen=True)
+class DesignReport:
+    """See :func:`design_report`."""
+
+    name: str
+    area_mm2: dict = field(default_factory=dict)
+    gemm: tuple[int, int, int] = (0, 0, 0)
+    tile_efficiency: float = 0.0
+    compute_s: float = 0.0
+    operand_bytes: float = 0.0
+    operand_Bps_needed: float = 0.0
+    reference_Bps: float = 0.0
+
+    def describe(self) -> str:
+        m, n, k = self.gemm
+        total = sum(self.area_mm2.values())
+        parts = ", ".join(f"{name} {a:.1f}" for name, a in self.area_mm2.items() if a > 0)
+        ratio = self.operand_Bps_needed / self.reference_Bps if self.reference_Bps else math.nan
+        return (f"{self.name}: area {total:.1f} mm^2 ({parts}); on a {m}x{k} @ {k}x{n} GEMM its arrays are "
+                f"{self.tile_efficiency:.1%} busy (fill/drain and padding) and need "
+                f"{self.operand_Bps_needed / 1e12:.1f} TB/s of operand traffic from the global buffer, "
+                f"{ratio:.1f}x the {self.reference_Bps / 1e12:.1f} TB/s PHAZE's estimator gives one "
+                f"(cosearch does not charge on-chip bandwidth)")
+
+
+def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
+                  area_model: AreaPowerModel | None = None) -> DesignReport:
+    """Area by component, tile efficiency and operand-bandwidth need of ``chip`` on ``model``'s
+    largest layer GEMM (the MLP up-projection of one sequence at tp 1; a 2048 x 12288 x 12288
+    GEMM without a model)."""
+    from .models import preset
+    if not isinstance(chip, Accelerator):
+        raise ValueError(f"design_report needs an Accelerator, got {type(chip).__name__}")
+    ap = area_model or AreaPowerModel()
+    if model is not None:
+        cfg = preset(model)
+        m, n, k = cfg.seq_len, cfg.ffn_hidden, cfg.hidden
+    else:
+        m, n, k = 2048, 12288, 12288
+    cores, r, c = int(chip.tensor_cores), int(chip.systolic_rows), int(chip.systolic_cols)
+    sram_l1 = chip.tensor_cores * chip.l1_bytes / MiB
+    area = {
+        "PE arrays": cores * r * c * ap.pe_area_mm2,
+        "core SRAM": sram_l1 * ap.sram_area_mm2_per_mib,
+        "global buffer": chip.l2_bytes / MiB * ap.sram_area_mm2_per_mib,
+        "vector lanes": chip.vector_units * chip.vector_width * ap.lane_area_mm2,
+        "HBM PHY": chip.hbm_bandwidth_Bps / 1e9 * ap.hbm_area_mm2_per_gbps,
+        "SerDes": chip.link_bandwidth_Bps / 1e9 * ap.link_area_mm2_per_gbps,
+        "uncore": ap.fixed_area_mm2,
+        "HBM stacks": chip.hbm_bytes / GiB * ap.hbm_stack_area_mm2_per_gib,
+    }
+    eff = tile_efficiency(m, n, k, cores, r, c)
+    compute_s = m * n * k / (cores * r * c * chip.clock_hz) / eff
+    traffic = operand_traffic_bytes(m, n, k, r, c)
+    return DesignReport(chip.name or "design", area, (m, n, k), eff, compute_s, traffic, traffic / compute_s,
+                        PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * chip.clock_hz)
