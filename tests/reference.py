@@ -7,11 +7,11 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0)):
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op
     cores_total, r, c, vu, vw, clock, l1, l2, _hbm, hbm_bw, _link = d
-    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4 = \
-        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0))[:11]
+    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over = \
+        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0))[:12]
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
         cores = max(1, math.floor(cores_total * frac))
@@ -22,8 +22,9 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
             split = min(cores // tiles, m)
             waves, rows = 1, math.ceil(m / split)
         compute = waves * (rows + r + c - 2) / clock
-        if kind == 3:  # attention: its own efficiency, the op's own HBM bytes
-            return max(compute / e_attention, (br + bw_) / bw) + launch
+        if kind == 3:  # attention: its own efficiency (times m / (m + 128 overhead blocks)), its own bytes
+            length = m / (m + 128.0 * attn_over) if attn_over > 0 else 1.0
+            return max(compute / (e_attention * length), (br + bw_) / bw) + launch
         a_bytes, b_bytes, c_bytes = m * k * dt * b, k * n * dt * b, m * n * dt * b
         if a_bytes + b_bytes + c_bytes <= l2:
             traffic = a_bytes + b_bytes + c_bytes
@@ -202,3 +203,48 @@ def deepspeed_pipeline_time(micro, stages, fwd_s, bwd_s, transfer_s):
         if not moved:
             raise RuntimeError("the schedule deadlocked")
     return max(clock)
+
+
+def systolic_ws_simulate(A, W):
+    """Cycle-by-cycle simulation of one weight-stationary R x C systolic array computing
+    ``A @ W`` (A: M x R inputs, W: R x C weights held in the PEs): input row m enters array row
+    i at cycle m + i (skewed) and moves one PE right per cycle; partial sums move one PE down
+    per cycle; PE (i, j) adds a[m][i] * w[i][j] when both meet.  Returns (product, cycles until
+    the last output leaves the bottom row), counted from the first input's cycle 0."""
+    M, R = len(A), len(A[0])
+    C = len(W[0])
+    out = [[0.0] * C for _ in range(M)]
+    # register state: the input each PE holds this cycle (m index or None) and the partial sum
+    # each PE passes down (m, value) or None
+    a_reg = [[None] * C for _ in range(R)]
+    p_reg = [[None] * C for _ in range(R)]
+    cycle = 0
+    done = 0
+    last = -1
+    while done < M * C:
+        new_a = [[None] * C for _ in range(R)]
+        new_p = [[None] * C for _ in range(R)]
+        for i in range(R):
+            for j in range(C):
+                # the input arriving this cycle: from the left neighbour, or the skewed feed
+                if j == 0:
+                    m = cycle - i
+                    src = m if 0 <= m < M else None
+                else:
+                    src = a_reg[i][j - 1]
+                new_a[i][j] = src
+                if src is None:
+                    continue
+                # the partial sum arriving from above (row 0 starts a new one)
+                above = (src, 0.0) if i == 0 else p_reg[i - 1][j]
+                assert above is not None and above[0] == src, "input and partial sum out of step"
+                new_p[i][j] = (src, above[1] + A[src][i] * W[i][j])
+        a_reg, p_reg = new_a, new_p
+        for j in range(C):        # outputs leaving the bottom row at the end of this cycle
+            if p_reg[R - 1][j] is not None:
+                m, v = p_reg[R - 1][j]
+                out[m][j] = v
+                done += 1
+                last = cycle
+        cycle += 1
+    return out, last + 1

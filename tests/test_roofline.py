@@ -248,3 +248,27 @@ def test_calibrate_cli_writes_a_chip_file_plan_accepts(tmp_path, capsys):
                  "--batch", "16", "--dp", "8", "--tp", "1", "--pp", "1", "--mb", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["chip"] == "A100-80GB"
     assert main(["calibrate", "--chip", "A100-80GB", "--gemm-csv", cost.example_gemm_times(), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fill_drain_equals_a_cycle_level_systolic_simulation(seed):
+    """The roofline charges one weight tile M + R + C - 2 cycles on an R x C weight-stationary
+    array (fill, M rows streaming, drain); a cycle-by-cycle simulation of the array
+    (tests/reference.py) computes the product and takes exactly that long."""
+    import numpy as np
+
+    from cosearch import cost, graph, hardware
+    from tests.reference import systolic_ws_simulate
+    rng = np.random.default_rng(seed)
+    M, R, C = (int(x) for x in rng.integers(1, 9, size=3))
+    A = rng.standard_normal((M, R))
+    W = rng.standard_normal((R, C))
+    out, cycles = systolic_ws_simulate(A.tolist(), W.tolist())
+    np.testing.assert_allclose(np.array(out), A @ W, rtol=1e-12, atol=1e-12)
+    assert cycles == M + R + C - 2
+    chip = hardware.Accelerator(name="one", tensor_cores=1, systolic_rows=R, systolic_cols=C, vector_units=1,
+                                vector_width=1, clock_hz=1e9, l1_bytes=1e12, l2_bytes=1e12, hbm_bytes=1e12,
+                                hbm_bandwidth_Bps=1e30, link_bandwidth_Bps=1e9)
+    op = graph.Op("g", "gemm", m=M, n=C, k=R, bytes_read=1.0, bytes_written=1.0)
+    t = cost.price(np.array([op.as_row()]), chip)[0, 0]
+    assert t * 1e9 == pytest.approx(cycles, rel=1e-12)

@@ -16,7 +16,9 @@ Tensor op (weight-stationary systolic array R x C):
   cores   = max(1, floor(tensor_cores * core_fraction))
   if tiles >= cores: waves = ceil(tiles/cores), rows = M
   else:              split M over idle cores: s = min(cores // tiles, M), rows = ceil(M/s), waves = 1
-  cycles  = waves * (rows + R + C - 2)           (fill + drain once per weight tile)
+  cycles  = waves * (rows + R + C - 2)           (fill + drain once per weight tile; equal to a
+                                                  cycle-by-cycle simulation of the array in
+                                                  tests/reference.py; weight loads double-buffered)
   HBM bytes: all operands once if A, B and C fit in L2; else L2 blocking with square
   tiles of edge T = floor(sqrt(L2 / (3 dtype))): A read ceil(N/T) times, B ceil(M/T) times.
   L1 spill: a core needs 2 R C dtype (double-buffered weights) + R (R dtype + 4 C) bytes
