@@ -405,6 +405,25 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
     return out
 
 
+#: Plan options that change the unit costs themselves (tokens per rank, GEMM operand bytes,
+#: expert placement); the co-search prices its whole space once, with the defaults.
+PRICED_OPTIONS = {"context_parallel": 1, "precision": "bf16", "expert_parallel": 1}
+
+
+def check_cosearch_options(opts: dict) -> None:
+    """Refuse plan options the co-search cannot honour: it prices every design's unit costs once,
+    for one context-parallel degree, precision and expert-parallel degree (the defaults), so other
+    values would be searched on the wrong costs.  They are options of :func:`search_plans` and
+    :func:`cosearch.plan.evaluate` for a given chip."""
+    for name, default in PRICED_OPTIONS.items():
+        v = opts.get(name)
+        vals = (v,) if isinstance(v, (int, str)) else tuple(v) if v is not None else (default,)
+        if set(vals) != {default}:
+            raise ValueError(f"the co-search prices every design once, with {name}={default!r}; it cannot search "
+                             f"{name}={list(vals)}. Search a chip's plans over it with search_plans(..., {name}=...) "
+                             f"(cosearch plan) instead")
+
+
 def spread_bound(units: np.ndarray, model: ModelConfig, tps: Sequence[int], mbs: Sequence[int],
                  global_batch: int, chips: int) -> np.ndarray:
     """A lower bound on the step time of every plan with a given (tp, microbatch, sp): all

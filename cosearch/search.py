@@ -183,6 +183,7 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
     if bad:
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
+    placement.check_cosearch_options(opts)
     sps = placement._bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
     opts["sequence_parallel"] = sps
     all_mbs = mbs

@@ -488,3 +488,18 @@ def test_design_report_by_hand():
     assert "mm^2" in rep.describe() and rep.operand_Bps_needed > 0
     with pytest.raises(ValueError, match="Accelerator"):
         design_report("TPUv4")
+
+
+@pytest.mark.parametrize("opt", [{"context_parallel": (2,)}, {"context_parallel": (1, 2)}, {"precision": "fp8"},
+                                 {"expert_parallel": 2}])
+def test_cosearch_refuses_options_its_pricing_cannot_honour(opt):
+    """The co-search prices every design once (cp 1, bf16, no EP): searching other values on
+    those costs would print wrong numbers, so it says so and points at search_plans."""
+    sp = hardware.SearchSpace(tensor_cores=(2,), systolic_dims=((64, 64),), vector_units=(2,), vector_width=(512,),
+                              l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,), hbm=((16 * GiB, 1.2e12),))
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, **opt)
+    with pytest.raises(ValueError, match="prices every design once"):
+        search.cosearch(models.preset("gpt3-1.3b"), sp, cluster.Cluster(16), 32, "serial", plan_options=opts)
+    ok = dict(search.DEFAULT_PLAN_OPTIONS, context_parallel=(1,), precision=("bf16",))
+    assert search.cosearch(models.preset("gpt3-1.3b"), sp, cluster.Cluster(16), 32, "serial", plan_options=ok,
+                           refine_top=0).feasible
