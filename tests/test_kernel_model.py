@@ -26,6 +26,11 @@ def _model_tflops(row) -> float:
     if row["kind"] == "gemm":
         ops = [graph.Op("g", "gemm", m=m, n=n, k=k, batch=b, bytes_read=(m * k + k * n) * b * dt,
                         bytes_written=m * n * b * dt, dtype_bytes=dt)]
+    elif row["kind"] == "copy":    # a device copy of m bytes: read m, write m; GB/s of bytes moved
+        op = graph.Op("copy", "vector", elements=m / dt, ops_per_element=1.0, bytes_read=float(m),
+                      bytes_written=float(m), dtype_bytes=dt)
+        t = cost.price(np.array([op.as_row()]), chip)[0, 0]
+        return 2.0 * m / t / 1e9
     elif row["kind"] == "attention-unfused":   # scores bmm, softmax, context bmm and their backward
         g = graph._Builder(dt)
         sc = g.gemm("attn_scores", [], m, m, k, batch=b, weights=False)
