@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .hardware import Accelerator, AreaPowerModel, GiB, MiB
+from .hardware import Accelerator, AreaPowerModel, GiB
 from .models import ModelConfig
 
 __all__ = ["DesignReport", "design_report", "operand_traffic_bytes", "tile_efficiency", "PHAZE_GLB_WORDS_PER_CYCLE"]
@@ -97,17 +97,8 @@ def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
     else:
         m, n, k = 2048, 12288, 12288
     cores, r, c = int(chip.tensor_cores), int(chip.systolic_rows), int(chip.systolic_cols)
-    sram_l1 = chip.tensor_cores * chip.l1_bytes / MiB
-    area = {
-        "PE arrays": cores * r * c * ap.pe_area_mm2,
-        "core SRAM": sram_l1 * ap.sram_area_mm2_per_mib,
-        "global buffer": chip.l2_bytes / MiB * ap.sram_area_mm2_per_mib,
-        "vector lanes": chip.vector_units * chip.vector_width * ap.lane_area_mm2,
-        "HBM PHY": chip.hbm_bandwidth_Bps / 1e9 * ap.hbm_area_mm2_per_gbps,
-        "SerDes": chip.link_bandwidth_Bps / 1e9 * ap.link_area_mm2_per_gbps,
-        "uncore": ap.fixed_area_mm2,
-        "HBM stacks": chip.hbm_bytes / GiB * ap.hbm_stack_area_mm2_per_gib,
-    }
+    area = {k: float(v[0]) for k, v in ap.die_components_mm2(chip.as_array()[None]).items()}
+    area["HBM stacks"] = chip.hbm_bytes / GiB * ap.hbm_stack_area_mm2_per_gib
     eff = tile_efficiency(m, n, k, cores, r, c)
     compute_s = m * n * k / (cores * r * c * chip.clock_hz) / eff
     traffic = operand_traffic_bytes(m, n, k, r, c)

@@ -446,16 +446,26 @@ class AreaPowerModel:
         c = self._cols(designs)
         return self.die_area_mm2(designs) + c["hbm_bytes"] / GiB * self.hbm_stack_area_mm2_per_gib
 
-    def die_area_mm2(self, designs: np.ndarray) -> np.ndarray:
-        """Logic die area (mm^2): PEs, SRAM, vector lanes, HBM PHYs, SerDes, uncore."""
+    def die_components_mm2(self, designs: np.ndarray) -> dict[str, np.ndarray]:
+        """The logic die's area by component (mm^2): PE arrays, SRAM (the cores' L1 and the
+        global buffer), vector lanes, HBM PHYs, SerDes, uncore."""
         c = self._cols(designs)
         pes = c["tensor_cores"] * c["systolic_rows"] * c["systolic_cols"]
         sram_mib = (c["tensor_cores"] * c["l1_bytes"] + c["l2_bytes"]) / MiB
         lanes = c["vector_units"] * c["vector_width"]
-        return (pes * self.pe_area_mm2 + sram_mib * self.sram_area_mm2_per_mib
-                + lanes * self.lane_area_mm2
-                + c["hbm_bandwidth_Bps"] / 1e9 * self.hbm_area_mm2_per_gbps
-                + c["link_bandwidth_Bps"] / 1e9 * self.link_area_mm2_per_gbps + self.fixed_area_mm2)
+        return {"PE arrays": pes * self.pe_area_mm2, "SRAM": sram_mib * self.sram_area_mm2_per_mib,
+                "vector lanes": lanes * self.lane_area_mm2,
+                "HBM PHY": c["hbm_bandwidth_Bps"] / 1e9 * self.hbm_area_mm2_per_gbps,
+                "SerDes": c["link_bandwidth_Bps"] / 1e9 * self.link_area_mm2_per_gbps,
+                "uncore": np.full(len(pes), self.fixed_area_mm2)}
+
+    def die_area_mm2(self, designs: np.ndarray) -> np.ndarray:
+        """Logic die area (mm^2): the sum of :meth:`die_components_mm2`."""
+        parts = iter(self.die_components_mm2(designs).values())
+        total = next(parts)
+        for x in parts:          # left to right, as one expression would add them
+            total = total + x
+        return total
 
     def power_w(self, designs: np.ndarray) -> np.ndarray:
         c = self._cols(designs)
