@@ -8,7 +8,7 @@ import pytest
 
 from cosearch import fl
 from cosearch.fl import masks
-from tests.test_fl_method import _mlp_states, _neuron_max_change
+from tests.test_fl_method import _mlp_states, _neuron_max_change, _thresholds_by_round
 
 
 def test_calibration_reaches_the_masks_one_round_later():
@@ -44,10 +44,7 @@ def test_growth_starts_at_an_absolute_round():
     assert masks.FLUID_SCHEDULES["cifar10"].start_round(35) == 10.0
     assert masks.FLUID_SCHEDULES["shakespeare"].start_round(60) == 20.0
     pol = fl.InvariantDropout(schedule=sched, total_rounds=1000)
-    seen = {}
-    for r in range(1, 9):
-        pol.observe(r, g, cs, gs)
-        seen[r] = pol.thresholds[gs[0].name]
+    seen = _thresholds_by_round(pol, g, cs, gs, 8)
     base = seen[3]
     assert [seen[r] - base for r in range(3, 9)] == pytest.approx([0, 0, 0.5, 0.5, 1.0, 1.0])
     with pytest.raises(ValueError, match="growth_start"):

@@ -208,14 +208,20 @@ def test_threshold_calibrates_in_rounds_2_and_3(scope):
         assert pol.thresholds[n] == pytest.approx(0.5 * (v2[n] + v3[n]), rel=1e-5)
 
 
+def _thresholds_by_round(pol, g, cs, gs, last):
+    """Observe the same updates in rounds 1..last; the first layer's threshold after each."""
+    seen = {}
+    for r in range(1, last + 1):
+        pol.observe(r, g, cs, gs)
+        seen[r] = pol.thresholds[gs[0].name]
+    return seen
+
+
 def test_threshold_growth_schedule_and_stop():
     m, gs, g, cs = _mlp_states(0)
     sched = fl.ThresholdSchedule("first", growth_after=0.5, growth_period=3, growth_step=0.25)
     pol = fl.InvariantDropout(schedule=sched, total_rounds=20)
-    seen = {}
-    for r in range(1, 21):
-        pol.observe(r, g, cs, gs)
-        seen[r] = pol.thresholds[gs[0].name]
+    seen = _thresholds_by_round(pol, g, cs, gs, 20)
     base = seen[3]
     # growth after round 10, every 3 rounds: rounds 13, 16, 19
     for r in range(3, 21):
