@@ -336,7 +336,7 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
     # (argpartition) and sorted, and what is left is first cut to the bounds that can still beat
     # the k-th best step (the chunk doubles each time).  Every row whose bound is <= the k-th step
     # is still evaluated, in increasing bound order, as with one full sort.
-    left = np.arange(n) if not (prune and np.isfinite(kth)) else np.flatnonzero(lb <= kth)
+    left = np.arange(n)          # cut to the admissible bounds at the top of the loop
     chunk = 4096
     while left.size:
         if prune and np.isfinite(kth):
