@@ -98,10 +98,14 @@ class ClientTimeModel:
 
     def predict(self, client: int, p: float) -> float:
         """Predicted seconds of ``client`` at keep fraction ``p`` (needs one observed round)."""
+        return float(self.predict_many(client, [p])[0])
+
+    def predict_many(self, client: int, ps) -> np.ndarray:
+        """:meth:`predict` at every keep fraction of ``ps``, the client's curve fitted once."""
         obs = self.seen.get(client)
         if not obs:
             raise ValueError(f"client {client} has no observed round to predict from")
-        f, b = self.costs(p)
+        f, b = np.array([self.costs(float(p)) for p in ps], dtype=float).reshape(-1, 2).T
         fit = self._fit(client)
         if fit is not None:
             return fit[0] * f + fit[1] * b

@@ -168,7 +168,7 @@ class StragglerProfiler:
         target = max(ft[c] for c in others)
         self._keep, predicted = {}, {}
         for s in self._stragglers:
-            times = np.array([tm.predict(s, float(p)) for p in self.grid])
+            times = tm.predict_many(s, self.grid)
             fits = np.flatnonzero(times <= target)
             i = int(fits[-1]) if len(fits) else 0
             self._keep[s] = float(self.grid[i])
