@@ -47,7 +47,7 @@ def source_group(row: dict) -> str:
 
 def _engine(row: dict) -> str:
     g = source_group(row)
-    return {"llm-foundry": "fsdp", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
+    return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 
 def _chip(row: dict, notes: list) -> hardware.Accelerator:

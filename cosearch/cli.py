@@ -18,6 +18,8 @@ import argparse
 import os
 import sys
 
+from .engine import ENGINES
+
 __all__ = ["main"]
 
 
@@ -307,8 +309,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=int, help="expert-parallel degree of an MoE model (omit: 1)")
     p.add_argument("--precision", choices=["bf16", "fp8"], help="GEMM precision (omit: bf16)")
     p.add_argument("--zero-group", type=int, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
-    p.add_argument("--engine", choices=["megatron-lm", "megatron-lm-2021", "megatron-core", "megatron-core-tp-overlap",
-                                        "megatron-deepspeed", "fsdp", "maxtext"], default=None,
+    p.add_argument("--engine", choices=list(ENGINES), default=None,
                    help="training framework: what overlaps what, how often sharded weights are gathered, "
                         "pipeline sends (cosearch.engine; default megatron-lm, megatron-core with "
                         "--from-megatron-args)")

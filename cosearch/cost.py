@@ -100,13 +100,13 @@ def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fracti
 def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0,
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
-    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over = \
+    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained = \
         IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
     bw = d["hbm_bandwidth_Bps"] * frac * e_m
-    clock = d["clock_hz"]
+    clock = d["clock_hz"] * sustained
     m, n, k, b, dt = o["m"], o["n"], o["k"], o["batch"], o["dtype_bytes"]
     r, c = d["systolic_rows"], d["systolic_cols"]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -250,8 +250,12 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     if "collective" in cols:
         coll = np.array([str(x).strip() not in ("", "nan", "None") for x in cols["collective"]])
     ops_rows = np.flatnonzero(~coll)
-    e_t, e_a, e_m, launch = chip.efficiency.tensor, chip.efficiency.attention, chip.efficiency.memory, \
-        chip.efficiency.launch_s
+    # measured kernels ran at whatever clock they ran at: the fit works in fractions of the
+    # datasheet-clock peak (the chip's per-clock values times its sustained clock as the prior)
+    # and the calibrated chip prices at sustained_clock 1 (the rows carry their clock)
+    e0 = chip.efficiency
+    clock = e0.sustained_clock if len(ops_rows) else 1.0
+    e_t, e_a, e_m, launch = e0.tensor * clock, e0.attention * clock, e0.memory, e0.launch_s
     rms = 0.0
     fitted: tuple[str, ...] = ()
     residuals: tuple[float, ...] = ()
@@ -268,7 +272,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
                         for a, bb, c, d, t, kk in zip(m, n, k, b, dt, kinds)])
         # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)
         # (with the chip's GEMM shape model, if it has one: only the four scalars are fitted)
-        unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0)
+        unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0, sustained_clock=1.0)
         compute = price(arr, chip.with_(hbm_bandwidth_Bps=1e30), efficiency=unit)[0]
         memory = price(arr, chip.with_(clock_hz=1e30), efficiency=unit)[0]
         is_att = arr[:, 0] == 3.0
@@ -304,6 +308,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         residuals = tuple(float(r) for r in (model(x) - y))
         rms = float(np.sqrt(np.mean(np.square(residuals))))
     eff = replace(chip.efficiency, tensor=e_t, attention=e_a, memory=e_m, launch_s=launch,
+                  attention_fa2=chip.efficiency.attention_fa2 * clock, sustained_clock=chip.efficiency.sustained_clock / clock,
                   source=(f"calibrated on {len(ops_rows)} measured ops (fitted: {', '.join(fitted) or 'nothing'}; "
                           f"rms log error {rms:.3f}); the rest from: {chip.efficiency.source}"))
     out = {"intra": (None, None), "inter": (None, None)}

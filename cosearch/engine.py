@@ -50,10 +50,13 @@ same.
   ``megatron-core-tp-overlap`` preset turns it on.
 * ``attention_kernel`` — which fused attention kernels the framework runs: ``"best"`` (the
   chip's own: Transformer Engine's cuDNN / FlashAttention-3 on Hopper in Megatron-Core) or
-  ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan,
-  the Triton FlashAttention port in llm-foundry), priced at the chip's
-  :attr:`~cosearch.hardware.KernelEfficiency.attention_fa2`.  The same on Ampere, where FA2 is
-  the best; on H100 about half the rate (0.297 against 0.578, flash-attention PR #1791).
+  ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan),
+  priced at the chip's :attr:`~cosearch.hardware.KernelEfficiency.attention_fa2` — the same on
+  Ampere, where FA2 is the best; on H100 about half the rate (0.297 against 0.578 of peak,
+  flash-attention PR #1791) — or ``"fa1-triton"`` (the FlashAttention-1-era Triton kernel,
+  ``flash_attn_triton.py``, llm-foundry's ``attn_impl: triton``): FA2's rate times
+  :data:`cosearch.hardware.FA1_TRITON_SPEED` (0.545; FA2 is 1.3-1.5x faster forward and ~2x
+  backward, Dao 2023 section 4.1).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -67,10 +70,13 @@ Presets and the software they describe:
   optimizer with ``overlap_grad_reduce`` and ``overlap_param_gather`` (NeMo performance recipes
   set both), context parallelism.
 * ``megatron-deepspeed``: BLOOM's framework (above).
-* ``fsdp``: PyTorch FSDP / FSDP2 as llm-foundry (Composer) and torchtitan run it: per-layer
-  gathers every microbatch (FSDP cannot skip them under gradient accumulation with
-  FULL_SHARD), fp32 gradient reduction (torchtitan's ``mixed_precision_reduce = "float32"``;
-  llm-foundry's ``DEFAULT`` mode), whole-tensor pipeline sends (torch.distributed.pipelining).
+* ``fsdp``: PyTorch FSDP / FSDP2 as torchtitan runs it: per-layer gathers every microbatch
+  (FSDP cannot skip them under gradient accumulation with FULL_SHARD), fp32 gradient reduction
+  (torchtitan's ``mixed_precision_reduce = "float32"``), whole-tensor pipeline sends
+  (torch.distributed.pipelining), SDPA's FlashAttention-2 kernels.
+* ``llm-foundry``: the same FSDP rules as llm-foundry (Composer, 2023-24) runs them (fp32
+  reduction in its ``DEFAULT`` mixed precision), with its default ``attn_impl: triton``
+  attention (``"fa1-triton"``).
 * ``maxtext``: MaxText on JAX/XLA: FSDP over ``ici_fsdp_parallelism`` with XLA's collective
   matmul/prefetch overlapping one layer ahead (the same per-layer rule), gradients reduced in
   the parameter dtype; no pipeline scatter/gather.
@@ -81,7 +87,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
-           "MEGATRON_DEEPSPEED", "FSDP", "MAXTEXT",
+           "MEGATRON_DEEPSPEED", "FSDP", "LLM_FOUNDRY", "MAXTEXT",
            "ENGINES", "preset", "check_interleaving", "check_features"]
 
 
@@ -103,8 +109,9 @@ class Engine:
     attention_kernel: str = "best"
 
     def __post_init__(self) -> None:
-        if self.attention_kernel not in ("best", "fa2"):
-            raise ValueError(f"Engine.attention_kernel must be 'best' or 'fa2', got {self.attention_kernel!r}")
+        from .hardware import ATTENTION_KERNELS
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"Engine.attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
@@ -140,11 +147,16 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
                             grad_accum_bytes=10.0, grad_reduce_bytes=4.0, context_parallel=False,
                             software="Megatron-DeepSpeed with DeepSpeed's pipeline engine (BLOOM, 2022)")
 
-#: PyTorch FSDP / FSDP2 (llm-foundry, torchtitan).
+#: PyTorch FSDP / FSDP2 (torchtitan).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
               attention_kernel="fa2",
-              software="PyTorch FSDP/FSDP2 (llm-foundry/Composer 2023-24, torchtitan 2024-25) with SDPA / "
-                       "Triton FlashAttention-2-generation attention")
+              software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention")
+
+#: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
+LLM_FOUNDRY = Engine("llm-foundry", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
+                     attention_kernel="fa1-triton",
+                     software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
+                              "kernel (attn_impl: triton, flash_attn_triton.py)")
 
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,
@@ -155,7 +167,7 @@ MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gath
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
 
 ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP,
-                               MEGATRON_DEEPSPEED, FSDP, MAXTEXT)}
+                               MEGATRON_DEEPSPEED, FSDP, LLM_FOUNDRY, MAXTEXT)}
 
 
 def preset(engine: Engine | str | None) -> Engine:

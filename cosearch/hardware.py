@@ -82,7 +82,7 @@ DESIGN_FIELDS = (
 #: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
-              "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead")
+              "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock")
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,15 @@ class KernelEfficiency:
     ``attention_fa2``: the long-sequence efficiency of FlashAttention-2-generation kernels
     (PyTorch SDPA's flash backend, Triton ports) on this chip, which engines that run them use
     (:attr:`cosearch.engine.Engine.attention_kernel`); 0: the same as ``attention``.
+
+    Clock: ``sustained_clock`` is the fraction of the datasheet-peak clock the chip holds under
+    continuous load at its power limit (training runs for hours; a GPU's SM clock drops to
+    what its power budget allows).  Every compute rate of the roofline (GEMM, attention and
+    vector cycles) runs at ``clock_hz * sustained_clock``; HBM bandwidth does not (the memory
+    clock is not power-capped).  ``tensor``, ``attention`` and ``attention_fa2`` are per-clock
+    efficiencies: a kernel runs at ``peak * sustained_clock * efficiency``.
+    :meth:`at_full_clock` gives the same kernels at the datasheet clock, which short kernel
+    benchmarks (a few hundred ms per shape) reach before the power limit pulls the clock down.
     """
 
     tensor: float = 1.0
@@ -131,6 +140,7 @@ class KernelEfficiency:
     fp4_rate: float = 0.0
     attention_overhead: float = 0.0
     attention_fa2: float = 0.0
+    sustained_clock: float = 1.0
 
     def __post_init__(self) -> None:
         for f in ("attention_overhead", "attention_fa2"):
@@ -142,7 +152,7 @@ class KernelEfficiency:
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= 16.0):
                 raise ValueError(f"KernelEfficiency.{f} must be in [0, 16] (0: not supported), got {x!r}")
-        for f in ("tensor", "attention", "memory"):
+        for f in ("tensor", "attention", "memory", "sustained_clock"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
                 raise ValueError(f"KernelEfficiency.{f} must be in (0, 1], got {v!r}")
@@ -164,12 +174,20 @@ class KernelEfficiency:
 
     def with_attention_kernel(self, kernel: str) -> KernelEfficiency:
         """This efficiency with the attention kernel an engine runs: ``"best"`` (the chip's own,
-        unchanged) or ``"fa2"`` (FlashAttention-2-generation kernels: ``attention_fa2`` where set)."""
-        if kernel == "best" or self.attention_fa2 <= 0.0:
+        unchanged), ``"fa2"`` (FlashAttention-2-generation kernels: ``attention_fa2`` where set)
+        or ``"fa1-triton"`` (the FlashAttention-1-era Triton kernel, ``flash_attn_triton.py``:
+        the FA2-generation rate times :data:`FA1_TRITON_SPEED`)."""
+        if kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"unknown attention kernel {kernel!r}; choose one of {ATTENTION_KERNELS}")
+        if kernel == "best":
             return self
-        if kernel != "fa2":
-            raise ValueError(f"unknown attention kernel {kernel!r}; choose 'best' or 'fa2'")
-        return replace(self, attention=self.attention_fa2)
+        fa2 = self.attention_fa2 if self.attention_fa2 > 0.0 else self.attention
+        return replace(self, attention=fa2 * (FA1_TRITON_SPEED if kernel == "fa1-triton" else 1.0))
+
+    def at_full_clock(self) -> KernelEfficiency:
+        """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
+        benchmark measures before the power limit binds."""
+        return replace(self, sustained_clock=1.0)
 
     def shape_efficiency(self, m: float, n: float, k: float, batch: float = 1.0) -> float:
         """The GEMM shape factor (1 without a tile model) for one ``batch x (m x k) @ (k x n)``."""
@@ -188,11 +206,18 @@ EFFICIENCY_SOURCES = {
             "tiles with 3 pipeline stages (cutlass/gemm/device/default_gemm_configuration.h), so 2 x 64 = 128 "
             "K-elements of prologue per tile, one tile per SM on the 108 SMs; tensor 0.931: the best-shape bf16 "
             "matmul, 271.2 of 312 TFLOP/s at 1024x10240x5120 (S. Bekman, ml-engineering, MAMF table, torch "
-            "2.6+cu126; the sustained clock under the power limit is in the measurement), divided by the shape "
+            "2.6+cu126), divided by the shape "
             "model at that shape; checked against every GEMM row of cosearch/data/public_kernels.csv "
-            "(tests/test_kernel_model.py).  Attention 0.553 at long sequences: FlashAttention-2 fwd+bwd, causal, head dim 128, "
-            "seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, as cosearch "
-            "counts them), divided by the length factor at 2k (16 / (16 + 1.8) = 0.899).  Length factor: "
+            "(tests/test_kernel_model.py).  The best-shape figure is a short per-shape run at the full 1410 "
+            "MHz clock (86.9% of peak cannot be reached at the sustained clock below), so tensor is per clock.  "
+            "Sustained clock 1200 / 1410 = 0.851: the SM clock drops to ~1200 MHz at the 400 W power limit "
+            "under FlashAttention-2 (liangan1/GPU_travel performance/flash-attn/README.md); at that clock the "
+            "model gives 0.73 of peak for a 4096^3 GEMM, against 0.66-0.77 measured, and 0.75 for CUTLASS's "
+            "profiler example (3456x4096x8192, 235.1 TFLOP/s, NVIDIA/cutlass media/docs/profiler.md).  "
+            "Attention 0.553 of peak at long sequences (0.649 per clock): FlashAttention-2 fwd+bwd, causal, "
+            "head dim 128, seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, "
+            "as cosearch counts them; an attention benchmark holds the power-limited clock), divided by the "
+            "length factor at 2k (16 / (16 + 1.8) = 0.899) and the sustained clock.  Length factor: "
             "1.8 key blocks of fixed work per 128-row block, the mean of T (r_inf / r(T) - 1) over the "
             "FlashAttention-3 and Triton-tutorial forward rates at 512-8k tokens, head dim 128, on H100 "
             "(pytorch/benchmark commit D60117034: FA3 430, 517, 566, 590, 614, 621 TFLOP/s at 512-16k).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
@@ -201,18 +226,23 @@ EFFICIENCY_SOURCES = {
     "H100": "GEMM shape model: 128x256x64 tiles, 128 K-elements of prologue, one tile per SM on the 132 SMs "
             "(assumed as on SM80: CUTLASS 3's warp-specialised SM90 kernels use the same tile); tensor 0.856: "
             "best-shape bf16 matmul 794.5 of 989 TFLOP/s at 2048x2048x13312 on H100 SXM (ml-engineering MAMF "
-            "table, torch 2.7+cu126) divided by the shape model there.  Attention 0.578 at long sequences: "
+            "table, torch 2.7+cu126) divided by the shape model there, per clock (a short run at the 1830 MHz "
+            "clock of the datasheet peak); sustained clock 1500 / 1830 = 0.820 (H200 at 700 W cannot hold "
+            "1830 MHz under full load, 1500 MHz is the realistic sustained clock: tile-ai/TileOPs #1588).  "
+            "Attention 0.578 of peak at long sequences (0.706 per clock): "
             "FlashAttention-3, causal, head dim 128, seq 8k: 630.0 TFLOP/s forward, 531.6 backward, 556.4 "
             "fwd+bwd (Dao-AILab/flash-attention PR #1791 benchmark_attn.py on H100), over the length factor "
-            "at 8k (0.973); FlashAttention-2 on the same run: 284.1 / 287.1, 286.2 fwd+bwd, so "
-            "attention_fa2 0.297 (PyTorch SDPA's flash backend runs these kernels; checked against the "
+            "at 8k (0.973) and the sustained clock; FlashAttention-2 on the same run: 284.1 / 287.1, 286.2 "
+            "fwd+bwd, so attention_fa2 0.297 of peak, 0.363 per clock (PyTorch SDPA's flash backend runs these kernels; checked against the "
             "FlashAttention-2 paper's H100 figure, 265 TFLOP/s at 2k, Dao 2023 Fig. 7); memory 0.90: a "
             "4 GiB device copy reaches 90.6% of peak HBM bandwidth on a Hopper card; launch 4 us.  FP8 rate "
             "1.765: the best-shape fp8 e4m3 matmul, 1402.6 TFLOP/s at 1024x9216x14336, over the best-shape bf16 "
             "one, 794.5 TFLOP/s (ml-engineering MAMF table, torch 2.7+cu126): 2x the peak at 0.88x the efficiency.",
     "Blackwell": "No Blackwell kernel-level row is in cosearch/data/public_kernels.csv: the H100's kernel "
-                 "fractions (tensor 0.856, attention 0.578 / FA2 0.297, memory 0.90, FP8 rate 1.765, the same tile model) are "
-                 "assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip preset).  NVFP4 "
+                 "per-clock fractions (tensor 0.856, attention 0.706 / FA2 0.363, memory 0.90, FP8 rate 1.765, the same "
+                 "tile model) are assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip "
+                 "preset).  Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 "
+                 "pull the SM clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 "
                  "rate: the datasheet's dense FP4/BF16 peak ratio times the H100's measured FP8 efficiency "
                  "ratio (1.765 / 2 = 0.8825), no FP4 kernel measurement being public.",
     "TPU v5": "No public kernel-level TPU v5 measurement was found: the systolic model's own fill/drain and "
@@ -222,13 +252,57 @@ EFFICIENCY_SOURCES = {
 
 #: fixed work per 128-row block of a fused attention kernel, in key blocks (EFFICIENCY_SOURCES["A100"])
 ATTENTION_OVERHEAD_BLOCKS = 1.8
-_A100_EFF = KernelEfficiency(0.931, 0.553, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256, tile_k=64,
-                             tile_slots=108, k_overhead=128.0, attention_overhead=ATTENTION_OVERHEAD_BLOCKS)
-_H100_EFF = KernelEfficiency(0.856, 0.578, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256, tile_k=64,
-                             tile_slots=132, k_overhead=128.0, fp8_rate=1.765,
-                             attention_overhead=ATTENTION_OVERHEAD_BLOCKS, attention_fa2=0.297)
+
+#: Attention kernels an engine can run (:meth:`KernelEfficiency.with_attention_kernel`).
+ATTENTION_KERNELS = ("best", "fa2", "fa1-triton")
+
+
+def _fa1_triton_speed(fa2_fwd: float = 200.0, fa2_bwd: float = 187.0, fwd_slower: float = 1.4,
+                      bwd_slower: float = 2.0, bwd_work: float = 2.5) -> float:
+    """fwd+bwd rate of the FlashAttention-1-era Triton kernel over FlashAttention-2's.
+
+    Dao 2023 (arXiv:2307.08691) section 4.1: FlashAttention-2 is "around 1.3-1.5x faster than
+    FlashAttention in Triton in the forward pass and around 2x faster in the backward pass"
+    (1.4: the middle of the forward range); FA2's own A100 rates at head dim 128, 2k: 200
+    TFLOP/s forward, 187 backward (Figs. 5b, 6b); the backward does 2.5x the forward's FLOPs.
+    """
+    fa2 = (1.0 / fa2_fwd + bwd_work / fa2_bwd)
+    return fa2 / (fwd_slower / fa2_fwd + bwd_slower * bwd_work / fa2_bwd)
+
+
+#: FlashAttention-1-era Triton attention (llm-foundry's ``attn_impl: triton``) against FA2: 0.545
+FA1_TRITON_SPEED = _fa1_triton_speed()
+
+#: Sustained SM clock under continuous load, as a fraction of the clock the datasheet peak uses.
+#: A100: the SM clock "drops 1410 -> ~1200 MHz at the power limit" running FlashAttention-2
+#: (liangan1/GPU_travel performance/flash-attn/README.md; ../shared/calibration row 20).
+SUSTAINED_CLOCK_A100 = 1200.0 / 1410.0
+#: H100 / H200 SXM (700 W; the 989 TFLOP/s bf16 peak is 132 SMs x 4096 FLOP/clk at 1830 MHz):
+#: "H200 runners on the current 700W power limit cannot reliably sustain a locked 1830 MHz
+#: graphics/SM clock under full load ... 1500 MHz is a more realistic sustained" clock
+#: (tile-ai/TileOPs pull request #1588, 2026).
+SUSTAINED_CLOCK_H100 = 1500.0 / 1830.0
+#: B200: back-to-back FlashAttention-4 kernels pull the SM clock "from 1965 MHz to ~1580 MHz"
+#: within ~50 ms, TFLOP/s down up to 15% (flashinfer-ai/flashinfer pull request #2899, 2026).
+SUSTAINED_CLOCK_BLACKWELL = 1580.0 / 1965.0
+
+#: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
+#: (Dao 2023 Fig. 4d), over the length factor at 2k and the sustained clock
+_A100_ATTENTION = 155.0 / 312.0 / (16.0 / (16.0 + ATTENTION_OVERHEAD_BLOCKS)) / SUSTAINED_CLOCK_A100
+#: FlashAttention-3 / -2 fwd+bwd on H100, causal, head dim 128, seq 8k: 556.4 / 286.2 TFLOP/s of
+#: 989 (flash-attention PR #1791), over the length factor at 8k and the sustained clock
+_H100_LENGTH_8K = 64.0 / (64.0 + ATTENTION_OVERHEAD_BLOCKS)
+_H100_ATTENTION = 556.4 / 989.0 / _H100_LENGTH_8K / SUSTAINED_CLOCK_H100
+_H100_ATTENTION_FA2 = 286.2 / 989.0 / _H100_LENGTH_8K / SUSTAINED_CLOCK_H100
+_A100_EFF = KernelEfficiency(0.931, _A100_ATTENTION, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256,
+                             tile_k=64, tile_slots=108, k_overhead=128.0, attention_overhead=ATTENTION_OVERHEAD_BLOCKS,
+                             sustained_clock=SUSTAINED_CLOCK_A100)
+_H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256,
+                             tile_k=64, tile_slots=132, k_overhead=128.0, fp8_rate=1.765,
+                             attention_overhead=ATTENTION_OVERHEAD_BLOCKS, attention_fa2=_H100_ATTENTION_FA2,
+                             sustained_clock=SUSTAINED_CLOCK_H100)
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
-                         fp4_rate=4.0 * 1.765 / 2.0)
+                         fp4_rate=4.0 * 1.765 / 2.0, sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
 _TPU5_EFF = KernelEfficiency(source=EFFICIENCY_SOURCES["TPU v5"])
 
 

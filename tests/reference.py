@@ -7,11 +7,12 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)):
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op
-    cores_total, r, c, vu, vw, clock, l1, l2, _hbm, hbm_bw, _link = d
-    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over = \
-        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0))[:12]
+    cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d
+    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained = \
+        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0))[:13]
+    clock = boost_clock * sustained   # the sustained clock; the HBM bandwidth stays
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
         cores = max(1, math.floor(cores_total * frac))

@@ -105,7 +105,7 @@ NB = len(BREAKDOWN_FIELDS) + 5
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
- E_ATTN_OVERHEAD) = range(12)
+ E_ATTN_OVERHEAD, E_CLOCK) = range(13)
 
 #: Query rows per thread block of a fused attention kernel (FlashAttention-2/3 at head dim 128).
 ATTN_BLOCK = 128.0

@@ -30,6 +30,8 @@ Attention op (kind 3: batched activation matmuls or a fused flash kernel): the t
   eff[11] (``E_ATTN_OVERHEAD``) blocks of per-block overhead.
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
 Network op: 0 (priced by cosearch.comm).
+Every cycle count runs at ``clock_hz`` times eff[12] (``E_CLOCK``, the fraction of the datasheet
+clock the chip sustains under continuous load); HBM bandwidth does not scale with it.
 Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction * eff[2]))
 + eff[3] (launch).  A GEMM's ``eff_unit`` is ``eff[0]`` times
 :func:`cosearch._kernels.formulas.gemm_shape_efficiency` (wave and tile quantisation of a
@@ -48,6 +50,7 @@ from numba import njit, prange
 
 from .formulas import (
     E_ATTN_OVERHEAD,
+    E_CLOCK,
     E_FP4,
     E_FP8,
     E_K_OVERHEAD,
@@ -64,7 +67,7 @@ from .formulas import (
 @njit(cache=True, inline="always")
 def _price_one(op, d, frac, eff):
     kind = op[0]
-    clock = d[5]
+    clock = d[5] * eff[E_CLOCK]   # the clock the chip holds under sustained load
     bw = d[9] * frac * eff[2]
     if kind == 0.0 or kind == 3.0:
         m = op[1]
