@@ -46,7 +46,14 @@ def source_group(row: dict) -> str:
 
 
 def _engine(row: dict) -> str:
+    """The framework's engine.  Megatron-Bridge's performance recipes turn TP-communication
+    overlap on wherever tp > 1 except with NVFP4 (scripts/performance/configs/llama/
+    llama3_llm_pretrain.py: ``tp_comm_overlap = False if precision == "nvfp4" else`` the
+    recipe's, which src/megatron/bridge/recipes/llama/llama3.py sets True for Llama 3/3.1 70B and
+    405B; the 8B configs set ``tp_comm_overlap=bool(tp > 1)``)."""
     g = source_group(row)
+    if g == "Megatron-Bridge" and int(row["tp"]) > 1 and "NVFP4" not in row["precision"]:
+        return "megatron-core-tp-overlap"
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 
