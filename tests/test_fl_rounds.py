@@ -81,6 +81,59 @@ def test_generated_leaf_folders_load(tmp_path):
     assert s.clients[0][0].shape[1:] == (80,) and s.classes == 80
 
 
+def test_generated_cifar_batches_are_cifar_format_and_carry_their_labels(tmp_path):
+    """Read with the standard library (not cosearch's loader): protocol-2 pickles of uint8
+    (n, 3072) rows; the digit in each image is what its label says: a nearest-centroid classifier
+    on shift-invariant features (the FFT magnitude of each image's contrast against its own
+    median colour) trained on the training batches gets far above the 10% of chance on the test
+    batch.  The same folder loads through load_cifar10 and ``fl generate cifar10``."""
+    pytest.importorskip("sklearn")
+    out = data.write_cifar_like(str(tmp_path / "c"), images=600, test_images=200, seed=1)
+
+    def feats(path):
+        raw = open(path, "rb").read()
+        assert raw[:2] == b"\x80\x02"
+        d = pickle.loads(raw, encoding="bytes")
+        assert d[b"data"].dtype == np.uint8 and d[b"data"].shape[1] == 3072 and len(d[b"labels"]) == len(d[b"data"])
+        x = d[b"data"].reshape(-1, 3, 32, 32).astype(float) / 255.0
+        contrast = np.abs(x - np.median(x, axis=(2, 3), keepdims=True)).sum(1)
+        f = np.abs(np.fft.fft2(contrast)).reshape(len(x), -1)
+        return f / np.linalg.norm(f, axis=1, keepdims=True), np.array(d[b"labels"])
+
+    parts = [feats(tmp_path / "c" / f"data_batch_{b}") for b in range(1, 6)]
+    x, y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    tx, ty = feats(tmp_path / "c" / "test_batch")
+    assert len(y) == 600 and len(ty) == 200 and set(y.tolist()) == set(range(10))
+    centroids = np.stack([x[y == k].mean(0) for k in range(10)])
+    acc = (np.argmin(((tx[:, None] - centroids[None]) ** 2).sum(-1), 1) == ty).mean()
+    assert acc > 0.6
+    d = data.load_cifar10(out, clients=3, alpha=None)
+    assert d.test[0].shape == (200, 3, 32, 32) and sum(len(c[1]) + len(t[1]) for c, t in zip(d.clients, d.client_tests)) == 600
+    from cosearch.cli import main
+    assert main(["fl", "generate", "cifar10", str(tmp_path / "g"), "--samples", "50"]) == 0
+    assert len(data.load_cifar10(str(tmp_path / "g"), clients=2, alpha=None).test[1]) == 10
+    with pytest.raises(ValueError, match="positive integer"):
+        data.write_cifar_like(str(tmp_path / "bad"), images=0)
+
+
+def test_cifar_vgg_starts_with_an_input_dependent_output():
+    """Glorot-uniform weights within sqrt(6 / (fan_in + fan_out)) and zero biases, as FLuID's Keras
+    model; the logits then vary with the input (PyTorch's default initialisation leaves their
+    spread across inputs at ~1e-4 of their size)."""
+    import torch
+    torch.manual_seed(0)
+    net = models.cifar_vgg()
+    for mod in net:
+        if isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
+            w = mod.weight.detach()
+            rf = w[0, 0].numel() if w.dim() == 4 else 1
+            bound = (6.0 / (w.shape[1] * rf + w.shape[0] * rf)) ** 0.5
+            assert float(w.abs().max()) <= bound and float(w.abs().max()) > 0.9 * bound
+            assert float(mod.bias.detach().abs().max()) == 0.0
+    out = net(torch.rand(64, 3, 32, 32))
+    assert float(out.std(0).mean()) > 0.05 * float(out.abs().mean())
+
+
 # ---------------------------------------------------------------------- CIFAR-10, safe unpickling
 def test_cifar_batches(tmp_path):
     rng = np.random.default_rng(0)

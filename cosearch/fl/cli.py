@@ -65,13 +65,16 @@ def add_parsers(sub) -> None:
     fe.add_argument("--out", default="exp.json", help="experiment JSON, saved after every run (default: exp.json)")
     fe.add_argument("--resume", action="store_true", help="continue the runs already in --out")
     fe.add_argument("--force", action="store_true", help="replace an existing --out file")
-    fg = flsub.add_parser("generate", help="write a LEAF-format folder generated offline from real data")
-    fg.add_argument("kind", choices=["femnist", "shakespeare"],
+    fg = flsub.add_parser("generate", help="write a LEAF-format folder (or CIFAR-10 batches) generated offline "
+                                           "from real data")
+    fg.add_argument("kind", choices=["femnist", "shakespeare", "cifar10"],
                     help="femnist: bundled digits restyled per writer; shakespeare: English prose from "
-                         "Python's docstrings, one module per role")
-    fg.add_argument("out", help="folder to create (train/ and test/ inside)")
+                         "Python's docstrings, one module per role; cifar10: CIFAR-10-format batches of the "
+                         "bundled digits in colour on gradient backgrounds (CIFAR-shaped, not CIFAR-10)")
+    fg.add_argument("out", help="folder to create (train/ and test/ inside; the batch files for cifar10)")
     fg.add_argument("--users", type=int, default=5, help="clients (writers or roles) (default: 5)")
-    fg.add_argument("--samples", type=int, default=150, help="samples per user before the split (default: 150)")
+    fg.add_argument("--samples", type=int, default=150, help="samples per user before the split; for cifar10 "
+                                                             "the training images in all (default: 150)")
     fg.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
     fn = flsub.add_parser("new-app", help="write a Flower App folder (flwr run) for a dataset, model and method")
     fn.add_argument("out", help="folder to create")
@@ -149,7 +152,14 @@ def run(a) -> int:
         print(f"wrote Flower app {d} (see {os.path.join(d, 'README.md')} for the flwr run commands)")
         return 0
     if a.flcmd == "generate":
-        from .data import write_femnist_like, write_shakespeare_like
+        from .data import write_cifar_like, write_femnist_like, write_shakespeare_like
+        if a.kind == "cifar10":
+            if os.path.exists(os.path.join(a.out, "test_batch")):
+                raise ValueError(f"{a.out!r} already holds CIFAR-10 batches")
+            write_cifar_like(a.out, images=a.samples, test_images=max(10, a.samples // 5), seed=a.seed)
+            print(f"wrote CIFAR-10-format batches {a.out} ({a.samples} training images; use --dataset cifar10 "
+                  f"--data {a.out})")
+            return 0
         if os.path.exists(os.path.join(a.out, "train")):
             raise ValueError(f"{a.out!r} already holds a LEAF train/ folder")
         if a.kind == "femnist":

@@ -18,6 +18,7 @@ Every dataset is an :class:`FLData`: per-client training arrays, per-client test
   unpickler that admits only NumPy arrays, plain containers and latin-1 bytes (pickle
   protocols 0-5): a crafted file cannot run code.  A folder of FLuID's
   ``partition_<i>_{train,test}.txt`` image lists is read by :func:`load_fluid_partitions`.
+* :func:`write_cifar_like` — CIFAR-10-format python batches of coloured digits (CIFAR-shaped).
 * :func:`write_femnist_like` / :func:`write_shakespeare_like` — LEAF-format folders generated
   offline from real data (digits restyled per writer; English text from Python's own
   docstrings, split by module as "roles") for experiments and tests of the LEAF path.
@@ -37,7 +38,8 @@ from .fldata import SHAKESPEARE_CHARS, FLData
 
 __all__ = ["FLData", "load_digits", "load_leaf", "load_cifar10", "load_fluid_partitions", "CIFAR10_CLASSES",
            "iid_partition", "dirichlet_partition",
-           "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "write_shakespeare_like", "DATASETS"]
+           "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "write_shakespeare_like", "write_cifar_like",
+           "DATASETS"]
 
 DATASETS = ("digits", "femnist", "shakespeare", "cifar10")
 
@@ -410,6 +412,59 @@ def write_femnist_like(directory: str, users: int = 10, samples: int = 120, seed
         test[name] = {"x": xs[:nt], "y": labels[:nt].tolist()}
         train[name] = {"x": xs[nt:], "y": labels[nt:].tolist()}
     return _write_leaf(directory, train, test)
+
+
+def write_cifar_like(directory: str, images: int = 1000, test_images: int = 300, seed: int = 0,
+                     batches: int = 5) -> str:
+    """CIFAR-10 python batches (``data_batch_1..batches``, ``test_batch``, ``batches.meta``; uint8
+    rows of 3 x 32 x 32 pixels, protocol-2 pickles as the real archive) generated from the bundled
+    digits: each image is a digit, upscaled to 24 x 24 and placed with a random shift, in a random
+    colour on a two-colour gradient background of the opposite lightness with pixel noise,
+    labelled by its digit.
+    CIFAR-10-shaped (the tensor shapes, the 10 classes, the loader and the VGG model), not CIFAR-10
+    (the content is far easier).  Returns ``directory``."""
+    import pickle
+
+    from sklearn.datasets import load_digits as sk_digits
+    for name, v in (("images", images), ("test_images", test_images), ("batches", batches)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"write_cifar_like: {name} must be a positive integer, got {v!r}")
+    d = sk_digits()
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0.0, 1.0, 32)[None, :, None]
+
+    def make(n: int) -> tuple[np.ndarray, list[int]]:
+        labels = rng.integers(0, 10, n)
+        out = np.empty((n, 3, 32, 32), dtype=np.uint8)
+        for i, lab in enumerate(labels):
+            glyph = np.kron(d.images[rng.choice(np.flatnonzero(d.target == lab))] / 16.0, np.ones((3, 3)))
+            mask = np.zeros((32, 32))
+            dy, dx = rng.integers(0, 9, 2)
+            mask[dy:dy + 24, dx:dx + 24] = glyph
+            # background: a gradient between two dark or two light colours; the digit in a colour
+            # of the other half, so its shape always shows
+            light = rng.random() < 0.5
+            c0, c1 = rng.uniform(0.55, 1.0, (2, 3)) if light else rng.uniform(0.0, 0.45, (2, 3))
+            fg = rng.uniform(0.0, 0.35, 3) if light else rng.uniform(0.65, 1.0, 3)
+            grad = c0[:, None, None] * (1 - ramp) + c1[:, None, None] * ramp   # (3, 1, 32) -> broadcast
+            img = grad * (1 - mask[None]) + fg[:, None, None] * mask[None] + rng.normal(0, 0.06, (3, 32, 32))
+            out[i] = np.clip(np.round(img * 255), 0, 255).astype(np.uint8)
+        return out.reshape(n, 3072), [int(x) for x in labels]
+
+    os.makedirs(directory, exist_ok=True)
+    x, y = make(images)
+    for b, idx in enumerate(np.array_split(np.arange(images), batches), start=1):
+        with open(os.path.join(directory, f"data_batch_{b}"), "wb") as fh:
+            pickle.dump({b"batch_label": f"training batch {b} of {batches}".encode(), b"labels": [y[i] for i in idx],
+                         b"data": x[idx], b"filenames": [f"img{i}.png".encode() for i in idx]}, fh, protocol=2)
+    tx, ty = make(test_images)
+    with open(os.path.join(directory, "test_batch"), "wb") as fh:
+        pickle.dump({b"batch_label": b"testing batch 1 of 1", b"labels": ty, b"data": tx,
+                     b"filenames": [f"test{i}.png".encode() for i in range(test_images)]}, fh, protocol=2)
+    with open(os.path.join(directory, "batches.meta"), "wb") as fh:
+        pickle.dump({b"label_names": [c.encode() for c in CIFAR10_CLASSES], b"num_cases_per_batch": images // batches,
+                     b"num_vis": 3072}, fh, protocol=2)
+    return directory
 
 
 _TEXT_MODULES = ("argparse", "collections", "json", "logging", "pathlib", "subprocess", "threading",
