@@ -366,7 +366,7 @@ class Experiment:
 log = logging.getLogger("cosearch")
 
 #: Methods whose clients train widths the method picks (not the straggler controller's keep).
-OWN_WIDTHS = ("fjord", "heterofl")
+OWN_WIDTHS = ("fjord", "fjord-kd", "heterofl")
 
 #: Fresh pools an experiment starts after workers die before it gives up.
 MAX_POOL_RESTARTS = 3

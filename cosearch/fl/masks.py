@@ -28,6 +28,12 @@ its methods, so the methods differ only in *which* units they drop.
   ``P = {0.2, 0.4, 0.6, 0.8, 1.0}`` (the paper's uniform ``D_P``, k = 5) up to the keep fraction
   the straggler controller gives it (1 for the others).  Sampled once per round (the paper
   samples per local batch); without self-distillation.
+* :class:`FjORDDistill` (``"fjord-kd"``, FjORD as the paper and Flower Baselines' ``fjord``
+  train it): a client gets the widest sub-model it can afford, ``p_max`` (the largest width of
+  ``P`` within its keep fraction), and every local batch trains a width sampled uniformly from
+  ``P`` up to ``p_max`` inside it, with self-distillation: the ``p_max`` model's cross-entropy on
+  the labels, then the sampled width's cross-entropy against the ``p_max`` model's softmax,
+  one optimiser step for both (:func:`cosearch.fl.simulation.train_nested`).
 * :class:`HeteroFL` (Diao et al., ICLR 2021): static width tiers ``1, 1/2, 1/4, 1/8, 1/16``
   (the paper's ``a``-``e``): a client gets the largest tier within its first keep fraction
   below 1 and keeps that tier for the rest of training (a device class); others train the
@@ -51,13 +57,14 @@ import numpy as np
 from .._validate import choice, fraction, positive_float, positive_int
 from .submodel import Group
 
-__all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "HeteroFL",
+__all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "FjORDDistill",
+           "HeteroFL",
            "FJORD_WIDTHS", "HETEROFL_TIERS",
            "ThresholdSchedule", "FLUID_SCHEDULES", "drop_count", "neuron_index", "flatten_state",
            "neuron_scores_numpy", "policy", "METHODS"]
 
 #: Method names accepted by :func:`policy` (``invariant-adaptive``: the 0.1 threshold rule).
-METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none", "fjord", "heterofl")
+METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none", "fjord", "fjord-kd", "heterofl")
 
 
 def _check_p(p: float) -> float:
@@ -137,6 +144,17 @@ class FjORD(OrderedDropout):
 
     def widths(self):
         return FJORD_WIDTHS
+
+
+class FjORDDistill(FjORD):
+    """FjORD with per-batch widths and self-distillation (module docstring)."""
+
+    name = "fjord-kd"
+    #: the client trains nested widths per batch with the widest as its teacher
+    distill = True
+
+    def width(self, keep, client, rng):
+        return max([w for w in FJORD_WIDTHS if w <= keep + 1e-9] or [FJORD_WIDTHS[0]])
 
 
 class HeteroFL(OrderedDropout):
@@ -494,5 +512,5 @@ def policy(name: str, **kw) -> DropoutPolicy:
     if name == "invariant-adaptive":
         return InvariantDropout(threshold="adaptive", **kw)
     table = {"ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout, "fjord": FjORD,
-             "heterofl": HeteroFL}
+             "fjord-kd": FjORDDistill, "heterofl": HeteroFL}
     return table[name]()

@@ -220,6 +220,101 @@ def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size:
     return model
 
 
+def nested_masks(local_groups, full_units: dict[str, int], width: float) -> dict[str, np.ndarray]:
+    """Masks of ``local_groups`` (a client's ``p_max`` sub-model) keeping the nested sub-model of
+    ``width`` of the *full* model: the first ``units - drop_count(width, units)`` units of each
+    layer, as every FjORD width is a prefix of the full model's units."""
+    from .masks import drop_count
+    out = {}
+    for g in local_groups:
+        n = full_units[g.name]
+        k = min(g.units, n - drop_count(width, n))
+        m = np.zeros(g.units, dtype=bool)
+        m[:k] = True
+        out[g.name] = m
+    return out
+
+
+def _add_sub_grads(model, sub, idx: dict[str, dict[int, np.ndarray]]) -> None:
+    """Add ``sub``'s parameter gradients into ``model``'s at the kept indices (``idx``: from
+    :func:`~cosearch.fl.submodel.param_indices`)."""
+    import torch
+    subp = dict(sub.named_parameters())
+    for name, p in model.named_parameters():
+        g = subp[name].grad
+        if g is None:
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        axes = idx.get(name)
+        if not axes:
+            p.grad.add_(g)
+            continue
+        if not set(axes) <= {0, 1}:
+            raise ValueError(f"nested widths: parameter {name!r} is cut along axes {sorted(axes)}")
+        i0 = torch.as_tensor(axes[0], dtype=torch.long) if 0 in axes else torch.arange(p.shape[0])
+        if 1 in axes:
+            i1 = torch.as_tensor(axes[1], dtype=torch.long)
+            p.grad.index_put_((i0[:, None], i1[None, :]), g, accumulate=True)
+        else:
+            p.grad.index_put_((i0,), g, accumulate=True)
+
+
+def train_nested(model, x, y, epochs: int, optimizer: str, lr: float, batch_size: int, gen, widths,
+                 full_units: dict[str, int], example, distill: bool = True) -> list[float]:
+    """FjORD's local training (Horváth et al. 2021; Flower Baselines ``fjord``): ``model`` is the
+    client's widest sub-model (``max(widths)`` of the full model); every batch draws a width
+    uniformly from ``widths`` and trains that nested sub-model.  With ``distill`` the widest
+    model first takes a cross-entropy step on the labels, and the drawn width is trained on the
+    widest model's softmax (soft labels) instead of the labels; both gradients go into one
+    optimiser step.  Returns the widths drawn, in order."""
+    import torch
+    import torch.nn.functional as F
+
+    from .submodel import extract_submodel, groups, param_indices
+    widths = sorted(float(w) for w in widths)
+    top = widths[-1]
+    local_groups = groups(model, example)
+    cuts = {w: nested_masks(local_groups, full_units, w) for w in widths[:-1]}
+    idx = {w: param_indices(local_groups, m) for w, m in cuts.items()}
+    model.train()
+    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer]
+    opt = cls(model.parameters(), lr=lr)
+    xt, yt = torch.as_tensor(np.asarray(x)), torch.as_tensor(np.asarray(y))
+    drawn = []
+    for _ in range(epochs):
+        perm = torch.randperm(len(yt), generator=gen)
+        for i in range(0, len(yt), batch_size):
+            b = perm[i:i + batch_size]
+            w = widths[int(torch.randint(len(widths), (1,), generator=gen))]
+            drawn.append(w)
+            opt.zero_grad(set_to_none=False)
+            target = yt[b]
+            if distill:
+                out = model(xt[b])
+                F.cross_entropy(out, target).backward()
+                target = out.detach().softmax(dim=1)
+            if w == top:
+                F.cross_entropy(model(xt[b]), target).backward()
+            else:
+                sub = extract_submodel(model, cuts[w], example)
+                F.cross_entropy(sub(xt[b]), target).backward()
+                _add_sub_grads(model, sub, idx[w])
+            opt.step()
+    return drawn
+
+
+def _nested_flops(model, example, full_units, widths, n: int, epochs: int, distill: bool) -> float:
+    """Expected training FLOPs of :func:`train_nested`: the mean over the widths of each nested
+    sub-model's, plus the widest model's forward and backward when distilling."""
+    from .submodel import extract_submodel, groups
+    gs = groups(model, example)
+    top = max(widths)
+    per = [training_flops(model if w == top else extract_submodel(model, nested_masks(gs, full_units, w), example),
+                          example, n, epochs) for w in widths]
+    return float(np.mean(per)) + (training_flops(model, example, n, epochs) if distill else 0.0)
+
+
 def _devices(devices, n: int, rounds: int, latency_s, spread: float = 2.5, noise_cv: float = 0.05):
     if devices is not None and latency_s is not None:
         raise ValueError("give devices= or latency_s=, not both")
@@ -344,6 +439,8 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
         from tqdm.auto import tqdm
         it = tqdm(it, desc=f"FL {method}", unit="round", leave=False)
     decisions = getattr(proto.profiler, "decisions", [])
+    nested = bool(getattr(proto.policy, "distill", False))     # FjORD with per-batch widths
+    full_units = {g.name: g.units for g in proto.groups}
     for r in it:
         assign = proto.assignments(r, range(n))
         dec = decisions[-1] if decisions and decisions[-1]["round"] == r else {}
@@ -352,8 +449,13 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             local = proto.submodel(assign[c])
             x, y = data.clients[c]
             gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
-            train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen)
-            flops = training_flops(local, example, len(y), local_epochs)
+            if nested:
+                ws = [w for w in proto.policy.widths() if w <= assign[c].keep + 1e-9]
+                train_nested(local, x, y, local_epochs, optimizer, lr, batch_size, gen, ws, full_units, example)
+                flops = _nested_flops(local, example, full_units, ws, len(y), local_epochs, True)
+            else:
+                train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen)
+                flops = training_flops(local, example, len(y), local_epochs)
             if isinstance(dev, TraceProfile):
                 t = dev.round_time_s(c, r, flops / (full_flops * len(y) * local_epochs))
             else:
