@@ -581,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--models", default=",".join(__import__("cosearch.reproduce", fromlist=["x"]).PHAZE_MODELS),
                     help="comma-separated model presets")
     rp.add_argument("--hbm-gib", default="32,64,80", help="comma-separated HBM scenarios (GiB per chip)")
-    rp.add_argument("--space", choices=["phaze", "default"], default="phaze", help="accelerator space")
+    rp.add_argument("--space", choices=["phaze", "phaze-no-onchip", "default"], default="phaze",
+                    help="accelerator space: phaze (PHAZE's, its global buffer feeding 4,096 words per cycle), "
+                         "phaze-no-onchip (no on-chip bandwidth bound), default")
     rp.add_argument("--chips", type=_positive, default=1024, help="chips in the cluster")
     rp.add_argument("--batch", type=_positive, default=4096, help="global batch (sequences)")
     rp.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times")

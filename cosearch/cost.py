@@ -125,6 +125,11 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         nbytes = np.where(total <= l2, total, blocked)
         need_l1 = dt * 2.0 * r * c + r * (r * dt + 4.0 * c)
         nbytes = nbytes + np.where(need_l1 > d["l1_bytes"], tiles * np.ceil(m / r) * r * c * dt, 0.0)
+        # on-chip operand traffic (weights once, inputs per weight-tile column, fp32 partial sums
+        # per weight-tile row) at the design's global-buffer bandwidth (0: not modelled)
+        glb = d["glb_Bps"] * frac
+        traffic = b * (k * n * dt + m * k * dt * np.ceil(n / c) + 4.0 * m * n * np.ceil(k / r))
+        onchip_t = np.where(glb > 0, traffic / np.where(glb > 0, glb, 1.0), 0.0)
         if slots > 0:     # thread-block tiles over the SMs (an independent NumPy statement of the rule)
             sl = max(1.0, np.floor(slots * frac))
             blocks = b * np.ceil(m / tm) * np.ceil(n / tn)
@@ -134,7 +139,7 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
             shape = 1.0
         rate = np.where((dt == 1.0) & (fp8_rate > 0.0), fp8_rate, 1.0)   # 1-byte operands: FP8 tensor cores
         rate = np.where((dt < 1.0) & (fp4_rate > 0.0), fp4_rate, rate)   # NVFP4
-        tensor_t = np.maximum(compute_t / (e_t * shape * rate), nbytes / bw) + launch
+        tensor_t = np.maximum(np.maximum(compute_t / (e_t * shape * rate), nbytes / bw), onchip_t) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
         # fused attention: per 128-query-row block, a_over blocks of fixed work beside its m / 128
         length = m / (m + 128.0 * a_over) if a_over > 0 else 1.0

@@ -1,9 +1,10 @@
 """Why a design wins: its area by component, how well its systolic arrays fill on a GEMM, and the
 on-chip operand traffic that GEMM needs against what a global buffer like PHAZE's delivers.
 
-The co-search's cost model charges fill/drain and tile padding but no on-chip bandwidth, and its
-area model has no per-core term (issue #28); this report shows an architect where a winner's
-advantage comes from, so a design that only wins through those gaps is visible as such.
+The co-search's cost model charges fill/drain, tile padding and, where the design has a
+global-buffer bandwidth (``Accelerator.glb_Bps``; PHAZE's space and TPUv4 do), the operand traffic
+below; its area model has no per-core term (issue #28).  This report shows an architect where a
+winner's advantage comes from.
 
 * **Tile efficiency**: useful multiply-accumulates over the array-cycles the roofline charges
   (``waves x (rows + R + C - 2)`` per weight tile, :mod:`cosearch._kernels.roofline`).
@@ -21,13 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .hardware import Accelerator, AreaPowerModel, GiB
+from .hardware import PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, AreaPowerModel, GiB
 from .models import ModelConfig
 
 __all__ = ["DesignReport", "design_report", "operand_traffic_bytes", "tile_efficiency", "PHAZE_GLB_WORDS_PER_CYCLE"]
 
-#: PHAZE's global-buffer bandwidth for a multi-core chip, words per cycle (``max_glb_bw``).
-PHAZE_GLB_WORDS_PER_CYCLE = 4096
 
 
 def tile_efficiency(m: int, n: int, k: int, cores: int, rows: int, cols: int) -> float:
@@ -53,8 +52,8 @@ def operand_traffic_bytes(m: int, n: int, k: int, rows: int, cols: int, dtype_by
     """Global-buffer traffic of the GEMM on ``rows x cols`` weight-stationary arrays (module
     docstring): weights once, inputs once per weight-tile column, fp32 partial sums once per
     weight-tile row."""
-    return (k * n * dtype_bytes + m * k * dtype_bytes * math.ceil(n / cols)
-            + m * n * 4.0 * math.ceil(k / rows))
+    from ._kernels.formulas import operand_traffic_bytes as traffic
+    return float(traffic(float(m), float(n), float(k), 1.0, float(rows), float(cols), float(dtype_bytes)))
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,8 @@ class DesignReport:
     operand_bytes: float = 0.0
     operand_Bps_needed: float = 0.0
     reference_Bps: float = 0.0
+    #: whether the cost model charges that traffic (the chip has a global-buffer bandwidth)
+    charged: bool = False
 
     def describe(self) -> str:
         m, n, k = self.gemm
@@ -78,8 +79,10 @@ class DesignReport:
         return (f"{self.name}: area {total:.1f} mm^2 ({parts}); on a {m}x{k} @ {k}x{n} GEMM its arrays are "
                 f"{self.tile_efficiency:.1%} busy (fill/drain and padding) and need "
                 f"{self.operand_Bps_needed / 1e12:.1f} TB/s of operand traffic from the global buffer, "
-                f"{ratio:.1f}x the {self.reference_Bps / 1e12:.1f} TB/s PHAZE's estimator gives one "
-                f"(cosearch does not charge on-chip bandwidth)")
+                f"{ratio:.1f}x the {self.reference_Bps / 1e12:.1f} TB/s "
+                + ("its global buffer delivers (charged: a GEMM runs no faster than its operands arrive)"
+                   if self.charged else "PHAZE's estimator gives one (not charged: the chip sets no global-buffer "
+                                        "bandwidth)"))
 
 
 def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
@@ -102,5 +105,6 @@ def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
     eff = tile_efficiency(m, n, k, cores, r, c)
     compute_s = m * n * k / (cores * r * c * chip.clock_hz) / eff
     traffic = operand_traffic_bytes(m, n, k, r, c)
+    ref = chip.glb_Bps if chip.glb_Bps > 0 else PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * chip.clock_hz
     return DesignReport(chip.name or "design", area, (m, n, k), eff, compute_s, traffic, traffic / compute_s,
-                        PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * chip.clock_hz)
+                        ref, chip.glb_Bps > 0)

@@ -75,7 +75,7 @@ GiB = 1024 ** 3
 #: Column order of the design arrays handed to the kernels.
 DESIGN_FIELDS = (
     "tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width",
-    "clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps", "link_bandwidth_Bps",
+    "clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps", "link_bandwidth_Bps", "glb_Bps",
 )
 
 
@@ -325,8 +325,16 @@ class Accelerator:
     efficiency: KernelEfficiency = field(default=IDEAL, compare=True)
     #: per-direction bandwidth to host memory (activation offload); PCIe Gen4 x16 by default
     host_link_Bps: float = 32e9
+    #: operand bandwidth from the global buffer (L2) to the tensor cores, bytes/s; 0: not
+    #: modelled (GPU presets, whose measured kernel efficiencies include it)
+    glb_Bps: float = 0.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.glb_Bps, bool) or not (isinstance(self.glb_Bps, (int, float, np.floating))
+                                                  and math.isfinite(self.glb_Bps) and self.glb_Bps >= 0):
+            raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
+                             f"got {self.glb_Bps!r}")
+        object.__setattr__(self, "glb_Bps", float(self.glb_Bps))
         if not (isinstance(self.host_link_Bps, (int, float)) and math.isfinite(self.host_link_Bps)
                 and self.host_link_Bps > 0):
             raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
@@ -370,7 +378,14 @@ class Accelerator:
     @classmethod
     def from_array(cls, row: Sequence[float], name: str = "design",
                    efficiency: KernelEfficiency = IDEAL) -> Accelerator:
-        return cls(name, *[float(x) for x in row], efficiency=efficiency)
+        """The design of one :data:`DESIGN_FIELDS` row (a row without the last field,
+        ``glb_Bps``, as written before it existed, reads as 0: not modelled)."""
+        vals = [float(x) for x in row]
+        if len(vals) not in (len(DESIGN_FIELDS), len(DESIGN_FIELDS) - 1):
+            raise ValueError(f"a design row has {len(DESIGN_FIELDS)} fields ({', '.join(DESIGN_FIELDS)}), "
+                             f"got {len(vals)}")
+        glb = vals[11] if len(vals) > 11 else 0.0
+        return cls(name, *vals[:11], efficiency=efficiency, glb_Bps=glb)
 
     def with_(self, **changes: Any) -> Accelerator:
         return replace(self, **changes)
@@ -418,7 +433,7 @@ class Accelerator:
 
 
 TPUv4 = Accelerator("TPUv4", 8, 128, 128, 2, 1024, 1.05e9, 4 * MiB, 128 * MiB, 32 * GiB,
-                    1.2e12, 3.0e11)
+                    1.2e12, 3.0e11, glb_Bps=4096 * 2.0 * 1.05e9)   # PHAZE's global-buffer bandwidth
 A100 = Accelerator("A100", 432, 16, 16, 108, 64, 1.41e9, 48 * KiB, 40 * MiB, 40 * GiB,
                    1.555e12, 3.0e11, _A100_EFF)
 A100_80GB = A100.with_(name="A100-80GB", hbm_bytes=80 * GiB, hbm_bandwidth_Bps=2.039e12)
@@ -476,11 +491,16 @@ def design_array(designs: Sequence[Accelerator] | np.ndarray) -> np.ndarray:
         arr = np.ascontiguousarray(designs, dtype=np.float64)
         if arr.ndim == 1:
             arr = arr[None, :]
+        if arr.ndim == 2 and arr.shape[1] == len(DESIGN_FIELDS) - 1:
+            # written before glb_Bps existed: the on-chip bandwidth is not modelled
+            arr = np.ascontiguousarray(np.hstack([arr, np.zeros((len(arr), 1))]))
         if arr.ndim != 2 or arr.shape[1] != len(DESIGN_FIELDS):
             raise ValueError(f"design array must have shape (n, {len(DESIGN_FIELDS)}), got {arr.shape}")
-        if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-            bad = np.argwhere(~(np.isfinite(arr) & (arr > 0)))[0]
-            raise ValueError(f"design {bad[0]} has non-positive {DESIGN_FIELDS[bad[1]]}={arr[tuple(bad)]}")
+        body = arr[:, :-1]
+        if not np.all(np.isfinite(arr)) or np.any(body <= 0) or np.any(arr[:, -1] < 0):
+            bad = np.argwhere(~np.isfinite(arr) | np.hstack([body <= 0, arr[:, -1:] < 0]))[0]
+            what = "negative" if bad[1] == len(DESIGN_FIELDS) - 1 else "non-positive"
+            raise ValueError(f"design {bad[0]} has {what} {DESIGN_FIELDS[bad[1]]}={arr[tuple(bad)]}")
         return arr
     if isinstance(designs, Accelerator):
         designs = [designs]
@@ -592,6 +612,9 @@ def phaze_l1_bytes(rows: float, cols: float) -> float:
 
 #: PHAZE's clock (``Estimator/architecture.py``: ``frequency = 1.05 GHz``).
 PHAZE_CLOCK_HZ = 1.05e9
+#: PHAZE's global-buffer bandwidth for a multi-core chip, 2-byte words per cycle
+#: (msr-fiddle/phaze ``Estimator/utils/estimator_wrapper.py``: ``max_glb_bw = 4096``).
+PHAZE_GLB_WORDS_PER_CYCLE = 4096
 
 
 def phaze_reference(hbm_bytes: float = 32 * GiB, hbm_Bps: float = 1.2e12) -> Accelerator:
@@ -599,7 +622,8 @@ def phaze_reference(hbm_bytes: float = 32 * GiB, hbm_Bps: float = 1.2e12) -> Acc
     cores of 128 lanes, a 128 MiB global buffer, PHAZE's per-core buffers, at 1.05 GHz,
     with the run's HBM and TPUv4's 300 GB/s of chip links."""
     return Accelerator("PHAZE-reference", 8, 128, 128, 2, 128, PHAZE_CLOCK_HZ, phaze_l1_bytes(128, 128),
-                       128 * MiB, hbm_bytes, hbm_Bps, 3.0e11)
+                       128 * MiB, hbm_bytes, hbm_Bps, 3.0e11,
+                       glb_Bps=PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * PHAZE_CLOCK_HZ)
 
 
 #: HBM scenarios a run can be given by capacity (GiB) alone: capacity -> bandwidth (B/s).
@@ -610,7 +634,8 @@ HBM_SCENARIO_BPS = 1.2e12
 #: Fields a search-space JSON file may set (besides ``"base"`` and ``"hbm_gib"``).
 SPACE_FILE_FIELDS = ("tensor_cores", "systolic_dims", "vector_units", "vector_width", "vector_width_tied",
                      "clock_hz", "l1_bytes", "l1_rule", "l2_bytes", "hbm", "link_bandwidth_Bps",
-                     "area_budget_mm2", "power_budget_w", "min_area_fraction", "min_area_exempt_single_core")
+                     "area_budget_mm2", "power_budget_w", "min_area_fraction", "min_area_exempt_single_core",
+                     "glb_words_per_cycle")
 
 
 @dataclass(frozen=True)
@@ -622,6 +647,9 @@ class SearchSpace:
     (capacity_bytes, bandwidth_Bps) pairs.  ``vector_width_tied``: every vector unit is as
     wide as the systolic array (``vector_width`` then ignored; PHAZE's rule).  ``l1_rule``:
     ``"grid"`` (the ``l1_bytes`` values) or ``"phaze"`` (:func:`phaze_l1_bytes`).
+    ``glb_words_per_cycle``: every design's global buffer feeds its tensor cores this many
+    2-byte words per cycle (``glb_Bps = words x 2 x clock``; 0: not modelled), so a GEMM's
+    operand traffic bounds its time (:func:`cosearch._kernels.formulas.operand_traffic_bytes`).
 
     Budgets: the area (package: die + HBM stacks) and power of ``reference`` (default the
     TPUv4 preset, given the grid's HBM when the grid has a single HBM scenario) unless set.
@@ -652,8 +680,13 @@ class SearchSpace:
     min_area_exempt_single_core: bool = False
     reference: Accelerator | None = None
     name: str = "default"
+    glb_words_per_cycle: float = 0.0
 
     def __post_init__(self) -> None:
+        w = self.glb_words_per_cycle
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w >= 0):
+            raise ValueError(f"SearchSpace.glb_words_per_cycle must be a non-negative number (0: on-chip "
+                             f"bandwidth not modelled), got {w!r}")
         for f in ("tensor_cores", "vector_units", "vector_width", "clock_hz", "l1_bytes",
                   "l2_bytes", "link_bandwidth_Bps"):
             vals = _as_tuple(f, getattr(self, f))
@@ -700,7 +733,7 @@ class SearchSpace:
     # ------------------------------------------------------------------ presets
     @classmethod
     def phaze(cls, hbm_gib: float = 32, hbm_Bps: float | None = None,
-              area_power: AreaPowerModel | None = None) -> SearchSpace:
+              area_power: AreaPowerModel | None = None, onchip_bandwidth: bool = True) -> SearchSpace:
         """PHAZE's architecture space (msr-fiddle/phaze, ``Estimator/architecture.py``):
         1-4,096 tensor cores and 1-4,096 vector cores (powers of two), systolic width and
         depth independently 2-256 (powers of two), vector width = array width, a 2-128 MiB
@@ -708,7 +741,10 @@ class SearchSpace:
         when its die area lies between 0.3x and 1x that of :func:`phaze_reference` (no
         lower bound for a single tensor or vector core, as PHAZE).  HBM is the run's
         scenario: ``hbm_gib`` GiB at ``hbm_Bps`` (default :data:`HBM_SCENARIO_BPS`); no power cap
-        (PHAZE constrains area only)."""
+        (PHAZE constrains area only).  ``onchip_bandwidth``: the global buffer feeds the cores
+        PHAZE's :data:`PHAZE_GLB_WORDS_PER_CYCLE` words per cycle (its estimator's
+        ``max_glb_bw``), so GEMMs are bounded by their operand traffic too; False prices them
+        without that bound (cosearch 0.2's space)."""
         from . import _validate as v
         gib = v.positive_float("hbm_gib", hbm_gib)
         bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
@@ -720,7 +756,8 @@ class SearchSpace:
                    hbm=(hbm,), link_bandwidth_Bps=(3.0e11,), power_budget_w=math.inf,
                    area_power=area_power or AreaPowerModel(), vector_width_tied=True, l1_rule="phaze",
                    min_area_fraction=0.3, min_area_exempt_single_core=True,
-                   reference=phaze_reference(*hbm), name=f"phaze-hbm{gib:g}")
+                   reference=phaze_reference(*hbm), name=f"phaze-hbm{gib:g}",
+                   glb_words_per_cycle=PHAZE_GLB_WORDS_PER_CYCLE if onchip_bandwidth else 0.0)
 
     @classmethod
     def default(cls, hbm_gib: float = 32, hbm_Bps: float | None = None) -> SearchSpace:
@@ -783,7 +820,8 @@ class SearchSpace:
                 self.tensor_cores, self.systolic_dims, self.vector_units, vws,
                 self.clock_hz, l1s, self.l2_bytes, self.hbm, self.link_bandwidth_Bps):
             rows.append((tc, r, c, vu, r if self.vector_width_tied else vw, clk,
-                         phaze_l1_bytes(r, c) if self.l1_rule == "phaze" else l1, l2, hc, hb, lb))
+                         phaze_l1_bytes(r, c) if self.l1_rule == "phaze" else l1, l2, hc, hb, lb,
+                         self.glb_words_per_cycle * 2.0 * clk))
         return np.array(rows, dtype=np.float64)
 
     def budget_mask(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,11 @@ from typing import Any
 
 from ._json import dump_json, load_json, stamped
 
-__all__ = ["PHAZE_MODELS", "PHAZE_HBM_GIB", "PhazeRow", "phaze"]
+__all__ = ["PHAZE_MODELS", "PHAZE_HBM_GIB", "PhazeRow", "phaze", "SPACES"]
+
+#: Spaces a reproduction can search: PHAZE's (with its global-buffer bandwidth), PHAZE's without
+#: the on-chip bandwidth bound (cosearch 0.2's pricing), and cosearch's default grid.
+SPACES = ("phaze", "phaze-no-onchip", "default")
 
 #: PHAZE's models (its ``scripts/``), by cosearch preset; each at its preset's sequence length
 #: (BERT-large 512, GPT2-XL 1,024, OPT-350m 2,048, Llama-2-7B 4,096, Megatron GPT2-8.3B 1,024,
@@ -72,18 +76,24 @@ def _describe(d: dict[str, float]) -> str:
 def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, global_batch: int = 4096,
           space: str = "phaze", refine_top: int = 3, ilp_designs: int = 256, out: str | os.PathLike | None = None,
           progress: bool = True, executor=None, echo=print) -> list[PhazeRow]:
-    """Run PHAZE's experiment; see the module docstring.  ``space``: ``"phaze"`` or
-    ``"default"``.  ``ilp_designs``: the ILP ranking's cap per run (:func:`cosearch.search.cosearch`).
+    """Run PHAZE's experiment; see the module docstring.  ``space``: ``"phaze"``,
+    ``"phaze-no-onchip"`` (no global-buffer bandwidth bound) or ``"default"``.  ``ilp_designs``: the ILP ranking's cap per run (:func:`cosearch.search.cosearch`).
     ``out``: a JSON file the rows are saved to after every run (and read
     back from, to skip finished rows).  ``echo``: called with each finished row's line."""
     from .hardware import SearchSpace
     from .models import preset
     from .search import cosearch
-    if space not in ("phaze", "default"):
-        raise ValueError(f"space must be 'phaze' or 'default', got {space!r}")
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {', '.join(SPACES)}, got {space!r}")
+
+    def make_space(gib):
+        if space == "phaze-no-onchip":
+            return SearchSpace.phaze(gib, onchip_bandwidth=False)
+        return getattr(SearchSpace, space)(gib)
     ms = [preset(m) for m in models]
     settings = {"chips": int(chips), "global_batch": int(global_batch), "space": space,
-                "refine_top": int(refine_top), "ilp_designs": int(ilp_designs)}
+                "refine_top": int(refine_top), "ilp_designs": int(ilp_designs),
+                "glb_words_per_cycle": float(make_space(float(hbm_gibs[0])).glb_words_per_cycle) if hbm_gibs else 0.0}
     kept: list[PhazeRow] = []                  # every row of the file, other settings' included
     if out is not None and os.path.isfile(out):
         kept = load(out)
@@ -94,7 +104,7 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
             if (m.name, float(gib)) in done:
                 rows.append(done[m.name, float(gib)])
                 continue
-            sp = getattr(SearchSpace, space)(gib)
+            sp = make_space(gib)
             t0 = time.perf_counter()
             res = cosearch(m, sp, chips, global_batch, executor, refine_top=refine_top, ilp_designs=ilp_designs,
                            baselines=True,

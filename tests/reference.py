@@ -9,7 +9,8 @@ import math
 
 def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op
-    cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d
+    cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d[:11]
+    glb = d[11] if len(d) > 11 else 0.0
     e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained = \
         (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0))[:13]
     clock = boost_clock * sustained   # the sustained clock; the HBM bandwidth stays
@@ -43,7 +44,12 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
             e_tensor = e_tensor * fp8
         elif dt < 1 and fp4 > 0:  # NVFP4 at the FP4 rate
             e_tensor = e_tensor * fp4
-        return max(compute / e_tensor, traffic / bw) + launch
+        onchip = 0.0
+        if glb > 0:   # every weight tile column re-reads the inputs; every tile row adds fp32 partials
+            per_gemm = k * n * dt + sum(m * k * dt for _col in range(math.ceil(n / c))) \
+                + sum(4 * m * n for _row in range(math.ceil(k / r)))
+            onchip = b * per_gemm / (glb * frac)
+        return max(compute / e_tensor, traffic / bw, onchip) + launch
     if kind == 1:
         lanes = vu * frac * vw
         return max(math.ceil(elems / lanes) * ope / clock, (br + bw_) / bw) + launch

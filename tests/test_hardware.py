@@ -142,3 +142,24 @@ def test_cluster_validation():
     with pytest.raises(ValueError, match="num_chips"):
         cluster.Cluster(0)
     assert cluster.Cluster(8).link_bandwidth(hardware.TPUv4) == hardware.TPUv4.link_bandwidth_Bps
+
+
+def test_phaze_space_feeds_its_cores_phaze_global_buffer_bandwidth():
+    """PHAZE's estimator gives a multi-core chip's global buffer 4,096 words per cycle; every
+    design of PHAZE's space carries it as 4096 x 2 bytes x 1.05 GHz = 8.6016 TB/s, TPUv4 and the
+    area reference too; without it (cosearch 0.2's pricing) the column is 0.  Rows written before
+    the column existed read as 0."""
+    col = hardware.DESIGN_FIELDS.index("glb_Bps")
+    on = hardware.SearchSpace.phaze().arrays()
+    assert np.all(on[:, col] == 4096 * 2 * 1.05e9)
+    assert hardware.TPUv4.glb_Bps == 4096 * 2 * 1.05e9 == hardware.phaze_reference().glb_Bps
+    off = hardware.SearchSpace.phaze(onchip_bandwidth=False).arrays()
+    assert np.all(off[:, col] == 0.0) and np.array_equal(off[:, :col], on[:, :col])
+    assert hardware.A100.glb_Bps == 0.0
+    old = on[:3, :col]
+    np.testing.assert_array_equal(hardware.design_array(old)[:, col], 0.0)
+    assert hardware.Accelerator.from_array(old[0]).glb_Bps == 0.0
+    with pytest.raises(ValueError, match="glb_Bps"):
+        hardware.TPUv4.with_(glb_Bps=-1.0)
+    with pytest.raises(ValueError, match="glb_words_per_cycle"):
+        hardware.SearchSpace(glb_words_per_cycle=-2)

@@ -25,7 +25,7 @@ def random_designs(rng, n):
         rows.append([rng.integers(1, 600), rng.choice([8, 16, 32, 128, 256]), rng.choice([8, 32, 128]),
                      rng.integers(1, 200), rng.choice([32, 128, 1024]), rng.uniform(0.5e9, 2e9),
                      rng.choice([8e3, 64e3, 4e6]), rng.choice([1e6, 50e6, 128e6]), 32e9,
-                     rng.uniform(0.5e12, 3e12), 1e11])
+                     rng.uniform(0.5e12, 3e12), 1e11, rng.choice([0.0, 2e12, 2e13, 2e14])])
     return np.array(rows, dtype=float)
 
 
@@ -277,3 +277,30 @@ def test_fill_drain_equals_a_cycle_level_systolic_simulation(seed):
     op = graph.Op("g", "gemm", m=M, n=C, k=R, bytes_read=1.0, bytes_written=1.0)
     t = cost.price(np.array([op.as_row()]), chip)[0, 0]
     assert t * 1e9 == pytest.approx(cycles, rel=1e-12)
+
+
+def test_onchip_operand_bandwidth_by_hand():
+    """A 2048 x 4096 @ 4096 x 4096 GEMM, global buffer at PHAZE's 4,096 2-byte words per cycle
+    (8.6 TB/s at 1.05 GHz), HBM and L2 out of the way.  4,096 cores of 4 x 8: 1,024 x 512 weight
+    tiles, 128 waves of 2,048 + 4 + 8 - 2 cycles = 0.251 ms of compute, but 4096^2 x 2 bytes of
+    weights + 2048 x 4096 x 2 x 512 of inputs + 4 x 2048 x 4096 x 1,024 of fp32 partial sums =
+    42.98 GB through the buffer: 5.00 ms.  8 cores of 128 x 128: 128 waves of 2,302 cycles =
+    0.281 ms of compute against 1.644 GB = 0.191 ms of traffic: compute-bound, unchanged."""
+    glb = 4096 * 2 * 1.05e9
+    op = graph.Op("g", "gemm", m=2048, n=4096, k=4096, bytes_read=2 * (2048 + 4096) * 4096,
+                  bytes_written=2 * 2048 * 4096)
+    rows = np.array([op.as_row()])
+
+    def chip(cores, r, c, glb_Bps):
+        return hardware.Accelerator("x", cores, r, c, 1, 1, 1.05e9, 1e12, 1e12, 1e12, 1e18, 1e11, glb_Bps=glb_Bps)
+
+    small = cost.price(rows, chip(4096, 4, 8, glb))[0, 0]
+    assert small == pytest.approx((4096 * 4096 * 2 + 2048 * 4096 * 2 * 512 + 4 * 2048 * 4096 * 1024) / glb, rel=1e-12)
+    assert small == pytest.approx(5.0e-3, rel=0.01)
+    assert cost.price(rows, chip(4096, 4, 8, 0.0))[0, 0] == pytest.approx(128 * 2058 / 1.05e9, rel=1e-12)
+    big = cost.price(rows, chip(8, 128, 128, glb))[0, 0]
+    assert big == pytest.approx(128 * 2302 / 1.05e9, rel=1e-12)
+    assert (1.644e9 / glb) < big
+    # half the cores get half the buffer bandwidth
+    half = cost.price(rows, chip(4096, 4, 8, glb), core_fraction=0.5)[0, 0]
+    assert half == pytest.approx(2 * small, rel=1e-12)

@@ -107,6 +107,16 @@ NB = len(BREAKDOWN_FIELDS) + 5
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
  E_ATTN_OVERHEAD, E_CLOCK) = range(13)
 
+@njit(cache=True, inline="always")
+def operand_traffic_bytes(m, n, k, batch, rows, cols, dtype_bytes):
+    """Global-buffer <-> core traffic of ``batch`` GEMMs ``(m x k) @ (k x n)`` on weight-stationary
+    ``rows x cols`` arrays: the weights once (``k n``), the inputs once per column of weight tiles
+    (``m k ceil(n / cols)``), and one fp32 partial sum per output per row of weight tiles
+    (``4 m n ceil(k / rows)`` bytes, reduced through the buffer)."""
+    return batch * (k * n * dtype_bytes + m * k * dtype_bytes * math.ceil(n / cols)
+                    + m * n * 4.0 * math.ceil(k / rows))
+
+
 #: Query rows per thread block of a fused attention kernel (FlashAttention-2/3 at head dim 128).
 ATTN_BLOCK = 128.0
 

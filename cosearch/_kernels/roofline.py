@@ -9,7 +9,7 @@ fraction of HBM bandwidth memory-bound kernels stream at, and a fixed time per k
 kind, m, n, k, batch, elements, ops_per_element, bytes_read, bytes_written, dtype_bytes.
 ``designs`` rows follow :data:`cosearch.hardware.DESIGN_FIELDS`:
 tensor_cores, rows, cols, vector_units, vector_width, clock_hz, l1_bytes, l2_bytes,
-hbm_bytes, hbm_bandwidth_Bps, link_bandwidth_Bps.
+hbm_bytes, hbm_bandwidth_Bps, link_bandwidth_Bps, glb_Bps.
 
 Tensor op (weight-stationary systolic array R x C):
   tiles   = batch * ceil(K/R) * ceil(N/C)        (padding waste from the ceilings)
@@ -24,6 +24,11 @@ Tensor op (weight-stationary systolic array R x C):
   L1 spill: a core needs 2 R C dtype (double-buffered weights) + R (R dtype + 4 C) bytes
   (an R-row input block and fp32 partial sums); if L1 is smaller, weight tiles are
   re-fetched from HBM for every R-row block: + tiles * ceil(M/R) * R C dtype bytes.
+  On-chip operands (designs with ``glb_Bps > 0``): the global buffer feeds the cores at
+  ``glb_Bps * core_fraction``; a GEMM needs
+  :func:`cosearch._kernels.formulas.operand_traffic_bytes` through it (weights once, inputs once
+  per weight-tile column, fp32 partial sums once per weight-tile row), a third bound beside
+  compute and HBM, so many small arrays pay for the traffic they need.
 Attention op (kind 3: batched activation matmuls or a fused flash kernel): the tensor
   compute formula, HBM bytes = the op's bytes_read + bytes_written, efficiency eff[1] times
   :func:`cosearch._kernels.formulas.attention_length_efficiency` of its M (query rows) with
@@ -61,6 +66,7 @@ from .formulas import (
     E_TILE_N,
     attention_length_efficiency,
     gemm_shape_efficiency,
+    operand_traffic_bytes,
 )
 
 
@@ -118,6 +124,10 @@ def _price_one(op, d, frac, eff):
         if need_l1 > d[6]:
             nbytes += tiles * math.ceil(m / r) * r * c * dt
         mem = nbytes / bw
+        if d[11] > 0.0:   # operands through the global buffer at the design's on-chip bandwidth
+            onchip = operand_traffic_bytes(m, n, k, b, r, c, dt) / (d[11] * frac)
+            if onchip > mem:
+                mem = onchip
         return (compute if compute > mem else mem) + eff[3]
     elif kind == 1.0:
         lanes = d[3] * frac * d[4]
