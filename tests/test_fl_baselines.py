@@ -156,3 +156,30 @@ def test_nested_flops_by_hand():
     assert got == pytest.approx(scale * (per_example[0.4] + per_example[1.0]) / 2, rel=0.05)
     kd = _nested_flops(net, ex, units, (0.4, 1.0), 1, 1, distill=True)
     assert kd - got == pytest.approx(training_flops(net, ex, 1), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["shakespeare_lstm", "resmlp", "femnist_cnn"])
+def test_nested_cut_of_a_cut_equals_the_direct_cut(name):
+    """FjORD's nested widths inside a client's sub-model: cutting the first 25% of the full
+    model's units out of its first-50% sub-model gives the same weights as cutting them from the
+    full model directly (the groups of a cut model report its own sizes: an LSTM sub-model's
+    used to report the full hidden size)."""
+    import torch
+
+    from cosearch.fl import models as fm
+    from cosearch.fl.simulation import nested_masks
+    from cosearch.fl.submodel import extract_submodel, groups
+    shape, classes = {"shakespeare_lstm": ((80,), 80), "resmlp": ((64,), 10), "femnist_cnn": ((1, 28, 28), 62)}[name]
+    torch.manual_seed(0)
+    net = fm.build_model(name, shape, classes)
+    x = torch.randint(0, 80, (2, 80)) if name == "shakespeare_lstm" else torch.rand(2, *shape)
+    full = groups(net, x)
+    units = {g.name: g.units for g in full}
+    half = extract_submodel(net, nested_masks(full, units, 0.5), x)
+    cut = groups(half, x)
+    assert [g.units for g in cut] == [u - masks.drop_count(0.5, u) for u in units.values()]
+    via_half = extract_submodel(half, nested_masks(cut, units, 0.25), x).state_dict()
+    direct = extract_submodel(net, nested_masks(full, units, 0.25), x).state_dict()
+    assert via_half.keys() == direct.keys()
+    for k in direct:
+        torch.testing.assert_close(via_half[k], direct[k], rtol=0, atol=0)

@@ -82,7 +82,6 @@ class ShakespeareLSTM(nn.Module):
         self.lstm1 = nn.LSTM(vocab, hidden, batch_first=True)
         self.lstm2 = nn.LSTM(hidden, hidden, batch_first=True)
         self.fc = nn.Linear(hidden, vocab)
-        self._hidden = hidden
 
     def forward(self, x):
         h = nn.functional.one_hot(x.long(), self.vocab).to(self.fc.weight.dtype)
@@ -91,16 +90,16 @@ class ShakespeareLSTM(nn.Module):
         return self.fc(h[:, -1])
 
     def fl_groups(self):
-        H = self._hidden
-
+        # each layer's current hidden size: a sub-model cut from this one has its own
         def own(name):
+            H = getattr(self, name).hidden_size
             return (ParamSlice(f"{name}.weight_ih_l0", 0, "gates", H), ParamSlice(f"{name}.weight_hh_l0", 0, "gates", H),
                     ParamSlice(f"{name}.weight_hh_l0", 1), ParamSlice(f"{name}.bias_ih_l0", 0, "gates", H),
                     ParamSlice(f"{name}.bias_hh_l0", 0, "gates", H))
 
-        return [Group("lstm1", H, own("lstm1") + (ParamSlice("lstm2.weight_ih_l0", 1),),
+        return [Group("lstm1", self.lstm1.hidden_size, own("lstm1") + (ParamSlice("lstm2.weight_ih_l0", 1),),
                       (("lstm1", "hidden_size", "units", 1), ("lstm2", "input_size", "units", 1))),
-                Group("lstm2", H, own("lstm2") + (ParamSlice("fc.weight", 1),),
+                Group("lstm2", self.lstm2.hidden_size, own("lstm2") + (ParamSlice("fc.weight", 1),),
                       (("lstm2", "hidden_size", "units", 1), ("fc", "in_features", "units", 1)))]
 
 
