@@ -617,6 +617,15 @@ PHAZE_CLOCK_HZ = 1.05e9
 PHAZE_GLB_WORDS_PER_CYCLE = 4096
 
 
+def phaze_glb_words(cores: float, rows: float, cols: float) -> float:
+    """PHAZE's global-buffer bandwidth in words per cycle (``create_core_config_for_estimation``):
+    :data:`PHAZE_GLB_WORDS_PER_CYCLE` for a multi-core chip; a single core gets
+    ``4096 * max(width, depth) / 256``, held to 4-4096."""
+    if cores > 1:
+        return float(PHAZE_GLB_WORDS_PER_CYCLE)
+    return float(min(max(PHAZE_GLB_WORDS_PER_CYCLE * max(rows, cols) / 256.0, 4.0), PHAZE_GLB_WORDS_PER_CYCLE))
+
+
 def phaze_reference(hbm_bytes: float = 32 * GiB, hbm_Bps: float = 1.2e12) -> Accelerator:
     """PHAZE's area reference (``max_acc_config``): 8 tensor cores of 128 x 128, 2 vector
     cores of 128 lanes, a 128 MiB global buffer, PHAZE's per-core buffers, at 1.05 GHz,
@@ -635,7 +644,7 @@ HBM_SCENARIO_BPS = 1.2e12
 SPACE_FILE_FIELDS = ("tensor_cores", "systolic_dims", "vector_units", "vector_width", "vector_width_tied",
                      "clock_hz", "l1_bytes", "l1_rule", "l2_bytes", "hbm", "link_bandwidth_Bps",
                      "area_budget_mm2", "power_budget_w", "min_area_fraction", "min_area_exempt_single_core",
-                     "glb_words_per_cycle")
+                     "glb_words_per_cycle", "glb_rule")
 
 
 @dataclass(frozen=True)
@@ -649,7 +658,8 @@ class SearchSpace:
     ``"grid"`` (the ``l1_bytes`` values) or ``"phaze"`` (:func:`phaze_l1_bytes`).
     ``glb_words_per_cycle``: every design's global buffer feeds its tensor cores this many
     2-byte words per cycle (``glb_Bps = words x 2 x clock``; 0: not modelled), so a GEMM's
-    operand traffic bounds its time (:func:`cosearch._kernels.formulas.operand_traffic_bytes`).
+    operand traffic bounds its time (:func:`cosearch._kernels.formulas.operand_traffic_bytes`);
+    ``glb_rule="phaze"`` gives single-core designs PHAZE's smaller figure (:func:`phaze_glb_words`).
 
     Budgets: the area (package: die + HBM stacks) and power of ``reference`` (default the
     TPUv4 preset, given the grid's HBM when the grid has a single HBM scenario) unless set.
@@ -681,8 +691,11 @@ class SearchSpace:
     reference: Accelerator | None = None
     name: str = "default"
     glb_words_per_cycle: float = 0.0
+    glb_rule: str = "fixed"
 
     def __post_init__(self) -> None:
+        if self.glb_rule not in ("fixed", "phaze"):
+            raise ValueError(f"SearchSpace.glb_rule must be 'fixed' or 'phaze', got {self.glb_rule!r}")
         w = self.glb_words_per_cycle
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w >= 0):
             raise ValueError(f"SearchSpace.glb_words_per_cycle must be a non-negative number (0: on-chip "
@@ -743,7 +756,8 @@ class SearchSpace:
         scenario: ``hbm_gib`` GiB at ``hbm_Bps`` (default :data:`HBM_SCENARIO_BPS`); no power cap
         (PHAZE constrains area only).  ``onchip_bandwidth``: the global buffer feeds the cores
         PHAZE's :data:`PHAZE_GLB_WORDS_PER_CYCLE` words per cycle (its estimator's
-        ``max_glb_bw``), so GEMMs are bounded by their operand traffic too; False prices them
+        ``max_glb_bw``; a single core less, :func:`phaze_glb_words`), so GEMMs are bounded by
+        their operand traffic too; False prices them
         without that bound (cosearch 0.2's space)."""
         from . import _validate as v
         gib = v.positive_float("hbm_gib", hbm_gib)
@@ -757,7 +771,7 @@ class SearchSpace:
                    area_power=area_power or AreaPowerModel(), vector_width_tied=True, l1_rule="phaze",
                    min_area_fraction=0.3, min_area_exempt_single_core=True,
                    reference=phaze_reference(*hbm), name=f"phaze-hbm{gib:g}",
-                   glb_words_per_cycle=PHAZE_GLB_WORDS_PER_CYCLE if onchip_bandwidth else 0.0)
+                   glb_words_per_cycle=PHAZE_GLB_WORDS_PER_CYCLE if onchip_bandwidth else 0.0, glb_rule="phaze")
 
     @classmethod
     def default(cls, hbm_gib: float = 32, hbm_Bps: float | None = None) -> SearchSpace:
@@ -821,7 +835,8 @@ class SearchSpace:
                 self.clock_hz, l1s, self.l2_bytes, self.hbm, self.link_bandwidth_Bps):
             rows.append((tc, r, c, vu, r if self.vector_width_tied else vw, clk,
                          phaze_l1_bytes(r, c) if self.l1_rule == "phaze" else l1, l2, hc, hb, lb,
-                         self.glb_words_per_cycle * 2.0 * clk))
+                         (phaze_glb_words(tc, r, c) if self.glb_rule == "phaze" and self.glb_words_per_cycle > 0
+                          else self.glb_words_per_cycle) * 2.0 * clk))
         return np.array(rows, dtype=np.float64)
 
     def budget_mask(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

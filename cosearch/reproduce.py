@@ -93,7 +93,8 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
     ms = [preset(m) for m in models]
     settings = {"chips": int(chips), "global_batch": int(global_batch), "space": space,
                 "refine_top": int(refine_top), "ilp_designs": int(ilp_designs),
-                "glb_words_per_cycle": float(make_space(float(hbm_gibs[0])).glb_words_per_cycle) if hbm_gibs else 0.0}
+                "glb_words_per_cycle": float(make_space(float(hbm_gibs[0])).glb_words_per_cycle) if hbm_gibs else 0.0,
+                "glb_rule": make_space(float(hbm_gibs[0])).glb_rule if hbm_gibs else "fixed"}
     kept: list[PhazeRow] = []                  # every row of the file, other settings' included
     if out is not None and os.path.isfile(out):
         kept = load(out)

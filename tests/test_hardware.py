@@ -151,7 +151,14 @@ def test_phaze_space_feeds_its_cores_phaze_global_buffer_bandwidth():
     the column existed read as 0."""
     col = hardware.DESIGN_FIELDS.index("glb_Bps")
     on = hardware.SearchSpace.phaze().arrays()
-    assert np.all(on[:, col] == 4096 * 2 * 1.05e9)
+    multi = on[:, 0] > 1
+    assert np.all(on[multi, col] == 4096 * 2 * 1.05e9)
+    # one core: 4096 x max(width, depth) / 256 words, at least 4 (PHAZE's rule), by hand
+    one = on[~multi]
+    assert len(one) > 0
+    want = np.minimum(np.maximum(16.0 * np.maximum(one[:, 1], one[:, 2]), 4.0), 4096.0) * 2 * 1.05e9
+    np.testing.assert_allclose(one[:, col], want, rtol=1e-15)
+    assert hardware.phaze_glb_words(1, 2, 2) == 32.0 and hardware.phaze_glb_words(1, 256, 8) == 4096.0
     assert hardware.TPUv4.glb_Bps == 4096 * 2 * 1.05e9 == hardware.phaze_reference().glb_Bps
     off = hardware.SearchSpace.phaze(onchip_bandwidth=False).arrays()
     assert np.all(off[:, col] == 0.0) and np.array_equal(off[:, :col], on[:, :col])
