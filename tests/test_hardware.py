@@ -170,3 +170,23 @@ def test_phaze_space_feeds_its_cores_phaze_global_buffer_bandwidth():
         hardware.TPUv4.with_(glb_Bps=-1.0)
     with pytest.raises(ValueError, match="glb_words_per_cycle"):
         hardware.SearchSpace(glb_words_per_cycle=-2)
+
+
+def test_space_and_chip_files_carry_the_global_buffer_bandwidth(tmp_path):
+    import json
+    p = tmp_path / "space.json"
+    p.write_text(json.dumps({"base": "default", "glb_words_per_cycle": 512}))
+    sp = hardware.SearchSpace.from_json(str(p))
+    col = hardware.DESIGN_FIELDS.index("glb_Bps")
+    a = sp.arrays()
+    np.testing.assert_allclose(a[:, col], 512 * 2 * a[:, hardware.DESIGN_FIELDS.index("clock_hz")])
+    p.write_text(json.dumps({"base": "default", "glb_rule": "guess"}))
+    with pytest.raises(ValueError, match="glb_rule"):
+        hardware.SearchSpace.from_json(str(p))
+    chip = tmp_path / "chip.json"
+    chip.write_text(json.dumps(hardware.TPUv4.to_dict()))
+    assert hardware.Accelerator.from_json(chip).glb_Bps == hardware.TPUv4.glb_Bps
+    d = hardware.TPUv4.to_dict()
+    d.pop("glb_Bps")                                   # a chip file written before the field existed
+    chip.write_text(json.dumps(d))
+    assert hardware.Accelerator.from_json(chip).glb_Bps == 0.0
