@@ -274,16 +274,21 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
             for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
 
 
-def _price_sizes(gs: dict, rows_per_size: list[dict], d: np.ndarray, eff) -> tuple:
+def _graph_stack(gs: dict) -> np.ndarray:
+    """The six graphs' op rows one after another, in ``gs``'s key order."""
+    return np.concatenate([gs[k].arrays() for k in gs])
+
+
+def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff) -> tuple:
     """Price in one call the op rows of the six graphs ``gs`` at several microbatch sizes
-    (``rows_per_size``: one {graph key: rows} per size, each shaped as ``gs``).  Returns the
-    graph keys, per (design, size, graph) the summed seconds, and per (design, size) the
-    attention core's forward and backward seconds."""
+    (``rows``: (sizes, ops, fields), each size's rows stacked as :func:`_graph_stack` stacks
+    ``gs``).  Returns the graph keys, per (design, size, graph) the summed seconds, and per
+    (design, size) the attention core's forward and backward seconds."""
     from . import cost
     keys = list(gs)
-    lens = [len(rows_per_size[0][k]) for k in keys]
-    stacked = np.concatenate([r[k] for r in rows_per_size for k in keys])
-    allp = cost.price(stacked, d, efficiency=eff).reshape(len(d), len(rows_per_size), sum(lens))
+    lens = [len(gs[k].ops) for k in keys]
+    sizes = rows.shape[0]
+    allp = cost.price(rows.reshape(-1, rows.shape[-1]), d, efficiency=eff).reshape(len(d), sizes, sum(lens))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
     lf, lb = starts[keys.index(("layer", "fwd"))], starts[keys.index(("layer", "bwd"))]
     core = [lf + i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
@@ -397,17 +402,17 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     if (t, sp) not in base:
                         g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep)
                         g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep)
-                        a1 = {k: g.arrays() for k, g in g1.items()}
-                        da = {k: g2[k].arrays() - a1[k] for k in g1}
+                        a1 = _graph_stack(g1)
+                        da = _graph_stack(g2) - a1
                         # every microbatch size's rows of the six graphs priced in one call
-                        base[t, sp] = (g1, _price_sizes(g1, [{k: a1[k] + (b_ - 1) * da[k] for k in g1}
-                                                             for b_ in microbatches], d, eff))
+                        steps = np.asarray(microbatches, dtype=np.float64) - 1.0
+                        base[t, sp] = (g1, _price_sizes(g1, a1[None] + steps[:, None, None] * da[None], d, eff))
                     gs, priced = base[t, sp]
                     j, scale = bi, float(mb)
                 else:
                     gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
                     priced = None if time_model == "work-bound" else \
-                        _price_sizes(gs, [{k: g.arrays() for k, g in gs.items()}], d, eff)
+                        _price_sizes(gs, _graph_stack(gs)[None], d, eff)
                     j, scale = 0, 1.0
                 if priced is None:
                     attn = 0.0                        # selective recompute's time: at least nothing
