@@ -392,92 +392,85 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # exactly (tests/test_modern_plans.py checks it against graphs built at that size).  MoE
     # graphs round tokens per expert up, so they are built at every size.
     affine = time_model == "sum" and not c.moe
-    base: dict = {}
     experts, layer_all, norm1 = c.expert_layer_params(), c.layer_params(), c.norm_params()
+    mb_all = np.asarray(list(microbatches), dtype=np.float64)
+    nb = len(mb_all)
     for ti, t in enumerate(tps):
-        for bi, mb in enumerate(microbatches):
-            for si, sp in enumerate(sequence_parallel):
-                sp = bool(sp) and t > 1
+        for si, sp in enumerate(sequence_parallel):
+            sp = bool(sp) and t > 1
+            # affine: every microbatch size at once; otherwise one size at a time
+            for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
+                mbs = mb_all[bis]
                 if affine:
-                    if (t, sp) not in base:
-                        g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep)
-                        g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep)
-                        a1 = _graph_stack(g1)
-                        da = _graph_stack(g2) - a1
-                        # every microbatch size's rows of the six graphs priced in one call
-                        steps = np.asarray(microbatches, dtype=np.float64) - 1.0
-                        base[t, sp] = (g1, _price_sizes(g1, a1[None] + steps[:, None, None] * da[None], d, eff))
-                    gs, priced = base[t, sp]
-                    j, scale = bi, float(mb)
+                    g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep)
+                    g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep)
+                    a1 = _graph_stack(g1)
+                    da = _graph_stack(g2) - a1
+                    gs = g1
+                    # every microbatch size's rows of the six graphs priced in one call
+                    priced = _price_sizes(g1, a1[None] + (mbs - 1.0)[:, None, None] * da[None], d, eff)
                 else:
-                    gs = _graph_rows(c, t, mb, sp, flash_attention, cp, precision, ep)
-                    priced = None if time_model == "work-bound" else \
-                        _price_sizes(gs, _graph_stack(gs)[None], d, eff)
-                    j, scale = 0, 1.0
+                    gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep)
+                    priced = None if time_model == "work-bound" else _price_sizes(gs, _graph_stack(gs)[None], d, eff)
                 if priced is None:
-                    attn = 0.0                        # selective recompute's time: at least nothing
-                    attn_b = None                     # and the CP ring's exposed time too
+                    attn = np.zeros((len(d), len(mbs)))   # selective recompute's time: at least nothing
+                    attn_b = None                         # and the CP ring's exposed time too
                 else:
-                    keys, sums, attn_all, attn_b_all = priced
-                    attn, attn_b = attn_all[:, j], attn_b_all[:, j]
+                    keys, sums, attn, attn_b = priced     # (designs, sizes[, graphs])
                 if time_model == "sum":
-                    chip_s = {k: sums[:, j, i] for i, k in enumerate(keys)}
+                    chip_s = {k: sums[:, :, i] for i, k in enumerate(keys)}
                 elif time_model == "bound":
                     from . import schedule
-                    chip_s = {k: schedule.layer_bounds(g, d, eff) for k, g in gs.items()}
+                    chip_s = {k: schedule.layer_bounds(g, d, eff)[:, None] for k, g in gs.items()}
                 elif time_model == "work-bound":
                     from . import schedule
-                    chip_s = {k: schedule.work_bounds(g, d, eff) for k, g in gs.items()}
+                    chip_s = {k: schedule.work_bounds(g, d, eff)[:, None] for k, g in gs.items()}
                 else:
                     from . import schedule
                     if chips is None:
                         chips = [designs] if single else [Accelerator.from_array(r, efficiency=eff) for r in d]
-                    chip_s = {k: np.array([schedule.layer_time(g, ch, method=time_model).latency_s for ch in chips])
-                              for k, g in gs.items()}
-                act_b = cl.seq_len * mb * c.hidden * c.dtype_bytes
-                u = out[:, ti, bi, si]
-                u[:, F.U_LF], u[:, F.U_LB] = chip_s["layer", "fwd"], chip_s["layer", "bwd"]
-                u[:, F.U_LATT] = attn
-                u[:, F.U_EF], u[:, F.U_EB] = chip_s["embedding", "fwd"], chip_s["embedding", "bwd"]
-                u[:, F.U_HF], u[:, F.U_HB] = chip_s["head", "fwd"], chip_s["head", "bwd"]
+                    chip_s = {k: np.array([schedule.layer_time(g, ch, method=time_model).latency_s
+                                           for ch in chips])[:, None] for k, g in gs.items()}
+                u = out[:, ti, bis, si]                   # a view: (designs, sizes, fields)
+                u[:, :, F.U_LF], u[:, :, F.U_LB] = chip_s["layer", "fwd"], chip_s["layer", "bwd"]
+                u[:, :, F.U_LATT] = attn
+                u[:, :, F.U_EF], u[:, :, F.U_EB] = chip_s["embedding", "fwd"], chip_s["embedding", "bwd"]
+                u[:, :, F.U_HF], u[:, :, F.U_HB] = chip_s["head", "fwd"], chip_s["head", "bwd"]
+                # a collective's time is affine in its bytes (latency + bytes / bandwidth; every
+                # message here is non-empty), and the bytes are linear in the microbatch: priced at
+                # one and two sequences and extrapolated, as the graphs are
+                ab1 = cl.seq_len * c.hidden * c.dtype_bytes                  # one sequence's activation
                 if affine:
-                    # a collective's time is affine in its bytes (latency + bytes / bandwidth; every
-                    # message here is non-empty), and the bytes are linear in the microbatch: priced
-                    # at one and two sequences and extrapolated, as the graphs are
-                    if (t, sp, "comm") not in base:
-                        ab1 = act_b / mb
-                        base[t, sp, "comm"] = tuple(_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather)
-                                                    for k in (1.0, 2.0))
-                    c1, c2 = base[t, sp, "comm"]
-                    comm = c1 + (scale - 1.0) * (c2 - c1)
+                    c1, c2 = (_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather) for k in (1.0, 2.0))
+                    comm = c1[None] + (mbs - 1.0)[:, None, None] * (c2 - c1)[None]
                 else:
-                    comm = _comm_rows(gs, t, sp, nets, ep, scale, act_b, scatter_gather)
-                per = comm[net_of]
+                    comm = _comm_rows(gs, t, sp, nets, ep, 1.0, mbs[0] * ab1, scatter_gather)[None]
+                per = comm[:, net_of]                     # (sizes, designs, 8)
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
-                    u[:, f] = per[:, k]
+                    u[:, :, f] = per[:, :, k].T
                 if cp > 1 and attn_b is not None:
-                    ring = cp_ring_bytes(c, t, mb, cp)
-                    for i in range(len(d)):
-                        net = nets[net_of[i]]
-                        u[i, F.U_LCPF] = F.ring_exposed_s(ring, float(cp), float(t), float(attn[i]), net)
-                        u[i, F.U_LCPB] = F.ring_exposed_s(2.0 * ring, float(cp), float(t), float(attn_b[i]), net)
-                if (t, sp, "memory") not in base:
-                    # activation bytes are linear in the microbatch: priced for one sequence
-                    base[t, sp, "memory"] = (
-                        memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision),
-                        memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision),
-                        memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
-                        memory.head_activation_bytes(cl, t, 1, sp))
-                for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), base[t, sp, "memory"]):
-                    u[:, f] = mb * x
-                u[:, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (t * ep)
-                u[:, F.U_PLX] = experts / (t * ep)
-                u[:, F.U_EP] = ep
-                u[:, F.U_PL_FULL] = u[:, F.U_PL]
-                u[:, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
-                u[:, F.U_PH] = (norm1 + (0 if c.tie_embeddings else c.vocab * c.hidden / t) + c.extra_params)
-                u[:, F.U_PTIED] = c.vocab * c.hidden / t if c.tie_embeddings else 0.0
+                    for j, mb in enumerate(mbs):
+                        ring = cp_ring_bytes(c, t, int(mb), cp)
+                        for i in range(len(d)):
+                            net = nets[net_of[i]]
+                            u[i, j, F.U_LCPF] = F.ring_exposed_s(ring, float(cp), float(t), float(attn[i, j]), net)
+                            u[i, j, F.U_LCPB] = F.ring_exposed_s(2.0 * ring, float(cp), float(t),
+                                                                 float(attn_b[i, j]), net)
+                # activation bytes are linear in the microbatch: priced for one sequence
+                per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision),
+                           memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision),
+                           memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
+                           memory.head_activation_bytes(cl, t, 1, sp))
+                for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), per_seq):
+                    u[:, :, f] = mbs[None, :] * x
+                u[:, :, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (t * ep)
+                u[:, :, F.U_PLX] = experts / (t * ep)
+                u[:, :, F.U_EP] = ep
+                u[:, :, F.U_PL_FULL] = u[:, :, F.U_PL]
+                u[:, :, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
+                u[:, :, F.U_PH] = (norm1 + (0 if c.tie_embeddings else c.vocab * c.hidden / t) + c.extra_params)
+                u[:, :, F.U_PTIED] = c.vocab * c.hidden / t if c.tie_embeddings else 0.0
     return out
 
 
