@@ -21,7 +21,7 @@ class Described:
     cluster: cluster.Cluster
     spec: PlanSpec
     batch: int
-    engine: str
+    engine: object   # an engine name or a cosearch.engine.Engine
     measured_tok_s_gpu: float
     notes: tuple[str, ...] = ()
 
@@ -54,6 +54,13 @@ def _engine(row: dict) -> str:
     g = source_group(row)
     if g == "Megatron-Bridge" and int(row["tp"]) > 1 and "NVFP4" not in row["precision"]:
         return "megatron-core-tp-overlap"
+    if g == "llm-foundry" and "PURE" in row["precision"]:
+        # MP mode PURE: bf16 parameters, gradients and gradient reduction (MODERN_RUNS.md, code LF)
+        from dataclasses import replace
+
+        from cosearch.engine import LLM_FOUNDRY
+        return replace(LLM_FOUNDRY, name="llm-foundry-pure", grad_reduce_bytes=2.0,
+                       software=LLM_FOUNDRY.software + ", FSDP mixed precision PURE (bf16 reduction)")
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 
