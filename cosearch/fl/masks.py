@@ -135,11 +135,16 @@ FJORD_WIDTHS = (0.2, 0.4, 0.6, 0.8, 1.0)
 HETEROFL_TIERS = (1.0, 0.5, 0.25, 0.125, 0.0625)
 
 
+def fjord_widths_within(keep: float) -> list[float]:
+    """FjORD's widths a client with keep fraction ``keep`` affords (the smallest if none is)."""
+    return [w for w in FJORD_WIDTHS if w <= keep + 1e-9] or [FJORD_WIDTHS[0]]
+
+
 class FjORD(OrderedDropout):
     name = "fjord"
 
     def width(self, keep, client, rng):
-        ok = [w for w in FJORD_WIDTHS if w <= keep + 1e-9] or [FJORD_WIDTHS[0]]
+        ok = fjord_widths_within(keep)
         return float(ok[int(rng.integers(len(ok)))])
 
     def widths(self):
@@ -154,7 +159,7 @@ class FjORDDistill(FjORD):
     distill = True
 
     def width(self, keep, client, rng):
-        return max([w for w in FJORD_WIDTHS if w <= keep + 1e-9] or [FJORD_WIDTHS[0]])
+        return max(fjord_widths_within(keep))
 
 
 class HeteroFL(OrderedDropout):

@@ -22,7 +22,7 @@ import numpy as np
 from .._json import dump_json, load_json, stamped
 from .._validate import choice, positive_float, positive_int
 from .data import FLData, load_dataset
-from .masks import METHODS, ThresholdSchedule
+from .masks import METHODS, ThresholdSchedule, fjord_widths_within
 from .models import DATASET_DEFAULTS, build_model
 from .profiling import ClientProfile, TraceProfile, device_profiles, model_bytes, training_flops
 from .server import ClientUpdate, RoundProtocol
@@ -202,21 +202,33 @@ def evaluate_model(model, x, y, batch: int = 1024) -> tuple[float, float, int]:
     return correct / len(y), loss / len(y), len(y)
 
 
-def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size: int, gen):
-    """Local training with a fresh optimizer (``sgd`` or ``adam``) each round."""
+def _local_optimizer(model, optimizer: str, lr: float):
+    """A fresh optimizer (``sgd`` or ``adam``) for a round of local training, the model in
+    training mode."""
     import torch
-    import torch.nn.functional as F
     model.train()
-    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer]
-    opt = cls(model.parameters(), lr=lr)
+    return {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer](model.parameters(), lr=lr)
+
+
+def _local_batches(x, y, epochs: int, batch_size: int, gen):
+    """(inputs, labels) batches of ``epochs`` shuffled passes (one permutation per epoch)."""
+    import torch
     xt, yt = torch.as_tensor(np.asarray(x)), torch.as_tensor(np.asarray(y))
     for _ in range(epochs):
         perm = torch.randperm(len(yt), generator=gen)
         for i in range(0, len(yt), batch_size):
             idx = perm[i:i + batch_size]
-            opt.zero_grad()
-            F.cross_entropy(model(xt[idx]), yt[idx]).backward()
-            opt.step()
+            yield xt[idx], yt[idx]
+
+
+def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size: int, gen):
+    """Local training with a fresh optimizer (``sgd`` or ``adam``) each round."""
+    import torch.nn.functional as F
+    opt = _local_optimizer(model, optimizer, lr)
+    for xb, yb in _local_batches(x, y, epochs, batch_size, gen):
+        opt.zero_grad()
+        F.cross_entropy(model(xb), yb).backward()
+        opt.step()
     return model
 
 
@@ -277,30 +289,23 @@ def train_nested(model, x, y, epochs: int, optimizer: str, lr: float, batch_size
     local_groups = groups(model, example)
     cuts = {w: nested_masks(local_groups, full_units, w) for w in widths[:-1]}
     idx = {w: param_indices(local_groups, m) for w, m in cuts.items()}
-    model.train()
-    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer]
-    opt = cls(model.parameters(), lr=lr)
-    xt, yt = torch.as_tensor(np.asarray(x)), torch.as_tensor(np.asarray(y))
+    opt = _local_optimizer(model, optimizer, lr)
     drawn = []
-    for _ in range(epochs):
-        perm = torch.randperm(len(yt), generator=gen)
-        for i in range(0, len(yt), batch_size):
-            b = perm[i:i + batch_size]
-            w = widths[int(torch.randint(len(widths), (1,), generator=gen))]
-            drawn.append(w)
-            opt.zero_grad(set_to_none=False)
-            target = yt[b]
-            if distill:
-                out = model(xt[b])
-                F.cross_entropy(out, target).backward()
-                target = out.detach().softmax(dim=1)
-            if w == top:
-                F.cross_entropy(model(xt[b]), target).backward()
-            else:
-                sub = extract_submodel(model, cuts[w], example)
-                F.cross_entropy(sub(xt[b]), target).backward()
-                _add_sub_grads(model, sub, idx[w])
-            opt.step()
+    for xb, target in _local_batches(x, y, epochs, batch_size, gen):
+        w = widths[int(torch.randint(len(widths), (1,), generator=gen))]
+        drawn.append(w)
+        opt.zero_grad(set_to_none=False)
+        if distill:
+            out = model(xb)
+            F.cross_entropy(out, target).backward()
+            target = out.detach().softmax(dim=1)
+        if w == top:
+            F.cross_entropy(model(xb), target).backward()
+        else:
+            sub = extract_submodel(model, cuts[w], example, local_groups)
+            F.cross_entropy(sub(xb), target).backward()
+            _add_sub_grads(model, sub, idx[w])
+        opt.step()
     return drawn
 
 
@@ -310,7 +315,7 @@ def _nested_flops(model, example, full_units, widths, n: int, epochs: int, disti
     from .submodel import extract_submodel, groups
     gs = groups(model, example)
     top = max(widths)
-    per = [training_flops(model if w == top else extract_submodel(model, nested_masks(gs, full_units, w), example),
+    per = [training_flops(model if w == top else extract_submodel(model, nested_masks(gs, full_units, w), example, gs),
                           example, n, epochs) for w in widths]
     return float(np.mean(per)) + (training_flops(model, example, n, epochs) if distill else 0.0)
 
@@ -441,6 +446,7 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
     decisions = getattr(proto.profiler, "decisions", [])
     nested = bool(getattr(proto.policy, "distill", False))     # FjORD with per-batch widths
     full_units = {g.name: g.units for g in proto.groups}
+    nested_flops: dict = {}
     for r in it:
         assign = proto.assignments(r, range(n))
         dec = decisions[-1] if decisions and decisions[-1]["round"] == r else {}
@@ -450,9 +456,13 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             x, y = data.clients[c]
             gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
             if nested:
-                ws = [w for w in proto.policy.widths() if w <= assign[c].keep + 1e-9]
+                ws = fjord_widths_within(assign[c].keep)
                 train_nested(local, x, y, local_epochs, optimizer, lr, batch_size, gen, ws, full_units, example)
-                flops = _nested_flops(local, example, full_units, ws, len(y), local_epochs, True)
+                # the expected cost depends only on the widths and the data size: once per pair
+                key = (assign[c].keep, len(y))
+                if key not in nested_flops:
+                    nested_flops[key] = _nested_flops(local, example, full_units, ws, len(y), local_epochs, True)
+                flops = nested_flops[key]
             else:
                 train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen)
                 flops = training_flops(local, example, len(y), local_epochs)

@@ -173,12 +173,14 @@ def _slice(t, idx: dict[int, np.ndarray]):
     return t
 
 
-def extract_submodel(model: nn.Module, masks: dict[str, np.ndarray], example_input: torch.Tensor | None = None
-                     ) -> nn.Module:
-    """A smaller copy of ``model`` keeping the units where ``masks[layer]`` is True."""
+def extract_submodel(model: nn.Module, masks: dict[str, np.ndarray], example_input: torch.Tensor | None = None,
+                     model_groups: list[Group] | None = None) -> nn.Module:
+    """A smaller copy of ``model`` keeping the units where ``masks[layer]`` is True.
+    ``model_groups``: ``groups(model, example_input)`` if the caller has them (cutting the same
+    model repeatedly need not trace it each time)."""
     import torch
 
-    gs = groups(model, example_input)
+    gs = groups(model, example_input) if model_groups is None else model_groups
     _check_masks(gs, masks)
     sub = copy.deepcopy(model)
     idx = param_indices(gs, masks)
