@@ -19,6 +19,7 @@ import os
 import sys
 
 from .engine import ENGINES
+from .reproduce import SPACES
 
 __all__ = ["main"]
 
@@ -581,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--models", default=",".join(__import__("cosearch.reproduce", fromlist=["x"]).PHAZE_MODELS),
                     help="comma-separated model presets")
     rp.add_argument("--hbm-gib", default="32,64,80", help="comma-separated HBM scenarios (GiB per chip)")
-    rp.add_argument("--space", choices=["phaze", "phaze-no-onchip", "default"], default="phaze",
+    rp.add_argument("--space", choices=list(SPACES), default="phaze",
                     help="accelerator space: phaze (PHAZE's, its global buffer feeding 4,096 words per cycle), "
                          "phaze-no-onchip (no on-chip bandwidth bound), default")
     rp.add_argument("--chips", type=_positive, default=1024, help="chips in the cluster")

@@ -84,7 +84,7 @@ Presets and the software they describe:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
            "MEGATRON_DEEPSPEED", "FSDP", "LLM_FOUNDRY", "MAXTEXT",
@@ -153,10 +153,9 @@ FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero
               software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention")
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
-LLM_FOUNDRY = Engine("llm-foundry", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
-                     attention_kernel="fa1-triton",
-                     software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
-                              "kernel (attn_impl: triton, flash_attn_triton.py)")
+LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton",
+                      software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
+                               "kernel (attn_impl: triton, flash_attn_triton.py)")
 
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,

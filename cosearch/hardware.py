@@ -384,8 +384,8 @@ class Accelerator:
         if len(vals) not in (len(DESIGN_FIELDS), len(DESIGN_FIELDS) - 1):
             raise ValueError(f"a design row has {len(DESIGN_FIELDS)} fields ({', '.join(DESIGN_FIELDS)}), "
                              f"got {len(vals)}")
-        glb = vals[11] if len(vals) > 11 else 0.0
-        return cls(name, *vals[:11], efficiency=efficiency, glb_Bps=glb)
+        n = len(DESIGN_FIELDS) - 1                      # the positional fields before glb_Bps
+        return cls(name, *vals[:n], efficiency=efficiency, glb_Bps=vals[n] if len(vals) > n else 0.0)
 
     def with_(self, **changes: Any) -> Accelerator:
         return replace(self, **changes)
@@ -432,8 +432,14 @@ class Accelerator:
         return float((model or AreaPowerModel()).power_w(self.as_array()[None, :])[0])
 
 
+#: PHAZE's clock (``Estimator/architecture.py``: ``frequency = 1.05 GHz``).
+PHAZE_CLOCK_HZ = 1.05e9
+#: PHAZE's global-buffer bandwidth for a multi-core chip, 2-byte words per cycle
+#: (msr-fiddle/phaze ``Estimator/utils/estimator_wrapper.py``: ``max_glb_bw = 4096``).
+PHAZE_GLB_WORDS_PER_CYCLE = 4096
+
 TPUv4 = Accelerator("TPUv4", 8, 128, 128, 2, 1024, 1.05e9, 4 * MiB, 128 * MiB, 32 * GiB,
-                    1.2e12, 3.0e11, glb_Bps=4096 * 2.0 * 1.05e9)   # PHAZE's global-buffer bandwidth
+                    1.2e12, 3.0e11, glb_Bps=PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * PHAZE_CLOCK_HZ)
 A100 = Accelerator("A100", 432, 16, 16, 108, 64, 1.41e9, 48 * KiB, 40 * MiB, 40 * GiB,
                    1.555e12, 3.0e11, _A100_EFF)
 A100_80GB = A100.with_(name="A100-80GB", hbm_bytes=80 * GiB, hbm_bandwidth_Bps=2.039e12)
@@ -610,11 +616,6 @@ def phaze_l1_bytes(rows: float, cols: float) -> float:
     return max(1.0, rows * cols / 64.0) * KiB
 
 
-#: PHAZE's clock (``Estimator/architecture.py``: ``frequency = 1.05 GHz``).
-PHAZE_CLOCK_HZ = 1.05e9
-#: PHAZE's global-buffer bandwidth for a multi-core chip, 2-byte words per cycle
-#: (msr-fiddle/phaze ``Estimator/utils/estimator_wrapper.py``: ``max_glb_bw = 4096``).
-PHAZE_GLB_WORDS_PER_CYCLE = 4096
 
 
 def phaze_glb_words(cores: float, rows: float, cols: float) -> float:

@@ -398,6 +398,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     for ti, t in enumerate(tps):
         for si, sp in enumerate(sequence_parallel):
             sp = bool(sp) and t > 1
+            # activation bytes are linear in the microbatch: priced for one sequence
+            per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision),
+                       memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision),
+                       memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
+                       memory.head_activation_bytes(cl, t, 1, sp))
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
@@ -457,11 +462,6 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                             u[i, j, F.U_LCPF] = F.ring_exposed_s(ring, float(cp), float(t), float(attn[i, j]), net)
                             u[i, j, F.U_LCPB] = F.ring_exposed_s(2.0 * ring, float(cp), float(t),
                                                                  float(attn_b[i, j]), net)
-                # activation bytes are linear in the microbatch: priced for one sequence
-                per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision),
-                           memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision),
-                           memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
-                           memory.head_activation_bytes(cl, t, 1, sp))
                 for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), per_seq):
                     u[:, :, f] = mbs[None, :] * x
                 u[:, :, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (t * ep)

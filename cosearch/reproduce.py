@@ -91,10 +91,11 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
             return SearchSpace.phaze(gib, onchip_bandwidth=False)
         return getattr(SearchSpace, space)(gib)
     ms = [preset(m) for m in models]
+    sp0 = make_space(float(hbm_gibs[0])) if hbm_gibs else None    # the on-chip rule keys the rows
     settings = {"chips": int(chips), "global_batch": int(global_batch), "space": space,
                 "refine_top": int(refine_top), "ilp_designs": int(ilp_designs),
-                "glb_words_per_cycle": float(make_space(float(hbm_gibs[0])).glb_words_per_cycle) if hbm_gibs else 0.0,
-                "glb_rule": make_space(float(hbm_gibs[0])).glb_rule if hbm_gibs else "fixed"}
+                "glb_words_per_cycle": float(sp0.glb_words_per_cycle) if sp0 else 0.0,
+                "glb_rule": sp0.glb_rule if sp0 else "fixed"}
     kept: list[PhazeRow] = []                  # every row of the file, other settings' included
     if out is not None and os.path.isfile(out):
         kept = load(out)
