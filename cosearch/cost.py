@@ -313,7 +313,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         residuals = tuple(float(r) for r in (model(x) - y))
         rms = float(np.sqrt(np.mean(np.square(residuals))))
     eff = replace(chip.efficiency, tensor=e_t, attention=e_a, memory=e_m, launch_s=launch,
-                  attention_fa2=chip.efficiency.attention_fa2 * clock, sustained_clock=chip.efficiency.sustained_clock / clock,
+                  attention_fa2=chip.efficiency.attention_fa2 * clock, sustained_clock=1.0 if len(ops_rows) else e0.sustained_clock,
                   source=(f"calibrated on {len(ops_rows)} measured ops (fitted: {', '.join(fitted) or 'nothing'}; "
                           f"rms log error {rms:.3f}); the rest from: {chip.efficiency.source}"))
     out = {"intra": (None, None), "inter": (None, None)}

@@ -12,9 +12,10 @@ winner's advantage comes from.
   weights once (``k n``), the inputs once per column of weight tiles (``m k ceil(n / C)``), and
   one fp32 partial sum per output per row of weight tiles (``4 m n ceil(k / R)`` bytes, reduced
   through the buffer); over the GEMM's compute time that is the bandwidth it needs.
-* **Reference bandwidth**: PHAZE's estimator gives a multi-core chip's global buffer 4,096 words
-  per cycle (msr-fiddle/phaze ``Estimator/utils/estimator_wrapper.py``: ``max_glb_bw = 4096``),
-  2-byte words at the chip's clock.
+* **Reference bandwidth**: the chip's own ``glb_Bps`` where it has one (then the cost model
+  charges the traffic); otherwise what PHAZE's estimator gives a multi-core chip's global buffer,
+  4,096 2-byte words per cycle at the chip's clock (msr-fiddle/phaze
+  ``Estimator/utils/estimator_wrapper.py``: ``max_glb_bw = 4096``).
 """
 
 from __future__ import annotations
