@@ -34,7 +34,6 @@ import pickle
 
 import numpy as np
 
-from .._validate import positive_int
 from .fldata import SHAKESPEARE_CHARS, FLData
 
 __all__ = ["FLData", "load_digits", "load_leaf", "load_cifar10", "load_fluid_partitions", "CIFAR10_CLASSES",
@@ -427,8 +426,9 @@ def write_cifar_like(directory: str, images: int = 1000, test_images: int = 300,
     import pickle
 
     from sklearn.datasets import load_digits as sk_digits
-    images, test_images, batches = (positive_int(f"write_cifar_like: {name}", v) for name, v in
-                                    (("images", images), ("test_images", test_images), ("batches", batches)))
+    for name, v in (("images", images), ("test_images", test_images), ("batches", batches)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"write_cifar_like: {name} must be a positive integer, got {v!r}")
     d = sk_digits()
     rng = np.random.default_rng(seed)
     ramp = np.linspace(0.0, 1.0, 32)[None, :, None]
