@@ -217,41 +217,57 @@ EFFICIENCY_SOURCES = {
             "Attention 0.553 of peak at long sequences (0.649 per clock): FlashAttention-2 fwd+bwd, causal, "
             "head dim 128, seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, "
             "as cosearch counts them; an attention benchmark holds the power-limited clock), divided by the "
-            "length factor at 2k (16 / (16 + 1.8) = 0.899) and the sustained clock.  Length factor: "
-            "1.8 key blocks of fixed work per 128-row block, the mean of T (r_inf / r(T) - 1) over the "
-            "FlashAttention-3 and Triton-tutorial forward rates at 512-8k tokens, head dim 128, on H100 "
-            "(pytorch/benchmark commit D60117034: FA3 430, 517, 566, 590, 614, 621 TFLOP/s at 512-16k).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
+            "length factor at 2k (16 / (16 + 6.5) = 0.711) and the sustained clock (see "
+            "ATTENTION_OVERHEAD_BLOCKS for the length factor).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
             "(FastIceFlo effective-throughput table; chsasank device-benchmarks).  Launch 4 us per kernel "
             "(CUDA launch + PyTorch dispatch).",
     "H100": "GEMM shape model: 128x256x64 tiles, 128 K-elements of prologue, one tile per SM on the 132 SMs "
             "(assumed as on SM80: CUTLASS 3's warp-specialised SM90 kernels use the same tile); tensor 0.856: "
             "best-shape bf16 matmul 794.5 of 989 TFLOP/s at 2048x2048x13312 on H100 SXM (ml-engineering MAMF "
             "table, torch 2.7+cu126) divided by the shape model there, per clock (a short run at the 1830 MHz "
-            "clock of the datasheet peak); sustained clock 1500 / 1830 = 0.820 (H200 at 700 W cannot hold "
-            "1830 MHz under full load, 1500 MHz is the realistic sustained clock: tile-ai/TileOPs #1588).  "
-            "Attention 0.578 of peak at long sequences (0.706 per clock): "
-            "FlashAttention-3, causal, head dim 128, seq 8k: 630.0 TFLOP/s forward, 531.6 backward, 556.4 "
-            "fwd+bwd (Dao-AILab/flash-attention PR #1791 benchmark_attn.py on H100), over the length factor "
-            "at 8k (0.973) and the sustained clock; FlashAttention-2 on the same run: 284.1 / 287.1, 286.2 "
-            "fwd+bwd, so attention_fa2 0.297 of peak, 0.363 per clock (PyTorch SDPA's flash backend runs these kernels; checked against the "
-            "FlashAttention-2 paper's H100 figure, 265 TFLOP/s at 2k, Dao 2023 Fig. 7); memory 0.90: a "
-            "4 GiB device copy reaches 90.6% of peak HBM bandwidth on a Hopper card; launch 4 us.  FP8 rate "
-            "1.765: the best-shape fp8 e4m3 matmul, 1402.6 TFLOP/s at 1024x9216x14336, over the best-shape bf16 "
-            "one, 794.5 TFLOP/s (ml-engineering MAMF table, torch 2.7+cu126): 2x the peak at 0.88x the efficiency.",
+            "clock of the datasheet peak); checked per clock against cosearch's own H200 sweep "
+            "(cosearch/data/h200_kernels.csv, every row with the SM clock read after it: large training-shape "
+            "GEMMs within -8..+0 %).  Sustained clock 1500 / 1830 = 0.820 (H200 at 700 W cannot hold 1830 "
+            "MHz under full load, 1500 MHz is the realistic sustained clock: tile-ai/TileOPs #1588); measured "
+            "on H200 at 700 W: 1435 MHz under back-to-back 8192^3 bf16 GEMMs, 1580 MHz under a Llama 3 8B "
+            "layer's forward+backward with cuDNN attention, 1682 MHz with FlashAttention-2 (h200_kernels.csv), "
+            "so a training step's mix sits near 1500.  Attention: kernel benchmarks do not reach the power "
+            "limit (FlashAttention-2 fwd+bwd at 8k holds 1980 MHz for 15 s at 570 W, cuDNN averages 1842 MHz), "
+            "so their rates are per boost clock (1980 MHz, 1.082x the datasheet clock), not per sustained "
+            "clock.  Attention 0.525 per clock at long sequences: cuDNN 9.19 fused attention (Transformer "
+            "Engine's Hopper back end) fwd+bwd, causal, head dim 128, 1k-16k tokens (8k: 503.9 TFLOP/s at "
+            "1965 MHz), each row over its clock and the length factor, geometric mean (h200_kernels.csv); "
+            "attention_fa2 0.288 per clock: PyTorch SDPA's flash back end (FlashAttention-2) on the same "
+            "sweep (8k: 273.1 TFLOP/s at 1980 MHz).  Checked against FlashAttention-3 (556.4 TFLOP/s fwd+bwd, "
+            "Dao-AILab/flash-attention PR #1791) and FlashAttention-2 (286.2 there; 265 at 2k, Dao 2023 Fig. "
+            "7) at the boost clock.  Length factor: see ATTENTION_OVERHEAD_BLOCKS.  Memory 0.90: a 4 GiB "
+            "device copy reaches 4288 of 4800 GB/s on H200 (0.893, h200_kernels.csv) and 90.6% of peak on "
+            "an H100; launch 4 us.  FP8 rate 1.84: e4m3 torch._scaled_mm over bf16 torch.matmul at the same "
+            "four training shapes (8192^3, 16384^3, 8192x28672x4096, 8192x7168x8192), both at the 700 W power "
+            "limit: 1.87, 1.84, 1.80, 1.83 (h200_kernels.csv); per clock the ratio is 1.92-2.01, but FP8 "
+            "GEMMs draw more power and hold a ~5% lower clock, which a single sustained clock cannot "
+            "express, so the ratio at the power limit is the one used.",
     "Blackwell": "No Blackwell kernel-level row is in cosearch/data/public_kernels.csv: the H100's kernel "
-                 "per-clock fractions (tensor 0.856, attention 0.706 / FA2 0.363, memory 0.90, FP8 rate 1.765, the same "
+                 "per-clock fractions (tensor 0.856, attention 0.525 / FA2 0.288, memory 0.90, FP8 rate 1.84, the same "
                  "tile model) are assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip "
                  "preset).  Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 "
                  "pull the SM clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 "
                  "rate: the datasheet's dense FP4/BF16 peak ratio times the H100's measured FP8 efficiency "
-                 "ratio (1.765 / 2 = 0.8825), no FP4 kernel measurement being public.",
+                 "ratio (1.84 / 2 = 0.92), no FP4 kernel measurement being public.",
     "TPU v5": "No public kernel-level TPU v5 measurement was found: the systolic model's own fill/drain and "
               "padding are the only losses (tensor, attention and memory 1.0), so TPU predictions are optimistic "
               "by whatever XLA's kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
 }
 
-#: fixed work per 128-row block of a fused attention kernel, in key blocks (EFFICIENCY_SOURCES["A100"])
-ATTENTION_OVERHEAD_BLOCKS = 1.8
+#: Fixed work per 128-row block of a fused attention kernel, in key blocks, for a forward and its
+#: backward together (what a training step runs): 6.5, the least-squares value over cosearch's own
+#: H200 sweep of FlashAttention-2 and cuDNN fwd+bwd, causal, head dim 128, at 1k-16k tokens, each
+#: row at its own clock (cosearch/data/h200_kernels.csv): every row within 4% of the fitted curve.
+#: The forward alone has less (about 1.8: FlashAttention-3 and Triton-tutorial forward rates at
+#: 512-16k on H100, pytorch/benchmark commit D60117034; 2-3.5 on the H200 sweep) and the backward
+#: more (about 8): one overhead for both prices the pair, and a recomputed forward (selective
+#: recompute) is priced up to ~10% slow at 2k.
+ATTENTION_OVERHEAD_BLOCKS = 6.5
 
 #: Attention kernels an engine can run (:meth:`KernelEfficiency.with_attention_kernel`).
 ATTENTION_KERNELS = ("best", "fa2", "fa1-triton")
@@ -289,20 +305,27 @@ SUSTAINED_CLOCK_BLACKWELL = 1580.0 / 1965.0
 #: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
 #: (Dao 2023 Fig. 4d), over the length factor at 2k and the sustained clock
 _A100_ATTENTION = 155.0 / 312.0 / (16.0 / (16.0 + ATTENTION_OVERHEAD_BLOCKS)) / SUSTAINED_CLOCK_A100
-#: FlashAttention-3 / -2 fwd+bwd on H100, causal, head dim 128, seq 8k: 556.4 / 286.2 TFLOP/s of
-#: 989 (flash-attention PR #1791), over the length factor at 8k and the sustained clock
-_H100_LENGTH_8K = 64.0 / (64.0 + ATTENTION_OVERHEAD_BLOCKS)
-_H100_ATTENTION = 556.4 / 989.0 / _H100_LENGTH_8K / SUSTAINED_CLOCK_H100
-_H100_ATTENTION_FA2 = 286.2 / 989.0 / _H100_LENGTH_8K / SUSTAINED_CLOCK_H100
+#: The boost clock H100 / H200 attention kernels hold (nvidia-smi's maximum SM clock, 1980 MHz,
+#: against the 1830 MHz of the 989 TFLOP/s peak): they stay under the 700 W limit
+#: (cosearch/data/h200_kernels.csv).
+BOOST_CLOCK_H100 = 1980.0 / 1830.0
+#: Per-clock long-sequence efficiencies of cuDNN 9.19 fused attention / PyTorch's FlashAttention-2
+#: on H200, fwd+bwd, causal, head dim 128: the geometric mean over 1k-16k tokens of each row's
+#: rate over (989 TFLOP/s x its clock / 1830 MHz x the length factor), cosearch/data/h200_kernels.csv
+#: (8k: 503.9 TFLOP/s at 1965 MHz / 273.1 at 1980 MHz); tests/test_h200_kernels.py recomputes both.
+_H100_ATTENTION = 0.525
+_H100_ATTENTION_FA2 = 0.288
+#: FP8 / BF16 GEMM rate at the 700 W limit on H200, four training shapes (EFFICIENCY_SOURCES["H100"])
+FP8_RATE_H100 = 1.84
 _A100_EFF = KernelEfficiency(0.931, _A100_ATTENTION, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256,
                              tile_k=64, tile_slots=108, k_overhead=128.0, attention_overhead=ATTENTION_OVERHEAD_BLOCKS,
                              sustained_clock=SUSTAINED_CLOCK_A100)
 _H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256,
-                             tile_k=64, tile_slots=132, k_overhead=128.0, fp8_rate=1.765,
+                             tile_k=64, tile_slots=132, k_overhead=128.0, fp8_rate=FP8_RATE_H100,
                              attention_overhead=ATTENTION_OVERHEAD_BLOCKS, attention_fa2=_H100_ATTENTION_FA2,
                              sustained_clock=SUSTAINED_CLOCK_H100)
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
-                         fp4_rate=4.0 * 1.765 / 2.0, sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
+                         fp4_rate=4.0 * FP8_RATE_H100 / 2.0, sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
 _TPU5_EFF = KernelEfficiency(source=EFFICIENCY_SOURCES["TPU v5"])
 
 
@@ -465,7 +488,7 @@ GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_byte
 #: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s,
 #: dense NVFP4 15 PFLOP/s, 6x BF16 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4 dense per 72).
 GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
-                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=6.0 * 1.765 / 2.0))
+                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=6.0 * FP8_RATE_H100 / 2.0))
 #: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
 #: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).
 TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 16e9, 8.19e11, 5.0e10, _TPU5_EFF)

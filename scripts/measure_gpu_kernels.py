@@ -1,0 +1,389 @@
+"""Measure one GPU's kernels for cosearch's calibration table (``cosearch/data/<chip>_kernels.csv``).
+
+Run on the GPU to be described, with torch (and, for the clock and power readings,
+``nvidia-ml-py``)::
+
+    python scripts/measure_gpu_kernels.py --chip H200 --out h200_kernels.csv
+
+It times, on random data (zeros draw less power and run faster):
+
+* ``gemm``: bf16 ``torch.matmul`` over square sizes, the shapes of the training runs in
+  ``modern_runs.jsonl`` (Llama 3 8B/70B, GPT-3 175B), small-K and small-M shapes, shapes one
+  tile either side of a full wave of tiles, and an unaligned K;
+* ``gemm-fp8``: e4m3 ``torch._scaled_mm`` (per-tensor scales, bf16 output);
+* ``bmm``: batched attention-score matmuls (unfused attention);
+* ``attention-fa2`` / ``attention-cudnn``: causal ``scaled_dot_product_attention`` with the
+  flash (FlashAttention-2) and cuDNN back ends, forward and backward timed apart, head dim 64
+  and 128, 1k-16k tokens;
+* ``copy``: device-to-device copies from 4 KiB to 4 GiB (bytes = read + written);
+* ``elementwise``: GELU and LayerNorm at training shapes (bytes = read + written);
+* ``sustained``: a 8192^3 bf16 GEMM back to back for ``--sustain-s`` seconds, in windows, to
+  read the clock and rate the chip holds at its power limit;
+* ``sustained-attention``: FlashAttention-2 and cuDNN attention (causal, 8k, head dim 128)
+  forward+backward back to back, the same way;
+* ``sustained-layer``: a Llama 3 8B decoder layer (8192 tokens) forward+backward back to back,
+  with each attention back end: the clock a training step's mix of kernels holds, and the
+  layer's time.
+
+Every row carries the SM clock and board power read right after it (NVML), so a row can be
+compared with a model at the clock it actually ran at.  Rows are written as they finish
+(Ctrl-C keeps them).  Times: CUDA events around ``iters`` back-to-back launches, the median
+of ``reps`` such loops, after warm-up.  FLOPs: ``2 m n k batch``; causal attention counts
+half the score and value matmuls; the backward counts 2.5x the forward (FlashAttention's
+convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+
+COLUMNS = ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "tflops", "GBps",
+           "sm_clock_mhz", "power_w", "note")
+
+
+class Nvml:
+    """SM clock (MHz) and board power (W) of GPU 0, or blanks where NVML is missing."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nv = pynvml
+            self._h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:       # noqa: BLE001 - NVML is optional
+            self._nv = None
+
+    def read(self) -> tuple[str, str]:
+        if self._nv is None:
+            return "", ""
+        nv, h = self._nv, self._h
+        return (str(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                f"{nv.nvmlDeviceGetPowerUsage(h) / 1e3:.0f}")
+
+    def facts(self) -> dict[str, str]:
+        if self._nv is None:
+            return {}
+        nv, h = self._nv, self._h
+        out = {}
+        for key, fn in (("name", lambda: nv.nvmlDeviceGetName(h)),
+                        ("driver", nv.nvmlSystemGetDriverVersion),
+                        ("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3),
+                        ("max_sm_clock_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+                        ("max_mem_clock_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
+                        ("app_sm_clock_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM))):
+            try:
+                out[key] = str(fn())
+            except Exception as exc:    # noqa: BLE001
+                out[key] = f"n/a ({type(exc).__name__})"
+        return out
+
+
+class Table:
+    def __init__(self, path: str, nvml: Nvml) -> None:
+        self.path, self.nvml, self.rows = path, nvml, []
+
+    def add(self, kind, m, n, k, batch, dtype_bytes, seconds, flops=0.0, nbytes=0.0, note=""):
+        clock, power = self.nvml.read()
+        row = (kind, m, n, k, batch, dtype_bytes, f"{seconds:.6g}",
+               f"{flops / seconds / 1e12:.1f}" if flops else "", f"{nbytes / seconds / 1e9:.1f}" if nbytes else "",
+               clock, power, note)
+        self.rows.append(row)
+        with open(self.path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(COLUMNS)
+            w.writerows(self.rows)
+        print(",".join(str(x) for x in row), flush=True)
+
+
+def timer(torch, fn, iters: int, reps: int = 5, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3 / iters)
+    return statistics.median(times)
+
+
+def iters_for(flops_or_bytes: float, rate: float) -> int:
+    """Enough launches for ~20 ms a loop (at least 3)."""
+    return int(max(3, min(2000, 0.02 / max(flops_or_bytes / rate, 1e-7))))
+
+
+GEMM_SHAPES = [
+    # (m, n, k, note)
+    *[(s, s, s, "square") for s in (256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)],
+    (2048, 2048, 13312, "MAMF best shape on H100 (ml-engineering)"),
+    (1024, 10240, 5120, "MAMF best shape on A100 (ml-engineering)"),
+    (3456, 4096, 8192, "CUTLASS profiler example shape"),
+    # Llama 3 8B, 8192 tokens, tp1 (qkv, proj, gate+up, down, LM head) and the weight-grad GEMM
+    (8192, 6144, 4096, "llama3-8b qkv"), (8192, 4096, 4096, "llama3-8b proj"),
+    (8192, 28672, 4096, "llama3-8b fc1 (gate+up)"), (8192, 4096, 14336, "llama3-8b fc2"),
+    (8192, 128256, 4096, "llama3-8b lm head"), (4096, 14336, 8192, "llama3-8b fc2 weight grad"),
+    # Llama 3 70B, 8192 tokens, tp8
+    (8192, 1280, 8192, "llama3-70b tp8 qkv"), (8192, 8192, 1024, "llama3-70b tp8 proj"),
+    (8192, 7168, 8192, "llama3-70b tp8 fc1"), (8192, 8192, 3584, "llama3-70b tp8 fc2"),
+    # GPT-3 175B, 2048 tokens, tp8
+    (2048, 4608, 12288, "gpt3-175b tp8 qkv"), (2048, 12288, 1536, "gpt3-175b tp8 proj"),
+    (2048, 6144, 12288, "gpt3-175b tp8 fc1"), (2048, 12288, 6144, "gpt3-175b tp8 fc2"),
+    # small K (prologue/epilogue bound) and small M (memory bound)
+    *[(8192, 8192, k, "small K") for k in (64, 128, 256, 512, 1024)],
+    *[(m, 8192, 8192, "small M") for m in (16, 64, 128, 256, 512)],
+    # one 128x256 tile either side of a full wave on 132 SMs (33 x 4 = 132 tiles, 34 x 4 = 136)
+    (4224, 1024, 8192, "132 tiles of 128x256"), (4352, 1024, 8192, "136 tiles of 128x256"),
+    (8448, 2048, 8192, "528 tiles = 4 waves"), (8576, 2048, 8192, "536 tiles"),
+    (4095, 4096, 4096, "odd M"), (4096, 4096, 4095, "odd K (unaligned)"),
+]
+
+FP8_SHAPES = [(s, s, s, "square") for s in (2048, 4096, 8192, 16384)] + [
+    (1024, 9216, 14336, "MAMF best FP8 shape on H100 (ml-engineering)"),
+    (8192, 28672, 4096, "llama3-8b fc1 (gate+up)"), (8192, 7168, 8192, "llama3-70b tp8 fc1")]
+
+BMM_SHAPES = [(2048, 2048, 128, 128, "scores, seq 2k hd 128"), (1024, 1024, 128, 512, "pytorch#83272 shape"),
+              (1024, 1024, 140, 384, "pytorch#83272 unaligned K"), (4096, 4096, 128, 32, "scores, seq 4k")]
+
+ATTN = [(seq, hd) for hd in (128, 64) for seq in (1024, 2048, 4096, 8192, 16384)]
+
+
+def run_gemms(torch, t: Table, peak: float) -> None:
+    bf16 = torch.bfloat16
+    for m, n, k, note in GEMM_SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=bf16)
+        b = torch.randn(k, n, device="cuda", dtype=bf16)
+        f = 2.0 * m * n * k
+        s = timer(torch, lambda a=a, b=b: torch.matmul(a, b), iters_for(f, peak * 0.6))
+        t.add("gemm", m, n, k, 1, 2, s, flops=f, nbytes=2.0 * (m * k + k * n + m * n), note=note)
+
+
+def run_fp8(torch, t: Table, peak: float) -> None:
+    if not hasattr(torch, "_scaled_mm"):
+        print("no torch._scaled_mm: FP8 skipped", flush=True)
+        return
+    f8, one = torch.float8_e4m3fn, torch.ones((), device="cuda")
+    for m, n, k, note in FP8_SHAPES:
+        a = torch.randn(m, k, device="cuda").to(f8)
+        b = torch.randn(n, k, device="cuda").to(f8).t()
+        f = 2.0 * m * n * k
+        fn = lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        s = timer(torch, fn, iters_for(f, 2 * peak * 0.6))
+        t.add("gemm-fp8", m, n, k, 1, 1, s, flops=f, note=note)
+
+
+def run_bmm(torch, t: Table, peak: float) -> None:
+    bf16 = torch.bfloat16
+    for m, n, k, batch, note in BMM_SHAPES:
+        a = torch.randn(batch, m, k, device="cuda", dtype=bf16)
+        b = torch.randn(batch, k, n, device="cuda", dtype=bf16)
+        f = 2.0 * m * n * k * batch
+        s = timer(torch, lambda a=a, b=b: torch.bmm(a, b), iters_for(f, peak * 0.5))
+        t.add("bmm", m, n, k, batch, 2, s, flops=f, nbytes=2.0 * batch * (m * k + k * n + m * n), note=note)
+
+
+def run_attention(torch, t: Table, peak: float) -> None:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    bf16 = torch.bfloat16
+    for backend, kind in ((SDPBackend.FLASH_ATTENTION, "attention-fa2"), (SDPBackend.CUDNN_ATTENTION, "attention-cudnn")):
+        for seq, hd in ATTN:
+            heads = 131072 // seq                              # 128k query rows in all: every SM busy
+            q, k, v = (torch.randn(1, heads, seq, hd, device="cuda", dtype=bf16, requires_grad=True)
+                       for _ in range(3))
+            fwd_flops = 4.0 * heads * seq * seq * hd / 2       # causal: half of QK^T and PV
+            try:
+                with sdpa_kernel([backend]):
+                    def fwd(q=q, k=k, v=v):
+                        with torch.no_grad():
+                            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    sf = timer(torch, fwd, iters_for(fwd_flops, peak * 0.4))
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    g = torch.randn_like(out)
+                    sb = timer(torch, lambda out=out, qkv=(q, k, v), g=g: torch.autograd.grad(out, qkv, g, retain_graph=True),
+                               iters_for(2.5 * fwd_flops, peak * 0.4))
+            except Exception as exc:    # noqa: BLE001 - a back end may be missing
+                print(f"{kind} seq {seq} hd {hd}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                continue
+            t.add(kind, seq, seq, hd, heads, 2, sf, flops=fwd_flops, note="forward")
+            t.add(kind, seq, seq, hd, heads, 2, sb, flops=2.5 * fwd_flops, note="backward")
+            t.add(kind, seq, seq, hd, heads, 2, sf + sb, flops=3.5 * fwd_flops, note="forward+backward")
+    # unfused (math back end) at 2k, head dim 128, as Dao 2023's PyTorch baseline
+    seq, hd, heads = 2048, 128, 16
+    q, k, v = (torch.randn(8, heads, seq, hd, device="cuda", dtype=bf16, requires_grad=True) for _ in range(3))
+    with sdpa_kernel([SDPBackend.MATH]):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        g = torch.randn_like(out)
+
+        def fb():
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            torch.autograd.grad(o, (q, k, v), g)
+        s = timer(torch, fb, 3)
+    t.add("attention-unfused", seq, seq, hd, 8 * heads, 2, s, flops=3.5 * 4.0 * 8 * heads * seq * seq * hd / 2,
+          note="forward+backward, math back end")
+
+
+def run_memory(torch, t: Table, hbm: float) -> None:
+    for e in range(12, 33, 2):                  # 4 KiB .. 4 GiB
+        nbytes = 2 ** e
+        src = torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
+        dst = torch.empty_like(src)
+        s = timer(torch, lambda dst=dst, src=src: dst.copy_(src), iters_for(2.0 * nbytes, hbm * 0.7))
+        t.add("copy", nbytes, 1, 1, 1, 2, s, nbytes=2.0 * nbytes, note="device-to-device copy_")
+    import torch.nn.functional as F
+    for tokens, width in ((8192, 4096), (8192, 8192), (2048, 12288), (8192, 28672)):
+        x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16)
+        nb = 2.0 * 2 * tokens * width
+        s = timer(torch, lambda x=x: F.gelu(x), iters_for(nb, hbm * 0.7))
+        t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="gelu")
+        w = torch.ones(width, device="cuda", dtype=torch.bfloat16)
+        s = timer(torch, lambda x=x, w=w, width=width: F.layer_norm(x, (width,), w, w), iters_for(nb, hbm * 0.7))
+        t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="layer_norm")
+
+
+def run_sustained(torch, t: Table, seconds: float) -> None:
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    f = 2.0 * n ** 3
+    t0 = time.time()
+    window = 0
+    while time.time() - t0 < seconds:
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ev0.record()
+        for _ in range(100):
+            torch.matmul(a, b)
+        ev1.record()
+        ev1.synchronize()
+        s = ev0.elapsed_time(ev1) / 1e3 / 100
+        t.add("sustained", n, n, n, 1, 2, s, flops=f, note=f"window {window} at {time.time() - t0:.1f} s")
+        window += 1
+
+
+def _windows(torch, t: Table, kind: str, fn, flops: float, seconds: float, shape, note: str) -> None:
+    """Run ``fn`` back to back for ``seconds``; one row per ~0.2 s window (rate, clock, power)."""
+    m, n, k, batch = shape
+    fn()
+    torch.cuda.synchronize()
+    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ev0.record()
+    fn()
+    ev1.record()
+    ev1.synchronize()
+    per_window = max(1, int(0.2 / max(ev0.elapsed_time(ev1) / 1e3, 1e-6)))
+    t0, window = time.time(), 0
+    while time.time() - t0 < seconds:
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ev0.record()
+        for _ in range(per_window):
+            fn()
+        ev1.record()
+        ev1.synchronize()
+        s = ev0.elapsed_time(ev1) / 1e3 / per_window
+        t.add(kind, m, n, k, batch, 2, s, flops=flops, note=f"{note}; window {window} at {time.time() - t0:.1f} s")
+        window += 1
+
+
+def run_sustained_attention(torch, t: Table, seconds: float) -> None:
+    """FlashAttention-2 and cuDNN attention (causal, 8k, head dim 128) fwd+bwd back to back."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    seq, hd, heads = 8192, 128, 16
+    q, k, v = (torch.randn(1, heads, seq, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    flops = 3.5 * 4.0 * heads * seq * seq * hd / 2
+    for backend, kind in ((SDPBackend.FLASH_ATTENTION, "sustained-attention-fa2"),
+                          (SDPBackend.CUDNN_ATTENTION, "sustained-attention-cudnn")):
+        with sdpa_kernel([backend]):
+            def step(q=q, k=k, v=v):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                out.backward(torch.ones_like(out))
+            _windows(torch, t, kind, step, flops, seconds, (seq, seq, hd, heads), "forward+backward")
+
+
+def run_sustained_layer(torch, t: Table, seconds: float) -> None:
+    """A Llama 3 8B decoder layer (8192 tokens, GQA 32/8 heads of 128, SwiGLU 14336, RMSNorm),
+    forward and backward with autograd, back to back: the clock a training step's kernel mix
+    holds, and the layer's time for comparison with cosearch's price of the same layer."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    tokens, h, heads, kv, hd, ffn = 8192, 4096, 32, 8, 128, 14336
+    bf16 = torch.bfloat16
+
+    def w(*shape):
+        return (torch.randn(*shape, device="cuda", dtype=bf16) * 0.02).requires_grad_(True)
+    wqkv, wo, w13, w2 = w(h, (heads + 2 * kv) * hd), w(heads * hd, h), w(h, 2 * ffn), w(ffn, h)
+    n1, n2 = (torch.ones(h, device="cuda", dtype=bf16, requires_grad=True) for _ in range(2))
+    x = torch.randn(tokens, h, device="cuda", dtype=bf16, requires_grad=True)
+    gemm_flops = 2.0 * tokens * h * ((heads + 2 * kv) * hd + heads * hd + 3 * ffn)
+    attn_flops = 4.0 * heads * tokens * tokens * hd / 2
+    flops = 3.0 * gemm_flops + 3.5 * attn_flops
+
+    def layer():
+        a = F.rms_norm(x, (h,), n1)
+        qkv = a @ wqkv
+        q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], dim=-1)
+        q = q.view(1, tokens, heads, hd).transpose(1, 2)
+        k = k.view(1, tokens, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
+        v = v.view(1, tokens, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(tokens, heads * hd)
+        y = x + o @ wo
+        b = F.rms_norm(y, (h,), n2)
+        g, u = (b @ w13).chunk(2, dim=-1)
+        out = y + (F.silu(g) * u) @ w2
+        out.backward(torch.ones_like(out))
+    for backend, kind in ((SDPBackend.FLASH_ATTENTION, "sustained-layer-fa2"),
+                          (SDPBackend.CUDNN_ATTENTION, "sustained-layer-cudnn")):
+        with sdpa_kernel([backend]):
+            _windows(torch, t, kind, layer, flops, seconds, (tokens, h, ffn, 1),
+                     "llama3-8b layer fwd+bwd, 8192 tokens")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--chip", required=True, help="the chip's name as cosearch's presets spell it (H200)")
+    p.add_argument("--out", required=True, help="CSV to write")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak, to size the loops")
+    p.add_argument("--hbm-GBps", type=float, default=4800.0, help="datasheet HBM bandwidth, to size the loops")
+    p.add_argument("--sustain-s", type=float, default=30.0)
+    p.add_argument("--only", default="gemm,fp8,bmm,attention,memory,sustained")
+    a = p.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to measure", file=sys.stderr)
+        return 2
+    nvml = Nvml()
+    facts = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
+             "cublas": str(getattr(torch.backends.cuda, "preferred_blas_library", lambda: "")()),
+             "cudnn": str(torch.backends.cudnn.version()), "device": torch.cuda.get_device_name(0),
+             "sm_count": str(torch.cuda.get_device_properties(0).multi_processor_count), **nvml.facts()}
+    with open(os.path.splitext(a.out)[0] + "_facts.txt", "w") as fh:
+        fh.write("\n".join(f"{k}: {v}" for k, v in facts.items()) + "\n")
+    print(facts, flush=True)
+    t = Table(a.out, nvml)
+    peak, hbm = a.peak_tflops * 1e12, a.hbm_GBps * 1e9
+    steps = {"gemm": lambda: run_gemms(torch, t, peak), "fp8": lambda: run_fp8(torch, t, peak),
+             "bmm": lambda: run_bmm(torch, t, peak), "attention": lambda: run_attention(torch, t, peak),
+             "memory": lambda: run_memory(torch, t, hbm), "sustained": lambda: run_sustained(torch, t, a.sustain_s),
+             "sustained-attention": lambda: run_sustained_attention(torch, t, a.sustain_s),
+             "sustained-layer": lambda: run_sustained_layer(torch, t, a.sustain_s)}
+    for name in a.only.split(","):
+        t0 = time.time()
+        try:
+            steps[name]()
+        except Exception as exc:    # noqa: BLE001 - keep the other sections
+            print(f"section {name} failed: {type(exc).__name__}: {exc}", flush=True)
+        print(f"section {name}: {time.time() - t0:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,245 @@
+"""The GPU kernel model against cosearch's own H200 measurements (cosearch/data/h200_kernels.csv,
+made by scripts/measure_gpu_kernels.py; the conditions are in cosearch/data/h200_kernels.md).
+
+Every row carries the SM clock it ran at, so each is compared with the model on an H200 at that
+clock (the preset's per-clock efficiencies, ``sustained_clock`` 1): what is checked is the
+kernel model, not the clock assumption; the clock assumption is checked against the sustained
+runs apart."""
+
+import csv
+import importlib.resources
+import math
+import statistics
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cosearch import cost, graph, hardware
+from cosearch._kernels.formulas import attention_length_efficiency
+from cosearch.models import ModelConfig
+
+H200 = hardware.H200
+DATASHEET_MHZ = 1830.0          # the clock of the 989 TFLOP/s peak
+HOST_BOUND_S = 20e-6            # below this a Python launch loop measures the launch rate
+
+
+def _rows(kind=None):
+    text = importlib.resources.files("cosearch").joinpath("data/h200_kernels.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    return [r for r in rows if kind is None or r["kind"] == kind]
+
+
+def _chip_at(mhz: float, attention_kernel: str = "best"):
+    eff = H200.efficiency.at_full_clock().with_attention_kernel(attention_kernel)
+    return H200.with_(clock_hz=H200.clock_hz * mhz / DATASHEET_MHZ, efficiency=eff)
+
+
+def _price(ops, chip) -> float:
+    return float(cost.price(np.array([o.as_row() for o in ops]), chip)[0].sum())
+
+
+def _ints(r):
+    return (int(r[f]) for f in ("m", "n", "k", "batch", "dtype_bytes"))
+
+
+def _gemm_error(r) -> float:
+    """Model speed over measured speed, minus 1 (positive: the model is optimistic)."""
+    m, n, k, b, dt = _ints(r)
+    op = graph.Op("g", "gemm", m=m, n=n, k=k, batch=b, bytes_read=(m * k + k * n) * b * dt,
+                  bytes_written=m * n * b * 2, dtype_bytes=dt)
+    return float(r["seconds"]) / _price([op], _chip_at(float(r["sm_clock_mhz"]))) - 1.0
+
+
+def _spatial(m, n, b) -> float:
+    """Fraction of the SM-rounds a 128x256 tile grid fills (the partial-wave loss alone)."""
+    tiles = b * math.ceil(m / 128) * math.ceil(n / 256)
+    return m * n * b / (math.ceil(tiles / 132) * 132 * 128 * 256)
+
+
+def _gemm_group(r) -> str:
+    m, n, k, b, _ = _ints(r)
+    if float(r["seconds"]) < HOST_BOUND_S:
+        return "host-bound"
+    if k % 8:
+        return "unaligned"          # K not a multiple of 8: cuBLAS leaves its fast kernels
+    if k < 128:
+        return "tiny-k"
+    if m < 1024:
+        return "small-m"            # cuBLAS picks narrow tiles / split-K; the model pads M to 128
+    if _spatial(m, n, b) < 0.9:
+        return "partial-wave"       # cuBLAS's other tiles and stream-K avoid most of the loss
+    return "full"
+
+
+#: (lowest, highest) model error per group, bf16 and FP8, with why
+GEMM_BOUNDS = {
+    "full": (-0.10, 0.10),
+    "partial-wave": (-0.45, 0.0),   # the model charges the partial last wave in full: pessimistic
+    "small-m": (-0.90, 0.0),
+    "tiny-k": (0.0, 0.30),          # a 64-deep K: the prologue model undercharges
+    "unaligned": (1.0, 6.0),        # unaligned K runs a slow kernel the model does not know
+}
+
+
+@pytest.mark.parametrize("r", [r for r in _rows() if r["kind"] in ("gemm", "gemm-fp8", "bmm")],
+                         ids=lambda r: f"{r['kind']}-{r['m']}x{r['n']}x{r['k']}x{r['batch']}")
+def test_gemm_rows_at_their_clock(r):
+    group = _gemm_group(r)
+    if group == "host-bound":
+        pytest.skip("under 20 us: the Python launch loop, not the kernel, is measured")
+    lo, hi = GEMM_BOUNDS[group]
+    if r["kind"] == "gemm-fp8" and group == "full":
+        # the preset's FP8 rate is the ratio at the power limit (1.84); at one clock FP8 runs
+        # 1.92-2.0x bf16, so at a row's own clock the model is up to ~6% slower still
+        lo = -0.12
+    if r["kind"] == "bmm" and group == "full":
+        lo = -0.20      # K = 128: the 128-element prologue is overcharged (rows at -10% to -18%)
+    err = _gemm_error(r)
+    assert lo <= err <= hi, f"{group}: model {err:+.1%} ({r['note']})"
+
+
+def test_every_gemm_group_is_populated_and_full_rows_are_the_training_shapes():
+    groups = {}
+    for r in _rows("gemm"):
+        groups.setdefault(_gemm_group(r), []).append(r["note"])
+    assert set(GEMM_BOUNDS) <= set(groups)
+    full = groups["full"]
+    assert sum("llama3" in n or "gpt3" in n for n in full) >= 10, full
+
+
+def test_fp8_rate_is_the_measured_ratio_at_the_power_limit():
+    """FP8 / bf16 rate at the same four training shapes, both near the 700 W limit."""
+    bf = {(r["m"], r["n"], r["k"]): float(r["tflops"]) for r in _rows("gemm")}
+    shapes = [("8192", "8192", "8192"), ("16384", "16384", "16384"), ("8192", "28672", "4096"),
+              ("8192", "7168", "8192")]
+    f8 = {(r["m"], r["n"], r["k"]): float(r["tflops"]) for r in _rows("gemm-fp8")}
+    ratios = [f8[s] / bf[s] for s in shapes]
+    assert all(1.75 < x < 1.9 for x in ratios), ratios
+    assert statistics.mean(ratios) == pytest.approx(H200.efficiency.fp8_rate, abs=0.01)
+
+
+def _attention_rows(kind, head_dim, note="forward+backward"):
+    return [r for r in _rows(kind) if r["note"] == note and int(r["k"]) == head_dim]
+
+
+def _attention_error(r, kernel) -> float:
+    s, _, d, heads, dt = _ints(r)
+    g = graph._Builder(dt)
+    if r["note"] in ("forward", "forward+backward"):
+        g.attention("fwd", [], s, s, d, heads, 1.0, 3.0 * s, 1.0 * s)
+    if r["note"] in ("backward", "forward+backward"):
+        g.attention("bwd", [], s, s, d, heads, 2.5, 5.0 * s, 3.0 * s)
+    return float(r["seconds"]) / _price(g.ops, _chip_at(float(r["sm_clock_mhz"]), kernel)) - 1.0
+
+
+KERNELS = {"attention-cudnn": "best", "attention-fa2": "fa2"}
+
+
+@pytest.mark.parametrize("kind", sorted(KERNELS))
+def test_attention_fwd_bwd_by_length_at_their_clock(kind):
+    """Head dim 128, 1k-16k tokens, forward+backward: every length within 10% (measured -9% to
+    +1%: the fit's residuals plus the systolic fill the op pays beside its FLOPs)."""
+    rows = _attention_rows(kind, 128)
+    assert [int(r["m"]) for r in rows] == [1024, 2048, 4096, 8192, 16384]
+    errs = [_attention_error(r, KERNELS[kind]) for r in rows]
+    assert max(abs(e) for e in errs) <= 0.10, [f"{e:+.1%}" for e in errs]
+
+
+@pytest.mark.parametrize("kind,field", [("attention-cudnn", "attention"), ("attention-fa2", "attention_fa2")])
+def test_attention_constants_recomputed_from_the_table(kind, field):
+    """The preset's per-clock efficiency is the geometric mean over lengths of each row's rate
+    over (peak at its clock x the length factor): recomputed here from the rows."""
+    c = hardware.ATTENTION_OVERHEAD_BLOCKS
+    per = [float(r["tflops"]) / (989.0 * float(r["sm_clock_mhz"]) / DATASHEET_MHZ)
+           / attention_length_efficiency(float(r["m"]), c) for r in _attention_rows(kind, 128)]
+    assert math.exp(statistics.mean(math.log(x) for x in per)) == pytest.approx(getattr(H200.efficiency, field),
+                                                                                 abs=0.002)
+
+
+def test_length_overhead_is_the_least_squares_value():
+    """6.5 blocks minimises the squared log error of both kernels' fwd+bwd rows over 1k-16k
+    (each kernel at its own best per-clock efficiency), on a 0.25-block grid from 0 to 12."""
+    def sse(c):
+        total = 0.0
+        for kind in KERNELS:
+            per = [math.log(float(r["tflops"]) / float(r["sm_clock_mhz"]) / attention_length_efficiency(float(r["m"]), c))
+                   for r in _attention_rows(kind, 128)]
+            mu = statistics.mean(per)
+            total += sum((x - mu) ** 2 for x in per)
+        return total
+    grid = [0.25 * i for i in range(1, 49)]
+    best = min(grid, key=sse)
+    assert abs(best - hardware.ATTENTION_OVERHEAD_BLOCKS) <= 0.5, best
+
+
+def test_forward_and_backward_alone_and_head_dim_64_are_known_off():
+    """One overhead for both passes: a forward alone is priced slow, a backward alone about right
+    or fast; head dim 64 is not modelled (its kernels run 13-30% below head dim 128 per FLOP):
+    optimistic.  Each as measured, so a change in the model that moves them shows here."""
+    for kind, kernel in KERNELS.items():
+        fwd = [_attention_error(r, kernel) for r in _attention_rows(kind, 128, "forward")]
+        bwd = [_attention_error(r, kernel) for r in _attention_rows(kind, 128, "backward")]
+        hd64 = [_attention_error(r, kernel) for r in _attention_rows(kind, 64)]
+        assert all(-0.35 <= e <= 0.0 for e in fwd), fwd
+        assert all(-0.10 <= e <= 0.06 for e in bwd), bwd
+        assert all(-0.06 <= e <= 0.35 for e in hd64), hd64
+
+
+def test_large_copies_and_the_memory_efficiency():
+    for r in _rows("copy"):
+        m = int(r["m"])
+        op = graph.Op("copy", "vector", elements=m / 2, ops_per_element=1.0, bytes_read=float(m),
+                      bytes_written=float(m), dtype_bytes=2)
+        err = float(r["seconds"]) / _price([op], _chip_at(float(r["sm_clock_mhz"]))) - 1.0
+        if m >= 64 * 2 ** 20:
+            assert abs(err) <= 0.03, (m, err)
+        else:       # launch-bound from Python (~8 us a launch) or L2-resident: not HBM
+            assert float(r["seconds"]) < 40e-6
+
+
+LLAMA3_8B = ModelConfig(name="llama3-8b-layer", num_layers=1, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
+                        vocab=128256, seq_len=8192, activation="swiglu", norm="rmsnorm", position="rotary",
+                        bias=False, tie_embeddings=False, dropout=False)
+
+
+def _layer_s(chip) -> float:
+    return sum(_price(graph.build(LLAMA3_8B, tp=1, microbatch=1, phase=ph, part="layer",
+                                  flash_attention=True).ops, chip) for ph in ("fwd", "bwd"))
+
+
+@pytest.mark.parametrize("kind,kernel", [("sustained-layer-cudnn", "best"), ("sustained-layer-fa2", "fa2")])
+def test_llama3_8b_layer_at_its_clock(kind, kernel):
+    """A whole decoder layer, forward+backward, as PyTorch ran it back to back for 15 s: the
+    model's price at the clock it held is within 6% of the measured time (the windows after the
+    first second, median)."""
+    rows = [r for r in _rows(kind) if float(r["note"].rsplit(" at ", 1)[1][:-2]) >= 1.0]
+    assert len(rows) >= 30
+    measured = statistics.median(float(r["seconds"]) for r in rows)
+    mhz = statistics.mean(float(r["sm_clock_mhz"]) for r in rows)
+    err = measured / _layer_s(_chip_at(mhz, kernel)) - 1.0
+    assert abs(err) <= 0.06, f"model {err:+.1%} at {mhz:.0f} MHz"
+
+
+def test_sustained_clock_lies_between_the_measured_loads():
+    """The preset's sustained clock (1500 MHz) against what the H200 held at 700 W: at most
+    the Llama 3 8B layer's clock (either attention kernel) and at least that of back-to-back
+    8192^3 GEMMs, the heaviest load (after the first 5 s)."""
+    def held(kind, after_s):
+        return statistics.mean(float(r["sm_clock_mhz"]) for r in _rows(kind)
+                               if float(r["note"].rsplit(" at ", 1)[1][:-2]) >= after_s)
+    gemm = held("sustained", 5.0)
+    layers = [held("sustained-layer-cudnn", 1.0), held("sustained-layer-fa2", 1.0)]
+    preset = H200.efficiency.sustained_clock * DATASHEET_MHZ
+    assert 1400 < gemm < preset < min(layers), (gemm, preset, layers)
+    # attention alone stays near the boost clock, under the power limit
+    assert held("sustained-attention-fa2", 1.0) >= 1950
+    assert max(float(r["power_w"]) for r in _rows("sustained")) <= 710
+
+
+def test_preset_clock_prices_the_layer_within_ten_percent():
+    """The same layer at the preset's own clock (what a plan is priced at)."""
+    for kind, kernel in (("sustained-layer-cudnn", "best"), ("sustained-layer-fa2", "fa2")):
+        measured = statistics.median(float(r["seconds"]) for r in _rows(kind))
+        chip = H200.with_(efficiency=replace(H200.efficiency.with_attention_kernel(kernel)))
+        assert abs(measured / _layer_s(chip) - 1.0) <= 0.10, kind
