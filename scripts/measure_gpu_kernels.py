@@ -17,6 +17,8 @@ It times, on random data (zeros draw less power and run faster):
   and 128, 1k-16k tokens;
 * ``copy``: device-to-device copies from 4 KiB to 4 GiB (bytes = read + written);
 * ``elementwise``: GELU and LayerNorm at training shapes (bytes = read + written);
+* ``vector``: add by size, SwiGLU's silu(g) * u, RMSNorm, cross-entropy over a 128k vocabulary
+  and a fused / foreach AdamW step (rows ``elementwise`` and ``optimizer``);
 * ``sustained``: a 8192^3 bf16 GEMM back to back for ``--sustain-s`` seconds, in windows, to
   read the clock and rate the chip holds at its power limit;
 * ``sustained-attention``: FlashAttention-2 and cuDNN attention (causal, 8k, head dim 128)
@@ -249,6 +251,50 @@ def run_memory(torch, t: Table, hbm: float) -> None:
         t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="layer_norm")
 
 
+def run_vector(torch, t: Table, hbm: float) -> None:
+    """Training's memory-bound kernels: elementwise add by size, SwiGLU's silu(g) * u, RMSNorm,
+    the LM head's cross-entropy (forward+backward over a 128k vocabulary) and a fused AdamW
+    step (fp32 master weights, gradients and both moments: 28 bytes per parameter)."""
+    import torch.nn.functional as F
+    bf16 = torch.bfloat16
+    for e in range(20, 31, 2):                  # 1 MiB .. 1 GiB per operand
+        n = 2 ** e // 2
+        a, b = (torch.randn(n, device="cuda", dtype=bf16) for _ in range(2))
+        nb = 3.0 * 2 * n
+        s = timer(torch, lambda a=a, b=b: torch.add(a, b), iters_for(nb, hbm * 0.6))
+        t.add("elementwise", n, 1, 1, 1, 2, s, nbytes=nb, note="add (read 2, write 1)")
+    for tokens, width in ((8192, 14336), (8192, 3584)):
+        g, u = (torch.randn(tokens, width, device="cuda", dtype=bf16) for _ in range(2))
+        nb = 3.0 * 2 * tokens * width
+        s = timer(torch, lambda g=g, u=u: F.silu(g) * u, iters_for(nb, hbm * 0.6))
+        t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="silu(g) * u, eager (two kernels)")
+    for tokens, width in ((8192, 4096), (8192, 8192)):
+        x = torch.randn(tokens, width, device="cuda", dtype=bf16)
+        w = torch.ones(width, device="cuda", dtype=bf16)
+        nb = 2.0 * 2 * tokens * width
+        s = timer(torch, lambda x=x, w=w, width=width: F.rms_norm(x, (width,), w), iters_for(nb, hbm * 0.6))
+        t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="rms_norm")
+    tokens, vocab = 8192, 128256
+    logits = torch.randn(tokens, vocab, device="cuda", dtype=bf16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,), device="cuda")
+
+    def ce(logits=logits, target=target):
+        F.cross_entropy(logits, target).backward()
+    s = timer(torch, ce, 3)
+    t.add("elementwise", tokens, vocab, 1, 1, 2, s, nbytes=2.0 * 2 * tokens * vocab,
+          note="cross_entropy forward+backward (bytes: logits read, grad written)")
+    n = 1_000_000_000
+    params = [torch.zeros(n // 4, device="cuda", requires_grad=True) for _ in range(4)]
+    for q in params:
+        q.grad = torch.randn_like(q)
+    for fused in (True, False):
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=fused, foreach=None if fused else True)
+        s = timer(torch, opt.step, 3, reps=3, warmup=2)
+        t.add("optimizer", n, 1, 1, 1, 4, s, nbytes=28.0 * n,
+              note=f"AdamW step, fp32, {'fused' if fused else 'foreach'} (28 bytes per parameter)")
+        del opt
+
+
 def run_sustained(torch, t: Table, seconds: float) -> None:
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -354,7 +400,7 @@ def main(argv=None) -> int:
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak, to size the loops")
     p.add_argument("--hbm-GBps", type=float, default=4800.0, help="datasheet HBM bandwidth, to size the loops")
     p.add_argument("--sustain-s", type=float, default=30.0)
-    p.add_argument("--only", default="gemm,fp8,bmm,attention,memory,sustained")
+    p.add_argument("--only", default="gemm,fp8,bmm,attention,memory,vector,sustained")
     a = p.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
@@ -373,6 +419,7 @@ def main(argv=None) -> int:
     steps = {"gemm": lambda: run_gemms(torch, t, peak), "fp8": lambda: run_fp8(torch, t, peak),
              "bmm": lambda: run_bmm(torch, t, peak), "attention": lambda: run_attention(torch, t, peak),
              "memory": lambda: run_memory(torch, t, hbm), "sustained": lambda: run_sustained(torch, t, a.sustain_s),
+             "vector": lambda: run_vector(torch, t, hbm),
              "sustained-attention": lambda: run_sustained_attention(torch, t, a.sustain_s),
              "sustained-layer": lambda: run_sustained_layer(torch, t, a.sustain_s)}
     for name in a.only.split(","):
