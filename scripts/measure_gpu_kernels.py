@@ -17,6 +17,8 @@ It times, on random data (zeros draw less power and run faster):
   and 128, 1k-16k tokens;
 * ``copy``: device-to-device copies from 4 KiB to 4 GiB (bytes = read + written);
 * ``elementwise``: GELU and LayerNorm at training shapes (bytes = read + written);
+* ``gemm-sweep``: N and M swept in steps of 256 / 128 (the tile and wave model);
+* ``attention-head-dims``: causal fwd+bwd at 4k for head dims 64-256 (one timed call each);
 * ``vector``: add by size, SwiGLU's silu(g) * u, RMSNorm, cross-entropy over a 128k vocabulary
   and a fused / foreach AdamW step (rows ``elementwise`` and ``optimizer``);
 * ``sustained``: a 8192^3 bf16 GEMM back to back for ``--sustain-s`` seconds, in windows, to
@@ -295,6 +297,45 @@ def run_vector(torch, t: Table, hbm: float) -> None:
         del opt
 
 
+def run_gemm_sweep(torch, t: Table, peak: float) -> None:
+    """Dense sweeps for the tile/wave model: N from 256 to 4096 by 256 at M = K = 8192, and M
+    from 128 to 4096 by 128 at N = K = 4096."""
+    bf16 = torch.bfloat16
+    shapes = [(8192, n, 8192) for n in range(256, 4097, 256)] + [(m, 4096, 4096) for m in range(128, 4097, 128)]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=bf16)
+        b = torch.randn(k, n, device="cuda", dtype=bf16)
+        f = 2.0 * m * n * k
+        s = timer(torch, lambda a=a, b=b: torch.matmul(a, b), iters_for(f, peak * 0.6))
+        t.add("gemm", m, n, k, 1, 2, s, flops=f, nbytes=2.0 * (m * k + k * n + m * n), note="sweep")
+
+
+def run_attention_head_dims(torch, t: Table, peak: float) -> None:
+    """Causal fwd+bwd at 4k tokens for head dims 64, 96, 128, 192 and 256, both back ends."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    seq = 4096
+    for backend, kind in ((SDPBackend.FLASH_ATTENTION, "attention-fa2"), (SDPBackend.CUDNN_ATTENTION, "attention-cudnn")):
+        for hd in (64, 96, 128, 192, 256):
+            heads = 32 * 128 // hd
+            q, k, v = (torch.randn(1, heads, seq, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))
+            fwd_flops = 4.0 * heads * seq * seq * hd / 2
+            try:
+                with sdpa_kernel([backend]):
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    g = torch.randn_like(out)
+
+                    def fb(q=q, k=k, v=v, g=g):
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                        torch.autograd.grad(o, (q, k, v), g)
+                    s = timer(torch, fb, iters_for(3.5 * fwd_flops, peak * 0.4))
+            except Exception as exc:    # noqa: BLE001 - a back end may not take this head dim
+                print(f"{kind} hd {hd}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+                continue
+            t.add(kind, seq, seq, hd, heads, 2, s, flops=3.5 * fwd_flops, note="forward+backward, head-dim sweep")
+
+
 def run_sustained(torch, t: Table, seconds: float) -> None:
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -420,6 +461,8 @@ def main(argv=None) -> int:
              "bmm": lambda: run_bmm(torch, t, peak), "attention": lambda: run_attention(torch, t, peak),
              "memory": lambda: run_memory(torch, t, hbm), "sustained": lambda: run_sustained(torch, t, a.sustain_s),
              "vector": lambda: run_vector(torch, t, hbm),
+             "gemm-sweep": lambda: run_gemm_sweep(torch, t, peak),
+             "attention-head-dims": lambda: run_attention_head_dims(torch, t, peak),
              "sustained-attention": lambda: run_sustained_attention(torch, t, a.sustain_s),
              "sustained-layer": lambda: run_sustained_layer(torch, t, a.sustain_s)}
     for name in a.only.split(","):
