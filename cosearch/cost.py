@@ -100,7 +100,7 @@ def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fracti
 def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0,
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
-    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained = \
+    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained, sk_fix = \
         IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
@@ -133,8 +133,13 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         if slots > 0:     # thread-block tiles over the SMs (an independent NumPy statement of the rule)
             sl = max(1.0, np.floor(slots * frac))
             blocks = b * np.ceil(m / tm) * np.ceil(n / tn)
-            occupied = np.ceil(blocks / sl) * sl * tm * tn
-            shape = (m * n * b / occupied) * (k / (np.ceil(k / tk) * tk + k_over))
+            per_tile = np.ceil(k / tk) * tk + k_over           # K-elements a tile takes
+            busy = np.ceil(blocks / sl) * per_tile              # whole tiles, wave after wave
+            if sk_fix > 0:   # stream-K: whole waves, then the leftover tiles' K-steps over every SM
+                leftover = np.mod(blocks, sl)
+                split = np.floor(blocks / sl) * per_tile + np.maximum(leftover * per_tile / sl, tk) + sk_fix
+                busy = np.where(leftover > 0, np.minimum(busy, split), busy)
+            shape = m * n * b * k / (sl * tm * tn * busy)
         else:
             shape = 1.0
         rate = np.where((dt == 1.0) & (fp8_rate > 0.0), fp8_rate, 1.0)   # 1-byte operands: FP8 tensor cores

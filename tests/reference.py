@@ -7,12 +7,12 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0)):
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op
     cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d[:11]
     glb = d[11] if len(d) > 11 else 0.0
-    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained = \
-        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0))[:13]
+    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained, sk_fix = \
+        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0))[:14]
     clock = boost_clock * sustained   # the sustained clock; the HBM bandwidth stays
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
@@ -38,8 +38,12 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
         if slots > 0:   # thread-block tiles: count the rounds the busiest SM runs
             sl = max(1, math.floor(slots * frac))
             blocks = int(b) * math.ceil(m / tm) * math.ceil(n / tn)
-            rounds = blocks // sl + (1 if blocks % sl else 0)
-            e_tensor = e_tensor * (m * n * b) / (rounds * sl * tm * tn) * k / (math.ceil(k / tk) * tk + k_over)
+            per_tile = math.ceil(k / tk) * tk + k_over      # K-elements of work per tile
+            busiest = (blocks // sl + (1 if blocks % sl else 0)) * per_tile
+            if sk_fix > 0 and blocks % sl:   # stream-K: leftover tiles shared by all, if faster
+                shared = (blocks // sl) * per_tile + max((blocks % sl) * per_tile / sl, tk) + sk_fix
+                busiest = min(busiest, shared)
+            e_tensor = e_tensor * (m * n * b * k) / (busiest * sl * tm * tn)
         if dt == 1 and fp8 > 0:   # FP8 operands run at the chip's FP8 rate
             e_tensor = e_tensor * fp8
         elif dt < 1 and fp4 > 0:  # NVFP4 at the FP4 rate
@@ -56,21 +60,31 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
     return 0.0
 
 
-def gemm_tiles_simulated(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead):
+def gemm_tiles_simulated(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead, stream_k_fixup=0.0):
     """Efficiency of a tiled GEMM by simulation: every output tile (edge tiles clipped) is
     handed to the SM that frees up first; a tile costs ``ceil(k / tile_k) tile_k +
-    k_overhead`` MAC-rounds of a full ``tile_m x tile_n`` tile whatever its size.  Returns
-    useful MACs / (makespan x slots x tile_m x tile_n)."""
+    k_overhead`` MAC-rounds of a full ``tile_m x tile_n`` tile whatever its size.  With
+    ``stream_k_fixup`` > 0 (stream-K) the tiles that do not fill a last wave are not handed out
+    whole: their MAC-rounds are pooled and dealt to the SMs in equal shares (none under one
+    ``tile_k`` step), each SM's share costing ``stream_k_fixup`` more, unless handing out whole
+    tiles is faster.  Returns useful MACs / (makespan x slots x tile_m x tile_n)."""
     import heapq
     free = [0.0] * slots
     heapq.heapify(free)
     useful = 0.0
     cost = math.ceil(k / tile_k) * tile_k + k_overhead
-    for _ in range(batch):
-        for i in range(0, m, tile_m):
-            for j in range(0, n, tile_n):
-                useful += min(tile_m, m - i) * min(tile_n, n - j) * k
-                heapq.heappush(free, heapq.heappop(free) + cost)
+    tiles = [(i, j) for _ in range(batch) for i in range(0, m, tile_m) for j in range(0, n, tile_n)]
+    whole = len(tiles) if stream_k_fixup <= 0 else len(tiles) - len(tiles) % slots
+    for i, j in tiles:
+        useful += min(tile_m, m - i) * min(tile_n, n - j) * k
+    for _ in range(whole):
+        heapq.heappush(free, heapq.heappop(free) + cost)
+    pooled = (len(tiles) - whole) * cost
+    if pooled:
+        share = max(pooled / slots, tile_k)     # K is not split finer than one main-loop step
+        split = max(f + share + stream_k_fixup for f in free)
+        whole_tiles = gemm_tiles_simulated(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead)
+        return max(useful / (split * slots * tile_m * tile_n), whole_tiles)   # the faster of the two
     return useful / (max(free) * slots * tile_m * tile_n)
 
 

@@ -126,12 +126,21 @@ def test_shape_factor_hand_worked():
     # 4096^3 on 108 SMs with 128x256x64 tiles and 128 K of prologue: 32 x 16 = 512 tiles in
     # 5 waves of 108 (540 tile-rounds): 512 / 540 of the rounds do work; K: 4096 / (4096 + 128)
     want = (512 / 540) * (4096 / 4224)
-    assert gemm_shape_efficiency(4096.0, 4096.0, 4096.0, 1.0, 128.0, 256.0, 64.0, 108.0, 128.0) == \
+    assert gemm_shape_efficiency(4096.0, 4096.0, 4096.0, 1.0, 128.0, 256.0, 64.0, 108.0, 128.0, 0.0) == \
         pytest.approx(want, rel=1e-14)
     # a GEMM with one tile uses one SM of 108; K = 100 pads to 128 main-loop steps
-    assert gemm_shape_efficiency(100.0, 200.0, 100.0, 1.0, 128.0, 256.0, 64.0, 108.0, 0.0) == \
+    assert gemm_shape_efficiency(100.0, 200.0, 100.0, 1.0, 128.0, 256.0, 64.0, 108.0, 0.0, 0.0) == \
         pytest.approx((100 * 200) / (108 * 128 * 256) * (100 / 128), rel=1e-14)
-    assert gemm_shape_efficiency(5.0, 5.0, 5.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0) == 1.0   # model off
+    assert gemm_shape_efficiency(5.0, 5.0, 5.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0) == 1.0   # model off
+    # stream-K on 132 SMs: 4352 x 1024 is 34 x 4 = 136 tiles, one whole wave of 132 and 4 left;
+    # each tile is 8192 + 128 K-elements; the 4 leftover tiles' 4 x 8320 are shared by all 132
+    # SMs, each paying a 512 fix-up: the busiest SM does 8320 + 4 x 8320 / 132 + 512
+    want = (136 * 8192) / (132 * (8320 + 4 * 8320 / 132 + 512))
+    assert gemm_shape_efficiency(4352.0, 1024.0, 8192.0, 1.0, 128.0, 256.0, 64.0, 132.0, 128.0, 512.0) == \
+        pytest.approx(want, rel=1e-14)
+    # whole waves only: stream-K changes nothing
+    assert gemm_shape_efficiency(4224.0, 1024.0, 8192.0, 1.0, 128.0, 256.0, 64.0, 132.0, 128.0, 512.0) == \
+        pytest.approx(8192 / 8320, rel=1e-14)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -143,9 +152,10 @@ def test_shape_factor_equals_a_tile_simulation(seed):
         tm, tn, tk = (int(rng.choice([16, 32, 64, 128])) for _ in range(3))
         slots = int(rng.integers(1, 40))
         k0 = float(rng.choice([0.0, 32.0, 128.0]))
+        sk = float(rng.choice([0.0, 64.0, 512.0]))
         got = gemm_shape_efficiency(float(m), float(n), float(k), float(b), float(tm), float(tn), float(tk),
-                                    float(slots), k0)
-        assert got == pytest.approx(gemm_tiles_simulated(m, n, k, b, tm, tn, tk, slots, k0), rel=1e-12)
+                                    float(slots), k0, sk)
+        assert got == pytest.approx(gemm_tiles_simulated(m, n, k, b, tm, tn, tk, slots, k0, sk), rel=1e-12)
 
 
 def test_small_and_skinny_gemms_run_below_the_best_shape():
@@ -163,7 +173,7 @@ def test_small_and_skinny_gemms_run_below_the_best_shape():
 def test_efficiency_columns_match_the_kernel_indices():
     from cosearch._kernels import formulas as F
     names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD", "E_FP8",
-             "E_FP4", "E_ATTN_OVERHEAD", "E_CLOCK")
+             "E_FP4", "E_ATTN_OVERHEAD", "E_CLOCK", "E_STREAM_K")
     assert [getattr(F, n) for n in names] == list(range(len(hardware.EFF_FIELDS)))
     e = hardware.A100_80GB.efficiency.as_array()
     assert (e[F.E_SLOTS], e[F.E_TILE_M], e[F.E_K_OVERHEAD]) == (108, 128, 128)

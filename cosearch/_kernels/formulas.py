@@ -105,7 +105,7 @@ NB = len(BREAKDOWN_FIELDS) + 5
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
- E_ATTN_OVERHEAD, E_CLOCK) = range(13)
+ E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K) = range(14)
 
 @njit(cache=True, inline="always")
 def operand_traffic_bytes(m, n, k, batch, rows, cols, dtype_bytes):
@@ -136,22 +136,42 @@ def attention_length_efficiency(sq, overhead_blocks):
 
 # ---------------------------------------------------------------- GEMM shape efficiency
 @njit(cache=True, inline="always")
-def gemm_shape_efficiency(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead):
+def gemm_shape_efficiency(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead, stream_k_fixup):
     """Fraction of a GPU's best-shape GEMM rate that a ``batch`` x (m x k) @ (k x n) GEMM
     reaches, from how a tiled kernel maps onto the chip (wave and tile quantisation).
 
     The output is cut into ``tile_m x tile_n`` thread-block tiles; ``slots`` of them run at
-    once (one per SM), so the kernel takes ``waves = ceil(tiles / slots)`` rounds and the
-    useful fraction of the SM-rounds it occupies is ``m n batch / (waves slots tile_m
-    tile_n)`` (partial last wave, padded edge tiles, idle SMs of a small GEMM).  Along K a
-    tile runs ``ceil(k / tile_k)`` main-loop steps of ``tile_k`` plus a pipeline prologue
-    and epilogue worth ``k_overhead`` more (the software pipeline filling its stages before
-    the first MMA): ``k / (ceil(k / tile_k) tile_k + k_overhead)``.  1 where ``slots <= 0``
+    once (one per SM).  Along K a tile runs ``ceil(k / tile_k)`` main-loop steps of ``tile_k``
+    plus a pipeline prologue and epilogue worth ``k_overhead`` more (the software pipeline
+    filling its stages before the first MMA).
+
+    Without stream-K (``stream_k_fixup`` 0) the kernel takes ``waves = ceil(tiles / slots)``
+    rounds of whole tiles: the useful fraction of the SM-rounds is ``m n batch / (waves slots
+    tile_m tile_n)`` (partial last wave, padded edge tiles, idle SMs of a small GEMM) times
+    ``k / (ceil(k / tile_k) tile_k + k_overhead)``.  With stream-K (``stream_k_fixup`` > 0, K-
+    elements; Hopper's cuBLAS / CUTLASS 3 persistent kernels) the full waves run whole tiles
+    and the tiles of the partial last wave are split along K evenly over all ``slots`` SMs, each
+    paying ``stream_k_fixup`` K-elements for the partial-tile reduction: the kernel takes
+    ``full * S + max(rem * S / slots, 1) + stream_k_fixup / tile_k`` steps, ``S`` a tile's steps,
+    ``full`` and ``rem`` the whole waves and the tiles left over (no share is smaller than one
+    main-loop step), or the whole-tile waves' ``ceil(tiles / slots) * S`` where that is fewer (the
+    library runs the faster decomposition: a GEMM of one partial wave or a short K is not split).  1 where ``slots <= 0``
     (the model is off: search-space designs are priced on the plain roofline)."""
     if slots <= 0.0:
         return 1.0
     tiles = batch * math.ceil(m / tile_m) * math.ceil(n / tile_n)
     waves = math.ceil(tiles / slots)
+    if stream_k_fixup > 0.0:
+        steps = math.ceil(k / tile_k) + k_overhead / tile_k
+        full = math.floor(tiles / slots)
+        rem = tiles - full * slots
+        if rem > 0.0:
+            share = rem * steps / slots
+            if share < 1.0:     # K is split no finer than one main-loop step
+                share = 1.0
+            split = full * steps + share + stream_k_fixup / tile_k
+            if split < waves * steps:
+                return (m * n * batch * k) / (slots * tile_m * tile_n * tile_k * split)
     spatial = (m * n * batch) / (waves * slots * tile_m * tile_n)
     temporal = k / (math.ceil(k / tile_k) * tile_k + k_overhead)
     return spatial * temporal

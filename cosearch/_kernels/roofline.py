@@ -40,7 +40,8 @@ clock the chip sustains under continuous load); HBM bandwidth does not scale wit
 Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction * eff[2]))
 + eff[3] (launch).  A GEMM's ``eff_unit`` is ``eff[0]`` times
 :func:`cosearch._kernels.formulas.gemm_shape_efficiency` (wave and tile quantisation of a
-GPU's thread-block tiles over its SMs, ``eff[4:9]``; 1 where ``eff[7]`` (slots) is 0), the
+GPU's thread-block tiles over its SMs, ``eff[4:9]``, with stream-K's split last wave where
+``eff[13]`` (``E_STREAM_K``) is set; 1 where ``eff[7]`` (slots) is 0), the
 slots scaled by ``core_fraction`` like the cores.  A GEMM with 1-byte operands (FP8) runs
 ``eff[9]`` (``E_FP8``) times faster than the same GEMM in bf16, one with NVFP4 operands (under
 1 byte) ``eff[10]`` (``E_FP4``) times.
@@ -60,6 +61,7 @@ from .formulas import (
     E_FP8,
     E_K_OVERHEAD,
     E_SLOTS,
+    E_STREAM_K,
     E_TENSOR,
     E_TILE_K,
     E_TILE_M,
@@ -105,7 +107,7 @@ def _price_one(op, d, frac, eff):
         if eff[E_SLOTS] > 0.0 and slots < 1.0:
             slots = 1.0
         shape = gemm_shape_efficiency(m, n, k, b, eff[E_TILE_M], eff[E_TILE_N], eff[E_TILE_K], slots,
-                                      eff[E_K_OVERHEAD])
+                                      eff[E_K_OVERHEAD], eff[E_STREAM_K])
         compute = cycles / clock / (eff[E_TENSOR] * shape)
         if dt == 1.0 and eff[E_FP8] > 0.0:
             compute = compute / eff[E_FP8]  # FP8 operands: the chip's FP8 rate
