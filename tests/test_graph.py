@@ -60,7 +60,8 @@ def test_backward_has_dgrad_and_wgrad_for_every_gemm():
 def test_head_and_embedding():
     c = gpt()
     h = graph.build(c, tp=2, part="head")
-    assert h.tensor_flops == pytest.approx(2 * 64 * math.ceil(1000 / 2) * 256)
+    # the 1,000-word vocabulary padded to a multiple of 128 x 2 (1,024), 512 columns a rank
+    assert h.tensor_flops == pytest.approx(2 * 64 * 512 * 256)
     e = graph.build(c, tp=1, part="embedding")
     assert e.tensor_flops == 0 and len(e) >= 1
 
@@ -231,3 +232,17 @@ def test_from_module_names_an_unsupported_op():
             return torch.fft.fft(x).real
     with pytest.raises(ValueError, match=r"fft"):
         graph.from_module(Odd(), torch.randn(2, 8))
+
+
+def test_lm_head_vocabulary_is_padded_per_rank_as_megatron_does():
+    """Megatron-LM pads the vocabulary to a multiple of 128 x tp (make-vocab-size-divisible-by):
+    GPT-2's 50,257 at tp 8 is 51,200, 6,400 a rank; Llama 3's 128,256 at tp 1 is already aligned."""
+    from cosearch.graph import vocab_shard
+    assert vocab_shard(50257, 8) == 51200 // 8
+    assert vocab_shard(50257, 1) == 50304
+    assert vocab_shard(128256, 1) == 128256
+    assert vocab_shard(128256, 8) == 129024 // 8
+    cfg = models.preset("gpt3-175b")
+    head = graph.build(cfg, tp=8, phase="fwd", part="head")
+    lm = next(o for o in head.ops if o.name == "lm_head")
+    assert lm.n == 6400 and lm.n % 128 == 0
