@@ -46,8 +46,11 @@ def op_array(ops: LayerGraph | np.ndarray) -> np.ndarray:
     if isinstance(ops, LayerGraph):
         return ops.arrays()
     arr = np.ascontiguousarray(ops, dtype=np.float64)
+    if arr.ndim == 2 and arr.shape[1] == len(OP_FIELDS) - 1:   # rows from before head_dim: none fused
+        arr = np.ascontiguousarray(np.hstack([arr, np.zeros((len(arr), 1))]))
     if arr.ndim != 2 or arr.shape[1] != len(OP_FIELDS):
-        raise ValueError(f"op array must have shape (n, {len(OP_FIELDS)}), got {arr.shape}")
+        raise ValueError(f"op array must have shape (n, {len(OP_FIELDS)}) (or {len(OP_FIELDS) - 1} columns "
+                         f"without head_dim), got {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
         raise ValueError("op array has negative or non-finite entries")
     return arr
@@ -100,8 +103,8 @@ def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fracti
 def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0,
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
-    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained, sk_fix = \
-        IDEAL.as_array() if eff is None else eff
+    e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained, sk_fix, a_over_bwd, \
+        a_head = IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
@@ -146,9 +149,16 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         rate = np.where((dt < 1.0) & (fp4_rate > 0.0), fp4_rate, rate)   # NVFP4
         tensor_t = np.maximum(np.maximum(compute_t / (e_t * shape * rate), nbytes / bw), onchip_t) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
-        # fused attention: per 128-query-row block, a_over blocks of fixed work beside its m / 128
-        length = m / (m + 128.0 * a_over) if a_over > 0 else 1.0
-        attn_t = np.maximum(compute_t / (e_a * length), op_bytes) + launch
+        # fused attention: per 128-query-row block, a_over (forward) or a_over_bwd (a backward,
+        # k = 2.5 head dims) blocks of fixed work beside its m / 128; a head of d does d MACs a
+        # score against a_head of softmax work (relative to d = 128); unfused matmuls (d = 0):
+        # the forward's length factor alone
+        d_head = o["head_dim"]
+        over = np.where((d_head > 0) & (k > 1.5 * d_head), a_over_bwd, a_over)
+        length = np.where(over > 0, m / (m + 128.0 * over), 1.0)
+        head = np.where((d_head > 0) & (a_head > 0), (1.0 + a_head / 128.0) / (1.0 + a_head / np.maximum(d_head, 1.0)),
+                        1.0)
+        attn_t = np.maximum(compute_t / (e_a * length * head), op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]
         vec_t = np.maximum(np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock, op_bytes) + launch
     kind = o["kind"]
@@ -241,7 +251,8 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
 
     ``measurements``: a CSV path or a mapping of column arrays.  Op rows carry
     ``m, n, k, batch, dtype_bytes, seconds`` (a GEMM ``(m x k) @ (k x n)`` repeated ``batch``
-    times; an optional ``kind`` column says ``gemm`` (default) or ``attention``); collective
+    times; an optional ``kind`` column says ``gemm`` (default) or ``attention``, and an optional
+    ``head_dim`` column marks fused attention kernels, priced as the graph's are); collective
     rows carry ``collective`` (allreduce / allgather / reducescatter / alltoall), ``bytes``, ``group``
     (ranks), ``link`` (intra / inter) and ``seconds``.  Rows of the other kind leave those
     columns empty.  GEMM times are fitted as ``max(c / e_t, b / (e_m B)) + launch``
@@ -276,10 +287,21 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         bad = sorted(set(kinds) - {"gemm", "attention"})
         if bad:
             raise ValueError(f"calibrate: unknown op kind(s) {bad}; use 'gemm' or 'attention'")
-        arr = np.array([Op("m", "gemm" if kk == "gemm" else "bmm", m=int(a), n=int(bb), k=int(c), batch=int(d),
-                           bytes_read=(a * c + c * bb) * d * t, bytes_written=a * bb * d * t,
-                           dtype_bytes=int(t)).as_row()
-                        for a, bb, c, d, t, kk in zip(m, n, k, b, dt, kinds)])
+        # an optional head_dim column marks fused attention kernels (cosearch measure writes it):
+        # they get the length factor of their pass and the head-dim factor, as the graph's ops do
+        hd = np.zeros(len(ops_rows))
+        if "head_dim" in cols:
+            hd = np.array([0.0 if str(x).strip() in ("", "nan", "None") else float(x) for x in cols["head_dim"][ops_rows]])
+            if not np.all(np.isfinite(hd)) or np.any(hd < 0) or np.any(hd != np.round(hd)):
+                raise ValueError("calibrate: column 'head_dim' must hold non-negative whole numbers (0: not fused)")
+            if np.any((hd > 0) & (kinds != "attention")):
+                raise ValueError("calibrate: only attention rows can have a head_dim")
+
+        def _op(a, bb, c, d, t, kk, h):
+            kind = "gemm" if kk == "gemm" else ("attention" if h > 0 else "bmm")
+            return Op("m", kind, m=int(a), n=int(bb), k=int(c), batch=int(d), bytes_read=(a * c + c * bb) * d * t,
+                      bytes_written=a * bb * d * t, dtype_bytes=int(t), head_dim=int(h)).as_row()
+        arr = np.array([_op(*row) for row in zip(m, n, k, b, dt, kinds, hd)])
         # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)
         # (with the chip's GEMM shape model, if it has one: only the four scalars are fitted)
         unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0, sustained_clock=1.0)

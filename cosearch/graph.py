@@ -50,7 +50,7 @@ ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "att
 
 #: Column order of the op arrays handed to the kernels.
 OP_FIELDS = ("kind", "m", "n", "k", "batch", "elements", "ops_per_element",
-             "bytes_read", "bytes_written", "dtype_bytes")
+             "bytes_read", "bytes_written", "dtype_bytes", "head_dim")
 
 #: Arithmetic operations per element of each vector op (forward); backward uses 2x.
 VECTOR_OPS_PER_ELEMENT = {
@@ -80,6 +80,9 @@ class Op:
     bytes_written: float = 0.0
     dtype_bytes: int = 2
     weight_bytes: float = 0.0
+    #: a fused attention kernel's head dimension (0: not a fused attention op); its ``k`` is
+    #: ``flops_factor x head_dim``, so ``k > head_dim`` marks the backward
+    head_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in _KIND_CODE:
@@ -92,6 +95,10 @@ class Op:
             raise ValueError(f"op {self.name!r}: vector op needs positive elements and ops_per_element")
         elif self.kind in NETWORK_KINDS and self.bytes_read <= 0:
             raise ValueError(f"op {self.name!r}: {self.kind} needs positive bytes")
+        if isinstance(self.head_dim, bool) or int(self.head_dim) != self.head_dim or self.head_dim < 0:
+            raise ValueError(f"op {self.name!r}: head_dim must be a non-negative integer, got {self.head_dim!r}")
+        if self.head_dim and self.kind != "attention":
+            raise ValueError(f"op {self.name!r}: only a fused attention op has a head_dim")
 
     @property
     def unit(self) -> str:
@@ -108,7 +115,7 @@ class Op:
 
     def as_row(self) -> list[float]:
         return [float(_KIND_CODE[self.kind]), self.m, self.n, self.k, self.batch, self.elements,
-                self.ops_per_element, self.bytes_read, self.bytes_written, self.dtype_bytes]
+                self.ops_per_element, self.bytes_read, self.bytes_written, self.dtype_bytes, float(self.head_dim)]
 
 
 @dataclass(frozen=True)
@@ -217,7 +224,7 @@ class _Builder:
         k = int(round(flops_factor * d))  # 2 m n k batch = flops_factor * 2 sq sk d batch
         return self._add(Op(name, "attention", tuple(x for x in deps if x is not None), m=sq, n=sk, k=k,
                             batch=batch, bytes_read=rows_read * d * batch * dt,
-                            bytes_written=rows_written * d * batch * dt, dtype_bytes=dt))
+                            bytes_written=rows_written * d * batch * dt, dtype_bytes=dt, head_dim=int(d)))
 
     def fp8_cast(self, name: str, deps, elements: float, out_bytes: float = 1.0) -> int:
         """Cast a bf16 tensor to FP8 (or NVFP4) with its scales (Transformer Engine's /

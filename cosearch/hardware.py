@@ -82,7 +82,8 @@ DESIGN_FIELDS = (
 #: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
-              "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock", "stream_k_fixup")
+              "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock", "stream_k_fixup",
+              "attention_overhead_bwd", "attention_head_overhead")
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,15 @@ class KernelEfficiency:
     kernel at long sequences (FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN on Hopper);
     a kernel with ``sq`` query rows reaches ``attention`` times
     :func:`cosearch._kernels.formulas.attention_length_efficiency` — each 128-row block pays
-    ``attention_overhead`` key blocks of fixed work (0: no length effect).
+    ``attention_overhead`` key blocks of fixed work in a forward, ``attention_overhead_bwd`` in a
+    backward (0: no length effect; -1, the default: the forward's).  Head dim:
+    :func:`cosearch._kernels.formulas.attention_head_efficiency` — each score costs ``head_dim``
+    multiply-adds per matmul and softmax work worth ``attention_head_overhead`` more, relative to
+    head dim 128 (0: no head-dim effect).
     ``attention_fa2``: the long-sequence efficiency of FlashAttention-2-generation kernels
     (PyTorch SDPA's flash backend, Triton ports) on this chip, which engines that run them use
-    (:attr:`cosearch.engine.Engine.attention_kernel`); 0: the same as ``attention``.
+    (:attr:`cosearch.engine.Engine.attention_kernel`); 0: the same as ``attention``;
+    ``attention_head_overhead_fa2`` their head-dim overhead (-1: ``attention_head_overhead``).
 
     Clock: ``sustained_clock`` is the fraction of the datasheet-peak clock the chip holds under
     continuous load at its power limit (training runs for hours; a GPU's SM clock drops to
@@ -144,8 +150,18 @@ class KernelEfficiency:
     attention_fa2: float = 0.0
     sustained_clock: float = 1.0
     stream_k_fixup: float = 0.0
+    attention_overhead_bwd: float = -1.0
+    attention_head_overhead: float = 0.0
+    attention_head_overhead_fa2: float = -1.0
 
     def __post_init__(self) -> None:
+        for f in ("attention_overhead_bwd", "attention_head_overhead", "attention_head_overhead_fa2"):
+            x = getattr(self, f)
+            lo = 0.0 if f == "attention_head_overhead" else -1.0
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (lo <= x <= 1e3) \
+                    or (lo < x < 0.0):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, 1e3]"
+                                 + (" or -1 (the default)" if lo < 0 else "") + f", got {x!r}")
         for f in ("attention_overhead", "attention_fa2"):
             x = getattr(self, f)
             hi = 1.0 if f == "attention_fa2" else 1e3
@@ -175,7 +191,10 @@ class KernelEfficiency:
                 raise ValueError(f"KernelEfficiency.{f} must be in [0, 1e6) K-elements, got {v!r}")
 
     def as_array(self) -> np.ndarray:
-        return np.array([float(getattr(self, f)) for f in EFF_FIELDS], dtype=np.float64)
+        vals = {f: float(getattr(self, f)) for f in EFF_FIELDS}
+        if vals["attention_overhead_bwd"] < 0.0:          # -1: the backward pays the forward's
+            vals["attention_overhead_bwd"] = float(self.attention_overhead)
+        return np.array([vals[f] for f in EFF_FIELDS], dtype=np.float64)
 
     def with_attention_kernel(self, kernel: str) -> KernelEfficiency:
         """This efficiency with the attention kernel an engine runs: ``"best"`` (the chip's own,
@@ -187,7 +206,10 @@ class KernelEfficiency:
         if kernel == "best":
             return self
         fa2 = self.attention_fa2 if self.attention_fa2 > 0.0 else self.attention
-        return replace(self, attention=fa2 * (FA1_TRITON_SPEED if kernel == "fa1-triton" else 1.0))
+        head = self.attention_head_overhead_fa2 if self.attention_head_overhead_fa2 >= 0.0 \
+            else self.attention_head_overhead
+        return replace(self, attention=fa2 * (FA1_TRITON_SPEED if kernel == "fa1-triton" else 1.0),
+                       attention_head_overhead=head)
 
     def at_full_clock(self) -> KernelEfficiency:
         """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
@@ -222,8 +244,8 @@ EFFICIENCY_SOURCES = {
             "Attention 0.553 of peak at long sequences (0.649 per clock): FlashAttention-2 fwd+bwd, causal, "
             "head dim 128, seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, "
             "as cosearch counts them; an attention benchmark holds the power-limited clock), divided by the "
-            "length factor at 2k (16 / (16 + 6.5) = 0.711) and the sustained clock (see "
-            "ATTENTION_OVERHEAD_BLOCKS for the length factor).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
+            "forward+backward length factor at 2k (0.710, see ATTENTION_OVERHEAD_FWD / _BWD) and the "
+            "sustained clock; head-dim overhead assumed FlashAttention-2's on H200 (22.5).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
             "(FastIceFlo effective-throughput table; chsasank device-benchmarks).  Launch 4 us per kernel "
             "(CUDA launch + PyTorch dispatch).",
     "H100": "GEMM shape model: 128x256x64 tiles, 128 K-elements of prologue, one tile per SM on the 132 SMs "
@@ -243,13 +265,14 @@ EFFICIENCY_SOURCES = {
             "so a training step's mix sits near 1500.  Attention: kernel benchmarks do not reach the power "
             "limit (FlashAttention-2 fwd+bwd at 8k holds 1980 MHz for 15 s at 570 W, cuDNN averages 1842 MHz), "
             "so their rates are per boost clock (1980 MHz, 1.082x the datasheet clock), not per sustained "
-            "clock.  Attention 0.525 per clock at long sequences: cuDNN 9.19 fused attention (Transformer "
-            "Engine's Hopper back end) fwd+bwd, causal, head dim 128, 1k-16k tokens (8k: 503.9 TFLOP/s at "
-            "1965 MHz), each row over its clock and the length factor, geometric mean (h200_kernels.csv); "
-            "attention_fa2 0.288 per clock: PyTorch SDPA's flash back end (FlashAttention-2) on the same "
+            "clock.  Attention 0.526 per clock at long sequences: cuDNN 9.19 fused attention (Transformer "
+            "Engine's Hopper back end), causal, head dim 128, forward and backward rows at 1k-16k tokens "
+            "(8k fwd+bwd: 503.9 TFLOP/s at 1965 MHz), each over its clock and its pass's length factor, "
+            "geometric mean (h200_kernels.csv); attention_fa2 0.2885 per clock: PyTorch SDPA's flash back end (FlashAttention-2) on the same "
             "sweep (8k: 273.1 TFLOP/s at 1980 MHz).  Checked against FlashAttention-3 (556.4 TFLOP/s fwd+bwd, "
             "Dao-AILab/flash-attention PR #1791) and FlashAttention-2 (286.2 there; 265 at 2k, Dao 2023 Fig. "
-            "7) at the boost clock.  Length factor: see ATTENTION_OVERHEAD_BLOCKS.  Memory 0.90: a 4 GiB "
+            "7) at the boost clock.  Length factors: see ATTENTION_OVERHEAD_FWD / _BWD; head dim: "
+            "ATTENTION_HEAD_OVERHEAD (cuDNN, 56.2) and ATTENTION_HEAD_OVERHEAD_FA2 (22.5).  Memory 0.90: a 4 GiB "
             "device copy reaches 4288 of 4800 GB/s on H200 (0.893, h200_kernels.csv) and 90.6% of peak on "
             "an H100; launch 4 us.  FP8 rate 1.84: e4m3 torch._scaled_mm over bf16 torch.matmul at the same "
             "four training shapes (8192^3, 16384^3, 8192x28672x4096, 8192x7168x8192), both at the 700 W power "
@@ -257,7 +280,7 @@ EFFICIENCY_SOURCES = {
             "GEMMs draw more power and hold a ~5% lower clock, which a single sustained clock cannot "
             "express, so the ratio at the power limit is the one used.",
     "Blackwell": "No Blackwell kernel-level row is in cosearch/data/public_kernels.csv: the H100's kernel "
-                 "per-clock fractions (tensor 0.856, attention 0.525 / FA2 0.288, memory 0.90, FP8 rate 1.84, the same "
+                 "per-clock fractions (tensor 0.856, attention 0.526 / FA2 0.2885, memory 0.90, FP8 rate 1.84, the same "
                  "tile model) are assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip "
                  "preset).  Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 "
                  "pull the SM clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 "
@@ -268,15 +291,29 @@ EFFICIENCY_SOURCES = {
               "by whatever XLA's kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
 }
 
-#: Fixed work per 128-row block of a fused attention kernel, in key blocks, for a forward and its
-#: backward together (what a training step runs): 6.5, the least-squares value over cosearch's own
-#: H200 sweep of FlashAttention-2 and cuDNN fwd+bwd, causal, head dim 128, at 1k-16k tokens, each
-#: row at its own clock (cosearch/data/h200_kernels.csv): every row within 4% of the fitted curve.
-#: The forward alone has less (about 1.8: FlashAttention-3 and Triton-tutorial forward rates at
-#: 512-16k on H100, pytorch/benchmark commit D60117034; 2-3.5 on the H200 sweep) and the backward
-#: more (about 8): one overhead for both prices the pair, and a recomputed forward (selective
-#: recompute) is priced up to ~10% slow at 2k.
-ATTENTION_OVERHEAD_BLOCKS = 6.5
+#: Fixed work per 128-row block of a fused attention kernel, in key blocks: 3.5 in a forward and
+#: 7.75 in a backward, the least-squares pair over cosearch's own H200 sweep of FlashAttention-2
+#: and cuDNN forward-only and backward-only rows, causal, head dim 128, 1k-16k tokens, each row
+#: at its own clock and each kernel at its own long-sequence rate (cosearch/data/h200_kernels.csv:
+#: every row within 7% of the curve).  (FlashAttention-3 and Triton-tutorial forward rates at
+#: 512-16k on H100, pytorch/benchmark commit D60117034, give about 1.8 for the forward.)
+ATTENTION_OVERHEAD_FWD = 3.5
+ATTENTION_OVERHEAD_BWD = 7.75
+#: Softmax work per score element beside the head dim's multiply-adds, relative to head dim 128
+#: (:func:`cosearch._kernels.formulas.attention_head_efficiency`): from the H200 sweep's head dim
+#: 64 over head dim 128 fwd+bwd rates per FLOP at equal length and clock (geometric mean over
+#: 1k-16k; flat with length): cuDNN 0.766 -> 56.2, FlashAttention-2 0.870 -> 22.5.
+ATTENTION_HEAD_OVERHEAD = 56.2
+ATTENTION_HEAD_OVERHEAD_FA2 = 22.5
+
+
+def _pair_length(seq: float) -> float:
+    """The length factor of a forward + backward pair (1 + 2.5 units of work) at ``seq``."""
+    def factor(c):
+        t = seq / 128.0
+        return t / (t + c)
+    return 3.5 / (1.0 / factor(ATTENTION_OVERHEAD_FWD) + 2.5 / factor(ATTENTION_OVERHEAD_BWD))
+
 
 #: Attention kernels an engine can run (:meth:`KernelEfficiency.with_attention_kernel`).
 ATTENTION_KERNELS = ("best", "fa2", "fa1-triton")
@@ -313,29 +350,34 @@ SUSTAINED_CLOCK_BLACKWELL = 1580.0 / 1965.0
 
 #: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
 #: (Dao 2023 Fig. 4d), over the length factor at 2k and the sustained clock
-_A100_ATTENTION = 155.0 / 312.0 / (16.0 / (16.0 + ATTENTION_OVERHEAD_BLOCKS)) / SUSTAINED_CLOCK_A100
+_A100_ATTENTION = 155.0 / 312.0 / _pair_length(2048.0) / SUSTAINED_CLOCK_A100
 #: The boost clock H100 / H200 attention kernels hold (nvidia-smi's maximum SM clock, 1980 MHz,
 #: against the 1830 MHz of the 989 TFLOP/s peak): they stay under the 700 W limit
 #: (cosearch/data/h200_kernels.csv).
 BOOST_CLOCK_H100 = 1980.0 / 1830.0
 #: Per-clock long-sequence efficiencies of cuDNN 9.19 fused attention / PyTorch's FlashAttention-2
-#: on H200, fwd+bwd, causal, head dim 128: the geometric mean over 1k-16k tokens of each row's
-#: rate over (989 TFLOP/s x its clock / 1830 MHz x the length factor), cosearch/data/h200_kernels.csv
-#: (8k: 503.9 TFLOP/s at 1965 MHz / 273.1 at 1980 MHz); tests/test_h200_kernels.py recomputes both.
-_H100_ATTENTION = 0.525
-_H100_ATTENTION_FA2 = 0.288
+#: on H200, causal, head dim 128: the geometric mean over the forward-only and backward-only rows
+#: at 1k-16k tokens of each row's rate over (989 TFLOP/s x its clock / 1830 MHz x its pass's
+#: length factor), cosearch/data/h200_kernels.csv (8k fwd+bwd: 503.9 TFLOP/s at 1965 MHz / 273.1
+#: at 1980 MHz); tests/test_h200_kernels.py recomputes both.
+_H100_ATTENTION = 0.526
+_H100_ATTENTION_FA2 = 0.2885
 #: Hopper's stream-K fix-up per SM for the split last wave, K-elements (8 main-loop steps of 64):
 #: the least-squares value over cosearch's own H200 GEMM rows (EFFICIENCY_SOURCES["H100"])
 STREAM_K_FIXUP_H100 = 512.0
 #: FP8 / BF16 GEMM rate at the 700 W limit on H200, four training shapes (EFFICIENCY_SOURCES["H100"])
 FP8_RATE_H100 = 1.84
 _A100_EFF = KernelEfficiency(0.931, _A100_ATTENTION, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256,
-                             tile_k=64, tile_slots=108, k_overhead=128.0, attention_overhead=ATTENTION_OVERHEAD_BLOCKS,
+                             tile_k=64, tile_slots=108, k_overhead=128.0, attention_overhead=ATTENTION_OVERHEAD_FWD,
+                             attention_overhead_bwd=ATTENTION_OVERHEAD_BWD,
+                             attention_head_overhead=ATTENTION_HEAD_OVERHEAD_FA2,
                              sustained_clock=SUSTAINED_CLOCK_A100)
 _H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256,
                              tile_k=64, tile_slots=132, k_overhead=128.0, stream_k_fixup=STREAM_K_FIXUP_H100,
                              fp8_rate=FP8_RATE_H100,
-                             attention_overhead=ATTENTION_OVERHEAD_BLOCKS, attention_fa2=_H100_ATTENTION_FA2,
+                             attention_overhead=ATTENTION_OVERHEAD_FWD, attention_overhead_bwd=ATTENTION_OVERHEAD_BWD,
+                             attention_head_overhead=ATTENTION_HEAD_OVERHEAD,
+                             attention_head_overhead_fa2=ATTENTION_HEAD_OVERHEAD_FA2, attention_fa2=_H100_ATTENTION_FA2,
                              sustained_clock=SUSTAINED_CLOCK_H100)
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
                          fp4_rate=4.0 * FP8_RATE_H100 / 2.0, sustained_clock=SUSTAINED_CLOCK_BLACKWELL)

@@ -8,7 +8,7 @@ that :func:`cosearch.cost.calibrate` (and ``cosearch calibrate``) read.
   ``torch._scaled_mm`` where the GPU has FP8 tensor cores), unfused attention matmuls as
   ``torch.bmm``, fused attention as ``scaled_dot_product_attention`` (causal; the backward
   timed on its own).  Each row: ``kind, m, n, k, batch, dtype_bytes, seconds`` plus the op's
-  name and the TFLOP/s reached.
+  name, the TFLOP/s reached and ``head_dim`` (a fused attention kernel's; 0 otherwise).
 * :func:`measure_collectives` times all-reduce, all-gather, reduce-scatter and all-to-all over
   every rank of an initialised ``torch.distributed`` group (run under ``torchrun``); rows
   ``collective, bytes, group, link, seconds`` with ``bytes`` the full buffer as
@@ -33,7 +33,7 @@ __all__ = ["OpShape", "op_shapes", "measure_ops", "measure_collectives", "Measur
            "OP_COLUMNS", "COLLECTIVE_COLUMNS", "DEFAULT_COLLECTIVE_BYTES"]
 
 #: Columns of the op CSV (what calibrate reads, then the op's name and its rate).
-OP_COLUMNS = ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "name", "tflops")
+OP_COLUMNS = ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "name", "tflops", "head_dim")
 #: Columns of the collective CSV.
 COLLECTIVE_COLUMNS = ("collective", "bytes", "group", "link", "seconds")
 #: Message sizes of the collective sweep: 64 KiB to 1 GiB, every factor of 4 (the latency-bound
@@ -193,7 +193,7 @@ def measure_ops(shapes: Sequence[OpShape], path: str, device: str | None = None,
             else:
                 t = run(fn, warmup, iters)
                 rows.append((s.kind, s.m, s.n, s.k, s.batch, s.dtype_bytes, f"{t:.9g}", s.name,
-                             f"{s.flops / t / 1e12:.4g}"))
+                             f"{s.flops / t / 1e12:.4g}", s.head_dim if s.fused else 0))
                 _write_csv(path, OP_COLUMNS, rows)      # each finished row is kept (Ctrl-C loses none)
             if bar is not None:
                 bar.update(1)

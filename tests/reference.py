@@ -7,12 +7,13 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0)):
-    kind, m, n, k, b, elems, ope, br, bw_, dt = op
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)):
+    kind, m, n, k, b, elems, ope, br, bw_, dt = op[:10]
+    head_dim = op[10] if len(op) > 10 else 0
     cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d[:11]
     glb = d[11] if len(d) > 11 else 0.0
-    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained, sk_fix = \
-        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0))[:14]
+    e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained, sk_fix, \
+        attn_over_bwd, attn_head = (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0))[:16]
     clock = boost_clock * sustained   # the sustained clock; the HBM bandwidth stays
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
@@ -25,8 +26,13 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
             waves, rows = 1, math.ceil(m / split)
         compute = waves * (rows + r + c - 2) / clock
         if kind == 3:  # attention: its own efficiency (times m / (m + 128 overhead blocks)), its own bytes
-            length = m / (m + 128.0 * attn_over) if attn_over > 0 else 1.0
-            return max(compute / (e_attention * length), (br + bw_) / bw) + launch
+            backward = head_dim > 0 and k >= 2 * head_dim        # the backward does 2.5 head dims of work
+            over = attn_over_bwd if backward else attn_over
+            length = m / (m + 128.0 * over) if over > 0 else 1.0
+            head = 1.0
+            if head_dim > 0 and attn_head > 0:   # softmax work per score against head_dim MACs, vs 128
+                head = (head_dim / (head_dim + attn_head)) / (128.0 / (128.0 + attn_head))
+            return max(compute / (e_attention * length * head), (br + bw_) / bw) + launch
         a_bytes, b_bytes, c_bytes = m * k * dt * b, k * n * dt * b, m * n * dt * b
         if a_bytes + b_bytes + c_bytes <= l2:
             traffic = a_bytes + b_bytes + c_bytes

@@ -142,53 +142,64 @@ KERNELS = {"attention-cudnn": "best", "attention-fa2": "fa2"}
 
 
 @pytest.mark.parametrize("kind", sorted(KERNELS))
-def test_attention_fwd_bwd_by_length_at_their_clock(kind):
-    """Head dim 128, 1k-16k tokens, forward+backward: every length within 10% (measured -9% to
-    +1%: the fit's residuals plus the systolic fill the op pays beside its FLOPs)."""
-    rows = _attention_rows(kind, 128)
+@pytest.mark.parametrize("note", ["forward", "backward", "forward+backward"])
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_attention_by_pass_length_and_head_dim_at_their_clock(kind, note, head_dim):
+    """Forward, backward and both, head dim 128 and 64, 1k-16k tokens: every row within 12%
+    (one long-sequence rate per kernel, one length overhead per pass, one head-dim overhead
+    per kernel, fitted to the rates; the priced op adds the 4 us launch and the systolic fill,
+    which shows at 1k: the model is 8-11% slow there and within 8% from 2k up)."""
+    rows = _attention_rows(kind, head_dim, note)
     assert [int(r["m"]) for r in rows] == [1024, 2048, 4096, 8192, 16384]
     errs = [_attention_error(r, KERNELS[kind]) for r in rows]
-    assert max(abs(e) for e in errs) <= 0.10, [f"{e:+.1%}" for e in errs]
+    assert max(abs(e) for e in errs) <= 0.12, [f"{e:+.1%}" for e in errs]
+    assert max(abs(e) for e in errs[1:]) <= 0.08, [f"{e:+.1%}" for e in errs]
+
+
+def _per_clock(r, over):
+    """A row's rate over the peak at its clock and its length factor (per-clock efficiency)."""
+    return float(r["tflops"]) / (989.0 * float(r["sm_clock_mhz"]) / DATASHEET_MHZ) \
+        / attention_length_efficiency(float(r["m"]), over)
 
 
 @pytest.mark.parametrize("kind,field", [("attention-cudnn", "attention"), ("attention-fa2", "attention_fa2")])
 def test_attention_constants_recomputed_from_the_table(kind, field):
-    """The preset's per-clock efficiency is the geometric mean over lengths of each row's rate
-    over (peak at its clock x the length factor): recomputed here from the rows."""
-    c = hardware.ATTENTION_OVERHEAD_BLOCKS
-    per = [float(r["tflops"]) / (989.0 * float(r["sm_clock_mhz"]) / DATASHEET_MHZ)
-           / attention_length_efficiency(float(r["m"]), c) for r in _attention_rows(kind, 128)]
+    """The preset's per-clock efficiency is the geometric mean over the forward-only and
+    backward-only head-dim-128 rows of each row's per-clock rate: recomputed here."""
+    per = [_per_clock(r, hardware.ATTENTION_OVERHEAD_FWD) for r in _attention_rows(kind, 128, "forward")]
+    per += [_per_clock(r, hardware.ATTENTION_OVERHEAD_BWD) for r in _attention_rows(kind, 128, "backward")]
+    assert len(per) == 10
     assert math.exp(statistics.mean(math.log(x) for x in per)) == pytest.approx(getattr(H200.efficiency, field),
-                                                                                 abs=0.002)
+                                                                                 abs=0.001)
 
 
-def test_length_overhead_is_the_least_squares_value():
-    """6.5 blocks minimises the squared log error of both kernels' fwd+bwd rows over 1k-16k
-    (each kernel at its own best per-clock efficiency), on a 0.25-block grid from 0 to 12."""
-    def sse(c):
+def test_length_overheads_are_the_least_squares_pair():
+    """(3.5, 7.75) blocks minimise the squared log error of both kernels' forward-only and
+    backward-only rows over 1k-16k (each kernel at its own best per-clock rate), on a
+    0.25-block grid."""
+    def sse(cf, cb):
         total = 0.0
         for kind in KERNELS:
-            per = [math.log(float(r["tflops"]) / float(r["sm_clock_mhz"]) / attention_length_efficiency(float(r["m"]), c))
-                   for r in _attention_rows(kind, 128)]
+            per = [math.log(_per_clock(r, cf)) for r in _attention_rows(kind, 128, "forward")]
+            per += [math.log(_per_clock(r, cb)) for r in _attention_rows(kind, 128, "backward")]
             mu = statistics.mean(per)
             total += sum((x - mu) ** 2 for x in per)
         return total
-    grid = [0.25 * i for i in range(1, 49)]
-    best = min(grid, key=sse)
-    assert abs(best - hardware.ATTENTION_OVERHEAD_BLOCKS) <= 0.5, best
+    grid = [0.25 * i for i in range(0, 57)]
+    best = min(((cf, cb) for cf in grid[:25] for cb in grid), key=lambda p: sse(*p))
+    assert best == (hardware.ATTENTION_OVERHEAD_FWD, hardware.ATTENTION_OVERHEAD_BWD)
 
 
-def test_forward_and_backward_alone_and_head_dim_64_are_known_off():
-    """One overhead for both passes: a forward alone is priced slow, a backward alone about right
-    or fast; head dim 64 is not modelled (its kernels run 13-30% below head dim 128 per FLOP):
-    optimistic.  Each as measured, so a change in the model that moves them shows here."""
-    for kind, kernel in KERNELS.items():
-        fwd = [_attention_error(r, kernel) for r in _attention_rows(kind, 128, "forward")]
-        bwd = [_attention_error(r, kernel) for r in _attention_rows(kind, 128, "backward")]
-        hd64 = [_attention_error(r, kernel) for r in _attention_rows(kind, 64)]
-        assert all(-0.35 <= e <= 0.0 for e in fwd), fwd
-        assert all(-0.10 <= e <= 0.06 for e in bwd), bwd
-        assert all(-0.06 <= e <= 0.35 for e in hd64), hd64
+@pytest.mark.parametrize("kind,overhead", [("attention-cudnn", hardware.ATTENTION_HEAD_OVERHEAD),
+                                           ("attention-fa2", hardware.ATTENTION_HEAD_OVERHEAD_FA2)])
+def test_head_dim_overhead_recomputed_from_the_table(kind, overhead):
+    """Head dim 64 over head dim 128, per FLOP at equal length and clock (geometric mean over
+    1k-16k, fwd+bwd) = (1 + h / 128) / (1 + h / 64), solved for h."""
+    r64 = {r["m"]: float(r["tflops"]) / float(r["sm_clock_mhz"]) for r in _attention_rows(kind, 64)}
+    r128 = {r["m"]: float(r["tflops"]) / float(r["sm_clock_mhz"]) for r in _attention_rows(kind, 128)}
+    ratio = math.exp(statistics.mean(math.log(r64[s] / r128[s]) for s in r128))
+    assert 0.7 < ratio < 0.9
+    assert (1.0 - ratio) / (ratio / 64.0 - 1.0 / 128.0) == pytest.approx(overhead, abs=0.1)
 
 
 def test_large_copies_and_the_memory_efficiency():
@@ -315,3 +326,22 @@ def test_calibrate_on_a_real_measure_run():
     assert H200.efficiency.tensor * H200.efficiency.sustained_clock < e.tensor < 0.95
     assert max(abs(x) for x in cal.residuals) <= math.log(1.20)
     assert cal.gemm_rms_log_error <= 0.10
+
+
+def test_calibrate_reads_the_head_dim_column():
+    """With the head dims ``cosearch measure`` now writes (128 for Llama 2's fused attention), the
+    fused rows get their pass's length factor: the attention residuals shrink from +14% / -12%
+    (one overhead for both passes) to within 9%, and the fit's rms falls."""
+    path = importlib.resources.files("cosearch").joinpath("data/h200_llama2_7b_ops.csv")
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    plain = cost.calibrate(H200, cols)
+    cols["head_dim"] = ["128" if r["kind"] == "attention" else "0" for r in rows]
+    fused = cost.calibrate(H200, cols)
+    att = [i for i, r in enumerate(rows) if r["kind"] == "attention"]
+    assert max(abs(fused.residuals[i]) for i in att) <= math.log(1.09)
+    assert max(abs(fused.residuals[i]) for i in att) < max(abs(plain.residuals[i]) for i in att)
+    assert fused.gemm_rms_log_error < plain.gemm_rms_log_error
+    cols["head_dim"] = ["64"] * len(rows)          # a GEMM row cannot have one
+    with pytest.raises(ValueError, match="head_dim"):
+        cost.calibrate(H200, cols)

@@ -104,14 +104,14 @@ def test_attention_length_form_against_published_forward_rates():
     """The length factor's form, T / (T + c), against FlashAttention forward rates by sequence
     length at a fixed 16k tokens, head dim 128, on H100 (pytorch/benchmark commit D60117034):
     each length's rate over the 16k rate.  FA3 and the Triton tutorial kernel, one overhead for
-    both: c = 1.8 for the forward alone (the presets use the fwd+bwd overhead, checked against
-    cosearch's own H200 sweep in tests/test_h200_kernels.py)."""
+    both: c = 1.8 for the forward alone (the presets use the H200 sweep's own forward and backward
+    overheads, checked in tests/test_h200_kernels.py)."""
     from cosearch._kernels.formulas import attention_length_efficiency
     seqs = (512, 1024, 2048, 4096, 8192, 16384)
     fa3 = (430.32, 517.099, 565.544, 590.233, 614.234, 620.73)
     triton = (328.882, 389.723, 433.721, 458.359, 470.732, 476.753)
     c = 1.8
-    assert hardware.ATTENTION_OVERHEAD_BLOCKS > 2 * c   # a backward pays more than a forward
+    assert hardware.ATTENTION_OVERHEAD_BWD > hardware.ATTENTION_OVERHEAD_FWD >= c   # the H200's own fit
     for rates in (fa3, triton):
         for s, r in zip(seqs, rates):
             want = r / rates[-1]
@@ -173,7 +173,7 @@ def test_small_and_skinny_gemms_run_below_the_best_shape():
 def test_efficiency_columns_match_the_kernel_indices():
     from cosearch._kernels import formulas as F
     names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD", "E_FP8",
-             "E_FP4", "E_ATTN_OVERHEAD", "E_CLOCK", "E_STREAM_K")
+             "E_FP4", "E_ATTN_OVERHEAD", "E_CLOCK", "E_STREAM_K", "E_ATTN_OVERHEAD_BWD", "E_ATTN_HEAD")
     assert [getattr(F, n) for n in names] == list(range(len(hardware.EFF_FIELDS)))
     e = hardware.A100_80GB.efficiency.as_array()
     assert (e[F.E_SLOTS], e[F.E_TILE_M], e[F.E_K_OVERHEAD]) == (108, 128, 128)
@@ -228,3 +228,50 @@ def test_llm_foundry_engine_prices_its_triton_attention():
          for k in ("fa2", "fa1-triton")}
     launch = chip.efficiency.launch_s
     assert (t["fa1-triton"] - launch) / (t["fa2"] - launch) == pytest.approx(1 / hardware.FA1_TRITON_SPEED, rel=1e-9)
+
+
+def test_fused_attention_factor_by_pass_and_head_dim_hand_worked():
+    """A forward (k = d) pays the forward's overhead, a backward (k = 2.5 d) the backward's, and
+    a head dim of 64 the head-dim factor; unfused matmuls (no head dim) the forward's length
+    factor alone.  At 1024 query rows (8 blocks), c_fwd 3.5, c_bwd 7.75, head overhead 56.2:"""
+    from cosearch._kernels.formulas import fused_attention_efficiency
+    eff = hardware.H100.efficiency.as_array()
+    assert fused_attention_efficiency(1024.0, 128.0, 128.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 320.0, 128.0, eff) == pytest.approx(8 / 15.75, rel=1e-14)
+    want64 = 8 / 15.75 * (1 + 56.2 / 128) / (1 + 56.2 / 64)
+    assert fused_attention_efficiency(1024.0, 160.0, 64.0, eff) == pytest.approx(want64, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 128.0, 0.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
+    # the graph marks its fused ops, and the priced time follows: backward per FLOP slower
+    g = graph._Builder(2)
+    g.attention("f", [], 1024, 1024, 128, 16, 1.0, 3.0 * 1024, 1024.0)
+    g.attention("b", [], 1024, 1024, 128, 16, 2.5, 5.0 * 1024, 3.0 * 1024)
+    f, b = g.ops
+    assert (f.head_dim, b.head_dim, f.k, b.k) == (128, 128, 128, 320)
+    tf, tb = cost.price(np.array([f.as_row(), b.as_row()]), hardware.H100)[0] - hardware.H100.efficiency.launch_s
+    assert tb / tf == pytest.approx(2.5 * 15.75 / 11.5, rel=0.02)   # 2.5x the work at the backward's factor
+
+
+def test_new_attention_fields_validate_and_default():
+    e = hardware.KernelEfficiency(attention_overhead=2.0)
+    arr = e.as_array()
+    F = __import__("cosearch._kernels.formulas", fromlist=["x"])
+    assert arr[F.E_ATTN_OVERHEAD_BWD] == 2.0 and arr[F.E_ATTN_HEAD] == 0.0     # -1: the forward's
+    for bad in (dict(attention_overhead_bwd=-0.5), dict(attention_head_overhead=-1.0),
+                dict(attention_head_overhead_fa2=2e3), dict(attention_overhead_bwd=True)):
+        with pytest.raises(ValueError, match="KernelEfficiency"):
+            hardware.KernelEfficiency(**bad)
+    h = hardware.H100.efficiency
+    assert h.with_attention_kernel("fa2").attention_head_overhead == hardware.ATTENTION_HEAD_OVERHEAD_FA2
+    assert h.with_attention_kernel("best").attention_head_overhead == hardware.ATTENTION_HEAD_OVERHEAD
+
+
+def test_op_arrays_without_the_head_dim_column_still_price():
+    """Op rows written before the head_dim column (10 fields) are read with head_dim 0."""
+    op = graph.Op("g", "gemm", m=512, n=512, k=512, bytes_read=1e6, bytes_written=5e5)
+    row = np.array([op.as_row()])
+    assert row.shape[1] == len(graph.OP_FIELDS) == 11
+    assert cost.price(row[:, :10], hardware.H100)[0, 0] == cost.price(row, hardware.H100)[0, 0]
+    with pytest.raises(ValueError, match="op array must have shape"):
+        cost.price(row[:, :9], hardware.H100)
+    with pytest.raises(ValueError, match="head_dim"):
+        graph.Op("g", "gemm", m=1, n=1, k=1, head_dim=64)

@@ -105,7 +105,7 @@ NB = len(BREAKDOWN_FIELDS) + 5
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
- E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K) = range(14)
+ E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K, E_ATTN_OVERHEAD_BWD, E_ATTN_HEAD) = range(16)
 
 @njit(cache=True, inline="always")
 def operand_traffic_bytes(m, n, k, batch, rows, cols, dtype_bytes):
@@ -132,6 +132,30 @@ def attention_length_efficiency(sq, overhead_blocks):
         return 1.0
     t = sq / ATTN_BLOCK
     return t / (t + overhead_blocks)
+
+
+@njit(cache=True, inline="always")
+def attention_head_efficiency(head_dim, head_overhead):
+    """Fraction of a fused attention kernel's head-dim-128 rate (per FLOP) reached at
+    ``head_dim``: each score element costs ``head_dim`` multiply-adds in each matmul plus softmax
+    work worth ``head_overhead`` more (exp, max, rescale), so the useful fraction is
+    ``1 / (1 + head_overhead / head_dim)``, over its value at 128.  1 where either is 0."""
+    if head_overhead <= 0.0 or head_dim <= 0.0:
+        return 1.0
+    return (1.0 + head_overhead / 128.0) / (1.0 + head_overhead / head_dim)
+
+
+@njit(cache=True, inline="always")
+def fused_attention_efficiency(sq, k, head_dim, eff):
+    """The factor a fused attention op's rate gets beside ``eff[E_ATTN]``: the length factor with
+    the forward's (``eff[E_ATTN_OVERHEAD]``) or, for a backward (``k > 1.5 head_dim``: its
+    ``k`` is 2.5 head dims of work), the backward's overhead (``eff[E_ATTN_OVERHEAD_BWD]``), times
+    the head-dim factor.  Ops without a head dim (batched matmuls of unfused attention) get the
+    forward's length factor alone."""
+    if head_dim <= 0.0:
+        return attention_length_efficiency(sq, eff[E_ATTN_OVERHEAD])
+    over = eff[E_ATTN_OVERHEAD_BWD] if k > 1.5 * head_dim else eff[E_ATTN_OVERHEAD]
+    return attention_length_efficiency(sq, over) * attention_head_efficiency(head_dim, eff[E_ATTN_HEAD])
 
 
 # ---------------------------------------------------------------- GEMM shape efficiency

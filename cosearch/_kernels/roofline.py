@@ -31,8 +31,10 @@ Tensor op (weight-stationary systolic array R x C):
   compute and HBM, so many small arrays pay for the traffic they need.
 Attention op (kind 3: batched activation matmuls or a fused flash kernel): the tensor
   compute formula, HBM bytes = the op's bytes_read + bytes_written, efficiency eff[1] times
-  :func:`cosearch._kernels.formulas.attention_length_efficiency` of its M (query rows) with
-  eff[11] (``E_ATTN_OVERHEAD``) blocks of per-block overhead.
+  :func:`cosearch._kernels.formulas.fused_attention_efficiency`: the length factor of its M
+  (query rows) with eff[11] (``E_ATTN_OVERHEAD``, forward) or eff[14] (``E_ATTN_OVERHEAD_BWD``,
+  a backward) blocks of per-block overhead, times the head-dim factor (eff[15],
+  ``E_ATTN_HEAD``) of its head dim (op column 10; 0 for unfused matmuls: the length factor alone).
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
 Network op: 0 (priced by cosearch.comm).
 Every cycle count runs at ``clock_hz`` times eff[12] (``E_CLOCK``, the fraction of the datasheet
@@ -55,7 +57,6 @@ import numpy as np
 from numba import njit, prange
 
 from .formulas import (
-    E_ATTN_OVERHEAD,
     E_CLOCK,
     E_FP4,
     E_FP8,
@@ -66,7 +67,7 @@ from .formulas import (
     E_TILE_K,
     E_TILE_M,
     E_TILE_N,
-    attention_length_efficiency,
+    fused_attention_efficiency,
     gemm_shape_efficiency,
     operand_traffic_bytes,
 )
@@ -100,7 +101,7 @@ def _price_one(op, d, frac, eff):
             waves = 1.0
         cycles = waves * (rows + r + c - 2.0)
         if kind == 3.0:
-            compute = cycles / clock / (eff[1] * attention_length_efficiency(m, eff[E_ATTN_OVERHEAD]))
+            compute = cycles / clock / (eff[1] * fused_attention_efficiency(m, k, op[10], eff))
             mem = (op[7] + op[8]) / bw
             return (compute if compute > mem else mem) + eff[3]
         slots = math.floor(eff[E_SLOTS] * frac)
