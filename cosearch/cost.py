@@ -252,7 +252,10 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     ``measurements``: a CSV path or a mapping of column arrays.  Op rows carry
     ``m, n, k, batch, dtype_bytes, seconds`` (a GEMM ``(m x k) @ (k x n)`` repeated ``batch``
     times; an optional ``kind`` column says ``gemm`` (default) or ``attention``, and an optional
-    ``head_dim`` column marks fused attention kernels, priced as the graph's are); collective
+    ``head_dim`` column marks fused attention kernels, priced as the graph's are, and an optional
+    ``sm_clock_mhz`` column gives the SM clock each kernel ran at: then the fit is per clock and
+    the chip keeps its sustained clock — without it, kernels timed at a short benchmark's boost
+    clock calibrate a chip too fast for a long training run); collective
     rows carry ``collective`` (allreduce / allgather / reducescatter / alltoall), ``bytes``, ``group``
     (ranks), ``link`` (intra / inter) and ``seconds``.  Rows of the other kind leave those
     columns empty.  GEMM times are fitted as ``max(c / e_t, b / (e_m B)) + launch``
@@ -271,11 +274,20 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     if "collective" in cols:
         coll = np.array([str(x).strip() not in ("", "nan", "None") for x in cols["collective"]])
     ops_rows = np.flatnonzero(~coll)
-    # measured kernels ran at whatever clock they ran at: the fit works in fractions of the
-    # datasheet-clock peak (the chip's per-clock values times its sustained clock as the prior)
-    # and the calibrated chip prices at sustained_clock 1 (the rows carry their clock)
+    # measured kernels ran at whatever clock they ran at.  With an sm_clock_mhz column (cosearch
+    # measure writes NVML's reading after each kernel) each row's compute is priced at its own
+    # clock: the fit is per clock and the chip keeps its sustained clock.  Without one the fit
+    # works in fractions of the datasheet-clock peak (the chip's per-clock values times its
+    # sustained clock as the prior) and the calibrated chip prices at sustained_clock 1.
     e0 = chip.efficiency
-    clock = e0.sustained_clock if len(ops_rows) else 1.0
+    row_mhz = None
+    if len(ops_rows) and "sm_clock_mhz" in cols:
+        raw = [str(x).strip() for x in cols["sm_clock_mhz"][ops_rows]]
+        if all(x not in ("", "nan", "None") for x in raw):
+            row_mhz = _num(cols, "sm_clock_mhz", ops_rows)
+        elif any(x not in ("", "nan", "None") for x in raw):
+            raise ValueError("calibrate: column 'sm_clock_mhz' must be given for every op row or for none")
+    clock = e0.sustained_clock if len(ops_rows) and row_mhz is None else 1.0
     e_t, e_a, e_m, launch = e0.tensor * clock, e0.attention * clock, e0.memory, e0.launch_s
     rms = 0.0
     fitted: tuple[str, ...] = ()
@@ -306,6 +318,8 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         # (with the chip's GEMM shape model, if it has one: only the four scalars are fitted)
         unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0, sustained_clock=1.0)
         compute = price(arr, chip.with_(hbm_bandwidth_Bps=1e30), efficiency=unit)[0]
+        if row_mhz is not None:        # each row's compute at the clock it ran at
+            compute = compute * chip.clock_hz / (row_mhz * 1e6)
         memory = price(arr, chip.with_(clock_hz=1e30), efficiency=unit)[0]
         is_att = arr[:, 0] == 3.0
         y = np.log(sec)
@@ -339,8 +353,10 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         fitted = tuple(name for name, f in zip(("tensor", "attention", "memory", "launch_s"), free) if f)
         residuals = tuple(float(r) for r in (model(x) - y))
         rms = float(np.sqrt(np.mean(np.square(residuals))))
+    per_clock = row_mhz is not None or not len(ops_rows)
     eff = replace(chip.efficiency, tensor=e_t, attention=e_a, memory=e_m, launch_s=launch,
-                  attention_fa2=chip.efficiency.attention_fa2 * clock, sustained_clock=1.0 if len(ops_rows) else e0.sustained_clock,
+                  attention_fa2=chip.efficiency.attention_fa2 * clock,
+                  sustained_clock=e0.sustained_clock if per_clock else 1.0,
                   source=(f"calibrated on {len(ops_rows)} measured ops (fitted: {', '.join(fitted) or 'nothing'}; "
                           f"rms log error {rms:.3f}); the rest from: {chip.efficiency.source}"))
     out = {"intra": (None, None), "inter": (None, None)}

@@ -8,7 +8,9 @@ that :func:`cosearch.cost.calibrate` (and ``cosearch calibrate``) read.
   ``torch._scaled_mm`` where the GPU has FP8 tensor cores), unfused attention matmuls as
   ``torch.bmm``, fused attention as ``scaled_dot_product_attention`` (causal; the backward
   timed on its own).  Each row: ``kind, m, n, k, batch, dtype_bytes, seconds`` plus the op's
-  name, the TFLOP/s reached and ``head_dim`` (a fused attention kernel's; 0 otherwise).
+  name, the TFLOP/s reached, ``head_dim`` (a fused attention kernel's; 0 otherwise) and
+  ``sm_clock_mhz`` (the SM clock NVML reads right after the kernel; empty without NVML), so
+  :func:`cosearch.cost.calibrate` fits per-clock efficiencies.
 * :func:`measure_collectives` times all-reduce, all-gather, reduce-scatter and all-to-all over
   every rank of an initialised ``torch.distributed`` group (run under ``torchrun``); rows
   ``collective, bytes, group, link, seconds`` with ``bytes`` the full buffer as
@@ -33,7 +35,7 @@ __all__ = ["OpShape", "op_shapes", "measure_ops", "measure_collectives", "Measur
            "OP_COLUMNS", "COLLECTIVE_COLUMNS", "DEFAULT_COLLECTIVE_BYTES"]
 
 #: Columns of the op CSV (what calibrate reads, then the op's name and its rate).
-OP_COLUMNS = ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "name", "tflops", "head_dim")
+OP_COLUMNS = ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "name", "tflops", "head_dim", "sm_clock_mhz")
 #: Columns of the collective CSV.
 COLLECTIVE_COLUMNS = ("collective", "bytes", "group", "link", "seconds")
 #: Message sizes of the collective sweep: 64 KiB to 1 GiB, every factor of 4 (the latency-bound
@@ -162,6 +164,28 @@ def _op_fn(s: OpShape, device: str):
     return None, f"{s.dtype_bytes}-byte operands (NVFP4) have no torch kernel to time"
 
 
+def _sm_clock_reader(device: str) -> Callable[[], str]:
+    """A function returning the GPU's current SM clock in MHz (NVML, ``nvidia-ml-py``) as text,
+    or ``""`` where it cannot be read (a CPU, no NVML)."""
+    if not device.startswith("cuda"):
+        return lambda: ""
+    try:
+        import pynvml
+        import torch
+        pynvml.nvmlInit()
+        index = torch.device(device).index
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device() if index is None else index)
+    except Exception:   # noqa: BLE001 - NVML is optional: the column stays empty
+        return lambda: ""
+
+    def read() -> str:
+        try:
+            return str(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        except Exception:   # noqa: BLE001
+            return ""
+    return read
+
+
 def _write_csv(path: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", newline="") as fh:
@@ -180,6 +204,7 @@ def measure_ops(shapes: Sequence[OpShape], path: str, device: str | None = None,
     if warmup < 0 or iters < 1:
         raise ValueError(f"need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
     run = _timer(device)
+    clock = _sm_clock_reader(device)
     rows, skipped = [], []
     bar = None
     if progress:
@@ -193,7 +218,7 @@ def measure_ops(shapes: Sequence[OpShape], path: str, device: str | None = None,
             else:
                 t = run(fn, warmup, iters)
                 rows.append((s.kind, s.m, s.n, s.k, s.batch, s.dtype_bytes, f"{t:.9g}", s.name,
-                             f"{s.flops / t / 1e12:.4g}", s.head_dim if s.fused else 0))
+                             f"{s.flops / t / 1e12:.4g}", s.head_dim if s.fused else 0, clock()))
                 _write_csv(path, OP_COLUMNS, rows)      # each finished row is kept (Ctrl-C loses none)
             if bar is not None:
                 bar.update(1)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from cosearch import cluster, comm, cost, hardware, measure, models
+from cosearch import cluster, comm, cost, graph, hardware, measure, models
 
 TINY = models.ModelConfig(name="tiny", num_layers=1, hidden=32, heads=2, ffn_hidden=64, vocab=96, seq_len=16)
 
@@ -60,8 +60,11 @@ def test_measure_ops_on_cpu_writes_what_calibrate_reads(tmp_path):
         assert (r["kind"], int(r["m"]), int(r["n"]), int(r["k"]), int(r["batch"])) == (s.kind, s.m, s.n, s.k, s.batch)
         assert float(r["seconds"]) > 0
         assert float(r["tflops"]) == pytest.approx(s.flops / float(r["seconds"]) / 1e12, rel=1e-3)
+    assert all(r["sm_clock_mhz"] == "" for r in rows)           # no NVML clock on a CPU
+    assert {int(r["head_dim"]) for r in rows if r["kind"] == "attention"} == {16}   # fused, head dim 16
     cal = cost.calibrate(hardware.A100, path)
     assert cal.gemm_rows == n and len(cal.residuals) == n
+    assert cal.chip.efficiency.sustained_clock == 1.0           # no clocks: datasheet-clock fractions
 
 
 def test_measure_ops_skips_fp8_without_an_fp8_gpu(tmp_path):
@@ -144,3 +147,28 @@ def test_measure_cli_refuses_bad_output(tmp_path):
     assert main(["measure", "--model", "opt-350m", "--out", str(tmp_path / "nope")]) == 2
     (tmp_path / "ops.csv").write_text("x")
     assert main(["measure", "--model", "opt-350m", "--out", str(tmp_path)]) == 2
+
+
+def test_calibrate_with_row_clocks_fits_per_clock_and_keeps_the_sustained_clock():
+    """Rows timed at known SM clocks from a known per-clock efficiency: the fit returns that
+    per-clock efficiency whatever clocks the rows ran at, and the chip keeps its sustained clock
+    (a chip calibrated on boost-clock benchmarks is not made faster for a long run)."""
+    from dataclasses import replace
+    chip = hardware.H100
+    truth = replace(chip.efficiency, tensor=0.8, memory=0.85, launch_s=5e-6)
+    rng = np.random.default_rng(7)
+    cols = {k: [] for k in ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "sm_clock_mhz")}
+    for _ in range(30):
+        m, n, k = (int(2 ** x) for x in rng.integers(9, 14, 3))
+        mhz = float(rng.choice([1410.0, 1755.0, 1980.0]))
+        at = chip.with_(clock_hz=chip.clock_hz * mhz / 1830.0, efficiency=truth.at_full_clock())
+        op = graph.Op("g", "gemm", m=m, n=n, k=k, bytes_read=2.0 * (m * k + k * n), bytes_written=2.0 * m * n)
+        for key, val in zip(cols, ("gemm", m, n, k, 1, 2, cost.price_on(np.array([op.as_row()]), at)[0], mhz)):
+            cols[key].append(val)
+    cal = cost.calibrate(chip, cols)
+    assert cal.chip.efficiency.tensor == pytest.approx(0.8, rel=1e-3)
+    assert cal.chip.efficiency.sustained_clock == chip.efficiency.sustained_clock
+    assert cal.gemm_rms_log_error < 1e-4
+    cols["sm_clock_mhz"][3] = ""
+    with pytest.raises(ValueError, match="sm_clock_mhz"):
+        cost.calibrate(chip, cols)
