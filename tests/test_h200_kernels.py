@@ -351,3 +351,31 @@ def test_calibrate_reads_the_head_dim_column():
     cols["head_dim"] = ["64"] * len(rows)          # a GEMM row cannot have one
     with pytest.raises(ValueError, match="head_dim"):
         cost.calibrate(H200, cols)
+
+
+def test_calibrate_per_clock_on_the_sweep_recovers_the_presets():
+    """The sweep's training-shape bf16 GEMMs and cuDNN attention rows (head dim 128, forward and
+    backward apart), each with its clock, fed to ``calibrate``: the fitted per-clock tensor and
+    attention efficiencies land within 5% of the preset's (0.856 from the H100 MAMF table, an
+    independent source; 0.526 from these rows' geometric mean), and the chip keeps its
+    sustained clock."""
+    cols = {k: [] for k in ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "head_dim", "sm_clock_mhz")}
+
+    def add(kind, r, head_dim):
+        for key, val in zip(cols, (kind, r["m"], r["n"], r["k"], r["batch"], r["dtype_bytes"], r["seconds"],
+                                   head_dim, r["sm_clock_mhz"])):
+            cols[key].append(val)
+    for r in _rows("gemm"):
+        if _gemm_group(r) == "full" and r["note"] != "sweep":
+            add("gemm", r, 0)
+    for note in ("forward", "backward"):
+        for r in _attention_rows("attention-cudnn", 128, note):
+            d = 128
+            k = d if note == "forward" else int(2.5 * d)       # the graph's k: 2.5 head dims of work
+            add("attention", {**r, "k": str(k), "batch": r["batch"]}, d)
+    cal = cost.calibrate(H200, cols)
+    e = cal.chip.efficiency
+    assert {"tensor", "attention"} <= set(cal.fitted)
+    assert e.sustained_clock == H200.efficiency.sustained_clock
+    assert e.tensor == pytest.approx(H200.efficiency.tensor, rel=0.05)
+    assert e.attention == pytest.approx(H200.efficiency.attention, rel=0.05)
