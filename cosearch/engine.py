@@ -57,6 +57,16 @@ same.
   ``flash_attn_triton.py``, llm-foundry's ``attn_impl: triton``): FA2's rate times
   :data:`cosearch.hardware.FA1_TRITON_SPEED` (0.545; FA2 is 1.3-1.5x faster forward and ~2x
   backward, Dao 2023 section 4.1).
+* ``selective_recompute`` — what the plan's ``"selective"`` recompute runs again in each
+  layer's backward: ``"attention-core"`` (Megatron's selective recomputation: the attention
+  scores, softmax and context; with flash attention the fused kernel's forward) or
+  ``"every-other-matmul"`` (torchtitan's per-op selective checkpointing, its default
+  ``selective_ac_option = "op"``: in execution order every odd matmul and the SDPA output are
+  saved and every even matmul and every cheaper op recomputed — for a Llama block wk, wo and
+  w3 of wq, wk, wv, wo, w1, w3, w2 — ``torchtitan/distributed/activation_checkpoint.py``,
+  ``_get_custom_policy``).  :func:`cosearch.graph.recompute_share` maps it onto the layer's
+  ops.  Activation memory is the same for both (Megatron's selective figure, an upper bound
+  for torchtitan's, which also drops half the matmul outputs).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -107,9 +117,14 @@ class Engine:
     overlap_tp_comm: bool = False
     software: str = ""
     attention_kernel: str = "best"
+    selective_recompute: str = "attention-core"
 
     def __post_init__(self) -> None:
+        from .graph import SELECTIVE_RECOMPUTE
         from .hardware import ATTENTION_KERNELS
+        if self.selective_recompute not in SELECTIVE_RECOMPUTE:
+            raise ValueError(f"Engine.selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
+                             f"got {self.selective_recompute!r}")
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise ValueError(f"Engine.attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if not isinstance(self.name, str) or not self.name:
@@ -149,11 +164,12 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
 
 #: PyTorch FSDP / FSDP2 (torchtitan).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
-              attention_kernel="fa2",
-              software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention")
+              attention_kernel="fa2", selective_recompute="every-other-matmul",
+              software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention and "
+                       "per-op selective checkpointing")
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
-LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton",
+LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 

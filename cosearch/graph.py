@@ -31,7 +31,8 @@ from .models import ModelConfig
 
 __all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "NETWORK_KINDS",
-           "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard"]
+           "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
+           "recompute_share"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION = 0, 1, 2, 3
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
@@ -47,6 +48,40 @@ ATTENTION_BWD_FACTOR = 2.5
 
 #: Forward ops that selective recomputation runs again (the attention core).
 ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_core")
+
+#: What ``"selective"`` recomputation runs again (:attr:`cosearch.engine.Engine.selective_recompute`).
+SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul")
+
+
+def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core") -> float:
+    """The share of a layer's forward op that ``"selective"`` recomputation runs again.
+
+    ``"attention-core"`` (Megatron): the attention core's ops, whole.  ``"every-other-matmul"``
+    (torchtitan's per-op policy: odd matmuls and SDPA saved, even matmuls and every cheaper op
+    recomputed, counted per layer in execution order wq, wk, wv, wo, then w1, w3, w2 for a gated
+    MLP or w1, w2 for a plain one): of the fused QKV GEMM the wk share ``kv / (heads + 2 kv)``,
+    the attention output GEMM, half of a gated MLP's fused gate+up GEMM (w3), a plain MLP's down
+    GEMM (w2); other matmuls (MoE experts, MLA projections, routers) half; every vector op;
+    never the fused attention kernel or a collective."""
+    if policy not in SELECTIVE_RECOMPUTE:
+        raise ValueError(f"selective recompute policy must be one of {SELECTIVE_RECOMPUTE}, got {policy!r}")
+    if policy == "attention-core":
+        return 1.0 if op.name in ATTENTION_CORE else 0.0
+    if op.kind == "vector":
+        return 1.0
+    if op.kind != "gemm":
+        return 0.0                      # the fused attention kernel is saved; collectives are not compute
+    name = op.name.removesuffix(".cast")
+    gated = config.activation in ("swiglu", "geglu")
+    if name == "qkv" and config.mla is None:
+        return config.kv_heads / (config.heads + 2.0 * config.kv_heads)
+    if name == "attn_out":
+        return 1.0
+    if name == "fc1":
+        return 0.5 if gated else 0.0
+    if name == "fc2":
+        return 0.0 if gated else 1.0
+    return 0.5
 
 #: Column order of the op arrays handed to the kernels.
 OP_FIELDS = ("kind", "m", "n", "k", "batch", "elements", "ops_per_element",

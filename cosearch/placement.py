@@ -326,7 +326,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                         zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg)
         if len(set(spec.recompute)) == 1:
             spec = spec.with_(recompute=spec.recompute[0])
-        plan = plan_from_stages(model, chip, cluster, spec, B, u, net, hw, time_model)
+        plan = plan_from_stages(model, chip, cluster, spec, B, u, net, hw, time_model, engine)
         if not (plan.feasible and math.isclose(plan.step_time_s, step, rel_tol=1e-9)
                 and math.isclose(step, step_found, rel_tol=1e-9)):  # pragma: no cover
             raise RuntimeError(f"placement kernel and evaluate disagree on {spec.describe()}: "

@@ -279,11 +279,13 @@ def _graph_stack(gs: dict) -> np.ndarray:
     return np.concatenate([gs[k].arrays() for k in gs])
 
 
-def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff) -> tuple:
+def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff, share: np.ndarray) -> tuple:
     """Price in one call the op rows of the six graphs ``gs`` at several microbatch sizes
     (``rows``: (sizes, ops, fields), each size's rows stacked as :func:`_graph_stack` stacks
-    ``gs``).  Returns the graph keys, per (design, size, graph) the summed seconds, and per
-    (design, size) the attention core's forward and backward seconds."""
+    ``gs``).  Returns the graph keys, per (design, size, graph) the summed seconds, per
+    (design, size) the seconds ``"selective"`` recomputation runs again (each layer-forward op's
+    time times its ``share``, :func:`cosearch.graph.recompute_share`) and the attention core's
+    backward seconds."""
     from . import cost
     keys = list(gs)
     lens = [len(gs[k].ops) for k in keys]
@@ -291,10 +293,10 @@ def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff) -> tuple:
     allp = cost.price(rows.reshape(-1, rows.shape[-1]), d, efficiency=eff).reshape(len(d), sizes, sum(lens))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
     lf, lb = starts[keys.index(("layer", "fwd"))], starts[keys.index(("layer", "bwd"))]
-    core = [lf + i for i, op in enumerate(gs["layer", "fwd"].ops) if op.name in graph.ATTENTION_CORE]
+    nf = len(gs["layer", "fwd"].ops)
     core_b = [lb + i for i, op in enumerate(gs["layer", "bwd"].ops)
               if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
-    return (keys, np.add.reduceat(allp, starts, axis=2), allp[:, :, core].sum(axis=2),
+    return (keys, np.add.reduceat(allp, starts, axis=2), (allp[:, :, lf:lf + nf] * share).sum(axis=2),
             allp[:, :, core_b].sum(axis=2))
 
 
@@ -379,6 +381,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
         raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp', 'list', 'bound' or "
                          f"'work-bound'")
     scatter_gather = engine_preset(engine).pipeline_scatter_gather
+    policy = engine_preset(engine).selective_recompute
     chips = None
     cp = graph.check_context_parallel(model, context_parallel, flash_attention)
     ep = graph.check_expert_parallel(model, expert_parallel)
@@ -413,10 +416,13 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     da = _graph_stack(g2) - a1
                     gs = g1
                     # every microbatch size's rows of the six graphs priced in one call
-                    priced = _price_sizes(g1, a1[None] + (mbs - 1.0)[:, None, None] * da[None], d, eff)
+                    share = np.array([graph.recompute_share(op, c, policy) for op in g1["layer", "fwd"].ops])
+                    priced = _price_sizes(g1, a1[None] + (mbs - 1.0)[:, None, None] * da[None], d, eff, share)
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep)
-                    priced = None if time_model == "work-bound" else _price_sizes(gs, _graph_stack(gs)[None], d, eff)
+                    share = np.array([graph.recompute_share(op, c, policy) for op in gs["layer", "fwd"].ops])
+                    priced = None if time_model == "work-bound" else _price_sizes(gs, _graph_stack(gs)[None], d, eff,
+                                                                                   share)
                 if priced is None:
                     attn = np.zeros((len(d), len(mbs)))   # selective recompute's time: at least nothing
                     attn_b = None                         # and the CP ring's exposed time too
@@ -568,12 +574,18 @@ def _model_flops(model: ModelConfig, tokens: float) -> float:
     return model.flops_per_token() * tokens
 
 
-def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float) -> float:
+def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float, engine: Engine | str | None = None) -> float:
     """FLOPs of the recomputed forward work per step (full: whole layers; selective: the
-    attention scores and context)."""
+    attention scores and context, or under an engine whose selective recompute is
+    ``"every-other-matmul"`` the matmuls it runs again, :func:`cosearch.graph.recompute_share`)."""
     c = model
     per_layer_full = 2.0 * (c.layer_params(active=True) - 2 * c.norm_params()) + 4.0 * c.hidden * c.seq_len
     per_layer_sel = 4.0 * c.hidden * c.seq_len
+    policy = engine_preset(engine).selective_recompute
+    if policy != "attention-core" and "selective" in spec.recompute_per_stage():
+        g = graph.build(c, tp=1, microbatch=1, phase="fwd", part="layer", flash_attention=spec.flash_attention)
+        per_layer_sel = sum(op.flops * graph.recompute_share(op, c, policy) for op in g.ops
+                            if op.kind == "gemm") / c.seq_len
     out = 0.0
     for n, mode in zip(spec.stage_layers, spec.recompute_per_stage()):
         if mode == "full":
@@ -584,7 +596,8 @@ def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float) -> float:
 
 
 def plan_from_stages(model: ModelConfig, chip: Accelerator, cluster: Cluster, spec: PlanSpec, global_batch: int,
-                     u: np.ndarray, net: np.ndarray, hw: np.ndarray, time_model: str = "sum") -> Plan:
+                     u: np.ndarray, net: np.ndarray, hw: np.ndarray, time_model: str = "sum",
+                     engine: Engine | str | None = None) -> Plan:
     """Price every stage of a validated spec with the shared njit stage formula."""
     m = global_batch // (spec.dp * spec.microbatch)
     out = np.zeros(F.NB)
@@ -615,7 +628,7 @@ def plan_from_stages(model: ModelConfig, chip: Accelerator, cluster: Cluster, sp
     mflops = _model_flops(model, tokens)
     return Plan(feasible=True, reason="", step_time_s=step, tokens_per_s=tokens / step,
                 samples_per_s=global_batch / step, mfu=mflops / (step * peak),
-                hfu=(mflops + recompute_flops(model, spec, tokens)) / (step * peak), **common)
+                hfu=(mflops + recompute_flops(model, spec, tokens, engine)) / (step * peak), **common)
 
 
 def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster | int, spec: PlanSpec,
@@ -646,4 +659,4 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision, spec.offload_layers, chip.host_link_Bps)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
-                            time_model)
+                            time_model, engine)

@@ -539,3 +539,35 @@ def test_chip_and_cluster_files_round_trip_and_cli(tmp_path, capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
     assert "chips (" in out and "clusters (" in out and "engines (" in out and "fsdp" in out
+
+
+def test_torchtitan_selective_recomputes_every_other_matmul_by_hand():
+    """torchtitan's per-op selective checkpointing (the ``fsdp`` engine) saves the odd matmuls
+    and SDPA and recomputes the even matmuls (wk, wo, w3 of a Llama block) and every cheaper op;
+    Megatron's selective recomputes the attention core.  Llama 2 13B (MHA, SwiGLU), tp 1: the
+    recomputed time is the op prices weighted by hand, and the HFU counts 2 (h h + h h + h f)
+    FLOPs a token a layer."""
+    from cosearch import cost, graph
+    from cosearch.engine import FSDP, Engine
+    m = models.preset("llama2-13b")
+    chip = hardware.A100_80GB
+    g = graph.build(m, tp=1, microbatch=2, phase="fwd", part="layer", flash_attention=True)
+    t = cost.price(g, chip.with_(efficiency=chip.efficiency.with_attention_kernel("fa2")))[0]
+    by_hand = {"norm1": 1, "qkv": 1 / 3, "rotary": 1, "attn_core": 0, "attn_out": 1, "residual1": 1, "norm2": 1,
+               "fc1": 0.5, "act": 1, "fc2": 0, "residual2": 1}
+    assert [o.name for o in g.ops] == list(by_hand)
+    want = sum(by_hand[o.name] * ti for o, ti in zip(g.ops, t))
+    spec = PlanSpec(dp=64, tp=1, pp=1, microbatch=2, recompute="selective", zero=3, flash_attention=True)
+    p = evaluate(m, chip, cluster.dgx_a100(8), spec, 128, engine="fsdp")
+    assert p.num_microbatches == 1       # 128 sequences over dp 64 in microbatches of 2
+    assert p.breakdown["recompute_s"] == pytest.approx(want * m.num_layers, rel=1e-9)
+    h, f = m.hidden, m.ffn_hidden
+    tokens = 128 * m.seq_len
+    extra = 2.0 * (h * h + h * h + h * f) * m.num_layers * tokens
+    peak = chip.peak_flops * 64
+    assert p.hfu * p.step_time_s * peak == pytest.approx(p.mfu * p.step_time_s * peak + extra, rel=1e-9)
+    mega = evaluate(m, chip, cluster.dgx_a100(8), spec, 128, engine="megatron-lm")
+    assert p.breakdown["recompute_s"] > 3 * mega.breakdown["recompute_s"]
+    assert FSDP.selective_recompute == "every-other-matmul"
+    with pytest.raises(ValueError, match="selective_recompute"):
+        Engine("x", selective_recompute="half")
