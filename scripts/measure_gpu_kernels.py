@@ -5,6 +5,9 @@ Run on the GPU to be described, with torch (and, for the clock and power reading
 
     python scripts/measure_gpu_kernels.py --chip H200 --out h200_kernels.csv
 
+(``--device cpu --tiny`` runs every section that can run off a GPU on tiny shapes in seconds:
+``tests/test_measure_script.py`` checks the script that way.)
+
 It times, on random data (zeros draw less power and run faster):
 
 * ``gemm``: bf16 ``torch.matmul`` over square sizes, the shapes of the training runs in
@@ -49,9 +52,54 @@ import time
 COLUMNS = ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "tflops", "GBps",
            "sm_clock_mhz", "power_w", "note")
 
+#: the torch device measured (``--device``) and whether shapes are cut to a smoke test (``--tiny``)
+DEVICE = "cuda"
+TINY = False
+
+
+def _n(full, tiny):
+    """``full`` for a real run, ``tiny`` for ``--tiny`` (a seconds-long check that the script
+    runs end to end, on a CPU too)."""
+    return tiny if TINY else full
+
+
+class _Stopwatch:
+    """Seconds between ``start()`` and ``stop()``: CUDA events on a GPU, the wall clock else."""
+
+    def __init__(self, torch) -> None:
+        self.torch = torch
+        self.cuda = DEVICE.startswith("cuda")
+
+    def start(self) -> None:
+        if self.cuda:
+            self.a = self.torch.cuda.Event(enable_timing=True)
+            self.b = self.torch.cuda.Event(enable_timing=True)
+            self.a.record()
+        else:
+            self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if self.cuda:
+            self.b.record()
+            self.b.synchronize()
+            return self.a.elapsed_time(self.b) / 1e3
+        return time.perf_counter() - self.t0
+
+
+def _sync(torch) -> None:
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+
 
 class Nvml:
     """SM clock (MHz) and board power (W) of GPU 0, or blanks where NVML is missing."""
+
+    @classmethod
+    def off(cls) -> Nvml:
+        """Blanks (a CPU run)."""
+        self = cls.__new__(cls)
+        self._nv = None
+        return self
 
     def __init__(self) -> None:
         try:
@@ -94,7 +142,7 @@ class Table:
     def add(self, kind, m, n, k, batch, dtype_bytes, seconds, flops=0.0, nbytes=0.0, note=""):
         clock, power = self.nvml.read()
         row = (kind, m, n, k, batch, dtype_bytes, f"{seconds:.6g}",
-               f"{flops / seconds / 1e12:.1f}" if flops else "", f"{nbytes / seconds / 1e9:.1f}" if nbytes else "",
+               f"{flops / seconds / 1e12:.5g}" if flops else "", f"{nbytes / seconds / 1e9:.5g}" if nbytes else "",
                clock, power, note)
         self.rows.append(row)
         with open(self.path, "w", newline="") as fh:
@@ -107,22 +155,20 @@ class Table:
 def timer(torch, fn, iters: int, reps: int = 5, warmup: int = 3) -> float:
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    _sync(torch)
     times = []
+    watch = _Stopwatch(torch)
     for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        watch.start()
         for _ in range(iters):
             fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / iters)
+        times.append(watch.stop() / iters)
     return statistics.median(times)
 
 
 def iters_for(flops_or_bytes: float, rate: float) -> int:
     """Enough launches for ~20 ms a loop (at least 3)."""
-    return int(max(3, min(2000, 0.02 / max(flops_or_bytes / rate, 1e-7))))
+    return int(max(3, min(_n(2000, 3), 0.02 / max(flops_or_bytes / rate, 1e-7))))
 
 
 GEMM_SHAPES = [
@@ -163,21 +209,21 @@ ATTN = [(seq, hd) for hd in (128, 64) for seq in (1024, 2048, 4096, 8192, 16384)
 def run_gemms(torch, t: Table, peak: float) -> None:
     bf16 = torch.bfloat16
     for m, n, k, note in GEMM_SHAPES:
-        a = torch.randn(m, k, device="cuda", dtype=bf16)
-        b = torch.randn(k, n, device="cuda", dtype=bf16)
+        a = torch.randn(m, k, device=DEVICE, dtype=bf16)
+        b = torch.randn(k, n, device=DEVICE, dtype=bf16)
         f = 2.0 * m * n * k
         s = timer(torch, lambda a=a, b=b: torch.matmul(a, b), iters_for(f, peak * 0.6))
         t.add("gemm", m, n, k, 1, 2, s, flops=f, nbytes=2.0 * (m * k + k * n + m * n), note=note)
 
 
 def run_fp8(torch, t: Table, peak: float) -> None:
-    if not hasattr(torch, "_scaled_mm"):
-        print("no torch._scaled_mm: FP8 skipped", flush=True)
+    if not hasattr(torch, "_scaled_mm") or not DEVICE.startswith("cuda"):
+        print("FP8 needs torch._scaled_mm on a CUDA GPU: skipped", flush=True)
         return
-    f8, one = torch.float8_e4m3fn, torch.ones((), device="cuda")
+    f8, one = torch.float8_e4m3fn, torch.ones((), device=DEVICE)
     for m, n, k, note in FP8_SHAPES:
-        a = torch.randn(m, k, device="cuda").to(f8)
-        b = torch.randn(n, k, device="cuda").to(f8).t()
+        a = torch.randn(m, k, device=DEVICE).to(f8)
+        b = torch.randn(n, k, device=DEVICE).to(f8).t()
         f = 2.0 * m * n * k
         fn = lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
         s = timer(torch, fn, iters_for(f, 2 * peak * 0.6))
@@ -187,8 +233,8 @@ def run_fp8(torch, t: Table, peak: float) -> None:
 def run_bmm(torch, t: Table, peak: float) -> None:
     bf16 = torch.bfloat16
     for m, n, k, batch, note in BMM_SHAPES:
-        a = torch.randn(batch, m, k, device="cuda", dtype=bf16)
-        b = torch.randn(batch, k, n, device="cuda", dtype=bf16)
+        a = torch.randn(batch, m, k, device=DEVICE, dtype=bf16)
+        b = torch.randn(batch, k, n, device=DEVICE, dtype=bf16)
         f = 2.0 * m * n * k * batch
         s = timer(torch, lambda a=a, b=b: torch.bmm(a, b), iters_for(f, peak * 0.5))
         t.add("bmm", m, n, k, batch, 2, s, flops=f, nbytes=2.0 * batch * (m * k + k * n + m * n), note=note)
@@ -200,8 +246,8 @@ def run_attention(torch, t: Table, peak: float) -> None:
     bf16 = torch.bfloat16
     for backend, kind in ((SDPBackend.FLASH_ATTENTION, "attention-fa2"), (SDPBackend.CUDNN_ATTENTION, "attention-cudnn")):
         for seq, hd in ATTN:
-            heads = 131072 // seq                              # 128k query rows in all: every SM busy
-            q, k, v = (torch.randn(1, heads, seq, hd, device="cuda", dtype=bf16, requires_grad=True)
+            heads = _n(131072 // seq, 2)                       # 128k query rows in all: every SM busy
+            q, k, v = (torch.randn(1, heads, seq, hd, device=DEVICE, dtype=bf16, requires_grad=True)
                        for _ in range(3))
             fwd_flops = 4.0 * heads * seq * seq * hd / 2       # causal: half of QK^T and PV
             try:
@@ -221,8 +267,8 @@ def run_attention(torch, t: Table, peak: float) -> None:
             t.add(kind, seq, seq, hd, heads, 2, sb, flops=2.5 * fwd_flops, note="backward")
             t.add(kind, seq, seq, hd, heads, 2, sf + sb, flops=3.5 * fwd_flops, note="forward+backward")
     # unfused (math back end) at 2k, head dim 128, as Dao 2023's PyTorch baseline
-    seq, hd, heads = 2048, 128, 16
-    q, k, v = (torch.randn(8, heads, seq, hd, device="cuda", dtype=bf16, requires_grad=True) for _ in range(3))
+    seq, hd, heads = _n((2048, 128, 16), (64, 16, 2))
+    q, k, v = (torch.randn(8, heads, seq, hd, device=DEVICE, dtype=bf16, requires_grad=True) for _ in range(3))
     with sdpa_kernel([SDPBackend.MATH]):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         g = torch.randn_like(out)
@@ -236,19 +282,19 @@ def run_attention(torch, t: Table, peak: float) -> None:
 
 
 def run_memory(torch, t: Table, hbm: float) -> None:
-    for e in range(12, 33, 2):                  # 4 KiB .. 4 GiB
+    for e in range(12, _n(33, 17), 2):          # 4 KiB .. 4 GiB
         nbytes = 2 ** e
-        src = torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
+        src = torch.empty(nbytes // 2, device=DEVICE, dtype=torch.bfloat16).normal_()
         dst = torch.empty_like(src)
         s = timer(torch, lambda dst=dst, src=src: dst.copy_(src), iters_for(2.0 * nbytes, hbm * 0.7))
         t.add("copy", nbytes, 1, 1, 1, 2, s, nbytes=2.0 * nbytes, note="device-to-device copy_")
     import torch.nn.functional as F
-    for tokens, width in ((8192, 4096), (8192, 8192), (2048, 12288), (8192, 28672)):
-        x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16)
+    for tokens, width in _n(((8192, 4096), (8192, 8192), (2048, 12288), (8192, 28672)), ((32, 64),)):
+        x = torch.randn(tokens, width, device=DEVICE, dtype=torch.bfloat16)
         nb = 2.0 * 2 * tokens * width
         s = timer(torch, lambda x=x: F.gelu(x), iters_for(nb, hbm * 0.7))
         t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="gelu")
-        w = torch.ones(width, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(width, device=DEVICE, dtype=torch.bfloat16)
         s = timer(torch, lambda x=x, w=w, width=width: F.layer_norm(x, (width,), w, w), iters_for(nb, hbm * 0.7))
         t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="layer_norm")
 
@@ -259,37 +305,39 @@ def run_vector(torch, t: Table, hbm: float) -> None:
     step (fp32 master weights, gradients and both moments: 28 bytes per parameter)."""
     import torch.nn.functional as F
     bf16 = torch.bfloat16
-    for e in range(20, 31, 2):                  # 1 MiB .. 1 GiB per operand
+    for e in range(_n(20, 12), _n(31, 15), 2):  # 1 MiB .. 1 GiB per operand
         n = 2 ** e // 2
-        a, b = (torch.randn(n, device="cuda", dtype=bf16) for _ in range(2))
+        a, b = (torch.randn(n, device=DEVICE, dtype=bf16) for _ in range(2))
         nb = 3.0 * 2 * n
         s = timer(torch, lambda a=a, b=b: torch.add(a, b), iters_for(nb, hbm * 0.6))
         t.add("elementwise", n, 1, 1, 1, 2, s, nbytes=nb, note="add (read 2, write 1)")
-    for tokens, width in ((8192, 14336), (8192, 3584)):
-        g, u = (torch.randn(tokens, width, device="cuda", dtype=bf16) for _ in range(2))
+    for tokens, width in _n(((8192, 14336), (8192, 3584)), ((32, 64),)):
+        g, u = (torch.randn(tokens, width, device=DEVICE, dtype=bf16) for _ in range(2))
         nb = 3.0 * 2 * tokens * width
         s = timer(torch, lambda g=g, u=u: F.silu(g) * u, iters_for(nb, hbm * 0.6))
         t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="silu(g) * u, eager (two kernels)")
-    for tokens, width in ((8192, 4096), (8192, 8192)):
-        x = torch.randn(tokens, width, device="cuda", dtype=bf16)
-        w = torch.ones(width, device="cuda", dtype=bf16)
+    for tokens, width in _n(((8192, 4096), (8192, 8192)), ((32, 64),)):
+        x = torch.randn(tokens, width, device=DEVICE, dtype=bf16)
+        w = torch.ones(width, device=DEVICE, dtype=bf16)
         nb = 2.0 * 2 * tokens * width
         s = timer(torch, lambda x=x, w=w, width=width: F.rms_norm(x, (width,), w), iters_for(nb, hbm * 0.6))
         t.add("elementwise", tokens, width, 1, 1, 2, s, nbytes=nb, note="rms_norm")
-    tokens, vocab = 8192, 128256
-    logits = torch.randn(tokens, vocab, device="cuda", dtype=bf16, requires_grad=True)
-    target = torch.randint(0, vocab, (tokens,), device="cuda")
+    tokens, vocab = _n((8192, 128256), (32, 500))
+    logits = torch.randn(tokens, vocab, device=DEVICE, dtype=bf16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,), device=DEVICE)
 
     def ce(logits=logits, target=target):
         F.cross_entropy(logits, target).backward()
     s = timer(torch, ce, 3)
     t.add("elementwise", tokens, vocab, 1, 1, 2, s, nbytes=2.0 * 2 * tokens * vocab,
           note="cross_entropy forward+backward (bytes: logits read, grad written)")
-    n = 1_000_000_000
-    params = [torch.zeros(n // 4, device="cuda", requires_grad=True) for _ in range(4)]
+    n = _n(1_000_000_000, 4000)
+    params = [torch.zeros(n // 4, device=DEVICE, requires_grad=True) for _ in range(4)]
     for q in params:
         q.grad = torch.randn_like(q)
     for fused in (True, False):
+        if fused and not DEVICE.startswith("cuda"):
+            continue                            # the fused kernel is CUDA's
         opt = torch.optim.AdamW(params, lr=1e-4, fused=fused, foreach=None if fused else True)
         s = timer(torch, opt.step, 3, reps=3, warmup=2)
         t.add("optimizer", n, 1, 1, 1, 4, s, nbytes=28.0 * n,
@@ -302,9 +350,10 @@ def run_gemm_sweep(torch, t: Table, peak: float) -> None:
     from 128 to 4096 by 128 at N = K = 4096."""
     bf16 = torch.bfloat16
     shapes = [(8192, n, 8192) for n in range(256, 4097, 256)] + [(m, 4096, 4096) for m in range(128, 4097, 128)]
+    shapes = _n(shapes, [(64, 32, 64), (32, 64, 64)])
     for m, n, k in shapes:
-        a = torch.randn(m, k, device="cuda", dtype=bf16)
-        b = torch.randn(k, n, device="cuda", dtype=bf16)
+        a = torch.randn(m, k, device=DEVICE, dtype=bf16)
+        b = torch.randn(k, n, device=DEVICE, dtype=bf16)
         f = 2.0 * m * n * k
         s = timer(torch, lambda a=a, b=b: torch.matmul(a, b), iters_for(f, peak * 0.6))
         t.add("gemm", m, n, k, 1, 2, s, flops=f, nbytes=2.0 * (m * k + k * n + m * n), note="sweep")
@@ -314,11 +363,11 @@ def run_attention_head_dims(torch, t: Table, peak: float) -> None:
     """Causal fwd+bwd at 4k tokens for head dims 64, 96, 128, 192 and 256, both back ends."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    seq = 4096
+    seq = _n(4096, 64)
     for backend, kind in ((SDPBackend.FLASH_ATTENTION, "attention-fa2"), (SDPBackend.CUDNN_ATTENTION, "attention-cudnn")):
         for hd in (64, 96, 128, 192, 256):
-            heads = 32 * 128 // hd
-            q, k, v = (torch.randn(1, heads, seq, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            heads = _n(32 * 128 // hd, 2)
+            q, k, v = (torch.randn(1, heads, seq, hd, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
                        for _ in range(3))
             fwd_flops = 4.0 * heads * seq * seq * hd / 2
             try:
@@ -337,20 +386,18 @@ def run_attention_head_dims(torch, t: Table, peak: float) -> None:
 
 
 def run_sustained(torch, t: Table, seconds: float) -> None:
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    n = _n(8192, 64)
+    a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
     f = 2.0 * n ** 3
     t0 = time.time()
     window = 0
+    watch = _Stopwatch(torch)
     while time.time() - t0 < seconds:
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ev0.record()
+        watch.start()
         for _ in range(100):
             torch.matmul(a, b)
-        ev1.record()
-        ev1.synchronize()
-        s = ev0.elapsed_time(ev1) / 1e3 / 100
+        s = watch.stop() / 100
         t.add("sustained", n, n, n, 1, 2, s, flops=f, note=f"window {window} at {time.time() - t0:.1f} s")
         window += 1
 
@@ -359,35 +406,35 @@ def _windows(torch, t: Table, kind: str, fn, flops: float, seconds: float, shape
     """Run ``fn`` back to back for ``seconds``; one row per ~0.2 s window (rate, clock, power)."""
     m, n, k, batch = shape
     fn()
-    torch.cuda.synchronize()
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ev0.record()
+    _sync(torch)
+    watch = _Stopwatch(torch)
+    watch.start()
     fn()
-    ev1.record()
-    ev1.synchronize()
-    per_window = max(1, int(0.2 / max(ev0.elapsed_time(ev1) / 1e3, 1e-6)))
+    per_window = max(1, int(0.2 / max(watch.stop(), 1e-6)))
     t0, window = time.time(), 0
     while time.time() - t0 < seconds:
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ev0.record()
+        watch.start()
         for _ in range(per_window):
             fn()
-        ev1.record()
-        ev1.synchronize()
-        s = ev0.elapsed_time(ev1) / 1e3 / per_window
+        s = watch.stop() / per_window
         t.add(kind, m, n, k, batch, 2, s, flops=flops, note=f"{note}; window {window} at {time.time() - t0:.1f} s")
         window += 1
+
+
+def _backends(SDPBackend, prefix: str):
+    """Off a GPU only PyTorch's math attention runs: ``[(MATH, prefix-math)]``; None on a GPU."""
+    return None if DEVICE.startswith("cuda") else [(SDPBackend.MATH, f"{prefix}-math")]
 
 
 def run_sustained_attention(torch, t: Table, seconds: float) -> None:
     """FlashAttention-2 and cuDNN attention (causal, 8k, head dim 128) fwd+bwd back to back."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    seq, hd, heads = 8192, 128, 16
-    q, k, v = (torch.randn(1, heads, seq, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    seq, hd, heads = _n((8192, 128, 16), (64, 16, 2))
+    q, k, v = (torch.randn(1, heads, seq, hd, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     flops = 3.5 * 4.0 * heads * seq * seq * hd / 2
-    for backend, kind in ((SDPBackend.FLASH_ATTENTION, "sustained-attention-fa2"),
+    for backend, kind in _backends(SDPBackend, "sustained-attention") or ((SDPBackend.FLASH_ATTENTION, "sustained-attention-fa2"),
                           (SDPBackend.CUDNN_ATTENTION, "sustained-attention-cudnn")):
         with sdpa_kernel([backend]):
             def step(q=q, k=k, v=v):
@@ -402,14 +449,14 @@ def run_sustained_layer(torch, t: Table, seconds: float) -> None:
     holds, and the layer's time for comparison with cosearch's price of the same layer."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    tokens, h, heads, kv, hd, ffn = 8192, 4096, 32, 8, 128, 14336
+    tokens, h, heads, kv, hd, ffn = _n((8192, 4096, 32, 8, 128, 14336), (64, 64, 4, 2, 16, 96))
     bf16 = torch.bfloat16
 
     def w(*shape):
-        return (torch.randn(*shape, device="cuda", dtype=bf16) * 0.02).requires_grad_(True)
+        return (torch.randn(*shape, device=DEVICE, dtype=bf16) * 0.02).requires_grad_(True)
     wqkv, wo, w13, w2 = w(h, (heads + 2 * kv) * hd), w(heads * hd, h), w(h, 2 * ffn), w(ffn, h)
-    n1, n2 = (torch.ones(h, device="cuda", dtype=bf16, requires_grad=True) for _ in range(2))
-    x = torch.randn(tokens, h, device="cuda", dtype=bf16, requires_grad=True)
+    n1, n2 = (torch.ones(h, device=DEVICE, dtype=bf16, requires_grad=True) for _ in range(2))
+    x = torch.randn(tokens, h, device=DEVICE, dtype=bf16, requires_grad=True)
     gemm_flops = 2.0 * tokens * h * ((heads + 2 * kv) * hd + heads * hd + 3 * ffn)
     attn_flops = 4.0 * heads * tokens * tokens * hd / 2
     flops = 3.0 * gemm_flops + 3.5 * attn_flops
@@ -427,7 +474,7 @@ def run_sustained_layer(torch, t: Table, seconds: float) -> None:
         g, u = (b @ w13).chunk(2, dim=-1)
         out = y + (F.silu(g) * u) @ w2
         out.backward(torch.ones_like(out))
-    for backend, kind in ((SDPBackend.FLASH_ATTENTION, "sustained-layer-fa2"),
+    for backend, kind in _backends(SDPBackend, "sustained-layer") or ((SDPBackend.FLASH_ATTENTION, "sustained-layer-fa2"),
                           (SDPBackend.CUDNN_ATTENTION, "sustained-layer-cudnn")):
         with sdpa_kernel([backend]):
             _windows(torch, t, kind, layer, flops, seconds, (tokens, h, ffn, 1),
@@ -441,17 +488,34 @@ def main(argv=None) -> int:
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak, to size the loops")
     p.add_argument("--hbm-GBps", type=float, default=4800.0, help="datasheet HBM bandwidth, to size the loops")
     p.add_argument("--sustain-s", type=float, default=30.0)
-    p.add_argument("--only", default="gemm,fp8,bmm,attention,memory,vector,sustained")
+    p.add_argument("--only", default="gemm,fp8,bmm,attention,memory,vector,sustained",
+                   help="comma-separated sections: " + ", ".join(SECTIONS))
+    p.add_argument("--device", default="cuda", help="torch device (cpu: a smoke test of the script, with --tiny)")
+    p.add_argument("--tiny", action="store_true", help="tiny shapes: check the script runs, in seconds")
     a = p.parse_args(argv)
-    import torch
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: nothing to measure", file=sys.stderr)
+    unknown = [x for x in a.only.split(",") if x not in SECTIONS]
+    if unknown:
+        print(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}", file=sys.stderr)
         return 2
-    nvml = Nvml()
-    facts = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
-             "cublas": str(getattr(torch.backends.cuda, "preferred_blas_library", lambda: "")()),
-             "cudnn": str(torch.backends.cudnn.version()), "device": torch.cuda.get_device_name(0),
-             "sm_count": str(torch.cuda.get_device_properties(0).multi_processor_count), **nvml.facts()}
+    global DEVICE, TINY, GEMM_SHAPES, FP8_SHAPES, BMM_SHAPES, ATTN
+    DEVICE, TINY = a.device, bool(a.tiny)
+    if TINY:
+        GEMM_SHAPES = [(64, 32, 64, "tiny"), (32, 64, 48, "tiny"), (64, 64, 63, "odd K (unaligned)")]
+        FP8_SHAPES = [(64, 64, 64, "tiny")]
+        BMM_SHAPES = [(32, 32, 16, 4, "tiny")]
+        ATTN = [(64, 16), (128, 16)]
+    import torch
+    cuda = DEVICE.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to measure (--device cpu --tiny checks the script itself)", file=sys.stderr)
+        return 2
+    nvml = Nvml() if cuda else Nvml.off()
+    facts = {"torch": torch.__version__, "device": DEVICE, "tiny": str(TINY), **nvml.facts()}
+    if cuda:
+        facts.update({"cuda": str(torch.version.cuda),
+                      "cublas": str(getattr(torch.backends.cuda, "preferred_blas_library", lambda: "")()),
+                      "cudnn": str(torch.backends.cudnn.version()), "device_name": torch.cuda.get_device_name(0),
+                      "sm_count": str(torch.cuda.get_device_properties(0).multi_processor_count)})
     with open(os.path.splitext(a.out)[0] + "_facts.txt", "w") as fh:
         fh.write("\n".join(f"{k}: {v}" for k, v in facts.items()) + "\n")
     print(facts, flush=True)
@@ -473,6 +537,10 @@ def main(argv=None) -> int:
             print(f"section {name} failed: {type(exc).__name__}: {exc}", flush=True)
         print(f"section {name}: {time.time() - t0:.1f} s", flush=True)
     return 0
+
+
+SECTIONS = ("gemm", "fp8", "bmm", "attention", "memory", "vector", "gemm-sweep", "attention-head-dims",
+            "sustained", "sustained-attention", "sustained-layer")
 
 
 if __name__ == "__main__":

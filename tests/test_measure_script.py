@@ -1,0 +1,46 @@
+"""scripts/measure_gpu_kernels.py (what made cosearch/data/h200_kernels.csv) runs end to end:
+a tiny CPU run of every section that can run off a GPU writes the table's format, with rates
+that follow from the times, and the GPU-only parts say they were skipped."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "measure_gpu_kernels.py"
+SECTIONS = "gemm,fp8,bmm,attention,memory,vector,gemm-sweep,attention-head-dims,sustained,sustained-layer"
+
+
+def test_tiny_cpu_run_writes_the_table_format(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "k.csv"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--chip", "test", "--device", "cpu", "--tiny", "--out", str(out),
+                        "--only", SECTIONS, "--sustain-s", "0.2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "FP8 needs torch._scaled_mm on a CUDA GPU: skipped" in r.stdout
+    assert "failed" not in r.stdout, r.stdout[-2000:]
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    with open(out) as fh:
+        header = next(csv.reader(fh))
+    assert header == ["kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "tflops", "GBps", "sm_clock_mhz",
+                      "power_w", "note"]
+    kinds = {r["kind"] for r in rows}
+    assert {"gemm", "bmm", "copy", "elementwise", "optimizer", "sustained", "sustained-layer-math",
+            "attention-unfused"} <= kinds
+    for r in rows:
+        assert float(r["seconds"]) > 0 and r["sm_clock_mhz"] == "" and r["power_w"] == ""   # no NVML on a CPU
+        if r["kind"] == "gemm":
+            m, n, k = (int(r[x]) for x in "mnk")
+            assert float(r["tflops"]) == pytest.approx(2 * m * n * k / float(r["seconds"]) / 1e12, rel=1e-3)
+        if r["kind"] == "copy":
+            assert float(r["GBps"]) == pytest.approx(2 * int(r["m"]) / float(r["seconds"]) / 1e9, rel=1e-3)
+    assert (tmp_path / "k_facts.txt").read_text().startswith("torch: ")
+
+
+def test_unknown_section_and_missing_gpu_are_refused(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--chip", "x", "--out", str(tmp_path / "a.csv"), "--only", "gemms"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown section(s) ['gemms']" in r.stderr
