@@ -52,8 +52,8 @@ same.
   chip's own: Transformer Engine's cuDNN / FlashAttention-3 on Hopper in Megatron-Core) or
   ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan),
   priced at the chip's :attr:`~cosearch.hardware.KernelEfficiency.attention_fa2` — the same on
-  Ampere, where FA2 is the best; on H100 about half the rate (0.297 against 0.578 of peak,
-  flash-attention PR #1791) — or ``"fa1-triton"`` (the FlashAttention-1-era Triton kernel,
+  Ampere, where FA2 is the best; on H100/H200 about half the rate (0.2885 against 0.526 per
+  clock, cosearch's own H200 sweep: cosearch/data/h200_kernels.csv) — or ``"fa1-triton"`` (the FlashAttention-1-era Triton kernel,
   ``flash_attn_triton.py``, llm-foundry's ``attn_impl: triton``): FA2's rate times
   :data:`cosearch.hardware.FA1_TRITON_SPEED` (0.545; FA2 is 1.3-1.5x faster forward and ~2x
   backward, Dao 2023 section 4.1).

@@ -241,7 +241,7 @@ EFFICIENCY_SOURCES = {
             "under FlashAttention-2 (liangan1/GPU_travel performance/flash-attn/README.md); at that clock the "
             "model gives 0.73 of peak for a 4096^3 GEMM, against 0.66-0.77 measured, and 0.75 for CUTLASS's "
             "profiler example (3456x4096x8192, 235.1 TFLOP/s, NVIDIA/cutlass media/docs/profiler.md).  "
-            "Attention 0.553 of peak at long sequences (0.649 per clock): FlashAttention-2 fwd+bwd, causal, "
+            "Attention 0.700 of peak at long sequences (0.822 per clock): FlashAttention-2 fwd+bwd, causal, "
             "head dim 128, seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, "
             "as cosearch counts them; an attention benchmark holds the power-limited clock), divided by the "
             "forward+backward length factor at 2k (0.710, see ATTENTION_OVERHEAD_FWD / _BWD) and the "
