@@ -65,8 +65,8 @@ same.
   saved and every even matmul and every cheaper op recomputed — for a Llama block wk, wo and
   w3 of wq, wk, wv, wo, w1, w3, w2 — ``torchtitan/distributed/activation_checkpoint.py``,
   ``_get_custom_policy``).  :func:`cosearch.graph.recompute_share` maps it onto the layer's
-  ops.  Activation memory is the same for both (Megatron's selective figure, an upper bound
-  for torchtitan's, which also drops half the matmul outputs).
+  ops; the activations kept follow the policy too (:func:`cosearch.memory.every_other_matmul_bytes`
+  for dense layers with flash attention; Megatron's selective figure, an upper bound, otherwise).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 

@@ -36,7 +36,8 @@ from ._kernels import formulas
 from .graph import OPERAND_BYTES
 from .models import ModelConfig
 
-__all__ = ["MemoryConfig", "layer_activation_bytes", "layer_input_bytes", "embedding_activation_bytes",
+__all__ = ["MemoryConfig", "layer_activation_bytes", "every_other_matmul_bytes", "layer_input_bytes",
+           "embedding_activation_bytes",
            "head_activation_bytes", "static_bytes", "in_flight"]
 
 
@@ -109,6 +110,24 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     else:
         per = replicated + split / t + attn / t
     return s * b * h * per
+
+
+def every_other_matmul_bytes(config: ModelConfig, tp: int, microbatch: int,
+                             sequence_parallel: bool = False) -> float:
+    """Activations one dense layer keeps under torchtitan's per-op selective checkpointing
+    (:attr:`cosearch.engine.Engine.selective_recompute` ``"every-other-matmul"``), per chip and
+    microbatch: the checkpointed layer input, the outputs of the odd matmuls in execution order
+    (wq, wv, and w1, plus w2 for a gated MLP: wq wk wv wo w1 w3 w2) and SDPA's output with its
+    fp32 log-sum-exp; everything else is recomputed.  The row-parallel w2's saved matmul output
+    is the local, not yet reduced one (a full ``s x h`` per rank)."""
+    c = config
+    s, b, h, t = c.seq_len, microbatch, c.hidden, tp
+    db = c.dtype_bytes
+    kv = max(1, c.kv_heads // t) * c.head_dim        # this rank's K/V width (a head at least)
+    split = db * (c.q_dim / t + kv + c.q_dim / t + c.ffn_hidden / t) + 4.0 * c.heads / t
+    local = db * h if c.gated else 0.0               # w2's local output
+    layer_in = db * h / (t if sequence_parallel else 1)
+    return s * b * (layer_in + split + local)
 
 
 def layer_input_bytes(config: ModelConfig, tp: int, microbatch: int,

@@ -402,8 +402,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
         for si, sp in enumerate(sequence_parallel):
             sp = bool(sp) and t > 1
             # activation bytes are linear in the microbatch: priced for one sequence
-            per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision),
-                       memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision),
+            sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
+                   if policy == "every-other-matmul" and flash_attention and not c.moe else
+                   memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision))
+            per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision), sel,
                        memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
                        memory.head_activation_bytes(cl, t, 1, sp))
             # affine: every microbatch size at once; otherwise one size at a time

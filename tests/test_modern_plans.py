@@ -571,3 +571,23 @@ def test_torchtitan_selective_recomputes_every_other_matmul_by_hand():
     assert FSDP.selective_recompute == "every-other-matmul"
     with pytest.raises(ValueError, match="selective_recompute"):
         Engine("x", selective_recompute="half")
+
+
+def test_torchtitan_selective_memory_by_hand():
+    """Llama 2 13B (h 5120, 40 heads of 128, SwiGLU 13824), tp 1, one 4096-token sequence: the
+    layer input, wq, wv, SDPA's output, w1 and w2's outputs in bf16 plus the fp32 log-sum-exp:
+    2 (5120 + 5120 + 5120 + 5120 + 13824 + 5120) + 4 x 40 = 79,008 bytes a token; tp 2 with SP
+    halves all but w2's local output."""
+    from cosearch import memory
+    m = models.preset("llama2-13b")
+    assert memory.every_other_matmul_bytes(m, 1, 1) == 4096 * 79008
+    half = 2 * (2560 + 2560 + 20 * 128 + 2560 + 6912) + 4 * 20 + 2 * 5120
+    assert memory.every_other_matmul_bytes(m, 2, 1, sequence_parallel=True) == 4096 * half
+    # less than Megatron's selective figure, which keeps every matmul input and the norms
+    assert memory.every_other_matmul_bytes(m, 1, 1) < memory.layer_activation_bytes(m, 1, 1, False, "selective", True)
+    spec = PlanSpec(dp=64, tp=1, pp=1, microbatch=2, recompute="selective", zero=3, flash_attention=True)
+    tt = evaluate(m, hardware.A100_80GB, cluster.dgx_a100(8), spec, 128, engine="fsdp")
+    mega = evaluate(m, hardware.A100_80GB, cluster.dgx_a100(8), spec, 128, engine="megatron-lm")
+    saved = (memory.layer_activation_bytes(m, 1, 2, False, "selective", True)
+             - memory.every_other_matmul_bytes(m, 1, 2)) * m.num_layers
+    assert mega.memory_per_chip_bytes[0] - tt.memory_per_chip_bytes[0] == pytest.approx(saved, rel=1e-9)
