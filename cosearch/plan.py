@@ -58,8 +58,10 @@ def recompute_runs(modes: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class PlanSpec:
-    """A training plan.  ``recompute``: ``"none"``, ``"selective"`` (attention core),
-    ``"full"``, or one of those per pipeline stage; ``stage_layers``: transformer layers
+    """A training plan.  ``recompute``: ``"none"``, ``"selective"`` (what the engine's
+    :attr:`~cosearch.engine.Engine.selective_recompute` says: Megatron's attention core, or
+    torchtitan's every-other-matmul policy on the ``fsdp`` engine), ``"full"``, or one of those
+    per pipeline stage; ``stage_layers``: transformer layers
     per stage (None: even split); ``zero``: 0 (none), 1 (optimizer state sharded, Megatron's
     distributed optimizer), 2 (+ gradients), 3 (+ weights).  ``expert_parallel`` (ep, MoE models):
     each expert lives on one of ep ranks carved from the ``dp * cp`` data-parallel ranks.
