@@ -193,6 +193,11 @@ def _read_table(measurements) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in cols.items()}
 
 
+def _blank(values) -> np.ndarray:
+    """Which cells of a column are empty (a CSV's "", or NaN / None from a mapping)."""
+    return np.array([str(x).strip() in ("", "nan", "None") for x in values], dtype=bool)
+
+
 def _num(cols, name, rows) -> np.ndarray:
     try:
         a = np.asarray(cols[name][rows], dtype=np.float64)
@@ -272,7 +277,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     nrows = len(next(iter(cols.values())))
     coll = np.zeros(nrows, dtype=bool)
     if "collective" in cols:
-        coll = np.array([str(x).strip() not in ("", "nan", "None") for x in cols["collective"]])
+        coll = ~_blank(cols["collective"])
     ops_rows = np.flatnonzero(~coll)
     # measured kernels ran at whatever clock they ran at.  With an sm_clock_mhz column (cosearch
     # measure writes NVML's reading after each kernel) each row's compute is priced at its own
@@ -282,12 +287,14 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     e0 = chip.efficiency
     row_mhz = None
     if len(ops_rows) and "sm_clock_mhz" in cols:
-        raw = [str(x).strip() for x in cols["sm_clock_mhz"][ops_rows]]
-        if all(x not in ("", "nan", "None") for x in raw):
+        empty = _blank(cols["sm_clock_mhz"][ops_rows])
+        if not empty.any():
             row_mhz = _num(cols, "sm_clock_mhz", ops_rows)
-        elif any(x not in ("", "nan", "None") for x in raw):
+        elif not empty.all():
             raise ValueError("calibrate: column 'sm_clock_mhz' must be given for every op row or for none")
-    clock = e0.sustained_clock if len(ops_rows) and row_mhz is None else 1.0
+    # without row clocks the op rows are fitted in fractions of the datasheet-clock peak
+    datasheet_fractions = bool(len(ops_rows)) and row_mhz is None
+    clock = e0.sustained_clock if datasheet_fractions else 1.0
     e_t, e_a, e_m, launch = e0.tensor * clock, e0.attention * clock, e0.memory, e0.launch_s
     rms = 0.0
     fitted: tuple[str, ...] = ()
@@ -303,7 +310,8 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         # they get the length factor of their pass and the head-dim factor, as the graph's ops do
         hd = np.zeros(len(ops_rows))
         if "head_dim" in cols:
-            hd = np.array([0.0 if str(x).strip() in ("", "nan", "None") else float(x) for x in cols["head_dim"][ops_rows]])
+            raw = cols["head_dim"][ops_rows]
+            hd = np.array([0.0 if e else float(x) for x, e in zip(raw, _blank(raw))])
             if not np.all(np.isfinite(hd)) or np.any(hd < 0) or np.any(hd != np.round(hd)):
                 raise ValueError("calibrate: column 'head_dim' must hold non-negative whole numbers (0: not fused)")
             if np.any((hd > 0) & (kinds != "attention")):
@@ -353,10 +361,9 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         fitted = tuple(name for name, f in zip(("tensor", "attention", "memory", "launch_s"), free) if f)
         residuals = tuple(float(r) for r in (model(x) - y))
         rms = float(np.sqrt(np.mean(np.square(residuals))))
-    per_clock = row_mhz is not None or not len(ops_rows)
     eff = replace(chip.efficiency, tensor=e_t, attention=e_a, memory=e_m, launch_s=launch,
                   attention_fa2=chip.efficiency.attention_fa2 * clock,
-                  sustained_clock=e0.sustained_clock if per_clock else 1.0,
+                  sustained_clock=1.0 if datasheet_fractions else e0.sustained_clock,
                   source=(f"calibrated on {len(ops_rows)} measured ops (fitted: {', '.join(fitted) or 'nothing'}; "
                           f"rms log error {rms:.3f}); the rest from: {chip.efficiency.source}"))
     out = {"intra": (None, None), "inter": (None, None)}

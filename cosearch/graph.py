@@ -71,16 +71,14 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         return 1.0
     if op.kind != "gemm":
         return 0.0                      # the fused attention kernel is saved; collectives are not compute
-    name = op.name.removesuffix(".cast")
-    gated = config.activation in ("swiglu", "geglu")
-    if name == "qkv" and config.mla is None:
+    if op.name == "qkv" and config.mla is None:
         return config.kv_heads / (config.heads + 2.0 * config.kv_heads)
-    if name == "attn_out":
+    if op.name == "attn_out":
         return 1.0
-    if name == "fc1":
-        return 0.5 if gated else 0.0
-    if name == "fc2":
-        return 0.0 if gated else 1.0
+    if op.name == "fc1":
+        return 0.5 if config.gated else 0.0
+    if op.name == "fc2":
+        return 0.0 if config.gated else 1.0
     return 0.5
 
 #: Column order of the op arrays handed to the kernels.

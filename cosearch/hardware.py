@@ -155,14 +155,11 @@ class KernelEfficiency:
     attention_head_overhead_fa2: float = -1.0
 
     def __post_init__(self) -> None:
-        for f in ("attention_overhead_bwd", "attention_head_overhead", "attention_head_overhead_fa2"):
+        for f in ("attention_overhead_bwd", "attention_head_overhead_fa2"):     # -1: another field's
             x = getattr(self, f)
-            lo = 0.0 if f == "attention_head_overhead" else -1.0
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (lo <= x <= 1e3) \
-                    or (lo < x < 0.0):
-                raise ValueError(f"KernelEfficiency.{f} must be in [0, 1e3]"
-                                 + (" or -1 (the default)" if lo < 0 else "") + f", got {x!r}")
-        for f in ("attention_overhead", "attention_fa2"):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= 1e3 or x == -1.0):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, 1e3] or -1 (the default), got {x!r}")
+        for f in ("attention_overhead", "attention_fa2", "attention_head_overhead"):
             x = getattr(self, f)
             hi = 1.0 if f == "attention_fa2" else 1e3
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= hi):
@@ -307,12 +304,12 @@ ATTENTION_HEAD_OVERHEAD = 56.2
 ATTENTION_HEAD_OVERHEAD_FA2 = 22.5
 
 
-def _pair_length(seq: float) -> float:
-    """The length factor of a forward + backward pair (1 + 2.5 units of work) at ``seq``."""
+def _pair_length(seq: float, bwd_work: float = 2.5) -> float:
+    """The length factor of a forward + backward pair (1 + ``bwd_work`` units of work) at ``seq``."""
     def factor(c):
         t = seq / 128.0
         return t / (t + c)
-    return 3.5 / (1.0 / factor(ATTENTION_OVERHEAD_FWD) + 2.5 / factor(ATTENTION_OVERHEAD_BWD))
+    return (1.0 + bwd_work) / (1.0 / factor(ATTENTION_OVERHEAD_FWD) + bwd_work / factor(ATTENTION_OVERHEAD_BWD))
 
 
 #: Attention kernels an engine can run (:meth:`KernelEfficiency.with_attention_kernel`).

@@ -420,13 +420,14 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     da = _graph_stack(g2) - a1
                     gs = g1
                     # every microbatch size's rows of the six graphs priced in one call
-                    share = np.array([graph.recompute_share(op, c, policy) for op in g1["layer", "fwd"].ops])
-                    priced = _price_sizes(g1, a1[None] + (mbs - 1.0)[:, None, None] * da[None], d, eff, share)
+                    rows = a1[None] + (mbs - 1.0)[:, None, None] * da[None]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep)
+                    rows = _graph_stack(gs)[None]
+                priced = None
+                if time_model != "work-bound":
                     share = np.array([graph.recompute_share(op, c, policy) for op in gs["layer", "fwd"].ops])
-                    priced = None if time_model == "work-bound" else _price_sizes(gs, _graph_stack(gs)[None], d, eff,
-                                                                                   share)
+                    priced = _price_sizes(gs, rows, d, eff, share)
                 if priced is None:
                     attn = np.zeros((len(d), len(mbs)))   # selective recompute's time: at least nothing
                     attn_b = None                         # and the CP ring's exposed time too

@@ -240,13 +240,15 @@ def run_bmm(torch, t: Table, peak: float) -> None:
         t.add("bmm", m, n, k, batch, 2, s, flops=f, nbytes=2.0 * batch * (m * k + k * n + m * n), note=note)
 
 
-def run_attention(torch, t: Table, peak: float) -> None:
+def _fused_attention(torch, t: Table, peak: float, shapes, note: str = "") -> None:
+    """Causal ``scaled_dot_product_attention`` with the flash (FlashAttention-2) and cuDNN back
+    ends over ``shapes`` ``(seq, head_dim, heads)``: forward and backward timed apart, three rows
+    each (forward, backward, both); a back end that cannot run a shape is named and skipped."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     bf16 = torch.bfloat16
     for backend, kind in ((SDPBackend.FLASH_ATTENTION, "attention-fa2"), (SDPBackend.CUDNN_ATTENTION, "attention-cudnn")):
-        for seq, hd in ATTN:
-            heads = _n(131072 // seq, 2)                       # 128k query rows in all: every SM busy
+        for seq, hd, heads in shapes:
             q, k, v = (torch.randn(1, heads, seq, hd, device=DEVICE, dtype=bf16, requires_grad=True)
                        for _ in range(3))
             fwd_flops = 4.0 * heads * seq * seq * hd / 2       # causal: half of QK^T and PV
@@ -260,12 +262,20 @@ def run_attention(torch, t: Table, peak: float) -> None:
                     g = torch.randn_like(out)
                     sb = timer(torch, lambda out=out, qkv=(q, k, v), g=g: torch.autograd.grad(out, qkv, g, retain_graph=True),
                                iters_for(2.5 * fwd_flops, peak * 0.4))
-            except Exception as exc:    # noqa: BLE001 - a back end may be missing
+            except Exception as exc:    # noqa: BLE001 - a back end may be missing or refuse the shape
                 print(f"{kind} seq {seq} hd {hd}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
                 continue
-            t.add(kind, seq, seq, hd, heads, 2, sf, flops=fwd_flops, note="forward")
-            t.add(kind, seq, seq, hd, heads, 2, sb, flops=2.5 * fwd_flops, note="backward")
-            t.add(kind, seq, seq, hd, heads, 2, sf + sb, flops=3.5 * fwd_flops, note="forward+backward")
+            t.add(kind, seq, seq, hd, heads, 2, sf, flops=fwd_flops, note="forward" + note)
+            t.add(kind, seq, seq, hd, heads, 2, sb, flops=2.5 * fwd_flops, note="backward" + note)
+            t.add(kind, seq, seq, hd, heads, 2, sf + sb, flops=3.5 * fwd_flops, note="forward+backward" + note)
+
+
+def run_attention(torch, t: Table, peak: float) -> None:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    bf16 = torch.bfloat16
+    # 128k query rows in all (every SM busy)
+    _fused_attention(torch, t, peak, [(seq, hd, _n(131072 // seq, 2)) for seq, hd in ATTN])
     # unfused (math back end) at 2k, head dim 128, as Dao 2023's PyTorch baseline
     seq, hd, heads = _n((2048, 128, 16), (64, 16, 2))
     q, k, v = (torch.randn(8, heads, seq, hd, device=DEVICE, dtype=bf16, requires_grad=True) for _ in range(3))
@@ -360,46 +370,18 @@ def run_gemm_sweep(torch, t: Table, peak: float) -> None:
 
 
 def run_attention_head_dims(torch, t: Table, peak: float) -> None:
-    """Causal fwd+bwd at 4k tokens for head dims 64, 96, 128, 192 and 256, both back ends."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    """Causal attention at 4k tokens for head dims 64, 96, 128, 192 and 256, both back ends."""
     seq = _n(4096, 64)
-    for backend, kind in ((SDPBackend.FLASH_ATTENTION, "attention-fa2"), (SDPBackend.CUDNN_ATTENTION, "attention-cudnn")):
-        for hd in (64, 96, 128, 192, 256):
-            heads = _n(32 * 128 // hd, 2)
-            q, k, v = (torch.randn(1, heads, seq, hd, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-                       for _ in range(3))
-            fwd_flops = 4.0 * heads * seq * seq * hd / 2
-            try:
-                with sdpa_kernel([backend]):
-                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                    g = torch.randn_like(out)
-
-                    def fb(q=q, k=k, v=v, g=g):
-                        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                        torch.autograd.grad(o, (q, k, v), g)
-                    s = timer(torch, fb, iters_for(3.5 * fwd_flops, peak * 0.4))
-            except Exception as exc:    # noqa: BLE001 - a back end may not take this head dim
-                print(f"{kind} hd {hd}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
-                continue
-            t.add(kind, seq, seq, hd, heads, 2, s, flops=3.5 * fwd_flops, note="forward+backward, head-dim sweep")
+    _fused_attention(torch, t, peak, [(seq, hd, _n(32 * 128 // hd, 2)) for hd in (64, 96, 128, 192, 256)],
+                     ", head-dim sweep")
 
 
 def run_sustained(torch, t: Table, seconds: float) -> None:
     n = _n(8192, 64)
     a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
-    f = 2.0 * n ** 3
-    t0 = time.time()
-    window = 0
-    watch = _Stopwatch(torch)
-    while time.time() - t0 < seconds:
-        watch.start()
-        for _ in range(100):
-            torch.matmul(a, b)
-        s = watch.stop() / 100
-        t.add("sustained", n, n, n, 1, 2, s, flops=f, note=f"window {window} at {time.time() - t0:.1f} s")
-        window += 1
+    _windows(torch, t, "sustained", lambda: torch.matmul(a, b), 2.0 * n ** 3, seconds, (n, n, n, 1),
+             f"{n}^3 bf16 matmul")
 
 
 def _windows(torch, t: Table, kind: str, fn, flops: float, seconds: float, shape, note: str) -> None:
