@@ -15,7 +15,9 @@ Models and graphs: :class:`ModelConfig`, :func:`model_preset`, :mod:`graph` (``b
 ``from_module``; MoE models through ``num_experts``; presets include mixtral-8x7b, grok-1 and
 deepseek-v3).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
 :data:`TPUv4`, :data:`A100`, :data:`H100`, :data:`H200`, :data:`B200`, :data:`GB200`,
-:data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :class:`AreaPowerModel`.  Cost: :func:`price`.
+:data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :class:`AreaPowerModel` (cosearch's area and
+power model) and :class:`PhazeAreaModel` (PHAZE's own area figures, :mod:`phaze_area`;
+``SearchSpace.phaze(area_model="phaze")`` is exactly PHAZE's design list).  Cost: :func:`price`.
 Clusters: :class:`Cluster` (nodes, intra/inter-node links; presets in :mod:`cluster`).
 Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op times);
 :mod:`measure` (``cosearch measure``) times a model's kernels and the collectives with torch on
@@ -84,6 +86,7 @@ _LAZY = {
     "SearchOptions": ("search", "SearchOptions"), "sweep": ("sweep", None), "ranking": ("ranking", None),
     "parse_megatron_args": ("megatron_args", "parse_megatron_args"), "megatron_args": ("megatron_args", None),
     "measure": ("measure", None), "design_report": ("design_report", "design_report"),
+    "PhazeAreaModel": ("phaze_area", "PhazeAreaModel"), "phaze_area": ("phaze_area", None),
 }
 
 __all__ = [

@@ -122,6 +122,10 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hbm-gib", type=float, default=None,
                    help="HBM scenario: capacity per chip in GiB at TPUv4's 1.2 TB/s (default 32, or the "
                         "space file's hbm_gib); HBM is not searched")
+    p.add_argument("--area-model", choices=["cosearch", "phaze"], default=None,
+                   help="area model of --space default/phaze: cosearch's (default) or PHAZE's own Accelergy "
+                        "figures (with --space phaze: exactly PHAZE's 29,360 designs); a space file sets "
+                        "its own with \"area_model\"")
 
 
 def _int_list(text: str, name: str) -> tuple[int, ...]:
@@ -169,11 +173,16 @@ def _space_from_args(a):
     from .hardware import SearchSpace
     if a.hbm_gib is not None and not (0 < a.hbm_gib < 1e6):
         raise ValueError(f"--hbm-gib must be a positive number of GiB, got {a.hbm_gib}")
+    area_model = getattr(a, "area_model", None)
     if a.space in ("default", "phaze"):
-        return getattr(SearchSpace, a.space)(32.0 if a.hbm_gib is None else a.hbm_gib)
+        return getattr(SearchSpace, a.space)(32.0 if a.hbm_gib is None else a.hbm_gib,
+                                             area_model=area_model or "cosearch")
     import os
     if not os.path.isfile(a.space):
         raise ValueError(f"--space {a.space!r}: not 'default', 'phaze' or an existing JSON file")
+    if area_model is not None:
+        raise ValueError("--area-model applies to --space default or phaze; a space file sets its own "
+                         "with \"area_model\"")
     return SearchSpace.from_json(a.space, hbm_gib=a.hbm_gib)
 
 
@@ -246,14 +255,16 @@ def _print_design_report(res) -> None:
     import numpy as np
 
     from .design_report import design_report
-    from .hardware import DESIGN_FIELDS, Accelerator, design_array
+    from .hardware import AREA_MODELS, DESIGN_FIELDS, Accelerator, design_array, named_area_model
     from .models import PRESETS
     if not getattr(res, "feasible", None) or not hasattr(res, "model") or not isinstance(res.model, str):
         return
     best = res.best
     chip = Accelerator.from_array(design_array(np.array([[best.design[f] for f in DESIGN_FIELDS]]))[0],
                                   name=f"best design {best.index}")
-    print(design_report(chip, res.model if res.model in PRESETS else None).describe())
+    am = (getattr(res, "meta", None) or {}).get("area_model", "cosearch")
+    print(design_report(chip, res.model if res.model in PRESETS else None,
+                        named_area_model(am if am in AREA_MODELS else "cosearch")).describe())
 
 
 def _infeasible_reason(res) -> str:
@@ -584,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--hbm-gib", default="32,64,80", help="comma-separated HBM scenarios (GiB per chip)")
     rp.add_argument("--space", choices=list(SPACES), default="phaze",
                     help="accelerator space: phaze (PHAZE's, its global buffer feeding 4,096 words per cycle), "
+                         "phaze-area (the same under PHAZE's own area model: its 29,360 designs), "
                          "phaze-no-onchip (no on-chip bandwidth bound), default")
     rp.add_argument("--chips", type=_positive, default=1024, help="chips in the cluster")
     rp.add_argument("--batch", type=_positive, default=4096, help="global batch (sequences)")

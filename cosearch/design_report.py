@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .hardware import PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, AreaPowerModel, GiB
+from .hardware import PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, AreaPowerModel
 from .models import ModelConfig
+
+if TYPE_CHECKING:
+    from .phaze_area import PhazeAreaModel
 
 __all__ = ["DesignReport", "design_report", "operand_traffic_bytes", "tile_efficiency", "PHAZE_GLB_WORDS_PER_CYCLE"]
 
@@ -87,7 +91,7 @@ class DesignReport:
 
 
 def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
-                  area_model: AreaPowerModel | None = None) -> DesignReport:
+                  area_model: AreaPowerModel | PhazeAreaModel | None = None) -> DesignReport:
     """Area by component, tile efficiency and operand-bandwidth need of ``chip`` on ``model``'s
     largest layer GEMM (the MLP up-projection of one sequence at tp 1; a 2048 x 12288 x 12288
     GEMM without a model)."""
@@ -101,8 +105,7 @@ def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
     else:
         m, n, k = 2048, 12288, 12288
     cores, r, c = int(chip.tensor_cores), int(chip.systolic_rows), int(chip.systolic_cols)
-    area = {k: float(v[0]) for k, v in ap.die_components_mm2(chip.as_array()[None]).items()}
-    area["HBM stacks"] = chip.hbm_bytes / GiB * ap.hbm_stack_area_mm2_per_gib
+    area = {k: float(v[0]) for k, v in ap.package_components_mm2(chip.as_array()[None]).items()}
     eff = tile_efficiency(m, n, k, cores, r, c)
     compute_s = m * n * k / (cores * r * c * chip.clock_hz) / eff
     traffic = operand_traffic_bytes(m, n, k, r, c)

@@ -58,12 +58,15 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from .phaze_area import PhazeAreaModel
+
 __all__ = [
-    "Accelerator", "AreaPowerModel", "SearchSpace", "KernelEfficiency",
+    "Accelerator", "AreaPowerModel", "SearchSpace", "KernelEfficiency", "AREA_MODELS", "named_area_model",
     "TPUv4", "A100", "A100_80GB", "H100", "PRESETS", "preset", "preset_names",
     "DESIGN_FIELDS", "design_array", "IDEAL", "EFFICIENCY_SOURCES",
 ]
@@ -500,10 +503,10 @@ class Accelerator:
         from ._json import read_json_file
         return cls.from_dict(read_json_file(path, "chip"))
 
-    def area_mm2(self, model: AreaPowerModel | None = None) -> float:
+    def area_mm2(self, model: AreaPowerModel | PhazeAreaModel | None = None) -> float:
         return float((model or AreaPowerModel()).area_mm2(self.as_array()[None, :])[0])
 
-    def power_w(self, model: AreaPowerModel | None = None) -> float:
+    def power_w(self, model: AreaPowerModel | PhazeAreaModel | None = None) -> float:
         return float((model or AreaPowerModel()).power_w(self.as_array()[None, :])[0])
 
 
@@ -605,6 +608,7 @@ class AreaPowerModel:
     link_energy_j_per_bit: float = 5.0e-12
     fixed_area_mm2: float = 60.0
     fixed_power_w: float = 30.0
+    name = "cosearch"
 
     def __post_init__(self) -> None:
         for k, v in asdict(self).items():
@@ -633,6 +637,12 @@ class AreaPowerModel:
                 "HBM PHY": c["hbm_bandwidth_Bps"] / 1e9 * self.hbm_area_mm2_per_gbps,
                 "SerDes": c["link_bandwidth_Bps"] / 1e9 * self.link_area_mm2_per_gbps,
                 "uncore": np.full(len(pes), self.fixed_area_mm2)}
+
+    def package_components_mm2(self, designs: np.ndarray) -> dict[str, np.ndarray]:
+        """What :meth:`area_mm2` counts, by component: the die's, then the HBM stacks."""
+        c = self._cols(designs)
+        return {**self.die_components_mm2(designs),
+                "HBM stacks": c["hbm_bytes"] / GiB * self.hbm_stack_area_mm2_per_gib}
 
     def die_area_mm2(self, designs: np.ndarray) -> np.ndarray:
         """Logic die area (mm^2): the sum of :meth:`die_components_mm2`."""
@@ -723,6 +733,24 @@ SPACE_FILE_FIELDS = ("tensor_cores", "systolic_dims", "vector_units", "vector_wi
                      "glb_words_per_cycle", "glb_rule")
 
 
+#: Area models a search space can be built with, by name.
+AREA_MODELS = ("cosearch", "phaze")
+
+
+def named_area_model(name: str, power: AreaPowerModel | None = None) -> AreaPowerModel | PhazeAreaModel:
+    """The area model called ``name`` (:data:`AREA_MODELS`): ``"cosearch"`` is ``power`` (default
+    :class:`AreaPowerModel`); ``"phaze"`` is :class:`~cosearch.phaze_area.PhazeAreaModel`, with
+    ``power`` pricing its power."""
+    from .phaze_area import PhazeAreaModel
+    if power is not None and not isinstance(power, AreaPowerModel):
+        raise ValueError(f"area_power must be an AreaPowerModel, got {type(power).__name__}")
+    if name == "cosearch":
+        return power or AreaPowerModel()
+    if name == "phaze":
+        return PhazeAreaModel(power or AreaPowerModel())
+    raise ValueError(f"area_model must be one of {', '.join(AREA_MODELS)}, got {name!r}")
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """A Cartesian grid of accelerator designs under an area and power budget.
@@ -759,7 +787,7 @@ class SearchSpace:
     link_bandwidth_Bps: tuple = (3.0e11,)
     area_budget_mm2: float | None = None
     power_budget_w: float | None = None
-    area_power: AreaPowerModel = field(default_factory=AreaPowerModel)
+    area_power: AreaPowerModel | PhazeAreaModel = field(default_factory=AreaPowerModel)
     vector_width_tied: bool = False
     l1_rule: str = "grid"
     min_area_fraction: float = 0.0
@@ -770,6 +798,10 @@ class SearchSpace:
     glb_rule: str = "fixed"
 
     def __post_init__(self) -> None:
+        from .phaze_area import PhazeAreaModel
+        if not isinstance(self.area_power, (AreaPowerModel, PhazeAreaModel)):
+            raise ValueError(f"SearchSpace.area_power must be an AreaPowerModel or a PhazeAreaModel, got "
+                             f"{type(self.area_power).__name__}")
         if self.glb_rule not in ("fixed", "phaze"):
             raise ValueError(f"SearchSpace.glb_rule must be 'fixed' or 'phaze', got {self.glb_rule!r}")
         w = self.glb_words_per_cycle
@@ -822,7 +854,8 @@ class SearchSpace:
     # ------------------------------------------------------------------ presets
     @classmethod
     def phaze(cls, hbm_gib: float = 32, hbm_Bps: float | None = None,
-              area_power: AreaPowerModel | None = None, onchip_bandwidth: bool = True) -> SearchSpace:
+              area_power: AreaPowerModel | None = None, onchip_bandwidth: bool = True,
+              area_model: str = "cosearch") -> SearchSpace:
         """PHAZE's architecture space (msr-fiddle/phaze, ``Estimator/architecture.py``):
         1-4,096 tensor cores and 1-4,096 vector cores (powers of two), systolic width and
         depth independently 2-256 (powers of two), vector width = array width, a 2-128 MiB
@@ -834,47 +867,60 @@ class SearchSpace:
         PHAZE's :data:`PHAZE_GLB_WORDS_PER_CYCLE` words per cycle (its estimator's
         ``max_glb_bw``; a single core less, :func:`phaze_glb_words`), so GEMMs are bounded by
         their operand traffic too; False prices them
-        without that bound (cosearch 0.2's space)."""
+        without that bound (cosearch 0.2's space).  ``area_model``: ``"cosearch"``
+        (:class:`AreaPowerModel`, or ``area_power`` when given) or ``"phaze"``
+        (:class:`~cosearch.phaze_area.PhazeAreaModel`, PHAZE's own figures: the space is then
+        exactly PHAZE's 29,360-design list, ``Estimator/arch_configs/cores.json``)."""
         from . import _validate as v
         gib = v.positive_float("hbm_gib", hbm_gib)
         bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
         hbm = (gib * GiB, bw)
+        ap = named_area_model(area_model, area_power)
+        suffix = "" if area_model == "cosearch" else f"-{area_model}-area"
         p2 = [2 ** i for i in range(0, 13)]
         dims = tuple((2 ** w, 2 ** d) for w in range(1, 9) for d in range(1, 9))
         return cls(tensor_cores=tuple(p2), systolic_dims=dims, vector_units=tuple(p2), vector_width=(1,),
                    clock_hz=(PHAZE_CLOCK_HZ,), l1_bytes=(1,), l2_bytes=tuple(2 ** i * MiB for i in range(1, 8)),
                    hbm=(hbm,), link_bandwidth_Bps=(3.0e11,), power_budget_w=math.inf,
-                   area_power=area_power or AreaPowerModel(), vector_width_tied=True, l1_rule="phaze",
+                   area_power=ap, vector_width_tied=True, l1_rule="phaze",
                    min_area_fraction=0.3, min_area_exempt_single_core=True,
-                   reference=phaze_reference(*hbm), name=f"phaze-hbm{gib:g}",
+                   reference=phaze_reference(*hbm), name=f"phaze-hbm{gib:g}{suffix}",
                    glb_words_per_cycle=PHAZE_GLB_WORDS_PER_CYCLE if onchip_bandwidth else 0.0, glb_rule="phaze")
 
     @classmethod
-    def default(cls, hbm_gib: float = 32, hbm_Bps: float | None = None) -> SearchSpace:
-        """The default grid (square arrays, up to 32 cores) at one HBM scenario."""
+    def default(cls, hbm_gib: float = 32, hbm_Bps: float | None = None, area_model: str = "cosearch") -> SearchSpace:
+        """The default grid (square arrays, up to 32 cores) at one HBM scenario; ``area_model``
+        as in :meth:`phaze` (the budget is then TPUv4's area under that model)."""
         from . import _validate as v
         gib = v.positive_float("hbm_gib", hbm_gib)
         bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
-        return cls(hbm=((gib * GiB, bw),), name=f"default-hbm{gib:g}")
+        suffix = "" if area_model == "cosearch" else f"-{area_model}-area"
+        return cls(hbm=((gib * GiB, bw),), name=f"default-hbm{gib:g}{suffix}",
+                   area_power=named_area_model(area_model))
 
     @classmethod
     def from_json(cls, path: str, hbm_gib: float | None = None) -> SearchSpace:
         """A user's grid from a JSON object: ``"base"`` (``"default"`` or ``"phaze"``, default
-        ``"default"``), ``"hbm_gib"``, and any of :data:`SPACE_FILE_FIELDS` (byte and Hz
-        units as in the dataclass).  Unknown fields are an error naming them."""
+        ``"default"``), ``"hbm_gib"``, ``"area_model"`` (:data:`AREA_MODELS`, default
+        ``"cosearch"``), and any of :data:`SPACE_FILE_FIELDS` (byte and Hz units as in the
+        dataclass).  Unknown fields are an error naming them."""
         from ._json import read_json_file
         d = read_json_file(path, "space", MAX_SPACE_FILE_BYTES)
         if not isinstance(d, dict):
             raise ValueError(f"space file {path!r}: the top level must be an object")
-        unknown = sorted(set(d) - set(SPACE_FILE_FIELDS) - {"base", "hbm_gib"})
+        unknown = sorted(set(d) - set(SPACE_FILE_FIELDS) - {"base", "hbm_gib", "area_model"})
         if unknown:
             raise ValueError(f"space file {path!r}: unknown field(s) {unknown}; allowed: "
-                             f"base, hbm_gib, {', '.join(SPACE_FILE_FIELDS)}")
+                             f"base, hbm_gib, area_model, {', '.join(SPACE_FILE_FIELDS)}")
+        am = d.pop("area_model", "cosearch")
+        if am not in AREA_MODELS:
+            raise ValueError(f"space file {path!r}: area_model must be one of {', '.join(AREA_MODELS)}, got {am!r}")
         base = d.pop("base", "default")
         if base not in ("default", "phaze"):
             raise ValueError(f"space file {path!r}: base must be 'default' or 'phaze', got {base!r}")
         gib = d.pop("hbm_gib", None) if hbm_gib is None else hbm_gib
-        space = (cls.phaze if base == "phaze" else cls.default)(**({} if gib is None else {"hbm_gib": gib}))
+        space = (cls.phaze if base == "phaze" else cls.default)(**({} if gib is None else {"hbm_gib": gib}),
+                                                               area_model=am)
         changes = {}
         for k, val in d.items():
             changes[k] = tuple(tuple(x) if isinstance(x, list) else x for x in val) if isinstance(val, list) else val

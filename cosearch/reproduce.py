@@ -21,9 +21,10 @@ from ._json import dump_json, load_json, stamped
 
 __all__ = ["PHAZE_MODELS", "PHAZE_HBM_GIB", "PhazeRow", "phaze", "SPACES"]
 
-#: Spaces a reproduction can search: PHAZE's (with its global-buffer bandwidth), PHAZE's without
-#: the on-chip bandwidth bound (cosearch 0.2's pricing), and cosearch's default grid.
-SPACES = ("phaze", "phaze-no-onchip", "default")
+#: Spaces a reproduction can search: PHAZE's (with its global-buffer bandwidth) under cosearch's
+#: area model, the same under PHAZE's own area model (exactly PHAZE's 29,360 designs), PHAZE's
+#: without the on-chip bandwidth bound (cosearch 0.2's pricing), and cosearch's default grid.
+SPACES = ("phaze", "phaze-area", "phaze-no-onchip", "default")
 
 #: PHAZE's models (its ``scripts/``), by cosearch preset; each at its preset's sequence length
 #: (BERT-large 512, GPT2-XL 1,024, OPT-350m 2,048, Llama-2-7B 4,096, Megatron GPT2-8.3B 1,024,
@@ -76,8 +77,8 @@ def _describe(d: dict[str, float]) -> str:
 def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, global_batch: int = 4096,
           space: str = "phaze", refine_top: int = 3, ilp_designs: int = 256, out: str | os.PathLike | None = None,
           progress: bool = True, executor=None, echo=print) -> list[PhazeRow]:
-    """Run PHAZE's experiment; see the module docstring.  ``space``: ``"phaze"``,
-    ``"phaze-no-onchip"`` (no global-buffer bandwidth bound) or ``"default"``.  ``ilp_designs``: the ILP ranking's cap per run (:func:`cosearch.search.cosearch`).
+    """Run PHAZE's experiment; see the module docstring.  ``space``: ``"phaze"``, ``"phaze-area"``
+    (PHAZE's area model), ``"phaze-no-onchip"`` (no global-buffer bandwidth bound) or ``"default"``.  ``ilp_designs``: the ILP ranking's cap per run (:func:`cosearch.search.cosearch`).
     ``out``: a JSON file the rows are saved to after every run (and read
     back from, to skip finished rows).  ``echo``: called with each finished row's line."""
     from .hardware import SearchSpace
@@ -89,6 +90,8 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
     def make_space(gib):
         if space == "phaze-no-onchip":
             return SearchSpace.phaze(gib, onchip_bandwidth=False)
+        if space == "phaze-area":
+            return SearchSpace.phaze(gib, area_model="phaze")
         return getattr(SearchSpace, space)(gib)
     ms = [preset(m) for m in models]
     sp0 = make_space(float(hbm_gibs[0])) if hbm_gibs else None    # the on-chip rule keys the rows

@@ -197,7 +197,8 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
                           group, members, space.area_power.area_mm2(designs), space.area_power.power_w(designs))
     meta = {"tps": list(tps), "microbatches": list(mbs), "time_model": "sum", "cluster": cluster.to_dict(),
             "plan_options": {k: list(x) if isinstance(x, tuple) else x for k, x in opts.items()},
-            "area_budget_mm2": space.area_budget_mm2, "power_budget_w": space.power_budget_w, "refined": []}
+            "area_budget_mm2": space.area_budget_mm2, "power_budget_w": space.power_budget_w,
+            "area_model": space.area_power.name, "refined": []}
     return sp, meta, all_mbs
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel
 from .models import ModelConfig
 from .placement import DEFAULT_PLAN_OPTIONS
 from .results import DesignResult
+
+if TYPE_CHECKING:
+    from .phaze_area import PhazeAreaModel
 
 __all__ = ["DistinctTop", "evaluate_designs", "equivalent_designs", "buffer_equivalent_designs",
            "step_lower_bound", "make_executor", "run_sweep", "SweepSpace", "SweepOutcome",
@@ -73,7 +76,7 @@ class DistinctTop:
 
 def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[int], cluster: Cluster,
                      global_batch: int, tps: Sequence[int], microbatches: Sequence[int],
-                     units: np.ndarray, mem: memory.MemoryConfig, area_power: AreaPowerModel,
+                     units: np.ndarray, mem: memory.MemoryConfig, area_power: AreaPowerModel | PhazeAreaModel,
                      time_model: str = "sum", plan_options: dict[str, Any] | None = None,
                      cutoff_s: float | None = None, keep_top: int = 1) -> list[DesignResult]:
     """Best plan of each design (a picklable task for any executor).  ``units``: the
@@ -206,7 +209,7 @@ class SweepSpace:
     mbs: tuple
     units: np.ndarray
     mem: memory.MemoryConfig
-    area_power: AreaPowerModel
+    area_power: AreaPowerModel | PhazeAreaModel
     plan_options: dict
     lb: np.ndarray                     # per design: a lower bound on its step time
     group: np.ndarray                  # per design: its equivalence group
