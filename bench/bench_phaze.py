@@ -1,13 +1,13 @@
 """PHAZE's space, end to end: GPT-3 175B on 1,024 chips at global batch 4,096.
 
 Every design of ``SearchSpace.phaze()`` is screened — once under cosearch's area model
-(45,874 designs) and once under PHAZE's own (``area_model="phaze"``: PHAZE's 29,360-design
+(45,187 designs) and once under PHAZE's own (``area_model="phaze"``: PHAZE's 29,360-design
 list) — with the exact plan search, then the top three distinct results ranked on ILP layer times
 (seeds, then best-first over three bounds; exact up to the default cap of 256 ILP plans; the
 run says whether the top was proven).  Reports
 wall time (target < 60 s on 2 cores) and CPU seconds, designs/s, the fraction pruned, ILP solves and cache
 hits, the winner under each area model, and (cosearch's model) the pruning-off / pruning-on
-time ratio on a 2,253-design subset (64 tensor cores, four buffer sizes, serial layer times)
+time ratio on a 2,217-design subset (64 tensor cores, four buffer sizes, serial layer times)
 in the same run.
 Run: python -m pytest bench/bench_phaze.py --benchmark-only -s
 """

@@ -3,8 +3,10 @@ on-chip operand traffic that GEMM needs against what a global buffer like PHAZE'
 
 The co-search's cost model charges fill/drain, tile padding and, where the design has a
 global-buffer bandwidth (``Accelerator.glb_Bps``; PHAZE's space and TPUv4 do), the operand traffic
-below; its area model has no per-core term (issue #28).  This report shows an architect where a
-winner's advantage comes from.
+below; cosearch's area model charges each core its fixed logic (``AreaPowerModel.core_area_mm2``)
+and PHAZE's (:class:`~cosearch.phaze_area.PhazeAreaModel`) its own per-core figures.  This report
+shows an architect where a winner's advantage comes from, with the area by component of the
+area model it is given.
 
 * **Tile efficiency**: useful multiply-accumulates over the array-cycles the roofline charges
   (``waves x (rows + R + C - 2)`` per weight tile, :mod:`cosearch._kernels.roofline`).

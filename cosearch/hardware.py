@@ -46,6 +46,13 @@ search needs.
   :meth:`AreaPowerModel.die_area_mm2`; so a search over HBM capacity pays for it.  The
   stacks' static power is not modelled (no public per-GiB figure); their traffic is, per bit.
 * Chip-to-chip SerDes: 0.05 mm^2 per GB/s of link bandwidth; 5 pJ per bit.
+* Per-core fixed logic (control, address generation, the core's smallest buffer), for every
+  tensor and vector core: 8.0706 PE-equivalents, 6.05294e-3 mm^2.  The ratio is PHAZE's
+  Accelergy 22 nm figures (:mod:`cosearch.phaze_area`: 6,133.98 um^2 per core against
+  760.041 um^2 per PE, solved from the areas PHAZE published with its design list), carried
+  over to this model's PE area; it includes a 1 KiB buffer that the SRAM term also counts (at
+  most 4.4e-4 mm^2 per core).  So 4,096 small cores are not free: their fixed logic is 24.8
+  mm^2.  No cited per-core power figure was found; it has none.
 * Fixed uncore (control, host interface, misc.): 60 mm^2 and 30 W.
 
 Power is evaluated at full utilisation (a TDP-style bound).
@@ -608,6 +615,7 @@ class AreaPowerModel:
     link_energy_j_per_bit: float = 5.0e-12
     fixed_area_mm2: float = 60.0
     fixed_power_w: float = 30.0
+    core_area_mm2: float = 6.05294e-3
     name = "cosearch"
 
     def __post_init__(self) -> None:
@@ -627,13 +635,14 @@ class AreaPowerModel:
 
     def die_components_mm2(self, designs: np.ndarray) -> dict[str, np.ndarray]:
         """The logic die's area by component (mm^2): PE arrays, SRAM (the cores' L1 and the
-        global buffer), vector lanes, HBM PHYs, SerDes, uncore."""
+        global buffer), vector lanes, each core's fixed logic, HBM PHYs, SerDes, uncore."""
         c = self._cols(designs)
         pes = c["tensor_cores"] * c["systolic_rows"] * c["systolic_cols"]
         sram_mib = (c["tensor_cores"] * c["l1_bytes"] + c["l2_bytes"]) / MiB
         lanes = c["vector_units"] * c["vector_width"]
         return {"PE arrays": pes * self.pe_area_mm2, "SRAM": sram_mib * self.sram_area_mm2_per_mib,
                 "vector lanes": lanes * self.lane_area_mm2,
+                "core logic": (c["tensor_cores"] + c["vector_units"]) * self.core_area_mm2,
                 "HBM PHY": c["hbm_bandwidth_Bps"] / 1e9 * self.hbm_area_mm2_per_gbps,
                 "SerDes": c["link_bandwidth_Bps"] / 1e9 * self.link_area_mm2_per_gbps,
                 "uncore": np.full(len(pes), self.fixed_area_mm2)}

@@ -25,7 +25,7 @@ def test_accelerator_validation_names_field():
 def test_area_power_hand_worked():
     m = hardware.AreaPowerModel()
     a = hardware.Accelerator("x", 2, 4, 4, 1, 8, 1e9, 1024**2, 2 * 1024**2, 1e9, 1e11, 1e10)
-    area = 2 * 16 * m.pe_area_mm2 + 4 * m.sram_area_mm2_per_mib + 8 * m.lane_area_mm2 \
+    area = 2 * 16 * m.pe_area_mm2 + 4 * m.sram_area_mm2_per_mib + 8 * m.lane_area_mm2 + 3 * m.core_area_mm2 \
         + 100 * m.hbm_area_mm2_per_gbps + 10 * m.link_area_mm2_per_gbps + m.fixed_area_mm2
     power = 32 * 1e9 * m.pe_energy_j + 4 * m.sram_power_w_per_mib + 8e9 * m.lane_energy_j \
         + 8e11 * m.hbm_energy_j_per_bit + 8e10 * m.link_energy_j_per_bit + m.fixed_power_w
@@ -75,7 +75,7 @@ def _phaze_area(tc, w, d, vc, glb_mib, m, hbm_gib=32, hbm_Bps=1.2e12):
     """Die area of a PHAZE-space design, written out term by term (independent of the grid code)."""
     per_core_kib = max(1.0, w * d / 64)
     return (tc * w * d * m.pe_area_mm2 + (tc * per_core_kib / 1024 + glb_mib) * m.sram_area_mm2_per_mib
-            + vc * w * m.lane_area_mm2 + hbm_Bps / 1e9 * m.hbm_area_mm2_per_gbps
+            + vc * w * m.lane_area_mm2 + (tc + vc) * m.core_area_mm2 + hbm_Bps / 1e9 * m.hbm_area_mm2_per_gbps
             + 300 * m.link_area_mm2_per_gbps + m.fixed_area_mm2)
 
 

@@ -148,3 +148,15 @@ def test_design_report_under_phazes_model():
                                                      .area_budget_mm2, rel=1e-12)
     c = design_report(hardware.phaze_reference())
     assert "HBM stacks" in c.area_mm2
+
+
+def test_cosearch_models_per_core_term_is_phazes_ratio():
+    """cosearch's own model charges each core PHAZE's fixed core area in PE-equivalents: 4,096
+    4x8 tensor cores plus 4,096 4-lane vector cores carry 8,192 x 6.05294e-3 = 49.6 mm^2 of core
+    logic, where 8 tensor and 2 vector cores of 128x128 carry 0.06 mm^2."""
+    from cosearch.phaze_area import PHAZE_CORE_UM2, PHAZE_PE_UM2
+    m = hardware.AreaPowerModel()
+    assert m.core_area_mm2 == pytest.approx(PHAZE_CORE_UM2 / PHAZE_PE_UM2 * m.pe_area_mm2, rel=1e-5)
+    small = m.die_components_mm2(_design(4096, 4096, 4, 8, 2 * M))["core logic"][0]
+    big = m.die_components_mm2(_design(8, 2, 128, 128, 128 * M))["core logic"][0]
+    assert small == pytest.approx(49.58, abs=0.01) and big == pytest.approx(0.0605, abs=1e-4)
