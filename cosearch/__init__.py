@@ -16,7 +16,7 @@ Models and graphs: :class:`ModelConfig`, :func:`model_preset`, :mod:`graph` (``b
 deepseek-v3).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
 :data:`TPUv4`, :data:`A100`, :data:`H100`, :data:`H200`, :data:`B200`, :data:`GB200`,
 :data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :class:`AreaPowerModel` (cosearch's area and
-power model) and :class:`PhazeAreaModel` (PHAZE's own area figures, :mod:`phaze_area`;
+power model) and :class:`PhazeAreaModel` (PHAZE's own area figures, tables in :mod:`phaze_area`;
 ``SearchSpace.phaze(area_model="phaze")`` is exactly PHAZE's design list).  Cost: :func:`price`.
 Clusters: :class:`Cluster` (nodes, intra/inter-node links; presets in :mod:`cluster`).
 Cost: :func:`price`, :func:`calibrate` (fit kernel efficiency to measured op times);
@@ -63,6 +63,7 @@ from .hardware import (
     Accelerator,
     AreaPowerModel,
     KernelEfficiency,
+    PhazeAreaModel,
     SearchSpace,
     TPUv4,
     TPUv5e,
@@ -86,11 +87,11 @@ _LAZY = {
     "SearchOptions": ("search", "SearchOptions"), "sweep": ("sweep", None), "ranking": ("ranking", None),
     "parse_megatron_args": ("megatron_args", "parse_megatron_args"), "megatron_args": ("megatron_args", None),
     "measure": ("measure", None), "design_report": ("design_report", "design_report"),
-    "PhazeAreaModel": ("phaze_area", "PhazeAreaModel"), "phaze_area": ("phaze_area", None),
+    "phaze_area": ("phaze_area", None),
 }
 
 __all__ = [
-    "A100", "A100_80GB", "H100", "H200", "B200", "GB200", "GB300", "TPUv4", "TPUv5e", "TPUv5p", "Accelerator", "AreaPowerModel", "Cluster", "KernelEfficiency",
+    "A100", "A100_80GB", "H100", "H200", "B200", "GB200", "GB300", "TPUv4", "TPUv5e", "TPUv5p", "Accelerator", "AreaPowerModel", "PhazeAreaModel", "Cluster", "KernelEfficiency",
     "ModelConfig", "SearchSpace", "calibrate", "cluster", "graph", "hardware", "models", "model_preset",
     "price", "price_on", "example_gemm_times",
     *_LAZY,

@@ -4,7 +4,7 @@ on-chip operand traffic that GEMM needs against what a global buffer like PHAZE'
 The co-search's cost model charges fill/drain, tile padding and, where the design has a
 global-buffer bandwidth (``Accelerator.glb_Bps``; PHAZE's space and TPUv4 do), the operand traffic
 below; cosearch's area model charges each core its fixed logic (``AreaPowerModel.core_area_mm2``)
-and PHAZE's (:class:`~cosearch.phaze_area.PhazeAreaModel`) its own per-core figures.  This report
+and PHAZE's (:class:`~cosearch.hardware.PhazeAreaModel`) its own per-core figures.  This report
 shows an architect where a winner's advantage comes from, with the area by component of the
 area model it is given.
 
@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from .hardware import PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, AreaPowerModel
+from .hardware import PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, AreaPowerModel, PhazeAreaModel
 from .models import ModelConfig
-
-if TYPE_CHECKING:
-    from .phaze_area import PhazeAreaModel
 
 __all__ = ["DesignReport", "design_report", "operand_traffic_bytes", "tile_efficiency", "PHAZE_GLB_WORDS_PER_CYCLE"]
 

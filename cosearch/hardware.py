@@ -65,15 +65,14 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .phaze_area import PhazeAreaModel
+from . import phaze_area as pa
 
 __all__ = [
-    "Accelerator", "AreaPowerModel", "SearchSpace", "KernelEfficiency", "AREA_MODELS", "named_area_model",
+    "Accelerator", "AreaPowerModel", "PhazeAreaModel", "SearchSpace", "KernelEfficiency", "AREA_MODELS", "named_area_model",
     "TPUv4", "A100", "A100_80GB", "H100", "PRESETS", "preset", "preset_names",
     "DESIGN_FIELDS", "design_array", "IDEAL", "EFFICIENCY_SOURCES",
 ]
@@ -672,6 +671,51 @@ class AreaPowerModel:
                 + c["link_bandwidth_Bps"] * 8 * self.link_energy_j_per_bit + self.fixed_power_w)
 
 
+@dataclass(frozen=True)
+class PhazeAreaModel:
+    """PHAZE's area model (:mod:`cosearch.phaze_area`): die area from PHAZE's own Accelergy
+    figures, power from cosearch's :class:`AreaPowerModel` (``power``).
+
+    Drop-in for :class:`AreaPowerModel` wherever a search space, a
+    baseline or a design report takes one.  Each tensor core's buffer is the design's
+    ``l1_bytes``; each vector core's is PHAZE's rule, ``max(1 KiB, vector_width / 64 KiB)``.
+    """
+
+    power: AreaPowerModel = field(default_factory=AreaPowerModel)
+    name = "phaze"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.power, AreaPowerModel):
+            raise ValueError(f"PhazeAreaModel.power must be an AreaPowerModel, got {type(self.power).__name__}")
+
+    def die_components_mm2(self, designs: np.ndarray) -> dict[str, np.ndarray]:
+        """The die's area by component (mm^2): tensor cores (PEs and per-core buffers),
+        vector cores, global buffer."""
+        c = AreaPowerModel._cols(designs)
+        tc = c["tensor_cores"] * (pa.PHAZE_CORE_UM2 + pa.PHAZE_PE_UM2 * c["systolic_rows"] * c["systolic_cols"]
+                                  + pa.buffer_um2(c["l1_bytes"]))
+        vc_buffer = np.maximum(1.0, c["vector_width"] / 64.0) * KiB
+        vc = c["vector_units"] * (pa.PHAZE_CORE_UM2 + pa.PHAZE_LANE_UM2 * c["vector_width"] + pa.buffer_um2(vc_buffer))
+        return {"tensor cores": tc * 1e-6, "vector cores": vc * 1e-6, "global buffer": pa.glb_um2(c["l2_bytes"]) * 1e-6}
+
+    def die_area_mm2(self, designs: np.ndarray) -> np.ndarray:
+        """Die area (mm^2), summed as PHAZE sums it: tensor cores, vector cores, global buffer."""
+        p = self.die_components_mm2(designs)
+        return p["tensor cores"] + p["vector cores"] + p["global buffer"]
+
+    def package_components_mm2(self, designs: np.ndarray) -> dict[str, np.ndarray]:
+        """What :meth:`area_mm2` counts, by component: the die's (PHAZE counts no HBM)."""
+        return self.die_components_mm2(designs)
+
+    def area_mm2(self, designs: np.ndarray) -> np.ndarray:
+        """PHAZE's area (mm^2): the die alone."""
+        return self.die_area_mm2(designs)
+
+    def power_w(self, designs: np.ndarray) -> np.ndarray:
+        """Power (W) from cosearch's model; PHAZE constrains area only."""
+        return self.power.power_w(designs)
+
+
 #: Most distinct values one SearchSpace field may list, and most designs its grid may hold
 #: before the budget filter (PHAZE's space: 75,712): larger inputs are refused before anything is
 #: allocated (a grid row costs ~100 bytes, so the cap keeps the grid under ~1 GB).
@@ -748,9 +792,8 @@ AREA_MODELS = ("cosearch", "phaze")
 
 def named_area_model(name: str, power: AreaPowerModel | None = None) -> AreaPowerModel | PhazeAreaModel:
     """The area model called ``name`` (:data:`AREA_MODELS`): ``"cosearch"`` is ``power`` (default
-    :class:`AreaPowerModel`); ``"phaze"`` is :class:`~cosearch.phaze_area.PhazeAreaModel`, with
-    ``power`` pricing its power."""
-    from .phaze_area import PhazeAreaModel
+    :class:`AreaPowerModel`); ``"phaze"`` is :class:`PhazeAreaModel`, with ``power`` pricing its
+    power."""
     if power is not None and not isinstance(power, AreaPowerModel):
         raise ValueError(f"area_power must be an AreaPowerModel, got {type(power).__name__}")
     if name == "cosearch":
@@ -807,7 +850,6 @@ class SearchSpace:
     glb_rule: str = "fixed"
 
     def __post_init__(self) -> None:
-        from .phaze_area import PhazeAreaModel
         if not isinstance(self.area_power, (AreaPowerModel, PhazeAreaModel)):
             raise ValueError(f"SearchSpace.area_power must be an AreaPowerModel or a PhazeAreaModel, got "
                              f"{type(self.area_power).__name__}")
@@ -878,7 +920,7 @@ class SearchSpace:
         their operand traffic too; False prices them
         without that bound (cosearch 0.2's space).  ``area_model``: ``"cosearch"``
         (:class:`AreaPowerModel`, or ``area_power`` when given) or ``"phaze"``
-        (:class:`~cosearch.phaze_area.PhazeAreaModel`, PHAZE's own figures: the space is then
+        (:class:`PhazeAreaModel`, PHAZE's own figures: the space is then
         exactly PHAZE's 29,360-design list, ``Estimator/arch_configs/cores.json``)."""
         from . import _validate as v
         gib = v.positive_float("hbm_gib", hbm_gib)

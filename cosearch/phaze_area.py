@@ -26,19 +26,19 @@ interpolated linearly in bytes, and sizes past its ends extrapolated along the e
 is priced by that extrapolation).
 
 PHAZE's area is the logic die only: HBM and chip links are scenarios, not area, and PHAZE
-sets no power limit.  :class:`PhazeAreaModel` therefore reports power with cosearch's own
-:class:`~cosearch.hardware.AreaPowerModel` (its ``power`` field).
+sets no power limit.  :class:`~cosearch.hardware.PhazeAreaModel`, the area model built on these
+tables, therefore reports power with cosearch's own :class:`~cosearch.hardware.AreaPowerModel`
+(its ``power`` field).  This module holds the tables alone (it imports nothing of cosearch).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from .hardware import DESIGN_FIELDS, AreaPowerModel, KiB, MiB
+KiB = 1024
+MiB = 1024 ** 2
 
-__all__ = ["PhazeAreaModel", "PHAZE_CORE_UM2", "PHAZE_PE_UM2", "PHAZE_LANE_UM2",
+__all__ = ["buffer_um2", "glb_um2", "PHAZE_CORE_UM2", "PHAZE_PE_UM2", "PHAZE_LANE_UM2",
            "PHAZE_BUFFER_BYTES", "PHAZE_BUFFER_UM2", "PHAZE_GLB_BYTES", "PHAZE_GLB_UM2"]
 
 #: Fixed area of one core, tensor or vector, with its smallest (1 KiB) buffer (um^2).
@@ -79,53 +79,3 @@ def buffer_um2(size_bytes) -> np.ndarray:
 def glb_um2(size_bytes) -> np.ndarray:
     """The global buffer's area (um^2)."""
     return _table(np.asarray(size_bytes, dtype=np.float64), PHAZE_GLB_BYTES, PHAZE_GLB_UM2, False)
-
-
-@dataclass(frozen=True)
-class PhazeAreaModel:
-    """PHAZE's area model (module docstring): die area from PHAZE's own Accelergy figures,
-    power from cosearch's :class:`~cosearch.hardware.AreaPowerModel` (``power``).
-
-    Drop-in for :class:`~cosearch.hardware.AreaPowerModel` wherever a search space, a
-    baseline or a design report takes one.  Each tensor core's buffer is the design's
-    ``l1_bytes``; each vector core's is PHAZE's rule, ``max(1 KiB, vector_width / 64 KiB)``.
-    """
-
-    power: AreaPowerModel = field(default_factory=AreaPowerModel)
-    name = "phaze"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.power, AreaPowerModel):
-            raise ValueError(f"PhazeAreaModel.power must be an AreaPowerModel, got {type(self.power).__name__}")
-
-    @staticmethod
-    def _cols(d: np.ndarray) -> dict[str, np.ndarray]:
-        d = np.atleast_2d(np.asarray(d, dtype=np.float64))
-        return {f: d[:, i] for i, f in enumerate(DESIGN_FIELDS)}
-
-    def die_components_mm2(self, designs: np.ndarray) -> dict[str, np.ndarray]:
-        """The die's area by component (mm^2): tensor cores (PEs and per-core buffers),
-        vector cores, global buffer."""
-        c = self._cols(designs)
-        tc = c["tensor_cores"] * (PHAZE_CORE_UM2 + PHAZE_PE_UM2 * c["systolic_rows"] * c["systolic_cols"]
-                                  + buffer_um2(c["l1_bytes"]))
-        vc_buffer = np.maximum(1.0, c["vector_width"] / 64.0) * KiB
-        vc = c["vector_units"] * (PHAZE_CORE_UM2 + PHAZE_LANE_UM2 * c["vector_width"] + buffer_um2(vc_buffer))
-        return {"tensor cores": tc * 1e-6, "vector cores": vc * 1e-6, "global buffer": glb_um2(c["l2_bytes"]) * 1e-6}
-
-    def die_area_mm2(self, designs: np.ndarray) -> np.ndarray:
-        """Die area (mm^2), summed as PHAZE sums it: tensor cores, vector cores, global buffer."""
-        p = self.die_components_mm2(designs)
-        return p["tensor cores"] + p["vector cores"] + p["global buffer"]
-
-    def package_components_mm2(self, designs: np.ndarray) -> dict[str, np.ndarray]:
-        """What :meth:`area_mm2` counts, by component: the die's (PHAZE counts no HBM)."""
-        return self.die_components_mm2(designs)
-
-    def area_mm2(self, designs: np.ndarray) -> np.ndarray:
-        """PHAZE's area (mm^2): the die alone."""
-        return self.die_area_mm2(designs)
-
-    def power_w(self, designs: np.ndarray) -> np.ndarray:
-        """Power (W) from cosearch's model; PHAZE constrains area only."""
-        return self.power.power_w(designs)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,13 +31,10 @@ from . import memory, placement, schedule
 from . import plan as plan_mod
 from ._interrupt import stop_pool, worker_deaths
 from .cluster import Cluster
-from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel
+from .hardware import DESIGN_FIELDS, Accelerator, AreaPowerModel, PhazeAreaModel
 from .models import ModelConfig
 from .placement import DEFAULT_PLAN_OPTIONS
 from .results import DesignResult
-
-if TYPE_CHECKING:
-    from .phaze_area import PhazeAreaModel
 
 __all__ = ["DistinctTop", "evaluate_designs", "equivalent_designs", "buffer_equivalent_designs",
            "step_lower_bound", "make_executor", "run_sweep", "SweepSpace", "SweepOutcome",

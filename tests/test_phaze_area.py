@@ -14,8 +14,8 @@ import pytest
 
 from cosearch import hardware
 from cosearch.hardware import DESIGN_FIELDS as F
-from cosearch.hardware import KiB, MiB
-from cosearch.phaze_area import PhazeAreaModel, buffer_um2, glb_um2
+from cosearch.hardware import KiB, MiB, PhazeAreaModel
+from cosearch.phaze_area import buffer_um2, glb_um2
 
 HERE = os.path.dirname(__file__)
 M = 2 ** 20
