@@ -127,6 +127,34 @@ def configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, 
                            int(ep))
 
 
+def table_lower_bound(units: np.ndarray, model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps,
+                      virtuals, cp: int = 1, ep: int = 1) -> float:
+    """A lower bound on the step time of every row of :func:`configurations` (any ZeRO stages and
+    groups) priced on ``units`` (:func:`cosearch._kernels.dp.table_lower_bound`)."""
+    from ._kernels import dp as kernel
+    return float(kernel.table_lower_bound(
+        units, int(model.num_layers), int(chips), int(global_batch), np.array(tps, dtype=np.int64),
+        np.array(mbs, dtype=np.int64), np.array([bool(x) for x in sps], dtype=np.bool_),
+        np.array(divisors(global_batch), dtype=np.int64), np.array(virtuals, dtype=np.int64), int(cp), int(ep)))
+
+
+def count_configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros,
+                         cp: int = 1, zero_groups=(None,), ep: int = 1) -> int:
+    """The number of rows :func:`configurations` has, without building the table."""
+    return _count_configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
+                                 tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp),
+                                 tuple(zero_groups), int(ep))
+
+
+@functools.lru_cache(maxsize=256)
+def _count_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp=1, zero_groups=(None,),
+                          ep=1) -> int:
+    from ._kernels import dp as kernel
+    args = _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep)
+    return int(kernel._config_rows(*args, np.zeros((len(tps), len(mbs), len(sps))), np.inf,
+                                   np.zeros((0, 11), dtype=np.int64)))
+
+
 @functools.lru_cache(maxsize=64)
 def _configurations(L: int, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros, cp=1,
                     zero_groups=(None,), ep=1) -> np.ndarray:
@@ -144,8 +172,29 @@ def _groups(zero: int, replicas: int, zero_groups) -> list[int]:
 
 
 def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp=1,
-                          zero_groups=(None,), ep=1) -> np.ndarray:
+                          zero_groups=(None,), ep=1, work=None, kth=math.inf) -> np.ndarray:
     from ._kernels import dp as kernel
+    args = _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep)
+    args += (np.zeros((len(tps), len(mbs), len(sps))) if work is None else work, float(kth))
+    n = kernel._config_rows(*args, np.zeros((0, 11), dtype=np.int64))
+    out = np.empty((n, 11), dtype=np.int64)
+    kernel._config_rows(*args, out)
+    return out
+
+
+def admissible_configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros,
+                              cp: int, zero_groups, ep: int, units: np.ndarray, kth: float) -> np.ndarray:
+    """The rows of :func:`configurations` whose spread bound (:func:`cosearch._kernels.dp.lower_bound`
+    on ``units``, (tps, mbs, sps, fields)) is at most ``kth``, in the table's order, built
+    without the others (not cached: it depends on the units)."""
+    work = np.ascontiguousarray(F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers), dtype=np.float64)
+    return _build_configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
+                                 tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp),
+                                 tuple(zero_groups), int(ep), work, kth)
+
+
+def _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep) -> tuple:
+    """The arguments of :func:`cosearch._kernels.dp._config_rows` but its output."""
     dps = np.array(divisors(global_batch), dtype=np.int64)
     zz_z, zz_g, start = [], [], [0]
     for dp in dps:
@@ -154,13 +203,9 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
                 zz_z.append(z)
                 zz_g.append(zg)
         start.append(len(zz_z))
-    args = (int(L), int(chips), int(global_batch), np.array(tps, dtype=np.int64), np.array(mbs, dtype=np.int64),
+    return (int(L), int(chips), int(global_batch), np.array(tps, dtype=np.int64), np.array(mbs, dtype=np.int64),
             np.array(sps, dtype=np.bool_), dps, np.array(virtuals, dtype=np.int64), np.array(zz_z, dtype=np.int64),
             np.array(zz_g, dtype=np.int64), np.array(start, dtype=np.int64), int(cp), int(ep))
-    n = kernel._config_rows(*args, np.zeros((0, 11), dtype=np.int64))
-    out = np.empty((n, 11), dtype=np.int64)
-    kernel._config_rows(*args, out)
-    return out
 
 
 def _option_list(name: str, x, default: tuple, check) -> tuple:
@@ -244,18 +289,35 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                          f"degree; got context_parallel={list(cps)}, precision={list(precs)}, "
                          f"expert_parallel={list(eps)}")
     net = cluster.net_array(chip)
-    combos = []
+    combos = []         # (cp, precision, ep, configurations in the table)
     for c in cps:
         for e in eps:
-            cfg = configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups, e)
+            n_cfg = count_configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups, e)
             for p in precs:
-                if len(cfg):
-                    combos.append((c, p, cfg, e))
+                if n_cfg:
+                    combos.append((c, p, e, n_cfg))
     if not combos:
         return PlacementResult((), reason=(f"no configuration fits {chips} chips with global batch {B} "
                                            "and the given options"))
-    total = sum(len(cfg) for _c, _p, cfg, _e in combos)
+
+    def table(ci):
+        c, _p, e, _n = combos[ci]
+        return configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups, e)
+    searched = {}       # combination -> the table rows it searched (its admissible ones once a bound is known)
+    total = sum(n for *_x, n in combos)
     cut = math.inf if cutoff_s is None else float(cutoff_s)
+    # every option combination's unit costs, and the perfect-spread bound below all its plans: the
+    # combinations are searched from the smallest bound, and one whose bound exceeds the k-th best
+    # step found is skipped whole (its configuration table never built)
+    priced = []
+    for c, p, e, _n in combos:
+        u_all = units if units is not None else unit_costs(
+            model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model, engine=engine,
+            context_parallel=c, precision=p, expert_parallel=e)[0]
+        hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine, p)
+        priced.append((u_all, hw))
+    bound = [table_lower_bound(u_all, model, chips, B, tps, mbs, sps, virt, c, e) if prune else 0.0
+             for (c, _p, e, _n), (u_all, _hw) in zip(combos, priced)]
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -263,17 +325,25 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     found = []          # (step, combo index, row)
     evaluated = 0
     need = math.inf
-    priced = []
     try:
         kth = cut
-        for ci, (c, p, cfg, e) in enumerate(combos):
-            u_all = units if units is not None else unit_costs(
-                model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model, engine=engine,
-                context_parallel=c, precision=p, expert_parallel=e)[0]
-            hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine, p)
-            priced.append((u_all, hw))
-            res, _lb, ev = kernel.search(u_all, net, hw, cfg, model.num_layers, modes, top_k, prune=prune,
-                                         progress=bar.update if bar is not None else None, cutoff=kth)
+        for ci in sorted(range(len(combos)), key=lambda i: (bound[i], i)):
+            if prune and bound[ci] > kth:
+                if bar is not None:
+                    bar.update(combos[ci][3])
+                continue
+            u_all, hw = priced[ci]
+            c, _p, e, n_all = combos[ci]
+            if prune and len(found) >= top_k:    # only the rows whose spread bound can beat the k-th plan
+                searched[ci] = admissible_configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups,
+                                                         e, u_all, kth)
+                if bar is not None:
+                    bar.update(n_all - len(searched[ci]))
+            else:
+                searched[ci] = table(ci)
+            res, _lb, ev = kernel.search(u_all, net, hw, searched[ci], model.num_layers, modes, top_k,
+                                         prune=prune, progress=bar.update if bar is not None else None,
+                                         cutoff=kth)
             evaluated += int(ev)
             fin = np.flatnonzero(np.isfinite(res) & (res <= cut))
             found.extend((float(res[i]), ci, int(i)) for i in fin)
@@ -286,8 +356,8 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
         return PlacementResult((), reason=f"no plan is faster than the cutoff {cut:.6g} s",
                                configurations=total, evaluated=evaluated, cut_off=True)
     if not found:
-        for (_cp, _prec, cfg, _ep), (u_all, hw) in zip(combos, priced):
-            need = min(need, float(kernel.min_memory_needed(u_all, net, hw, cfg, model.num_layers, modes)))
+        for ci, (u_all, hw) in enumerate(priced):
+            need = min(need, float(kernel.min_memory_needed(u_all, net, hw, table(ci), model.num_layers, modes)))
         hints = ["more chips"]
         if 3 not in zeros:
             hints.append("ZeRO-3")
@@ -302,12 +372,12 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
             f"no plan fits {chip.hbm_bytes / 2**30:.1f} GiB of HBM per chip on {chips} chips: every plan needs at "
             f"least {need / 2**30:.1f} GiB per chip; try {', '.join(hints)}"),
             min_memory_needed_bytes=need, configurations=total, evaluated=evaluated)
-    found.sort(key=lambda x: x[0])
+    found.sort()        # by step, ties in the combinations' and the table's order
     plans = []
     for step_found, ci, i in found[:top_k]:
-        c_cp, prec, cfg, c_ep = combos[ci]
+        c_cp, prec, c_ep, _n = combos[ci]
         u_all, hw = priced[ci]
-        c = cfg[i]
+        c = searched[ci][i]
         pp = int(c[kernel.C_PP])
         counts = np.zeros(pp, dtype=np.int64)
         rm = np.zeros(pp, dtype=np.int64)
@@ -425,15 +495,16 @@ def check_cosearch_options(opts: dict) -> None:
 
 
 def spread_bound(units: np.ndarray, model: ModelConfig, tps: Sequence[int], mbs: Sequence[int],
-                 global_batch: int, chips: int) -> np.ndarray:
+                 global_batch: int, chips: int, cp: int = 1) -> np.ndarray:
     """A lower bound on the step time of every plan with a given (tp, microbatch, sp): all
-    chip-seconds of a step spread perfectly over every chip, ``(B / mb) * tp *
-    (per-microbatch work of all layers) / chips`` — ``units``' trailing shape (tps, mbs, sp,
-    fields), any leading ones kept."""
+    chip-seconds of a step spread perfectly over every chip, ``(B / mb) * tp * cp *
+    (per-microbatch work of all layers on one rank) / chips`` (a microbatch occupies the
+    ``tp * cp`` ranks of one replica; ``units`` priced at context-parallel degree ``cp``) —
+    ``units``' trailing shape (tps, mbs, sp, fields), any leading ones kept."""
     work = F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers)
     tp = np.array(tps, dtype=float)[:, None, None]
     mb = np.array(mbs, dtype=float)[None, :, None]
-    return (global_batch / mb) * tp * work / chips
+    return (global_batch / mb) * tp * cp * work / chips
 
 
 def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,

@@ -251,6 +251,16 @@ def test_search_over_cp_precision_and_groups_equals_brute_force(engine):
                                      engine=engine, context_parallel=cps, precision=precs, zero_group=groups)
         best = min(p[0] for p in fits)
         assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
+        # the runner-up too (the best plan of another configuration): combinations of cp and
+        # precision are skipped whole or cut to their admissible rows once two plans are known
+        per_cfg = {}
+        for step, _mem, sp in fits:
+            reps = sp.dp * sp.context_parallel
+            key = (sp.tp, sp.context_parallel, sp.precision, sp.zero, sp.microbatch, sp.dp, sp.pp,
+                   reps if sp.zero_group is None or sp.zero == 0 else sp.zero_group)
+            per_cfg[key] = min(step, per_cfg.get(key, math.inf))
+        second = sorted(per_cfg.values())[1]
+        assert [p.step_time_s for p in res.plans] == pytest.approx([best, second], rel=1e-9)
         again = evaluate(model, chip.with_(hbm_bytes=hbm), cl, res.best.spec, batch, engine=engine)
         assert again.step_time_s == pytest.approx(res.best.step_time_s, rel=1e-12)
         assert math.isfinite(res.plans[-1].step_time_s)

@@ -201,3 +201,28 @@ def test_bad_options():
     with pytest.raises(ValueError, match="global_batch"):
         placement.search_plans(m, hardware.A100, 4, 0)
     assert math.isinf(evaluate(m, hardware.A100.with_(hbm_bytes=1e3), 4, PlanSpec(1, 1, 1, 1), 4).step_time_s)
+
+
+@pytest.mark.parametrize("cp,virt", [(1, (1,)), (2, (1, 2, 3))])
+def test_table_bound_and_admissible_rows_against_the_full_table(cp, virt):
+    """The combination-level bound is the smallest spread bound of the table's rows (equal
+    with one virtual stage, at most it otherwise), and the admissible table is the full
+    table's rows whose spread bound is at most kth, in order — both checked on the table
+    itself, built row by row."""
+    from cosearch._kernels import dp as kernel
+    m = models.ModelConfig("t", num_layers=6, hidden=256, heads=8, ffn_hidden=1024, seq_len=256, vocab=1000)
+    chip, cl = hardware.H100, cluster.Cluster(16, 8, 1e11, 1e10)
+    B, tps, mbs, sps, zeros = 8, (1, 2, 4), (1, 2, 4, 8), (False, True), (0, 1, 3)
+    units = plan.unit_costs(m, chip, cl, tps, mbs, sps, True, context_parallel=cp)[0]
+    cfg = placement.configurations(m, 16, B, tps, mbs, sps, virt, zeros, cp, (None, 2))
+    lb = np.array([kernel.lower_bound.py_func(units[c[0], c[1], c[2]], c[4], c[5], c[8], m.num_layers)
+                   for c in cfg])
+    tb = placement.table_lower_bound(units, m, 16, B, tps, mbs, sps, virt, cp)
+    if virt == (1,):
+        assert tb == pytest.approx(lb.min(), rel=1e-12)
+    else:
+        assert tb <= lb.min() * (1 + 1e-12)
+    for kth in (np.quantile(lb, 0.1), np.quantile(lb, 0.7), lb.min() / 2):
+        adm = placement.admissible_configurations(m, 16, B, tps, mbs, sps, virt, zeros, cp, (None, 2), 1, units, kth)
+        np.testing.assert_array_equal(adm, cfg[lb <= kth].reshape(-1, cfg.shape[1]))
+    assert placement.count_configurations(m, 16, B, tps, mbs, sps, virt, zeros, cp, (None, 2)) == len(cfg)

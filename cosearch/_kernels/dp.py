@@ -42,11 +42,20 @@ C_TI, C_BI, C_SI, C_DP, C_PP, C_V, C_Z, C_TP, C_M, C_CP, C_ZG = range(len(CFG_FI
 
 
 @njit(cache=True)
-def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start, cp, ep, out):
+def _spread(work, pp, v, m):
+    """:func:`lower_bound` of a configuration whose microbatch work is ``work``."""
+    return (m + (pp - 1.0) / v) * work / pp
+
+
+@njit(cache=True)
+def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start, cp, ep, work, kth, out):
     """Fill (or, with ``out`` of 0 rows, count) the configuration table's rows: for every tp,
     microbatch, SP choice, dp (a divisor of the batch, ``dps``), virtual-stage count, (ZeRO stage,
     group) pair of that dp (``zz_*[zz_start[i]:zz_start[i + 1]]`` for ``dps[i]``) and pipeline
-    depth that fits — the order :func:`cosearch.placement.configurations` documents."""
+    depth that fits — the order :func:`cosearch.placement.configurations` documents.  Rows whose
+    :func:`lower_bound` exceeds ``kth`` (``work``: the unit work of each (tp, microbatch, SP)
+    choice) are left out, whole groups at once (the bound does not grow with ``pp``); ``kth``
+    INF keeps every row."""
     n = 0
     fill = out.shape[0] > 0
     for ti in range(len(tps)):
@@ -58,6 +67,7 @@ def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start
             for si in range(len(sps)):
                 if sps[si] and t == 1:
                     continue
+                w = work[ti, bi, si]
                 for di in range(len(dps)):
                     dp = dps[di]
                     if dp * t * cp > chips or B % (dp * mb) or (dp * cp) % ep:
@@ -68,9 +78,13 @@ def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start
                         if L % vs:
                             continue
                         top = min(max_pp, L // vs)
+                        if top >= 1 and _spread(w, top, vs, m) > kth:
+                            continue
                         for zi in range(zz_start[di], zz_start[di + 1]):
                             for pp in range(1 if vs == 1 else 2, top + 1):
                                 if vs > 1 and m % pp:
+                                    continue
+                                if _spread(w, pp, vs, m) > kth:
                                     continue
                                 if fill:
                                     r = out[n]
@@ -244,7 +258,43 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, counts, rmodes
 def lower_bound(u, pp, v, m, L):
     """Valid lower bound on a configuration's step time (no recompute, no p2p, perfect
     balance, nothing after the pipeline)."""
-    return (m + (pp - 1.0) / v) * F.unit_work(u, L) / pp
+    return _spread(F.unit_work(u, L), pp, v, m)
+
+
+@njit(cache=True)
+def table_lower_bound(units, L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep):
+    """The smallest :func:`lower_bound` of the rows :func:`_config_rows` makes from the same
+    arguments (or less), without making them: ``(m + (pp - 1) / v) / pp = 1 / v + (m - 1 / v)
+    / pp`` does not grow with ``pp`` (``m >= 1 >= 1 / v``), so for each (tp, microbatch, SP,
+    dp, virtual stages) the deepest pipeline the chips allow is the smallest; the (ZeRO,
+    group) pairs and the divisibility of ``m`` by ``pp`` are not needed for a lower bound."""
+    best = INF
+    for ti in range(len(tps)):
+        t = tps[ti]
+        for bi in range(len(mbs)):
+            mb = mbs[bi]
+            if B % mb:
+                continue
+            for si in range(len(sps)):
+                if sps[si] and t == 1:
+                    continue
+                work = F.unit_work(units[ti, bi, si], L)
+                for di in range(len(dps)):
+                    dp = dps[di]
+                    if dp * t * cp > chips or B % (dp * mb) or (dp * cp) % ep:
+                        continue
+                    m = B // (dp * mb)
+                    max_pp = min(L, chips // (dp * t * cp))
+                    for vs in virtuals:
+                        if L % vs:
+                            continue
+                        top = min(max_pp, L // vs)
+                        if top < (1 if vs == 1 else 2):
+                            continue
+                        x = _spread(work, top, vs, m)
+                        if x < best:
+                            best = x
+    return best
 
 
 @njit(cache=True)
