@@ -285,13 +285,16 @@ EFFICIENCY_SOURCES = {
             "limit: 1.87, 1.84, 1.80, 1.83 (h200_kernels.csv); per clock the ratio is 1.92-2.01, but FP8 "
             "GEMMs draw more power and hold a ~5% lower clock, which a single sustained clock cannot "
             "express, so the ratio at the power limit is the one used.",
-    "Blackwell": "No Blackwell kernel-level row is in cosearch/data/public_kernels.csv: the H100's kernel "
-                 "per-clock fractions (tensor 0.856, attention 0.526 / FA2 0.2885, memory 0.90, FP8 rate 1.84, the same "
-                 "tile model) are assumed, on the chip's 148 SMs; the peaks are the datasheet's (see the chip "
-                 "preset).  Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 "
-                 "pull the SM clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 "
-                 "rate: the datasheet's dense FP4/BF16 peak ratio times the H100's measured FP8 efficiency "
-                 "ratio (1.84 / 2 = 0.92), no FP4 kernel measurement being public.",
+    "Blackwell": "The H100's kernel per-clock fractions (tensor 0.856, attention 0.526 / FA2 0.2885, memory "
+                 "0.90, the same tile model) are assumed, on the chip's 148 SMs; the peaks are the datasheet's (see "
+                 "the chip preset).  B200 GEMM rows (vllm-project/vllm #18778 and #19566, bench_fp8_gemm.py on "
+                 "SM100; cosearch/data/public_kernels.csv rows 26-32) check them: torch bf16 at 16384 x 6144 x "
+                 "4096 runs 1512.8 TFLOP/s, the model 3.6% under it at the sustained clock.  FP8 rate 1.682: CUTLASS "
+                 "FP8 over torch bf16 at that shape in the same run (2544.7 / 1512.8), below the H100's 1.84.  "
+                 "Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 pull the SM "
+                 "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 rate: the "
+                 "datasheet's dense FP4/BF16 peak ratio times Blackwell's measured FP8 efficiency ratio "
+                 "(1.682 / 2 = 0.841), no FP4 kernel measurement being public.",
     "TPU v5": "No public kernel-level TPU v5 measurement was found: the systolic model's own fill/drain and "
               "padding are the only losses (tensor, attention and memory 1.0), so TPU predictions are optimistic "
               "by whatever XLA's kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
@@ -385,8 +388,14 @@ _H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOUR
                              attention_head_overhead=ATTENTION_HEAD_OVERHEAD,
                              attention_head_overhead_fa2=ATTENTION_HEAD_OVERHEAD_FA2, attention_fa2=_H100_ATTENTION_FA2,
                              sustained_clock=SUSTAINED_CLOCK_H100)
+#: FP8 / BF16 GEMM rate on B200: CUTLASS FP8 (per-tensor scales, inputs already quantized) over
+#: torch bf16 matmul at 16384 x 6144 x 4096 in the same run, 2544.7 / 1512.8 TFLOP/s
+#: (vllm-project/vllm pull request #19566, benchmarks/kernels/bench_fp8_gemm.py on SM100;
+#: cosearch/data/public_kernels.csv rows 26 and 31)
+FP8_RATE_BLACKWELL = 2544.68 / 1512.84
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
-                         fp4_rate=4.0 * FP8_RATE_H100 / 2.0, sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
+                         fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=4.0 * FP8_RATE_BLACKWELL / 2.0,
+                         sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
 _TPU5_EFF = KernelEfficiency(source=EFFICIENCY_SOURCES["TPU v5"])
 
 
@@ -549,7 +558,7 @@ GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_byte
 #: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s,
 #: dense NVFP4 15 PFLOP/s, 6x BF16 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4 dense per 72).
 GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
-                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=6.0 * FP8_RATE_H100 / 2.0))
+                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=6.0 * FP8_RATE_BLACKWELL / 2.0))
 #: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
 #: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).
 TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 16e9, 8.19e11, 5.0e10, _TPU5_EFF)

@@ -13,7 +13,7 @@ from cosearch import cost, graph, hardware, models
 from cosearch._kernels.formulas import gemm_shape_efficiency
 from tests.reference import gemm_tiles_simulated
 
-CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100}
+CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200}
 
 
 def _rows():
@@ -22,7 +22,8 @@ def _rows():
 
 
 #: the boost clock each chip's kernels can reach, over its datasheet-peak clock (A100: the same)
-BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100}
+BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100,
+         "B200": 1965e6 / hardware.B200.clock_hz}
 
 
 def _model_tflops(row, clock: str = "sustained") -> float:
