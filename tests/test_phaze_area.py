@@ -160,3 +160,24 @@ def test_cosearch_models_per_core_term_is_phazes_ratio():
     small = m.die_components_mm2(_design(4096, 4096, 4, 8, 2 * M))["core logic"][0]
     big = m.die_components_mm2(_design(8, 2, 128, 128, 128 * M))["core logic"][0]
     assert small == pytest.approx(49.58, abs=0.01) and big == pytest.approx(0.0605, abs=1e-4)
+
+
+def test_cli_search_under_phazes_area_model(tmp_path, capsys):
+    """A space file naming PHAZE's area model: the search keeps it in its results and the
+    winner's report shows PHAZE's components; --area-model with a file is refused."""
+    import json
+
+    from cosearch.cli import main
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"base": "phaze", "area_model": "phaze", "tensor_cores": [8, 16],
+                                 "systolic_dims": [[128, 128], [128, 64]], "vector_units": [2],
+                                 "l2_bytes": [134217728, 16777216]}))
+    out = tmp_path / "r.json"
+    assert main(["search", "--model", "gpt3-1.3b", "--chips", "16", "--batch", "32", "--serial",
+                 "--space", str(space), "--time-model", "sum", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "tensor cores" in text and "global buffer" in text and "uncore" not in text
+    assert json.loads(out.read_text())["meta"]["area_model"] == "phaze"
+    assert main(["search", "--model", "gpt3-1.3b", "--chips", "16", "--batch", "32", "--serial",
+                 "--space", str(space), "--area-model", "phaze"]) == 2
+    assert "--area-model applies to --space default or phaze" in capsys.readouterr().err
