@@ -306,9 +306,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     searched = {}       # combination -> the table rows it searched (its admissible ones once a bound is known)
     total = sum(n for *_x, n in combos)
     cut = math.inf if cutoff_s is None else float(cutoff_s)
-    # every option combination's unit costs, and the perfect-spread bound below all its plans: the
-    # combinations are searched from the smallest bound, and one whose bound exceeds the k-th best
-    # step found is skipped whole (its configuration table never built)
+    # every option combination's unit costs and a lower bound on all its plans (table_lower_bound):
+    # the combinations are searched from the smallest bound, and one whose bound exceeds the k-th
+    # best step found is skipped whole (its configuration table never built)
     priced = []
     for c, p, e, _n in combos:
         u_all = units if units is not None else unit_costs(
