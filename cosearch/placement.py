@@ -316,7 +316,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
             context_parallel=c, precision=p, expert_parallel=e)[0]
         hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine, p)
         priced.append((u_all, hw))
-    bound = [table_lower_bound(u_all, model, chips, B, tps, mbs, sps, virt, c, e) if prune else 0.0
+    # (one combination and no cutoff: nothing for the bound to skip)
+    bounded = prune and (len(combos) > 1 or math.isfinite(cut))
+    bound = [table_lower_bound(u_all, model, chips, B, tps, mbs, sps, virt, c, e) if bounded else 0.0
              for (c, _p, e, _n), (u_all, _hw) in zip(combos, priced)]
     bar = None
     if progress:
