@@ -936,7 +936,7 @@ class SearchSpace:
         bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
         hbm = (gib * GiB, bw)
         ap = named_area_model(area_model, area_power)
-        suffix = "" if area_model == "cosearch" else f"-{area_model}-area"
+        suffix = ("" if area_model == "cosearch" else f"-{area_model}-area") + ("" if onchip_bandwidth else "-no-onchip")
         p2 = [2 ** i for i in range(0, 13)]
         dims = tuple((2 ** w, 2 ** d) for w in range(1, 9) for d in range(1, 9))
         return cls(tensor_cores=tuple(p2), systolic_dims=dims, vector_units=tuple(p2), vector_width=(1,),

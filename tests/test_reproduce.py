@@ -50,3 +50,23 @@ def test_reproduce_exits_143_on_sigterm(tmp_path, monkeypatch, capsys):
 def test_bad_space():
     with pytest.raises(ValueError, match="space"):
         reproduce.phaze(["opt-350m"], [32], space="mine", progress=False)
+
+
+def test_each_space_name_builds_its_space(monkeypatch):
+    """The reproduction's space names: PHAZE's space under cosearch's area model (45,187 designs
+    at 32 GiB), under PHAZE's own (its 29,360), without the on-chip bound, and the default grid."""
+    from cosearch import hardware
+    seen = {}
+
+    def fake(model, space, chips, *a, **k):
+        seen[space.name] = (len(space.arrays()), space.area_power.name, space.glb_words_per_cycle)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(search, "cosearch", fake)
+    for name in reproduce.SPACES:
+        with pytest.raises(KeyboardInterrupt):
+            reproduce.phaze(["opt-350m"], [32], space=name, progress=False, echo=None)
+    assert seen["phaze-hbm32"] == (45_187, "cosearch", hardware.PHAZE_GLB_WORDS_PER_CYCLE)
+    assert seen["phaze-hbm32-phaze-area"] == (29_360, "phaze", hardware.PHAZE_GLB_WORDS_PER_CYCLE)
+    assert seen["phaze-hbm32-no-onchip"] == (45_187, "cosearch", 0.0)
+    assert seen["default-hbm32"][1] == "cosearch" and len(seen) == 4
+    assert sum(v[2] == 0.0 for v in seen.values()) == 2     # phaze-no-onchip and the default grid
