@@ -812,6 +812,11 @@ def named_area_model(name: str, power: AreaPowerModel | None = None) -> AreaPowe
     raise ValueError(f"area_model must be one of {', '.join(AREA_MODELS)}, got {name!r}")
 
 
+def _area_suffix(area_model: str) -> str:
+    """What a space's name says of its area model: nothing for cosearch's own."""
+    return "" if area_model == "cosearch" else f"-{area_model}-area"
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """A Cartesian grid of accelerator designs under an area and power budget.
@@ -936,7 +941,7 @@ class SearchSpace:
         bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
         hbm = (gib * GiB, bw)
         ap = named_area_model(area_model, area_power)
-        suffix = ("" if area_model == "cosearch" else f"-{area_model}-area") + ("" if onchip_bandwidth else "-no-onchip")
+        suffix = _area_suffix(area_model) + ("" if onchip_bandwidth else "-no-onchip")
         p2 = [2 ** i for i in range(0, 13)]
         dims = tuple((2 ** w, 2 ** d) for w in range(1, 9) for d in range(1, 9))
         return cls(tensor_cores=tuple(p2), systolic_dims=dims, vector_units=tuple(p2), vector_width=(1,),
@@ -954,7 +959,7 @@ class SearchSpace:
         from . import _validate as v
         gib = v.positive_float("hbm_gib", hbm_gib)
         bw = HBM_SCENARIO_BPS if hbm_Bps is None else v.positive_float("hbm_Bps", hbm_Bps)
-        suffix = "" if area_model == "cosearch" else f"-{area_model}-area"
+        suffix = _area_suffix(area_model)
         return cls(hbm=((gib * GiB, bw),), name=f"default-hbm{gib:g}{suffix}",
                    area_power=named_area_model(area_model))
 

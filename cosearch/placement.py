@@ -187,7 +187,7 @@ def admissible_configurations(model: ModelConfig, chips: int, global_batch: int,
     """The rows of :func:`configurations` whose spread bound (:func:`cosearch._kernels.dp.lower_bound`
     on ``units``, (tps, mbs, sps, fields)) is at most ``kth``, in the table's order, built
     without the others (not cached: it depends on the units)."""
-    work = np.ascontiguousarray(F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers), dtype=np.float64)
+    work = np.ascontiguousarray(_unit_work(units, model), dtype=np.float64)
     return _build_configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
                                  tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp),
                                  tuple(zero_groups), int(ep), work, kth)
@@ -496,6 +496,12 @@ def check_cosearch_options(opts: dict) -> None:
                              f"(cosearch plan) instead")
 
 
+def _unit_work(units: np.ndarray, model: ModelConfig) -> np.ndarray:
+    """:func:`cosearch._kernels.formulas.unit_work` of every unit row of ``units`` (trailing axis:
+    the fields), the leading shape kept."""
+    return F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers)
+
+
 def spread_bound(units: np.ndarray, model: ModelConfig, tps: Sequence[int], mbs: Sequence[int],
                  global_batch: int, chips: int, cp: int = 1) -> np.ndarray:
     """A lower bound on the step time of every plan with a given (tp, microbatch, sp): all
@@ -503,7 +509,7 @@ def spread_bound(units: np.ndarray, model: ModelConfig, tps: Sequence[int], mbs:
     (per-microbatch work of all layers on one rank) / chips`` (a microbatch occupies the
     ``tp * cp`` ranks of one replica; ``units`` priced at context-parallel degree ``cp``) —
     ``units``' trailing shape (tps, mbs, sp, fields), any leading ones kept."""
-    work = F.unit_work.py_func(np.moveaxis(units, -1, 0), model.num_layers)
+    work = _unit_work(units, model)
     tp = np.array(tps, dtype=float)[:, None, None]
     mb = np.array(mbs, dtype=float)[None, :, None]
     return (global_batch / mb) * tp * cp * work / chips

@@ -48,16 +48,13 @@ def _spread(work, pp, v, m):
 
 
 @njit(cache=True)
-def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start, cp, ep, work, kth, out):
-    """Fill (or, with ``out`` of 0 rows, count) the configuration table's rows: for every tp,
-    microbatch, SP choice, dp (a divisor of the batch, ``dps``), virtual-stage count, (ZeRO stage,
-    group) pair of that dp (``zz_*[zz_start[i]:zz_start[i + 1]]`` for ``dps[i]``) and pipeline
-    depth that fits — the order :func:`cosearch.placement.configurations` documents.  Rows whose
-    :func:`lower_bound` exceeds ``kth`` (``work``: the unit work of each (tp, microbatch, SP)
-    choice) are left out, whole groups at once (the bound does not grow with ``pp``); ``kth``
-    INF keeps every row."""
-    n = 0
-    fill = out.shape[0] > 0
+def _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep):
+    """The configuration table's row groups, in its order: one row ``(ti, bi, si, di, m, vs,
+    top)`` for every tp, microbatch, SP choice, dp (a divisor of the batch, ``dps``) and
+    virtual-stage count that fit, with ``m`` microbatches per replica and ``top`` the deepest
+    pipeline the chips allow (the group's rows are its (ZeRO, group) pairs x pipeline depths)."""
+    out = np.empty((len(tps) * len(mbs) * len(sps) * len(dps) * len(virtuals), 7), dtype=np.int64)
+    g = 0
     for ti in range(len(tps)):
         t = tps[ti]
         for bi in range(len(mbs)):
@@ -67,7 +64,6 @@ def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start
             for si in range(len(sps)):
                 if sps[si] and t == 1:
                     continue
-                w = work[ti, bi, si]
                 for di in range(len(dps)):
                     dp = dps[di]
                     if dp * t * cp > chips or B % (dp * mb) or (dp * cp) % ep:
@@ -77,20 +73,39 @@ def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start
                     for vs in virtuals:
                         if L % vs:
                             continue
-                        top = min(max_pp, L // vs)
-                        if top >= 1 and _spread(w, top, vs, m) > kth:
-                            continue
-                        for zi in range(zz_start[di], zz_start[di + 1]):
-                            for pp in range(1 if vs == 1 else 2, top + 1):
-                                if vs > 1 and m % pp:
-                                    continue
-                                if _spread(w, pp, vs, m) > kth:
-                                    continue
-                                if fill:
-                                    r = out[n]
-                                    r[0], r[1], r[2], r[3], r[4], r[5] = ti, bi, si, dp, pp, vs
-                                    r[6], r[7], r[8], r[9], r[10] = zz_z[zi], t, m, cp, zz_g[zi]
-                                n += 1
+                        r = out[g]
+                        r[0], r[1], r[2], r[3], r[4], r[5], r[6] = ti, bi, si, di, m, vs, min(max_pp, L // vs)
+                        g += 1
+    return out[:g]
+
+
+@njit(cache=True)
+def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start, cp, ep, work, kth, out):
+    """Fill (or, with ``out`` of 0 rows, count) the configuration table's rows: for every group
+    of :func:`_config_groups`, every (ZeRO stage, group) pair of its dp
+    (``zz_*[zz_start[i]:zz_start[i + 1]]`` for ``dps[i]``) and pipeline depth that fits — the
+    order :func:`cosearch.placement.configurations` documents.  Rows whose :func:`lower_bound`
+    exceeds ``kth`` (``work``: the unit work of each (tp, microbatch, SP) choice) are left out,
+    whole groups at once (the bound does not grow with ``pp``); ``kth`` INF keeps every row."""
+    n = 0
+    fill = out.shape[0] > 0
+    groups = _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep)
+    for gi in range(groups.shape[0]):
+        ti, bi, si, di, m, vs, top = groups[gi]
+        w = work[ti, bi, si]
+        if top >= 1 and _spread(w, top, vs, m) > kth:
+            continue
+        for zi in range(zz_start[di], zz_start[di + 1]):
+            for pp in range(1 if vs == 1 else 2, top + 1):
+                if vs > 1 and m % pp:
+                    continue
+                if _spread(w, pp, vs, m) > kth:
+                    continue
+                if fill:
+                    r = out[n]
+                    r[0], r[1], r[2], r[3], r[4], r[5] = ti, bi, si, dps[di], pp, vs
+                    r[6], r[7], r[8], r[9], r[10] = zz_z[zi], tps[ti], m, cp, zz_g[zi]
+                n += 1
     return n
 
 
@@ -265,35 +280,18 @@ def lower_bound(u, pp, v, m, L):
 def table_lower_bound(units, L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep):
     """The smallest :func:`lower_bound` of the rows :func:`_config_rows` makes from the same
     arguments (or less), without making them: ``(m + (pp - 1) / v) / pp = 1 / v + (m - 1 / v)
-    / pp`` does not grow with ``pp`` (``m >= 1 >= 1 / v``), so for each (tp, microbatch, SP,
-    dp, virtual stages) the deepest pipeline the chips allow is the smallest; the (ZeRO,
+    / pp`` does not grow with ``pp`` (``m >= 1 >= 1 / v``), so for each group of
+    :func:`_config_groups` the deepest pipeline the chips allow is the smallest; the (ZeRO,
     group) pairs and the divisibility of ``m`` by ``pp`` are not needed for a lower bound."""
     best = INF
-    for ti in range(len(tps)):
-        t = tps[ti]
-        for bi in range(len(mbs)):
-            mb = mbs[bi]
-            if B % mb:
-                continue
-            for si in range(len(sps)):
-                if sps[si] and t == 1:
-                    continue
-                work = F.unit_work(units[ti, bi, si], L)
-                for di in range(len(dps)):
-                    dp = dps[di]
-                    if dp * t * cp > chips or B % (dp * mb) or (dp * cp) % ep:
-                        continue
-                    m = B // (dp * mb)
-                    max_pp = min(L, chips // (dp * t * cp))
-                    for vs in virtuals:
-                        if L % vs:
-                            continue
-                        top = min(max_pp, L // vs)
-                        if top < (1 if vs == 1 else 2):
-                            continue
-                        x = _spread(work, top, vs, m)
-                        if x < best:
-                            best = x
+    groups = _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep)
+    for gi in range(groups.shape[0]):
+        ti, bi, si, _di, m, vs, top = groups[gi]
+        if top < (1 if vs == 1 else 2):
+            continue
+        x = _spread(F.unit_work(units[ti, bi, si], L), top, vs, m)
+        if x < best:
+            best = x
     return best
 
 
