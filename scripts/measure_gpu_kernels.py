@@ -384,7 +384,8 @@ def run_sustained(torch, t: Table, seconds: float) -> None:
              f"{n}^3 bf16 matmul")
 
 
-def _windows(torch, t: Table, kind: str, fn, flops: float, seconds: float, shape, note: str) -> None:
+def _windows(torch, t: Table, kind: str, fn, flops: float, seconds: float, shape, note: str,
+             dtype_bytes: int = 2) -> None:
     """Run ``fn`` back to back for ``seconds``; one row per ~0.2 s window (rate, clock, power)."""
     m, n, k, batch = shape
     fn()
@@ -399,7 +400,8 @@ def _windows(torch, t: Table, kind: str, fn, flops: float, seconds: float, shape
         for _ in range(per_window):
             fn()
         s = watch.stop() / per_window
-        t.add(kind, m, n, k, batch, 2, s, flops=flops, note=f"{note}; window {window} at {time.time() - t0:.1f} s")
+        t.add(kind, m, n, k, batch, dtype_bytes, s, flops=flops,
+              note=f"{note}; window {window} at {time.time() - t0:.1f} s")
         window += 1
 
 
@@ -425,42 +427,243 @@ def run_sustained_attention(torch, t: Table, seconds: float) -> None:
             _windows(torch, t, kind, step, flops, seconds, (seq, seq, hd, heads), "forward+backward")
 
 
-def run_sustained_layer(torch, t: Table, seconds: float) -> None:
-    """A Llama 3 8B decoder layer (8192 tokens, GQA 32/8 heads of 128, SwiGLU 14336, RMSNorm),
-    forward and backward with autograd, back to back: the clock a training step's kernel mix
-    holds, and the layer's time for comparison with cosearch's price of the same layer."""
+def _llama3_8b_layer(torch, linear=None, compiled: bool = False):
+    """A Llama 3 8B decoder layer (8192 tokens, GQA 32/8 heads of 128, SwiGLU 14336, RMSNorm;
+    K/V expanded with ``repeat_interleave`` as torchtitan does), forward and backward with
+    autograd.  ``linear(x, w, w8)`` runs the four weight GEMMs (default ``x @ w`` in bf16; ``w8``
+    is the weight's FP8 cast, made here once, outside the step, where ``linear`` is given);
+    ``compiled``: the forward (and with it, through AOTAutograd, the backward) under
+    ``torch.compile``, as torchtitan runs its model, so casts fuse into the norms and activations.
+    Returns ``(step, flops, shape)``: FLOPs are 3x the GEMMs' forward plus 3.5x the causal
+    attention forward."""
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     tokens, h, heads, kv, hd, ffn = _n((8192, 4096, 32, 8, 128, 14336), (64, 64, 4, 2, 16, 96))
     bf16 = torch.bfloat16
 
     def w(*shape):
         return (torch.randn(*shape, device=DEVICE, dtype=bf16) * 0.02).requires_grad_(True)
-    wqkv, wo, w13, w2 = w(h, (heads + 2 * kv) * hd), w(heads * hd, h), w(h, 2 * ffn), w(ffn, h)
+    weights = [w(h, (heads + 2 * kv) * hd), w(heads * hd, h), w(h, 2 * ffn), w(ffn, h)]
+    if linear is None:
+        linear, casts = (lambda x, wt, _: x @ wt), [None] * 4
+    else:
+        cast_t = _fp8_casts(torch)[1]
+        casts = [cast_t(wt.detach()) for wt in weights]
+    (wqkv, wo, w13, w2), (cqkv, co, c13, c2) = weights, casts
     n1, n2 = (torch.ones(h, device=DEVICE, dtype=bf16, requires_grad=True) for _ in range(2))
     x = torch.randn(tokens, h, device=DEVICE, dtype=bf16, requires_grad=True)
     gemm_flops = 2.0 * tokens * h * ((heads + 2 * kv) * hd + heads * hd + 3 * ffn)
     attn_flops = 4.0 * heads * tokens * tokens * hd / 2
-    flops = 3.0 * gemm_flops + 3.5 * attn_flops
 
-    def layer():
+    def forward():
         a = F.rms_norm(x, (h,), n1)
-        qkv = a @ wqkv
+        qkv = linear(a, wqkv, cqkv)
         q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], dim=-1)
         q = q.view(1, tokens, heads, hd).transpose(1, 2)
         k = k.view(1, tokens, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
         v = v.view(1, tokens, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(tokens, heads * hd)
-        y = x + o @ wo
+        y = x + linear(o, wo, co)
         b = F.rms_norm(y, (h,), n2)
-        g, u = (b @ w13).chunk(2, dim=-1)
-        out = y + (F.silu(g) * u) @ w2
+        g, u = linear(b, w13, c13).chunk(2, dim=-1)
+        return y + linear(F.silu(g) * u, w2, c2)
+    if compiled:
+        forward = torch.compile(forward)
+
+    def layer():
+        out = forward()
         out.backward(torch.ones_like(out))
+    return layer, 3.0 * gemm_flops + 3.5 * attn_flops, (tokens, h, ffn, 1)
+
+
+def run_sustained_layer(torch, t: Table, seconds: float) -> None:
+    """The Llama 3 8B layer (``_llama3_8b_layer``) back to back with each attention back end:
+    the clock a training step's kernel mix holds, and the layer's time for comparison with
+    cosearch's price of the same layer."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    layer, flops, shape = _llama3_8b_layer(torch)
     for backend, kind in _backends(SDPBackend, "sustained-layer") or ((SDPBackend.FLASH_ATTENTION, "sustained-layer-fa2"),
                           (SDPBackend.CUDNN_ATTENTION, "sustained-layer-cudnn")):
         with sdpa_kernel([backend]):
-            _windows(torch, t, kind, layer, flops, seconds, (tokens, h, ffn, 1),
-                     "llama3-8b layer fwd+bwd, 8192 tokens")
+            _windows(torch, t, kind, layer, flops, seconds, shape, "llama3-8b layer fwd+bwd, 8192 tokens")
+
+
+def run_sustained_layer_fp8(torch, t: Table, seconds: float) -> None:
+    """The Llama 3 8B layer with its four weight GEMMs in FP8 (``_fp8_linear``: current-scaling
+    casts with the transposed copies, FP8 forward, data- and weight-gradient GEMMs; attention,
+    norms and SwiGLU in bf16, as Transformer Engine's FP8 recipes leave them), then the same
+    layer in bf16 in the same run, each back to back with cuDNN attention."""
+    if not hasattr(torch, "_scaled_mm"):
+        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    _, cast_t, how = _fp8_casts(torch)
+    for name, linear in (("fp8", _fp8_linear(torch, cast_t)), ("bf16", None)):
+        layer, flops, shape = _llama3_8b_layer(torch, linear)
+        backends = _backends(SDPBackend, f"sustained-layer-{name}") or ((SDPBackend.CUDNN_ATTENTION,
+                                                                         f"sustained-layer-{name}-cudnn"),)
+        for backend, kind in backends:
+            with sdpa_kernel([backend]):
+                _windows(torch, t, kind, layer, flops, seconds, shape,
+                         f"llama3-8b layer fwd+bwd, 8192 tokens, {name} linears" + (f" ({how})" if name == "fp8" else ""))
+
+
+def run_sustained_layer_compiled(torch, t: Table, seconds: float) -> None:
+    """The Llama 3 8B layer under ``torch.compile`` (as torchtitan runs it), FP8 linears then
+    bf16, each back to back with cuDNN attention (FlashAttention-2 where cuDNN's fails): how
+    much of the FP8 casts' cost the compiler's fusion into norms and activations removes."""
+    if not hasattr(torch, "_scaled_mm"):
+        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    cast_t = _make_fp8_casts_eager(torch)[1]
+    for name, linear in (("fp8", _fp8_linear(torch, cast_t)), ("bf16", None)):
+        backends = _backends(SDPBackend, f"sustained-layer-compiled-{name}") or (
+            (SDPBackend.CUDNN_ATTENTION, f"sustained-layer-compiled-{name}-cudnn"),
+            (SDPBackend.FLASH_ATTENTION, f"sustained-layer-compiled-{name}-fa2"))
+        for backend, kind in backends:
+            try:
+                with sdpa_kernel([backend]):
+                    torch._dynamo.reset()
+                    layer, flops, shape = _llama3_8b_layer(torch, linear, compiled=True)
+                    _windows(torch, t, kind, layer, flops, seconds, shape,
+                             f"llama3-8b layer fwd+bwd, 8192 tokens, {name} linears, torch.compile")
+                break
+            except Exception as exc:    # noqa: BLE001 - try the next attention back end
+                print(f"{kind}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+
+
+#: FP8 GEMMs in the three layouts a trained linear layer runs (Transformer Engine's): forward
+#: ``y = x W`` (m = tokens, n = out, k = in, fast accumulation), data gradient ``dx = dy W^T``
+#: (m = tokens, n = in, k = out) and weight gradient ``dW = x^T dy`` (m = in, n = out, k =
+#: tokens), both with full-precision accumulation.  (tokens, out, in, note): Llama 3 8B and
+#: NeMo's GPT-3 5B at 8192 tokens, Nemotron-4 8B at tp 2.
+FP8_TRAINING_LINEARS = [
+    (8192, 6144, 4096, "llama3-8b qkv"), (8192, 4096, 4096, "llama3-8b proj"),
+    (8192, 28672, 4096, "llama3-8b fc1 (gate+up)"), (8192, 4096, 14336, "llama3-8b fc2"),
+    (8192, 12288, 4096, "gpt3-5b qkv"), (8192, 16384, 4096, "gpt3-5b fc1"), (8192, 4096, 16384, "gpt3-5b fc2"),
+    (8192, 8192, 4096, "nemotron-8b tp2 fc1"), (8192, 4096, 8192, "nemotron-8b tp2 fc2"),
+]
+
+#: FP8 e4m3's largest finite value (the current-scaling target of a tensor's amax)
+E4M3_MAX = 448.0
+
+
+def _fp8_casts(torch):
+    """Per-tensor current-scaling FP8 casts as Transformer Engine's ``Float8CurrentScaling``
+    does them: the tensor's amax, the scale ``448 / amax``, the cast; ``cast_t`` also writes the
+    transposed copy the weight-gradient GEMM needs on Hopper (TE's fused cast-transpose).
+    Compiled with ``torch.compile`` on a GPU (Inductor fuses each into an amax reduction and
+    one cast kernel, as TE's kernels are); eager off a GPU.  Returns ``(cast, cast_t, how)``,
+    made once per run."""
+    if DEVICE in _CASTS:
+        return _CASTS[DEVICE]
+    _CASTS[DEVICE] = _make_fp8_casts(torch)
+    return _CASTS[DEVICE]
+
+
+_CASTS: dict = {}
+
+
+def _make_fp8_casts_eager(torch):
+    """The eager current-scaling casts ``(cast, cast_t)`` (``_fp8_casts``)."""
+    f8 = torch.float8_e4m3fn
+
+    def cast(x):
+        inv = x.abs().amax().float().clamp(min=1e-12) / E4M3_MAX
+        return (x.float() / inv).to(f8), inv
+
+    def cast_t(x):
+        inv = x.abs().amax().float().clamp(min=1e-12) / E4M3_MAX
+        q = (x.float() / inv).to(f8)
+        return q, q.t().contiguous(), inv
+    return cast, cast_t
+
+
+def _make_fp8_casts(torch):
+    cast, cast_t = _make_fp8_casts_eager(torch)
+    if not DEVICE.startswith("cuda"):
+        return cast, cast_t, "eager casts"
+    try:
+        c, ct = torch.compile(cast), torch.compile(cast_t)
+        x = torch.randn(256, 512, device=DEVICE, dtype=torch.bfloat16)
+        c(x), ct(x)
+        return c, ct, "compiled casts"
+    except Exception as exc:    # noqa: BLE001 - Inductor may be missing: eager casts, said so
+        print(f"torch.compile failed ({type(exc).__name__}: {str(exc)[:200]}): eager casts", flush=True)
+        return cast, cast_t, "eager casts"
+
+
+def _fp8_linear(torch, cast_t):
+    """``linear(x, w, w8)``: ``x @ w`` (x ``[tokens, in]``, w ``[in, out]`` bf16) with FP8
+    GEMMs forward and backward (``_scaled_mm``: first operand row-major, second column-major).
+    ``w8 = (w8, w8t, inv)`` is the weight's cast, made once per step outside (TE caches it across
+    microbatches).  The gradient of ``w`` is returned in bf16."""
+    mm, bf16 = torch._scaled_mm, torch.bfloat16
+
+    class Fp8Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, w8, w8t, winv):
+            x8, x8t, xinv = cast_t(x)
+            ctx.save_for_backward(x8t, xinv, w8, winv)
+            return mm(x8, w8t.t(), scale_a=xinv, scale_b=winv, out_dtype=bf16, use_fast_accum=True)
+
+        @staticmethod
+        def backward(ctx, dy):
+            x8t, xinv, w8, winv = ctx.saved_tensors
+            g8, g8t, ginv = cast_t(dy.contiguous())
+            dx = mm(g8, w8.t(), scale_a=ginv, scale_b=winv, out_dtype=bf16)
+            dw = mm(x8t, g8t.t(), scale_a=xinv, scale_b=ginv, out_dtype=bf16)
+            return dx, dw, None, None, None
+
+    def linear(x, w, w8):
+        return Fp8Linear.apply(x, w, *w8)
+    return linear
+
+
+def run_fp8_training(torch, t: Table, peak: float) -> None:
+    """FP8 GEMMs as a trained linear layer runs them (``FP8_TRAINING_LINEARS``, three layouts),
+    each followed by the bf16 GEMM of the same shape (the same-run FP8/bf16 ratio), and the
+    current-scaling casts on their own (``fp8-cast``: bytes = bf16 read twice (amax, cast) +
+    FP8 written once or twice (with the transpose))."""
+    if not hasattr(torch, "_scaled_mm"):
+        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+        return
+    f8, bf16, one = torch.float8_e4m3fn, torch.bfloat16, torch.ones((), device=DEVICE)
+    linears = _n(FP8_TRAINING_LINEARS, [(64, 48, 32, "tiny")])
+    for tokens, out, inn, note in linears:
+        for layout, (m, n, k), fast in (("forward", (tokens, out, inn), True), ("dgrad", (tokens, inn, out), False),
+                                        ("wgrad", (inn, out, tokens), False)):
+            a = torch.randn(m, k, device=DEVICE).to(f8)
+            b = torch.randn(n, k, device=DEVICE).to(f8).t()
+            f = 2.0 * m * n * k
+            fn = lambda a=a, b=b, fast=fast: torch._scaled_mm(a, b, scale_a=one, scale_b=one,  # noqa: E731
+                                                              out_dtype=bf16, use_fast_accum=fast)
+            s = timer(torch, fn, iters_for(f, 2 * peak * 0.6))
+            t.add("gemm-fp8", m, n, k, 1, 1, s, flops=f,
+                  note=f"{note} {layout}{', fast accumulation' if fast else ''}")
+            a16, b16 = torch.randn(m, k, device=DEVICE, dtype=bf16), torch.randn(k, n, device=DEVICE, dtype=bf16)
+            s = timer(torch, lambda a=a16, b=b16: torch.matmul(a, b), iters_for(f, peak * 0.6))
+            t.add("gemm", m, n, k, 1, 2, s, flops=f, nbytes=2.0 * (m * k + k * n + m * n), note=f"{note} {layout}")
+    cast, cast_t, how = _fp8_casts(torch)
+    for tokens, width in _n(((8192, 4096), (8192, 14336), (8192, 28672), (2048, 4096)), ((64, 32),)):
+        x = torch.randn(tokens, width, device=DEVICE, dtype=bf16)
+        el = float(tokens * width)
+        s = timer(torch, lambda x=x: cast(x), iters_for(5.0 * el, 3e12))
+        t.add("fp8-cast", tokens, width, 1, 1, 2, s, nbytes=5.0 * el, note=f"amax + cast ({how})")
+        s = timer(torch, lambda x=x: cast_t(x), iters_for(6.0 * el, 3e12))
+        t.add("fp8-cast", tokens, width, 1, 1, 2, s, nbytes=6.0 * el, note=f"amax + cast + transposed copy ({how})")
+
+
+def run_sustained_fp8(torch, t: Table, seconds: float) -> None:
+    """An 8192^3 FP8 GEMM back to back: the clock FP8 tensor cores hold at the power limit."""
+    if not hasattr(torch, "_scaled_mm"):
+        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+        return
+    n, f8, one = _n(8192, 64), torch.float8_e4m3fn, torch.ones((), device=DEVICE)
+    a = torch.randn(n, n, device=DEVICE).to(f8)
+    b = torch.randn(n, n, device=DEVICE).to(f8).t()
+    _windows(torch, t, "sustained-fp8", lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+             2.0 * n ** 3, seconds, (n, n, n, 1), f"{n}^3 e4m3 _scaled_mm", dtype_bytes=1)
 
 
 def main(argv=None) -> int:
@@ -510,7 +713,11 @@ def main(argv=None) -> int:
              "gemm-sweep": lambda: run_gemm_sweep(torch, t, peak),
              "attention-head-dims": lambda: run_attention_head_dims(torch, t, peak),
              "sustained-attention": lambda: run_sustained_attention(torch, t, a.sustain_s),
-             "sustained-layer": lambda: run_sustained_layer(torch, t, a.sustain_s)}
+             "sustained-layer": lambda: run_sustained_layer(torch, t, a.sustain_s),
+             "fp8-training": lambda: run_fp8_training(torch, t, peak),
+             "sustained-fp8": lambda: run_sustained_fp8(torch, t, a.sustain_s),
+             "sustained-layer-fp8": lambda: run_sustained_layer_fp8(torch, t, a.sustain_s),
+             "sustained-layer-compiled": lambda: run_sustained_layer_compiled(torch, t, a.sustain_s)}
     for name in a.only.split(","):
         t0 = time.time()
         try:
@@ -522,7 +729,8 @@ def main(argv=None) -> int:
 
 
 SECTIONS = ("gemm", "fp8", "bmm", "attention", "memory", "vector", "gemm-sweep", "attention-head-dims",
-            "sustained", "sustained-attention", "sustained-layer")
+            "sustained", "sustained-attention", "sustained-layer", "fp8-training", "sustained-fp8",
+            "sustained-layer-fp8", "sustained-layer-compiled")
 
 
 if __name__ == "__main__":
