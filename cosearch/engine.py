@@ -67,6 +67,12 @@ same.
   ``_get_custom_policy``).  :func:`cosearch.graph.recompute_share` maps it onto the layer's
   ops; the activations kept follow the policy too (:func:`cosearch.memory.every_other_matmul_bytes`
   for dense layers with flash attention; Megatron's selective figure, an upper bound, otherwise).
+* ``fp8_cast_kernel`` — how FP8 (and NVFP4) training casts each GEMM input and incoming
+  gradient: ``"fused"`` (single-pass kernels at the chip's memory efficiency: Transformer
+  Engine in Megatron-Core, NeMo, Megatron-Bridge and llm-foundry) or ``"inductor"`` (torchao's
+  per-tensor ``tensorwise`` casts compiled by ``torch.compile``, as torchtitan's Float8 runs:
+  an amax reduction, the cast and a transposed copy, measured on an H200 at 0.165 of the HBM
+  bandwidth, :data:`cosearch.hardware.INDUCTOR_CAST_MEMORY`).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -83,10 +89,11 @@ Presets and the software they describe:
 * ``fsdp``: PyTorch FSDP / FSDP2 as torchtitan runs it: per-layer gathers every microbatch
   (FSDP cannot skip them under gradient accumulation with FULL_SHARD), fp32 gradient reduction
   (torchtitan's ``mixed_precision_reduce = "float32"``), whole-tensor pipeline sends
-  (torch.distributed.pipelining), SDPA's FlashAttention-2 kernels.
+  (torch.distributed.pipelining), SDPA's FlashAttention-2 kernels, torchao's Float8 casts
+  compiled by Inductor.
 * ``llm-foundry``: the same FSDP rules as llm-foundry (Composer, 2023-24) runs them (fp32
   reduction in its ``DEFAULT`` mixed precision), with its default ``attn_impl: triton``
-  attention (``"fa1-triton"``).
+  attention (``"fa1-triton"``) and Transformer Engine's FP8 casts.
 * ``maxtext``: MaxText on JAX/XLA: FSDP over ``ici_fsdp_parallelism`` with XLA's collective
   matmul/prefetch overlapping one layer ahead (the same per-layer rule), gradients reduced in
   the parameter dtype; no pipeline scatter/gather.
@@ -118,10 +125,13 @@ class Engine:
     software: str = ""
     attention_kernel: str = "best"
     selective_recompute: str = "attention-core"
+    fp8_cast_kernel: str = "fused"
 
     def __post_init__(self) -> None:
         from .graph import SELECTIVE_RECOMPUTE
-        from .hardware import ATTENTION_KERNELS
+        from .hardware import ATTENTION_KERNELS, CAST_KERNELS
+        if self.fp8_cast_kernel not in CAST_KERNELS:
+            raise ValueError(f"Engine.fp8_cast_kernel must be one of {CAST_KERNELS}, got {self.fp8_cast_kernel!r}")
         if self.selective_recompute not in SELECTIVE_RECOMPUTE:
             raise ValueError(f"Engine.selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
                              f"got {self.selective_recompute!r}")
@@ -164,12 +174,13 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
 
 #: PyTorch FSDP / FSDP2 (torchtitan).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
-              attention_kernel="fa2", selective_recompute="every-other-matmul",
-              software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention and "
-                       "per-op selective checkpointing")
+              attention_kernel="fa2", selective_recompute="every-other-matmul", fp8_cast_kernel="inductor",
+              software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention, "
+                       "per-op selective checkpointing and torchao's compiled Float8 casts")
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
 LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
+                      fp8_cast_kernel="fused",
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 

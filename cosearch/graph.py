@@ -30,14 +30,15 @@ import numpy as np
 from .models import ModelConfig
 
 __all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
-           "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "NETWORK_KINDS",
+           "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "recompute_share"]
 
-KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION = 0, 1, 2, 3
+KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
               "vector": KIND_VECTOR, "allreduce": KIND_NETWORK, "allgather": KIND_NETWORK,
-              "reducescatter": KIND_NETWORK, "alltoall": KIND_NETWORK}
+              "reducescatter": KIND_NETWORK, "alltoall": KIND_NETWORK,
+              "cast": KIND_CAST}
 #: Network op kinds (priced by cosearch.comm on the cluster, not by the chip).  ``alltoall``
 #: (MoE token dispatch and combine) runs over the expert-parallel group, the others over
 #: the tensor-parallel group.
@@ -67,7 +68,7 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         raise ValueError(f"selective recompute policy must be one of {SELECTIVE_RECOMPUTE}, got {policy!r}")
     if policy == "attention-core":
         return 1.0 if op.name in ATTENTION_CORE else 0.0
-    if op.kind == "vector":
+    if op.kind in ("vector", "cast"):
         return 1.0
     if op.kind != "gemm":
         return 0.0                      # the fused attention kernel is saved; collectives are not compute
@@ -124,7 +125,7 @@ class Op:
             for f in ("m", "n", "k", "batch"):
                 if getattr(self, f) <= 0:
                     raise ValueError(f"op {self.name!r}: {f} must be positive, got {getattr(self, f)}")
-        elif self.kind == "vector" and (self.elements <= 0 or self.ops_per_element <= 0):
+        elif self.kind in ("vector", "cast") and (self.elements <= 0 or self.ops_per_element <= 0):
             raise ValueError(f"op {self.name!r}: vector op needs positive elements and ops_per_element")
         elif self.kind in NETWORK_KINDS and self.bytes_read <= 0:
             raise ValueError(f"op {self.name!r}: {self.kind} needs positive bytes")
@@ -135,14 +136,14 @@ class Op:
 
     @property
     def unit(self) -> str:
-        return {KIND_TENSOR: "tensor", KIND_ATTENTION: "tensor", KIND_VECTOR: "vector",
+        return {KIND_TENSOR: "tensor", KIND_ATTENTION: "tensor", KIND_VECTOR: "vector", KIND_CAST: "vector",
                 KIND_NETWORK: "network"}[_KIND_CODE[self.kind]]
 
     @property
     def flops(self) -> float:
         if self.kind in ("gemm", "bmm", "attention"):
             return 2.0 * self.m * self.n * self.k * self.batch
-        if self.kind == "vector":
+        if self.kind in ("vector", "cast"):
             return float(self.elements * self.ops_per_element)
         return 0.0
 
@@ -260,11 +261,17 @@ class _Builder:
                             bytes_written=rows_written * d * batch * dt, dtype_bytes=dt, head_dim=int(d)))
 
     def fp8_cast(self, name: str, deps, elements: float, out_bytes: float = 1.0) -> int:
-        """Cast a bf16 tensor to FP8 (or NVFP4) with its scales (Transformer Engine's /
-        torchao's cast-and-scale kernel: reads 2 bytes, writes ``out_bytes`` per element)."""
-        return self._add(Op(name, "vector", tuple(d for d in deps if d is not None), elements=float(elements),
+        """Cast a bf16 tensor to FP8 (or NVFP4) with its scales: reads the tensor once and writes
+        ``out_bytes`` per element twice, the row-wise copy and the column-wise one (a Hopper FP8
+        GEMM takes only the TN layout, so the weight gradient needs ``x^T`` and ``dy^T`` in FP8;
+        block-scaled MXFP8/NVFP4 scale along K, which differs between the forward and the weight
+        gradient: Transformer Engine's cast-transpose and torchao both write both).  An op of
+        kind ``cast``: priced as a memory-bound vector op at the chip's memory efficiency, or at
+        ``KernelEfficiency.cast_memory`` where the engine's casts run slower
+        (:attr:`cosearch.engine.Engine.fp8_cast_kernel`)."""
+        return self._add(Op(name, "cast", tuple(d for d in deps if d is not None), elements=float(elements),
                             ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
-                            bytes_read=float(elements * self.dt), bytes_written=float(elements * out_bytes),
+                            bytes_read=float(elements * self.dt), bytes_written=float(2.0 * elements * out_bytes),
                             dtype_bytes=self.dt))
 
     def expert_gemm(self, name: str, deps, m: int, n: int, k: int, experts: int, lowp: float = 0.0) -> int:
@@ -466,10 +473,15 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str]) -
         if op.kind in _CONJUGATE:
             grad_of[i] = [g.collective(f"{op.name}.grad", deps, op.bytes_read, _CONJUGATE[op.kind])]
             continue
+        if op.kind == "cast":
+            grad_of[i] = deps  # the cast's gradient passes through (the dgrad GEMM writes bf16)
+            continue
         if op.kind == "gemm":
-            # an FP8 GEMM's gradients are FP8 GEMMs too (the incoming gradient is cast by the
-            # backward of the forward's cast op)
+            # an FP8 GEMM's gradients are FP8 GEMMs too, on the incoming gradient cast first
+            # (its row-wise copy for the data gradient, its column-wise one for the weight's)
             ob = op.dtype_bytes
+            if ob < dt:
+                deps = [g.fp8_cast(f"{op.name}.grad_cast", deps, op.m * op.n * op.batch, ob)]
             dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n, batch=op.batch, operand_bytes=ob)
             g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m, batch=op.batch, operand_bytes=ob)
             if tp > 1 and op.name in allreduce_after and not sequence_parallel:

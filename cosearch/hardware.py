@@ -92,7 +92,7 @@ DESIGN_FIELDS = (
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
               "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock", "stream_k_fixup",
-              "attention_overhead_bwd", "attention_head_overhead")
+              "attention_overhead_bwd", "attention_head_overhead", "cast_memory")
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,15 @@ class KernelEfficiency:
     (:attr:`cosearch.engine.Engine.attention_kernel`); 0: the same as ``attention``;
     ``attention_head_overhead_fa2`` their head-dim overhead (-1: ``attention_head_overhead``).
 
+    Low-precision casts (FP8/NVFP4 training's cast of each GEMM input and incoming gradient,
+    :meth:`cosearch.graph._Builder.fp8_cast`): ``cast_memory`` is the fraction of the datasheet
+    HBM bandwidth at which the engine's cast kernels stream their logical bytes (bf16 read once,
+    the row-wise and column-wise low-precision copies written); 0 (the default): ``memory``, as
+    a single-pass fused kernel streams (Transformer Engine's cast-transpose; torchao's Triton
+    blockwise FP8 cast kernels reach 0.79-0.87 of the H100's 3.35 TB/s at 32k-131k x 4096,
+    pytorch/ao ``benchmarks/prototype/blockwise_fp8_training/README.md``, 2026-03-20).
+    :meth:`with_cast_kernel` sets it for an engine's cast kernels.
+
     Clock: ``sustained_clock`` is the fraction of the datasheet-peak clock the chip holds under
     continuous load at its power limit (training runs for hours; a GPU's SM clock drops to
     what its power budget allows).  Every compute rate of the roofline (GEMM, attention and
@@ -162,6 +171,7 @@ class KernelEfficiency:
     attention_overhead_bwd: float = -1.0
     attention_head_overhead: float = 0.0
     attention_head_overhead_fa2: float = -1.0
+    cast_memory: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("attention_overhead_bwd", "attention_head_overhead_fa2"):     # -1: another field's
@@ -181,6 +191,10 @@ class KernelEfficiency:
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
                 raise ValueError(f"KernelEfficiency.{f} must be in (0, 1], got {v!r}")
+        c = self.cast_memory
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c <= self.memory):
+            raise ValueError(f"KernelEfficiency.cast_memory must be in [0, memory = {self.memory}] (0: casts stream "
+                             f"at the memory efficiency; a cast cannot outrun a copy), got {c!r}")
         if not (isinstance(self.launch_s, (int, float)) and 0.0 <= self.launch_s < 1.0):
             raise ValueError(f"KernelEfficiency.launch_s must be in [0, 1) seconds, got {self.launch_s!r}")
         tiles = ("tile_m", "tile_n", "tile_k", "tile_slots")
@@ -216,6 +230,18 @@ class KernelEfficiency:
             else self.attention_head_overhead
         return replace(self, attention=fa2 * (FA1_TRITON_SPEED if kernel == "fa1-triton" else 1.0),
                        attention_head_overhead=head)
+
+    def with_cast_kernel(self, kernel: str) -> KernelEfficiency:
+        """This efficiency with the FP8 cast kernels an engine runs: ``"fused"`` (single-pass
+        kernels streaming at ``memory``: Transformer Engine's, unchanged) or ``"inductor"``
+        (per-tensor current scaling compiled by ``torch.compile``, torchao's ``tensorwise``
+        recipe as torchtitan runs it: an amax reduction, then the cast and its transposed copy,
+        at :data:`INDUCTOR_CAST_MEMORY` of the HBM bandwidth)."""
+        if kernel not in CAST_KERNELS:
+            raise ValueError(f"unknown FP8 cast kernel {kernel!r}; choose one of {CAST_KERNELS}")
+        if kernel == "fused":
+            return self
+        return replace(self, cast_memory=min(INDUCTOR_CAST_MEMORY, self.memory))
 
     def at_full_clock(self) -> KernelEfficiency:
         """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
@@ -326,6 +352,27 @@ def _pair_length(seq: float, bwd_work: float = 2.5) -> float:
 
 #: Attention kernels an engine can run (:meth:`KernelEfficiency.with_attention_kernel`).
 ATTENTION_KERNELS = ("best", "fa2", "fa1-triton")
+
+#: FP8 cast kernels an engine can run (:meth:`KernelEfficiency.with_cast_kernel`).
+CAST_KERNELS = ("fused", "inductor")
+
+
+def _inductor_cast_memory() -> float:
+    """Fraction of the datasheet HBM bandwidth (H200: 4.8 TB/s) at which ``torch.compile``'s
+    per-tensor FP8 casts stream the logical bytes the model charges (bf16 read, FP8 row-wise and
+    transposed copies written: 4 bytes per element), measured by cosearch on one H200 (torch
+    2.11, ``scripts/measure_gpu_kernels.py --only fp8-training``; ``cosearch/data/h200_fp8_kernels.csv``,
+    rows ``fp8-cast`` "amax + cast + transposed copy" at 8192 x 4096, 14336 and 28672): 0.18, 0.59
+    and 1.16 ms, 0.159-0.168 (mean 0.1647).  The measured kernels do more passes than the
+    bytes charged (amax reduction, cast, transpose), so this fraction is their whole cost.
+    Other chips are assumed to run them at the same fraction of their bandwidth."""
+    elements = (8192 * 4096, 8192 * 14336, 8192 * 28672)
+    seconds = (0.000176044, 0.000586732, 0.00116198)
+    return sum(4.0 * e / s / 4.8e12 for e, s in zip(elements, seconds)) / 3.0
+
+
+#: ``torch.compile``'s tensorwise FP8 casts: 0.1647 of the HBM bandwidth (:func:`_inductor_cast_memory`)
+INDUCTOR_CAST_MEMORY = _inductor_cast_memory()
 
 
 def _fa1_triton_speed(fa2_fwd: float = 200.0, fa2_bwd: float = 187.0, fwd_slower: float = 1.4,

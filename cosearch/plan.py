@@ -368,7 +368,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     from .hardware import IDEAL
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
-    eff = eff.with_attention_kernel(engine_preset(engine).attention_kernel)   # the framework's attention
+    eng = engine_preset(engine)
+    eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
     if single:
         designs = designs.with_(efficiency=eff)
     d = design_array(designs.as_array() if single else designs)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "measure_gpu_kernels.py"
-SECTIONS = "gemm,fp8,bmm,attention,memory,vector,gemm-sweep,attention-head-dims,sustained,sustained-layer"
+SECTIONS = ("gemm,fp8,bmm,attention,memory,vector,gemm-sweep,attention-head-dims,sustained,sustained-layer,"
+            "fp8-training,sustained-fp8,sustained-layer-fp8,sustained-layer-compiled")
 
 
 def test_tiny_cpu_run_writes_the_table_format(tmp_path):
@@ -30,14 +31,19 @@ def test_tiny_cpu_run_writes_the_table_format(tmp_path):
                       "power_w", "note"]
     kinds = {r["kind"] for r in rows}
     assert {"gemm", "bmm", "copy", "elementwise", "optimizer", "sustained", "sustained-layer-math",
-            "attention-unfused"} <= kinds
+            "attention-unfused", "gemm-fp8", "fp8-cast", "sustained-fp8", "sustained-layer-fp8-math",
+            "sustained-layer-bf16-math", "sustained-layer-compiled-fp8-math", "sustained-layer-compiled-bf16-math"} <= kinds
     for r in rows:
         assert float(r["seconds"]) > 0 and r["sm_clock_mhz"] == "" and r["power_w"] == ""   # no NVML on a CPU
-        if r["kind"] == "gemm":
+        if r["kind"] in ("gemm", "gemm-fp8"):
             m, n, k = (int(r[x]) for x in "mnk")
             assert float(r["tflops"]) == pytest.approx(2 * m * n * k / float(r["seconds"]) / 1e12, rel=1e-3)
         if r["kind"] == "copy":
             assert float(r["GBps"]) == pytest.approx(2 * int(r["m"]) / float(r["seconds"]) / 1e9, rel=1e-3)
+        if r["kind"] == "fp8-cast":   # bf16 read twice (amax, cast), FP8 written once or twice
+            per = 6 if "transposed" in r["note"] else 5
+            assert float(r["GBps"]) == pytest.approx(per * int(r["m"]) * int(r["n"]) / float(r["seconds"]) / 1e9,
+                                                     rel=1e-3)
     assert (tmp_path / "k_facts.txt").read_text().startswith("torch: ")
 
 
@@ -45,3 +51,33 @@ def test_unknown_section_and_missing_gpu_are_refused(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--chip", "x", "--out", str(tmp_path / "a.csv"), "--only", "gemms"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown section(s) ['gemms']" in r.stderr
+
+
+def test_fp8_linear_gradients_match_bf16():
+    """The script's FP8 linear (``_fp8_linear``: current-scaling casts, ``_scaled_mm`` forward,
+    data- and weight-gradient GEMMs in their layouts) gives the output and both gradients of
+    ``x @ w`` to within e4m3's rounding (3 mantissa bits: ~4 % in norm); a wrong layout or scale
+    would be off by O(1)."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("measure_gpu_kernels", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.DEVICE = "cpu"
+    _, cast_t = mod._make_fp8_casts_eager(torch)
+    linear = mod._fp8_linear(torch, cast_t)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 32, generator=gen).to(torch.bfloat16).requires_grad_(True)
+    w = (torch.randn(32, 48, generator=gen) * 0.1).to(torch.bfloat16).requires_grad_(True)
+    y = linear(x, w, cast_t(w.detach()))
+    g = torch.randn(64, 48, generator=gen).to(torch.bfloat16)
+    y.backward(g)
+    dx, dw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    y2 = x @ w
+    y2.backward(g)
+
+    def rel(a, b):
+        return float((a.detach().float() - b.detach().float()).norm() / b.detach().float().norm())
+    for got, want in ((y, y2), (dx, x.grad), (dw, w.grad)):
+        assert rel(got, want) < 0.06

@@ -10,7 +10,7 @@ from tests.reference import roofline
 def random_ops(rng, n):
     rows = []
     for _ in range(n):
-        kind = rng.integers(0, 4)
+        kind = rng.integers(0, 5)
         m, nn, k = rng.integers(1, 5000, size=3)
         b = rng.integers(1, 64)
         el = float(rng.integers(1, 10**7))
@@ -32,7 +32,8 @@ def random_designs(rng, n):
 EFFS = [hardware.IDEAL, hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6), hardware.KernelEfficiency(0.5, 0.9, 0.3, 0),
         hardware.KernelEfficiency(0.9, 0.5, 0.75, 4e-6, tile_m=128, tile_n=256, tile_k=64, tile_slots=108,
                                   k_overhead=128.0),
-        hardware.KernelEfficiency(1.0, 1.0, 1.0, 0.0, tile_m=64, tile_n=32, tile_k=16, tile_slots=7, k_overhead=5.0)]
+        hardware.KernelEfficiency(1.0, 1.0, 1.0, 0.0, tile_m=64, tile_n=32, tile_k=16, tile_slots=7, k_overhead=5.0),
+        hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6, cast_memory=0.2)]
 
 
 @pytest.mark.parametrize("frac", [1.0, 0.5, 0.25])

@@ -57,6 +57,7 @@ import numpy as np
 from numba import njit, prange
 
 from .formulas import (
+    E_CAST,
     E_CLOCK,
     E_FP4,
     E_FP8,
@@ -132,10 +133,12 @@ def _price_one(op, d, frac, eff):
             if onchip > mem:
                 mem = onchip
         return (compute if compute > mem else mem) + eff[3]
-    elif kind == 1.0:
+    elif kind == 1.0 or kind == 4.0:
         lanes = d[3] * frac * d[4]
         cycles = math.ceil(op[5] / lanes) * op[6]
         compute = cycles / clock
+        if kind == 4.0 and eff[E_CAST] > 0.0:   # a low-precision cast at the engine's cast rate
+            bw = d[9] * frac * eff[E_CAST]
         mem = (op[7] + op[8]) / bw
         return (compute if compute > mem else mem) + eff[3]
     return 0.0

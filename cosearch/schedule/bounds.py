@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import cost
-from ..graph import KIND_ATTENTION, KIND_TENSOR, KIND_VECTOR, LayerGraph
+from ..graph import KIND_ATTENTION, KIND_CAST, KIND_TENSOR, KIND_VECTOR, LayerGraph
 from ..hardware import DESIGN_FIELDS, IDEAL
 from .problem import (
     BANDWIDTH_TOL,
@@ -82,7 +82,7 @@ def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.n
     rate = np.where(kind == KIND_ATTENTION, eff.attention, eff.tensor) * col["clock_hz"]
     cycles = b * np.ceil(k / r) * np.ceil(n / c) * (m + r + c - 2.0)
     tensor = np.where(mat, cycles / rate, 0.0).sum(axis=1) / col["tensor_cores"][:, 0]
-    vec = kind == KIND_VECTOR
+    vec = (kind == KIND_VECTOR) | (kind == KIND_CAST)
     lanes = col["vector_units"] * col["vector_width"] * col["clock_hz"]
     vector = np.where(vec, elements * per / lanes, 0.0).sum(axis=1)
     operand_bytes = np.where(kind == KIND_TENSOR, (m * k + k * n + m * n) * b * dt, rd + wr)

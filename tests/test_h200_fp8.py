@@ -1,0 +1,199 @@
+"""FP8 training as it runs on an H200, against the kernel model (cosearch/data/h200_fp8_kernels.csv
+and h200_compiled_layers.csv, two runs of scripts/measure_gpu_kernels.py on one H200; conditions
+in cosearch/data/h200_kernels.md).
+
+What the rows say: FP8 GEMMs run at the preset's FP8 rate in all three layouts a linear layer
+needs, but a Llama 3 8B layer with FP8 linears is only 1.16-1.22x faster than in bf16, because
+the per-tensor casts as ``torch.compile`` runs them cost about 3 ms of its 18.  The model prices
+that layer within 10-12 % only with the engine's cast kernels (``Engine.fp8_cast_kernel``)."""
+
+import csv
+import functools
+import importlib.resources
+import statistics
+
+import numpy as np
+import pytest
+
+from cosearch import cost, engine, graph, hardware
+from tests.test_h200_kernels import LLAMA3_8B, _chip_at, _gemm_error, _rows
+
+H200 = hardware.H200
+
+
+@functools.lru_cache(maxsize=2)
+def _table(name: str) -> tuple:
+    text = importlib.resources.files("cosearch").joinpath(f"data/{name}").read_text()
+    return tuple(csv.DictReader(text.splitlines()))
+
+
+def _fp8_rows(kind=None, name="h200_fp8_kernels.csv"):
+    return [r for r in _table(name) if kind is None or r["kind"] == kind]
+
+
+def _after(r) -> float:
+    """Seconds into a sustained run at which a window row ended."""
+    return float(r["note"].rsplit(" at ", 1)[1][:-2])
+
+
+def _held(kind, name, after_s=1.0):
+    """(median seconds, mean SM clock) of a sustained section's windows after ``after_s``."""
+    rows = [r for r in _fp8_rows(kind, name) if _after(r) >= after_s]
+    assert len(rows) >= 30, (kind, len(rows))
+    return statistics.median(float(r["seconds"]) for r in rows), statistics.mean(float(r["sm_clock_mhz"]) for r in rows)
+
+
+def _layer_s(chip, precision: str) -> float:
+    return sum(float(cost.price(graph.build(LLAMA3_8B, tp=1, microbatch=1, phase=ph, part="layer",
+                                            flash_attention=True, precision=precision), chip)[0].sum())
+               for ph in ("fwd", "bwd"))
+
+
+def _layer_error(kind, name, precision, cast_kernel="fused") -> float:
+    measured, mhz = _held(kind, name)
+    chip = _chip_at(mhz)
+    chip = chip.with_(efficiency=chip.efficiency.with_cast_kernel(cast_kernel))
+    return measured / _layer_s(chip, precision) - 1.0
+
+
+def _pairs():
+    """(FP8 row, its bf16 twin) as the script times them, one after the other."""
+    g = [r for r in _fp8_rows() if r["kind"] in ("gemm", "gemm-fp8")]
+    pairs = list(zip(g[0::2], g[1::2]))
+    for a, b in pairs:
+        assert a["kind"] == "gemm-fp8" and b["kind"] == "gemm" and [a[x] for x in "mnk"] == [b[x] for x in "mnk"]
+    return pairs
+
+
+def test_fp8_gemms_in_every_layout_at_their_clock():
+    """27 FP8 GEMMs (forward with fast accumulation, data and weight gradient with full
+    accumulation, at Llama 3 8B, GPT-3 5B and Nemotron-4 8B shapes) and their bf16 twins: the
+    model at each row's clock is within -13 % / +8.5 % (measured -13.0 % to +8.5 %)."""
+    pairs = _pairs()
+    assert len(pairs) == 27
+    assert {r["note"].split()[-1] if "accumulation" not in r["note"] else "forward" for r, _ in pairs} == \
+        {"forward", "dgrad", "wgrad"}
+    for f8, bf in pairs:
+        for r in (f8, bf):
+            assert -0.135 <= _gemm_error(r) <= 0.09, (r["kind"], r["note"], _gemm_error(r))
+
+
+def test_same_run_fp8_over_bf16_rate_is_the_presets():
+    """The FP8 / bf16 rate of the 27 pairs, each measured back to back near the 700 W limit,
+    averages the preset's ``fp8_rate`` (1.84, set from other shapes of another run): 1.843."""
+    ratios = [float(a["tflops"]) / float(b["tflops"]) for a, b in _pairs()]
+    assert 1.6 < min(ratios) and max(ratios) < 2.0
+    assert statistics.mean(ratios) == pytest.approx(H200.efficiency.fp8_rate, abs=0.03)
+
+
+def test_sustained_fp8_gemm_holds_a_lower_clock_than_bf16():
+    """8192^3 FP8 GEMMs back to back hold 1336 MHz (bf16's: 1435 MHz, h200_kernels.csv) and run
+    1221 TFLOP/s, 1.85x bf16's sustained rate; the model at that clock is 8-11 % pessimistic."""
+    f8 = [r for r in _fp8_rows("sustained-fp8") if _after(r) >= 5.0]
+    bf = [r for r in _rows("sustained") if _after(r) >= 5.0]
+    f8_mhz, bf_mhz = (statistics.mean(float(r["sm_clock_mhz"]) for r in rows) for rows in (f8, bf))
+    assert f8_mhz < bf_mhz - 50
+    rate = statistics.median(float(r["tflops"]) for r in f8) / statistics.median(float(r["tflops"]) for r in bf)
+    assert rate == pytest.approx(H200.efficiency.fp8_rate, abs=0.05)
+    for r in f8:
+        assert -0.12 <= _gemm_error(r) <= -0.07
+
+
+def test_inductor_cast_rate_is_the_tables():
+    """``INDUCTOR_CAST_MEMORY`` recomputed from the table's compiled cast rows (amax, cast and
+    transposed copy, the three training sizes): the bytes the model charges (2 read + 2 x 1
+    written per element) over the measured time, as a fraction of the H200's 4.8 TB/s."""
+    rows = [r for r in _fp8_rows("fp8-cast") if "transposed" in r["note"] and "compiled" in r["note"]
+            and int(r["m"]) == 8192]
+    assert len(rows) == 3
+    fractions = [4.0 * int(r["m"]) * int(r["n"]) / float(r["seconds"]) / H200.hbm_bandwidth_Bps for r in rows]
+    assert 0.15 < min(fractions) and max(fractions) < 0.18
+    assert statistics.mean(fractions) == pytest.approx(hardware.INDUCTOR_CAST_MEMORY, rel=1e-4)
+    # the casts without the transposed copy are no faster per logical byte: the passes, not
+    # the copy, set the rate
+    plain = [r for r in _fp8_rows("fp8-cast") if "transposed" not in r["note"] and int(r["m"]) == 8192]
+    for p, t in zip(plain, rows):
+        assert float(p["seconds"]) / float(t["seconds"]) > 0.7
+
+
+def test_cast_op_hand_worked():
+    """One 8192 x 4096 FP8 cast on the H200 at the full clock: 2 bytes read and 2 x 1 written
+    per element.  Fused: 134.2 MB at 0.90 x 4.8 TB/s = 31.1 us (+ launch); Inductor's: at
+    0.1647 x 4.8 TB/s = 169.8 us (+ launch), against 176.0 us measured."""
+    g = graph._Builder(2)
+    g.fp8_cast("c", [], 8192 * 4096, 1.0)
+    op = g.ops[0]
+    assert op.kind == "cast" and op.bytes_read == 2 * 8192 * 4096 and op.bytes_written == 2 * 8192 * 4096
+    eff = H200.efficiency.at_full_clock()
+    launch = eff.launch_s
+    fused = cost.price(np.array([op.as_row()]), H200.with_(efficiency=eff))[0, 0]
+    assert fused == pytest.approx(4.0 * 8192 * 4096 / (eff.memory * 4.8e12) + launch, rel=1e-9)
+    slow = cost.price(np.array([op.as_row()]), H200.with_(efficiency=eff.with_cast_kernel("inductor")))[0, 0]
+    assert slow == pytest.approx(4.0 * 8192 * 4096 / (hardware.INDUCTOR_CAST_MEMORY * 4.8e12) + launch, rel=1e-9)
+    assert slow == pytest.approx(176.044e-6, rel=0.06)
+    with pytest.raises(ValueError, match="cast kernel"):
+        eff.with_cast_kernel("te")
+    with pytest.raises(ValueError, match="cast_memory"):
+        hardware.KernelEfficiency(memory=0.5, cast_memory=0.6)
+
+
+def test_fp8_backward_casts_the_incoming_gradient():
+    """The backward casts each FP8 linear's incoming gradient (its output's size), not its input
+    again: Llama 3 8B at 8192 tokens has 8192 x (6144 + 4096 + 28672 + 4096) gradient elements
+    cast, 8192 x (4096 + 4096 + 4096 + 14336) input elements in the forward."""
+    fwd = graph.build(LLAMA3_8B, tp=1, microbatch=1, phase="fwd", part="layer", flash_attention=True, precision="fp8")
+    bwd = graph.build(LLAMA3_8B, tp=1, microbatch=1, phase="bwd", part="layer", flash_attention=True, precision="fp8")
+    casts = [sum(o.elements for o in g.ops if o.kind == "cast") for g in (fwd, bwd)]
+    assert casts == [8192 * (4096 * 3 + 14336), 8192 * (6144 + 4096 + 28672 + 4096)]
+    bf = graph.build(LLAMA3_8B, tp=1, microbatch=1, phase="bwd", part="layer", flash_attention=True)
+    assert [o.kind for o in bf.ops if o.kind == "cast"] == []
+
+
+@pytest.mark.parametrize("name,fp8,bf16", [
+    ("h200_fp8_kernels.csv", "sustained-layer-fp8-cudnn", "sustained-layer-bf16-cudnn"),
+    ("h200_compiled_layers.csv", "sustained-layer-fp8-cudnn", "sustained-layer-bf16-cudnn")])
+def test_fp8_layer_with_the_engines_casts(name, fp8, bf16):
+    """The Llama 3 8B layer with FP8 linears (casts compiled by Inductor) and its bf16 twin in the
+    same run, each at the clock it held: with Inductor's casts the model misses the FP8 layer by
+    at most 6 points more than the bf16 one (+9.8 % against +4.7 %; +8.7 % against +4.0 %); with
+    single-pass fused casts it would be 26-28 % fast."""
+    e_bf = _layer_error(bf16, name, "bf16")
+    e_f8 = _layer_error(fp8, name, "fp8", "inductor")
+    assert 0.0 <= e_bf <= 0.06
+    assert 0.0 <= e_f8 - e_bf <= 0.06, (e_f8, e_bf)
+    assert _layer_error(fp8, name, "fp8", "fused") >= 0.25
+    # the FP8 layer's speed-up over bf16: measured 1.21-1.22x, the model's (common clock) 1.27x
+    measured = _held(bf16, name)[0] / _held(fp8, name)[0]
+    chip = _chip_at(1600.0)
+    model = _layer_s(chip, "bf16") / _layer_s(chip.with_(efficiency=chip.efficiency.with_cast_kernel("inductor")), "fp8")
+    assert 1.15 < measured < 1.25 and model == pytest.approx(measured, rel=0.06)
+
+
+def test_compiled_layers():
+    """Under ``torch.compile`` the bf16 layer runs 5 % faster than eager (norms and SwiGLU fused)
+    and the model is within 2 %; the FP8 layer gains nothing (18.06 ms against 18.10) and the
+    model with Inductor's casts is 12 % fast."""
+    name = "h200_compiled_layers.csv"
+    eager, _ = _held("sustained-layer-bf16-cudnn", name)
+    compiled, _ = _held("sustained-layer-compiled-bf16-cudnn", name)
+    assert 0.9 < compiled / eager < 0.97
+    assert abs(_layer_error("sustained-layer-compiled-bf16-cudnn", name, "bf16")) <= 0.03
+    e = _layer_error("sustained-layer-compiled-fp8-cudnn", name, "fp8", "inductor")
+    assert 0.08 <= e <= 0.14
+
+
+def test_engines_choose_their_cast_kernels():
+    """torchtitan's FSDP engine runs Inductor's casts, Transformer Engine's frameworks fused ones;
+    the engine's choice reaches the plan's price."""
+    assert engine.FSDP.fp8_cast_kernel == "inductor"
+    assert {engine.preset(n).fp8_cast_kernel for n in ("megatron-core", "llm-foundry", "megatron-lm")} == {"fused"}
+    with pytest.raises(ValueError, match="fp8_cast_kernel"):
+        engine.Engine(fp8_cast_kernel="te")
+    from cosearch import cluster
+    from cosearch.plan import PlanSpec, evaluate
+    spec = PlanSpec(1, 1, 1, 1, flash_attention=True, precision="fp8")
+    a = evaluate(LLAMA3_8B, "H100", cluster.Cluster(8), spec, 8, engine="megatron-core")
+    b = evaluate(LLAMA3_8B, "H100", cluster.Cluster(8), spec, 8,
+                 engine=engine.Engine("mc-inductor", overlap_param_gather=True, fp8_cast_kernel="inductor"))
+    assert b.breakdown["forward_s"] > a.breakdown["forward_s"] * 1.05
+    assert a.feasible and b.feasible and b.tokens_per_s < a.tokens_per_s
