@@ -139,7 +139,9 @@ class KernelEfficiency:
     the row-wise and column-wise low-precision copies written); 0 (the default): ``memory``, as
     a single-pass fused kernel streams (Transformer Engine's cast-transpose; torchao's Triton
     blockwise FP8 cast kernels reach 0.79-0.87 of the H100's 3.35 TB/s at 32k-131k x 4096,
-    pytorch/ao ``benchmarks/prototype/blockwise_fp8_training/README.md``, 2026-03-20).
+    pytorch/ao ``benchmarks/prototype/blockwise_fp8_training/README.md``, 2026-03-20; a compiled
+    single-pass cast with a given scale, delayed scaling's, streams 4.15-4.24 TB/s on the H200,
+    0.96-0.98 of its memory efficiency, ``cosearch/data/h200_fp8_cast_passes.csv``).
     :meth:`with_cast_kernel` sets it for an engine's cast kernels.
 
     Clock: ``sustained_clock`` is the fraction of the datasheet-peak clock the chip holds under
@@ -364,7 +366,9 @@ def _inductor_cast_memory() -> float:
     2.11, ``scripts/measure_gpu_kernels.py --only fp8-training``; ``cosearch/data/h200_fp8_kernels.csv``,
     rows ``fp8-cast`` "amax + cast + transposed copy" at 8192 x 4096, 14336 and 28672): 0.18, 0.59
     and 1.16 ms, 0.159-0.168 (mean 0.1647).  The measured kernels do more passes than the
-    bytes charged (amax reduction, cast, transpose), so this fraction is their whole cost.
+    bytes charged, so this fraction is their whole cost; taken apart on the same chip
+    (``h200_fp8_cast_passes.csv``), the whole-tensor amax reduction alone streams 0.11 of the
+    bandwidth and makes three quarters of the time, the cast with its transposed copy the rest.
     Other chips are assumed to run them at the same fraction of their bandwidth."""
     elements = (8192 * 4096, 8192 * 14336, 8192 * 28672)
     seconds = (0.000176044, 0.000586732, 0.00116198)

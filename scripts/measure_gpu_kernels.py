@@ -654,6 +654,37 @@ def run_fp8_training(torch, t: Table, peak: float) -> None:
         t.add("fp8-cast", tokens, width, 1, 1, 2, s, nbytes=6.0 * el, note=f"amax + cast + transposed copy ({how})")
 
 
+def run_fp8_cast_passes(torch, t: Table) -> None:
+    """The passes of an FP8 cast apart, each compiled by ``torch.compile`` (eager off a GPU):
+    the amax reduction alone (bytes: bf16 read), a cast with a given scale as delayed scaling
+    runs it (bf16 read, FP8 written) and the same with the transposed copy (FP8 written twice),
+    at three training sizes: which pass makes ``fp8-cast`` slow."""
+    f8, bf16 = torch.float8_e4m3fn, torch.bfloat16
+
+    def amax(x):
+        return x.abs().amax().float()
+
+    def cast_scaled(x, scale):
+        return (x.float() * scale).to(f8)
+
+    def cast_scaled_t(x, scale):
+        q = (x.float() * scale).to(f8)
+        return q, q.t().contiguous()
+    how = "eager"
+    if DEVICE.startswith("cuda"):
+        amax, cast_scaled, cast_scaled_t = (torch.compile(f) for f in (amax, cast_scaled, cast_scaled_t))
+        how = "compiled"
+    scale = torch.full((), 2.0, device=DEVICE)
+    for tokens, width in _n(((8192, 4096), (8192, 14336), (8192, 28672)), ((64, 32),)):
+        x = torch.randn(tokens, width, device=DEVICE, dtype=bf16)
+        el = float(tokens * width)
+        for note, fn, nb in (("amax alone", lambda x=x: amax(x), 2.0 * el),
+                             ("cast with a given scale (delayed scaling)", lambda x=x: cast_scaled(x, scale), 3.0 * el),
+                             ("cast with a given scale + transposed copy", lambda x=x: cast_scaled_t(x, scale), 4.0 * el)):
+            s = timer(torch, fn, iters_for(nb, 3e12))
+            t.add("fp8-cast", tokens, width, 1, 1, 2, s, nbytes=nb, note=f"{note} ({how})")
+
+
 def run_sustained_fp8(torch, t: Table, seconds: float) -> None:
     """An 8192^3 FP8 GEMM back to back: the clock FP8 tensor cores hold at the power limit."""
     if not hasattr(torch, "_scaled_mm"):
@@ -715,6 +746,7 @@ def main(argv=None) -> int:
              "sustained-attention": lambda: run_sustained_attention(torch, t, a.sustain_s),
              "sustained-layer": lambda: run_sustained_layer(torch, t, a.sustain_s),
              "fp8-training": lambda: run_fp8_training(torch, t, peak),
+             "fp8-cast-passes": lambda: run_fp8_cast_passes(torch, t),
              "sustained-fp8": lambda: run_sustained_fp8(torch, t, a.sustain_s),
              "sustained-layer-fp8": lambda: run_sustained_layer_fp8(torch, t, a.sustain_s),
              "sustained-layer-compiled": lambda: run_sustained_layer_compiled(torch, t, a.sustain_s)}
@@ -730,7 +762,7 @@ def main(argv=None) -> int:
 
 SECTIONS = ("gemm", "fp8", "bmm", "attention", "memory", "vector", "gemm-sweep", "attention-head-dims",
             "sustained", "sustained-attention", "sustained-layer", "fp8-training", "sustained-fp8",
-            "sustained-layer-fp8", "sustained-layer-compiled")
+            "sustained-layer-fp8", "sustained-layer-compiled", "fp8-cast-passes")
 
 
 if __name__ == "__main__":

@@ -56,9 +56,9 @@ def _layer_error(kind, name, precision, cast_kernel="fused") -> float:
     return measured / _layer_s(chip, precision) - 1.0
 
 
-def _pairs():
+def _pairs(name="h200_fp8_kernels.csv"):
     """(FP8 row, its bf16 twin) as the script times them, one after the other."""
-    g = [r for r in _fp8_rows() if r["kind"] in ("gemm", "gemm-fp8")]
+    g = [r for r in _fp8_rows(name=name) if r["kind"] in ("gemm", "gemm-fp8")]
     pairs = list(zip(g[0::2], g[1::2]))
     for a, b in pairs:
         assert a["kind"] == "gemm-fp8" and b["kind"] == "gemm" and [a[x] for x in "mnk"] == [b[x] for x in "mnk"]
@@ -78,11 +78,13 @@ def test_fp8_gemms_in_every_layout_at_their_clock():
             assert -0.135 <= _gemm_error(r) <= 0.09, (r["kind"], r["note"], _gemm_error(r))
 
 
-def test_same_run_fp8_over_bf16_rate_is_the_presets():
+@pytest.mark.parametrize("name", ["h200_fp8_kernels.csv", "h200_fp8_cast_passes.csv"])
+def test_same_run_fp8_over_bf16_rate_is_the_presets(name):
     """The FP8 / bf16 rate of the 27 pairs, each measured back to back near the 700 W limit,
-    averages the preset's ``fp8_rate`` (1.84, set from other shapes of another run): 1.843."""
-    ratios = [float(a["tflops"]) / float(b["tflops"]) for a, b in _pairs()]
-    assert 1.6 < min(ratios) and max(ratios) < 2.0
+    averages the preset's ``fp8_rate`` (1.84, set from other shapes of another run): 1.843, and
+    1.861 on the third run's fresh machine (its times within -7 % / +3 % of the first run's)."""
+    ratios = [float(a["tflops"]) / float(b["tflops"]) for a, b in _pairs(name)]
+    assert len(ratios) == 27 and 1.6 < min(ratios) and max(ratios) < 2.05     # measured 1.62-2.00 (clocks vary)
     assert statistics.mean(ratios) == pytest.approx(H200.efficiency.fp8_rate, abs=0.03)
 
 
@@ -197,3 +199,31 @@ def test_engines_choose_their_cast_kernels():
                  engine=engine.Engine("mc-inductor", overlap_param_gather=True, fp8_cast_kernel="inductor"))
     assert b.breakdown["forward_s"] > a.breakdown["forward_s"] * 1.05
     assert a.feasible and b.feasible and b.tokens_per_s < a.tokens_per_s
+
+
+def _passes(note_start):
+    return {(int(r["m"]), int(r["n"])): r for r in _fp8_rows(name="h200_fp8_cast_passes.csv")
+            if r["kind"] == "fp8-cast" and r["note"].startswith(note_start)}
+
+
+def test_the_amax_reduction_is_what_makes_compiled_casts_slow():
+    """A third run takes the cast apart (h200_fp8_cast_passes.csv, at 8192 x 14336 and 28672):
+    a single-pass cast with a given scale (delayed scaling) streams within 5 % of the model's
+    memory efficiency (4.15-4.24 TB/s against 0.90 x 4.8), which is what the ``fused`` cast
+    kernel assumes; Inductor's whole-tensor amax reduction alone runs at 0.11 of the bandwidth;
+    and amax plus the cast with its transposed copy adds up to the current-scaling cast of the
+    same run within 5 %."""
+    amax, cast, cast_t = _passes("amax alone"), _passes("cast with a given scale (delayed"), \
+        _passes("cast with a given scale + transposed")
+    current = _passes("amax + cast + transposed copy")
+    stream = H200.efficiency.memory * H200.hbm_bandwidth_Bps
+    for shape in ((8192, 14336), (8192, 28672)):
+        el = shape[0] * shape[1]
+        assert 3.0 * el / float(cast[shape]["seconds"]) == pytest.approx(stream, rel=0.05)
+        assert 2.0 * el / float(amax[shape]["seconds"]) < 0.15 * H200.hbm_bandwidth_Bps
+        parts = float(amax[shape]["seconds"]) + float(cast_t[shape]["seconds"])
+        assert parts == pytest.approx(float(current[shape]["seconds"]), rel=0.05)
+        # the repeat of run 1's current-scaling casts on this machine agrees with it within 3 %
+        first = next(r for r in _fp8_rows("fp8-cast") if (int(r["m"]), int(r["n"])) == shape
+                     and r["note"].startswith("amax + cast + transposed copy"))
+        assert float(current[shape]["seconds"]) == pytest.approx(float(first["seconds"]), rel=0.03)
