@@ -73,6 +73,12 @@ same.
   per-tensor ``tensorwise`` casts compiled by ``torch.compile``, as torchtitan's Float8 runs:
   an amax reduction, the cast and a transposed copy, measured on an H200 at 0.165 of the HBM
   bandwidth, :data:`cosearch.hardware.INDUCTOR_CAST_MEMORY`).
+* ``cross_entropy`` — how the loss runs over the logits: ``"fp32"`` (Megatron's
+  ``vocab_parallel_cross_entropy``, in Megatron-LM, Megatron-DeepSpeed (``output.float()``) and
+  Megatron-Core; torchtitan's ``F.cross_entropy(pred.float(), ...)`` costs the same on an H100:
+  52 bytes a logit, :data:`cosearch.graph.CROSS_ENTROPY_FP32_BYTES`) or ``"fused"`` (one kernel
+  reading the bf16 logits and writing their gradient: llm-foundry's ``loss_fn:
+  fused_crossentropy``, XLA's fusion in MaxText).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -126,9 +132,12 @@ class Engine:
     attention_kernel: str = "best"
     selective_recompute: str = "attention-core"
     fp8_cast_kernel: str = "fused"
+    cross_entropy: str = "fp32"
 
     def __post_init__(self) -> None:
-        from .graph import SELECTIVE_RECOMPUTE
+        from .graph import CROSS_ENTROPY, SELECTIVE_RECOMPUTE
+        if self.cross_entropy not in CROSS_ENTROPY:
+            raise ValueError(f"Engine.cross_entropy must be one of {CROSS_ENTROPY}, got {self.cross_entropy!r}")
         from .hardware import ATTENTION_KERNELS, CAST_KERNELS
         if self.fp8_cast_kernel not in CAST_KERNELS:
             raise ValueError(f"Engine.fp8_cast_kernel must be one of {CAST_KERNELS}, got {self.fp8_cast_kernel!r}")
@@ -180,12 +189,12 @@ FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
 LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
-                      fp8_cast_kernel="fused",
+                      fp8_cast_kernel="fused", cross_entropy="fused",
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 
 #: MaxText (JAX/XLA).
-MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,
+MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, cross_entropy="fused",
                  software="MaxText on JAX/XLA (2023-24)")
 
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).

@@ -197,7 +197,7 @@ def test_engines_choose_their_cast_kernels():
     a = evaluate(LLAMA3_8B, "H100", cluster.Cluster(8), spec, 8, engine="megatron-core")
     b = evaluate(LLAMA3_8B, "H100", cluster.Cluster(8), spec, 8,
                  engine=engine.Engine("mc-inductor", overlap_param_gather=True, fp8_cast_kernel="inductor"))
-    assert b.breakdown["forward_s"] > a.breakdown["forward_s"] * 1.05
+    assert b.breakdown["forward_s"] > a.breakdown["forward_s"] * 1.03      # one layer and a 128k-vocab head
     assert a.feasible and b.feasible and b.tokens_per_s < a.tokens_per_s
 
 
