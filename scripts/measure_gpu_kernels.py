@@ -685,6 +685,51 @@ def run_fp8_cast_passes(torch, t: Table) -> None:
             t.add("fp8-cast", tokens, width, 1, 1, 2, s, nbytes=nb, note=f"{note} ({how})")
 
 
+def run_vector_passes(torch, t: Table, hbm: float) -> None:
+    """A layer's memory-bound kernels forward and backward apart, at training shapes, eager and
+    under ``torch.compile``: LayerNorm, RMSNorm, GELU (tanh) and SwiGLU's ``silu(g) * u``
+    (bytes: the tensors each pass must read and write in bf16 — forward: input and output
+    (SwiGLU: two inputs); backward: input, output gradient and input gradient (SwiGLU: both
+    inputs and the output gradient read, two input gradients written); the norms' weight
+    gradients, a reduction over tokens, are not counted).  The backward is timed as forward +
+    backward less the forward."""
+    import torch.nn.functional as F
+    bf16 = torch.bfloat16
+
+    def make(kind, width):
+        if kind == "swiglu":
+            return lambda g, u: F.silu(g) * u, 2
+        if kind == "gelu":
+            return lambda x: F.gelu(x, approximate="tanh"), 1
+        w = torch.ones(width, device=DEVICE, dtype=bf16, requires_grad=True)
+        b = torch.zeros(width, device=DEVICE, dtype=bf16, requires_grad=True)
+        if kind == "layer_norm":
+            return lambda x: F.layer_norm(x, (width,), w, b), 1
+        return lambda x: F.rms_norm(x, (width,), w), 1
+    shapes = {"layer_norm": ((8192, 4096), (8192, 12288)), "rms_norm": ((8192, 4096), (8192, 8192)),
+              "gelu": ((8192, 16384), (8192, 49152)), "swiglu": ((8192, 14336), (8192, 28672))}
+    for kind, sizes in shapes.items():
+        for tokens, width in _n(sizes, ((32, 64),)):
+            eager, n_in = make(kind, width)
+            for how, fn in (("eager", eager), ("compiled", torch.compile(eager) if DEVICE.startswith("cuda") else None)):
+                if fn is None:
+                    continue
+                xs = [torch.randn(tokens, width, device=DEVICE, dtype=bf16, requires_grad=True) for _ in range(n_in)]
+                el = float(tokens * width)
+                with torch.no_grad():
+                    sf = timer(torch, lambda fn=fn, xs=xs: fn(*xs), iters_for(2.0 * (n_in + 1) * el, hbm * 0.5))
+                g = torch.randn(tokens, width, device=DEVICE, dtype=bf16)
+                # forward and backward each time (a compiled backward cannot be replayed on one
+                # graph); the backward is the difference
+                sfb = timer(torch, lambda fn=fn, xs=xs, g=g: torch.autograd.grad(fn(*xs), xs, g),
+                            iters_for(2.0 * (3 * n_in + 2) * el, hbm * 0.5))
+                sb = max(sfb - sf, 1e-9)
+                t.add("vector-pass", tokens, width, 1, n_in, 2, sf, nbytes=2.0 * (n_in + 1) * el,
+                      note=f"{kind} forward ({how})")
+                t.add("vector-pass", tokens, width, 1, n_in, 2, sb, nbytes=2.0 * (2 * n_in + 1) * el,
+                      note=f"{kind} backward ({how})")
+
+
 def run_sustained_fp8(torch, t: Table, seconds: float) -> None:
     """An 8192^3 FP8 GEMM back to back: the clock FP8 tensor cores hold at the power limit."""
     if not hasattr(torch, "_scaled_mm"):
@@ -747,6 +792,7 @@ def main(argv=None) -> int:
              "sustained-layer": lambda: run_sustained_layer(torch, t, a.sustain_s),
              "fp8-training": lambda: run_fp8_training(torch, t, peak),
              "fp8-cast-passes": lambda: run_fp8_cast_passes(torch, t),
+             "vector-passes": lambda: run_vector_passes(torch, t, hbm),
              "sustained-fp8": lambda: run_sustained_fp8(torch, t, a.sustain_s),
              "sustained-layer-fp8": lambda: run_sustained_layer_fp8(torch, t, a.sustain_s),
              "sustained-layer-compiled": lambda: run_sustained_layer_compiled(torch, t, a.sustain_s)}
@@ -762,7 +808,7 @@ def main(argv=None) -> int:
 
 SECTIONS = ("gemm", "fp8", "bmm", "attention", "memory", "vector", "gemm-sweep", "attention-head-dims",
             "sustained", "sustained-attention", "sustained-layer", "fp8-training", "sustained-fp8",
-            "sustained-layer-fp8", "sustained-layer-compiled", "fp8-cast-passes")
+            "sustained-layer-fp8", "sustained-layer-compiled", "fp8-cast-passes", "vector-passes")
 
 
 if __name__ == "__main__":

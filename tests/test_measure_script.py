@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "measure_gpu_kernels.py"
 SECTIONS = ("gemm,fp8,bmm,attention,memory,vector,gemm-sweep,attention-head-dims,sustained,sustained-layer,"
-            "fp8-training,sustained-fp8,sustained-layer-fp8,sustained-layer-compiled")
+            "fp8-training,sustained-fp8,sustained-layer-fp8,sustained-layer-compiled,fp8-cast-passes,vector-passes")
 
 
 def test_tiny_cpu_run_writes_the_table_format(tmp_path):
@@ -32,7 +32,7 @@ def test_tiny_cpu_run_writes_the_table_format(tmp_path):
     kinds = {r["kind"] for r in rows}
     assert {"gemm", "bmm", "copy", "elementwise", "optimizer", "sustained", "sustained-layer-math",
             "attention-unfused", "gemm-fp8", "fp8-cast", "sustained-fp8", "sustained-layer-fp8-math",
-            "sustained-layer-bf16-math", "sustained-layer-compiled-fp8-math", "sustained-layer-compiled-bf16-math"} <= kinds
+            "sustained-layer-bf16-math", "sustained-layer-compiled-fp8-math", "sustained-layer-compiled-bf16-math", "vector-pass"} <= kinds
     for r in rows:
         assert float(r["seconds"]) > 0 and r["sm_clock_mhz"] == "" and r["power_w"] == ""   # no NVML on a CPU
         if r["kind"] in ("gemm", "gemm-fp8"):
