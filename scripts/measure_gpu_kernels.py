@@ -730,6 +730,58 @@ def run_vector_passes(torch, t: Table, hbm: float) -> None:
                       note=f"{kind} backward ({how})")
 
 
+def _megatron_style_ce(torch):
+    """Cross-entropy written pass by pass as Megatron-Core's single-rank
+    ``vocab_parallel_cross_entropy`` runs it: upcast, max, subtract in place, exp in place, sum,
+    normalise in place (the softmax kept for the backward); backward: subtract one at the
+    targets, scale by the incoming gradient in place, and the upcast's gradient back to bf16."""
+
+    class MegatronCE(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, target):
+            x = logits.float()
+            mx = x.max(dim=-1, keepdim=True)[0]
+            x -= mx
+            picked = x.gather(-1, target[:, None])[:, 0]
+            torch.exp(x, out=x)
+            total = x.sum(dim=-1)
+            loss = torch.log(total) - picked
+            x.div_(total[:, None])
+            ctx.save_for_backward(x, target)
+            return loss
+
+        @staticmethod
+        def backward(ctx, grad):
+            softmax, target = ctx.saved_tensors
+            rows = torch.arange(softmax.shape[0], device=softmax.device)
+            softmax[rows, target] -= 1.0
+            softmax.mul_(grad[:, None])
+            return softmax, None
+    return lambda logits, target: MegatronCE.apply(logits, target)
+
+
+def run_cross_entropy(torch, t: Table) -> None:
+    """The loss over 8192 tokens' logits, forward + backward (bf16 logits): PyTorch's
+    ``F.cross_entropy`` on upcast logits (torchtitan's loss), the same on bf16 logits, and
+    Megatron-Core's passes (``_megatron_style_ce``); bytes: the bf16 logits read and their
+    gradient written (4 per logit), the rate being what cosearch's cross-entropy charge is
+    checked against."""
+    import torch.nn.functional as F
+    megatron = _megatron_style_ce(torch)
+    tokens = _n(8192, 32)
+    for vocab in _n((32768, 131072), (500,)):
+        logits = torch.randn(tokens, vocab, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+        target = torch.randint(0, vocab, (tokens,), device=DEVICE)
+        for note, fn in (("F.cross_entropy on logits.float()", lambda x, y: F.cross_entropy(x.float(), y)),
+                         ("F.cross_entropy on bf16 logits", lambda x, y: F.cross_entropy(x, y)),
+                         ("Megatron-Core's passes (fp32)", lambda x, y: megatron(x, y).mean())):
+            def step(fn=fn, logits=logits, target=target):
+                return torch.autograd.grad(fn(logits, target), (logits,))
+            s = timer(torch, step, 3)
+            t.add("cross-entropy", tokens, vocab, 1, 1, 2, s, nbytes=4.0 * tokens * vocab,
+                  note=f"{note}, forward+backward")
+
+
 def run_sustained_fp8(torch, t: Table, seconds: float) -> None:
     """An 8192^3 FP8 GEMM back to back: the clock FP8 tensor cores hold at the power limit."""
     if not hasattr(torch, "_scaled_mm"):
@@ -793,6 +845,7 @@ def main(argv=None) -> int:
              "fp8-training": lambda: run_fp8_training(torch, t, peak),
              "fp8-cast-passes": lambda: run_fp8_cast_passes(torch, t),
              "vector-passes": lambda: run_vector_passes(torch, t, hbm),
+             "cross-entropy": lambda: run_cross_entropy(torch, t),
              "sustained-fp8": lambda: run_sustained_fp8(torch, t, a.sustain_s),
              "sustained-layer-fp8": lambda: run_sustained_layer_fp8(torch, t, a.sustain_s),
              "sustained-layer-compiled": lambda: run_sustained_layer_compiled(torch, t, a.sustain_s)}
@@ -808,7 +861,7 @@ def main(argv=None) -> int:
 
 SECTIONS = ("gemm", "fp8", "bmm", "attention", "memory", "vector", "gemm-sweep", "attention-head-dims",
             "sustained", "sustained-attention", "sustained-layer", "fp8-training", "sustained-fp8",
-            "sustained-layer-fp8", "sustained-layer-compiled", "fp8-cast-passes", "vector-passes")
+            "sustained-layer-fp8", "sustained-layer-compiled", "fp8-cast-passes", "vector-passes", "cross-entropy")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "measure_gpu_kernels.py"
 SECTIONS = ("gemm,fp8,bmm,attention,memory,vector,gemm-sweep,attention-head-dims,sustained,sustained-layer,"
-            "fp8-training,sustained-fp8,sustained-layer-fp8,sustained-layer-compiled,fp8-cast-passes,vector-passes")
+            "fp8-training,sustained-fp8,sustained-layer-fp8,sustained-layer-compiled,fp8-cast-passes,vector-passes,"
+            "cross-entropy")
 
 
 def test_tiny_cpu_run_writes_the_table_format(tmp_path):
@@ -32,7 +33,7 @@ def test_tiny_cpu_run_writes_the_table_format(tmp_path):
     kinds = {r["kind"] for r in rows}
     assert {"gemm", "bmm", "copy", "elementwise", "optimizer", "sustained", "sustained-layer-math",
             "attention-unfused", "gemm-fp8", "fp8-cast", "sustained-fp8", "sustained-layer-fp8-math",
-            "sustained-layer-bf16-math", "sustained-layer-compiled-fp8-math", "sustained-layer-compiled-bf16-math", "vector-pass"} <= kinds
+            "sustained-layer-bf16-math", "sustained-layer-compiled-fp8-math", "sustained-layer-compiled-bf16-math", "vector-pass", "cross-entropy"} <= kinds
     for r in rows:
         assert float(r["seconds"]) > 0 and r["sm_clock_mhz"] == "" and r["power_w"] == ""   # no NVML on a CPU
         if r["kind"] in ("gemm", "gemm-fp8"):
@@ -83,3 +84,24 @@ def test_fp8_linear_gradients_match_bf16():
         return float((a.detach().float() - b.detach().float()).norm() / b.detach().float().norm())
     for got, want in ((y, y2), (dx, x.grad), (dw, w.grad)):
         assert rel(got, want) < 0.06
+
+
+def test_megatron_style_cross_entropy_matches_pytorch():
+    """The script's pass-by-pass Megatron cross-entropy gives PyTorch's loss and logit gradient
+    (on upcast logits) to float32 rounding, at an odd vocabulary."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("measure_gpu_kernels", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ce = mod._megatron_style_ce(torch)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(24, 77, generator=gen).to(torch.bfloat16).requires_grad_(True)
+    y = torch.randint(0, 77, (24,), generator=gen)
+    loss = ce(x, y).mean()
+    (g,) = torch.autograd.grad(loss, (x,))
+    x2 = x.detach().clone().requires_grad_(True)
+    loss2 = torch.nn.functional.cross_entropy(x2.float(), y)
+    (g2,) = torch.autograd.grad(loss2, (x2,))
+    assert float(loss.detach()) == pytest.approx(float(loss2.detach()), rel=1e-6)
+    assert torch.allclose(g.float(), g2.float(), atol=1e-3)
