@@ -328,3 +328,28 @@ def test_fused_cross_entropy_is_known_optimistic():
         if r["provider"] == "liger" and int(r["vocab"]) >= 16384:
             ratio = float(r["ms"]) / 1e3 / _ce_model_s(int(r["tokens"]), int(r["vocab"]), "fused")
             assert 1.5 <= ratio <= 2.2, (r["vocab"], ratio)
+
+
+def test_engine_cross_entropy_reaches_the_plan():
+    """An engine's loss reaches the plan's price: the same plan on Megatron-Core, whose loss is
+    the fp32 one, is slower than on a copy with the fused loss, by the loss alone (the layers'
+    forward and backward are priced alike); an unknown loss is refused."""
+    from dataclasses import replace as _replace
+
+    from cosearch import cluster, engine
+    from cosearch.plan import PlanSpec, evaluate
+    m = models.preset("gpt3-1.3b")
+    spec = PlanSpec(8, 1, 1, 1, flash_attention=True)
+    fp32 = evaluate(m, "H100", cluster.Cluster(8), spec, 8, engine="megatron-core")
+    fused = evaluate(m, "H100", cluster.Cluster(8), spec, 8,
+                     engine=_replace(engine.MEGATRON_CORE, name="mc-fused-loss", cross_entropy="fused"))
+    assert engine.MEGATRON_CORE.cross_entropy == "fp32"
+    assert fp32.step_time_s > fused.step_time_s
+    # the difference is the loss's: its two ops priced both ways on this chip
+    ops = {impl: [o for ph in ("fwd", "bwd") for o in graph.build(m, part="head", phase=ph, cross_entropy=impl).ops
+                  if o.name.startswith("cross_entropy")] for impl in ("fp32", "fused")}
+    loss = {impl: float(cost.price(np.array([o.as_row() for o in ops[impl]]), hardware.H100)[0].sum())
+            for impl in ops}
+    assert fp32.step_time_s - fused.step_time_s == pytest.approx(loss["fp32"] - loss["fused"], rel=1e-6)
+    with pytest.raises(ValueError, match="cross_entropy"):
+        engine.Engine(cross_entropy="liger")
