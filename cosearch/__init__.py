@@ -27,8 +27,8 @@ Scheduling: :func:`layer_time` (ILP, CVXPY/HiGHS).  Training plans: :class:`Plan
 :func:`search_plans` (exact search over dp/tp/pp/microbatch/recompute/virtual/SP/ZeRO ->
 :class:`PlacementResult`; also context and expert parallelism, FP8 and ZeRO sharding groups); both
 take an ``engine`` (:class:`Engine`, :mod:`engine`: Megatron-LM (and its 2021 behaviour),
-Megatron-Core, Megatron-DeepSpeed, FSDP, MaxText — what overlaps what and how often sharded
-weights are gathered).  :func:`parse_megatron_args` reads a Megatron-LM / NeMo argument line
+Megatron-Core, Megatron-DeepSpeed, FSDP, MaxText — what overlaps what, how often sharded
+weights are gathered, and which attention, FP8-cast and loss kernels the framework runs).  :func:`parse_megatron_args` reads a Megatron-LM / NeMo argument line
 as a :class:`PlanSpec`.
 Search: :func:`cosearch` (one model, or several: PHAZE's cross-model mode, :mod:`multimodel`)
 with :class:`SearchOptions` (pruning, ILP ranking, checkpoints, executor), :func:`compare`,
