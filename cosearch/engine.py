@@ -79,6 +79,11 @@ same.
   52 bytes a logit, :data:`cosearch.graph.CROSS_ENTROPY_FP32_BYTES`) or ``"fused"`` (one kernel
   reading the bf16 logits and writing their gradient: llm-foundry's ``loss_fn:
   fused_crossentropy``, XLA's fusion in MaxText).
+* ``elementwise`` — how a layer's RMSNorms, SwiGLU and rotary embedding run: ``"fused"`` (one
+  kernel each: Megatron-Core and Transformer Engine, ``torch.compile``; every preset) or
+  ``"eager"`` (PyTorch eager mode running the model's Python op by op, as torchtitan does without
+  ``torch.compile``: :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`, the RMSNorm measured, the
+  others itemized).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -133,9 +138,12 @@ class Engine:
     selective_recompute: str = "attention-core"
     fp8_cast_kernel: str = "fused"
     cross_entropy: str = "fp32"
+    elementwise: str = "fused"
 
     def __post_init__(self) -> None:
-        from .graph import CROSS_ENTROPY, SELECTIVE_RECOMPUTE
+        from .graph import CROSS_ENTROPY, ELEMENTWISE, SELECTIVE_RECOMPUTE
+        if self.elementwise not in ELEMENTWISE:
+            raise ValueError(f"Engine.elementwise must be one of {ELEMENTWISE}, got {self.elementwise!r}")
         if self.cross_entropy not in CROSS_ENTROPY:
             raise ValueError(f"Engine.cross_entropy must be one of {CROSS_ENTROPY}, got {self.cross_entropy!r}")
         from .hardware import ATTENTION_KERNELS, CAST_KERNELS

@@ -312,6 +312,46 @@ CROSS_ENTROPY = ("fused", "fp32")
 #: 0.554-19.93 ms; ``tests/test_kernel_model.py``).
 CROSS_ENTROPY_FP32_BYTES = (22.0, 16.0, 8.0, 6.0)
 
+#: How a framework runs a layer's norms, activation and rotary embedding
+#: (:attr:`cosearch.engine.Engine.elementwise`): ``"fused"`` (one kernel each, streaming their
+#: inputs and output: Megatron-Core's and Transformer Engine's fused kernels, ``torch.compile``)
+#: or ``"eager"`` (PyTorch eager mode running a model's Python code op by op: torchtitan without
+#: ``torch.compile``), priced per :data:`EAGER_ELEMENTWISE_BYTES`.
+ELEMENTWISE = ("fused", "eager")
+
+
+def _eager_rmsnorm_bytes() -> tuple[float, float]:
+    """Forward and backward time of an eager Python RMSNorm (``x.float()``, ``pow(2)``,
+    ``mean``, ``rsqrt``, multiply, cast back, multiply by the weight: torchtitan's
+    ``norm_type = "rmsnorm"`` and Hugging Face's ``LlamaRMSNorm`` alike) as bytes per element at
+    the memory efficiency (0.90) of the chip it ran on.  Measured on an H100 NVL (3.94 TB/s) by
+    Liger-Kernel's benchmark (``benchmark/data/h100_all_benchmark_data.csv``, provider
+    ``huggingface``, 2048 tokens, bf16, 2025-01-25): at hidden 16384 and 32768 the forward takes
+    0.6095 and 1.2193 ms and the backward 1.5802 and 3.0291 ms (``cosearch/data/public_vector_kernels.csv``);
+    the per-element means, times 0.90 x 3.94 TB/s.  Itemized, the forward moves 36 bytes an
+    element, so its kernels stream at about half the memory efficiency."""
+    rows = ((16384, 0.6094719767570496, 1.580191969871521), (32768, 1.219264030456543, 3.0290560722351074))
+    stream = 0.90 * 3.94e12
+    fwd = sum(f * 1e-3 / (2048 * h) for h, f, _ in rows) / len(rows) * stream
+    bwd = sum(b * 1e-3 / (2048 * h) for h, _, b in rows) / len(rows) * stream
+    return fwd, bwd
+
+
+_RMS_FWD, _RMS_BWD = _eager_rmsnorm_bytes()
+
+#: Eager-mode bytes per element, (forward read, forward written, backward read, backward
+#: written), by op name: the RMSNorms (measured, :func:`_eager_rmsnorm_bytes`: written bytes
+#: itemized, the rest of the measured time charged as reads); SwiGLU's ``F.silu(g) * u`` (two
+#: kernels: silu reads g and writes s, the product reads s and u; the backward's three products
+#: read six tensors and write three; matches cosearch's own eager H200 rows, h200_vector_passes.csv,
+#: within 5 %); torchtitan's complex rotary embedding of q and k (``x.float()``, the complex
+#: product with the frequencies, ``type_as``; the same passes back).
+EAGER_ELEMENTWISE_BYTES = {
+    "rmsnorm": (_RMS_FWD - 16.0, 16.0, _RMS_BWD - 12.0, 12.0),
+    "swiglu": (6.0, 4.0, 12.0, 6.0),
+    "rotary": (10.0, 10.0, 10.0, 10.0),
+}
+
 #: Training precisions a graph can be built for.
 PRECISIONS = ("bf16", "fp8", "fp4")
 #: Bytes per GEMM operand element of each precision: NVFP4 packs 2 values per byte plus an
@@ -466,13 +506,13 @@ _CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather", "allto
 
 
 def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
-              ce_bwd: tuple[float, float] | None = None) -> list[Op]:
+              own_bwd: dict[str, tuple[float, float]] | None = None) -> list[Op]:
     """Reverse-mode graph of a forward op list.  A forward all-reduce (Megatron's ``g``)
     is the identity backward; an all-gather becomes a reduce-scatter and vice versa
     (sequence parallelism); input-gradient all-reduces (Megatron's ``f``) are inserted
     after the GEMMs named in ``allreduce_after`` when the forward has no all-gather.
-    ``ce_bwd``: the cross-entropy backward's bytes (read, written) per logit where the loss
-    has its own (:data:`CROSS_ENTROPY_FP32_BYTES`); else the vector-op rule."""
+    ``own_bwd``: by op name, the backward's bytes (read, written) per element of vector ops
+    that have their own (the fp32 loss, eager elementwise ops); else the vector-op rule."""
     consumers: dict[int, list[int]] = {i: [] for i in range(len(fwd))}
     for i, op in enumerate(fwd):
         for dep in op.deps:
@@ -525,8 +565,8 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
         else:
             name = f"{op.name}.grad"
             rd, wr = op.bytes_read + op.bytes_written, op.bytes_read
-            if op.name == "cross_entropy" and ce_bwd is not None:
-                rd, wr = op.elements * ce_bwd[0], op.elements * ce_bwd[1]
+            if own_bwd and op.name in own_bwd:
+                rd, wr = op.elements * own_bwd[op.name][0], op.elements * own_bwd[op.name][1]
             bw = Op(name, "vector", tuple(deps), elements=op.elements,
                     ops_per_element=2 * op.ops_per_element, bytes_read=rd, bytes_written=wr,
                     dtype_bytes=op.dtype_bytes)
@@ -588,7 +628,7 @@ _PARTS = {"layer": (_forward_layer, ("qkv", "fc1")),
 def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "fwd",
           part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False,
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
-          cross_entropy: str = "fused") -> LayerGraph:
+          cross_entropy: str = "fused", elementwise: str = "fused") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -602,7 +642,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     first; attention and the LM head stay bf16.  ``expert_parallel`` (ep): an MoE layer's
     experts are spread over ep ranks (``num_experts / ep`` each), tokens dispatched to them and
     combined back by all-to-alls over that group.  ``cross_entropy`` (:data:`CROSS_ENTROPY`):
-    how the head's loss runs, a fused kernel or Megatron's fp32 passes."""
+    how the head's loss runs, a fused kernel or Megatron's fp32 passes.  ``elementwise``
+    (:data:`ELEMENTWISE`): ``"eager"`` prices the RMSNorms, SwiGLU and rotary embedding as
+    PyTorch's eager mode runs them (:data:`EAGER_ELEMENTWISE_BYTES`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -620,13 +662,21 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         raise ValueError(f"cross_entropy={cross_entropy!r}; choose one of {CROSS_ENTROPY}")
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep)
-    ce_bwd = None
+    if elementwise not in ELEMENTWISE:
+        raise ValueError(f"elementwise={elementwise!r}; choose one of {ELEMENTWISE}")
+    own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
     if cross_entropy == "fp32":
-        rd, wr, ce_bwd = CROSS_ENTROPY_FP32_BYTES[0], CROSS_ENTROPY_FP32_BYTES[1], CROSS_ENTROPY_FP32_BYTES[2:]
-        ops = [replace(o, bytes_read=o.elements * rd, bytes_written=o.elements * wr) if o.name == "cross_entropy"
-               else o for o in ops]
+        own["cross_entropy"] = CROSS_ENTROPY_FP32_BYTES
+    if elementwise == "eager":
+        if config.norm == "rmsnorm":
+            own.update({n: EAGER_ELEMENTWISE_BYTES["rmsnorm"] for n in ("norm1", "norm2", "final_norm")})
+        if config.activation == "swiglu":
+            own["act"] = EAGER_ELEMENTWISE_BYTES["swiglu"]
+        own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
+    ops = [replace(o, bytes_read=o.elements * own[o.name][0], bytes_written=o.elements * own[o.name][1])
+           if o.name in own and o.kind == "vector" else o for o in ops]
     if phase == "bwd":
-        ops = _backward(ops, tp, config.dtype_bytes, ar_after, ce_bwd)
+        ops = _backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()})
     return LayerGraph(f"{config.name}.{part}.{phase}", tuple(ops), phase=phase, tp=tp,
                       microbatch=microbatch)
 

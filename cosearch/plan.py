@@ -268,12 +268,12 @@ class Plan:
 # ---------------------------------------------------------------------- unit costs
 @functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
-                ep: int = 1, cross_entropy: str = "fused"):
+                ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict)."""
     return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash,
                                     context_parallel=cp, precision=precision, expert_parallel=ep,
-                                    cross_entropy=cross_entropy)
+                                    cross_entropy=cross_entropy, elementwise=elementwise)
             for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
 
 
@@ -416,15 +416,15 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
                 if affine:
-                    g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy)
-                    g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy)
+                    g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise)
+                    g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise)
                     a1 = _graph_stack(g1)
                     da = _graph_stack(g2) - a1
                     gs = g1
                     # every microbatch size's rows of the six graphs priced in one call
                     rows = a1[None] + (mbs - 1.0)[:, None, None] * da[None]
                 else:
-                    gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy)
+                    gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise)
                     rows = _graph_stack(gs)[None]
                 priced = None
                 if time_model != "work-bound":
