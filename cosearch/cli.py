@@ -667,7 +667,8 @@ def _dispatch(a) -> int:
             print(f"  {name:<12} chip {chip}")
         print("engines (--engine NAME):")
         for e in ENGINES.values():
-            print(f"  {e.name:<26} {e.software} [attention kernels: {e.attention_kernel}; FP8 casts: {e.fp8_cast_kernel}]")
+            print(f"  {e.name:<26} {e.software} [attention kernels: {e.attention_kernel}; FP8 casts: "
+                  f"{e.fp8_cast_kernel}; loss: {e.cross_entropy}; elementwise: {e.elementwise}]")
         return 0
     if a.cmd == "plan":
         return _run_plan(a)
