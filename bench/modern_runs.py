@@ -63,11 +63,7 @@ def _engine(row: dict) -> str:
                        software=LLM_FOUNDRY.software + ", FSDP mixed precision PURE (bf16 reduction)")
     if g == "torchtitan" and "no compile" in row["precision"].replace("torch.compile", "compile"):
         # torch.compile off: the model's Python norms, SwiGLU and RoPE run op by op (eager)
-        from dataclasses import replace
-
-        from cosearch.engine import FSDP
-        return replace(FSDP, name="fsdp-eager", elementwise="eager",
-                       software=FSDP.software + ", without torch.compile (eager elementwise ops)")
+        return "fsdp-eager"
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 

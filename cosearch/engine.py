@@ -102,6 +102,7 @@ Presets and the software they describe:
   (torchtitan's ``mixed_precision_reduce = "float32"``), whole-tensor pipeline sends
   (torch.distributed.pipelining), SDPA's FlashAttention-2 kernels, torchao's Float8 casts
   compiled by Inductor.
+* ``fsdp-eager``: the same without ``torch.compile`` (``elementwise = "eager"``).
 * ``llm-foundry``: the same FSDP rules as llm-foundry (Composer, 2023-24) runs them (fp32
   reduction in its ``DEFAULT`` mixed precision), with its default ``attn_impl: triton``
   attention (``"fa1-triton"``) and Transformer Engine's FP8 casts.
@@ -115,7 +116,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
-           "MEGATRON_DEEPSPEED", "FSDP", "LLM_FOUNDRY", "MAXTEXT",
+           "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT",
            "ENGINES", "preset", "check_interleaving", "check_features"]
 
 
@@ -195,6 +196,10 @@ FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero
               software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention, "
                        "per-op selective checkpointing and torchao's compiled Float8 casts")
 
+#: torchtitan without ``torch.compile``: the model's norms, SwiGLU and RoPE run op by op.
+FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager",
+                     software=FSDP.software + ", without torch.compile (eager elementwise ops)")
+
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
 LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
                       fp8_cast_kernel="fused", cross_entropy="fused",
@@ -210,7 +215,7 @@ MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gath
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
 
 ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP,
-                               MEGATRON_DEEPSPEED, FSDP, LLM_FOUNDRY, MAXTEXT)}
+                               MEGATRON_DEEPSPEED, FSDP, FSDP_EAGER, LLM_FOUNDRY, MAXTEXT)}
 
 
 def preset(engine: Engine | str | None) -> Engine:
