@@ -160,11 +160,12 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
                         1.0)
         attn_t = np.maximum(compute_t / (e_a * length * head), op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]
-        vec_t = np.maximum(np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock, op_bytes) + launch
+        lane_t = np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock
+        vec_t = np.maximum(lane_t, op_bytes) + launch
         # a low-precision cast: a vector op, streaming at the engine's cast rate where one is set
         cast_bytes = op_bytes if e_cast <= 0 else (o["bytes_read"] + o["bytes_written"]) / (
             d["hbm_bandwidth_Bps"] * frac * e_cast)
-        cast_t = np.maximum(np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock, cast_bytes) + launch
+        cast_t = np.maximum(lane_t, cast_bytes) + launch
     kind = o["kind"]
     return np.where(kind == 0, tensor_t, np.where(kind == 3, attn_t, np.where(kind == 1, vec_t,
                                                                               np.where(kind == 4, cast_t, 0.0))))

@@ -142,19 +142,13 @@ class Engine:
     elementwise: str = "fused"
 
     def __post_init__(self) -> None:
+        from ._validate import choice
         from .graph import CROSS_ENTROPY, ELEMENTWISE, SELECTIVE_RECOMPUTE
-        if self.elementwise not in ELEMENTWISE:
-            raise ValueError(f"Engine.elementwise must be one of {ELEMENTWISE}, got {self.elementwise!r}")
-        if self.cross_entropy not in CROSS_ENTROPY:
-            raise ValueError(f"Engine.cross_entropy must be one of {CROSS_ENTROPY}, got {self.cross_entropy!r}")
         from .hardware import ATTENTION_KERNELS, CAST_KERNELS
-        if self.fp8_cast_kernel not in CAST_KERNELS:
-            raise ValueError(f"Engine.fp8_cast_kernel must be one of {CAST_KERNELS}, got {self.fp8_cast_kernel!r}")
-        if self.selective_recompute not in SELECTIVE_RECOMPUTE:
-            raise ValueError(f"Engine.selective_recompute must be one of {SELECTIVE_RECOMPUTE}, "
-                             f"got {self.selective_recompute!r}")
-        if self.attention_kernel not in ATTENTION_KERNELS:
-            raise ValueError(f"Engine.attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
+        for f, options in (("selective_recompute", SELECTIVE_RECOMPUTE), ("attention_kernel", ATTENTION_KERNELS),
+                           ("fp8_cast_kernel", CAST_KERNELS), ("cross_entropy", CROSS_ENTROPY),
+                           ("elementwise", ELEMENTWISE)):
+            choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",

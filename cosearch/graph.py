@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ._validate import choice
 from .models import ModelConfig
 
 __all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
@@ -658,12 +659,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; choose one of {PRECISIONS}")
     ep = check_expert_parallel(config, expert_parallel)
-    if cross_entropy not in CROSS_ENTROPY:
-        raise ValueError(f"cross_entropy={cross_entropy!r}; choose one of {CROSS_ENTROPY}")
+    choice("cross_entropy", cross_entropy, CROSS_ENTROPY)
+    choice("elementwise", elementwise, ELEMENTWISE)
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep)
-    if elementwise not in ELEMENTWISE:
-        raise ValueError(f"elementwise={elementwise!r}; choose one of {ELEMENTWISE}")
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
     if cross_entropy == "fp32":
         own["cross_entropy"] = CROSS_ENTROPY_FP32_BYTES
