@@ -204,8 +204,22 @@ def describe(row: dict) -> Described:
         k = (L + 2) // pp
         split = (k - 1,) + (k,) * (pp - 2) + (k - 1,)
         notes.append("embedding and loss counted as pipeline layers")
-    spec = PlanSpec(dp, tp, pp, int(row["mbs"]), recompute=rc, virtual_stages=vp,
-                    sequence_parallel=bool(row.get("sp")) and tp > 1, zero=zero, flash_attention=flash,
+    mbs = int(row["mbs"])
+    ga, gbs = row.get("ga"), int(row["gbs"])
+    if ga and gbs % (dp * int(ga)) == 0 and gbs // (dp * int(ga)) != mbs:
+        # MX-tpu: MaxText's per_device_batch_size is per chip; with tensor parallelism a group of
+        # tp chips runs tp x that many sequences as one microbatch (the row's ga is 1)
+        mbs = gbs // (dp * int(ga))
+        notes.append(f"microbatch {mbs} per data-parallel replica (gbs / (dp x ga)); the row's mbs is per chip")
+    sp = bool(row.get("sp")) and tp > 1
+    if sw.startswith("MaxText") and tp > 1:
+        # MaxText shards the residual stream's hidden dim over the tensor axis (base.yml
+        # logical_axis_rules: ['activation_embed', 'tensor']): 1/tp activation memory and an
+        # all-gather / reduce-scatter around each matmul pair, as Megatron's sequence parallelism
+        sp = True
+        notes.append("MaxText tensor parallelism priced as TP with sequence parallelism (activation_embed on 'tensor')")
+    spec = PlanSpec(dp, tp, pp, mbs, recompute=rc, virtual_stages=vp,
+                    sequence_parallel=sp, zero=zero, flash_attention=flash,
                     context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                     offload_layers=_offload(row, pp))
     return Described(model, chip, cl, spec, int(row["gbs"]), _engine(row), measured_tok_s_gpu(row, model),

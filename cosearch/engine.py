@@ -46,8 +46,8 @@ same.
 * ``overlap_tp_comm`` — tensor-parallel all-gathers / reduce-scatters split into chunks and
   overlapped with the layer's GEMMs (Megatron-Core's ``tp_comm_overlap`` with Transformer
   Engine userbuffers; needs sequence parallelism in practice): only the part of a layer's TP
-  communication that exceeds its compute is exposed.  Off in every preset; the
-  ``megatron-core-tp-overlap`` preset turns it on.
+  communication that exceeds its compute is exposed.  On in the ``megatron-core-tp-overlap``
+  and ``maxtext`` presets.
 * ``attention_kernel`` — which fused attention kernels the framework runs: ``"best"`` (the
   chip's own: Transformer Engine's cuDNN / FlashAttention-3 on Hopper in Megatron-Core) or
   ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan),
@@ -108,7 +108,11 @@ Presets and the software they describe:
   attention (``"fa1-triton"``) and Transformer Engine's FP8 casts.
 * ``maxtext``: MaxText on JAX/XLA: FSDP over ``ici_fsdp_parallelism`` with XLA's collective
   matmul/prefetch overlapping one layer ahead (the same per-layer rule), gradients reduced in
-  the parameter dtype; no pipeline scatter/gather.
+  the parameter dtype; no pipeline scatter/gather; tensor-parallel collectives overlapped with
+  the matmuls (``overlap_tp_comm``: MaxText's v5e and v5p recipe scripts,
+  ``MaxText/configs/v5e/128b.sh`` and ``v5p/128b.sh``, run XLA with
+  ``--xla_tpu_enable_async_collective_fusion=true`` (with its all-gather and multiple-steps
+  variants) and ``--xla_tpu_overlap_compute_collective_tc=true``).
 """
 
 from __future__ import annotations
@@ -202,7 +206,7 @@ LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", s
 
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, cross_entropy="fused",
-                 software="MaxText on JAX/XLA (2023-24)")
+                 overlap_tp_comm=True, software="MaxText on JAX/XLA (2023-24)")
 
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,

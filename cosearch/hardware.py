@@ -323,9 +323,15 @@ EFFICIENCY_SOURCES = {
                  "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 rate: the "
                  "datasheet's dense FP4/BF16 peak ratio times Blackwell's measured FP8 efficiency ratio "
                  "(1.682 / 2 = 0.841), no FP4 kernel measurement being public.",
-    "TPU v5": "No public kernel-level TPU v5 measurement was found: the systolic model's own fill/drain and "
-              "padding are the only losses (tensor, attention and memory 1.0), so TPU predictions are optimistic "
-              "by whatever XLA's kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
+    "TPU v5": "Tensor 0.9534 (TPU5_TENSOR): XLA's bf16 jnp.matmul at 8192^3 on a TPU v5e runs 181.8 TFLOP/s "
+              "(92.3% of 197; jax-ml/jax docs/pallas/tpu/matmul.ipynb, 'XLA matmul' cell, timeit of 100 calls), "
+              "over the systolic model's own 190.7 at tensor 1.0 (its fill/drain and padding: 96.8% of peak); "
+              "the 4096^3 row of the same cell (166.1, dispatch included) checks it "
+              "(cosearch/data/public_kernels.csv rows 33-34).  No TPU v5p or fused-attention kernel "
+              "measurement is public: v5p (the same 128 x 128 MXUs) takes v5e's figure, attention is priced at "
+              "the matmul rate (an upper bound: a fused attention kernel runs below its chip's plain GEMM), and "
+              "memory stays 1.0 (no TPU HBM copy measurement), so TPU predictions remain optimistic by what "
+              "XLA's attention and memory-bound kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
 }
 
 #: Fixed work per 128-row block of a fused attention kernel, in key blocks: 3.5 in a forward and
@@ -447,7 +453,11 @@ FP8_RATE_BLACKWELL = 2544.68 / 1512.84
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
                          fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=4.0 * FP8_RATE_BLACKWELL / 2.0,
                          sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
-_TPU5_EFF = KernelEfficiency(source=EFFICIENCY_SOURCES["TPU v5"])
+#: TPU v5's GEMM efficiency on top of the systolic model: XLA's 8192^3 bf16 matmul on a v5e,
+#: 181.8 TFLOP/s (jax-ml/jax docs/pallas/tpu/matmul.ipynb), over the model's 190.7 at 1.0
+#: (cosearch/data/public_kernels.csv row 33; EFFICIENCY_SOURCES["TPU v5"]).
+TPU5_TENSOR = 0.9534
+_TPU5_EFF = KernelEfficiency(TPU5_TENSOR, TPU5_TENSOR, source=EFFICIENCY_SOURCES["TPU v5"])
 
 
 @dataclass(frozen=True)

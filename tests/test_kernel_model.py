@@ -13,7 +13,8 @@ from cosearch import cost, graph, hardware, models
 from cosearch._kernels.formulas import gemm_shape_efficiency
 from tests.reference import gemm_tiles_simulated
 
-CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200}
+CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
+         "TPUv5e": hardware.TPUv5e}
 
 
 def _rows():
@@ -23,7 +24,7 @@ def _rows():
 
 #: the boost clock each chip's kernels can reach, over its datasheet-peak clock (A100: the same)
 BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100,
-         "B200": 1965e6 / hardware.B200.clock_hz}
+         "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0}
 
 
 def _model_tflops(row, clock: str = "sustained") -> float:
@@ -430,3 +431,21 @@ def test_eager_elementwise_reaches_the_plan_and_only_where_it_applies():
     eager = evaluate(llama, "A100", cluster.Cluster(8), spec, 8, engine=_replace(engine.FSDP, elementwise="eager"))
     fused = evaluate(llama, "A100", cluster.Cluster(8), spec, 8, engine=engine.FSDP)
     assert eager.breakdown["forward_s"] > fused.breakdown["forward_s"] * 1.03
+
+
+def test_tpu5_tensor_efficiency_is_the_xla_matmul_row():
+    """TPU5_TENSOR recomputed from its row: XLA's 8192^3 bf16 matmul on a v5e (181.82 TFLOP/s)
+    over the systolic model's rate for it with tensor efficiency 1.0, worked by hand: 4 MXUs of
+    128 x 128 at 1.5 GHz (196.6 TFLOP/s) stream 64 x 64 weight tiles of 128 x 128 per MXU; each
+    tile streams 8192 rows plus a 254-cycle fill/drain, so the array is busy 8192 / 8446 of the
+    time (96.99 %)."""
+    row = next(r for r in _rows() if r["chip"] == "TPUv5e" and r["m"] == "8192")
+    peak = 4 * 128 * 128 * 2 * 1.5e9
+    by_hand = peak * 8192 / (8192 + 2 * 128 - 2) / 1e12
+    ideal = hardware.TPUv5e.with_(efficiency=replace(hardware.TPUv5e.efficiency, tensor=1.0))
+    m = 8192
+    op = graph.Op("g", "gemm", m=m, n=m, k=m, bytes_read=4.0 * m * m, bytes_written=2.0 * m * m, dtype_bytes=2)
+    model = 2.0 * m ** 3 / cost.price(np.array([op.as_row()]), ideal)[0, 0] / 1e12
+    assert model == pytest.approx(by_hand, rel=2e-3)
+    assert hardware.TPU5_TENSOR == pytest.approx(float(row["tflops"]) / model, abs=5e-4)
+    assert hardware.TPUv5p.efficiency.tensor == hardware.TPU5_TENSOR
