@@ -52,6 +52,14 @@ def _engine(row: dict) -> str:
     recipe's, which src/megatron/bridge/recipes/llama/llama3.py sets True for Llama 3/3.1 70B and
     405B; the 8B configs set ``tp_comm_overlap=bool(tp > 1)``)."""
     g = source_group(row)
+    if g == "Megatron-Bridge" and "NVFP4" not in row["precision"] and "FP8" in row["precision"]:
+        # Megatron-Bridge's performance precision configs (scripts/performance/utils/precision.py):
+        # FP8 current scaling and MXFP8 keep the weights in FP8 only (fp8_param_gather = True)
+        from dataclasses import replace
+
+        from cosearch.engine import MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP
+        base = MEGATRON_CORE_TP_OVERLAP if int(row["tp"]) > 1 else MEGATRON_CORE
+        return replace(base, name=base.name + "-fp8-params", fp8_param_gather=True)
     if g == "Megatron-Bridge" and int(row["tp"]) > 1 and "NVFP4" not in row["precision"]:
         return "megatron-core-tp-overlap"
     if g == "llm-foundry" and "PURE" in row["precision"]:

@@ -480,7 +480,7 @@ def _run_plan(a) -> int:
         if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep)):
             raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep")
         mp = parse_megatron_args(a.from_megatron_args, model, cluster.num_chips, a.batch)
-        a.batch, a.engine, ignored = mp.global_batch, a.engine or "megatron-core", mp.ignored
+        a.batch, a.engine, ignored = mp.global_batch, a.engine or mp.engine, mp.ignored
         spec = mp.spec.with_(flash_attention=mp.spec.flash_attention or a.flash,
                              zero=a.zero if a.zero is not None else mp.spec.zero,
                              precision=a.precision or mp.spec.precision, zero_group=a.zero_group)
@@ -515,13 +515,14 @@ def _run_plan(a) -> int:
         searched = res
     if a.json:
         d = {"model": model.name, "chip": chip.name, "cluster": cluster.to_dict(), "global_batch": a.batch,
-             "engine": a.engine,
+             "engine": getattr(a.engine, "name", a.engine),
              "plans": [p.to_dict() for p in plans]}
         if searched is not None:
             d.update(configurations=searched.configurations, evaluated=searched.evaluated)
         print(json.dumps(d, indent=1))
     else:
-        print(f"{model.name} on {cluster.describe()} of {chip.name}, global batch {a.batch}, {a.engine}"
+        print(f"{model.name} on {cluster.describe()} of {chip.name}, global batch {a.batch}, "
+              f"{getattr(a.engine, 'name', a.engine)}"
               + (f": searched {searched.configurations:,} configurations ({searched.evaluated:,} evaluated)"
                  if searched is not None else ""))
         for p in plans:

@@ -84,6 +84,15 @@ same.
   ``"eager"`` (PyTorch eager mode running the model's Python op by op, as torchtitan does without
   ``torch.compile``: :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`, the RMSNorm measured, the
   others itemized).
+* ``fp8_param_gather`` — FP8 training keeps each weight only in its FP8 form, with no bf16
+  copy (Megatron-Core's ``fp8_param_gather``: Transformer Engine's ``fp8_model_init`` makes the
+  parameters FP8 tensors, their fp32 master copy in the distributed optimizer): the row-wise and
+  column-wise FP8 copies (1 + 1 bytes a parameter) are the weights, the distributed optimizer's
+  parameter all-gather (or ZeRO-3's gathers) move 1 byte a parameter, and the optimizer step
+  writes 1.  NVFP4 and bf16 plans are unaffected (no NVFP4 parameter gather).  Off in every
+  preset: Megatron-Bridge's performance recipes turn it on for FP8 current scaling and MXFP8
+  (``scripts/performance/utils/precision.py``: ``bf16_with_fp8_current_scaling_mixed`` and
+  ``bf16_with_mxfp8_mixed`` set ``fp8_param_gather = True``; ``bf16_with_nvfp4_mixed`` False).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -144,6 +153,7 @@ class Engine:
     fp8_cast_kernel: str = "fused"
     cross_entropy: str = "fp32"
     elementwise: str = "fused"
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
         from ._validate import choice
@@ -156,7 +166,7 @@ class Engine:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
-                  "overlap_param_gather", "context_parallel", "overlap_tp_comm"):
+                  "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         for f in ("grad_accum_bytes", "grad_reduce_bytes"):

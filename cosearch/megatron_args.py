@@ -18,7 +18,11 @@ names):
 ``--use-distributed-optimizer``             ZeRO-1 (Megatron's distributed optimizer)
 ``--fp8-format``                            FP8 (``hybrid`` or ``e4m3``)
 ``--use-flash-attn`` / ``--attention-backend flash|fused``   flash attention
+``--tp-comm-overlap``                       engine ``megatron-core-tp-overlap`` (with tp > 1)
+``--fp8-param-gather``                      the engine's ``fp8_param_gather`` (FP8 plans)
 ==========================================  =====================================================
+
+The engine (:attr:`MegatronPlan.engine`) is Megatron-Core's, with the two flags above applied.
 
 The data-parallel degree is what the cluster's chips leave: ``chips / (tp pp cp)``, as Megatron
 derives it.  Flags that do not change the plan's performance model are listed back as ignored.
@@ -27,8 +31,9 @@ derives it.  Flags that do not change the plan's performance model are listed ba
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from .engine import MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP, Engine
 from .models import ModelConfig
 from .plan import PlanSpec
 
@@ -39,16 +44,19 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
            "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--fp8-format",
            "--attention-backend"}
-_FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn"}
+_FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
+          "--fp8-param-gather"}
 
 
 @dataclass(frozen=True)
 class MegatronPlan:
-    """The plan an argument line describes, its global batch and the flags not used."""
+    """The plan an argument line describes, its global batch, the flags not used and the
+    engine the flags select."""
 
     spec: PlanSpec
     global_batch: int
     ignored: tuple[str, ...] = ()
+    engine: Engine = MEGATRON_CORE
 
 
 def _int(flag: str, value: str) -> int:
@@ -122,4 +130,9 @@ def parse_megatron_args(text: str, model: ModelConfig, num_chips: int, global_ba
                     sequence_parallel="--sequence-parallel" in flags and tp > 1,
                     zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
                     context_parallel=cp, precision="fp8" if fmt else "bf16", expert_parallel=ep)
-    return MegatronPlan(spec, int(global_batch), tuple(ignored))
+    engine = MEGATRON_CORE_TP_OVERLAP if ("--tp-comm-overlap" in flags and tp > 1) else MEGATRON_CORE
+    if "--fp8-param-gather" in flags:
+        if fmt is None:
+            raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
+        engine = replace(engine, name=engine.name + "-fp8-params", fp8_param_gather=True)
+    return MegatronPlan(spec, int(global_batch), tuple(ignored), engine)

@@ -499,11 +499,17 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
     ``offload_layers`` of each stage send their activations to host memory at ``host_Bps``."""
     e = engine_preset(engine)
     gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
-    return np.array([chip_hbm_bytes, mem.weight_bytes, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
+    ob = graph.OPERAND_BYTES[precision]
+    w, w8 = mem.weight_bytes, 2.0 * ob
+    if e.fp8_param_gather and precision == "fp8":
+        # the FP8 row-wise copy is the parameter (gathered, written by the optimizer), the
+        # column-wise one the extra copy; no bf16 weight
+        w, w8 = ob, ob
+    return np.array([chip_hbm_bytes, w, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
                      1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred,
                      1.0 if e.blocking_p2p else 0.0, 1.0 if e.zero3_per_layer else 0.0,
                      1.0 if e.overlap_param_gather else 0.0,
-                     2.0 * graph.OPERAND_BYTES[precision], float(offload_layers), float(host_Bps),
+                     w8, float(offload_layers), float(host_Bps),
                      1.0 if e.overlap_tp_comm else 0.0],
                     dtype=np.float64)
 

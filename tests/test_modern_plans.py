@@ -293,6 +293,12 @@ def test_megatron_args_hand_read():
     assert (s.recompute, s.sequence_parallel, s.zero, s.precision, s.flash_attention) == \
         ("selective", True, 1, "fp8", True)
     assert mp.global_batch == 256 and mp.ignored == ("--lr", "3e-4", "--bf16")
+    assert mp.engine.name == "megatron-core" and not mp.engine.fp8_param_gather
+    mp = parse_megatron_args(line + " --tp-comm-overlap --fp8-param-gather", m, 64)
+    assert mp.engine.overlap_tp_comm and mp.engine.fp8_param_gather and mp.ignored == ("--lr", "3e-4", "--bf16")
+    assert not parse_megatron_args("--tp-comm-overlap --global-batch-size 8", m, 8).engine.overlap_tp_comm  # tp 1
+    with pytest.raises(ValueError, match="needs --fp8-format"):
+        parse_megatron_args("--fp8-param-gather --global-batch-size 8", m, 8)
     with pytest.raises(ValueError, match="not a multiple"):
         parse_megatron_args("--tensor-model-parallel-size 3 --global-batch-size 8", m, 8)
     with pytest.raises(ValueError, match="global-batch-size"):
@@ -308,9 +314,9 @@ def test_cli_plan_with_modern_options(capsys):
     rc = main(["plan", "--model", "llama2-7b", "--cluster", "dgx-h100", "--nodes", "2", "--from-megatron-args",
                "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --context-parallel-size 2 "
                "--micro-batch-size 1 --global-batch-size 64 --sequence-parallel --use-distributed-optimizer "
-               "--fp8-format hybrid"])
+               "--fp8-format hybrid --fp8-param-gather"])
     out = capsys.readouterr().out
-    assert rc == 0 and "dp2 tp2 pp2 cp2 mb1 rc:none sp zero1 flash fp8" in out and "megatron-core" in out
+    assert rc == 0 and "dp2 tp2 pp2 cp2 mb1 rc:none sp zero1 flash fp8" in out and "megatron-core-fp8-params" in out
     assert "of H100" in out                                     # dgx-h100 implies the H100
     rc = main(["plan", "--model", "llama2-7b", "--cluster", "gb200-nvl72", "--chips", "64", "--batch", "64",
                "--dp", "16", "--tp", "2", "--pp", "1", "--mb", "1", "--cp", "2", "--flash", "--precision", "fp8",
@@ -615,3 +621,31 @@ def test_torchtitan_selective_memory_by_hand():
     saved = (memory.layer_activation_bytes(m, 1, 2, False, "selective", True)
              - memory.every_other_matmul_bytes(m, 1, 2)) * m.num_layers
     assert mega.memory_per_chip_bytes[0] - tt.memory_per_chip_bytes[0] == pytest.approx(saved, rel=1e-9)
+
+
+def test_fp8_param_gather_keeps_the_weights_in_fp8_only():
+    """Megatron-Core's fp8_param_gather: no bf16 weight, so an FP8 plan's static memory drops by
+    exactly 2 bytes a parameter (bf16 weight 2 + FP8 copies 2 -> FP8 row- and column-wise 1 + 1),
+    and the distributed optimizer's parameter all-gather moves 1 byte a parameter instead of 2:
+    (k - 1) / k x P bytes less over the node's NVLink (latencies cancel).  bf16 and NVFP4 plans
+    are unchanged."""
+    from dataclasses import replace
+
+    from cosearch.engine import MEGATRON_CORE
+    m, cl = models.preset("llama2-7b"), cluster.preset("dgx-h100", 1)
+    off = replace(MEGATRON_CORE, name="mc-no-overlap", overlap_param_gather=False, overlap_grad_reduce=False)
+    on = replace(off, name="mc-fp8-params", fp8_param_gather=True)
+    spec = PlanSpec(8, 1, 1, 1, zero=1, flash_attention=True, precision="fp8")
+    a = evaluate(m, "H100", cl, spec, 64, engine=off)
+    b = evaluate(m, "H100", cl, spec, 64, engine=on)
+    P = m.num_params()
+    assert a.memory_per_chip_bytes[0] - b.memory_per_chip_bytes[0] == pytest.approx(2.0 * P, rel=1e-9)
+    bw = cl.intra_node_Bps * cl.intra_efficiency
+    assert a.breakdown["dp_exposed_s"] - b.breakdown["dp_exposed_s"] == pytest.approx(7 / 8 * P / bw, rel=1e-6)
+    for precision, chip in (("bf16", "H100"), ("fp4", "B200")):
+        s = replace(spec, precision=precision)
+        c2 = cluster.preset("dgx-b200", 1) if chip == "B200" else cl
+        x, y = (evaluate(m, chip, c2, s, 64, engine=e) for e in (off, on))
+        assert x.memory_per_chip_bytes == y.memory_per_chip_bytes and x.step_time_s == y.step_time_s
+    with pytest.raises(ValueError, match="fp8_param_gather"):
+        replace(MEGATRON_CORE, fp8_param_gather=1)
