@@ -52,7 +52,10 @@ search needs.
   760.041 um^2 per PE, solved from the areas PHAZE published with its design list), carried
   over to this model's PE area; it includes a 1 KiB buffer that the SRAM term also counts (at
   most 4.4e-4 mm^2 per core).  So 4,096 small cores are not free: their fixed logic is 24.8
-  mm^2.  No cited per-core power figure was found; it has none.
+  mm^2.  Its power: ``core_energy_j`` = 4.0353 pJ per core per cycle, the same 8.0706
+  PE-equivalents at the PE's 0.5 pJ (no per-core power figure is published; PHAZE's area
+  ratio is carried over at equal switching energy per unit of area, an assumption), so 8,192
+  small cores at 1.05 GHz burn 34.7 W of fixed logic where TPUv4's 10 cores burn 0.04 W.
 * Fixed uncore (control, host interface, misc.): 60 mm^2 and 30 W.
 
 Power is evaluated at full utilisation (a TDP-style bound).
@@ -685,6 +688,7 @@ class AreaPowerModel:
     fixed_area_mm2: float = 60.0
     fixed_power_w: float = 30.0
     core_area_mm2: float = 6.05294e-3
+    core_energy_j: float = 6.05294e-3 / 7.5e-4 * 0.5e-12
     name = "cosearch"
 
     def __post_init__(self) -> None:
@@ -738,7 +742,9 @@ class AreaPowerModel:
         return (pes * c["clock_hz"] * self.pe_energy_j + sram_mib * self.sram_power_w_per_mib
                 + lanes * c["clock_hz"] * self.lane_energy_j
                 + c["hbm_bandwidth_Bps"] * 8 * self.hbm_energy_j_per_bit
-                + c["link_bandwidth_Bps"] * 8 * self.link_energy_j_per_bit + self.fixed_power_w)
+                + c["link_bandwidth_Bps"] * 8 * self.link_energy_j_per_bit
+                + (c["tensor_cores"] + c["vector_units"]) * c["clock_hz"] * self.core_energy_j
+                + self.fixed_power_w)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ def test_area_power_hand_worked():
     area = 2 * 16 * m.pe_area_mm2 + 4 * m.sram_area_mm2_per_mib + 8 * m.lane_area_mm2 + 3 * m.core_area_mm2 \
         + 100 * m.hbm_area_mm2_per_gbps + 10 * m.link_area_mm2_per_gbps + m.fixed_area_mm2
     power = 32 * 1e9 * m.pe_energy_j + 4 * m.sram_power_w_per_mib + 8e9 * m.lane_energy_j \
-        + 8e11 * m.hbm_energy_j_per_bit + 8e10 * m.link_energy_j_per_bit + m.fixed_power_w
+        + 8e11 * m.hbm_energy_j_per_bit + 8e10 * m.link_energy_j_per_bit + 3 * 1e9 * m.core_energy_j \
+        + m.fixed_power_w
     stacks = 1e9 / 2**30 * m.hbm_stack_area_mm2_per_gib      # 1e9 bytes of HBM
     assert a.area_mm2() == pytest.approx(area + stacks)
     assert m.die_area_mm2(a.as_array()[None])[0] == pytest.approx(area)

@@ -160,6 +160,16 @@ def test_cosearch_models_per_core_term_is_phazes_ratio():
     small = m.die_components_mm2(_design(4096, 4096, 4, 8, 2 * M))["core logic"][0]
     big = m.die_components_mm2(_design(8, 2, 128, 128, 128 * M))["core logic"][0]
     assert small == pytest.approx(49.58, abs=0.01) and big == pytest.approx(0.0605, abs=1e-4)
+    # and its power: the same 8.0706 PE-equivalents at 0.5 pJ a cycle, 4.035 pJ a core a cycle;
+    # at 1.05 GHz the 8,192 small cores burn 8,192 x 4.035e-12 x 1.05e9 = 34.7 W more than a
+    # design of the same PEs, lanes and SRAM in 10 cores would (which burns 0.042 W)
+    assert m.core_energy_j == pytest.approx(8.0706 * 0.5e-12, rel=1e-4)
+    from dataclasses import replace
+    none = replace(m, core_energy_j=0.0)
+    d = _design(4096, 4096, 4, 8, 2 * M)
+    assert (m.power_w(d) - none.power_w(d))[0] == pytest.approx(8192 * 4.0353e-12 * 1.05e9, rel=1e-4)
+    d = _design(8, 2, 128, 128, 128 * M)
+    assert (m.power_w(d) - none.power_w(d))[0] == pytest.approx(0.0424, abs=1e-4)
 
 
 def test_cli_search_under_phazes_area_model(tmp_path, capsys):
