@@ -162,6 +162,12 @@ def measured_tok_s_gpu(row: dict, model: models.ModelConfig) -> float:
     MaxText's own FLOP count (matmul FLOPs incl. the logits, attention without causal halving)."""
     if row.get("tok_s_gpu"):
         return float(row["tok_s_gpu"])
+    t, mfu, peak = row.get("tflops_gpu"), row.get("mfu_pct"), row.get("mfu_peak")
+    if t and mfu and peak and abs(float(t) / (float(mfu) / 100.0 * float(peak)) - 1.0) > 0.03:
+        # one row of the set: MaxText's v5p table gives 1024B on v5p-2048 249 TFLOP/s at 64.05 % MFU,
+        # which is 294 TFLOP/s of the 459 peak; which figure is the typo cannot be told
+        raise Refused(f"the row contradicts itself: {t} TFLOP/s/chip is {float(t) / float(peak):.1%} of the "
+                      f"{peak} TFLOP/s peak, but its MFU is {mfu}%")
     if row.get("flop_conv") == "F-mx" and row.get("tflops_gpu"):
         m = model
         per_layer = 2 * m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + (3 if m.gated else 2) * m.hidden * m.ffn_hidden
