@@ -79,11 +79,12 @@ same.
   52 bytes a logit, :data:`cosearch.graph.CROSS_ENTROPY_FP32_BYTES`) or ``"fused"`` (one kernel
   reading the bf16 logits and writing their gradient: llm-foundry's ``loss_fn:
   fused_crossentropy``, XLA's fusion in MaxText).
-* ``elementwise`` — how a layer's RMSNorms, SwiGLU and rotary embedding run: ``"fused"`` (one
-  kernel each: Megatron-Core and Transformer Engine, ``torch.compile``; every preset) or
-  ``"eager"`` (PyTorch eager mode running the model's Python op by op, as torchtitan does without
-  ``torch.compile``: :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`, the RMSNorm measured, the
-  others itemized).
+* ``elementwise`` — how a layer's norms, activation and rotary embedding run: ``"fused"`` (one
+  kernel each at the memory efficiency: Megatron-Core and Transformer Engine, ``torch.compile``)
+  or ``"eager"`` (PyTorch eager mode running the model's Python op by op, as torchtitan does
+  without ``torch.compile`` and llm-foundry does: :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`,
+  the Python RMSNorm and PyTorch's own LayerNorm and GELU kernels measured, SwiGLU and RoPE
+  itemized).
 * ``fp8_param_gather`` — FP8 training keeps each weight only in its FP8 form, with no bf16
   copy (Megatron-Core's ``fp8_param_gather``: Transformer Engine's ``fp8_model_init`` makes the
   parameters FP8 tensors, their fp32 master copy in the distributed optimizer): the row-wise and
@@ -114,7 +115,9 @@ Presets and the software they describe:
 * ``fsdp-eager``: the same without ``torch.compile`` (``elementwise = "eager"``).
 * ``llm-foundry``: the same FSDP rules as llm-foundry (Composer, 2023-24) runs them (fp32
   reduction in its ``DEFAULT`` mixed precision), with its default ``attn_impl: triton``
-  attention (``"fa1-triton"``) and Transformer Engine's FP8 casts.
+  attention (``"fa1-triton"``), Transformer Engine's FP8 casts, and eager elementwise ops: its
+  benchmark runs set ``low_precision_layernorm`` (``F.layer_norm`` on bf16) and no
+  ``torch.compile`` (``scripts/train/benchmarking/submit_benchmarks.py``, image PyTorch 1.13.1).
 * ``maxtext``: MaxText on JAX/XLA: FSDP over ``ici_fsdp_parallelism`` with XLA's collective
   matmul/prefetch overlapping one layer ahead (the same per-layer rule), gradients reduced in
   the parameter dtype; no pipeline scatter/gather; tensor-parallel collectives overlapped with
@@ -210,7 +213,7 @@ FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager",
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
 LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
-                      fp8_cast_kernel="fused", cross_entropy="fused",
+                      fp8_cast_kernel="fused", cross_entropy="fused", elementwise="eager",
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 

@@ -317,7 +317,7 @@ CROSS_ENTROPY_FP32_BYTES = (22.0, 16.0, 8.0, 6.0)
 #: (:attr:`cosearch.engine.Engine.elementwise`): ``"fused"`` (one kernel each, streaming their
 #: inputs and output: Megatron-Core's and Transformer Engine's fused kernels, ``torch.compile``)
 #: or ``"eager"`` (PyTorch eager mode running a model's Python code op by op: torchtitan without
-#: ``torch.compile``), priced per :data:`EAGER_ELEMENTWISE_BYTES`.
+#: ``torch.compile``, llm-foundry), priced per :data:`EAGER_ELEMENTWISE_BYTES`.
 ELEMENTWISE = ("fused", "eager")
 
 
@@ -340,17 +340,45 @@ def _eager_rmsnorm_bytes() -> tuple[float, float]:
 
 _RMS_FWD, _RMS_BWD = _eager_rmsnorm_bytes()
 
+#: PyTorch's own LayerNorm and GELU kernels (``F.layer_norm``, ``F.gelu``), eager and bf16, on an
+#: H200 (cosearch/data/h200_vector_passes.csv, 700 W, 1980 MHz): (elements, forward s, backward s).
+_EAGER_TORCH_ROWS = {
+    "layernorm": ((8192 * 4096, 5.67812e-05, 7.16187e-05), (8192 * 12288, 0.000181714, 0.000247547)),
+    "gelu": ((8192 * 16384, 0.000149146, 0.000203384), (8192 * 49152, 0.000441589, 0.00059291)),
+}
+
+
+def _eager_torch_bytes(kind: str) -> tuple[float, float]:
+    """Forward and backward time of PyTorch's own ``kind`` kernel as bytes per element at the
+    memory efficiency of the H200 it ran on (0.90 x 4.8 TB/s): the per-element mean of its two
+    eager rows, each less the preset's 4 us launch (which the roofline adds back per op).
+    LayerNorm: 7.2 and 9.6 bytes against the 4 and 6 it moves (the kernel streams at about half
+    the memory efficiency, in either pass); GELU: 4.7 and 6.4 against 4 and 6."""
+    rows = _EAGER_TORCH_ROWS[kind]
+    stream, launch = 0.90 * 4.8e12, 4e-6
+    fwd = sum((f - launch) / n for n, f, _ in rows) / len(rows) * stream
+    bwd = sum((b - launch) / n for n, _, b in rows) / len(rows) * stream
+    return fwd, bwd
+
+
+_LN_FWD, _LN_BWD = _eager_torch_bytes("layernorm")
+_GELU_FWD, _GELU_BWD = _eager_torch_bytes("gelu")
+
 #: Eager-mode bytes per element, (forward read, forward written, backward read, backward
 #: written), by op name: the RMSNorms (measured, :func:`_eager_rmsnorm_bytes`: written bytes
 #: itemized, the rest of the measured time charged as reads); SwiGLU's ``F.silu(g) * u`` (two
 #: kernels: silu reads g and writes s, the product reads s and u; the backward's three products
 #: read six tensors and write three; matches cosearch's own eager H200 rows, h200_vector_passes.csv,
 #: within 5 %); torchtitan's complex rotary embedding of q and k (``x.float()``, the complex
-#: product with the frequencies, ``type_as``; the same passes back).
+#: product with the frequencies, ``type_as``; the same passes back); PyTorch's own LayerNorm and
+#: GELU kernels (measured, :func:`_eager_torch_bytes`: the output or input gradient written, the
+#: rest of the measured time charged as reads).
 EAGER_ELEMENTWISE_BYTES = {
     "rmsnorm": (_RMS_FWD - 16.0, 16.0, _RMS_BWD - 12.0, 12.0),
     "swiglu": (6.0, 4.0, 12.0, 6.0),
     "rotary": (10.0, 10.0, 10.0, 10.0),
+    "layernorm": (_LN_FWD - 2.0, 2.0, _LN_BWD - 2.0, 2.0),
+    "gelu": (_GELU_FWD - 2.0, 2.0, _GELU_BWD - 2.0, 2.0),
 }
 
 #: Training precisions a graph can be built for.
@@ -644,8 +672,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     experts are spread over ep ranks (``num_experts / ep`` each), tokens dispatched to them and
     combined back by all-to-alls over that group.  ``cross_entropy`` (:data:`CROSS_ENTROPY`):
     how the head's loss runs, a fused kernel or Megatron's fp32 passes.  ``elementwise``
-    (:data:`ELEMENTWISE`): ``"eager"`` prices the RMSNorms, SwiGLU and rotary embedding as
-    PyTorch's eager mode runs them (:data:`EAGER_ELEMENTWISE_BYTES`)."""
+    (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
+    (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
+    (:data:`EAGER_ELEMENTWISE_BYTES`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -667,10 +696,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if cross_entropy == "fp32":
         own["cross_entropy"] = CROSS_ENTROPY_FP32_BYTES
     if elementwise == "eager":
-        if config.norm == "rmsnorm":
-            own.update({n: EAGER_ELEMENTWISE_BYTES["rmsnorm"] for n in ("norm1", "norm2", "final_norm")})
-        if config.activation == "swiglu":
-            own["act"] = EAGER_ELEMENTWISE_BYTES["swiglu"]
+        if config.norm in ("rmsnorm", "layernorm"):
+            own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("norm1", "norm2", "final_norm")})
+        if config.activation in ("swiglu", "gelu"):
+            own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
     ops = [replace(o, bytes_read=o.elements * own[o.name][0], bytes_written=o.elements * own[o.name][1])
            if o.name in own and o.kind == "vector" else o for o in ops]
