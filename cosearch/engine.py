@@ -85,6 +85,12 @@ same.
   without ``torch.compile`` and llm-foundry does: :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`,
   the Python RMSNorm and PyTorch's own LayerNorm and GELU kernels measured, SwiGLU and RoPE
   itemized).
+* ``full_grad_allreduce`` — with ZeRO 1/2 the gradients are still all-reduced in full, and each
+  rank then updates its partition and all-gathers the updated weights (DeepSpeed's
+  ``BF16_Optimizer`` under its pipeline engine: ``PipelineEngine._bf16_reduce_grads`` calls
+  ``buffered_allreduce_fallback`` on the optimizer's fp32 gradients), where Megatron's
+  distributed optimizer reduce-scatters them: twice the gradient traffic.  On in the
+  ``megatron-deepspeed`` preset.
 * ``fp8_param_gather`` — FP8 training keeps each weight only in its FP8 form, with no bf16
   copy (Megatron-Core's ``fp8_param_gather``: Transformer Engine's ``fp8_model_init`` makes the
   parameters FP8 tensors, their fp32 master copy in the distributed optimizer): the row-wise and
@@ -157,6 +163,7 @@ class Engine:
     cross_entropy: str = "fp32"
     elementwise: str = "fused"
     fp8_param_gather: bool = False
+    full_grad_allreduce: bool = False
 
     def __post_init__(self) -> None:
         from ._validate import choice
@@ -169,7 +176,8 @@ class Engine:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
-                  "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather"):
+                  "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
+                  "full_grad_allreduce"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         for f in ("grad_accum_bytes", "grad_reduce_bytes"):
@@ -195,10 +203,11 @@ MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True,
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
 #: framework): partitioned pipeline sends issued one at a time and blocking, gradients
-#: reduced in fp32 after the pipeline drains, a separate fp32 accumulation pass per
-#: microbatch.
+#: all-reduced in fp32 after the pipeline drains (in full, even under ZeRO-1), a separate fp32
+#: accumulation pass per microbatch.
 MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_grad_reduce=False,
                             grad_accum_bytes=10.0, grad_reduce_bytes=4.0, context_parallel=False,
+                            full_grad_allreduce=True,
                             software="Megatron-DeepSpeed with DeepSpeed's pipeline engine (BLOOM, 2022)")
 
 #: PyTorch FSDP / FSDP2 (torchtitan).

@@ -649,3 +649,31 @@ def test_fp8_param_gather_keeps_the_weights_in_fp8_only():
         assert x.memory_per_chip_bytes == y.memory_per_chip_bytes and x.step_time_s == y.step_time_s
     with pytest.raises(ValueError, match="fp8_param_gather"):
         replace(MEGATRON_CORE, fp8_param_gather=1)
+
+
+def test_deepspeed_bf16_optimizer_all_reduces_gradients_in_full():
+    """DeepSpeed's pipeline engine with its BF16_Optimizer all-reduces the fp32 gradients in full
+    even under ZeRO-1 (``_bf16_reduce_grads`` -> ``buffered_allreduce_fallback``), where Megatron's
+    distributed optimizer reduce-scatters them: on one node of 8 (dp 8, nothing overlapped) the
+    exposed data-parallel time grows by one reduce-scatter of the 4-byte gradients, 7/8 x 4P / B
+    plus 7 link latencies."""
+    from dataclasses import replace
+
+    from cosearch.engine import MEGATRON_DEEPSPEED
+    assert MEGATRON_DEEPSPEED.full_grad_allreduce
+    m, cl = models.preset("gpt3-1.3b"), cluster.preset("dgx-a100", 1)
+    spec = PlanSpec(8, 1, 1, 1, zero=1)
+    on = evaluate(m, "A100-80GB", cl, spec, 64, engine=MEGATRON_DEEPSPEED)
+    off = evaluate(m, "A100-80GB", cl, spec, 64, engine=replace(MEGATRON_DEEPSPEED, name="ds-rs",
+                                                                  full_grad_allreduce=False))
+    P = m.num_params()
+    bw = cl.intra_node_Bps * cl.intra_efficiency
+    want = 7 / 8 * 4.0 * P / bw + 7 * cl.link_latency_s
+    assert on.breakdown["dp_exposed_s"] - off.breakdown["dp_exposed_s"] == pytest.approx(want, rel=1e-6)
+    assert on.memory_per_chip_bytes == off.memory_per_chip_bytes
+    # ZeRO 0 and 3 are unaffected (a full all-reduce already, or sharded gradients)
+    for z in (0, 3):
+        s = PlanSpec(8, 1, 1, 1, zero=z)
+        a = evaluate(m, "A100-80GB", cl, s, 64, engine=MEGATRON_DEEPSPEED)
+        b = evaluate(m, "A100-80GB", cl, s, 64, engine=replace(MEGATRON_DEEPSPEED, full_grad_allreduce=False))
+        assert a.step_time_s == b.step_time_s

@@ -83,9 +83,10 @@ NU = len(UNIT_FIELDS)
 #: chip / training-numerics constants, one row
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
              "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
-             "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps", "overlap_tp_comm")
+             "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps", "overlap_tp_comm",
+             "full_grad_allreduce")
 (H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
- H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP) = range(len(HW_FIELDS))
+ H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -488,8 +489,13 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     if zero == 0:
         gcomm = allreduce_s(pd * gr, dp, tp, net) + allreduce_s(pexp * gr, dpx, tp * ep, net)
     elif zero <= 2:
-        gcomm = (allgather_s(pd * gr, zg, tp, net) + allreduce_s(pd * gr / zg, reps, tp * zg, net)
-                 + allgather_s(pexp * gr, dpx, tp * ep, net))
+        if hw[H_FULL_AR] > 0.0:
+            # the gradients all-reduced in full before each rank updates its partition
+            # (DeepSpeed's BF16_Optimizer under its pipeline engine)
+            gcomm = allreduce_s(pd * gr, dp, tp, net) + allreduce_s(pexp * gr, dpx, tp * ep, net)
+        else:
+            gcomm = (allgather_s(pd * gr, zg, tp, net) + allreduce_s(pd * gr / zg, reps, tp * zg, net)
+                     + allgather_s(pexp * gr, dpx, tp * ep, net))
         pgather = allgather_s(pd * w, zg, tp, net) + allgather_s(pexp * w, dpx, tp * ep, net)
     else:
         # sharded gradients of the zg-group replicas (HSDP); nothing when one group holds all
