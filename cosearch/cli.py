@@ -668,8 +668,12 @@ def _dispatch(a) -> int:
             print(f"  {name:<12} chip {chip}")
         print("engines (--engine NAME):")
         for e in ENGINES.values():
+            on = [n for n, f in (("TP communication overlapped", e.overlap_tp_comm),
+                                 ("FP8 weights only", e.fp8_param_gather),
+                                 ("gradients all-reduced in full under ZeRO 1/2", e.full_grad_allreduce)) if f]
             print(f"  {e.name:<26} {e.software} [attention kernels: {e.attention_kernel}; FP8 casts: "
-                  f"{e.fp8_cast_kernel}; loss: {e.cross_entropy}; elementwise: {e.elementwise}]")
+                  f"{e.fp8_cast_kernel}; loss: {e.cross_entropy}; elementwise: {e.elementwise}"
+                  + "".join(f"; {n}" for n in on) + "]")
         return 0
     if a.cmd == "plan":
         return _run_plan(a)
