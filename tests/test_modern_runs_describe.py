@@ -1,0 +1,56 @@
+"""``bench/modern_runs.py`` reads published runs as plans: hand-made rows in the validation set's
+format, each checked against what the framework's own code says the run did."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import modern_runs  # noqa: E402
+
+
+def _row(**kw):
+    row = dict(id="x", model="m", arch="llama2-style: SwiGLU, RoPE, RMSNorm, MHA, untied output", layers=4,
+               hidden=1024, heads=8, kv_heads=8, ffn=2816, vocab=32000, seq=2048, head_dim=None, ep=1, cp=1,
+               vp=None, zero=0, zero_group=None, sp=False, offload=None, recompute="none", precision="BF16",
+               accel="H100-SXM-80GB", n_gpus=8, dp=8, tp=1, pp=1, mbs=1, gbs=8, ga=1, tok_s_gpu=1000.0,
+               software="NeMo 26.04 container (Megatron-Bridge + Megatron-Core)")
+    row.update(kw)
+    return row
+
+
+def test_maxtext_tensor_parallel_microbatch_is_the_groups():
+    """MaxText's per_device_batch_size is per chip: 256 v5e chips at tp 16 and fsdp 16 with 1
+    sequence a chip run 16 sequences per data-parallel replica in one microbatch (ga 1), and their
+    activations are sharded over the tensor axis as sequence parallelism shards them."""
+    row = _row(software="MaxText (JAX/XLA) 2023-12", accel="TPU-v5e chip", n_gpus=256, dp=16, tp=16, mbs=1,
+               gbs=256, ga=1, zero=3, recompute="remat_policy=full (full layer)", tok_s_gpu=None,
+               tflops_gpu=110.0, mfu_pct=56.06, mfu_peak=197, flop_conv="F-mx")
+    d = modern_runs.describe(row)
+    assert (d.spec.microbatch, d.spec.sequence_parallel, d.spec.tp, d.spec.dp) == (16, True, 16, 16)
+    assert d.batch // (d.spec.dp * d.spec.microbatch) == 1      # one microbatch a step, as the row's ga says
+    # a row whose fields already agree keeps its microbatch; data parallelism alone: no SP
+    d = modern_runs.describe(_row(dp=4, mbs=2, gbs=32, ga=4))
+    assert (d.spec.microbatch, d.spec.sequence_parallel) == (2, False)
+
+
+def test_self_contradicting_row_is_refused():
+    """A row whose TFLOP/s and MFU disagree by more than 3 % is refused by name, not checked
+    against either figure; one that agrees is converted."""
+    bad = _row(software="MaxText (JAX/XLA) 2024-04", accel="TPU-v5p chip", n_gpus=64, dp=64, tok_s_gpu=None,
+               tflops_gpu=249.0, mfu_pct=64.05, mfu_peak=459, flop_conv="F-mx", gbs=64)
+    with pytest.raises(modern_runs.Refused, match="contradicts itself"):
+        modern_runs.describe(bad)
+    good = dict(bad, tflops_gpu=294.0)
+    assert modern_runs.describe(good).measured_tok_s_gpu > 0
+
+
+@pytest.mark.parametrize("precision,fp8_params", [("FP8 (per-tensor current scaling)", True),
+                                                  ("MXFP8 (1x32 blocks)", True), ("NVFP4", False)])
+def test_megatron_bridge_fp8_recipes_keep_fp8_weights(precision, fp8_params):
+    """Megatron-Bridge's performance precision configs set fp8_param_gather for FP8 current
+    scaling and MXFP8, not for NVFP4 (scripts/performance/utils/precision.py)."""
+    d = modern_runs.describe(_row(precision=precision, accel="B200", tp=2, dp=4, sp=True, gbs=8))
+    eng = d.engine if not isinstance(d.engine, str) else None
+    assert (eng is not None and eng.fp8_param_gather) == fp8_params
