@@ -196,8 +196,12 @@ def dgx_h200(nodes: int) -> Cluster:
 
 def dgx_b200(nodes: int) -> Cluster:
     """``nodes`` DGX B200: 8 x B200, NVLink 5 at 900 GB/s per GPU per direction, 8 x 400 Gb/s
-    ConnectX-7 per node (50 GB/s per GPU) (NVIDIA DGX B200 datasheet).  Achievable fractions
-    as on DGX H100 (assumed: no public NVLink 5 nccl-tests row in the calibration data)."""
+    ConnectX-7 per node (50 GB/s per GPU) (NVIDIA DGX B200 datasheet).  Achievable NVLink
+    fraction 0.80 as on DGX H100, which NCCL's own topology model gives Blackwell too: it prices
+    an SM100 NVLink at 40.1 GB/s, 18 links 721.8 GB/s of 900 (``SM100_NVLINK_BW``,
+    ``src/graph/topo.h``, NCCL 2.27; NVIDIA/nccl issue #1807, whose 8 x B200 log shows ``maxBw
+    721.8`` for its rings and 830+ GB/s all-reduce bus bandwidth, which NVLink SHARP reaches and
+    the ring collectives of tensor parallelism do not); InfiniBand 0.90 as on DGX H100."""
     n = v.positive_int("nodes", nodes, maximum=v.MAX_CHIPS // 8)
     return Cluster(8 * n, 8, 900e9, 50e9, link_latency_s=3e-6, inter_latency_s=6e-6,
                    intra_efficiency=0.80, inter_efficiency=0.90, name=f"dgx-b200 x{n}")
@@ -206,7 +210,7 @@ def dgx_b200(nodes: int) -> Cluster:
 def gb200_nvl72(chips: int) -> Cluster:
     """``chips`` GB200 GPUs in NVL72 racks: one rack is one 72-GPU NVLink 5 domain (900 GB/s per
     GPU per direction), racks joined by 400 Gb/s per GPU (50 GB/s) (NVIDIA GB200 NVL72
-    specifications).  Jobs of a multiple of 64 GPUs use 64 GPUs per rack (power-of-two groups, as
+    specifications); achievable fractions as :func:`dgx_b200`'s.  Jobs of a multiple of 64 GPUs use 64 GPUs per rack (power-of-two groups, as
     published runs of 64/128/256 GPUs do); other counts must fill whole 72-GPU racks."""
     n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
     if n <= 72:
