@@ -624,11 +624,15 @@ GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_byte
 GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
                     efficiency=replace(_BLACKWELL_EFF, fp4_rate=6.0 * FP8_RATE_BLACKWELL / 2.0))
 #: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
-#: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).
-TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 16e9, 8.19e11, 5.0e10, _TPU5_EFF)
+#: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).  Google's
+#: HBM "GB" are binary, as NVIDIA's 40 and 80 GB are (the A100/H100 presets): a v6e, "32 GB",
+#: hands its runtime 33,550,237,696 bytes (31.25 GiB; vllm-project/vllm #16211's usage log), more
+#: than 32e9; so 16 GiB here, and 95 GiB for the v5p.
+TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 16 * GiB, 8.19e11, 5.0e10, _TPU5_EFF)
 #: TPU v5p: 459 TFLOP/s BF16 from 2 TensorCores x 4 MXUs of 128 x 128 at 1.75 GHz, 95 GB HBM2e at
 #: 2,765 GB/s, ICI 4,800 Gb/s per chip over 6 links (100 GB/s each) (Google Cloud TPU v5p documentation).
-TPUv5p = Accelerator("TPUv5p", 8, 128, 128, 8, 1024, 1.75e9, 4 * MiB, 96 * MiB, 95e9, 2.765e12, 1.0e11, _TPU5_EFF)
+TPUv5p = Accelerator("TPUv5p", 8, 128, 128, 8, 1024, 1.75e9, 4 * MiB, 96 * MiB, 95 * GiB, 2.765e12, 1.0e11,
+                     _TPU5_EFF)
 PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100, "h200": H200,
                                    "b200": B200, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
 

@@ -184,8 +184,8 @@ def test_engine_presets_differ_where_their_software_does():
 # ------------------------------------------------------------------ chips and clusters
 @pytest.mark.parametrize("name,bf16,hbm,fp8", [("H100", 989e12, 80 * 2**30, True), ("H200", 989e12, 141e9, True),
                                               ("B200", 2.25e15, 180e9, True), ("GB200", 2.5e15, 186e9, True),
-                                              ("GB300", 2.5e15, 288e9, True), ("TPUv5e", 197e12, 16e9, False),
-                                              ("TPUv5p", 459e12, 95e9, False)])
+                                              ("GB300", 2.5e15, 288e9, True), ("TPUv5e", 197e12, 16 * 2**30, False),
+                                              ("TPUv5p", 459e12, 95 * 2**30, False)])
 def test_chip_presets_match_datasheets(name, bf16, hbm, fp8):
     chip = hardware.preset(name)
     assert chip.peak_flops == pytest.approx(bf16, rel=0.003)
