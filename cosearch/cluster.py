@@ -240,9 +240,10 @@ def _tpu_slices(chips: int, slice_chips: int, side: int, link_Bps: float, dcn_Bp
 
 def tpuv5e_pod(chips: int = 256) -> Cluster:
     """TPU v5e: slices of up to 256 chips on a 16 x 16 2D torus of 50 GB/s ICI links; more chips
-    are whole 256-chip slices joined over the data-center network (multislice), at an assumed
-    6.25 GB/s per chip (no per-chip DCN figure is published; 200 Gb/s per 4-chip host)."""
-    return _tpu_slices(chips, 256, 16, 50e9, 6.25e9, "tpuv5e-pod")
+    are whole 256-chip slices joined over the data-center network (multislice) at 3.125 GB/s per
+    chip: 2 x 100 Gb/s NICs per 8-chip host, 6.4 Tb/s per 256-chip pod (Google Cloud TPU v5e
+    documentation, its specification table)."""
+    return _tpu_slices(chips, 256, 16, 50e9, 3.125e9, "tpuv5e-pod")
 
 
 def tpuv5p_pod(chips: int = 8960) -> Cluster:

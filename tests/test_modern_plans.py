@@ -200,6 +200,8 @@ def test_cluster_presets():
         cluster.preset("gb200-nvl72", 100)
     t = cluster.preset("tpuv5e-pod", 1024)
     assert (t.chips_per_node, t.torus_side) == (256, 16)
+    # multislice DCN: 2 x 100 Gb/s NICs per 8-chip host = 6.4 Tb/s per 256-chip pod, per chip
+    assert t.inter_node_Bps == pytest.approx(2 * 100e9 / 8 / 8) == pytest.approx(6.4e12 / 8 / 256)
     with pytest.raises(ValueError, match="whole slices"):
         cluster.preset("tpuv5e-pod", 300)
     assert cluster.preset("dgx-b200", 2).intra_node_Bps == 900e9
