@@ -323,9 +323,10 @@ EFFICIENCY_SOURCES = {
                  "4096 runs 1512.8 TFLOP/s, the model 3.6% under it at the sustained clock.  FP8 rate 1.682: CUTLASS "
                  "FP8 over torch bf16 at that shape in the same run (2544.7 / 1512.8), below the H100's 1.84.  "
                  "Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 pull the SM "
-                 "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 rate: the "
-                 "datasheet's dense FP4/BF16 peak ratio times Blackwell's measured FP8 efficiency ratio "
-                 "(1.682 / 2 = 0.841), no FP4 kernel measurement being public.",
+                 "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 rate 2.871: "
+                 "CUTLASS NVFP4 over torch bf16 at 16384 x 6144 x 4096 in the same run (3904.3 / 1360.1, "
+                 "vllm-project/vllm #20646, public_kernels.csv rows 35-36), below the 3.36 that the datasheet's "
+                 "FP4/FP8 ratio times the FP8 rate would give; GB300 1.5x it (its datasheet's dense FP4).",
     "TPU v5": "Tensor 0.9534 (TPU5_TENSOR): XLA's bf16 jnp.matmul at 8192^3 on a TPU v5e runs 181.8 TFLOP/s "
               "(92.3% of 197; jax-ml/jax docs/pallas/tpu/matmul.ipynb, 'XLA matmul' cell, timeit of 100 calls), "
               "over the systolic model's own 190.7 at tensor 1.0 (its fill/drain and padding: 96.8% of peak); "
@@ -453,8 +454,13 @@ _H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOUR
 #: (vllm-project/vllm pull request #19566, benchmarks/kernels/bench_fp8_gemm.py on SM100;
 #: cosearch/data/public_kernels.csv rows 26 and 31)
 FP8_RATE_BLACKWELL = 2544.68 / 1512.84
+#: NVFP4 / BF16 GEMM rate on B200: CUTLASS NVFP4 (inputs already quantized) over torch bf16 matmul
+#: at the same 16384 x 6144 x 4096 in the same run, 3904.3 / 1360.1 TFLOP/s (vllm-project/vllm
+#: pull request #20646, benchmarks/kernels/bench_nvfp4_gemm.py on SM100, its "Before" table;
+#: public_kernels.csv rows 35-36): 2.87, where the datasheet's 2x the FP8 rate would give 3.36.
+FP4_RATE_BLACKWELL = 3904.33 / 1360.14
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
-                         fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=4.0 * FP8_RATE_BLACKWELL / 2.0,
+                         fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=FP4_RATE_BLACKWELL,
                          sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
 #: TPU v5's GEMM efficiency on top of the systolic model: XLA's 8192^3 bf16 matmul on a v5e,
 #: 181.8 TFLOP/s (jax-ml/jax docs/pallas/tpu/matmul.ipynb), over the model's 190.7 at 1.0
@@ -620,9 +626,10 @@ B200 = Accelerator("B200", 592, 16, 64, 148, 128, 2.25e15 / (2 * 592 * 16 * 64),
 #: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72 GPUs).
 GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=186e9, host_link_Bps=225e9)
 #: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s,
-#: dense NVFP4 15 PFLOP/s, 6x BF16 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4 dense per 72).
+#: dense NVFP4 15 PFLOP/s, 1.5x the GB200's 10 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4
+#: dense per 72), so 1.5x Blackwell's measured NVFP4 rate.
 GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
-                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=6.0 * FP8_RATE_BLACKWELL / 2.0))
+                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
 #: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
 #: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).  Google's
 #: HBM "GB" are binary, as NVIDIA's 40 and 80 GB are (the A100/H100 presets): a v6e, "32 GB",

@@ -34,7 +34,8 @@ def _model_tflops(row, clock: str = "sustained") -> float:
     if clock != "sustained":
         chip = chip.with_(clock_hz=chip.clock_hz * (BOOST[row["chip"]] if clock == "boost" else 1.0),
                           efficiency=chip.efficiency.at_full_clock())
-    m, n, k, b, dt = (int(row[f]) for f in ("m", "n", "k", "batch", "dtype_bytes"))
+    m, n, k, b = (int(row[f]) for f in ("m", "n", "k", "batch"))
+    dt = float(row["dtype_bytes"])          # 0.5625: NVFP4 operands (4 bits and an FP8 scale per 16)
     if row["kind"] == "gemm":
         ops = [graph.Op("g", "gemm", m=m, n=n, k=k, batch=b, bytes_read=(m * k + k * n) * b * dt,
                         bytes_written=m * n * b * dt, dtype_bytes=dt)]
@@ -497,3 +498,19 @@ def test_tpu5_tensor_efficiency_is_the_xla_matmul_row():
     assert model == pytest.approx(by_hand, rel=2e-3)
     assert hardware.TPU5_TENSOR == pytest.approx(float(row["tflops"]) / model, abs=5e-4)
     assert hardware.TPUv5p.efficiency.tensor == hardware.TPU5_TENSOR
+
+
+def test_blackwell_nvfp4_rate_is_the_same_run_ratio():
+    """Blackwell's NVFP4 rate is rows 36 / 35 of the table (CUTLASS NVFP4 over torch bf16, same run,
+    same shape), below the datasheet's FP4/FP8 ratio times the FP8 rate; GB300 has 1.5x it (its
+    datasheet's dense FP4), and an NVFP4 GEMM prices at that ratio to its bf16 twin less the 4 us
+    launch both pay (2 % of the NVFP4 GEMM's 0.21 ms)."""
+    rows = {r["row"]: r for r in _rows()}
+    assert hardware.FP4_RATE_BLACKWELL == pytest.approx(float(rows["36"]["tflops"]) / float(rows["35"]["tflops"]),
+                                                        rel=1e-6)
+    assert hardware.FP4_RATE_BLACKWELL < 2.0 * hardware.FP8_RATE_BLACKWELL
+    assert hardware.GB300.efficiency.fp4_rate == pytest.approx(1.5 * hardware.GB200.efficiency.fp4_rate)
+    a, b = (_model_tflops({**rows["35"], "dtype_bytes": d}, "full") for d in ("2", "0.5625"))
+    launch = hardware.B200.efficiency.launch_s
+    t_a, t_b = (2.0 * 16384 * 6144 * 4096 / (x * 1e12) for x in (a, b))
+    assert (t_a - launch) / (t_b - launch) == pytest.approx(hardware.FP4_RATE_BLACKWELL, rel=1e-6)
