@@ -228,7 +228,7 @@ def modern_table(path: Path) -> str:
         worst = sorted((x for x in evaluated if x[4] == name), key=lambda x: -abs(x[0]))[:3]
         for err, rid, plan, d, _g in worst:
             bd = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in plan.breakdown.items() if v > 0.005)
-            lines.append(f"      worst {err:+6.1%} {rid}: {plan.spec.describe()} [{getattr(d.engine, 'name', d.engine)}] step "
+            lines.append(f"      worst {err:+6.1%} {rid}: {plan.spec.describe()} [{d.engine.name}] step "
                          f"{plan.step_time_s:.2f} s ({bd})")
     lines.append(free_search_gains(evaluated))
     return "\n".join(lines)

@@ -8,9 +8,10 @@ are written out in ``describe`` with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cosearch import cluster, hardware, models
+from cosearch.engine import LLM_FOUNDRY, Engine, megatron_core, preset
 from cosearch.plan import PlanSpec
 
 
@@ -21,7 +22,7 @@ class Described:
     cluster: cluster.Cluster
     spec: PlanSpec
     batch: int
-    engine: object   # an engine name or a cosearch.engine.Engine
+    engine: Engine
     measured_tok_s_gpu: float
     notes: tuple[str, ...] = ()
 
@@ -45,28 +46,19 @@ def source_group(row: dict) -> str:
     return sw.split()[0]
 
 
-def _engine(row: dict) -> str:
+def _engine(row: dict) -> str | Engine:
     """The framework's engine.  Megatron-Bridge's performance recipes turn TP-communication
     overlap on wherever tp > 1 except with NVFP4 (scripts/performance/configs/llama/
     llama3_llm_pretrain.py: ``tp_comm_overlap = False if precision == "nvfp4" else`` the
     recipe's, which src/megatron/bridge/recipes/llama/llama3.py sets True for Llama 3/3.1 70B and
-    405B; the 8B configs set ``tp_comm_overlap=bool(tp > 1)``)."""
+    405B; the 8B configs set ``tp_comm_overlap=bool(tp > 1)``), and their precision configs
+    (scripts/performance/utils/precision.py) keep the weights in FP8 only for FP8 current scaling
+    and MXFP8 (``fp8_param_gather = True``), not NVFP4."""
     g = source_group(row)
-    if g == "Megatron-Bridge" and "NVFP4" not in row["precision"] and "FP8" in row["precision"]:
-        # Megatron-Bridge's performance precision configs (scripts/performance/utils/precision.py):
-        # FP8 current scaling and MXFP8 keep the weights in FP8 only (fp8_param_gather = True)
-        from dataclasses import replace
-
-        from cosearch.engine import MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP
-        base = MEGATRON_CORE_TP_OVERLAP if int(row["tp"]) > 1 else MEGATRON_CORE
-        return replace(base, name=base.name + "-fp8-params", fp8_param_gather=True)
-    if g == "Megatron-Bridge" and int(row["tp"]) > 1 and "NVFP4" not in row["precision"]:
-        return "megatron-core-tp-overlap"
+    if g == "Megatron-Bridge" and "NVFP4" not in row["precision"]:
+        return megatron_core(tp_comm_overlap=int(row["tp"]) > 1, fp8_param_gather="FP8" in row["precision"])
     if g == "llm-foundry" and "PURE" in row["precision"]:
         # MP mode PURE: bf16 parameters, gradients and gradient reduction (MODERN_RUNS.md, code LF)
-        from dataclasses import replace
-
-        from cosearch.engine import LLM_FOUNDRY
         return replace(LLM_FOUNDRY, name="llm-foundry-pure", grad_reduce_bytes=2.0,
                        software=LLM_FOUNDRY.software + ", FSDP mixed precision PURE (bf16 reduction)")
     # torchtitan's async TP rows run on the plain fsdp engine: pricing them with the TP
@@ -240,5 +232,5 @@ def describe(row: dict) -> Described:
                     sequence_parallel=sp, zero=zero, flash_attention=flash,
                     context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                     offload_layers=_offload(row, pp))
-    return Described(model, chip, cl, spec, int(row["gbs"]), _engine(row), measured_tok_s_gpu(row, model),
+    return Described(model, chip, cl, spec, int(row["gbs"]), preset(_engine(row)), measured_tok_s_gpu(row, model),
                      tuple(notes))

@@ -467,6 +467,7 @@ def _run_measure(a) -> int:
 def _run_plan(a) -> int:
     import json
 
+    from .engine import preset as engine_preset
     from .placement import search_plans
     from .plan import PlanSpec, evaluate
     model = _model_from_args(a)
@@ -484,7 +485,7 @@ def _run_plan(a) -> int:
         spec = mp.spec.with_(flash_attention=mp.spec.flash_attention or a.flash,
                              zero=a.zero if a.zero is not None else mp.spec.zero,
                              precision=a.precision or mp.spec.precision, zero_group=a.zero_group)
-    a.engine = a.engine or "megatron-lm"
+    a.engine = engine_preset(a.engine or "megatron-lm")
     if a.batch is None:
         raise ValueError("--batch is required (the global batch in sequences)")
     if spec is None and full:
@@ -515,14 +516,13 @@ def _run_plan(a) -> int:
         searched = res
     if a.json:
         d = {"model": model.name, "chip": chip.name, "cluster": cluster.to_dict(), "global_batch": a.batch,
-             "engine": getattr(a.engine, "name", a.engine),
+             "engine": a.engine.name,
              "plans": [p.to_dict() for p in plans]}
         if searched is not None:
             d.update(configurations=searched.configurations, evaluated=searched.evaluated)
         print(json.dumps(d, indent=1))
     else:
-        print(f"{model.name} on {cluster.describe()} of {chip.name}, global batch {a.batch}, "
-              f"{getattr(a.engine, 'name', a.engine)}"
+        print(f"{model.name} on {cluster.describe()} of {chip.name}, global batch {a.batch}, {a.engine.name}"
               + (f": searched {searched.configurations:,} configurations ({searched.evaluated:,} evaluated)"
                  if searched is not None else ""))
         for p in plans:

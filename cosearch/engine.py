@@ -139,7 +139,7 @@ from dataclasses import dataclass, replace
 
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT",
-           "ENGINES", "preset", "check_interleaving", "check_features"]
+           "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features"]
 
 
 @dataclass(frozen=True)
@@ -236,6 +236,16 @@ MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gath
 
 ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP,
                                MEGATRON_DEEPSPEED, FSDP, FSDP_EAGER, LLM_FOUNDRY, MAXTEXT)}
+
+
+def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False) -> Engine:
+    """Megatron-Core with its two performance switches: ``tp_comm_overlap``
+    (:data:`MEGATRON_CORE_TP_OVERLAP`) and ``fp8_param_gather`` (FP8-only weights, the
+    engine named ``...-fp8-params``)."""
+    base = MEGATRON_CORE_TP_OVERLAP if tp_comm_overlap else MEGATRON_CORE
+    if not fp8_param_gather:
+        return base
+    return replace(base, name=base.name + "-fp8-params", fp8_param_gather=True)
 
 
 def preset(engine: Engine | str | None) -> Engine:

@@ -321,57 +321,49 @@ CROSS_ENTROPY_FP32_BYTES = (22.0, 16.0, 8.0, 6.0)
 ELEMENTWISE = ("fused", "eager")
 
 
-def _eager_rmsnorm_bytes() -> tuple[float, float]:
-    """Forward and backward time of an eager Python RMSNorm (``x.float()``, ``pow(2)``,
-    ``mean``, ``rsqrt``, multiply, cast back, multiply by the weight: torchtitan's
-    ``norm_type = "rmsnorm"`` and Hugging Face's ``LlamaRMSNorm`` alike) as bytes per element at
-    the memory efficiency (0.90) of the chip it ran on.  Measured on an H100 NVL (3.94 TB/s) by
-    Liger-Kernel's benchmark (``benchmark/data/h100_all_benchmark_data.csv``, provider
-    ``huggingface``, 2048 tokens, bf16, 2025-01-25): at hidden 16384 and 32768 the forward takes
-    0.6095 and 1.2193 ms and the backward 1.5802 and 3.0291 ms (``cosearch/data/public_vector_kernels.csv``);
-    the per-element means, times 0.90 x 3.94 TB/s.  Itemized, the forward moves 36 bytes an
-    element, so its kernels stream at about half the memory efficiency."""
-    rows = ((16384, 0.6094719767570496, 1.580191969871521), (32768, 1.219264030456543, 3.0290560722351074))
-    stream = 0.90 * 3.94e12
-    fwd = sum(f * 1e-3 / (2048 * h) for h, f, _ in rows) / len(rows) * stream
-    bwd = sum(b * 1e-3 / (2048 * h) for h, _, b in rows) / len(rows) * stream
+def _eager_bytes(rows, stream_Bps: float, launch_s: float = 0.0) -> tuple[float, float]:
+    """Forward and backward time of an eager kernel as bytes per element at the memory stream
+    ``stream_Bps`` of the chip it ran on: the per-element mean of its measured rows
+    ``(elements, forward s, backward s)``, each less ``launch_s``."""
+    fwd = sum((f - launch_s) / n for n, f, _ in rows) / len(rows) * stream_Bps
+    bwd = sum((b - launch_s) / n for n, _, b in rows) / len(rows) * stream_Bps
     return fwd, bwd
 
 
-_RMS_FWD, _RMS_BWD = _eager_rmsnorm_bytes()
+#: An eager Python RMSNorm (``x.float()``, ``pow(2)``, ``mean``, ``rsqrt``, multiply, cast back,
+#: multiply by the weight: torchtitan's ``norm_type = "rmsnorm"`` and Hugging Face's
+#: ``LlamaRMSNorm`` alike), (elements, forward s, backward s), measured on an H100 NVL (3.94
+#: TB/s) by Liger-Kernel's benchmark (``benchmark/data/h100_all_benchmark_data.csv``, provider
+#: ``huggingface``, 2048 tokens, bf16, 2025-01-25): at hidden 16384 and 32768 the forward takes
+#: 0.6095 and 1.2193 ms and the backward 1.5802 and 3.0291 ms
+#: (``cosearch/data/public_vector_kernels.csv``).  Priced as bytes per element at that chip's
+#: memory efficiency (0.90 x 3.94 TB/s), no launch subtracted.  Itemized, the forward moves 36
+#: bytes an element, so its kernels stream at about half the memory efficiency.
+_EAGER_RMSNORM_ROWS = ((2048 * 16384, 0.6094719767570496 * 1e-3, 1.580191969871521 * 1e-3),
+                       (2048 * 32768, 1.219264030456543 * 1e-3, 3.0290560722351074 * 1e-3))
+_RMS_FWD, _RMS_BWD = _eager_bytes(_EAGER_RMSNORM_ROWS, 0.90 * 3.94e12)
 
 #: PyTorch's own LayerNorm and GELU kernels (``F.layer_norm``, ``F.gelu``), eager and bf16, on an
 #: H200 (cosearch/data/h200_vector_passes.csv, 700 W, 1980 MHz): (elements, forward s, backward s).
+#: Priced as bytes per element at that chip's memory efficiency (0.90 x 4.8 TB/s), each row less
+#: the preset's 4 us launch (which the roofline adds back per op).  LayerNorm: 7.2 and 9.6 bytes
+#: against the 4 and 6 it moves (the kernel streams at about half the memory efficiency, in
+#: either pass); GELU: 4.7 and 6.4 against 4 and 6.
 _EAGER_TORCH_ROWS = {
     "layernorm": ((8192 * 4096, 5.67812e-05, 7.16187e-05), (8192 * 12288, 0.000181714, 0.000247547)),
     "gelu": ((8192 * 16384, 0.000149146, 0.000203384), (8192 * 49152, 0.000441589, 0.00059291)),
 }
-
-
-def _eager_torch_bytes(kind: str) -> tuple[float, float]:
-    """Forward and backward time of PyTorch's own ``kind`` kernel as bytes per element at the
-    memory efficiency of the H200 it ran on (0.90 x 4.8 TB/s): the per-element mean of its two
-    eager rows, each less the preset's 4 us launch (which the roofline adds back per op).
-    LayerNorm: 7.2 and 9.6 bytes against the 4 and 6 it moves (the kernel streams at about half
-    the memory efficiency, in either pass); GELU: 4.7 and 6.4 against 4 and 6."""
-    rows = _EAGER_TORCH_ROWS[kind]
-    stream, launch = 0.90 * 4.8e12, 4e-6
-    fwd = sum((f - launch) / n for n, f, _ in rows) / len(rows) * stream
-    bwd = sum((b - launch) / n for n, _, b in rows) / len(rows) * stream
-    return fwd, bwd
-
-
-_LN_FWD, _LN_BWD = _eager_torch_bytes("layernorm")
-_GELU_FWD, _GELU_BWD = _eager_torch_bytes("gelu")
+_LN_FWD, _LN_BWD = _eager_bytes(_EAGER_TORCH_ROWS["layernorm"], 0.90 * 4.8e12, 4e-6)
+_GELU_FWD, _GELU_BWD = _eager_bytes(_EAGER_TORCH_ROWS["gelu"], 0.90 * 4.8e12, 4e-6)
 
 #: Eager-mode bytes per element, (forward read, forward written, backward read, backward
-#: written), by op name: the RMSNorms (measured, :func:`_eager_rmsnorm_bytes`: written bytes
+#: written), by op name: the RMSNorms (measured, :data:`_EAGER_RMSNORM_ROWS`: written bytes
 #: itemized, the rest of the measured time charged as reads); SwiGLU's ``F.silu(g) * u`` (two
 #: kernels: silu reads g and writes s, the product reads s and u; the backward's three products
 #: read six tensors and write three; matches cosearch's own eager H200 rows, h200_vector_passes.csv,
 #: within 5 %); torchtitan's complex rotary embedding of q and k (``x.float()``, the complex
 #: product with the frequencies, ``type_as``; the same passes back); PyTorch's own LayerNorm and
-#: GELU kernels (measured, :func:`_eager_torch_bytes`: the output or input gradient written, the
+#: GELU kernels (measured, :data:`_EAGER_TORCH_ROWS`: the output or input gradient written, the
 #: rest of the measured time charged as reads).
 EAGER_ELEMENTWISE_BYTES = {
     "rmsnorm": (_RMS_FWD - 16.0, 16.0, _RMS_BWD - 12.0, 12.0),

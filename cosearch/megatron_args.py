@@ -31,9 +31,9 @@ derives it.  Flags that do not change the plan's performance model are listed ba
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from .engine import MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP, Engine
+from .engine import MEGATRON_CORE, Engine, megatron_core
 from .models import ModelConfig
 from .plan import PlanSpec
 
@@ -130,9 +130,8 @@ def parse_megatron_args(text: str, model: ModelConfig, num_chips: int, global_ba
                     sequence_parallel="--sequence-parallel" in flags and tp > 1,
                     zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
                     context_parallel=cp, precision="fp8" if fmt else "bf16", expert_parallel=ep)
-    engine = MEGATRON_CORE_TP_OVERLAP if ("--tp-comm-overlap" in flags and tp > 1) else MEGATRON_CORE
-    if "--fp8-param-gather" in flags:
-        if fmt is None:
-            raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
-        engine = replace(engine, name=engine.name + "-fp8-params", fp8_param_gather=True)
+    if "--fp8-param-gather" in flags and fmt is None:
+        raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
+    engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
+                           fp8_param_gather="--fp8-param-gather" in flags)
     return MegatronPlan(spec, int(global_batch), tuple(ignored), engine)

@@ -427,6 +427,14 @@ def run_sustained_attention(torch, t: Table, seconds: float) -> None:
             _windows(torch, t, kind, step, flops, seconds, (seq, seq, hd, heads), "forward+backward")
 
 
+def _has_scaled_mm(torch) -> bool:
+    """Whether this torch has FP8 GEMMs (``torch._scaled_mm``); says so when it has not."""
+    if hasattr(torch, "_scaled_mm"):
+        return True
+    print("FP8 needs torch._scaled_mm: skipped", flush=True)
+    return False
+
+
 def _llama3_8b_layer(torch, linear=None, compiled: bool = False):
     """A Llama 3 8B decoder layer (8192 tokens, GQA 32/8 heads of 128, SwiGLU 14336, RMSNorm;
     K/V expanded with ``repeat_interleave`` as torchtitan does), forward and backward with
@@ -492,8 +500,7 @@ def run_sustained_layer_fp8(torch, t: Table, seconds: float) -> None:
     casts with the transposed copies, FP8 forward, data- and weight-gradient GEMMs; attention,
     norms and SwiGLU in bf16, as Transformer Engine's FP8 recipes leave them), then the same
     layer in bf16 in the same run, each back to back with cuDNN attention."""
-    if not hasattr(torch, "_scaled_mm"):
-        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+    if not _has_scaled_mm(torch):
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
     _, cast_t, how = _fp8_casts(torch)
@@ -511,8 +518,7 @@ def run_sustained_layer_compiled(torch, t: Table, seconds: float) -> None:
     """The Llama 3 8B layer under ``torch.compile`` (as torchtitan runs it), FP8 linears then
     bf16, each back to back with cuDNN attention (FlashAttention-2 where cuDNN's fails): how
     much of the FP8 casts' cost the compiler's fusion into norms and activations removes."""
-    if not hasattr(torch, "_scaled_mm"):
-        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+    if not _has_scaled_mm(torch):
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
     cast_t = _make_fp8_casts_eager(torch)[1]
@@ -573,8 +579,7 @@ def _make_fp8_casts_eager(torch):
         return (x.float() / inv).to(f8), inv
 
     def cast_t(x):
-        inv = x.abs().amax().float().clamp(min=1e-12) / E4M3_MAX
-        q = (x.float() / inv).to(f8)
+        q, inv = cast(x)
         return q, q.t().contiguous(), inv
     return cast, cast_t
 
@@ -625,8 +630,7 @@ def run_fp8_training(torch, t: Table, peak: float) -> None:
     each followed by the bf16 GEMM of the same shape (the same-run FP8/bf16 ratio), and the
     current-scaling casts on their own (``fp8-cast``: bytes = bf16 read twice (amax, cast) +
     FP8 written once or twice (with the transpose))."""
-    if not hasattr(torch, "_scaled_mm"):
-        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+    if not _has_scaled_mm(torch):
         return
     f8, bf16, one = torch.float8_e4m3fn, torch.bfloat16, torch.ones((), device=DEVICE)
     linears = _n(FP8_TRAINING_LINEARS, [(64, 48, 32, "tiny")])
@@ -784,8 +788,7 @@ def run_cross_entropy(torch, t: Table) -> None:
 
 def run_sustained_fp8(torch, t: Table, seconds: float) -> None:
     """An 8192^3 FP8 GEMM back to back: the clock FP8 tensor cores hold at the power limit."""
-    if not hasattr(torch, "_scaled_mm"):
-        print("FP8 needs torch._scaled_mm: skipped", flush=True)
+    if not _has_scaled_mm(torch):
         return
     n, f8, one = _n(8192, 64), torch.float8_e4m3fn, torch.ones((), device=DEVICE)
     a = torch.randn(n, n, device=DEVICE).to(f8)

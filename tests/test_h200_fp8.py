@@ -7,28 +7,20 @@ needs, but a Llama 3 8B layer with FP8 linears is only 1.16-1.22x faster than in
 the per-tensor casts as ``torch.compile`` runs them cost about 3 ms of its 18.  The model prices
 that layer within 10-12 % only with the engine's cast kernels (``Engine.fp8_cast_kernel``)."""
 
-import csv
-import functools
-import importlib.resources
 import statistics
 
 import numpy as np
 import pytest
 
 from cosearch import cost, engine, graph, hardware
+from tests.data_tables import package_rows
 from tests.test_h200_kernels import LLAMA3_8B, _chip_at, _gemm_error, _rows
 
 H200 = hardware.H200
 
 
-@functools.lru_cache(maxsize=2)
-def _table(name: str) -> tuple:
-    text = importlib.resources.files("cosearch").joinpath(f"data/{name}").read_text()
-    return tuple(csv.DictReader(text.splitlines()))
-
-
 def _fp8_rows(kind=None, name="h200_fp8_kernels.csv"):
-    return [r for r in _table(name) if kind is None or r["kind"] == kind]
+    return package_rows(name, kind)
 
 
 def _after(r) -> float:

@@ -6,8 +6,6 @@ clock (the preset's per-clock efficiencies, ``sustained_clock`` 1): what is chec
 kernel model, not the clock assumption; the clock assumption is checked against the sustained
 runs apart."""
 
-import csv
-import functools
 import importlib.resources
 import math
 import statistics
@@ -19,20 +17,15 @@ import pytest
 from cosearch import cost, graph, hardware
 from cosearch._kernels.formulas import attention_length_efficiency
 from cosearch.models import ModelConfig
+from tests.data_tables import package_rows
 
 H200 = hardware.H200
 DATASHEET_MHZ = 1830.0          # the clock of the 989 TFLOP/s peak
 HOST_BOUND_S = 20e-6            # below this a Python launch loop measures the launch rate
 
 
-@functools.lru_cache(maxsize=1)
-def _table() -> tuple:
-    text = importlib.resources.files("cosearch").joinpath("data/h200_kernels.csv").read_text()
-    return tuple(csv.DictReader(text.splitlines()))
-
-
 def _rows(kind=None):
-    return [r for r in _table() if kind is None or r["kind"] == kind]
+    return package_rows("h200_kernels.csv", kind)
 
 
 def _chip_at(mhz: float, attention_kernel: str = "best", chip=H200):
@@ -317,7 +310,7 @@ def test_calibrate_on_a_real_measure_run():
     ran near the boost clock (a cold GPU), so the fitted tensor efficiency, in fractions of the
     datasheet-clock peak, sits above the preset's per-clock 0.856 times its sustained 0.82."""
     path = importlib.resources.files("cosearch").joinpath("data/h200_llama2_7b_ops.csv")
-    rows = list(csv.DictReader(path.read_text().splitlines()))
+    rows = package_rows("h200_llama2_7b_ops.csv")
     assert len(rows) == 16 and {r["kind"] for r in rows} == {"gemm", "attention"}
     with importlib.resources.as_file(path) as p:
         cal = cost.calibrate(H200, str(p))
@@ -334,8 +327,7 @@ def test_calibrate_reads_the_head_dim_column():
     """With the head dims ``cosearch measure`` now writes (128 for Llama 2's fused attention), the
     fused rows get their pass's length factor: the attention residuals shrink from +14% / -12%
     (one overhead for both passes) to within 9%, and the fit's rms falls."""
-    path = importlib.resources.files("cosearch").joinpath("data/h200_llama2_7b_ops.csv")
-    rows = list(csv.DictReader(path.read_text().splitlines()))
+    rows = package_rows("h200_llama2_7b_ops.csv")
     cols = {k: [r[k] for r in rows] for k in rows[0]}
     plain = cost.calibrate(H200, cols)
     cols["head_dim"] = ["128" if r["kind"] == "attention" else "0" for r in rows]

@@ -1,8 +1,6 @@
 """The GPU kernel model against public kernel measurements (cosearch/data/public_kernels.csv)
 and the GEMM shape factor against a hand-worked case and a tile-by-tile simulation."""
 
-import csv
-import importlib.resources
 import math
 from dataclasses import replace
 
@@ -11,6 +9,7 @@ import pytest
 
 from cosearch import cost, graph, hardware, models
 from cosearch._kernels.formulas import gemm_shape_efficiency
+from tests.data_tables import package_rows
 from tests.reference import gemm_tiles_simulated
 
 CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
@@ -18,8 +17,7 @@ CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardwar
 
 
 def _rows():
-    text = importlib.resources.files("cosearch").joinpath("data/public_kernels.csv").read_text()
-    return list(csv.DictReader(text.splitlines()))
+    return package_rows("public_kernels.csv")
 
 
 #: the boost clock each chip's kernels can reach, over its datasheet-peak clock (A100: the same)
@@ -281,8 +279,7 @@ def test_op_arrays_without_the_head_dim_column_still_price():
 
 
 def _ce_rows():
-    text = importlib.resources.files("cosearch").joinpath("data/public_cross_entropy.csv").read_text()
-    return list(csv.DictReader(text.splitlines()))
+    return package_rows("public_cross_entropy.csv")
 
 
 def _ce_model_s(tokens: int, vocab: int, impl: str) -> float:
@@ -358,8 +355,7 @@ def test_engine_cross_entropy_reaches_the_plan():
 
 
 def _vector_rows():
-    text = importlib.resources.files("cosearch").joinpath("data/public_vector_kernels.csv").read_text()
-    return list(csv.DictReader(text.splitlines()))
+    return package_rows("public_vector_kernels.csv")
 
 
 #: an H100 NVL: the H100 preset at its 3.94 TB/s (NVIDIA H100 NVL datasheet)
@@ -395,8 +391,7 @@ def test_eager_swiglu_itemized_against_the_h200():
     """Eager SwiGLU, ``F.silu(g) * u``, itemized as 10 bytes an element forward (two kernels) and
     18 backward, at the H200's memory efficiency: within 5 % of cosearch's own eager H200 rows
     (h200_vector_passes.csv), forward and backward, at 8192 x 14336 and 28672."""
-    text = importlib.resources.files("cosearch").joinpath("data/h200_vector_passes.csv").read_text()
-    rows = [r for r in csv.DictReader(text.splitlines()) if r["note"].startswith("swiglu") and "eager" in r["note"]]
+    rows = [r for r in package_rows("h200_vector_passes.csv") if r["note"].startswith("swiglu") and "eager" in r["note"]]
     assert len(rows) == 4
     fwd, bwd = graph.EAGER_ELEMENTWISE_BYTES["swiglu"][:2], graph.EAGER_ELEMENTWISE_BYTES["swiglu"][2:]
     assert sum(fwd) == 10.0 and sum(bwd) == 18.0
@@ -415,8 +410,7 @@ def test_eager_layernorm_and_gelu_are_the_h200_rows():
     one of those rows, forward and backward (the backward's two LayerNorm rows differ by 20 % per
     element, so their mean sits 9 % from each), where the fused pricing is 30-87 % (LayerNorm) and
     5-17 % (GELU) fast."""
-    text = importlib.resources.files("cosearch").joinpath("data/h200_vector_passes.csv").read_text()
-    rows = [r for r in csv.DictReader(text.splitlines()) if r["note"].endswith("(eager)")]
+    rows = [r for r in package_rows("h200_vector_passes.csv") if r["note"].endswith("(eager)")]
     stream = 0.90 * 4.8e12
     for kind, note, fwd_total, bwd_total in (("layernorm", "layer_norm", graph._LN_FWD, graph._LN_BWD),
                                              ("gelu", "gelu", graph._GELU_FWD, graph._GELU_BWD)):
