@@ -71,6 +71,10 @@ def _engine(row: dict) -> str | Engine:
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 
+#: Grand Teton H100 (HBM2e, 500 W): 2.4 TB/s peak memory bandwidth (torchtitan docs/performance.md)
+H100_HBM2E_BPS = 2.4e12
+
+
 def _chip(row: dict, notes: list) -> hardware.Accelerator:
     a = row["accel"]
     if a.startswith("A100-SXM-40GB"):
@@ -78,10 +82,13 @@ def _chip(row: dict, notes: list) -> hardware.Accelerator:
     if a.startswith("A100"):
         return hardware.A100_80GB
     if a.startswith("H100-SXM-96GB") or a.startswith("H100-95GB"):
-        # HBM2e parts at lower TDP: HBM size from the row; no datasheet for their clock or bandwidth,
-        # so the SXM5 preset's are kept (optimistic)
-        notes.append("H100 96 GB lower-TDP part priced with the H100 SXM5's clock and bandwidth")
-        return hardware.H100.with_(name="H100-96GB", hbm_bytes=(95e9 if "95GB" in a else 96e9))
+        # Meta's Grand Teton H100s: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" at "the
+        # default 500W power limit" (torchtitan docs/performance.md, the rows' own source); HBM
+        # size from the row.  No figure for their sustained clock at 500 W, so the SXM5 preset's
+        # 700 W clock is kept (optimistic: "the actual peak TFLOPs number is between SXM and NVL")
+        notes.append("H100 96 GB HBM2e part (2.4 TB/s) priced with the 700 W H100 SXM5's sustained clock")
+        return hardware.H100.with_(name="H100-96GB", hbm_bytes=(95e9 if "95GB" in a else 96e9),
+                                   hbm_bandwidth_Bps=H100_HBM2E_BPS)
     for prefix, chip in (("H100", hardware.H100), ("H200", hardware.H200), ("B200", hardware.B200),
                          ("GB200", hardware.GB200), ("GB300", hardware.GB300), ("TPU-v5e", hardware.TPUv5e),
                          ("TPU-v5p", hardware.TPUv5p)):

@@ -104,7 +104,7 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
     e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained, sk_fix, a_over_bwd, \
-        a_head, e_cast = IDEAL.as_array() if eff is None else eff
+        a_head, e_cast, e_amax = IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
@@ -165,6 +165,9 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         # a low-precision cast: a vector op, streaming at the engine's cast rate where one is set
         cast_bytes = op_bytes if e_cast <= 0 else (o["bytes_read"] + o["bytes_written"]) / (
             d["hbm_bandwidth_Bps"] * frac * e_cast)
+        # and a separate amax reduction reading the input once more, no faster than the stream
+        if e_amax > 0:
+            cast_bytes = cast_bytes + o["bytes_read"] / np.minimum(e_amax * frac, bw)
         cast_t = np.maximum(lane_t, cast_bytes) + launch
     kind = o["kind"]
     return np.where(kind == 0, tensor_t, np.where(kind == 3, attn_t, np.where(kind == 1, vec_t,

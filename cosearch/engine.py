@@ -71,8 +71,9 @@ same.
   gradient: ``"fused"`` (single-pass kernels at the chip's memory efficiency: Transformer
   Engine in Megatron-Core, NeMo, Megatron-Bridge and llm-foundry) or ``"inductor"`` (torchao's
   per-tensor ``tensorwise`` casts compiled by ``torch.compile``, as torchtitan's Float8 runs:
-  an amax reduction, the cast and a transposed copy, measured on an H200 at 0.165 of the HBM
-  bandwidth, :data:`cosearch.hardware.INDUCTOR_CAST_MEMORY`).
+  a whole-tensor amax reduction, SM-bound at 535 GB/s on an H200's 132 SMs
+  (:data:`cosearch.hardware.INDUCTOR_AMAX_BPS_PER_SM`), then the cast and a transposed copy at
+  0.56 of the HBM bandwidth (:data:`cosearch.hardware.INDUCTOR_CAST_STREAM`), both measured).
 * ``cross_entropy`` — how the loss runs over the logits: ``"fp32"`` (Megatron's
   ``vocab_parallel_cross_entropy``, in Megatron-LM, Megatron-DeepSpeed (``output.float()``) and
   Megatron-Core; torchtitan's ``F.cross_entropy(pred.float(), ...)`` costs the same on an H100:

@@ -95,7 +95,7 @@ DESIGN_FIELDS = (
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
               "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock", "stream_k_fixup",
-              "attention_overhead_bwd", "attention_head_overhead", "cast_memory")
+              "attention_overhead_bwd", "attention_head_overhead", "cast_memory", "cast_amax_Bps")
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,12 @@ class KernelEfficiency:
     pytorch/ao ``benchmarks/prototype/blockwise_fp8_training/README.md``, 2026-03-20; a compiled
     single-pass cast with a given scale, delayed scaling's, streams 4.15-4.24 TB/s on the H200,
     0.96-0.98 of its memory efficiency, ``cosearch/data/h200_fp8_cast_passes.csv``).
-    :meth:`with_cast_kernel` sets it for an engine's cast kernels.
+    ``cast_amax_Bps``: per-tensor current scaling computed by a separate whole-tensor amax
+    reduction before each cast (``torch.compile``'s tensorwise recipe) reads the bf16 input once
+    more at this rate, bytes per second (0, the default: no separate pass, the scale comes with
+    the cast).  The reduction is not bound by HBM (on the H200 it streams 0.11 of the
+    bandwidth), so it is an absolute rate, capped at the chip's own stream.
+    :meth:`with_cast_kernel` sets both for an engine's cast kernels.
 
     Clock: ``sustained_clock`` is the fraction of the datasheet-peak clock the chip holds under
     continuous load at its power limit (training runs for hours; a GPU's SM clock drops to
@@ -177,6 +182,7 @@ class KernelEfficiency:
     attention_head_overhead: float = 0.0
     attention_head_overhead_fa2: float = -1.0
     cast_memory: float = 0.0
+    cast_amax_Bps: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("attention_overhead_bwd", "attention_head_overhead_fa2"):     # -1: another field's
@@ -200,6 +206,10 @@ class KernelEfficiency:
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c <= self.memory):
             raise ValueError(f"KernelEfficiency.cast_memory must be in [0, memory = {self.memory}] (0: casts stream "
                              f"at the memory efficiency; a cast cannot outrun a copy), got {c!r}")
+        a = self.cast_amax_Bps
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not (0.0 <= a < 1e15):
+            raise ValueError(f"KernelEfficiency.cast_amax_Bps must be in [0, 1e15) bytes/s (0: no separate amax "
+                             f"pass), got {a!r}")
         if not (isinstance(self.launch_s, (int, float)) and 0.0 <= self.launch_s < 1.0):
             raise ValueError(f"KernelEfficiency.launch_s must be in [0, 1) seconds, got {self.launch_s!r}")
         tiles = ("tile_m", "tile_n", "tile_k", "tile_slots")
@@ -240,13 +250,17 @@ class KernelEfficiency:
         """This efficiency with the FP8 cast kernels an engine runs: ``"fused"`` (single-pass
         kernels streaming at ``memory``: Transformer Engine's, unchanged) or ``"inductor"``
         (per-tensor current scaling compiled by ``torch.compile``, torchao's ``tensorwise``
-        recipe as torchtitan runs it: an amax reduction, then the cast and its transposed copy,
-        at :data:`INDUCTOR_CAST_MEMORY` of the HBM bandwidth)."""
+        recipe as torchtitan runs it: a whole-tensor amax reduction at
+        :data:`INDUCTOR_AMAX_BPS_PER_SM` per SM (``tile_slots``; 132 where the chip has no SM
+        model), then the cast and its transposed copy at :data:`INDUCTOR_CAST_STREAM` of the
+        HBM bandwidth)."""
         if kernel not in CAST_KERNELS:
             raise ValueError(f"unknown FP8 cast kernel {kernel!r}; choose one of {CAST_KERNELS}")
         if kernel == "fused":
             return self
-        return replace(self, cast_memory=min(INDUCTOR_CAST_MEMORY, self.memory))
+        sms = self.tile_slots if self.tile_slots > 0 else INDUCTOR_CAST_SMS
+        return replace(self, cast_memory=min(INDUCTOR_CAST_STREAM, self.memory),
+                       cast_amax_Bps=INDUCTOR_AMAX_BPS_PER_SM * sms)
 
     def at_full_clock(self) -> KernelEfficiency:
         """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
@@ -369,24 +383,36 @@ ATTENTION_KERNELS = ("best", "fa2", "fa1-triton")
 CAST_KERNELS = ("fused", "inductor")
 
 
-def _inductor_cast_memory() -> float:
+#: The H200's SMs (the chip ``torch.compile``'s FP8 casts were measured on)
+INDUCTOR_CAST_SMS = 132
+#: ``torch.compile``'s tensorwise FP8 cast taken apart on one H200 (torch 2.11, ``scripts/
+#: measure_gpu_kernels.py --only fp8-cast-passes``; ``cosearch/data/h200_fp8_cast_passes.csv``,
+#: the 8192 x 14336 and 8192 x 28672 rows, seconds): the whole-tensor amax reduction alone, and
+#: the cast with a given scale plus its transposed FP8 copy.
+INDUCTOR_CAST_PASSES_S = {(8192, 14336): (0.000441608, 0.000175001), (8192, 28672): (0.000872364, 0.000346888)}
+
+
+def _inductor_amax_Bps_per_sm() -> float:
+    """Bytes of bf16 input per second per SM at which ``torch.compile``'s whole-tensor amax
+    reduction runs: 531.9 and 538.5 GB/s on the H200's 132 SMs (mean 535.2), 0.11 of its 4.8
+    TB/s, so not bound by HBM: the rate is taken per SM (the reduction's blocks and their
+    final combine), the same on an H100 of either memory."""
+    rates = [2.0 * m * n / s[0] for (m, n), s in INDUCTOR_CAST_PASSES_S.items()]
+    return sum(rates) / len(rates) / INDUCTOR_CAST_SMS
+
+
+def _inductor_cast_stream() -> float:
     """Fraction of the datasheet HBM bandwidth (H200: 4.8 TB/s) at which ``torch.compile``'s
-    per-tensor FP8 casts stream the logical bytes the model charges (bf16 read, FP8 row-wise and
-    transposed copies written: 4 bytes per element), measured by cosearch on one H200 (torch
-    2.11, ``scripts/measure_gpu_kernels.py --only fp8-training``; ``cosearch/data/h200_fp8_kernels.csv``,
-    rows ``fp8-cast`` "amax + cast + transposed copy" at 8192 x 4096, 14336 and 28672): 0.18, 0.59
-    and 1.16 ms, 0.159-0.168 (mean 0.1647).  The measured kernels do more passes than the
-    bytes charged, so this fraction is their whole cost; taken apart on the same chip
-    (``h200_fp8_cast_passes.csv``), the whole-tensor amax reduction alone streams 0.11 of the
-    bandwidth and makes three quarters of the time, the cast with its transposed copy the rest.
-    Other chips are assumed to run them at the same fraction of their bandwidth."""
-    elements = (8192 * 4096, 8192 * 14336, 8192 * 28672)
-    seconds = (0.000176044, 0.000586732, 0.00116198)
-    return sum(4.0 * e / s / 4.8e12 for e, s in zip(elements, seconds)) / 3.0
+    cast with its transposed copy streams its 4 logical bytes an element (bf16 read, two FP8
+    copies written): 2684 and 2708 GB/s, 0.5617 (mean)."""
+    f = [4.0 * m * n / s[1] / 4.8e12 for (m, n), s in INDUCTOR_CAST_PASSES_S.items()]
+    return sum(f) / len(f)
 
 
-#: ``torch.compile``'s tensorwise FP8 casts: 0.1647 of the HBM bandwidth (:func:`_inductor_cast_memory`)
-INDUCTOR_CAST_MEMORY = _inductor_cast_memory()
+#: ``torch.compile``'s amax reduction: 4.05 GB/s of bf16 input per SM (535 GB/s on 132 SMs)
+INDUCTOR_AMAX_BPS_PER_SM = _inductor_amax_Bps_per_sm()
+#: ``torch.compile``'s cast + transposed copy: 0.5617 of the HBM bandwidth
+INDUCTOR_CAST_STREAM = _inductor_cast_stream()
 
 
 def _fa1_triton_speed(fa2_fwd: float = 200.0, fa2_bwd: float = 187.0, fwd_slower: float = 1.4,

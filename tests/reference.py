@@ -7,13 +7,14 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0)):
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op[:10]
     head_dim = op[10] if len(op) > 10 else 0
     cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d[:11]
     glb = d[11] if len(d) > 11 else 0.0
     e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained, sk_fix, \
-        attn_over_bwd, attn_head, cast_memory = (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0))[:17]
+        attn_over_bwd, attn_head, cast_memory, amax_Bps = \
+        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0))[:18]
     clock = boost_clock * sustained   # the sustained clock; the HBM bandwidth stays
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
@@ -63,7 +64,10 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
     if kind in (1, 4):   # a vector op; a low-precision cast (4) streams at its own rate where one is set
         lanes = vu * frac * vw
         stream = hbm_bw * frac * cast_memory if kind == 4 and cast_memory > 0 else bw
-        return max(math.ceil(elems / lanes) * ope / clock, (br + bw_) / stream) + launch
+        passes = (br + bw_) / stream
+        if kind == 4 and amax_Bps > 0:   # the input read once more by an amax reduction, at most at bw
+            passes += br / min(amax_Bps * frac, bw)
+        return max(math.ceil(elems / lanes) * ope / clock, passes) + launch
     return 0.0
 
 

@@ -58,6 +58,7 @@ from numba import njit, prange
 
 from .formulas import (
     E_CAST,
+    E_CAST_AMAX,
     E_CLOCK,
     E_FP4,
     E_FP8,
@@ -137,9 +138,13 @@ def _price_one(op, d, frac, eff):
         lanes = d[3] * frac * d[4]
         cycles = math.ceil(op[5] / lanes) * op[6]
         compute = cycles / clock
+        stream = bw
         if kind == 4.0 and eff[E_CAST] > 0.0:   # a low-precision cast at the engine's cast rate
             bw = d[9] * frac * eff[E_CAST]
         mem = (op[7] + op[8]) / bw
+        if kind == 4.0 and eff[E_CAST_AMAX] > 0.0:   # a separate amax pass reads the input again
+            amax = eff[E_CAST_AMAX] * frac
+            mem += op[7] / (amax if amax < stream else stream)
         return (compute if compute > mem else mem) + eff[3]
     return 0.0
 
