@@ -75,6 +75,21 @@ from .formulas import (
 )
 
 
+@njit(cache=True)
+def _cast_s(read, written, hbm_Bps, stream_Bps, frac, eff):
+    """Memory time of a low-precision cast: its bytes at the engine's cast stream
+    (``eff[E_CAST]`` of the HBM bandwidth; 0: the memory efficiency's ``stream_Bps``), plus,
+    where the engine computes the scale by a separate amax reduction (``eff[E_CAST_AMAX]``
+    bytes/s, 0: none), the input read once more at that rate, never faster than the stream.
+    Kept out of line: casts are rare, and the vector path stays small."""
+    bw = hbm_Bps * eff[E_CAST] if eff[E_CAST] > 0.0 else stream_Bps
+    t = (read + written) / bw
+    if eff[E_CAST_AMAX] > 0.0:
+        amax = eff[E_CAST_AMAX] * frac
+        t += read / (amax if amax < stream_Bps else stream_Bps)
+    return t
+
+
 @njit(cache=True, inline="always")
 def _price_one(op, d, frac, eff):
     kind = op[0]
@@ -138,13 +153,10 @@ def _price_one(op, d, frac, eff):
         lanes = d[3] * frac * d[4]
         cycles = math.ceil(op[5] / lanes) * op[6]
         compute = cycles / clock
-        stream = bw
-        if kind == 4.0 and eff[E_CAST] > 0.0:   # a low-precision cast at the engine's cast rate
-            bw = d[9] * frac * eff[E_CAST]
-        mem = (op[7] + op[8]) / bw
-        if kind == 4.0 and eff[E_CAST_AMAX] > 0.0:   # a separate amax pass reads the input again
-            amax = eff[E_CAST_AMAX] * frac
-            mem += op[7] / (amax if amax < stream else stream)
+        if kind == 4.0:   # a low-precision cast at the engine's cast rate
+            mem = _cast_s(op[7], op[8], d[9] * frac, bw, frac, eff)
+        else:
+            mem = (op[7] + op[8]) / bw
         return (compute if compute > mem else mem) + eff[3]
     return 0.0
 
