@@ -66,3 +66,38 @@ def test_grand_teton_h100_is_its_sources_part(accel, hbm_bytes):
     assert (chip.hbm_bandwidth_Bps, chip.hbm_bytes) == (2.4e12, hbm_bytes)
     assert chip.peak_flops == modern_runs.hardware.H100.peak_flops
     assert modern_runs.describe(_row()).chip.hbm_bandwidth_Bps == 3.35e12
+
+
+def test_published_recompute_mode_from_hfu_over_mfu():
+    """A run that says only that it recomputed (PaLM: "yes") is read at the mode its published
+    hardware / model FLOPs utilisations state.  By hand for PaLM's shapes (118 layers of 18432,
+    48 heads of 384 and one KV head, SwiGLU FFN 73728, 2048 tokens, 256k tied vocabulary): N =
+    118 (2 h^2 + 2 h 384 + 3 h f + 2 h) + V h + h = 567.6e9, 6 N + 12 L h s = 3.459e12 FLOPs a
+    token; full recompute repeats each layer's forward, 2 (2 h^2 + 2 h 384 + 3 h f) + 4 h s a
+    token, so (model + recomputed) / model = 1.331; selective repeats the attention core, 4 h s:
+    1.005.  PaLM's 57.8 / 46.2 = 1.251 is nearer full; 1.05 is nearer selective."""
+    import bench_fidelity
+
+    from cosearch import models
+    m = models.ModelConfig("palm", 118, 18432, 48, 73728, 256000, 2048, kv_heads=1, activation="swiglu",
+                           norm="layernorm", position="rotary", bias=False, tie_embeddings=True, dropout=False)
+    h, f, V, L, s = 18432, 73728, 256000, 118, 2048
+    mm = 2 * h * h + 2 * h * 384 + 3 * h * f
+    per_token = 6.0 * (L * (mm + 2 * h) + V * h + h) + 12.0 * L * h * s
+    ratios = bench_fidelity.recompute_ratios(m)
+    assert ratios["full"] == pytest.approx(1.0 + L * (2 * mm + 4 * h * s) / per_token, rel=1e-4)
+    assert ratios["selective"] == pytest.approx(1.0 + L * 4 * h * s / per_token, rel=1e-4)
+    assert (round(ratios["full"], 3), round(ratios["selective"], 3)) == (1.331, 1.005)
+    assert bench_fidelity._recompute_from_hfu(m, {"hfu": 0.578, "mfu": 0.462}, None) == "full"
+    assert bench_fidelity._recompute_from_hfu(m, {"hfu": 0.462 * 1.05, "mfu": 0.462}, None) == "selective"
+    assert bench_fidelity._recompute_from_hfu(m, {"mfu": 0.462}, None) is None
+
+
+def test_published_tpu_v4_runs_take_tpu_v5s_measured_matmul_rate():
+    """PaLM's TPU v4 is priced at TPU v5's measured XLA matmul efficiency in the fidelity bench,
+    while the TPUv4 preset, PHAZE's chip, stays an ideal roofline."""
+    import bench_fidelity
+    from cosearch import hardware
+    chip, cl = bench_fidelity._setup({"hardware": {"chip": "TPU v4", "chips": 6144}})
+    assert chip.efficiency.tensor == hardware.TPU5_TENSOR and chip.peak_flops == hardware.TPUv4.peak_flops
+    assert hardware.TPUv4.efficiency.tensor == 1.0 and cl.num_chips == 6144
