@@ -97,6 +97,7 @@ def test_published_tpu_v4_runs_take_tpu_v5s_measured_matmul_rate():
     """PaLM's TPU v4 is priced at TPU v5's measured XLA matmul efficiency in the fidelity bench,
     while the TPUv4 preset, PHAZE's chip, stays an ideal roofline."""
     import bench_fidelity
+
     from cosearch import hardware
     chip, cl = bench_fidelity._setup({"hardware": {"chip": "TPU v4", "chips": 6144}})
     assert chip.efficiency.tensor == hardware.TPU5_TENSOR and chip.peak_flops == hardware.TPUv4.peak_flops
