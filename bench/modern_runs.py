@@ -71,10 +71,6 @@ def _engine(row: dict) -> str | Engine:
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 
-#: Grand Teton H100 (HBM2e, 500 W): 2.4 TB/s peak memory bandwidth (torchtitan docs/performance.md)
-H100_HBM2E_BPS = 2.4e12
-
-
 def _chip(row: dict, notes: list) -> hardware.Accelerator:
     a = row["accel"]
     if a.startswith("A100-SXM-40GB"):
@@ -83,12 +79,10 @@ def _chip(row: dict, notes: list) -> hardware.Accelerator:
         return hardware.A100_80GB
     if a.startswith("H100-SXM-96GB") or a.startswith("H100-95GB"):
         # Meta's Grand Teton H100s: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" at "the
-        # default 500W power limit" (torchtitan docs/performance.md, the rows' own source); HBM
-        # size from the row.  No figure for their sustained clock at 500 W, so the SXM5 preset's
-        # 700 W clock is kept (optimistic: "the actual peak TFLOPs number is between SXM and NVL")
-        notes.append("H100 96 GB HBM2e part (2.4 TB/s) priced with the 700 W H100 SXM5's sustained clock")
-        return hardware.H100.with_(name="H100-96GB", hbm_bytes=(95e9 if "95GB" in a else 96e9),
-                                   hbm_bandwidth_Bps=H100_HBM2E_BPS)
+        # default 500W power limit" (torchtitan docs/performance.md, the rows' own source): the
+        # H100-500W preset, its clock and FP8 rate from FBGEMM's "H100 500W" GEMMs; HBM size
+        # from the row
+        return hardware.H100_500W.with_(hbm_bytes=(95e9 if "95GB" in a else 96e9))
     for prefix, chip in (("H100", hardware.H100), ("H200", hardware.H200), ("B200", hardware.B200),
                          ("GB200", hardware.GB200), ("GB300", hardware.GB300), ("TPU-v5e", hardware.TPUv5e),
                          ("TPU-v5p", hardware.TPUv5p)):
@@ -107,7 +101,7 @@ def _cluster(row: dict, chip: hardware.Accelerator) -> cluster.Cluster:
     if name in ("GB200", "GB300"):
         return cluster.gb200_nvl72(n)
     base = {"A100": cluster.dgx_a100, "A100-80GB": cluster.dgx_a100, "H100": cluster.dgx_h100,
-            "H100-96GB": cluster.dgx_h100, "H200": cluster.dgx_h200, "B200": cluster.dgx_b200}[name]
+            "H100-500W": cluster.dgx_h100, "H200": cluster.dgx_h200, "B200": cluster.dgx_b200}[name]
     if n % 8 == 0:
         return base(n // 8)
     one = base(1)   # fewer GPUs than a node: one flat NVLink domain of n

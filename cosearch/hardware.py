@@ -21,6 +21,9 @@ as small systolic arrays with the same MACs/clock):
   (989 TFLOP/s dense bf16), 132 SMs x 128 FP32 lanes, 256 KiB L1 per SM (64 KiB
   per tensor core), 50 MiB L2, 80 GiB HBM3 at 3350 GB/s, NVLink 4 at 450 GB/s per
   direction (NVIDIA H100 whitepaper).
+* ``H100-500W`` — an H100 held at 500 W with 96 GB of HBM2e at 2.4 TB/s (Meta's Grand
+  Teton parts, torchtitan's performance page): the H100's compute at its 500 W sustained
+  clock and FP8 rate, both from FBGEMM's "H100 500W" GEMMs.
 
 Link bandwidths are per chip and per direction.  Each preset carries a
 :class:`KernelEfficiency` — what its kernels achieve of the roofline — with the
@@ -330,6 +333,12 @@ EFFICIENCY_SOURCES = {
             "limit: 1.87, 1.84, 1.80, 1.83 (h200_kernels.csv); per clock the ratio is 1.92-2.01, but FP8 "
             "GEMMs draw more power and hold a ~5% lower clock, which a single sustained clock cannot "
             "express, so the ratio at the power limit is the one used.",
+    "H100-500W": "At 500 W (Meta's Grand Teton H100s): sustained clock 0.7027 of the datasheet clock (1286 "
+                 "MHz): FBGEMM's bf16 GEMMs on 'H100 500W' (pytorch/FBGEMM #2546: 585.2, 575.1, 546.3 "
+                 "TFLOP/s at 8192^3, 65536x8192x7168, 65536x3584x8192) hold 0.857 of the clock back-to-back "
+                 "8192^3 GEMMs hold at 700 W (h200_kernels.csv), times the 700 W step clock; FP8 rate 1.965, "
+                 "FBGEMM's FP8/bf16 pairs in the same run (public_kernels.csv rows 37-42).  HBM2e 2.4 TB/s "
+                 "(torchtitan docs/performance.md).",
     "Blackwell": "The H100's kernel per-clock fractions (tensor 0.856, attention 0.526 / FA2 0.2885, memory "
                  "0.90, the same tile model) are assumed, on the chip's 148 SMs; the peaks are the datasheet's (see "
                  "the chip preset).  B200 GEMM rows (vllm-project/vllm #18778 and #19566, bench_fp8_gemm.py on "
@@ -475,6 +484,22 @@ _H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOUR
                              attention_head_overhead=ATTENTION_HEAD_OVERHEAD,
                              attention_head_overhead_fa2=ATTENTION_HEAD_OVERHEAD_FA2, attention_fa2=_H100_ATTENTION_FA2,
                              sustained_clock=SUSTAINED_CLOCK_H100)
+#: Sustained clock of an H100 held at 500 W (Meta's Grand Teton parts, torchtitan's H100s), as a
+#: fraction of the datasheet clock.  FBGEMM's bf16 GEMMs on "H100 500W" (pytorch/FBGEMM pull
+#: request #2546, 2024: 585.23, 575.12 and 546.31 TFLOP/s at 8192^3, 65536 x 8192 x 7168 and 65536 x
+#: 3584 x 8192; cosearch/data/public_kernels.csv rows 37-39) run at 0.713, 0.695 and 0.659 (mean
+#: 0.689) of the H100 model at the datasheet clock; back-to-back 8192^3 GEMMs at 700 W run at 0.804
+#: of it (659.9 TFLOP/s, the median of cosearch/data/h200_kernels.csv's ``sustained`` rows after
+#: 1 s).  So 500 W holds 0.857 of the 700 W GEMM clock, and a training step's clock is taken as
+#: the 700 W step's (SUSTAINED_CLOCK_H100, 1500 MHz) times the same 0.857: 1286 MHz.
+#: tests/test_kernel_model.py recomputes it from the rows.
+SUSTAINED_CLOCK_H100_500W = 0.7027
+#: FP8 / BF16 GEMM rate at 500 W: FBGEMM's row-wise-scaled FP8 GEMMs over its bf16 GEMMs in the same
+#: run (1125.51 / 585.23, 1082.75 / 575.12, 1141.38 / 546.31; rows 40-42): 1.923, 1.883, 2.089, mean
+#: 1.965 — the per-clock ratio cosearch measured for tensorwise ``torch._scaled_mm`` on the H200
+#: (1.92-2.01): at 500 W both precisions run at the same power-limited clock, where at 700 W FP8
+#: held a ~5 % lower one (FP8_RATE_H100).
+FP8_RATE_H100_500W = 1.965
 #: FP8 / BF16 GEMM rate on B200: CUTLASS FP8 (per-tensor scales, inputs already quantized) over
 #: torch bf16 matmul at 16384 x 6144 x 4096 in the same run, 2544.7 / 1512.8 TFLOP/s
 #: (vllm-project/vllm pull request #19566, benchmarks/kernels/bench_fp8_gemm.py on SM100;
@@ -643,6 +668,15 @@ H100 = Accelerator("H100", 528, 16, 32, 132, 128, 1.83e9, 64 * KiB, 50 * MiB, 80
 # modelling choice for GPUs; only the peak and the SM count enter the GEMM model).
 #: H200 SXM: H100's compute, 141 GB HBM3e at 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet).
 H200 = H100.with_(name="H200", hbm_bytes=141e9, hbm_bandwidth_Bps=4.8e12)
+#: H100 at 500 W with 96 GB of HBM2e (Meta's Grand Teton H100s, on which torchtitan's performance
+#: page was measured: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power
+#: limit", pytorch/torchtitan docs/performance.md): the H100's compute and kernels at the 500 W
+#: sustained clock and FP8 rate (SUSTAINED_CLOCK_H100_500W, FP8_RATE_H100_500W, from FBGEMM's
+#: "H100 500W" GEMMs).
+H100_500W = H100.with_(name="H100-500W", hbm_bytes=96e9, hbm_bandwidth_Bps=2.4e12,
+                       efficiency=replace(_H100_EFF, sustained_clock=SUSTAINED_CLOCK_H100_500W,
+                                          fp8_rate=FP8_RATE_H100_500W,
+                                          source=_H100_EFF.source + "  " + EFFICIENCY_SOURCES["H100-500W"]))
 #: B200 (HGX/DGX B200): 2.25 PFLOP/s dense BF16, 4.5 dense FP8, 180 GB HBM3e at 8 TB/s, NVLink 5 at
 #: 1.8 TB/s bidirectional (900 GB/s per direction), 148 SMs (NVIDIA DGX B200 datasheet: 72 PFLOP/s
 #: FP8 training and 1,440 GB for 8 GPUs; HGX B200 specifications).  L2 assumed 2 x 50 MB (two dies).
@@ -666,7 +700,8 @@ TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 1
 #: 2,765 GB/s, ICI 4,800 Gb/s per chip over 6 links (100 GB/s each) (Google Cloud TPU v5p documentation).
 TPUv5p = Accelerator("TPUv5p", 8, 128, 128, 8, 1024, 1.75e9, 4 * MiB, 96 * MiB, 95 * GiB, 2.765e12, 1.0e11,
                      _TPU5_EFF)
-PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100, "h200": H200,
+PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100,
+                                   "h100-500w": H100_500W, "h200": H200,
                                    "b200": B200, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
 
 
@@ -675,8 +710,8 @@ def preset_names() -> list[str]:
 
 
 def preset(name: str | Accelerator) -> Accelerator:
-    """Accelerator preset by name (case-insensitive): TPUv4, A100, A100-80GB, H100, H200, B200,
-    GB200, GB300, TPUv5e, TPUv5p."""
+    """Accelerator preset by name (case-insensitive): TPUv4, A100, A100-80GB, H100, H100-500W, H200,
+    B200, GB200, GB300, TPUv5e, TPUv5p."""
     if isinstance(name, Accelerator):
         return name
     key = str(name).lower().replace("_", "-")

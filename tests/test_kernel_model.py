@@ -13,7 +13,7 @@ from tests.data_tables import package_rows
 from tests.reference import gemm_tiles_simulated
 
 CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
-         "TPUv5e": hardware.TPUv5e}
+         "TPUv5e": hardware.TPUv5e, "H100-500W": hardware.H100_500W}
 
 
 def _rows():
@@ -22,7 +22,7 @@ def _rows():
 
 #: the boost clock each chip's kernels can reach, over its datasheet-peak clock (A100: the same)
 BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100,
-         "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0}
+         "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0, "H100-500W": hardware.BOOST_CLOCK_H100}
 
 
 def _model_tflops(row, clock: str = "sustained") -> float:
@@ -536,3 +536,33 @@ def test_shape_model_against_xlas_h100_matmul_table():
     assert big.sum() == 15 and np.all(np.abs(err[big]) <= 0.05)
     assert np.all((err[mid] >= -0.20) & (err[mid] <= 0.05)) and abs(np.median(err[mid])) <= 0.05
     assert np.all(err[small] < 0.0)       # the launch overhead: the model is slow for tiny kernels
+
+
+def test_h100_500w_clock_and_fp8_rate_from_their_rows():
+    """The 500 W H100's sustained clock and FP8 rate recomputed from their sources: FBGEMM's
+    "H100 500W" bf16 GEMMs (public_kernels.csv rows 37-39) over the H100 model at the datasheet
+    clock, against the same for back-to-back 8192^3 GEMMs at 700 W (the median of the H200's
+    ``sustained`` rows after 1 s), times the 700 W step clock; and the same run's FP8 over bf16
+    rates (rows 40-42 over 37-39)."""
+    import statistics
+    rows = {r["row"]: r for r in _rows()}
+    full = hardware.H100.with_(efficiency=hardware.H100.efficiency.at_full_clock())
+
+    def at_full_clock(m, n, k):
+        op = graph.Op("g", "gemm", m=m, n=n, k=k, bytes_read=2 * (m * k + k * n), bytes_written=2 * m * n)
+        return 2.0 * m * n * k / cost.price_on(np.array([op.as_row()]), full)[0] / 1e12
+
+    bf16 = [rows[str(i)] for i in (37, 38, 39)]
+    fp8 = [rows[str(i)] for i in (40, 41, 42)]
+    at500 = statistics.mean(float(r["tflops"]) / at_full_clock(int(r["m"]), int(r["n"]), int(r["k"])) for r in bf16)
+    sustained = [r for r in package_rows("h200_kernels.csv", "sustained")
+                 if float(r["note"].rsplit(" at ", 1)[1][:-2]) >= 1.0]
+    at700 = statistics.median(float(r["tflops"]) for r in sustained) / at_full_clock(8192, 8192, 8192)
+    assert (round(at500, 3), round(at700, 3)) == (0.689, 0.804)
+    assert hardware.SUSTAINED_CLOCK_H100 * at500 / at700 == pytest.approx(hardware.SUSTAINED_CLOCK_H100_500W,
+                                                                           abs=5e-4)
+    rate = statistics.mean(float(a["tflops"]) / float(b["tflops"]) for a, b in zip(fp8, bf16))
+    assert rate == pytest.approx(hardware.FP8_RATE_H100_500W, abs=5e-4)
+    chip = hardware.H100_500W
+    assert (chip.hbm_bandwidth_Bps, chip.peak_flops) == (2.4e12, hardware.H100.peak_flops)
+    assert chip.efficiency.tensor == hardware.H100.efficiency.tensor

@@ -58,14 +58,15 @@ def test_megatron_bridge_fp8_recipes_keep_fp8_weights(precision, fp8_params):
 @pytest.mark.parametrize("accel,hbm_bytes", [
     ("H100-SXM-96GB-HBM2e-500W (Meta Grand Teton, RDMA 400Gb/s/GPU)", 96e9), ("H100-95GB-HBM2e lower-TDP SXM", 95e9)])
 def test_grand_teton_h100_is_its_sources_part(accel, hbm_bytes):
-    """torchtitan's H100 rows run on Grand Teton's HBM2e parts, "96GB HBM2e with 2.4 TB/sec peak
-    memory bandwidth" (docs/performance.md): the row's HBM size and 2.4 TB/s, the SXM5's 3.35
-    TB/s everywhere else; the compute stays the SXM5's."""
+    """torchtitan's H100 rows run on Grand Teton's HBM2e parts at 500 W, "96GB HBM2e with 2.4
+    TB/sec peak memory bandwidth" (docs/performance.md): the H100-500W preset with the row's HBM
+    size; every other H100 row is the SXM5 at 700 W with 3.35 TB/s."""
     row = _row(software="torchtitan 2024-12", accel=accel, zero=3, precision="BF16 + torch.compile")
     chip = modern_runs.describe(row).chip
-    assert (chip.hbm_bandwidth_Bps, chip.hbm_bytes) == (2.4e12, hbm_bytes)
-    assert chip.peak_flops == modern_runs.hardware.H100.peak_flops
-    assert modern_runs.describe(_row()).chip.hbm_bandwidth_Bps == 3.35e12
+    assert (chip.name, chip.hbm_bandwidth_Bps, chip.hbm_bytes) == ("H100-500W", 2.4e12, hbm_bytes)
+    assert chip.efficiency == modern_runs.hardware.H100_500W.efficiency
+    other = modern_runs.describe(_row()).chip
+    assert (other.name, other.hbm_bandwidth_Bps) == ("H100", 3.35e12)
 
 
 def test_published_recompute_mode_from_hfu_over_mfu():
