@@ -346,7 +346,10 @@ EFFICIENCY_SOURCES = {
                  "4096 runs 1512.8 TFLOP/s, the model 3.6% under it at the sustained clock.  FP8 rate 1.682: CUTLASS "
                  "FP8 over torch bf16 at that shape in the same run (2544.7 / 1512.8), below the H100's 1.84.  "
                  "Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 pull the SM "
-                 "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899).  NVFP4 rate 2.871: "
+                 "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899); applied to the "
+                 "datasheet clock (1856 MHz) it gives 1492 MHz, under FA4's 1580 (0.851 of it): a GEMM-heavy step "
+                 "holds less than an attention loop (SUSTAINED_CLOCK_BLACKWELL), and no B200 GEMM clock is "
+                 "published.  NVFP4 rate 2.871: "
                  "CUTLASS NVFP4 over torch bf16 at 16384 x 6144 x 4096 in the same run (3904.3 / 1360.1, "
                  "vllm-project/vllm #20646, public_kernels.csv rows 35-36), below the 3.36 that the datasheet's "
                  "FP4/FP8 ratio times the FP8 rate would give; GB300 1.5x it (its datasheet's dense FP4).",
@@ -451,6 +454,12 @@ SUSTAINED_CLOCK_A100 = 1200.0 / 1410.0
 SUSTAINED_CLOCK_H100 = 1500.0 / 1830.0
 #: B200: back-to-back FlashAttention-4 kernels pull the SM clock "from 1965 MHz to ~1580 MHz"
 #: within ~50 ms, TFLOP/s down up to 15% (flashinfer-ai/flashinfer pull request #2899, 2026).
+#: The ratio is to the boost clock; the preset's clock is the datasheet's (2.25 PFLOP/s over 148
+#: SMs x 8192 FLOP/clk = 1856 MHz), of which it is 1492 MHz, under FA4's 1580 (0.851 of the
+#: datasheet clock).  A training step holds less than an attention-only loop: GEMMs draw more
+#: power (on the H200 at 700 W back-to-back GEMMs hold 1435 MHz, a FlashAttention-2 Llama layer
+#: 1682), and no B200 GEMM clock is published, so the step clock is taken at 1492 MHz, 5.6 %
+#: under FA4's.
 SUSTAINED_CLOCK_BLACKWELL = 1580.0 / 1965.0
 
 #: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
