@@ -282,15 +282,31 @@ class _Builder:
             deps = [self.fp8_cast(f"{name}.cast", deps, m * k * experts, lowp)]
         return self.gemm(name, deps, m, n, k, batch=experts, operand_bytes=lowp if lowp else None)
 
-    def linear(self, name: str, deps, m: int, n: int, k: int, lowp: float = 0.0) -> int:
+    def linear(self, name: str, deps, m: int, n: int, k: int, lowp: float = 0.0, cast: bool = True) -> int:
         """A weight GEMM; with ``lowp`` (operand bytes: 1 for FP8, 0.5625 for NVFP4) its input
-        is cast first and its operands are ``lowp`` bytes (the weight's low-precision copy is made
-        once per step and cached, as Transformer Engine does across microbatches, so it is not
-        charged per microbatch)."""
+        is cast first (unless ``cast`` is False: it arrives cast) and its operands are ``lowp``
+        bytes (the weight's low-precision copy is made once per step and cached, as Transformer
+        Engine does across microbatches, so it is not charged per microbatch)."""
         if not lowp:
             return self.gemm(name, deps, m, n, k)
-        x = self.fp8_cast(f"{name}.cast", deps, m * k, lowp)
-        return self.gemm(name, [x], m, n, k, operand_bytes=lowp)
+        x = self.fp8_cast(f"{name}.cast", deps, m * k, lowp) if cast else deps
+        return self.gemm(name, [x] if cast else deps, m, n, k, operand_bytes=lowp)
+
+    def sp_allgather(self, name: str, dep, local_elements: float, elements: float, lowp: float = 0.0) -> int:
+        """Sequence parallelism's all-gather of a normed input before its column-parallel GEMMs,
+        ``elements`` gathered from ``local_elements`` a rank.  Under low precision the shard is
+        cast first and the low-precision copy gathered (``lowp`` bytes an element): Transformer
+        Engine's ``LayerNormLinear`` quantizes ``ln_out`` before ``gather_along_first_dim``, and
+        torchao's ``PrepareFloat8ModuleInput`` casts "before the all-gather (i.e. Shard ->
+        Replicate)", so the GEMMs after it cast nothing.  The op's ``elements`` size its
+        gradient's reduce-scatter, in the graph's dtype."""
+        if not lowp:
+            return self._add(Op(name, "allgather", (dep,), elements=float(elements),
+                                bytes_read=float(elements * self.dt), bytes_written=float(elements * self.dt),
+                                dtype_bytes=self.dt))
+        c = self.fp8_cast(f"{name}.cast", [dep], local_elements, lowp)
+        return self._add(Op(name, "allgather", (c,), elements=float(elements), bytes_read=float(elements * lowp),
+                            bytes_written=float(elements * lowp), dtype_bytes=lowp))
 
 
 #: How the loss is computed (:attr:`cosearch.engine.Engine.cross_entropy`): ``"fused"``, a
@@ -464,20 +480,22 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     g = _Builder(c.dtype_bytes)
     norm = c.norm
     n1 = g.vector("norm1", [], Tv * h, norm)
-    x_in = g.collective("allgather_attn", [n1], act_bytes, "allgather") if sp and tp > 1 else n1
+    gathered = sp and tp > 1
+    cast_in = not (gathered and lowp)   # a low-precision SP gather delivers the GEMMs' input cast
+    x_in = g.sp_allgather("allgather_attn", n1, Tv * h, T * h, lowp) if gathered else n1
     if c.mla is not None:
         # multi-head latent attention: Q and K/V from low-rank latents (the down projections
         # replicated over the tp ranks, the up projections split by head); the attention core
         # is priced with head width d + rope / 2 (QK^T over d + rope, PV over d)
         qr, kvr, rope = c.mla
-        qd = g.linear("q_down", [x_in], T, qr, h, lowp)
+        qd = g.linear("q_down", [x_in], T, qr, h, lowp, cast_in)
         qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, lowp)
-        kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, lowp)
+        kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, lowp, cast_in)
         kvu = g.linear("kv_up", [kvd], T, a * 2 * d, kvr, lowp)
         qkv = g.vector("mla_join", [qkv, kvu], T * a * (3 * d + rope), "add", inputs=1)
         d = d + rope // 2
     else:
-        qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, lowp)
+        qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, lowp, cast_in)
     x = qkv
     if c.position == "rotary":
         x = g.vector("rotary", [qkv], T * (a + kv) * d, "rotary")
@@ -501,15 +519,17 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         out = g.vector("dropout1", [out], Tv * h, "dropout")
     r1 = g.vector("residual1", [out], Tv * h, "add", inputs=2)
     n2 = g.vector("norm2", [r1], Tv * h, norm)
-    x2 = g.collective("allgather_mlp", [n2], act_bytes, "allgather") if sp and tp > 1 else n2
+    # an MoE layer's router and token dispatch take the gathered tokens in the graph's dtype
+    mlp_lowp = 0.0 if c.moe else lowp
+    x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
     if c.moe:
         fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp)
     elif c.gated:
         # Megatron fuses the gate and up projections into one column-parallel GEMM
-        fc1 = g.linear("fc1", [x2], T, 2 * f, h, lowp)
+        fc1 = g.linear("fc1", [x2], T, 2 * f, h, lowp, cast_in)
         act = g.vector("act", [fc1], T * f, c.activation, inputs=2)
     else:
-        fc1 = g.linear("fc1", [x2], T, f, h, lowp)
+        fc1 = g.linear("fc1", [x2], T, f, h, lowp, cast_in)
         act = g.vector("act", [fc1], T * f, c.activation)
     if not c.moe:
         fc2 = g.linear("fc2", [act], T, h, f, lowp)
@@ -555,7 +575,9 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
             grad_of[i] = deps  # gradient flows through unchanged
             continue
         if op.kind in _CONJUGATE:
-            grad_of[i] = [g.collective(f"{op.name}.grad", deps, op.bytes_read, _CONJUGATE[op.kind])]
+            # a gather sized by its elements (sp_allgather) returns its gradient in the graph's dtype
+            nbytes = op.elements * dt if op.elements else op.bytes_read
+            grad_of[i] = [g.collective(f"{op.name}.grad", deps, nbytes, _CONJUGATE[op.kind])]
             continue
         if op.kind == "cast":
             grad_of[i] = deps  # the cast's gradient passes through (the dgrad GEMM writes bf16)

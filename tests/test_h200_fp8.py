@@ -290,3 +290,45 @@ def test_norms_and_activations_forward_and_backward_are_known_optimistic():
             assert lo <= _vector_pass_error(r) <= hi, (r["note"], r["n"], _vector_pass_error(r))
         elif r["note"] == "swiglu forward (compiled)":
             assert abs(_vector_pass_error(r)) <= 0.03, (r["n"], _vector_pass_error(r))
+
+
+def test_sequence_parallel_gathers_the_fp8_copy():
+    """Under sequence parallelism an FP8 layer gathers the FP8 copy of its normed input
+    (Transformer Engine's LayerNormLinear quantizes ln_out before gather_along_first_dim;
+    torchao's PrepareFloat8ModuleInput casts before the Shard -> Replicate all-gather): for Llama 3
+    8B at 8192 tokens and tp 4 each forward all-gather moves 8192 x 4096 x 1 byte (not 2), the
+    cast runs on the rank's 2048 x 4096 shard and the QKV and FC1 GEMMs cast nothing; the
+    gradients go back by reduce-scatter in bf16, 8192 x 4096 x 2 bytes."""
+    T, h = 8192, 4096
+    fwd = graph.build(LLAMA3_8B, tp=4, microbatch=1, phase="fwd", part="layer", sequence_parallel=True,
+                      flash_attention=True, precision="fp8")
+    ops = {o.name: o for o in fwd.ops}
+    for ag in ("allgather_attn", "allgather_mlp"):
+        assert ops[ag].kind == "allgather" and ops[ag].bytes_read == T * h * 1
+        assert ops[f"{ag}.cast"].kind == "cast" and ops[f"{ag}.cast"].elements == T * h / 4
+    assert "qkv.cast" not in ops and "fc1.cast" not in ops
+    assert ops["attn_out.cast"].elements == T * (4096 // 4) and ops["fc2.cast"].elements == T * 14336 // 4
+    assert [b for k, b in fwd.collectives] == [T * h, T * h * 2, T * h, T * h * 2]
+    bwd = graph.build(LLAMA3_8B, tp=4, microbatch=1, phase="bwd", part="layer", sequence_parallel=True,
+                      flash_attention=True, precision="fp8")
+    grads = {o.name: o for o in bwd.ops if o.kind in ("allgather", "reducescatter")}
+    assert grads["allgather_attn.grad"].kind == "reducescatter" and grads["allgather_attn.grad"].bytes_read == T * h * 2
+    assert grads["reducescatter_mlp.grad"].bytes_read == T * h * 2
+    # bf16: the gathers move 2 bytes an element and the GEMMs cast nothing
+    bf = graph.build(LLAMA3_8B, tp=4, microbatch=1, phase="fwd", part="layer", sequence_parallel=True,
+                     flash_attention=True)
+    assert [b for k, b in bf.collectives] == [T * h * 2] * 4
+    assert not any(o.kind == "cast" for o in bf.ops)
+
+
+def test_moe_router_input_is_gathered_in_bf16():
+    """An MoE layer's router and dispatch take the gathered tokens in bf16: only the attention
+    input's gather moves the FP8 copy (Mixtral 8x7B, tp 2, one sequence of 4096 tokens)."""
+    from cosearch import models
+    m = models.preset("mixtral-8x7b")
+    T, h = m.seq_len, m.hidden
+    fwd = graph.build(m, tp=2, microbatch=1, phase="fwd", part="layer", sequence_parallel=True,
+                      flash_attention=True, precision="fp8")
+    ops = {o.name: o for o in fwd.ops}
+    assert ops["allgather_attn"].bytes_read == T * h and ops["allgather_mlp"].bytes_read == T * h * 2
+    assert "allgather_mlp.cast" not in ops
