@@ -79,7 +79,7 @@ from . import phaze_area as pa
 
 __all__ = [
     "Accelerator", "AreaPowerModel", "PhazeAreaModel", "SearchSpace", "KernelEfficiency", "AREA_MODELS", "named_area_model",
-    "TPUv4", "A100", "A100_80GB", "H100", "PRESETS", "preset", "preset_names",
+    "TPUv4", "A100", "A100_80GB", "H100", "H100_500W", "PRESETS", "preset", "preset_names",
     "DESIGN_FIELDS", "design_array", "IDEAL", "EFFICIENCY_SOURCES",
 ]
 
