@@ -113,13 +113,15 @@ def _predict(run, models_by_name):
                         zero=zero, flash_attention=False)
         return evaluate(m, chip, cl, spec, B, engine=ENGINE_OF.get(run["name"])), "plan as published"
     # partly given: search the rest with the given parts fixed
-    rc = p.get("recompute")
-    # "yes (...)": the source says activations were recomputed but not how — the mode its
-    # published hardware/model FLOPs ratio states, where it gives both; else either mode
-    stated = _recompute_from_hfu(m, run["measured"], ENGINE_OF.get(run["name"])) \
-        if rc not in ("none", "full", "selective") and str(rc).lower().startswith("yes") else None
-    rc = rc if rc in ("none", "full", "selective") else \
-        (stated or ("selective", "full") if str(rc).lower().startswith("yes") else None)
+    rc, stated = p.get("recompute"), None
+    if rc not in ("none", "full", "selective"):
+        # "yes (...)": the source says activations were recomputed but not how — the mode its
+        # published hardware/model FLOPs ratio states, where it gives both; else either mode
+        if str(rc).lower().startswith("yes"):
+            stated = _recompute_from_hfu(m, run["measured"], ENGINE_OF.get(run["name"]))
+            rc = stated or ("selective", "full")
+        else:
+            rc = None
     res = placement.search_plans(m, chip, cl, B, tps=(tp,) if tp else None, recompute=rc, zero=(zero,),
                                  flash_attention=True, top_k=500, engine=ENGINE_OF.get(run["name"]))
     keep = [q for q in res.plans if (not isinstance(p.get("dp"), int) or q.dp == p["dp"])

@@ -61,13 +61,13 @@ def _engine(row: dict) -> str | Engine:
         # MP mode PURE: bf16 parameters, gradients and gradient reduction (MODERN_RUNS.md, code LF)
         return replace(LLM_FOUNDRY, name="llm-foundry-pure", grad_reduce_bytes=2.0,
                        software=LLM_FOUNDRY.software + ", FSDP mixed precision PURE (bf16 reduction)")
+    if g == "torchtitan" and "no compile" in row["precision"].replace("torch.compile", "compile"):
+        # torch.compile off: the model's Python norms, SwiGLU and RoPE run op by op (eager)
+        return "fsdp-eager"
     # torchtitan's async TP rows run on the plain fsdp engine: pricing them with the TP
     # collectives hidden (overlap_tp_comm) predicts a 13-17 % gain where the paper measures
     # 4.5-5.7 % (its Table 4 and the 405B Float8 rows), so its micro-pipelining hides only part of
     # them, which part not being modelled
-    if g == "torchtitan" and "no compile" in row["precision"].replace("torch.compile", "compile"):
-        # torch.compile off: the model's Python norms, SwiGLU and RoPE run op by op (eager)
-        return "fsdp-eager"
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 

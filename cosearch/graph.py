@@ -289,8 +289,9 @@ class _Builder:
         Engine does across microbatches, so it is not charged per microbatch)."""
         if not lowp:
             return self.gemm(name, deps, m, n, k)
-        x = self.fp8_cast(f"{name}.cast", deps, m * k, lowp) if cast else deps
-        return self.gemm(name, [x] if cast else deps, m, n, k, operand_bytes=lowp)
+        if cast:
+            deps = [self.fp8_cast(f"{name}.cast", deps, m * k, lowp)]
+        return self.gemm(name, deps, m, n, k, operand_bytes=lowp)
 
     def sp_allgather(self, name: str, dep, local_elements: float, elements: float, lowp: float = 0.0) -> int:
         """Sequence parallelism's all-gather of a normed input before its column-parallel GEMMs,
@@ -300,13 +301,11 @@ class _Builder:
         torchao's ``PrepareFloat8ModuleInput`` casts "before the all-gather (i.e. Shard ->
         Replicate)", so the GEMMs after it cast nothing.  The op's ``elements`` size its
         gradient's reduce-scatter, in the graph's dtype."""
-        if not lowp:
-            return self._add(Op(name, "allgather", (dep,), elements=float(elements),
-                                bytes_read=float(elements * self.dt), bytes_written=float(elements * self.dt),
-                                dtype_bytes=self.dt))
-        c = self.fp8_cast(f"{name}.cast", [dep], local_elements, lowp)
-        return self._add(Op(name, "allgather", (c,), elements=float(elements), bytes_read=float(elements * lowp),
-                            bytes_written=float(elements * lowp), dtype_bytes=lowp))
+        if lowp:
+            dep = self.fp8_cast(f"{name}.cast", [dep], local_elements, lowp)
+        ob = lowp or self.dt
+        return self._add(Op(name, "allgather", (dep,), elements=float(elements), bytes_read=float(elements * ob),
+                            bytes_written=float(elements * ob), dtype_bytes=ob))
 
 
 #: How the loss is computed (:attr:`cosearch.engine.Engine.cross_entropy`): ``"fused"``, a

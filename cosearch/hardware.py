@@ -508,7 +508,7 @@ SUSTAINED_CLOCK_H100_500W = 0.7027
 #: 1.965 — the per-clock ratio cosearch measured for tensorwise ``torch._scaled_mm`` on the H200
 #: (1.92-2.01): at 500 W both precisions run at the same power-limited clock, where at 700 W FP8
 #: held a ~5 % lower one (FP8_RATE_H100).
-FP8_RATE_H100_500W = 1.965
+FP8_RATE_H100_500W = (1125.51 / 585.23 + 1082.75 / 575.12 + 1141.38 / 546.31) / 3.0
 #: FP8 / BF16 GEMM rate on B200: CUTLASS FP8 (per-tensor scales, inputs already quantized) over
 #: torch bf16 matmul at 16384 x 6144 x 4096 in the same run, 2544.7 / 1512.8 TFLOP/s
 #: (vllm-project/vllm pull request #19566, benchmarks/kernels/bench_fp8_gemm.py on SM100;

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cosearch import cost, engine, graph, hardware
-from tests.data_tables import package_rows
+from tests.data_tables import package_rows, window_end_s
 from tests.test_h200_kernels import LLAMA3_8B, _chip_at, _gemm_error, _rows
 
 H200 = hardware.H200
@@ -23,14 +23,9 @@ def _fp8_rows(kind=None, name="h200_fp8_kernels.csv"):
     return package_rows(name, kind)
 
 
-def _after(r) -> float:
-    """Seconds into a sustained run at which a window row ended."""
-    return float(r["note"].rsplit(" at ", 1)[1][:-2])
-
-
 def _held(kind, name, after_s=1.0):
     """(median seconds, mean SM clock) of a sustained section's windows after ``after_s``."""
-    rows = [r for r in _fp8_rows(kind, name) if _after(r) >= after_s]
+    rows = [r for r in _fp8_rows(kind, name) if window_end_s(r) >= after_s]
     assert len(rows) >= 30, (kind, len(rows))
     return statistics.median(float(r["seconds"]) for r in rows), statistics.mean(float(r["sm_clock_mhz"]) for r in rows)
 
@@ -83,8 +78,8 @@ def test_same_run_fp8_over_bf16_rate_is_the_presets(name):
 def test_sustained_fp8_gemm_holds_a_lower_clock_than_bf16():
     """8192^3 FP8 GEMMs back to back hold 1336 MHz (bf16's: 1435 MHz, h200_kernels.csv) and run
     1221 TFLOP/s, 1.85x bf16's sustained rate; the model at that clock is 8-11 % pessimistic."""
-    f8 = [r for r in _fp8_rows("sustained-fp8") if _after(r) >= 5.0]
-    bf = [r for r in _rows("sustained") if _after(r) >= 5.0]
+    f8 = [r for r in _fp8_rows("sustained-fp8") if window_end_s(r) >= 5.0]
+    bf = [r for r in _rows("sustained") if window_end_s(r) >= 5.0]
     f8_mhz, bf_mhz = (statistics.mean(float(r["sm_clock_mhz"]) for r in rows) for rows in (f8, bf))
     assert f8_mhz < bf_mhz - 50
     rate = statistics.median(float(r["tflops"]) for r in f8) / statistics.median(float(r["tflops"]) for r in bf)

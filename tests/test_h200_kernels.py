@@ -17,7 +17,7 @@ import pytest
 from cosearch import cost, graph, hardware
 from cosearch._kernels.formulas import attention_length_efficiency
 from cosearch.models import ModelConfig
-from tests.data_tables import package_rows
+from tests.data_tables import package_rows, window_end_s
 
 H200 = hardware.H200
 DATASHEET_MHZ = 1830.0          # the clock of the 989 TFLOP/s peak
@@ -224,7 +224,7 @@ def test_llama3_8b_layer_at_its_clock(kind, kernel):
     """A whole decoder layer, forward+backward, as PyTorch ran it back to back for 15 s: the
     model's price at the clock it held is within 6% of the measured time (the windows after the
     first second, median; the model is 4-5% fast)."""
-    rows = [r for r in _rows(kind) if float(r["note"].rsplit(" at ", 1)[1][:-2]) >= 1.0]
+    rows = [r for r in _rows(kind) if window_end_s(r) >= 1.0]
     assert len(rows) >= 30
     measured = statistics.median(float(r["seconds"]) for r in rows)
     mhz = statistics.mean(float(r["sm_clock_mhz"]) for r in rows)
@@ -238,7 +238,7 @@ def test_sustained_clock_lies_between_the_measured_loads():
     8192^3 GEMMs, the heaviest load (after the first 5 s)."""
     def held(kind, after_s):
         return statistics.mean(float(r["sm_clock_mhz"]) for r in _rows(kind)
-                               if float(r["note"].rsplit(" at ", 1)[1][:-2]) >= after_s)
+                               if window_end_s(r) >= after_s)
     gemm = held("sustained", 5.0)
     layers = [held("sustained-layer-cudnn", 1.0), held("sustained-layer-fa2", 1.0)]
     preset = H200.efficiency.sustained_clock * DATASHEET_MHZ

@@ -9,7 +9,7 @@ import pytest
 
 from cosearch import cost, graph, hardware, models
 from cosearch._kernels.formulas import gemm_shape_efficiency
-from tests.data_tables import package_rows
+from tests.data_tables import package_rows, window_end_s
 from tests.reference import gemm_tiles_simulated
 
 CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
@@ -520,7 +520,6 @@ def test_shape_model_against_xlas_h100_matmul_table():
     launch per kernel is more than these kernels' fixed cost (the smallest take 5.2 us in all),
     and its single 128 x 256 tile shape fits small grids worse than cuBLAS's choice of tiles.
     Training's GEMMs are 1e11 FLOPs and up."""
-    from tests.data_tables import package_rows
     rows = package_rows("xla_h100_matmul.csv")
     shapes = {(int(r["batch"]), int(r["m"]), int(r["n"]), int(r["k"])) for r in rows}
     sizes = (256, 512, 1024, 2048, 4096)
@@ -546,18 +545,12 @@ def test_h100_500w_clock_and_fp8_rate_from_their_rows():
     rates (rows 40-42 over 37-39)."""
     import statistics
     rows = {r["row"]: r for r in _rows()}
-    full = hardware.H100.with_(efficiency=hardware.H100.efficiency.at_full_clock())
-
-    def at_full_clock(m, n, k):
-        op = graph.Op("g", "gemm", m=m, n=n, k=k, bytes_read=2 * (m * k + k * n), bytes_written=2 * m * n)
-        return 2.0 * m * n * k / cost.price_on(np.array([op.as_row()]), full)[0] / 1e12
-
     bf16 = [rows[str(i)] for i in (37, 38, 39)]
     fp8 = [rows[str(i)] for i in (40, 41, 42)]
-    at500 = statistics.mean(float(r["tflops"]) / at_full_clock(int(r["m"]), int(r["n"]), int(r["k"])) for r in bf16)
-    sustained = [r for r in package_rows("h200_kernels.csv", "sustained")
-                 if float(r["note"].rsplit(" at ", 1)[1][:-2]) >= 1.0]
-    at700 = statistics.median(float(r["tflops"]) for r in sustained) / at_full_clock(8192, 8192, 8192)
+    at_full_clock = [_model_tflops(dict(r, chip="H100"), "full") for r in bf16]   # row 37 is 8192^3
+    at500 = statistics.mean(float(r["tflops"]) / t for r, t in zip(bf16, at_full_clock))
+    sustained = [r for r in package_rows("h200_kernels.csv", "sustained") if window_end_s(r) >= 1.0]
+    at700 = statistics.median(float(r["tflops"]) for r in sustained) / at_full_clock[0]
     assert (round(at500, 3), round(at700, 3)) == (0.689, 0.804)
     assert hardware.SUSTAINED_CLOCK_H100 * at500 / at700 == pytest.approx(hardware.SUSTAINED_CLOCK_H100_500W,
                                                                            abs=5e-4)
