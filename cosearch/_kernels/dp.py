@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import formulas as F
+from . import order
 
 INF = np.inf
 
@@ -226,7 +227,7 @@ def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, counts, rmodes
                 c, mm = _cost(u, net, hw, k, s, pp, v, m, float(dp), float(tp), zero, zg, r, out)
                 cand[nc] = c
                 nc += 1
-    cs = np.sort(cand[:nc])
+    cs = order.sorted_copy(cand[:nc])
     lo = 0
     hi = nc - 1  # the largest candidate is feasible (memory-only feasibility holds)
     while lo < hi:
@@ -397,17 +398,17 @@ def search(units, net, hw, cfg, L, modes, top_k, prune=True, block=256, progress
             chunk *= 2
         else:
             sel, left = left, left[:0]
-        order = sel[np.argsort(lb[sel], kind="stable")]
+        visit = sel[np.argsort(lb[sel], kind="stable")]
         start = 0
-        m = len(order)
+        m = len(visit)
         stopped = False
         while start < m:
-            if prune and lb[order[start]] > kth:
+            if prune and lb[visit[start]] > kth:
                 stopped = True
                 break
             stop = min(m, start + size)
             size = min(block, 2 * size)
-            idx = order[start:stop]
+            idx = visit[start:stop]
             if prune and np.isfinite(kth):
                 # shrink the block to the configurations the spread bound still admits, then
                 # to those the dearer critical-stage bound admits
@@ -438,11 +439,11 @@ def _best_one(units, net, hw, cfg, L, modes, cutoff):
     for i in range(n):
         c = cfg[i]
         lb[i] = lower_bound(units[c[C_TI], c[C_BI], c[C_SI]], c[C_PP], c[C_V], c[C_M], L)
-    order = np.argsort(lb)
+    visit = order.argsort(lb)
     best = cutoff
     found = INF
     for j in range(n):
-        i = order[j]
+        i = visit[j]
         if lb[i] > best:
             break
         c = cfg[i]
