@@ -84,10 +84,12 @@ def _model_from_args(a):
     return m.with_(seq_len=seq) if seq else m
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
+def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     """--model and --seq-len, read by :func:`_model_from_args`."""
-    p.add_argument("--model", required=True,
-                   help="model preset (see `cosearch models`) or a Hugging Face config.json path")
+    p.add_argument("--model", required=required,
+                   help="model preset (see `cosearch models`) or a Hugging Face config.json path"
+                        + ("" if required else " (optional with --from-megatron-args when its line gives the "
+                                               "model's flags)"))
     p.add_argument("--seq-len", type=_positive, default=argparse.SUPPRESS,
                    help="training sequence length (default: the preset's, or a config's context if <= 8192)")
 
@@ -291,7 +293,7 @@ def _untried(opts: dict) -> str:
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    _model_args(p)
+    _model_args(p, required=False)
     p.add_argument("--chip", default=None,
                    help="chip preset (see `cosearch presets`; default: the cluster preset's own chip, "
                         "A100-80GB for a flat cluster)")
@@ -470,21 +472,34 @@ def _run_plan(a) -> int:
     from .engine import preset as engine_preset
     from .placement import search_plans
     from .plan import PlanSpec, evaluate
-    model = _model_from_args(a)
+    if a.model is None and a.from_megatron_args is None:
+        raise ValueError("--model is required (or --from-megatron-args with the model's flags)")
+    model = _model_from_args(a) if a.model is not None else None
     chip = _chip_from_args(a)
     cluster = _cluster_from_args(a)
     full = None not in (a.dp, a.tp, a.pp, a.mb)
     ignored: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = ()
     spec = None                                  # a fixed plan to evaluate; None: search
     if a.from_megatron_args is not None:
         from .megatron_args import parse_megatron_args
-        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep)):
-            raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep")
+        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.recompute, a.sp)):
+            raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/"
+                             "--recompute/--sp")
         mp = parse_megatron_args(a.from_megatron_args, model, cluster.num_chips, a.batch)
-        a.batch, a.engine, ignored = mp.global_batch, a.engine or mp.engine, mp.ignored
-        spec = mp.spec.with_(flash_attention=mp.spec.flash_attention or a.flash,
-                             zero=a.zero if a.zero is not None else mp.spec.zero,
-                             precision=a.precision or mp.spec.precision, zero_group=a.zero_group)
+        model = mp.model
+        a.batch, a.engine, ignored, assumed = mp.global_batch, a.engine or mp.engine, mp.ignored, mp.assumed
+        if a.precision is not None and a.precision != mp.spec.precision:
+            raise ValueError(f"--precision {a.precision} contradicts the Megatron line ({mp.spec.precision})")
+        if a.zero is not None and a.zero != mp.spec.zero:
+            raise ValueError(f"--zero {a.zero} contradicts the Megatron line (ZeRO {mp.spec.zero}: "
+                             "--use-distributed-optimizer is ZeRO 1)")
+        spec = mp.spec.with_(flash_attention=mp.spec.flash_attention or a.flash, zero_group=a.zero_group)
+        print(f"read from the Megatron line: {model.name} ({model.num_params() / 1e9:.2f}B parameters, "
+              f"sequence {model.seq_len}), {spec.describe()}, "
+              f"global batch {a.batch}", file=sys.stderr)
+        for note in assumed:
+            print(f"assumed: {note}", file=sys.stderr)
     a.engine = engine_preset(a.engine or "megatron-lm")
     if a.batch is None:
         raise ValueError("--batch is required (the global batch in sequences)")
@@ -528,7 +543,7 @@ def _run_plan(a) -> int:
         for p in plans:
             _print_plan(p, sys.stdout)
         if ignored:
-            print(f"(Megatron flags not used by the performance model: {' '.join(ignored)})")
+            print(f"(Megatron flags that change neither step time nor memory: {' '.join(ignored)})")
     return 0 if plans[0].feasible else 3
 
 

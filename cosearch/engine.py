@@ -239,14 +239,19 @@ ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEG
                                MEGATRON_DEEPSPEED, FSDP, FSDP_EAGER, LLM_FOUNDRY, MAXTEXT)}
 
 
-def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False) -> Engine:
-    """Megatron-Core with its two performance switches: ``tp_comm_overlap``
-    (:data:`MEGATRON_CORE_TP_OVERLAP`) and ``fp8_param_gather`` (FP8-only weights, the
-    engine named ``...-fp8-params``)."""
+def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
+                  overlap_grad_reduce: bool = True) -> Engine:
+    """Megatron-Core with its performance switches: ``tp_comm_overlap``
+    (:data:`MEGATRON_CORE_TP_OVERLAP`), ``fp8_param_gather`` (FP8-only weights, the engine named
+    ``...-fp8-params``) and ``overlap_grad_reduce`` (Megatron's ``--overlap-grad-reduce``, which
+    NeMo's recipes set; off: the gradient reduction runs after the backward, the engine named
+    ``...-no-grad-overlap``)."""
     base = MEGATRON_CORE_TP_OVERLAP if tp_comm_overlap else MEGATRON_CORE
-    if not fp8_param_gather:
-        return base
-    return replace(base, name=base.name + "-fp8-params", fp8_param_gather=True)
+    if fp8_param_gather:
+        base = replace(base, name=base.name + "-fp8-params", fp8_param_gather=True)
+    if not overlap_grad_reduce:
+        base = replace(base, name=base.name + "-no-grad-overlap", overlap_grad_reduce=False)
+    return base
 
 
 def preset(engine: Engine | str | None) -> Engine:

@@ -1,62 +1,174 @@
-"""Read a Megatron-LM / NeMo (Megatron-Core) argument line as a cosearch plan.
+"""Read a Megatron-LM / NeMo (Megatron-Core) argument line as a cosearch model and plan.
 
 ``cosearch plan --from-megatron-args "--tensor-model-parallel-size 8 ..."`` prices the run a
-Megatron command line describes.  The flags read (Megatron-LM ``megatron/training/arguments.py``
-names):
+Megatron command line describes.  Every flag of the line is one of three kinds:
 
-==========================================  =====================================================
-``--tensor-model-parallel-size``            tp
-``--pipeline-model-parallel-size``          pp
-``--context-parallel-size``                 context_parallel
-``--expert-model-parallel-size``            expert_parallel
-``--num-layers-per-virtual-pipeline-stage`` virtual stages = layers / (pp x this)
-``--num-virtual-stages-per-pipeline-rank``  virtual stages (the newer spelling)
-``--micro-batch-size``                      microbatch
-``--global-batch-size``                     the global batch
-``--recompute-granularity``                 ``full`` / ``selective`` (absent: none)
-``--sequence-parallel``                     sequence parallelism
-``--use-distributed-optimizer``             ZeRO-1 (Megatron's distributed optimizer)
-``--fp8-format``                            FP8 (``hybrid`` or ``e4m3``)
-``--use-flash-attn`` / ``--attention-backend flash|fused``   flash attention
-``--tp-comm-overlap``                       engine ``megatron-core-tp-overlap`` (with tp > 1)
-``--fp8-param-gather``                      the engine's ``fp8_param_gather`` (FP8 plans)
-==========================================  =====================================================
+* **read**: it sets the plan, the engine or the model (tables below);
+* **neutral**: it changes neither step time nor memory in cosearch's model (learning rate,
+  data paths, logging, checkpoints, ...); these are listed back;
+* anything else is **refused by name**: a flag that would change the run but that cosearch does
+  not price (``--fp16``, ``--overlap-p2p-communication``, uneven pipeline splits, ...) never
+  leaves a silently different number.
 
-The engine (:attr:`MegatronPlan.engine`) is Megatron-Core's, with the two flags above applied.
+Defaults are Megatron-LM's own (``megatron/training/arguments.py``): a flag the line does not
+give takes the value Megatron would.
+
+Plan and engine
+===========================================  ====================================================
+``--tensor-model-parallel-size``             tp
+``--pipeline-model-parallel-size``           pp
+``--context-parallel-size``                  context_parallel
+``--expert-model-parallel-size``             expert_parallel
+``--num-layers-per-virtual-pipeline-stage``  virtual stages = layers / (pp x this)
+``--num-virtual-stages-per-pipeline-rank``   virtual stages (the newer spelling)
+``--micro-batch-size``                       microbatch
+``--global-batch-size``                      the global batch (must agree with ``--batch``)
+``--recompute-granularity``                  ``full`` / ``selective`` (absent: none)
+``--recompute-method``, ``--recompute-num-layers``  ``uniform`` (or none given) recomputes every layer;
+                                             ``block`` is read only when it covers every layer
+``--recompute-activations``                  selective (the older spelling)
+``--sequence-parallel``                      sequence parallelism
+``--use-distributed-optimizer``              ZeRO-1 (Megatron's distributed optimizer)
+``--overlap-grad-reduce``                    the gradient reduction overlaps the backward (absent:
+                                             it runs after the backward, as Megatron's default)
+``--overlap-param-gather``                   read with ``--overlap-grad-reduce`` (one overlap term)
+``--fp8-format``                             FP8 (``hybrid`` or ``e4m3``)
+``--fp8-recipe``                             delayed / tensorwise / blockwise / mxfp8: priced as FP8
+                                             operands (listed among the assumptions)
+``--fp4-format``, ``--fp4-recipe``           NVFP4 (``e2m1``; recipe ``nvfp4``)
+``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
+``--tp-comm-overlap``                        engine ``megatron-core-tp-overlap`` (with tp > 1)
+``--fp8-param-gather``                       the engine's ``fp8_param_gather`` (FP8 plans)
+===========================================  ====================================================
+
+Model (any of these builds the model from the line; with a ``--model`` preset as well, each one
+the line gives must agree with the preset, or the line is refused naming the flag)
+===========================================  ====================================================
+``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--seq-length``  required to
+                                             build a model from the line alone
+``--ffn-hidden-size``                        default ``4 h``; with ``--swiglu``
+                                             ``int(4 h 2/3 / 64) 64`` (Megatron's)
+``--group-query-attention``, ``--num-query-groups``  kv heads (default: heads; the group
+                                             count defaults to 1 with the flag, as in Megatron)
+``--kv-channels``                            head size (default ``h / heads``)
+``--swiglu``                                 gated MLP (default GeLU)
+``--normalization``                          ``LayerNorm`` (default) / ``RMSNorm``
+``--position-embedding-type``                ``learned_absolute`` (default) / ``rope`` / ``none``
+``--use-rotary-position-embeddings``         rope (the older spelling)
+``--disable-bias-linear``                    no linear biases
+``--untie-embeddings-and-output-weights``    an output head of its own
+``--attention-dropout``, ``--hidden-dropout``  dropout ops unless both are 0 (default 0.1)
+``--vocab-size``                             the vocabulary (needed without ``--model``)
+``--num-experts``, ``--moe-router-topk`` (default 2), ``--moe-ffn-hidden-size``  an MoE MLP
+===========================================  ====================================================
 
 The data-parallel degree is what the cluster's chips leave: ``chips / (tp pp cp)``, as Megatron
-derives it.  Flags that do not change the plan's performance model are listed back as ignored.
+derives it.
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .engine import MEGATRON_CORE, Engine, megatron_core
 from .models import ModelConfig
 from .plan import PlanSpec
 
-__all__ = ["MegatronPlan", "parse_megatron_args"]
+__all__ = ["MegatronPlan", "parse_megatron_args", "NEUTRAL_FLAGS", "NEUTRAL_VALUED"]
 
+#: Flags with a value that set the plan, the engine or the model.
 _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
            "--expert-model-parallel-size",
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
-           "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--fp8-format",
-           "--attention-backend"}
+           "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
+           "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
+           "--attention-backend",
+           # the model
+           "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
+           "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
+           "--attention-dropout", "--hidden-dropout", "--vocab-size", "--num-experts", "--moe-router-topk",
+           "--moe-ffn-hidden-size"}
+#: Bare flags that set the plan, the engine or the model.
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
-          "--fp8-param-gather"}
+          "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
+          "--group-query-attention", "--swiglu", "--use-rotary-position-embeddings", "--disable-bias-linear",
+          "--untie-embeddings-and-output-weights"}
+
+#: Flags with a value that change neither step time nor memory in cosearch's model.
+NEUTRAL_VALUED = frozenset({
+    "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-iters",
+    "--lr-warmup-samples", "--lr-warmup-fraction", "--lr-warmup-init", "--train-iters", "--train-samples",
+    "--weight-decay", "--start-weight-decay", "--end-weight-decay", "--weight-decay-incr-style", "--clip-grad",
+    "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std", "--seed", "--save", "--load",
+    "--save-interval", "--eval-interval", "--eval-iters", "--log-interval", "--data-path", "--train-data-path",
+    "--valid-data-path", "--test-data-path", "--split", "--vocab-file", "--merge-file", "--tokenizer-type",
+    "--tokenizer-model", "--tensorboard-dir", "--tensorboard-log-interval", "--wandb-project",
+    "--wandb-exp-name", "--wandb-save-dir", "--exit-interval", "--exit-duration-in-mins",
+    "--distributed-backend", "--distributed-timeout-minutes", "--data-cache-path", "--timing-log-level",
+    "--max-position-embeddings", "--make-vocab-size-divisible-by", "--num-workers", "--ckpt-format",
+    "--dataloader-type", "--norm-epsilon", "--rotary-base", "--rotary-percent", "--loss-scale",
+    "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", "--log-dir",
+    "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-load-balancing-type", "--data-args-path",
+    "--per-split-data-args-path", "--mock-data-seed",
+})
+#: Bare flags that change neither step time nor memory in cosearch's model (``--bf16`` is the
+#: precision cosearch prices by default).
+NEUTRAL_FLAGS = frozenset({
+    "--bf16", "--log-throughput", "--no-load-optim", "--no-load-rng", "--use-mcore-models",
+    "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
+    "--no-gradient-accumulation-fusion", "--log-params-norm", "--log-num-zeros-in-grad", "--log-timers-to-tensorboard",
+    "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--log-world-size-to-tensorboard",
+    "--mock-data", "--use-checkpoint-args", "--no-save-optim", "--no-save-rng", "--finetune",
+    "--manual-gc", "--no-async-tensor-model-parallel-allreduce",
+    "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+    "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--moe-grouped-gemm",
+})
+
+#: Why a flag that changes the run is refused.
+_REFUSED = {
+    "--fp16": "FP16 with loss scaling is not modelled; train bf16 (--bf16) or FP8 (--fp8-format)",
+    "--overlap-p2p-communication": "pipeline send/receive overlap is not modelled (every send is exposed)",
+    "--decoder-first-pipeline-num-layers": "uneven pipeline splits are not modelled",
+    "--decoder-last-pipeline-num-layers": "uneven pipeline splits are not modelled",
+    "--account-for-embedding-in-pipeline-split": "uneven pipeline splits are not modelled",
+    "--account-for-loss-in-pipeline-split": "uneven pipeline splits are not modelled",
+    "--expert-tensor-parallel-size": "expert tensor parallelism is not modelled",
+    "--rampup-batch-size": "a batch that grows during training has no single step time",
+    "--cpu-offloading": "activation offloading is not read from Megatron lines",
+    "--recompute-modules": "recompute of chosen modules is not modelled (use --recompute-granularity)",
+    "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
+    "--data-parallel-sharding-strategy": "Megatron-FSDP sharding is not read from Megatron lines (use --engine fsdp)",
+}
+# ``--moe-grouped-gemm`` and ``--moe-token-dispatcher-type`` are neutral: cosearch prices the
+# experts as grouped GEMMs and the dispatch as all-to-alls whatever these say.
+# ``--transformer-impl`` is neutral because its value is consumed below as a word.
+_NEUTRAL_WITH_VALUE_WORD = {"--transformer-impl", "--moe-token-dispatcher-type"}
+
+#: ModelConfig fields a Megatron line can set, by the flag that sets them.
+_MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-attention-heads": "heads",
+                "--seq-length": "seq_len", "--ffn-hidden-size": "ffn_hidden", "--num-query-groups": "kv_heads",
+                "--kv-channels": "head_dim", "--swiglu": "activation", "--normalization": "norm",
+                "--position-embedding-type": "position", "--use-rotary-position-embeddings": "position",
+                "--disable-bias-linear": "bias", "--untie-embeddings-and-output-weights": "tie_embeddings",
+                "--attention-dropout": "dropout", "--hidden-dropout": "dropout", "--vocab-size": "vocab",
+                "--num-experts": "num_experts", "--moe-router-topk": "experts_per_token",
+                "--moe-ffn-hidden-size": "expert_ffn", "--group-query-attention": "kv_heads"}
+_REQUIRED_MODEL = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--vocab-size")
 
 
 @dataclass(frozen=True)
 class MegatronPlan:
-    """The plan an argument line describes, its global batch, the flags not used and the
-    engine the flags select."""
+    """What an argument line describes: the model, the plan, its global batch, the engine its
+    flags select, the flags that do not change the run (``ignored``, as given) and what was
+    assumed where the line is silent (Megatron's defaults, and readings cosearch approximates)."""
 
     spec: PlanSpec
     global_batch: int
     ignored: tuple[str, ...] = ()
     engine: Engine = MEGATRON_CORE
+    model: ModelConfig | None = None
+    assumed: tuple[str, ...] = field(default_factory=tuple)
 
 
 def _int(flag: str, value: str) -> int:
@@ -69,41 +181,247 @@ def _int(flag: str, value: str) -> int:
     return x
 
 
-def parse_megatron_args(text: str, model: ModelConfig, num_chips: int, global_batch: int | None = None
-                        ) -> MegatronPlan:
-    """The :class:`PlanSpec` of a Megatron argument line on ``num_chips`` chips.  Raises
-    ``ValueError`` naming the flag for a malformed or inconsistent line."""
+def _float(flag: str, value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"{flag} needs a number, got {value!r}") from None
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"{flag} must be a probability in [0, 1], got {value!r}")
+    return x
+
+
+def _split(text: str) -> tuple[dict[str, str], set[str], list[str]]:
+    """(values of the valued flags, the bare flags read, the neutral words) of a line; refuses
+    unknown flags and stray words by name."""
     try:
         words = shlex.split(text)
     except ValueError as e:
         raise ValueError(f"cannot split the Megatron argument line: {e}") from None
     vals: dict[str, str] = {}
     flags: set[str] = set()
-    ignored: list[str] = []
+    neutral: list[str] = []
+    unknown: list[str] = []
+    refused: list[str] = []
     i = 0
     while i < len(words):
         w = words[i]
         key, eq, inline = w.partition("=")
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        has_next_value = nxt is not None and not nxt.startswith("--")
         if key in _VALUED:
             if eq:
-                vals[key] = inline
-            elif i + 1 < len(words):
-                vals[key] = words[i + 1]
+                value = inline
+            elif has_next_value:
+                value = nxt
                 i += 1
             else:
                 raise ValueError(f"{key} needs a value")
+            if key in vals and vals[key] != value:
+                raise ValueError(f"{key} is given twice, as {vals[key]!r} and {value!r}")
+            vals[key] = value
         elif w in _FLAGS:
             flags.add(w)
+        elif key in _REFUSED:
+            refused.append(f"{key} ({_REFUSED[key]})")
+            if not eq and has_next_value:
+                i += 1
+        elif key in NEUTRAL_VALUED or key in _NEUTRAL_WITH_VALUE_WORD:
+            neutral.append(w)
+            if not eq and has_next_value:
+                neutral.append(nxt)
+                i += 1
+        elif w in NEUTRAL_FLAGS:
+            neutral.append(w)
         else:
-            ignored.append(w)
+            unknown.append(w)
         i += 1
+    if refused:
+        raise ValueError("the Megatron line uses what cosearch cannot price: " + "; ".join(refused))
+    if unknown:
+        raise ValueError(f"the Megatron line has flags or words cosearch does not know: {' '.join(unknown)} "
+                         "(a flag that may change the run is never dropped silently; remove it if it does not "
+                         "change step time or memory)")
+    return vals, flags, neutral
+
+
+def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None, assumed: list[str]
+                ) -> ModelConfig | None:
+    """The model the line describes: ``base`` checked against every model flag the line gives,
+    or, without ``base``, the model built from the line with Megatron's defaults."""
+    given = [f for f in _MODEL_FLAGS if f in vals or f in flags]
+    if not given:
+        return base
+    stated: dict[str, object] = {}
+    if "--num-layers" in vals:
+        stated["num_layers"] = _int("--num-layers", vals["--num-layers"])
+    if "--hidden-size" in vals:
+        stated["hidden"] = _int("--hidden-size", vals["--hidden-size"])
+    if "--num-attention-heads" in vals:
+        stated["heads"] = _int("--num-attention-heads", vals["--num-attention-heads"])
+    if "--seq-length" in vals:
+        stated["seq_len"] = _int("--seq-length", vals["--seq-length"])
+    if "--vocab-size" in vals:
+        stated["vocab"] = _int("--vocab-size", vals["--vocab-size"])
+    if "--ffn-hidden-size" in vals:
+        stated["ffn_hidden"] = _int("--ffn-hidden-size", vals["--ffn-hidden-size"])
+    if "--kv-channels" in vals:
+        stated["head_dim"] = _int("--kv-channels", vals["--kv-channels"])
+    if "--group-query-attention" in flags:
+        stated["kv_heads"] = _int("--num-query-groups", vals.get("--num-query-groups", "1"))
+    elif "--num-query-groups" in vals:
+        raise ValueError("--num-query-groups needs --group-query-attention (Megatron ignores it without)")
+    if "--swiglu" in flags:
+        stated["activation"] = "swiglu"
+    if "--normalization" in vals:
+        norm = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}.get(vals["--normalization"])
+        if norm is None:
+            raise ValueError(f"--normalization {vals['--normalization']!r}; Megatron accepts LayerNorm or RMSNorm")
+        stated["norm"] = norm
+    pos = vals.get("--position-embedding-type")
+    if pos is not None:
+        stated["position"] = {"learned_absolute": "learned", "rope": "rotary", "none": "none"}.get(pos)
+        if stated["position"] is None:
+            raise ValueError(f"--position-embedding-type {pos!r}; choose learned_absolute, rope or none")
+    if "--use-rotary-position-embeddings" in flags:
+        if stated.get("position", "rotary") != "rotary":
+            raise ValueError("--use-rotary-position-embeddings contradicts --position-embedding-type")
+        stated["position"] = "rotary"
+    if "--disable-bias-linear" in flags:
+        stated["bias"] = False
+    if "--untie-embeddings-and-output-weights" in flags:
+        stated["tie_embeddings"] = False
+    if "--attention-dropout" in vals or "--hidden-dropout" in vals:
+        drops = [_float(f, vals.get(f, "0.1")) for f in ("--attention-dropout", "--hidden-dropout")]
+        stated["dropout"] = any(d > 0 for d in drops)
+    if "--num-experts" in vals:
+        stated["num_experts"] = _int("--num-experts", vals["--num-experts"])
+        stated["experts_per_token"] = _int("--moe-router-topk", vals.get("--moe-router-topk", "2"))
+        if "--moe-ffn-hidden-size" in vals:
+            stated["expert_ffn"] = _int("--moe-ffn-hidden-size", vals["--moe-ffn-hidden-size"])
+    elif "--moe-router-topk" in vals or "--moe-ffn-hidden-size" in vals:
+        raise ValueError("--moe-router-topk and --moe-ffn-hidden-size need --num-experts")
+
+    if base is not None:
+        have = {"num_layers": base.num_layers, "hidden": base.hidden, "heads": base.heads,
+                "seq_len": base.seq_len, "vocab": base.vocab, "ffn_hidden": base.ffn_hidden,
+                "head_dim": base.head_dim, "kv_heads": base.kv_heads, "activation": base.activation,
+                "norm": base.norm, "position": base.position, "bias": base.bias,
+                "tie_embeddings": base.tie_embeddings, "dropout": base.dropout,
+                "num_experts": base.num_experts, "experts_per_token": base.experts_per_token,
+                "expert_ffn": base.expert_ffn}
+        flag_of = {v: k for k, v in _MODEL_FLAGS.items()}
+        flag_of.update(kv_heads="--num-query-groups", dropout="--attention-dropout/--hidden-dropout",
+                       position="--position-embedding-type", experts_per_token="--moe-router-topk")
+        bad = [f"{flag_of[k]} gives {v!r} where {base.name} has {have[k]!r}"
+               for k, v in stated.items() if have[k] != v]
+        if bad:
+            raise ValueError(f"the Megatron line contradicts --model {base.name}: " + "; ".join(bad)
+                             + " (drop --model to price the line's own model, or fix the line)")
+        return base
+
+    missing = [f for f in _REQUIRED_MODEL if f not in vals]
+    if missing:
+        raise ValueError(f"the Megatron line describes a model but lacks {', '.join(missing)}: give them, or "
+                         "--model with a preset or config.json that the line's model flags agree with")
+    h = int(stated["hidden"])
+    if "ffn_hidden" not in stated:
+        gated = stated.get("activation") == "swiglu"
+        stated["ffn_hidden"] = int((4 * h * 2 / 3) / 64) * 64 if gated else 4 * h
+        assumed.append(f"--ffn-hidden-size {stated['ffn_hidden']} (Megatron's default"
+                       + (" for --swiglu)" if gated else ": 4 x hidden)"))
+    for what, default in (("activation", "gelu"), ("norm", "layernorm"), ("position", "learned"),
+                          ("bias", True), ("tie_embeddings", True), ("dropout", True)):
+        if what not in stated:
+            stated[what] = default
+    head_dim = stated.pop("head_dim", None)
+    expert_ffn = stated.pop("expert_ffn", None)
+    heads = int(stated["heads"])
+    head_size = None if head_dim is None or head_dim * heads == h else head_dim
+    if head_dim is None and h % heads:
+        raise ValueError(f"--num-attention-heads {heads} does not divide --hidden-size {h}: give --kv-channels")
+    return ModelConfig(name=f"megatron-{stated['num_layers']}L-{h}", head_size=head_size,
+                       moe_ffn_hidden=expert_ffn if stated.get("num_experts") else None,
+                       **stated)
+
+
+def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, assumed: list[str]) -> str:
+    rc = vals.get("--recompute-granularity")
+    if rc is None:
+        if "--recompute-method" in vals or "--recompute-num-layers" in vals:
+            raise ValueError("--recompute-method and --recompute-num-layers need --recompute-granularity full")
+        return "selective" if "--recompute-activations" in flags else "none"
+    if rc not in ("full", "selective"):
+        raise ValueError(f"--recompute-granularity {rc!r}; Megatron accepts full or selective")
+    if "--recompute-activations" in flags and rc != "selective":
+        raise ValueError("--recompute-activations (selective) contradicts --recompute-granularity full")
+    if rc == "selective":
+        if "--recompute-method" in vals:
+            raise ValueError("--recompute-method applies to --recompute-granularity full only")
+        return rc
+    method = vals.get("--recompute-method")
+    if method is None:
+        assumed.append("--recompute-granularity full without --recompute-method: every layer recomputed")
+        method = "uniform"
+    if method not in ("uniform", "block"):
+        raise ValueError(f"--recompute-method {method!r}; Megatron accepts uniform or block")
+    n = _int("--recompute-num-layers", vals.get("--recompute-num-layers", "1"))
+    if method == "block" and n < layers_per_stage:
+        raise ValueError(f"--recompute-method block --recompute-num-layers {n} recomputes only part of each "
+                         f"stage's {layers_per_stage:g} layers: partial recompute is not modelled")
+    if method == "uniform" and n > 1:
+        assumed.append(f"--recompute-method uniform --recompute-num-layers {n}: every layer recomputed, "
+                       "priced as one checkpoint per layer")
+    return "full"
+
+
+def _precision(vals: dict[str, str], assumed: list[str]) -> str:
+    fmt, recipe = vals.get("--fp8-format"), vals.get("--fp8-recipe")
+    fp4, fp4_recipe = vals.get("--fp4-format"), vals.get("--fp4-recipe")
+    if fmt is not None and fmt not in ("hybrid", "e4m3"):
+        raise ValueError(f"--fp8-format {fmt!r}; choose hybrid or e4m3")
+    if recipe is not None:
+        if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
+            raise ValueError(f"--fp8-recipe {recipe!r}; Megatron accepts delayed, tensorwise, blockwise or mxfp8")
+        if fmt is None:
+            raise ValueError("--fp8-recipe needs --fp8-format")
+        if recipe != "delayed":
+            assumed.append(f"--fp8-recipe {recipe} priced as per-tensor FP8 operands")
+    if fp4 is not None or fp4_recipe is not None:
+        if fp4 not in ("e2m1",):
+            raise ValueError(f"--fp4-format {fp4!r}; Megatron accepts e2m1 (NVFP4)")
+        if fp4_recipe not in (None, "nvfp4"):
+            raise ValueError(f"--fp4-recipe {fp4_recipe!r}: only nvfp4 is modelled")
+        if fmt is not None:
+            assumed.append("--fp4-format with --fp8-format: every layer GEMM priced in NVFP4")
+        return "fp4"
+    return "fp8" if fmt else "bf16"
+
+
+def parse_megatron_args(text: str, model: ModelConfig | None, num_chips: int, global_batch: int | None = None
+                        ) -> MegatronPlan:
+    """The model and :class:`PlanSpec` of a Megatron argument line on ``num_chips`` chips.
+
+    ``model``: the model the run trains (None: built from the line's model flags); the line's
+    model flags must agree with it.  ``global_batch``: the batch given outside the line (None:
+    the line's ``--global-batch-size``); both given must agree.  Raises ``ValueError`` naming
+    the flag for a malformed, contradictory or unpriceable line."""
+    vals, flags, neutral = _split(text)
+    assumed: list[str] = []
+    model = _line_model(vals, flags, model, assumed)
+    if model is None:
+        raise ValueError("the Megatron line has no model flags (--num-layers, --hidden-size, ...): give --model")
     tp = _int("--tensor-model-parallel-size", vals.get("--tensor-model-parallel-size", "1"))
     pp = _int("--pipeline-model-parallel-size", vals.get("--pipeline-model-parallel-size", "1"))
     cp = _int("--context-parallel-size", vals.get("--context-parallel-size", "1"))
     mb = _int("--micro-batch-size", vals.get("--micro-batch-size", "1"))
     ep = _int("--expert-model-parallel-size", vals.get("--expert-model-parallel-size", "1"))
     if "--global-batch-size" in vals:
-        global_batch = _int("--global-batch-size", vals["--global-batch-size"])
+        line_batch = _int("--global-batch-size", vals["--global-batch-size"])
+        if global_batch is not None and int(global_batch) != line_batch:
+            raise ValueError(f"--global-batch-size {line_batch} in the Megatron line contradicts the batch given "
+                             f"({global_batch}): drop one")
+        global_batch = line_batch
     if global_batch is None:
         raise ValueError("the argument line has no --global-batch-size and no batch was given")
     if num_chips % (tp * pp * cp):
@@ -112,26 +430,38 @@ def parse_megatron_args(text: str, model: ModelConfig, num_chips: int, global_ba
     virtual = 1
     if "--num-virtual-stages-per-pipeline-rank" in vals:
         virtual = _int("--num-virtual-stages-per-pipeline-rank", vals["--num-virtual-stages-per-pipeline-rank"])
+        if "--num-layers-per-virtual-pipeline-stage" in vals:
+            raise ValueError("give one of --num-virtual-stages-per-pipeline-rank and "
+                             "--num-layers-per-virtual-pipeline-stage")
     elif "--num-layers-per-virtual-pipeline-stage" in vals:
         per = _int("--num-layers-per-virtual-pipeline-stage", vals["--num-layers-per-virtual-pipeline-stage"])
         if model.num_layers % (pp * per):
             raise ValueError(f"--num-layers-per-virtual-pipeline-stage {per}: {model.num_layers} layers are not "
                              f"pp x {per} = {pp * per} per model chunk")
         virtual = model.num_layers // (pp * per)
-    rc = vals.get("--recompute-granularity", "none")
-    if rc not in ("none", "full", "selective"):
-        raise ValueError(f"--recompute-granularity {rc!r}; Megatron accepts full or selective")
-    fmt = vals.get("--fp8-format")
-    if fmt is not None and fmt not in ("hybrid", "e4m3"):
-        raise ValueError(f"--fp8-format {fmt!r}; choose hybrid or e4m3")
-    backend = vals.get("--attention-backend", "")
-    flash = "--use-flash-attn" in flags or backend in ("flash", "fused") or cp > 1
+    if model.num_layers % (pp * virtual):
+        raise ValueError(f"{model.num_layers} layers do not split evenly over pp x virtual stages = {pp} x {virtual} "
+                         "(Megatron refuses an uneven split without --decoder-first/last-pipeline-num-layers)")
+    rc = _recompute(vals, flags, model.num_layers / pp, assumed)
+    precision = _precision(vals, assumed)
+    backend = vals.get("--attention-backend")
+    if backend is not None and backend not in ("flash", "fused", "unfused", "local", "auto"):
+        raise ValueError(f"--attention-backend {backend!r}; Megatron accepts flash, fused, unfused, local or auto")
+    flash = "--use-flash-attn" in flags or backend in ("flash", "fused", "auto") or cp > 1
+    if backend == "auto":
+        assumed.append("--attention-backend auto: a fused (flash) attention kernel")
+    if "--overlap-param-gather" in flags and "--overlap-grad-reduce" not in flags:
+        raise ValueError("--overlap-param-gather needs --overlap-grad-reduce (Megatron refuses it without)")
+    if "--overlap-grad-reduce" not in flags:
+        assumed.append("no --overlap-grad-reduce: the data-parallel gradient reduction runs after the backward "
+                       "(Megatron's default)")
     spec = PlanSpec(dp, tp, pp, mb, recompute=rc, virtual_stages=virtual,
                     sequence_parallel="--sequence-parallel" in flags and tp > 1,
                     zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
-                    context_parallel=cp, precision="fp8" if fmt else "bf16", expert_parallel=ep)
-    if "--fp8-param-gather" in flags and fmt is None:
+                    context_parallel=cp, precision=precision, expert_parallel=ep)
+    if "--fp8-param-gather" in flags and precision != "fp8":
         raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
     engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
-                           fp8_param_gather="--fp8-param-gather" in flags)
-    return MegatronPlan(spec, int(global_batch), tuple(ignored), engine)
+                           fp8_param_gather="--fp8-param-gather" in flags,
+                           overlap_grad_reduce="--overlap-grad-reduce" in flags)
+    return MegatronPlan(spec, int(global_batch), tuple(neutral), engine, model, tuple(assumed))

@@ -287,7 +287,7 @@ def test_megatron_args_hand_read():
     line = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size=4 --context-parallel-size 2 "
             "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 256 "
             "--recompute-granularity selective --sequence-parallel --use-distributed-optimizer --fp8-format hybrid "
-            "--lr 3e-4 --bf16")
+            "--overlap-grad-reduce --lr 3e-4 --bf16")
     mp = parse_megatron_args(line, m, 64)
     s = mp.spec
     # 64 chips / (tp 2 x pp 4 x cp 2) = dp 4; 32 layers / (pp 4 x 4 per chunk) = 2 virtual stages

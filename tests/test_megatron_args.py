@@ -1,0 +1,96 @@
+"""Megatron argument lines: every flag is read, listed as neutral or refused by name, the model
+comes from the line's own flags (or must agree with ``--model``), and nothing in the line is
+silently overridden.  Expected values are worked by hand from Megatron-LM's
+``megatron/training/arguments.py`` defaults."""
+
+import pytest
+
+from cosearch import models
+from cosearch.cli import main
+from cosearch.megatron_args import parse_megatron_args
+
+GPT13 = models.preset("gpt3-13b")       # 40 layers, hidden 5120, 40 heads, sequence 2048
+
+
+def test_model_built_from_the_line_with_megatron_defaults():
+    line = ("--num-layers 96 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --vocab-size 32000 "
+            "--swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear "
+            "--untie-embeddings-and-output-weights --group-query-attention --num-query-groups 8 "
+            "--attention-dropout 0 --hidden-dropout 0 --global-batch-size 8")
+    mp = parse_megatron_args(line, None, 8)
+    m = mp.model
+    assert (m.num_layers, m.hidden, m.heads, m.seq_len, m.vocab, m.kv_heads) == (96, 4096, 32, 4096, 32000, 8)
+    # --swiglu without --ffn-hidden-size: int(4 * 4096 * 2/3 / 64) * 64 = int(170.67) * 64 = 10880
+    assert m.ffn_hidden == 10880 and any("10880" in a for a in mp.assumed)
+    assert (m.activation, m.norm, m.position, m.bias, m.tie_embeddings, m.dropout) == \
+        ("swiglu", "rmsnorm", "rotary", False, False, False)
+    # GeLU default: 4 x hidden
+    m2 = parse_megatron_args("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+                             "--vocab-size 1000 --global-batch-size 8", None, 8).model
+    assert m2.ffn_hidden == 1024 and m2.activation == "gelu" and m2.dropout
+
+
+def test_line_model_flags_must_agree_with_the_model_given():
+    with pytest.raises(ValueError, match=r"--num-layers gives 96 where gpt3-13b has 40"):
+        parse_megatron_args("--num-layers 96 --global-batch-size 8", GPT13, 8)
+    with pytest.raises(ValueError, match=r"--seq-length gives 4096 where gpt3-13b has 2048"):
+        parse_megatron_args("--seq-length 4096 --global-batch-size 8", GPT13, 8)
+    # agreeing flags are fine
+    mp = parse_megatron_args("--num-layers 40 --hidden-size 5120 --seq-length 2048 --global-batch-size 8", GPT13, 8)
+    assert mp.model is GPT13
+    with pytest.raises(ValueError, match="lacks --vocab-size"):
+        parse_megatron_args("--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+                            "--global-batch-size 8", None, 8)
+
+
+def test_precision_flags_are_priced_not_dropped():
+    assert parse_megatron_args("--fp4-format e2m1 --global-batch-size 8", GPT13, 8).spec.precision == "fp4"
+    mp = parse_megatron_args("--fp8-format hybrid --fp8-recipe mxfp8 --global-batch-size 8", GPT13, 8)
+    assert mp.spec.precision == "fp8" and any("mxfp8" in a for a in mp.assumed)
+    with pytest.raises(ValueError, match="--fp16"):
+        parse_megatron_args("--fp16 --global-batch-size 8", GPT13, 8)
+
+
+def test_batch_given_twice_must_agree():
+    with pytest.raises(ValueError, match="contradicts the batch given"):
+        parse_megatron_args("--global-batch-size 64", GPT13, 8, global_batch=32)
+    assert parse_megatron_args("--global-batch-size 64", GPT13, 8, global_batch=64).global_batch == 64
+    assert parse_megatron_args("", GPT13, 8, global_batch=16).global_batch == 16
+
+
+def test_unknown_and_unpriceable_flags_are_refused_by_name():
+    with pytest.raises(ValueError, match="--frobnicate"):
+        parse_megatron_args("--frobnicate 3 --global-batch-size 8", GPT13, 8)
+    with pytest.raises(ValueError, match="--overlap-p2p-communication.*not modelled"):
+        parse_megatron_args("--overlap-p2p-communication --global-batch-size 8", GPT13, 8)
+    with pytest.raises(ValueError, match="partial recompute"):   # 40 layers / pp 2 = 20 per stage > 4
+        parse_megatron_args("--pipeline-model-parallel-size 2 --recompute-granularity full "
+                            "--recompute-method block --recompute-num-layers 4 --global-batch-size 8", GPT13, 8)
+    mp = parse_megatron_args("--recompute-granularity full --recompute-method block --recompute-num-layers 40 "
+                             "--global-batch-size 8", GPT13, 8)
+    assert mp.spec.recompute == "full"
+    with pytest.raises(ValueError, match="do not split evenly"):            # 40 layers over 3 x 1
+        parse_megatron_args("--pipeline-model-parallel-size 3 --global-batch-size 8", GPT13, 9)
+    with pytest.raises(ValueError, match="given twice"):
+        parse_megatron_args("--micro-batch-size 1 --micro-batch-size 2 --global-batch-size 8", GPT13, 8)
+
+
+def test_grad_reduce_overlap_only_where_the_line_sets_it():
+    off = parse_megatron_args("--use-distributed-optimizer --global-batch-size 8", GPT13, 8)
+    on = parse_megatron_args("--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+                             "--global-batch-size 8", GPT13, 8)
+    assert not off.engine.overlap_grad_reduce and on.engine.overlap_grad_reduce
+    assert on.engine.name == "megatron-core" and off.engine.name == "megatron-core-no-grad-overlap"
+    with pytest.raises(ValueError, match="needs --overlap-grad-reduce"):
+        parse_megatron_args("--overlap-param-gather --global-batch-size 8", GPT13, 8)
+
+
+def test_cli_prices_the_lines_model(capsys):
+    line = ("--num-layers 96 --hidden-size 5120 --num-attention-heads 40 --seq-length 2048 --vocab-size 50257 "
+            "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 --global-batch-size 64")
+    assert main(["plan", "--cluster", "dgx-a100", "--nodes", "16", "--from-megatron-args", line]) == 0
+    out = capsys.readouterr()
+    assert "megatron-96L-5120" in out.out and "layers [48, 48]" in out.out
+    assert main(["plan", "--model", "gpt3-13b", "--cluster", "dgx-a100", "--nodes", "16",
+                 "--from-megatron-args", line]) == 2
+    assert "--num-layers gives 96" in capsys.readouterr().err
