@@ -13,7 +13,8 @@ import os
 import tempfile
 from typing import Any
 
-__all__ = ["dump_json", "save_new_json", "load_json", "read_json_file", "atomic_write_text", "finite_or_none", "stamped", "SCHEMA_VERSION"]
+__all__ = ["dump_json", "save_new_json", "load_json", "read_json_file", "atomic_write_text", "finite_or_none", "stamped",
+           "check_schema", "fingerprint", "SCHEMA_VERSION"]
 
 #: Version of the layout of cosearch's JSON files (results, FL results and experiments,
 #: PHAZE reproductions); README's "Output files" section documents the fields.
@@ -25,6 +26,44 @@ def stamped(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     version that wrote it, first."""
     from ._version import __version__
     return {"schema": f"cosearch.{kind}/{SCHEMA_VERSION}", "cosearch_version": __version__, **data}
+
+
+def check_schema(d: Any, kind: str, name: str) -> None:
+    """Refuse ``d`` unless it is an object stamped by :func:`stamped` as ``kind`` in a schema
+    version this cosearch reads (``name``: how the message calls the file)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{name}: not a cosearch {kind} file (the top level is not an object)")
+    schema = d.get("schema")
+    if schema is None:
+        raise ValueError(f"{name}: not a cosearch {kind} file (it has no 'schema' field)")
+    prefix, _, version = str(schema).partition("/")
+    if prefix != f"cosearch.{kind}":
+        raise ValueError(f"{name}: a {prefix!r} file, not a cosearch.{kind} file")
+    if not version.isdigit() or int(version) > SCHEMA_VERSION:
+        raise ValueError(f"{name}: schema {schema!r} (cosearch {d.get('cosearch_version', '?')}) is not one this "
+                         f"cosearch reads (cosearch.{kind}/1 to /{SCHEMA_VERSION}); open it with the cosearch "
+                         "that wrote it")
+
+
+def fingerprint(data: Any) -> str:
+    """A SHA-256 of ``data``'s canonical JSON (sorted keys; arrays as lists): equal for equal
+    inputs, in any process and on any host."""
+    import hashlib
+    text = json.dumps(finite_or_none(_plain(data)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` with NumPy arrays and scalars, tuples and sets as JSON's lists and numbers."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted(_plain(v) for v in obj)
+    return obj
 
 
 def finite_or_none(obj: Any) -> Any:
@@ -106,28 +145,56 @@ def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrit
     return dump_json(data, path)
 
 
-def read_json_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> Any:
-    """The parsed JSON of a user's file, or ``ValueError`` naming ``what`` and the problem
-    (a file over ``max_bytes`` is refused before it is read)."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows (give a finite number)")
+
+
+#: Largest JSON file read (results of the largest searches are tens of MiB).
+MAX_JSON_BYTES = 1 << 30
+
+
+def _regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> None:
+    """Refuse what is not a regular file (a FIFO would block, ``/dev/zero`` never ends) or is
+    larger than ``max_bytes``."""
+    import stat
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{what} file {os.fspath(path)!r} is not a regular file")
+    if st.st_size > max_bytes:
+        raise ValueError(f"{what} file {os.fspath(path)!r} is {st.st_size:,} bytes; a {what} file is at most "
+                         f"{max_bytes:,} bytes")
+
+
+def _parse(text: str, what: str, path: str) -> Any:
     try:
-        if max_bytes is not None:
-            size = os.path.getsize(path)
-            if size > max_bytes:
-                raise ValueError(f"{what} file {os.fspath(path)!r} is {size:,} bytes; a {what} file is at most "
-                                 f"{max_bytes:,} bytes (list each value once)")
-        with open(path) as fh:
-            return json.load(fh)
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} file {path!r} is not valid JSON: {exc}") from None
+    except ValueError as exc:                                 # NaN / Infinity
+        raise ValueError(f"{what} file {path!r}: {exc}") from None
+
+
+def read_json_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> Any:
+    """The parsed JSON of a user's file, or ``ValueError`` naming ``what`` and the problem (a
+    FIFO, device or a file over ``max_bytes`` is refused before it is read; ``NaN`` and
+    ``Infinity`` are refused)."""
+    try:
+        _regular_file(path, what, MAX_JSON_BYTES if max_bytes is None else max_bytes)
+        with open(path, encoding="utf-8-sig") as fh:
+            text = fh.read()
     except OSError as exc:
         raise ValueError(f"{what} file {os.fspath(path)!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} file {os.fspath(path)!r} is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} file {os.fspath(path)!r} is not UTF-8 text") from None
+    return _parse(text, what, os.fspath(path))
 
 
 def load_json(source: str | os.PathLike) -> dict[str, Any]:
     """Parse ``source``: JSON text (starting with ``{``) or the path of a JSON file."""
     text = str(source)
     if not text.lstrip().startswith("{"):
-        with open(source) as fh:
+        _regular_file(source, "JSON", MAX_JSON_BYTES)
+        with open(source, encoding="utf-8-sig") as fh:
             text = fh.read()
     try:
         return json.loads(text)

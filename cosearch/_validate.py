@@ -46,6 +46,27 @@ def nonneg_float(name: str, value: Any) -> float:
     return _finite(name, value, allow_zero=True)
 
 
+#: Plausible bandwidths, bytes/s: from a slow serial link (1 MB/s) to beyond any memory
+#: system built (10 PB/s).  Values outside are typos (a unit slip, a missing exponent) and
+#: would price a "feasible" plan at an absurd or infinite step time.
+MIN_BPS, MAX_BPS = 1e6, 1e16
+#: Plausible clock rates, Hz (1 MHz to 100 GHz).
+MIN_HZ, MAX_HZ = 1e6, 1e11
+
+
+def in_range(name: str, value: Any, lo: float, hi: float, unit: str) -> float:
+    """A finite number in ``[lo, hi]`` (refused naming ``name`` and the range otherwise)."""
+    f = positive_float(name, value)
+    if not lo <= f <= hi:
+        raise ValueError(f"{name}={value!r} {unit} is outside the plausible range {lo:g} to {hi:g} {unit}")
+    return f
+
+
+def bandwidth(name: str, value: Any) -> float:
+    """A bandwidth in bytes/s within :data:`MIN_BPS` .. :data:`MAX_BPS`."""
+    return in_range(name, value, MIN_BPS, MAX_BPS, "bytes/s")
+
+
 def fraction(name: str, value: Any) -> float:
     f = positive_float(name, value)
     if f > 1.0:

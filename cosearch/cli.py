@@ -295,34 +295,34 @@ def _untried(opts: dict) -> str:
 def _plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p, required=False)
     p.add_argument("--chip", default=None,
-                   help="chip preset (see `cosearch presets`; default: the cluster preset's own chip, "
-                        "A100-80GB for a flat cluster)")
+                   help="chip preset (see `cosearch presets`) or chip JSON file (default: the cluster preset's "
+                        "own chip, or a cluster file's \"chip\"; required with --cluster flat)")
     p.add_argument("--cluster", default="dgx-a100",
                    help="cluster preset: dgx-a100, dgx-h100, dgx-h200, dgx-b200 (sized by --nodes), "
-                        "gb200-nvl72, tpuv4-pod, tpuv5e-pod, tpuv5p-pod (by --chips), or flat (--chips, the "
-                        "chip's own link)")
-    p.add_argument("--nodes", type=int, help="nodes of a DGX cluster preset")
-    p.add_argument("--chips", type=int, help="chips of a gb200-nvl72, TPU pod or flat cluster")
-    p.add_argument("--chips-per-node", type=int, help="override the cluster's chips per node")
+                        "gb200-nvl72, tpuv4-pod, tpuv5e-pod, tpuv5p-pod (by --chips), flat (--chips, the "
+                        "chip's own link), or a JSON file of Cluster fields with an optional \"chip\"")
+    p.add_argument("--nodes", type=_positive, help="nodes of a DGX cluster preset")
+    p.add_argument("--chips", type=_positive, help="chips of a gb200-nvl72, TPU pod or flat cluster")
+    p.add_argument("--chips-per-node", type=_positive, help="override the cluster's chips per node")
     p.add_argument("--intra-Bps", type=float, help="override the per-chip intra-node bandwidth (bytes/s, one direction)")
     p.add_argument("--inter-Bps", type=float, help="override the per-chip inter-node bandwidth (bytes/s, one direction)")
     p.add_argument("--intra-efficiency", type=float, help="override the achievable fraction of the intra-node link")
     p.add_argument("--inter-efficiency", type=float, help="override the achievable fraction of the inter-node link")
-    p.add_argument("--batch", type=int, help="global batch size in sequences (or --global-batch-size in "
+    p.add_argument("--batch", type=_positive, help="global batch size in sequences (or --global-batch-size in "
                                              "--from-megatron-args)")
-    p.add_argument("--dp", type=int, help="data-parallel degree (omit to search)")
-    p.add_argument("--tp", type=int, help="tensor-parallel degree (omit to search)")
-    p.add_argument("--pp", type=int, help="pipeline stages (omit to search)")
-    p.add_argument("--mb", type=int, help="microbatch size in sequences (omit to search)")
+    p.add_argument("--dp", type=_positive, help="data-parallel degree (omit to search)")
+    p.add_argument("--tp", type=_positive, help="tensor-parallel degree (omit to search)")
+    p.add_argument("--pp", type=_positive, help="pipeline stages (omit to search)")
+    p.add_argument("--mb", type=_positive, help="microbatch size in sequences (omit to search)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="recompute mode (omit to search per stage)")
-    p.add_argument("--virtual", type=int, help="interleaved virtual stages per pipeline stage (omit to search)")
+    p.add_argument("--virtual", type=_positive, help="interleaved virtual stages per pipeline stage (omit to search)")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (omit to search)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (omit to search)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
-    p.add_argument("--cp", type=int, help="context-parallel degree (needs --flash; omit: 1)")
-    p.add_argument("--ep", type=int, help="expert-parallel degree of an MoE model (omit: 1)")
-    p.add_argument("--precision", choices=["bf16", "fp8"], help="GEMM precision (omit: bf16)")
-    p.add_argument("--zero-group", type=int, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
+    p.add_argument("--cp", type=_positive, help="context-parallel degree (needs --flash; omit: 1)")
+    p.add_argument("--ep", type=_positive, help="expert-parallel degree of an MoE model (omit: 1)")
+    p.add_argument("--precision", choices=["bf16", "fp8", "fp4"], help="GEMM precision (omit: bf16; fp4: NVFP4)")
+    p.add_argument("--zero-group", type=_positive, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
     p.add_argument("--engine", choices=list(ENGINES), default=None,
                    help="training framework: what overlaps what, how often sharded weights are gathered, "
                         "pipeline sends (cosearch.engine; default megatron-lm, megatron-core with "
@@ -348,40 +348,89 @@ def _cluster_from_args(a):
     return c.with_(**changes) if changes else c
 
 
-def _is_file(name: str | None) -> bool:
-    return bool(name) and (str(name).endswith(".json") or os.path.isfile(str(name)))
+def _is_file(name: str | None, presets=()) -> bool:
+    """Whether ``--chip``/``--cluster`` names a file: a ``.json`` name or a path, or an existing
+    file whose name is not a preset's (a file called ``H100`` in the working folder does not
+    shadow the preset)."""
+    if not name:
+        return False
+    s = str(name)
+    if s.endswith(".json") or os.sep in s or (os.altsep and os.altsep in s):
+        return True
+    return os.path.isfile(s) and s.lower() not in {p.lower() for p in presets}
+
+
+def _cluster_file(path: str):
+    """A cluster JSON file's :class:`Cluster` and the chip it names (``"chip"``: a preset's
+    name, a chip JSON path, or an object of chip fields; None when the file has none)."""
+    from . import cluster as cl
+    from ._json import read_json_file
+    d = read_json_file(path, "cluster")
+    if not isinstance(d, dict):
+        raise ValueError(f"cluster file {path!r}: the top level must be an object of Cluster fields")
+    d = dict(d)
+    return cl.Cluster.from_dict({k: x for k, x in d.items() if k != "chip"}), d.get("chip")
 
 
 def _base_cluster(a):
     from . import cluster as cl
-    if _is_file(a.cluster):
-        return cl.Cluster.from_json(a.cluster)
+    if _is_file(a.cluster, _NODE_PRESETS + _CHIP_PRESETS + ("flat",)):
+        c, _chip = _cluster_file(a.cluster)
+        for flag, given, have in (("--chips", a.chips, c.num_chips), ("--nodes", a.nodes, c.nodes)):
+            if given is not None and given != have:
+                raise ValueError(f"{flag} {given} contradicts the cluster file {a.cluster} ({have}); drop {flag} "
+                                 "or edit the file")
+        return c
     if a.cluster in _NODE_PRESETS:
         if a.nodes is None:
             raise ValueError(f"--cluster {a.cluster} needs --nodes")
-        return cl.preset(a.cluster, a.nodes)
-    if a.cluster in _CHIP_PRESETS:
+        c = cl.preset(a.cluster, a.nodes)
+        if a.chips is not None and a.chips != c.num_chips:
+            raise ValueError(f"--chips {a.chips} contradicts --cluster {a.cluster} --nodes {a.nodes} "
+                             f"({c.num_chips} chips); give only --nodes")
+        return c
+    if a.cluster in _CHIP_PRESETS or a.cluster == "flat":
         if a.chips is None:
             raise ValueError(f"--cluster {a.cluster} needs --chips")
-        return cl.preset(a.cluster, a.chips)
-    if a.cluster == "flat":
-        if a.chips is None:
-            raise ValueError("--cluster flat needs --chips")
-        return cl.Cluster(a.chips)
+        if a.nodes is not None:
+            raise ValueError(f"--nodes applies to the DGX presets; --cluster {a.cluster} is sized by --chips")
+        return cl.preset(a.cluster, a.chips) if a.cluster != "flat" else cl.Cluster(a.chips)
     raise ValueError(f"unknown --cluster {a.cluster!r}; choose one of {', '.join(_NODE_PRESETS + _CHIP_PRESETS)} "
                      "or flat")
 
 
 def _chip_from_args(a):
-    """--chip, or the chip the cluster preset is built of."""
+    """--chip, or the chip the cluster is built of (a preset's own, or a cluster file's
+    ``"chip"``); a flat cluster or a cluster file without a chip needs --chip."""
+    import warnings
+
     from .cluster import PRESET_CHIPS
-    from .hardware import Accelerator
+    from .hardware import Accelerator, preset_names
     from .hardware import preset as chip_preset
-    if _is_file(a.chip):
-        return Accelerator.from_json(a.chip)
+
+    def load(name):
+        if isinstance(name, dict):
+            return Accelerator.from_dict(name)
+        if _is_file(name, preset_names()):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                chip = Accelerator.from_json(name)
+            for w in caught:
+                print(f"cosearch: warning: {w.message}", file=sys.stderr)
+            return chip
+        return chip_preset(name)
+
     if a.chip is not None:
-        return chip_preset(a.chip)
-    return chip_preset(PRESET_CHIPS.get(a.cluster, "A100-80GB"))
+        return load(a.chip)
+    if a.cluster is not None and _is_file(a.cluster, _NODE_PRESETS + _CHIP_PRESETS + ("flat",)):
+        _c, chip = _cluster_file(a.cluster)
+        if chip is None:
+            raise ValueError(f"cluster file {a.cluster} names no chip: give --chip, or add \"chip\": \"<preset>\" "
+                             "(or a chip file's path) to the file")
+        return load(chip)
+    if a.cluster in PRESET_CHIPS:
+        return chip_preset(PRESET_CHIPS[a.cluster])
+    raise ValueError(f"--cluster {a.cluster} has no chip of its own: give --chip (see `cosearch presets`)")
 
 
 def _print_plan(p, out) -> None:
@@ -396,12 +445,9 @@ def _print_plan(p, out) -> None:
 
 def _run_calibrate(a) -> int:
     """Fit the chip to the CSVs, print what was fitted, write the chip JSON."""
-    import csv
-    import io
-
     from ._json import dump_json
     from ._validate import output_path
-    from .cost import calibrate
+    from .cost import calibrate, read_csv_columns
     output_path(a.out, a.force)
     if not a.gemm_csv and not a.collective_csv:
         raise ValueError("give --gemm-csv and/or --collective-csv")
@@ -412,16 +458,9 @@ def _run_calibrate(a) -> int:
             raise ValueError("--collective-csv needs --cluster (and --nodes or --chips) for the link bandwidths")
         a.chips_per_node = a.intra_Bps = a.inter_Bps = a.intra_efficiency = a.inter_efficiency = None
         cl = _cluster_from_args(a)
-    rows: list[dict] = []
-    for path in (a.gemm_csv, a.collective_csv):
-        if path:
-            try:
-                with open(path, newline="") as fh:
-                    rows.extend(csv.DictReader(io.StringIO(fh.read())))
-            except OSError as exc:
-                raise ValueError(f"{path}: {exc.strerror or exc}") from None
-    keys = sorted({k for r in rows for k in r if k})
-    cols = {k: [r.get(k) or "" for r in rows] for k in keys}
+    tables = [read_csv_columns(path) for path in (a.gemm_csv, a.collective_csv) if path]
+    keys = sorted({k for t in tables for k in t if k})
+    cols = {k: [x for t in tables for x in (t.get(k) or [""] * len(next(iter(t.values()))))] for k in keys}
     cal = calibrate(chip, cols, cluster=cl)
     e = cal.chip.efficiency
     print(f"fitted: {', '.join(cal.fitted) or 'no kernel parameter'} on {cal.gemm_rows} op rows "
@@ -568,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--plot", help="write a throughput-vs-area plot (PNG)")
     r.add_argument("--csv", help="write all rows as CSV")
     r.add_argument("--top", type=_count, default=10, help="rows to show")
+    r.add_argument("--force", action="store_true", help="replace existing --plot/--csv files")
     c = sub.add_parser("compare", help="co-search vs TPUv4 and Spotlight-style baselines", formatter_class=fmt)
     _search_args(c)
     c.add_argument("--out", help="also save the results (JSON)")
@@ -582,8 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--collective-csv", help="collective times: collective,bytes,group,link,seconds "
                                               "(needs --cluster/--nodes for the link bandwidths)")
     cal.add_argument("--cluster", default=None, help="the cluster preset the collectives ran on (with --nodes/--chips)")
-    cal.add_argument("--nodes", type=int)
-    cal.add_argument("--chips", type=int)
+    cal.add_argument("--nodes", type=_positive)
+    cal.add_argument("--chips", type=_positive)
     cal.add_argument("--out", required=True, help="chip JSON to write (use it with --chip FILE)")
     cal.add_argument("--force", action="store_true", help="replace an existing --out file")
     me = sub.add_parser("measure", help="time the model's kernels (and, under torchrun, the collectives) with "
@@ -704,15 +744,28 @@ def _dispatch(a) -> int:
     if a.cmd == "report":
         import os
 
+        from ._json import load_json
+        from ._validate import output_path
+        from .multimodel import MultiModelResults
         from .search import Results
         if not os.path.isfile(a.results):
             raise ValueError(f"{a.results}: no such file")
-        res = Results.from_json(a.results)
+        for path, flag in ((a.csv, "--csv"), (a.plot, "--plot")):
+            if path:
+                output_path(path, a.force, flag=flag)
+        doc = load_json(a.results)
+        kind = str(doc.get("schema", "")) if isinstance(doc, dict) else ""
+        res = (MultiModelResults if kind.startswith("cosearch.multi-model-results/") else Results).from_json(
+            a.results)
         print(res.table(top=a.top))
         if a.csv:
-            res.to_csv(a.csv)
+            if not hasattr(res, "to_csv"):
+                raise ValueError("--csv: a multi-model result has no CSV form; use its JSON")
+            res.to_csv(a.csv, overwrite=True)
             print(f"wrote {a.csv}")
         if a.plot:
+            if not hasattr(res, "plot"):
+                raise ValueError("--plot: a multi-model result has no plot; use its JSON")
             res.plot(a.plot)
             print(f"wrote {a.plot}")
         return 0

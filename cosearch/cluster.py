@@ -92,10 +92,11 @@ class Cluster:
                 raise ValueError("Cluster.inter_node_Bps is needed when the chips span several nodes")
         for f in ("intra_node_Bps", "inter_node_Bps"):
             if getattr(self, f) is not None:
-                object.__setattr__(self, f, v.positive_float(f"Cluster.{f}", getattr(self, f)))
-        v.nonneg_float("Cluster.link_latency_s", self.link_latency_s)
-        if self.inter_latency_s is not None:
-            v.nonneg_float("Cluster.inter_latency_s", self.inter_latency_s)
+                object.__setattr__(self, f, v.bandwidth(f"Cluster.{f}", getattr(self, f)))
+        for f in ("link_latency_s", "inter_latency_s"):
+            if getattr(self, f) is not None and v.nonneg_float(f"Cluster.{f}", getattr(self, f)) > 1.0:
+                raise ValueError(f"Cluster.{f}={getattr(self, f)!r} s: a per-message latency over 1 s is not a "
+                                 "network's (seconds, not microseconds?)")
         for f in ("intra_efficiency", "inter_efficiency"):
             v.fraction(f"Cluster.{f}", getattr(self, f))
         if isinstance(self.torus_side, bool) or int(self.torus_side) != self.torus_side or self.torus_side < 0:

@@ -181,16 +181,11 @@ _CAL_COLL_COLS = ("collective", "bytes", "group", "link", "seconds")
 
 def _read_table(measurements) -> dict[str, np.ndarray]:
     """Columns of a CSV file (path) or a mapping of equal-length arrays."""
-    import csv
     import os
     if isinstance(measurements, (str, os.PathLike)):
         if not os.path.isfile(measurements):
             raise ValueError(f"calibrate: no such measurement file {str(measurements)!r}")
-        with open(measurements, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        if not rows:
-            raise ValueError(f"calibrate: {str(measurements)!r} holds no rows")
-        cols = {k.strip(): [r[k] for r in rows] for k in rows[0] if k is not None}
+        cols = read_csv_columns(measurements)
     elif isinstance(measurements, dict):
         cols = {str(k): list(np.atleast_1d(v)) for k, v in measurements.items()}
     else:
@@ -200,6 +195,50 @@ def _read_table(measurements) -> dict[str, np.ndarray]:
     if len(lens) != 1:
         raise ValueError(f"calibrate: measurement columns have different lengths {sorted(lens)}")
     return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def read_csv_columns(path) -> dict[str, list[str]]:
+    """The columns of a measurement CSV (UTF-8, with or without a byte-order mark); an empty,
+    header-only, binary or ragged file is refused with a message naming it."""
+    import csv
+    import io
+    import os
+    name = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(1 << 28)
+    except OSError as exc:
+        raise ValueError(f"calibrate: {name}: {exc.strerror or exc}") from None
+    if b"\0" in raw:
+        raise ValueError(f"calibrate: {name} is a binary file, not a CSV")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"calibrate: {name} is not UTF-8 text") from None
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if not rows:
+        raise ValueError(f"calibrate: {name} holds no data rows (a header line, then one row per measurement)")
+    ragged = [i + 2 for i, r in enumerate(rows) if None in r or any(x is None for x in r.values())]
+    if ragged:
+        raise ValueError(f"calibrate: {name}: line(s) {ragged[:5]} have a different number of cells than the header")
+    return {k.strip(): [r[k] for r in rows] for k in rows[0] if k is not None}
+
+
+#: Measured kernel and collective times must lie in this range, seconds: a GPU kernel launch
+#: alone takes microseconds, and no single kernel or collective of a training step runs an hour.
+MEASURED_S_BOUNDS = (1e-7, 3600.0)
+#: A measured op may beat the chip's ideal roofline (its datasheet clock, no kernel losses) by at
+#: most this factor (a boost clock above the datasheet's); a faster row is a unit slip.
+ROOFLINE_SLACK = 1.5
+
+
+def _check_seconds(sec: np.ndarray, rows: np.ndarray, what: str) -> None:
+    lo, hi = MEASURED_S_BOUNDS
+    bad = np.flatnonzero((sec < lo) | (sec > hi))
+    if len(bad):
+        raise ValueError(f"calibrate: {what} row(s) {[int(rows[i]) + 1 for i in bad[:5]]} take "
+                         f"{[float(sec[i]) for i in bad[:5]]} s, outside the physical range {lo:g} to {hi:g} s "
+                         "(seconds, not microseconds or milliseconds?)")
 
 
 def _blank(values) -> np.ndarray:
@@ -310,6 +349,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     residuals: tuple[float, ...] = ()
     if len(ops_rows):
         m, n, k, b, dt, sec = (_num(cols, c, ops_rows) for c in _CAL_OP_COLS)
+        _check_seconds(sec, ops_rows, "op")
         kinds = (np.array([str(x).strip().lower() for x in cols["kind"][ops_rows]])
                  if "kind" in cols else np.array(["gemm"] * len(ops_rows)))
         bad = sorted(set(kinds) - {"gemm", "attention"})
@@ -334,11 +374,17 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)
         # (with the chip's GEMM shape model, if it has one: only the four scalars are fitted)
         unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0, sustained_clock=1.0)
-        compute = price(arr, chip.with_(hbm_bandwidth_Bps=1e30), efficiency=unit)[0]
+        compute = price(arr, chip._unbounded(hbm_bandwidth_Bps=1e30), efficiency=unit)[0]
         if row_mhz is not None:        # each row's compute at the clock it ran at
             compute = compute * chip.clock_hz / (row_mhz * 1e6)
-        memory = price(arr, chip.with_(clock_hz=1e30), efficiency=unit)[0]
+        memory = price(arr, chip._unbounded(clock_hz=1e30), efficiency=unit)[0]
         is_att = arr[:, 0] == 3.0
+        ideal = np.maximum(compute, memory)
+        fast = np.flatnonzero(sec * ROOFLINE_SLACK < ideal)
+        if len(fast):
+            raise ValueError(f"calibrate: op row(s) {[int(ops_rows[i]) + 1 for i in fast[:5]]} ran faster than "
+                             f"{chip.name}'s ideal roofline allows ({[float(sec[i]) for i in fast[:5]]} s against "
+                             f"{[float(ideal[i]) for i in fast[:5]]} s): check the shapes, dtype_bytes and seconds")
         y = np.log(sec)
         prior = np.array([e_t, e_a, e_m, min(max(launch, LAUNCH_BOUNDS_S[0]), LAUNCH_BOUNDS_S[1])])
 
@@ -383,9 +429,18 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         kinds = np.array([str(x).strip().lower() for x in cols["collective"][coll_rows]])
         links = np.array([str(x).strip().lower() for x in cols["link"][coll_rows]]) if "link" in cols \
             else np.array(["intra"] * len(coll_rows))
+        odd = np.flatnonzero(~np.isin(links, ["intra", "inter"]))
+        if len(odd):
+            raise ValueError(f"calibrate: collective row(s) {[int(coll_rows[i]) + 1 for i in odd[:5]]} have link "
+                             f"{sorted(set(links[odd]))}; each must be 'intra' or 'inter'")
         nbytes = _num(cols, "bytes", coll_rows)
         group = _num(cols, "group", coll_rows)
         sec = _num(cols, "seconds", coll_rows)
+        _check_seconds(sec, coll_rows, "collective")
+        small = np.flatnonzero(group < 2)
+        if len(small):
+            raise ValueError(f"calibrate: collective row(s) {[int(coll_rows[i]) + 1 for i in small[:5]]} have a "
+                             "group of fewer than 2 ranks")
         # ring collectives: f (n-1)/n S on the wire and f (n-1) latencies; an all-to-all sends
         # (n-1)/n S, all exchanges at once (one latency), as cosearch.comm prices them
         factor = {"allreduce": 2.0, "allgather": 1.0, "reducescatter": 1.0, "alltoall": 1.0}
@@ -407,6 +462,10 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
             (inv_e, lat), *_ = np.linalg.lstsq(A, sec[sel], rcond=None)
             if inv_e <= 0:
                 raise ValueError(f"calibrate: {link}-node collective times do not grow with size")
+            if 1.0 / inv_e > 1.0:
+                raise ValueError(f"calibrate: the {link}-node collectives run at {1.0 / inv_e:.3g} of the link's "
+                                 f"{wire / 1e9:.0f} GB/s, faster than the wire: check the bytes column (bytes, not "
+                                 "elements or bits), the group sizes and the cluster's link bandwidths")
             out[link] = (float(1.0 / inv_e), float(max(lat, 0.0)))
     return Calibration(chip=chip.with_(efficiency=eff), gemm_rows=len(ops_rows), gemm_rms_log_error=rms,
                        fitted=fitted, residuals=residuals,

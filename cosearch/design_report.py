@@ -45,7 +45,7 @@ def tile_efficiency(m: int, n: int, k: int, cores: int, rows: int, cols: int) ->
     clock = 1e9
     chip = Accelerator(name="tile", tensor_cores=cores, systolic_rows=rows, systolic_cols=cols, vector_units=1,
                        vector_width=1, clock_hz=clock, l1_bytes=1e30, l2_bytes=1e30, hbm_bytes=1e12,
-                       hbm_bandwidth_Bps=1e30, link_bandwidth_Bps=1e9)
+                       hbm_bandwidth_Bps=1e12, link_bandwidth_Bps=1e9)._unbounded(hbm_bandwidth_Bps=1e30)
     op = Op("g", "gemm", m=m, n=n, k=k, bytes_read=1.0, bytes_written=1.0)
     t = float(price(np.array([op.as_row()]), chip, efficiency=IDEAL)[0, 0])
     return (m * n * k) / (cores * rows * cols * clock) / t

@@ -558,22 +558,30 @@ class Accelerator:
             raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
                              f"got {self.glb_Bps!r}")
         object.__setattr__(self, "glb_Bps", float(self.glb_Bps))
-        if not (isinstance(self.host_link_Bps, (int, float)) and math.isfinite(self.host_link_Bps)
-                and self.host_link_Bps > 0):
+        from . import _validate as v
+        if isinstance(self.host_link_Bps, bool) or not isinstance(self.host_link_Bps, (int, float, np.floating)):
             raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
+        v.bandwidth("Accelerator.host_link_Bps", self.host_link_Bps)
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.efficiency, KernelEfficiency):
             raise ValueError(f"Accelerator.efficiency must be a KernelEfficiency, got {self.efficiency!r}")
         for f in ("tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or int(v) != v or v <= 0:
-                raise ValueError(f"Accelerator.{f} must be a positive integer, got {v!r}")
-            object.__setattr__(self, f, int(v))
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(x) or int(x) != x or x <= 0:
+                raise ValueError(f"Accelerator.{f} must be a positive integer, got {x!r}")
+            object.__setattr__(self, f, int(x))
         for f in ("clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps",
                   "link_bandwidth_Bps"):
-            v = getattr(self, f)
-            if not np.isfinite(v) or v <= 0:
-                raise ValueError(f"Accelerator.{f} must be a positive finite number, got {v!r}")
-            object.__setattr__(self, f, float(v))
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(x) or x <= 0:
+                raise ValueError(f"Accelerator.{f} must be a positive finite number, got {x!r}")
+            object.__setattr__(self, f, float(x))
+        v.in_range("Accelerator.clock_hz", self.clock_hz, v.MIN_HZ, v.MAX_HZ, "Hz")
+        for f in ("hbm_bandwidth_Bps", "link_bandwidth_Bps"):
+            v.bandwidth(f"Accelerator.{f}", getattr(self, f))
 
     @property
     def peak_flops(self) -> float:
@@ -613,6 +621,15 @@ class Accelerator:
     def with_(self, **changes: Any) -> Accelerator:
         return replace(self, **changes)
 
+    def _unbounded(self, **changes: float) -> Accelerator:
+        """A copy with fields set outside the plausible ranges, unvalidated: for pricing one
+        part of the roofline alone (an infinite bandwidth or clock), never for a user's chip."""
+        import copy
+        c = copy.copy(self)
+        for k, x in changes.items():
+            object.__setattr__(c, k, float(x))
+        return c
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -624,7 +641,26 @@ class Accelerator:
         if not isinstance(d, dict):
             raise ValueError(f"a chip description must be an object, got {type(d).__name__}")
         d = dict(d)
-        eff = d.pop("efficiency", None)
+        if "efficiency" not in d:
+            raise ValueError("chip: no 'efficiency' given. Choose one: \"efficiency\": \"ideal\" (the roofline "
+                             "with no kernel losses: datasheet numbers priced this way run far faster than the "
+                             "real chip), the name of a preset whose measured kernels it shares (e.g. \"H100\"), "
+                             "or an object of KernelEfficiency fields (cosearch calibrate writes one)")
+        eff = d.pop("efficiency")
+        if isinstance(eff, str):
+            if eff.lower() == "ideal":
+                import warnings
+                warnings.warn(f"chip {d.get('name', '?')!r}: \"efficiency\": \"ideal\" prices every kernel at the "
+                              "roofline, with no kernel losses", stacklevel=2)
+                eff_obj = IDEAL
+            else:
+                try:
+                    eff_obj = preset(eff).efficiency
+                except ValueError as exc:
+                    raise ValueError(f"chip: 'efficiency' {eff!r} is neither \"ideal\" nor a preset ({exc})") from None
+            eff = None
+        else:
+            eff_obj = None
         known = {f.name for f in fields(cls)} - {"efficiency"}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -633,14 +669,26 @@ class Accelerator:
                          and f.default is MISSING)
         if missing:
             raise ValueError(f"chip: missing field(s) {missing}")
-        if eff is not None:
+        if eff_obj is None:
             if not isinstance(eff, dict):
-                raise ValueError("chip: 'efficiency' must be an object of KernelEfficiency fields")
+                raise ValueError("chip: 'efficiency' must be \"ideal\", a preset's name or an object of "
+                                 "KernelEfficiency fields")
             ekeys = {f.name for f in fields(KernelEfficiency)}
             bad = sorted(set(eff) - ekeys)
             if bad:
                 raise ValueError(f"chip: unknown efficiency field(s) {bad}; known: {sorted(ekeys)}")
-        return cls(**d, efficiency=KernelEfficiency(**eff) if eff else IDEAL)
+            text = {f.name for f in fields(KernelEfficiency) if f.type in ("str", str)}
+            for k, x in eff.items():
+                if k in text:
+                    if not isinstance(x, str):
+                        raise ValueError(f"chip: efficiency field {k!r} must be text, got {x!r}")
+                elif isinstance(x, (str, list, dict, bool)) or x is None:
+                    raise ValueError(f"chip: efficiency field {k!r} must be a number, got {x!r}")
+            eff_obj = KernelEfficiency(**eff)
+        for k, x in d.items():
+            if k != "name" and (x is None or isinstance(x, (str, list, dict, bool))):
+                raise ValueError(f"chip: field {k!r} must be a number, got {x!r}")
+        return cls(**d, efficiency=eff_obj)
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> Accelerator:

@@ -196,10 +196,9 @@ class MultiModelResults:
 
     @classmethod
     def from_json(cls, path) -> MultiModelResults:
-        from ._json import load_json
+        from ._json import check_schema, load_json
         d = load_json(path)
-        if not isinstance(d, dict) or "models" not in d:
-            raise ValueError(f"{path}: not a multi-model co-search result (no 'models')")
+        check_schema(d, "multi-model-results", str(path) if len(str(path)) < 200 else "results")
         return cls.from_dict(d)
 
 
@@ -263,7 +262,9 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     ub = combine(np.stack([p[5] for p in per], axis=-1), objective)
     order = np.argsort(-ub, kind="stable")
     rows: list[JointRow] = []
-    meta = {"time_model": "sum", "space": space.name,
+    meta = {"fingerprint": sweep.run_fingerprint(ms, space, designs, cluster, batches, mem,
+                                                 [p[2] for p in per], [p[3] for p in per], opts),
+            "time_model": "sum", "space": space.name,
             "plan_options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}}
     if resume is not None:
         old = MultiModelResults.from_json(resume)
@@ -274,6 +275,10 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
             raise ValueError(f"{resume}: it was made with other settings ({', '.join(old.models)}, "
                              f"{old.objective}, {old.chips} chips, batches {list(old.global_batch)}, "
                              f"{old.total_designs} designs); resume with the same ones")
+        if old.meta.get("fingerprint") != meta["fingerprint"]:
+            raise ValueError(f"{resume}: it was made with other inputs (model configs, sequence lengths, design "
+                             "space, cluster, batches or plan options), or by an older cosearch without a "
+                             "fingerprint; resume with the same ones, or start afresh (--force)")
         rows = [r for r in old.rows if r.time_model == "sum"]   # ILP rows are ranked again
     done = {r.index for r in rows}
     best = max((r.score for r in rows), default=0.0)

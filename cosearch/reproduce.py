@@ -154,7 +154,9 @@ def table(rows: list[PhazeRow]) -> str:
 
 
 def load(path: str | os.PathLike) -> list[PhazeRow]:
+    from ._json import check_schema
     d: Any = load_json(path)
+    check_schema(d, "phaze-reproduction", str(path))
     try:
         return [PhazeRow(**r) for r in d["rows"]]
     except (KeyError, TypeError) as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import _validate as v
 from . import plan as plan_mod
-from ._json import load_json, save_new_json, stamped
+from ._json import atomic_write_text, check_schema, load_json, save_new_json, stamped
 from .hardware import DESIGN_FIELDS, Accelerator
 from .report import pareto_front, plot, table
 
@@ -160,9 +160,8 @@ class Results:
         """Load from a JSON string or a file path."""
         d = load_json(source)
         name = source if len(str(source)) < 200 else "results"
+        check_schema(d, "results", str(name))
         try:
-            if not isinstance(d, dict):
-                raise ValueError("the top level is not an object")
             interrupted = d["interrupted"]
             if not isinstance(interrupted, bool):
                 raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
@@ -186,9 +185,12 @@ class Results:
                         "sequence_parallel", "zero", "zero_group", "precision", "flash_attention", "chips_used",
                         "mfu", "time_model", "reason")
 
-    def to_csv(self, path: str | os.PathLike | None = None) -> str:
+    def to_csv(self, path: str | os.PathLike | None = None, overwrite: bool = False) -> str:
         """One row per design in rank order (best throughput first, designs without a plan
-        last), with the plan's columns (:data:`CSV_PLAN_COLUMNS`)."""
+        last), with the plan's columns (:data:`CSV_PLAN_COLUMNS`); also written to ``path`` when
+        given — which must not exist unless ``overwrite``."""
+        if path is not None and not overwrite and os.path.exists(path):
+            raise FileExistsError(f"{os.fspath(path)} exists; pass overwrite=True to replace it")
         buf = io.StringIO()
         w = csv.writer(buf)
         cols = ["rank", "index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",
@@ -209,8 +211,7 @@ class Results:
                         r.power_w, r.tokens_per_s, p.step_time_s if p else "", *plan_cols])
         text = buf.getvalue()
         if path is not None:
-            with open(path, "w", newline="") as fh:
-                fh.write(text)
+            atomic_write_text(path, text)
         return text
 
     def table(self, top: int = 10) -> str:

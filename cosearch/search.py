@@ -195,11 +195,21 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
     sp = sweep.SweepSpace(model, designs, cluster, global_batch, tps, mbs, units, mem, space.area_power, opts,
                           sweep.step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips),
                           group, members, space.area_power.area_mm2(designs), space.area_power.power_w(designs))
-    meta = {"tps": list(tps), "microbatches": list(mbs), "time_model": "sum", "cluster": cluster.to_dict(),
+    meta = {"fingerprint": sweep.run_fingerprint(model, space, designs, cluster, global_batch, mem, tps, all_mbs, opts),
+            "model_config": model.to_dict(),
+            "tps": list(tps), "microbatches": list(mbs), "time_model": "sum", "cluster": cluster.to_dict(),
             "plan_options": {k: list(x) if isinstance(x, tuple) else x for k, x in opts.items()},
             "area_budget_mm2": space.area_budget_mm2, "power_budget_w": space.power_budget_w,
             "area_model": space.area_power.name, "refined": []}
     return sp, meta, all_mbs
+
+
+def _model_changes(old: dict | None, new: dict) -> str:
+    """The model fields that differ between two ``model_config`` dicts, as ``a: x -> y``."""
+    if not isinstance(old, dict):
+        return ""
+    diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in new if old.get(k) != new.get(k)]
+    return f" (the model changed: {', '.join(diff)})" if diff else ""
 
 
 def settings_of(meta: dict) -> dict:
@@ -222,6 +232,13 @@ def _resumed_rows(resume, sp: sweep.SweepSpace, meta: dict) -> tuple[list[Design
         why = f"; these differ: {', '.join(differ)}" if differ else ""
         raise ValueError(f"{resume}: it was made with other settings ({old.model}, {old.chips} chips, batch "
                          f"{old.global_batch}, {old.total_designs} designs{why}); resume with the same ones")
+    if old.meta.get("fingerprint") is None:
+        raise ValueError(f"{resume}: it has no fingerprint of the settings it was made with (an older cosearch "
+                         "wrote it), so it cannot be checked; start afresh (--force)")
+    if old.meta["fingerprint"] != meta["fingerprint"]:
+        raise ValueError(f"{resume}: it was made with other inputs{_model_changes(old.meta.get('model_config'), meta['model_config'])}"
+                         " — model config, sequence length, design space, cluster, batch or plan options; resume "
+                         "with the same ones, or start afresh (--force)")
     rows = [r for r in old.rows if r.time_model == "sum"]
     # a group of equivalent designs counts as done only whole; pruned designs are looked at
     # again (and counted again)

@@ -337,3 +337,19 @@ def run_sweep(sp: SweepSpace, *, rows: list, done: set, prune: bool, keep_top: i
             else:
                 pool.shutdown(wait=True)
     return out
+
+
+def run_fingerprint(model, space, designs, cluster, global_batch, mem, tps, mbs, opts: dict) -> str:
+    """A fingerprint of everything that determines a search's rows: the model's whole config
+    (sequence length included), the design space and its designs, the cluster, the batch, the
+    memory model, the tp and microbatch choices and the plan options (what ``resume`` compares)."""
+    import dataclasses
+    import hashlib
+
+    from ._json import fingerprint
+    d = np.ascontiguousarray(designs, dtype="<f8")
+    return fingerprint({"model": [m.to_dict() for m in model] if isinstance(model, (list, tuple)) else model.to_dict(), "space": dataclasses.asdict(space),
+                        "designs": hashlib.sha256(d.tobytes()).hexdigest() + f":{d.shape}",
+                        "cluster": cluster.to_dict(), "global_batch": global_batch,
+                        "mem": dataclasses.asdict(mem), "tps": list(tps), "microbatches": list(mbs),
+                        "plan_options": {k: (getattr(x, "name", x)) for k, x in opts.items()}})

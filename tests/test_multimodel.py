@@ -171,7 +171,7 @@ def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monk
     with pytest.raises(ValueError, match="other settings"):
         multimodel.cosearch_models(ms, sp, cluster.Cluster(8), 32, objective="mean", refine_top=0, resume=part)
     bad = tmp_path / "bad.json"
-    bad.write_text('{"models": ["a"], "rows": [{"score": -1}]}')
+    bad.write_text('{"schema": "cosearch.multi-model-results/1", "models": ["a"], "rows": [{"score": -1}]}')
     with pytest.raises(ValueError, match="score must be"):
         multimodel.MultiModelResults.from_json(bad)
 

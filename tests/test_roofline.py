@@ -275,7 +275,7 @@ def test_fill_drain_equals_a_cycle_level_systolic_simulation(seed):
     assert cycles == M + R + C - 2
     chip = hardware.Accelerator(name="one", tensor_cores=1, systolic_rows=R, systolic_cols=C, vector_units=1,
                                 vector_width=1, clock_hz=1e9, l1_bytes=1e12, l2_bytes=1e12, hbm_bytes=1e12,
-                                hbm_bandwidth_Bps=1e30, link_bandwidth_Bps=1e9)
+                                hbm_bandwidth_Bps=1e12, link_bandwidth_Bps=1e9)._unbounded(hbm_bandwidth_Bps=1e30)
     op = graph.Op("g", "gemm", m=M, n=C, k=R, bytes_read=1.0, bytes_written=1.0)
     t = cost.price(np.array([op.as_row()]), chip)[0, 0]
     assert t * 1e9 == pytest.approx(cycles, rel=1e-12)
@@ -294,7 +294,8 @@ def test_onchip_operand_bandwidth_by_hand():
     rows = np.array([op.as_row()])
 
     def chip(cores, r, c, glb_Bps):
-        return hardware.Accelerator("x", cores, r, c, 1, 1, 1.05e9, 1e12, 1e12, 1e12, 1e18, 1e11, glb_Bps=glb_Bps)
+        return hardware.Accelerator("x", cores, r, c, 1, 1, 1.05e9, 1e12, 1e12, 1e12, 1e12, 1e11,
+                                    glb_Bps=glb_Bps)._unbounded(hbm_bandwidth_Bps=1e18)
 
     small = cost.price(rows, chip(4096, 4, 8, glb))[0, 0]
     assert small == pytest.approx((4096 * 4096 * 2 + 2048 * 4096 * 2 * 512 + 4 * 2048 * 4096 * 1024) / glb, rel=1e-12)

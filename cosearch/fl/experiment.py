@@ -156,8 +156,10 @@ class Experiment:
 
     @classmethod
     def from_json(cls, source) -> Experiment:
+        from .._json import check_schema
         d = load_json(source)
-        if not isinstance(d, dict) or d.get("kind") != "cosearch.fl.experiment":
+        check_schema(d, "fl-experiment", str(source) if len(str(source)) < 200 else "FL experiment")
+        if d.get("kind") != "cosearch.fl.experiment":
             raise ValueError(f"{source}: not a cosearch FL experiment file")
         try:
             runs = {m: {int(s): FLResult.from_dict(r) for s, r in rs.items()} for m, rs in d["runs"].items()}

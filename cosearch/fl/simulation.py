@@ -131,7 +131,10 @@ class FLResult:
 
     @classmethod
     def from_json(cls, source) -> FLResult:
-        return cls.from_dict(load_json(source))
+        from .._json import check_schema
+        d = load_json(source)
+        check_schema(d, "fl-result", str(source) if len(str(source)) < 200 else "FL result")
+        return cls.from_dict(d)
 
     def controller_report(self, start_round: int = 3) -> ControllerReport:
         """The straggler controller's record over rounds ``start_round`` on (:class:`ControllerReport`)."""
