@@ -310,7 +310,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inter-efficiency", type=float, help="override the achievable fraction of the inter-node link")
     p.add_argument("--batch", type=_positive, help="global batch size in sequences (or --global-batch-size in "
                                              "--from-megatron-args)")
-    p.add_argument("--dp", type=_positive, help="data-parallel degree (omit to search)")
+    p.add_argument("--dp", type=_positive, help="data-parallel degree (omit to search; with --tp, --pp and --mb given: "
+                                                   "what the chips leave, chips / (tp pp cp))")
     p.add_argument("--tp", type=_positive, help="tensor-parallel degree (omit to search)")
     p.add_argument("--pp", type=_positive, help="pipeline stages (omit to search)")
     p.add_argument("--mb", type=_positive, help="microbatch size in sequences (omit to search)")
@@ -505,6 +506,26 @@ def _run_measure(a) -> int:
     return 0
 
 
+def _best_fixed_plan(model, chip, cluster, base, a):
+    """The best of ``base`` over the options ``plan`` was not given (recompute, sequence
+    parallelism, ZeRO stage within the engine's), as ``--help`` promises; every option given is
+    kept.  Returns ([the best plan, or the infeasible one needing the least memory], what was
+    searched)."""
+    import itertools
+
+    from .plan import evaluate
+    rcs = (a.recompute,) if a.recompute else ("none", "selective", "full")
+    sps = (True,) if a.sp else ((False, True) if base.tp > 1 else (False,))
+    zeros = (a.zero,) if a.zero is not None else tuple(z for z in a.engine.zero_stages if z == 0 or base.dp > 1)
+    plans = [evaluate(model, chip, cluster, base.with_(recompute=r, sequence_parallel=s, zero=z), a.batch,
+                      engine=a.engine) for r, s, z in itertools.product(rcs, sps, zeros)]
+    ok = [p for p in plans if p.feasible]
+    best = max(ok, key=lambda p: p.tokens_per_s) if ok else min(plans, key=lambda p: max(p.memory_per_chip_bytes))
+    searched = [n for n, opts in (("recompute", rcs), ("sequence parallelism", sps), ("ZeRO", zeros)) if len(opts) > 1]
+    note = (f"searched {', '.join(searched)} for the fixed dp/tp/pp/mb ({len(plans)} plans)" if searched else "")
+    return [best], note
+
+
 def _run_plan(a) -> int:
     import json
 
@@ -542,12 +563,31 @@ def _run_plan(a) -> int:
     a.engine = engine_preset(a.engine or "megatron-lm")
     if a.batch is None:
         raise ValueError("--batch is required (the global batch in sequences)")
+    if a.zero is not None and a.zero not in a.engine.zero_stages:
+        raise ValueError(f"--zero {a.zero}: engine {a.engine.name} runs ZeRO {', '.join(map(str, a.engine.zero_stages))} "
+                         "only; choose an engine that runs it (cosearch presets), or --engine any")
+    fixed_note = ""
+    if spec is None and a.tp and a.mb and (a.dp is None) != (a.pp is None):
+        # the one of dp / pp left out is what the chips leave, as Megatron derives dp
+        cp = a.cp or 1
+        known, name = (a.tp * a.pp * cp, "dp") if a.dp is None else (a.tp * a.dp * cp, "pp")
+        if cluster.num_chips % known:
+            raise ValueError(f"--{name}: {cluster.num_chips} chips are not a multiple of the other degrees' "
+                             f"product {known}; give --{name}")
+        setattr(a, name, cluster.num_chips // known)
+        fixed_note = f"{name} {getattr(a, name)} from the {cluster.num_chips} chips"
+        full = True
     if spec is None and full:
-        spec = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
+        base = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
                         context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
                         expert_parallel=a.ep or 1)
-    if spec is not None:
+        plans, tried = _best_fixed_plan(model, chip, cluster, base, a)
+        searched = None
+        notes = [n for n in (fixed_note, tried) if n]
+        if notes and not a.json:
+            print(f"cosearch: {'; '.join(notes)}", file=sys.stderr)
+    elif spec is not None:
         plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
         searched = None
     else:
@@ -662,6 +702,11 @@ def main(argv: list[str] | None = None) -> int:
     from .fl.cli import add_parsers as add_fl_parsers
     add_fl_parsers(sub)
     a = ap.parse_args(argv)
+    import warnings
+
+    def _one_line(message, category, filename, lineno, file=None, line=None):
+        print(f"cosearch: warning: {message}", file=sys.stderr)
+    warnings.showwarning = _one_line
     from ._interrupt import exit_code, terminate_as_interrupt
     try:
         with terminate_as_interrupt():

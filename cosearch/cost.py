@@ -369,8 +369,9 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         def _op(a, bb, c, d, t, kk, h):
             kind = "gemm" if kk == "gemm" else ("attention" if h > 0 else "bmm")
             return Op("m", kind, m=int(a), n=int(bb), k=int(c), batch=int(d), bytes_read=(a * c + c * bb) * d * t,
-                      bytes_written=a * bb * d * t, dtype_bytes=int(t), head_dim=int(h)).as_row()
-        arr = np.array([_op(*row) for row in zip(m, n, k, b, dt, kinds, hd)])
+                      bytes_written=a * bb * d * t, dtype_bytes=int(t), head_dim=int(h))
+        ops = [_op(*row) for row in zip(m, n, k, b, dt, kinds, hd)]
+        arr = np.array([o.as_row() for o in ops])
         # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)
         # (with the chip's GEMM shape model, if it has one: only the four scalars are fitted)
         unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0, sustained_clock=1.0)
@@ -379,7 +380,10 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
             compute = compute * chip.clock_hz / (row_mhz * 1e6)
         memory = price(arr, chip._unbounded(clock_hz=1e30), efficiency=unit)[0]
         is_att = arr[:, 0] == 3.0
-        ideal = np.maximum(compute, memory)
+        # the plain roofline (FLOPs at the datasheet peak, bytes at the datasheet bandwidth, no tile
+        # or fill/drain model): no kernel can beat it
+        ideal = np.maximum(np.array([o.flops for o in ops]) / chip.peak_flops,
+                           np.array([o.bytes_read + o.bytes_written for o in ops]) / chip.hbm_bandwidth_Bps)
         fast = np.flatnonzero(sec * ROOFLINE_SLACK < ideal)
         if len(fast):
             raise ValueError(f"calibrate: op row(s) {[int(ops_rows[i]) + 1 for i in fast[:5]]} ran faster than "
@@ -432,7 +436,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         odd = np.flatnonzero(~np.isin(links, ["intra", "inter"]))
         if len(odd):
             raise ValueError(f"calibrate: collective row(s) {[int(coll_rows[i]) + 1 for i in odd[:5]]} have link "
-                             f"{sorted(set(links[odd]))}; each must be 'intra' or 'inter'")
+                             f"{sorted({str(x) for x in links[odd]})}; each must be 'intra' or 'inter'")
         nbytes = _num(cols, "bytes", coll_rows)
         group = _num(cols, "group", coll_rows)
         sec = _num(cols, "seconds", coll_rows)

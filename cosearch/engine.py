@@ -139,7 +139,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
-           "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT",
+           "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features"]
 
 
@@ -165,6 +165,8 @@ class Engine:
     elementwise: str = "fused"
     fp8_param_gather: bool = False
     full_grad_allreduce: bool = False
+    #: the ZeRO stages the framework runs (what a plan search tries by default)
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
     def __post_init__(self) -> None:
         from ._validate import choice
@@ -181,6 +183,10 @@ class Engine:
                   "full_grad_allreduce"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
+        zs = tuple(self.zero_stages) if isinstance(self.zero_stages, (tuple, list)) else ()
+        if not zs or any(isinstance(z, bool) or z not in (0, 1, 2, 3) for z in zs):
+            raise ValueError(f"Engine.zero_stages must list ZeRO stages 0-3, got {self.zero_stages!r}")
+        object.__setattr__(self, "zero_stages", tuple(sorted(set(int(z) for z in zs))))
         for f in ("grad_accum_bytes", "grad_reduce_bytes"):
             x = getattr(self, f)
             if x is None and f == "grad_reduce_bytes":
@@ -191,15 +197,20 @@ class Engine:
 
 #: Megatron-LM: pipeline sends scattered over the tp ranks, gradient reduction overlapped
 #: with the last backward, weight-gradient accumulation fused into the GEMMs.  The default.
-MEGATRON_LM = Engine(software="Megatron-LM 2023 (bucketed, overlapped DP reduction)")
+#: Megatron's only sharding is its distributed optimizer (``--use-distributed-optimizer``:
+#: optimizer state and gradient reduce-scatter, read as ZeRO-1); its arguments have no ZeRO-2/3,
+#: so the Megatron engines run ZeRO 0 and 1.
+MEGATRON_ZERO = (0, 1)
+
+MEGATRON_LM = Engine(software="Megatron-LM 2023 (bucketed, overlapped DP reduction)", zero_stages=MEGATRON_ZERO)
 
 #: Megatron-LM of 2021-22: the data-parallel all-reduce after the backward, not overlapped.
-MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False,
+MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False, zero_stages=MEGATRON_ZERO,
                           software="Megatron-LM 2021-22 (SC21 code: DP all-reduce after the backward)")
 
 #: Megatron-Core (NeMo 2 / Megatron-Bridge, 2024+): distributed optimizer with overlapped
 #: gradient reduce-scatter and parameter all-gather.
-MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True,
+MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True, zero_stages=MEGATRON_ZERO,
                        software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
@@ -208,7 +219,9 @@ MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True,
 #: accumulation pass per microbatch.
 MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_grad_reduce=False,
                             grad_accum_bytes=10.0, grad_reduce_bytes=4.0, context_parallel=False,
-                            full_grad_allreduce=True,
+                            # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with
+                            # pipeline parallelism" (deepspeed/runtime/pipe/engine.py)
+                            full_grad_allreduce=True, zero_stages=(0, 1),
                             software="Megatron-DeepSpeed with DeepSpeed's pipeline engine (BLOOM, 2022)")
 
 #: PyTorch FSDP / FSDP2 (torchtitan).
@@ -233,10 +246,16 @@ MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,
 
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
+                                  zero_stages=MEGATRON_ZERO,
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
 
+#: Megatron-LM's physics with every ZeRO stage open: a plan search not bound to what one
+#: framework's arguments can express (``--engine any``).
+ANY = replace(MEGATRON_LM, name="any", zero_stages=(0, 1, 2, 3),
+              software="Megatron-LM's overlap rules with ZeRO 0-3 (no single framework)")
+
 ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP,
-                               MEGATRON_DEEPSPEED, FSDP, FSDP_EAGER, LLM_FOUNDRY, MAXTEXT)}
+                               MEGATRON_DEEPSPEED, FSDP, FSDP_EAGER, LLM_FOUNDRY, MAXTEXT, ANY)}
 
 
 def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,

@@ -93,7 +93,7 @@ def _virtuals_and_zeros(virtual_stages, zero, engine=None) -> tuple[tuple[int, .
         virt = v.int_list("virtual_stages", virtual_stages)
         check_interleaving(engine, max(virt))
     if zero is None:
-        return virt, (0, 1, 2, 3)
+        return virt, engine.zero_stages
     zeros = (zero,) if isinstance(zero, int) and not isinstance(zero, bool) else tuple(zero)
     for z in zeros:
         if isinstance(z, bool) or z not in (0, 1, 2, 3):

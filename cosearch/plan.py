@@ -239,12 +239,23 @@ class Plan:
     def idle_chips(self) -> int:
         return self.num_chips - self.chips_used
 
+    @property
+    def mfu_fp8_peak(self) -> float | None:
+        """MFU against the dense FP8 peak (:data:`FP8_PEAK_OVER_BF16` times the bf16 peak ``mfu``
+        is counted against) for an FP8 plan; None otherwise."""
+        return self.mfu / FP8_PEAK_OVER_BF16 if self.spec.precision == "fp8" else None
+
     def describe(self) -> str:
         if not self.feasible:
             return f"{self.spec.describe()}: infeasible ({self.reason})"
+        mfu = f"MFU {self.mfu:.1%} (HFU {self.hfu:.1%})"
+        if self.spec.precision == "fp8":
+            mfu = (f"MFU {self.mfu:.1%} of the bf16 peak, {self.mfu_fp8_peak:.1%} of the FP8 peak "
+                   f"(HFU {self.hfu:.1%} of bf16)")
+        elif self.spec.precision != "bf16":
+            mfu = f"MFU {self.mfu:.1%} of the bf16 peak (HFU {self.hfu:.1%})"
         return (f"{self.spec.describe()} layers {list(self.spec.stage_layers or [])}: step {self.step_time_s:.3f} s, "
-                f"{self.tokens_per_s:,.0f} tok/s, MFU {self.mfu:.1%} (HFU {self.hfu:.1%}) over "
-                f"{self.num_chips} chips ({self.chips_used} used)")
+                f"{self.tokens_per_s:,.0f} tok/s, {mfu} over {self.num_chips} chips ({self.chips_used} used)")
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("feasible", "reason", "tokens_per_s", "samples_per_s", "mfu", "hfu",
@@ -568,6 +579,11 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
             raise ValueError(f"PlanSpec.virtual_stages={vs} does not divide the layers per stage "
                              f"({L} layers over pp={spec.pp})")
         sl = even_split(L, spec.pp, vs)
+        if vs > 1 and (L // vs) % spec.pp:
+            import warnings
+            warnings.warn(f"{L} layers over pp={spec.pp} x virtual_stages={vs} do not split evenly: priced on the "
+                          f"uneven split {list(sl)} (the slowest stage sets the step; Megatron needs the layers to be "
+                          f"a multiple of pp x virtual stages)", stacklevel=3)
     else:
         if sum(sl) != L:
             raise ValueError(f"PlanSpec.stage_layers={list(sl)} sums to {sum(sl)}, not the model's {L} layers")
@@ -580,6 +596,13 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
             raise ValueError(f"PlanSpec.stage_layers={list(sl)}: with virtual_stages={vs} every stage needs at "
                              f"least {vs} layers (one per model chunk; the first and last stages one fewer)")
     return spec.with_(stage_layers=tuple(sl))
+
+
+#: Dense FP8 peak over dense BF16 peak on every FP8 chip cosearch has: H100 SXM 1,979 / 989.5
+#: TFLOP/s (NVIDIA H100 Tensor Core GPU datasheet), H200 the same, B200 4.5 / 2.25 PFLOP/s
+#: (DGX B200 datasheet: 72 / 36 PFLOP/s for 8 GPUs), GB300 5 / 2.5 PFLOP/s (Blackwell Ultra).
+#: ``Plan.mfu`` counts against the bf16 peak, as Megatron-Bridge's and NeMo's published MFUs do.
+FP8_PEAK_OVER_BF16 = 2.0
 
 
 # ---------------------------------------------------------------------- evaluate

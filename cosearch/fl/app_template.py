@@ -47,6 +47,7 @@ alpha = -1.0
 spread = 2.5
 min-clients = {clients}
 fraction-evaluate = 0.0
+round-timeout = 600.0
 out = ""
 """
 
@@ -71,9 +72,25 @@ Run config (`pyproject.toml`, or `--run-config`): dataset `{dataset}`, model `{m
 """
 
 
+def toml_string(text: str, what: str) -> str:
+    """``text`` as a TOML basic string's contents (backslashes and quotes escaped); control
+    characters (a newline, a tab) are refused naming ``what``."""
+    bad = sorted({repr(ch) for ch in text if ord(ch) < 32 or ord(ch) == 127})
+    if bad:
+        raise ValueError(f"{what} {text!r} holds control characters ({', '.join(bad)}), which a run config cannot "
+                         "carry; rename the folder")
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+#: The files :func:`write_app` writes.
+APP_FILES = ("pyproject.toml", "README.md", "app_marker.py")
+
+
 def write_app(directory: str | os.PathLike, dataset: str = "digits", model: str = "auto",
-              method: str = "invariant", rounds: int = 10, clients: int = 3, data_dir: str = "") -> str:
-    """Write the app folder (refusing one that already holds a ``pyproject.toml``); returns it."""
+              method: str = "invariant", rounds: int = 10, clients: int = 3, data_dir: str = "",
+              overwrite: bool = False) -> str:
+    """Write the app folder (refusing one that already holds any of :data:`APP_FILES` unless
+    ``overwrite``); returns it."""
     choice("dataset", dataset, DATASETS)
     choice("model", model, ("auto", *MODEL_NAMES))
     choice("method", method, METHODS)
@@ -82,12 +99,14 @@ def write_app(directory: str | os.PathLike, dataset: str = "digits", model: str 
     if dataset != "digits" and not data_dir:
         raise ValueError(f"dataset {dataset!r} is read from a folder on every SuperNode: give data_dir (--data)")
     directory = os.fspath(directory)
-    if os.path.exists(os.path.join(directory, "pyproject.toml")):
-        raise ValueError(f"{directory!r} already holds a pyproject.toml")
+    held = [f for f in APP_FILES if os.path.exists(os.path.join(directory, f))]
+    if held and not overwrite:
+        raise ValueError(f"{directory!r} already holds {', '.join(held)}; choose an empty folder (or --force)")
+    data_dir = toml_string(str(data_dir), "--data")
     os.makedirs(directory, exist_ok=True)
     name = "cosearch" + "".join(ch for ch in os.path.basename(os.path.abspath(directory)).lower() if ch.isalnum())
     fields = dict(name=name, dataset=dataset, model=model, method=method, rounds=rounds, clients=clients,
-                  last=clients - 1, data_dir=str(data_dir).replace("\\\\", "/").replace('"', ""))
+                  last=clients - 1, data_dir=data_dir)
     with open(os.path.join(directory, "pyproject.toml"), "w") as fh:
         fh.write(_TOML.format(**fields))
     with open(os.path.join(directory, "README.md"), "w") as fh:

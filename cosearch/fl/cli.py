@@ -84,6 +84,7 @@ def add_parsers(sub) -> None:
     fn.add_argument("--method", default="invariant", help="dropout method (default: invariant)")
     fn.add_argument("--rounds", type=int, default=10, help="rounds (default: 10)")
     fn.add_argument("--clients", type=int, default=3, help="SuperNodes, one partition each (default: 3)")
+    fn.add_argument("--force", action="store_true", help="replace the app files in an existing folder")
     fr = flsub.add_parser("report", help="summarise FL results or an experiment")
     fr.add_argument("results", nargs="+", help="result or experiment JSON files")
     fr.add_argument("--plot", help="write a PNG: accuracy vs round and vs simulated time (bands for experiments), "
@@ -115,7 +116,7 @@ def run(a) -> int:
     if a.flcmd == "simulate":
         output_path(a.out, a.force)
         res = simulate(a.dataset, clients=a.clients, method=a.method, rounds=a.rounds, seed=a.seed,
-                       progress=True, out=a.out, **_sim_kwargs(a))
+                       progress=True, out=a.out, overwrite=True, **_sim_kwargs(a))
         if res.rounds:
             print(res.summary())
             print(res.controller_report().describe())
@@ -134,7 +135,8 @@ def run(a) -> int:
             raise ValueError(f"--seed-offset must be >= 0, got {a.seed_offset}")
         seeds = list(range(a.seed_offset, a.seed_offset + a.seeds)) if a.seeds >= 1 else a.seeds
         exp = run_experiment(a.dataset, methods, seeds, a.rounds, clients=a.clients, workers=a.workers,
-                             out=a.out, resume=a.out if (a.resume and os.path.exists(a.out)) else None, **kw)
+                             out=a.out, resume=a.out if (a.resume and os.path.exists(a.out)) else None,
+                             overwrite=True, **kw)
         print(exp.table(a.target))
         for extra in (exp.controller_table(), exp.width_table()):
             if extra:
@@ -148,7 +150,7 @@ def run(a) -> int:
         return 0
     if a.flcmd == "new-app":
         from .app_template import write_app
-        d = write_app(a.out, a.dataset, a.model, a.method, a.rounds, a.clients, a.data)
+        d = write_app(a.out, a.dataset, a.model, a.method, a.rounds, a.clients, a.data, overwrite=a.force)
         print(f"wrote Flower app {d} (see {os.path.join(d, 'README.md')} for the flwr run commands)")
         return 0
     if a.flcmd == "generate":

@@ -384,13 +384,17 @@ def _one_run(kw: dict) -> dict:
 def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "random", "none"), seeds=10,
                    rounds: int = 30, *, clients: int = 5, workers: int | None = None,
                    out: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
-                   progress: bool = True, **simulate_kwargs) -> Experiment:
+                   progress: bool = True, overwrite: bool = False, **simulate_kwargs) -> Experiment:
     """Run every method on every seed (``seeds``: a count or a list) and return the
     :class:`Experiment`.  ``simulate_kwargs`` go to :func:`~cosearch.fl.simulation.simulate`
     (``model``, ``optimizer``, ``lr``, ``batch_size``, ``devices``, ``alpha``, ``data_dir``,
     ...).  ``out``: saved after every run; ``resume``: an earlier experiment file with the same
     settings whose finished runs are kept.  On Ctrl-C the finished runs are returned (and
-    saved) with ``interrupted=True``."""
+    saved) with ``interrupted=True``.  An existing ``out`` is refused before any work unless
+    ``overwrite``, or unless it is the ``resume`` file (continued in place)."""
+    if out is not None and os.path.exists(out) and not overwrite and not (
+            resume is not None and os.path.abspath(resume) == os.path.abspath(out)):
+        raise FileExistsError(f"{os.fspath(out)} exists; pass overwrite=True to replace it (or resume=it)")
     methods = list(methods)
     if not methods:
         raise ValueError("give at least one method")
@@ -441,7 +445,10 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
     try:
         if workers == 1 or len(todo) <= 1:
             for m, s in todo:
-                done(m, s, simulate(**dict(kw, method=m, seed=s)).to_dict())
+                r = simulate(**dict(kw, method=m, seed=s))
+                if r.interrupted:        # simulate keeps its own Ctrl-C: the run is not finished
+                    raise r.stopped_by if isinstance(r.stopped_by, KeyboardInterrupt) else KeyboardInterrupt()
+                done(m, s, r.to_dict())
         else:
             import multiprocessing as mp
             # spawn: torch's and numba's thread pools make fork() unsafe once they have run

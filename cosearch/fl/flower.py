@@ -14,6 +14,7 @@ returns the example-weighted ``accuracy`` of the clients' test splits.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 
@@ -30,6 +31,8 @@ except ImportError as exc:  # pragma: no cover
     raise ImportError("cosearch.fl.flower needs Flower: pip install 'cosearch[flower]'") from exc
 
 __all__ = ["DropoutStrategy", "SubmodelClient", "encode_masks", "decode_masks", "weighted_accuracy"]
+
+log = logging.getLogger("cosearch.fl")
 
 
 def encode_masks(masks: dict[str, np.ndarray]) -> str:
@@ -59,7 +62,13 @@ def _state(keys, arrays):
     import torch
     if len(keys) != len(arrays):
         raise ValueError(f"expected {len(keys)} tensors, got {len(arrays)}")
-    return {k: torch.as_tensor(np.array(a)) for k, a in zip(keys, arrays)}
+    out = {}
+    for k, a in zip(keys, arrays):
+        a = np.asarray(a)
+        if a.dtype.kind not in "biuf" or a.dtype.fields is not None:
+            raise ValueError(f"tensor {k!r} has dtype {a.dtype}, not a number type")
+        out[k] = torch.as_tensor(np.array(a))
+    return out
 
 
 def weighted_accuracy(metrics: list[tuple[int, dict]]) -> dict:
@@ -137,8 +146,9 @@ class DropoutStrategy(FedAvg):
                 partitions[str(c)] = pid
             try:
                 state = _state(keys, parameters_to_ndarrays(res.parameters))
-            except ValueError as exc:
-                state = f"undecodable update ({exc})"
+            except Exception as exc:       # anything a client sends: reject it, log why, go on
+                state = f"undecodable update ({type(exc).__name__}: {exc})"
+                log.warning("cosearch: round %s: client %s's update is rejected: %s", server_round, proxy.cid, state)
             updates.append(ClientUpdate(c, state, res.num_examples, res.metrics.get("round_time_s")))
         rep = self.protocol.aggregate(server_round, self._sent, updates)
         self.history.append({"round": server_round, "round_time_s": rep.round_time_s,

@@ -57,6 +57,10 @@ def _model_fn(cfg):
     return lambda: build_model(name, shape, classes)
 
 
+#: Seconds a round waits for its clients before the missing ones count as failures.
+DEFAULT_ROUND_TIMEOUT_S = 600.0
+
+
 def _alpha(cfg) -> float | None:
     a = float(cfg.get("alpha", -1.0))
     return None if a <= 0 else a
@@ -95,7 +99,12 @@ def _server_fn(context: Context) -> ServerAppComponents:
                                min_fit_clients=int(cfg.get("min-clients", 2)),
                                min_evaluate_clients=int(cfg.get("min-clients", 2)),
                                fraction_evaluate=float(cfg.get("fraction-evaluate", 1.0)))
-    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
+    # a client that never answers ends its round after round-timeout seconds (counted as a
+    # failure, which the strategy accepts) instead of hanging the run
+    timeout = float(cfg.get("round-timeout", DEFAULT_ROUND_TIMEOUT_S))
+    if not timeout > 0:
+        raise ValueError(f"run config round-timeout must be a positive number of seconds, got {timeout!r}")
+    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds, round_timeout=timeout))
 
 
 server_app = ServerApp(server_fn=_server_fn)

@@ -352,7 +352,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              keep_rule: str = "model", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
              progress: bool = False, out: str | os.PathLike | None = None,
              checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05,
-             stop_at_accuracy: float | None = None) -> FLResult:
+             stop_at_accuracy: float | None = None, overwrite: bool = False) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
 
     ``model``: a :data:`~cosearch.fl.models.MODELS` name or "auto" (the dataset's FLuID model).
@@ -368,10 +368,13 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     ``out``: the result is saved there at the end and, while running, every
     ``checkpoint_every_s`` seconds (the finished rounds, ``interrupted: true``).  Ctrl-C or
     SIGTERM (as :class:`KeyboardInterrupt`) stops the run: the finished rounds are saved to
-    ``out`` and returned with ``interrupted=True`` (``stopped_by`` holds the signal).
+    ``out`` and returned with ``interrupted=True`` (``stopped_by`` holds the signal).  An existing
+    ``out`` is refused before any work unless ``overwrite``.
     """
     import torch
 
+    if out is not None and not overwrite and os.path.exists(out):
+        raise FileExistsError(f"{os.fspath(out)} exists; pass overwrite=True to replace it")
     choice("method", method, METHODS)
     positive_int("rounds", rounds, 100_000)
     positive_int("local_epochs", local_epochs)

@@ -1,0 +1,325 @@
+"""No silently wrong number, no lost file: one test per defect class of the 0.3 fault hunt.
+
+Each test feeds the input that used to be priced, read or overwritten silently and checks the
+refusal names what is wrong — or, where the input is legitimate, checks the number against a
+hand-worked or brute-force value."""
+
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+
+from cosearch import cluster, hardware, models, search
+from cosearch.cli import main
+from cosearch.plan import FP8_PEAK_OVER_BF16, PlanSpec, evaluate
+
+from .test_search import small_space
+
+
+# ------------------------------------------------------------------ chip and cluster files
+def _chip_file(tmp_path, name="chip.json", **changes):
+    d = hardware.H100.to_dict()
+    d.update(changes)
+    d = {k: x for k, x in d.items() if x is not _DROP}
+    p = tmp_path / name
+    p.write_text(json.dumps(d))
+    return p
+
+
+_DROP = object()
+PLAN = ["--batch", "32", "--dp", "1", "--tp", "8", "--pp", "1", "--mb", "1", "--recompute", "none",
+        "--zero", "0", "--sp"]
+
+
+def test_chip_file_must_choose_its_efficiency(tmp_path, capsys):
+    none = _chip_file(tmp_path, "none.json", efficiency=_DROP)
+    with pytest.raises(ValueError, match="no 'efficiency'"):
+        hardware.Accelerator.from_json(none)
+    with pytest.warns(UserWarning, match="roofline"):
+        ideal = hardware.Accelerator.from_json(_chip_file(tmp_path, "ideal.json", efficiency="ideal"))
+    assert ideal.efficiency == hardware.IDEAL
+    named = hardware.Accelerator.from_json(_chip_file(tmp_path, "named.json", efficiency="H100"))
+    assert named == hardware.H100           # the datasheet fields plus the preset's kernels: the preset
+    assert main(["plan", "--model", "llama2-7b", "--chip", str(none), "--cluster", "flat", "--chips", "8",
+                 *PLAN]) == 2
+    assert "no 'efficiency'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("hbm_bandwidth_Bps", "fast", "'hbm_bandwidth_Bps' must be a number"),
+    ("clock_hz", None, "'clock_hz' must be a number"),
+    ("tensor_cores", True, "'tensor_cores' must be a number"),
+    ("link_bandwidth_Bps", 1e-300, "link_bandwidth_Bps=1e-300 bytes/s is outside"),
+    ("hbm_bandwidth_Bps", 1e30, r"hbm_bandwidth_Bps=1e\+30 bytes/s is outside"),
+    ("clock_hz", 1.83, "clock_hz=1.83 Hz is outside"),
+])
+def test_chip_values_are_refused_by_field(tmp_path, field, value, message):
+    with pytest.raises(ValueError, match=message):
+        hardware.Accelerator.from_json(_chip_file(tmp_path, **{field: value}))
+
+
+def test_json_constants_and_special_files_are_refused(tmp_path):
+    p = tmp_path / "nan.json"
+    p.write_text(json.dumps(hardware.H100.to_dict()).replace("3350000000000.0", "NaN"))
+    with pytest.raises(ValueError, match="NaN is not a number JSON allows"):
+        hardware.Accelerator.from_json(p)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):          # would block forever
+        hardware.Accelerator.from_json(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):          # would never end
+        hardware.Accelerator.from_json("/dev/zero")
+
+
+def test_cluster_links_must_be_plausible():
+    with pytest.raises(ValueError, match="intra_node_Bps=1e-300"):
+        cluster.Cluster(8, intra_node_Bps=1e-300)
+    with pytest.raises(ValueError, match="link_latency_s"):
+        cluster.Cluster(8, link_latency_s=5.0)
+
+
+def test_cluster_file_names_its_chip_and_sizes_agree(tmp_path, capsys):
+    cl = cluster.preset("dgx-h100", 2).to_dict()
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(cl))
+    assert main(["plan", "--model", "llama2-7b", "--cluster", str(bare), *PLAN]) == 2
+    assert "names no chip" in capsys.readouterr().err
+    with_chip = tmp_path / "h100s.json"
+    with_chip.write_text(json.dumps(dict(cl, chip="H100")))
+    assert main(["plan", "--model", "llama2-7b", "--cluster", str(with_chip), *PLAN, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    want = evaluate("llama2-7b", hardware.H100, cluster.preset("dgx-h100", 2),
+                    PlanSpec(1, 8, 1, 1, sequence_parallel=True), 32)
+    assert d["chip"] == "H100" and d["plans"][0]["step_time_s"] == pytest.approx(want.step_time_s, rel=1e-12)
+    assert main(["plan", "--model", "llama2-7b", "--cluster", str(with_chip), "--chips", "64", *PLAN]) == 2
+    assert "--chips 64 contradicts" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama2-7b", "--cluster", "dgx-h100", "--nodes", "2", "--chips", "8",
+                 *PLAN]) == 2
+    assert main(["plan", "--model", "llama2-7b", "--cluster", "flat", "--chips", "8", *PLAN]) == 2
+    assert "give --chip" in capsys.readouterr().err
+    # a file named like a preset does not shadow it
+    (tmp_path / "H100").write_text("not a chip")
+    os.chdir(tmp_path)
+    assert main(["plan", "--model", "llama2-7b", "--chip", "H100", "--cluster", "flat", "--chips", "8", *PLAN]) == 0
+
+
+@pytest.mark.parametrize("flag", ["--cp", "--ep", "--virtual", "--dp", "--nodes"])
+def test_zero_sizes_are_refused_not_read_as_one(flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--model", "llama2-7b", "--cluster", "dgx-h100", "--nodes", "1", "--batch", "8", flag, "0"])
+    assert e.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ results files
+def test_resume_compares_the_model_not_its_name(tmp_path):
+    m = models.preset("gpt3-1.3b")
+    sp = small_space()
+    f = tmp_path / "r.json"
+    search.cosearch(m, sp, 16, 32, "serial", refine_top=0).to_json(f)
+    deeper = m.with_(num_layers=48)                       # same name, edited config
+    with pytest.raises(ValueError, match=r"num_layers: 24 -> 48"):
+        search.cosearch(deeper, sp, 16, 32, "serial", refine_top=0, resume=f)
+    with pytest.raises(ValueError, match=r"seq_len: 2048 -> 1024"):
+        search.cosearch(m.with_(seq_len=1024), sp, 16, 32, "serial", refine_top=0, resume=f)
+    again = search.cosearch(m, sp, 16, 32, "serial", refine_top=0, resume=f)
+    assert again.best.tokens_per_s > 0
+    d = json.loads(f.read_text())
+    del d["meta"]["fingerprint"]
+    f.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="no fingerprint"):
+        search.cosearch(m, sp, 16, 32, "serial", refine_top=0, resume=f)
+
+
+def test_schemas_are_checked_on_load(tmp_path, capsys):
+    res = search.cosearch("bert-large", small_space(), 8, 16, "serial", refine_top=0)
+    d = res.to_dict()
+    for schema, message in (("cosearch.results/9", "is not one this cosearch reads"),
+                            ("cosearch.fl-result/1", "not a cosearch.results file")):
+        p = tmp_path / "x.json"
+        p.write_text(json.dumps(dict(d, schema=schema)))
+        with pytest.raises(ValueError, match=message):
+            search.Results.from_json(p)
+    p.write_text(json.dumps({k: x for k, x in d.items() if k != "schema"}))
+    with pytest.raises(ValueError, match="no 'schema'"):
+        search.Results.from_json(p)
+
+
+def test_report_csv_and_to_csv_never_overwrite(tmp_path, capsys):
+    res = search.cosearch("bert-large", small_space(), 8, 16, "serial", refine_top=0)
+    r = tmp_path / "r.json"
+    res.to_json(r)
+    c = tmp_path / "r.csv"
+    c.write_text("mine")
+    with pytest.raises(FileExistsError):
+        res.to_csv(c)
+    assert main(["report", str(r), "--csv", str(c)]) == 2
+    assert c.read_text() == "mine" and "--force" in capsys.readouterr().err
+    assert main(["report", str(r), "--csv", str(c), "--force"]) == 0
+    assert c.read_text().startswith("rank,index")
+
+
+# ------------------------------------------------------------------ calibrate
+def _op_rows(seconds, **extra):
+    # a 4096^3 bf16 GEMM: 137 GFLOP, 0.139 ms at the H100's 989 TFLOP/s datasheet peak
+    return {"m": [4096], "n": [4096], "k": [4096], "batch": [1], "dtype_bytes": [2], "seconds": [seconds], **extra}
+
+
+@pytest.mark.parametrize("seconds,message", [(1e-30, "outside the physical range"),
+                                             (1e30, "outside the physical range"),
+                                             (1e-5, "faster than")])
+def test_calibrate_refuses_impossible_kernel_times(seconds, message):
+    from cosearch.cost import calibrate
+    with pytest.raises(ValueError, match=message):
+        calibrate(hardware.H100, _op_rows(seconds))
+
+
+def test_calibrate_refuses_impossible_collectives_and_unknown_links():
+    from cosearch.cost import calibrate
+    cl = cluster.preset("dgx-h100", 2)
+    sizes = [2.0 ** 24, 2.0 ** 26, 2.0 ** 28]
+    # 8-rank all-reduces: 2 x 7/8 x S on the wire; at 450 GB/s x 0.8 a 256 MiB one takes 1.3 ms.
+    # These take 1/800 of the wire time: the bytes column counted something else.
+    fast = [2 * 7 / 8 * s / 450e9 / 800 + 1e-5 for s in sizes]
+    rows = {"collective": ["allreduce"] * 3, "bytes": sizes, "group": [8] * 3, "link": ["intra"] * 3,
+            "seconds": fast}
+    with pytest.raises(ValueError, match="faster than the wire"):
+        calibrate(hardware.H100, rows, cluster=cl)
+    rows = dict(rows, link=["intra", "pcie", "intra"], seconds=[2 * 7 / 8 * s / 360e9 for s in sizes])
+    with pytest.raises(ValueError, match=r"row\(s\) \[2\] have link \['pcie'\]"):
+        calibrate(hardware.H100, rows, cluster=cl)
+
+
+def test_calibrate_csv_files(tmp_path, capsys):
+    from cosearch.cost import read_csv_columns
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes("\ufeffm,n,k,batch,dtype_bytes,seconds\n4096,4096,4096,1,2,0.0002\n".encode())
+    assert read_csv_columns(bom)["m"] == ["4096"]
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x00\x01\x02m,n\n")
+    for p, message in ((empty, "no data rows"), (binary, "binary")):
+        assert main(["calibrate", "--chip", "H100", "--gemm-csv", str(p), "--out", str(tmp_path / "c.json")]) == 2
+        assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ plans
+def test_uneven_virtual_split_warns():
+    m = models.preset("gpt3-1.3b")                     # 24 layers: 24 / 4 = 6 chunks over pp 4
+    with pytest.warns(UserWarning, match=r"uneven split \[4, 8, 8, 4\]"):
+        p = evaluate(m, "H100", cluster.preset("dgx-h100", 2), PlanSpec(4, 1, 4, 1, virtual_stages=4), 64)
+    assert p.spec.stage_layers == (4, 8, 8, 4)
+
+
+def test_fp8_mfu_states_both_denominators():
+    p = evaluate("llama2-7b", "H100", cluster.preset("dgx-h100", 1), PlanSpec(1, 8, 1, 1, flash_attention=True,
+                                                                             precision="fp8"), 8)
+    # MFU counts against the bf16 dense peak; the FP8 dense peak is twice it (989.5 / 1,979 TFLOP/s)
+    assert FP8_PEAK_OVER_BF16 == 1979 / 989.5
+    assert p.mfu_fp8_peak == pytest.approx(p.mfu / 2)
+    assert f"{p.mfu:.1%} of the bf16 peak, {p.mfu / 2:.1%} of the FP8 peak" in p.describe()
+
+
+def test_fixed_plan_searches_the_omitted_options_and_infers_dp(capsys):
+    """Llama 2 70B, tp 4 pp 4 mb 1 on 64 H100s, FP8: without recompute, SP and ZeRO it needs
+    102 GiB of the 80; `plan --help` says omitted options are searched, so the best of the 12
+    combinations is printed, and dp is what the chips leave, 64 / (4 x 4) = 4."""
+    cl = cluster.preset("dgx-h100", 8)
+    base = PlanSpec(4, 4, 4, 1, flash_attention=True, precision="fp8")
+    assert not evaluate("llama2-70b", "H100", cl, base, 64).feasible
+    brute = [evaluate("llama2-70b", "H100", cl, base.with_(recompute=r, sequence_parallel=s, zero=z), 64)
+             for r, s, z in itertools.product(("none", "selective", "full"), (False, True), (0, 1))]
+    best = max((p for p in brute if p.feasible), key=lambda p: p.tokens_per_s)
+    assert main(["plan", "--model", "llama2-70b", "--cluster", "dgx-h100", "--nodes", "8", "--batch", "64",
+                 "--tp", "4", "--pp", "4", "--mb", "1", "--flash", "--precision", "fp8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["plans"][0]
+    assert d["spec"]["dp"] == 4 and d["feasible"]
+    assert d["step_time_s"] == pytest.approx(best.step_time_s, rel=1e-12)
+
+
+def test_plan_search_stays_within_the_engines_zero_stages(capsys):
+    from cosearch import placement
+    m, cl = models.preset("gpt3-1.3b"), cluster.preset("dgx-h100", 1)
+    res = placement.search_plans(m, "H100", cl, 64, top_k=50, progress=False)
+    assert {p.spec.zero for p in res.plans} <= {0, 1}                 # megatron-lm: distributed optimizer only
+    res = placement.search_plans(m, "H100", cl, 64, top_k=50, progress=False, engine="fsdp")
+    assert 3 in {p.spec.zero for p in res.plans} or 2 in {p.spec.zero for p in res.plans}
+    args = ["plan", "--model", "gpt3-1.3b", "--cluster", "dgx-h100", "--nodes", "1", "--batch", "64",
+            "--tp", "1", "--mb", "1", "--zero", "3"]
+    assert main(args) == 2 and "runs ZeRO 0, 1 only" in capsys.readouterr().err
+    assert main([*args, "--engine", "any"]) == 0
+
+
+# ------------------------------------------------------------------ federated learning: no lost work
+def test_fl_api_never_overwrites(tmp_path):
+    from cosearch.fl.experiment import run_experiment
+    from cosearch.fl.simulation import simulate
+    out = tmp_path / "mine.json"
+    out.write_text("precious")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        simulate("digits", clients=3, rounds=1, out=out)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        run_experiment("digits", ["none"], 1, 1, clients=3, out=out, progress=False)
+    assert out.read_text() == "precious"
+
+
+def test_ctrl_c_with_one_worker_stops_the_experiment(monkeypatch, tmp_path):
+    from cosearch.fl import experiment
+    from cosearch.fl.simulation import FLResult
+    calls = []
+
+    def interrupted_run(**kw):
+        calls.append(kw["method"])
+        r = FLResult(kw["method"], "digits", "mlp", 3, [], {}, interrupted=True)
+        r.stopped_by = KeyboardInterrupt()
+        return r
+    monkeypatch.setattr(experiment, "simulate", interrupted_run)
+    exp = experiment.run_experiment("digits", ["none", "random"], 2, 1, clients=3, workers=1, progress=False,
+                                    out=tmp_path / "e.json")
+    assert exp.interrupted and calls == ["none"]                   # stopped at once
+    assert not any(exp.runs.values())                              # the cut run is not counted as finished
+
+
+def test_new_app_keeps_the_users_files_and_quotes_paths(tmp_path, capsys):
+    import tomllib
+
+    from cosearch.fl.app_template import write_app
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "README.md").write_text("my notes")
+    with pytest.raises(ValueError, match="already holds README.md"):
+        write_app(tmp_path / "a")
+    assert (tmp_path / "a" / "README.md").read_text() == "my notes"
+    odd = 'C:\\data\\fem "2"'
+    write_app(tmp_path / "b", dataset="femnist", data_dir=odd)
+    cfg = tomllib.loads((tmp_path / "b" / "pyproject.toml").read_text())
+    assert cfg["tool"]["flwr"]["app"]["config"]["data-dir"] == odd
+    assert cfg["tool"]["flwr"]["app"]["config"]["round-timeout"] > 0
+    with pytest.raises(ValueError, match="control characters"):
+        write_app(tmp_path / "c", dataset="femnist", data_dir="a\nb")
+
+
+@pytest.mark.parametrize("bad", [np.array(["a", "b"]), np.zeros(2, dtype=[("x", "f4"), ("y", "i4")])])
+def test_flower_strategy_rejects_non_numeric_updates_and_goes_on(bad, caplog):
+    pytest.importorskip("flwr")
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+
+    from cosearch.fl import flower
+    from cosearch.fl import models as flm
+
+    from .test_flower import _Manager
+    s = flower.DropoutStrategy(lambda: flm.mlp(64, 10, 32), "invariant", total_rounds=4,
+                               min_available_clients=3, min_fit_clients=3)
+    mgr = _Manager(3)
+    ins = s.configure_fit(1, s.initialize_parameters(mgr), mgr)
+    results = []
+    for proxy, fit in ins:
+        arrays = parameters_to_ndarrays(fit.parameters)
+        if proxy.cid == "101":
+            arrays = [bad] + arrays[1:]
+        results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 10,
+                                      {"round_time_s": 1.0})))
+    params, metrics = s.aggregate_fit(1, results, [])
+    assert params is not None and metrics["rejected"] == 1
+    assert "101" in caplog.text and "not a number type" in caplog.text      # the reason is logged
