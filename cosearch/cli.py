@@ -318,6 +318,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="recompute mode (omit to search per stage)")
     p.add_argument("--virtual", type=_positive, help="interleaved virtual stages per pipeline stage (omit to search)")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (omit to search)")
+    p.add_argument("--no-sp", dest="sp", action="store_false", help="no sequence parallelism (omit to search)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (omit to search)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
     p.add_argument("--cp", type=_positive, help="context-parallel degree (needs --flash; omit: 1)")
@@ -515,7 +516,7 @@ def _best_fixed_plan(model, chip, cluster, base, a):
 
     from .plan import evaluate
     rcs = (a.recompute,) if a.recompute else ("none", "selective", "full")
-    sps = (True,) if a.sp else ((False, True) if base.tp > 1 else (False,))
+    sps = (a.sp,) if a.sp is not None else ((False, True) if base.tp > 1 else (False,))
     zeros = (a.zero,) if a.zero is not None else tuple(z for z in a.engine.zero_stages if z == 0 or base.dp > 1)
     plans = [evaluate(model, chip, cluster, base.with_(recompute=r, sequence_parallel=s, zero=z), a.batch,
                       engine=a.engine) for r, s, z in itertools.product(rcs, sps, zeros)]
@@ -597,7 +598,7 @@ def _run_plan(a) -> int:
         res = search_plans(model, chip, cluster, a.batch, tps=(a.tp,) if a.tp else None,
                            microbatches=(a.mb,) if a.mb else None, recompute=a.recompute,
                            virtual_stages=(a.virtual,) if a.virtual else None,
-                           sequence_parallel=(True,) if a.sp else None,
+                           sequence_parallel=(a.sp,) if a.sp is not None else None,
                            zero=(a.zero,) if a.zero is not None else None, flash_attention=a.flash,
                            top_k=a.top, progress=not a.json, engine=a.engine,
                            context_parallel=(a.cp,) if a.cp else None,

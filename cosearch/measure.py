@@ -295,6 +295,26 @@ class MeasureResult:
     skipped: tuple[str, ...]
 
 
+def check_device(device: str | None) -> None:
+    """Refuse a torch device this machine does not have, naming what it has."""
+    if device is None:
+        return
+    import torch
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: this machine has no CUDA GPU that torch can use "
+                             f"(torch {torch.__version__}{'' if torch.version.cuda else ', a CPU-only build'}); "
+                             "run on a GPU machine, or --device cpu to try the format")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {device!r}: measure runs on cuda or cpu")
+
+
 def measure(model: ModelConfig | str, out_dir: str, tp: int = 1, microbatch: int = 1, precision: str = "bf16",
             flash_attention: bool = True, sequence_parallel: bool = False, device: str | None = None,
             warmup: int = 3, iters: int = 10, collective_bytes: Sequence[int] = DEFAULT_COLLECTIVE_BYTES,
@@ -307,6 +327,7 @@ def measure(model: ModelConfig | str, out_dir: str, tp: int = 1, microbatch: int
         raise ValueError(f"output folder {out_dir!r} does not exist")
     import torch
     import torch.distributed as dist
+    check_device(device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     started = False
     if world > 1 and dist.is_available() and not dist.is_initialized():

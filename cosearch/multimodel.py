@@ -161,15 +161,26 @@ class MultiModelResults:
                 lines.append(f"baseline {name}: score {b['score']:,.0f} ({per}) — {b['note']}{ratio}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    @staticmethod
+    def _row_dict(r: JointRow) -> dict[str, Any]:
+        return {"index": r.index, "design": r.design, "area_mm2": r.area_mm2, "power_w": r.power_w,
+                "score": r.score, "per_model": [p.to_dict() for p in r.per_model]}
+
+    def to_dict(self, rows: bool = True) -> dict[str, Any]:
+        """The JSON document (``rows=False``: everything but the rows, for :meth:`checkpoint`)."""
         from ._json import stamped
-        return stamped("multi-model-results", {
+        d = stamped("multi-model-results", {
             "models": list(self.models), "objective": self.objective, "chips": self.chips,
             "global_batch": list(self.global_batch), "pruned": self.pruned,
             "total_designs": self.total_designs, "interrupted": self.interrupted, "meta": self.meta,
-            "baselines": self.baselines,
-            "rows": [{"index": r.index, "design": r.design, "area_mm2": r.area_mm2, "power_w": r.power_w,
-                      "score": r.score, "per_model": [p.to_dict() for p in r.per_model]} for r in self.rows]})
+            "baselines": self.baselines})
+        if rows:
+            d["rows"] = [self._row_dict(r) for r in self.rows]
+        return d
+
+    def checkpoint(self, writer) -> None:
+        """Write through an :class:`cosearch._json.IncrementalJSONWriter` (rows serialised once)."""
+        writer.write(self.to_dict(rows=False), self.rows, self._row_dict)
 
     def to_json(self, path=None, overwrite: bool = False) -> str:
         """As :meth:`cosearch.results.Results.to_json`: ``path`` must not exist unless ``overwrite``."""
@@ -283,6 +294,8 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     done = {r.index for r in rows}
     best = max((r.score for r in rows), default=0.0)
     last_save = time.monotonic()
+    from ._json import IncrementalJSONWriter
+    writer = IncrementalJSONWriter(checkpoint) if checkpoint is not None else None
     pruned = 0
     interrupted = False
     stopped_by = None
@@ -310,7 +323,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
                 bar.update(len(ch))
             if checkpoint is not None and time.monotonic() - last_save >= checkpoint_every_s:
                 MultiModelResults(tuple(names), objective, cluster.num_chips, tuple(batches), list(rows), pruned,
-                                  len(designs), True, json.loads(json.dumps(meta))).to_json(checkpoint, overwrite=True)
+                                  len(designs), True, json.loads(json.dumps(meta))).checkpoint(writer)
                 last_save = time.monotonic()
     except KeyboardInterrupt as exc:
         interrupted, stopped_by = True, exc

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import _validate as v
 from . import plan as plan_mod
-from ._json import atomic_write_text, check_schema, load_json, save_new_json, stamped
+from ._json import IncrementalJSONWriter, atomic_write_text, check_schema, load_json, save_new_json, stamped
 from .hardware import DESIGN_FIELDS, Accelerator
 from .report import pareto_front, plot, table
 
@@ -144,11 +144,20 @@ class Results:
         return [f[i] for i in pareto_front(x, [r.tokens_per_s for r in f])]
 
     # ------------------------------------------------------------------ persistence
-    def to_dict(self) -> dict[str, Any]:
-        return stamped("results", {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
-                "pruned": self.pruned, "total_designs": self.total_designs,
-                "interrupted": self.interrupted, "baselines": self.baselines, "meta": self.meta,
-                "rows": [r.to_dict() for r in self.rows]})
+    def checkpoint(self, writer: IncrementalJSONWriter) -> None:
+        """Write this result through ``writer`` (each row serialised once across checkpoints);
+        the file reads back as :meth:`to_json`'s does."""
+        header = self.to_dict(rows=False)
+        writer.write(header, self.rows, DesignResult.to_dict)
+
+    def to_dict(self, rows: bool = True) -> dict[str, Any]:
+        """The JSON document (``rows=False``: everything but the rows, for :meth:`checkpoint`)."""
+        d = stamped("results", {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
+                                "pruned": self.pruned, "total_designs": self.total_designs,
+                                "interrupted": self.interrupted, "baselines": self.baselines, "meta": self.meta})
+        if rows:
+            d["rows"] = [r.to_dict() for r in self.rows]
+        return d
 
     def to_json(self, path: str | os.PathLike | None = None, overwrite: bool = False) -> str:
         """The JSON text; also written to ``path`` when given — which must not exist unless

@@ -41,6 +41,7 @@ from .models import ModelConfig
 from .models import preset as model_preset
 from .multimodel import cosearch_models
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
+from ._json import IncrementalJSONWriter
 from .results import DesignResult, Results, pareto_front
 from .sweep import evaluate_designs
 
@@ -153,8 +154,8 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
         return Results(model.name, cluster.num_chips, global_batch, list(rows_now), pruned=pruned,
                        total_designs=len(sp.designs), interrupted=not final, meta=json.loads(json.dumps(meta)))
 
-    save = None if o.checkpoint is None else \
-        (lambda rows_now, pruned: snapshot(rows_now, pruned, False).to_json(o.checkpoint, overwrite=True))
+    writer = None if o.checkpoint is None else IncrementalJSONWriter(o.checkpoint)
+    save = None if writer is None else (lambda rows_now, pruned: snapshot(rows_now, pruned, False).checkpoint(writer))
     # prune against the keep_top-th best distinct step (the ILP ranking seeds its top k
     # distinct results with the sweep's)
     out = sweep.run_sweep(sp, rows=rows, done=done, prune=o.prune, keep_top=max(1, int(o.refine_top or 0)),

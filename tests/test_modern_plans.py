@@ -549,7 +549,8 @@ def test_chip_and_cluster_files_round_trip_and_cli(tmp_path, capsys):
     (tmp_path / "cl.json").write_text(json.dumps(cl.to_dict()))
     assert hardware.Accelerator.from_json(tmp_path / "chip.json") == chip
     assert cluster.Cluster.from_json(tmp_path / "cl.json") == cl
-    spec = ["--batch", "32", "--dp", "4", "--tp", "4", "--pp", "1", "--mb", "1", "--json"]
+    spec = ["--batch", "32", "--dp", "4", "--tp", "4", "--pp", "1", "--mb", "1", "--recompute", "none", "--zero", "0",
+            "--no-sp", "--json"]
     assert main(["plan", "--model", "llama2-7b", "--chip", str(tmp_path / "chip.json"), "--cluster",
                  str(tmp_path / "cl.json"), *spec]) == 0
     d = json.loads(capsys.readouterr().out)

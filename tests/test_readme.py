@@ -66,17 +66,23 @@ def test_readme_has_the_blocks_this_test_runs():
     assert len(BLOCKS) >= 6 and any(lang == "python" for lang, _ in BLOCKS)
 
 
-@pytest.mark.parametrize("i", range(len(BLOCKS)))
-def test_readme_block_runs(i, tmp_path):
-    lang, body = BLOCKS[i]
+def _run(lang: str, body: str, folder) -> None:
     env = dict(os.environ, MPLBACKEND="Agg")
     if lang == "python":
-        script = tmp_path / "block.py"
+        script = folder / "block.py"
         script.write_text(body)
         runs = [[sys.executable, str(script)]]
     else:
         runs = [["bash", "-c", c] for c in _bash_commands(body)]
     for cmd in runs:
-        out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        out = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, f"{cmd[-1][:200]}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
         assert "Traceback" not in out.stderr, out.stderr[-3000:]
+
+
+def test_readme_blocks_run_in_order_twice_in_one_folder(tmp_path):
+    """As a newcomer runs README: every block in order in one folder, then all of them again —
+    a block that needs a fresh folder, or that a later block's files break, fails here."""
+    for _ in range(2):
+        for lang, body in BLOCKS:
+            _run(lang, body, tmp_path)

@@ -323,3 +323,49 @@ def test_flower_strategy_rejects_non_numeric_updates_and_goes_on(bad, caplog):
     params, metrics = s.aggregate_fit(1, results, [])
     assert params is not None and metrics["rejected"] == 1
     assert "101" in caplog.text and "not a number type" in caplog.text      # the reason is logged
+
+
+# ------------------------------------------------------------------ checkpoints, loaders, devices
+def test_incremental_checkpoint_reads_back_as_the_full_document(tmp_path):
+    import dataclasses
+
+    from cosearch._json import IncrementalJSONWriter
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=0)
+    w = IncrementalJSONWriter(tmp_path / "ck.json")
+    part = search.Results(res.model, res.chips, res.global_batch, res.rows[:5], total_designs=res.total_designs,
+                          interrupted=True, meta=res.meta)
+    part.checkpoint(w)
+    assert json.loads((tmp_path / "ck.json").read_text()) == json.loads(part.to_json())
+    # more rows, and one row replaced by a new object: the file is the whole new document
+    rows = list(res.rows)
+    rows[0] = dataclasses.replace(rows[0], reason="replaced")
+    full = search.Results(res.model, res.chips, res.global_batch, rows, total_designs=res.total_designs,
+                          meta=res.meta)
+    full.checkpoint(w)
+    assert json.loads((tmp_path / "ck.json").read_text()) == json.loads(full.to_json())
+    assert search.Results.from_json(tmp_path / "ck.json").rows[0].reason == "replaced"
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({"users": 5, "user_data": {}}, "'users' must be a list"),
+    ({"users": ["a"], "user_data": []}, "'user_data' must be an object"),
+    ({"users": ["a"], "user_data": {"a": {"x": 5, "y": [1]}}}, "must be lists"),
+    ({"users": ["a"], "user_data": {"a": {"x": [[1, 2], [3]], "y": [1, 2]}}}, "user 'a': malformed samples"),
+    ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784], "y": ["q"]}}}, "user 'a': malformed samples"),
+])
+def test_leaf_files_of_the_wrong_shape_are_refused_by_name(tmp_path, doc, message):
+    from cosearch.fl.data import load_leaf
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=message):
+        load_leaf(str(tmp_path))
+
+
+def test_measure_refuses_a_device_this_machine_lacks():
+    torch = pytest.importorskip("torch")
+    from cosearch.measure import check_device
+    check_device("cpu")
+    with pytest.raises(ValueError, match="measure runs on cuda or cpu"):
+        check_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            check_device("cuda")

@@ -127,6 +127,10 @@ def _read_leaf_files(files: list[str], split: str, limit: int | None = None,
         for key in ("users", "user_data"):
             if key not in d:
                 raise ValueError(f"{f}: not a LEAF file (missing {key!r})")
+        if not isinstance(d["users"], list) or not all(isinstance(u, str) for u in d["users"]):
+            raise ValueError(f"{f}: LEAF's 'users' must be a list of user names")
+        if not isinstance(d["user_data"], dict):
+            raise ValueError(f"{f}: LEAF's 'user_data' must be an object keyed by user name")
         for u in d["users"]:
             if u in where:
                 raise ValueError(f"user {u!r} appears in two {split} files: {where[u]} and {f}")
@@ -140,8 +144,20 @@ def _read_leaf_files(files: list[str], split: str, limit: int | None = None,
 
 
 def _leaf_arrays(ud: dict, kind: str, where: str):
+    """A LEAF user's samples as arrays; any malformed entry is refused naming the user."""
     if not isinstance(ud, dict) or "x" not in ud or "y" not in ud:
         raise ValueError(f"{where}: user_data entries need 'x' and 'y'")
+    if not isinstance(ud["x"], list) or not isinstance(ud["y"], list):
+        raise ValueError(f"{where}: 'x' and 'y' must be lists of samples and labels")
+    try:
+        return _leaf_user_arrays(ud, kind, where)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(where):
+            raise
+        raise ValueError(f"{where}: malformed samples ({exc})") from None
+
+
+def _leaf_user_arrays(ud: dict, kind: str, where: str):
     if len(ud["x"]) != len(ud["y"]):
         raise ValueError(f"{where}: {len(ud['x'])} samples in x but {len(ud['y'])} labels in y")
     if kind == "femnist":
@@ -161,9 +177,9 @@ def _leaf_arrays(ud: dict, kind: str, where: str):
             if bad:
                 raise ValueError(f"{where}: characters {sorted(bad)!r} are not in LEAF's 80-character set")
             return [lut[c] for c in s]
-        if any(len(s) != 80 for s in ud["x"]):
+        if any(not isinstance(s, str) or len(s) != 80 for s in ud["x"]):
             raise ValueError(f"{where}: Shakespeare samples must be 80-character strings")
-        if any(len(s) != 1 for s in ud["y"]):
+        if any(not isinstance(s, str) or len(s) != 1 for s in ud["y"]):
             raise ValueError(f"{where}: Shakespeare labels must be single characters")
         x = np.array([enc(s) for s in ud["x"]], dtype=np.int64).reshape(-1, 80)
         y = np.array([enc(s)[0] for s in ud["y"]], dtype=np.int64)
