@@ -6,6 +6,8 @@ Run: python -m pytest bench/bench_fl_experiment.py --benchmark-only -s
 
 import time
 
+from targets import check
+
 from cosearch.fl.experiment import run_experiment
 
 TARGET_S = 120.0
@@ -24,4 +26,5 @@ def test_fl_experiment_4_methods_10_seeds(benchmark):
     print(f"\n[fl experiment] digits, 30 rounds, 4 methods x 10 seeds = {runs} runs on 2 workers: {t:.1f} s "
           f"({runs * 30 / t:.0f} client-rounds x5 per s); target {TARGET_S:.0f} s: ratio {t / TARGET_S:.2f} "
           f"(<= 1 meets it)")
+    check("fl experiment", "wall time / target", t / TARGET_S, at_most=1.0)
     print(exp.table())

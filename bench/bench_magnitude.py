@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 from numba import njit, prange
+from targets import check
 
 from cosearch._kernels import magnitude
 from cosearch.fl.masks import neuron_scores_numpy
@@ -87,6 +88,9 @@ def test_magnitude_25m(benchmark):
           f"kernel/copy time {r_k:.2f}x (target <= 1.0, median of interleaved pairs); a numba parallel sum of the "
           f"same weights (the read-only floor): {t_read*1e3:.0f} ms ({r_read:.2f}x copy), kernel/read-only "
           f"{k_over_read:.2f}x (target <= 1.2)")
+    check("magnitude", "kernel speed-up over NumPy", t_np / t_k, at_least=10.0)
+    check("magnitude", "kernel / copy time", r_k, at_most=1.0)
+    check("magnitude", "kernel / read-only floor", k_over_read, at_most=1.2)
 
 
 def _cpu_name() -> str:

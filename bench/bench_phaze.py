@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from targets import check
 
 from cosearch import hardware, schedule, search
 
@@ -40,6 +41,7 @@ def test_phaze_space_175b(benchmark, area_model):
           f"{res.pruned / n:.1%} pruned, {len(res.rows)} evaluated; ILP: {info['solves']} solves, {info['hits']} cache "
           f"hits, ranking {res.meta.get('ilp_ranking')}, bound-plan candidates {res.meta.get('ilp_ranking_candidates')}. "
           f" Winner: {winner}, {res.best.tokens_per_s:,.0f} tokens/s, {res.best.plan.describe()}")
+    check("phaze", f"PHAZE space ({area_model}) end to end, s", t_all, at_most=60.0)
     if area_model != "cosearch":
         return
     sub = replace(space, tensor_cores=(64,), l2_bytes=(2**21, 2**23, 2**25, 2**27))

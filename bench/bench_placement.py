@@ -11,6 +11,7 @@ plain-Python loop of evaluate() on a sample of the same fixed plans, in the same
 import time
 
 import numpy as np
+from targets import check
 
 from cosearch import cluster, hardware, memory, models, placement
 from cosearch._kernels import dp as kernel
@@ -61,6 +62,8 @@ def test_search_plans_175b_4096(benchmark):
           f"costs included (target < 2 s). Per fixed plan: evaluate() {per_eval * 1e3:.2f} ms, njit stage "
           f"formula {per_kernel * 1e6:.2f} us: {per_eval / per_kernel:,.0f}x (target >= 50x). "
           f"Best: {res.best.describe()}")
+    check("placement", "GPT-3 175B plan search, s wall", t, at_most=2.0)
+    check("placement", "evaluate() / njit stage formula", per_eval / per_kernel, at_least=50.0)
 
 
 def test_modern_option_space_175b_4096(benchmark):
@@ -90,6 +93,7 @@ def test_modern_option_space_175b_4096(benchmark):
     print(f"\n[placement] GPT-3 175B on 4096 H100: old space {old.configurations:,} configurations in {t_old:.2f} s; "
           f"with cp 1/2/4, bf16/fp8 and ZeRO groups {new.configurations:,} in {t_new:.2f} s: "
           f"{t_new / t_old:.2f}x the old time (target < 3x). Best: {new.best.describe()}")
+    check("placement", "modern option space / old space time", t_new / t_old, at_most=3.0)
 
 
 def _spin(stop):                                   # a CPU-bound neighbour process
@@ -162,3 +166,4 @@ def test_evaluate_warm_vs_uncached(benchmark):
     c = cold()
     print(f"\n[placement] evaluate() of one plan: {w * 1e3:.2f} ms with the op graphs cached, {c * 1e3:.2f} ms "
           f"rebuilding them: {c / w:.1f}x (target <= 2 ms warm)")
+    check("placement", "evaluate() warm, ms", w * 1e3, at_most=2.0)

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from targets import check
 
 from cosearch import cost, graph, hardware, models
 
@@ -47,6 +48,8 @@ def test_roofline_throughput(benchmark, problem):
     print(f"\n[roofline] {designs.shape[0]} designs x {ops.shape[0]} ops = {n} pricings; "
           f"numba {t_numba*1e3:.2f} ms ({rate/1e6:.1f} M op-pricings/s), numpy {t_numpy*1e3:.2f} ms; "
           f"speed-up vs numpy {t_numpy/t_numba:.1f}x (targets: >= 20 M/s, >= 5x)")
+    check("roofline", "op-pricings per s (M)", rate / 1e6, at_least=20.0)
+    check("roofline", "speed-up vs NumPy", t_numpy / t_numba, at_least=5.0)
     benchmark.extra_info.update(pricings_per_s=rate, ratio_vs_numpy=t_numpy / t_numba)
 
 
@@ -66,3 +69,4 @@ def test_roofline_throughput_shape_aware(benchmark, problem):
     print(f"\n[roofline, shape-aware GEMMs] {out.size} pricings: numba {t_numba*1e3:.2f} ms "
           f"({rate/1e6:.1f} M op-pricings/s), numpy {t_numpy*1e3:.2f} ms; speed-up vs numpy "
           f"{t_numpy/t_numba:.1f}x (target: >= 100 M/s)")
+    check("roofline", "shape-aware op-pricings per s (M)", rate / 1e6, at_least=100.0)

@@ -6,6 +6,7 @@ Run: python -m pytest bench/bench_schedule.py --benchmark-only -s
 """
 
 import pytest
+from targets import check
 
 from cosearch import graph, hardware, models, schedule
 
@@ -20,3 +21,4 @@ def test_ilp_175b_layer(benchmark, phase):
     print(f"\n[schedule] GPT-3 175B {phase} ({len(g)} ops): median {t*1e3:.0f} ms per layer graph "
           f"(target < 1 s), status {res.status}, ILP/list makespan {res.latency_s/res.list_schedule_s:.3f}, "
           f"lower bound/ILP {res.lower_bound_s/res.latency_s:.3f}")
+    check("schedule", f"ILP solve of a {phase} layer graph, s", t, at_most=1.0)

@@ -8,6 +8,8 @@ Run: python -m pytest bench/bench_search.py --benchmark-only -s
 
 import time
 
+from targets import check
+
 from cosearch import hardware, schedule, search
 
 
@@ -29,3 +31,4 @@ def test_cosearch_175b_1024(benchmark):
           f"({n / t_on:.0f} designs/s, {res.pruned} pruned), pruning off {t_off:.1f} s "
           f"({n / t_off:.0f} designs/s); off/on {t_off / t_on:.2f}x (target < 60 s). "
           f"ILP cache: {info['solves']} solves, {info['hits']} hits. Best: {res.best.plan.describe()}")
+    check("search", "GPT-3 175B co-search with pruning, s", t_on, at_most=60.0)

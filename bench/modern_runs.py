@@ -1,4 +1,4 @@
-"""Read ../shared/validation/modern_runs.jsonl rows as cosearch plans, the way a user would
+"""Read bench/validation/modern_runs.jsonl rows as cosearch plans, the way a user would
 describe each run through the public API, or refuse a row with a named reason.
 
 Nothing here is fitted to the rows: each maps the published fields (model dims, chip, plan,

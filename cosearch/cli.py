@@ -726,7 +726,7 @@ def main(argv: list[str] | None = None) -> int:
 
 #: Optional extras by the module whose absence means the extra is missing.
 _EXTRAS = {"matplotlib": "plot", "flwr": "flower", "dask": "dask", "distributed": "dask", "sklearn": "digits",
-           "flwr_datasets": "datasets"}
+           "flwr_datasets": "datasets", "torch": "fl", "ray": "ray"}
 
 
 def _user_message(exc: BaseException) -> str:

@@ -197,9 +197,9 @@ class Engine:
 
 #: Megatron-LM: pipeline sends scattered over the tp ranks, gradient reduction overlapped
 #: with the last backward, weight-gradient accumulation fused into the GEMMs.  The default.
-#: Megatron's only sharding is its distributed optimizer (``--use-distributed-optimizer``:
+#: Megatron-LM's only sharding is its distributed optimizer (``--use-distributed-optimizer``:
 #: optimizer state and gradient reduce-scatter, read as ZeRO-1); its arguments have no ZeRO-2/3,
-#: so the Megatron engines run ZeRO 0 and 1.
+#: so the Megatron-LM engines run ZeRO 0 and 1.
 MEGATRON_ZERO = (0, 1)
 
 MEGATRON_LM = Engine(software="Megatron-LM 2023 (bucketed, overlapped DP reduction)", zero_stages=MEGATRON_ZERO)
@@ -210,7 +210,11 @@ MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False, zero_st
 
 #: Megatron-Core (NeMo 2 / Megatron-Bridge, 2024+): distributed optimizer with overlapped
 #: gradient reduce-scatter and parameter all-gather.
-MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True, zero_stages=MEGATRON_ZERO,
+#: Megatron-Core adds Megatron-FSDP (parameters, gradients and optimizer state sharded, ZeRO-3-like:
+#: ``megatron/core/distributed/fsdp``, the "FSDP" column of Megatron-Bridge's performance tables).
+MEGATRON_CORE_ZERO = (0, 1, 3)
+
+MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True, zero_stages=MEGATRON_CORE_ZERO,
                        software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
@@ -246,7 +250,7 @@ MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,
 
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
-                                  zero_stages=MEGATRON_ZERO,
+                                  zero_stages=MEGATRON_CORE_ZERO,
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
 
 #: Megatron-LM's physics with every ZeRO stage open: a plan search not bound to what one

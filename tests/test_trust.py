@@ -369,3 +369,18 @@ def test_measure_refuses_a_device_this_machine_lacks():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU"):
             check_device("cuda")
+
+
+def test_predictions_need_no_torch(tmp_path):
+    """`pip install -e .` (no extras) is enough to predict and search plans: the same commands run
+    with torch unimportable."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from cosearch.cli import main\n"
+            "rc = main(['plan', '--model', 'gpt3-1.3b', '--cluster', 'dgx-h100', '--nodes', '1', '--batch', '16',"
+            " '--tp', '1', '--mb', '1'])\n"
+            "assert rc == 0, rc\n"
+            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
