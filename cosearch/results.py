@@ -14,7 +14,14 @@ from typing import Any
 
 from . import _validate as v
 from . import plan as plan_mod
-from ._json import IncrementalJSONWriter, atomic_write_text, check_schema, load_json, save_new_json, stamped
+from ._json import (
+    IncrementalJSONWriter,
+    atomic_write_text,
+    check_schema,
+    load_json,
+    save_new_json,
+    stamped,
+)
 from .hardware import DESIGN_FIELDS, Accelerator
 from .report import pareto_front, plot, table
 

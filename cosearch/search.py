@@ -35,13 +35,13 @@ import numpy as np
 from . import _validate as v
 from . import memory, placement, ranking, sweep
 from . import plan as plan_mod
+from ._json import IncrementalJSONWriter
 from .cluster import Cluster
 from .hardware import SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
 from .multimodel import cosearch_models
 from .placement import DEFAULT_PLAN_OPTIONS, ilp_plan
-from ._json import IncrementalJSONWriter
 from .results import DesignResult, Results, pareto_front
 from .sweep import evaluate_designs
 

@@ -384,3 +384,15 @@ def test_predictions_need_no_torch(tmp_path):
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_fl_report_checks_schemas_and_keeps_plots(tmp_path, capsys):
+    res = search.cosearch("bert-large", small_space(), 8, 16, "serial", refine_top=0)
+    r = tmp_path / "search.json"
+    res.to_json(r)
+    assert main(["fl", "report", str(r)]) == 2                 # a search result is not an FL result
+    assert "not a cosearch.fl-result file" in capsys.readouterr().err
+    png = tmp_path / "mine.png"
+    png.write_text("precious")
+    assert main(["fl", "report", str(r), "--plot", str(png)]) == 2
+    assert png.read_text() == "precious"

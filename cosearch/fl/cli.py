@@ -87,6 +87,7 @@ def add_parsers(sub) -> None:
     fn.add_argument("--force", action="store_true", help="replace the app files in an existing folder")
     fr = flsub.add_parser("report", help="summarise FL results or an experiment")
     fr.add_argument("results", nargs="+", help="result or experiment JSON files")
+    fr.add_argument("--force", action="store_true", help="replace an existing --plot file")
     fr.add_argument("--plot", help="write a PNG: accuracy vs round and vs simulated time (bands for experiments), "
                                    "per-client round times, keep fractions")
     fr.add_argument("--target", type=float, help="target accuracy for an experiment's time-to-target")
@@ -173,10 +174,16 @@ def run(a) -> int:
     for path in a.results:
         if not os.path.isfile(path):
             raise ValueError(f"{path}: no such file")
-    from .._json import load_json
+    from .._json import check_schema, load_json
+    if a.plot:
+        output_path(a.plot, a.force, flag="--plot")
     docs = [(p, load_json(p)) for p in a.results]
     exps = [Experiment.from_json(p) for p, d in docs if isinstance(d, dict) and d.get("kind") == "cosearch.fl.experiment"]
-    singles = [FLResult.from_dict(d) for p, d in docs if not (isinstance(d, dict) and d.get("kind"))]
+    singles = []
+    for p, d in docs:
+        if not (isinstance(d, dict) and d.get("kind")):
+            check_schema(d, "fl-result", p)
+            singles.append(FLResult.from_dict(d))
     for e in exps:
         print(e.table(a.target))
         for extra in (e.controller_table(), e.width_table()):

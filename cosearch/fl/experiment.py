@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._interrupt import stop_pool, worker_deaths
-from .._json import dump_json, load_json, stamped
+from .._json import load_json, stamped
 from .._validate import positive_int
 from .masks import METHODS
 from .simulation import FLResult, simulate
@@ -151,8 +151,10 @@ class Experiment:
             "seeds": self.seeds, "config": self.config, "interrupted": bool(self.interrupted),
             "runs": {m: {str(s): r.to_dict() for s, r in rs.items()} for m, rs in self.runs.items()}})
 
-    def to_json(self, path=None) -> str:
-        return dump_json(self.to_dict(), path)
+    def to_json(self, path=None, overwrite: bool = False) -> str:
+        """The JSON text; also written to ``path`` — which must not exist unless ``overwrite``."""
+        from .._json import save_new_json
+        return save_new_json(self.to_dict(), path, overwrite)
 
     @classmethod
     def from_json(cls, source) -> Experiment:
@@ -431,7 +433,7 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
     def done(m, s, d):
         exp.runs.setdefault(m, {})[s] = FLResult.from_dict(d)
         if out is not None:
-            exp.to_json(out)
+            exp.to_json(out, overwrite=True)
         if bar is not None:
             bar.update(1)
 
@@ -488,7 +490,7 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
         exp.interrupted = True
         exp.stopped_by = exc
         if out is not None:
-            exp.to_json(out)
+            exp.to_json(out, overwrite=True)
     finally:
         if bar is not None:
             bar.close()

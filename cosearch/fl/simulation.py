@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .._json import dump_json, load_json, stamped
+from .._json import load_json, stamped
 from .._validate import choice, positive_float, positive_int
 from .data import FLData, load_dataset
 from .masks import METHODS, ThresholdSchedule, fjord_widths_within
@@ -106,8 +106,10 @@ class FLResult:
                                      "rounds": [asdict(r) for r in self.rounds],
                                      "width_accuracy": {str(w): a for w, a in self.width_accuracy.items()}})
 
-    def to_json(self, path=None) -> str:
-        return dump_json(self.to_dict(), path)
+    def to_json(self, path=None, overwrite: bool = False) -> str:
+        """The JSON text; also written to ``path`` — which must not exist unless ``overwrite``."""
+        from .._json import save_new_json
+        return save_new_json(self.to_dict(), path, overwrite)
 
     @classmethod
     def from_dict(cls, d: dict) -> FLResult:
@@ -413,12 +415,12 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     except KeyboardInterrupt as exc:
         res.stopped_by = exc
         if out is not None:
-            res.to_json(out)
+            res.to_json(out, overwrite=True)
         return res
     res.interrupted = False
     res.width_accuracy = width_accuracy(proto, data, example)
     if out is not None:
-        res.to_json(out)
+        res.to_json(out, overwrite=True)
     return res
 
 
@@ -491,7 +493,7 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
         if progress:
             it.set_postfix(acc=f"{acc:.3f}")
         if out is not None and time.monotonic() - last_save >= every:
-            partial.to_json(out)
+            partial.to_json(out, overwrite=True)
             last_save = time.monotonic()
         if stop_at is not None and acc >= stop_at:
             break
