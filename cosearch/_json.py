@@ -165,8 +165,8 @@ class IncrementalJSONWriter:
 def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrite: bool) -> str:
     """:func:`dump_json`, refusing an existing ``path`` unless ``overwrite`` (as the command line
     refuses without ``--force``)."""
-    if path is not None and not overwrite and os.path.exists(path):
-        raise FileExistsError(f"{os.fspath(path)} exists; pass overwrite=True to replace it")
+    from ._validate import new_file
+    new_file(path, overwrite)
     return dump_json(data, path)
 
 

@@ -107,6 +107,13 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+def new_file(path, overwrite: bool) -> None:
+    """Refuse an existing ``path`` unless ``overwrite`` (the Python API's twin of ``--force``)."""
+    import os
+    if path is not None and not overwrite and os.path.exists(path):
+        raise FileExistsError(f"{os.fspath(path)} exists; pass overwrite=True to replace it")
+
+
 def output_path(path, force: bool = False, resume: bool | None = None, flag: str = "--out") -> str:
     """Check an output file before any work: not a folder, its folder exists and is writable,
     and an existing file is replaced only with ``force`` (or continued with ``resume``).

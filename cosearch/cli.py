@@ -812,7 +812,7 @@ def _dispatch(a) -> int:
         if a.plot:
             if not hasattr(res, "plot"):
                 raise ValueError("--plot: a multi-model result has no plot; use its JSON")
-            res.plot(a.plot)
+            res.plot(a.plot, overwrite=True)
             print(f"wrote {a.plot}")
         return 0
     if a.cmd == "reproduce":

@@ -252,21 +252,10 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
     given = [f for f in _MODEL_FLAGS if f in vals or f in flags]
     if not given:
         return base
-    stated: dict[str, object] = {}
-    if "--num-layers" in vals:
-        stated["num_layers"] = _int("--num-layers", vals["--num-layers"])
-    if "--hidden-size" in vals:
-        stated["hidden"] = _int("--hidden-size", vals["--hidden-size"])
-    if "--num-attention-heads" in vals:
-        stated["heads"] = _int("--num-attention-heads", vals["--num-attention-heads"])
-    if "--seq-length" in vals:
-        stated["seq_len"] = _int("--seq-length", vals["--seq-length"])
-    if "--vocab-size" in vals:
-        stated["vocab"] = _int("--vocab-size", vals["--vocab-size"])
-    if "--ffn-hidden-size" in vals:
-        stated["ffn_hidden"] = _int("--ffn-hidden-size", vals["--ffn-hidden-size"])
-    if "--kv-channels" in vals:
-        stated["head_dim"] = _int("--kv-channels", vals["--kv-channels"])
+    stated: dict[str, object] = {
+        _MODEL_FLAGS[f]: _int(f, vals[f])
+        for f in ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--vocab-size",
+                  "--ffn-hidden-size", "--kv-channels") if f in vals}
     if "--group-query-attention" in flags:
         stated["kv_heads"] = _int("--num-query-groups", vals.get("--num-query-groups", "1"))
     elif "--num-query-groups" in vals:

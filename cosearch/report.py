@@ -99,12 +99,14 @@ def table(res: Results, top: int = 10) -> str:
     return "\n".join(lines)
 
 
-def plot(res: Results, path: str | os.PathLike | None = None, against: str = "area"):
+def plot(res: Results, path: str | os.PathLike | None = None, against: str = "area", overwrite: bool = False):
     """Left: throughput vs area (or power) of every evaluated design — ILP-ranked and screened
     rows marked apart —, their Pareto front (a step line with markers), the baselines, and a
     note of how many designs a bound pruned unevaluated.  Right: the winner's step-time
     breakdown, each bar labelled with its seconds.  Axes carry thousands separators.  Needs
     matplotlib (``pip install cosearch[plot]``)."""
+    from ._validate import new_file
+    new_file(path, overwrite)
     import textwrap
     try:
         import matplotlib

@@ -205,8 +205,7 @@ class Results:
         """One row per design in rank order (best throughput first, designs without a plan
         last), with the plan's columns (:data:`CSV_PLAN_COLUMNS`); also written to ``path`` when
         given — which must not exist unless ``overwrite``."""
-        if path is not None and not overwrite and os.path.exists(path):
-            raise FileExistsError(f"{os.fspath(path)} exists; pass overwrite=True to replace it")
+        v.new_file(path, overwrite)
         buf = io.StringIO()
         w = csv.writer(buf)
         cols = ["rank", "index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",
@@ -234,7 +233,7 @@ class Results:
         """Plain-text summary (see :func:`cosearch.report.table`)."""
         return table(self, top)
 
-    def plot(self, path: str | os.PathLike | None = None, against: str = "area"):
+    def plot(self, path: str | os.PathLike | None = None, against: str = "area", overwrite: bool = False):
         """Throughput vs area (or power) with the Pareto front and baselines (see
-        :func:`cosearch.report.plot`)."""
-        return plot(self, path, against)
+        :func:`cosearch.report.plot`); an existing ``path`` is replaced only with ``overwrite``."""
+        return plot(self, path, against, overwrite)

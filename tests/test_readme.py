@@ -9,8 +9,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 #: (text in README, what the test runs instead): the same commands at small sizes.

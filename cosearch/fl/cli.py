@@ -194,8 +194,8 @@ def run(a) -> int:
         print("  " + r.controller_report().describe())
     if a.plot:
         if exps:
-            exps[0].plot(a.plot)
+            exps[0].plot(a.plot, overwrite=True)
         else:
-            plot(singles, a.plot)
+            plot(singles, a.plot, overwrite=True)
         print(f"wrote {a.plot}")
     return 0

@@ -297,7 +297,10 @@ class Experiment:
             rows.append(f"{m:>18}  " + "  ".join(cells))
         return ("accuracy (%) of the final model at each width, mean over seeds\n" + "\n".join(rows)) if rows else ""
 
-    def plot(self, path=None):
+    def plot(self, path=None, overwrite: bool = False):
+        """The experiment's figure; an existing ``path`` is replaced only with ``overwrite``."""
+        from .._validate import new_file
+        new_file(path, overwrite)
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

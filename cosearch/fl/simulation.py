@@ -169,8 +169,11 @@ class FLResult:
                 f"mean round {np.mean([r.round_time_s for r in self.rounds]):.2f} s")
 
 
-def plot(results: list[FLResult], path=None):
-    """Accuracy vs round and vs simulated time for single runs (experiments: :mod:`.experiment`)."""
+def plot(results: list[FLResult], path=None, overwrite: bool = False):
+    """Accuracy vs round and vs simulated time for single runs (experiments: :mod:`.experiment`);
+    an existing ``path`` is replaced only with ``overwrite``."""
+    from .._validate import new_file
+    new_file(path, overwrite)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -375,8 +378,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     """
     import torch
 
-    if out is not None and not overwrite and os.path.exists(out):
-        raise FileExistsError(f"{os.fspath(out)} exists; pass overwrite=True to replace it")
+    from .._validate import new_file
+    new_file(out, overwrite)
     choice("method", method, METHODS)
     positive_int("rounds", rounds, 100_000)
     positive_int("local_epochs", local_epochs)
