@@ -612,7 +612,9 @@ def _run_plan(a) -> int:
     if a.json:
         d = {"model": model.name, "chip": chip.name, "cluster": cluster.to_dict(), "global_batch": a.batch,
              "engine": a.engine.name,
-             "plans": [p.to_dict() for p in plans]}
+             "plans": [dict(p.to_dict(), mfu_peak="bf16 dense",
+                            **({"mfu_fp8_peak": p.mfu_fp8_peak} if p.mfu_fp8_peak is not None else {}))
+                       for p in plans]}
         if searched is not None:
             d.update(configurations=searched.configurations, evaluated=searched.evaluated)
         print(json.dumps(d, indent=1))
