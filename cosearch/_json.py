@@ -138,28 +138,61 @@ def dump_json(data: dict[str, Any], path: str | os.PathLike | None = None) -> st
 
 
 class IncrementalJSONWriter:
-    """Writes a growing document ``{...header..., "rows": [...]}`` to one path again and again
-    (a checkpoint), turning each row into JSON text only once: a write costs the new rows'
-    serialisation plus one compact atomic write, not the whole document's serialisation (a
-    45,000-row search result: about 0.3 s instead of 9 s).  Rows are cached by identity, so a
-    row object must not change after it is written (``DesignResult`` is frozen)."""
+    """A checkpoint of a growing document ``{...header..., "rows": [...]}`` written as an
+    append-only journal: each write appends only the rows added since the last one and the
+    current header, so it costs milliseconds whatever the document's size (a 45,000-row search
+    result: a full rewrite serialised 73 MiB in 9 s).
+
+    The journal is JSON lines: ``{"_header": {...}}`` (the document without its rows; the last
+    one counts) and ``{"_rows": [...]}`` (rows in order).  :func:`load_json` reads it back as
+    the whole document; a last line cut short by a crash mid-append is ignored, so the file
+    always holds the previous checkpoint at least.  The first write, and any write whose rows
+    are not the earlier rows plus new ones (rows are compared by identity), replaces the file
+    atomically.  A finished result is then saved as plain JSON over it (``Results.to_json``)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = path
-        self._text: dict[int, tuple[Any, str]] = {}
+        self._written: list = []          # the row objects already in the file, in order
 
     def write(self, header: dict[str, Any], rows: list, row_to_dict) -> None:
-        parts = []
-        seen = {}
-        for r in rows:
-            hit = self._text.get(id(r))
-            if hit is None or hit[0] is not r:
-                hit = (r, json.dumps(finite_or_none(row_to_dict(r)), separators=(",", ":"), allow_nan=False))
-            seen[id(r)] = hit
-            parts.append(hit[1])
-        self._text = seen                 # rows no longer in the document are forgotten
-        head = json.dumps(finite_or_none(header), separators=(",", ":"), allow_nan=False)
-        atomic_write_text(self.path, head[:-1] + ("," if len(head) > 2 else "") + '"rows":[' + ",".join(parts) + "]}")
+        head = json.dumps({"_header": finite_or_none(header)}, separators=(",", ":"), allow_nan=False)
+        n = len(self._written)
+        extends = n <= len(rows) and all(a is b for a, b in zip(self._written, rows))
+        new = rows[n:] if extends else rows
+        body = json.dumps({"_rows": [finite_or_none(row_to_dict(r)) for r in new]}, separators=(",", ":"),
+                          allow_nan=False)
+        if extends and n:
+            with open(self.path, "a") as fh:
+                fh.write((body + "\n" if new else "") + head + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        else:
+            atomic_write_text(self.path, head + "\n" + body + "\n")
+        self._written = list(rows)
+
+
+def _read_journal(text: str) -> dict[str, Any]:
+    """The document an :class:`IncrementalJSONWriter` journal holds (a cut-short last line is
+    ignored)."""
+    header = None
+    rows: list = []
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:          # the last line, cut short mid-append
+                break
+            raise ValueError(f"checkpoint journal line {i + 1} is not valid JSON") from None
+        if "_header" in d:
+            header = d["_header"]
+        elif "_rows" in d:
+            rows.extend(d["_rows"])
+    if not isinstance(header, dict):
+        raise ValueError("checkpoint journal has no header line")
+    return {**header, "rows": rows}
 
 
 def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrite: bool) -> str:
@@ -215,12 +248,15 @@ def read_json_file(path: str | os.PathLike, what: str, max_bytes: int | None = N
 
 
 def load_json(source: str | os.PathLike) -> dict[str, Any]:
-    """Parse ``source``: JSON text (starting with ``{``) or the path of a JSON file."""
+    """Parse ``source``: JSON text (starting with ``{``) or the path of a JSON file; a checkpoint
+    journal (:class:`IncrementalJSONWriter`) is read back as the whole document."""
     text = str(source)
     if not text.lstrip().startswith("{"):
         _regular_file(source, "JSON", MAX_JSON_BYTES)
         with open(source, encoding="utf-8-sig") as fh:
             text = fh.read()
+    if text.startswith('{"_header":'):
+        return _read_journal(text)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

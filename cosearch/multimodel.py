@@ -230,8 +230,9 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     throughputs) and PHAZE's fixed Megatron placements on the best chip found, with the same
     plan search and time model (:func:`joint_baselines`).  ``resume``: a saved result of the
     same settings (say, one cut short by Ctrl-C): its screened designs are kept and not
-    evaluated again.  ``checkpoint``: a JSON file the partial screening is saved to at most
-    every ``checkpoint_every_s`` seconds (a valid ``resume`` file).  Runs in-process; Ctrl-C returns the designs finished so
+    evaluated again.  ``checkpoint``: a file the partial screening is saved to at most every
+    ``checkpoint_every_s`` seconds as an append-only journal (a valid ``resume`` file, read by
+    :meth:`MultiModelResults.from_json`).  Runs in-process; Ctrl-C returns the designs finished so
     far (``interrupted``)."""
     if isinstance(models, (str, ModelConfig)):
         models = [models]

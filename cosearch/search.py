@@ -61,8 +61,10 @@ class SearchOptions:
     processes, or None (in-process, then a local pool past :data:`cosearch.sweep.AUTO_POOL_AFTER_S`).
     ``prune``: skip designs whose bound cannot enter the top.  ``refine_top``: rank this many
     distinct results exactly on ILP layer times (0: off), making at most ``ilp_designs`` ILP
-    plans.  ``chunk_size``: designs per task.  ``checkpoint``: a JSON file the partial sweep is
-    saved to every ``checkpoint_every_s`` seconds; ``resume``: such a file (or a saved result).
+    plans.  ``chunk_size``: designs per task.  ``checkpoint``: a file the partial sweep is saved
+    to every ``checkpoint_every_s`` seconds, as an append-only journal that
+    :meth:`Results.from_json` reads (:class:`cosearch._json.IncrementalJSONWriter`; a write costs
+    the new rows, not the whole file); ``resume``: such a file (or a saved result).
     ``objective``: ``"geomean"`` or ``"mean"`` (multi-model search only).
     """
 
@@ -126,8 +128,10 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
     Ctrl-C (or SIGTERM under the CLI) in any phase returns the results gathered so far
     (``Results.interrupted``) and stops the pool's workers.  A dead pool worker's chunks are
     retried on a fresh pool (up to :data:`cosearch.sweep.MAX_POOL_RESTARTS` times).
-    ``checkpoint``: a JSON file the partial sweep is saved to at most every
-    ``checkpoint_every_s`` seconds; ``resume``: such a file (or a saved result) made with the
+    ``checkpoint``: a file the partial sweep is saved to at most every ``checkpoint_every_s``
+    seconds, as an append-only journal (each write adds the new rows; :meth:`Results.from_json`,
+    ``cosearch report`` and ``resume`` read it; ``cosearch search`` replaces it with the plain JSON
+    result when it ends); ``resume``: such a file (or a saved result) made with the
     same settings — its evaluated designs are kept and not evaluated again.
 
     ``model`` a list of models: PHAZE's cross-model search — the design with the best

@@ -329,21 +329,34 @@ def test_flower_strategy_rejects_non_numeric_updates_and_goes_on(bad, caplog):
 def test_incremental_checkpoint_reads_back_as_the_full_document(tmp_path):
     import dataclasses
 
-    from cosearch._json import IncrementalJSONWriter
+    from cosearch._json import IncrementalJSONWriter, load_json
     res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, "serial", refine_top=0)
-    w = IncrementalJSONWriter(tmp_path / "ck.json")
-    part = search.Results(res.model, res.chips, res.global_batch, res.rows[:5], total_designs=res.total_designs,
-                          interrupted=True, meta=res.meta)
-    part.checkpoint(w)
-    assert json.loads((tmp_path / "ck.json").read_text()) == json.loads(part.to_json())
-    # more rows, and one row replaced by a new object: the file is the whole new document
-    rows = list(res.rows)
+    ck = tmp_path / "ck.json"
+    w = IncrementalJSONWriter(ck)
+
+    def partial(k, rows=None):
+        return search.Results(res.model, res.chips, res.global_batch, list(rows or res.rows[:k]),
+                              pruned=k, total_designs=res.total_designs, interrupted=True,
+                              meta=res.meta)
+    partial(5).checkpoint(w)
+    assert load_json(ck) == json.loads(partial(5).to_json())
+    first = ck.read_bytes()
+    partial(9).checkpoint(w)                       # four more rows: appended, the old bytes kept
+    assert ck.read_bytes().startswith(first) and load_json(ck) == json.loads(partial(9).to_json())
+    # a crash mid-append cuts the last line: the file still reads as the previous checkpoint
+    whole = ck.read_bytes()
+    partial(12).checkpoint(w)
+    ck.write_bytes(ck.read_bytes()[:len(whole) + 40])
+    assert load_json(ck) == json.loads(partial(9).to_json())
+    ck.write_bytes(whole)
+    # a row replaced by a new object: the file is rewritten as the whole new document
+    w2 = IncrementalJSONWriter(ck)
+    partial(9).checkpoint(w2)
+    rows = list(res.rows[:9])
     rows[0] = dataclasses.replace(rows[0], reason="replaced")
-    full = search.Results(res.model, res.chips, res.global_batch, rows, total_designs=res.total_designs,
-                          meta=res.meta)
-    full.checkpoint(w)
-    assert json.loads((tmp_path / "ck.json").read_text()) == json.loads(full.to_json())
-    assert search.Results.from_json(tmp_path / "ck.json").rows[0].reason == "replaced"
+    partial(9, rows).checkpoint(w2)
+    assert load_json(ck) == json.loads(partial(9, rows).to_json())
+    assert search.Results.from_json(ck).rows[0].reason == "replaced"
 
 
 @pytest.mark.parametrize("doc,message", [
