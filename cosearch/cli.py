@@ -234,13 +234,21 @@ def _finish_search(res, out: str | None, top: int) -> int:
     result could not be written to ``out`` (it is in a fallback file the message names).
     The table is printed before the save, so a failed save never hides the result."""
     from ._interrupt import exit_code
-    print(res.table(top=top))
-    _print_design_report(res)
+    stopped = None
+    try:
+        print(res.table(top=top))
+        _print_design_report(res)
+    except KeyboardInterrupt as exc:      # a signal while printing: the result is still saved
+        stopped = exc
     if out:
         fallback = _save_with_fallback(res, out)
         if fallback is not None:
             return EXIT_SAVE_FAILED
         print(f"saved {out}")
+    if stopped is not None:
+        print("cosearch: interrupted after the search finished; the result is saved" + (f" in {out}" if out else ""),
+              file=sys.stderr)
+        return exit_code(stopped)
     if res.interrupted:
         print("cosearch: interrupted; the finished part is saved" + (f" in {out} (continue with --resume)"
                                                                     if out else ""), file=sys.stderr)

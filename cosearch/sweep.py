@@ -335,7 +335,11 @@ def run_sweep(sp: SweepSpace, *, rows: list, done: set, prune: bool, keep_top: i
             if out.interrupted:
                 stop_pool(pool)
             else:
-                pool.shutdown(wait=True)
+                try:
+                    pool.shutdown(wait=True)
+                except KeyboardInterrupt as exc:    # a signal while the pool winds down: every row is
+                    out.interrupted, out.stopped_by = True, exc     # in; report it as interrupted
+                    stop_pool(pool)
     return out
 
 

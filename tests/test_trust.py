@@ -409,3 +409,20 @@ def test_fl_report_checks_schemas_and_keeps_plots(tmp_path, capsys):
     png.write_text("precious")
     assert main(["fl", "report", str(r), "--plot", str(png)]) == 2
     assert png.read_text() == "precious"
+
+
+def test_a_signal_while_the_pool_winds_down_keeps_every_row(monkeypatch):
+    """Ctrl-C that lands in the pool's shutdown, after the last chunk: reported as interrupted,
+    with every evaluated row kept (it used to escape the sweep and lose the result)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    real = ProcessPoolExecutor.shutdown
+
+    def interrupted_shutdown(self, wait=True, **kw):
+        real(self, wait=wait, **kw)
+        if wait:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(ProcessPoolExecutor, "shutdown", interrupted_shutdown)
+    res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, 2, refine_top=0, prune=False)
+    assert res.interrupted and isinstance(res.stopped_by, KeyboardInterrupt)
+    assert len(res.rows) == len(small_space().arrays())
