@@ -517,20 +517,27 @@ def _run_measure(a) -> int:
 
 def _best_fixed_plan(model, chip, cluster, base, a):
     """The best of ``base`` over the options ``plan`` was not given (recompute, sequence
-    parallelism, ZeRO stage within the engine's), as ``--help`` promises; every option given is
+    parallelism, ZeRO stage within the engine's, virtual stages that split the layers evenly), as
+    ``--help`` promises; every option given is
     kept.  Returns ([the best plan, or the infeasible one needing the least memory], what was
     searched)."""
     import itertools
 
+    from .placement import DEFAULT_VIRTUAL
     from .plan import evaluate
     rcs = (a.recompute,) if a.recompute else ("none", "selective", "full")
     sps = (a.sp,) if a.sp is not None else ((False, True) if base.tp > 1 else (False,))
     zeros = (a.zero,) if a.zero is not None else tuple(z for z in a.engine.zero_stages if z == 0 or base.dp > 1)
-    plans = [evaluate(model, chip, cluster, base.with_(recompute=r, sequence_parallel=s, zero=z), a.batch,
-                      engine=a.engine) for r, s, z in itertools.product(rcs, sps, zeros)]
+    m = a.batch // (base.dp * base.microbatch) if a.batch % (base.dp * base.microbatch) == 0 else 0
+    virtuals = (a.virtual,) if a.virtual else tuple(
+        v for v in DEFAULT_VIRTUAL if v == 1 or (base.pp > 1 and not a.engine.blocking_p2p
+                                                 and model.num_layers % (base.pp * v) == 0 and m % base.pp == 0))
+    plans = [evaluate(model, chip, cluster, base.with_(recompute=r, sequence_parallel=s, zero=z, virtual_stages=vs),
+                      a.batch, engine=a.engine) for r, s, z, vs in itertools.product(rcs, sps, zeros, virtuals)]
     ok = [p for p in plans if p.feasible]
     best = max(ok, key=lambda p: p.tokens_per_s) if ok else min(plans, key=lambda p: max(p.memory_per_chip_bytes))
-    searched = [n for n, opts in (("recompute", rcs), ("sequence parallelism", sps), ("ZeRO", zeros)) if len(opts) > 1]
+    searched = [n for n, opts in (("recompute", rcs), ("sequence parallelism", sps), ("ZeRO", zeros),
+                                  ("virtual stages", virtuals)) if len(opts) > 1]
     note = (f"searched {', '.join(searched)} for the fixed dp/tp/pp/mb ({len(plans)} plans)" if searched else "")
     return [best], note
 

@@ -356,7 +356,7 @@ def test_plan_cli_evaluates_and_searches_with_an_engine(capsys):
             "--batch", "64", "--json", "--engine", "megatron-deepspeed"]
     cl = cluster.dgx_a100(2)
     assert main(args + ["--dp", "4", "--tp", "2", "--pp", "2", "--mb", "2", "--recompute", "selective", "--zero", "0",
-                        "--no-sp"]) == 0
+                        "--no-sp", "--virtual", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     want = evaluate("gpt3-1.3b", "A100-80GB", cl, PlanSpec(4, 2, 2, 2, recompute="selective"), 64,
                     engine="megatron-deepspeed")

@@ -224,13 +224,16 @@ def test_fp8_mfu_states_both_denominators():
 
 def test_fixed_plan_searches_the_omitted_options_and_infers_dp(capsys):
     """Llama 2 70B, tp 4 pp 4 mb 1 on 64 H100s, FP8: without recompute, SP and ZeRO it needs
-    102 GiB of the 80; `plan --help` says omitted options are searched, so the best of the 12
-    combinations is printed, and dp is what the chips leave, 64 / (4 x 4) = 4."""
+    102 GiB of the 80; `plan --help` says omitted options are searched, so the best of the
+    combinations (36 with the virtual stages) is printed, and dp is what the chips leave,
+    64 / (4 x 4) = 4."""
     cl = cluster.preset("dgx-h100", 8)
     base = PlanSpec(4, 4, 4, 1, flash_attention=True, precision="fp8")
     assert not evaluate("llama2-70b", "H100", cl, base, 64).feasible
-    brute = [evaluate("llama2-70b", "H100", cl, base.with_(recompute=r, sequence_parallel=s, zero=z), 64)
-             for r, s, z in itertools.product(("none", "selective", "full"), (False, True), (0, 1))]
+    # virtual stages that split 80 layers evenly over pp 4 with 16 microbatches: 1, 2 and 4
+    brute = [evaluate("llama2-70b", "H100", cl, base.with_(recompute=r, sequence_parallel=s, zero=z,
+                                                           virtual_stages=vs), 64)
+             for r, s, z, vs in itertools.product(("none", "selective", "full"), (False, True), (0, 1), (1, 2, 4))]
     best = max((p for p in brute if p.feasible), key=lambda p: p.tokens_per_s)
     assert main(["plan", "--model", "llama2-70b", "--cluster", "dgx-h100", "--nodes", "8", "--batch", "64",
                  "--tp", "4", "--pp", "4", "--mb", "1", "--flash", "--precision", "fp8", "--json"]) == 0
