@@ -5,14 +5,32 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .results import Results
-
 __all__ = ["table", "plot", "collapse", "pareto_front", "TIME_MODEL_TITLES"]
+
+
+class Results(Protocol):
+    """What a table or plot reads of a co-search result (:class:`cosearch.results.Results` has
+    it); a protocol, so this module imports nothing above it, not even for typing."""
+
+    model: str
+    chips: int
+    global_batch: int
+    rows: list[Any]
+    pruned: int
+    total_designs: int
+    interrupted: bool
+    baselines: dict[str, dict[str, Any]]
+    meta: dict[str, Any]
+
+    @property
+    def feasible(self) -> list[Any]: ...
+
+    @property
+    def best(self) -> Any: ...
 
 
 #: Time models in the order their rows are listed; rows of different models are never

@@ -21,16 +21,15 @@ def _module_name(path: pathlib.Path) -> str:
 
 def _import_graph() -> dict[str, set[str]]:
     """module -> the package modules it imports anywhere in its body (function-level imports
-    count; imports under ``if TYPE_CHECKING:`` do not run and do not count)."""
+    and typing-only imports under ``if TYPE_CHECKING:`` count too: a cycle of types is a cycle
+    of ideas)."""
     files = {_module_name(p): p for p in PKG.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
         tree = ast.parse(path.read_text())
-        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                and "TYPE_CHECKING" in ast.dump(node.test) for n in ast.walk(node)}
         base = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
         for node in ast.walk(tree):
-            if id(node) in skip or not isinstance(node, ast.ImportFrom):
+            if not isinstance(node, ast.ImportFrom):
                 continue
             if node.level:
                 parts = base.split(".")
