@@ -564,6 +564,10 @@ def _run_plan(a) -> int:
                              "--recompute/--sp")
         mp = parse_megatron_args(a.from_megatron_args, model, cluster.num_chips, a.batch)
         model = mp.model
+        seq = getattr(a, "seq_len", None)
+        if seq is not None and seq != model.seq_len:
+            raise ValueError(f"--seq-len {seq} contradicts the Megatron line's model (sequence {model.seq_len}); "
+                             "drop one")
         a.batch, a.engine, ignored, assumed = mp.global_batch, a.engine or mp.engine, mp.ignored, mp.assumed
         if a.precision is not None and a.precision != mp.spec.precision:
             raise ValueError(f"--precision {a.precision} contradicts the Megatron line ({mp.spec.precision})")

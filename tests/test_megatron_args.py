@@ -94,3 +94,13 @@ def test_cli_prices_the_lines_model(capsys):
     assert main(["plan", "--model", "gpt3-13b", "--cluster", "dgx-a100", "--nodes", "16",
                  "--from-megatron-args", line]) == 2
     assert "--num-layers gives 96" in capsys.readouterr().err
+
+
+def test_cli_seq_len_must_agree_with_the_lines_model(capsys):
+    line = ("--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 "
+            "--global-batch-size 8")
+    assert main(["plan", "--cluster", "dgx-h100", "--nodes", "1", "--seq-len", "256",
+                 "--from-megatron-args", line]) == 2
+    assert "--seq-len 256 contradicts" in capsys.readouterr().err
+    assert main(["plan", "--cluster", "dgx-h100", "--nodes", "1", "--seq-len", "128",
+                 "--from-megatron-args", line]) == 0
