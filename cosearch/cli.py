@@ -346,6 +346,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 _NODE_PRESETS = ("dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200")
 _CHIP_PRESETS = ("gb200-nvl72", "tpuv4-pod", "tpuv5e-pod", "tpuv5p-pod")
+#: Every --cluster name that is not a file.
+_CLUSTER_NAMES = _NODE_PRESETS + _CHIP_PRESETS + ("flat",)
 
 
 def _cluster_from_args(a):
@@ -384,7 +386,7 @@ def _cluster_file(path: str):
 
 def _base_cluster(a):
     from . import cluster as cl
-    if _is_file(a.cluster, _NODE_PRESETS + _CHIP_PRESETS + ("flat",)):
+    if _is_file(a.cluster, _CLUSTER_NAMES):
         c, _chip = _cluster_file(a.cluster)
         for flag, given, have in (("--chips", a.chips, c.num_chips), ("--nodes", a.nodes, c.nodes)):
             if given is not None and given != have:
@@ -412,27 +414,20 @@ def _base_cluster(a):
 def _chip_from_args(a):
     """--chip, or the chip the cluster is built of (a preset's own, or a cluster file's
     ``"chip"``); a flat cluster or a cluster file without a chip needs --chip."""
-    import warnings
-
     from .cluster import PRESET_CHIPS
     from .hardware import Accelerator, preset_names
     from .hardware import preset as chip_preset
 
-    def load(name):
+    def load(name):           # a chip file's warning is printed by main()'s one-line printer
         if isinstance(name, dict):
             return Accelerator.from_dict(name)
         if _is_file(name, preset_names()):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                chip = Accelerator.from_json(name)
-            for w in caught:
-                print(f"cosearch: warning: {w.message}", file=sys.stderr)
-            return chip
+            return Accelerator.from_json(name)
         return chip_preset(name)
 
     if a.chip is not None:
         return load(a.chip)
-    if a.cluster is not None and _is_file(a.cluster, _NODE_PRESETS + _CHIP_PRESETS + ("flat",)):
+    if a.cluster is not None and _is_file(a.cluster, _CLUSTER_NAMES):
         _c, chip = _cluster_file(a.cluster)
         if chip is None:
             raise ValueError(f"cluster file {a.cluster} names no chip: give --chip, or add \"chip\": \"<preset>\" "
@@ -518,9 +513,8 @@ def _run_measure(a) -> int:
 def _best_fixed_plan(model, chip, cluster, base, a):
     """The best of ``base`` over the options ``plan`` was not given (recompute, sequence
     parallelism, ZeRO stage within the engine's, virtual stages that split the layers evenly), as
-    ``--help`` promises; every option given is
-    kept.  Returns ([the best plan, or the infeasible one needing the least memory], what was
-    searched)."""
+    ``--help`` promises; every option given is kept.  Returns ([the best plan, or the infeasible
+    one needing the least memory], what was searched)."""
     import itertools
 
     from .placement import DEFAULT_VIRTUAL
@@ -728,10 +722,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def _one_line(message, category, filename, lineno, file=None, line=None):
         print(f"cosearch: warning: {message}", file=sys.stderr)
-    warnings.showwarning = _one_line
     from ._interrupt import exit_code, terminate_as_interrupt
     try:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), warnings.catch_warnings():
+            warnings.showwarning = _one_line          # restored when the command ends
             return _dispatch(a)
     except KeyboardInterrupt as exc:
         if a.debug:
@@ -820,10 +814,10 @@ def _dispatch(a) -> int:
         for path, flag in ((a.csv, "--csv"), (a.plot, "--plot")):
             if path:
                 output_path(path, a.force, flag=flag)
-        doc = load_json(a.results)
+        doc = load_json(a.results)                      # parsed once: results files run to tens of MiB
         kind = str(doc.get("schema", "")) if isinstance(doc, dict) else ""
-        res = (MultiModelResults if kind.startswith("cosearch.multi-model-results/") else Results).from_json(
-            a.results)
+        res = (MultiModelResults if kind.startswith("cosearch.multi-model-results/") else Results).from_document(
+            doc, a.results)
         print(res.table(top=a.top))
         if a.csv:
             if not hasattr(res, "to_csv"):

@@ -76,6 +76,7 @@ from typing import Any
 import numpy as np
 
 from . import phaze_area as pa
+from ._validate import MAX_HZ, MIN_HZ, bandwidth, in_range
 
 __all__ = [
     "Accelerator", "AreaPowerModel", "PhazeAreaModel", "SearchSpace", "KernelEfficiency", "AREA_MODELS", "named_area_model",
@@ -558,10 +559,9 @@ class Accelerator:
             raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
                              f"got {self.glb_Bps!r}")
         object.__setattr__(self, "glb_Bps", float(self.glb_Bps))
-        from . import _validate as v
         if isinstance(self.host_link_Bps, bool) or not isinstance(self.host_link_Bps, (int, float, np.floating)):
             raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
-        v.bandwidth("Accelerator.host_link_Bps", self.host_link_Bps)
+        bandwidth("Accelerator.host_link_Bps", self.host_link_Bps)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.efficiency, KernelEfficiency):
@@ -579,9 +579,9 @@ class Accelerator:
                     or not np.isfinite(x) or x <= 0:
                 raise ValueError(f"Accelerator.{f} must be a positive finite number, got {x!r}")
             object.__setattr__(self, f, float(x))
-        v.in_range("Accelerator.clock_hz", self.clock_hz, v.MIN_HZ, v.MAX_HZ, "Hz")
+        in_range("Accelerator.clock_hz", self.clock_hz, MIN_HZ, MAX_HZ, "Hz")
         for f in ("hbm_bandwidth_Bps", "link_bandwidth_Bps"):
-            v.bandwidth(f"Accelerator.{f}", getattr(self, f))
+            bandwidth(f"Accelerator.{f}", getattr(self, f))
 
     @property
     def peak_flops(self) -> float:

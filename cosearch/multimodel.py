@@ -207,9 +207,14 @@ class MultiModelResults:
 
     @classmethod
     def from_json(cls, path) -> MultiModelResults:
-        from ._json import check_schema, load_json
-        d = load_json(path)
-        check_schema(d, "multi-model-results", str(path) if len(str(path)) < 200 else "results")
+        from ._json import load_json
+        return cls.from_document(load_json(path), str(path) if len(str(path)) < 200 else "results")
+
+    @classmethod
+    def from_document(cls, d: Any, name: str = "results") -> MultiModelResults:
+        """A result from an already parsed document, schema checked (``name``: how messages call it)."""
+        from ._json import check_schema
+        check_schema(d, "multi-model-results", name)
         return cls.from_dict(d)
 
 

@@ -174,9 +174,13 @@ class Results:
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> Results:
         """Load from a JSON string or a file path."""
-        d = load_json(source)
-        name = source if len(str(source)) < 200 else "results"
-        check_schema(d, "results", str(name))
+        return cls.from_document(load_json(source), str(source) if len(str(source)) < 200 else "results")
+
+    @classmethod
+    def from_document(cls, d: Any, name: str = "results") -> Results:
+        """A result from an already parsed document (:meth:`to_dict`'s output), schema checked
+        (``name``: how messages call it)."""
+        check_schema(d, "results", name)
         try:
             interrupted = d["interrupted"]
             if not isinstance(interrupted, bool):

@@ -352,7 +352,8 @@ def run_fingerprint(model, space, designs, cluster, global_batch, mem, tps, mbs,
 
     from ._json import fingerprint
     d = np.ascontiguousarray(designs, dtype="<f8")
-    return fingerprint({"model": [m.to_dict() for m in model] if isinstance(model, (list, tuple)) else model.to_dict(), "space": dataclasses.asdict(space),
+    models = [m.to_dict() for m in model] if isinstance(model, (list, tuple)) else model.to_dict()
+    return fingerprint({"model": models, "space": dataclasses.asdict(space),
                         "designs": hashlib.sha256(d.tobytes()).hexdigest() + f":{d.shape}",
                         "cluster": cluster.to_dict(), "global_batch": global_batch,
                         "mem": dataclasses.asdict(mem), "tps": list(tps), "microbatches": list(mbs),

@@ -397,9 +397,9 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
     settings whose finished runs are kept.  On Ctrl-C the finished runs are returned (and
     saved) with ``interrupted=True``.  An existing ``out`` is refused before any work unless
     ``overwrite``, or unless it is the ``resume`` file (continued in place)."""
-    if out is not None and os.path.exists(out) and not overwrite and not (
-            resume is not None and os.path.abspath(resume) == os.path.abspath(out)):
-        raise FileExistsError(f"{os.fspath(out)} exists; pass overwrite=True to replace it (or resume=it)")
+    from .._validate import new_file
+    continued = out is not None and resume is not None and os.path.abspath(resume) == os.path.abspath(out)
+    new_file(out, overwrite or continued)
     methods = list(methods)
     if not methods:
         raise ValueError("give at least one method")
