@@ -175,7 +175,7 @@ def evaluate_modern(path: Path) -> tuple[dict, list]:
         g["rows"] += 1
         try:
             d = describe(row)
-            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.batch, engine=d.engine)
+            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
         except (Refused, ValueError) as e:
             why = str(e).split(";")[0][:90]
             g["refused"][why] = g["refused"].get(why, 0) + 1
@@ -185,7 +185,7 @@ def evaluate_modern(path: Path) -> tuple[dict, list]:
             g["refused"][why] = g["refused"].get(why, 0) + 1
             continue
         pred = plan.tokens_per_s / d.cluster.num_chips
-        err = pred / d.measured_tok_s_gpu - 1.0
+        err = pred / d.measured_tok_s_per_chip - 1.0
         g["errors"].append(err)
         evaluated.append((err, row["id"], plan, d, source_group(row)))
     return groups, evaluated
@@ -201,7 +201,7 @@ def free_search_gains(evaluated) -> str:
     for _err, rid, plan, d, group in evaluated:
         if group not in ("NeMo", "Megatron-Bridge"):
             continue
-        res = placement.search_plans(d.model, d.chip, d.cluster, d.batch, engine=d.engine, zero=(d.spec.zero,),
+        res = placement.search_plans(d.model, d.chip, d.cluster, d.global_batch, engine=d.engine, zero=(d.spec.zero,),
                                      precision=(d.spec.precision,), flash_attention=True,
                                      context_parallel=(1, 2), virtual_stages=(1, 2, 4))
         if not res.feasible:

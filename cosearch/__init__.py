@@ -86,7 +86,9 @@ _LAZY = {
     "cost": ("cost", None), "fl": ("fl", None), "cli": ("cli", None),
     "engine": ("engine", None), "Engine": ("engine", "Engine"),
     "SearchOptions": ("search", "SearchOptions"), "sweep": ("sweep", None), "ranking": ("ranking", None),
-    "parse_megatron_args": ("megatron_args", "parse_megatron_args"), "megatron_args": ("megatron_args", None),
+    "parse_megatron_args": ("runs.megatron", "parse_megatron_args"), "runs": ("runs", None),
+    "read_configs": ("runs", "read_configs"), "read_config": ("runs", "read_config"),
+    "check_runs": ("runs", "check_runs"),
     "measure": ("measure", None), "design_report": ("design_report", "design_report"),
     "phaze_area": ("phaze_area", None),
 }

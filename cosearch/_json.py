@@ -232,19 +232,24 @@ def _parse(text: str, what: str, path: str) -> Any:
         raise ValueError(f"{what} file {path!r}: {exc}") from None
 
 
-def read_json_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> Any:
-    """The parsed JSON of a user's file, or ``ValueError`` naming ``what`` and the problem (a
-    FIFO, device or a file over ``max_bytes`` is refused before it is read; ``NaN`` and
-    ``Infinity`` are refused)."""
+def read_text_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> str:
+    """The UTF-8 text of a user's file (a BOM dropped), or ``ValueError`` naming ``what`` and the
+    problem (a FIFO, device, binary file or a file over ``max_bytes`` is refused)."""
     try:
         _regular_file(path, what, MAX_JSON_BYTES if max_bytes is None else max_bytes)
         with open(path, encoding="utf-8-sig") as fh:
-            text = fh.read()
+            return fh.read()
     except OSError as exc:
         raise ValueError(f"{what} file {os.fspath(path)!r}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{what} file {os.fspath(path)!r} is not UTF-8 text") from None
-    return _parse(text, what, os.fspath(path))
+
+
+def read_json_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> Any:
+    """The parsed JSON of a user's file, or ``ValueError`` naming ``what`` and the problem (a
+    FIFO, device or a file over ``max_bytes`` is refused before it is read; ``NaN`` and
+    ``Infinity`` are refused)."""
+    return _parse(read_text_file(path, what, max_bytes), what, os.fspath(path))
 
 
 def load_json(source: str | os.PathLike) -> dict[str, Any]:

@@ -340,6 +340,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-megatron-args", metavar="ARGS",
                    help="a Megatron-LM / NeMo argument line (quoted) giving tp, pp, cp, virtual stages, "
                         "microbatch, global batch, recompute, SP, distributed optimizer and FP8")
+    p.add_argument("--from", dest="from_files", action="append", nargs="+", metavar=("FILE", "KEY=VALUE"),
+                   help="a framework's own config file, with optional key=value overrides: torchtitan .toml, "
+                        "NeMo 1 / Megatron-Bridge / MaxText / llm-foundry .yaml, a HF config.json, a Megatron "
+                        "argument file (.sh/.txt/.args), or a file of key=value overrides; repeat for the files "
+                        "of one run (cosearch.runs)")
     p.add_argument("--top", type=_positive, default=1, help="plans to show when searching")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -542,17 +547,53 @@ def _run_plan(a) -> int:
     from .engine import preset as engine_preset
     from .placement import search_plans
     from .plan import PlanSpec, evaluate
-    if a.model is None and a.from_megatron_args is None:
-        raise ValueError("--model is required (or --from-megatron-args with the model's flags)")
+    if a.model is None and a.from_megatron_args is None and not a.from_files:
+        raise ValueError("--model is required (or --from FILE / --from-megatron-args describing the model)")
     model = _model_from_args(a) if a.model is not None else None
+    run = None
+    if a.from_files:
+        if a.from_megatron_args is not None:
+            raise ValueError("give the Megatron line as a --from file, or --from-megatron-args, not both")
+        from .runs import read_configs
+        run = read_configs([(f[0], f[1:]) for f in a.from_files], model=model)
+        if run.num_chips is not None and a.nodes is None and a.chips is None and not _is_file(a.cluster,
+                                                                                              _CLUSTER_NAMES):
+            # the file states the run's size (NeMo's trainer.num_nodes x devices)
+            if a.cluster in _NODE_PRESETS:
+                if run.num_chips % 8:
+                    raise ValueError(f"{run.source}: {run.num_chips} GPUs are not whole 8-GPU nodes of {a.cluster}")
+                a.nodes = run.num_chips // 8
+            else:
+                a.chips = run.num_chips
     chip = _chip_from_args(a)
     cluster = _cluster_from_args(a)
     full = None not in (a.dp, a.tp, a.pp, a.mb)
     ignored: tuple[str, ...] = ()
     assumed: tuple[str, ...] = ()
     spec = None                                  # a fixed plan to evaluate; None: search
+    if run is not None and not run.plan:
+        # model files only: search (or evaluate) the plan the flags leave open
+        model = run.model
+    elif run is not None:
+        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.recompute, a.sp, a.zero,
+                                       a.precision, a.zero_group)):
+            raise ValueError("--from gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/--recompute/--sp/"
+                             "--zero/--precision/--zero-group (or edit the file with key=value overrides)")
+        d = run.resolve(cluster.num_chips, global_batch=a.batch, model=None)
+        model, spec, a.batch, assumed = d.model, d.spec, d.global_batch, d.assumed
+        seq = getattr(a, "seq_len", None)
+        if seq is not None and seq != model.seq_len:
+            raise ValueError(f"--seq-len {seq} contradicts the run's model (sequence {model.seq_len})")
+        a.engine = a.engine or d.engine
+        if a.flash:
+            spec = spec.with_(flash_attention=True)
+        print(f"read from {', '.join(d.sources)}: {d.summary()}", file=sys.stderr)
+        for note in assumed:
+            print(f"assumed: {note}", file=sys.stderr)
+        if d.neutral:
+            print(f"neutral (change neither step time nor memory): {len(d.neutral)} fields", file=sys.stderr)
     if a.from_megatron_args is not None:
-        from .megatron_args import parse_megatron_args
+        from .runs.megatron import parse_megatron_args
         if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.recompute, a.sp)):
             raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/"
                              "--recompute/--sp")
@@ -671,6 +712,16 @@ def main(argv: list[str] | None = None) -> int:
     pl = sub.add_parser("plan", help="evaluate a fixed training plan, or search the parts not given",
                         formatter_class=fmt)
     _plan_args(pl)
+    ru = sub.add_parser("runs", help="check the performance model on measured runs", formatter_class=fmt)
+    rsub = ru.add_subparsers(dest="runs_cmd", required=True)
+    rc = rsub.add_parser("check", help="predicted against measured throughput, per run and per group",
+                         formatter_class=fmt)
+    rc.add_argument("measured", help="measured runs: validation-schema .jsonl, or a .csv with columns "
+                                     "model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip[,...] "
+                                     "(cosearch.runs.check)")
+    rc.add_argument("--plot", help="write a predicted-vs-measured scatter with the ±10%% band (PNG)")
+    rc.add_argument("--json", dest="json_out", help="write every run, group and refusal as JSON")
+    rc.add_argument("--force", action="store_true", help="replace existing --plot/--json files")
     cal = sub.add_parser("calibrate", help="fit a chip's kernel efficiency to measured times; write a chip JSON",
                          formatter_class=fmt)
     cal.add_argument("--chip", required=True, help="the chip measured: a preset or a chip JSON file")
@@ -765,6 +816,19 @@ def _dispatch(a) -> int:
             print(f"{name:<12} {m.num_layers:>6} {m.hidden:>6} {m.heads:>5} {m.kv_heads:>3} {m.ffn_hidden:>6} "
                   f"{m.seq_len:>5} {m.num_params()/1e9:>8.2f}B")
         return 0
+    if a.cmd == "runs":
+        from .runs import check_runs
+        for out in (a.plot, a.json_out):
+            if out:
+                from ._validate import new_file
+                new_file(out, a.force)
+        res = check_runs(a.measured, progress=sys.stderr.isatty())
+        print(res.table())
+        if a.json_out:
+            res.to_json(a.json_out, overwrite=a.force)
+        if a.plot:
+            res.plot(a.plot, overwrite=a.force)
+        return 0 if res.runs else 3
     if a.cmd == "calibrate":
         return _run_calibrate(a)
     if a.cmd == "measure":

@@ -244,6 +244,29 @@ LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", s
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 
+
+
+def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton") -> Engine:
+    """llm-foundry with its FSDP ``mixed_precision`` (``DEFAULT``: gradients reduced in fp32;
+    ``PURE``: bf16 parameters, gradients and reduction, llmfoundry/utils/config_utils.py's
+    ``get_mixed_precision``) and attention kernel (``attn_impl``: ``triton``, the
+    FlashAttention-1-era Triton kernel; ``flash``, the FlashAttention-2 package, priced as the
+    FSDP engine's)."""
+    if mixed_precision not in ("DEFAULT", "PURE"):
+        raise ValueError(f"llm_foundry: mixed_precision {mixed_precision!r} is not modelled (DEFAULT, PURE)")
+    if attn_impl not in ("triton", "flash", "torch"):
+        raise ValueError(f"llm_foundry: attn_impl {attn_impl!r} is not modelled (triton, flash, torch)")
+    e = LLM_FOUNDRY
+    if attn_impl == "flash":
+        e = replace(e, name=e.name + "-fa2", attention_kernel=FSDP.attention_kernel,
+                    software=e.software.replace("FlashAttention-1-era Triton kernel (attn_impl: triton, "
+                                                "flash_attn_triton.py)", "FlashAttention-2 (attn_impl: flash)"))
+    if mixed_precision == "PURE":
+        e = replace(e, name=e.name + "-pure", grad_reduce_bytes=2.0,
+                    software=e.software + ", FSDP mixed precision PURE (bf16 reduction)")
+    return e
+
+
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, cross_entropy="fused",
                  overlap_tp_comm=True, software="MaxText on JAX/XLA (2023-24)")

@@ -484,6 +484,11 @@ PRESETS: dict[str, ModelConfig] = {
     "llama2-7b": _llama2("llama2-7b", 32, 4096, 32, 32, 11008),
     "llama2-13b": _llama2("llama2-13b", 40, 5120, 40, 40, 13824),
     "llama2-70b": _llama2("llama2-70b", 80, 8192, 64, 8, 28672),
+    # Llama 3.1 (Grattafiori et al. 2024, Table 3, and the released config.json files): vocab
+    # 128256, SwiGLU, RMSNorm, RoPE, GQA with 8 KV heads, no biases, untied; trained at 8,192.
+    "llama3-8b": _llama2("llama3-8b", 32, 4096, 32, 8, 14336).with_(vocab=128256, seq_len=8192),
+    "llama3-70b": _llama2("llama3-70b", 80, 8192, 64, 8, 28672).with_(vocab=128256, seq_len=8192),
+    "llama3-405b": _llama2("llama3-405b", 126, 16384, 128, 8, 53248).with_(vocab=128256, seq_len=8192),
     # Jiang et al. 2024 (Mixtral of Experts) and its config.json: 32 x 4096, 32 heads, 8 KV
     # heads, 8 experts of 14,336 (SwiGLU), top-2, vocab 32000, untied: 46.7B total, 12.9B active.
     "mixtral-8x7b": ModelConfig("mixtral-8x7b", 32, 4096, 32, 14336, 32000, 4096, kv_heads=8, activation="swiglu",

@@ -7,7 +7,7 @@ import pytest
 
 from cosearch import models
 from cosearch.cli import main
-from cosearch.megatron_args import parse_megatron_args
+from cosearch.runs.megatron import parse_megatron_args
 
 GPT13 = models.preset("gpt3-13b")       # 40 layers, hidden 5120, 40 heads, sequence 2048
 

@@ -71,11 +71,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from .engine import MEGATRON_CORE, Engine, megatron_core
-from .models import ModelConfig
-from .plan import PlanSpec
+from ..engine import MEGATRON_CORE, Engine, megatron_core
+from ..models import ModelConfig
+from ..plan import PlanSpec
+from .config import RunConfig
 
-__all__ = ["MegatronPlan", "parse_megatron_args", "NEUTRAL_FLAGS", "NEUTRAL_VALUED"]
+__all__ = ["MegatronPlan", "parse_megatron_args", "read_megatron_args", "NEUTRAL_FLAGS", "NEUTRAL_VALUED"]
 
 #: Flags with a value that set the plan, the engine or the model.
 _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
@@ -387,35 +388,26 @@ def _precision(vals: dict[str, str], assumed: list[str]) -> str:
     return "fp8" if fmt else "bf16"
 
 
-def parse_megatron_args(text: str, model: ModelConfig | None, num_chips: int, global_batch: int | None = None
-                        ) -> MegatronPlan:
-    """The model and :class:`PlanSpec` of a Megatron argument line on ``num_chips`` chips.
+def read_megatron_args(text: str, model: ModelConfig | None = None, source: str = "Megatron arguments"
+                       ) -> RunConfig:
+    """What a Megatron argument line fixes, as a :class:`~cosearch.runs.RunConfig` (dp is left
+    to the chips: ``chips / (tp pp cp)``, as Megatron derives it).
 
     ``model``: the model the run trains (None: built from the line's model flags); the line's
-    model flags must agree with it.  ``global_batch``: the batch given outside the line (None:
-    the line's ``--global-batch-size``); both given must agree.  Raises ``ValueError`` naming
-    the flag for a malformed, contradictory or unpriceable line."""
+    model flags must agree with it.  Raises ``ValueError`` naming the flag for a malformed,
+    contradictory or unpriceable line."""
     vals, flags, neutral = _split(text)
     assumed: list[str] = []
     model = _line_model(vals, flags, model, assumed)
     if model is None:
-        raise ValueError("the Megatron line has no model flags (--num-layers, --hidden-size, ...): give --model")
+        raise ValueError("the Megatron line has no model flags (--num-layers, --hidden-size, ...): give the model "
+                         "(--model, or a config.json)")
     tp = _int("--tensor-model-parallel-size", vals.get("--tensor-model-parallel-size", "1"))
     pp = _int("--pipeline-model-parallel-size", vals.get("--pipeline-model-parallel-size", "1"))
     cp = _int("--context-parallel-size", vals.get("--context-parallel-size", "1"))
     mb = _int("--micro-batch-size", vals.get("--micro-batch-size", "1"))
     ep = _int("--expert-model-parallel-size", vals.get("--expert-model-parallel-size", "1"))
-    if "--global-batch-size" in vals:
-        line_batch = _int("--global-batch-size", vals["--global-batch-size"])
-        if global_batch is not None and int(global_batch) != line_batch:
-            raise ValueError(f"--global-batch-size {line_batch} in the Megatron line contradicts the batch given "
-                             f"({global_batch}): drop one")
-        global_batch = line_batch
-    if global_batch is None:
-        raise ValueError("the argument line has no --global-batch-size and no batch was given")
-    if num_chips % (tp * pp * cp):
-        raise ValueError(f"{num_chips} chips are not a multiple of tp x pp x cp = {tp} x {pp} x {cp}")
-    dp = num_chips // (tp * pp * cp)
+    batch = _int("--global-batch-size", vals["--global-batch-size"]) if "--global-batch-size" in vals else None
     virtual = 1
     if "--num-virtual-stages-per-pipeline-rank" in vals:
         virtual = _int("--num-virtual-stages-per-pipeline-rank", vals["--num-virtual-stages-per-pipeline-rank"])
@@ -444,13 +436,32 @@ def parse_megatron_args(text: str, model: ModelConfig | None, num_chips: int, gl
     if "--overlap-grad-reduce" not in flags:
         assumed.append("no --overlap-grad-reduce: the data-parallel gradient reduction runs after the backward "
                        "(Megatron's default)")
-    spec = PlanSpec(dp, tp, pp, mb, recompute=rc, virtual_stages=virtual,
-                    sequence_parallel="--sequence-parallel" in flags and tp > 1,
-                    zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
-                    context_parallel=cp, precision=precision, expert_parallel=ep)
     if "--fp8-param-gather" in flags and precision != "fp8":
         raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
     engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags)
-    return MegatronPlan(spec, int(global_batch), tuple(neutral), engine, model, tuple(assumed))
+    plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
+                sequence_parallel="--sequence-parallel" in flags and tp > 1,
+                zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
+                context_parallel=cp, precision=precision, expert_parallel=ep)
+    return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
+                     neutral=tuple(neutral))
+
+
+def parse_megatron_args(text: str, model: ModelConfig | None, num_chips: int, global_batch: int | None = None
+                        ) -> MegatronPlan:
+    """The model and :class:`PlanSpec` of a Megatron argument line on ``num_chips`` chips.
+
+    ``model``: the model the run trains (None: built from the line's model flags); the line's
+    model flags must agree with it.  ``global_batch``: the batch given outside the line (None:
+    the line's ``--global-batch-size``); both given must agree.  Raises ``ValueError`` naming
+    the flag for a malformed, contradictory or unpriceable line."""
+    rc = read_megatron_args(text, model)
+    if rc.global_batch is not None and global_batch is not None and int(global_batch) != rc.global_batch:
+        raise ValueError(f"--global-batch-size {rc.global_batch} in the Megatron line contradicts the batch given "
+                         f"({global_batch}): drop one")
+    if rc.global_batch is None and global_batch is None:
+        raise ValueError("the argument line has no --global-batch-size and no batch was given")
+    d = rc.resolve(num_chips, global_batch=global_batch)
+    return MegatronPlan(d.spec, d.global_batch, d.neutral, d.engine, d.model, d.assumed)

@@ -1,4 +1,4 @@
-"""``bench/modern_runs.py`` reads published runs as plans: hand-made rows in the validation set's
+"""``cosearch.runs.rows`` reads published runs as plans: hand-made rows in the validation set's
 format, each checked against what the framework's own code says the run did."""
 
 import sys
@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from cosearch import hardware
+from cosearch.runs import rows
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import modern_runs  # noqa: E402
 
 
 def _row(**kw):
@@ -27,11 +29,11 @@ def test_maxtext_tensor_parallel_microbatch_is_the_groups():
     row = _row(software="MaxText (JAX/XLA) 2023-12", accel="TPU-v5e chip", n_gpus=256, dp=16, tp=16, mbs=1,
                gbs=256, ga=1, zero=3, recompute="remat_policy=full (full layer)", tok_s_gpu=None,
                tflops_gpu=110.0, mfu_pct=56.06, mfu_peak=197, flop_conv="F-mx")
-    d = modern_runs.describe(row)
+    d = rows.describe_row(row)
     assert (d.spec.microbatch, d.spec.sequence_parallel, d.spec.tp, d.spec.dp) == (16, True, 16, 16)
-    assert d.batch // (d.spec.dp * d.spec.microbatch) == 1      # one microbatch a step, as the row's ga says
+    assert d.global_batch // (d.spec.dp * d.spec.microbatch) == 1      # one microbatch a step, as the row's ga says
     # a row whose fields already agree keeps its microbatch; data parallelism alone: no SP
-    d = modern_runs.describe(_row(dp=4, mbs=2, gbs=32, ga=4))
+    d = rows.describe_row(_row(dp=4, n_gpus=4, mbs=2, gbs=32, ga=4))
     assert (d.spec.microbatch, d.spec.sequence_parallel) == (2, False)
 
 
@@ -40,10 +42,10 @@ def test_self_contradicting_row_is_refused():
     against either figure; one that agrees is converted."""
     bad = _row(software="MaxText (JAX/XLA) 2024-04", accel="TPU-v5p chip", n_gpus=64, dp=64, tok_s_gpu=None,
                tflops_gpu=249.0, mfu_pct=64.05, mfu_peak=459, flop_conv="F-mx", gbs=64)
-    with pytest.raises(modern_runs.Refused, match="contradicts itself"):
-        modern_runs.describe(bad)
+    with pytest.raises(rows.Refused, match="contradicts itself"):
+        rows.describe_row(bad)
     good = dict(bad, tflops_gpu=294.0)
-    assert modern_runs.describe(good).measured_tok_s_gpu > 0
+    assert rows.describe_row(good).measured_tok_s_per_chip > 0
 
 
 @pytest.mark.parametrize("precision,fp8_params", [("FP8 (per-tensor current scaling)", True),
@@ -51,7 +53,7 @@ def test_self_contradicting_row_is_refused():
 def test_megatron_bridge_fp8_recipes_keep_fp8_weights(precision, fp8_params):
     """Megatron-Bridge's performance precision configs set fp8_param_gather for FP8 current
     scaling and MXFP8, not for NVFP4 (scripts/performance/utils/precision.py)."""
-    d = modern_runs.describe(_row(precision=precision, accel="B200", tp=2, dp=4, sp=True, gbs=8))
+    d = rows.describe_row(_row(precision=precision, accel="B200", tp=2, dp=4, sp=True, gbs=8))
     assert d.engine.fp8_param_gather == fp8_params
 
 
@@ -62,10 +64,10 @@ def test_grand_teton_h100_is_its_sources_part(accel, hbm_bytes):
     TB/sec peak memory bandwidth" (docs/performance.md): the H100-500W preset with the row's HBM
     size; every other H100 row is the SXM5 at 700 W with 3.35 TB/s."""
     row = _row(software="torchtitan 2024-12", accel=accel, zero=3, precision="BF16 + torch.compile")
-    chip = modern_runs.describe(row).chip
+    chip = rows.describe_row(row).chip
     assert (chip.name, chip.hbm_bandwidth_Bps, chip.hbm_bytes) == ("H100-500W", 2.4e12, hbm_bytes)
-    assert chip.efficiency == modern_runs.hardware.H100_500W.efficiency
-    other = modern_runs.describe(_row()).chip
+    assert chip.efficiency == hardware.H100_500W.efficiency
+    other = rows.describe_row(_row()).chip
     assert (other.name, other.hbm_bandwidth_Bps) == ("H100", 3.35e12)
 
 

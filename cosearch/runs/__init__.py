@@ -1,0 +1,172 @@
+"""Real training runs, read from the files their frameworks use.
+
+One reader per framework file, each mapping the framework's own fields with the framework's own
+defaults (cited in each module), refusing unknown or contradictory fields by name, and listing
+what it assumed:
+
+=====================================  ===================================================
+:func:`read_megatron_args`             a Megatron-LM / Megatron-Core argument line
+:func:`read_nemo1`                     a NeMo 1 launcher YAML
+:func:`read_megatron_bridge`           a NeMo 2 / Megatron-Bridge config dump and overrides
+:func:`read_torchtitan`                a torchtitan ``train.toml``
+:func:`read_maxtext`                   a MaxText YAML and ``key=value`` overrides
+:func:`read_foundry`                   an llm-foundry YAML
+:func:`read_hf_config`                 a Hugging Face ``config.json`` (the model only)
+:func:`read_row`                       a row of cosearch's validation schema (measured runs)
+=====================================  ===================================================
+
+:func:`read_config` detects the format of a file; :func:`read_configs` reads the files of one
+run (a model's ``config.json`` with a plan's TOML, say) and merges them.  Every reader returns a
+:class:`RunConfig`; :meth:`RunConfig.resolve` gives the :class:`RunDescription` that
+:func:`cosearch.plan.evaluate` prices.  :func:`check_runs` compares predictions with a file of
+measured runs (``cosearch runs check``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..models import ModelConfig
+from .check import CheckResult, check_runs, read_measured
+from .config import RunConfig, RunDescription, merge
+from .foundry import read_foundry
+from .hf import read_hf_config
+from .maxtext import read_maxtext
+from .megatron import MegatronPlan, parse_megatron_args, read_megatron_args
+from .nemo import read_megatron_bridge, read_nemo1
+from .rows import Refused, read_row
+from .torchtitan import read_torchtitan
+
+__all__ = ["RunConfig", "RunDescription", "merge", "read_config", "read_configs", "read_hf_config", "detect_format",
+           "read_megatron_args", "parse_megatron_args", "MegatronPlan", "read_nemo1", "read_megatron_bridge",
+           "read_torchtitan", "read_maxtext", "read_foundry", "read_row", "Refused", "FORMATS", "check_runs",
+           "CheckResult", "read_measured"]
+
+#: Formats :func:`read_config` reads, by name.
+FORMATS = ("megatron-args", "nemo1", "megatron-bridge", "torchtitan", "maxtext", "llm-foundry", "hf-config")
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of a config file, from its suffix and its top-level keys (one of
+    :data:`FORMATS`); a file none of them fits is refused, naming what was looked for."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".toml":
+        return "torchtitan"
+    if suffix == ".json":
+        return "hf-config"
+    if suffix in (".yaml", ".yml"):
+        from ._fields import load_yaml
+        keys = set(load_yaml(p))
+        if "trainer" in keys and "model" in keys:
+            return "nemo1"
+        if keys & {"train", "ddp", "mixed_precision", "comm_overlap"}:
+            return "megatron-bridge"
+        if keys & {"global_train_batch_size", "device_train_microbatch_size", "fsdp_config"}:
+            return "llm-foundry"
+        if keys & {"per_device_batch_size", "ici_fsdp_parallelism", "base_emb_dim", "remat_policy", "model_name",
+                   "max_target_length"} or any(k.startswith(("ici_", "dcn_")) for k in keys):
+            return "maxtext"
+        raise ValueError(f"{p}: a YAML cosearch cannot place: NeMo 1 has trainer + model, Megatron-Bridge train/ddp/"
+                         "mixed_precision, llm-foundry global_train_batch_size/fsdp_config, MaxText "
+                         "per_device_batch_size/ici_* keys (give the format explicitly)")
+    if suffix in (".sh", ".txt", ".args", ""):
+        text = _megatron_text(p)
+        if text:
+            return "megatron-args"
+        words = _override_words(p)
+        if words and all("=" in w for w in words):
+            bridge = any(w.split("=", 1)[0].lstrip("+").split(".")[0] in _BRIDGE_SECTIONS for w in words)
+            return "megatron-bridge" if bridge else "maxtext"
+    raise ValueError(f"{p}: unknown config format (suffix {suffix or 'none'}); cosearch reads .toml (torchtitan), "
+                     ".yaml (NeMo 1, Megatron-Bridge, MaxText, llm-foundry), .json (HF config) and Megatron argument "
+                     "lines (.sh/.txt/.args)")
+
+
+#: Top-level sections of a Megatron-Bridge config container (its override keys start with one).
+_BRIDGE_SECTIONS = {"model", "train", "ddp", "optimizer", "mixed_precision", "comm_overlap", "dist", "scheduler",
+                    "dataset", "logger", "tokenizer", "checkpoint", "rng", "profiling", "peft"}
+
+
+def _override_words(p: Path) -> list[str]:
+    """The ``key=value`` words of an overrides file (comments and line continuations dropped)."""
+    import shlex
+
+    from .._json import read_text_file
+    text = read_text_file(p, "overrides", 1 << 20)
+    lines = [ln.split("#", 1)[0] for ln in text.replace("\\\n", " ").splitlines()]
+    try:
+        return shlex.split(" ".join(lines))
+    except ValueError as e:
+        raise ValueError(f"{p}: cannot split the overrides: {e}") from None
+
+
+def _megatron_text(p: Path) -> str:
+    """The Megatron flags of a launch script or argument file: line continuations joined,
+    comments dropped, and the launcher's words (``torchrun ... pretrain_gpt.py``) before the
+    training script left out."""
+    import shlex
+
+    from .._json import read_text_file
+    text = read_text_file(p, "Megatron argument", 1 << 20)
+    lines = [ln.split("#", 1)[0] for ln in text.replace("\\\n", " ").splitlines()]
+    try:
+        words = shlex.split(" ".join(ln for ln in lines if ln.strip()))
+    except ValueError as e:
+        raise ValueError(f"{p}: cannot split the arguments: {e}") from None
+    scripts = [i for i, w in enumerate(words) if w.endswith(".py")]
+    if scripts:
+        words = words[scripts[-1] + 1:]
+    else:
+        first = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+        words = words[first:]
+    return shlex.join(words) if any(w.startswith("--") for w in words) else ""
+
+
+def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), fmt: str | None = None,
+                model: ModelConfig | None = None, seq_len: int | None = None) -> RunConfig:
+    """One config file as a :class:`RunConfig` (``fmt``: one of :data:`FORMATS`, None: detected).
+    ``overrides``: ``key=value`` words applied after the file (Hydra / MaxText / torchtitan
+    style).  ``model``: the model when the file leaves it out (Megatron lines, NeMo configs whose
+    tokenizer is unknown); ``seq_len``: the sequence for a ``config.json``."""
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if overrides and fmt in ("megatron-args", "hf-config"):
+        raise ValueError(f"{path}: {fmt} takes no key=value overrides")
+    if fmt == "megatron-args":
+        return read_megatron_args(_megatron_text(Path(path)), model, source=f"Megatron arguments {path}")
+    if fmt == "hf-config":
+        return read_hf_config(path, seq_len)
+    if fmt == "nemo1":
+        return read_nemo1(path, overrides, model)
+    yaml_file = Path(path).suffix.lower() in (".yaml", ".yml")
+    if not yaml_file and fmt in ("megatron-bridge", "maxtext"):
+        # a file of key=value overrides alone (a recipe's or train.py's command line)
+        words = _override_words(Path(path)) + list(overrides)
+        return read_megatron_bridge(None, words, model) if fmt == "megatron-bridge" else read_maxtext(None, words)
+    if fmt == "megatron-bridge":
+        return read_megatron_bridge(path, overrides, model)
+    return {"torchtitan": read_torchtitan, "maxtext": read_maxtext, "llm-foundry": read_foundry}[fmt](path, overrides)
+
+
+def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], model: ModelConfig | None = None
+                 ) -> RunConfig:
+    """The files of one run, merged (:func:`merge`).  ``items``: paths, or ``(path, overrides)``
+    pairs.  Files that describe the plan are read first, so a ``config.json`` is read at their
+    sequence length and a Megatron line without model flags gets the model from the others."""
+    pairs = [(Path(i), []) if isinstance(i, (str, Path)) else (Path(i[0]), list(i[1])) for i in items]
+    if not pairs:
+        raise ValueError("read_configs: no files")
+    fmts = [detect_format(p) for p, _ in pairs]
+    order = sorted(range(len(pairs)), key=lambda i: {"hf-config": 1, "megatron-args": 2}.get(fmts[i], 0))
+    done: list[RunConfig] = []
+    for i in order:
+        p, ov = pairs[i]
+        known = merge(done) if done else None
+        seq = (known.seq_len or (known.model.seq_len if known.model else None)) if known else None
+        m = (known.model if known and known.model else None) or model
+        done.append(read_config(p, ov, fmts[i], model=m, seq_len=seq))
+    if model is not None:
+        done.append(RunConfig("the given model", model=model))
+    return merge(done)

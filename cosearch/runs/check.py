@@ -1,0 +1,284 @@
+"""Check the performance model on measured runs: predicted against measured throughput, per run
+and per group (``cosearch runs check MEASURED``).
+
+Two input formats:
+
+* cosearch's validation schema, one JSON object per line (``.jsonl``), read by
+  :func:`cosearch.runs.rows.read_row` (the bench's own files are in this format);
+* a minimal CSV (``.csv``) with one run per row.  Required columns: ``model`` (a preset name or
+  the path of a Hugging Face ``config.json``), ``cluster`` (a cluster preset: ``dgx-a100``,
+  ``dgx-h100``, ``dgx-h200``, ``dgx-b200``, ``gb200-nvl72``, ``tpuv4-pod``, ``tpuv5e-pod``,
+  ``tpuv5p-pod``), ``chips``, ``tp``, ``pp``, ``mb`` (microbatch), ``batch`` (global batch in
+  sequences), ``measured_tok_s_per_chip``.  Optional: ``id``, ``group``, ``chip`` (default: the
+  cluster's), ``seq_len``, ``cp``, ``ep``, ``virtual``, ``recompute`` (none), ``precision``
+  (bf16), ``sp`` (0/1), ``zero`` (0), ``zero_group``, ``flash`` (1), ``engine``
+  (megatron-core).  Unknown columns are refused by name.
+
+Rows cosearch cannot describe are listed with their reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQUIRED", "CSV_OPTIONAL"]
+
+CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
+CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "sp", "zero",
+                "zero_group", "flash", "engine")
+#: The band the scatter plot shades and the table counts runs within.
+BAND = 0.10
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """One measured run: its prediction and signed error (predicted / measured - 1)."""
+
+    id: str
+    group: str
+    plan: str
+    predicted_tok_s_per_chip: float
+    measured_tok_s_per_chip: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_tok_s_per_chip / self.measured_tok_s_per_chip - 1.0
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Every run checked, and every one refused with its reason."""
+
+    runs: tuple[CheckedRun, ...]
+    refused: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def groups(self) -> dict[str, dict[str, float]]:
+        """Per group: ``n``, ``mae`` (mean absolute error), ``mean_signed`` and ``within_band``
+        (the fraction within ±10 %); the group ``all`` covers every run."""
+        out: dict[str, dict[str, float]] = {}
+        names = sorted({r.group for r in self.runs})
+        for g in names + ["all"]:
+            e = np.array([r.error for r in self.runs if g == "all" or r.group == g])
+            if e.size:
+                out[g] = {"n": int(e.size), "mae": float(np.abs(e).mean()), "mean_signed": float(e.mean()),
+                          "within_band": float((np.abs(e) <= BAND).mean())}
+        return out
+
+    def table(self) -> str:
+        """Per run, then per group, as text."""
+        lines = [f"{'run':<28} {'group':<18} {'predicted':>11} {'measured':>11} {'error':>8}  plan"]
+        for r in self.runs:
+            lines.append(f"{r.id[:28]:<28} {r.group[:18]:<18} {r.predicted_tok_s_per_chip:>11,.0f} "
+                         f"{r.measured_tok_s_per_chip:>11,.0f} {r.error:>+8.1%}  {r.plan}")
+        lines.append("")
+        lines.append(f"{'group':<28} {'runs':>5} {'MAE':>7} {'mean signed':>12} {'within 10%':>11}")
+        for g, s in self.groups().items():
+            lines.append(f"{g[:28]:<28} {s['n']:>5} {s['mae']:>7.1%} {s['mean_signed']:>+12.1%} "
+                         f"{s['within_band']:>11.0%}")
+        if self.refused:
+            lines.append("")
+            lines.append(f"{len(self.refused)} run(s) not checked:")
+            lines += [f"  {rid}: {why}" for rid, why in self.refused]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": [dict(id=r.id, group=r.group, plan=r.plan, predicted_tok_s_per_chip=r.predicted_tok_s_per_chip,
+                              measured_tok_s_per_chip=r.measured_tok_s_per_chip, error=r.error) for r in self.runs],
+                "groups": self.groups(), "refused": [{"id": i, "reason": w} for i, w in self.refused]}
+
+    def to_json(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        from .._json import save_new_json
+        save_new_json(self.to_dict(), path, overwrite)
+
+    def plot(self, path: str | os.PathLike | None = None, overwrite: bool = False):
+        """Predicted against measured tokens/s per chip, one colour per group, with the ±10 %
+        band around the diagonal.  Needs matplotlib."""
+        from .._validate import new_file
+        new_file(path, overwrite)
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover
+            raise ImportError("CheckResult.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
+        fig, ax = plt.subplots(figsize=(6.4, 5.6))
+        if self.runs:
+            vals = [v for r in self.runs for v in (r.predicted_tok_s_per_chip, r.measured_tok_s_per_chip)]
+            lo, hi = min(vals) * 0.8, max(vals) * 1.25
+            xs = np.geomspace(lo, hi, 50)
+            ax.fill_between(xs, xs * (1 - BAND), xs * (1 + BAND), color="0.9", label="±10 %")
+            ax.plot(xs, xs, "k-", lw=0.8)
+            stats = self.groups()
+            for g in sorted({r.group for r in self.runs}):
+                rs = [r for r in self.runs if r.group == g]
+                ax.scatter([r.measured_tok_s_per_chip for r in rs], [r.predicted_tok_s_per_chip for r in rs], s=14,
+                           label=f"{g} (n={len(rs)}, MAE {stats[g]['mae']:.1%})")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlim(lo, hi)
+            ax.set_ylim(lo, hi)
+        ax.set_xlabel("measured tokens/s per chip")
+        ax.set_ylabel("predicted tokens/s per chip")
+        ax.set_title(f"cosearch against {len(self.runs)} measured runs"
+                     + (f" ({len(self.refused)} not checked)" if self.refused else ""), fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+        return fig
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    from .._json import read_text_file
+    text = read_text_file(path, "measured-runs CSV", 64 << 20)
+    reader = csv.DictReader(io.StringIO(text))
+    cols = [c.strip() for c in (reader.fieldnames or [])]
+    if not cols:
+        raise ValueError(f"{path}: an empty CSV; the header needs {', '.join(CSV_REQUIRED)}")
+    missing = [c for c in CSV_REQUIRED if c not in cols]
+    unknown = [c for c in cols if c not in CSV_REQUIRED + CSV_OPTIONAL]
+    if missing or unknown:
+        raise ValueError(f"{path}: " + "; ".join(x for x in (
+            f"missing columns {', '.join(missing)}" if missing else "",
+            f"unknown columns {', '.join(unknown)} (known: {', '.join(CSV_REQUIRED + CSV_OPTIONAL)})" if unknown else "")
+            if x))
+    rows = []
+    for i, r in enumerate(reader, start=2):
+        if None in r or any(v is None for v in r.values()):
+            raise ValueError(f"{path}: line {i} has {'more' if None in r else 'fewer'} fields than the header")
+        rows.append({k.strip(): (v or "").strip() for k, v in r.items()})
+    return rows
+
+
+def _csv_config(r: dict[str, str], line: int, path: Path):
+    from .. import cluster as cl
+    from .. import hardware, models
+    from ..engine import preset as engine_preset
+    from .config import RunConfig
+
+    def num(key: str, default: str | None = None, kind=int):
+        v = r.get(key) or default
+        if v is None or v == "":
+            raise ValueError(f"{key} is empty")
+        try:
+            x = kind(float(v)) if kind is int else kind(v)
+        except ValueError:
+            raise ValueError(f"{key} {v!r} is not a number") from None
+        if kind is int and float(v) != x:
+            raise ValueError(f"{key} {v!r} is not a whole number")
+        return x
+
+    chips = num("chips")
+    mname = r["model"]
+    if Path(mname).suffix == ".json":
+        from .hf import read_hf_config
+        p = Path(mname) if Path(mname).is_absolute() else path.parent / mname
+        model = read_hf_config(p, int(r["seq_len"]) if r.get("seq_len") else None).model
+    else:
+        model = models.preset(mname)
+    if r.get("seq_len"):
+        model = model.with_(seq_len=num("seq_len"))
+    cname = r["cluster"].lower()
+    if cname not in cl.PRESET_CHIPS:
+        raise ValueError(f"cluster {r['cluster']!r} is not a preset ({', '.join(cl.PRESET_CHIPS)})")
+    if cname.startswith("dgx"):
+        if chips % 8:
+            raise ValueError(f"{chips} chips are not whole 8-GPU nodes of {cname}")
+        cluster = cl.preset(cname, chips // 8)
+    else:
+        cluster = cl.preset(cname, chips)
+    chip = hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
+    bool_of = {"": None, "0": False, "1": True, "false": False, "true": True}
+    flags = {}
+    for key in ("sp", "flash"):
+        v = r.get(key, "").lower()
+        if v not in bool_of:
+            raise ValueError(f"{key} {r[key]!r} is not 0/1")
+        flags[key] = bool_of[v]
+    plan = dict(tp=num("tp"), pp=num("pp"), microbatch=num("mb"), context_parallel=num("cp", "1"),
+                expert_parallel=num("ep", "1"), virtual_stages=num("virtual", "1"),
+                recompute=r.get("recompute") or "none", precision=r.get("precision") or "bf16",
+                sequence_parallel=bool(flags["sp"]), zero=num("zero", "0"),
+                flash_attention=True if flags["flash"] is None else flags["flash"])
+    if r.get("zero_group"):
+        plan["zero_group"] = num("zero_group")
+    return RunConfig(f"{path.name} line {line}", model=model, plan=plan, global_batch=num("batch"), num_chips=chips,
+                     engine=engine_preset(r.get("engine") or "megatron-core"), chip=chip, cluster=cluster,
+                     measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))
+
+
+def read_measured(path: str | os.PathLike) -> list[tuple[str, str, Any]]:
+    """``(id, group, RunConfig or the reason it was refused)`` for each run of a measured-runs
+    file (``.jsonl`` in the validation schema, or the minimal ``.csv``)."""
+    from .rows import read_row, source_group
+    p = Path(path)
+    out: list[tuple[str, str, Any]] = []
+    if p.suffix.lower() == ".csv":
+        for i, r in enumerate(_csv_rows(p), start=2):
+            rid = r.get("id") or f"line {i}"
+            try:
+                rc = _csv_config(r, i, p)
+            except ValueError as e:
+                rc = str(e)
+            out.append((rid, r.get("group") or r.get("cluster", "?"), rc))
+        return out
+    if p.suffix.lower() not in (".jsonl", ".json"):
+        raise ValueError(f"{p}: measured runs are a .jsonl (validation schema) or .csv file")
+    from .._json import read_text_file
+    text = read_text_file(p, "measured-runs", 256 << 20)
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: line {n} is not JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{p}: line {n} is not a JSON object")
+        rid = str(row.get("id") or f"line {n}")
+        try:
+            group = f"{source_group(row)} {str(row.get('accel', '?')).split()[0]}"
+            rc = read_row(row, source=str(p.name))
+        except (ValueError, KeyError) as e:
+            group = group if "group" in locals() else "?"
+            rc = str(e) if not isinstance(e, KeyError) else f"missing field {e}"
+        out.append((rid, group, rc))
+    return out
+
+
+def check_runs(path: str | os.PathLike, progress: bool = False) -> CheckResult:
+    """Predict every run of a measured-runs file and compare with what it measured."""
+    from tqdm.auto import tqdm
+
+    from ..plan import evaluate
+    items = read_measured(path)
+    runs, refused = [], []
+    for rid, group, rc in tqdm(items, desc="runs", unit="run", disable=not progress, leave=False):
+        if isinstance(rc, str):
+            refused.append((rid, rc))
+            continue
+        try:
+            d = rc.resolve()
+            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
+        except ValueError as e:
+            refused.append((rid, str(e)))
+            continue
+        if not plan.feasible:
+            refused.append((rid, f"infeasible as described: {plan.reason}"))
+            continue
+        if not d.measured_tok_s_per_chip:
+            refused.append((rid, "no measured throughput"))
+            continue
+        runs.append(CheckedRun(rid, group, f"{d.spec.describe()} [{d.engine.name}]",
+                               plan.tokens_per_s / d.num_chips, float(d.measured_tok_s_per_chip)))
+    return CheckResult(tuple(runs), tuple(refused))

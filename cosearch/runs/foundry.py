@@ -1,0 +1,145 @@
+"""An llm-foundry training YAML as a run.
+
+The model (``model.name: mpt_causal_lm``) is built with MPT's own defaults
+(``llmfoundry/models/mpt/configuration_mpt.py``): ``expansion_ratio`` 4, ``vocab_size`` 50368,
+learned positions, GeLU MLP (``ffn_type: mptmlp``; ``mptglu`` is gated), LayerNorm, biases
+unless ``no_bias``, tied embeddings, no dropout unless a ``*_pdrop`` is set.  ``hf_causal_lm``
+models need their ``config.json`` as well.
+
+==========================================  ===================================================
+``global_train_batch_size``                  the global batch
+``device_train_microbatch_size``             microbatch (``auto`` is refused: it is chosen at
+                                             run time)
+``precision``                                ``amp_bf16`` (bf16), ``amp_fp8`` (FP8)
+``fsdp_config.sharding_strategy``            FULL_SHARD: ZeRO-3; SHARD_GRAD_OP: ZeRO-2;
+                                             NO_SHARD: ZeRO-0; HYBRID_SHARD: ZeRO-3 within a
+                                             node of 8 GPUs (torch FSDP shards inside the node)
+``fsdp_config.mixed_precision``              DEFAULT (fp32 gradient reduction) or PURE (bf16:
+                                             engine ``llm-foundry-pure``); FULL is refused
+``fsdp_config.activation_checkpointing``     full recompute of every block
+``model.attn_config.attn_impl``              flash / triton: flash attention (triton: FA1
+                                             kernel); torch: unfused attention
+==========================================  ===================================================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..engine import llm_foundry
+from ..models import ModelConfig
+from ._fields import Keys, flatten, load_yaml, parse_overrides, resolve_interpolations
+from .config import RunConfig
+
+__all__ = ["read_foundry"]
+
+NEUTRAL_SECTIONS = ("data_local", "data_remote", "run_name", "tokenizer", "train_loader", "eval_loader", "scheduler",
+                    "optimizer", "algorithms", "callbacks", "loggers", "icl_tasks", "eval_gauntlet", "variables",
+                    "global_seed", "seed", "max_duration", "eval_interval", "eval_first", "eval_subset_num_batches",
+                    "device_eval_batch_size", "progress_bar", "log_to_console", "console_log_interval",
+                    "save_interval", "save_num_checkpoints_to_keep", "save_folder", "load_path", "autoresume",
+                    "dist_timeout", "python_log_level", "log_config", "save_overwrite", "load_weights_only")
+NEUTRAL_KEYS = frozenset({
+    "model.init_device", "model.init_config", "model.attn_config.attn_type", "model.attn_config.softmax_scale",
+    "model.attn_config.alibi_bias_max", "model.attn_config.rope_theta", "model.attn_config.rope_impl",
+    "model.attn_config.rope_dail_config", "model.attn_config.rope_hf_config", "model.attn_config.clip_qkv",
+    "model.logit_scale", "model.embedding_fraction", "model.use_cache", "model.verbose", "model.fc_type",
+    "fsdp_config.activation_checkpointing_reentrant", "fsdp_config.limit_all_gathers", "fsdp_config.verbose",
+    "fsdp_config.forward_prefetch", "fsdp_config.backward_prefetch", "fsdp_config.sync_module_states",
+    "fsdp_config.use_orig_params", "fsdp_config.state_dict_type", "fsdp_config.load_monolith_rank0_only",
+    "fsdp_config.cpu_offload",
+})
+
+
+def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig | None:
+    kind = str(k.get("model.name", "mpt_causal_lm"))
+    if kind == "hf_causal_lm":
+        k.get("model.pretrained_model_name_or_path")
+        k.get("model.pretrained")
+        assumed.append("hf_causal_lm: the model comes from its config.json")
+        return None
+    if kind != "mpt_causal_lm":
+        raise ValueError(f"{name}: model.name {kind!r} is not read (mpt_causal_lm, hf_causal_lm are)")
+    d = k.positive("model.d_model", 2048)
+    heads = k.positive("model.n_heads", 16)
+    layers = k.positive("model.n_layers", 24)
+    ratio = k.get("model.expansion_ratio", 4)
+    ffn_type = str(k.get("model.ffn_config.ffn_type", "mptmlp"))
+    if ffn_type not in ("mptmlp", "mptglu"):
+        raise ValueError(f"{name}: ffn_type {ffn_type!r} is not modelled (mptmlp, mptglu)")
+    ffn = k.positive("model.ffn_config.ffn_hidden_size", int(round(float(ratio) * d)))
+    act = str(k.get("model.ffn_config.ffn_act_fn.name", "gelu"))
+    if act not in ("gelu", "silu"):
+        raise ValueError(f"{name}: ffn_act_fn {act!r} is not modelled (gelu, silu)")
+    activation = ("swiglu" if act == "silu" else "geglu") if ffn_type == "mptglu" else "gelu"
+    attn_type = str(k.get("model.attn_config.attn_type", "multihead_attention"))
+    kv = heads if attn_type == "multihead_attention" else (
+        1 if attn_type == "multiquery_attention" else k.positive("model.attn_config.kv_n_heads", 1))
+    norm = str(k.get("model.norm_type", "low_precision_layernorm"))
+    if norm not in ("low_precision_layernorm", "layernorm", "rmsnorm", "low_precision_rmsnorm", "triton_rmsnorm"):
+        raise ValueError(f"{name}: norm_type {norm!r} is not modelled")
+    rope = k.bool("model.attn_config.rope", False)
+    alibi = k.bool("model.attn_config.alibi", False)
+    learned = k.bool("model.learned_pos_emb", True)
+    position = "rotary" if rope else ("learned" if learned and not alibi else "none")   # ALiBi: no parameters
+    if k.bool("model.attn_config.qk_ln", False):
+        raise ValueError(f"{name}: attn_config.qk_ln (query/key LayerNorm) is not modelled")
+    drop = any(float(k.get(f, 0.0)) > 0 for f in ("model.resid_pdrop", "model.emb_pdrop", "model.attn_config.attn_pdrop"))
+    mseq = k.positive("model.max_seq_len", seq)
+    if mseq != seq:
+        raise ValueError(f"{name}: model.max_seq_len {mseq} contradicts max_seq_len {seq}")
+    return ModelConfig(k.get("run_name") or f"mpt-{layers}x{d}", layers, d, heads, ffn,
+                       k.positive("model.vocab_size", 50368), seq, kv_heads=kv, activation=activation,
+                       norm="rmsnorm" if "rms" in norm else "layernorm", position=position,
+                       bias=not k.bool("model.no_bias", False), tie_embeddings=k.bool("model.tie_word_embeddings", True),
+                       dropout=drop)
+
+
+def read_foundry(source: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """An llm-foundry YAML (a path or its parsed mapping), with optional ``key=value`` overrides."""
+    name = f"llm-foundry YAML {source}" if not isinstance(source, dict) else "llm-foundry config"
+    d = load_yaml(source) if not isinstance(source, dict) else source
+    flat = flatten(resolve_interpolations(d))
+    flat.update(parse_overrides(overrides, name))
+    k = Keys(name, flat)
+    assumed: list[str] = []
+    seq = k.positive("max_seq_len", 2048)
+    model = _model(k, name, seq, assumed)
+    gbs = k.positive("global_train_batch_size")
+    mb = k.get("device_train_microbatch_size")
+    if mb == "auto":
+        raise ValueError(f"{name}: device_train_microbatch_size auto is chosen at run time; give the number it chose")
+    mb = k.positive("device_train_microbatch_size")
+    prec = str(k.get("precision", "amp_bf16"))
+    precision = {"amp_bf16": "bf16", "amp_fp8": "fp8"}.get(prec)
+    if precision is None:
+        raise ValueError(f"{name}: precision {prec!r} is not modelled (amp_bf16, amp_fp8)")
+    strategy = str(k.get("fsdp_config.sharding_strategy", "FULL_SHARD"))
+    zero = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, "HYBRID_SHARD": 3, "_HYBRID_SHARD_ZERO2": 2}.get(strategy)
+    if zero is None:
+        raise ValueError(f"{name}: sharding_strategy {strategy!r} is not known")
+    plan: dict[str, Any] = dict(tp=1, pp=1, zero=zero, precision=precision)
+    if mb is not None:
+        plan["microbatch"] = mb
+    if "HYBRID" in strategy:
+        plan["zero_group"] = 8
+        assumed.append(f"{strategy}: sharded over the 8 GPUs of a node (torch FSDP's intra-node group)")
+    mixed = str(k.get("fsdp_config.mixed_precision", "DEFAULT"))
+    if mixed not in ("DEFAULT", "PURE"):
+        raise ValueError(f"{name}: fsdp_config.mixed_precision {mixed!r} is not modelled (DEFAULT, PURE)")
+    plan["recompute"] = "full" if k.bool("fsdp_config.activation_checkpointing", False) else "none"
+    if k.get("fsdp_config.activation_checkpointing_target"):
+        raise ValueError(f"{name}: activation_checkpointing_target (recompute of chosen modules) is not modelled")
+    if k.bool("fsdp_config.activation_cpu_offload", False):
+        raise ValueError(f"{name}: activation_cpu_offload is not read from llm-foundry configs")
+    impl = str(k.get("model.attn_config.attn_impl", "flash"))
+    if impl not in ("flash", "triton", "torch"):
+        raise ValueError(f"{name}: attn_impl {impl!r} is not modelled (flash, triton, torch)")
+    plan["flash_attention"] = impl != "torch"
+    for key in ("tp_config", "fsdp_config.device_mesh", "fsdp_config.data_parallel_shard_degree"):
+        if any(x == key or x.startswith(key + ".") for x in flat):
+            raise ValueError(f"{name}: {key} is not read from llm-foundry configs (FSDP over all GPUs is)")
+    neutral = k.finish(NEUTRAL_SECTIONS, NEUTRAL_KEYS)
+    return RunConfig(name, model=model, plan=plan, global_batch=gbs, engine=llm_foundry(mixed, impl),
+                     seq_len=seq, assumed=tuple(assumed), neutral=neutral)

@@ -1,0 +1,200 @@
+"""A MaxText config (a YAML of ``base.yml`` keys, a model YAML, and ``key=value`` overrides as
+``train.py`` takes them) as a run.
+
+Defaults are MaxText's ``MaxText/configs/base.yml``: ``per_device_batch_size`` 12,
+``gradient_accumulation_steps`` 1, ``max_target_length`` 2048, ``remat_policy`` full,
+``attention`` autoselected, ``quantization`` none, ``ici_fsdp_parallelism`` -1 (what the chips
+leave) and every other ``ici_*`` / ``dcn_*`` degree 1 (``dcn_data_parallelism`` -1: one slice
+unless ``num_slices`` says otherwise).
+
+=====================================  =========================================================
+``model_name``                          llama2-7b/13b/70b, llama3(.1)-8b/70b/405b presets;
+                                        ``default``: the ``base_*`` dimensions
+``base_emb_dim``, ``base_num_query_heads``, ``base_num_kv_heads``, ``base_mlp_dim``,
+``base_num_decoder_layers``, ``head_dim``, ``vocab_size``, ``mlp_activations``   the model
+``max_target_length``                   the sequence
+``per_device_batch_size``               sequences per chip: global batch = this x chips; one
+                                        data-parallel replica (tp x pp x cp chips) runs
+                                        ``tp pp cp x this`` sequences
+``gradient_accumulation_steps``         microbatch = replica batch / this
+``ici_/dcn_data_parallelism``           data parallelism (replicated weights)
+``ici_/dcn_fsdp_parallelism``           data parallelism with weights, gradients and optimizer
+                                        sharded (ZeRO-3) over the fsdp axis
+``ici_tensor_parallelism``              tp, with the activations' hidden dimension sharded
+                                        (``activation_embed`` on ``tensor``): sequence parallelism
+``ici_pipeline_parallelism``            pp
+``ici_context_parallelism``             cp
+``ici_expert_parallelism``              ep
+``remat_policy``                        full; minimal (priced as Megatron's selective)
+``quantization``                        ``fp8`` / ``nanoo_fp8``: FP8 GEMMs
+``attention``                           dot_product: unfused; flash / cudnn_flash_te /
+                                        autoselected (flash for training sequences of 128+,
+                                        MaxText/layers/attentions.py): flash
+=====================================  =========================================================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import models
+from ..engine import MAXTEXT
+from ..models import ModelConfig
+from ._fields import Keys, flatten, load_yaml, parse_overrides
+from .config import RunConfig
+
+__all__ = ["read_maxtext", "MODEL_NAMES"]
+
+#: MaxText ``model_name`` -> cosearch preset (MaxText/configs/models/<name>.yml carry the
+#: published dimensions of each).
+MODEL_NAMES = {"llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b": "llama2-70b",
+               "llama3-8b": "llama3-8b", "llama3-70b": "llama3-70b", "llama3.1-8b": "llama3-8b",
+               "llama3.1-70b": "llama3-70b", "llama3.1-405b": "llama3-405b", "mixtral-8x7b": "mixtral-8x7b"}
+
+NEUTRAL_KEYS = frozenset({
+    "run_name", "base_output_directory", "hardware", "steps", "log_period", "learning_rate",
+    "learning_rate_schedule_steps", "warmup_steps_fraction", "cosine_learning_rate_final_fraction", "adam_b1",
+    "adam_b2", "adam_eps", "adam_eps_root", "adam_weight_decay", "gradient_clipping_threshold", "opt_type",
+    "dataset_type", "dataset_path", "dataset_name", "eval_dataset_name", "eval_interval", "eval_steps",
+    "tokenizer_path", "tokenizer_type", "enable_checkpointing", "async_checkpointing", "checkpoint_period",
+    "load_parameters_path", "load_full_state_path", "enable_data_shuffling", "data_shuffle_seed", "init_weights_seed",
+    "profiler", "profiler_steps", "skip_first_n_steps_for_profiler", "upload_all_profiler_results", "metrics_file",
+    "gcs_metrics", "save_config_to_gcs", "enable_goodput_recording", "monitor_goodput", "grain_worker_count",
+    "packing", "add_bos", "add_eos", "normalization_layer_epsilon", "rope_max_timescale", "rope_min_timescale",
+    "max_prefill_predict_length", "reuse_example_batch", "weight_dtype", "enable_dropout", "dropout_rate",
+    "decoder_block", "logits_dot_in_fp32", "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
+})
+
+
+def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
+    mname = str(k.get("model_name", "default"))
+    if mname in MODEL_NAMES:
+        return models.preset(MODEL_NAMES[mname]).with_(seq_len=seq)
+    if mname != "default":
+        raise ValueError(f"{name}: model_name {mname!r} has no cosearch preset (known: {', '.join(MODEL_NAMES)}); "
+                         "use model_name default with its base_* dimensions, or its config.json")
+    acts = k.get("mlp_activations", ["silu", "linear"])
+    acts = [acts] if isinstance(acts, str) else list(acts)
+    act = {("silu", "linear"): "swiglu", ("gelu", "linear"): "geglu", ("gelu",): "gelu", ("relu",): "relu"}.get(tuple(acts))
+    if act is None:
+        raise ValueError(f"{name}: mlp_activations {acts} are not modelled")
+    h, heads = k.positive("base_emb_dim", 2048), k.positive("base_num_query_heads", 16)
+    head = k.positive("head_dim", 128)
+    assumed.append("decoder block llama2-style: RMSNorm, RoPE, no biases, untied logits")
+    return ModelConfig(f"maxtext-{k.positive('base_num_decoder_layers', 16)}x{h}", k.positive("base_num_decoder_layers", 16),
+                       h, heads, k.positive("base_mlp_dim", 7168), k.positive("vocab_size", 32000), seq,
+                       kv_heads=k.positive("base_num_kv_heads", 16), activation=act, norm="rmsnorm", position="rotary",
+                       bias=False, tie_embeddings=k.bool("logits_via_embedding", False), dropout=False,
+                       head_size=None if head * heads == h else head)
+
+
+def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | tuple[str, ...] = ()
+                 ) -> RunConfig:
+    """A MaxText YAML (a path or its parsed mapping; None: ``base.yml``'s defaults) with
+    ``key=value`` overrides applied after it, as ``train.py base.yml key=value ...`` does."""
+    name = f"MaxText config {source}" if isinstance(source, (str, Path)) else "MaxText config"
+    d = {} if source is None else (load_yaml(source) if not isinstance(source, dict) else source)
+    flat = flatten(d)
+    flat.update(parse_overrides(overrides, name))
+    k = Keys(name, flat)
+    assumed: list[str] = []
+    seq = k.positive("max_target_length", 2048)
+    model = _model(k, name, seq, assumed)
+    if str(k.get("dtype", "bfloat16")) != "bfloat16":
+        raise ValueError(f"{name}: dtype {k.get('dtype')!r} is not modelled (bfloat16 is)")
+
+    def axis(ax: str, ici_default: int = 1, dcn_default: int = 1) -> tuple[int, int]:
+        vals = []
+        for pre, dflt in (("ici", ici_default), ("dcn", dcn_default)):
+            v = k.int(f"{pre}_{ax}_parallelism", dflt)
+            if v == 0 or v < -1:
+                raise ValueError(f"{name}: {pre}_{ax}_parallelism must be -1 or positive, got {v}")
+            vals.append(v)
+        return vals[0], vals[1]
+
+    slices = k.int("num_slices", -1)
+    data = axis("data", 1, -1)
+    fsdp = axis("fsdp", -1, 1)
+    fsdp_t = axis("fsdp_transpose")
+    tensor, pipe, ctx, expert = axis("tensor"), axis("pipeline"), axis("context"), axis("expert")
+    for ax in ("sequence", "tensor_sequence", "tensor_transpose", "autoregressive"):
+        if max(axis(ax)) > 1:
+            raise ValueError(f"{name}: {ax} parallelism is not modelled")
+    if any(x[1] == -1 for x in (fsdp, fsdp_t, tensor, pipe, ctx, expert)):
+        raise ValueError(f"{name}: only dcn_data_parallelism may be -1 among the dcn axes")
+    if slices in (-1, 1):
+        if data[1] not in (-1, 1):
+            raise ValueError(f"{name}: dcn_data_parallelism {data[1]} needs num_slices")
+        dcn_data = 1
+        if slices == -1:
+            assumed.append("one slice (num_slices not given): every dcn_* degree 1")
+    else:
+        other = fsdp[1] * fsdp_t[1] * tensor[1] * pipe[1] * ctx[1] * expert[1]
+        dcn_data = slices // other if data[1] == -1 else data[1]
+        if dcn_data * other != slices:
+            raise ValueError(f"{name}: the dcn degrees do not multiply to num_slices {slices}")
+    for ax, v in (("tensor", tensor), ("pipeline", pipe), ("context", ctx), ("expert", expert),
+                  ("fsdp_transpose", fsdp_t)):
+        if v[0] == -1:
+            raise ValueError(f"{name}: ici_{ax}_parallelism -1 is not read (only fsdp may fill the slice)")
+    tp, pp, cp, ep = tensor[0] * tensor[1], pipe[0] * pipe[1], ctx[0] * ctx[1], expert[0] * expert[1]
+    ici_data = data[0]
+    if ici_data == -1:
+        raise ValueError(f"{name}: ici_data_parallelism -1 is not read (give the degree)")
+    data_deg = ici_data * dcn_data
+    fsdp_deg = None if fsdp[0] == -1 else fsdp[0] * fsdp[1] * fsdp_t[0] * fsdp_t[1]
+    plan: dict[str, Any] = dict(tp=tp, pp=pp, context_parallel=cp, expert_parallel=ep, sequence_parallel=tp > 1)
+    if tp > 1:
+        assumed.append("tensor parallelism with the activations' hidden dimension sharded (activation_embed on "
+                       "'tensor'): priced as TP with sequence parallelism")
+    if fsdp_deg is None or fsdp_deg > 1:
+        plan["zero"] = 3
+        if data_deg > 1:
+            if fsdp_deg is None:
+                raise ValueError(f"{name}: with data parallelism {data_deg}, give ici_fsdp_parallelism explicitly")
+            plan["zero_group"] = fsdp_deg
+    else:
+        plan["zero"] = 0
+    dp = None if fsdp_deg is None else data_deg * fsdp_deg
+    # batch: per chip; a replica is tp pp cp chips
+    pdbs = float(k.get("per_device_batch_size", 12))
+    per_replica = pdbs * tp * pp * cp
+    if per_replica <= 0 or not per_replica.is_integer():
+        raise ValueError(f"{name}: per_device_batch_size {pdbs} x tp pp cp {tp * pp * cp} = {per_replica} sequences "
+                         "per data-parallel replica is not a whole number")
+    ga = k.positive("gradient_accumulation_steps", 1)
+    if int(per_replica) % ga:
+        raise ValueError(f"{name}: {int(per_replica)} sequences per replica do not split into "
+                         f"gradient_accumulation_steps {ga}")
+    if pp > 1:
+        mbs = k.positive("num_pipeline_microbatches", None)
+        if mbs is None:
+            raise ValueError(f"{name}: pipeline parallelism needs num_pipeline_microbatches")
+        if int(per_replica) % mbs:
+            raise ValueError(f"{name}: {int(per_replica)} sequences do not split into {mbs} pipeline microbatches")
+        plan["microbatch"] = int(per_replica) // mbs
+    else:
+        plan["microbatch"] = int(per_replica) // ga
+    # recompute, precision, attention
+    remat = str(k.get("remat_policy", "full"))
+    if remat == "full":
+        plan["recompute"] = "full"
+    elif remat == "minimal":
+        plan["recompute"] = "selective"
+        assumed.append("remat_policy minimal priced as Megatron's selective recompute (attention core)")
+    else:
+        raise ValueError(f"{name}: remat_policy {remat!r} is not modelled (full, minimal)")
+    quant = str(k.get("quantization", "") or "")
+    if quant not in ("", "fp8", "nanoo_fp8"):
+        raise ValueError(f"{name}: quantization {quant!r} is not modelled (none, fp8)")
+    plan["precision"] = "fp8" if quant else "bf16"
+    att = str(k.get("attention", "autoselected"))
+    if att not in ("autoselected", "dot_product", "flash", "cudnn_flash_te"):
+        raise ValueError(f"{name}: attention {att!r} is not modelled")
+    plan["flash_attention"] = att != "dot_product" and not (att == "autoselected" and seq < 128)
+    if fsdp_deg is None:
+        assumed.append("ici_fsdp_parallelism -1: the fsdp axis is what the chips leave")
+    neutral = k.finish((), NEUTRAL_KEYS, off_is_neutral_under=("",))
+    return RunConfig(name, model=model, plan=plan, dp=dp, batch_per_replica=int(per_replica), engine=MAXTEXT,
+                     seq_len=seq, assumed=tuple(assumed), neutral=neutral)

@@ -1,0 +1,353 @@
+"""NeMo 1 launcher YAML and NeMo 2 / Megatron-Bridge config (a YAML dump of the config
+container, and ``section.key=value`` overrides) as runs.
+
+Both frameworks run Megatron-Core, and their keys are Megatron's arguments under other names.
+Each reader therefore **translates** the config into the Megatron argument line it stands for
+and reads that line with :func:`cosearch.runs.megatron.read_megatron_args`: one set of rules,
+one set of defaults (Megatron's), for all three.  The translation is the tables below; a
+refusal names the config key and the Megatron flag it became.
+
+NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
+``examples/nlp/language_modeling/conf/megatron_gpt_config.yaml``)
+==========================================  ===================================================
+``trainer.num_nodes`` x ``trainer.devices``  the chips
+``trainer.precision``                        ``bf16``/``bf16-mixed`` (``16`` is refused, as --fp16)
+``micro_batch_size``, ``global_batch_size``  --micro-batch-size, --global-batch-size
+``*_model_parallel_size``                    --*-model-parallel-size
+``virtual_pipeline_model_parallel_size``     --num-virtual-stages-per-pipeline-rank
+``encoder_seq_length``                       --seq-length
+``activation`` swiglu / fast-swiglu          --swiglu
+``bias: false``                              --disable-bias-linear
+``share_embeddings_and_output_weights: false``  --untie-embeddings-and-output-weights
+``activations_checkpoint_*``                 --recompute-granularity/-method/-num-layers
+``fp8`` (+ ``fp8_hybrid``), ``fp8_params``   --fp8-format hybrid|e4m3, --fp8-param-gather
+``ub_tp_comm_overlap``                       --tp-comm-overlap
+``overlap_p2p_comm``                         --overlap-p2p-communication (refused: not modelled)
+``optim.name: distributed_fused_adam``       --use-distributed-optimizer, with
+                                             ``optim.overlap_grad_sync`` (default true) and
+                                             ``optim.overlap_param_sync`` as --overlap-grad-reduce /
+                                             --overlap-param-gather
+``transformer_engine`` with ``mcore_gpt``    --attention-backend auto (TE's fused attention)
+``tokenizer.type: GPT2BPETokenizer``         --vocab-size 50257 (GPT-2's vocabulary)
+==========================================  ===================================================
+
+Megatron-Bridge: ``model.*`` fields are Megatron-Core's ``TransformerConfig`` names (the
+argument names with underscores), ``train.micro_batch_size`` / ``global_batch_size``,
+``ddp.*`` (``overlap_grad_reduce``, ``overlap_param_gather``, ``use_distributed_optimizer``),
+``mixed_precision`` (a recipe name such as ``bf16_with_fp8_current_scaling_mixed`` or its
+fields), ``comm_overlap.tp_comm_overlap``.  A full dump lists every switch: a field the reader
+does not know is neutral when it is off (false, null, 0) and refused by name otherwise.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ..models import ModelConfig
+from ._fields import Keys, flatten, load_yaml, parse_overrides, resolve_interpolations
+from .config import RunConfig
+from .megatron import read_megatron_args
+
+__all__ = ["read_nemo1", "read_megatron_bridge", "TOKENIZER_VOCAB"]
+
+#: Vocabulary sizes of the tokenizers NeMo configs name (the tokenizers' own files): GPT-2 BPE
+#: (vocab.json, 50,257 tokens), Llama 2 / Mistral SentencePiece (32,000), Llama 3 tiktoken (128,256).
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "meta-llama/Llama-2-7b-hf": 32000, "meta-llama/Meta-Llama-3-8B": 128256,
+                   "meta-llama/Meta-Llama-3-70B": 128256, "meta-llama/Llama-3.1-8B": 128256,
+                   "meta-llama/Llama-3.1-70B": 128256, "meta-llama/Llama-3.1-405B": 128256,
+                   "mistralai/Mistral-7B-v0.1": 32000}
+
+#: NeMo 1 keys read as the Megatron flag with a value.
+_NEMO1_VALUED = {"micro_batch_size": "--micro-batch-size", "global_batch_size": "--global-batch-size",
+                 "tensor_model_parallel_size": "--tensor-model-parallel-size",
+                 "pipeline_model_parallel_size": "--pipeline-model-parallel-size",
+                 "context_parallel_size": "--context-parallel-size",
+                 "expert_model_parallel_size": "--expert-model-parallel-size",
+                 "virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
+                 "encoder_seq_length": "--seq-length", "num_layers": "--num-layers", "hidden_size": "--hidden-size",
+                 "ffn_hidden_size": "--ffn-hidden-size", "num_attention_heads": "--num-attention-heads",
+                 "kv_channels": "--kv-channels", "hidden_dropout": "--hidden-dropout",
+                 "attention_dropout": "--attention-dropout", "position_embedding_type": "--position-embedding-type",
+                 "activations_checkpoint_granularity": "--recompute-granularity",
+                 "activations_checkpoint_method": "--recompute-method",
+                 "activations_checkpoint_num_layers": "--recompute-num-layers",
+                 "num_moe_experts": "--num-experts", "moe_router_topk": "--moe-router-topk"}
+
+#: NeMo 1 ``model.*`` keys that change neither step time nor memory in cosearch's model.
+_NEMO1_NEUTRAL = frozenset({
+    "rampup_batch_size", "resume_from_checkpoint", "max_position_embeddings", "init_method_std",
+    "apply_query_key_layer_scaling", "layernorm_epsilon", "make_vocab_size_divisible_by", "pre_process", "post_process",
+    "persist_layer_norm", "gradient_as_bucket_view", "grad_div_ar_fusion", "gradient_accumulation_fusion",
+    "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion", "batch_p2p_comm",
+    "native_amp_init_scale", "native_amp_growth_interval", "hysteresis", "fp32_residual_connection",
+    "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "sharp", "mcore_gpt", "fp8_e4m3",
+    "fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad", "seed",
+    "sync_batch_comm", "use_cpu_initialization", "onnx_safe", "apex_transformer_log_level", "nsys_profile",
+    "fsdp_sharding_strategy", "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "rotary_percentage",
+    "rotary_base", "seq_len_interpolation_factor", "normalize_attention_scores", "transformer_block_type",
+    "openai_gelu", "headscale", "num_micro_batches_with_partial_activation_checkpoints",
+    "activations_checkpoint_layers_per_pipeline", "deterministic_mode", "cross_entropy_loss_fusion",
+    "apply_rope_fusion", "gc_interval", "get_attention_mask_from_fusion", "defer_embedding_wgrad_compute",
+    "wgrad_deferral_limit", "use_te_rng_tracker", "enable_cuda_graph", "ub_tp_comm_overlap_cfg",
+    "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
+    "tp_comm_bulk_dgrad", "tp_comm_split_ag", "tp_comm_split_rs", "tp_comm_atomic_ag", "tp_comm_atomic_rs",
+    "optim.bucket_cap_mb", "optim.contiguous_grad_buffer", "optim.contiguous_param_buffer", "optim.lr",
+    "optim.weight_decay", "optim.betas", "optim.sched", "optim.grad_sync_dtype", "optim.ddp_bucket_size",
+})
+_NEMO1_NEUTRAL_SECTIONS = ("tokenizer", "data", "optim.sched", "nsys_profile", "optim.betas")
+_NEMO1_TOP_NEUTRAL = ("hydra", "run", "exp_manager", "name", "restore_from_path", "defaults", "base_results_dir",
+                      "data_dir", "launcher_scripts_path", "cluster", "env_vars")
+_TRAINER_NEUTRAL = frozenset({"accelerator", "logger", "enable_checkpointing", "use_distributed_sampler", "max_epochs",
+                              "max_steps", "max_time", "log_every_n_steps", "val_check_interval", "limit_val_batches",
+                              "limit_test_batches", "gradient_clip_val", "replace_sampler_ddp", "benchmark",
+                              "enable_model_summary", "num_sanity_val_steps"})
+
+
+def _line(words: list[str]) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _read_line(name: str, words: list[str], model: ModelConfig | None, neutral: tuple[str, ...],
+               assumed: list[str], num_chips: int | None) -> RunConfig:
+    try:
+        rc = read_megatron_args(_line(words), model, source=name)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e} (the config read as the Megatron arguments: {_line(words)})") from None
+    from dataclasses import replace
+    return replace(rc, num_chips=num_chips, assumed=tuple(assumed) + rc.assumed,
+                   neutral=neutral + tuple(w for w in rc.neutral if w.startswith("--")))
+
+
+def _vocab(k: Keys, prefix: str, name: str, words: list[str], assumed: list[str]) -> None:
+    tok = k.get(f"{prefix}tokenizer.type") or k.get(f"{prefix}tokenizer.tokenizer_model")
+    k.get(f"{prefix}tokenizer.library")
+    if tok is None:
+        return
+    size = TOKENIZER_VOCAB.get(str(tok))
+    if size is None:
+        raise ValueError(f"{name}: tokenizer {tok!r}: its vocabulary size is not known to cosearch (known: "
+                         f"{', '.join(TOKENIZER_VOCAB)}); give the model's config.json")
+    words += ["--vocab-size", str(size)]
+    assumed.append(f"vocabulary {size} from tokenizer {tok} (unpadded)")
+
+
+def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
+               model: ModelConfig | None = None) -> RunConfig:
+    """A NeMo 1 launcher training YAML (or NeMo's ``megatron_gpt_config.yaml``), with optional
+    Hydra ``key=value`` overrides; ``model``: the model when the YAML's tokenizer leaves the
+    vocabulary unknown (its dimensions must agree)."""
+    name = f"NeMo 1 YAML {source}" if not isinstance(source, dict) else "NeMo 1 config"
+    d = load_yaml(source) if not isinstance(source, dict) else source
+    d = resolve_interpolations(d)
+    flat = flatten(d)
+    flat.update(parse_overrides(overrides, name))
+    k = Keys(name, flat)
+    words: list[str] = []
+    assumed: list[str] = []
+    nodes, devices = k.positive("trainer.num_nodes", 1), k.positive("trainer.devices", 1)
+    prec = str(k.get("trainer.precision", "bf16"))
+    if prec in ("bf16", "bf16-mixed"):
+        words.append("--bf16")
+    elif prec in ("16", "16-mixed"):
+        words.append("--fp16")
+    else:
+        raise ValueError(f"{name}: trainer.precision {prec!r} is not modelled (bf16 is)")
+    if k.get("trainer.accumulate_grad_batches", 1) != 1:
+        raise ValueError(f"{name}: trainer.accumulate_grad_batches must be 1 (NeMo derives accumulation from the batch)")
+    for key, flag in _NEMO1_VALUED.items():
+        v = k.get(f"model.{key}")
+        if v is not None:
+            words += [flag, str(v)]
+    seq = k.get("model.data.seq_length")
+    if seq is not None and k.get("model.encoder_seq_length") not in (None, seq):
+        raise ValueError(f"{name}: model.data.seq_length {seq} contradicts model.encoder_seq_length")
+    groups = k.get("model.num_query_groups")
+    if groups is not None:
+        words += ["--group-query-attention", "--num-query-groups", str(groups)]
+    act = str(k.get("model.activation", "gelu"))
+    if act in ("swiglu", "fast-swiglu"):
+        words.append("--swiglu")
+    elif act != "gelu":
+        raise ValueError(f"{name}: model.activation {act!r} is not modelled (gelu, swiglu, fast-swiglu)")
+    norm = str(k.get("model.normalization", "layernorm"))
+    if norm not in ("layernorm", "layernorm1p", "rmsnorm"):
+        raise ValueError(f"{name}: model.normalization {norm!r} is not modelled")
+    words += ["--normalization", "RMSNorm" if norm == "rmsnorm" else "LayerNorm"]
+    if not k.bool("model.bias", True):
+        words.append("--disable-bias-linear")
+    if not k.bool("model.share_embeddings_and_output_weights", True):
+        words.append("--untie-embeddings-and-output-weights")
+    if k.bool("model.sequence_parallel", False):
+        words.append("--sequence-parallel")
+    hybrid = k.bool("model.fp8_hybrid", True)
+    if k.bool("model.fp8", False):
+        if not k.bool("model.transformer_engine", False):
+            raise ValueError(f"{name}: model.fp8 needs model.transformer_engine (NeMo's FP8 runs in TE)")
+        words += ["--fp8-format", "hybrid" if hybrid else "e4m3"]
+    if k.bool("model.fp8_params", False):
+        words.append("--fp8-param-gather")
+    if k.bool("model.ub_tp_comm_overlap", False):
+        words.append("--tp-comm-overlap")
+    if k.bool("model.overlap_p2p_comm", False):
+        words.append("--overlap-p2p-communication")
+    if k.bool("model.fsdp", False):
+        raise ValueError(f"{name}: model.fsdp (NeMo's torch FSDP path) is not read; use engine fsdp with ZeRO-3")
+    if k.bool("model.use_flash_attention", False):
+        words.append("--use-flash-attn")
+    elif k.bool("model.transformer_engine", False) and k.bool("model.mcore_gpt", False):
+        words += ["--attention-backend", "auto"]
+    opt = str(k.get("model.optim.name", "fused_adam"))
+    if opt in ("distributed_fused_adam", "mcore_distributed_optim"):
+        words.append("--use-distributed-optimizer")
+        if k.bool("model.optim.overlap_grad_sync", True):
+            words.append("--overlap-grad-reduce")
+            if k.bool("model.optim.overlap_param_sync", True):
+                words.append("--overlap-param-gather")
+    elif opt not in ("fused_adam", "adam", "adamw"):
+        raise ValueError(f"{name}: model.optim.name {opt!r} is not modelled")
+    else:
+        assumed.append(f"optimizer {opt}: Megatron's DDP, gradient reduction after the backward")
+    _vocab(k, "model.", name, words, assumed)
+    neutral = k.finish(_NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS),
+                       frozenset(f"model.{x}" for x in _NEMO1_NEUTRAL) | {f"trainer.{x}" for x in _TRAINER_NEUTRAL},
+                       off_is_neutral_under=("model",))
+    return _read_line(name, words, model, neutral, assumed, nodes * devices)
+
+
+#: Megatron-Bridge ``model.*`` fields read as a Megatron flag with a value (TransformerConfig names).
+_BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+    "kv_channels", "hidden_dropout", "attention_dropout", "recompute_granularity", "recompute_method",
+    "recompute_num_layers", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "seq_length",
+    "position_embedding_type", "normalization", "expert_tensor_parallel_size")}
+_BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
+                       "num_moe_experts": "--num-experts"})
+_BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "profiling",
+                            "inprocess_restart", "ft", "straggler", "nvrx_straggler", "rerun_state_machine",
+                            "optimizer.lr", "optimizer.min_lr", "optimizer.weight_decay", "optimizer.adam_beta1",
+                            "optimizer.adam_beta2", "optimizer.adam_eps", "optimizer.clip_grad", "optimizer.optimizer",
+                            "train.train_iters", "train.eval_iters", "train.eval_interval", "train.exit_signal",
+                            "train.exit_signal_handler", "train.manual_gc", "train.manual_gc_interval")
+_BRIDGE_NEUTRAL = frozenset({
+    "model.init_method_std", "model.layernorm_epsilon", "model.rotary_base", "model.rotary_percent",
+    "model.seq_len_interpolation_factor", "model.make_vocab_size_divisible_by", "model.bf16", "model.params_dtype",
+    "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion", "model.bias_activation_fusion",
+    "model.bias_dropout_fusion", "model.apply_rope_fusion", "model.persist_layer_norm",
+    "model.gradient_accumulation_fusion", "model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl",
+    "model.deallocate_pipeline_outputs", "model.async_tensor_model_parallel_allreduce", "model.barrier_with_L1_time",
+    "model.max_position_embeddings", "model.activation_func", "model.gated_linear_unit", "model.add_bias_linear",
+    "model.share_embeddings_and_output_weights", "model.num_query_groups", "model.transformer_layer_spec",
+    "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
+    "model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_grouped_gemm",
+    "model.moe_token_dispatcher_type", "model.moe_router_dtype", "model.moe_z_loss_coeff",
+    "model.moe_permute_fusion", "model.moe_router_fusion", "model.bias_dropout_add_fusion",
+    "model.scatter_embedding_sequence_parallel", "model.tp_comm_overlap_cfg", "model.use_te_rng_tracker",
+    "ddp.grad_reduce_in_fp32", "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
+    "ddp.data_parallel_sharding_strategy", "ddp.use_custom_fsdp", "ddp.use_megatron_fsdp",
+    "train.micro_batch_size", "train.global_batch_size", "mixed_precision.grad_reduce_in_fp32",
+    "mixed_precision.bf16", "mixed_precision.params_dtype", "mixed_precision.pipeline_dtype",
+    "mixed_precision.autocast_dtype", "mixed_precision.fp8_amax_history_len", "mixed_precision.fp8_amax_compute_algo",
+    "mixed_precision.fp8_margin", "mixed_precision.fp8_wgrad",
+    "mixed_precision.num_layers_at_start_in_bf16", "mixed_precision.num_layers_at_end_in_bf16",
+    "optimizer.use_distributed_optimizer", "optimizer.bf16", "optimizer.params_dtype", "dist.distributed_backend",
+    "dist.distributed_timeout_minutes", "dist.align_grad_reduce", "dist.use_gloo_process_groups",
+    "comm_overlap.tp_comm_overlap_cfg", "comm_overlap.tp_comm_bootstrap_backend", "comm_overlap.bucket_size",
+    "comm_overlap.defer_embedding_wgrad_compute", "comm_overlap.wgrad_deferral_limit", "comm_overlap.batch_p2p_comm",
+})
+
+#: Megatron-Bridge mixed-precision recipe names (megatron/bridge/training/mixed_precision.py) -> flags.
+BRIDGE_PRECISION = {"bf16_mixed": [], "bf16_with_fp8_delayed_scaling_mixed": ["--fp8-format", "hybrid", "--fp8-recipe",
+                                                                           "delayed"],
+                    "bf16_with_fp8_current_scaling_mixed": ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+                    "bf16_with_fp8_subchannel_scaling_mixed": ["--fp8-format", "hybrid", "--fp8-recipe", "blockwise"],
+                    "bf16_with_mxfp8_mixed": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+                    "bf16_with_nvfp4_mixed": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]}
+
+
+def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
+                         overrides: list[str] | tuple[str, ...] = (), model: ModelConfig | None = None,
+                         num_chips: int | None = None) -> RunConfig:
+    """A Megatron-Bridge / NeMo 2 config container dumped as YAML (a path or its parsed mapping;
+    None: overrides only), with ``section.key=value`` overrides.  ``model``: the model the run
+    trains when the config leaves it out (the recipe's model provider); the dump's model fields
+    must agree with it."""
+    name = f"Megatron-Bridge config {source}" if isinstance(source, (str, Path)) else "Megatron-Bridge config"
+    d = {} if source is None else (load_yaml(source) if not isinstance(source, dict) else source)
+    flat = flatten(resolve_interpolations(d))
+    flat.update(parse_overrides(overrides, name))
+    if flat.get("peft") not in (None, "", False):
+        raise ValueError(f"{name}: peft (parameter-efficient fine-tuning) is not modelled")
+    flat.pop("peft", None)
+    k = Keys(name, flat)
+    words: list[str] = []
+    assumed: list[str] = []
+    for key, flag in _BRIDGE_VALUED.items():
+        v = k.get(f"model.{key}")
+        if v is not None:
+            words += [flag, str(v).split(".")[-1] if key in ("normalization", "recompute_granularity") else str(v)]
+    for key in ("micro_batch_size", "global_batch_size"):
+        v = k.get(f"train.{key}")
+        if v is not None:
+            words += ["--" + key.replace("_", "-"), str(v)]
+    groups = k.get("model.num_query_groups")
+    heads = k.get("model.num_attention_heads")
+    if groups is not None and groups != heads:
+        words += ["--group-query-attention", "--num-query-groups", str(groups)]
+    if k.bool("model.gated_linear_unit", False):
+        act = str(k.get("model.activation_func", "silu"))
+        if "silu" not in act:
+            raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
+        words.append("--swiglu")
+    if not k.bool("model.add_bias_linear", True):
+        words.append("--disable-bias-linear")
+    if not k.bool("model.share_embeddings_and_output_weights", True):
+        words.append("--untie-embeddings-and-output-weights")
+    if k.bool("model.sequence_parallel", False):
+        words.append("--sequence-parallel")
+    if k.bool("model.fp16", False) or k.bool("mixed_precision.fp16", False):
+        words.append("--fp16")
+    mp = k.get("mixed_precision")
+    if isinstance(mp, str):
+        if mp not in BRIDGE_PRECISION:
+            raise ValueError(f"{name}: mixed_precision {mp!r} is not a recipe cosearch knows ({', '.join(BRIDGE_PRECISION)})")
+        words += BRIDGE_PRECISION[mp]
+    else:
+        fp8 = k.get("mixed_precision.fp8") or k.get("model.fp8")
+        if fp8:
+            words += ["--fp8-format", str(fp8)]
+            recipe = k.get("mixed_precision.fp8_recipe") or k.get("model.fp8_recipe")
+            if recipe:
+                words += ["--fp8-recipe", str(recipe)]
+        fp4 = k.get("mixed_precision.fp4") or k.get("model.fp4")
+        if fp4:
+            words += ["--fp4-format", str(fp4)]
+    if k.bool("mixed_precision.fp8_param_gather", False) or k.bool("model.fp8_param_gather", False) or \
+            k.bool("model.fp8_param", False) or k.bool("mixed_precision.fp8_param", False):
+        words.append("--fp8-param-gather")
+    if k.bool("mixed_precision.first_last_layers_bf16", False):
+        assumed.append("first_last_layers_bf16: the few bf16 layers priced in the low precision like the rest")
+    if k.bool("comm_overlap.tp_comm_overlap", False) or k.bool("model.tp_comm_overlap", False):
+        words.append("--tp-comm-overlap")
+    if k.bool("comm_overlap.overlap_p2p_comm", False) or k.bool("model.overlap_p2p_comm", False):
+        words.append("--overlap-p2p-communication")
+    grad = k.bool("ddp.overlap_grad_reduce", False) or k.bool("comm_overlap.overlap_grad_reduce", False)
+    param = k.bool("ddp.overlap_param_gather", False) or k.bool("comm_overlap.overlap_param_gather", False)
+    if grad:
+        words.append("--overlap-grad-reduce")
+    if param:
+        words.append("--overlap-param-gather")
+    if k.bool("ddp.use_distributed_optimizer", False) or k.bool("optimizer.use_distributed_optimizer", False):
+        words.append("--use-distributed-optimizer")
+    backend = k.get("model.attention_backend")
+    if backend is not None:
+        words += ["--attention-backend", str(backend).split(".")[-1]]
+    else:
+        words += ["--attention-backend", "auto"]
+        assumed.append("attention_backend not given: Megatron-Core's default auto (TE's fused attention)")
+    neutral = k.finish(_BRIDGE_NEUTRAL_SECTIONS, _BRIDGE_NEUTRAL,
+                       off_is_neutral_under=("model", "train", "ddp", "optimizer", "dist", "comm_overlap",
+                                             "mixed_precision"))
+    return _read_line(name, words, model, neutral, assumed, num_chips)

@@ -1,0 +1,228 @@
+"""``cosearch.runs``: the framework readers on the frameworks' own files (tests/data/runs, see its
+PROVENANCE.md), each checked against what the framework's documentation says the file means,
+against a second reader of the same run in another format, and at its refusals."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cosearch import models
+from cosearch.plan import evaluate
+from cosearch.runs import (
+    check_runs,
+    detect_format,
+    read_config,
+    read_configs,
+    read_maxtext,
+    read_megatron_args,
+    read_megatron_bridge,
+    read_row,
+)
+
+DATA = Path(__file__).resolve().parent / "data" / "runs"
+
+
+def test_torchtitan_llama3_70b_file():
+    """torchtitan's own 70B preset (64 A100s): FSDP over what TP 8 leaves (dp 8), 8 sequences a
+    replica (global 64), full recompute, no compile; the model is Llama 3.1 70B (70.6B
+    parameters, Meta's figure)."""
+    rc = read_config(DATA / "torchtitan_llama3_70b.toml")
+    d = rc.resolve(64)
+    s = d.spec
+    assert (s.dp, s.tp, s.pp, s.microbatch, s.recompute, s.zero, s.sequence_parallel) == (8, 8, 1, 8, "full", 3, True)
+    assert d.global_batch == 64 and d.engine.name == "fsdp-eager"
+    assert d.model.seq_len == 8192 and round(d.model.num_params() / 1e9, 1) == 70.6
+    assert "training.steps" in d.neutral and "optimizer.lr" in d.neutral
+    # gradient accumulation: a global batch of 128 is two passes of 8 sequences a replica
+    d2 = read_config(DATA / "torchtitan_llama3_70b.toml", ["training.global_batch_size=128"]).resolve(64)
+    assert (d2.global_batch, d2.spec.microbatch) == (128, 8)
+    # torchtitan's default selective option '2' recomputes every other layer: refused by name
+    with pytest.raises(ValueError, match="selective_ac_option '2'"):
+        read_config(DATA / "torchtitan_llama3_70b.toml", ["activation_checkpoint.mode=selective"])
+    with pytest.raises(ValueError, match="training.mystery=1"):
+        read_config(DATA / "torchtitan_llama3_70b.toml", ["training.mystery=1"])
+    with pytest.raises(ValueError, match="not a multiple of tp x pp x cp"):
+        rc.resolve(60)
+
+
+def test_nemo1_launcher_file_reads_as_its_megatron_line():
+    """NeMo's gpt3/5b launcher config on its 16 x 8 GPUs reads as the Megatron line NeMo runs for
+    it (the keys' Megatron names per NeMo's docs), with the model's FFN from the config's own
+    ``${multiply:4, ${.hidden_size}}``."""
+    d = read_config(DATA / "nemo1_gpt3_5b.yaml").resolve()
+    line = ("--num-layers 24 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --vocab-size 50257 "
+            "--ffn-hidden-size 16384 --micro-batch-size 4 --global-batch-size 2048 --use-distributed-optimizer "
+            "--overlap-grad-reduce --overlap-param-gather --bf16")
+    ref = read_megatron_args(line).resolve(128)
+    assert d.num_chips == 128 and d.spec == ref.spec and d.engine == ref.engine
+    assert d.model.with_(name="x") == ref.model.with_(name="x")
+    assert d.model.ffn_hidden == 16384 and d.model.dropout and not d.spec.flash_attention
+    with pytest.raises(ValueError, match="overlap-p2p-communication"):
+        read_config(DATA / "nemo1_gpt3_5b.yaml", ["model.overlap_p2p_comm=true"])
+    with pytest.raises(ValueError, match="FP16"):
+        read_config(DATA / "nemo1_gpt3_5b.yaml", ["trainer.precision=16"])
+    d = read_config(DATA / "nemo1_gpt3_5b.yaml", ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                                                  "model.ub_tp_comm_overlap=true"]).resolve()
+    assert (d.spec.dp, d.spec.tp, d.spec.sequence_parallel) == (64, 2, True)
+    assert d.engine.overlap_tp_comm
+
+
+def test_llm_foundry_mpt_1b_file():
+    """llm-foundry's MPT-1B preset: FSDP FULL_SHARD with PURE mixed precision, microbatch 4,
+    global 512; the model's parameters by hand: V d + S d + L (12 d^2 + 13 d) + 2 d."""
+    d = read_config(DATA / "foundry_mpt_1b.yaml").resolve(64)
+    s = d.spec
+    assert (s.dp, s.tp, s.microbatch, s.zero, s.recompute, s.flash_attention) == (64, 1, 4, 3, "none", True)
+    assert d.global_batch == 512 and d.engine.name == "llm-foundry-pure"
+    V, S, L, h = 50368, 2048, 24, 2048
+    assert d.model.num_params() == V * h + S * h + L * (12 * h * h + 13 * h) + 2 * h
+    with pytest.raises(ValueError, match="auto"):
+        read_config(DATA / "foundry_mpt_1b.yaml", ["device_train_microbatch_size=auto"])
+    with pytest.raises(ValueError, match="amp_fp16"):
+        read_config(DATA / "foundry_mpt_1b.yaml", ["precision=amp_fp16"])
+
+
+def test_maxtext_overrides_read_as_the_validation_row_of_the_same_run():
+    """MaxText's own command line and the validation row of the same v5e run (tp 16 x fsdp 16, one
+    sequence a chip) give the same plan."""
+    dims = dict(layers=4, hidden=4096, heads=8, kv_heads=8, ffn=2816, vocab=32000, seq=2048)
+    row = dict(id="v5e", model="m", arch="llama2-style: SwiGLU, RoPE, RMSNorm", head_dim=None, ep=1, cp=1, vp=None,
+               zero=3, zero_group=None, sp=False, offload=None, recompute="remat_policy=full (full layer)",
+               precision="BF16", accel="TPU-v5e chip", n_gpus=256, dp=16, tp=16, pp=1, mbs=1, gbs=256, ga=1,
+               tok_s_gpu=1000.0, software="MaxText (JAX/XLA) 2023-12 attention=flash", **dims)
+    by_row = read_row(row).resolve()
+    words = ["ici_fsdp_parallelism=16", "ici_tensor_parallelism=16", "per_device_batch_size=1", "remat_policy=full",
+             "attention=flash", "base_emb_dim=4096", "base_num_decoder_layers=4", "base_num_query_heads=8",
+             "base_num_kv_heads=8", "base_mlp_dim=2816", "head_dim=512", "vocab_size=32000"]
+    by_maxtext = read_maxtext(None, words).resolve(256)
+    assert by_maxtext.spec == by_row.spec and by_maxtext.global_batch == by_row.global_batch == 256
+    assert by_maxtext.model.num_params() == by_row.model.num_params()
+    # MaxText's own llama2-70b v5p command uses a remat policy cosearch does not price
+    with pytest.raises(ValueError, match="save_dot_except_mlpwi"):
+        read_config(DATA / "maxtext_llama2_70b_v5p.args")
+    with pytest.raises(ValueError, match="not a whole number"):
+        read_maxtext(None, ["per_device_batch_size=0.5", "ici_fsdp_parallelism=4"])
+
+
+def test_megatron_bridge_overrides():
+    """Megatron-Bridge's documented override example, on top of the recipe's model: the train and
+    model fields land as Megatron's flags; a recipe name sets FP8; comm_overlap sets the engine."""
+    base = models.preset("llama2-7b")
+    words = ["train.micro_batch_size=2", "train.global_batch_size=128", "model.num_layers=32", "model.hidden_size=4096",
+             "model.num_attention_heads=32", "model.max_position_embeddings=4096", "model.tensor_model_parallel_size=2",
+             "mixed_precision=bf16_with_fp8_current_scaling_mixed", "comm_overlap.tp_comm_overlap=true",
+             "checkpoint.save=/ckpt", "logger.wandb_project=p"]
+    d = read_megatron_bridge(None, words, model=base).resolve(16)
+    assert (d.spec.dp, d.spec.tp, d.spec.microbatch, d.spec.precision) == (8, 2, 2, "fp8")
+    assert d.engine.overlap_tp_comm and d.global_batch == 128
+    with pytest.raises(ValueError, match="--num-layers"):
+        read_megatron_bridge(None, ["model.num_layers=40", "train.global_batch_size=8"], model=base)
+    with pytest.raises(ValueError, match="model.mystery_switch=True"):
+        read_megatron_bridge(None, ["model.mystery_switch=true"], model=base)
+    # a switch that is off in a full dump is neutral
+    d = read_megatron_bridge(None, ["model.mystery_switch=false", "train.global_batch_size=8"], model=base).resolve(8)
+    assert "model.mystery_switch" in d.neutral
+
+
+def test_hf_config_and_a_plan_file_merge(tmp_path):
+    """A model's config.json with a torchtitan TOML whose flavor has no preset: the model comes from
+    the JSON, read at the TOML's sequence; a contradicting model is refused naming the field."""
+    cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+           "tie_word_embeddings": True, "hidden_act": "silu"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    toml = ("[model]\nname = \"llama3\"\nflavor = \"1B\"\n[training]\nlocal_batch_size = 2\nseq_len = 4096\n"
+            "[parallelism]\ndata_parallel_shard_degree = -1\n[activation_checkpoint]\nmode = \"none\"\n")
+    (tmp_path / "train.toml").write_text(toml)
+    rc = read_configs([tmp_path / "train.toml", tmp_path / "config.json"])
+    d = rc.resolve(8)
+    assert (d.model.num_layers, d.model.seq_len, d.model.kv_heads) == (16, 4096, 8)
+    assert (d.spec.dp, d.spec.microbatch, d.global_batch) == (8, 2, 16)
+    with pytest.raises(ValueError, match="num_layers"):
+        read_configs([tmp_path / "train.toml", tmp_path / "config.json"], model=models.preset("llama3-8b").with_(
+            seq_len=4096))
+
+
+def test_detect_format(tmp_path):
+    assert detect_format(DATA / "nemo1_gpt3_5b.yaml") == "nemo1"
+    assert detect_format(DATA / "foundry_mpt_1b.yaml") == "llm-foundry"
+    assert detect_format(DATA / "torchtitan_llama3_70b.toml") == "torchtitan"
+    assert detect_format(DATA / "maxtext_llama2_70b_v5p.args") == "maxtext"
+    (tmp_path / "run.sh").write_text("torchrun --nproc-per-node 8 pretrain_gpt.py \\\n  --tensor-model-parallel-size 2 \\\n"
+                                     "  --global-batch-size 8  # comment\n")
+    assert detect_format(tmp_path / "run.sh") == "megatron-args"
+    rc = read_config(tmp_path / "run.sh", model=models.preset("gpt3-1.3b"))
+    assert rc.resolve(8).spec.tp == 2
+    (tmp_path / "bridge.args").write_text("train.global_batch_size=8 model.tensor_model_parallel_size=2\n")
+    assert detect_format(tmp_path / "bridge.args") == "megatron-bridge"
+    (tmp_path / "x.yaml").write_text("foo: 1\n")
+    with pytest.raises(ValueError, match="cannot place"):
+        detect_format(tmp_path / "x.yaml")
+    (tmp_path / "x.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ValueError, match="YAML mapping"):
+        read_config(tmp_path / "x.yaml", fmt="maxtext")
+
+
+def _csv(tmp_path, rows, header="id,group,model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip"):
+    p = tmp_path / "measured.csv"
+    p.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return p
+
+
+def test_check_runs_csv(tmp_path):
+    """Two runs of a user's CSV: each error is predicted / measured - 1 of the model's own
+    prediction, the group's MAE and mean signed error their plain averages; a run cosearch
+    cannot describe is listed with its reason."""
+    from cosearch import cluster, hardware
+    from cosearch.engine import MEGATRON_CORE
+    from cosearch.plan import PlanSpec
+    p = _csv(tmp_path, ["a,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,4000", "b,g,gpt3-1.3b,dgx-a100,16,2,1,2,64,3000",
+                        "c,g,no-such-model,dgx-a100,8,1,1,4,64,1000"])
+    res = check_runs(p)
+    m, chip = models.preset("gpt3-1.3b"), hardware.preset("A100-80GB")
+    pa = evaluate(m, chip, cluster.dgx_a100(1), PlanSpec(8, 1, 1, 4, flash_attention=True), 64, engine=MEGATRON_CORE)
+    pb = evaluate(m, chip, cluster.dgx_a100(2), PlanSpec(8, 2, 1, 2, flash_attention=True), 64, engine=MEGATRON_CORE)
+    ea, eb = pa.tokens_per_s / 8 / 4000 - 1, pb.tokens_per_s / 16 / 3000 - 1
+    assert [r.error for r in res.runs] == pytest.approx([ea, eb])
+    g = res.groups()["g"]
+    assert g["n"] == 2 and g["mae"] == pytest.approx((abs(ea) + abs(eb)) / 2)
+    assert g["mean_signed"] == pytest.approx((ea + eb) / 2)
+    assert res.refused[0][0] == "c" and "no-such-model" in res.refused[0][1]
+    assert "MAE" in res.table()
+    res.to_json(tmp_path / "r.json")
+    with pytest.raises(FileExistsError):
+        res.to_json(tmp_path / "r.json")
+    with pytest.raises(ValueError, match="unknown columns colour"):
+        check_runs(_csv(tmp_path, ["a,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,4000,red"],
+                        "id,group,model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip,colour"))
+
+
+def test_check_runs_jsonl_reads_the_validation_schema(tmp_path):
+    row = dict(id="r1", model="m", arch="llama2-style: SwiGLU, RoPE, RMSNorm, MHA, untied output", layers=4,
+               hidden=1024, heads=8, kv_heads=8, ffn=2816, vocab=32000, seq=2048, head_dim=None, ep=1, cp=1,
+               vp=None, zero=0, zero_group=None, sp=False, offload=None, recompute="none", precision="BF16",
+               accel="H100-SXM-80GB", n_gpus=8, dp=8, tp=1, pp=1, mbs=1, gbs=8, ga=1, tok_s_gpu=1000.0,
+               software="NeMo 26.04 container (Megatron-Bridge + Megatron-Core)")
+    p = tmp_path / "m.jsonl"
+    p.write_text(json.dumps(row) + "\n" + json.dumps(dict(row, id="r2", accel="Z9000")) + "\n")
+    res = check_runs(p)
+    assert [r.id for r in res.runs] == ["r1"] and res.refused == (("r2", "chip 'Z9000' has no preset"),)
+    d = read_row(row).resolve()
+    pred = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine).tokens_per_s / 8
+    assert res.runs[0].predicted_tok_s_per_chip == pytest.approx(pred)
+
+
+def test_cli_plan_from_and_runs_check(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "cosearch", "plan", "--from", str(DATA / "torchtitan_llama3_70b.toml"),
+                          "training.local_batch_size=4", "--cluster", "dgx-a100", "--nodes", "8"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "read from torchtitan TOML" in out.stderr and "dp8 tp8 pp1 mb4" in out.stdout
+    p = _csv(tmp_path, ["a,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,4000"])
+    out = subprocess.run([sys.executable, "-m", "cosearch", "runs", "check", str(p), "--plot", "s.png"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "s.png").stat().st_size > 0 and "all" in out.stdout
