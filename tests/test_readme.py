@@ -1,4 +1,4 @@
-"""README's command blocks run as a user would run them (bash lines through the shell, Python
+"""README's and the docs' command blocks run as a user would run them (bash lines through the shell, Python
 blocks as scripts without a main guard), at small sizes where a block is expensive, so README
 cannot drift from the code.  Blocks that install, run this suite, run the benchmarks or start a
 Flower deployment (tests/test_flower.py runs that one) are listed and skipped."""
@@ -9,7 +9,12 @@ import re
 import subprocess
 import sys
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: README and the docs, in the order a reader meets them; their blocks run in this order in one
+#: folder (the docs reuse README's results.json).
+DOCS = [README] + [ROOT / "docs" / f for f in ("install.md", "co-search.md", "performance-model.md",
+                                                "federated-learning.md", "output.md", "benchmarks.md")]
 
 #: (text in README, what the test runs instead): the same commands at small sizes.
 SMALLER = [
@@ -31,7 +36,7 @@ SKIP = ("pip install", "--benchmark-only", "flower-superlink")
 
 
 def _blocks():
-    text = README.read_text()
+    text = "\n".join(p.read_text() for p in DOCS)
     out = []
     for lang, body in re.findall(r"```(\w*)\n(.*?)```", text, re.S):
         if lang not in ("bash", "python") or any(s in body for s in SKIP):
