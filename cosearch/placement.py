@@ -221,6 +221,206 @@ def _check_group(name: str, g):
     return None if g is None else v.positive_int(name, g, v.MAX_CHIPS)
 
 
+@dataclass(frozen=True)
+class _Options:
+    """The validated option space of one :func:`search_plans` call (what its phases share)."""
+
+    model: ModelConfig
+    chip: Accelerator
+    cluster: Cluster
+    global_batch: int
+    top_k: int
+    mem: memory.MemoryConfig
+    engine: Engine
+    flash_attention: bool
+    tps: tuple
+    mbs: tuple
+    sps: tuple
+    virt: tuple
+    zeros: tuple
+    modes: np.ndarray
+    cps: tuple
+    precs: tuple
+    groups: tuple
+    eps: tuple
+
+    def combinations(self) -> list[tuple[int, str, int, int]]:
+        """(cp, precision, ep, configurations in its table) of every option combination with a
+        configuration."""
+        out = []
+        for c in self.cps:
+            for e in self.eps:
+                n_cfg = count_configurations(self.model, self.cluster.num_chips, self.global_batch, self.tps,
+                                             self.mbs, self.sps, self.virt, self.zeros, c, self.groups, e)
+                out += [(c, p, e, n_cfg) for p in self.precs if n_cfg]
+        return out
+
+    def table(self, c: int, e: int) -> np.ndarray:
+        return configurations(self.model, self.cluster.num_chips, self.global_batch, self.tps, self.mbs, self.sps,
+                              self.virt, self.zeros, c, self.groups, e)
+
+
+def _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
+                       sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
+                       zero_group, expert_parallel) -> _Options:
+    """Phase 1: every option checked and expanded to the values to try."""
+    from .graph import PRECISIONS, check_context_parallel, check_expert_parallel
+    from .hardware import preset as chip_preset
+    from .models import preset as model_preset
+    from .plan import check_precision
+    model = model_preset(model)
+    chip = chip_preset(chip)
+    cluster = cluster if isinstance(cluster, Cluster) else Cluster(v.positive_int("cluster", cluster, v.MAX_CHIPS))
+    B = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
+    top_k = v.positive_int("top_k", top_k, 10_000)
+    chips = cluster.num_chips
+    tps = v.int_list("tps", tps) if tps is not None else tuple(default_tps(model, chips))
+    for t in tps:
+        if model.heads % t or model.ffn_hidden % t or (model.kv_heads % t and model.kv_heads >= t):
+            raise ValueError(f"tps: tp={t} must divide heads={model.heads} (and ffn_hidden={model.ffn_hidden})")
+    mbs = v.int_list("microbatches", microbatches, v.MAX_BATCH) if microbatches is not None else tuple(divisors(B))
+    bad = [b for b in mbs if B % b]
+    if bad:
+        raise ValueError(f"microbatches {bad} do not divide global_batch={B}")
+    sps = _bools("sequence_parallel", sequence_parallel, (False, True))
+    engine = engine_preset(engine)
+    virt, zeros = _virtuals_and_zeros(virtual_stages, zero, engine)
+    cps = v.int_list("context_parallel", context_parallel) if context_parallel is not None else (1,)
+    for c in cps:
+        check_context_parallel(model, c, flash_attention)
+        check_features(engine, 1, c)
+    precs = _option_list("precision", precision, ("bf16",), lambda n, p: v.choice(n, p, PRECISIONS))
+    for p in precs:
+        check_precision(chip, p)
+    groups = _option_list("zero_group", zero_group, (None,), _check_group)
+    eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
+    for e in eps:
+        check_expert_parallel(model, e)
+    return _Options(model, chip, cluster, B, top_k, mem or memory.MemoryConfig(), engine, bool(flash_attention),
+                    tuple(tps), tuple(mbs), tuple(sps), tuple(virt), tuple(zeros), _modes(recompute), tuple(cps),
+                    tuple(precs), tuple(groups), tuple(eps))
+
+
+def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Phase 2: every combination's unit costs and hardware row."""
+    out = []
+    for c, p, e, _n in combos:
+        u_all = units if units is not None else unit_costs(
+            o.model, o.chip, o.cluster, o.tps, o.mbs, o.sps, o.flash_attention, time_model=time_model,
+            engine=o.engine, context_parallel=c, precision=p, expert_parallel=e)[0]
+        hw = hw_row(o.chip.hbm_bytes, o.chip.hbm_bandwidth_Bps * o.chip.efficiency.memory, o.mem, overlap_dp,
+                    o.engine, p)
+        out.append((u_all, hw))
+    return out
+
+
+def _search_tables(o: _Options, combos, priced, net, prune: bool, cut: float, progress: bool):
+    """Phase 3: the exact search, combination by combination from the smallest lower bound
+    (:func:`table_lower_bound`); a combination whose bound exceeds the k-th best step found is
+    skipped whole, and once k plans are known only the rows whose spread bound can beat the k-th
+    are searched.  Returns (found: (step, combination, row), searched rows per combination,
+    configurations evaluated)."""
+    from ._kernels import dp as kernel
+    chips, B = o.cluster.num_chips, o.global_batch
+    # (one combination and no cutoff: nothing for the bound to skip)
+    bounded = prune and (len(combos) > 1 or math.isfinite(cut))
+    bound = [table_lower_bound(u_all, o.model, chips, B, o.tps, o.mbs, o.sps, o.virt, c, e) if bounded else 0.0
+             for (c, _p, e, _n), (u_all, _hw) in zip(combos, priced)]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=sum(n for *_x, n in combos), desc="plans", unit="cfg", leave=False)
+    found: list[tuple[float, int, int]] = []
+    searched: dict[int, np.ndarray] = {}
+    evaluated = 0
+    try:
+        kth = cut
+        for ci in sorted(range(len(combos)), key=lambda i: (bound[i], i)):
+            if prune and bound[ci] > kth:
+                if bar is not None:
+                    bar.update(combos[ci][3])
+                continue
+            u_all, hw = priced[ci]
+            c, _p, e, n_all = combos[ci]
+            if prune and len(found) >= o.top_k:
+                searched[ci] = admissible_configurations(o.model, chips, B, o.tps, o.mbs, o.sps, o.virt, o.zeros, c,
+                                                         o.groups, e, u_all, kth)
+                if bar is not None:
+                    bar.update(n_all - len(searched[ci]))
+            else:
+                searched[ci] = o.table(c, e)
+            res, _lb, ev = kernel.search(u_all, net, hw, searched[ci], o.model.num_layers, o.modes, o.top_k,
+                                         prune=prune, progress=bar.update if bar is not None else None,
+                                         cutoff=kth)
+            evaluated += int(ev)
+            fin = np.flatnonzero(np.isfinite(res) & (res <= cut))
+            found.extend((float(res[i]), ci, int(i)) for i in fin)
+            if prune and len(found) >= o.top_k:
+                kth = min(kth, sorted(x[0] for x in found)[o.top_k - 1])
+    finally:
+        if bar is not None:
+            bar.close()
+    return found, searched, evaluated
+
+
+def _no_plan_fits(o: _Options, combos, priced, net, total: int, evaluated: int) -> PlacementResult:
+    """Phase 4 when nothing fits: the least memory any plan needs, and what would help."""
+    from ._kernels import dp as kernel
+    need = math.inf
+    for (c, _p, e, _n), (u_all, hw) in zip(combos, priced):
+        need = min(need, float(kernel.min_memory_needed(u_all, net, hw, o.table(c, e), o.model.num_layers, o.modes)))
+    hints = ["more chips"]
+    if 3 not in o.zeros:
+        hints.append("ZeRO-3")
+    if not o.modes[F.RC_FULL]:
+        hints.append("full recompute")
+    if not o.flash_attention:
+        hints.append("flash attention")
+    if True not in o.sps and max(o.tps) > 1:
+        hints.append("sequence parallelism")
+    hints.append("a chip with more HBM")
+    return PlacementResult((), reason=(
+        f"no plan fits {o.chip.hbm_bytes / 2**30:.1f} GiB of HBM per chip on {o.cluster.num_chips} chips: every plan "
+        f"needs at least {need / 2**30:.1f} GiB per chip; try {', '.join(hints)}"),
+        min_memory_needed_bytes=need, configurations=total, evaluated=evaluated)
+
+
+def _plans(o: _Options, found, combos, priced, searched, net, time_model: str) -> list[Plan]:
+    """Phase 4: the best rows as :class:`Plan` s, each re-priced by :func:`plan_from_stages` and
+    checked against the kernel's step time."""
+    from ._kernels import dp as kernel
+    plans = []
+    for step_found, ci, i in sorted(found)[:o.top_k]:      # by step, ties in the combinations' and table's order
+        c_cp, prec, c_ep, _n = combos[ci]
+        u_all, hw = priced[ci]
+        c = searched[ci][i]
+        pp = int(c[kernel.C_PP])
+        counts = np.zeros(pp, dtype=np.int64)
+        rm = np.zeros(pp, dtype=np.int64)
+        u = u_all[c[kernel.C_TI], c[kernel.C_BI], c[kernel.C_SI]]
+        dp = int(c[kernel.C_DP])
+        replicas = dp * c_cp
+        zg = int(c[kernel.C_ZG])
+        step = kernel.config_best(u, net, hw, o.model.num_layers, pp, int(c[kernel.C_V]), int(c[kernel.C_M]),
+                                  float(replicas), int(c[kernel.C_TP]), int(c[kernel.C_Z]), float(zg), o.modes,
+                                  counts, rm)
+        spec = PlanSpec(dp=dp, tp=int(c[kernel.C_TP]), pp=pp, microbatch=int(o.mbs[c[kernel.C_BI]]),
+                        recompute=tuple(F.RECOMPUTE_MODES[r] for r in rm), virtual_stages=int(c[kernel.C_V]),
+                        sequence_parallel=bool(o.sps[c[kernel.C_SI]]), zero=int(c[kernel.C_Z]),
+                        stage_layers=tuple(int(x) for x in counts), flash_attention=o.flash_attention,
+                        context_parallel=c_cp, precision=prec, expert_parallel=c_ep,
+                        zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg)
+        if len(set(spec.recompute)) == 1:
+            spec = spec.with_(recompute=spec.recompute[0])
+        plan = plan_from_stages(o.model, o.chip, o.cluster, spec, o.global_batch, u, net, hw, time_model, o.engine)
+        if not (plan.feasible and math.isclose(plan.step_time_s, step, rel_tol=1e-9)
+                and math.isclose(step, step_found, rel_tol=1e-9)):  # pragma: no cover
+            raise RuntimeError(f"placement kernel and evaluate disagree on {spec.describe()}: "
+                               f"{step} vs {plan.step_time_s}")
+        plans.append(plan)
+    return plans
+
+
 def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster | int, global_batch: int, *,
                  tps: Sequence[int] | None = None, microbatches: Sequence[int] | None = None,
                  recompute: str | Sequence[str] | None = None, virtual_stages: Sequence[int] | None = None,
@@ -249,162 +449,29 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     ``engine``: the training framework (:mod:`cosearch.engine`; default Megatron-LM);
     precomputed ``units`` must have been priced for the same engine.
     """
-    from ._kernels import dp as kernel
-    from .graph import PRECISIONS, check_context_parallel, check_expert_parallel
-    from .hardware import preset as chip_preset
-    from .models import preset as model_preset
-    from .plan import check_precision
-    model = model_preset(model)
-    chip = chip_preset(chip)
-    cluster = cluster if isinstance(cluster, Cluster) else Cluster(v.positive_int("cluster", cluster, v.MAX_CHIPS))
-    B = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
-    top_k = v.positive_int("top_k", top_k, 10_000)
-    mem = mem or memory.MemoryConfig()
-    chips = cluster.num_chips
-    tps = v.int_list("tps", tps) if tps is not None else tuple(default_tps(model, chips))
-    for t in tps:
-        if model.heads % t or model.ffn_hidden % t or (model.kv_heads % t and model.kv_heads >= t):
-            raise ValueError(f"tps: tp={t} must divide heads={model.heads} (and ffn_hidden={model.ffn_hidden})")
-    mbs = v.int_list("microbatches", microbatches, v.MAX_BATCH) if microbatches is not None else tuple(divisors(B))
-    bad = [b for b in mbs if B % b]
-    if bad:
-        raise ValueError(f"microbatches {bad} do not divide global_batch={B}")
-    sps = _bools("sequence_parallel", sequence_parallel, (False, True))
-    engine = engine_preset(engine)
-    virt, zeros = _virtuals_and_zeros(virtual_stages, zero, engine)
-    modes = _modes(recompute)
-    cps = v.int_list("context_parallel", context_parallel) if context_parallel is not None else (1,)
-    for c in cps:
-        check_context_parallel(model, c, flash_attention)
-        check_features(engine, 1, c)
-    precs = _option_list("precision", precision, ("bf16",), lambda n, p: v.choice(n, p, PRECISIONS))
-    for p in precs:
-        check_precision(chip, p)
-    groups = _option_list("zero_group", zero_group, (None,), _check_group)
-    eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
-    for e in eps:
-        check_expert_parallel(model, e)
-    if units is not None and (len(cps) > 1 or len(precs) > 1 or len(eps) > 1):
+    o = _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
+                           sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
+                           zero_group, expert_parallel)
+    if units is not None and (len(o.cps) > 1 or len(o.precs) > 1 or len(o.eps) > 1):
         raise ValueError("precomputed units cover one context-parallel degree, precision and expert-parallel "
-                         f"degree; got context_parallel={list(cps)}, precision={list(precs)}, "
-                         f"expert_parallel={list(eps)}")
-    net = cluster.net_array(chip)
-    combos = []         # (cp, precision, ep, configurations in the table)
-    for c in cps:
-        for e in eps:
-            n_cfg = count_configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups, e)
-            for p in precs:
-                if n_cfg:
-                    combos.append((c, p, e, n_cfg))
+                         f"degree; got context_parallel={list(o.cps)}, precision={list(o.precs)}, "
+                         f"expert_parallel={list(o.eps)}")
+    combos = o.combinations()
     if not combos:
-        return PlacementResult((), reason=(f"no configuration fits {chips} chips with global batch {B} "
-                                           "and the given options"))
-
-    def table(ci):
-        c, _p, e, _n = combos[ci]
-        return configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups, e)
-    searched = {}       # combination -> the table rows it searched (its admissible ones once a bound is known)
+        return PlacementResult((), reason=(f"no configuration fits {o.cluster.num_chips} chips with global batch "
+                                           f"{o.global_batch} and the given options"))
+    net = o.cluster.net_array(o.chip)
     total = sum(n for *_x, n in combos)
     cut = math.inf if cutoff_s is None else float(cutoff_s)
-    # every option combination's unit costs and a lower bound on all its plans (table_lower_bound):
-    # the combinations are searched from the smallest bound, and one whose bound exceeds the k-th
-    # best step found is skipped whole (its configuration table never built)
-    priced = []
-    for c, p, e, _n in combos:
-        u_all = units if units is not None else unit_costs(
-            model, chip, cluster, tps, mbs, sps, flash_attention, time_model=time_model, engine=engine,
-            context_parallel=c, precision=p, expert_parallel=e)[0]
-        hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine, p)
-        priced.append((u_all, hw))
-    # (one combination and no cutoff: nothing for the bound to skip)
-    bounded = prune and (len(combos) > 1 or math.isfinite(cut))
-    bound = [table_lower_bound(u_all, model, chips, B, tps, mbs, sps, virt, c, e) if bounded else 0.0
-             for (c, _p, e, _n), (u_all, _hw) in zip(combos, priced)]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=total, desc="plans", unit="cfg", leave=False)
-    found = []          # (step, combo index, row)
-    evaluated = 0
-    need = math.inf
-    try:
-        kth = cut
-        for ci in sorted(range(len(combos)), key=lambda i: (bound[i], i)):
-            if prune and bound[ci] > kth:
-                if bar is not None:
-                    bar.update(combos[ci][3])
-                continue
-            u_all, hw = priced[ci]
-            c, _p, e, n_all = combos[ci]
-            if prune and len(found) >= top_k:    # only the rows whose spread bound can beat the k-th plan
-                searched[ci] = admissible_configurations(model, chips, B, tps, mbs, sps, virt, zeros, c, groups,
-                                                         e, u_all, kth)
-                if bar is not None:
-                    bar.update(n_all - len(searched[ci]))
-            else:
-                searched[ci] = table(ci)
-            res, _lb, ev = kernel.search(u_all, net, hw, searched[ci], model.num_layers, modes, top_k,
-                                         prune=prune, progress=bar.update if bar is not None else None,
-                                         cutoff=kth)
-            evaluated += int(ev)
-            fin = np.flatnonzero(np.isfinite(res) & (res <= cut))
-            found.extend((float(res[i]), ci, int(i)) for i in fin)
-            if prune and len(found) >= top_k:
-                kth = min(kth, sorted(x[0] for x in found)[top_k - 1])
-    finally:
-        if bar is not None:
-            bar.close()
+    priced = _price(o, combos, units, time_model, overlap_dp)
+    found, searched, evaluated = _search_tables(o, combos, priced, net, prune, cut, progress)
     if not found and math.isfinite(cut) and prune:
         return PlacementResult((), reason=f"no plan is faster than the cutoff {cut:.6g} s",
                                configurations=total, evaluated=evaluated, cut_off=True)
     if not found:
-        for ci, (u_all, hw) in enumerate(priced):
-            need = min(need, float(kernel.min_memory_needed(u_all, net, hw, table(ci), model.num_layers, modes)))
-        hints = ["more chips"]
-        if 3 not in zeros:
-            hints.append("ZeRO-3")
-        if not modes[F.RC_FULL]:
-            hints.append("full recompute")
-        if not flash_attention:
-            hints.append("flash attention")
-        if True not in sps and max(tps) > 1:
-            hints.append("sequence parallelism")
-        hints.append("a chip with more HBM")
-        return PlacementResult((), reason=(
-            f"no plan fits {chip.hbm_bytes / 2**30:.1f} GiB of HBM per chip on {chips} chips: every plan needs at "
-            f"least {need / 2**30:.1f} GiB per chip; try {', '.join(hints)}"),
-            min_memory_needed_bytes=need, configurations=total, evaluated=evaluated)
-    found.sort()        # by step, ties in the combinations' and the table's order
-    plans = []
-    for step_found, ci, i in found[:top_k]:
-        c_cp, prec, c_ep, _n = combos[ci]
-        u_all, hw = priced[ci]
-        c = searched[ci][i]
-        pp = int(c[kernel.C_PP])
-        counts = np.zeros(pp, dtype=np.int64)
-        rm = np.zeros(pp, dtype=np.int64)
-        u = u_all[c[kernel.C_TI], c[kernel.C_BI], c[kernel.C_SI]]
-        dp = int(c[kernel.C_DP])
-        replicas = dp * c_cp
-        zg = int(c[kernel.C_ZG])
-        step = kernel.config_best(u, net, hw, model.num_layers, pp, int(c[kernel.C_V]), int(c[kernel.C_M]),
-                                  float(replicas), int(c[kernel.C_TP]), int(c[kernel.C_Z]), float(zg), modes,
-                                  counts, rm)
-        spec = PlanSpec(dp=dp, tp=int(c[kernel.C_TP]), pp=pp, microbatch=int(mbs[c[kernel.C_BI]]),
-                        recompute=tuple(F.RECOMPUTE_MODES[r] for r in rm), virtual_stages=int(c[kernel.C_V]),
-                        sequence_parallel=bool(sps[c[kernel.C_SI]]), zero=int(c[kernel.C_Z]),
-                        stage_layers=tuple(int(x) for x in counts), flash_attention=bool(flash_attention),
-                        context_parallel=c_cp, precision=prec, expert_parallel=c_ep,
-                        zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg)
-        if len(set(spec.recompute)) == 1:
-            spec = spec.with_(recompute=spec.recompute[0])
-        plan = plan_from_stages(model, chip, cluster, spec, B, u, net, hw, time_model, engine)
-        if not (plan.feasible and math.isclose(plan.step_time_s, step, rel_tol=1e-9)
-                and math.isclose(step, step_found, rel_tol=1e-9)):  # pragma: no cover
-            raise RuntimeError(f"placement kernel and evaluate disagree on {spec.describe()}: "
-                               f"{step} vs {plan.step_time_s}")
-        plans.append(plan)
-    return PlacementResult(tuple(plans), configurations=total, evaluated=evaluated)
+        return _no_plan_fits(o, combos, priced, net, total, evaluated)
+    return PlacementResult(tuple(_plans(o, found, combos, priced, searched, net, time_model)),
+                           configurations=total, evaluated=evaluated)
 
 
 #: Plan options the co-search explores per design by default (the full space is

@@ -282,7 +282,7 @@ def test_memory_helper_is_unchanged_for_groups():
 
 # ------------------------------------------------------------------ Megatron argument lines and the CLI
 def test_megatron_args_hand_read():
-    from cosearch.megatron_args import parse_megatron_args
+    from cosearch.runs.megatron import parse_megatron_args
     m = models.preset("llama2-7b")
     line = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size=4 --context-parallel-size 2 "
             "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 256 "

@@ -1,0 +1,81 @@
+"""Accelerators, by concern: :mod:`.efficiency` (kernel efficiency and its sourced constants),
+:mod:`.chips` (:class:`Accelerator` and the chip presets), :mod:`.area` (area/power models),
+:mod:`.space` (:class:`SearchSpace`).  Every public name is importable from ``cosearch.hardware``."""
+
+from __future__ import annotations
+
+from .area import (  # noqa: F401
+    PHAZE_CLOCK_HZ,
+    PHAZE_GLB_WORDS_PER_CYCLE,
+    AreaPowerModel,
+    PhazeAreaModel,
+    phaze_glb_words,
+    phaze_l1_bytes,
+)
+from .chips import (  # noqa: F401
+    A100,
+    A100_80GB,
+    B200,
+    GB200,
+    GB300,
+    H100,
+    H100_500W,
+    H200,
+    PRESETS,
+    Accelerator,
+    TPUv4,
+    TPUv5e,
+    TPUv5p,
+    design_array,
+    phaze_reference,
+    preset,
+    preset_names,
+)
+from .efficiency import (  # noqa: F401
+    ATTENTION_HEAD_OVERHEAD,
+    ATTENTION_HEAD_OVERHEAD_FA2,
+    ATTENTION_KERNELS,
+    ATTENTION_OVERHEAD_BWD,
+    ATTENTION_OVERHEAD_FWD,
+    BOOST_CLOCK_H100,
+    CAST_KERNELS,
+    DESIGN_FIELDS,
+    EFF_FIELDS,
+    EFFICIENCY_SOURCES,
+    FA1_TRITON_SPEED,
+    FP4_RATE_BLACKWELL,
+    FP8_RATE_BLACKWELL,
+    FP8_RATE_H100,
+    FP8_RATE_H100_500W,
+    IDEAL,
+    INDUCTOR_AMAX_BPS_PER_SM,
+    INDUCTOR_CAST_PASSES_S,
+    INDUCTOR_CAST_SMS,
+    INDUCTOR_CAST_STREAM,
+    STREAM_K_FIXUP_H100,
+    SUSTAINED_CLOCK_A100,
+    SUSTAINED_CLOCK_BLACKWELL,
+    SUSTAINED_CLOCK_H100,
+    SUSTAINED_CLOCK_H100_500W,
+    TPU5_TENSOR,
+    GiB,
+    KernelEfficiency,
+    KiB,
+    MiB,
+)
+from .space import (  # noqa: F401
+    AREA_MODELS,
+    HBM_SCENARIO_BPS,
+    MAX_FIELD_VALUES,
+    MAX_GRID_DESIGNS,
+    MAX_SPACE_FILE_BYTES,
+    SPACE_FILE_FIELDS,
+    SearchSpace,
+    named_area_model,
+)
+
+__all__ = [
+    "Accelerator", "AreaPowerModel", "PhazeAreaModel", "SearchSpace", "KernelEfficiency", "AREA_MODELS", "named_area_model",
+    "TPUv4", "A100", "A100_80GB", "H100", "H100_500W", "PRESETS", "preset", "preset_names",
+    "DESIGN_FIELDS", "design_array", "IDEAL", "EFFICIENCY_SOURCES",
+]

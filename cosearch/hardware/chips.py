@@ -1,0 +1,343 @@
+"""Accelerator chips: :class:`Accelerator` and the chip presets.
+
+An :class:`Accelerator` is one chip: ``tensor_cores`` systolic arrays of
+``systolic_rows x systolic_cols`` multiply-accumulate PEs, ``vector_units``
+SIMD units of ``vector_width`` lanes, per-core L1 and shared L2 SRAM, HBM
+capacity and bandwidth, and chip-to-chip link bandwidth.
+
+Presets (published specs; the "cores" of a GPU are its tensor cores, modelled
+as small systolic arrays with the same MACs/clock):
+
+* ``TPUv4`` — 2 TensorCores x 4 MXUs of 128x128 at 1050 MHz (275 TFLOP/s bf16),
+  2 x 8x128-lane VPUs, 32 MiB VMEM (4 MiB per MXU), 128 MiB CMEM, 32 GiB HBM2 at
+  1200 GB/s, 6 ICI links x 50 GB/s (Jouppi et al., ISCA 2023).
+* ``A100`` (SXM4 40GB) — 432 tensor cores x 256 MAC/clk (16x16) at 1410 MHz
+  (312 TFLOP/s), 108 SMs x 64 FP32 lanes, 192 KiB L1 per SM (48 KiB per tensor
+  core), 40 MiB L2, 40 GiB HBM2 at 1555 GB/s, NVLink 3 at 300 GB/s per direction
+  (600 GB/s is the two-way total; NVIDIA A100 whitepaper).
+* ``A100-80GB`` (SXM4 80GB) — as ``A100`` with 80 GiB HBM2e at 2039 GB/s
+  (NVIDIA A100 datasheet).
+* ``H100`` (SXM5 80GB) — 528 tensor cores x 512 MAC/clk (16x32) at 1830 MHz
+  (989 TFLOP/s dense bf16), 132 SMs x 128 FP32 lanes, 256 KiB L1 per SM (64 KiB
+  per tensor core), 50 MiB L2, 80 GiB HBM3 at 3350 GB/s, NVLink 4 at 450 GB/s per
+  direction (NVIDIA H100 whitepaper).
+* ``H100-500W`` — an H100 held at 500 W with 96 GB of HBM2e at 2.4 TB/s (Meta's Grand
+  Teton parts, torchtitan's performance page): the H100's compute at its 500 W sustained
+  clock and FP8 rate, both from FBGEMM's "H100 500W" GEMMs.
+
+Link bandwidths are per chip and per direction.  Each preset carries a
+:class:`KernelEfficiency` — what its kernels achieve of the roofline — with the
+source of every constant in :data:`EFFICIENCY_SOURCES`.
+
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import MISSING, asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .._validate import MAX_HZ, MIN_HZ, bandwidth, in_range
+from .area import (
+    PHAZE_CLOCK_HZ,
+    PHAZE_GLB_WORDS_PER_CYCLE,
+    AreaPowerModel,
+    PhazeAreaModel,
+    phaze_l1_bytes,
+)
+from .efficiency import (
+    _A100_EFF,
+    _BLACKWELL_EFF,
+    _H100_EFF,
+    _TPU5_EFF,
+    DESIGN_FIELDS,
+    EFFICIENCY_SOURCES,
+    FP4_RATE_BLACKWELL,
+    FP8_RATE_H100_500W,
+    IDEAL,
+    SUSTAINED_CLOCK_H100_500W,
+    GiB,
+    KernelEfficiency,
+    KiB,
+    MiB,
+)
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator chip.  All sizes in bytes, bandwidths in bytes/s, clock in Hz."""
+
+    name: str
+    tensor_cores: int
+    systolic_rows: int
+    systolic_cols: int
+    vector_units: int
+    vector_width: int
+    clock_hz: float
+    l1_bytes: float
+    l2_bytes: float
+    hbm_bytes: float
+    hbm_bandwidth_Bps: float
+    link_bandwidth_Bps: float
+    efficiency: KernelEfficiency = field(default=IDEAL, compare=True)
+    #: per-direction bandwidth to host memory (activation offload); PCIe Gen4 x16 by default
+    host_link_Bps: float = 32e9
+    #: operand bandwidth from the global buffer (L2) to the tensor cores, bytes/s; 0: not
+    #: modelled (GPU presets, whose measured kernel efficiencies include it)
+    glb_Bps: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.glb_Bps, bool) or not (isinstance(self.glb_Bps, (int, float, np.floating))
+                                                  and math.isfinite(self.glb_Bps) and self.glb_Bps >= 0):
+            raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
+                             f"got {self.glb_Bps!r}")
+        object.__setattr__(self, "glb_Bps", float(self.glb_Bps))
+        if isinstance(self.host_link_Bps, bool) or not isinstance(self.host_link_Bps, (int, float, np.floating)):
+            raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
+        bandwidth("Accelerator.host_link_Bps", self.host_link_Bps)
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.efficiency, KernelEfficiency):
+            raise ValueError(f"Accelerator.efficiency must be a KernelEfficiency, got {self.efficiency!r}")
+        for f in ("tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width"):
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(x) or int(x) != x or x <= 0:
+                raise ValueError(f"Accelerator.{f} must be a positive integer, got {x!r}")
+            object.__setattr__(self, f, int(x))
+        for f in ("clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps",
+                  "link_bandwidth_Bps"):
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(x) or x <= 0:
+                raise ValueError(f"Accelerator.{f} must be a positive finite number, got {x!r}")
+            object.__setattr__(self, f, float(x))
+        in_range("Accelerator.clock_hz", self.clock_hz, MIN_HZ, MAX_HZ, "Hz")
+        for f in ("hbm_bandwidth_Bps", "link_bandwidth_Bps"):
+            bandwidth(f"Accelerator.{f}", getattr(self, f))
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak tensor-unit FLOP/s (2 FLOPs per MAC)."""
+        return 2.0 * self.tensor_cores * self.systolic_rows * self.systolic_cols * self.clock_hz
+
+    @property
+    def supports_fp8(self) -> bool:
+        """Whether the chip has FP8 tensor cores (its kernel model has an FP8 rate)."""
+        return self.efficiency.fp8_rate > 0.0
+
+    @property
+    def supports_fp4(self) -> bool:
+        """Whether the chip has NVFP4 tensor cores (its kernel model has an FP4 rate)."""
+        return self.efficiency.fp4_rate > 0.0
+
+    @property
+    def peak_vector_flops(self) -> float:
+        return float(self.vector_units * self.vector_width * self.clock_hz)
+
+    def as_array(self) -> np.ndarray:
+        """The design as one row in :data:`DESIGN_FIELDS` order."""
+        return np.array([float(getattr(self, f)) for f in DESIGN_FIELDS], dtype=np.float64)
+
+    @classmethod
+    def from_array(cls, row: Sequence[float], name: str = "design",
+                   efficiency: KernelEfficiency = IDEAL) -> Accelerator:
+        """The design of one :data:`DESIGN_FIELDS` row (a row without the last field,
+        ``glb_Bps``, as written before it existed, reads as 0: not modelled)."""
+        vals = [float(x) for x in row]
+        if len(vals) not in (len(DESIGN_FIELDS), len(DESIGN_FIELDS) - 1):
+            raise ValueError(f"a design row has {len(DESIGN_FIELDS)} fields ({', '.join(DESIGN_FIELDS)}), "
+                             f"got {len(vals)}")
+        n = len(DESIGN_FIELDS) - 1                      # the positional fields before glb_Bps
+        return cls(name, *vals[:n], efficiency=efficiency, glb_Bps=vals[n] if len(vals) > n else 0.0)
+
+    def with_(self, **changes: Any) -> Accelerator:
+        return replace(self, **changes)
+
+    def _unbounded(self, **changes: float) -> Accelerator:
+        """A copy with fields set outside the plausible ranges, unvalidated: for pricing one
+        part of the roofline alone (an infinite bandwidth or clock), never for a user's chip."""
+        import copy
+        c = copy.copy(self)
+        for k, x in changes.items():
+            object.__setattr__(c, k, float(x))
+        return c
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Accelerator:
+        """An accelerator from :meth:`to_dict`'s fields (a chip JSON file); an unknown or missing
+        field is refused by name, and every value is validated as the constructor does."""
+        from dataclasses import fields
+        if not isinstance(d, dict):
+            raise ValueError(f"a chip description must be an object, got {type(d).__name__}")
+        d = dict(d)
+        if "efficiency" not in d:
+            raise ValueError("chip: no 'efficiency' given. Choose one: \"efficiency\": \"ideal\" (the roofline "
+                             "with no kernel losses: datasheet numbers priced this way run far faster than the "
+                             "real chip), the name of a preset whose measured kernels it shares (e.g. \"H100\"), "
+                             "or an object of KernelEfficiency fields (cosearch calibrate writes one)")
+        eff = d.pop("efficiency")
+        if isinstance(eff, str):
+            if eff.lower() == "ideal":
+                import warnings
+                warnings.warn(f"chip {d.get('name', '?')!r}: \"efficiency\": \"ideal\" prices every kernel at the "
+                              "roofline, with no kernel losses", stacklevel=2)
+                eff_obj = IDEAL
+            else:
+                try:
+                    eff_obj = preset(eff).efficiency
+                except ValueError as exc:
+                    raise ValueError(f"chip: 'efficiency' {eff!r} is neither \"ideal\" nor a preset ({exc})") from None
+            eff = None
+        else:
+            eff_obj = None
+        known = {f.name for f in fields(cls)} - {"efficiency"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"chip: unknown field(s) {unknown}; known: {sorted(known | {'efficiency'})}")
+        missing = sorted(f.name for f in fields(cls) if f.name in known and f.name not in d
+                         and f.default is MISSING)
+        if missing:
+            raise ValueError(f"chip: missing field(s) {missing}")
+        if eff_obj is None:
+            if not isinstance(eff, dict):
+                raise ValueError("chip: 'efficiency' must be \"ideal\", a preset's name or an object of "
+                                 "KernelEfficiency fields")
+            ekeys = {f.name for f in fields(KernelEfficiency)}
+            bad = sorted(set(eff) - ekeys)
+            if bad:
+                raise ValueError(f"chip: unknown efficiency field(s) {bad}; known: {sorted(ekeys)}")
+            text = {f.name for f in fields(KernelEfficiency) if f.type in ("str", str)}
+            for k, x in eff.items():
+                if k in text:
+                    if not isinstance(x, str):
+                        raise ValueError(f"chip: efficiency field {k!r} must be text, got {x!r}")
+                elif isinstance(x, (str, list, dict, bool)) or x is None:
+                    raise ValueError(f"chip: efficiency field {k!r} must be a number, got {x!r}")
+            eff_obj = KernelEfficiency(**eff)
+        for k, x in d.items():
+            if k != "name" and (x is None or isinstance(x, (str, list, dict, bool))):
+                raise ValueError(f"chip: field {k!r} must be a number, got {x!r}")
+        return cls(**d, efficiency=eff_obj)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> Accelerator:
+        """A chip from a JSON file of :meth:`to_dict`'s fields."""
+        from .._json import read_json_file
+        return cls.from_dict(read_json_file(path, "chip"))
+
+    def area_mm2(self, model: AreaPowerModel | PhazeAreaModel | None = None) -> float:
+        return float((model or AreaPowerModel()).area_mm2(self.as_array()[None, :])[0])
+
+    def power_w(self, model: AreaPowerModel | PhazeAreaModel | None = None) -> float:
+        return float((model or AreaPowerModel()).power_w(self.as_array()[None, :])[0])
+
+
+
+TPUv4 = Accelerator("TPUv4", 8, 128, 128, 2, 1024, 1.05e9, 4 * MiB, 128 * MiB, 32 * GiB,
+                    1.2e12, 3.0e11, glb_Bps=PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * PHAZE_CLOCK_HZ)
+A100 = Accelerator("A100", 432, 16, 16, 108, 64, 1.41e9, 48 * KiB, 40 * MiB, 40 * GiB,
+                   1.555e12, 3.0e11, _A100_EFF)
+A100_80GB = A100.with_(name="A100-80GB", hbm_bytes=80 * GiB, hbm_bandwidth_Bps=2.039e12)
+# host links (activation offload), per direction: PCIe Gen4 x16 32 GB/s (A100), Gen5 x16 64 GB/s
+# (H100, H200, B200 in HGX/DGX); a GB200/GB300 superchip's NVLink-C2C, 900 GB/s bidirectional,
+# shared by its two GPUs: 225 GB/s per GPU per direction (NVIDIA GB200 NVL72 specifications)
+H100 = Accelerator("H100", 528, 16, 32, 132, 128, 1.83e9, 64 * KiB, 50 * MiB, 80 * GiB,
+                   3.35e12, 4.5e11, _H100_EFF, host_link_Bps=64e9)
+
+# Datasheet chips of 2023-2025.  The tensor rate is cores x rows x cols x clock, with the
+# "clock" chosen so that the product is the datasheet's dense BF16 peak (the array shape is a
+# modelling choice for GPUs; only the peak and the SM count enter the GEMM model).
+#: H200 SXM: H100's compute, 141 GB HBM3e at 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet).
+H200 = H100.with_(name="H200", hbm_bytes=141e9, hbm_bandwidth_Bps=4.8e12)
+#: H100 at 500 W with 96 GB of HBM2e (Meta's Grand Teton H100s, on which torchtitan's performance
+#: page was measured: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power
+#: limit", pytorch/torchtitan docs/performance.md): the H100's compute and kernels at the 500 W
+#: sustained clock and FP8 rate (SUSTAINED_CLOCK_H100_500W, FP8_RATE_H100_500W, from FBGEMM's
+#: "H100 500W" GEMMs).
+H100_500W = H100.with_(name="H100-500W", hbm_bytes=96e9, hbm_bandwidth_Bps=2.4e12,
+                       efficiency=replace(_H100_EFF, sustained_clock=SUSTAINED_CLOCK_H100_500W,
+                                          fp8_rate=FP8_RATE_H100_500W,
+                                          source=_H100_EFF.source + "  " + EFFICIENCY_SOURCES["H100-500W"]))
+#: B200 (HGX/DGX B200): 2.25 PFLOP/s dense BF16, 4.5 dense FP8, 180 GB HBM3e at 8 TB/s, NVLink 5 at
+#: 1.8 TB/s bidirectional (900 GB/s per direction), 148 SMs (NVIDIA DGX B200 datasheet: 72 PFLOP/s
+#: FP8 training and 1,440 GB for 8 GPUs; HGX B200 specifications).  L2 assumed 2 x 50 MB (two dies).
+B200 = Accelerator("B200", 592, 16, 64, 148, 128, 2.25e15 / (2 * 592 * 16 * 64), 228 * KiB, 100 * MiB, 180e9,
+                   8.0e12, 9.0e11, _BLACKWELL_EFF, host_link_Bps=64e9)
+#: GB200 (one Blackwell GPU of a GB200 NVL72): 2.5 PFLOP/s dense BF16, 5 dense FP8, 186 GB HBM3e
+#: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72 GPUs).
+GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=186e9, host_link_Bps=225e9)
+#: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s,
+#: dense NVFP4 15 PFLOP/s, 1.5x the GB200's 10 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4
+#: dense per 72), so 1.5x Blackwell's measured NVFP4 rate.
+GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
+                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
+#: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
+#: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).  Google's
+#: HBM "GB" are binary, as NVIDIA's 40 and 80 GB are (the A100/H100 presets): a v6e, "32 GB",
+#: hands its runtime 33,550,237,696 bytes (31.25 GiB; vllm-project/vllm #16211's usage log), more
+#: than 32e9; so 16 GiB here, and 95 GiB for the v5p.
+TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 16 * GiB, 8.19e11, 5.0e10, _TPU5_EFF)
+#: TPU v5p: 459 TFLOP/s BF16 from 2 TensorCores x 4 MXUs of 128 x 128 at 1.75 GHz, 95 GB HBM2e at
+#: 2,765 GB/s, ICI 4,800 Gb/s per chip over 6 links (100 GB/s each) (Google Cloud TPU v5p documentation).
+TPUv5p = Accelerator("TPUv5p", 8, 128, 128, 8, 1024, 1.75e9, 4 * MiB, 96 * MiB, 95 * GiB, 2.765e12, 1.0e11,
+                     _TPU5_EFF)
+PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100,
+                                   "h100-500w": H100_500W, "h200": H200,
+                                   "b200": B200, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
+
+
+def preset_names() -> list[str]:
+    return [a.name for a in PRESETS.values()]
+
+
+def preset(name: str | Accelerator) -> Accelerator:
+    """Accelerator preset by name (case-insensitive): TPUv4, A100, A100-80GB, H100, H100-500W, H200,
+    B200, GB200, GB300, TPUv5e, TPUv5p."""
+    if isinstance(name, Accelerator):
+        return name
+    key = str(name).lower().replace("_", "-")
+    if key not in PRESETS:
+        raise ValueError(f"unknown accelerator preset {name!r}; known presets: {', '.join(preset_names())}")
+    return PRESETS[key]
+
+
+def design_array(designs: Sequence[Accelerator] | np.ndarray) -> np.ndarray:
+    """Stack accelerators (or validate an array) into a (designs, len(DESIGN_FIELDS)) array."""
+    if isinstance(designs, np.ndarray):
+        arr = np.ascontiguousarray(designs, dtype=np.float64)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim == 2 and arr.shape[1] == len(DESIGN_FIELDS) - 1:
+            # written before glb_Bps existed: the on-chip bandwidth is not modelled
+            arr = np.ascontiguousarray(np.hstack([arr, np.zeros((len(arr), 1))]))
+        if arr.ndim != 2 or arr.shape[1] != len(DESIGN_FIELDS):
+            raise ValueError(f"design array must have shape (n, {len(DESIGN_FIELDS)}), got {arr.shape}")
+        body = arr[:, :-1]
+        if not np.all(np.isfinite(arr)) or np.any(body <= 0) or np.any(arr[:, -1] < 0):
+            bad = np.argwhere(~np.isfinite(arr) | np.hstack([body <= 0, arr[:, -1:] < 0]))[0]
+            what = "negative" if bad[1] == len(DESIGN_FIELDS) - 1 else "non-positive"
+            raise ValueError(f"design {bad[0]} has {what} {DESIGN_FIELDS[bad[1]]}={arr[tuple(bad)]}")
+        return arr
+    if isinstance(designs, Accelerator):
+        designs = [designs]
+    return np.stack([d.as_array() for d in designs]) if len(designs) else np.zeros((0, len(DESIGN_FIELDS)))
+
+
+
+def phaze_reference(hbm_bytes: float = 32 * GiB, hbm_Bps: float = 1.2e12) -> Accelerator:
+    """PHAZE's area reference (``max_acc_config``): 8 tensor cores of 128 x 128, 2 vector
+    cores of 128 lanes, a 128 MiB global buffer, PHAZE's per-core buffers, at 1.05 GHz,
+    with the run's HBM and TPUv4's 300 GB/s of chip links."""
+    return Accelerator("PHAZE-reference", 8, 128, 128, 2, 128, PHAZE_CLOCK_HZ, phaze_l1_bytes(128, 128),
+                       128 * MiB, hbm_bytes, hbm_Bps, 3.0e11,
+                       glb_Bps=PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * PHAZE_CLOCK_HZ)
+
+

@@ -1,0 +1,457 @@
+"""Kernel efficiency: what a chip's kernels achieve of the roofline (:class:`KernelEfficiency`),
+with the public measurement, specification or code behind every constant
+(:data:`EFFICIENCY_SOURCES`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+KiB = 1024
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+
+
+#: Column order of the design arrays handed to the kernels.
+DESIGN_FIELDS = (
+    "tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width",
+    "clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps", "link_bandwidth_Bps", "glb_Bps",
+)
+
+
+#: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
+#: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
+EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
+              "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock", "stream_k_fixup",
+              "attention_overhead_bwd", "attention_head_overhead", "cast_memory", "cast_amax_Bps")
+
+
+@dataclass(frozen=True)
+class KernelEfficiency:
+    """What a chip's kernels achieve on top of the roofline.
+
+    ``tensor``: fraction of the modelled compute rate that GEMMs reach at their best shape
+    when compute-bound; ``attention``: the same for the attention core (batched score/context
+    matmuls or a fused flash-attention kernel); ``memory``: fraction of peak HBM bandwidth that
+    memory-bound kernels stream at; ``launch_s``: fixed time per kernel.  An op costs
+    ``max(compute / eff, bytes / (memory * HBM bandwidth)) + launch_s``.
+
+    GEMM shape (GPUs): with ``tile_slots > 0`` a GEMM's efficiency is ``tensor`` times
+    :func:`cosearch._kernels.formulas.gemm_shape_efficiency` — ``tile_m x tile_n`` output
+    tiles of ``tile_k``-deep main-loop steps, ``tile_slots`` tiles at once (one per SM),
+    ``k_overhead`` K-equivalents of pipeline prologue per tile — so small, skinny and
+    badly-divided GEMMs run below the best-shape rate.  ``tile_slots = 0`` (the default)
+    turns it off.  ``stream_k_fixup`` (K-elements; 0 = off): the kernels split the partial last
+    wave's tiles along K over all SMs (stream-K, as Hopper's cuBLAS does), each SM paying this
+    much for the partial-tile reduction, instead of running a mostly idle last wave.
+
+    ``fp8_rate``: how many times faster an FP8 GEMM runs than the same GEMM in bf16 (the
+    datasheet FP8/BF16 dense peak ratio times the measured FP8/BF16 kernel efficiency ratio);
+    0 (the default): the chip has no FP8 tensor cores, and FP8 plans are refused.
+    ``fp4_rate``: the same for NVFP4 GEMMs (0: no FP4 tensor cores).
+
+    Attention by length and implementation: ``attention`` is the chip's best fused attention
+    kernel at long sequences (FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN on Hopper);
+    a kernel with ``sq`` query rows reaches ``attention`` times
+    :func:`cosearch._kernels.formulas.attention_length_efficiency` — each 128-row block pays
+    ``attention_overhead`` key blocks of fixed work in a forward, ``attention_overhead_bwd`` in a
+    backward (0: no length effect; -1, the default: the forward's).  Head dim:
+    :func:`cosearch._kernels.formulas.attention_head_efficiency` — each score costs ``head_dim``
+    multiply-adds per matmul and softmax work worth ``attention_head_overhead`` more, relative to
+    head dim 128 (0: no head-dim effect).
+    ``attention_fa2``: the long-sequence efficiency of FlashAttention-2-generation kernels
+    (PyTorch SDPA's flash backend, Triton ports) on this chip, which engines that run them use
+    (:attr:`cosearch.engine.Engine.attention_kernel`); 0: the same as ``attention``;
+    ``attention_head_overhead_fa2`` their head-dim overhead (-1: ``attention_head_overhead``).
+
+    Low-precision casts (FP8/NVFP4 training's cast of each GEMM input and incoming gradient,
+    :meth:`cosearch.graph._Builder.fp8_cast`): ``cast_memory`` is the fraction of the datasheet
+    HBM bandwidth at which the engine's cast kernels stream their logical bytes (bf16 read once,
+    the row-wise and column-wise low-precision copies written); 0 (the default): ``memory``, as
+    a single-pass fused kernel streams (Transformer Engine's cast-transpose; torchao's Triton
+    blockwise FP8 cast kernels reach 0.79-0.87 of the H100's 3.35 TB/s at 32k-131k x 4096,
+    pytorch/ao ``benchmarks/prototype/blockwise_fp8_training/README.md``, 2026-03-20; a compiled
+    single-pass cast with a given scale, delayed scaling's, streams 4.15-4.24 TB/s on the H200,
+    0.96-0.98 of its memory efficiency, ``cosearch/data/h200_fp8_cast_passes.csv``).
+    ``cast_amax_Bps``: per-tensor current scaling computed by a separate whole-tensor amax
+    reduction before each cast (``torch.compile``'s tensorwise recipe) reads the bf16 input once
+    more at this rate, bytes per second (0, the default: no separate pass, the scale comes with
+    the cast).  The reduction is not bound by HBM (on the H200 it streams 0.11 of the
+    bandwidth), so it is an absolute rate, capped at the chip's own stream.
+    :meth:`with_cast_kernel` sets both for an engine's cast kernels.
+
+    Clock: ``sustained_clock`` is the fraction of the datasheet-peak clock the chip holds under
+    continuous load at its power limit (training runs for hours; a GPU's SM clock drops to
+    what its power budget allows).  Every compute rate of the roofline (GEMM, attention and
+    vector cycles) runs at ``clock_hz * sustained_clock``; HBM bandwidth does not (the memory
+    clock is not power-capped).  ``tensor``, ``attention`` and ``attention_fa2`` are per-clock
+    efficiencies: a kernel runs at ``peak * sustained_clock * efficiency``.
+    :meth:`at_full_clock` gives the same kernels at the datasheet clock, which short kernel
+    benchmarks (a few hundred ms per shape) reach before the power limit pulls the clock down.
+    """
+
+    tensor: float = 1.0
+    attention: float = 1.0
+    memory: float = 1.0
+    launch_s: float = 0.0
+    source: str = "ideal roofline"
+    tile_m: int = 0
+    tile_n: int = 0
+    tile_k: int = 0
+    tile_slots: int = 0
+    k_overhead: float = 0.0
+    fp8_rate: float = 0.0
+    fp4_rate: float = 0.0
+    attention_overhead: float = 0.0
+    attention_fa2: float = 0.0
+    sustained_clock: float = 1.0
+    stream_k_fixup: float = 0.0
+    attention_overhead_bwd: float = -1.0
+    attention_head_overhead: float = 0.0
+    attention_head_overhead_fa2: float = -1.0
+    cast_memory: float = 0.0
+    cast_amax_Bps: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in ("attention_overhead_bwd", "attention_head_overhead_fa2"):     # -1: another field's
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= 1e3 or x == -1.0):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, 1e3] or -1 (the default), got {x!r}")
+        for f in ("attention_overhead", "attention_fa2", "attention_head_overhead"):
+            x = getattr(self, f)
+            hi = 1.0 if f == "attention_fa2" else 1e3
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= hi):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, {hi:g}], got {x!r}")
+        for f in ("fp8_rate", "fp4_rate"):
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= 16.0):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, 16] (0: not supported), got {x!r}")
+        for f in ("tensor", "attention", "memory", "sustained_clock"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
+                raise ValueError(f"KernelEfficiency.{f} must be in (0, 1], got {v!r}")
+        c = self.cast_memory
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c <= self.memory):
+            raise ValueError(f"KernelEfficiency.cast_memory must be in [0, memory = {self.memory}] (0: casts stream "
+                             f"at the memory efficiency; a cast cannot outrun a copy), got {c!r}")
+        a = self.cast_amax_Bps
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not (0.0 <= a < 1e15):
+            raise ValueError(f"KernelEfficiency.cast_amax_Bps must be in [0, 1e15) bytes/s (0: no separate amax "
+                             f"pass), got {a!r}")
+        if not (isinstance(self.launch_s, (int, float)) and 0.0 <= self.launch_s < 1.0):
+            raise ValueError(f"KernelEfficiency.launch_s must be in [0, 1) seconds, got {self.launch_s!r}")
+        tiles = ("tile_m", "tile_n", "tile_k", "tile_slots")
+        for f in tiles:
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"KernelEfficiency.{f} must be a non-negative integer, got {v!r}")
+        if self.tile_slots and not all(getattr(self, f) > 0 for f in tiles[:3]):
+            raise ValueError("KernelEfficiency: tile_slots > 0 needs positive tile_m, tile_n and tile_k "
+                             f"(got {self.tile_m}, {self.tile_n}, {self.tile_k})")
+        for f in ("k_overhead", "stream_k_fixup"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0.0 <= v < 1e6):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, 1e6) K-elements, got {v!r}")
+
+    def as_array(self) -> np.ndarray:
+        vals = {f: float(getattr(self, f)) for f in EFF_FIELDS}
+        if vals["attention_overhead_bwd"] < 0.0:          # -1: the backward pays the forward's
+            vals["attention_overhead_bwd"] = float(self.attention_overhead)
+        return np.array([vals[f] for f in EFF_FIELDS], dtype=np.float64)
+
+    def with_attention_kernel(self, kernel: str) -> KernelEfficiency:
+        """This efficiency with the attention kernel an engine runs: ``"best"`` (the chip's own,
+        unchanged), ``"fa2"`` (FlashAttention-2-generation kernels: ``attention_fa2`` where set)
+        or ``"fa1-triton"`` (the FlashAttention-1-era Triton kernel, ``flash_attn_triton.py``:
+        the FA2-generation rate times :data:`FA1_TRITON_SPEED`)."""
+        if kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"unknown attention kernel {kernel!r}; choose one of {ATTENTION_KERNELS}")
+        if kernel == "best":
+            return self
+        fa2 = self.attention_fa2 if self.attention_fa2 > 0.0 else self.attention
+        head = self.attention_head_overhead_fa2 if self.attention_head_overhead_fa2 >= 0.0 \
+            else self.attention_head_overhead
+        return replace(self, attention=fa2 * (FA1_TRITON_SPEED if kernel == "fa1-triton" else 1.0),
+                       attention_head_overhead=head)
+
+    def with_cast_kernel(self, kernel: str) -> KernelEfficiency:
+        """This efficiency with the FP8 cast kernels an engine runs: ``"fused"`` (single-pass
+        kernels streaming at ``memory``: Transformer Engine's, unchanged) or ``"inductor"``
+        (per-tensor current scaling compiled by ``torch.compile``, torchao's ``tensorwise``
+        recipe as torchtitan runs it: a whole-tensor amax reduction at
+        :data:`INDUCTOR_AMAX_BPS_PER_SM` per SM (``tile_slots``; 132 where the chip has no SM
+        model), then the cast and its transposed copy at :data:`INDUCTOR_CAST_STREAM` of the
+        HBM bandwidth)."""
+        if kernel not in CAST_KERNELS:
+            raise ValueError(f"unknown FP8 cast kernel {kernel!r}; choose one of {CAST_KERNELS}")
+        if kernel == "fused":
+            return self
+        sms = self.tile_slots if self.tile_slots > 0 else INDUCTOR_CAST_SMS
+        return replace(self, cast_memory=min(INDUCTOR_CAST_STREAM, self.memory),
+                       cast_amax_Bps=INDUCTOR_AMAX_BPS_PER_SM * sms)
+
+    def at_full_clock(self) -> KernelEfficiency:
+        """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
+        benchmark measures before the power limit binds."""
+        return replace(self, sustained_clock=1.0)
+
+    def shape_efficiency(self, m: float, n: float, k: float, batch: float = 1.0) -> float:
+        """The GEMM shape factor (1 without a tile model) for one ``batch x (m x k) @ (k x n)``."""
+        from .._kernels.formulas import gemm_shape_efficiency
+        return float(gemm_shape_efficiency(float(m), float(n), float(k), float(batch), float(self.tile_m),
+                                           float(self.tile_n), float(self.tile_k), float(self.tile_slots),
+                                           float(self.k_overhead), float(self.stream_k_fixup)))
+
+
+#: The plain roofline (PHAZE's assumption for searched designs).
+IDEAL = KernelEfficiency()
+
+#: Where each preset's kernel-efficiency constants come from (kernel-level measurements only).
+EFFICIENCY_SOURCES = {
+    "A100": "GEMM shape model: CUTLASS's default SM80 tensor-op configuration, 128x256x64 thread-block "
+            "tiles with 3 pipeline stages (cutlass/gemm/device/default_gemm_configuration.h), so 2 x 64 = 128 "
+            "K-elements of prologue per tile, one tile per SM on the 108 SMs; tensor 0.931: the best-shape bf16 "
+            "matmul, 271.2 of 312 TFLOP/s at 1024x10240x5120 (S. Bekman, ml-engineering, MAMF table, torch "
+            "2.6+cu126), divided by the shape "
+            "model at that shape; checked against every GEMM row of cosearch/data/public_kernels.csv "
+            "(tests/test_kernel_model.py).  The best-shape figure is a short per-shape run at the full 1410 "
+            "MHz clock (86.9% of peak cannot be reached at the sustained clock below), so tensor is per clock.  "
+            "Sustained clock 1200 / 1410 = 0.851: the SM clock drops to ~1200 MHz at the 400 W power limit "
+            "under FlashAttention-2 (liangan1/GPU_travel performance/flash-attn/README.md); at that clock the "
+            "model gives 0.73 of peak for a 4096^3 GEMM, against 0.66-0.77 measured, and 0.75 for CUTLASS's "
+            "profiler example (3456x4096x8192, 235.1 TFLOP/s, NVIDIA/cutlass media/docs/profiler.md).  "
+            "Attention 0.700 of peak at long sequences (0.822 per clock): FlashAttention-2 fwd+bwd, causal, "
+            "head dim 128, seq 2k, 155 of 312 TFLOP/s on A100-80GB (Dao 2023, Fig. 4d; causal FLOPs halved, "
+            "as cosearch counts them; an attention benchmark holds the power-limited clock), divided by the "
+            "forward+backward length factor at 2k (0.710, see ATTENTION_OVERHEAD_FWD / _BWD) and the "
+            "sustained clock; head-dim overhead assumed FlashAttention-2's on H200 (22.5).  Memory 0.75: a device copy reaches 1536 and 1490 of 2039 GB/s on A100-80GB "
+            "(FastIceFlo effective-throughput table; chsasank device-benchmarks).  Launch 4 us per kernel "
+            "(CUDA launch + PyTorch dispatch).",
+    "H100": "GEMM shape model: 128x256x64 tiles, 128 K-elements of prologue, one tile per SM on the 132 SMs "
+            "(assumed as on SM80: CUTLASS 3's warp-specialised SM90 kernels use the same tile), with stream-K: "
+            "the tiles of a partial last wave are split along K over all SMs at a fix-up of 512 K-elements "
+            "each, the least-squares value over cosearch's own H200 GEMM rows (h200_kernels.csv: shapes whose "
+            "last wave is partial run at 0.86-1.05 of the full-wave rate per clock, where whole-tile waves "
+            "would give 0.52-0.82; rms error 3.5% over 33 bf16 rows, against 12% without); tensor 0.856: "
+            "best-shape bf16 matmul 794.5 of 989 TFLOP/s at 2048x2048x13312 on H100 SXM (ml-engineering MAMF "
+            "table, torch 2.7+cu126) divided by the shape model there, per clock (a short run at the 1830 MHz "
+            "clock of the datasheet peak); checked per clock against cosearch's own H200 sweep "
+            "(cosearch/data/h200_kernels.csv, every row with the SM clock read after it: large training-shape "
+            "GEMMs within -8..+0 %).  Sustained clock 1500 / 1830 = 0.820 (H200 at 700 W cannot hold 1830 "
+            "MHz under full load, 1500 MHz is the realistic sustained clock: tile-ai/TileOPs #1588); measured "
+            "on H200 at 700 W: 1435 MHz under back-to-back 8192^3 bf16 GEMMs, 1580 MHz under a Llama 3 8B "
+            "layer's forward+backward with cuDNN attention, 1682 MHz with FlashAttention-2 (h200_kernels.csv), "
+            "so a training step's mix sits near 1500.  Attention: kernel benchmarks do not reach the power "
+            "limit (FlashAttention-2 fwd+bwd at 8k holds 1980 MHz for 15 s at 570 W, cuDNN averages 1842 MHz), "
+            "so their rates are per boost clock (1980 MHz, 1.082x the datasheet clock), not per sustained "
+            "clock.  Attention 0.526 per clock at long sequences: cuDNN 9.19 fused attention (Transformer "
+            "Engine's Hopper back end), causal, head dim 128, forward and backward rows at 1k-16k tokens "
+            "(8k fwd+bwd: 503.9 TFLOP/s at 1965 MHz), each over its clock and its pass's length factor, "
+            "geometric mean (h200_kernels.csv); attention_fa2 0.2885 per clock: PyTorch SDPA's flash back end (FlashAttention-2) on the same "
+            "sweep (8k: 273.1 TFLOP/s at 1980 MHz).  Checked against FlashAttention-3 (556.4 TFLOP/s fwd+bwd, "
+            "Dao-AILab/flash-attention PR #1791) and FlashAttention-2 (286.2 there; 265 at 2k, Dao 2023 Fig. "
+            "7) at the boost clock.  Length factors: see ATTENTION_OVERHEAD_FWD / _BWD; head dim: "
+            "ATTENTION_HEAD_OVERHEAD (cuDNN, 56.2) and ATTENTION_HEAD_OVERHEAD_FA2 (22.5).  Memory 0.90: a 4 GiB "
+            "device copy reaches 4288 of 4800 GB/s on H200 (0.893, h200_kernels.csv) and 90.6% of peak on "
+            "an H100; launch 4 us.  FP8 rate 1.84: e4m3 torch._scaled_mm over bf16 torch.matmul at the same "
+            "four training shapes (8192^3, 16384^3, 8192x28672x4096, 8192x7168x8192), both at the 700 W power "
+            "limit: 1.87, 1.84, 1.80, 1.83 (h200_kernels.csv); per clock the ratio is 1.92-2.01, but FP8 "
+            "GEMMs draw more power and hold a ~5% lower clock, which a single sustained clock cannot "
+            "express, so the ratio at the power limit is the one used.",
+    "H100-500W": "At 500 W (Meta's Grand Teton H100s): sustained clock 0.7027 of the datasheet clock (1286 "
+                 "MHz): FBGEMM's bf16 GEMMs on 'H100 500W' (pytorch/FBGEMM #2546: 585.2, 575.1, 546.3 "
+                 "TFLOP/s at 8192^3, 65536x8192x7168, 65536x3584x8192) hold 0.857 of the clock back-to-back "
+                 "8192^3 GEMMs hold at 700 W (h200_kernels.csv), times the 700 W step clock; FP8 rate 1.965, "
+                 "FBGEMM's FP8/bf16 pairs in the same run (public_kernels.csv rows 37-42).  HBM2e 2.4 TB/s "
+                 "(torchtitan docs/performance.md).",
+    "Blackwell": "The H100's kernel per-clock fractions (tensor 0.856, attention 0.526 / FA2 0.2885, memory "
+                 "0.90, the same tile model) are assumed, on the chip's 148 SMs; the peaks are the datasheet's (see "
+                 "the chip preset).  B200 GEMM rows (vllm-project/vllm #18778 and #19566, bench_fp8_gemm.py on "
+                 "SM100; cosearch/data/public_kernels.csv rows 26-32) check them: torch bf16 at 16384 x 6144 x "
+                 "4096 runs 1512.8 TFLOP/s, the model 3.6% under it at the sustained clock.  FP8 rate 1.682: CUTLASS "
+                 "FP8 over torch bf16 at that shape in the same run (2544.7 / 1512.8), below the H100's 1.84.  "
+                 "Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 pull the SM "
+                 "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899); applied to the "
+                 "datasheet clock (1856 MHz) it gives 1492 MHz, under FA4's 1580 (0.851 of it): a GEMM-heavy step "
+                 "holds less than an attention loop (SUSTAINED_CLOCK_BLACKWELL), and no B200 GEMM clock is "
+                 "published.  NVFP4 rate 2.871: "
+                 "CUTLASS NVFP4 over torch bf16 at 16384 x 6144 x 4096 in the same run (3904.3 / 1360.1, "
+                 "vllm-project/vllm #20646, public_kernels.csv rows 35-36), below the 3.36 that the datasheet's "
+                 "FP4/FP8 ratio times the FP8 rate would give; GB300 1.5x it (its datasheet's dense FP4).",
+    "TPU v5": "Tensor 0.9534 (TPU5_TENSOR): XLA's bf16 jnp.matmul at 8192^3 on a TPU v5e runs 181.8 TFLOP/s "
+              "(92.3% of 197; jax-ml/jax docs/pallas/tpu/matmul.ipynb, 'XLA matmul' cell, timeit of 100 calls), "
+              "over the systolic model's own 190.7 at tensor 1.0 (its fill/drain and padding: 96.8% of peak); "
+              "the 4096^3 row of the same cell (166.1, dispatch included) checks it "
+              "(cosearch/data/public_kernels.csv rows 33-34).  No TPU v5p or fused-attention kernel "
+              "measurement is public: v5p (the same 128 x 128 MXUs) takes v5e's figure, attention is priced at "
+              "the matmul rate (an upper bound: a fused attention kernel runs below its chip's plain GEMM), and "
+              "memory stays 1.0 (no TPU HBM copy measurement), so TPU predictions remain optimistic by what "
+              "XLA's attention and memory-bound kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
+}
+
+#: Fixed work per 128-row block of a fused attention kernel, in key blocks: 3.5 in a forward and
+#: 7.75 in a backward, the least-squares pair over cosearch's own H200 sweep of FlashAttention-2
+#: and cuDNN forward-only and backward-only rows, causal, head dim 128, 1k-16k tokens, each row
+#: at its own clock and each kernel at its own long-sequence rate (cosearch/data/h200_kernels.csv:
+#: every row within 7% of the curve).  (FlashAttention-3 and Triton-tutorial forward rates at
+#: 512-16k on H100, pytorch/benchmark commit D60117034, give about 1.8 for the forward.)
+ATTENTION_OVERHEAD_FWD = 3.5
+ATTENTION_OVERHEAD_BWD = 7.75
+#: Softmax work per score element beside the head dim's multiply-adds, relative to head dim 128
+#: (:func:`cosearch._kernels.formulas.attention_head_efficiency`): from the H200 sweep's head dim
+#: 64 over head dim 128 fwd+bwd rates per FLOP at equal length and clock (geometric mean over
+#: 1k-16k; flat with length): cuDNN 0.766 -> 56.2, FlashAttention-2 0.870 -> 22.5.
+ATTENTION_HEAD_OVERHEAD = 56.2
+ATTENTION_HEAD_OVERHEAD_FA2 = 22.5
+
+
+def _pair_length(seq: float, bwd_work: float = 2.5) -> float:
+    """The length factor of a forward + backward pair (1 + ``bwd_work`` units of work) at ``seq``."""
+    def factor(c):
+        t = seq / 128.0
+        return t / (t + c)
+    return (1.0 + bwd_work) / (1.0 / factor(ATTENTION_OVERHEAD_FWD) + bwd_work / factor(ATTENTION_OVERHEAD_BWD))
+
+
+#: Attention kernels an engine can run (:meth:`KernelEfficiency.with_attention_kernel`).
+ATTENTION_KERNELS = ("best", "fa2", "fa1-triton")
+
+#: FP8 cast kernels an engine can run (:meth:`KernelEfficiency.with_cast_kernel`).
+CAST_KERNELS = ("fused", "inductor")
+
+
+#: The H200's SMs (the chip ``torch.compile``'s FP8 casts were measured on)
+INDUCTOR_CAST_SMS = 132
+#: ``torch.compile``'s tensorwise FP8 cast taken apart on one H200 (torch 2.11, ``scripts/
+#: measure_gpu_kernels.py --only fp8-cast-passes``; ``cosearch/data/h200_fp8_cast_passes.csv``,
+#: the 8192 x 14336 and 8192 x 28672 rows, seconds): the whole-tensor amax reduction alone, and
+#: the cast with a given scale plus its transposed FP8 copy.
+INDUCTOR_CAST_PASSES_S = {(8192, 14336): (0.000441608, 0.000175001), (8192, 28672): (0.000872364, 0.000346888)}
+
+
+def _inductor_amax_Bps_per_sm() -> float:
+    """Bytes of bf16 input per second per SM at which ``torch.compile``'s whole-tensor amax
+    reduction runs: 531.9 and 538.5 GB/s on the H200's 132 SMs (mean 535.2), 0.11 of its 4.8
+    TB/s, so not bound by HBM: the rate is taken per SM (the reduction's blocks and their
+    final combine), the same on an H100 of either memory."""
+    rates = [2.0 * m * n / s[0] for (m, n), s in INDUCTOR_CAST_PASSES_S.items()]
+    return sum(rates) / len(rates) / INDUCTOR_CAST_SMS
+
+
+def _inductor_cast_stream() -> float:
+    """Fraction of the datasheet HBM bandwidth (H200: 4.8 TB/s) at which ``torch.compile``'s
+    cast with its transposed copy streams its 4 logical bytes an element (bf16 read, two FP8
+    copies written): 2684 and 2708 GB/s, 0.5617 (mean)."""
+    f = [4.0 * m * n / s[1] / 4.8e12 for (m, n), s in INDUCTOR_CAST_PASSES_S.items()]
+    return sum(f) / len(f)
+
+
+#: ``torch.compile``'s amax reduction: 4.05 GB/s of bf16 input per SM (535 GB/s on 132 SMs)
+INDUCTOR_AMAX_BPS_PER_SM = _inductor_amax_Bps_per_sm()
+#: ``torch.compile``'s cast + transposed copy: 0.5617 of the HBM bandwidth
+INDUCTOR_CAST_STREAM = _inductor_cast_stream()
+
+
+def _fa1_triton_speed(fa2_fwd: float = 200.0, fa2_bwd: float = 187.0, fwd_slower: float = 1.4,
+                      bwd_slower: float = 2.0, bwd_work: float = 2.5) -> float:
+    """fwd+bwd rate of the FlashAttention-1-era Triton kernel over FlashAttention-2's.
+
+    Dao 2023 (arXiv:2307.08691) section 4.1: FlashAttention-2 is "around 1.3-1.5x faster than
+    FlashAttention in Triton in the forward pass and around 2x faster in the backward pass"
+    (1.4: the middle of the forward range); FA2's own A100 rates at head dim 128, 2k: 200
+    TFLOP/s forward, 187 backward (Figs. 5b, 6b); the backward does 2.5x the forward's FLOPs.
+    """
+    fa2 = (1.0 / fa2_fwd + bwd_work / fa2_bwd)
+    return fa2 / (fwd_slower / fa2_fwd + bwd_slower * bwd_work / fa2_bwd)
+
+
+#: FlashAttention-1-era Triton attention (llm-foundry's ``attn_impl: triton``) against FA2: 0.545
+FA1_TRITON_SPEED = _fa1_triton_speed()
+
+#: Sustained SM clock under continuous load, as a fraction of the clock the datasheet peak uses.
+#: A100: the SM clock "drops 1410 -> ~1200 MHz at the power limit" running FlashAttention-2
+#: (liangan1/GPU_travel performance/flash-attn/README.md; ../shared/calibration row 20).
+SUSTAINED_CLOCK_A100 = 1200.0 / 1410.0
+#: H100 / H200 SXM (700 W; the 989 TFLOP/s bf16 peak is 132 SMs x 4096 FLOP/clk at 1830 MHz):
+#: "H200 runners on the current 700W power limit cannot reliably sustain a locked 1830 MHz
+#: graphics/SM clock under full load ... 1500 MHz is a more realistic sustained" clock
+#: (tile-ai/TileOPs pull request #1588, 2026).
+SUSTAINED_CLOCK_H100 = 1500.0 / 1830.0
+#: B200: back-to-back FlashAttention-4 kernels pull the SM clock "from 1965 MHz to ~1580 MHz"
+#: within ~50 ms, TFLOP/s down up to 15% (flashinfer-ai/flashinfer pull request #2899, 2026).
+#: The ratio is to the boost clock; the preset's clock is the datasheet's (2.25 PFLOP/s over 148
+#: SMs x 8192 FLOP/clk = 1856 MHz), of which it is 1492 MHz, under FA4's 1580 (0.851 of the
+#: datasheet clock).  A training step holds less than an attention-only loop: GEMMs draw more
+#: power (on the H200 at 700 W back-to-back GEMMs hold 1435 MHz, a FlashAttention-2 Llama layer
+#: 1682), and no B200 GEMM clock is published, so the step clock is taken at 1492 MHz, 5.6 %
+#: under FA4's.
+SUSTAINED_CLOCK_BLACKWELL = 1580.0 / 1965.0
+
+#: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
+#: (Dao 2023 Fig. 4d), over the length factor at 2k and the sustained clock
+_A100_ATTENTION = 155.0 / 312.0 / _pair_length(2048.0) / SUSTAINED_CLOCK_A100
+#: The boost clock H100 / H200 attention kernels hold (nvidia-smi's maximum SM clock, 1980 MHz,
+#: against the 1830 MHz of the 989 TFLOP/s peak): they stay under the 700 W limit
+#: (cosearch/data/h200_kernels.csv).
+BOOST_CLOCK_H100 = 1980.0 / 1830.0
+#: Per-clock long-sequence efficiencies of cuDNN 9.19 fused attention / PyTorch's FlashAttention-2
+#: on H200, causal, head dim 128: the geometric mean over the forward-only and backward-only rows
+#: at 1k-16k tokens of each row's rate over (989 TFLOP/s x its clock / 1830 MHz x its pass's
+#: length factor), cosearch/data/h200_kernels.csv (8k fwd+bwd: 503.9 TFLOP/s at 1965 MHz / 273.1
+#: at 1980 MHz); tests/test_h200_kernels.py recomputes both.
+_H100_ATTENTION = 0.526
+_H100_ATTENTION_FA2 = 0.2885
+#: Hopper's stream-K fix-up per SM for the split last wave, K-elements (8 main-loop steps of 64):
+#: the least-squares value over cosearch's own H200 GEMM rows (EFFICIENCY_SOURCES["H100"])
+STREAM_K_FIXUP_H100 = 512.0
+#: FP8 / BF16 GEMM rate at the 700 W limit on H200, four training shapes (EFFICIENCY_SOURCES["H100"])
+FP8_RATE_H100 = 1.84
+_A100_EFF = KernelEfficiency(0.931, _A100_ATTENTION, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256,
+                             tile_k=64, tile_slots=108, k_overhead=128.0, attention_overhead=ATTENTION_OVERHEAD_FWD,
+                             attention_overhead_bwd=ATTENTION_OVERHEAD_BWD,
+                             attention_head_overhead=ATTENTION_HEAD_OVERHEAD_FA2,
+                             sustained_clock=SUSTAINED_CLOCK_A100)
+_H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOURCES["H100"], tile_m=128, tile_n=256,
+                             tile_k=64, tile_slots=132, k_overhead=128.0, stream_k_fixup=STREAM_K_FIXUP_H100,
+                             fp8_rate=FP8_RATE_H100,
+                             attention_overhead=ATTENTION_OVERHEAD_FWD, attention_overhead_bwd=ATTENTION_OVERHEAD_BWD,
+                             attention_head_overhead=ATTENTION_HEAD_OVERHEAD,
+                             attention_head_overhead_fa2=ATTENTION_HEAD_OVERHEAD_FA2, attention_fa2=_H100_ATTENTION_FA2,
+                             sustained_clock=SUSTAINED_CLOCK_H100)
+#: Sustained clock of an H100 held at 500 W (Meta's Grand Teton parts, torchtitan's H100s), as a
+#: fraction of the datasheet clock.  FBGEMM's bf16 GEMMs on "H100 500W" (pytorch/FBGEMM pull
+#: request #2546, 2024: 585.23, 575.12 and 546.31 TFLOP/s at 8192^3, 65536 x 8192 x 7168 and 65536 x
+#: 3584 x 8192; cosearch/data/public_kernels.csv rows 37-39) run at 0.713, 0.695 and 0.659 (mean
+#: 0.689) of the H100 model at the datasheet clock; back-to-back 8192^3 GEMMs at 700 W run at 0.804
+#: of it (659.9 TFLOP/s, the median of cosearch/data/h200_kernels.csv's ``sustained`` rows after
+#: 1 s).  So 500 W holds 0.857 of the 700 W GEMM clock, and a training step's clock is taken as
+#: the 700 W step's (SUSTAINED_CLOCK_H100, 1500 MHz) times the same 0.857: 1286 MHz.
+#: tests/test_kernel_model.py recomputes it from the rows.
+SUSTAINED_CLOCK_H100_500W = 0.7027
+#: FP8 / BF16 GEMM rate at 500 W: FBGEMM's row-wise-scaled FP8 GEMMs over its bf16 GEMMs in the same
+#: run (1125.51 / 585.23, 1082.75 / 575.12, 1141.38 / 546.31; rows 40-42): 1.923, 1.883, 2.089, mean
+#: 1.965 — the per-clock ratio cosearch measured for tensorwise ``torch._scaled_mm`` on the H200
+#: (1.92-2.01): at 500 W both precisions run at the same power-limited clock, where at 700 W FP8
+#: held a ~5 % lower one (FP8_RATE_H100).
+FP8_RATE_H100_500W = (1125.51 / 585.23 + 1082.75 / 575.12 + 1141.38 / 546.31) / 3.0
+#: FP8 / BF16 GEMM rate on B200: CUTLASS FP8 (per-tensor scales, inputs already quantized) over
+#: torch bf16 matmul at 16384 x 6144 x 4096 in the same run, 2544.7 / 1512.8 TFLOP/s
+#: (vllm-project/vllm pull request #19566, benchmarks/kernels/bench_fp8_gemm.py on SM100;
+#: cosearch/data/public_kernels.csv rows 26 and 31)
+FP8_RATE_BLACKWELL = 2544.68 / 1512.84
+#: NVFP4 / BF16 GEMM rate on B200: CUTLASS NVFP4 (inputs already quantized) over torch bf16 matmul
+#: at the same 16384 x 6144 x 4096 in the same run, 3904.3 / 1360.1 TFLOP/s (vllm-project/vllm
+#: pull request #20646, benchmarks/kernels/bench_nvfp4_gemm.py on SM100, its "Before" table;
+#: public_kernels.csv rows 35-36): 2.87, where the datasheet's 2x the FP8 rate would give 3.36.
+FP4_RATE_BLACKWELL = 3904.33 / 1360.14
+_BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
+                         fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=FP4_RATE_BLACKWELL,
+                         sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
+#: TPU v5's GEMM efficiency on top of the systolic model: XLA's 8192^3 bf16 matmul on a v5e,
+#: 181.8 TFLOP/s (jax-ml/jax docs/pallas/tpu/matmul.ipynb), over the model's 190.7 at 1.0
+#: (cosearch/data/public_kernels.csv row 33; EFFICIENCY_SOURCES["TPU v5"]).
+TPU5_TENSOR = 0.9534
+_TPU5_EFF = KernelEfficiency(TPU5_TENSOR, TPU5_TENSOR, source=EFFICIENCY_SOURCES["TPU v5"])
+
+
