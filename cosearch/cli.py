@@ -306,8 +306,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="chip preset (see `cosearch presets`) or chip JSON file (default: the cluster preset's "
                         "own chip, or a cluster file's \"chip\"; required with --cluster flat)")
     p.add_argument("--cluster", default="dgx-a100",
-                   help="cluster preset: dgx-a100, dgx-h100, dgx-h200, dgx-b200 (sized by --nodes), "
-                        "gb200-nvl72, tpuv4-pod, tpuv5e-pod, tpuv5p-pod (by --chips), flat (--chips, the "
+                   help="cluster preset: dgx-a100, dgx-h100, dgx-h200, dgx-b200, dgx-h800 (sized by --nodes), "
+                        "gb200-nvl72, tpuv4-pod, tpuv5e-pod, tpuv5p-pod, tpu7x-pod (by --chips), flat (--chips, the "
                         "chip's own link), or a JSON file of Cluster fields with an optional \"chip\"")
     p.add_argument("--nodes", type=_positive, help="nodes of a DGX cluster preset")
     p.add_argument("--chips", type=_positive, help="chips of a gb200-nvl72, TPU pod or flat cluster")
@@ -349,8 +349,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-_NODE_PRESETS = ("dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200")
-_CHIP_PRESETS = ("gb200-nvl72", "tpuv4-pod", "tpuv5e-pod", "tpuv5p-pod")
+_NODE_PRESETS = ("dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-h800")
+_CHIP_PRESETS = ("gb200-nvl72", "tpuv4-pod", "tpuv5e-pod", "tpuv5p-pod", "tpu7x-pod")
 #: Every --cluster name that is not a file.
 _CLUSTER_NAMES = _NODE_PRESETS + _CHIP_PRESETS + ("flat",)
 
@@ -719,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     rc.add_argument("measured", help="measured runs: validation-schema .jsonl, or a .csv with columns "
                                      "model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip[,...] "
                                      "(cosearch.runs.check)")
+    rc.add_argument("--releases", choices=["all", "newest"], default="all",
+                    help="check every row, or only the newest software release's row of each plan")
     rc.add_argument("--plot", help="write a predicted-vs-measured scatter with the ±10%% band (PNG)")
     rc.add_argument("--json", dest="json_out", help="write every run, group and refusal as JSON")
     rc.add_argument("--force", action="store_true", help="replace existing --plot/--json files")
@@ -822,7 +824,7 @@ def _dispatch(a) -> int:
             if out:
                 from ._validate import new_file
                 new_file(out, a.force)
-        res = check_runs(a.measured, progress=sys.stderr.isatty())
+        res = check_runs(a.measured, progress=sys.stderr.isatty(), releases=a.releases)
         print(res.table())
         if a.json_out:
             res.to_json(a.json_out, overwrite=a.force)

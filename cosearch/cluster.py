@@ -182,6 +182,13 @@ def dgx_h100(nodes: int) -> Cluster:
                    intra_efficiency=0.80, inter_efficiency=0.90, name=f"dgx-h100 x{n}")
 
 
+def dgx_h800(nodes: int) -> Cluster:
+    """``nodes`` H800 servers: 8 x H800 SXM on NVSwitch at 200 GB/s per GPU per direction (400 GB/s
+    NVLink, NVIDIA H800 datasheet), 400 Gb/s InfiniBand per GPU (50 GB/s; DeepSeek-V3 technical
+    report sec. 3.2, its H800 cluster); achievable fractions as :func:`dgx_h100`'s."""
+    return dgx_h100(nodes).with_(intra_node_Bps=200e9, name=f"dgx-h800 x{nodes}")
+
+
 def tpuv4_pod(chips: int = 4096) -> Cluster:
     """A TPU v4 slice of ``chips`` chips as a 3D torus (side = cube root, rounded up)."""
     n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
@@ -256,11 +263,21 @@ def tpuv5p_pod(chips: int = 8960) -> Cluster:
                    name=f"tpuv5p-pod {n}")
 
 
+def tpu7x_pod(chips: int = 9216) -> Cluster:
+    """TPU7x (Ironwood): one slice of up to 9,216 chips on a 3D torus of 100 GB/s ICI links
+    (1,200 GB/s bidirectional per chip over 6 links, Google Cloud's TPU7x page), priced as
+    :func:`tpuv5p_pod`."""
+    n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
+    return tpuv5p_pod(n).with_(name=f"tpu7x-pod {n}")
+
+
 PRESETS = {"dgx-a100": dgx_a100, "dgx-h100": dgx_h100, "dgx-h200": dgx_h200, "dgx-b200": dgx_b200,
-           "gb200-nvl72": gb200_nvl72, "tpuv4-pod": tpuv4_pod, "tpuv5e-pod": tpuv5e_pod, "tpuv5p-pod": tpuv5p_pod}
+           "dgx-h800": dgx_h800, "gb200-nvl72": gb200_nvl72, "tpuv4-pod": tpuv4_pod, "tpuv5e-pod": tpuv5e_pod,
+           "tpuv5p-pod": tpuv5p_pod, "tpu7x-pod": tpu7x_pod}
 
 #: The chip each cluster preset is built of (a cluster preset implies its chip).
-PRESET_CHIPS = {"dgx-a100": "A100-80GB", "dgx-h100": "H100", "dgx-h200": "H200", "dgx-b200": "B200",
+PRESET_CHIPS = {"dgx-a100": "A100-80GB", "dgx-h100": "H100", "dgx-h200": "H200", "dgx-b200": "B200", "dgx-h800": "H800",
+                "tpu7x-pod": "TPU7x",
                 "gb200-nvl72": "GB200", "tpuv4-pod": "TPUv4", "tpuv5e-pod": "TPUv5e", "tpuv5p-pod": "TPUv5p"}
 
 

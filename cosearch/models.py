@@ -494,6 +494,32 @@ PRESETS: dict[str, ModelConfig] = {
     "mixtral-8x7b": ModelConfig("mixtral-8x7b", 32, 4096, 32, 14336, 32000, 4096, kv_heads=8, activation="swiglu",
                                 norm="rmsnorm", position="rotary", bias=False, tie_embeddings=False, dropout=False,
                                 num_experts=8, experts_per_token=2),
+    # Mistral AI's Mixtral-8x22B-v0.1 config.json: 56 x 6144, 48 heads, 8 KV heads, 8 experts of
+    # 16,384 (SwiGLU), top-2, vocab 32768, untied: 141B total, 39B active (Mistral's announcement).
+    "mixtral-8x22b": ModelConfig("mixtral-8x22b", 56, 6144, 48, 16384, 32768, 4096, kv_heads=8, activation="swiglu",
+                                 norm="rmsnorm", position="rotary", bias=False, tie_embeddings=False, dropout=False,
+                                 num_experts=8, experts_per_token=2),
+    # Qwen/Qwen3-30B-A3B config.json: 48 x 2048, 32 heads of 128 (head_dim 128), 4 KV heads, 128
+    # experts of 768 (moe_intermediate_size; intermediate_size 6144 unused, every layer MoE), top-8, no
+    # shared expert, vocab 151936, untied: 30.5B total, 3.3B active (its
+    # model card).  Its per-head q/k RMSNorms (128 weights each) are left out.
+    "qwen3-30b-a3b": ModelConfig("qwen3-30b-a3b", 48, 2048, 32, 6144, 151936, 4096, kv_heads=4, head_size=128,
+                                 activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                                 tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=8,
+                                 moe_ffn_hidden=768),
+    # Qwen/Qwen3-235B-A22B config.json: 94 x 4096, 64 heads of 128, 4 KV heads, 128 experts of 1,536,
+    # top-8, vocab 151936, untied: 235B total, 22B active (its model card).
+    "qwen3-235b-a22b": ModelConfig("qwen3-235b-a22b", 94, 4096, 64, 12288, 151936, 4096, kv_heads=4,
+                                   head_size=128, activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                                   tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=8,
+                                   moe_ffn_hidden=1536),
+    # moonshotai/Kimi-K2 config.json (DeepSeek-V3's architecture): 61 x 7168, 64 heads, MLA (q rank
+    # 1536, kv rank 512, rope 64, head 128), 384 routed experts of 2,048 (top-8) + 1 shared, the
+    # first layer dense (18,432), vocab 163840, untied: 1.04T total, 32B active (its model card).
+    "kimi-k2": ModelConfig("kimi-k2", 61, 7168, 64, 18432, 163840, 4096, head_size=128, activation="swiglu",
+                           norm="rmsnorm", position="rotary", bias=False, tie_embeddings=False, dropout=False,
+                           num_experts=384, experts_per_token=8, moe_ffn_hidden=2048, shared_experts=1,
+                           dense_layers=1, mla=(1536, 512, 64)),
     # xAI grok-1 release (model.py): 64 x 6144, 48 heads of 128, 8 KV heads, 8 experts of
     # 32,768 (gated), top-2, vocab 131072: 314B parameters.
     "grok-1": ModelConfig("grok-1", 64, 6144, 48, 32768, 131072, 8192, kv_heads=8, activation="geglu",

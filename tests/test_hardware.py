@@ -191,3 +191,27 @@ def test_space_and_chip_files_carry_the_global_buffer_bandwidth(tmp_path):
     d.pop("glb_Bps")                                   # a chip file written before the field existed
     chip.write_text(json.dumps(d))
     assert hardware.Accelerator.from_json(chip).glb_Bps == 0.0
+
+
+def test_datasheet_only_presets_h800_and_tpu7x():
+    """Chips predicted from their specifications alone: H800 is the H100 with NVLink cut to 200
+    GB/s per direction (its datasheet's 400 GB/s bidirectional); TPU7x has the 2,307 TFLOP/s BF16,
+    4,614 FP8, 192 GiB at 7,380 GB/s of Google's TPU7x page.  A tensor-parallel plan whose
+    all-reduces cross NVLink is slower on the H800 by exactly its exposed TP communication (that of
+    the recomputed forward included); its compute is the H100's."""
+    from cosearch import cluster, models
+    from cosearch.plan import PlanSpec, evaluate
+    h800, h100 = hardware.preset("h800"), hardware.H100
+    assert h800.with_(name="H100", link_bandwidth_Bps=h100.link_bandwidth_Bps) == h100
+    tpu = hardware.preset("tpu7x")
+    assert tpu.peak_flops == pytest.approx(2.307e15) and tpu.hbm_bytes == 192 * 2 ** 30
+    assert tpu.hbm_bandwidth_Bps == 7.38e12 and tpu.efficiency.fp8_rate == 2.0
+    m = models.preset("gpt3-13b")
+    spec = PlanSpec(1, 8, 1, 1, flash_attention=True, recompute="full")
+    a = evaluate(m, h100, cluster.dgx_h100(1), spec, 8, engine="megatron-lm")
+    b = evaluate(m, h800, cluster.preset("dgx-h800", 1), spec, 8, engine="megatron-lm")
+    assert b.breakdown["tp_comm_s"] > a.breakdown["tp_comm_s"] > 0
+    for k in ("forward_s", "backward_s", "optimizer_s"):
+        assert b.breakdown[k] == a.breakdown[k]
+    comm = sum(b.breakdown[k] - a.breakdown[k] for k in ("tp_comm_s", "recompute_s"))
+    assert b.step_time_s - a.step_time_s == pytest.approx(comm, rel=1e-9)

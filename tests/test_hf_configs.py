@@ -178,3 +178,14 @@ def test_sliding_window_and_narrow_embedding_refused():
                   word_embed_proj_dim=512)
     with pytest.raises(ValueError, match="project_in/out"):
         from_hf_config(opt350)
+
+
+@pytest.mark.parametrize("name,total,active", [("mixtral-8x22b", 141e9, 39e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9),
+                                               ("qwen3-235b-a22b", 235e9, 22e9), ("kimi-k2", 1.04e12, 32e9)])
+def test_moe_presets_match_published_sizes(name, total, active):
+    """Published totals and active counts: Mistral's Mixtral 8x22B announcement (141B / 39B), the
+    Qwen3 model cards (30.5B / 3.3B, 235B / 22B), Kimi-K2's model card (1.04T / 32B)."""
+    from cosearch import models
+    m = models.preset(name)
+    assert m.num_params() == pytest.approx(total, rel=0.02)
+    assert m.num_params(active=True) == pytest.approx(active, rel=0.03)

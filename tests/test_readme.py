@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: README and the docs, in the order a reader meets them; their blocks run in this order in one
 #: folder (the docs reuse README's results.json).
-DOCS = [README] + [ROOT / "docs" / f for f in ("install.md", "co-search.md", "performance-model.md",
+DOCS = [README] + [ROOT / "docs" / f for f in ("install.md", "co-search.md", "runs.md", "performance-model.md",
                                                 "federated-learning.md", "output.md", "benchmarks.md")]
 
 #: (text in README, what the test runs instead): the same commands at small sizes.

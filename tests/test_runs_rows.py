@@ -1,15 +1,10 @@
 """``cosearch.runs.rows`` reads published runs as plans: hand-made rows in the validation set's
 format, each checked against what the framework's own code says the run did."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from cosearch import hardware
 from cosearch.runs import rows
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 
 def _row(**kw):
@@ -79,29 +74,84 @@ def test_published_recompute_mode_from_hfu_over_mfu():
     token; full recompute repeats each layer's forward, 2 (2 h^2 + 2 h 384 + 3 h f) + 4 h s a
     token, so (model + recomputed) / model = 1.331; selective repeats the attention core, 4 h s:
     1.005.  PaLM's 57.8 / 46.2 = 1.251 is nearer full; 1.05 is nearer selective."""
-    import bench_fidelity
-
     from cosearch import models
+    from cosearch.runs.published import recompute_from_hfu, recompute_ratios
     m = models.ModelConfig("palm", 118, 18432, 48, 73728, 256000, 2048, kv_heads=1, activation="swiglu",
                            norm="layernorm", position="rotary", bias=False, tie_embeddings=True, dropout=False)
     h, f, V, L, s = 18432, 73728, 256000, 118, 2048
     mm = 2 * h * h + 2 * h * 384 + 3 * h * f
     per_token = 6.0 * (L * (mm + 2 * h) + V * h + h) + 12.0 * L * h * s
-    ratios = bench_fidelity.recompute_ratios(m)
+    ratios = recompute_ratios(m)
     assert ratios["full"] == pytest.approx(1.0 + L * (2 * mm + 4 * h * s) / per_token, rel=1e-4)
     assert ratios["selective"] == pytest.approx(1.0 + L * 4 * h * s / per_token, rel=1e-4)
     assert (round(ratios["full"], 3), round(ratios["selective"], 3)) == (1.331, 1.005)
-    assert bench_fidelity._recompute_from_hfu(m, {"hfu": 0.578, "mfu": 0.462}, None) == "full"
-    assert bench_fidelity._recompute_from_hfu(m, {"hfu": 0.462 * 1.05, "mfu": 0.462}, None) == "selective"
-    assert bench_fidelity._recompute_from_hfu(m, {"mfu": 0.462}, None) is None
+    assert recompute_from_hfu(m, {"hfu": 0.578, "mfu": 0.462}, None) == "full"
+    assert recompute_from_hfu(m, {"hfu": 0.462 * 1.05, "mfu": 0.462}, None) == "selective"
+    assert recompute_from_hfu(m, {"mfu": 0.462}, None) is None
 
 
 def test_published_tpu_v4_runs_take_tpu_v5s_measured_matmul_rate():
-    """PaLM's TPU v4 is priced at TPU v5's measured XLA matmul efficiency in the fidelity bench,
-    while the TPUv4 preset, PHAZE's chip, stays an ideal roofline."""
-    import bench_fidelity
-
+    """PaLM's TPU v4 is priced on the TPUv4-XLA preset, at TPU v5's measured XLA matmul
+    efficiency, while the TPUv4 preset, PHAZE's chip, stays an ideal roofline."""
     from cosearch import hardware
-    chip, cl = bench_fidelity._setup({"hardware": {"chip": "TPU v4", "chips": 6144}})
+    from cosearch.runs.published import published_hardware
+    chip, cl = published_hardware({"hardware": {"chip": "TPU v4", "chips": 6144}})
+    assert chip is hardware.preset("tpuv4-xla")
     assert chip.efficiency.tensor == hardware.TPU5_TENSOR and chip.peak_flops == hardware.TPUv4.peak_flops
     assert hardware.TPUv4.efficiency.tensor == 1.0 and cl.num_chips == 6144
+
+
+# ------------------------------------------------------------------ MoE rows (moe_runs.jsonl's schema)
+QWEN3_ROW = {"id": "mbridge-26.08/Qwen3_30B_a3B/GB200/FP8_MX/8/gbs512", "model": "Qwen3-30B-A3B",
+             "arch": "MoE, GQA, qk-norm", "layers": 48, "hidden": 2048, "heads": 32, "kv_heads": 4, "ffn": None,
+             "moe_ffn": 768, "num_experts": 128, "experts_per_token": 8, "shared_experts": 0, "moe_layers": "all",
+             "vocab": 151936, "seq": 4096, "accel": "GB200 (NVL72)", "n_gpus": 8, "gbs": 512, "mbs": 4, "ga": 16,
+             "tp": 1, "pp": 1, "vp": None, "cp": 1, "ep": 8, "etp": None, "dp": 8, "sp": False,
+             "zero": "1 (distributed optimizer)", "recompute": "none (perf recipe sets recompute_granularity=None)",
+             "precision": "MXFP8 (1x32 blocks)", "tok_s_gpu": 39936,
+             "software": "Megatron-Bridge / NeMo 26.08 container",
+             "notes": "cuda_graph=full_iteration scope=[]; moe dispatcher backend=hybridep; token-dropless with forced "
+                      "expert load balancing (page footnote)"}
+
+
+def test_moe_row_reads_as_the_published_model_and_plan():
+    """A Megatron-Bridge Qwen3-30B-A3B row: the model is Qwen's config.json (the preset, 30.5B
+    total / 3.3B active), with its 128-wide heads; the plan keeps EP 8 inside dp 8, ZeRO-1 from
+    the distributed optimizer; what cosearch prices differently is listed."""
+    from cosearch import models
+    d = rows.describe_row(QWEN3_ROW)
+    ref = models.preset("qwen3-30b-a3b")
+    assert (d.model.num_params(), d.model.num_params(active=True), d.model.flops_per_token()) == \
+        (ref.num_params(), ref.num_params(active=True), ref.flops_per_token())
+    s = d.spec
+    assert (s.dp, s.expert_parallel, s.zero, s.microbatch, s.precision) == \
+        (8, 8, 1, 4, "fp8")
+    text = " ".join(d.assumed)
+    assert "hybridep" in text and "CUDA graphs" in text and "head size 128" in text and "q/k RMSNorms" in text
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"arch": "MoE, GQA (head_dim 64), alternating sliding-window(128)/full attention, attention sinks"},
+     "sliding-window"),
+    ({"tp": 2, "dp": 4, "etp": 1}, "expert tensor parallelism 1"),
+    ({"recompute": "selective: mla_up_proj (perf script sets recompute_granularity='selective')"},
+     "chosen modules"),
+    ({"moe_layers": "every 2nd layer (24 MoE, 24 dense)"}, "layer layout"),
+    ({"zero": "3 (FSDP 64) x EP 4"}, "ZeRO layout"),
+])
+def test_moe_rows_cosearch_cannot_price_are_refused_by_name(change, why):
+    with pytest.raises(rows.Refused, match=why):
+        rows.describe_row(dict(QWEN3_ROW, **change))
+
+
+def test_newest_release_per_plan():
+    """One plan measured in three releases is compared at its newest (26.08 > 26.04.01 > 26.04),
+    whatever the file's order; a row without a release stays."""
+    a = dict(QWEN3_ROW, id="mbridge-26.04.01/Q/x", software="Megatron-Bridge / NeMo 26.04.01 container", tok_s_gpu=1)
+    b = dict(QWEN3_ROW, id="mbridge-26.08/Q/x", software="Megatron-Bridge / NeMo 26.08 container", tok_s_gpu=2)
+    c = dict(QWEN3_ROW, id="mbridge-26.04/Q/x", software="Megatron-Bridge / NeMo 26.04 container", tok_s_gpu=3)
+    other = dict(QWEN3_ROW, id="maxtext/other", software="MaxText", tok_s_gpu=4)
+    assert rows.release_of(a) == (26, 4, 1) and rows.release_of(other) is None
+    kept = rows.newest_per_plan([a, b, c, other])
+    assert sorted(r["tok_s_gpu"] for r in kept) == [2, 4]
+    assert rows.group_of(b) == "Megatron-Bridge GB200 mxfp8"

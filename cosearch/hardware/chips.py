@@ -289,7 +289,28 @@ TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 1
 #: 2,765 GB/s, ICI 4,800 Gb/s per chip over 6 links (100 GB/s each) (Google Cloud TPU v5p documentation).
 TPUv5p = Accelerator("TPUv5p", 8, 128, 128, 8, 1024, 1.75e9, 4 * MiB, 96 * MiB, 95 * GiB, 2.765e12, 1.0e11,
                      _TPU5_EFF)
-PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "a100": A100, "a100-80gb": A100_80GB, "h100": H100,
+#: H800 SXM (the H100 for export markets): the H100's compute, memory and kernels with NVLink cut to
+#: 400 GB/s bidirectional, 200 GB/s per direction (NVIDIA H800 Tensor Core GPU datasheet; DeepSeek-V3
+#: technical report, sec. 3.2: "NVLink offers a bandwidth of 160 GB/s" achieved, IB 50 GB/s).
+H800 = H100.with_(name="H800", link_bandwidth_Bps=2.0e11)
+#: TPU7x (Ironwood), from Google Cloud's TPU7x page alone (no measured run of it is used): 2,307
+#: TFLOP/s dense BF16 and 4,614 FP8 per chip, 192 GiB HBM at 7,380 GB/s, 1,200 GB/s bidirectional
+#: ICI per chip on a 3D torus (6 links: 100 GB/s each per direction), 9,216 chips a pod, two
+#: TensorCores per chip.  Modelling choices, not published: each TensorCore's 4 MXUs taken as
+#: 256 x 256 (Trillium's, the generation before), the clock then set by the BF16 peak (2.2 GHz);
+#: SRAM and vector units as TPUv5p's; XLA's matmul efficiency as measured on TPU v5
+#: (:data:`TPU5_TENSOR`); FP8 at the datasheet's 2x the BF16 rate (no FP8 kernel measurement).
+TPU7x = Accelerator("TPU7x", 8, 256, 256, 8, 1024, 2.307e15 / (2 * 8 * 256 * 256), 4 * MiB, 96 * MiB, 192 * GiB,
+                    7.38e12, 1.0e11, replace(_TPU5_EFF, fp8_rate=2.0,
+                                            source=_TPU5_EFF.source + "  TPU7x FP8: the datasheet's 4,614 / 2,307 "
+                                                                     "TFLOP/s (Google Cloud TPU7x page)."))
+#: TPU v4 as XLA runs it (PaLM, published training runs): TPU v4's specification (the ``TPUv4``
+#: preset, 2 TensorCores x 4 MXUs of 128 x 128, 32 GiB HBM2 at 1.2 TB/s) with TPU v5's measured
+#: XLA matmul efficiency (:data:`TPU5_TENSOR`, XLA's bf16 matmul on a v5e): their MXUs are the same
+#: 128 x 128 systolic arrays under the same compiler, and no TPU v4 kernel measurement is public.
+#: ``TPUv4`` itself stays an ideal roofline, as PHAZE's experiment prices it.
+TPUv4_XLA = TPUv4.with_(name="TPUv4-XLA", efficiency=_TPU5_EFF)
+PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "tpuv4-xla": TPUv4_XLA, "h800": H800, "tpu7x": TPU7x, "a100": A100, "a100-80gb": A100_80GB, "h100": H100,
                                    "h100-500w": H100_500W, "h200": H200,
                                    "b200": B200, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
 

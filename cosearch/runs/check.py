@@ -4,7 +4,8 @@ and per group (``cosearch runs check MEASURED``).
 Two input formats:
 
 * cosearch's validation schema, one JSON object per line (``.jsonl``), read by
-  :func:`cosearch.runs.rows.read_row` (the bench's own files are in this format);
+  :func:`cosearch.runs.rows.read_row` (the bench's own files are in this format, dense and MoE);
+  with ``releases="newest"`` only the newest software release's row of each plan is checked;
 * a minimal CSV (``.csv``) with one run per row.  Required columns: ``model`` (a preset name or
   the path of a Hugging Face ``config.json``), ``cluster`` (a cluster preset: ``dgx-a100``,
   ``dgx-h100``, ``dgx-h200``, ``dgx-b200``, ``gb200-nvl72``, ``tpuv4-pod``, ``tpuv5e-pod``,
@@ -217,10 +218,15 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
                      measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))
 
 
-def read_measured(path: str | os.PathLike) -> list[tuple[str, str, Any]]:
+def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[str, str, Any]]:
     """``(id, group, RunConfig or the reason it was refused)`` for each run of a measured-runs
-    file (``.jsonl`` in the validation schema, or the minimal ``.csv``)."""
-    from .rows import read_row, source_group
+    file (``.jsonl`` in the validation schema, or the minimal ``.csv``).  ``releases``: ``all``
+    rows, or only the ``newest`` release's measurement of each plan (validation schema:
+    :func:`cosearch.runs.rows.newest_per_plan`).  A JSONL row's group is source x chip x number
+    format (:func:`cosearch.runs.rows.group_of`)."""
+    from .rows import group_of, newest_per_plan, read_row
+    if releases not in ("all", "newest"):
+        raise ValueError(f"releases must be 'all' or 'newest', got {releases!r}")
     p = Path(path)
     out: list[tuple[str, str, Any]] = []
     if p.suffix.lower() == ".csv":
@@ -236,6 +242,7 @@ def read_measured(path: str | os.PathLike) -> list[tuple[str, str, Any]]:
         raise ValueError(f"{p}: measured runs are a .jsonl (validation schema) or .csv file")
     from .._json import read_text_file
     text = read_text_file(p, "measured-runs", 256 << 20)
+    rows = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -245,23 +252,29 @@ def read_measured(path: str | os.PathLike) -> list[tuple[str, str, Any]]:
             raise ValueError(f"{p}: line {n} is not JSON ({e})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{p}: line {n} is not a JSON object")
-        rid = str(row.get("id") or f"line {n}")
+        rows.append(dict(row, id=str(row.get("id") or f"line {n}")))
+    if releases == "newest":
+        rows = newest_per_plan(rows)
+    for row in rows:
         try:
-            group = f"{source_group(row)} {str(row.get('accel', '?')).split()[0]}"
-            rc = read_row(row, source=str(p.name))
+            group = group_of(row)
+        except (KeyError, TypeError):
+            group = "?"
+        try:
+            rc: Any = read_row(row, source=str(p.name))
         except (ValueError, KeyError) as e:
-            group = group if "group" in locals() else "?"
             rc = str(e) if not isinstance(e, KeyError) else f"missing field {e}"
-        out.append((rid, group, rc))
+        out.append((row["id"], group, rc))
     return out
 
 
-def check_runs(path: str | os.PathLike, progress: bool = False) -> CheckResult:
-    """Predict every run of a measured-runs file and compare with what it measured."""
+def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = "all") -> CheckResult:
+    """Predict every run of a measured-runs file and compare with what it measured
+    (``releases``: see :func:`read_measured`)."""
     from tqdm.auto import tqdm
 
     from ..plan import evaluate
-    items = read_measured(path)
+    items = read_measured(path, releases)
     runs, refused = [], []
     for rid, group, rc in tqdm(items, desc="runs", unit="run", disable=not progress, leave=False):
         if isinstance(rc, str):

@@ -14,7 +14,8 @@ from .. import cluster, hardware, models
 from ..engine import Engine, llm_foundry, megatron_core, preset
 from .config import RunConfig, RunDescription
 
-__all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS"]
+__all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
+           "release_of", "plan_key", "newest_per_plan", "precision_class", "group_of"]
 
 #: Fields every row needs (the others are optional: ``head_dim``, ``cp``, ``ep``, ``vp``, ``zero``,
 #: ``zero_group``, ``sp``, ``offload``, ``ga``, and one of ``tok_s_gpu`` / ``tflops_gpu``).
@@ -103,7 +104,8 @@ def _cluster(row: dict, chip: hardware.Accelerator) -> cluster.Cluster:
                            intra_efficiency=one.intra_efficiency, name=f"{one.name} ({n} GPUs)")
 
 
-def _model(row: dict) -> models.ModelConfig:
+def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
+    notes = [] if notes is None else notes
     arch = row["arch"]
     gated = "SwiGLU" in arch or "llama" in arch.lower()
     act = "swiglu" if gated else ("relu" if "ReLU" in arch else "gelu")   # squared-ReLU priced as ReLU
@@ -113,13 +115,69 @@ def _model(row: dict) -> models.ModelConfig:
         head = None
     if head is None and row["hidden"] % row["heads"]:
         raise Refused(f"heads={row['heads']} do not divide hidden={row['hidden']} and no head size is given")
-    return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row["ffn"], row["vocab"],
-                              row["seq"], kv_heads=row["kv_heads"], activation=act,
+    moe = _moe_fields(row, notes) if row.get("num_experts") else {}
+    if moe:
+        gated, act = True, "swiglu"
+        head = moe.pop("head_size", head)
+    return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row["ffn"] or row["moe_ffn"],
+                              row["vocab"], row["seq"], kv_heads=row["kv_heads"], activation=act,
                               norm="rmsnorm" if (gated or "RMSNorm" in arch) else "layernorm",
                               position="learned" if learned else "rotary",
                               bias=not ("no-bias" in arch or gated or "MaxText" in row["model"]),
                               tie_embeddings=("tied" in arch and "untied" not in arch) or "MPT" in row["model"],
-                              dropout=False, head_size=head)
+                              dropout=False, head_size=head, **moe)
+
+
+#: Per-head width of MoE families whose rows leave it out, from each model's published
+#: config.json: Qwen3-30B-A3B / Qwen3-235B-A22B ``"head_dim": 128`` (hidden / heads is 64);
+#: DeepSeek-V3 and Kimi-K2 (MLA) ``qk_nope_head_dim`` = ``v_head_dim`` = 128 with
+#: ``qk_rope_head_dim`` 64.
+MOE_HEAD_DIM = {"Qwen3": 128, "DeepSeek-V3": 128, "Kimi-K2": 128}
+#: MLA ranks of DeepSeek-V3 and Kimi-K2 (config.json: ``q_lora_rank`` 1536, ``kv_lora_rank`` 512,
+#: ``qk_rope_head_dim`` 64), used where a row names "MLA (DeepSeek-V3 style)" without them.
+DEEPSEEK_MLA = (1536, 512, 64)
+
+
+def _moe_fields(row: dict, notes: list) -> dict:
+    """The mixture-of-experts fields of an MoE row (``moe_runs.jsonl``), or :class:`Refused`
+    naming the architecture feature cosearch does not price."""
+    import re
+    arch, layers = row["arch"], str(row.get("moe_layers") or "all")
+    for feature, why in (("sliding-window(", "sliding-window attention (alternating with full attention)"),
+                         ("compressed/sparse attention", "DeepSeek-V4's compressed/sparse attention"),
+                         ("chunked attention", "chunked attention with NoPE layers"),
+                         ("interleaved dense/MoE", "dense and MoE layers interleaved")):
+        if feature in arch:
+            raise Refused(f"{why} is not modelled")
+    m = re.search(r"first (\d+) dense", layers)
+    if layers == "all":
+        dense = 0
+    elif m and layers.startswith("layers "):
+        dense = int(m.group(1))
+    else:
+        raise Refused(f"MoE layer layout {layers!r} is not modelled (all MoE, or the first k dense)")
+    out: dict = dict(num_experts=int(row["num_experts"]), experts_per_token=int(row["experts_per_token"]),
+                     moe_ffn_hidden=int(row["moe_ffn"]), shared_experts=int(row.get("shared_experts") or 0),
+                     dense_layers=dense)
+    family = next((f for f in MOE_HEAD_DIM if str(row["model"]).startswith(f)), None)
+    hd = re.search(r"head_dim (\d+)", arch)
+    if hd:
+        out["head_size"] = int(hd.group(1))
+    elif family is not None and MOE_HEAD_DIM[family] * int(row["heads"]) != int(row["hidden"]):
+        out["head_size"] = MOE_HEAD_DIM[family]
+        notes.append(f"head size {MOE_HEAD_DIM[family]} from {family}'s config.json")
+    if "MLA" in arch:
+        q = re.search(r"q_lora (\d+)", arch)
+        kv = re.search(r"kv_lora (\d+)", arch)
+        out["mla"] = (int(q.group(1)), int(kv.group(1)), DEEPSEEK_MLA[2]) if q and kv else DEEPSEEK_MLA
+        out["head_size"] = MOE_HEAD_DIM.get(family or "DeepSeek-V3", 128)
+        notes.append("MLA with rope head dim 64 (DeepSeek-V3's config.json)")
+    if "qk-norm" in arch:
+        notes.append("per-head q/k RMSNorms not priced (two norms over q and k a layer)")
+    if dense and int(row["ffn"] or 0) and int(row["ffn"]) != int(row["moe_ffn"]) * (
+            int(row["experts_per_token"]) + int(row.get("shared_experts") or 0)):
+        notes.append(f"the {dense} dense layers priced as MoE layers (cosearch prices identical layers)")
+    return out
 
 
 def _recompute(row: dict, notes: list) -> str:
@@ -130,10 +188,56 @@ def _recompute(row: dict, notes: list) -> str:
         return "full"
     if r.startswith("selective (core attention)"):
         return "selective"
+    if r.startswith("selective:") or r.startswith("custom"):
+        raise Refused(f"recompute of chosen modules ({r.split('(')[0].strip()}) is not modelled")
     if r.startswith("selective") or r.startswith("remat_policy=minimal"):
         notes.append(f"recompute {r!r} priced as Megatron's selective (attention core)")
         return "selective"
     raise Refused(f"recompute {r!r} is not modelled")
+
+
+def precision_class(row: dict) -> str:
+    """bf16, fp8, mxfp8 or nvfp4: the number format a row's precision text names."""
+    p = str(row.get("precision", ""))
+    if "NVFP4" in p:
+        return "nvfp4"
+    if "MXFP8" in p or "FP8-MX" in p:
+        return "mxfp8"
+    return "fp8" if ("FP8" in p or "Float8" in p) else "bf16"
+
+
+def group_of(row: dict) -> str:
+    """The fidelity group of a row: source x chip x number format (``Megatron-Bridge GB200 fp8``)."""
+    return f"{source_group(row)} {str(row.get('accel', '?')).split()[0]} {precision_class(row)}"
+
+
+def _zero(row: dict) -> int:
+    """``zero``: an int, or text starting with the stage ("1 (distributed optimizer)")."""
+    z = row.get("zero")
+    if z is None or z == "":
+        return 0
+    if isinstance(z, (int, float)):
+        return int(z)
+    text = str(z)
+    if text[:1].isdigit() and (len(text) == 1 or text[1] == " "):
+        if "x" in text.split("(", 1)[-1] and ")" in text and text.split(")", 1)[1].strip():
+            raise Refused(f"ZeRO layout {text!r} (sharding crossed with another axis) is not read")
+        return int(text[0])
+    raise Refused(f"ZeRO stage {text!r} is not read")
+
+
+def _moe_notes(row: dict, notes: list) -> None:
+    """What an MoE row's notes say that cosearch prices differently: all-to-all overlap (priced
+    exposed), the dispatcher (priced as plain all-to-alls), CUDA graphs (launch overhead kept)."""
+    text = str(row.get("notes") or "")
+    if "a2a overlap on" in text:
+        notes.append("EP all-to-all overlap on in the recipe: cosearch prices the all-to-alls exposed")
+    for backend in ("hybridep", "deepep", "flex"):
+        if f"backend={backend}" in text or f"dispatcher {backend}" in text:
+            notes.append(f"MoE dispatcher {backend} priced as plain all-to-alls over the EP group")
+            break
+    if "cuda_graph" in text and "cuda_graph=none" not in text:
+        notes.append("CUDA graphs in the recipe: per-kernel launch overhead priced as without them")
 
 
 def _precision(row: dict, notes: list) -> str:
@@ -184,21 +288,28 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     """The row as a :class:`~cosearch.runs.RunConfig` with its chip, cluster and measured
     throughput; raises :class:`Refused` with the reason, or ``ValueError`` from cosearch's own
     validation."""
-    missing = [f for f in REQUIRED_FIELDS if row.get(f) is None]
+    required = [f for f in REQUIRED_FIELDS if not (f == "ffn" and row.get("num_experts"))]   # all-MoE: no dense FFN
+    missing = [f for f in required if row.get(f) is None]
     if missing:
         raise Refused(f"{source}: missing fields {', '.join(missing)}")
     notes: list[str] = []
-    if int(row.get("ep") or 1) > 1:
-        raise Refused("expert parallelism is not modelled")
     chip = _chip(row, notes)
     cl = _cluster(row, chip)
-    model = _model(row)
+    model = _model(row, notes)
+    ep = int(row.get("ep") or 1)
+    etp = row.get("etp")
+    if ep > 1 and not model.moe:
+        raise Refused("expert parallelism on a dense model")
+    if model.moe and etp is not None and int(etp) != int(row["tp"]):
+        raise Refused(f"expert tensor parallelism {etp} differing from tp {row['tp']} is not modelled (cosearch "
+                      "shards the experts over tp, Megatron's default)")
+    _moe_notes(row, notes)
     precision = _precision(row, notes)
     rc = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
     vp = row.get("vp")
     vp = int(vp) if isinstance(vp, (int, float)) and vp and vp > 1 else 1
-    zero = int(row.get("zero") or 0)
+    zero = _zero(row)
     zg = row.get("zero_group")
     zg = None if (zg is None or int(zg) == dp * cp or zero == 0) else int(zg)
     sw = row["software"]
@@ -229,10 +340,38 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         notes.append("MaxText tensor parallelism priced as TP with sequence parallelism (activation_embed on 'tensor')")
     plan = dict(tp=tp, pp=pp, microbatch=mbs, recompute=rc, virtual_stages=vp, sequence_parallel=sp, zero=zero,
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
-                offload_layers=_offload(row, pp))
+                offload_layers=_offload(row, pp), expert_parallel=ep)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]), engine=preset(_engine(row)), chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes))
+
+
+def release_of(row: dict) -> tuple[int, ...] | None:
+    """The software release a row was measured with, as a sortable tuple (``"Megatron-Bridge /
+    NeMo 26.04.01 container"`` -> (26, 4, 1)); None where the row names none."""
+    import re
+    m = re.search(r"NeMo (\d+(?:\.\d+)+)", str(row.get("software", ""))) or \
+        re.match(r"[a-z]+-(\d+(?:\.\d+)+)/", str(row.get("id", "")))
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def plan_key(row: dict) -> str:
+    """What stays the same when one plan is re-measured in another release: the row's id
+    without its release prefix (``mbridge-26.08/DeepSeekV3/GB300/...`` -> ``DeepSeekV3/GB300/...``)."""
+    rid = str(row.get("id", ""))
+    return rid.split("/", 1)[1] if release_of(row) is not None and "/" in rid else rid
+
+
+def newest_per_plan(rows: list[dict]) -> list[dict]:
+    """One row per plan: the newest release's measurement (rows without a release are kept
+    as they are).  A software-agnostic model is compared with the newest software, never with an
+    average over releases whose throughput moves by up to 46 % for one plan (MOE_RUNS.md)."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        k = plan_key(r)
+        if k not in best or (release_of(r) or ()) > (release_of(best[k]) or ()):
+            best[k] = r
+    return list(best.values())
 
 
 def describe_row(row: dict) -> RunDescription:
