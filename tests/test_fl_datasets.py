@@ -2,6 +2,8 @@
 in-memory fixtures, no network), and a missing extra says how to get the data."""
 
 import importlib.util
+import json
+import os
 
 import numpy as np
 import pytest
@@ -54,3 +56,84 @@ def test_missing_extra_says_how_to_get_the_data():
     assert "HF_DATASETS_OFFLINE" in str(e.value) and "--data" in str(e.value)
     from cosearch.cli import main
     assert main(["fl", "simulate", "--dataset", "cifar10", "--rounds", "1"]) == 2
+
+
+# ------------------------------------------------------------------ FLuID's own client files
+FLUID = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "fluid")
+
+
+def _raw(path):
+    import gzip
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+def test_fluid_femnist_client_files_are_one_client_each():
+    """FLuID's FEMNIST files hold several real writers per client: each file is one client with
+    every writer's images; with only the _test files, each is split 80/20 (5 of 24 held out)."""
+    from cosearch.fl.data import load_dataset, load_fluid_clients
+    d = load_fluid_clients(os.path.join(FLUID, "femnist"), "femnist")
+    assert len(d.clients) == 2 and d.in_shape == (1, 28, 28) and d.classes == 62
+    for i, ((x, y), (tx, ty)) in enumerate(zip(d.clients, d.client_tests)):
+        raw = _raw(os.path.join(FLUID, "femnist", f"{i}_test.json.gz"))
+        want = sorted(tuple(np.round(np.asarray(r, dtype=np.float32), 6)) for u in raw["users"]
+                      for r in raw["user_data"][u]["x"])
+        got = sorted(tuple(np.round(r.ravel(), 6)) for r in np.concatenate([x, tx]))
+        assert got == want and (len(y), len(ty)) == (19, 5)
+    assert len(d.test[1]) == 10
+    assert load_dataset("femnist", 2, os.path.join(FLUID, "femnist")).clients[0][0].shape == d.clients[0][0].shape
+    with pytest.raises(ValueError, match="holds 2 FLuID clients, not 5"):
+        load_fluid_clients(os.path.join(FLUID, "femnist"), "femnist", clients=5)
+
+
+def test_fluid_shakespeare_role_files_decode_to_their_text(tmp_path):
+    """FLuID's Shakespeare files are one role each, {idx, character, x, y}: x decodes back to its
+    80-character lines through LEAF's alphabet, y to the next character; LEAF's loader refused
+    them ("missing 'users'") before."""
+    from cosearch.fl.data import SHAKESPEARE_CHARS, load_dataset
+    d = load_dataset("shakespeare", 2, os.path.join(FLUID, "shakespeare"))
+    for i in range(2):
+        raw = _raw(os.path.join(FLUID, "shakespeare", f"{i}_train.json.gz"))
+        x, y = d.clients[i]
+        assert ["".join(SHAKESPEARE_CHARS[c] for c in row) for row in x] == raw["x"]
+        assert "".join(SHAKESPEARE_CHARS[c] for c in y) == "".join(raw["y"])
+        assert len(d.client_tests[i][1]) == 10
+    assert len(d.test[1]) == 20 and d.in_shape == (80,)
+    # plain JSON works too; a gap in the numbering and a stale num_samples are named
+    import gzip
+    import shutil
+    for i in (0, 2):
+        for split in ("train", "test"):
+            with gzip.open(os.path.join(FLUID, "shakespeare", f"0_{split}.json.gz"), "rb") as src, \
+                    open(tmp_path / f"{i}_{split}.json", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    with pytest.raises(ValueError, match="numbered 0..1"):
+        load_dataset("shakespeare", 2, str(tmp_path))
+    os.rename(tmp_path / "2_train.json", tmp_path / "1_train.json")
+    os.rename(tmp_path / "2_test.json", tmp_path / "1_test.json")
+    doc = json.loads((tmp_path / "1_test.json").read_text())
+    (tmp_path / "1_test.json").write_text(json.dumps(dict(doc, num_samples=99)))
+    with pytest.warns(UserWarning, match="num_samples says 99"):
+        d = load_dataset("shakespeare", 2, str(tmp_path))
+    assert len(d.client_tests[1][1]) == 10
+
+
+def test_saved_partitions_load_offline_as_written(tmp_path):
+    """`fl data fetch` writes a dataset's partitions once; `--data DIR` loads exactly those arrays
+    later (checked on FLuID's real FEMNIST clients), refuses another dataset's folder, never
+    overwrites without being told, and loads no pickled objects."""
+    from cosearch.fl.data import load_dataset, load_fluid_clients, save_partitions
+    d = load_fluid_clients(os.path.join(FLUID, "femnist"), "femnist")
+    save_partitions(d, str(tmp_path / "p"), source="test")
+    back = load_dataset("femnist", 2, str(tmp_path / "p"))
+    for (x, y), (bx, by) in zip(d.clients + d.client_tests + [d.test], back.clients + back.client_tests + [back.test]):
+        assert np.array_equal(x, bx) and np.array_equal(y, by)
+    assert (back.in_shape, back.classes) == (d.in_shape, d.classes)
+    with pytest.raises(ValueError, match="saved femnist partitions, not shakespeare"):
+        load_dataset("shakespeare", 2, str(tmp_path / "p"))
+    with pytest.raises(FileExistsError):
+        save_partitions(d, str(tmp_path / "p"))
+    np.savez(tmp_path / "p" / "client_1.npz", x=np.array([object()], dtype=object), y=np.zeros(1),
+             test_x=np.zeros(1), test_y=np.zeros(1))
+    with pytest.raises(ValueError, match="not a saved partition"):
+        load_dataset("femnist", 2, str(tmp_path / "p"))

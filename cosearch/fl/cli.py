@@ -14,7 +14,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="digits", choices=DATASETS,
                    help="digits (bundled), or femnist/shakespeare (LEAF folder) / cifar10 (batches) with --data "
                         "(default: digits)")
-    p.add_argument("--data", help="folder with LEAF JSON (train/ and test/, or all_data) or CIFAR-10 batches")
+    p.add_argument("--data", help="folder with LEAF JSON (train/ and test/, or all_data), FLuID's client files "
+                                  "(<i>_train/_test.json[.gz]) or CIFAR-10 batches")
     p.add_argument("--clients", type=int, default=5, help="number of clients (default: 5)")
     p.add_argument("--rounds", type=int, default=30, help="federated rounds (default: 30)")
     p.add_argument("--model", default="auto", choices=["auto", *MODEL_NAMES],
@@ -85,6 +86,17 @@ def add_parsers(sub) -> None:
     fn.add_argument("--rounds", type=int, default=10, help="rounds (default: 10)")
     fn.add_argument("--clients", type=int, default=3, help="SuperNodes, one partition each (default: 3)")
     fn.add_argument("--force", action="store_true", help="replace the app files in an existing folder")
+    fd = flsub.add_parser("data", help="datasets: fetch once on a connected machine, load later offline")
+    fdsub = fd.add_subparsers(dest="datacmd", required=True)
+    ff = fdsub.add_parser("fetch", help="download a dataset through Flower Datasets and save its client partitions "
+                                        "to a folder that --data DIR loads without a network")
+    ff.add_argument("name", choices=["femnist", "shakespeare", "cifar10"])
+    ff.add_argument("dir", help="folder to write (client_<i>.npz, central_test.npz, cosearch_partitions.json)")
+    ff.add_argument("--clients", type=int, default=5, help="clients to save (natural partitions for FEMNIST and "
+                                                           "Shakespeare, Dirichlet --alpha for CIFAR-10)")
+    ff.add_argument("--alpha", type=float, default=0.5, help="CIFAR-10 Dirichlet concentration (0: IID)")
+    ff.add_argument("--seed", type=int, default=0)
+    ff.add_argument("--force", action="store_true", help="replace saved partitions in DIR")
     fr = flsub.add_parser("report", help="summarise FL results or an experiment")
     fr.add_argument("results", nargs="+", help="result or experiment JSON files")
     fr.add_argument("--force", action="store_true", help="replace an existing --plot file")
@@ -114,6 +126,17 @@ def run(a) -> int:
     from .._validate import output_path
     from .experiment import Experiment, run_experiment
     from .simulation import FLResult, plot, simulate
+    if a.flcmd == "data":
+        from .data import PARTITIONS_META, save_partitions
+        from .flower_datasets import load_flower_dataset
+        if os.path.exists(os.path.join(a.dir, PARTITIONS_META)) and not a.force:
+            raise ValueError(f"{a.dir!r} already holds saved partitions; pass --force to replace them")
+        d = load_flower_dataset(a.name, a.clients, None if a.alpha == 0 else a.alpha, a.seed)
+        save_partitions(d, a.dir, overwrite=a.force, source=f"Flower Datasets {a.name}, {a.clients} clients, "
+                                                             f"alpha {a.alpha}, seed {a.seed}")
+        print(f"saved {a.name}: {len(d.clients)} clients, {sum(len(c[1]) for c in d.clients):,} training samples "
+              f"in {a.dir}; use --dataset {a.name} --data {a.dir} (no network needed)")
+        return 0
     if a.flcmd == "simulate":
         output_path(a.out, a.force)
         res = simulate(a.dataset, clients=a.clients, method=a.method, rounds=a.rounds, seed=a.seed,

@@ -14,6 +14,9 @@ Every dataset is an :class:`FLData`: per-client training arrays, per-client test
   the central test set all test data.  A folder of ``all_data`` files (no split) is split
   per user with ``test_fraction``.  A user listed in two files of one split, x/y length
   mismatches, labels outside the classes and an empty test split are errors.
+* :func:`load_fluid_clients` — FLuID's own client files (``<i>_{train,test}.json[.gz]``: FEMNIST
+  in LEAF's layout, several real writers a client; Shakespeare one role a client in FLuID's own
+  ``{idx, character, x, y}`` layout), one file per client as FLuID's Android clients read them.
 * :func:`load_cifar10` — the CIFAR-10 "python version" batches through a restricted
   unpickler that admits only NumPy arrays, plain containers and latin-1 bytes (pickle
   protocols 0-5): a crafted file cannot run code.  A folder of FLuID's
@@ -36,7 +39,8 @@ import numpy as np
 
 from .fldata import SHAKESPEARE_CHARS, FLData
 
-__all__ = ["FLData", "load_digits", "load_leaf", "load_cifar10", "load_fluid_partitions", "CIFAR10_CLASSES",
+__all__ = ["FLData", "load_digits", "load_leaf", "load_fluid_clients", "is_fluid_clients", "save_partitions",
+           "load_partitions", "PARTITIONS_META", "load_cifar10", "load_fluid_partitions", "CIFAR10_CLASSES",
            "iid_partition", "dirichlet_partition",
            "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "write_shakespeare_like", "write_cifar_like",
            "DATASETS"]
@@ -106,6 +110,21 @@ def load_digits(clients: int = 5, alpha: float | None = 0.5, seed: int = 0, test
 
 
 # ----------------------------------------------------------------------------- LEAF
+def _read_json(path: str):
+    """A JSON file, gzip-compressed when its name ends in ``.gz`` (FLuID's files ship so)."""
+    import gzip
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                return json.load(fh)
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read ({exc})") from None
+
+
 def _read_leaf_files(files: list[str], split: str, limit: int | None = None,
                      want: set[str] | None = None) -> dict[str, dict]:
     """Users of LEAF files read one file at a time (each file's other users dropped before the
@@ -117,11 +136,7 @@ def _read_leaf_files(files: list[str], split: str, limit: int | None = None,
     for f in files:
         if (limit is not None and len(users) >= limit) or (want is not None and len(users) == len(want)):
             break
-        try:
-            with open(f) as fh:
-                d = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{f}: not valid JSON ({exc})") from None
+        d = _read_json(f)
         if not isinstance(d, dict):
             raise ValueError(f"{f}: not a LEAF file (top level is not an object)")
         for key in ("users", "user_data"):
@@ -234,6 +249,158 @@ def load_leaf(directory: str, kind: str = "femnist", max_clients: int | None = N
     if kind == "femnist":
         return FLData(clients, test, (1, 28, 28), 62, "femnist", tests)
     return FLData(clients, test, (80,), len(SHAKESPEARE_CHARS), "shakespeare", tests)
+
+
+# ----------------------------------------------------------------------------- FLuID's client files
+def _fluid_files(directory: str, split: str) -> list[str]:
+    """FLuID's per-client files ``<i>_<split>.json[.gz]`` in client order 0, 1, ...; a gap in the
+    numbering is an error (a client would silently go missing)."""
+    import re
+    found = {}
+    for f in os.listdir(directory):
+        m = re.fullmatch(rf"(\d+)_{split}\.json(\.gz)?", f)
+        if m:
+            i = int(m.group(1))
+            if i in found:
+                raise ValueError(f"{directory!r}: client {i} has two {split} files ({found[i]} and {f})")
+            found[i] = f
+    if found and sorted(found) != list(range(len(found))):
+        raise ValueError(f"{directory!r}: FLuID's {split} files must be numbered 0..{len(found) - 1}, got "
+                         f"{sorted(found)}")
+    return [os.path.join(directory, found[i]) for i in sorted(found)]
+
+
+def is_fluid_clients(directory: str) -> bool:
+    """Whether ``directory`` holds FLuID's per-client files (``0_test.json`` or ``.json.gz``)."""
+    return os.path.isdir(directory) and any(os.path.isfile(os.path.join(directory, f"0_{s}.json{z}"))
+                                            for s in ("train", "test") for z in ("", ".gz"))
+
+
+def _fluid_client_arrays(path: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """One FLuID client file: FEMNIST in LEAF's layout (every writer of the file merged into the
+    client), Shakespeare as FLuID ships it (``{idx, character, num_samples, x, y}``, one role)."""
+    d = _read_json(path)
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: a FLuID client file is a JSON object")
+    if kind == "femnist":
+        if "user_data" not in d:
+            raise ValueError(f"{path}: not a FEMNIST client file (LEAF layout: users, user_data)")
+        parts = [_leaf_arrays(d["user_data"][u], kind, f"{path}: writer {u!r}") for u in d.get("users", [])
+                 if u in d["user_data"]]
+        if len(parts) != len(d.get("users", [])):
+            raise ValueError(f"{path}: a listed writer has no user_data")
+        if not parts:
+            raise ValueError(f"{path}: no writers")
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    if kind == "shakespeare":
+        for key in ("x", "y"):
+            if key not in d:
+                raise ValueError(f"{path}: FLuID's Shakespeare files have x and y (and idx, character); missing {key!r}")
+        if "num_samples" in d and d["num_samples"] != len(d["y"]):
+            # FLuID's own test files disagree with their data (0_test: 2,064 stated, 1,985 samples);
+            # its client reads the x/y lists, as here
+            import warnings
+            warnings.warn(f"{path}: num_samples says {d['num_samples']} but the file holds {len(d['y'])} samples; "
+                          "the samples are read", stacklevel=3)
+        return _leaf_arrays({"x": d["x"], "y": d["y"]}, kind, f"{path} ({d.get('character', 'role')})")
+    raise ValueError(f"unknown FLuID dataset {kind!r}; choose femnist or shakespeare")
+
+
+def load_fluid_clients(directory: str, kind: str, clients: int | None = None, test_fraction: float = 0.2,
+                       seed: int = 0) -> FLData:
+    """FLuID's own client files (iwang05/FLuID ``*/client/app/src/main/assets/data/``): client
+    ``i`` is ``<i>_train.json`` / ``<i>_test.json`` (optionally gzip-compressed), as FLuID's
+    Android client ``i + 1`` reads them — FEMNIST in LEAF's layout (a client holds several real
+    writers), Shakespeare one speaking role per client in FLuID's own layout.  Where only the
+    ``_test`` files are present (the snapshot in this project's shared data), each client's file
+    is split ``1 - test_fraction`` / ``test_fraction`` at random (``seed``) into its training and
+    test data; the central test set is every client's test data.  ``clients``: the first that
+    many (None: all)."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    train_files, test_files = _fluid_files(directory, "train"), _fluid_files(directory, "test")
+    if not train_files and not test_files:
+        raise ValueError(f"{directory!r}: no FLuID client files <i>_train.json / <i>_test.json(.gz)")
+    if train_files and test_files and len(train_files) != len(test_files):
+        raise ValueError(f"{directory!r}: {len(train_files)} train files but {len(test_files)} test files")
+    n = len(train_files or test_files)
+    if clients is not None:
+        if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+            raise ValueError(f"clients must be a positive integer, got {clients!r}")
+        if clients > n:
+            raise ValueError(f"{directory!r} holds {n} FLuID clients, not {clients}")
+        n = clients
+    rng = np.random.default_rng(seed)
+    train, tests = [], []
+    for i in range(n):
+        if train_files:
+            train.append(_fluid_client_arrays(train_files[i], kind))
+            tests.append(_fluid_client_arrays(test_files[i], kind) if test_files else None)
+        else:
+            x, y = _fluid_client_arrays(test_files[i], kind)
+            perm = rng.permutation(len(y))
+            nt = max(1, int(round(test_fraction * len(y))))
+            tests.append((x[perm[:nt]], y[perm[:nt]]))
+            train.append((x[perm[nt:]], y[perm[nt:]]))
+    if any(t is None for t in tests):
+        raise ValueError(f"{directory!r}: training files without test files")
+    central = (np.concatenate([t[0] for t in tests]), np.concatenate([t[1] for t in tests]))
+    if kind == "femnist":
+        return FLData(train, central, (1, 28, 28), 62, "femnist", tests)
+    return FLData(train, central, (80,), len(SHAKESPEARE_CHARS), "shakespeare", tests)
+
+
+# ----------------------------------------------------------------------------- saved partitions
+#: The file that marks a folder written by :func:`save_partitions`.
+PARTITIONS_META = "cosearch_partitions.json"
+
+
+def save_partitions(data: FLData, directory: str, overwrite: bool = False, source: str = "") -> str:
+    """Write a dataset's client partitions to ``directory`` so :func:`load_partitions` (and
+    ``--data DIR``) reads them later without a network: ``client_<i>.npz`` (``x``, ``y``,
+    ``test_x``, ``test_y``), ``central_test.npz`` and :data:`PARTITIONS_META` (name, input shape,
+    classes, client count, ``source``).  ``cosearch fl data fetch NAME DIR`` writes one from
+    Flower Datasets on a connected machine."""
+    if os.path.exists(os.path.join(directory, PARTITIONS_META)) and not overwrite:
+        raise FileExistsError(f"{directory!r} already holds saved partitions; pass overwrite=True (--force)")
+    os.makedirs(directory, exist_ok=True)
+    for i, (x, y) in enumerate(data.clients):
+        tx, ty = data.client_tests[i] if data.client_tests else (x[:0], y[:0])
+        np.savez_compressed(os.path.join(directory, f"client_{i}.npz"), x=x, y=y, test_x=tx, test_y=ty)
+    np.savez_compressed(os.path.join(directory, "central_test.npz"), x=data.test[0], y=data.test[1])
+    meta = {"name": data.name, "in_shape": list(data.in_shape), "classes": int(data.classes),
+            "clients": len(data.clients), "source": source}
+    with open(os.path.join(directory, PARTITIONS_META), "w") as fh:
+        json.dump(meta, fh, indent=1)
+    return directory
+
+
+def load_partitions(directory: str, clients: int | None = None) -> FLData:
+    """Partitions written by :func:`save_partitions` (arrays only: ``allow_pickle`` stays off, so
+    a crafted file cannot run code); ``clients``: the first that many."""
+    meta_path = os.path.join(directory, PARTITIONS_META)
+    meta = _read_json(meta_path)
+    if not isinstance(meta, dict) or not {"name", "in_shape", "classes", "clients"} <= set(meta):
+        raise ValueError(f"{meta_path}: needs name, in_shape, classes and clients")
+    n = int(meta["clients"])
+    if clients is not None:
+        if clients > n:
+            raise ValueError(f"{directory!r} holds {n} saved clients, not {clients}")
+        n = clients
+
+    def arrays(path, *keys):
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return tuple(z[k] for k in keys)
+        except (OSError, KeyError, ValueError) as exc:
+            raise ValueError(f"{path}: not a saved partition ({exc})") from None
+    train, tests = [], []
+    for i in range(n):
+        x, y, tx, ty = arrays(os.path.join(directory, f"client_{i}.npz"), "x", "y", "test_x", "test_y")
+        train.append((x, y))
+        tests.append((tx, ty))
+    test = arrays(os.path.join(directory, "central_test.npz"), "x", "y")
+    return FLData(train, test, tuple(meta["in_shape"]), int(meta["classes"]), str(meta["name"]), tests)
 
 
 # ----------------------------------------------------------------------------- CIFAR-10
@@ -379,11 +546,18 @@ def load_dataset(name: str, clients: int = 5, data_dir: str | None = None, seed:
     Flower Datasets (:mod:`cosearch.fl.flower_datasets`, ``pip install 'cosearch[datasets]'``)."""
     if name == "digits":
         return load_digits(clients, alpha, seed)
+    if data_dir and os.path.isfile(os.path.join(data_dir, PARTITIONS_META)):
+        d = load_partitions(data_dir, clients)
+        if d.name != name:
+            raise ValueError(f"{data_dir!r} holds saved {d.name} partitions, not {name}")
+        return d
     if name in ("femnist", "shakespeare", "cifar10") and not data_dir:
         # no local copy: Flower Datasets (an optional extra) downloads it
         from .flower_datasets import load_flower_dataset
         return load_flower_dataset(name, clients, alpha, seed)
     if name in ("femnist", "shakespeare"):
+        if is_fluid_clients(data_dir):
+            return load_fluid_clients(data_dir, name, clients, seed=seed)
         return load_leaf(data_dir, name, max_clients=clients, seed=seed)
     if name == "cifar10":
         return load_cifar10(data_dir, clients, alpha, seed)
