@@ -129,3 +129,20 @@ def test_cli_imports_no_torch_unless_an_fl_command_runs():
     from cosearch.fl.cli import MODEL_NAMES
     from cosearch.fl.models import MODELS
     assert tuple(MODELS) == MODEL_NAMES
+
+
+#: Every public name cosearch.hardware had as one module (0.3), before it became a package.
+HARDWARE_03_NAMES = ('A100', 'A100_80GB', 'AREA_MODELS', 'ATTENTION_HEAD_OVERHEAD', 'ATTENTION_HEAD_OVERHEAD_FA2', 'ATTENTION_KERNELS', 'ATTENTION_OVERHEAD_BWD', 'ATTENTION_OVERHEAD_FWD', 'Accelerator', 'AreaPowerModel', 'B200', 'BOOST_CLOCK_H100', 'CAST_KERNELS', 'DESIGN_FIELDS', 'EFFICIENCY_SOURCES', 'EFF_FIELDS', 'FA1_TRITON_SPEED', 'FP4_RATE_BLACKWELL', 'FP8_RATE_BLACKWELL', 'FP8_RATE_H100', 'FP8_RATE_H100_500W', 'GB200', 'GB300', 'GiB', 'H100', 'H100_500W', 'H200', 'HBM_SCENARIO_BPS', 'IDEAL', 'INDUCTOR_AMAX_BPS_PER_SM', 'INDUCTOR_CAST_PASSES_S', 'INDUCTOR_CAST_SMS', 'INDUCTOR_CAST_STREAM', 'KernelEfficiency', 'KiB', 'MAX_FIELD_VALUES', 'MAX_GRID_DESIGNS', 'MAX_SPACE_FILE_BYTES', 'MiB', 'PHAZE_CLOCK_HZ', 'PHAZE_GLB_WORDS_PER_CYCLE', 'PRESETS', 'PhazeAreaModel', 'SPACE_FILE_FIELDS', 'STREAM_K_FIXUP_H100', 'SUSTAINED_CLOCK_A100', 'SUSTAINED_CLOCK_BLACKWELL', 'SUSTAINED_CLOCK_H100', 'SUSTAINED_CLOCK_H100_500W', 'SearchSpace', 'TPU5_TENSOR', 'TPUv4', 'TPUv5e', 'TPUv5p', 'design_array', 'named_area_model', 'phaze_glb_words', 'phaze_l1_bytes', 'phaze_reference', 'preset', 'preset_names')
+
+
+def test_hardware_package_keeps_every_public_name():
+    """hardware/ split by concern (efficiency, area, chips, space): every name users imported
+    from cosearch.hardware still imports from there, and its classes and functions are defined in
+    one of the four submodules."""
+    from cosearch import hardware
+    missing = [n for n in HARDWARE_03_NAMES if not hasattr(hardware, n)]
+    assert missing == []
+    defined = {n: getattr(hardware, n).__module__ for n in HARDWARE_03_NAMES
+               if isinstance(getattr(hardware, n), type) or callable(getattr(hardware, n))}
+    assert defined and all(m.rsplit(".", 1)[0] == "cosearch.hardware" and m.rsplit(".", 1)[1] in
+                           ("efficiency", "area", "chips", "space") for m in defined.values()), defined

@@ -22,6 +22,7 @@ from .chips import (  # noqa: F401
     H100_500W,
     H200,
     H800,
+    PRESETS,
     Accelerator,
     TPU7x,
     TPUv4,
