@@ -208,7 +208,9 @@ def precision_class(row: dict) -> str:
 
 def group_of(row: dict) -> str:
     """The fidelity group of a row: source x chip x number format (``Megatron-Bridge GB200 fp8``)."""
-    return f"{source_group(row)} {str(row.get('accel', '?')).split()[0]} {precision_class(row)}"
+    import re
+    chip = re.split(r"[\s,(]+", str(row.get("accel", "?")).strip())[0]
+    return f"{source_group(row)} {chip} {precision_class(row)}"
 
 
 def _zero(row: dict) -> int:
