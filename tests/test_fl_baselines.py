@@ -9,16 +9,41 @@ from cosearch.fl.experiment import Experiment
 from cosearch.fl.simulation import FLResult
 
 
-def test_fjord_samples_uniformly_from_the_widths_a_client_affords():
+def test_fjord_trains_per_batch_widths_uniform_up_to_the_clients_tier():
+    """FjORD (Horváth et al. 2021; Flower Baselines' default, no distillation): a client gets its
+    widest affordable width p_max, and each local batch trains a width drawn uniformly from P up
+    to p_max (here 0.65: 0.2, 0.4, 0.6, a third each over 600 batches, 3 sigma ~ 0.06)."""
+    import torch
+
+    from cosearch.fl.models import mlp
+    from cosearch.fl.simulation import train_nested
     pol = masks.policy("fjord")
     rng = np.random.default_rng(0)
-    draws = [pol.width(0.65, 3, rng) for _ in range(6000)]
-    assert set(draws) == {0.2, 0.4, 0.6}                          # never above the client's 0.65
-    counts = np.array([draws.count(w) for w in (0.2, 0.4, 0.6)])
-    assert np.all(np.abs(counts / 6000 - 1 / 3) < 0.03)           # uniform (3 sigma ~ 0.018)
-    assert set(pol.width(1.0, 0, rng) for _ in range(500)) == set(masks.FJORD_WIDTHS)
-    assert pol.width(0.1, 0, rng) == 0.2                          # below every width: the smallest
-    assert pol.widths() == masks.FJORD_WIDTHS
+    assert [pol.width(k, 0, rng) for k in (1.0, 0.85, 0.65, 0.4, 0.1)] == [1.0, 0.8, 0.6, 0.4, 0.2]
+    assert pol.nested and not pol.distill and pol.widths() == masks.FJORD_WIDTHS
+    torch.manual_seed(0)
+    model = mlp(6, 3, hidden=10)
+    x, y = np.random.default_rng(0).normal(size=(600, 6)).astype(np.float32), np.arange(600) % 3
+    drawn = train_nested(model, x, y, 1, "sgd", 0.01, 1, torch.Generator().manual_seed(0),
+                         masks.fjord_widths_within(0.65), {"1": 10, "3": 10}, torch.as_tensor(x[:2]), distill=False)
+    counts = np.array([drawn.count(w) for w in (0.2, 0.4, 0.6)])
+    assert len(drawn) == 600 and counts.sum() == 600
+    assert np.all(np.abs(counts / 600 - 1 / 3) < 0.06)
+
+
+def test_nested_widths_keep_the_first_ceil_p_k_units():
+    """FjORD's ordered dropout keeps the first ceil(p K) units of a K-unit layer (the paper,
+    sec. 3; HeteroFL's code rounds up too): 0.2 of 32 -> 7 (6.4 up), 0.85 of 20 -> 17, 0.5 of 3
+    -> 2, 0.0625 of 10 -> 1; FLuID's ordered baseline keeps its own int(p K) (0.2 of 32 -> 6)."""
+    from cosearch.fl.submodel import Group
+    assert [masks.nested_units(p, k) for p, k in ((0.2, 32), (0.85, 20), (0.5, 3), (0.0625, 10), (1.0, 7))] == \
+        [7, 17, 2, 1, 7]
+    g = [Group("a", 32, (), ()), Group("b", 3, (), ())]
+    rng = np.random.default_rng(0)
+    for name in ("fjord", "fjord-kd", "heterofl"):
+        m = masks.policy(name).masks(0.2, g, rng)
+        assert (m["a"].sum(), m["b"].sum()) == (7, 1) and m["a"][:7].all()
+    assert masks.policy("ordered").masks(0.2, g, rng)["a"].sum() == 6
 
 
 def test_heterofl_tier_is_fixed_by_the_first_sub_model():
@@ -43,9 +68,7 @@ def test_nested_methods_run_and_report_accuracy_per_width(method, tmp_path):
     assert all(0.0 <= a <= 1.0 for a in res.width_accuracy.values())
     for r in res.rounds:
         assert all(k in widths for k in r.keep.values())
-    if method == "fjord":                                           # every client samples from round 1
-        assert any(r.keep for r in res.rounds[:2])
-    elif method == "fjord-kd":                                      # p_max: below 1 only for stragglers
+    if method.startswith("fjord"):                                  # p_max: below 1 only for stragglers
         assert res.rounds[0].keep == res.rounds[1].keep == {}
     else:                                                           # only stragglers, from round 3
         assert res.rounds[0].keep == res.rounds[1].keep == {}

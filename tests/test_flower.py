@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
+flwr = pytest.importorskip("flwr")
 pytest.importorskip("sklearn")
 torch = pytest.importorskip("torch")
 
@@ -89,6 +89,33 @@ def test_strategy_is_fedavg_and_survives_a_malformed_update():
     strict = flower.DropoutStrategy(lambda: models.mlp(64, 10, 32), accept_failures=False)
     (params, _), _ = _fit_round(strict, mgr, 1, times, fail=True)
     assert params is None
+
+
+def test_flower_fjord_trains_per_batch_widths_as_simulate_does():
+    """On Flower's engine FjORD is the same method as in simulate(): the strategy names each
+    client's widths up to its p_max (and whether to distill), and the client runs train_nested on
+    them; its update equals train_nested's on the same generator."""
+    from cosearch.fl import flower, models
+    from cosearch.fl.masks import FJORD_WIDTHS
+    from cosearch.fl.simulation import train_nested
+    for method, distill in (("fjord", False), ("fjord-kd", True)):
+        s = flower.DropoutStrategy(lambda: models.mlp(8, 3, 10), method, total_rounds=4, min_available_clients=2,
+                                   min_fit_clients=2)
+        ins = s.configure_fit(1, s.initialize_parameters(None), _Manager(2))
+        cfg = ins[0][1].config
+        assert cfg["widths"] == ",".join(map(str, FJORD_WIDTHS)) and cfg["distill"] is distill
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(40, 8)).astype(np.float32), np.arange(40) % 3
+        client = flower.SubmodelClient(lambda: models.mlp(8, 3, 10), x, y, seed=5, batch_size=8)
+        params = [p.copy() for p in flwr.common.parameters_to_ndarrays(ins[0][1].parameters)]
+        got, n, _m = client.fit(params, cfg)
+        ref = models.mlp(8, 3, 10)
+        ref.load_state_dict({k: torch.as_tensor(v) for k, v in zip(ref.state_dict().keys(), params)})
+        train_nested(ref, x, y, 1, "sgd", 0.1, 8, torch.Generator().manual_seed(5 + 1), FJORD_WIDTHS,
+                     {k: int(v) for k, v in (kv.split("=") for kv in cfg["full_units"].split(","))},
+                     torch.as_tensor(x[:1]), distill=distill)
+        for a, b in zip(got, ref.state_dict().values()):
+            np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
 
 
 def _signal_group(p, sig):

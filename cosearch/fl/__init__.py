@@ -3,8 +3,8 @@
 The method: :class:`InvariantDropout` (FLuID's threshold calibration, growth schedule
 (:class:`ThresholdSchedule`) and drop order; ``threshold="adaptive"`` keeps cosearch 0.1's
 rule) and the baselines :class:`OrderedDropout` (FjORD's ordered masks), :class:`RandomDropout`,
-:class:`NoDropout`, :class:`FjORD` (nested widths sampled per round), :class:`FjORDDistill`
-(per-batch widths with self-distillation) and :class:`HeteroFL` (static width tiers), all one :class:`DropoutPolicy` interface (:func:`policy` by name).  Stragglers'
+:class:`NoDropout`, :class:`FjORD` (per-batch nested widths up to the client's tier),
+:class:`FjORDDistill` (the same with self-distillation) and :class:`HeteroFL` (static width tiers), all one :class:`DropoutPolicy` interface (:func:`policy` by name).  Stragglers'
 keep fractions come from :class:`StragglerProfiler` — by default the model-based controller of
 :mod:`cosearch.fl.controller`, FLuID's buckets as ``keep_rule="fluid"``.
 Stragglers and keep fractions: :class:`StragglerProfiler` (FLuID's buckets,

@@ -127,6 +127,12 @@ class DropoutStrategy(FedAvg):
             a = self._sent[ids[c.cid]]
             model = self.protocol.submodel(a)
             cfg = dict(config, keep=float(a.keep), masks=encode_masks(a.masks), round=int(server_round))
+            if getattr(self.protocol.policy, "nested", False):
+                # FjORD: the client trains per-batch widths up to its p_max, as simulate() does
+                from .masks import fjord_widths_within
+                cfg.update(widths=",".join(str(w) for w in fjord_widths_within(a.keep)),
+                           distill=bool(self.protocol.policy.distill),
+                           full_units=",".join(f"{g.name}={g.units}" for g in self.protocol.groups))
             out.append((c, FitIns(ndarrays_to_parameters(_arrays(model.state_dict())), cfg)))
         return out
 
@@ -187,13 +193,24 @@ class SubmodelClient(flwr.client.NumPyClient):
         masks = decode_masks(config["masks"])
         model = extract_submodel(self.model_fn(), masks, self.example)
         model.load_state_dict(_state(list(model.state_dict().keys()), parameters))
+        gen = torch.Generator().manual_seed(self.seed + int(config.get("round", 0)))
+        ex = self.example if self.example is not None else torch.as_tensor(self.x[:1])
         t0 = time.perf_counter()
-        train_local(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size,
-                    torch.Generator().manual_seed(self.seed + int(config.get("round", 0))))
+        if config.get("widths"):
+            # FjORD's per-batch nested widths (the strategy names them and the full model's units)
+            from .simulation import _nested_flops, train_nested
+            widths = [float(w) for w in str(config["widths"]).split(",")]
+            full_units = {k: int(v) for k, v in (kv.split("=") for kv in str(config["full_units"]).split(","))}
+            distill = bool(config.get("distill", False))
+            train_nested(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size, gen, widths,
+                         full_units, ex, distill=distill)
+            flops = _nested_flops(model, ex, full_units, widths, len(self.y), self.epochs, distill)
+        else:
+            train_local(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size, gen)
+            flops = training_flops(model, ex, len(self.y), self.epochs) if self.device is not None else 0.0
         t = time.perf_counter() - t0
         if self.device is not None:
-            ex = self.example if self.example is not None else torch.as_tensor(self.x[:1])
-            t = self.device.round_time_s(training_flops(model, ex, len(self.y), self.epochs), model_bytes(model))
+            t = self.device.round_time_s(flops, model_bytes(model))
         metrics = {"round_time_s": float(t)}
         if self.partition_id is not None:
             metrics["partition_id"] = int(self.partition_id)

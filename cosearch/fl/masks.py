@@ -23,17 +23,16 @@ its methods, so the methods differ only in *which* units they drop.
   until enough neurons are invariant; invariant neurons are then dropped least-change first.
 * :class:`OrderedDropout` (FjORD's ordered masks, FLuID's baseline): keep the first
   ``n - drop_count`` units of a straggler's layers.
-* :class:`FjORD` (Horváth et al., NeurIPS 2021): every client, every round, trains the
-  nested sub-model of a width sampled uniformly from the widths it can afford —
-  ``P = {0.2, 0.4, 0.6, 0.8, 1.0}`` (the paper's uniform ``D_P``, k = 5) up to the keep fraction
-  the straggler controller gives it (1 for the others).  Sampled once per round (the paper
-  samples per local batch); without self-distillation.
-* :class:`FjORDDistill` (``"fjord-kd"``, FjORD as the paper and Flower Baselines' ``fjord``
-  train it): a client gets the widest sub-model it can afford, ``p_max`` (the largest width of
-  ``P`` within its keep fraction), and every local batch trains a width sampled uniformly from
-  ``P`` up to ``p_max`` inside it, with self-distillation: the ``p_max`` model's cross-entropy on
-  the labels, then the sampled width's cross-entropy against the ``p_max`` model's softmax,
-  one optimiser step for both (:func:`cosearch.fl.simulation.train_nested`).
+* :class:`FjORD` (Horváth et al., NeurIPS 2021, and Flower Baselines' ``fjord`` in its default
+  mode, without distillation): a client gets the widest sub-model it can afford, ``p_max`` (the
+  largest width of ``P = {0.2, 0.4, 0.6, 0.8, 1.0}``, the paper's uniform ``D_P`` with k = 5,
+  within the keep fraction the straggler controller gives it; 1 for the others), and every
+  local batch trains a width sampled uniformly from ``P`` up to ``p_max`` inside it
+  (:func:`cosearch.fl.simulation.train_nested`).  A width ``p`` keeps the first ``ceil(p K)``
+  of a layer's ``K`` units (the paper's ordered dropout; :func:`nested_units`).
+* :class:`FjORDDistill` (``"fjord-kd"``): the same with self-distillation, as the paper trains
+  it: the ``p_max`` model's cross-entropy on the labels, then the sampled width's
+  cross-entropy against the ``p_max`` model's softmax, one optimiser step for both.
 * :class:`HeteroFL` (Diao et al., ICLR 2021): static width tiers ``1, 1/2, 1/4, 1/8, 1/16``
   (the paper's ``a``-``e``): a client gets the largest tier within its first keep fraction
   below 1 and keeps that tier for the rest of training (a device class); others train the
@@ -59,7 +58,7 @@ from .submodel import Group
 
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "FjORDDistill",
            "HeteroFL",
-           "FJORD_WIDTHS", "HETEROFL_TIERS",
+           "FJORD_WIDTHS", "HETEROFL_TIERS", "nested_units",
            "ThresholdSchedule", "FLUID_SCHEDULES", "drop_count", "neuron_index", "flatten_state",
            "neuron_scores_numpy", "policy", "METHODS"]
 
@@ -140,12 +139,37 @@ def fjord_widths_within(keep: float) -> list[float]:
     return [w for w in FJORD_WIDTHS if w <= keep + 1e-9] or [FJORD_WIDTHS[0]]
 
 
-class FjORD(OrderedDropout):
+def nested_units(p: float, n: int) -> int:
+    """Units a nested-width method keeps of an ``n``-unit layer at width ``p``: the first
+    ``ceil(p n)`` (FjORD's ordered dropout, Horváth et al. 2021 sec. 3; HeteroFL's code rounds
+    its channel counts up the same way), at least 1."""
+    p = _check_p(p)
+    return max(1, min(n, math.ceil(p * n - 1e-9)))
+
+
+class _NestedWidths(OrderedDropout):
+    """Ordered masks at a nested width: the first ``ceil(p K)`` units (:func:`nested_units`)."""
+
+    def masks(self, p, groups, rng, client=None):
+        out = {}
+        for g in groups:
+            m = np.zeros(g.units, dtype=bool)
+            m[:nested_units(p, g.units)] = True
+            out[g.name] = m
+        return out
+
+
+class FjORD(_NestedWidths):
+    """FjORD: per-batch nested widths up to the client's ``p_max`` (module docstring)."""
+
     name = "fjord"
+    #: the client trains nested widths per local batch (FjORD's training)
+    nested = True
+    #: the widest model is not a teacher in this mode
+    distill = False
 
     def width(self, keep, client, rng):
-        ok = fjord_widths_within(keep)
-        return float(ok[int(rng.integers(len(ok)))])
+        return max(fjord_widths_within(keep))
 
     def widths(self):
         return FJORD_WIDTHS
@@ -158,11 +182,8 @@ class FjORDDistill(FjORD):
     #: the client trains nested widths per batch with the widest as its teacher
     distill = True
 
-    def width(self, keep, client, rng):
-        return max(fjord_widths_within(keep))
 
-
-class HeteroFL(OrderedDropout):
+class HeteroFL(_NestedWidths):
     name = "heterofl"
 
     def __init__(self):

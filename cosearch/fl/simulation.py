@@ -242,13 +242,14 @@ def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size:
 
 def nested_masks(local_groups, full_units: dict[str, int], width: float) -> dict[str, np.ndarray]:
     """Masks of ``local_groups`` (a client's ``p_max`` sub-model) keeping the nested sub-model of
-    ``width`` of the *full* model: the first ``units - drop_count(width, units)`` units of each
-    layer, as every FjORD width is a prefix of the full model's units."""
-    from .masks import drop_count
+    ``width`` of the *full* model: the first ``ceil(width units)`` units of each layer
+    (:func:`~cosearch.fl.masks.nested_units`), as every FjORD width is a prefix of the full
+    model's units."""
+    from .masks import nested_units
     out = {}
     for g in local_groups:
         n = full_units[g.name]
-        k = min(g.units, n - drop_count(width, n))
+        k = min(g.units, nested_units(width, n))
         m = np.zeros(g.units, dtype=bool)
         m[:k] = True
         out[g.name] = m
@@ -455,7 +456,8 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
         from tqdm.auto import tqdm
         it = tqdm(it, desc=f"FL {method}", unit="round", leave=False)
     decisions = getattr(proto.profiler, "decisions", [])
-    nested = bool(getattr(proto.policy, "distill", False))     # FjORD with per-batch widths
+    nested = bool(getattr(proto.policy, "nested", False))      # FjORD: per-batch widths
+    distill = bool(getattr(proto.policy, "distill", False))
     full_units = {g.name: g.units for g in proto.groups}
     nested_flops: dict = {}
     for r in it:
@@ -468,11 +470,12 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
             if nested:
                 ws = fjord_widths_within(assign[c].keep)
-                train_nested(local, x, y, local_epochs, optimizer, lr, batch_size, gen, ws, full_units, example)
+                train_nested(local, x, y, local_epochs, optimizer, lr, batch_size, gen, ws, full_units, example,
+                             distill=distill)
                 # the expected cost depends only on the widths and the data size: once per pair
                 key = (assign[c].keep, len(y))
                 if key not in nested_flops:
-                    nested_flops[key] = _nested_flops(local, example, full_units, ws, len(y), local_epochs, True)
+                    nested_flops[key] = _nested_flops(local, example, full_units, ws, len(y), local_epochs, distill)
                 flops = nested_flops[key]
             else:
                 train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen)
