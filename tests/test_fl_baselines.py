@@ -206,3 +206,77 @@ def test_nested_cut_of_a_cut_equals_the_direct_cut(name):
     assert via_half.keys() == direct.keys()
     for k in direct:
         torch.testing.assert_close(via_half[k], direct[k], rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ HeteroFL's training and averaging rules
+def test_heterofl_scaler_and_masked_loss_step_by_hand():
+    """One SGD step of a HeteroFL client at rate 1/2 on a 1-hidden-layer MLP: the Scaler divides
+    the hidden layer's output by the rate (h = relu((W1 x + b1) / r)), the logits of labels the
+    client does not hold are zeroed before the cross-entropy; the step equals autograd of that
+    function written out by hand."""
+    import torch
+
+    from cosearch.fl.simulation import train_local
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4))
+    x = torch.randn(8, 5)
+    y = torch.tensor([0, 2, 0, 2, 2, 0, 0, 2])              # the client holds labels 0 and 2 of 4
+    mask = np.array([True, False, True, False])
+    w1, b1, w2, b2 = (p.detach().clone().requires_grad_() for p in net.parameters())
+    logits = torch.relu((x @ w1.T + b1) / 0.5) @ w2.T + b2
+    logits = logits * torch.as_tensor(mask, dtype=torch.float32)
+    torch.nn.functional.cross_entropy(logits, y).backward()
+    want = [p.detach() - 0.1 * p.grad for p in (w1, b1, w2, b2)]
+    train_local(net, x.numpy(), y.numpy(), 1, "sgd", 0.1, 8, torch.Generator().manual_seed(0),
+                label_mask=mask, scale_rate=0.5, example=x[:1])
+    for got, w in zip(net.parameters(), want):
+        torch.testing.assert_close(got.detach(), w, rtol=1e-5, atol=1e-6)
+    out = net(x)                                             # the hooks are gone after training
+    torch.testing.assert_close(out, torch.relu(x @ net[0].weight.T + net[0].bias) @ net[2].weight.T + net[2].bias)
+
+
+def test_heterofl_averages_clients_not_examples_and_splits_the_output_by_label():
+    """HeteroFL's aggregation by hand: two clients, one with 100 examples of labels {0, 1} at
+    full width, one with 1 example of labels {1, 2} at width 1/2.  Each hidden unit both hold is
+    the plain mean of the two (not 100:1); the units only the wide client holds take its value;
+    the classifier's row 0 is the first client's, row 1 the mean, row 2 the second's (and, for the
+    hidden units only the wide client holds, which lacks label 2, the old global value)."""
+    import torch
+
+    from cosearch.fl.server import ClientUpdate, RoundProtocol
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    proto = RoundProtocol(model, 2, "heterofl", example_input=torch.zeros(1, 3), seed=0)
+    full = proto.assignments(1, [0, 1])[0]
+    from cosearch.fl.server import Assignment
+    half = Assignment(1, 0.5, proto.policy.masks(0.5, proto.groups, np.random.default_rng(0)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    a = {k: torch.full_like(v, 1.0) for k, v in model.state_dict().items()}
+    sub = proto.submodel(half).state_dict()
+    b = {k: torch.full_like(v, 3.0) for k, v in sub.items()}
+    proto.aggregate(1, {0: full, 1: half}, [ClientUpdate(0, a, 100, 1.0, labels=(0, 1)),
+                                            ClientUpdate(1, b, 1, 1.0, labels=(1, 2))])
+    st = model.state_dict()
+    assert torch.equal(st["0.weight"][:2], torch.full((2, 3), 2.0))          # both hold units 0-1
+    assert torch.equal(st["0.weight"][2:], torch.full((2, 3), 1.0))          # only the wide client
+    assert torch.equal(st["2.weight"][:2, 2:], torch.full((2, 2), 1.0))
+    assert torch.equal(st["2.weight"][2, 2:], before["2.weight"][2, 2:])      # nobody holding label 2 trained it
+    assert st["2.weight"][:, :2].tolist() == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]   # rows by label
+    assert st["2.bias"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_heterofl_tiers_in_stated_proportions():
+    """Fixed proportions deal tiers so every prefix of clients holds its share (10 clients at 20 /
+    30 / 50 %: exactly 2, 3 and 5); dynamic ones are drawn each round from the shares."""
+    pol = masks.HeteroFL({1.0: 0.2, 0.5: 0.3, 0.125: 0.5})
+    tiers = [pol.width(1.0, c, None) for c in range(10)]
+    assert (tiers.count(1.0), tiers.count(0.5), tiers.count(0.125)) == (2, 3, 5)
+    assert pol.width(0.1, 7, None) == tiers[7]                # the controller's keep does not move it
+    dyn = masks.HeteroFL({1.0: 0.25, 0.25: 0.75}, dynamic=True)
+    rng = np.random.default_rng(0)
+    draws = [dyn.width(1.0, 0, rng) for _ in range(4000)]
+    assert abs(draws.count(0.25) / 4000 - 0.75) < 0.03
+    with pytest.raises(ValueError, match="summing to 1"):
+        masks.HeteroFL({1.0: 0.5, 0.5: 0.4})
+    with pytest.raises(ValueError, match="not among"):
+        masks.HeteroFL({0.3: 1.0})

@@ -118,6 +118,31 @@ def test_flower_fjord_trains_per_batch_widths_as_simulate_does():
             np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
 
 
+def test_flower_heterofl_trains_and_reports_as_simulate_does():
+    """HeteroFL on Flower's engine: the strategy asks for the Scaler at the sub-model's rate and the
+    masked cross-entropy; the client trains exactly as train_local does with them and reports its
+    labels, which the strategy hands to the label-split aggregation."""
+    from cosearch.fl import flower, models
+    from cosearch.fl.simulation import train_local
+    s = flower.DropoutStrategy(lambda: models.mlp(8, 4, 10), "heterofl", total_rounds=4, min_available_clients=2,
+                               min_fit_clients=2)
+    ins = s.configure_fit(1, s.initialize_parameters(None), _Manager(2))
+    cfg = dict(ins[0][1].config, scale_rate=0.5)            # as sent to a tier-1/2 client
+    assert ins[0][1].config["mask_labels"] is True and ins[0][1].config["scale_rate"] == 1.0
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(24, 8)).astype(np.float32), np.array([0, 2] * 12)
+    client = flower.SubmodelClient(lambda: models.mlp(8, 4, 10), x, y, seed=3, batch_size=8)
+    params = [p.copy() for p in flwr.common.parameters_to_ndarrays(ins[0][1].parameters)]
+    got, _n, metrics = client.fit(params, cfg)
+    assert metrics["labels"] == "0,2"
+    ref = models.mlp(8, 4, 10)
+    ref.load_state_dict({k: torch.as_tensor(v) for k, v in zip(ref.state_dict().keys(), params)})
+    train_local(ref, x, y, 1, "sgd", 0.1, 8, torch.Generator().manual_seed(3 + 1),
+                label_mask=np.array([True, False, True, False]), scale_rate=0.5, example=torch.as_tensor(x[:1]))
+    for a, b in zip(got, ref.state_dict().values()):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
+
+
 def _signal_group(p, sig):
     try:
         os.killpg(p.pid, sig)

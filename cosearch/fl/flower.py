@@ -127,6 +127,11 @@ class DropoutStrategy(FedAvg):
             a = self._sent[ids[c.cid]]
             model = self.protocol.submodel(a)
             cfg = dict(config, keep=float(a.keep), masks=encode_masks(a.masks), round=int(server_round))
+            pol = self.protocol.policy
+            if getattr(pol, "scaler", False):
+                cfg["scale_rate"] = float(a.keep)          # HeteroFL's Scaler at the sub-model's rate
+            if getattr(pol, "masked_labels", False):
+                cfg["mask_labels"] = True                  # HeteroFL's masked cross-entropy
             if getattr(self.protocol.policy, "nested", False):
                 # FjORD: the client trains per-batch widths up to its p_max, as simulate() does
                 from .masks import fjord_widths_within
@@ -155,7 +160,13 @@ class DropoutStrategy(FedAvg):
             except Exception as exc:       # anything a client sends: reject it, log why, go on
                 state = f"undecodable update ({type(exc).__name__}: {exc})"
                 log.warning("cosearch: round %s: client %s's update is rejected: %s", server_round, proxy.cid, state)
-            updates.append(ClientUpdate(c, state, res.num_examples, res.metrics.get("round_time_s")))
+            labels = None
+            if res.metrics.get("labels") is not None:
+                try:
+                    labels = tuple(int(v) for v in str(res.metrics["labels"]).split(",") if v != "")
+                except ValueError:
+                    labels = None             # malformed: the update counts for every label
+            updates.append(ClientUpdate(c, state, res.num_examples, res.metrics.get("round_time_s"), labels=labels))
         rep = self.protocol.aggregate(server_round, self._sent, updates)
         self.history.append({"round": server_round, "round_time_s": rep.round_time_s,
                              "server_round_s": server_round_s, "partition_ids": partitions,
@@ -206,12 +217,19 @@ class SubmodelClient(flwr.client.NumPyClient):
                          full_units, ex, distill=distill)
             flops = _nested_flops(model, ex, full_units, widths, len(self.y), self.epochs, distill)
         else:
-            train_local(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size, gen)
+            mask = None
+            if config.get("mask_labels"):
+                with torch.no_grad():
+                    classes = int(model(ex).shape[-1])
+                mask = np.isin(np.arange(classes), np.unique(self.y))
+            rate = float(config["scale_rate"]) if "scale_rate" in config else None
+            train_local(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size, gen,
+                        label_mask=mask, scale_rate=rate, example=ex)
             flops = training_flops(model, ex, len(self.y), self.epochs) if self.device is not None else 0.0
         t = time.perf_counter() - t0
         if self.device is not None:
             t = self.device.round_time_s(flops, model_bytes(model))
-        metrics = {"round_time_s": float(t)}
+        metrics = {"round_time_s": float(t), "labels": ",".join(str(int(v)) for v in np.unique(self.y))}
         if self.partition_id is not None:
             metrics["partition_id"] = int(self.partition_id)
         return _arrays(model.state_dict()), len(self.y), metrics

@@ -33,10 +33,15 @@ its methods, so the methods differ only in *which* units they drop.
 * :class:`FjORDDistill` (``"fjord-kd"``): the same with self-distillation, as the paper trains
   it: the ``p_max`` model's cross-entropy on the labels, then the sampled width's
   cross-entropy against the ``p_max`` model's softmax, one optimiser step for both.
-* :class:`HeteroFL` (Diao et al., ICLR 2021): static width tiers ``1, 1/2, 1/4, 1/8, 1/16``
-  (the paper's ``a``-``e``): a client gets the largest tier within its first keep fraction
-  below 1 and keeps that tier for the rest of training (a device class); others train the
-  full model.  Nested (ordered) sub-models, averaged per parameter over the clients that hold it.
+* :class:`HeteroFL` (Diao et al., ICLR 2021, and its code ``dem123456789/HeteroFL``): width
+  tiers ``1, 1/2, 1/4, 1/8, 1/16`` (the paper's ``a``-``e``), each keeping the first ``ceil(r K)``
+  units.  Tiers come from stated proportions (fixed per client, or drawn each round), or, by
+  default, from the straggler controller: a client gets the largest tier within its first keep
+  fraction below 1 and keeps it (a device class; so a straggler allowed 0.85 trains tier 1/2,
+  the paper's halving).  As the paper trains: the Scaler divides each hidden layer's output by
+  the rate in local training; the cross-entropy is masked to the client's own labels (absent
+  labels' logits zeroed, as its code does); every parameter is averaged over the clients that
+  hold it, one vote per client; the output layer's rows over the clients holding each label.
 * :class:`RandomDropout` (Federated Dropout): keep a random ``n - drop_count`` units.
 * :class:`NoDropout`: keep everything (FedAvg with the full model).
 
@@ -184,12 +189,59 @@ class FjORDDistill(FjORD):
 
 
 class HeteroFL(_NestedWidths):
-    name = "heterofl"
+    """HeteroFL (Diao et al., ICLR 2021) as its paper and code train it (module docstring).
 
-    def __init__(self):
+    ``proportions``: ``{tier: share}`` of the clients at each tier (the paper's fixed
+    computation-capability mixes, e.g. ``{1.0: 0.5, 0.25: 0.5}``); ``None``: a client's tier is
+    the largest within its first keep fraction below 1 from the straggler controller (cosearch's
+    device-driven reading).  ``dynamic``: with proportions, every round draws each client's tier
+    from them (the paper's "dynamic" mode) instead of fixing it."""
+
+    name = "heterofl"
+    #: averaging as the paper does: each parameter over the clients that hold it, one vote each
+    count_clients = True
+    #: the Scaler module: a sub-model of rate r scales each hidden layer's output by 1/r in training
+    scaler = True
+    #: masked cross-entropy: logits of labels a client does not hold are zeroed (HeteroFL's code)
+    masked_labels = True
+    #: the output layer's rows (classes) are averaged over the clients that hold each label
+    label_split = True
+
+    def __init__(self, proportions: dict[float, float] | None = None, dynamic: bool = False):
         self.tier: dict[int, float] = {}
+        self.dynamic = bool(dynamic)
+        self.proportions = None
+        if proportions is not None:
+            if not isinstance(proportions, dict) or not proportions:
+                raise ValueError("HeteroFL proportions must be a non-empty {tier: share} dict")
+            bad = [t for t in proportions if t not in HETEROFL_TIERS]
+            if bad:
+                raise ValueError(f"HeteroFL tiers {bad} are not among {HETEROFL_TIERS}")
+            total = sum(float(v) for v in proportions.values())
+            if any(float(v) < 0 for v in proportions.values()) or not math.isclose(total, 1.0, abs_tol=1e-9):
+                raise ValueError(f"HeteroFL proportions must be non-negative shares summing to 1, got {proportions}")
+            self.proportions = {float(t): float(v) for t, v in sorted(proportions.items(), reverse=True)}
+        elif dynamic:
+            raise ValueError("HeteroFL dynamic tiers need proportions")
+
+    def _fixed_tier(self, client: int) -> float:
+        """Client ``client``'s tier under fixed proportions: tiers dealt in order so that every
+        prefix of clients 0..c holds each tier in its share, to the nearest client (smooth
+        weighted round-robin: client c takes the tier furthest below its share so far)."""
+        tiers = list(self.proportions)
+        counts = dict.fromkeys(tiers, 0)
+        pick = tiers[0]
+        for c in range(client + 1):
+            pick = max(tiers, key=lambda t: (self.proportions[t] * (c + 1) - counts[t], t))
+            counts[pick] += 1
+        return pick
 
     def width(self, keep, client, rng):
+        if self.proportions is not None:
+            if self.dynamic:
+                tiers = list(self.proportions)
+                return float(tiers[int(rng.choice(len(tiers), p=[self.proportions[t] for t in tiers]))])
+            return self._fixed_tier(int(client))
         if client in self.tier:
             return self.tier[client]
         if keep >= 1.0:
@@ -199,7 +251,7 @@ class HeteroFL(_NestedWidths):
 
     def record(self, client, masks):
         # the first sub-model a client is sent fixes its tier (its device class) for good
-        if client not in self.tier:
+        if self.proportions is None and client not in self.tier:
             kept = [float(m.mean()) for m in masks.values()]
             self.tier[client] = min(HETEROFL_TIERS, key=lambda x: abs(x - max(kept)))
 
@@ -539,4 +591,4 @@ def policy(name: str, **kw) -> DropoutPolicy:
         return InvariantDropout(threshold="adaptive", **kw)
     table = {"ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout, "fjord": FjORD,
              "fjord-kd": FjORDDistill, "heterofl": HeteroFL}
-    return table[name]()
+    return table[name](**kw)

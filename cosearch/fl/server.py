@@ -40,6 +40,21 @@ class Assignment:
     masks: dict
 
 
+def _output_layer(model) -> tuple[tuple[str, ...], int] | None:
+    """The parameter names of the model's last Linear layer (its classifier) and its class count;
+    None when the model has no Linear layer."""
+    import torch.nn as nn
+    last = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.Linear):
+            last = (name, mod)
+    if last is None:
+        return None
+    name, mod = last
+    params = tuple(f"{name}.{p}" for p, _ in mod.named_parameters(recurse=False))
+    return params, int(mod.out_features)
+
+
 @dataclass
 class ClientUpdate:
     """A client's returned weights (a state dict in the sub-model's shapes), example count
@@ -49,6 +64,8 @@ class ClientUpdate:
     state: dict
     num_examples: float
     duration_s: float | None = None
+    #: the labels the client's data holds (HeteroFL's label split of the output layer); None: all
+    labels: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -113,6 +130,7 @@ class RoundProtocol:
         self.model = model
         self.example = example_input
         self.groups = groups(model, example_input)
+        self._output = _output_layer(model)
         if policy is None:
             kw = {"schedule": schedule, "total_rounds": total_rounds} if method.startswith("invariant") else {}
             policy = make_policy(method, **kw)
@@ -165,7 +183,17 @@ class RoundProtocol:
             if not isinstance(u.state, dict):
                 rejected[u.client] = f"update is a {type(u.state).__name__}, not a state dict"
                 continue
-            batch.append((u.state, a.masks, u.num_examples))
+            rows = None
+            if getattr(self.policy, "label_split", False) and u.labels is not None and self._output is not None:
+                # HeteroFL: a client's output rows count only for the labels it holds
+                keep = np.zeros(self._output[1], dtype=bool)
+                keep[[k for k in u.labels if 0 <= int(k) < len(keep)]] = True
+                rows = {name: keep for name in self._output[0]}
+            weight = 1.0 if getattr(self.policy, "count_clients", False) else u.num_examples
+            if not (isinstance(u.num_examples, (int, float)) and not isinstance(u.num_examples, bool)
+                    and u.num_examples > 0):
+                weight = u.num_examples          # merge_updates refuses it by name
+            batch.append((u.state, a.masks, weight, rows) if rows is not None else (u.state, a.masks, weight))
             owners.append(u)
         new, bad = merge_updates(gstate, batch, self.groups) if batch else (gstate, [])
         for i, reason in bad:

@@ -229,15 +229,49 @@ def _local_batches(x, y, epochs: int, batch_size: int, gen):
             yield xt[idx], yt[idx]
 
 
-def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size: int, gen):
-    """Local training with a fresh optimizer (``sgd`` or ``adam``) each round."""
+def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size: int, gen,
+                label_mask: np.ndarray | None = None, scale_rate: float | None = None, example=None):
+    """Local training with a fresh optimizer (``sgd`` or ``adam``) each round.
+
+    HeteroFL's two training rules (Diao et al. 2021 and its code): ``label_mask`` (a boolean per
+    class) zeroes the logits of the labels the client does not hold before the cross-entropy
+    (its ``masked_fill(label_mask == 0, 0)``); ``scale_rate`` r < 1 divides every hidden layer's
+    output (the Linear/Conv layers whose units the sub-model cuts) by r during training, its
+    Scaler module (``example``: an input batch to find those layers)."""
+    import torch
     import torch.nn.functional as F
     opt = _local_optimizer(model, optimizer, lr)
-    for xb, yb in _local_batches(x, y, epochs, batch_size, gen):
-        opt.zero_grad()
-        F.cross_entropy(model(xb), yb).backward()
-        opt.step()
+    handles = scaler_hooks(model, example, scale_rate) if scale_rate is not None and scale_rate < 1.0 else []
+    mask = None if label_mask is None else torch.as_tensor(np.asarray(label_mask, dtype=bool))
+    try:
+        for xb, yb in _local_batches(x, y, epochs, batch_size, gen):
+            opt.zero_grad()
+            out = model(xb)
+            if mask is not None:
+                out = out.masked_fill(~mask, 0.0)
+            F.cross_entropy(out, yb).backward()
+            opt.step()
+    finally:
+        for h in handles:
+            h.remove()
     return model
+
+
+def scaler_hooks(model, example, rate: float) -> list:
+    """HeteroFL's Scaler on ``model`` (a sub-model of rate ``rate``): forward hooks dividing the
+    output of every Linear/Conv layer whose output units a dropout group cuts by ``rate``
+    (the hidden layers; not the output layer).  Returns the hook handles to remove."""
+    import torch.nn as nn
+
+    from .submodel import groups
+    if example is None:
+        raise ValueError("HeteroFL's scaler needs an example input to find the hidden layers")
+    producers = {path for g in groups(model, example) for path, attr, _k, _s in g.attrs
+                 if attr in ("out_features", "out_channels")}
+    mods = dict(model.named_modules())
+    scale = 1.0 / float(rate)
+    return [mods[p].register_forward_hook(lambda _m, _i, out: out * scale) for p in sorted(producers)
+            if isinstance(mods.get(p), (nn.Linear, nn.Conv2d, nn.Conv1d))]
 
 
 def nested_masks(local_groups, full_units: dict[str, int], width: float) -> dict[str, np.ndarray]:
@@ -358,8 +392,12 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              keep_rule: str = "model", alpha: float | None = 0.5, seed: int = 0, data_dir: str | None = None,
              progress: bool = False, out: str | os.PathLike | None = None,
              checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05,
-             stop_at_accuracy: float | None = None, overwrite: bool = False) -> FLResult:
+             stop_at_accuracy: float | None = None, overwrite: bool = False,
+             method_options: dict | None = None) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
+
+    ``method_options``: keyword arguments of the method's policy (for ``heterofl``:
+    ``proportions={1.0: 0.5, 0.25: 0.5}`` and ``dynamic=True``, :class:`~cosearch.fl.masks.HeteroFL`).
 
     ``model``: a :data:`~cosearch.fl.models.MODELS` name or "auto" (the dataset's FLuID model).
     ``optimizer``/``lr``/``batch_size``: default to FLuID's per dataset
@@ -399,7 +437,11 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     torch.manual_seed(seed)
     net = build_model(model, data.in_shape, data.classes)
     example = torch.as_tensor(data.clients[0][0][:2])
-    proto = RoundProtocol(net, n, method, example_input=example, total_rounds=rounds,
+    pol = None
+    if method_options:
+        from .masks import policy as make_policy
+        pol = make_policy(method, **method_options)
+    proto = RoundProtocol(net, n, method, policy=pol, example_input=example, total_rounds=rounds,
                           schedule=schedule if schedule is not None else data.name,
                           straggler_fraction=straggler_fraction, keep_rule=keep_rule, seed=seed)
     full_flops = training_flops(net, example, 1)
@@ -460,6 +502,8 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
     distill = bool(getattr(proto.policy, "distill", False))
     full_units = {g.name: g.units for g in proto.groups}
     nested_flops: dict = {}
+    label_sets = [tuple(int(v) for v in np.unique(cy)) for _cx, cy in data.clients]
+    label_masks = [np.isin(np.arange(data.classes), ls) for ls in label_sets]
     for r in it:
         assign = proto.assignments(r, range(n))
         dec = decisions[-1] if decisions and decisions[-1]["round"] == r else {}
@@ -478,13 +522,16 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
                     nested_flops[key] = _nested_flops(local, example, full_units, ws, len(y), local_epochs, distill)
                 flops = nested_flops[key]
             else:
-                train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen)
+                hetero = getattr(proto.policy, "scaler", False)
+                train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen,
+                            label_mask=label_masks[c] if getattr(proto.policy, "masked_labels", False) else None,
+                            scale_rate=assign[c].keep if hetero else None, example=example)
                 flops = training_flops(local, example, len(y), local_epochs)
             if isinstance(dev, TraceProfile):
                 t = dev.round_time_s(c, r, flops / (full_flops * len(y) * local_epochs))
             else:
                 t = dev[c].round_time_s(flops, model_bytes(local), np.random.default_rng([seed, 7, r, c]))
-            updates.append(ClientUpdate(c, local.state_dict(), len(y), t))
+            updates.append(ClientUpdate(c, local.state_dict(), len(y), t, labels=label_sets[c]))
         rep = proto.aggregate(r, assign, updates)
         acc, loss, _ = evaluate_model(net, *data.test)
         fed = [evaluate_model(net, *t) for t in data.client_tests if len(t[1])]

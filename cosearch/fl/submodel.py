@@ -205,10 +205,13 @@ def extract_submodel(model: nn.Module, masks: dict[str, np.ndarray], example_inp
     return sub
 
 
-def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.ndarray], float]], gs: list[Group]
+def merge_updates(global_state: dict, updates: list[tuple], gs: list[Group]
                   ) -> tuple[dict, list[tuple[int, str]]]:
     """Example-weighted, per-element average of sub-model states mapped back into the
-    global model's coordinates.  ``updates`` are ``(sub_state_dict, masks, num_examples)``.
+    global model's coordinates.  ``updates`` are ``(sub_state_dict, masks, num_examples)``, or
+    ``(sub_state_dict, masks, num_examples, rows)`` with ``rows`` ``{parameter: bool per row}``:
+    the update counts only for those rows of those parameters (HeteroFL's label split of the
+    output layer: a client's classifier rows for labels it does not hold are not averaged in).
     An element nobody trained keeps its global value.  An update is rejected (logged, and
     listed in the result) when its masks are invalid, its ``num_examples`` is not a positive
     finite number, a tensor is missing, has the wrong shape, holds NaN/inf, or holds values
@@ -222,7 +225,9 @@ def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.nda
             if torch.is_floating_point(v)}
     counts = {k: torch.zeros_like(v, dtype=torch.float64) for k in sums for v in (global_state[k],)}
     rejected: list[tuple[int, str]] = []
-    for u, (state, masks, n) in enumerate(updates):
+    for u, upd in enumerate(updates):
+        state, masks, n = upd[:3]
+        rows = upd[3] if len(upd) > 3 else None
         try:
             _check_masks(gs, masks)
         except ValueError as exc:
@@ -270,13 +275,19 @@ def merge_updates(global_state: dict, updates: list[tuple[dict, dict[str, np.nda
             for axis, ind in axes.items():
                 ix[axis] = torch.as_tensor(ind, dtype=torch.long)
             grid = torch.meshgrid(*ix, indexing="ij") if ix else ()
-            val = state[k].to(torch.float64) * float(n)
+            weight = torch.full_like(state[k], float(n), dtype=torch.float64)
+            if rows is not None and k in rows:
+                r = torch.as_tensor(np.asarray(rows[k], dtype=bool))
+                if r.numel() != weight.shape[0] or 0 in axes:
+                    raise ValueError(f"row mask of {k!r} has {r.numel()} rows for a tensor of {weight.shape[0]}")
+                weight = weight * r.to(torch.float64).reshape((-1,) + (1,) * (weight.dim() - 1))
+            val = state[k].to(torch.float64) * weight
             if grid:
                 sums[k].index_put_(grid, val, accumulate=True)
-                counts[k].index_put_(grid, torch.full_like(val, float(n)), accumulate=True)
+                counts[k].index_put_(grid, weight, accumulate=True)
             else:
                 sums[k] += val
-                counts[k] += float(n)
+                counts[k] += weight
     new = {}
     for k, v in global_state.items():
         if k in sums:
