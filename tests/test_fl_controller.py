@@ -113,3 +113,21 @@ def test_controller_report_by_hand():
     assert rep.within(0.05) == pytest.approx(1 / 3) and rep.within(0.05, "target") == pytest.approx(1 / 3)
     errs = [math.log(1.02 / 1.0), math.log(0.90 / 0.95), math.log(1.5 / 1.0)]
     assert rep.estimate_rms_log_error == pytest.approx(math.sqrt(np.mean(np.square(errs))))
+
+
+def test_controller_criteria_harness():
+    """The criteria harness (cosearch.fl.controller_check): without noise the oracle, which knows
+    every expected time, is on time in every dropout round by construction (its straggler's
+    E(p) is within the next-slowest's E, which no other client exceeds), and the controller is on
+    target; a client slowed to a fifth of its speed becomes the straggler by a swap that is not a
+    wrong one, and the re-targeting lag is the number of off-target dropout rounds from the change
+    until the first on-target one, read off the rows."""
+    from cosearch.fl.controller_check import check_controller
+    r = check_controller("mlp", rounds=20, noise_cv=0.0)
+    assert r.dropout_rounds == 18 and r.oracle_on_time == 1.0 and r.on_target >= 0.9
+    c = check_controller("mlp", rounds=24, noise_cv=0.0, change=(12, 1, 0.2))
+    assert c.swaps >= 1 and c.wrong_swaps == 0
+    assert {x["straggler"] for x in c.rounds if x["round"] > 16 and "straggler" in x} == {1}
+    after = [x["on_target"] for x in c.rounds if x["round"] >= 12 and "straggler" in x]
+    assert c.retarget_rounds == after.index(True) and all(not a for a in after[:c.retarget_rounds])
+    assert "wrong swaps 0" in c.table()

@@ -1,0 +1,35 @@
+"""The straggler controller's criteria (issue #43 item 4) with the default 5 % device noise, the
+oracle computed in the same run on the same noise draws (cosearch.fl.controller_check): (a) on
+target in >= 90 % of dropout rounds, (b) on time >= 95 % of the oracle's rate, (c) re-targeted
+within 3 rounds of a device slowing to half speed, (d) no wrong swaps.
+
+Run: python -m pytest bench/bench_fl_controller.py --benchmark-only -s
+"""
+
+import pytest
+from targets import check
+
+from cosearch.fl.controller_check import check_controller
+
+SEEDS = (0, 1, 2, 3, 4)
+
+
+@pytest.mark.parametrize("model", ["mlp", "femnist_cnn"])
+def test_controller_criteria(benchmark, model):
+    def run():
+        return [check_controller(model, rounds=40, seed=s, noise_cv=0.05) for s in SEEDS], \
+            [check_controller(model, rounds=40, seed=s, noise_cv=0.05, change=(20, 2, 0.5)) for s in SEEDS]
+    plain, changed = benchmark.pedantic(run, rounds=1, iterations=1)
+    on_target = sum(r.on_target for r in plain) / len(plain)
+    vs_oracle = sum(r.on_time for r in plain) / max(sum(r.oracle_on_time for r in plain), 1e-12)
+    retarget = max(r.retarget_rounds for r in changed)
+    wrong = sum(r.wrong_swaps for r in plain + changed)
+    print(f"\n[controller] {model}, 5 clients (spread 2.5), 5 % noise, 40 rounds x {len(SEEDS)} seeds:")
+    for s, r in zip(SEEDS, plain):
+        print(f"  seed {s}: {r.table().replace(chr(10), '; ')}")
+    print(f"  (a) on target {on_target:.0%}; (b) on time / oracle {vs_oracle:.0%}; (c) re-targeted within "
+          f"{retarget} rounds after client 2 slows to half speed; (d) wrong swaps {wrong}")
+    check("fl controller", f"{model}: (a) share of dropout rounds on target (+-5 %)", on_target, at_least=0.90)
+    check("fl controller", f"{model}: (b) on-time rate / the oracle's", vs_oracle, at_least=0.95)
+    check("fl controller", f"{model}: (c) rounds to re-target after a speed change", retarget, at_most=3)
+    check("fl controller", f"{model}: (d) wrong swaps", wrong, at_most=0)
