@@ -264,4 +264,4 @@ def test_flower_app_sizes_sub_models_of_conv_and_lstm_models(dataset):
     proto = RoundProtocol(flower_app._model_fn(cfg)(), 3, example_input=flower_app._example(cfg))
     f, b = proto.profiler.time_model.costs(0.5)
     assert 0.0 < f < 1.0 and 0.0 < b < 1.0
-    assert flower_app._example({"dataset": "digits"}) is None
+    assert flower_app._example({"dataset": "digits"}).shape == (2, 1, 8, 8)

@@ -48,6 +48,7 @@ spread = 2.5
 min-clients = {clients}
 fraction-evaluate = 0.0
 round-timeout = 600.0
+noise = 0.05
 out = ""
 """
 
@@ -61,14 +62,16 @@ for i in $(seq 0 {last}); do
   flower-supernode --insecure --superlink 127.0.0.1:9093 --port $((9100 + i)) \\
       --node-config "partition-id=$i num-partitions={clients}" &
 done
-flwr run . local --run-config 'out="history.json"'
+flwr run . local --run-config "out=\"$PWD/history.json\""
 ```
 
 (Flower 1.42's flags) with a `local` connection in `$FLWR_HOME/config.toml` (default `~/.flwr`):
 `[superlink.local]` with `address = "127.0.0.1:9093"` and `insecure = true`.  The test suite runs
 exactly this (tests/test_flower.py).
 Run config (`pyproject.toml`, or `--run-config`): dataset `{dataset}`, model `{model}`, method `{method}`,
-{rounds} rounds; `data-dir` must exist on every SuperNode for femnist/shakespeare/cifar10.
+{rounds} rounds; `data-dir` must exist on every SuperNode for femnist/shakespeare/cifar10.  `out` must
+be an absolute path: the ServerApp writes it from the SuperLink's working folder.  Models,
+optimisers (per dataset) and device noise (`noise`) are those of `cosearch fl simulate`.
 """
 
 

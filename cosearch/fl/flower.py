@@ -182,18 +182,21 @@ class SubmodelClient(flwr.client.NumPyClient):
     and evaluates the global model on its test split.
 
     ``device`` (a :class:`~cosearch.fl.profiling.ClientProfile`, optional) simulates the round
-    time from the sub-model's FLOPs and bytes; otherwise the measured training time is reported.
+    time from the sub-model's FLOPs and bytes (with its noise drawn from ``noise_seed``, the
+    round and ``partition_id`` when given, as ``simulate`` draws it); otherwise the measured
+    training time is reported.
     ``partition_id``: reported with every result, so the server's history names the data
     partition behind each client.
     """
 
     def __init__(self, model_fn: Callable, x, y, test=None, *, epochs: int = 1, optimizer: str = "sgd",
                  lr: float = 0.1, batch_size: int = 32, device=None, example_input=None, seed: int = 0,
-                 partition_id: int | None = None):
+                 partition_id: int | None = None, noise_seed: int | None = None):
         self.model_fn, self.x, self.y, self.test = model_fn, x, y, test
         self.partition_id = partition_id
         self.epochs, self.optimizer, self.lr, self.batch_size = epochs, optimizer, lr, batch_size
         self.device, self.example, self.seed = device, example_input, seed
+        self.noise_seed = noise_seed
 
     def fit(self, parameters, config):
         import torch
@@ -228,7 +231,12 @@ class SubmodelClient(flwr.client.NumPyClient):
             flops = training_flops(model, ex, len(self.y), self.epochs) if self.device is not None else 0.0
         t = time.perf_counter() - t0
         if self.device is not None:
-            t = self.device.round_time_s(flops, model_bytes(model))
+            # the device's noise drawn per client and round as simulate() draws it ([seed, 7, round, client])
+            rng = None
+            if self.noise_seed is not None and self.partition_id is not None:
+                rng = np.random.default_rng([int(self.noise_seed), 7, int(config.get("round", 0)),
+                                             int(self.partition_id)])
+            t = self.device.round_time_s(flops, model_bytes(model), rng)
         metrics = {"round_time_s": float(t), "labels": ",".join(str(int(v)) for v in np.unique(self.y))}
         if self.partition_id is not None:
             metrics["partition_id"] = int(self.partition_id)

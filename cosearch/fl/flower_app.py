@@ -7,10 +7,16 @@ components.  Run config keys: ``method``, ``num-rounds``, ``seed``, ``alpha`` (D
 negative = IID), ``spread`` (the slowest client computes ``spread`` times slower than the
 fastest; round times are simulated with :func:`~cosearch.fl.profiling.device_profiles`),
 ``fraction-evaluate`` (clients sampled for federated evaluation; 0 = none),
-``min-clients``, ``out`` (a JSON file for the strategy's per-round history; empty = none),
-``dataset`` (``digits``, bundled; ``femnist``/``shakespeare``/``cifar10`` read from ``data-dir``
-on every SuperNode) and ``model`` (``auto``: the dataset's FLuID model, or a
-:data:`~cosearch.fl.models.MODELS` name).  ``cosearch fl new-app DIR`` writes such an app folder.
+``min-clients``, ``out`` (an **absolute** path of a JSON file for the strategy's per-round
+history, written by the ServerApp, which runs in the SuperLink's working folder, not where
+``flwr run`` was called; empty = none), ``dataset`` (``digits``, bundled;
+``femnist``/``shakespeare``/``cifar10`` read from ``data-dir`` on every SuperNode) and ``model``
+(``auto``: the dataset's model as ``simulate`` builds it, or a :data:`~cosearch.fl.models.MODELS`
+name).  As in ``simulate``: each dataset's optimiser, learning rate and batch size
+(:data:`~cosearch.fl.models.DATASET_DEFAULTS`; run config ``optimizer``, ``lr``, ``batch-size``,
+``local-epochs`` override them) and device noise (``noise``, the coefficient of variation of
+each round time, default 0.05, drawn per client and round from the run's seed as ``simulate``
+draws it).  ``cosearch fl new-app DIR`` writes such an app folder.
 """
 
 from __future__ import annotations
@@ -22,23 +28,16 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 from .._json import dump_json
 from .data import load_dataset
 from .flower import DropoutStrategy, SubmodelClient
-from .models import DATASET_DEFAULTS, DATASET_SHAPES, build_model, mlp
+from .models import DATASET_DEFAULTS, DATASET_SHAPES, build_model
 from .profiling import device_profiles
 
 __all__ = ["server_app", "client_app"]
 
 
-def _model():
-    return mlp(64, 10, 32)
-
-
 def _example(cfg):
-    """An input batch for the run's model (what the strategy sizes its sub-models with); None for
-    the digits MLP, whose first layer gives its input width."""
+    """An input batch for the run's model (what the strategy sizes its sub-models with)."""
     import torch
     dataset = str(cfg.get("dataset", "digits"))
-    if dataset == "digits" and str(cfg.get("model", "auto")) == "auto":
-        return None
     shape = DATASET_SHAPES[dataset][0]
     if dataset == "shakespeare":
         return torch.zeros((2, *shape), dtype=torch.long)
@@ -46,15 +45,20 @@ def _example(cfg):
 
 
 def _model_fn(cfg):
-    """The run's model builder: digits with ``model = "auto"`` keeps the small MLP; otherwise
-    the named (or the dataset's FLuID) model at the dataset's shapes."""
+    """The run's model builder: the named model, or (``auto``) the dataset's, at the dataset's
+    shapes, exactly as :func:`~cosearch.fl.simulation.simulate` builds it."""
     dataset = str(cfg.get("dataset", "digits"))
     name = str(cfg.get("model", "auto"))
-    if dataset == "digits" and name == "auto":
-        return _model
     name = DATASET_DEFAULTS.get(dataset, DATASET_DEFAULTS["digits"])["model"] if name == "auto" else name
     shape, classes = DATASET_SHAPES[dataset]
     return lambda: build_model(name, shape, classes)
+
+
+def _training(cfg) -> dict:
+    """The local training settings of the run: the dataset's (as ``simulate``), run config overrides."""
+    d = DATASET_DEFAULTS.get(str(cfg.get("dataset", "digits")), DATASET_DEFAULTS["digits"])
+    return {"optimizer": str(cfg.get("optimizer", d["optimizer"])), "lr": float(cfg.get("lr", d["lr"])),
+            "batch_size": int(cfg.get("batch-size", d["batch_size"])), "epochs": int(cfg.get("local-epochs", 1))}
 
 
 #: Seconds a round waits for its clients before the missing ones count as failures.
@@ -72,9 +76,10 @@ def _client_fn(context: Context):
     cfg = context.run_config
     seed = int(cfg.get("seed", 0))
     d = load_dataset(str(cfg.get("dataset", "digits")), n, str(cfg.get("data-dir", "")) or None, seed, _alpha(cfg))
-    dev = device_profiles(n, spread=float(cfg.get("spread", 2.5)), noise_cv=0.0)[i]
+    dev = device_profiles(n, spread=float(cfg.get("spread", 2.5)), noise_cv=float(cfg.get("noise", 0.05)))[i]
     return SubmodelClient(_model_fn(cfg), *d.clients[i], d.client_tests[i], device=dev, seed=seed + i,
-                          partition_id=i).to_client()
+                          partition_id=i, example_input=_example(cfg)[:1], noise_seed=seed,
+                          **_training(cfg)).to_client()
 
 
 class _SavingStrategy(DropoutStrategy):
@@ -90,9 +95,14 @@ class _SavingStrategy(DropoutStrategy):
 
 
 def _server_fn(context: Context) -> ServerAppComponents:
+    import os
     cfg = context.run_config
     rounds = int(cfg.get("num-rounds", 4))
-    strategy = _SavingStrategy(str(cfg.get("out", "")), model_fn=_model_fn(cfg),
+    out = str(cfg.get("out", ""))
+    if out and not os.path.isabs(out):
+        raise ValueError(f"run config out={out!r} must be an absolute path: the ServerApp writes it from the "
+                         "SuperLink's working folder, not where flwr run was called")
+    strategy = _SavingStrategy(out, model_fn=_model_fn(cfg),
                                method=str(cfg.get("method", "invariant")), example_input=_example(cfg),
                                total_rounds=rounds, seed=int(cfg.get("seed", 0)),
                                min_available_clients=int(cfg.get("min-clients", 2)),
