@@ -406,3 +406,35 @@ def test_fluid_model_sizes():
     with pytest.raises(ValueError, match="unknown model"):
         models.build_model("resnet")
     assert math.isclose(models.DATASET_DEFAULTS["femnist"]["lr"], 0.004)
+
+
+def test_dead_invariant_neurons_are_counted_apart_from_slow_ones():
+    """The per-round report tells dead invariant neurons (no non-straggler changed any of their
+    weights) from alive ones that change slowly: counted by hand from the clients' states."""
+    import torch
+
+    from cosearch.fl import masks
+    from cosearch.fl.models import mlp
+    from cosearch.fl.submodel import groups
+    torch.manual_seed(0)
+    net = mlp(4, 2, hidden=6)
+    gs = groups(net, torch.zeros(1, 4))
+    g = {k: v.clone() for k, v in net.state_dict().items()}
+    clients = []
+    for c in range(3):
+        s = {k: v.clone() for k, v in g.items()}
+        for j, rel in ((1, 1e-7), (2, 0.5), (3, 1e-7), (4, 0.5), (5, 0.5)):   # neuron 0 of layer "1": untouched
+            s["1.weight"][j] *= 1 + rel * (c + 1)
+        s["3.bias"] += 1.0 + c                                                    # layer "3": every unit moves
+        clients.append(s)
+    pol = masks.policy("invariant", schedule="femnist", total_rounds=30)
+    for r in (2, 3):
+        pol.observe(r, g, clients, gs)
+    st = pol.state()
+    inv = pol.invariant("1")
+    moved = [j for j in range(6) if any(not torch.equal(s["1.weight"][j], g["1.weight"][j]) or
+                                        not torch.equal(s["1.bias"][j], g["1.bias"][j]) or
+                                        not torch.equal(s["3.weight"][:, j], g["3.weight"][:, j]) for s in clients)]
+    assert moved == [1, 2, 3, 4, 5] and inv[0]
+    assert st["dead_counts"]["1"] == sum(1 for j in range(6) if inv[j] and j not in moved) == 1
+    assert st["invariant_counts"]["1"] >= st["dead_counts"]["1"] and st["dead_counts"]["3"] == 0

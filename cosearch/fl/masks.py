@@ -562,7 +562,10 @@ class InvariantDropout(DropoutPolicy):
     def state(self):
         if self.scores is None:
             return {}
-        out = {"invariant_counts": {k: int(self.invariant(k).sum()) for k in self.scores}}
+        out = {"invariant_counts": {k: int(self.invariant(k).sum()) for k in self.scores},
+               # of those, the dead ones: no non-straggler changed them at all this round (a ReLU
+               # unit that never fires); the rest are alive but changing slowly
+               "dead_counts": {k: int((self.invariant(k) & (self.max_scores[k] <= 0)).sum()) for k in self.scores}}
         if self.rule == "fluid":
             out["thresholds"] = {k: float(v) for k, v in self.thresholds.items()}
         return out

@@ -48,6 +48,9 @@ class RoundMetrics:
     #: predicted full-model time) and each straggler's predicted time at its keep fraction
     target_s: float | None = None
     predicted_s: dict = field(default_factory=dict)
+    #: invariant neurons per layer whose update was exactly zero on every non-straggler (dead
+    #: units), the rest of ``invariant_counts`` being alive but slowly changing
+    dead_counts: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -542,7 +545,8 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
         st = rep.policy_state
         metrics.append(RoundMetrics(r, acc, loss, facc, floss, rep.round_time_s, clock, rep.durations_s,
                                     rep.keep, st.get("invariant_counts", {}), st.get("thresholds", {}),
-                                    rep.rejected, dec.get("target_s"), dict(dec.get("predicted_s", {}))))
+                                    rep.rejected, dec.get("target_s"), dict(dec.get("predicted_s", {})),
+                                    st.get("dead_counts", {})))
         if progress:
             it.set_postfix(acc=f"{acc:.3f}")
         if out is not None and time.monotonic() - last_save >= every:
