@@ -226,3 +226,15 @@ def test_cli_plan_from_and_runs_check(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "s.png").stat().st_size > 0 and "all" in out.stdout
+
+
+def test_two_files_that_disagree_are_refused_naming_both(tmp_path):
+    """Two files of one run setting the same field differently: refused, naming the field and both
+    files; agreeing files merge, their assumptions and neutral fields kept."""
+    from cosearch.runs import merge
+    a = read_config(DATA / "torchtitan_llama3_70b.toml")
+    b = read_config(DATA / "torchtitan_llama3_70b.toml", ["parallelism.tensor_parallel_degree=4"])
+    with pytest.raises(ValueError, match=r"tp: torchtitan TOML .* gives 8 where torchtitan TOML .* gives 4"):
+        merge([a, b])
+    both = merge([a, read_config(DATA / "torchtitan_llama3_70b.toml")])
+    assert both.resolve(64).spec == a.resolve(64).spec and len(both.assumed) == 2 * len(a.assumed)
