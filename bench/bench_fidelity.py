@@ -193,6 +193,48 @@ def explain_gain(recipe, best) -> str:
     return f"saved {saved:.2f} s of {recipe.step_time_s:.2f}: {parts}" + ("; " + "; ".join(notes) if notes else "")
 
 
+def clock_sensitivity(path: Path) -> str:
+    """Every source x chip x number-format group's error with its chip's sustained clock at each
+    sourced alternative (cosearch.hardware.SUSTAINED_CLOCK_ALTERNATIVES: the chosen value, the
+    datasheet clock and the other published measurements), the rest of the model unchanged, so a
+    reader sees how much of each group's accuracy rests on that one judgment."""
+    from dataclasses import replace
+
+    from modern_runs import Refused, describe
+
+    from cosearch.hardware import SUSTAINED_CLOCK_ALTERNATIVES
+    from cosearch.runs.rows import group_of
+    chosen = {alts[0][1]: name for name, alts in SUSTAINED_CLOCK_ALTERNATIVES.items()}
+    by_group: dict[str, list] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        try:
+            d = describe(row)
+        except (Refused, ValueError):
+            continue
+        fam = chosen.get(d.chip.efficiency.sustained_clock)
+        if fam is not None:
+            by_group.setdefault(group_of(row), []).append((d, fam))
+    lines = ["[fidelity] sustained-clock sensitivity (MAE / mean signed error of each group at each sourced clock):"]
+    for g, items in sorted(by_group.items()):
+        fam = items[0][1]
+        cells = []
+        for label, clock in SUSTAINED_CLOCK_ALTERNATIVES[fam]:
+            errs = []
+            for d, _f in items:
+                chip = d.chip.with_(efficiency=replace(d.chip.efficiency, sustained_clock=clock))
+                p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
+                if p.feasible:
+                    errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
+            if errs:
+                cells.append(f"{label}: {sum(abs(e) for e in errs) / len(errs):.1%} / {sum(errs) / len(errs):+.1%}")
+        lines.append(f"  {g} ({len(items)} rows, {fam}):")
+        lines += [f"      {c}" for c in cells]
+    return "\n".join(lines)
+
+
 def modern_table(path: Path) -> str:
     groups, evaluated = evaluate_modern(path)
     total = sum(g["rows"] for g in groups.values())
@@ -215,6 +257,7 @@ def modern_table(path: Path) -> str:
     lines.append("[fidelity] by source x chip x number format (groups of >= 10 rows; targets MAE <= 10 %, "
                  "|mean signed| <= 5 %):")
     lines += group_targets(by_group, "dense")
+    lines.append(clock_sensitivity(path))
     lines.append(free_search_gains(evaluated))
     return "\n".join(lines)
 

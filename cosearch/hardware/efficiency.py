@@ -455,3 +455,16 @@ TPU5_TENSOR = 0.9534
 _TPU5_EFF = KernelEfficiency(TPU5_TENSOR, TPU5_TENSOR, source=EFFICIENCY_SOURCES["TPU v5"])
 
 
+#: The sourced alternatives to each sustained clock (fractions of the datasheet-peak clock), for
+#: sensitivity reports (bench/bench_fidelity.py prints every group's error at each): the
+#: datasheet clock itself, and the other published measurements quoted above.
+SUSTAINED_CLOCK_ALTERNATIVES: dict[str, tuple[tuple[str, float], ...]] = {
+    "A100": (("chosen: FA2 at the power limit, 1200 MHz", SUSTAINED_CLOCK_A100), ("datasheet 1410 MHz", 1.0)),
+    "H100": (("chosen: 1500 MHz at 700 W (TileOPs #1588)", SUSTAINED_CLOCK_H100),
+             ("back-to-back GEMMs at 700 W, 1435 MHz (H200)", 1435.0 / 1830.0),
+             ("a FlashAttention-2 Llama layer, 1682 MHz (H200)", 1682.0 / 1830.0), ("datasheet 1830 MHz", 1.0)),
+    "H100-500W": (("chosen: 0.857 of the 700 W step clock", SUSTAINED_CLOCK_H100_500W),
+                  ("FBGEMM's 500 W GEMMs directly, 0.689", 0.689), ("datasheet 1830 MHz", 1.0)),
+    "Blackwell": (("chosen: 1492 MHz (FA4's drop applied to the datasheet clock)", SUSTAINED_CLOCK_BLACKWELL),
+                  ("FA4's measured 1580 MHz", 1580.0 / 1856.0), ("datasheet 1856 MHz", 1.0)),
+}
