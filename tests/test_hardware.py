@@ -215,3 +215,13 @@ def test_datasheet_only_presets_h800_and_tpu7x():
         assert b.breakdown[k] == a.breakdown[k]
     comm = sum(b.breakdown[k] - a.breakdown[k] for k in ("tp_comm_s", "recompute_s"))
     assert b.step_time_s - a.step_time_s == pytest.approx(comm, rel=1e-9)
+
+
+def test_sustained_clock_alternatives_start_with_the_presets_choice():
+    """The sensitivity table's first entry per family is the clock the presets use, and every
+    alternative is a fraction of the datasheet clock in (0.5, 1]."""
+    alts = hardware.SUSTAINED_CLOCK_ALTERNATIVES
+    used = {"A100": hardware.A100, "H100": hardware.H100, "H100-500W": hardware.H100_500W, "Blackwell": hardware.B200}
+    for fam, chip in used.items():
+        assert alts[fam][0][1] == chip.efficiency.sustained_clock
+        assert all(0.5 < v <= 1.0 for _label, v in alts[fam]) and alts[fam][-1][1] == 1.0
