@@ -122,6 +122,14 @@ def test_megatron_bridge_overrides():
         read_megatron_bridge(None, ["model.num_layers=40", "train.global_batch_size=8"], model=base)
     with pytest.raises(ValueError, match="model.mystery_switch=True"):
         read_megatron_bridge(None, ["model.mystery_switch=true"], model=base)
+    # a switch that may sit in two sections is read from both (neither is then taken as unknown),
+    # and two values of one field that differ are refused
+    both = read_megatron_bridge(None, ["train.global_batch_size=8", "comm_overlap.tp_comm_overlap=true",
+                                       "model.tp_comm_overlap=true", "model.tensor_model_parallel_size=2"],
+                                model=base).resolve(8)
+    assert both.engine.overlap_tp_comm
+    with pytest.raises(ValueError, match="contradict each other"):
+        read_megatron_bridge(None, ["mixed_precision.fp8=hybrid", "model.fp8=e4m3"], model=base)
     # a switch that is off in a full dump is neutral
     d = read_megatron_bridge(None, ["model.mystery_switch=false", "train.global_batch_size=8"], model=base).resolve(8)
     assert "model.mystery_switch" in d.neutral

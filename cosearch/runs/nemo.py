@@ -94,7 +94,7 @@ _NEMO1_NEUTRAL = frozenset({
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
     "tp_comm_bulk_dgrad", "tp_comm_split_ag", "tp_comm_split_rs", "tp_comm_atomic_ag", "tp_comm_atomic_rs",
     "optim.bucket_cap_mb", "optim.contiguous_grad_buffer", "optim.contiguous_param_buffer", "optim.lr",
-    "optim.weight_decay", "optim.betas", "optim.sched", "optim.grad_sync_dtype", "optim.ddp_bucket_size",
+    "optim.weight_decay", "optim.grad_sync_dtype", "optim.ddp_bucket_size",
 })
 _NEMO1_NEUTRAL_SECTIONS = ("tokenizer", "data", "optim.sched", "nsys_profile", "optim.betas")
 _NEMO1_TOP_NEUTRAL = ("hydra", "run", "exp_manager", "name", "restore_from_path", "defaults", "base_results_dir",
@@ -103,6 +103,50 @@ _TRAINER_NEUTRAL = frozenset({"accelerator", "logger", "enable_checkpointing", "
                               "max_steps", "max_time", "log_every_n_steps", "val_check_interval", "limit_val_batches",
                               "limit_test_batches", "gradient_clip_val", "replace_sampler_ddp", "benchmark",
                               "enable_model_summary", "num_sanity_val_steps"})
+
+
+def _switch_words(k: Keys, switches) -> list[str]:
+    """The bare Megatron flags a config's true/false switches stand for: each switch is
+    ``(keys, when, flag)``; ``flag`` is added when any of ``keys`` is ``when`` (unset keys take
+    ``not when``, Megatron's default).  Every key is read, so none is later taken as unknown."""
+    out = []
+    for keys, when, flag in switches:
+        values = [k.bool(key, not when) for key in keys]
+        if when in values:
+            out.append(flag)
+    return out
+
+
+def _one_value(k: Keys, name: str, *keys: str):
+    """The value of whichever of ``keys`` the config sets (None: none); two that differ are refused."""
+    values = {key: k.get(key) for key in keys}
+    set_ = {key: v for key, v in values.items() if v not in (None, "", False)}
+    if len(set(map(str, set_.values()))) > 1:
+        raise ValueError(f"{name}: {' and '.join(f'{a}={b!r}' for a, b in set_.items())} contradict each other")
+    return next(iter(set_.values()), None)
+
+
+#: NeMo 1 switches read as bare Megatron flags (``(keys, when, flag)``, :func:`_switch_words`).
+_NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
+                   (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
+                   (("model.sequence_parallel",), True, "--sequence-parallel"),
+                   (("model.fp8_params",), True, "--fp8-param-gather"),
+                   (("model.ub_tp_comm_overlap",), True, "--tp-comm-overlap"),
+                   (("model.overlap_p2p_comm",), True, "--overlap-p2p-communication"))
+#: Megatron-Bridge switches (a field may sit in the model provider or in its own section).
+_BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
+                    (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
+                    (("model.sequence_parallel",), True, "--sequence-parallel"),
+                    (("model.fp16", "mixed_precision.fp16"), True, "--fp16"),
+                    (("mixed_precision.fp8_param_gather", "model.fp8_param_gather", "model.fp8_param",
+                      "mixed_precision.fp8_param"), True, "--fp8-param-gather"),
+                    (("comm_overlap.tp_comm_overlap", "model.tp_comm_overlap"), True, "--tp-comm-overlap"),
+                    (("comm_overlap.overlap_p2p_comm", "model.overlap_p2p_comm"), True, "--overlap-p2p-communication"),
+                    (("ddp.overlap_grad_reduce", "comm_overlap.overlap_grad_reduce"), True, "--overlap-grad-reduce"),
+                    (("ddp.overlap_param_gather", "comm_overlap.overlap_param_gather"), True,
+                     "--overlap-param-gather"),
+                    (("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"), True,
+                     "--use-distributed-optimizer"))
 
 
 def _line(words: list[str]) -> str:
@@ -175,23 +219,12 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     if norm not in ("layernorm", "layernorm1p", "rmsnorm"):
         raise ValueError(f"{name}: model.normalization {norm!r} is not modelled")
     words += ["--normalization", "RMSNorm" if norm == "rmsnorm" else "LayerNorm"]
-    if not k.bool("model.bias", True):
-        words.append("--disable-bias-linear")
-    if not k.bool("model.share_embeddings_and_output_weights", True):
-        words.append("--untie-embeddings-and-output-weights")
-    if k.bool("model.sequence_parallel", False):
-        words.append("--sequence-parallel")
+    words += _switch_words(k, _NEMO1_SWITCHES)
     hybrid = k.bool("model.fp8_hybrid", True)
     if k.bool("model.fp8", False):
         if not k.bool("model.transformer_engine", False):
             raise ValueError(f"{name}: model.fp8 needs model.transformer_engine (NeMo's FP8 runs in TE)")
         words += ["--fp8-format", "hybrid" if hybrid else "e4m3"]
-    if k.bool("model.fp8_params", False):
-        words.append("--fp8-param-gather")
-    if k.bool("model.ub_tp_comm_overlap", False):
-        words.append("--tp-comm-overlap")
-    if k.bool("model.overlap_p2p_comm", False):
-        words.append("--overlap-p2p-communication")
     if k.bool("model.fsdp", False):
         raise ValueError(f"{name}: model.fsdp (NeMo's torch FSDP path) is not read; use engine fsdp with ZeRO-3")
     if k.bool("model.use_flash_attention", False):
@@ -238,8 +271,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.bias_dropout_fusion", "model.apply_rope_fusion", "model.persist_layer_norm",
     "model.gradient_accumulation_fusion", "model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl",
     "model.deallocate_pipeline_outputs", "model.async_tensor_model_parallel_allreduce", "model.barrier_with_L1_time",
-    "model.max_position_embeddings", "model.activation_func", "model.gated_linear_unit", "model.add_bias_linear",
-    "model.share_embeddings_and_output_weights", "model.num_query_groups", "model.transformer_layer_spec",
+    "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
     "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
     "model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_grouped_gemm",
     "model.moe_token_dispatcher_type", "model.moe_router_dtype", "model.moe_z_loss_coeff",
@@ -247,12 +279,12 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.scatter_embedding_sequence_parallel", "model.tp_comm_overlap_cfg", "model.use_te_rng_tracker",
     "ddp.grad_reduce_in_fp32", "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
     "ddp.data_parallel_sharding_strategy", "ddp.use_custom_fsdp", "ddp.use_megatron_fsdp",
-    "train.micro_batch_size", "train.global_batch_size", "mixed_precision.grad_reduce_in_fp32",
+    "mixed_precision.grad_reduce_in_fp32",
     "mixed_precision.bf16", "mixed_precision.params_dtype", "mixed_precision.pipeline_dtype",
     "mixed_precision.autocast_dtype", "mixed_precision.fp8_amax_history_len", "mixed_precision.fp8_amax_compute_algo",
     "mixed_precision.fp8_margin", "mixed_precision.fp8_wgrad",
     "mixed_precision.num_layers_at_start_in_bf16", "mixed_precision.num_layers_at_end_in_bf16",
-    "optimizer.use_distributed_optimizer", "optimizer.bf16", "optimizer.params_dtype", "dist.distributed_backend",
+    "optimizer.bf16", "optimizer.params_dtype", "dist.distributed_backend",
     "dist.distributed_timeout_minutes", "dist.align_grad_reduce", "dist.use_gloo_process_groups",
     "comm_overlap.tp_comm_overlap_cfg", "comm_overlap.tp_comm_bootstrap_backend", "comm_overlap.bucket_size",
     "comm_overlap.defer_embedding_wgrad_compute", "comm_overlap.wgrad_deferral_limit", "comm_overlap.batch_p2p_comm",
@@ -301,46 +333,24 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         if "silu" not in act:
             raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
         words.append("--swiglu")
-    if not k.bool("model.add_bias_linear", True):
-        words.append("--disable-bias-linear")
-    if not k.bool("model.share_embeddings_and_output_weights", True):
-        words.append("--untie-embeddings-and-output-weights")
-    if k.bool("model.sequence_parallel", False):
-        words.append("--sequence-parallel")
-    if k.bool("model.fp16", False) or k.bool("mixed_precision.fp16", False):
-        words.append("--fp16")
+    words += _switch_words(k, _BRIDGE_SWITCHES)
     mp = k.get("mixed_precision")
     if isinstance(mp, str):
         if mp not in BRIDGE_PRECISION:
             raise ValueError(f"{name}: mixed_precision {mp!r} is not a recipe cosearch knows ({', '.join(BRIDGE_PRECISION)})")
         words += BRIDGE_PRECISION[mp]
     else:
-        fp8 = k.get("mixed_precision.fp8") or k.get("model.fp8")
+        fp8 = _one_value(k, name, "mixed_precision.fp8", "model.fp8")
+        recipe = _one_value(k, name, "mixed_precision.fp8_recipe", "model.fp8_recipe")
         if fp8:
             words += ["--fp8-format", str(fp8)]
-            recipe = k.get("mixed_precision.fp8_recipe") or k.get("model.fp8_recipe")
             if recipe:
                 words += ["--fp8-recipe", str(recipe)]
-        fp4 = k.get("mixed_precision.fp4") or k.get("model.fp4")
+        fp4 = _one_value(k, name, "mixed_precision.fp4", "model.fp4")
         if fp4:
             words += ["--fp4-format", str(fp4)]
-    if k.bool("mixed_precision.fp8_param_gather", False) or k.bool("model.fp8_param_gather", False) or \
-            k.bool("model.fp8_param", False) or k.bool("mixed_precision.fp8_param", False):
-        words.append("--fp8-param-gather")
     if k.bool("mixed_precision.first_last_layers_bf16", False):
         assumed.append("first_last_layers_bf16: the few bf16 layers priced in the low precision like the rest")
-    if k.bool("comm_overlap.tp_comm_overlap", False) or k.bool("model.tp_comm_overlap", False):
-        words.append("--tp-comm-overlap")
-    if k.bool("comm_overlap.overlap_p2p_comm", False) or k.bool("model.overlap_p2p_comm", False):
-        words.append("--overlap-p2p-communication")
-    grad = k.bool("ddp.overlap_grad_reduce", False) or k.bool("comm_overlap.overlap_grad_reduce", False)
-    param = k.bool("ddp.overlap_param_gather", False) or k.bool("comm_overlap.overlap_param_gather", False)
-    if grad:
-        words.append("--overlap-grad-reduce")
-    if param:
-        words.append("--overlap-param-gather")
-    if k.bool("ddp.use_distributed_optimizer", False) or k.bool("optimizer.use_distributed_optimizer", False):
-        words.append("--use-distributed-optimizer")
     backend = k.get("model.attention_backend")
     if backend is not None:
         words += ["--attention-backend", str(backend).split(".")[-1]]
