@@ -71,10 +71,9 @@ def detect_format(path: str | Path) -> str:
                          "mixed_precision, llm-foundry global_train_batch_size/fsdp_config, MaxText "
                          "per_device_batch_size/ici_* keys (give the format explicitly)")
     if suffix in (".sh", ".txt", ".args", ""):
-        text = _megatron_text(p)
-        if text:
+        words = _script_words(p)
+        if _megatron_words(words):
             return "megatron-args"
-        words = _override_words(p)
         if words and all("=" in w for w in words):
             bridge = any(w.split("=", 1)[0].lstrip("+").split(".")[0] in _BRIDGE_SECTIONS for w in words)
             return "megatron-bridge" if bridge else "maxtext"
@@ -88,39 +87,29 @@ _BRIDGE_SECTIONS = {"model", "train", "ddp", "optimizer", "mixed_precision", "co
                     "dataset", "logger", "tokenizer", "checkpoint", "rng", "profiling", "peft"}
 
 
-def _override_words(p: Path) -> list[str]:
-    """The ``key=value`` words of an overrides file (comments and line continuations dropped)."""
+def _script_words(p: Path) -> list[str]:
+    """The shell words of an argument or overrides file: line continuations joined, ``#``
+    comments dropped."""
     import shlex
 
     from .._json import read_text_file
-    text = read_text_file(p, "overrides", 1 << 20)
+    text = read_text_file(p, "argument", 1 << 20)
     lines = [ln.split("#", 1)[0] for ln in text.replace("\\\n", " ").splitlines()]
     try:
         return shlex.split(" ".join(lines))
     except ValueError as e:
-        raise ValueError(f"{p}: cannot split the overrides: {e}") from None
-
-
-def _megatron_text(p: Path) -> str:
-    """The Megatron flags of a launch script or argument file: line continuations joined,
-    comments dropped, and the launcher's words (``torchrun ... pretrain_gpt.py``) before the
-    training script left out."""
-    import shlex
-
-    from .._json import read_text_file
-    text = read_text_file(p, "Megatron argument", 1 << 20)
-    lines = [ln.split("#", 1)[0] for ln in text.replace("\\\n", " ").splitlines()]
-    try:
-        words = shlex.split(" ".join(ln for ln in lines if ln.strip()))
-    except ValueError as e:
         raise ValueError(f"{p}: cannot split the arguments: {e}") from None
+
+
+def _megatron_words(words: list[str]) -> list[str]:
+    """The Megatron flags among a launch script's words: the launcher's words (``torchrun ...
+    pretrain_gpt.py``) before the training script left out; [] when no flag remains."""
     scripts = [i for i, w in enumerate(words) if w.endswith(".py")]
     if scripts:
         words = words[scripts[-1] + 1:]
     else:
-        first = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
-        words = words[first:]
-    return shlex.join(words) if any(w.startswith("--") for w in words) else ""
+        words = words[next((i for i, w in enumerate(words) if w.startswith("--")), len(words)):]
+    return words if any(w.startswith("--") for w in words) else []
 
 
 def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), fmt: str | None = None,
@@ -135,7 +124,9 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
     if overrides and fmt in ("megatron-args", "hf-config"):
         raise ValueError(f"{path}: {fmt} takes no key=value overrides")
     if fmt == "megatron-args":
-        return read_megatron_args(_megatron_text(Path(path)), model, source=f"Megatron arguments {path}")
+        import shlex
+        return read_megatron_args(shlex.join(_megatron_words(_script_words(Path(path)))), model,
+                                  source=f"Megatron arguments {path}")
     if fmt == "hf-config":
         return read_hf_config(path, seq_len)
     if fmt == "nemo1":
@@ -143,7 +134,7 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
     yaml_file = Path(path).suffix.lower() in (".yaml", ".yml")
     if not yaml_file and fmt in ("megatron-bridge", "maxtext"):
         # a file of key=value overrides alone (a recipe's or train.py's command line)
-        words = _override_words(Path(path)) + list(overrides)
+        words = _script_words(Path(path)) + list(overrides)
         return read_megatron_bridge(None, words, model) if fmt == "megatron-bridge" else read_maxtext(None, words)
     if fmt == "megatron-bridge":
         return read_megatron_bridge(path, overrides, model)
