@@ -320,8 +320,7 @@ def preset_names() -> list[str]:
 
 
 def preset(name: str | Accelerator) -> Accelerator:
-    """Accelerator preset by name (case-insensitive): TPUv4, A100, A100-80GB, H100, H100-500W, H200,
-    B200, GB200, GB300, TPUv5e, TPUv5p."""
+    """Accelerator preset by name (case-insensitive; :func:`preset_names` lists them)."""
     if isinstance(name, Accelerator):
         return name
     key = str(name).lower().replace("_", "-")

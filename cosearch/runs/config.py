@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cluster import Cluster
-from ..engine import Engine
+from ..engine import MEGATRON_CORE, Engine
 from ..hardware import Accelerator
 from ..models import ModelConfig
 from ..plan import PlanSpec
@@ -137,7 +137,6 @@ class RunConfig:
                            "accumulation is stated)")
         mb = int(p.pop("microbatch"))
         spec = PlanSpec(dp, tp=tp, pp=pp, microbatch=mb, **{k: v for k, v in p.items() if k not in ("tp", "pp")})
-        from ..engine import MEGATRON_CORE
         return RunDescription(base.model, spec, int(batch), base.engine or MEGATRON_CORE, int(n),
                               tuple(base.source.split(" + ")), base.chip, base.cluster,
                               base.measured_tok_s_per_chip, tuple(assumed), base.neutral)

@@ -81,9 +81,9 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
         raise ValueError(f"{name}: mlp_activations {acts} are not modelled")
     h, heads = k.positive("base_emb_dim", 2048), k.positive("base_num_query_heads", 16)
     head = k.positive("head_dim", 128)
+    layers = k.positive("base_num_decoder_layers", 16)
     assumed.append("decoder block llama2-style: RMSNorm, RoPE, no biases, untied logits")
-    return ModelConfig(f"maxtext-{k.positive('base_num_decoder_layers', 16)}x{h}", k.positive("base_num_decoder_layers", 16),
-                       h, heads, k.positive("base_mlp_dim", 7168), k.positive("vocab_size", 32000), seq,
+    return ModelConfig(f"maxtext-{layers}x{h}", layers, h, heads, k.positive("base_mlp_dim", 7168), k.positive("vocab_size", 32000), seq,
                        kv_heads=k.positive("base_num_kv_heads", 16), activation=act, norm="rmsnorm", position="rotary",
                        bias=False, tie_embeddings=k.bool("logits_via_embedding", False), dropout=False,
                        head_size=None if head * heads == h else head)

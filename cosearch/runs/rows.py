@@ -10,6 +10,8 @@ feature.
 
 from __future__ import annotations
 
+import re
+
 from .. import cluster, hardware, models
 from ..engine import Engine, llm_foundry, megatron_core, preset
 from .config import RunConfig, RunDescription
@@ -141,7 +143,6 @@ DEEPSEEK_MLA = (1536, 512, 64)
 def _moe_fields(row: dict, notes: list) -> dict:
     """The mixture-of-experts fields of an MoE row (``moe_runs.jsonl``), or :class:`Refused`
     naming the architecture feature cosearch does not price."""
-    import re
     arch, layers = row["arch"], str(row.get("moe_layers") or "all")
     for feature, why in (("sliding-window(", "sliding-window attention (alternating with full attention)"),
                          ("compressed/sparse attention", "DeepSeek-V4's compressed/sparse attention"),
@@ -208,7 +209,6 @@ def precision_class(row: dict) -> str:
 
 def group_of(row: dict) -> str:
     """The fidelity group of a row: source x chip x number format (``Megatron-Bridge GB200 fp8``)."""
-    import re
     chip = re.split(r"[\s,(]+", str(row.get("accel", "?")).strip())[0]
     return f"{source_group(row)} {chip} {precision_class(row)}"
 
@@ -351,7 +351,6 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
 def release_of(row: dict) -> tuple[int, ...] | None:
     """The software release a row was measured with, as a sortable tuple (``"Megatron-Bridge /
     NeMo 26.04.01 container"`` -> (26, 4, 1)); None where the row names none."""
-    import re
     m = re.search(r"NeMo (\d+(?:\.\d+)+)", str(row.get("software", ""))) or \
         re.match(r"[a-z]+-(\d+(?:\.\d+)+)/", str(row.get("id", "")))
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
