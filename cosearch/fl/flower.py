@@ -218,7 +218,8 @@ class SubmodelClient(flwr.client.NumPyClient):
             distill = bool(config.get("distill", False))
             train_nested(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size, gen, widths,
                          full_units, ex, distill=distill)
-            flops = _nested_flops(model, ex, full_units, widths, len(self.y), self.epochs, distill)
+            flops = _nested_flops(model, ex, full_units, widths, len(self.y), self.epochs, distill) \
+                if self.device is not None else 0.0
         else:
             mask = None
             if config.get("mask_labels"):

@@ -209,6 +209,7 @@ class HeteroFL(_NestedWidths):
 
     def __init__(self, proportions: dict[float, float] | None = None, dynamic: bool = False):
         self.tier: dict[int, float] = {}
+        self._dealt: list[float] = []
         self.dynamic = bool(dynamic)
         self.proportions = None
         if proportions is not None:
@@ -227,14 +228,14 @@ class HeteroFL(_NestedWidths):
     def _fixed_tier(self, client: int) -> float:
         """Client ``client``'s tier under fixed proportions: tiers dealt in order so that every
         prefix of clients 0..c holds each tier in its share, to the nearest client (smooth
-        weighted round-robin: client c takes the tier furthest below its share so far)."""
+        weighted round-robin: client c takes the tier furthest below its share so far).  The
+        deal is extended as far as needed and kept."""
         tiers = list(self.proportions)
-        counts = dict.fromkeys(tiers, 0)
-        pick = tiers[0]
-        for c in range(client + 1):
-            pick = max(tiers, key=lambda t: (self.proportions[t] * (c + 1) - counts[t], t))
-            counts[pick] += 1
-        return pick
+        while len(self._dealt) <= client:
+            c = len(self._dealt)
+            counts = {t: self._dealt.count(t) for t in tiers}
+            self._dealt.append(max(tiers, key=lambda t: (self.proportions[t] * (c + 1) - counts[t], t)))
+        return self._dealt[client]
 
     def width(self, keep, client, rng):
         if self.proportions is not None:

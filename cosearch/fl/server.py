@@ -189,10 +189,11 @@ class RoundProtocol:
                 keep = np.zeros(self._output[1], dtype=bool)
                 keep[[k for k in u.labels if 0 <= int(k) < len(keep)]] = True
                 rows = {name: keep for name in self._output[0]}
-            weight = 1.0 if getattr(self.policy, "count_clients", False) else u.num_examples
-            if not (isinstance(u.num_examples, (int, float)) and not isinstance(u.num_examples, bool)
-                    and u.num_examples > 0):
-                weight = u.num_examples          # merge_updates refuses it by name
+            # HeteroFL counts clients, one vote each; an invalid example count still goes to
+            # merge_updates, which refuses it by name
+            valid = isinstance(u.num_examples, (int, float)) and not isinstance(u.num_examples, bool) \
+                and u.num_examples > 0
+            weight = 1.0 if valid and getattr(self.policy, "count_clients", False) else u.num_examples
             batch.append((u.state, a.masks, weight, rows) if rows is not None else (u.state, a.masks, weight))
             owners.append(u)
         new, bad = merge_updates(gstate, batch, self.groups) if batch else (gstate, [])
