@@ -193,27 +193,20 @@ def explain_gain(recipe, best) -> str:
     return f"saved {saved:.2f} s of {recipe.step_time_s:.2f}: {parts}" + ("; " + "; ".join(notes) if notes else "")
 
 
-def clock_sensitivity(path: Path) -> str:
+def clock_sensitivity(evaluated) -> str:
     """Every source x chip x number-format group's error with its chip's sustained clock at each
     sourced alternative (cosearch.hardware.SUSTAINED_CLOCK_ALTERNATIVES: the chosen value, the
     datasheet clock and the other published measurements), the rest of the model unchanged, so a
-    reader sees how much of each group's accuracy rests on that one judgment."""
+    reader sees how much of each group's accuracy rests on that one judgment.  ``evaluated``:
+    :func:`evaluate_modern`'s evaluated rows (memory does not depend on the clock, so the rows that
+    fit are the same at every clock)."""
     from dataclasses import replace
-
-    from modern_runs import Refused, describe
 
     from cosearch.hardware import SUSTAINED_CLOCK_ALTERNATIVES
     from cosearch.runs.rows import group_of
     chosen = {alts[0][1]: name for name, alts in SUSTAINED_CLOCK_ALTERNATIVES.items()}
     by_group: dict[str, list] = {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        try:
-            d = describe(row)
-        except (Refused, ValueError):
-            continue
+    for _err, _rid, _plan, d, _src, row in evaluated:
         fam = chosen.get(d.chip.efficiency.sustained_clock)
         if fam is not None:
             by_group.setdefault(group_of(row), []).append((d, fam))
@@ -230,7 +223,7 @@ def clock_sensitivity(path: Path) -> str:
                     errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
             if errs:
                 cells.append(f"{label}: {sum(abs(e) for e in errs) / len(errs):.1%} / {sum(errs) / len(errs):+.1%}")
-        lines.append(f"  {g} ({len(items)} rows, {fam}):")
+        lines.append(f"  {g} ({len(items)} evaluated rows, {fam}):")
         lines += [f"      {c}" for c in cells]
     return "\n".join(lines)
 
@@ -253,11 +246,13 @@ def modern_table(path: Path) -> str:
             lines.append(f"      worst {err:+6.1%} {rid}: {plan.spec.describe()} [{d.engine.name}] step "
                          f"{plan.step_time_s:.2f} s ({bd})")
     from cosearch.runs.rows import group_of
-    by_group, _ev = evaluate_modern(path, "all", key=group_of)
+    by_group: dict[str, dict] = {}          # the same evaluated rows, by source x chip x number format
+    for err, *_rest, row in evaluated:
+        by_group.setdefault(group_of(row), {"errors": []})["errors"].append(err)
     lines.append("[fidelity] by source x chip x number format (groups of >= 10 rows; targets MAE <= 10 %, "
                  "|mean signed| <= 5 %):")
     lines += group_targets(by_group, "dense")
-    lines.append(clock_sensitivity(path))
+    lines.append(clock_sensitivity(evaluated))
     lines.append(free_search_gains(evaluated))
     return "\n".join(lines)
 
