@@ -215,9 +215,13 @@ def test_check_runs_jsonl_reads_the_validation_schema(tmp_path):
                accel="H100-SXM-80GB", n_gpus=8, dp=8, tp=1, pp=1, mbs=1, gbs=8, ga=1, tok_s_gpu=1000.0,
                software="NeMo 26.04 container (Megatron-Bridge + Megatron-Core)")
     p = tmp_path / "m.jsonl"
-    p.write_text(json.dumps(row) + "\n" + json.dumps(dict(row, id="r2", accel="Z9000")) + "\n")
+    p.write_text(json.dumps(row) + "\n" + json.dumps(dict(row, id="r2", accel="Z9000")) + "\n"
+                 + json.dumps(dict(row, id="r3", complete=False)) + "\n")
     res = check_runs(p)
-    assert [r.id for r in res.runs] == ["r1"] and res.refused == (("r2", "chip 'Z9000' has no preset"),)
+    assert [r.id for r in res.runs] == ["r1"]
+    assert dict(res.refused) == {"r2": "chip 'Z9000' has no preset",
+                                 "r3": "the row is marked incomplete (its notes say what is missing)"}
+    assert "Megatron-Bridge H100-SXM-80GB bf16 " in res.table()   # the whole group name
     d = read_row(row).resolve()
     pred = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine).tokens_per_s / 8
     assert res.runs[0].predicted_tok_s_per_chip == pytest.approx(pred)

@@ -72,15 +72,18 @@ class CheckResult:
         return out
 
     def table(self) -> str:
-        """Per run, then per group, as text."""
-        lines = [f"{'run':<28} {'group':<18} {'predicted':>11} {'measured':>11} {'error':>8}  plan"]
+        """Per run, then per group, as text (names in full: groups differing only at their end,
+        such as the number format, stay apart)."""
+        wid = max([3] + [len(r.id) for r in self.runs])
+        wg = max([5] + [len(r.group) for r in self.runs])
+        lines = [f"{'run':<{wid}} {'group':<{wg}} {'predicted':>11} {'measured':>11} {'error':>8}  plan"]
         for r in self.runs:
-            lines.append(f"{r.id[:28]:<28} {r.group[:18]:<18} {r.predicted_tok_s_per_chip:>11,.0f} "
+            lines.append(f"{r.id:<{wid}} {r.group:<{wg}} {r.predicted_tok_s_per_chip:>11,.0f} "
                          f"{r.measured_tok_s_per_chip:>11,.0f} {r.error:>+8.1%}  {r.plan}")
         lines.append("")
-        lines.append(f"{'group':<28} {'runs':>5} {'MAE':>7} {'mean signed':>12} {'within 10%':>11}")
+        lines.append(f"{'group':<{wg}} {'runs':>5} {'MAE':>7} {'mean signed':>12} {'within 10%':>11}")
         for g, s in self.groups().items():
-            lines.append(f"{g[:28]:<28} {s['n']:>5} {s['mae']:>7.1%} {s['mean_signed']:>+12.1%} "
+            lines.append(f"{g:<{wg}} {s['n']:>5} {s['mae']:>7.1%} {s['mean_signed']:>+12.1%} "
                          f"{s['within_band']:>11.0%}")
         if self.refused:
             lines.append("")
@@ -253,8 +256,14 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
         if not isinstance(row, dict):
             raise ValueError(f"{p}: line {n} is not a JSON object")
         rows.append(dict(row, id=str(row.get("id") or f"line {n}")))
+    # rows the schema marks incomplete (moe_runs.jsonl keeps them so nothing read is lost) are
+    # listed, not checked, and never chosen as a plan's newest measurement
+    incomplete = [r for r in rows if r.get("complete") is False]
+    rows = [r for r in rows if r.get("complete") is not False]
     if releases == "newest":
         rows = newest_per_plan(rows)
+    for row in incomplete:
+        out.append((row["id"], "?", "the row is marked incomplete (its notes say what is missing)"))
     for row in rows:
         try:
             group = group_of(row)
