@@ -11,7 +11,7 @@ from targets import check
 
 from cosearch.fl.controller_check import check_controller
 
-SEEDS = (0, 1, 2, 3, 4)
+SEEDS = tuple(range(20))
 
 
 @pytest.mark.parametrize("model", ["mlp", "femnist_cnn"])
@@ -22,13 +22,16 @@ def test_controller_criteria(benchmark, model):
     plain, changed = benchmark.pedantic(run, rounds=1, iterations=1)
     on_target = sum(r.on_target for r in plain) / len(plain)
     vs_oracle = sum(r.on_time for r in plain) / max(sum(r.oracle_on_time for r in plain), 1e-12)
-    retarget = max(r.retarget_rounds for r in changed)
+    lags = sorted(r.retarget_rounds for r in changed)
+    retarget = lags[-1]
     wrong = sum(r.wrong_swaps for r in plain + changed)
-    print(f"\n[controller] {model}, 5 clients (spread 2.5), 5 % noise, 40 rounds x {len(SEEDS)} seeds:")
-    for s, r in zip(SEEDS, plain):
+    print(f"\n[controller] {model}, 5 clients (spread 2.5), 5 % noise, 40 rounds x {len(SEEDS)} seeds (first 5 shown):")
+    for s, r in zip(SEEDS[:5], plain):
         print(f"  seed {s}: {r.table().replace(chr(10), '; ')}")
-    print(f"  (a) on target {on_target:.0%}; (b) on time / oracle {vs_oracle:.0%}; (c) re-targeted within "
-          f"{retarget} rounds after client 2 slows to half speed; (d) wrong swaps {wrong}")
+    within3 = sum(lag <= 3 for lag in lags) / len(lags)
+    print(f"  (a) on target {on_target:.0%}; (b) on time / oracle {vs_oracle:.0%}; (c) after client 2 slows to "
+          f"half speed, on target again within 3 rounds in {within3:.0%} of seeds (median {lags[len(lags) // 2]}, "
+          f"worst {retarget} rounds); (d) wrong swaps {wrong}")
     check("fl controller", f"{model}: (a) share of dropout rounds on target (+-5 %)", on_target, at_least=0.90)
     check("fl controller", f"{model}: (b) on-time rate / the oracle's", vs_oracle, at_least=0.95)
     check("fl controller", f"{model}: (c) rounds to re-target after a speed change", retarget, at_most=3)

@@ -15,30 +15,53 @@ def _costs(p):
     return (p * p, p)          # FLOPs ~ p^2, bytes ~ p: a hand-made cost curve
 
 
-def test_time_fit_recovers_compute_and_communication_seconds():
+def test_time_fit_recovers_compute_communication_and_latency_seconds():
     tm = controller.ClientTimeModel(_costs)
-    for p in (1.0, 0.5, 0.8):
-        tm.observe(7, p, 6.0 * p * p + 4.0 * p)             # a = 6 s of compute, c = 4 s of bytes
-    assert tm.predict(7, 0.7) == pytest.approx(6 * 0.49 + 4 * 0.7, rel=1e-9)
-    # errors: the 0.5 round from the full round alone (10 x (0.25 + 0.5) / 2 = 3.75 s for 3.5 s),
-    # the 0.8 round exactly from the fit
-    assert tm.error(7) == pytest.approx(1.4826 * np.median([abs(math.log(3.5 / 3.75)), 0.0]), rel=1e-9)
+    for p in (1.0, 0.5, 0.8, 0.6):       # a = 6 s of compute, c = 4 s of bytes, d = 0.5 s of latency
+        tm.observe(7, p, 6.0 * p * p + 4.0 * p + 0.5)
+    assert tm.predict(7, 0.7) == pytest.approx(6 * 0.49 + 4 * 0.7 + 0.5, rel=1e-9)
+    # two keep fractions cannot separate a constant from the slope: a f + c b only (exact here)
+    tm = controller.ClientTimeModel(_costs)
+    for p in (1.0, 0.5, 1.0, 0.5):
+        tm.observe(1, p, 6.0 * p * p + 4.0 * p)
+    assert tm.predict(1, 0.7) == pytest.approx(6 * 0.49 + 4 * 0.7, rel=1e-9)
+
+
+def test_fewer_rounds_than_a_fit_scale_every_round_by_the_mean_cost_ratio():
+    tm = controller.ClientTimeModel(_costs)
+    tm.observe(0, 1.0, 4.0)
+    tm.observe(0, 0.5, 1.6)
+    # mean(4.0 / (1 + 1), 1.6 / (0.25 + 0.5)) x (0.49 + 0.7) at p = 0.7
+    assert tm.predict(0, 0.7) == pytest.approx((2.0 + 1.6 / 0.75) / 2 * 1.19, rel=1e-12)
 
 
 def test_one_keep_seen_scales_by_the_mean_cost_ratio_and_scores_errors():
     tm = controller.ClientTimeModel(_costs)
     for t in (4.0, 4.4, 3.8, 4.2):
         tm.observe(0, 1.0, t)
-    # the last three at keep 1 (mean 4.1333) times (p^2 + p) / 2 at p = 0.5
-    assert tm.predict(0, 0.5) == pytest.approx((4.4 + 3.8 + 4.2) / 3 * 0.375, rel=1e-12)
+    # the mean of the rounds at keep 1 (4.1) times (p^2 + p) / 2 at p = 0.5
+    assert tm.predict(0, 0.5) == pytest.approx(4.1 * 0.375, rel=1e-12)
     # errors against the running means: log(4.4/4), log(3.8/4.2), log(4.2/4.0667)
     errs = [math.log(4.4 / 4.0), math.log(3.8 / 4.2), math.log(4.2 / ((4.0 + 4.4 + 3.8) / 3))]
     assert tm.error(0) == pytest.approx(1.4826 * np.median(np.abs(errs)), rel=1e-9)
-    # a round far off (9 s: log(9/4.13) = 0.78 > 3 x 0.141) is a changed device: history restarts
+    # a round far off (9 s: log(9/4.1) = 0.79 > 3 x 0.141) is a changed device: history restarts
     tm.observe(0, 1.0, 9.0)
     assert tm.predict(0, 0.5) == pytest.approx(9.0 * 0.375, rel=1e-12) and tm.error(0) == 0.0
     with pytest.raises(ValueError, match="no observed round"):
         tm.predict(3, 0.5)
+
+
+def test_a_former_straggler_is_predicted_from_its_own_full_rounds():
+    """Sub-model rounds that follow t = p^2 exactly, then three full rounds at 1.10, 1.12 and 1.08
+    s (the device is not the curve's extrapolation, 1.0 s, but within its change threshold): the
+    full time is their mean, 1.10 s, whatever the fit over all seven rounds says."""
+    tm = controller.ClientTimeModel(_costs)
+    for p in (0.5, 0.6, 0.7, 0.8):
+        tm.observe(4, p, p * p)
+    assert tm.predict(4, 1.0) == pytest.approx(1.0, rel=1e-9)
+    for t in (1.10, 1.12, 1.08):
+        tm.observe(4, 1.0, t)
+    assert len(tm.seen[4]) == 7 and tm.predict(4, 1.0) == pytest.approx(1.10, rel=1e-12)
 
 
 def _run(devices, rounds, profiler, change=None):
@@ -55,16 +78,21 @@ def _run(devices, rounds, profiler, change=None):
 
 
 def test_keep_is_the_largest_grid_point_within_the_target():
-    """Clients 1.0, 1.5 and 3.0 s.  After round 2 only full rounds are known: 3 (p^2 + p) / 2 <=
-    1.5 gives p = 0.618 -> 0.61.  After round 3 the fit is exact (2 p^2 + p): 2 p^2 + p <= 1.5
-    gives p = (sqrt(13) - 1) / 4 = 0.651 -> 0.65."""
+    """Clients 1.0, 1.5 and 3.0 s, t_c(p) = A p^2 + C p.  After round 2 only full rounds are known:
+    3 (p^2 + p) / 2 <= 1.5 gives p = 0.618 -> 0.61.  After round 3, three rounds (fewer than a
+    fit needs): the mean of 3/2, 3/2 and t(0.61) / (0.61^2 + 0.61) scales p^2 + p.  After round 4
+    the three keep fractions give the exact fit 2 p^2 + p <= 1.5: p = (sqrt(13) - 1) / 4 = 0.651 ->
+    0.65."""
     prof = StragglerProfiler(3, rule="model", costs=_costs)
-    keeps = _run({0: (1.0, 0.0), 1: (1.2, 0.3), 2: (2.0, 1.0)}, 4, prof)
+    keeps = _run({0: (1.0, 0.0), 1: (1.2, 0.3), 2: (2.0, 1.0)}, 5, prof)
     assert keeps[:2] == [{}, {}]
     assert keeps[2] == {2: math.floor(100 * (math.sqrt(5) - 1) / 2) / 100}
-    assert keeps[3] == {2: math.floor(100 * (math.sqrt(13) - 1) / 4) / 100}
+    q = 0.61
+    scale = (1.5 + 1.5 + (2 * q * q + q) / (q * q + q)) / 3
+    assert keeps[3] == {2: math.floor(100 * (math.sqrt(1 + 4 * 1.5 / scale) - 1) / 2) / 100} == {2: 0.63}
+    assert keeps[4] == {2: math.floor(100 * (math.sqrt(13) - 1) / 4) / 100}
     d = prof.decisions[-1]
-    assert d["round"] == 5 and d["target_s"] == pytest.approx(1.5)
+    assert d["round"] == 6 and d["target_s"] == pytest.approx(1.5)
     assert d["predicted_s"][2] == pytest.approx(2 * 0.65 ** 2 + 0.65)
 
 
@@ -76,11 +104,21 @@ def test_swaps_only_past_the_margin():
     prof = StragglerProfiler(3, rule="model", costs=_costs)
     keeps = _run({0: (1.0, 0.0), 1: (1.2, 0.3), 2: (2.0, 1.0)}, 12, prof, change={5: {1: (3.2, 0.3)}})
     # client 1 becomes 3.5 s in round 5, far off its prediction (1.5 s): its history restarts,
-    # 3.5 > 3.0 x e^0.05, one swap; it then keeps 3.5 (p^2 + p) / 2 <= 3.0: p = 0.9015 -> 0.90,
-    # and after one sub-model round the exact fit 3.2 p^2 + 0.3 p <= 3.0: p = 0.9225 -> 0.92
+    # 3.5 > 3.0 x e^0.05, one swap; it then keeps 3.5 (p^2 + p) / 2 <= 3.0: p = 0.9015 -> 0.90;
+    # with two and three rounds the mean of t / (p^2 + p) scales p^2 + p (0.91 both times), and
+    # with four rounds at three keep fractions the exact fit 3.2 p^2 + 0.3 p <= 3.0: p = 0.9225 -> 0.92
     assert prof.swaps == 1 and prof.stragglers == [1]
     assert all(k == {2: k[2]} for k in keeps[2:5])
-    assert keeps[5] == {1: 0.90} and keeps[6] == {1: 0.92} and keeps[11] == {1: 0.92}
+
+    def t1(p):
+        return 3.2 * p * p + 0.3 * p
+
+    def keep(scale):
+        return math.floor(100 * (math.sqrt(1 + 4 * 3.0 / scale) - 1) / 2) / 100
+    s6 = (3.5 / 2 + t1(0.90) / (0.81 + 0.90)) / 2
+    s7 = (3.5 / 2 + t1(0.90) / (0.81 + 0.90) + t1(0.91) / (0.91 ** 2 + 0.91)) / 3
+    assert keeps[5] == {1: 0.90} and keeps[6] == {1: keep(s6)} == {1: 0.91} and keeps[7] == {1: keep(s7)} == {1: 0.91}
+    assert keeps[8] == {1: 0.92} and keeps[11] == {1: 0.92}
 
 
 def test_model_rule_puts_the_straggler_on_target_in_simulation():

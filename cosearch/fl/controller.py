@@ -15,14 +15,23 @@ training FLOPs (:func:`~cosearch.fl.profiling.training_flops`) and the bytes sen
 (:func:`~cosearch.fl.profiling.model_bytes`) of the sub-model, over the full model's.  The
 sizes depend only on how many neurons each layer keeps, the same for every dropout method.
 
-**A client's time** (:class:`ClientTimeModel`): ``t(p) = a f(p) + c b(p)`` (``f``, ``b``:
+**A client's time** (:class:`ClientTimeModel`): ``t(p) = a f(p) + c b(p) + d`` (``f``, ``b``:
 the FLOPs and bytes ratios; ``a``, ``c`` >= 0: the client's compute and communication seconds
-of the full model), fitted by non-negative least squares to the client's last ``window``
-rounds (so a device that changes is followed).  While a client has been seen at one keep
-fraction only, the split is not identified and ``t(p) = t(k) r(p) / r(k)`` with ``t(k)`` the
-mean of its last 3 rounds and ``r`` the mean of the two ratios.  Each prediction's error is
-kept (``log(observed / predicted)``); a round more than 3 spreads of them (at least 5 %) off
-its prediction restarts the client's history from that round (the device changed).
+of the full model; ``d`` >= 0: its per-round constant, the link latency of
+:meth:`~cosearch.fl.profiling.ClientProfile.round_time_s`), fitted by non-negative least squares
+to the client's last ``window`` rounds.  ``d`` is fitted only once three keep fractions are
+seen (two cannot separate it from the slope); with fewer than ``MIN_FIT_ROUNDS`` rounds or one
+keep fraction the split is not identified and ``t(p) = mean_i(t_i / r(k_i)) r(p)``, ``r`` the
+mean of the two ratios.  Where the client has ``RECENT`` or more rounds at its current keep
+fraction, the fitted curve is levelled on their mean, so a client that changed role (a former
+straggler now at the full model) is predicted from its own full rounds rather than by
+extrapolation.  Each prediction's error is kept (``log(observed / predicted)``); a round more
+than 3 spreads of them (at least 5 %) off its prediction restarts the client's history from that
+round (the device changed).  Because changes restart the history, the window only bounds slow
+drift: :class:`~cosearch.fl.profiling.StragglerProfiler` keeps 20 rounds, so at 5 % round-time
+noise each prediction's standard error is about 5 %/sqrt(20) = 1.1 %, well inside criterion
+(a)'s ±5 % band (6 rounds, the window before, gave 2 % for each of the two times compared and
+missed the band in a fifth of FEMNIST rounds).
 
 **Decisions** (:meth:`StragglerProfiler.observe` with ``rule="model"``): the target is the
 slowest non-straggler's predicted full-model time; a straggler keeps the largest ``p`` on the
@@ -45,12 +54,14 @@ __all__ = ["ClientTimeModel", "keep_grid", "KEEP_STEP"]
 
 #: Keep fractions are chosen on a grid of this step.
 KEEP_STEP = 0.01
-#: Rounds averaged when a client has been seen at one keep fraction only.
+#: Rounds at its current keep fraction that level a client's fitted curve on their mean.
 RECENT = 3
 #: A round this many spreads of the client's prediction errors (at least MIN_SIGMA) off its
 #: prediction means the device changed: the client's history restarts from it.
 CHANGE_SIGMAS = 3.0
 MIN_SIGMA = 0.05
+#: Rounds a client needs before its time curve is fitted (fewer: one scale on the mean cost ratio).
+MIN_FIT_ROUNDS = 4
 
 
 def keep_grid(min_keep: float) -> np.ndarray:
@@ -63,7 +74,7 @@ class ClientTimeModel:
     """Per-client sub-model time ``t(p) = a f(p) + c b(p)`` fitted to recent rounds (module
     docstring).  ``costs(p) -> (f, b)`` gives the sub-model's cost ratios."""
 
-    def __init__(self, costs: Callable[[float], tuple[float, float]], window: int = 6):
+    def __init__(self, costs: Callable[[float], tuple[float, float]], window: int = 20):
         if window < 2:
             raise ValueError(f"window must be at least 2 rounds, got {window!r}")
         self.costs = costs
@@ -86,15 +97,19 @@ class ClientTimeModel:
 
     def _fit(self, client: int) -> tuple[float, float] | None:
         obs = self.seen.get(client)
-        if not obs or len({k for k, _ in obs}) < 2:
+        if not obs:
             return None
         import scipy.optimize as so
-        A = np.array([self.costs(k) for k, _ in obs])
-        t = np.array([s for _, s in obs])
-        (a, c), _ = so.nnls(A, t)
-        if a + c <= 0:
+        keeps = {k for k, _ in obs}
+        if len(keeps) < 2 or len(obs) < MIN_FIT_ROUNDS:
             return None
-        return float(a), float(c)
+        # the constant (latency) term only once three keep fractions pin it down
+        A = np.array([(*self.costs(k), 1.0) for k, _ in obs])[:, :3 if len(keeps) >= 3 else 2]
+        t = np.array([s for _, s in obs])
+        x, _ = so.nnls(A, t)
+        if x[0] + x[1] <= 0:
+            return None
+        return float(x[0]), float(x[1]), float(x[2]) if len(x) == 3 else 0.0
 
     def predict(self, client: int, p: float) -> float:
         """Predicted seconds of ``client`` at keep fraction ``p`` (needs one observed round)."""
@@ -106,14 +121,21 @@ class ClientTimeModel:
         if not obs:
             raise ValueError(f"client {client} has no observed round to predict from")
         f, b = np.array([self.costs(float(p)) for p in ps], dtype=float).reshape(-1, 2).T
+        k = obs[-1][0]
+        at_k = np.array([s for kk, s in obs if kk == k])
         fit = self._fit(client)
         if fit is not None:
-            return fit[0] * f + fit[1] * b
-        # one keep fraction seen: scale its recent mean time by the mean cost ratio
-        k = obs[-1][0]
-        fk, bk = self.costs(k)
-        same = [s for kk, s in obs if kk == k][-RECENT:]
-        return float(np.mean(same)) * (f + b) / (fk + bk)
+            a, c, d = fit
+            curve = a * f + c * b + d
+            if len(at_k) < RECENT:
+                return curve
+            # the fitted shape, levelled on the rounds at the client's current keep fraction
+            fk, bk = self.costs(k)
+            return curve * float(np.mean(at_k)) / (a * fk + c * bk + d)
+        # too few rounds for a fit: every round scaled by the mean cost ratio, averaged
+        r = np.array([sum(self.costs(kk)) for kk, _ in obs])
+        t = np.array([s for _, s in obs])
+        return float(np.mean(t / r)) * (f + b)
 
     def error(self, *clients: int) -> float:
         """Spread of these clients' recent log prediction errors: 1.4826 x their median absolute

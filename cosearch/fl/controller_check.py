@@ -115,7 +115,8 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
             s_c = max(keep, key=lambda c: exp_full[c])
             others = [c for c in range(n) if c not in keep]
             nxt = max(exp_full[c] for c in others)
-            row.update(straggler=s_c, on_target=abs(expected(devs[s_c], keep[s_c]) / nxt - 1.0) <= TARGET_BAND,
+            ratio = expected(devs[s_c], keep[s_c]) / nxt
+            row.update(straggler=s_c, ratio=ratio, on_target=abs(ratio - 1.0) <= TARGET_BAND,
                        on_time=times[s_c] <= max(times[c] for c in others))
             # the oracle: the truly slowest client, the largest grid keep within the next-slowest's E
             o = int(np.argmax(exp_full))
@@ -123,6 +124,7 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
             fits = [p for p in grid if expected(devs[o], p) <= o_next]
             p_o = max(fits) if fits else float(grid[0])
             o_time = expected(devs[o], p_o) * eps[o]
+            row["oracle_ratio"] = expected(devs[o], p_o) / o_next
             row["oracle_on_time"] = o_time <= max(expected(devs[c], 1.0) * eps[c] for c in range(n) if c != o)
             row["sigma"] = max(math.sqrt(math.log1p(devs[c].noise_cv ** 2)) for c in range(n))
         rec.append(row)

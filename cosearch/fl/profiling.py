@@ -90,7 +90,7 @@ class StragglerProfiler:
 
     def __init__(self, num_clients: int, *, fraction: float | None = None, rule: str = "fluid",
                  widths=DEFAULT_WIDTHS, start_round: int = 2, hysteresis: bool = True, readapt: bool = False,
-                 costs=None, min_keep: float = FLUID_FLOOR, min_margin: float = 0.05, window: int = 6):
+                 costs=None, min_keep: float = FLUID_FLOOR, min_margin: float = 0.05, window: int = 20):
         if not isinstance(num_clients, int) or num_clients < 2:
             raise ValueError(f"need at least 2 clients to have stragglers, got {num_clients!r}")
         for w in widths:
