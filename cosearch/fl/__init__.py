@@ -4,7 +4,9 @@ The method: :class:`InvariantDropout` (FLuID's threshold calibration, growth sch
 (:class:`ThresholdSchedule`) and drop order; ``threshold="adaptive"`` keeps cosearch 0.1's
 rule) and the baselines :class:`OrderedDropout` (FjORD's ordered masks), :class:`RandomDropout`,
 :class:`NoDropout`, :class:`FjORD` (per-batch nested widths up to the client's tier),
-:class:`FjORDDistill` (the same with self-distillation) and :class:`HeteroFL` (static width tiers), all one :class:`DropoutPolicy` interface (:func:`policy` by name).  Stragglers'
+:class:`FjORDDistill` (the same with self-distillation), :class:`HeteroFL` (static width tiers) and
+:class:`FIARSE` (importance-aware parameter masks, :mod:`cosearch.fl.fiarse`), all one
+:class:`DropoutPolicy` interface (:func:`policy` by name).  Stragglers'
 keep fractions come from :class:`StragglerProfiler` — by default the model-based controller of
 :mod:`cosearch.fl.controller`, FLuID's buckets as ``keep_rule="fluid"``.
 Stragglers and keep fractions: :class:`StragglerProfiler` (FLuID's buckets,
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .masks import (
+    FIARSE,
     METHODS,
     DropoutPolicy,
     FjORD,
@@ -73,6 +76,7 @@ def __getattr__(name):
 
 
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "FjORDDistill", "HeteroFL",
+           "FIARSE",
            "policy",
            "METHODS", "ThresholdSchedule", "drop_count", "StragglerProfiler", "fluid_keep_fraction",
            "choose_width", "ClientProfile", "TraceProfile", "device_profiles", "training_flops",

@@ -132,6 +132,8 @@ class DropoutStrategy(FedAvg):
                 cfg["scale_rate"] = float(a.keep)          # HeteroFL's Scaler at the sub-model's rate
             if getattr(pol, "masked_labels", False):
                 cfg["mask_labels"] = True                  # HeteroFL's masked cross-entropy
+            if a.threshold is not None:
+                cfg["param_threshold"] = float(a.threshold)   # FIARSE: the client masks |w| < threshold
             if getattr(self.protocol.policy, "nested", False):
                 # FjORD: the client trains per-batch widths up to its p_max, as simulate() does
                 from .masks import fjord_widths_within
@@ -220,6 +222,10 @@ class SubmodelClient(flwr.client.NumPyClient):
                          full_units, ex, distill=distill)
             flops = _nested_flops(model, ex, full_units, widths, len(self.y), self.epochs, distill) \
                 if self.device is not None else 0.0
+        elif "param_threshold" in config:
+            from .simulation import _fiarse_train
+            flops, nbytes = _fiarse_train(model, float(config["param_threshold"]), self.x, self.y, self.epochs,
+                                          self.optimizer, self.lr, self.batch_size, gen, ex)
         else:
             mask = None
             if config.get("mask_labels"):
@@ -237,7 +243,7 @@ class SubmodelClient(flwr.client.NumPyClient):
             if self.noise_seed is not None and self.partition_id is not None:
                 rng = np.random.default_rng([int(self.noise_seed), 7, int(config.get("round", 0)),
                                              int(self.partition_id)])
-            t = self.device.round_time_s(flops, model_bytes(model), rng)
+            t = self.device.round_time_s(flops, nbytes if "param_threshold" in config else model_bytes(model), rng)
         metrics = {"round_time_s": float(t), "labels": ",".join(str(int(v)) for v in np.unique(self.y))}
         if self.partition_id is not None:
             metrics["partition_id"] = int(self.partition_id)

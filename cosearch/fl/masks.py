@@ -42,6 +42,10 @@ its methods, so the methods differ only in *which* units they drop.
   the rate in local training; the cross-entropy is masked to the client's own labels (absent
   labels' logits zeroed, as its code does); every parameter is averaged over the clients that
   hold it, one vote per client; the output layer's rows over the clients holding each label.
+* :class:`FIARSE` (Wu et al., NeurIPS 2024; :mod:`cosearch.fl.fiarse`): no unit is cut; the
+  straggler trains the full-shape model with the parameters of largest magnitude only (one
+  threshold over all layers, its parameter budget the width-``p`` sub-model's), with the
+  threshold-controlled gradient, and every entry is averaged over the clients that trained it.
 * :class:`RandomDropout` (Federated Dropout): keep a random ``n - drop_count`` units.
 * :class:`NoDropout`: keep everything (FedAvg with the full model).
 
@@ -62,13 +66,14 @@ from .._validate import choice, fraction, positive_float, positive_int
 from .submodel import Group
 
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "FjORDDistill",
-           "HeteroFL",
+           "HeteroFL", "FIARSE",
            "FJORD_WIDTHS", "HETEROFL_TIERS", "nested_units",
            "ThresholdSchedule", "FLUID_SCHEDULES", "drop_count", "neuron_index", "flatten_state",
            "neuron_scores_numpy", "policy", "METHODS"]
 
 #: Method names accepted by :func:`policy` (``invariant-adaptive``: the 0.1 threshold rule).
-METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none", "fjord", "fjord-kd", "heterofl")
+METHODS = ("invariant", "invariant-adaptive", "ordered", "random", "none", "fjord", "fjord-kd", "heterofl",
+           "fiarse")
 
 
 def _check_p(p: float) -> float:
@@ -261,6 +266,22 @@ class HeteroFL(_NestedWidths):
 
     def state(self):
         return {"tiers": {str(c): t for c, t in sorted(self.tier.items())}}
+
+
+class FIARSE(DropoutPolicy):
+    """FIARSE (Wu et al., NeurIPS 2024), importance-aware extraction parameter by parameter
+    (:mod:`cosearch.fl.fiarse`): every unit is kept, and the round protocol sends a straggler a
+    magnitude threshold instead (:attr:`parameter_masks`)."""
+
+    name = "fiarse"
+    #: the sub-model is a per-parameter mask at a magnitude threshold, not a cut of units
+    parameter_masks = True
+    #: its server averages each entry over the clients that trained it, one vote each
+    count_clients = True
+
+    def masks(self, p, groups, rng, client=None):
+        _check_p(p)
+        return {g.name: np.ones(g.units, dtype=bool) for g in groups}
 
 
 class RandomDropout(DropoutPolicy):
@@ -594,5 +615,5 @@ def policy(name: str, **kw) -> DropoutPolicy:
     if name == "invariant-adaptive":
         return InvariantDropout(threshold="adaptive", **kw)
     table = {"ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout, "fjord": FjORD,
-             "fjord-kd": FjORDDistill, "heterofl": HeteroFL}
+             "fjord-kd": FjORDDistill, "heterofl": HeteroFL, "fiarse": FIARSE}
     return table[name](**kw)

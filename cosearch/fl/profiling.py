@@ -306,29 +306,32 @@ def device_profiles(n: int, spread: float = 2.5, noise_cv: float = 0.05,
 
 
 # ----------------------------------------------------------------------------- model costs
-def forward_flops(model, example_input) -> float:
-    """Forward FLOPs of one sample (multiply-add = 2 FLOPs) of Linear, Conv2d and LSTM layers,
-    counted with forward hooks on one example batch."""
+def forward_flops_by_module(model, example_input) -> dict[str, float]:
+    """Forward FLOPs of one sample (multiply-add = 2 FLOPs) per Linear, Conv2d and LSTM layer
+    (by module name), counted with forward hooks on one example batch."""
     import torch
     import torch.nn as nn
 
-    total = [0.0]
+    total: dict[str, float] = {}
 
-    def hook(mod, inp, out):
-        x = inp[0]
-        b = x.shape[0] if x.dim() > 1 else 1
-        if isinstance(mod, nn.Linear):
-            total[0] += 2.0 * mod.in_features * mod.out_features * (x.numel() / mod.in_features) / b
-        elif isinstance(mod, nn.Conv2d):
-            o = out
-            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels / mod.groups
-            total[0] += 2.0 * k * o[0].numel()
-        elif isinstance(mod, nn.LSTM):
-            steps = x.shape[1] if mod.batch_first else x.shape[0]
-            h, i = mod.hidden_size, mod.input_size
-            total[0] += 2.0 * 4 * h * (i + h) * steps * mod.num_layers
+    def hook_for(name):
+        def hook(mod, inp, out):
+            x = inp[0]
+            b = x.shape[0] if x.dim() > 1 else 1
+            f = 0.0
+            if isinstance(mod, nn.Linear):
+                f = 2.0 * mod.in_features * mod.out_features * (x.numel() / mod.in_features) / b
+            elif isinstance(mod, nn.Conv2d):
+                k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels / mod.groups
+                f = 2.0 * k * out[0].numel()
+            elif isinstance(mod, nn.LSTM):
+                steps = x.shape[1] if mod.batch_first else x.shape[0]
+                h, i = mod.hidden_size, mod.input_size
+                f = 2.0 * 4 * h * (i + h) * steps * mod.num_layers
+            total[name] = total.get(name, 0.0) + f
+        return hook
 
-    hooks = [m.register_forward_hook(hook) for m in model.modules()
+    hooks = [m.register_forward_hook(hook_for(n)) for n, m in model.named_modules()
              if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM))]
     try:
         with torch.no_grad():
@@ -337,7 +340,13 @@ def forward_flops(model, example_input) -> float:
     finally:
         for h in hooks:
             h.remove()
-    return total[0]
+    return total
+
+
+def forward_flops(model, example_input) -> float:
+    """Forward FLOPs of one sample (multiply-add = 2 FLOPs) of Linear, Conv2d and LSTM layers
+    (:func:`forward_flops_by_module`, summed)."""
+    return float(sum(forward_flops_by_module(model, example_input).values()))
 
 
 def training_flops(model: nn.Module, example_input: torch.Tensor, samples: int, epochs: int = 1) -> float:

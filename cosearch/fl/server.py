@@ -33,11 +33,14 @@ log = logging.getLogger("cosearch.fl")
 
 @dataclass(frozen=True)
 class Assignment:
-    """What ``client`` trains this round: the full model (``keep == 1``) or the sub-model of ``masks``."""
+    """What ``client`` trains this round: the full model (``keep == 1``) or the sub-model of
+    ``masks``; ``threshold``: FIARSE's magnitude threshold (the client trains the parameters at or
+    above it, :mod:`cosearch.fl.fiarse`), None for the other methods."""
 
     client: int
     keep: float
     masks: dict
+    threshold: float | None = None
 
 
 def _output_layer(model) -> tuple[tuple[str, ...], int] | None:
@@ -136,6 +139,9 @@ class RoundProtocol:
             policy = make_policy(method, **kw)
         self.policy = policy
         self.method = policy.name
+        if self._by_parameter:
+            from .fiarse import masked_parameters
+            masked_parameters(model)         # refuses a model whose parameters it cannot mask, up front
         costs = None
         if keep_rule == "model":
             costs = _cost_table(model, example_input if example_input is not None else _linear_example(model),
@@ -144,6 +150,7 @@ class RoundProtocol:
                                           readapt=readapt, costs=costs)
         self.num_clients = num_clients
         self.seed = int(seed)
+        self._param_share: dict[float, float] = {}
 
     # ------------------------------------------------------------------ queries
     def global_state(self) -> dict:
@@ -158,10 +165,30 @@ class RoundProtocol:
             rng = np.random.default_rng([self.seed, int(round), int(c)])
             p = self.policy.width(keep.get(c, 1.0), c, rng)      # FjORD / HeteroFL pick their own widths
             if p < 1.0:
-                out[c] = Assignment(c, p, self.policy.masks(p, self.groups, rng, client=c))
+                out[c] = Assignment(c, p, self.policy.masks(p, self.groups, rng, client=c),
+                                    self.parameter_threshold(p) if self._by_parameter else None)
             else:
                 out[c] = Assignment(c, 1.0, full)
         return out
+
+    @property
+    def _by_parameter(self) -> bool:
+        return bool(getattr(self.policy, "parameter_masks", False))
+
+    def parameter_threshold(self, p: float) -> float:
+        """FIARSE's threshold for a straggler at keep fraction ``p``: its model size is the
+        parameter share of the width-``p`` sub-model (:mod:`cosearch.fl.fiarse`), the threshold
+        that share's magnitude cut of the current global model."""
+        from .fiarse import masked_parameters, threshold
+        key = round(float(p), 6)
+        if key not in self._param_share:
+            names = set(masked_parameters(self.model))
+            sub = extract_submodel(self.model, OrderedDropout().masks(key, self.groups, np.random.default_rng(0)),
+                                   self.example)
+            full = sum(v.numel() for k, v in self.model.state_dict().items() if k in names)
+            kept = sum(v.numel() for k, v in sub.state_dict().items() if k in names)
+            self._param_share[key] = kept / full
+        return threshold(self.model, self._param_share[key])
 
     def submodel(self, assignment: Assignment):
         """A fresh copy of the global model, cut to the assignment's masks."""
@@ -184,7 +211,11 @@ class RoundProtocol:
                 rejected[u.client] = f"update is a {type(u.state).__name__}, not a state dict"
                 continue
             rows = None
-            if getattr(self.policy, "label_split", False) and u.labels is not None and self._output is not None:
+            if a.threshold is not None:
+                # FIARSE: the client's entries are its mask at the threshold it was sent
+                from .fiarse import parameter_masks
+                rows = parameter_masks(self.model, a.threshold)
+            elif getattr(self.policy, "label_split", False) and u.labels is not None and self._output is not None:
                 # HeteroFL: a client's output rows count only for the labels it holds
                 keep = np.zeros(self._output[1], dtype=bool)
                 keep[[k for k in u.labels if 0 <= int(k) < len(keep)]] = True

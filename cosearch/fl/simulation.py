@@ -355,6 +355,17 @@ def train_nested(model, x, y, epochs: int, optimizer: str, lr: float, batch_size
     return drawn
 
 
+def _fiarse_train(model, theta, x, y, epochs, optimizer, lr, batch_size, gen, example) -> tuple[float, int]:
+    """FIARSE's local training of ``model`` at threshold ``theta`` (:mod:`cosearch.fl.fiarse`);
+    returns the sub-model's training FLOPs and bytes each way, priced as it was sent."""
+    from .fiarse import masked_training, sparse_bytes, sparse_training_flops
+    flops = sparse_training_flops(model, example, theta, len(y), epochs)
+    nbytes = sparse_bytes(model, theta)
+    with masked_training(model, theta):
+        train_local(model, x, y, epochs, optimizer, lr, batch_size, gen)
+    return flops, nbytes
+
+
 def _nested_flops(model, example, full_units, widths, n: int, epochs: int, distill: bool) -> float:
     """Expected training FLOPs of :func:`train_nested`: the mean over the widths of each nested
     sub-model's, plus the widest model's forward and backward when distilling."""
@@ -524,6 +535,10 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
                 if key not in nested_flops:
                     nested_flops[key] = _nested_flops(local, example, full_units, ws, len(y), local_epochs, distill)
                 flops = nested_flops[key]
+            elif assign[c].threshold is not None:
+                # FIARSE: the full-shape model, its parameters above the threshold trained
+                flops, nbytes = _fiarse_train(local, assign[c].threshold, x, y, local_epochs, optimizer, lr,
+                                              batch_size, gen, example)
             else:
                 hetero = getattr(proto.policy, "scaler", False)
                 train_local(local, x, y, local_epochs, optimizer, lr, batch_size, gen,
@@ -533,7 +548,9 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             if isinstance(dev, TraceProfile):
                 t = dev.round_time_s(c, r, flops / (full_flops * len(y) * local_epochs))
             else:
-                t = dev[c].round_time_s(flops, model_bytes(local), np.random.default_rng([seed, 7, r, c]))
+                if assign[c].threshold is None:
+                    nbytes = model_bytes(local)
+                t = dev[c].round_time_s(flops, nbytes, np.random.default_rng([seed, 7, r, c]))
             updates.append(ClientUpdate(c, local.state_dict(), len(y), t, labels=label_sets[c]))
         rep = proto.aggregate(r, assign, updates)
         acc, loss, _ = evaluate_model(net, *data.test)

@@ -211,7 +211,8 @@ def merge_updates(global_state: dict, updates: list[tuple], gs: list[Group]
     global model's coordinates.  ``updates`` are ``(sub_state_dict, masks, num_examples)``, or
     ``(sub_state_dict, masks, num_examples, rows)`` with ``rows`` ``{parameter: bool per row}``:
     the update counts only for those rows of those parameters (HeteroFL's label split of the
-    output layer: a client's classifier rows for labels it does not hold are not averaged in).
+    output layer: a client's classifier rows for labels it does not hold are not averaged in),
+    or ``{parameter: bool array of its shape}``: only for those entries (FIARSE's parameter masks).
     An element nobody trained keeps its global value.  An update is rejected (logged, and
     listed in the result) when its masks are invalid, its ``num_examples`` is not a positive
     finite number, a tensor is missing, has the wrong shape, holds NaN/inf, or holds values
@@ -276,7 +277,10 @@ def merge_updates(global_state: dict, updates: list[tuple], gs: list[Group]
                 ix[axis] = torch.as_tensor(ind, dtype=torch.long)
             grid = torch.meshgrid(*ix, indexing="ij") if ix else ()
             weight = torch.full_like(state[k], float(n), dtype=torch.float64)
-            if rows is not None and k in rows:
+            if rows is not None and k in rows and np.shape(rows[k]) == tuple(weight.shape) == tuple(global_state[k].shape):
+                # an entry mask on an uncut tensor (FIARSE)
+                weight = weight * torch.as_tensor(np.asarray(rows[k], dtype=bool)).to(torch.float64)
+            elif rows is not None and k in rows:
                 r = torch.as_tensor(np.asarray(rows[k], dtype=bool))
                 if r.numel() != weight.shape[0] or 0 in axes:
                     raise ValueError(f"row mask of {k!r} has {r.numel()} rows for a tensor of {weight.shape[0]}")
