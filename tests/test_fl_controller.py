@@ -169,3 +169,32 @@ def test_controller_criteria_harness():
     after = [x["on_target"] for x in c.rounds if x["round"] >= 12 and "straggler" in x]
     assert c.retarget_rounds == after.index(True) and all(not a for a in after[:c.retarget_rounds])
     assert "wrong swaps 0" in c.table()
+
+
+def test_with_client_sampling_the_stragglers_are_the_slowest_seen_participants():
+    """Ten clients, three seen at 1, 2 and 4 s (full rounds 1 and 2).  Sampled {0, 1, 2, 5}: client
+    2 is the straggler, cut to the slowest other participant's 2 s; FLuID's bucket of 2/4 is 0.5,
+    the model rule's fallback 4 (p^2 + p) / 2 <= 2 gives p = 0.618 -> 0.61.  With one seen
+    participant nobody is cut; with every client the unsampled decision stands."""
+    from cosearch.fl.profiling import fluid_keep_fraction
+    for rule, want in (("fluid", fluid_keep_fraction(0.5)), ("model", 0.61)):
+        prof = StragglerProfiler(10, rule=rule, costs=_costs if rule == "model" else None)
+        for r in (1, 2):
+            prof.observe(r, {0: 1.0, 1: 2.0, 2: 4.0}, {})
+        assert prof.keep_fractions([5, 2, 1, 0]) == {2: want}
+        assert prof.keep_fractions([0, 5, 7]) == {}
+        assert prof.keep_fractions(range(10)) == prof.keep_fractions()
+    early = StragglerProfiler(10, rule="fluid")
+    early.observe(1, {0: 1.0, 1: 2.0, 2: 4.0}, {})
+    assert early.keep_fractions([0, 1, 2]) == {}              # before start_round: no dropout
+
+
+def test_simulate_samples_clients_per_round():
+    from cosearch import fl
+    r = fl.simulate("digits", clients=12, method="invariant", rounds=4, clients_per_round=4)
+    for m in r.rounds:
+        want = sorted(int(c) for c in np.random.default_rng([0, 11, m.round]).choice(12, 4, replace=False))
+        assert sorted(m.client_times_s) == want and set(m.keep) <= set(want)
+    assert r.config["clients_per_round"] == 4
+    with pytest.raises(ValueError, match="clients_per_round"):
+        fl.simulate("digits", clients=12, rounds=1, clients_per_round=13)

@@ -137,3 +137,19 @@ def test_saved_partitions_load_offline_as_written(tmp_path):
              test_x=np.zeros(1), test_y=np.zeros(1))
     with pytest.raises(ValueError, match="not a saved partition"):
         load_dataset("femnist", 2, str(tmp_path / "p"))
+
+def test_one_saved_partition_is_read_alone_and_femnist_like_has_femnist_shapes(tmp_path):
+    from cosearch.fl.data import femnist_like, is_saved_partitions, load_partition, save_partitions
+    d = femnist_like(3, samples=20, seed=1)
+    assert d.in_shape == (1, 28, 28) and d.classes == 62 and len(d.clients) == 3
+    assert d.clients[0][0].shape == (18, 1, 28, 28) and d.client_tests[0][0].shape == (2, 1, 28, 28)
+    assert 0.0 <= d.clients[0][0].min() and d.clients[0][0].max() <= 1.0
+    out = save_partitions(d, str(tmp_path / "p"))
+    assert is_saved_partitions(out) and not is_saved_partitions(str(tmp_path))
+    x, y, tx, ty = load_partition(out, 2)
+    np.testing.assert_array_equal(x, d.clients[2][0])
+    np.testing.assert_array_equal(ty, d.client_tests[2][1])
+    os.remove(os.path.join(out, "client_0.npz"))            # reading client 2 never touches client 0
+    assert load_partition(out, 2)[1].tolist() == d.clients[2][1].tolist()
+    with pytest.raises(ValueError, match="partition 3"):
+        load_partition(out, 3)

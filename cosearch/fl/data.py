@@ -42,7 +42,7 @@ from .fldata import SHAKESPEARE_CHARS, FLData
 __all__ = ["FLData", "load_digits", "load_leaf", "load_fluid_clients", "is_fluid_clients", "save_partitions",
            "load_partitions", "PARTITIONS_META", "load_cifar10", "load_fluid_partitions", "CIFAR10_CLASSES",
            "iid_partition", "dirichlet_partition",
-           "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "write_shakespeare_like", "write_cifar_like",
+           "SHAKESPEARE_CHARS", "load_dataset", "write_femnist_like", "femnist_like", "load_partition", "is_saved_partitions", "write_shakespeare_like", "write_cifar_like",
            "DATASETS"]
 
 DATASETS = ("digits", "femnist", "shakespeare", "cifar10")
@@ -375,31 +375,51 @@ def save_partitions(data: FLData, directory: str, overwrite: bool = False, sourc
     return directory
 
 
-def load_partitions(directory: str, clients: int | None = None) -> FLData:
-    """Partitions written by :func:`save_partitions` (arrays only: ``allow_pickle`` stays off, so
-    a crafted file cannot run code); ``clients``: the first that many."""
+def is_saved_partitions(directory: str) -> bool:
+    """Whether ``directory`` holds partitions written by :func:`save_partitions`."""
+    return os.path.isfile(os.path.join(directory, PARTITIONS_META))
+
+
+def _partitions_meta(directory: str) -> dict:
     meta_path = os.path.join(directory, PARTITIONS_META)
     meta = _read_json(meta_path)
     if not isinstance(meta, dict) or not {"name", "in_shape", "classes", "clients"} <= set(meta):
         raise ValueError(f"{meta_path}: needs name, in_shape, classes and clients")
+    return meta
+
+
+def _saved_arrays(path, *keys):
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return tuple(z[k] for k in keys)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: not a saved partition ({exc})") from None
+
+
+def load_partition(directory: str, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One client's ``(x, y, test_x, test_y)`` from partitions written by :func:`save_partitions`,
+    reading only its file (what a client process needs)."""
+    n = int(_partitions_meta(directory)["clients"])
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < n:
+        raise ValueError(f"{directory!r} holds {n} saved clients; partition {index!r} is not one of them")
+    return _saved_arrays(os.path.join(directory, f"client_{int(index)}.npz"), "x", "y", "test_x", "test_y")
+
+
+def load_partitions(directory: str, clients: int | None = None) -> FLData:
+    """Partitions written by :func:`save_partitions` (arrays only: ``allow_pickle`` stays off, so
+    a crafted file cannot run code); ``clients``: the first that many."""
+    meta = _partitions_meta(directory)
     n = int(meta["clients"])
     if clients is not None:
         if clients > n:
             raise ValueError(f"{directory!r} holds {n} saved clients, not {clients}")
         n = clients
-
-    def arrays(path, *keys):
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return tuple(z[k] for k in keys)
-        except (OSError, KeyError, ValueError) as exc:
-            raise ValueError(f"{path}: not a saved partition ({exc})") from None
     train, tests = [], []
     for i in range(n):
-        x, y, tx, ty = arrays(os.path.join(directory, f"client_{i}.npz"), "x", "y", "test_x", "test_y")
+        x, y, tx, ty = load_partition(directory, i)
         train.append((x, y))
         tests.append((tx, ty))
-    test = arrays(os.path.join(directory, "central_test.npz"), "x", "y")
+    test = _saved_arrays(os.path.join(directory, "central_test.npz"), "x", "y")
     return FLData(train, test, tuple(meta["in_shape"]), int(meta["classes"]), str(meta["name"]), tests)
 
 
@@ -546,7 +566,7 @@ def load_dataset(name: str, clients: int = 5, data_dir: str | None = None, seed:
     Flower Datasets (:mod:`cosearch.fl.flower_datasets`, ``pip install 'cosearch[datasets]'``)."""
     if name == "digits":
         return load_digits(clients, alpha, seed)
-    if data_dir and os.path.isfile(os.path.join(data_dir, PARTITIONS_META)):
+    if data_dir and is_saved_partitions(data_dir):
         d = load_partitions(data_dir, clients)
         if d.name != name:
             raise ValueError(f"{data_dir!r} holds saved {d.name} partitions, not {name}")
@@ -575,33 +595,57 @@ def _write_leaf(directory: str, train: dict, test: dict) -> str:
     return directory
 
 
+def _femnist_like_writers(users: int, samples: int, seed: int):
+    """Per writer, ``(images (samples, 784) float32 in [0, 1], labels)``: the bundled digits
+    restyled per writer (its own shift, stroke weight, contrast and a skewed digit mix)."""
+    from sklearn.datasets import load_digits as sk_digits
+    d = sk_digits()
+    by_label = [np.flatnonzero(d.target == lab) for lab in range(10)]
+    rng = np.random.default_rng(seed)
+    for _w in range(users):
+        mix = rng.dirichlet(np.full(10, 1.0))
+        labels = rng.choice(10, samples, p=mix)
+        dy, dx = rng.integers(-2, 3, 2)
+        gamma, contrast = rng.uniform(0.6, 1.6), rng.uniform(0.7, 1.0)
+        xs = np.empty((samples, 784), dtype=np.float32)
+        for j, lab in enumerate(labels):
+            img = d.images[rng.choice(by_label[lab])] / 16.0
+            big = np.kron(img, np.ones((3, 3)))                   # 24 x 24
+            canvas = np.zeros((28, 28))
+            canvas[2 + dy:26 + dy, 2 + dx:26 + dx] = big
+            canvas = contrast * canvas ** gamma + rng.normal(0, 0.05, canvas.shape)
+            xs[j] = np.clip(canvas, 0, 1).ravel().round(3)
+        yield xs, labels
+
+
 def write_femnist_like(directory: str, users: int = 10, samples: int = 120, seed: int = 0,
                        test_fraction: float = 0.2) -> str:
     """A LEAF FEMNIST-format folder (28x28 floats, labels 0-9 of the 62) from the bundled
     digits, restyled per writer: each writer has its own shift, stroke weight, contrast and
     a skewed digit mix.  Returns ``directory``."""
-    from sklearn.datasets import load_digits as sk_digits
-    d = sk_digits()
-    rng = np.random.default_rng(seed)
     train, test = {}, {}
-    for w in range(users):
-        mix = rng.dirichlet(np.full(10, 1.0))
-        labels = rng.choice(10, samples, p=mix)
-        dy, dx = rng.integers(-2, 3, 2)
-        gamma, contrast = rng.uniform(0.6, 1.6), rng.uniform(0.7, 1.0)
-        xs = []
-        for lab in labels:
-            img = d.images[rng.choice(np.flatnonzero(d.target == lab))] / 16.0
-            big = np.kron(img, np.ones((3, 3)))                   # 24 x 24
-            canvas = np.zeros((28, 28))
-            canvas[2 + dy:26 + dy, 2 + dx:26 + dx] = big
-            canvas = contrast * canvas ** gamma + rng.normal(0, 0.05, canvas.shape)
-            xs.append(np.clip(canvas, 0, 1).ravel().round(3).tolist())
+    for w, (xs, labels) in enumerate(_femnist_like_writers(users, samples, seed)):
+        xs = [[round(float(v), 3) for v in row] for row in xs]
         nt = max(1, int(test_fraction * samples))
         name = f"f{w:04d}"
         test[name] = {"x": xs[:nt], "y": labels[:nt].tolist()}
         train[name] = {"x": xs[nt:], "y": labels[nt:].tolist()}
     return _write_leaf(directory, train, test)
+
+
+def femnist_like(users: int, samples: int = 226, seed: int = 0, test_fraction: float = 0.1) -> FLData:
+    """The writers of :func:`write_femnist_like` in memory, one client each, at FEMNIST's shapes
+    (1x28x28, 62 classes; 226 samples: LEAF FEMNIST's mean per writer, 805,263 over 3,550, with its
+    10 % test split); for scale runs (:func:`save_partitions` writes it for Flower's clients)."""
+    clients, tests = [], []
+    for xs, labels in _femnist_like_writers(users, samples, seed):
+        nt = max(1, int(test_fraction * samples))
+        x = xs.reshape(-1, 1, 28, 28)
+        tests.append((x[:nt], labels[:nt].astype(np.int64)))
+        clients.append((x[nt:], labels[nt:].astype(np.int64)))
+    k = max(1, 1000 // max(users, 1))
+    test = (np.concatenate([t[0][:k] for t in tests]), np.concatenate([t[1][:k] for t in tests]))
+    return FLData(clients, test, (1, 28, 28), 62, "femnist", tests)
 
 
 def write_cifar_like(directory: str, images: int = 1000, test_images: int = 300, seed: int = 0,

@@ -6,7 +6,8 @@ Run it on a real deployment (a SuperLink, SuperNodes started with
 components.  Run config keys: ``method``, ``num-rounds``, ``seed``, ``alpha`` (Dirichlet skew;
 negative = IID), ``spread`` (the slowest client computes ``spread`` times slower than the
 fastest; round times are simulated with :func:`~cosearch.fl.profiling.device_profiles`),
-``fraction-evaluate`` (clients sampled for federated evaluation; 0 = none),
+``fraction-fit`` (clients sampled to train each round, default 1: all; the stragglers are then the
+slowest of each round's sample), ``fraction-evaluate`` (clients sampled for federated evaluation; 0 = none),
 ``min-clients``, ``out`` (an **absolute** path of a JSON file for the strategy's per-round
 history, written by the ServerApp, which runs in the SuperLink's working folder, not where
 ``flwr run`` was called; empty = none), ``dataset`` (``digits``, bundled;
@@ -21,17 +22,19 @@ draws it).  ``cosearch fl new-app DIR`` writes such an app folder.
 
 from __future__ import annotations
 
+import functools
+
 from flwr.client import ClientApp
 from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from .._json import dump_json
-from .data import load_dataset
+from .data import is_saved_partitions, load_dataset, load_partition
 from .flower import DropoutStrategy, SubmodelClient
 from .models import DATASET_DEFAULTS, DATASET_SHAPES, build_model
 from .profiling import device_profiles
 
-__all__ = ["server_app", "client_app"]
+__all__ = ["server_app", "client_app", "server_components", "make_client", "run_flower_simulation"]
 
 
 def _example(cfg):
@@ -70,16 +73,34 @@ def _alpha(cfg) -> float | None:
     return None if a <= 0 else a
 
 
-def _client_fn(context: Context):
-    i = int(context.node_config["partition-id"])
-    n = int(context.node_config["num-partitions"])
-    cfg = context.run_config
+@functools.lru_cache(maxsize=2)
+def _dataset(name: str, n: int, data_dir: str | None, seed: int, alpha):
+    """The run's dataset, read once per process (a simulation engine's worker serves many clients)."""
+    return load_dataset(name, n, data_dir, seed, alpha)
+
+
+def make_client(cfg, partition_id: int, num_partitions: int):
+    """The ``ClientApp``'s client for partition ``partition_id`` of ``num_partitions`` under run
+    config ``cfg``.  From a folder of saved partitions (``data-dir``, :func:`~cosearch.fl.data.save_partitions`)
+    only this client's file is read; other datasets are loaded once per process and partitioned."""
+    i, n = int(partition_id), int(num_partitions)
     seed = int(cfg.get("seed", 0))
-    d = load_dataset(str(cfg.get("dataset", "digits")), n, str(cfg.get("data-dir", "")) or None, seed, _alpha(cfg))
+    name, data_dir = str(cfg.get("dataset", "digits")), str(cfg.get("data-dir", "")) or None
+    if data_dir and is_saved_partitions(data_dir):
+        x, y, tx, ty = load_partition(data_dir, i)
+        train, test = (x, y), (tx, ty)
+    else:
+        d = _dataset(name, n, data_dir, seed, _alpha(cfg))
+        train, test = d.clients[i], d.client_tests[i]
     dev = device_profiles(n, spread=float(cfg.get("spread", 2.5)), noise_cv=float(cfg.get("noise", 0.05)))[i]
-    return SubmodelClient(_model_fn(cfg), *d.clients[i], d.client_tests[i], device=dev, seed=seed + i,
+    return SubmodelClient(_model_fn(cfg), *train, test, device=dev, seed=seed + i,
                           partition_id=i, example_input=_example(cfg)[:1], noise_seed=seed,
                           **_training(cfg)).to_client()
+
+
+def _client_fn(context: Context):
+    return make_client(context.run_config, int(context.node_config["partition-id"]),
+                       int(context.node_config["num-partitions"]))
 
 
 class _SavingStrategy(DropoutStrategy):
@@ -94,27 +115,61 @@ class _SavingStrategy(DropoutStrategy):
         return res
 
 
-def _server_fn(context: Context) -> ServerAppComponents:
+def server_components(cfg, strategy_class=None) -> ServerAppComponents:
+    """The ``ServerApp``'s strategy and server config under run config ``cfg`` (module
+    docstring; ``fraction-fit``: the share of clients sampled to train each round, default all)."""
     import os
-    cfg = context.run_config
     rounds = int(cfg.get("num-rounds", 4))
     out = str(cfg.get("out", ""))
     if out and not os.path.isabs(out):
         raise ValueError(f"run config out={out!r} must be an absolute path: the ServerApp writes it from the "
                          "SuperLink's working folder, not where flwr run was called")
-    strategy = _SavingStrategy(out, model_fn=_model_fn(cfg),
-                               method=str(cfg.get("method", "invariant")), example_input=_example(cfg),
-                               total_rounds=rounds, seed=int(cfg.get("seed", 0)),
-                               min_available_clients=int(cfg.get("min-clients", 2)),
-                               min_fit_clients=int(cfg.get("min-clients", 2)),
-                               min_evaluate_clients=int(cfg.get("min-clients", 2)),
-                               fraction_evaluate=float(cfg.get("fraction-evaluate", 1.0)))
+    fraction_fit = float(cfg.get("fraction-fit", 1.0))
+    if not 0.0 < fraction_fit <= 1.0:
+        raise ValueError(f"run config fraction-fit must be in (0, 1], got {fraction_fit!r}")
+    strategy = (strategy_class or _SavingStrategy)(
+        out, model_fn=_model_fn(cfg), method=str(cfg.get("method", "invariant")), example_input=_example(cfg),
+        total_rounds=rounds, seed=int(cfg.get("seed", 0)), fraction_fit=fraction_fit,
+        min_available_clients=int(cfg.get("min-clients", 2)),
+        min_fit_clients=int(cfg.get("min-clients", 2)),
+        min_evaluate_clients=int(cfg.get("min-clients", 2)),
+        fraction_evaluate=float(cfg.get("fraction-evaluate", 1.0)))
     # a client that never answers ends its round after round-timeout seconds (counted as a
     # failure, which the strategy accepts) instead of hanging the run
     timeout = float(cfg.get("round-timeout", DEFAULT_ROUND_TIMEOUT_S))
     if not timeout > 0:
         raise ValueError(f"run config round-timeout must be a positive number of seconds, got {timeout!r}")
     return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds, round_timeout=timeout))
+
+
+def _server_fn(context: Context) -> ServerAppComponents:
+    return server_components(context.run_config)
+
+
+def run_flower_simulation(cfg: dict, num_clients: int, *, cpus_per_client: float = 1.0) -> list[dict]:
+    """Run this app on Flower's simulation engine (Ray, in this process) with ``num_clients``
+    virtual SuperNodes under run config ``cfg`` (the keys of the module docstring, e.g.
+    ``{"dataset": "femnist", "data-dir": DIR, "fraction-fit": 0.01, "num-rounds": 5}``) and return
+    the strategy's per-round history (``server_round_s``: the round's wall time as the server saw
+    it).  Needs ``flwr[simulation]``."""
+    from flwr.simulation import run_simulation
+    holder: dict = {}
+
+    class _Kept(_SavingStrategy):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            holder["strategy"] = self
+
+    def server_fn(_context):
+        return server_components(cfg, _Kept)
+
+    def client_fn(context):
+        return make_client(cfg, int(context.node_config["partition-id"]), int(context.node_config["num-partitions"]))
+    run_simulation(ServerApp(server_fn=server_fn), ClientApp(client_fn=client_fn), num_supernodes=int(num_clients),
+                   backend_config={"client_resources": {"num_cpus": float(cpus_per_client), "num_gpus": 0.0}})
+    if "strategy" not in holder:
+        raise RuntimeError("Flower's simulation ended before its ServerApp built the strategy (see its log)")
+    return list(holder["strategy"].history)
 
 
 server_app = ServerApp(server_fn=_server_fn)

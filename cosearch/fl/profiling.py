@@ -113,6 +113,7 @@ class StragglerProfiler:
         self._stragglers: list[int] = []
         self._keep: dict[int, float] = {}
         self._frozen = 0
+        self._last_round = 0
         #: rule="model": the per-client time model, swaps made, and per decided round the target
         #: and each straggler's predicted time at its keep fraction
         self.swaps = 0
@@ -146,7 +147,7 @@ class StragglerProfiler:
         tm = self.time_model
         for c, d in durations.items():
             tm.observe(c, float(keep.get(c, 1.0)), float(d))
-        for c in tm.seen:
+        for c in durations:            # only these clients' histories changed
             self.full_time[c] = tm.predict(c, 1.0)
         if round < self.start_round or len(self.full_time) < 2:
             return
@@ -181,6 +182,7 @@ class StragglerProfiler:
         for c, d in durations.items():
             if not valid_duration(d):
                 raise ValueError(f"client {c} reported round time {d!r}; it must be a positive finite number")
+        self._last_round = max(self._last_round, int(round))
         if self.rule == "model":
             self._observe_model(round, durations, keep)
             return
@@ -213,9 +215,40 @@ class StragglerProfiler:
         if changed or self.readapt:
             self._assign()
 
-    def keep_fractions(self) -> dict[int, float]:
-        """Keep fraction per straggler for the next round (clients not listed run the full model)."""
-        return dict(self._keep)
+    def keep_fractions(self, participants=None) -> dict[int, float]:
+        """Keep fraction per straggler for the next round (clients not listed run the full model).
+
+        ``participants``: the clients sampled for the round when not every client trains (client
+        sampling).  The stragglers are then chosen among them each round: the slowest
+        ``fraction`` of the participants whose full-model time is known (one when ``fraction`` is
+        None), each cut to the slowest other participant's full-model time (predicted by the
+        time model for ``rule="model"``; FLuID's buckets or the ceiling rule otherwise).
+        Participants never seen run the full model.  A query: the profiler does not change."""
+        if participants is None:
+            return dict(self._keep)
+        part = sorted({int(c) for c in participants})
+        if set(part) >= set(range(self.n)):
+            return dict(self._keep)
+        return self._sampled_keep(part)
+
+    def _sampled_keep(self, part: list[int]) -> dict[int, float]:
+        ft = self.full_time
+        seen = sorted((c for c in part if c in ft), key=lambda c: -ft[c])
+        if len(seen) < 2 or self._last_round < self.start_round:
+            return {}
+        k = 1 if self.fraction is None else max(1, int(self.fraction * len(part)))
+        k = min(k, len(seen) - 1)
+        stragglers, others = seen[:k], seen[k:]
+        target = max(ft[c] for c in others)
+        keep = {}
+        for s in stragglers:
+            if self.rule == "model":
+                times = self.time_model.predict_many(s, self.grid)
+                fits = np.flatnonzero(times <= target)
+                keep[s] = float(self.grid[int(fits[-1]) if len(fits) else 0])
+            else:
+                keep[s] = self._bucket(min(1.0, target / ft[s]))
+        return {c: p for c, p in keep.items() if p < 1.0}
 
 
 # ----------------------------------------------------------------------------- device model

@@ -158,7 +158,8 @@ class RoundProtocol:
 
     def assignments(self, round: int, clients) -> dict[int, Assignment]:
         """Each client's model for round ``round`` (does not change the protocol)."""
-        keep = {} if self.method == "none" else self.profiler.keep_fractions()
+        clients = list(clients)
+        keep = {} if self.method == "none" else self.profiler.keep_fractions(clients)
         full = full_masks(self.groups)
         out = {}
         for c in clients:

@@ -407,9 +407,13 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              progress: bool = False, out: str | os.PathLike | None = None,
              checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05,
              stop_at_accuracy: float | None = None, overwrite: bool = False,
-             method_options: dict | None = None) -> FLResult:
+             method_options: dict | None = None, clients_per_round: int | None = None) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
 
+    ``clients_per_round``: client sampling — that many clients, drawn uniformly without
+    replacement each round from the run's seed, train and are evaluated federatedly (None: every
+    client, FLuID's setting); the stragglers are then the slowest of each round's participants
+    (:meth:`~cosearch.fl.profiling.StragglerProfiler.keep_fractions`).
     ``method_options``: keyword arguments of the method's policy (for ``heterofl``:
     ``proportions={1.0: 0.5, 0.25: 0.5}`` and ``dynamic=True``, :class:`~cosearch.fl.masks.HeteroFL`).
 
@@ -440,6 +444,10 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     n = len(data.clients)
     if n < 2:
         raise ValueError(f"federated dropout needs at least 2 clients, got {n}")
+    if clients_per_round is not None:
+        positive_int("clients_per_round", clients_per_round)
+        if not 2 <= clients_per_round <= n:
+            raise ValueError(f"clients_per_round must be between 2 and the {n} clients, got {clients_per_round}")
     defaults = DATASET_DEFAULTS.get(data.name, DATASET_DEFAULTS["digits"])
     model = defaults["model"] if model == "auto" else model
     optimizer = choice("optimizer", optimizer or defaults["optimizer"], ("sgd", "adam"))
@@ -463,12 +471,12 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     every = positive_float("checkpoint_every_s", checkpoint_every_s)
     config = {"rounds": rounds, "local_epochs": local_epochs, "optimizer": optimizer, "lr": lr,
               "batch_size": batch_size, "seed": seed, "alpha": alpha, "keep_rule": keep_rule,
-              "straggler_fraction": straggler_fraction,
+              "straggler_fraction": straggler_fraction, "clients_per_round": clients_per_round,
               **({"spread": spread, "noise_cv": noise_cv} if devices is None and latency_s is None else {})}
     res = FLResult(method, data.name, model, n, metrics, config, interrupted=True)
     try:
         _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
-                    batch_size, seed, method, progress, out, res, every, stop_at_accuracy)
+                    batch_size, seed, method, progress, out, res, every, stop_at_accuracy, clients_per_round)
         if stop_at_accuracy is not None:
             config["stop_at_accuracy"] = float(stop_at_accuracy)
             config["stopped_early"] = len(metrics) < rounds
@@ -498,7 +506,7 @@ def width_accuracy(proto, data, example) -> dict[float, float]:
 
 
 def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
-                batch_size, seed, method, progress, out, partial, every, stop_at=None) -> None:
+                batch_size, seed, method, progress, out, partial, every, stop_at=None, per_round=None) -> None:
     """The round loop of :func:`simulate`, appending to ``metrics`` (``partial`` saved to ``out``
     every ``every`` seconds)."""
     import time
@@ -519,10 +527,12 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
     label_sets = [tuple(int(v) for v in np.unique(cy)) for _cx, cy in data.clients]
     label_masks = [np.isin(np.arange(data.classes), ls) for ls in label_sets]
     for r in it:
-        assign = proto.assignments(r, range(n))
+        part = list(range(n)) if per_round is None else \
+            sorted(int(c) for c in np.random.default_rng([seed, 11, r]).choice(n, per_round, replace=False))
+        assign = proto.assignments(r, part)
         dec = decisions[-1] if decisions and decisions[-1]["round"] == r else {}
         updates = []
-        for c in range(n):
+        for c in part:
             local = proto.submodel(assign[c])
             x, y = data.clients[c]
             gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
@@ -554,7 +564,7 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             updates.append(ClientUpdate(c, local.state_dict(), len(y), t, labels=label_sets[c]))
         rep = proto.aggregate(r, assign, updates)
         acc, loss, _ = evaluate_model(net, *data.test)
-        fed = [evaluate_model(net, *t) for t in data.client_tests if len(t[1])]
+        fed = [evaluate_model(net, *data.client_tests[c]) for c in part if len(data.client_tests[c][1])]
         tot = sum(k for *_, k in fed)
         facc = sum(a * k for a, _, k in fed) / tot if tot else float("nan")
         floss = sum(b * k for _, b, k in fed) / tot if tot else float("nan")
