@@ -215,6 +215,14 @@ def dgx_b200(nodes: int) -> Cluster:
                    intra_efficiency=0.80, inter_efficiency=0.90, name=f"dgx-b200 x{n}")
 
 
+def dgx_b300(nodes: int) -> Cluster:
+    """``nodes`` DGX B300: 8 x B300, NVLink 5 at 900 GB/s per GPU per direction, 8 x 800 Gb/s
+    ConnectX-8 per node (100 GB/s per GPU) (NVIDIA DGX B300 specifications); achievable fractions
+    as :func:`dgx_b200`'s (the same NVLink 5 and NCCL topology model)."""
+    n = v.positive_int("nodes", nodes, maximum=v.MAX_CHIPS // 8)
+    return dgx_b200(n).with_(inter_node_Bps=100e9, name=f"dgx-b300 x{n}")
+
+
 def gb200_nvl72(chips: int) -> Cluster:
     """``chips`` GB200 GPUs in NVL72 racks: one rack is one 72-GPU NVLink 5 domain (900 GB/s per
     GPU per direction), racks joined by 400 Gb/s per GPU (50 GB/s) (NVIDIA GB200 NVL72
@@ -271,12 +279,12 @@ def tpu7x_pod(chips: int = 9216) -> Cluster:
     return tpuv5p_pod(n).with_(name=f"tpu7x-pod {n}")
 
 
-PRESETS = {"dgx-a100": dgx_a100, "dgx-h100": dgx_h100, "dgx-h200": dgx_h200, "dgx-b200": dgx_b200,
+PRESETS = {"dgx-a100": dgx_a100, "dgx-h100": dgx_h100, "dgx-h200": dgx_h200, "dgx-b200": dgx_b200, "dgx-b300": dgx_b300,
            "dgx-h800": dgx_h800, "gb200-nvl72": gb200_nvl72, "tpuv4-pod": tpuv4_pod, "tpuv5e-pod": tpuv5e_pod,
            "tpuv5p-pod": tpuv5p_pod, "tpu7x-pod": tpu7x_pod}
 
 #: The chip each cluster preset is built of (a cluster preset implies its chip).
-PRESET_CHIPS = {"dgx-a100": "A100-80GB", "dgx-h100": "H100", "dgx-h200": "H200", "dgx-b200": "B200", "dgx-h800": "H800",
+PRESET_CHIPS = {"dgx-a100": "A100-80GB", "dgx-h100": "H100", "dgx-h200": "H200", "dgx-b200": "B200", "dgx-b300": "B300", "dgx-h800": "H800",
                 "tpu7x-pod": "TPU7x",
                 "gb200-nvl72": "GB200", "tpuv4-pod": "TPUv4", "tpuv5e-pod": "TPUv5e", "tpuv5p-pod": "TPUv5p"}
 

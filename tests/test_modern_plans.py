@@ -184,6 +184,7 @@ def test_engine_presets_differ_where_their_software_does():
 # ------------------------------------------------------------------ chips and clusters
 @pytest.mark.parametrize("name,bf16,hbm,fp8", [("H100", 989e12, 80 * 2**30, True), ("H200", 989e12, 141e9, True),
                                               ("B200", 2.25e15, 180e9, True), ("GB200", 2.5e15, 186e9, True),
+                                              ("B300", 36e15 / 2 / 8, 288e9, True),
                                               ("GB300", 2.5e15, 288e9, True), ("TPUv5e", 197e12, 16 * 2**30, False),
                                               ("TPUv5p", 459e12, 95 * 2**30, False)])
 def test_chip_presets_match_datasheets(name, bf16, hbm, fp8):
@@ -205,6 +206,11 @@ def test_cluster_presets():
     with pytest.raises(ValueError, match="whole slices"):
         cluster.preset("tpuv5e-pod", 300)
     assert cluster.preset("dgx-b200", 2).intra_node_Bps == 900e9
+    # DGX B300: 8 x 800 Gb/s ConnectX-8 per node, 100 GB/s per GPU; dense FP4 108 PFLOP/s per 8
+    # GPUs over the B200's 72: 1.5x its FP4 rate
+    b3 = cluster.preset("dgx-b300", 2)
+    assert b3.inter_node_Bps == 800e9 / 8 and b3.intra_node_Bps == 900e9 and b3.num_chips == 16
+    assert hardware.B300.efficiency.fp4_rate == pytest.approx(108 / 72 * hardware.B200.efficiency.fp4_rate)
     assert set(cluster.PRESET_CHIPS) == set(cluster.PRESETS)
     for chip in cluster.PRESET_CHIPS.values():
         hardware.preset(chip)

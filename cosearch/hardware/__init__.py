@@ -16,6 +16,7 @@ from .chips import (  # noqa: F401
     A100,
     A100_80GB,
     B200,
+    B300,
     GB200,
     GB300,
     H100,

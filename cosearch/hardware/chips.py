@@ -279,6 +279,13 @@ GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_byte
 #: dense per 72), so 1.5x Blackwell's measured NVFP4 rate.
 GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
                     efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
+#: B300 (HGX/DGX B300, Blackwell Ultra), from its specifications alone: the B200's dense BF16 and
+#: FP8 rates (NVIDIA DGX B300: 72 PFLOP/s FP8 and 36 PFLOP/s BF16 per 8 GPUs, with sparsity, as the
+#: DGX B200's), 108 PFLOP/s dense FP4 per 8 GPUs, 1.5x the B200's 72 (so 1.5x Blackwell's measured
+#: NVFP4 rate, as GB300), 288 GB HBM3e a GPU (2.3 TB per 8) at 8 TB/s, NVLink 5 at 1.8 TB/s
+#: bidirectional, PCIe Gen6 to the host (128 GB/s per direction).
+B300 = B200.with_(name="B300", hbm_bytes=288e9, host_link_Bps=128e9,
+                  efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
 #: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
 #: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).  Google's
 #: HBM "GB" are binary, as NVIDIA's 40 and 80 GB are (the A100/H100 presets): a v6e, "32 GB",
@@ -312,7 +319,7 @@ TPU7x = Accelerator("TPU7x", 8, 256, 256, 8, 1024, 2.307e15 / (2 * 8 * 256 * 256
 TPUv4_XLA = TPUv4.with_(name="TPUv4-XLA", efficiency=_TPU5_EFF)
 PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "tpuv4-xla": TPUv4_XLA, "h800": H800, "tpu7x": TPU7x, "a100": A100, "a100-80gb": A100_80GB, "h100": H100,
                                    "h100-500w": H100_500W, "h200": H200,
-                                   "b200": B200, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
+                                   "b200": B200, "b300": B300, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
 
 
 def preset_names() -> list[str]:

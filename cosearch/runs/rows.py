@@ -81,7 +81,7 @@ def _chip(row: dict, notes: list) -> hardware.Accelerator:
         # from the row
         return hardware.H100_500W.with_(hbm_bytes=(95e9 if "95GB" in a else 96e9))
     for prefix, chip in (("H100", hardware.H100), ("H200", hardware.H200), ("B200", hardware.B200),
-                         ("GB200", hardware.GB200), ("GB300", hardware.GB300), ("TPU-v5e", hardware.TPUv5e),
+                         ("B300", hardware.B300), ("GB200", hardware.GB200), ("GB300", hardware.GB300), ("TPU-v5e", hardware.TPUv5e),
                          ("TPU-v5p", hardware.TPUv5p)):
         if a.startswith(prefix):
             return chip
@@ -98,7 +98,8 @@ def _cluster(row: dict, chip: hardware.Accelerator) -> cluster.Cluster:
     if name in ("GB200", "GB300"):
         return cluster.gb200_nvl72(n)
     base = {"A100": cluster.dgx_a100, "A100-80GB": cluster.dgx_a100, "H100": cluster.dgx_h100,
-            "H100-500W": cluster.dgx_h100, "H200": cluster.dgx_h200, "B200": cluster.dgx_b200}[name]
+            "H100-500W": cluster.dgx_h100, "H200": cluster.dgx_h200, "B200": cluster.dgx_b200,
+            "B300": cluster.dgx_b300}[name]
     if n % 8 == 0:
         return base(n // 8)
     one = base(1)   # fewer GPUs than a node: one flat NVLink domain of n
