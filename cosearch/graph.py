@@ -410,6 +410,9 @@ def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> in
         if not flash_attention:
             raise ValueError(f"context_parallel={cp} needs flash attention (Megatron-Core and torchtitan run "
                              "context parallelism only with fused attention kernels); set flash_attention=True")
+        if config.sliding_layers:
+            raise ValueError(f"context_parallel={cp} with sliding-window attention is not modelled (the ring's "
+                             "chunks would meet only the keys within the window); use context_parallel=1")
     return cp
 
 
@@ -503,7 +506,8 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         # skipped under the causal mask), reads Q, K, V, writes O.  Under context
         # parallelism a rank's sl queries meet all s keys (the K/V ring) and load-balanced
         # causal chunks give every rank 1/cp of the causal work: 2 sl s d per head each
-        ctx = g.attention("attn_core", [x, qkv], sl, s, d, b * a, 1.0, sl + 2.0 * s, float(sl))
+        # sliding-window layers (the mean over the layers): fewer (query, key) pairs
+        ctx = g.attention("attn_core", [x, qkv], sl, s, d, b * a, c.attention_flops_share, sl + 2.0 * s, float(sl))
     else:
         sc = g.gemm("attn_scores", [x], s, s, d, batch=b * a, weights=False)
         sm = g.vector("softmax", [sc], b * a * s * s, "softmax")

@@ -13,7 +13,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-__all__ = ["ModelConfig", "preset", "preset_names", "PRESETS", "from_hf_config", "HF_FAMILIES"]
+__all__ = ["ModelConfig", "preset", "preset_names", "PRESETS", "from_hf_config", "HF_FAMILIES",
+           "attention_pair_ratio"]
+
+
+def attention_pair_ratio(seq_len: int, window: int) -> float:
+    """(query, key) pairs of causal attention within a sliding ``window`` over those of full causal
+    attention, for ``seq_len`` tokens: query ``i`` meets ``min(i + 1, window)`` keys, so
+    ``(window s - window (window - 1) / 2) / (s (s + 1) / 2)`` once ``s >= window`` (1 below)."""
+    s, w = int(seq_len), int(window)
+    if w >= s:
+        return 1.0
+    return (w * s - w * (w - 1) / 2.0) / (s * (s + 1) / 2.0)
 
 _ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
 _NORMS = ("layernorm", "rmsnorm")
@@ -65,6 +76,14 @@ class ModelConfig:
     mla: multi-head latent attention's ``(q_lora_rank, kv_lora_rank, rope_head_dim)``
         (DeepSeek-V2/V3): Q and K/V come from low-rank latents, each head's query/key has
         ``head_dim + rope_head_dim`` dims and its value ``head_dim``.
+    sliding_window: the window, in tokens, of the layers with local (sliding-window) causal
+        attention: a query attends to itself and the ``sliding_window - 1`` tokens before it.
+    sliding_layers: how many of the ``num_layers`` layers attend within ``sliding_window`` (GPT-OSS:
+        every other layer, 18 of 36; Mistral-7B: all); the rest attend causally to the whole
+        sequence.  A layer is priced at the mean over the layers (the plans assume identical
+        layers): its fused attention's FLOPs are the full causal ones times
+        ``1 - share + share * pairs(window) / pairs(full)``, counting the (query, key) pairs each
+        computes (:func:`attention_pair_ratio`).
     """
 
     name: str
@@ -91,6 +110,8 @@ class ModelConfig:
     shared_experts: int = 0
     dense_layers: int = 0
     mla: tuple[int, int, int] | None = None
+    sliding_window: int | None = None
+    sliding_layers: int = 0
 
     def __post_init__(self) -> None:
         for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers"):
@@ -118,6 +139,14 @@ class ModelConfig:
             object.__setattr__(self, "mla", tuple(self.mla))
             for x in self.mla:
                 _positive_int("mla", x)
+        if self.sliding_window is not None:
+            _positive_int("sliding_window", self.sliding_window)
+        if isinstance(self.sliding_layers, bool) or not isinstance(self.sliding_layers, int) or \
+                not 0 <= self.sliding_layers <= self.num_layers:
+            raise ValueError(f"ModelConfig.sliding_layers must be an integer in 0..{self.num_layers} (num_layers), "
+                             f"got {self.sliding_layers!r}")
+        if self.sliding_layers and self.sliding_window is None:
+            raise ValueError("ModelConfig.sliding_layers needs sliding_window (the window in tokens)")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         for f in ("num_layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
@@ -145,6 +174,15 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.position={self.position!r}; choose one of {_POSITIONS}")
 
     # ------------------------------------------------------------------ derived sizes
+    @property
+    def attention_flops_share(self) -> float:
+        """A layer's mean fused-attention FLOPs over the full causal ones (1 without sliding
+        windows; ``sliding_layers`` and :func:`attention_pair_ratio`)."""
+        if not self.sliding_layers:
+            return 1.0
+        share = self.sliding_layers / self.num_layers
+        return 1.0 - share + share * attention_pair_ratio(self.seq_len, int(self.sliding_window))
+
     @property
     def head_dim(self) -> int:
         return self.head_size if self.head_size is not None else self.hidden // self.heads
@@ -318,7 +356,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     Families (``model_type``): GPT-2, GPT-J, GPT-NeoX, OPT, BLOOM (ALiBi, embedding norm),
     Llama 2/3 (GQA), Mistral, Qwen2 (q/k/v biases), Falcon (multi-query or GQA, parallel
     attention), Gemma 1/2/3 (``head_dim``, tied embeddings, GeGLU, Gemma 2/3's post-norms and
-    Gemma 3's q/k norms; a sequence longer than their sliding window is refused), Phi, BERT;
+    Gemma 3's q/k norms; their sliding-window layers from ``layer_types`` or the family's pattern), Phi, BERT;
     OPT-350m's narrow embedding with project_in/out is refused; other decoder configs with
     the usual field names are read the same way.  Mixture-of-experts configs: Mixtral,
     Qwen2/3-MoE and DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`).
@@ -375,12 +413,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     gated = mt in ("llama", "mistral", "qwen2") or gemma or act in ("silu", "swish") or bool(moe_kw)
     activation = ("geglu" if gemma else "swiglu") if gated else ("relu" if act == "relu" else "gelu")
     rms = mt in ("llama", "mistral", "qwen2") or gemma or "rms_norm_eps" in config
-    window = config.get("sliding_window")
-    if isinstance(window, int) and not isinstance(window, bool) and 0 < window < int(seq_len) and \
-            (gemma or config.get("use_sliding_window", mt == "mistral")):
-        raise ValueError(f"from_hf_config: {mt} attends within a sliding window of {window} tokens in some or all "
-                         f"layers; at seq_len={seq_len} that changes the attention FLOPs, which cosearch does not "
-                         f"model (pass seq_len <= {window})")
+    window_kw = _hf_sliding_window(config, mt, gemma, layers, int(seq_len))
     proj = _hf_int(config, "word_embed_proj_dim", default=None)
     if proj is not None and proj != hidden:
         raise ValueError(f"from_hf_config: the {proj}-wide token embedding with project_in/out to the {hidden}-wide "
@@ -432,12 +465,41 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         num_layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=vocab,
         seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
         position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
-        extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw)
+        extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
+        **window_kw)
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
             if learned_rows > seq_len else cfg
     return cfg
+
+
+def _hf_sliding_window(config: dict, mt: str, gemma: bool, layers: int, seq_len: int) -> dict:
+    """``sliding_window`` and ``sliding_layers`` of a Hugging Face config: the layers its
+    ``layer_types`` mark ``sliding_attention``; else Gemma 2's every other layer (the even ones),
+    Gemma 3's all but every ``sliding_window_pattern``-th (default 6), Mistral's every layer when
+    ``use_sliding_window`` (default on for ``mistral``).  Empty when no layer's window is shorter
+    than the sequence."""
+    window = config.get("sliding_window")
+    if isinstance(window, bool) or not isinstance(window, int) or not 0 < window < seq_len:
+        return {}
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        n = sum(1 for t in types if str(t) == "sliding_attention")
+        if len(types) != layers:
+            raise ValueError(f"from_hf_config: layer_types lists {len(types)} layers for {layers}")
+    elif mt == "gemma2":
+        n = (layers + 1) // 2
+    elif mt in ("gemma3", "gemma3_text"):
+        pattern = config.get("sliding_window_pattern", 6)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ValueError(f"from_hf_config: sliding_window_pattern must be a positive integer, got {pattern!r}")
+        n = layers - layers // pattern
+    elif config.get("use_sliding_window", mt == "mistral"):
+        n = layers
+    else:
+        return {}
+    return {"sliding_window": int(window), "sliding_layers": int(n)} if n else {}
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelConfig:
@@ -525,6 +587,14 @@ PRESETS: dict[str, ModelConfig] = {
     "grok-1": ModelConfig("grok-1", 64, 6144, 48, 32768, 131072, 8192, kv_heads=8, activation="geglu",
                           norm="rmsnorm", position="rotary", bias=False, tie_embeddings=True, dropout=False,
                           num_experts=8, experts_per_token=2),
+    # openai/gpt-oss-120b config.json: 36 x 2880, 64 heads of 64, 8 KV heads, 128 experts of 2,880
+    # (SwiGLU), top-4, vocab 201088, untied, every other layer a 128-token sliding window
+    # (layer_types); attention and expert biases; 116.8B total, 5.1B active (its model card).  Its
+    # attention sinks (one learned logit per head and layer) are left out.
+    "gpt-oss-120b": ModelConfig("gpt-oss-120b", 36, 2880, 64, 2880, 201088, 4096, kv_heads=8, head_size=64,
+                                activation="swiglu", norm="rmsnorm", position="rotary", bias=True,
+                                tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=4,
+                                moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18),
     # DeepSeek-V3 technical report and config.json: 61 x 7168, 128 heads, MLA (q rank 1536, kv rank
     # 512, rope 64, head 128), 256 routed experts of 2,048 (top-8) + 1 shared, first 3 layers dense
     # (18,432), vocab 129280, untied: 671B total, 37B active (the MTP module left out).

@@ -119,6 +119,16 @@ def test_moe_configs_match_published_sizes(cfg, total, active):
     assert m.num_params(active=True) == pytest.approx(active, rel=0.03)
 
 
+def test_gpt_oss_120b_preset_matches_its_model_card():
+    """openai/gpt-oss-120b: 116.83B parameters, 5.13B active per token without the input embedding
+    (a lookup; the model card's count), every other layer a 128-token window."""
+    from cosearch import models
+    m = models.preset("gpt-oss-120b")
+    assert m.num_params() == pytest.approx(116.83e9, rel=0.002)
+    assert m.num_params(active=True) - m.vocab * m.hidden == pytest.approx(5.13e9, rel=0.01)
+    assert (m.sliding_window, m.sliding_layers, m.num_layers) == (128, 18, 36)
+
+
 def test_moe_presets_match_from_hf_config():
     from cosearch import models
     for name, cfg in (("mixtral-8x7b", MIXTRAL), ("deepseek-v3", DEEPSEEK_V3)):
@@ -169,11 +179,19 @@ def test_gemma2_and_gemma3_sizes():
     assert nested.num_params() == g3.num_params()
 
 
-def test_sliding_window_and_narrow_embedding_refused():
-    with pytest.raises(ValueError, match="sliding window of 4096"):
-        from_hf_config(GEMMA2_9B, seq_len=8192)
-    with pytest.raises(ValueError, match="sliding window of 4096"):
-        from_hf_config(CASES["mistral-7b"][0], seq_len=8192)
+def test_sliding_windows_are_read_and_a_narrow_embedding_refused():
+    """Gemma-2-9B: 42 layers alternating local (4,096 tokens, the even layers) and global: 21
+    windowed; Mistral-7B: every layer windowed; a layer_types list is counted as given; a window
+    no shorter than the sequence changes nothing."""
+    g2 = from_hf_config(GEMMA2_9B, seq_len=8192)
+    assert (g2.sliding_window, g2.sliding_layers) == (4096, 21)
+    mi = from_hf_config(CASES["mistral-7b"][0], seq_len=8192)
+    assert (mi.sliding_window, mi.sliding_layers) == (4096, 32)
+    assert from_hf_config(CASES["mistral-7b"][0], seq_len=4096).sliding_layers == 0
+    typed = dict(CASES["mistral-7b"][0], layer_types=["sliding_attention", "full_attention"] * 16)
+    assert from_hf_config(typed, seq_len=8192).sliding_layers == 16
+    with pytest.raises(ValueError, match="layer_types lists 2 layers"):
+        from_hf_config(dict(typed, layer_types=["sliding_attention", "full_attention"]), seq_len=8192)
     opt350 = dict(CASES["opt-1.3b"][0], hidden_size=1024, num_attention_heads=16, ffn_dim=4096,
                   word_embed_proj_dim=512)
     with pytest.raises(ValueError, match="project_in/out"):
@@ -189,3 +207,13 @@ def test_moe_presets_match_published_sizes(name, total, active):
     m = models.preset(name)
     assert m.num_params() == pytest.approx(total, rel=0.02)
     assert m.num_params(active=True) == pytest.approx(active, rel=0.03)
+
+
+def test_gpt_oss_120b_preset_matches_its_model_card():
+    """openai/gpt-oss-120b: 116.83B parameters, 5.13B active per token without the input embedding
+    (a lookup; the model card's count), every other layer a 128-token window."""
+    from cosearch import models
+    m = models.preset("gpt-oss-120b")
+    assert m.num_params() == pytest.approx(116.83e9, rel=0.002)
+    assert m.num_params(active=True) - m.vocab * m.hidden == pytest.approx(5.13e9, rel=0.01)
+    assert (m.sliding_window, m.sliding_layers, m.num_layers) == (128, 18, 36)

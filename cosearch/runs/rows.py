@@ -145,8 +145,7 @@ def _moe_fields(row: dict, notes: list) -> dict:
     """The mixture-of-experts fields of an MoE row (``moe_runs.jsonl``), or :class:`Refused`
     naming the architecture feature cosearch does not price."""
     arch, layers = row["arch"], str(row.get("moe_layers") or "all")
-    for feature, why in (("sliding-window(", "sliding-window attention (alternating with full attention)"),
-                         ("compressed/sparse attention", "DeepSeek-V4's compressed/sparse attention"),
+    for feature, why in (("compressed/sparse attention", "DeepSeek-V4's compressed/sparse attention"),
                          ("chunked attention", "chunked attention with NoPE layers"),
                          ("interleaved dense/MoE", "dense and MoE layers interleaved")):
         if feature in arch:
@@ -176,6 +175,15 @@ def _moe_fields(row: dict, notes: list) -> dict:
         notes.append("MLA with rope head dim 64 (DeepSeek-V3's config.json)")
     if "qk-norm" in arch:
         notes.append("per-head q/k RMSNorms not priced (two norms over q and k a layer)")
+    win = re.search(r"(alternating )?sliding-window\((\d+)\)", arch)
+    if win:
+        if not win.group(1):
+            raise Refused(f"sliding-window layout {arch!r} is not modelled (every layer, or alternating with full)")
+        out["sliding_window"] = int(win.group(2))
+        out["sliding_layers"] = int(row["layers"]) // 2
+        notes.append(f"sliding window {win.group(2)} on every other layer ({int(row['layers']) // 2})")
+    if "attention sinks" in arch:
+        notes.append("attention sinks not priced (one learned logit per head)")
     if dense and int(row["ffn"] or 0) and int(row["ffn"]) != int(row["moe_ffn"]) * (
             int(row["experts_per_token"]) + int(row.get("shared_experts") or 0)):
         notes.append(f"the {dense} dense layers priced as MoE layers (cosearch prices identical layers)")
