@@ -4,7 +4,6 @@ fused attention op's FLOPs, the refusals."""
 import pytest
 
 
-
 def test_sliding_window_attention_pairs_and_flops_by_brute_force():
     """The (query, key) pairs of causal attention within a window, counted on a mask, over the
     full causal pairs; and the fused attention op of a model whose layers are half windowed
