@@ -35,6 +35,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "(default: 0.05)")
     p.add_argument("--straggler-fraction", type=float,
                    help="fraction of clients treated as stragglers (default: one straggler, as FLuID)")
+    p.add_argument("--clients-per-round", type=int, default=None,
+                   help="client sampling: clients drawn to train each round; the stragglers are the slowest "
+                        "of them (default: every client, as FLuID)")
     p.add_argument("--stop-at-accuracy", type=float, default=None,
                    help="early stopping: end a run after the first round whose accuracy reaches this (0-1)")
     p.add_argument("--keep-rule", choices=["model", "fluid", "ceil"], default="model",
@@ -109,6 +112,8 @@ def _sim_kwargs(a) -> dict:
     kw = {"model": a.model, "optimizer": a.optimizer, "lr": a.lr, "batch_size": a.batch_size,
           "local_epochs": a.local_epochs, "alpha": None if a.alpha == 0 else a.alpha, "data_dir": a.data,
           "straggler_fraction": a.straggler_fraction, "keep_rule": a.keep_rule}
+    if a.clients_per_round is not None:
+        kw["clients_per_round"] = a.clients_per_round
     if a.stop_at_accuracy is not None:
         kw["stop_at_accuracy"] = a.stop_at_accuracy
     if a.devices:
