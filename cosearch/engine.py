@@ -64,7 +64,10 @@ same.
   ``selective_ac_option = "op"``: in execution order every odd matmul and the SDPA output are
   saved and every even matmul and every cheaper op recomputed — for a Llama block wk, wo and
   w3 of wq, wk, wv, wo, w1, w3, w2 — ``torchtitan/distributed/activation_checkpoint.py``,
-  ``_get_custom_policy``).  :func:`cosearch.graph.recompute_share` maps it onto the layer's
+  ``_get_custom_policy``), or ``"modules:layernorm,moe_act"`` (Megatron-Core's
+  ``--recompute-modules``, :data:`cosearch.graph.RECOMPUTE_MODULES`: each named module's ops run
+  again and its activations are not kept, :func:`cosearch.memory.module_recompute_bytes`).
+  :func:`cosearch.graph.recompute_share` maps it onto the layer's
   ops; the activations kept follow the policy too (:func:`cosearch.memory.every_other_matmul_bytes`
   for dense layers with flash attention; Megatron's selective figure, an upper bound, otherwise).
 * ``fp8_cast_kernel`` — how FP8 (and NVFP4) training casts each GEMM input and incoming
@@ -170,9 +173,13 @@ class Engine:
 
     def __post_init__(self) -> None:
         from ._validate import choice
-        from .graph import CROSS_ENTROPY, ELEMENTWISE, SELECTIVE_RECOMPUTE
+        from .graph import CROSS_ENTROPY, ELEMENTWISE, check_selective_policy
         from .hardware import ATTENTION_KERNELS, CAST_KERNELS
-        for f, options in (("selective_recompute", SELECTIVE_RECOMPUTE), ("attention_kernel", ATTENTION_KERNELS),
+        try:
+            check_selective_policy(self.selective_recompute)
+        except ValueError as exc:
+            raise ValueError(f"Engine.selective_recompute: {exc}") from None
+        for f, options in (("attention_kernel", ATTENTION_KERNELS),
                            ("fp8_cast_kernel", CAST_KERNELS), ("cross_entropy", CROSS_ENTROPY),
                            ("elementwise", ELEMENTWISE)):
             choice(f"Engine.{f}", getattr(self, f), options)

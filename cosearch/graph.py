@@ -33,6 +33,7 @@ from .models import ModelConfig
 __all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
+           "RECOMPUTE_MODULES", "recompute_modules", "check_selective_policy",
            "recompute_share"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
@@ -51,8 +52,46 @@ ATTENTION_BWD_FACTOR = 2.5
 #: Forward ops that selective recomputation runs again (the attention core).
 ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_core")
 
-#: What ``"selective"`` recomputation runs again (:attr:`cosearch.engine.Engine.selective_recompute`).
+#: What ``"selective"`` recomputation runs again (:attr:`cosearch.engine.Engine.selective_recompute`):
+#: these, or ``"modules:<names>"`` (:data:`RECOMPUTE_MODULES`).
 SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul")
+
+#: Megatron-Core's ``--recompute-modules`` (``recompute_modules``, with granularity selective),
+#: by the forward ops of cosearch's layer graph each one runs again (``megatron/core/
+#: transformer/transformer_config.py``: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe,
+#: shared_experts).  ``mlp`` is a dense layer's MLP (an MoE layer's is ``moe``); ``moe`` reruns
+#: the whole MoE block, its dispatch and combine all-to-alls included.  A GEMM's FP8 input cast
+#: goes with it.
+RECOMPUTE_MODULES = {
+    "core_attn": ATTENTION_CORE,
+    "layernorm": ("norm1", "norm2"),
+    "moe_act": ("expert_act",),
+    "mla_up_proj": ("q_up", "kv_up", "mla_join"),
+    "mlp": ("fc1", "act", "fc2"),
+    "moe": ("router", "router_topk", "moe_dispatch", "expert_fc1", "expert_act", "expert_fc2", "moe_combine",
+            "shared_fc1", "shared_act", "shared_fc2", "moe_add", "moe_unpermute"),
+    "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
+}
+
+
+def recompute_modules(policy: str) -> tuple[str, ...] | None:
+    """The module names of a ``"modules:a,b"`` selective-recompute policy (None for the named
+    policies); refuses unknown names."""
+    if not isinstance(policy, str) or not policy.startswith("modules:"):
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in policy[len("modules:"):].split(",") if n.strip()))
+    bad = [n for n in names if n not in RECOMPUTE_MODULES]
+    if bad or not names:
+        raise ValueError(f"selective recompute modules {bad or policy!r}: choose from {', '.join(RECOMPUTE_MODULES)}")
+    return names
+
+
+def check_selective_policy(policy) -> str:
+    """A valid selective-recompute policy (:data:`SELECTIVE_RECOMPUTE` or ``"modules:..."``)."""
+    if recompute_modules(policy) is None and policy not in SELECTIVE_RECOMPUTE:
+        raise ValueError(f"selective recompute policy must be one of {SELECTIVE_RECOMPUTE} or 'modules:<names>' "
+                         f"({', '.join(RECOMPUTE_MODULES)}), got {policy!r}")
+    return policy
 
 
 def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core") -> float:
@@ -64,9 +103,13 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     MLP or w1, w2 for a plain one): of the fused QKV GEMM the wk share ``kv / (heads + 2 kv)``,
     the attention output GEMM, half of a gated MLP's fused gate+up GEMM (w3), a plain MLP's down
     GEMM (w2); other matmuls (MoE experts, MLA projections, routers) half; every vector op;
-    never the fused attention kernel or a collective."""
-    if policy not in SELECTIVE_RECOMPUTE:
-        raise ValueError(f"selective recompute policy must be one of {SELECTIVE_RECOMPUTE}, got {policy!r}")
+    never the fused attention kernel or a collective.  ``"modules:..."`` (Megatron-Core's
+    ``recompute_modules``): every op of the named modules (:data:`RECOMPUTE_MODULES`), whole."""
+    check_selective_policy(policy)
+    mods = recompute_modules(policy)
+    if mods is not None:
+        base = op.name[:-len(".cast")] if op.name.endswith(".cast") else op.name
+        return 1.0 if any(base in RECOMPUTE_MODULES[m] for m in mods) else 0.0
     if policy == "attention-core":
         return 1.0 if op.name in ATTENTION_CORE else 0.0
     if op.kind in ("vector", "cast"):

@@ -36,7 +36,7 @@ from ._kernels import formulas
 from .graph import OPERAND_BYTES
 from .models import ModelConfig
 
-__all__ = ["MemoryConfig", "layer_activation_bytes", "every_other_matmul_bytes", "layer_input_bytes",
+__all__ = ["MemoryConfig", "layer_activation_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "layer_input_bytes",
            "embedding_activation_bytes",
            "head_activation_bytes", "static_bytes", "in_flight"]
 
@@ -60,56 +60,83 @@ class MemoryConfig:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
 
+def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, precision: str,
+                      sequence_parallel: bool) -> dict[str, float]:
+    """The activations one layer keeps with nothing recomputed, by tensor, in bytes per token and
+    per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring)."""
+    c = config
+    s, h, a, t = c.seq_len, c.hidden, c.heads, tp
+    e = c.dtype_bytes / 2.0  # the formula counts 2-byte activations
+    mask = 1.0 if c.dropout else 0.0
+    kv_ratio = c.kv_heads / c.heads
+    lowp = OPERAND_BYTES.get(precision, 0.0)
+    fp8 = lowp > 0.0
+    act_out = lowp if fp8 else 2.0 * e
+    # replicated (split by tp only with sequence parallelism): 2 norm inputs (4), residual
+    # dropout masks (2), QKV and MLP inputs (the norm outputs: 4, or their FP8 casts)
+    rep = {"norm_in": 4.0 * e, "masks": 2.0 * mask, "norm_out": 2.0 * lowp if fp8 else 4.0 * e}
+    # split by tp: Q, K, V (K/V scaled for GQA), attention-projection input (2) and its FP8 cast,
+    # MLP: fc1 output(s) and activation output
+    per_w = 2.0 * (2.0 if c.gated else 1.0) * e
+    split = {"qkv": 2.0 * (1.0 + 2.0 * kv_ratio) * e, "attn_proj_in": 2.0 * e + lowp}
+    if c.moe:
+        # every routed copy of a token (k of them) and the shared experts keep their MLP
+        # activations, plus the dispatched (permuted) copies of the token's input
+        routed = c.experts_per_token * c.expert_ffn / h
+        shared = c.shared_experts * c.expert_ffn / h
+        split.update(moe_fc1=routed * per_w, moe_act=routed * act_out, shared_mlp=shared * (per_w + act_out),
+                     moe_dispatched=2.0 * c.experts_per_token * e)
+    else:
+        f_ratio = c.ffn_hidden / h
+        split.update(mlp_fc1=f_ratio * per_w, mlp_act=f_ratio * act_out)
+    if flash_attention:
+        attn = 4.0 * a / h  # fp32 log-sum-exp per row and head
+    else:  # softmax output (2), dropout mask (1), dropout output (2) per a s^2 b
+        attn = (2.0 * e + mask * 1.0 + mask * 2.0 * e) * a * s / h
+    out = {k: v / t if sequence_parallel else v for k, v in rep.items()}
+    out.update({k: v / t for k, v in split.items()})
+    out["attn"] = attn / t
+    return out
+
+
+#: The activation terms (:func:`_activation_terms`) each Megatron-Core recompute module stops
+#: keeping (:data:`cosearch.graph.RECOMPUTE_MODULES`): the module's own outputs, recomputed from
+#: its kept input in the backward.  ``mla_up_proj``: the Q, K, V its up projections make (their
+#: latent inputs are kept either way and are not in Korthikanti's terms).
+MODULE_TERMS = {"core_attn": ("attn",), "layernorm": ("norm_out",), "moe_act": ("moe_act",),
+                "mla_up_proj": ("qkv",), "mlp": ("mlp_fc1", "mlp_act"),
+                "moe": ("moe_fc1", "moe_act", "shared_mlp", "moe_dispatched"), "shared_experts": ("shared_mlp",)}
+
+
 def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            sequence_parallel: bool = False, recompute: str = "none",
-                           flash_attention: bool = False, precision: str = "bf16") -> float:
+                           flash_attention: bool = False, precision: str = "bf16",
+                           modules: tuple[str, ...] = ()) -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
     (full: only the layer input).  Under ``precision="fp8"`` (``"fp4"``: NVFP4, 0.5625 bytes)
     the weight GEMMs keep the low-precision casts of their inputs for the weight gradient (Transformer Engine's ``Linear`` /
     ``LayerNormLinear`` save the cast input, 1 byte, instead of the bf16 one): the two norm
     outputs and the MLP's activation output shrink to 1 byte per element, while the
-    attention output stays (flash attention's backward needs it) and its FP8 cast is added."""
+    attention output stays (flash attention's backward needs it) and its FP8 cast is added.
+    ``"selective"`` drops the attention scores (Megatron's attention core; flash attention keeps
+    none but its log-sum-exp); with ``modules`` (Megatron-Core's ``recompute_modules``) it drops
+    the outputs of those modules instead (:data:`MODULE_TERMS`)."""
     if recompute == "full":
         return layer_input_bytes(config, tp, microbatch, sequence_parallel)
     if recompute not in ("none", "selective"):
         raise ValueError(f"recompute={recompute!r}; choose 'none', 'selective' or 'full'")
-    c = config
-    s, b, h, a, t = c.seq_len, microbatch, c.hidden, c.heads, tp
-    e = c.dtype_bytes / 2.0  # the formula counts 2-byte activations
-    mask = 1.0 if c.dropout else 0.0
-    kv_ratio = c.kv_heads / c.heads
-    # replicated (split by tp only with sequence parallelism): 2 norm inputs (4),
-    # residual dropout masks (2), QKV and MLP inputs (the norm outputs, 4)
-    replicated = 4.0 * e + 2.0 * mask + 4.0 * e
-    # split by tp: Q, K, V (K/V scaled for GQA), attention-projection input (2),
-    # MLP: fc1 output(s) and activation output
-    f_ratio = c.ffn_hidden / h
-    if c.moe:
-        # every routed copy of a token (k of them) and the shared experts keep their MLP
-        # activations, plus the dispatched (permuted) copies of the token's input
-        f_ratio = (c.experts_per_token + c.shared_experts) * c.expert_ffn / h
-    lowp = OPERAND_BYTES.get(precision, 0.0)
-    fp8 = lowp > 0.0
-    act_out = lowp if fp8 else 2.0 * e
-    mlp = f_ratio * (2.0 * (2.0 if c.gated else 1.0) * e + act_out)
-    if c.moe:
-        mlp += 2.0 * c.experts_per_token * e
-    qkv = 2.0 * (1.0 + 2.0 * kv_ratio) * e + 2.0 * e + lowp
-    if fp8:
-        replicated = 4.0 * e + 2.0 * mask + 2.0 * lowp
-    split = qkv + mlp
-    if flash_attention:
-        attn = 4.0 * a / h  # fp32 log-sum-exp per row and head
-    elif recompute == "selective":
-        attn = 0.0
-    else:  # softmax output (2), dropout mask (1), dropout output (2) per a s^2 b
-        attn = (2.0 * e + mask * 1.0 + mask * 2.0 * e) * a * s / h
-    if sequence_parallel:
-        per = (replicated + split) / t + attn / t
-    else:
-        per = replicated + split / t + attn / t
-    return s * b * h * per
+    terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel)
+    dropped: set[str] = set()
+    if recompute == "selective":
+        if modules:
+            for m in modules:
+                if m not in MODULE_TERMS:
+                    raise ValueError(f"recompute module {m!r}: choose from {', '.join(MODULE_TERMS)}")
+                dropped.update(MODULE_TERMS[m])
+        elif not flash_attention:
+            dropped.add("attn")
+    return config.seq_len * microbatch * config.hidden * sum(v for k, v in terms.items() if k not in dropped)
 
 
 def every_other_matmul_bytes(config: ModelConfig, tp: int, microbatch: int,

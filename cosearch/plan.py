@@ -419,7 +419,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             # activation bytes are linear in the microbatch: priced for one sequence
             sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
                    if policy == "every-other-matmul" and flash_attention and not c.moe else
-                   memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision))
+                   memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
+                                                 graph.recompute_modules(policy) or ()))
             per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision), sel,
                        memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
                        memory.head_activation_bytes(cl, t, 1, sp))
@@ -613,7 +614,8 @@ def _model_flops(model: ModelConfig, tokens: float) -> float:
 def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float, engine: Engine | str | None = None) -> float:
     """FLOPs of the recomputed forward work per step (full: whole layers; selective: the
     attention scores and context, or under an engine whose selective recompute is
-    ``"every-other-matmul"`` the matmuls it runs again, :func:`cosearch.graph.recompute_share`)."""
+    ``"every-other-matmul"`` or ``"modules:..."`` the matmuls and attention it runs again,
+    :func:`cosearch.graph.recompute_share`)."""
     c = model
     per_layer_full = 2.0 * (c.layer_params(active=True) - 2 * c.norm_params()) + 4.0 * c.hidden * c.seq_len
     per_layer_sel = 4.0 * c.hidden * c.seq_len
@@ -621,7 +623,7 @@ def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float, engine: E
     if policy != "attention-core" and "selective" in spec.recompute_per_stage():
         g = graph.build(c, tp=1, microbatch=1, phase="fwd", part="layer", flash_attention=spec.flash_attention)
         per_layer_sel = sum(op.flops * graph.recompute_share(op, c, policy) for op in g.ops
-                            if op.kind == "gemm") / c.seq_len
+                            if op.kind in ("gemm", "attention")) / c.seq_len
     out = 0.0
     for n, mode in zip(spec.stage_layers, spec.recompute_per_stage()):
         if mode == "full":

@@ -131,17 +131,25 @@ def test_moe_row_reads_as_the_published_model_and_plan():
 
 
 @pytest.mark.parametrize("change,why", [
-    ({"arch": "MoE, GQA (head_dim 64), alternating sliding-window(128)/full attention, attention sinks"},
-     "sliding-window"),
+    ({"arch": "MoE, GQA (head_dim 64), sliding-window(128) in 3 of 4 layers"}, "sliding-window layout"),
     ({"tp": 2, "dp": 4, "etp": 1}, "expert tensor parallelism 1"),
-    ({"recompute": "selective: mla_up_proj (perf script sets recompute_granularity='selective')"},
-     "chosen modules"),
+    ({"recompute": "selective: mla_up_proj,everything (a note)"}, "not Megatron-Core recompute_modules"),
     ({"moe_layers": "every 2nd layer (24 MoE, 24 dense)"}, "layer layout"),
     ({"zero": "3 (FSDP 64) x EP 4"}, "ZeRO layout"),
 ])
 def test_moe_rows_cosearch_cannot_price_are_refused_by_name(change, why):
     with pytest.raises(rows.Refused, match=why):
         rows.describe_row(dict(QWEN3_ROW, **change))
+
+
+def test_moe_rows_read_windows_and_recompute_modules():
+    """GPT-OSS's alternating 128-token windows (every other layer) and Megatron-Core's
+    recompute_modules become the model's sliding layers and the engine's module policy."""
+    row = dict(QWEN3_ROW, arch="MoE, GQA (head_dim 64), alternating sliding-window(128)/full attention, "
+                               "attention sinks", recompute="selective: layernorm,moe_act (a note)")
+    d = rows.describe_row(row)
+    assert (d.model.sliding_window, d.model.sliding_layers) == (128, QWEN3_ROW["layers"] // 2)
+    assert d.engine.selective_recompute == "modules:layernorm,moe_act" and d.spec.recompute == "selective"
 
 
 def test_newest_release_per_plan():

@@ -24,6 +24,7 @@ Plan and engine
 ``--micro-batch-size``                       microbatch
 ``--global-batch-size``                      the global batch (must agree with ``--batch``)
 ``--recompute-granularity``                  ``full`` / ``selective`` (absent: none)
+``--recompute-modules``                      with selective: the engine's ``"modules:..."`` recompute
 ``--recompute-method``, ``--recompute-num-layers``  ``uniform`` (or none given) recomputes every layer;
                                              ``block`` is read only when it covers every layer
 ``--recompute-activations``                  selective (the older spelling)
@@ -137,7 +138,6 @@ _REFUSED = {
     "--expert-tensor-parallel-size": "expert tensor parallelism is not modelled",
     "--rampup-batch-size": "a batch that grows during training has no single step time",
     "--cpu-offloading": "activation offloading is not read from Megatron lines",
-    "--recompute-modules": "recompute of chosen modules is not modelled (use --recompute-granularity)",
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
     "--data-parallel-sharding-strategy": "Megatron-FSDP sharding is not read from Megatron lines (use --engine fsdp)",
 }
@@ -210,7 +210,16 @@ def _split(text: str) -> tuple[dict[str, str], set[str], list[str]]:
         key, eq, inline = w.partition("=")
         nxt = words[i + 1] if i + 1 < len(words) else None
         has_next_value = nxt is not None and not nxt.startswith("--")
-        if key in _VALUED:
+        if key == "--recompute-modules":
+            # nargs: every following word up to the next flag
+            mods = inline.split(",") if eq else []
+            while i + 1 < len(words) and not words[i + 1].startswith("--"):
+                mods.append(words[i + 1])
+                i += 1
+            if not [m for m in mods if m]:
+                raise ValueError("--recompute-modules needs module names")
+            vals[key] = ",".join(m for m in mods if m)
+        elif key in _VALUED:
             if eq:
                 value = inline
             elif has_next_value:
@@ -335,9 +344,24 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                        **stated)
 
 
+def _recompute_modules(vals: dict[str, str], rc: str) -> tuple[str, ...]:
+    """``--recompute-modules`` under selective granularity (Megatron-Core's default
+    ``["core_attn"]`` is its classic selective recompute: no module list)."""
+    from ..graph import RECOMPUTE_MODULES
+    if rc != "selective" or "--recompute-modules" not in vals:
+        return ()
+    mods = tuple(dict.fromkeys(vals["--recompute-modules"].split(",")))
+    bad = [m for m in mods if m not in RECOMPUTE_MODULES]
+    if bad:
+        raise ValueError(f"--recompute-modules {bad}: Megatron-Core's modules are {', '.join(RECOMPUTE_MODULES)}")
+    return () if mods == ("core_attn",) else mods
+
+
 def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, assumed: list[str]) -> str:
     rc = vals.get("--recompute-granularity")
     if rc is None:
+        if "--recompute-modules" in vals:
+            raise ValueError("--recompute-modules needs --recompute-granularity selective")
         if "--recompute-method" in vals or "--recompute-num-layers" in vals:
             raise ValueError("--recompute-method and --recompute-num-layers need --recompute-granularity full")
         return "selective" if "--recompute-activations" in flags else "none"
@@ -349,6 +373,8 @@ def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, a
         if "--recompute-method" in vals:
             raise ValueError("--recompute-method applies to --recompute-granularity full only")
         return rc
+    if "--recompute-modules" in vals:
+        raise ValueError("--recompute-modules applies to --recompute-granularity selective only")
     method = vals.get("--recompute-method")
     if method is None:
         assumed.append("--recompute-granularity full without --recompute-method: every layer recomputed")
@@ -441,6 +467,10 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags)
+    modules = _recompute_modules(vals, rc)
+    if modules:
+        from dataclasses import replace
+        engine = replace(engine, selective_recompute="modules:" + ",".join(modules))
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,

@@ -320,6 +320,11 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         v = k.get(f"model.{key}")
         if v is not None:
             words += [flag, str(v).split(".")[-1] if key in ("normalization", "recompute_granularity") else str(v)]
+    mods = k.get("model.recompute_modules")
+    if mods not in (None, [], ""):
+        if not isinstance(mods, (list, tuple)) or not all(isinstance(m, str) for m in mods):
+            raise ValueError(f"{name}: model.recompute_modules must be a list of module names, got {mods!r}")
+        words += ["--recompute-modules", *mods]
     for key in ("micro_batch_size", "global_batch_size"):
         v = k.get(f"train.{key}")
         if v is not None:

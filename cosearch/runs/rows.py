@@ -190,19 +190,30 @@ def _moe_fields(row: dict, notes: list) -> dict:
     return out
 
 
-def _recompute(row: dict, notes: list) -> str:
+def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
+    """The row's recompute mode and, for Megatron-Core's ``recompute_modules`` (``"selective:
+    layernorm,moe_act"``), the modules (:data:`cosearch.graph.RECOMPUTE_MODULES`)."""
+    from ..graph import RECOMPUTE_MODULES
     r = row["recompute"]
     if r.startswith("none"):
-        return "none"
+        return "none", ()
     if r.startswith("full") or r.startswith("remat_policy=full"):
-        return "full"
+        return "full", ()
     if r.startswith("selective (core attention)"):
-        return "selective"
-    if r.startswith("selective:") or r.startswith("custom"):
-        raise Refused(f"recompute of chosen modules ({r.split('(')[0].strip()}) is not modelled")
+        return "selective", ()
+    m = re.match(r"selective:\s*([a-z_,\s]+?)(?:\s*\(|$)", r)
+    if m:
+        mods = tuple(x.strip() for x in m.group(1).split(",") if x.strip())
+        bad = [x for x in mods if x not in RECOMPUTE_MODULES]
+        if bad:
+            raise Refused(f"recompute modules {bad} are not Megatron-Core recompute_modules cosearch prices")
+        notes.append(f"recompute of Megatron-Core modules {', '.join(mods)}")
+        return "selective", mods
+    if r.startswith("custom"):
+        raise Refused(f"recompute {r.split('(')[0].strip()!r} is not modelled")
     if r.startswith("selective") or r.startswith("remat_policy=minimal"):
         notes.append(f"recompute {r!r} priced as Megatron's selective (attention core)")
-        return "selective"
+        return "selective", ()
     raise Refused(f"recompute {r!r} is not modelled")
 
 
@@ -316,7 +327,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                       "shards the experts over tp, Megatron's default)")
     _moe_notes(row, notes)
     precision = _precision(row, notes)
-    rc = _recompute(row, notes)
+    rc, rc_modules = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
     vp = row.get("vp")
     vp = int(vp) if isinstance(vp, (int, float)) and vp and vp > 1 else 1
@@ -353,8 +364,17 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                 offload_layers=_offload(row, pp), expert_parallel=ep)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
-                     num_chips=int(row["n_gpus"]), engine=preset(_engine(row)), chip=chip, cluster=cl,
+                     num_chips=int(row["n_gpus"]), engine=_with_modules(preset(_engine(row)), rc_modules),
+                     chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes))
+
+
+def _with_modules(engine: Engine, modules: tuple[str, ...]) -> Engine:
+    """``engine`` whose selective recompute reruns Megatron-Core's ``modules`` (none: as it is)."""
+    if not modules:
+        return engine
+    from dataclasses import replace
+    return replace(engine, selective_recompute="modules:" + ",".join(modules))
 
 
 def release_of(row: dict) -> tuple[int, ...] | None:

@@ -1,0 +1,93 @@
+"""Megatron-Core's ``recompute_modules`` (engine policy ``"modules:..."``): which ops run again,
+which activations are no longer kept (worked by hand from Korthikanti et al.'s terms), and the
+validation row reader's mapping."""
+
+import pytest
+
+from cosearch import graph, memory
+from cosearch.engine import MEGATRON_CORE
+from cosearch.models import ModelConfig
+from cosearch.plan import PlanSpec, evaluate
+
+MOE = ModelConfig("tiny-moe", 2, 64, 4, 128, 100, 16, activation="swiglu", norm="rmsnorm", position="rotary",
+                  bias=False, dropout=False, num_experts=4, experts_per_token=2, moe_ffn_hidden=32)
+
+
+def test_recomputed_ops_are_the_named_modules_ops():
+    ops = graph.build(MOE, 1, 1, flash_attention=True, precision="fp8").ops
+    again = {op.name for op in ops if graph.recompute_share(op, MOE, "modules:layernorm,moe_act") == 1.0}
+    assert again == {"norm1", "norm2", "expert_act"}
+    moe = {op.name for op in ops if graph.recompute_share(op, MOE, "modules:moe") == 1.0}
+    assert {"router", "expert_fc1", "expert_fc1.cast", "expert_fc2", "expert_fc2.cast", "expert_act",
+            "moe_unpermute"} <= moe and "qkv" not in moe and "attn_core" not in moe
+    core = {op.name for op in ops if graph.recompute_share(op, MOE, "modules:core_attn") == 1.0}
+    assert core == {"attn_core"}
+    with pytest.raises(ValueError, match="choose from"):
+        graph.recompute_share(ops[0], MOE, "modules:layernorm,bogus")
+
+
+def test_activations_no_longer_kept_by_hand():
+    """h = 64, s = 16, one sequence, bf16 (2-byte elements: e = 1), tp 1, flash attention.
+    layernorm: the two norm outputs, 4 bytes per token and h; moe_act: the activation output of
+    each of k = 2 routed copies, 2 x 32 / 64 x 2 = 2; moe: also the fc1 outputs (2 x 32/64 x 2 x
+    2 = 4, gated) and the 2 k e = 4 dispatched copies, 10 in all."""
+    none = memory.layer_activation_bytes(MOE, 1, 1, False, "none", True, "bf16")
+    sel = memory.layer_activation_bytes(MOE, 1, 1, False, "selective", True, "bf16", ("layernorm", "moe_act"))
+    assert none - sel == pytest.approx(16 * 64 * (4 + 2))
+    moe = memory.layer_activation_bytes(MOE, 1, 1, False, "selective", True, "bf16", ("moe",))
+    assert none - moe == pytest.approx(16 * 64 * 10)
+    both = memory.layer_activation_bytes(MOE, 1, 1, False, "selective", True, "bf16", ("moe", "moe_act"))
+    assert both == moe                                   # a term is dropped once
+    # core_attn with flash attention: the fp32 log-sum-exp, 4 a / h per token and h
+    core = memory.layer_activation_bytes(MOE, 1, 1, False, "selective", True, "bf16", ("core_attn",))
+    assert none - core == pytest.approx(16 * 64 * 4 * 4 / 64)
+    with pytest.raises(ValueError, match="recompute module"):
+        memory.layer_activation_bytes(MOE, 1, 1, False, "selective", True, "bf16", ("nope",))
+
+
+def test_engine_policy_prices_time_and_memory():
+    from dataclasses import replace
+
+    from cosearch import cluster
+    eng = replace(MEGATRON_CORE, selective_recompute="modules:layernorm,moe_act")
+    cl = cluster.preset("dgx-h100", 1)
+    base = evaluate(MOE, "H100", cl, PlanSpec(8, 1, 1, 2, flash_attention=True, expert_parallel=4), 64,
+                    engine=MEGATRON_CORE)
+    sel = evaluate(MOE, "H100", cl, PlanSpec(8, 1, 1, 2, recompute="selective", flash_attention=True,
+                                             expert_parallel=4), 64, engine=eng)
+    assert sel.step_time_s > base.step_time_s and sel.memory_per_chip_bytes < base.memory_per_chip_bytes
+    with pytest.raises(ValueError, match="modules"):
+        replace(MEGATRON_CORE, selective_recompute="modules:everything")
+
+
+def test_validation_rows_read_recompute_modules():
+    from cosearch.runs.rows import Refused, _recompute
+    notes = []
+    assert _recompute({"recompute": "selective: layernorm,moe_act (GPT-OSS base recipe ...)"}, notes) == \
+        ("selective", ("layernorm", "moe_act"))
+    assert _recompute({"recompute": "selective: mla_up_proj"}, notes) == ("selective", ("mla_up_proj",))
+    assert _recompute({"recompute": "none"}, notes) == ("none", ())
+    with pytest.raises(Refused, match="not Megatron-Core recompute_modules"):
+        _recompute({"recompute": "selective: attention_everything"}, notes)
+
+
+def test_megatron_and_bridge_configs_read_recompute_modules():
+    from cosearch.runs.megatron import read_megatron_args
+    from cosearch.runs.nemo import read_megatron_bridge
+    base = ("--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 "
+            "--micro-batch-size 1 ")
+    r = read_megatron_args(base + "--recompute-granularity selective --recompute-modules layernorm moe_act")
+    assert r.engine.selective_recompute == "modules:layernorm,moe_act" and r.plan["recompute"] == "selective"
+    # Megatron-Core's default module list is its classic selective recompute
+    r = read_megatron_args(base + "--recompute-granularity selective --recompute-modules core_attn")
+    assert r.engine.selective_recompute == "attention-core"
+    for extra, why in (("--recompute-modules layernorm", "needs --recompute-granularity selective"),
+                       ("--recompute-granularity full --recompute-modules mlp", "selective only"),
+                       ("--recompute-granularity selective --recompute-modules bogus", "bogus")):
+        with pytest.raises(ValueError, match=why):
+            read_megatron_args(base + extra)
+    b = read_megatron_bridge({"model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+                                        "seq_length": 128, "vocab_size": 1000, "recompute_granularity": "selective",
+                                        "recompute_modules": ["mla_up_proj", "mlp"]},
+                              "train": {"micro_batch_size": 1, "global_batch_size": 8}})
+    assert b.engine.selective_recompute == "modules:mla_up_proj,mlp"
