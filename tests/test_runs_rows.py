@@ -152,6 +152,13 @@ def test_moe_rows_read_windows_and_recompute_modules():
     assert d.engine.selective_recompute == "modules:layernorm,moe_act" and d.spec.recompute == "selective"
 
 
+def test_a_row_without_mbs_takes_it_from_the_global_batch():
+    """MaxText rows give per_device_batch_size through gbs only: 3072 sequences over dp 256 with
+    ga 1 are microbatches of 12."""
+    d = rows.describe_row(dict(QWEN3_ROW, mbs=None, gbs=3072, dp=256, ga=1, n_gpus=256, ep=8))
+    assert d.spec.microbatch == 12 and any("gbs / (dp x ga)" in a for a in d.assumed)
+
+
 def test_newest_release_per_plan():
     """One plan measured in three releases is compared at its newest (26.08 > 26.04.01 > 26.04),
     whatever the file's order; a row without a release stays."""

@@ -310,11 +310,16 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     """The row as a :class:`~cosearch.runs.RunConfig` with its chip, cluster and measured
     throughput; raises :class:`Refused` with the reason, or ``ValueError`` from cosearch's own
     validation."""
+    notes: list[str] = []
+    if row.get("mbs") is None and row.get("ga") and row.get("dp") and row.get("gbs") and \
+            int(row["gbs"]) % (int(row["dp"]) * int(row["ga"])) == 0:
+        # MaxText rows state per_device_batch_size through the global batch: gbs / (dp x ga)
+        row = dict(row, mbs=int(row["gbs"]) // (int(row["dp"]) * int(row["ga"])))
+        notes.append(f"microbatch {row['mbs']} = gbs / (dp x ga) (the row gives none)")
     required = [f for f in REQUIRED_FIELDS if not (f == "ffn" and row.get("num_experts"))]   # all-MoE: no dense FFN
     missing = [f for f in required if row.get(f) is None]
     if missing:
         raise Refused(f"{source}: missing fields {', '.join(missing)}")
-    notes: list[str] = []
     chip = _chip(row, notes)
     cl = _cluster(row, chip)
     model = _model(row, notes)
