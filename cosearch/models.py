@@ -76,6 +76,11 @@ class ModelConfig:
     mla: multi-head latent attention's ``(q_lora_rank, kv_lora_rank, rope_head_dim)``
         (DeepSeek-V2/V3): Q and K/V come from low-rank latents, each head's query/key has
         ``head_dim + rope_head_dim`` dims and its value ``head_dim``.
+    mtp_layers: multi-token prediction modules (DeepSeek-V3: 1): each a transformer layer like
+        the others, a ``2h -> h`` projection and three norms (Megatron-Core's enorm, hnorm and
+        final norm), sharing the embedding and output head;
+        priced on the last pipeline stage (a layer, the head run again).  Counted in the sizes;
+        model FLOPs (MFU) count the main model only.
     sliding_window: the window, in tokens, of the layers with local (sliding-window) causal
         attention: a query attends to itself and the ``sliding_window - 1`` tokens before it.
     sliding_layers: how many of the ``num_layers`` layers attend within ``sliding_window`` (GPT-OSS:
@@ -112,9 +117,10 @@ class ModelConfig:
     mla: tuple[int, int, int] | None = None
     sliding_window: int | None = None
     sliding_layers: int = 0
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
-        for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers"):
+        for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers", "mtp_layers"):
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, int) or x < 0:
                 raise ValueError(f"ModelConfig.{f} must be a non-negative integer, got {x!r}")
@@ -267,13 +273,19 @@ class ModelConfig:
         moe_layers = self.num_layers - self.dense_layers
         layers = moe_layers * self.layer_params(active) + self.dense_layers * (
             self._dense_layer_params() if self.dense_layers else 0)
-        return layers + self.embedding_params() + self.extra_params
+        return layers + self.mtp_params(active) + self.embedding_params() + self.extra_params
+
+    def mtp_params(self, active: bool = False) -> int:
+        """The multi-token prediction modules' own parameters (a layer, the ``2h -> h`` projection
+        and three norms each; the embedding and head are shared)."""
+        return self.mtp_layers * (self.layer_params(active) + 2 * self.hidden * self.hidden + 3 * self.norm_params())
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token (forward + backward, no recompute), 6N + attention, N the
-        parameters a token uses (all of a dense model, the active ones of an MoE model)."""
+        parameters a token uses (all of a dense model, the active ones of an MoE model), of the main
+        model (multi-token prediction modules left out, as MFU counts)."""
         attn = 12 * self.num_layers * self.hidden * self.seq_len  # 2*2*L*s*h fwd, x3 for fwd+bwd
-        return 6.0 * (self.num_params(active=True) - self.extra_params) + attn
+        return 6.0 * (self.num_params(active=True) - self.extra_params - self.mtp_params(active=True)) + attn
 
     def with_(self, **changes: Any) -> ModelConfig:
         """A copy with some fields replaced (validated again)."""

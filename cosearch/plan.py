@@ -496,6 +496,13 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 u[:, :, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
                 u[:, :, F.U_PH] = (norm1 + (0 if c.tie_embeddings else c.vocab * c.hidden / t) + c.extra_params)
                 u[:, :, F.U_PTIED] = c.vocab * c.hidden / t if c.tie_embeddings else 0.0
+                # multi-token prediction modules on the last stage (formulas.stage_terms): a layer
+                # each, the output head again, plus the 2h -> h projection (2h / V of the head's
+                # GEMM) and its three norms (Megatron-Core's enorm, hnorm, final_layernorm)
+                u[:, :, F.U_MTP] = c.mtp_layers
+                u[:, :, F.U_MTPT] = c.mtp_layers * (1.0 + 2.0 * c.hidden / c.vocab)
+                u[:, :, F.U_MTPA] = c.mtp_layers
+                u[:, :, F.U_PMTP] = c.mtp_layers * (2.0 * c.hidden * c.hidden / t + 3 * c.norm_params())
     return out
 
 

@@ -170,3 +170,27 @@ def test_newest_release_per_plan():
     kept = rows.newest_per_plan([a, b, c, other])
     assert sorted(r["tok_s_gpu"] for r in kept) == [2, 4]
     assert rows.group_of(b) == "Megatron-Bridge GB200 mxfp8"
+
+
+DSV3_ROW = dict(QWEN3_ROW, id="mbridge-26.08/DeepSeekV3/GB200/FP8_MX/256/gbs4096", model="DeepSeek-V3-671B",
+                arch="MoE, MLA attention (q_lora 1536, kv_lora 512), sigmoid router", layers=61, hidden=7168,
+                heads=128, kv_heads=128, ffn=18432, moe_ffn=2048, num_experts=256, shared_experts=1,
+                moe_layers="layers 4-61 (first 3 dense)", vocab=129280, n_gpus=256, gbs=4096, mbs=1, ga=64, tp=1,
+                pp=4, vp=4, ep=64, dp=64, recompute="selective: mla_up_proj (a note)")
+
+
+@pytest.mark.parametrize("pp,vp,dp,stages", [(4, 4, 64, (16, 16, 16, 13)), (2, 8, 128, (32, 29)),
+                                             (8, 2, 32, (8,) * 7 + (5,)),
+                                             (4, 1, 64, (16, 16, 16, 13)), (8, 1, 32, (8,) * 7 + (5,))])
+def test_deepseek_v3_rows_use_megatron_bridges_pipeline_layout(pp, vp, dp, stages):
+    """Megatron-Bridge's DeepSeek-V3 layouts: pp x vp = 16 chunks of 4 decoder layers but the last
+    (1 layer, the MTP layer and the loss), chunk c on stage c mod pp (pp 2 x vp 8: 8 x 4 = 32 and
+    7 x 4 + 1 = 29; pp 8 x vp 2: chunks s and s + 8, 4 + 4, the last 4 + 1); pp 4 alone 16, 16,
+    16, 13; pp 8 alone 8 x 7 and 5."""
+    d = rows.describe_row(dict(DSV3_ROW, pp=pp, vp=vp if vp > 1 else None, dp=dp, ga=4096 // dp, ep=min(64, dp)))
+    assert d.spec.stage_layers == stages and sum(stages) == 61
+    assert d.model.mtp_layers == 1 and d.engine.selective_recompute == "modules:mla_up_proj"
+    no_mtp = rows.describe_row(dict(DSV3_ROW, id="mbridge-25.11/DeepSeekV3_(w/o_MTP)/GB200/BF16/256/gbs4096"))
+    assert no_mtp.model.mtp_layers == 0
+    with pytest.raises(rows.Refused, match="no Megatron-Bridge layout"):
+        rows.describe_row(dict(DSV3_ROW, pp=2, vp=None, dp=128, ga=32))

@@ -74,10 +74,12 @@ UNIT_FIELDS = (
     "p2p_bytes", "p2p_gather_s",
     "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
     "layer_cp_fwd_s", "layer_cp_bwd_s", "layer_expert_params", "expert_parallel",
+    "mtp_layers", "mtp_head_time", "mtp_head_act", "mtp_params",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
- U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP) = range(len(UNIT_FIELDS))
+ U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP,
+ U_MTP, U_MTPT, U_MTPA, U_PMTP) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
@@ -403,7 +405,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     weights (``u[U_PLX]`` of each layer's parameters) live on ``ep`` (``u[U_EP]``) of those
     ranks each, so their gradients are reduced — and ZeRO shards them — over the ``dp / ep``
     ranks ``tp * ep`` apart that hold the same experts (Megatron-Core's expert data parallel
-    group); a ZeRO group smaller than that is not applied to them."""
+    group); a ZeRO group smaller than that is not applied to them.
+
+    Multi-token prediction (``u[U_MTP]`` modules, DeepSeek-V3's): the last stage also runs each
+    module's transformer layer (as one more of its layers: time, weights, activations) and its
+    output head again (``u[U_MTPT]`` head-times, its ``2h -> h`` projection included;
+    ``u[U_MTPA]`` head-activations; ``u[U_PMTP]`` the projection's and norms' weights)."""
+    if last:
+        n = n + u[U_MTP]
     f = n * u[U_LF]
     b = n * u[U_LB]
     if hw[H_TP_OVERLAP] > 0.0:
@@ -428,11 +437,11 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         params += u[U_PE]
         act += u[U_EACT]
     if last:
-        f += u[U_HF]
-        b += u[U_HB]
-        tpc += u[U_HTPF] + u[U_HTPB]
-        params += u[U_PH]
-        act += u[U_HACT]
+        f += u[U_HF] * (1.0 + u[U_MTPT])
+        b += u[U_HB] * (1.0 + u[U_MTPT])
+        tpc += (u[U_HTPF] + u[U_HTPB]) * (1.0 + u[U_MTPA])
+        params += u[U_PH] + u[U_PMTP]
+        act += u[U_HACT] * (1.0 + u[U_MTPA])
         if pp > 1:
             params += u[U_PTIED]
     rec = 0.0

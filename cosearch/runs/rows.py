@@ -345,7 +345,14 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         raise Refused("context parallelism without flash attention")
     split = None
     L = model.num_layers
-    if vp > 1 and L % (pp * vp) and (L + 2) % (pp * vp) == 0:
+    layout = _deepseek_layout(row, pp, vp)
+    if layout is not None:
+        split, mtp = layout
+        if mtp:
+            model = model.with_(mtp_layers=mtp)
+        notes.append(f"Megatron-Bridge's DeepSeek-V3 pipeline layout (embedding, {'MTP layer and ' if mtp else ''}"
+                     f"loss in the split): layers per stage {list(split)}")
+    elif vp > 1 and L % (pp * vp) and (L + 2) % (pp * vp) == 0:
         # Megatron-Core's account_for_embedding/loss_in_pipeline_split (the Megatron-Bridge Llama
         # 3.1 405B recipes): the embedding and the loss count as layers of the first and last stage
         k = (L + 2) // pp
@@ -372,6 +379,28 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                      num_chips=int(row["n_gpus"]), engine=_with_modules(preset(_engine(row)), rc_modules),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes))
+
+
+#: Megatron-Bridge's DeepSeek-V3 pipeline layouts (``set_deepseek_v3_pipeline_model_parallel_layout``,
+#: src/megatron/bridge/recipes/deepseek/deepseek_v3.py; the 26.x performance recipes' explicit
+#: ``"Et*4|(t*4|)*14tmL"`` for pp 2 x vp 8): decoder layers per model chunk, in chunk order, for
+#: pp x vp chunks; the first chunk also holds the embedding, the last the MTP layers and the loss.
+DEEPSEEK_V3_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,)}
+
+
+def _deepseek_layout(row: dict, pp: int, vp: int) -> tuple[tuple[int, ...], int] | None:
+    """A DeepSeek-V3 Megatron-Bridge row's layers per pipeline stage (chunk ``c`` on stage ``c mod
+    pp``) and its MTP depth (1, or 0 for the rows named "w/o MTP"); None for other rows."""
+    if not str(row.get("model", "")).startswith("DeepSeek-V3") or source_group(row) != "Megatron-Bridge" or pp < 2:
+        return None
+    chunks = DEEPSEEK_V3_LAYOUT.get(pp * vp)
+    if chunks is None or sum(chunks) != int(row["layers"]):
+        raise Refused(f"DeepSeek-V3 over pp {pp} x vp {vp}: no Megatron-Bridge layout of its 61 layers is known")
+    per = [0] * pp
+    for c, n in enumerate(chunks):
+        per[c % pp] += n
+    mtp = 0 if "w/o MTP" in str(row.get("id", "")).replace("_", " ") else 1
+    return tuple(per), mtp
 
 
 def _with_modules(engine: Engine, modules: tuple[str, ...]) -> Engine:
