@@ -459,6 +459,31 @@ def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> in
     return cp
 
 
+def check_expert_tensor_parallel(config: ModelConfig, etp, tp: int, sequence_parallel: bool) -> int:
+    """Validate an expert-tensor-parallel degree (None: tp, Megatron's default); returns it.
+    cosearch prices etp = tp and etp = 1 (each tp rank an expert-parallel rank of its own), the
+    latter with sequence parallelism (Megatron requires it for MoE under tp) and without shared
+    experts (they stay tensor-parallel, on gathered tokens, which is not modelled)."""
+    if etp is None:
+        return int(tp)
+    if isinstance(etp, bool) or not isinstance(etp, (int, np.integer)) or etp < 1:
+        raise ValueError(f"expert_tensor_parallel must be a positive integer, got {etp!r}")
+    etp = int(etp)
+    if etp == tp:
+        return etp
+    if etp != 1:
+        raise ValueError(f"expert_tensor_parallel={etp} with tp={tp}: cosearch prices etp = tp or etp = 1")
+    if not config.moe:
+        raise ValueError("expert_tensor_parallel applies to mixture-of-experts models")
+    if not sequence_parallel:
+        raise ValueError(f"expert_tensor_parallel=1 under tp={tp} needs sequence parallelism (Megatron requires it "
+                         "for MoE with tensor parallelism)")
+    if config.shared_experts:
+        raise ValueError("expert_tensor_parallel=1 under tp > 1 with shared experts is not modelled (the shared "
+                         "experts stay tensor-parallel on gathered tokens)")
+    return 1
+
+
 def check_expert_parallel(config: ModelConfig, ep) -> int:
     """Validate an expert-parallel degree for a model; returns it as an int."""
     if isinstance(ep, bool) or not isinstance(ep, (int, np.integer)) or ep < 1:
@@ -512,7 +537,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
-                   cp: int = 1, lowp: float = 0.0, ep: int = 1) -> list[Op]:
+                   cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False) -> list[Op]:
     c = config
     s, h, d = c.seq_len, c.hidden, c.head_dim
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -567,20 +592,21 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     n2 = g.vector("norm2", [r1], Tv * h, norm)
     # an MoE layer's router and token dispatch take the gathered tokens in the graph's dtype
     mlp_lowp = 0.0 if c.moe else lowp
-    x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
-    if c.moe:
-        fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp)
-    elif c.gated:
-        # Megatron fuses the gate and up projections into one column-parallel GEMM
-        fc1 = g.linear("fc1", [x2], T, 2 * f, h, lowp, cast_in)
-        act = g.vector("act", [fc1], T * f, c.activation, inputs=2)
+    local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
+    if local:
+        # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp)
     else:
-        fc1 = g.linear("fc1", [x2], T, f, h, lowp, cast_in)
-        act = g.vector("act", [fc1], T * f, c.activation)
-    if not c.moe:
-        fc2 = g.linear("fc2", [act], T, h, f, lowp)
+        x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
+        if c.moe:
+            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp)
+        else:
+            # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
+            fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)
+            act = g.vector("act", [fc1], T * f, c.activation, inputs=2 if c.gated else 1)
+            fc2 = g.linear("fc2", [act], T, h, f, lowp)
     y = fc2
-    if tp > 1:
+    if tp > 1 and not local:
         y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
              else g.allreduce("allreduce_mlp", [fc2], act_bytes))
     if c.dropout:
@@ -717,7 +743,8 @@ _PARTS = {"layer": (_forward_layer, ("qkv", "fc1")),
 def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "fwd",
           part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False,
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
-          cross_entropy: str = "fused", elementwise: str = "fused") -> LayerGraph:
+          cross_entropy: str = "fused", elementwise: str = "fused",
+          expert_tensor_parallel: int | None = None) -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -730,7 +757,11 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     layer's weight GEMMs (QKV, attention output, MLP) on FP8 operands, each input cast
     first; attention and the LM head stay bf16.  ``expert_parallel`` (ep): an MoE layer's
     experts are spread over ep ranks (``num_experts / ep`` each), tokens dispatched to them and
-    combined back by all-to-alls over that group.  ``cross_entropy`` (:data:`CROSS_ENTROPY`):
+    combined back by all-to-alls over that group.  ``expert_tensor_parallel`` (etp; None: tp,
+    Megatron's default) 1 under tp > 1: each tensor-parallel rank is an expert-parallel rank of
+    its own — its sequence-parallel share of the tokens goes to the router and the dispatch
+    without the tp all-gather, whole experts (not split over tp) compute, and no reduce-scatter
+    follows.  ``cross_entropy`` (:data:`CROSS_ENTROPY`):
     how the head's loss runs, a fused kernel or Megatron's fp32 passes.  ``elementwise``
     (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
     (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
@@ -750,8 +781,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     ep = check_expert_parallel(config, expert_parallel)
     choice("cross_entropy", cross_entropy, CROSS_ENTROPY)
     choice("elementwise", elementwise, ELEMENTWISE)
+    local = check_expert_tensor_parallel(config, expert_tensor_parallel, tp, bool(sequence_parallel)) == 1 and tp > 1
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
-                 ep)
+                 ep, **({"experts_local": True} if local and part == "layer" else {}))
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
     if cross_entropy == "fp32":
         own["cross_entropy"] = CROSS_ENTROPY_FP32_BYTES

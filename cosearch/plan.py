@@ -91,6 +91,7 @@ class PlanSpec:
     zero_group: int | None = None
     expert_parallel: int = 1
     offload_layers: int = 0
+    expert_tensor_parallel: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.offload_layers, bool) or not isinstance(self.offload_layers, (int, np.integer)) \
@@ -132,9 +133,17 @@ class PlanSpec:
                 raise ValueError(f"PlanSpec.zero_group={zg} must divide dp * context_parallel = "
                                  f"{self.dp} * {self.context_parallel} = {self.weight_replicas}")
             object.__setattr__(self, "zero_group", zg)
-        if self.weight_replicas % self.expert_parallel:
-            raise ValueError(f"PlanSpec.expert_parallel={self.expert_parallel} must divide dp * context_parallel = "
-                             f"{self.weight_replicas} (the expert-parallel group lives inside the data-parallel ranks)")
+        etp = self.tp if self.expert_tensor_parallel is None else v.positive_int(
+            "PlanSpec.expert_tensor_parallel", self.expert_tensor_parallel, v.MAX_CHIPS)
+        if etp not in (1, self.tp):
+            raise ValueError(f"PlanSpec.expert_tensor_parallel={etp} with tp={self.tp}: cosearch prices etp = tp "
+                             "(Megatron's default) or etp = 1")
+        object.__setattr__(self, "expert_tensor_parallel", None if etp == self.tp else etp)
+        if (self.weight_replicas * self.tp // etp) % self.expert_parallel:
+            raise ValueError(f"PlanSpec.expert_parallel={self.expert_parallel} must divide dp * context_parallel"
+                             f"{' * tp / etp' if etp != self.tp else ''} = {self.weight_replicas * self.tp // etp} "
+                             "(the expert-parallel group lives inside the data-parallel ranks"
+                             f"{', and the tensor-parallel ones when etp < tp' if etp != self.tp else ''})")
 
     @property
     def chips(self) -> int:
@@ -191,6 +200,7 @@ class PlanSpec:
             extra.append(f"offload{self.offload_layers}")
         cp = f" cp{self.context_parallel}" if self.context_parallel > 1 else ""
         cp += f" ep{self.expert_parallel}" if self.expert_parallel > 1 else ""
+        cp += f" etp{self.expert_tensor_parallel}" if self.expert_tensor_parallel is not None else ""
         return " ".join([f"dp{self.dp} tp{self.tp} pp{self.pp}{cp} mb{self.microbatch}", f"rc:{rc}", *extra])
 
 
@@ -279,12 +289,13 @@ class Plan:
 # ---------------------------------------------------------------------- unit costs
 @functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
-                ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused"):
+                ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict)."""
     return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash,
                                     context_parallel=cp, precision=precision, expert_parallel=ep,
-                                    cross_entropy=cross_entropy, elementwise=elementwise)
+                                    cross_entropy=cross_entropy, elementwise=elementwise,
+                                    expert_tensor_parallel=etp)
             for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
 
 
@@ -322,30 +333,32 @@ def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
     return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * model.dtype_bytes
 
 
-def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: float = 1.0) -> float:
+def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: float = 1.0,
+            ep_stride: int | None = None) -> float:
     """The graph's collectives (their bytes times ``scale``): tensor-parallel ones over the tp
-    adjacent ranks, MoE all-to-alls over the ep expert-parallel ranks ``tp`` apart."""
+    adjacent ranks, MoE all-to-alls over the ep expert-parallel ranks ``ep_stride`` apart (tp;
+    1 under expert tensor parallelism 1, where every tp rank is an expert-parallel rank)."""
     t = 0.0
     for kind, nbytes in g.collectives:
         nbytes *= scale
         if kind == "allreduce":
             t += F.allreduce_s(nbytes, float(tp), 1.0, net)
         elif kind == "alltoall":
-            t += F.alltoall_s(nbytes, float(ep), float(tp), net)
+            t += F.alltoall_s(nbytes, float(ep), float(tp if ep_stride is None else ep_stride), net)
         else:
             t += F.allgather_s(nbytes, float(tp), 1.0, net)
     return t
 
 
 def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: float,
-               scatter_gather: bool) -> np.ndarray:
+               scatter_gather: bool, ep_stride: int | None = None) -> np.ndarray:
     """Per distinct network: the six graphs' collective seconds (their bytes times ``scale``),
     the pipeline send's bytes and its all-gather seconds after receipt."""
     comm = np.zeros((len(nets), 8))
     for ni, net in enumerate(nets):
         for k, part in enumerate(("layer", "embedding", "head")):
-            comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale)
-            comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale)
+            comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale, ep_stride)
+            comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale, ep_stride)
         # pipeline sends: Megatron scatters the activation over the tp ranks (each sends 1/tp)
         # and all-gathers it inside the node after receipt; without scatter/gather every tp
         # rank sends the whole activation
@@ -358,7 +371,8 @@ def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: f
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
                efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
-               precision: str = "bf16", expert_parallel: int = 1) -> np.ndarray:
+               precision: str = "bf16", expert_parallel: int = 1,
+               expert_tensor_parallel: int | None = None) -> np.ndarray:
     """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
     array of per-unit seconds, bytes and parameters.
 
@@ -375,7 +389,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     overlapped with the layer's attention kernel) fills ``layer_cp_fwd_s``/``layer_cp_bwd_s``.
     ``precision``: ``"bf16"`` or ``"fp8"`` (the layer GEMMs on FP8 operands, :func:`graph.build`).
     ``expert_parallel`` (ep): an MoE model's experts over ep ranks (all-to-alls priced over them,
-    ``layer_expert_params`` the experts' share of ``layer_params``).
+    ``layer_expert_params`` the experts' share of ``layer_params``).  ``expert_tensor_parallel``
+    (None: each tp; 1: every tp rank an expert-parallel rank of its own, whole experts,
+    :func:`cosearch.graph.build`): the experts' weights split over ep x etp ranks and their
+    gradients reduced over the dp x cp x tp / (ep x etp) ranks holding the same ones.
     """
     from .hardware import IDEAL
     single = isinstance(designs, Accelerator)
@@ -416,6 +433,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     for ti, t in enumerate(tps):
         for si, sp in enumerate(sequence_parallel):
             sp = bool(sp) and t > 1
+            # expert tensor parallelism: None (= tp) or 1; the all-to-alls' ranks are then adjacent
+            etp_n = t if expert_tensor_parallel is None else graph.check_expert_tensor_parallel(
+                c, expert_tensor_parallel, t, sp)
+            etp_t = None if etp_n == t else etp_n
+            ep_stride = None if etp_n == t else 1
             # activation bytes are linear in the microbatch: priced for one sequence
             sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
                    if policy == "every-other-matmul" and flash_attention and not c.moe else
@@ -428,15 +450,18 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
                 if affine:
-                    g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise)
-                    g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise)
+                    g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
+                                     etp_t)
+                    g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
+                                     etp_t)
                     a1 = _graph_stack(g1)
                     da = _graph_stack(g2) - a1
                     gs = g1
                     # every microbatch size's rows of the six graphs priced in one call
                     rows = a1[None] + (mbs - 1.0)[:, None, None] * da[None]
                 else:
-                    gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise)
+                    gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
+                                     eng.elementwise, etp_t)
                     rows = _graph_stack(gs)[None]
                 priced = None
                 if time_model != "work-bound":
@@ -471,10 +496,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 # one and two sequences and extrapolated, as the graphs are
                 ab1 = cl.seq_len * c.hidden * c.dtype_bytes                  # one sequence's activation
                 if affine:
-                    c1, c2 = (_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather) for k in (1.0, 2.0))
+                    c1, c2 = (_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather, ep_stride) for k in (1.0, 2.0))
                     comm = c1[None] + (mbs - 1.0)[:, None, None] * (c2 - c1)[None]
                 else:
-                    comm = _comm_rows(gs, t, sp, nets, ep, 1.0, mbs[0] * ab1, scatter_gather)[None]
+                    comm = _comm_rows(gs, t, sp, nets, ep, 1.0, mbs[0] * ab1, scatter_gather, ep_stride)[None]
                 per = comm[:, net_of]                     # (sizes, designs, 8)
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
@@ -489,9 +514,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                                                  float(attn_b[i, j]), net)
                 for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), per_seq):
                     u[:, :, f] = mbs[None, :] * x
-                u[:, :, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (t * ep)
-                u[:, :, F.U_PLX] = experts / (t * ep)
-                u[:, :, F.U_EP] = ep
+                # the experts split over ep x etp ranks; formulas.stage_terms reduces their gradients
+                # over the dp / U_EP ranks holding the same ones: U_EP = ep etp / tp
+                u[:, :, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (etp_n * ep)
+                u[:, :, F.U_PLX] = experts / (etp_n * ep)
+                u[:, :, F.U_EP] = ep * etp_n / t
                 u[:, :, F.U_PL_FULL] = u[:, :, F.U_PL]
                 u[:, :, F.U_PE] = c.vocab * c.hidden / t + (c.seq_len * c.hidden if c.position == "learned" else 0)
                 u[:, :, F.U_PH] = (norm1 + (0 if c.tie_embeddings else c.vocab * c.hidden / t) + c.extra_params)
@@ -700,7 +727,8 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
                    spec.flash_attention, time_model=time_model, engine=engine,
                    context_parallel=spec.context_parallel, precision=spec.precision,
-                   expert_parallel=spec.expert_parallel)[0, 0, 0, 0]
+                   expert_parallel=spec.expert_parallel,
+                   expert_tensor_parallel=spec.expert_tensor_parallel)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision, spec.offload_layers, chip.host_link_Bps)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,

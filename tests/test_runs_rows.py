@@ -132,7 +132,7 @@ def test_moe_row_reads_as_the_published_model_and_plan():
 
 @pytest.mark.parametrize("change,why", [
     ({"arch": "MoE, GQA (head_dim 64), sliding-window(128) in 3 of 4 layers"}, "sliding-window layout"),
-    ({"tp": 2, "dp": 4, "etp": 1}, "expert tensor parallelism 1"),
+    ({"tp": 4, "dp": 2, "etp": 2}, "expert tensor parallelism 2"),
     ({"recompute": "selective: mla_up_proj,everything (a note)"}, "not Megatron-Core recompute_modules"),
     ({"moe_layers": "every 2nd layer (24 MoE, 24 dense)"}, "layer layout"),
     ({"zero": "3 (FSDP 64) x EP 4"}, "ZeRO layout"),
@@ -194,3 +194,16 @@ def test_deepseek_v3_rows_use_megatron_bridges_pipeline_layout(pp, vp, dp, stage
     assert no_mtp.model.mtp_layers == 0
     with pytest.raises(rows.Refused, match="no Megatron-Bridge layout"):
         rows.describe_row(dict(DSV3_ROW, pp=2, vp=None, dp=128, ga=32))
+    # Kimi-K2: the same chunks, no MTP layer (Megatron-Bridge's _get_kimi_k2_pipeline_layout)
+    kimi = rows.describe_row(dict(DSV3_ROW, id="mbridge-26.06/Kimi_K2/GB300/FP8_MX/256/gbs4096", model="Kimi-K2-1T",
+                                  num_experts=384, vocab=163840, heads=64, kv_heads=64,
+                                  moe_layers="layers 2-61 (first 1 dense)"))
+    assert kimi.spec.stage_layers == (16, 16, 16, 13) and kimi.model.mtp_layers == 0
+
+
+def test_rows_with_expert_tensor_parallelism_one():
+    """Qwen3-235B on H100: tp 2, etp 1, ep 32 over dp 16 (the expert group spans the tp ranks)."""
+    d = rows.describe_row(dict(QWEN3_ROW, n_gpus=32, dp=16, tp=2, ep=32, etp=1, sp=True, gbs=512, ga=32, mbs=1))
+    assert d.spec.expert_tensor_parallel == 1 and d.spec.expert_parallel == 32
+    with pytest.raises(rows.Refused, match="expert tensor parallelism 2 with tp 4"):
+        rows.describe_row(dict(QWEN3_ROW, n_gpus=32, dp=8, tp=4, ep=8, etp=2, sp=True, gbs=512, ga=64, mbs=1))

@@ -25,6 +25,7 @@ Plan and engine
 ``--global-batch-size``                      the global batch (must agree with ``--batch``)
 ``--recompute-granularity``                  ``full`` / ``selective`` (absent: none)
 ``--recompute-modules``                      with selective: the engine's ``"modules:..."`` recompute
+``--expert-tensor-parallel-size``            ``expert_tensor_parallel`` (tp or 1)
 ``--recompute-method``, ``--recompute-num-layers``  ``uniform`` (or none given) recomputes every layer;
                                              ``block`` is read only when it covers every layer
 ``--recompute-activations``                  selective (the older spelling)
@@ -81,7 +82,7 @@ __all__ = ["MegatronPlan", "parse_megatron_args", "read_megatron_args", "NEUTRAL
 
 #: Flags with a value that set the plan, the engine or the model.
 _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-           "--expert-model-parallel-size",
+           "--expert-model-parallel-size", "--expert-tensor-parallel-size",
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
            "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
            "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
@@ -135,7 +136,6 @@ _REFUSED = {
     "--decoder-last-pipeline-num-layers": "uneven pipeline splits are not modelled",
     "--account-for-embedding-in-pipeline-split": "uneven pipeline splits are not modelled",
     "--account-for-loss-in-pipeline-split": "uneven pipeline splits are not modelled",
-    "--expert-tensor-parallel-size": "expert tensor parallelism is not modelled",
     "--rampup-batch-size": "a batch that grows during training has no single step time",
     "--cpu-offloading": "activation offloading is not read from Megatron lines",
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
@@ -433,6 +433,10 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     cp = _int("--context-parallel-size", vals.get("--context-parallel-size", "1"))
     mb = _int("--micro-batch-size", vals.get("--micro-batch-size", "1"))
     ep = _int("--expert-model-parallel-size", vals.get("--expert-model-parallel-size", "1"))
+    etp = _int("--expert-tensor-parallel-size", vals["--expert-tensor-parallel-size"]) \
+        if "--expert-tensor-parallel-size" in vals else None
+    if etp == tp:
+        etp = None
     batch = _int("--global-batch-size", vals["--global-batch-size"]) if "--global-batch-size" in vals else None
     virtual = 1
     if "--num-virtual-stages-per-pipeline-rank" in vals:
@@ -474,7 +478,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
-                context_parallel=cp, precision=precision, expert_parallel=ep)
+                context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp)
     return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
                      neutral=tuple(neutral))
 

@@ -327,9 +327,9 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     etp = row.get("etp")
     if ep > 1 and not model.moe:
         raise Refused("expert parallelism on a dense model")
-    if model.moe and etp is not None and int(etp) != int(row["tp"]):
-        raise Refused(f"expert tensor parallelism {etp} differing from tp {row['tp']} is not modelled (cosearch "
-                      "shards the experts over tp, Megatron's default)")
+    etp = None if etp is None or not model.moe or int(etp) == int(row["tp"]) else int(etp)
+    if etp is not None and etp != 1:
+        raise Refused(f"expert tensor parallelism {etp} with tp {row['tp']} is not modelled (etp = tp or 1)")
     _moe_notes(row, notes)
     precision = _precision(row, notes)
     rc, rc_modules = _recompute(row, notes)
@@ -350,7 +350,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         split, mtp = layout
         if mtp:
             model = model.with_(mtp_layers=mtp)
-        notes.append(f"Megatron-Bridge's DeepSeek-V3 pipeline layout (embedding, {'MTP layer and ' if mtp else ''}"
+        notes.append(f"Megatron-Bridge's {model.name} pipeline layout (embedding, {'MTP layer and ' if mtp else ''}"
                      f"loss in the split): layers per stage {list(split)}")
     elif vp > 1 and L % (pp * vp) and (L + 2) % (pp * vp) == 0:
         # Megatron-Core's account_for_embedding/loss_in_pipeline_split (the Megatron-Bridge Llama
@@ -374,7 +374,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         notes.append("MaxText tensor parallelism priced as TP with sequence parallelism (activation_embed on 'tensor')")
     plan = dict(tp=tp, pp=pp, microbatch=mbs, recompute=rc, virtual_stages=vp, sequence_parallel=sp, zero=zero,
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
-                offload_layers=_offload(row, pp), expert_parallel=ep)
+                offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]), engine=_with_modules(preset(_engine(row)), rc_modules),
                      chip=chip, cluster=cl,
@@ -385,21 +385,25 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
 #: src/megatron/bridge/recipes/deepseek/deepseek_v3.py; the 26.x performance recipes' explicit
 #: ``"Et*4|(t*4|)*14tmL"`` for pp 2 x vp 8): decoder layers per model chunk, in chunk order, for
 #: pp x vp chunks; the first chunk also holds the embedding, the last the MTP layers and the loss.
+#: Kimi-K2 (DeepSeek-V3's architecture, 61 layers) the same chunks without MTP
+#: (``_get_kimi_k2_pipeline_layout``, src/megatron/bridge/recipes/kimi/kimi_k2.py).
 DEEPSEEK_V3_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,)}
 
 
 def _deepseek_layout(row: dict, pp: int, vp: int) -> tuple[tuple[int, ...], int] | None:
-    """A DeepSeek-V3 Megatron-Bridge row's layers per pipeline stage (chunk ``c`` on stage ``c mod
-    pp``) and its MTP depth (1, or 0 for the rows named "w/o MTP"); None for other rows."""
-    if not str(row.get("model", "")).startswith("DeepSeek-V3") or source_group(row) != "Megatron-Bridge" or pp < 2:
+    """A DeepSeek-V3 or Kimi-K2 Megatron-Bridge row's layers per pipeline stage (chunk ``c`` on
+    stage ``c mod pp``) and its MTP depth (DeepSeek-V3 1, or 0 for the rows named "w/o MTP";
+    Kimi-K2 0); None for other rows."""
+    name = str(row.get("model", ""))
+    if not name.startswith(("DeepSeek-V3", "Kimi-K2")) or source_group(row) != "Megatron-Bridge" or pp < 2:
         return None
     chunks = DEEPSEEK_V3_LAYOUT.get(pp * vp)
     if chunks is None or sum(chunks) != int(row["layers"]):
-        raise Refused(f"DeepSeek-V3 over pp {pp} x vp {vp}: no Megatron-Bridge layout of its 61 layers is known")
+        raise Refused(f"{name} over pp {pp} x vp {vp}: no Megatron-Bridge layout of its 61 layers is known")
     per = [0] * pp
     for c, n in enumerate(chunks):
         per[c % pp] += n
-    mtp = 0 if "w/o MTP" in str(row.get("id", "")).replace("_", " ") else 1
+    mtp = 0 if name.startswith("Kimi-K2") or "w/o MTP" in str(row.get("id", "")).replace("_", " ") else 1
     return tuple(per), mtp
 
 
