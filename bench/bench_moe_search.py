@@ -1,0 +1,39 @@
+"""The plan search over expert parallelism (issue #39): Qwen3-30B-A3B on 64 H100 (8 DGX nodes),
+global batch 512, FP8, flash attention, searched over tp, pp, microbatch, recompute, virtual
+stages, sequence parallelism and ZeRO with expert_parallel 1 (the dense option space) and with
+every ep of 1, 2, 4, 8, 16, 32, 64 that the plans allow, in the same run.  Target: the EP search
+under 3x the ep-1 search's time.  The brute force over evaluate() that checks the search is in
+tests/test_modern_plans.py.
+
+Run: python -m pytest bench/bench_moe_search.py --benchmark-only -s
+"""
+
+import time
+
+from targets import check
+
+from cosearch import cluster, placement
+
+EPS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _search(eps):
+    return placement.search_plans("qwen3-30b-a3b", "H100", cluster.preset("dgx-h100", 8), 512,
+                                  flash_attention=[True], precision="fp8", expert_parallel=list(eps),
+                                  engine="megatron-core", top_k=3)
+
+
+def test_ep_search_time(benchmark):
+    _search((1,))                                  # compile the kernels once
+    t0 = time.perf_counter()
+    dense = _search((1,))
+    t_dense = time.perf_counter() - t0
+    res = benchmark.pedantic(_search, args=(EPS,), rounds=1, iterations=1)
+    t_ep = benchmark.stats.stats.median
+    ratio = t_ep / t_dense
+    print(f"\n[moe search] Qwen3-30B-A3B, 64 H100, batch 512, fp8: ep 1 only {t_dense:.2f} s "
+          f"({dense.configurations} configurations); ep in {list(EPS)} {t_ep:.2f} s ({res.configurations} "
+          f"configurations, {res.evaluated} evaluated): {ratio:.2f}x (target < 3x).  Best: "
+          f"{res.plans[0].spec.describe()} {res.plans[0].tokens_per_s / 64:,.0f} tokens/s per GPU "
+          f"(ep 1: {dense.plans[0].tokens_per_s / 64:,.0f})")
+    check("moe search", "EP search time / ep-1 search time", ratio, at_most=3.0)
