@@ -2,9 +2,9 @@
 global batch 512, FP8, flash attention, searched over tp, pp, microbatch, recompute, virtual
 stages, sequence parallelism and ZeRO with expert_parallel 1 (the dense option space) and with
 every ep of 1, 2, 4, 8, 16, 32, 64 that the plans allow, in the same run.  Target: the EP search
-under 3x the ep-1 search's time (each search from an empty graph cache).  Most of the time is
-the MoE layer graphs, built at every microbatch size for every ep (their tokens per expert round
-up, so the dense graphs' affine extrapolation in the microbatch does not apply).  The brute force
+under 3x the ep-1 search's time (each search from an empty graph cache).  The MoE layer graphs
+are extrapolated in the microbatch from two sizes where every expert's token count is whole (as
+here), so pricing grows with the number of ep values searched, and the search with them.  The brute force
 over evaluate() that checks the search is in tests/test_modern_plans.py.
 
 Run: python -m pytest bench/bench_moe_search.py --benchmark-only -s

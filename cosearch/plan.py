@@ -368,6 +368,19 @@ def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: f
     return comm
 
 
+def _moe_rows_affine(c: ModelConfig, tp: int, sp: bool, cp: int, ep: int, local: bool) -> bool:
+    """Whether an MoE layer graph's rows are affine in the microbatch: its experts' token count
+    ``ceil(T k ep / E)`` (:func:`cosearch.graph.build`; ``T`` the tokens of one sequence on the
+    rank's group: ``seq_len / cp``, and over tp as well when the experts are local) is a whole
+    number at one sequence, so at every size."""
+    T = c.seq_len // cp
+    if local:
+        if not sp or T % tp:
+            return False
+        T //= tp
+    return (T * c.experts_per_token * ep) % c.num_experts == 0
+
+
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
                efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
@@ -425,8 +438,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # is affine in the microbatch (token counts, bytes, batch of heads; weights constant), so the
     # graphs are built at microbatch 1 and 2 and the rows of any other size extrapolated
     # exactly (tests/test_modern_plans.py checks it against graphs built at that size).  MoE
-    # graphs round tokens per expert up, so they are built at every size.
-    affine = time_model == "sum" and not c.moe
+    # graphs round tokens per expert up: they are affine too when one sequence already gives every
+    # local expert a whole number of tokens (then every size does), else built at every size.
+    affine_sum = time_model == "sum"
     experts, layer_all, norm1 = c.expert_layer_params(), c.layer_params(), c.norm_params()
     mb_all = np.asarray(list(microbatches), dtype=np.float64)
     nb = len(mb_all)
@@ -438,6 +452,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 c, expert_tensor_parallel, t, sp)
             etp_t = None if etp_n == t else etp_n
             ep_stride = None if etp_n == t else 1
+            affine = affine_sum and (not c.moe or _moe_rows_affine(c, t, sp, cp, ep, etp_t is not None))
             # activation bytes are linear in the microbatch: priced for one sequence
             sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
                    if policy == "every-other-matmul" and flash_attention and not c.moe else

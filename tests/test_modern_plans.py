@@ -15,6 +15,9 @@ from tests.test_placement import MODES, _compositions, _divs, cached_units  # no
 
 TINY = models.ModelConfig("t", 2, 64, 4, 256, 512, 64, kv_heads=2, activation="swiglu", position="rotary",
                           tie_embeddings=False)
+MOE_SMALL = models.ModelConfig("moe-small", 2, 128, 4, 256, 1000, 512, kv_heads=2, activation="swiglu",
+                               norm="rmsnorm", position="rotary", bias=False, dropout=False, num_experts=8,
+                               experts_per_token=2, moe_ffn_hidden=64)
 
 
 # ------------------------------------------------------------------ context parallelism
@@ -486,6 +489,11 @@ def test_activation_offload_hand_worked():
     (models.preset("gpt3-1.3b"), dict(tps=(1, 2), sps=(False, True), flash=False)),
     (TINY, dict(tps=(1, 2), sps=(False, True), flash=True, context_parallel=2, precision="fp8")),
     (models.preset("llama2-7b"), dict(tps=(4,), sps=(True,), flash=True, precision="fp4")),
+    # MoE: 512 tokens x top-2 x ep 2 / 8 experts = 256 a local expert (whole: extrapolated) ...
+    (MOE_SMALL, dict(tps=(1, 2), sps=(False, True), flash=True, precision="fp8", ep=2)),
+    # ... 500 x 2 / 8 = 125 (whole) and 501 x 2 / 8 = 125.25 (rounded up: built at every size)
+    (MOE_SMALL.with_(seq_len=500), dict(tps=(1,), sps=(False,), flash=True, ep=1)),
+    (MOE_SMALL.with_(seq_len=501), dict(tps=(1,), sps=(False,), flash=True, ep=1)),
 ])
 def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw):
     """unit_costs builds graphs at microbatch 1 and 2 and extrapolates the rows; the sums must
@@ -493,8 +501,13 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
     chip = hardware.GB200
     cl = cluster.preset("gb200-nvl72", 8)
     mbs = (1, 3, 4, 7)
+    ep = kw.get("ep", 1)
+    if model.moe:
+        from cosearch.plan import _moe_rows_affine
+        assert _moe_rows_affine(model, 1, False, 1, ep, False) is (model.seq_len != 501)
     u = unit_costs(model, chip, cl, kw["tps"], mbs, kw["sps"], kw["flash"],
-                   context_parallel=kw.get("context_parallel", 1), precision=kw.get("precision", "bf16"))[0]
+                   context_parallel=kw.get("context_parallel", 1), precision=kw.get("precision", "bf16"),
+                   expert_parallel=ep)[0]
     for ti, t in enumerate(kw["tps"]):
         for bi, mb in enumerate(mbs):
             for si, sp in enumerate(kw["sps"]):
@@ -502,14 +515,15 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
                                     ("embedding", "fwd", F.U_EF)):
                     g = graph.build(model, t, mb, ph, part, sequence_parallel=sp and t > 1,
                                     flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
-                                    precision=kw.get("precision", "bf16"), cross_entropy="fp32")   # Megatron-LM's
+                                    precision=kw.get("precision", "bf16"), cross_entropy="fp32",   # Megatron-LM's
+                                    expert_parallel=ep)
                     assert u[ti, bi, si, f] == pytest.approx(cost.price(g, chip)[0].sum(), rel=1e-12), (t, mb, sp, f)
                 # the tensor-parallel collectives of the layer, priced on the graph built at this size
                 from cosearch.plan import _comm_s
                 g = graph.build(model, t, mb, "fwd", "layer", sequence_parallel=sp and t > 1,
                                 flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
-                                precision=kw.get("precision", "bf16"))
-                assert u[ti, bi, si, F.U_LTPF] == pytest.approx(_comm_s(g, t, cl.net_array(chip)), rel=1e-12)
+                                precision=kw.get("precision", "bf16"), expert_parallel=ep)
+                assert u[ti, bi, si, F.U_LTPF] == pytest.approx(_comm_s(g, t, cl.net_array(chip), ep), rel=1e-12)
 
 
 def test_tp_comm_overlap_hand_worked():
