@@ -377,7 +377,9 @@ def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     if first:
         out += _unit_exposed(u[U_PE], u[U_EF] + u[U_ETPF], u[U_EB] + u[U_ETPB], w, gr, zg, tp, net)
     if last:
-        out += _unit_exposed(u[U_PH], u[U_HF] + u[U_HTPF], u[U_HB] + u[U_HTPB], w, gr, zg, tp, net)
+        # the head unit (with any multi-token prediction modules' head passes and projections)
+        out += _unit_exposed(u[U_PH] + u[U_PMTP], (u[U_HF] + u[U_HTPF]) * (1.0 + u[U_MTPT]),
+                             (u[U_HB] + u[U_HTPB]) * (1.0 + u[U_MTPT]), w, gr, zg, tp, net)
     return out
 
 
