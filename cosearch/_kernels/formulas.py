@@ -378,8 +378,8 @@ def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
         out += _unit_exposed(u[U_PE], u[U_EF] + u[U_ETPF], u[U_EB] + u[U_ETPB], w, gr, zg, tp, net)
     if last:
         # the head unit (with any multi-token prediction modules' head passes and projections)
-        out += _unit_exposed(u[U_PH] + u[U_PMTP], (u[U_HF] + u[U_HTPF]) * (1.0 + u[U_MTPT]),
-                             (u[U_HB] + u[U_HTPB]) * (1.0 + u[U_MTPT]), w, gr, zg, tp, net)
+        out += _unit_exposed(u[U_PH] + u[U_PMTP], u[U_HF] * (1.0 + u[U_MTPT]) + u[U_HTPF] * (1.0 + u[U_MTPA]),
+                             u[U_HB] * (1.0 + u[U_MTPT]) + u[U_HTPB] * (1.0 + u[U_MTPA]), w, gr, zg, tp, net)
     return out
 
 
