@@ -35,3 +35,18 @@ def test_mtp_runs_a_layer_and_the_head_again_on_the_last_stage():
     head = u[F.U_HF] * 8                               # 8 microbatches a step
     assert fwd["mtp"] == pytest.approx(fwd["more"] + head * (1 + 2 * base.hidden / base.vocab), rel=1e-9)
     assert fwd["mtp"] > fwd["more"] > fwd["base"]
+
+
+def test_megatron_lines_and_bridge_dumps_read_the_mtp_depth():
+    from cosearch.runs.megatron import read_megatron_args
+    from cosearch.runs.nemo import read_megatron_bridge
+    line = "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 "
+    assert read_megatron_args(line + "--mtp-num-layers 1").model.mtp_layers == 1
+    assert read_megatron_args(line).model.mtp_layers == 0
+    ds = read_megatron_args("--mtp-num-layers 1 --micro-batch-size 1", model=models.preset("deepseek-v3"))
+    assert ds.model.mtp_layers == 1 and ds.model.num_layers == 61
+    with pytest.raises(ValueError, match="--mtp-num-layers must be at least 0"):
+        read_megatron_args(line + "--mtp-num-layers -1")
+    b = read_megatron_bridge({"model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+                                        "seq_length": 128, "vocab_size": 1000, "mtp_num_layers": 2}})
+    assert b.model.mtp_layers == 2

@@ -26,6 +26,7 @@ Plan and engine
 ``--recompute-granularity``                  ``full`` / ``selective`` (absent: none)
 ``--recompute-modules``                      with selective: the engine's ``"modules:..."`` recompute
 ``--expert-tensor-parallel-size``            ``expert_tensor_parallel`` (tp or 1)
+``--mtp-num-layers``                         the model's ``mtp_layers`` (multi-token prediction)
 ``--recompute-method``, ``--recompute-num-layers``  ``uniform`` (or none given) recomputes every layer;
                                              ``block`` is read only when it covers every layer
 ``--recompute-activations``                  selective (the older spelling)
@@ -91,7 +92,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
            "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
            "--attention-dropout", "--hidden-dropout", "--vocab-size", "--num-experts", "--moe-router-topk",
-           "--moe-ffn-hidden-size"}
+           "--moe-ffn-hidden-size", "--mtp-num-layers"}
 #: Bare flags that set the plan, the engine or the model.
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
@@ -172,13 +173,13 @@ class MegatronPlan:
     assumed: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _int(flag: str, value: str) -> int:
+def _int(flag: str, value: str, minimum: int = 1) -> int:
     try:
         x = int(value)
     except ValueError:
         raise ValueError(f"{flag} needs a whole number, got {value!r}") from None
-    if x < 1:
-        raise ValueError(f"{flag} must be at least 1, got {x}")
+    if x < minimum:
+        raise ValueError(f"{flag} must be at least {minimum}, got {x}")
     return x
 
 
@@ -259,9 +260,11 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 ) -> ModelConfig | None:
     """The model the line describes: ``base`` checked against every model flag the line gives,
     or, without ``base``, the model built from the line with Megatron's defaults."""
+    # the multi-token prediction depth is the run's: it applies to a given model as well
+    mtp = _int("--mtp-num-layers", vals["--mtp-num-layers"], minimum=0) if "--mtp-num-layers" in vals else None
     given = [f for f in _MODEL_FLAGS if f in vals or f in flags]
     if not given:
-        return base
+        return base if base is None or mtp is None else base.with_(mtp_layers=mtp)
     stated: dict[str, object] = {
         _MODEL_FLAGS[f]: _int(f, vals[f])
         for f in ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--vocab-size",
@@ -317,7 +320,7 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
         if bad:
             raise ValueError(f"the Megatron line contradicts --model {base.name}: " + "; ".join(bad)
                              + " (drop --model to price the line's own model, or fix the line)")
-        return base
+        return base if mtp is None else base.with_(mtp_layers=mtp)
 
     missing = [f for f in _REQUIRED_MODEL if f not in vals]
     if missing:
@@ -341,7 +344,7 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
         raise ValueError(f"--num-attention-heads {heads} does not divide --hidden-size {h}: give --kv-channels")
     return ModelConfig(name=f"megatron-{stated['num_layers']}L-{h}", head_size=head_size,
                        moe_ffn_hidden=expert_ffn if stated.get("num_experts") else None,
-                       **stated)
+                       mtp_layers=mtp or 0, **stated)
 
 
 def _recompute_modules(vals: dict[str, str], rc: str) -> tuple[str, ...]:

@@ -255,7 +255,7 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "expert_model_parallel_size", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
     "kv_channels", "hidden_dropout", "attention_dropout", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "seq_length",
-    "position_embedding_type", "normalization", "expert_tensor_parallel_size")}
+    "position_embedding_type", "normalization", "expert_tensor_parallel_size", "mtp_num_layers")}
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
                        "num_moe_experts": "--num-experts"})
 _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "profiling",
