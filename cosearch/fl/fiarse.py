@@ -43,25 +43,24 @@ __all__ = ["masked_parameters", "threshold", "parameter_masks", "masked_training
            "sparse_bytes", "tcb_gradient_factor"]
 
 
-def _module_types():
-    import torch.nn as nn
-    return (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Embedding)
-
-
-def masked_parameters(model) -> dict[str, object]:
-    """``{state name: parameter}`` of every weight and bias FIARSE masks (Linear, Conv,
-    Embedding layers).  Refuses a model with recurrent layers (module docstring)."""
+def _masked_modules(model) -> list[tuple[str, object]]:
+    """``(name, module)`` of the Linear, Conv and Embedding layers FIARSE masks.  Refuses a model
+    with recurrent layers (module docstring)."""
     import torch.nn as nn
     rec = [n for n, m in model.named_modules() if isinstance(m, nn.RNNBase)]
     if rec:
         raise ValueError(f"fiarse masks the parameters of Linear, Conv and Embedding layers; this model has the "
                          f"recurrent layer(s) {rec}, whose flat weights a mask cannot reach: choose another method "
                          "for it")
-    out = {}
-    for name, mod in model.named_modules():
-        if isinstance(mod, _module_types()):
-            for pname, p in mod.named_parameters(recurse=False):
-                out[f"{name}.{pname}" if name else pname] = p
+    kinds = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Embedding)
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, kinds)]
+
+
+def masked_parameters(model) -> dict[str, object]:
+    """``{state name: parameter}`` of every weight and bias FIARSE masks (Linear, Conv,
+    Embedding layers).  Refuses a model with recurrent layers (module docstring)."""
+    out = {f"{name}.{pname}" if name else pname: p
+           for name, mod in _masked_modules(model) for pname, p in mod.named_parameters(recurse=False)}
     if not out:
         raise ValueError("fiarse needs a model with Linear, Conv or Embedding parameters to mask")
     return out
@@ -130,11 +129,10 @@ def masked_training(model, theta: float):
         def forward(self, w):
             return w * bern.apply(w.abs(), th.to(w.dtype))
 
-    masked_parameters(model)              # refuses recurrent models before anything changes
-    targets = []
-    for _name, mod in model.named_modules():
-        if isinstance(mod, _module_types()):
-            targets += [(mod, p) for p, _ in list(mod.named_parameters(recurse=False))]
+    # every target listed (recurrent models refused) before anything changes
+    targets = [(mod, p) for _name, mod in _masked_modules(model) for p, _ in list(mod.named_parameters(recurse=False))]
+    if not targets:
+        masked_parameters(model)          # refuses it: nothing to mask
     done = []
     try:
         for mod, pname in targets:
@@ -148,12 +146,8 @@ def masked_training(model, theta: float):
 
 def _densities(model, theta: float) -> dict[str, float]:
     """Each masked module's kept share of its weight at ``theta`` (by module name)."""
-    out = {}
-    for name, mod in model.named_modules():
-        if isinstance(mod, _module_types()):
-            w = mod.weight.detach()
-            out[name] = float((w.abs() >= float(theta)).float().mean()) if w.numel() else 1.0
-    return out
+    return {name: float((mod.weight.detach().abs() >= float(theta)).float().mean()) if mod.weight.numel() else 1.0
+            for name, mod in _masked_modules(model)}
 
 
 def sparse_training_flops(model, example, theta: float, samples: int, epochs: int = 1) -> float:

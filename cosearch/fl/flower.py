@@ -134,11 +134,11 @@ class DropoutStrategy(FedAvg):
                 cfg["mask_labels"] = True                  # HeteroFL's masked cross-entropy
             if a.threshold is not None:
                 cfg["param_threshold"] = float(a.threshold)   # FIARSE: the client masks |w| < threshold
-            if getattr(self.protocol.policy, "nested", False):
+            if getattr(pol, "nested", False):
                 # FjORD: the client trains per-batch widths up to its p_max, as simulate() does
                 from .masks import fjord_widths_within
                 cfg.update(widths=",".join(str(w) for w in fjord_widths_within(a.keep)),
-                           distill=bool(self.protocol.policy.distill),
+                           distill=bool(pol.distill),
                            full_units=",".join(f"{g.name}={g.units}" for g in self.protocol.groups))
             out.append((c, FitIns(ndarrays_to_parameters(_arrays(model.state_dict())), cfg)))
         return out
@@ -225,7 +225,8 @@ class SubmodelClient(flwr.client.NumPyClient):
         elif "param_threshold" in config:
             from .simulation import _fiarse_train
             flops, nbytes = _fiarse_train(model, float(config["param_threshold"]), self.x, self.y, self.epochs,
-                                          self.optimizer, self.lr, self.batch_size, gen, ex)
+                                          self.optimizer, self.lr, self.batch_size, gen, ex,
+                                          price=self.device is not None)
         else:
             mask = None
             if config.get("mask_labels"):

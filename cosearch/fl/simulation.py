@@ -355,12 +355,14 @@ def train_nested(model, x, y, epochs: int, optimizer: str, lr: float, batch_size
     return drawn
 
 
-def _fiarse_train(model, theta, x, y, epochs, optimizer, lr, batch_size, gen, example) -> tuple[float, int]:
+def _fiarse_train(model, theta, x, y, epochs, optimizer, lr, batch_size, gen, example,
+                  price: bool = True) -> tuple[float, int]:
     """FIARSE's local training of ``model`` at threshold ``theta`` (:mod:`cosearch.fl.fiarse`);
-    returns the sub-model's training FLOPs and bytes each way, priced as it was sent."""
+    returns the sub-model's training FLOPs and bytes each way, priced as it was sent (0, 0
+    unless ``price``: no device model needs them)."""
     from .fiarse import masked_training, sparse_bytes, sparse_training_flops
-    flops = sparse_training_flops(model, example, theta, len(y), epochs)
-    nbytes = sparse_bytes(model, theta)
+    flops = sparse_training_flops(model, example, theta, len(y), epochs) if price else 0.0
+    nbytes = sparse_bytes(model, theta) if price else 0
     with masked_training(model, theta):
         train_local(model, x, y, epochs, optimizer, lr, batch_size, gen)
     return flops, nbytes
