@@ -142,6 +142,14 @@ class StragglerProfiler:
         target = max(self.full_time[c] for c in others)
         self._keep = {c: self._bucket(min(1.0, target / self.full_time[c])) for c in self._stragglers}
 
+    def _largest_keep_within(self, client: int, target: float) -> tuple[float, float]:
+        """rule="model": the largest grid keep whose predicted time for ``client`` is within
+        ``target`` (the smallest keep when none is), and that predicted time."""
+        times = self.time_model.predict_many(client, self.grid)
+        fits = np.flatnonzero(times <= target)
+        i = int(fits[-1]) if len(fits) else 0
+        return float(self.grid[i]), float(times[i])
+
     def _observe_model(self, round: int, durations: dict[int, float], keep: dict[int, float]) -> None:
         """rule="model" (:mod:`cosearch.fl.controller`): predict, pick, swap on a margin."""
         tm = self.time_model
@@ -169,11 +177,7 @@ class StragglerProfiler:
         target = max(ft[c] for c in others)
         self._keep, predicted = {}, {}
         for s in self._stragglers:
-            times = tm.predict_many(s, self.grid)
-            fits = np.flatnonzero(times <= target)
-            i = int(fits[-1]) if len(fits) else 0
-            self._keep[s] = float(self.grid[i])
-            predicted[s] = float(times[i])
+            self._keep[s], predicted[s] = self._largest_keep_within(s, target)
         self.decisions.append({"round": int(round) + 1, "target_s": float(target), "predicted_s": predicted,
                                "swaps": self.swaps})
 
@@ -243,9 +247,7 @@ class StragglerProfiler:
         keep = {}
         for s in stragglers:
             if self.rule == "model":
-                times = self.time_model.predict_many(s, self.grid)
-                fits = np.flatnonzero(times <= target)
-                keep[s] = float(self.grid[int(fits[-1]) if len(fits) else 0])
+                keep[s] = self._largest_keep_within(s, target)[0]
             else:
                 keep[s] = self._bucket(min(1.0, target / ft[s]))
         return {c: p for c, p in keep.items() if p < 1.0}
