@@ -307,6 +307,13 @@ def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
     return base
 
 
+def with_recompute_modules(engine: Engine, modules) -> Engine:
+    """``engine`` whose selective recompute reruns Megatron-Core's ``recompute_modules``
+    (:data:`cosearch.graph.RECOMPUTE_MODULES`); as it is for none."""
+    modules = tuple(modules)
+    return replace(engine, selective_recompute="modules:" + ",".join(modules)) if modules else engine
+
+
 def preset(engine: Engine | str | None) -> Engine:
     """An :class:`Engine`, or one by name (None: Megatron-LM)."""
     if engine is None:

@@ -74,7 +74,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from ..engine import MEGATRON_CORE, Engine, megatron_core
+from ..engine import MEGATRON_CORE, Engine, megatron_core, with_recompute_modules
 from ..models import ModelConfig
 from ..plan import PlanSpec
 from .config import RunConfig
@@ -474,10 +474,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags)
-    modules = _recompute_modules(vals, rc)
-    if modules:
-        from dataclasses import replace
-        engine = replace(engine, selective_recompute="modules:" + ",".join(modules))
+    engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from .. import cluster, hardware, models
-from ..engine import Engine, llm_foundry, megatron_core, preset
+from ..engine import Engine, llm_foundry, megatron_core, preset, with_recompute_modules
 from .config import RunConfig, RunDescription
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
@@ -376,7 +376,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                 offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
-                     num_chips=int(row["n_gpus"]), engine=_with_modules(preset(_engine(row)), rc_modules),
+                     num_chips=int(row["n_gpus"]), engine=with_recompute_modules(preset(_engine(row)), rc_modules),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes))
 
@@ -405,14 +405,6 @@ def _deepseek_layout(row: dict, pp: int, vp: int) -> tuple[tuple[int, ...], int]
         per[c % pp] += n
     mtp = 0 if name.startswith("Kimi-K2") or "w/o MTP" in str(row.get("id", "")).replace("_", " ") else 1
     return tuple(per), mtp
-
-
-def _with_modules(engine: Engine, modules: tuple[str, ...]) -> Engine:
-    """``engine`` whose selective recompute reruns Megatron-Core's ``modules`` (none: as it is)."""
-    if not modules:
-        return engine
-    from dataclasses import replace
-    return replace(engine, selective_recompute="modules:" + ",".join(modules))
 
 
 def release_of(row: dict) -> tuple[int, ...] | None:
