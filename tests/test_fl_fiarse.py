@@ -115,41 +115,9 @@ def test_recurrent_models_are_refused_by_name():
         RoundProtocol(net, 3, "fiarse", example_input=torch.zeros(2, 80, dtype=torch.long), keep_rule="fluid")
 
 
-def test_simulate_and_flower_train_fiarse_alike():
-    """simulate() runs FIARSE end to end (the straggler's keep becomes a threshold), and the Flower
-    client trains exactly as the simulation's FIARSE step does on the same generator."""
-    import flwr
-
+def test_simulate_runs_fiarse():
+    """simulate() runs FIARSE end to end: the straggler's keep becomes a threshold (the Flower
+    client's parity is in tests/test_flower.py)."""
     from cosearch import fl
-    from cosearch.fl import flower, models
-    from cosearch.fl.simulation import _fiarse_train
     r = fl.simulate("digits", clients=4, method="fiarse", rounds=4)
     assert r.rounds[-1].keep and all(np.isfinite(m.accuracy) for m in r.rounds)
-
-    s = flower.DropoutStrategy(lambda: models.mlp(8, 3, 10), "fiarse", total_rounds=4, min_available_clients=2,
-                               min_fit_clients=2)
-
-    class _Mgr:
-        def num_available(self):
-            return 2
-
-        def sample(self, num_clients, min_num_clients=None):
-            class P:
-                def __init__(self, cid):
-                    self.cid = cid
-            return [P("a"), P("b")]
-    ins = s.configure_fit(1, s.initialize_parameters(None), _Mgr())
-    cfg = dict(ins[0][1].config, param_threshold=0.2)
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(24, 8)).astype(np.float32), np.arange(24) % 3
-    client = flower.SubmodelClient(lambda: models.mlp(8, 3, 10), x, y, seed=3, batch_size=8)
-    params = [p.copy() for p in flwr.common.parameters_to_ndarrays(ins[0][1].parameters)]
-    got, _n, _m = client.fit(params, cfg)
-    ref = models.mlp(8, 3, 10)
-    ref.load_state_dict({k: torch.as_tensor(v) for k, v in zip(ref.state_dict().keys(), params)})
-    _fiarse_train(ref, 0.2, x, y, 1, "sgd", 0.1, 8, torch.Generator().manual_seed(3 + 1), torch.as_tensor(x[:1]))
-    for a, b in zip(got, ref.state_dict().values()):
-        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
-    # entries under the threshold were not trained
-    below = np.abs(params[0]) < 0.2
-    np.testing.assert_array_equal(got[0][below], params[0][below])

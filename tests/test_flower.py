@@ -45,6 +45,21 @@ class _Manager:
         return self.clients[:num_clients]
 
 
+def _client_trains_as(model_fn, params, cfg, x, y, seed, train_ref):
+    """A SubmodelClient's fit of ``params`` under ``cfg`` (round 1, batch 8) equals ``train_ref(ref,
+    gen)`` applied to a model holding the same weights with the generator the client seeds
+    (``seed + 1``); returns the client's weights and metrics."""
+    from cosearch.fl import flower
+    client = flower.SubmodelClient(model_fn, x, y, seed=seed, batch_size=8)
+    got, _n, metrics = client.fit([p.copy() for p in params], cfg)
+    ref = model_fn()
+    ref.load_state_dict({k: torch.as_tensor(v) for k, v in zip(ref.state_dict().keys(), params)})
+    train_ref(ref, torch.Generator().manual_seed(seed + 1))
+    for a, b in zip(got, ref.state_dict().values()):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
+    return got, metrics
+
+
 def _fit_round(strategy, manager, rnd, times, corrupt=None, fail=False):
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
     ins = strategy.configure_fit(rnd, strategy.initialize_parameters(manager), manager)
@@ -106,16 +121,13 @@ def test_flower_fjord_trains_per_batch_widths_as_simulate_does():
         assert cfg["widths"] == ",".join(map(str, FJORD_WIDTHS)) and cfg["distill"] is distill
         rng = np.random.default_rng(0)
         x, y = rng.normal(size=(40, 8)).astype(np.float32), np.arange(40) % 3
-        client = flower.SubmodelClient(lambda: models.mlp(8, 3, 10), x, y, seed=5, batch_size=8)
-        params = [p.copy() for p in flwr.common.parameters_to_ndarrays(ins[0][1].parameters)]
-        got, n, _m = client.fit(params, cfg)
-        ref = models.mlp(8, 3, 10)
-        ref.load_state_dict({k: torch.as_tensor(v) for k, v in zip(ref.state_dict().keys(), params)})
-        train_nested(ref, x, y, 1, "sgd", 0.1, 8, torch.Generator().manual_seed(5 + 1), FJORD_WIDTHS,
-                     {k: int(v) for k, v in (kv.split("=") for kv in cfg["full_units"].split(","))},
-                     torch.as_tensor(x[:1]), distill=distill)
-        for a, b in zip(got, ref.state_dict().values()):
-            np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
+        params = flwr.common.parameters_to_ndarrays(ins[0][1].parameters)
+        units = {k: int(v) for k, v in (kv.split("=") for kv in cfg["full_units"].split(","))}
+
+        def reference(ref, gen, x=x, y=y, units=units, distill=distill):
+            train_nested(ref, x, y, 1, "sgd", 0.1, 8, gen, FJORD_WIDTHS, units, torch.as_tensor(x[:1]),
+                         distill=distill)
+        _client_trains_as(lambda: models.mlp(8, 3, 10), params, cfg, x, y, 5, reference)
 
 
 def test_flower_heterofl_trains_and_reports_as_simulate_does():
@@ -131,16 +143,31 @@ def test_flower_heterofl_trains_and_reports_as_simulate_does():
     assert ins[0][1].config["mask_labels"] is True and ins[0][1].config["scale_rate"] == 1.0
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(24, 8)).astype(np.float32), np.array([0, 2] * 12)
-    client = flower.SubmodelClient(lambda: models.mlp(8, 4, 10), x, y, seed=3, batch_size=8)
-    params = [p.copy() for p in flwr.common.parameters_to_ndarrays(ins[0][1].parameters)]
-    got, _n, metrics = client.fit(params, cfg)
+    params = flwr.common.parameters_to_ndarrays(ins[0][1].parameters)
+    _got, metrics = _client_trains_as(
+        lambda: models.mlp(8, 4, 10), params, cfg, x, y, 3,
+        lambda ref, gen: train_local(ref, x, y, 1, "sgd", 0.1, 8, gen, label_mask=np.array([True, False, True, False]),
+                                     scale_rate=0.5, example=torch.as_tensor(x[:1])))
     assert metrics["labels"] == "0,2"
-    ref = models.mlp(8, 4, 10)
-    ref.load_state_dict({k: torch.as_tensor(v) for k, v in zip(ref.state_dict().keys(), params)})
-    train_local(ref, x, y, 1, "sgd", 0.1, 8, torch.Generator().manual_seed(3 + 1),
-                label_mask=np.array([True, False, True, False]), scale_rate=0.5, example=torch.as_tensor(x[:1]))
-    for a, b in zip(got, ref.state_dict().values()):
-        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_flower_fiarse_client_trains_as_simulate_does():
+    """FIARSE on Flower's engine: the strategy sends the threshold, and the client trains exactly as
+    the simulation's FIARSE step does on the same generator; entries under the threshold stay."""
+    from cosearch.fl import flower, models
+    from cosearch.fl.simulation import _fiarse_train
+    s = flower.DropoutStrategy(lambda: models.mlp(8, 3, 10), "fiarse", total_rounds=4, min_available_clients=2,
+                               min_fit_clients=2)
+    ins = s.configure_fit(1, s.initialize_parameters(None), _Manager(2))
+    cfg = dict(ins[0][1].config, param_threshold=0.2)      # as sent to a straggler
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(24, 8)).astype(np.float32), np.arange(24) % 3
+    params = flwr.common.parameters_to_ndarrays(ins[0][1].parameters)
+    got, _m = _client_trains_as(lambda: models.mlp(8, 3, 10), params, cfg, x, y, 3,
+                                lambda ref, gen: _fiarse_train(ref, 0.2, x, y, 1, "sgd", 0.1, 8, gen,
+                                                               torch.as_tensor(x[:1])))
+    below = np.abs(params[0]) < 0.2
+    np.testing.assert_array_equal(got[0][below], params[0][below])
 
 
 def _signal_group(p, sig):
