@@ -538,6 +538,7 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             local = proto.submodel(assign[c])
             x, y = data.clients[c]
             gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
+            nbytes = None                 # bytes each way: the sub-model's state unless FIARSE prices them
             if nested:
                 ws = fjord_widths_within(assign[c].keep)
                 train_nested(local, x, y, local_epochs, optimizer, lr, batch_size, gen, ws, full_units, example,
@@ -560,9 +561,8 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             if isinstance(dev, TraceProfile):
                 t = dev.round_time_s(c, r, flops / (full_flops * len(y) * local_epochs))
             else:
-                if assign[c].threshold is None:
-                    nbytes = model_bytes(local)
-                t = dev[c].round_time_s(flops, nbytes, np.random.default_rng([seed, 7, r, c]))
+                t = dev[c].round_time_s(flops, model_bytes(local) if nbytes is None else nbytes,
+                                        np.random.default_rng([seed, 7, r, c]))
             updates.append(ClientUpdate(c, local.state_dict(), len(y), t, labels=label_sets[c]))
         rep = proto.aggregate(r, assign, updates)
         acc, loss, _ = evaluate_model(net, *data.test)
