@@ -104,6 +104,19 @@ same.
   preset: Megatron-Bridge's performance recipes turn it on for FP8 current scaling and MXFP8
   (``scripts/performance/utils/precision.py``: ``bf16_with_fp8_current_scaling_mixed`` and
   ``bf16_with_mxfp8_mixed`` set ``fp8_param_gather = True``; ``bf16_with_nvfp4_mixed`` False).
+* ``moe_dispatcher`` — how an MoE layer's tokens reach their experts over the expert-parallel
+  group (Megatron-Core's ``moe_token_dispatcher_type``): ``"alltoall"`` (NCCL all-to-alls of every
+  routed copy, :func:`cosearch._kernels.formulas.alltoall_s`) or ``"flex"`` (DeepEP / HybridEP:
+  each token sent once to every rank, and between nodes once to every node, that holds one of
+  its experts, at HybridEP's measured NVLink and RDMA rates,
+  :func:`cosearch._kernels.formulas.flex_alltoall_s`).
+* ``overlap_moe_a2a`` — Megatron-Core's ``overlap_moe_expert_parallel_comm``: the combined
+  1F1B schedule runs one microbatch's forward beside another's backward, layer by layer, so each
+  one's dispatch and combine hide behind the other's compute
+  (:func:`cosearch._kernels.formulas.ep_overlap_pair_s`); the first forwards of the schedule's
+  warm-up and the last backwards run alone.  ``moe_comm_sms``: SMs the communication kernels
+  hold meanwhile (0: the dispatcher's default, :func:`moe_comm_sms`), slowing the compute beside
+  them by that share of the chip's SMs.
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -143,7 +156,8 @@ from dataclasses import dataclass, replace
 
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "ANY",
-           "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features"]
+           "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
+           "moe_comm_sms", "with_moe_dispatch"]
 
 
 @dataclass(frozen=True)
@@ -168,6 +182,9 @@ class Engine:
     elementwise: str = "fused"
     fp8_param_gather: bool = False
     full_grad_allreduce: bool = False
+    moe_dispatcher: str = "alltoall"
+    overlap_moe_a2a: bool = False
+    moe_comm_sms: int = 0
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -181,15 +198,19 @@ class Engine:
             raise ValueError(f"Engine.selective_recompute: {exc}") from None
         for f, options in (("attention_kernel", ATTENTION_KERNELS),
                            ("fp8_cast_kernel", CAST_KERNELS), ("cross_entropy", CROSS_ENTROPY),
-                           ("elementwise", ELEMENTWISE)):
+                           ("elementwise", ELEMENTWISE), ("moe_dispatcher", MOE_DISPATCHERS)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
                   "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
-                  "full_grad_allreduce"):
+                  "full_grad_allreduce", "overlap_moe_a2a"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
+        n = self.moe_comm_sms
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1024:
+            raise ValueError(f"Engine.moe_comm_sms must be an SM count in [0, 1024] (0: the dispatcher's "
+                             f"default), got {n!r}")
         zs = tuple(self.zero_stages) if isinstance(self.zero_stages, (tuple, list)) else ()
         if not zs or any(isinstance(z, bool) or z not in (0, 1, 2, 3) for z in zs):
             raise ValueError(f"Engine.zero_stages must list ZeRO stages 0-3, got {self.zero_stages!r}")
@@ -200,6 +221,28 @@ class Engine:
                 continue
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x < 1e3):
                 raise ValueError(f"Engine.{f} must be a number of bytes in [0, 1000), got {x!r}")
+
+
+#: Megatron-Core's MoE token dispatchers cosearch prices (``Engine.moe_dispatcher``).
+MOE_DISPATCHERS = ("alltoall", "flex")
+
+#: SMs a dispatcher's kernels hold while they run, by default: DeepEP/HybridEP's ``flex``
+#: backends 24 inside one NVLink domain and 8 across nodes (HybridEP's defaults,
+#: deepseek-ai/DeepEP branch ``hybrid-ep``, ``csrc/hybrid_ep/config.cuh``:
+#: ``num_sms_dispatch_api.value_or((num_of_nodes == 1) ? 24 : 8)``); NCCL's all-to-all up to
+#: its channel limit, 32 CTAs (``MAXCHANNELS`` in NCCL's ``src/include/device.h``).
+FLEX_SMS_NVLINK, FLEX_SMS_RDMA, NCCL_MAX_CTAS = 24, 8, 32
+
+
+def moe_comm_sms(engine: Engine, multi_node: bool) -> int:
+    """SMs the engine's MoE dispatch and combine kernels hold while they run: its own
+    ``moe_comm_sms``, else its dispatcher's default (:data:`FLEX_SMS_NVLINK`,
+    :data:`FLEX_SMS_RDMA`, :data:`NCCL_MAX_CTAS`)."""
+    if engine.moe_comm_sms:
+        return engine.moe_comm_sms
+    if engine.moe_dispatcher == "flex":
+        return FLEX_SMS_RDMA if multi_node else FLEX_SMS_NVLINK
+    return NCCL_MAX_CTAS
 
 
 #: Megatron-LM: pipeline sends scattered over the tp ranks, gradient reduction overlapped
@@ -314,6 +357,18 @@ def with_recompute_modules(engine: Engine, modules) -> Engine:
     return replace(engine, selective_recompute="modules:" + ",".join(modules)) if modules else engine
 
 
+def with_moe_dispatch(engine: Engine, dispatcher: str = "alltoall", overlap: bool = False, sms: int = 0) -> Engine:
+    """``engine`` with Megatron-Core's MoE dispatch switches: ``moe_token_dispatcher_type``
+    (``"alltoall"`` or ``"flex"``; DeepEP's and HybridEP's backends are both ``"flex"``),
+    ``overlap_moe_expert_parallel_comm`` and the dispatcher's SM count (0: its default); named
+    after them where they differ from the engine's."""
+    if (dispatcher, overlap, sms) == (engine.moe_dispatcher, engine.overlap_moe_a2a, engine.moe_comm_sms):
+        return engine
+    name = engine.name + (f"-{dispatcher}" if dispatcher != engine.moe_dispatcher else "") + \
+        ("-a2a-overlap" if overlap and not engine.overlap_moe_a2a else "") + (f"-{sms}sms" if sms else "")
+    return replace(engine, name=name, moe_dispatcher=dispatcher, overlap_moe_a2a=overlap, moe_comm_sms=sms)
+
+
 def preset(engine: Engine | str | None) -> Engine:
     """An :class:`Engine`, or one by name (None: Megatron-LM)."""
     if engine is None:
@@ -325,9 +380,23 @@ def preset(engine: Engine | str | None) -> Engine:
     raise ValueError(f"unknown engine {engine!r}; choose one of {sorted(ENGINES)} or pass an Engine")
 
 
-def check_features(engine: Engine, virtual_stages: int = 1, context_parallel: int = 1) -> None:
-    """Refuse a plan that uses a feature the engine does not have."""
+def check_features(engine: Engine, virtual_stages: int = 1, context_parallel: int = 1, pipeline: int = 1,
+                   expert_parallel: int = 1, recompute=()) -> None:
+    """Refuse a plan that uses a feature the engine does not have, or that the engine's
+    EP all-to-all overlap cannot run with (Megatron-Core's ``TransformerConfig.__post_init__``
+    asserts expert parallelism, virtual stages under pipeline parallelism, and no full
+    recompute)."""
     check_interleaving(engine, virtual_stages)
+    if engine.overlap_moe_a2a:
+        if expert_parallel <= 1:
+            raise ValueError(f"engine {engine.name!r} overlaps the MoE all-to-alls (overlap_moe_expert_parallel_comm), "
+                             "which needs expert_parallel > 1")
+        if pipeline > 1 and virtual_stages <= 1:
+            raise ValueError(f"engine {engine.name!r}: the MoE all-to-all overlap needs virtual_stages > 1 when "
+                             f"pp={pipeline} > 1 (Megatron-Core requires virtual_pipeline_model_parallel_size)")
+        if "full" in tuple(recompute):
+            raise ValueError(f"engine {engine.name!r}: the MoE all-to-all overlap cannot run with full recompute "
+                             "(Megatron-Core asserts recompute_granularity != 'full')")
     if context_parallel > 1 and not engine.context_parallel:
         raise ValueError(f"engine {engine.name!r} has no context parallelism: context_parallel must be 1, "
                          f"got {context_parallel}")

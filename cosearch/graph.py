@@ -33,7 +33,7 @@ from .models import ModelConfig
 __all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
-           "RECOMPUTE_MODULES", "recompute_modules", "check_selective_policy",
+           "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
@@ -68,10 +68,18 @@ RECOMPUTE_MODULES = {
     "moe_act": ("expert_act",),
     "mla_up_proj": ("q_up", "kv_up", "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
-    "moe": ("router", "router_topk", "moe_dispatch", "expert_fc1", "expert_act", "expert_fc2", "moe_combine",
+    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch", "expert_fc1", "expert_act", "expert_fc2", "moe_combine",
             "shared_fc1", "shared_act", "shared_fc2", "moe_add", "moe_unpermute"),
     "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
 }
+
+
+#: The forward ops of an MoE layer that run between its dispatch and its combine on the
+#: compute stream (the routed experts, and the shared experts beside them): what Megatron-Core's
+#: combined 1F1B schedule calls the ``mlp`` node (``TransformerLayerSchedulePlan``); every other
+#: op of the layer is on the attention side (``pre_dispatch_computation``, or the combine's
+#: post-processing before the next layer's).
+MOE_EXPERT_OPS = ("expert_fc1", "expert_act", "expert_fc2", "shared_fc1", "shared_act", "shared_fc2", "moe_add")
 
 
 def recompute_modules(policy: str) -> tuple[str, ...] | None:
@@ -519,7 +527,11 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
     router = g.gemm("router", [x2], T, E, h)
     gate = g.vector("router_topk", [router], T * E, "softmax")
     moved = T * k * h * dt / tp
-    disp = g.collective("moe_dispatch", [gate], moved, "alltoall") if ep > 1 else gate
+    # the tokens copied into expert order, one row per routed copy (Megatron-Core's
+    # moe_permute: a gather reading each copy's source row and writing it), before the
+    # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
+    perm = g.vector("moe_permute", [gate], T * k * h, "mul")
+    disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
     local = E // ep
     per = max(1, math.ceil(T * k * ep / E))
     width = 2 * fe if c.gated else fe

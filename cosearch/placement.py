@@ -284,6 +284,11 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
         raise ValueError(f"microbatches {bad} do not divide global_batch={B}")
     sps = _bools("sequence_parallel", sequence_parallel, (False, True))
     engine = engine_preset(engine)
+    if engine.overlap_moe_a2a:
+        raise ValueError(f"engine {engine.name!r} overlaps the MoE all-to-alls, which Megatron-Core runs only with "
+                         "expert parallelism, virtual stages under pipeline parallelism and no full recompute; the "
+                         "plan search does not restrict its space to those plans: search with the engine without "
+                         "the overlap (engine.with_moe_dispatch(e, e.moe_dispatcher)) and evaluate() the plans found")
     virt, zeros = _virtuals_and_zeros(virtual_stages, zero, engine)
     cps = v.int_list("context_parallel", context_parallel) if context_parallel is not None else (1,)
     for c in cps:

@@ -29,7 +29,7 @@ from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
 from .cluster import Cluster
-from .engine import Engine, check_features
+from .engine import Engine, check_features, moe_comm_sms
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
@@ -309,8 +309,8 @@ def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff, share: np.ndarr
     (``rows``: (sizes, ops, fields), each size's rows stacked as :func:`_graph_stack` stacks
     ``gs``).  Returns the graph keys, per (design, size, graph) the summed seconds, per
     (design, size) the seconds ``"selective"`` recomputation runs again (each layer-forward op's
-    time times its ``share``, :func:`cosearch.graph.recompute_share`) and the attention core's
-    backward seconds."""
+    time times its ``share``, :func:`cosearch.graph.recompute_share`), the attention core's
+    backward seconds, and the layer forward's and backward's seconds op by op."""
     from . import cost
     keys = list(gs)
     lens = [len(gs[k].ops) for k in keys]
@@ -321,8 +321,9 @@ def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff, share: np.ndarr
     nf = len(gs["layer", "fwd"].ops)
     core_b = [lb + i for i, op in enumerate(gs["layer", "bwd"].ops)
               if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
+    nb = len(gs["layer", "bwd"].ops)
     return (keys, np.add.reduceat(allp, starts, axis=2), (allp[:, :, lf:lf + nf] * share).sum(axis=2),
-            allp[:, :, core_b].sum(axis=2))
+            allp[:, :, core_b].sum(axis=2), allp[:, :, lf:lf + nf], allp[:, :, lb:lb + nb])
 
 
 def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
@@ -333,32 +334,37 @@ def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
     return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * model.dtype_bytes
 
 
+def _collective_s(kind: str, nbytes: float, tp: int, net: np.ndarray, ep: int = 1, ep_stride: int | None = None,
+                  route: tuple | None = None) -> float:
+    """One collective of ``nbytes``: a tensor-parallel one over the tp adjacent ranks, an MoE
+    all-to-all over the ep expert-parallel ranks ``ep_stride`` apart (tp; 1 under expert tensor
+    parallelism 1, where every tp rank is an expert-parallel rank) — by NCCL, or with ``route``
+    = (top-k, experts) by the ``flex`` dispatcher (:func:`cosearch._kernels.formulas.flex_alltoall_s`)."""
+    if kind == "allreduce":
+        return F.allreduce_s(nbytes, float(tp), 1.0, net)
+    if kind == "alltoall":
+        stride = float(tp if ep_stride is None else ep_stride)
+        if route is not None:
+            return F.flex_alltoall_s(nbytes, float(ep), stride, net, float(route[0]), float(route[1]))
+        return F.alltoall_s(nbytes, float(ep), stride, net)
+    return F.allgather_s(nbytes, float(tp), 1.0, net)
+
+
 def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: float = 1.0,
-            ep_stride: int | None = None) -> float:
-    """The graph's collectives (their bytes times ``scale``): tensor-parallel ones over the tp
-    adjacent ranks, MoE all-to-alls over the ep expert-parallel ranks ``ep_stride`` apart (tp;
-    1 under expert tensor parallelism 1, where every tp rank is an expert-parallel rank)."""
-    t = 0.0
-    for kind, nbytes in g.collectives:
-        nbytes *= scale
-        if kind == "allreduce":
-            t += F.allreduce_s(nbytes, float(tp), 1.0, net)
-        elif kind == "alltoall":
-            t += F.alltoall_s(nbytes, float(ep), float(tp if ep_stride is None else ep_stride), net)
-        else:
-            t += F.allgather_s(nbytes, float(tp), 1.0, net)
-    return t
+            ep_stride: int | None = None, route: tuple | None = None) -> float:
+    """The graph's collectives (their bytes times ``scale``), each priced by :func:`_collective_s`."""
+    return sum(_collective_s(kind, nbytes * scale, tp, net, ep, ep_stride, route) for kind, nbytes in g.collectives)
 
 
 def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: float,
-               scatter_gather: bool, ep_stride: int | None = None) -> np.ndarray:
+               scatter_gather: bool, ep_stride: int | None = None, route: tuple | None = None) -> np.ndarray:
     """Per distinct network: the six graphs' collective seconds (their bytes times ``scale``),
     the pipeline send's bytes and its all-gather seconds after receipt."""
     comm = np.zeros((len(nets), 8))
     for ni, net in enumerate(nets):
         for k, part in enumerate(("layer", "embedding", "head")):
-            comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale, ep_stride)
-            comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale, ep_stride)
+            comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale, ep_stride, route)
+            comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale, ep_stride, route)
         # pipeline sends: Megatron scatters the activation over the tp ranks (each sends 1/tp)
         # and all-gathers it inside the node after receipt; without scatter/gather every tp
         # rank sends the whole activation
@@ -366,6 +372,42 @@ def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: f
         comm[ni, 6] = act_b / t if split else act_b
         comm[ni, 7] = 0.0 if (sp or t == 1 or not scatter_gather) else F.allgather_s(act_b, float(t), 1.0, net)
     return comm
+
+
+def _ep_overlap_parts(fwd: graph.LayerGraph, bwd: graph.LayerGraph, fwd_s: np.ndarray, bwd_s: np.ndarray,
+                      a2a) -> np.ndarray:
+    """The nine times :func:`cosearch._kernels.formulas.ep_overlap_pair_s` takes, from a MoE
+    layer's forward and backward graphs priced op by op (``fwd_s``, ``bwd_s``: seconds per op,
+    collectives 0) and ``a2a(op)``, an all-to-all op's seconds: (attention side forward,
+    dispatch, experts, combine forward; combine backward, experts' data and weight gradients,
+    dispatch backward, attention side backward).  Ops are split by name
+    (:data:`cosearch.graph.MOE_EXPERT_OPS`); the layer's other collectives are added to its
+    attention side by the caller."""
+    out = np.zeros(9)
+    for op, t in zip(fwd.ops, fwd_s):
+        if op.kind == "alltoall":
+            out[1 if op.name == "moe_dispatch" else 3] += a2a(op)
+        else:
+            out[2 if op.name.split(".")[0] in graph.MOE_EXPERT_OPS else 0] += t
+    for op, t in zip(bwd.ops, bwd_s):
+        if op.kind == "alltoall":
+            out[7 if op.name.startswith("moe_dispatch") else 4] += a2a(op)
+        elif op.name.split(".")[0] in graph.MOE_EXPERT_OPS:
+            out[6 if op.name.endswith(".wgrad") else 5] += t
+        else:
+            out[8] += t
+    return out
+
+
+def _ep_overlap_save(parts: np.ndarray, tp_rest_f: float, tp_rest_b: float, sm_share: float) -> float:
+    """Seconds one layer's paired forward and backward save under the EP all-to-all overlap:
+    the nine :func:`_ep_overlap_parts` (the attention sides with the layer's other collectives,
+    which run on the compute stream) one after another, less their two-stream schedule."""
+    p = parts.copy()
+    p[0] += tp_rest_f
+    p[8] += tp_rest_b
+    pair = F.ep_overlap_pair_s(*(float(x) for x in p), float(sm_share))
+    return max(0.0, float(p.sum()) - pair)
 
 
 def _moe_rows_affine(c: ModelConfig, tp: int, sp: bool, cp: int, ep: int, local: bool) -> bool:
@@ -442,6 +484,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # local expert a whole number of tokens (then every size does), else built at every size.
     affine_sum = time_model == "sum"
     experts, layer_all, norm1 = c.expert_layer_params(), c.layer_params(), c.norm_params()
+    route = (c.experts_per_token, c.num_experts) if c.moe and eng.moe_dispatcher == "flex" else None
+    overlap = c.moe and ep > 1 and eng.overlap_moe_a2a
     mb_all = np.asarray(list(microbatches), dtype=np.float64)
     nb = len(mb_all)
     for ti, t in enumerate(tps):
@@ -486,7 +530,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     attn = np.zeros((len(d), len(mbs)))   # selective recompute's time: at least nothing
                     attn_b = None                         # and the CP ring's exposed time too
                 else:
-                    keys, sums, attn, attn_b = priced     # (designs, sizes[, graphs])
+                    keys, sums, attn, attn_b, lf_ops, lb_ops = priced     # (designs, sizes[, graphs[, ops]])
                 if time_model == "sum":
                     chip_s = {k: sums[:, :, i] for i, k in enumerate(keys)}
                 elif time_model == "bound":
@@ -511,14 +555,38 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 # one and two sequences and extrapolated, as the graphs are
                 ab1 = cl.seq_len * c.hidden * c.dtype_bytes                  # one sequence's activation
                 if affine:
-                    c1, c2 = (_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather, ep_stride) for k in (1.0, 2.0))
+                    c1, c2 = (_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather, ep_stride, route)
+                              for k in (1.0, 2.0))
                     comm = c1[None] + (mbs - 1.0)[:, None, None] * (c2 - c1)[None]
                 else:
-                    comm = _comm_rows(gs, t, sp, nets, ep, 1.0, mbs[0] * ab1, scatter_gather, ep_stride)[None]
+                    comm = _comm_rows(gs, t, sp, nets, ep, 1.0, mbs[0] * ab1, scatter_gather, ep_stride, route)[None]
                 per = comm[:, net_of]                     # (sizes, designs, 8)
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
                     u[:, :, f] = per[:, :, k].T
+                if overlap:
+                    # EP all-to-all overlap (Engine.overlap_moe_a2a): what a paired forward and
+                    # backward of a layer save; under the lower-bound time models, every
+                    # all-to-all second (the most any overlap can hide), keeping the bound valid
+                    fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
+                    for i in range(len(d)):
+                        net = nets[net_of[i]]
+                        _, q = F.group_layout(float(ep), float(t if ep_stride is None else ep_stride), net)
+                        slots = eff.tile_slots if single else 0
+                        share = moe_comm_sms(eng, q > 1.0) / slots if slots else 0.0
+                        for j, mb in enumerate(mbs):
+                            scale = float(mb) if affine else 1.0      # gs holds one sequence when affine
+
+                            def a2a(op, net=net, scale=scale):
+                                return _collective_s("alltoall", op.bytes_read * scale, t, net, ep, ep_stride, route)
+                            a2a_all = sum(a2a(op) for g in (fg, bg) for op in g.ops if op.kind == "alltoall")
+                            if time_model != "sum" or priced is None:
+                                u[i, j, F.U_EPO] = a2a_all
+                                continue
+                            parts = _ep_overlap_parts(fg, bg, lf_ops[i, j], lb_ops[i, j], a2a)
+                            rest_f = u[i, j, F.U_LTPF] - parts[1] - parts[3]
+                            rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7]
+                            u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
                 if cp > 1 and attn_b is not None:
                     for j, mb in enumerate(mbs):
                         ring = cp_ring_bytes(c, t, int(mb), cp)
@@ -737,7 +805,8 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     mem = mem or memory.MemoryConfig()
     spec = check_spec(model, cluster, spec, global_batch)
     engine = engine_preset(engine)
-    check_features(engine, spec.virtual_stages, spec.context_parallel)
+    check_features(engine, spec.virtual_stages, spec.context_parallel, spec.pp,
+                   spec.expert_parallel if model.moe else 1, spec.recompute_per_stage())
     check_precision(chip, spec.precision)
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
                    spec.flash_attention, time_model=time_model, engine=engine,

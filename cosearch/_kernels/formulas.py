@@ -74,12 +74,12 @@ UNIT_FIELDS = (
     "p2p_bytes", "p2p_gather_s",
     "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
     "layer_cp_fwd_s", "layer_cp_bwd_s", "layer_expert_params", "expert_parallel",
-    "mtp_layers", "mtp_head_time", "mtp_head_act", "mtp_params",
+    "mtp_layers", "mtp_head_time", "mtp_head_act", "mtp_params", "layer_ep_overlap_save_s",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
  U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP,
- U_MTP, U_MTPT, U_MTPA, U_PMTP) = range(len(UNIT_FIELDS))
+ U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
@@ -284,6 +284,123 @@ def alltoall_s(nbytes, n, stride, net):
     return t
 
 
+#: Megatron-Core's MoE token dispatchers (``moe_token_dispatcher_type``): ``alltoall`` (NCCL
+#: all-to-all of every routed copy) and ``flex`` (DeepEP / HybridEP: each token once per rank).
+DISPATCH_ALLTOALL, DISPATCH_FLEX = 0, 1
+
+#: HybridEP's achieved NVLink rate as a share of the cluster's achievable intra-node rate
+#: (``N_BWI``, the NCCL fraction 0.80 of the wire on the Hopper and Blackwell presets):
+#: deepseek-ai/DeepEP branch ``hybrid-ep``, ``docs/README_Hybrid-EP.md``, GB200 table, "Torch
+#: API" BF16 dispatch and combine at 16 and 32 SMs over 8-36 ranks, 4096 tokens x 7168 hidden,
+#: top-8, random uniform routing: 418-569 GB/s, mean 487 GB/s of received bytes (local rows
+#: included, as ``tests/test_hybrid_ep.py`` counts ``nvl_recv_bytes``) = 0.54 of NVLink 5's
+#: 900 GB/s per direction; 0.54 / 0.80 = 0.68.  (B200, 8 ranks: 531-536 GB/s, 0.59.)
+FLEX_NVLINK_SHARE = 0.68
+#: HybridEP's achieved RDMA rate as a share of the cluster's achievable inter-node rate
+#: (``N_BWE``, 0.90 of the NIC): the same document's H100 table, "Torch API" BF16 dispatch and
+#: combine at 8 and 16 SMs over 16-64 ranks: 41-58 GB/s, mean 49.7 GB/s of bytes sent over
+#: RDMA (a token once per remote node) = 0.99 of a 400 Gb/s NIC; 0.99 / 0.90 = 1.10.
+FLEX_RDMA_SHARE = 1.10
+
+
+@njit(cache=True)
+def expert_group_hit(experts, group, k):
+    """Probability that ``group`` of a layer's ``experts`` experts hold at least one of a
+    token's ``k`` routed experts, the top-k a uniform random k-subset (Megatron-Core's
+    ``moe_router_force_load_balancing`` draws the router's logits at random): one minus
+    ``C(E - g, k) / C(E, k)``."""
+    if group >= experts:
+        return 1.0
+    miss = 1.0
+    for i in range(int(k)):
+        x = experts - group - i
+        if x <= 0.0:
+            return 1.0
+        miss *= x / (experts - i)
+    return 1.0 - miss
+
+
+@njit(cache=True)
+def flex_alltoall_s(copies_bytes, n, stride, net, k, experts):
+    """Dispatch (or combine) over ``n`` expert-parallel ranks ``stride`` apart by DeepEP /
+    HybridEP (Megatron-Core's ``flex`` dispatcher), each rank holding ``copies_bytes`` of routed
+    copies (``k`` per token) of ``experts / n`` experts each.  Each token goes once to every
+    rank that holds one of its experts (``n`` times :func:`expert_group_hit` ranks, its own
+    included), and between nodes once to every other node that does (``q - 1`` times the hit of
+    ``experts / q`` experts), forwarded over NVLink inside the node; the NVLink and RDMA parts
+    run pipelined, at HybridEP's measured rates (:data:`FLEX_NVLINK_SHARE`,
+    :data:`FLEX_RDMA_SHARE`).  A group with one rank per node has no NVLink part."""
+    if n <= 1.0 or copies_bytes <= 0.0:
+        return 0.0
+    kn, q = group_layout(n, stride, net)
+    token = copies_bytes / k
+    t = 0.0
+    if kn > 1.0:
+        t = token * n * expert_group_hit(experts, experts / n, k) / (FLEX_NVLINK_SHARE * _intra_bw(kn, net)) \
+            + net[N_LATI]
+    if q > 1.0:
+        r = token * (q - 1.0) * expert_group_hit(experts, experts / q, k) / (FLEX_RDMA_SHARE * net[N_BWE]) \
+            + net[N_LATE]
+        if r > t:
+            t = r
+    return t
+
+
+@njit(cache=True)
+def _two_streams(c0, c1, a0, a1, x):
+    """Finish times of a compute op and a communication op on two streams, the compute op
+    running from ``c0`` for ``c1`` seconds of work and the communication op from ``a0`` for
+    ``a1`` seconds; while both run, the compute op progresses at ``1 - x`` (the share of SMs
+    the communication kernel holds)."""
+    ce = c0 + c1
+    ae = a0 + a1
+    lo = c0 if c0 > a0 else a0          # the window where both run, if the compute op lasts
+    hi = ae
+    if x > 0.0 and c1 > 0.0 and a1 > 0.0 and lo < hi and lo < ce:
+        done = lo - c0                  # compute work done before the communication op starts
+        if done < 0.0:
+            done = 0.0
+        slow = (hi - lo) * (1.0 - x)    # work the compute op could do while slowed
+        if done + slow >= c1:
+            ce = lo + (c1 - done) / (1.0 - x)
+        else:
+            ce = hi + (c1 - done - slow)
+    return ce, ae
+
+
+@njit(cache=True)
+def ep_overlap_pair_s(af, df, mf, cf, cb, mb, mw, db, ab, x):
+    """Seconds for one layer's forward of one microbatch and backward of another under
+    Megatron-Core's ``overlap_moe_expert_parallel_comm`` (the combined 1F1B schedule,
+    ``TransformerLayerSchedulePlan.run``): on the communication stream the backward's combine,
+    the forward's dispatch, the backward's dispatch and the forward's combine; on the compute
+    stream the forward's attention side (``af``: everything but the experts), the backward's
+    expert data-gradients (``mb``) and weight-gradients (``mw``), the forward's experts
+    (``mf``) and the backward's attention side (``ab``), each waiting for its inputs:
+
+        cb || af;  mb after cb, af;  df after af, cb;  mw after mb;  db after mb, df;
+        mf after mw, df;  cf after mf, db;  ab after mf, db.
+
+    While a communication kernel runs, compute progresses at ``1 - x``.  Without overlap the
+    two would take the sum of the nine times."""
+    # the backward's combine beside the forward's attention side
+    af_end, cb_end = _two_streams(0.0, af, 0.0, cb, x)
+    # the backward's expert data-gradients beside the forward's dispatch
+    s = af_end if af_end > cb_end else cb_end
+    mb_end, df_end = _two_streams(s, mb, s, df, x)
+    # the backward's weight-gradients beside the backward's dispatch (which waits for mb)
+    d0 = mb_end if mb_end > df_end else df_end
+    mw_end, db_end = _two_streams(mb_end, mw, d0, db, x)
+    # the forward's experts (after its dispatch), then its combine beside the attention backward
+    f0 = mw_end if mw_end > df_end else df_end
+    mf_end = f0 + mf
+    if db_end > f0:                     # the backward's dispatch still runs beside mf
+        mf_end, db_end = _two_streams(f0, mf, d0, db, x)
+    e0 = mf_end if mf_end > db_end else db_end
+    ab_end, cf_end = _two_streams(e0, ab, e0, cf, x)
+    return ab_end if ab_end > cf_end else cf_end
+
+
 @njit(cache=True)
 def ring_step_s(nbytes, n, stride, net):
     """One step of a ring exchange over ``n`` ranks ``stride`` apart (context parallelism's
@@ -341,8 +458,10 @@ def inflight(s, pp, m, v):
 @njit(cache=True)
 def unit_work(u, layers):
     """Compute + TP seconds of one microbatch through the whole model (no recompute, no
-    pipeline sends).  ``u`` may also be a (fields, ...) array through ``unit_work.py_func``."""
-    return (layers * (u[U_LF] + u[U_LB] + u[U_LTPF] + u[U_LTPB]) + u[U_EF] + u[U_EB] + u[U_ETPF]
+    pipeline sends), less what the expert-parallel all-to-all overlap can save per layer at most
+    (``u[U_EPO]``: a step pairs at most every microbatch's forward with another's backward), so
+    that it bounds the stage cost from below.  ``u`` may also be a (fields, ...) array through ``unit_work.py_func``."""
+    return (layers * (u[U_LF] + u[U_LB] + u[U_LTPF] + u[U_LTPB] - u[U_EPO]) + u[U_EF] + u[U_EB] + u[U_ETPF]
             + u[U_ETPB] + u[U_HF] + u[U_HB] + u[U_HTPF] + u[U_HTPB])
 
 
@@ -543,11 +662,24 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     # the fill and drain: Megatron-LM's exchanges sit on that path; a blocking engine's
     # transfers there meet a stage idle anyway (its simulated schedule, tests/reference.py)
     fill = t - p2p if hw[H_P2PB] > 0.0 else t
-    cost = m * t + (pp - 1.0) / v * fill + e
+    # EP all-to-all overlap (Megatron-Core's combined 1F1B): every forward chunk of the steady
+    # state runs beside a backward one, each pair of layers saving u[U_EPO]; the warm-up's
+    # forwards (one more than the schedule's own, and the single first forward without a
+    # pipeline) and the cool-down's backwards run alone
+    ovl = 0.0
+    if u[U_EPO] > 0.0:
+        warm = 1.0
+        if pp > 1:
+            warm = 2.0 * (pp - s - 1.0) + (v - 1.0) * pp + 1.0
+        chunks = m * v
+        if warm > chunks:
+            warm = chunks
+        ovl = (chunks - warm) / v * n * u[U_EPO]
+    cost = m * t - ovl + (pp - 1.0) / v * fill + e
     out[B_FWD] = m * f
     out[B_BWD] = m * b
     out[B_REC] = m * rec
-    out[B_TP] = m * tpc
+    out[B_TP] = m * tpc - ovl
     out[B_CP] = m * cpc
     out[B_P2P] = m * p2p
     out[B_BUBBLE] = (pp - 1.0) / v * fill

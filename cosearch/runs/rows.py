@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from .. import cluster, hardware, models
-from ..engine import Engine, llm_foundry, megatron_core, preset, with_recompute_modules
+from ..engine import Engine, llm_foundry, megatron_core, preset, with_moe_dispatch, with_recompute_modules
 from .config import RunConfig, RunDescription
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
@@ -248,18 +248,26 @@ def _zero(row: dict) -> int:
     raise Refused(f"ZeRO stage {text!r} is not read")
 
 
-def _moe_notes(row: dict, notes: list) -> None:
-    """What an MoE row's notes say that cosearch prices differently: all-to-all overlap (priced
-    exposed), the dispatcher (priced as plain all-to-alls), CUDA graphs (launch overhead kept)."""
+def _moe_notes(row: dict, notes: list) -> tuple[str, bool]:
+    """What an MoE row's notes say of its dispatch, as Megatron-Core runs it: the dispatcher
+    (``moe dispatcher backend=deepep|hybridep``: the ``flex`` dispatcher; none named: the
+    recipes' ``alltoall``) and the EP all-to-all overlap (``EP a2a overlap on``:
+    ``overlap_moe_expert_parallel_comm``); CUDA graphs are noted (launch overhead kept)."""
     text = str(row.get("notes") or "")
-    if "a2a overlap on" in text:
-        notes.append("EP all-to-all overlap on in the recipe: cosearch prices the all-to-alls exposed")
-    for backend in ("hybridep", "deepep", "flex"):
+    dispatcher = "alltoall"
+    for backend in ("hybridep", "deepep"):
         if f"backend={backend}" in text or f"dispatcher {backend}" in text:
-            notes.append(f"MoE dispatcher {backend} priced as plain all-to-alls over the EP group")
+            dispatcher = "flex"
+            notes.append(f"MoE dispatcher {backend}: the flex dispatcher (each token once per rank holding its "
+                         f"experts, at HybridEP's measured rates)")
             break
+    overlap = "a2a overlap on" in text
+    if overlap:
+        notes.append("EP all-to-all overlap on (combined 1F1B: dispatch and combine beside the paired "
+                     "microbatch's compute)")
     if "cuda_graph" in text and "cuda_graph=none" not in text:
         notes.append("CUDA graphs in the recipe: per-kernel launch overhead priced as without them")
+    return dispatcher, overlap
 
 
 def _precision(row: dict, notes: list) -> str:
@@ -330,7 +338,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     etp = None if etp is None or not model.moe or int(etp) == int(row["tp"]) else int(etp)
     if etp is not None and etp != 1:
         raise Refused(f"expert tensor parallelism {etp} with tp {row['tp']} is not modelled (etp = tp or 1)")
-    _moe_notes(row, notes)
+    dispatcher, a2a_overlap = _moe_notes(row, notes) if model.moe else ("alltoall", False)
     precision = _precision(row, notes)
     rc, rc_modules = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
@@ -376,7 +384,9 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                 offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
-                     num_chips=int(row["n_gpus"]), engine=with_recompute_modules(preset(_engine(row)), rc_modules),
+                     num_chips=int(row["n_gpus"]),
+                     engine=with_moe_dispatch(with_recompute_modules(preset(_engine(row)), rc_modules), dispatcher,
+                                              a2a_overlap and ep > 1),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes))
 
