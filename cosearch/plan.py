@@ -574,6 +574,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         _, q = F.group_layout(float(ep), float(t if ep_stride is None else ep_stride), net)
                         slots = eff.tile_slots if single else 0
                         share = moe_comm_sms(eng, q > 1.0) / slots if slots else 0.0
+                        if share >= 1.0:
+                            raise ValueError(f"engine {eng.name!r}: its MoE communication kernels hold "
+                                             f"{moe_comm_sms(eng, q > 1.0)} SMs, the chip has {slots}")
                         for j, mb in enumerate(mbs):
                             scale = float(mb) if affine else 1.0      # gs holds one sequence when affine
 

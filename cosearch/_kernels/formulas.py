@@ -346,59 +346,62 @@ def flex_alltoall_s(copies_bytes, n, stride, net, k, experts):
     return t
 
 
-@njit(cache=True)
-def _two_streams(c0, c1, a0, a1, x):
-    """Finish times of a compute op and a communication op on two streams, the compute op
-    running from ``c0`` for ``c1`` seconds of work and the communication op from ``a0`` for
-    ``a1`` seconds; while both run, the compute op progresses at ``1 - x`` (the share of SMs
-    the communication kernel holds)."""
-    ce = c0 + c1
-    ae = a0 + a1
-    lo = c0 if c0 > a0 else a0          # the window where both run, if the compute op lasts
-    hi = ae
-    if x > 0.0 and c1 > 0.0 and a1 > 0.0 and lo < hi and lo < ce:
-        done = lo - c0                  # compute work done before the communication op starts
-        if done < 0.0:
-            done = 0.0
-        slow = (hi - lo) * (1.0 - x)    # work the compute op could do while slowed
-        if done + slow >= c1:
-            ce = lo + (c1 - done) / (1.0 - x)
-        else:
-            ce = hi + (c1 - done - slow)
-    return ce, ae
+#: The combined 1F1B layer schedule of :func:`ep_overlap_pair_s`: the compute stream's ops (af,
+#: mb, mw, mf, ab) and how many of the communication stream's (cb, df, db, cf) each waits for
+#: (mb the backward's combine, mf the forward's dispatch, ab the backward's dispatch), and the
+#: communication ops and how many compute ops each waits for (df the forward's attention side,
+#: db the expert data-gradients, cf the forward's experts).
+_PAIR_COMP_WAITS = (0, 1, 0, 2, 3)
+_PAIR_COMM_WAITS = (0, 1, 2, 4)
 
 
 @njit(cache=True)
 def ep_overlap_pair_s(af, df, mf, cf, cb, mb, mw, db, ab, x):
     """Seconds for one layer's forward of one microbatch and backward of another under
     Megatron-Core's ``overlap_moe_expert_parallel_comm`` (the combined 1F1B schedule,
-    ``TransformerLayerSchedulePlan.run``): on the communication stream the backward's combine,
-    the forward's dispatch, the backward's dispatch and the forward's combine; on the compute
-    stream the forward's attention side (``af``: everything but the experts), the backward's
-    expert data-gradients (``mb``) and weight-gradients (``mw``), the forward's experts
-    (``mf``) and the backward's attention side (``ab``), each waiting for its inputs:
-
-        cb || af;  mb after cb, af;  df after af, cb;  mw after mb;  db after mb, df;
-        mf after mw, df;  cf after mf, db;  ab after mf, db.
-
-    While a communication kernel runs, compute progresses at ``1 - x``.  Without overlap the
-    two would take the sum of the nine times."""
-    # the backward's combine beside the forward's attention side
-    af_end, cb_end = _two_streams(0.0, af, 0.0, cb, x)
-    # the backward's expert data-gradients beside the forward's dispatch
-    s = af_end if af_end > cb_end else cb_end
-    mb_end, df_end = _two_streams(s, mb, s, df, x)
-    # the backward's weight-gradients beside the backward's dispatch (which waits for mb)
-    d0 = mb_end if mb_end > df_end else df_end
-    mw_end, db_end = _two_streams(mb_end, mw, d0, db, x)
-    # the forward's experts (after its dispatch), then its combine beside the attention backward
-    f0 = mw_end if mw_end > df_end else df_end
-    mf_end = f0 + mf
-    if db_end > f0:                     # the backward's dispatch still runs beside mf
-        mf_end, db_end = _two_streams(f0, mf, d0, db, x)
-    e0 = mf_end if mf_end > db_end else db_end
-    ab_end, cf_end = _two_streams(e0, ab, e0, cf, x)
-    return ab_end if ab_end > cf_end else cf_end
+    ``TransformerLayerSchedulePlan.run``): on the communication stream the backward's combine
+    (``cb``), the forward's dispatch (``df``), the backward's dispatch (``db``) and the forward's
+    combine (``cf``); on the compute stream the forward's attention side (``af``: everything but
+    the experts), the backward's expert data-gradients (``mb``) and weight-gradients (``mw``), the
+    forward's experts (``mf``) and the backward's attention side (``ab``), each in stream order
+    and waiting for its inputs: mb for cb, df for af, db for mb, mf for df, cf for mf, ab for db.
+    While a communication op runs, a compute op progresses at ``1 - x`` (``x``: the share of SMs
+    the communication kernels hold, in [0, 1)).  Simulated event by event (piecewise linear,
+    exact).  Without overlap the two would take the sum of the nine times."""
+    comp = (af, mb, mw, mf, ab)
+    comm = (cb, df, db, cf)
+    i = 0
+    j = 0
+    rc = comp[0]
+    ra = comm[0]
+    t = 0.0
+    while i < 5 or j < 4:
+        run_c = i < 5 and j >= _PAIR_COMP_WAITS[i]
+        run_a = j < 4 and i >= _PAIR_COMM_WAITS[j]
+        if run_c and rc <= 0.0:
+            i += 1
+            rc = comp[i] if i < 5 else 0.0
+            continue
+        if run_a and ra <= 0.0:
+            j += 1
+            ra = comm[j] if j < 4 else 0.0
+            continue
+        if not (run_c or run_a):
+            break                       # unreachable: the schedule has no cycle
+        rate = (1.0 - x) if (run_c and run_a) else 1.0
+        dc = rc / rate if run_c else math.inf
+        da = ra if run_a else math.inf
+        if dc <= da:
+            t += dc
+            rc = 0.0
+            if run_a:
+                ra -= dc
+        else:
+            t += da
+            ra = 0.0
+            if run_c:
+                rc -= da * rate
+    return t
 
 
 @njit(cache=True)

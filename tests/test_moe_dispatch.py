@@ -1,0 +1,204 @@
+"""MoE token dispatch as Megatron-Core runs it: the flex dispatcher's per-rank and per-node token
+volumes (against brute-force enumeration of every routing), its time worked by hand, the EP
+all-to-all overlap's two-stream schedule (against a time-stepped simulation of the two streams),
+the overlapped pairs of a pipeline stage worked by hand, and the reader and the refusals."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from cosearch import cluster, engine, hardware
+from cosearch._kernels import formulas as F
+from cosearch.models import ModelConfig
+from cosearch.plan import PlanSpec, evaluate, unit_costs
+
+MOE = ModelConfig("tiny-moe", 4, 256, 8, 512, 1000, 64, kv_heads=2, activation="swiglu", norm="rmsnorm",
+                  position="rotary", bias=False, dropout=False, num_experts=8, experts_per_token=2, moe_ffn_hidden=128)
+
+
+@pytest.mark.parametrize("experts,group,k", [(12, 3, 3), (12, 4, 2), (12, 6, 4), (8, 1, 2), (10, 5, 1), (9, 9, 3)])
+def test_expert_group_hit_counts_every_routing(experts, group, k):
+    """Over every k-subset of the experts (uniform routing), the share that touches the first
+    ``group`` experts."""
+    subsets = list(itertools.combinations(range(experts), k))
+    hit = sum(1 for s in subsets if min(s) < group) / len(subsets)
+    assert F.expert_group_hit(float(experts), float(group), float(k)) == pytest.approx(hit, rel=1e-12)
+
+
+def test_flex_alltoall_by_hand():
+    """8 ranks in one node, 16 experts (2 each), top-2, 1 MB of routed copies (0.5 MB of tokens):
+    each token reaches 8 x (1 - C(14,2)/C(16,2)) = 8 x 29/120 ranks, its own included, at
+    0.68 of the 400 GB/s intra-node rate; across 2 nodes of 4 (4 experts... 8 per node) the RDMA
+    part sends each token once to the other node when it holds one of its experts."""
+    net = np.array([8.0, 400e9, 50e9, 2e-6, 5e-6, 0.0])
+    tokens = 0.5e6
+    ranks = 8 * (1 - (14 * 13) / (16 * 15))
+    want = tokens * ranks / (F.FLEX_NVLINK_SHARE * 400e9) + 2e-6
+    assert F.flex_alltoall_s(1e6, 8.0, 1.0, net, 2.0, 16.0) == pytest.approx(want, rel=1e-12)
+    # two nodes of 4 ranks: NVLink over 4 members, RDMA to the other node
+    net4 = net.copy()
+    net4[F.N_CPN] = 4.0
+    nvl = tokens * ranks / (F.FLEX_NVLINK_SHARE * 400e9) + 2e-6
+    rdma = tokens * 1 * (1 - (8 * 7) / (16 * 15)) / (F.FLEX_RDMA_SHARE * 50e9) + 5e-6
+    assert F.flex_alltoall_s(1e6, 8.0, 1.0, net4, 2.0, 16.0) == pytest.approx(max(nvl, rdma), rel=1e-12)
+    # one rank per node (stride a node): no NVLink part, 7 other nodes
+    rdma1 = tokens * 7 * (1 - (14 * 13) / (16 * 15)) / (F.FLEX_RDMA_SHARE * 50e9) + 5e-6
+    assert F.flex_alltoall_s(1e6, 8.0, 8.0, net, 2.0, 16.0) == pytest.approx(rdma1, rel=1e-12)
+    assert F.flex_alltoall_s(1e6, 1.0, 1.0, net, 2.0, 16.0) == 0.0
+
+
+def _simulate_streams(times, x, dt=1e-4):
+    """Time-stepped reference: the compute stream runs af, mb, mw, mf, ab and the communication
+    stream cb, df, db, cf in order, each op waiting for its inputs; a compute op advances at
+    ``1 - x`` while a communication op is running."""
+    order = {"comp": ["af", "mb", "mw", "mf", "ab"], "comm": ["cb", "df", "db", "cf"]}
+    deps = {"af": [], "cb": [], "mb": ["cb"], "df": ["af"], "mw": ["mb"], "db": ["mb"], "mf": ["df"],
+            "cf": ["mf"], "ab": ["db"]}
+    left = dict(times)
+    done = {k: v <= 0.0 for k, v in times.items()}
+    idx = {"comp": 0, "comm": 0}
+    t = 0.0
+    while not all(done.values()):
+        cur = {}
+        for s, ops in order.items():
+            while idx[s] < len(ops) and done[ops[idx[s]]]:
+                idx[s] += 1
+            if idx[s] < len(ops):
+                op = ops[idx[s]]
+                if all(done[d] for d in deps[op]):
+                    cur[s] = op
+        comm_on = "comm" in cur
+        for s, op in cur.items():
+            rate = (1.0 - x) if (s == "comp" and comm_on) else 1.0
+            left[op] -= rate * dt
+            if left[op] <= 1e-12:
+                done[op] = True
+        t += dt
+        if t > 100.0:
+            raise RuntimeError("the reference did not finish")
+    return t
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("x", [0.0, 0.15])
+def test_ep_overlap_pair_matches_a_stepped_simulation(seed, x):
+    rng = np.random.default_rng(seed)
+    names = ["af", "df", "mf", "cf", "cb", "mb", "mw", "db", "ab"]
+    vals = rng.uniform(0.01, 0.3, size=9)
+    if seed % 3 == 0:
+        vals[[1, 3, 4, 7]] *= 4.0          # communication-bound layers
+    times = dict(zip(names, vals))
+    got = F.ep_overlap_pair_s(*vals, x)
+    assert got == pytest.approx(_simulate_streams(times, x), abs=2e-3)
+    assert got <= vals.sum() + 1e-12
+
+
+def test_ep_overlap_pair_limits_by_hand():
+    """No communication: the compute one after another; no compute: the four all-to-alls one
+    after another; communication shorter than the compute beside it and no slow-down: hidden."""
+    assert F.ep_overlap_pair_s(1.0, 0.0, 2.0, 0.0, 0.0, 3.0, 4.0, 0.0, 5.0, 0.2) == pytest.approx(15.0)
+    assert F.ep_overlap_pair_s(0.0, 1.0, 0.0, 2.0, 3.0, 0.0, 0.0, 4.0, 0.0, 0.2) == pytest.approx(10.0)
+    # cb 0.5 beside af 1; df 0.5 beside mb 1; db 0.5 beside mw 1; mf 1; cf 0.5 beside ab 1
+    assert F.ep_overlap_pair_s(1.0, 0.5, 1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 1.0, 0.0) == pytest.approx(5.0)
+    # the same with the communication kernels holding a fifth of the SMs: each compute op
+    # beside a 0.5 s all-to-all does 0.4 of work in it, then 0.6 more: 1.1 s (mf runs alone)
+    assert F.ep_overlap_pair_s(1.0, 0.5, 1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 1.0, 0.2) == pytest.approx(4 * 1.1 + 1.0)
+
+
+def test_overlapped_pairs_of_a_stage_by_hand():
+    """A unit row saving 1 s a layer pair: pp 2 x v 2, m 4 microbatches (8 chunks a stage):
+    stage 0 warms up 2 (2 - 0 - 1) + (2 - 1) 2 + 1 = 5 chunks, leaving 3 pairs = 1.5 microbatches
+    of 4 layers: 6 s; stage 1 warms up 3: 2.5 x 4 = 10 s.  Without a pipeline, every microbatch
+    but the first: (4 - 1) x 4."""
+    u = np.zeros(F.NU)
+    u[F.U_LF], u[F.U_LB], u[F.U_LTPF], u[F.U_LTPB] = 1.0, 2.0, 3.0, 3.0
+    net = np.array([8.0, 1e12, 1e11, 0.0, 0.0, 0.0])
+    hw = np.zeros(F.NH)
+    hw[F.H_HBM], hw[F.H_MEMBW] = 1e30, 1e12
+    out = np.zeros(F.NB)
+
+    def cost(save, s, pp, v):
+        u[F.U_EPO] = save
+        return F.stage_terms(u, net, hw, 4.0, s == 0, s == pp - 1, s, pp, v, 4, 1.0, 1.0, 0, 1.0, 0, out)[0]
+    assert cost(0.0, 0, 2, 2) - cost(1.0, 0, 2, 2) == pytest.approx(6.0)
+    assert cost(0.0, 1, 2, 2) - cost(1.0, 1, 2, 2) == pytest.approx(10.0)
+    assert cost(0.0, 0, 1, 1) - cost(1.0, 0, 1, 1) == pytest.approx(12.0)
+    # the placement search's lower bound stays below the cost
+    u[F.U_EPO] = 1.0
+    assert F.unit_work(u, 4) * 4 <= cost(1.0, 0, 1, 1) + 1e-12
+
+
+def _plan(eng, spec=None):
+    spec = spec or PlanSpec(8, 1, 1, 2, expert_parallel=8)
+    return evaluate(MOE, "H100", cluster.preset("dgx-h100", 1), spec, 64, engine=eng)
+
+
+def test_flex_and_overlap_in_a_plan():
+    """One expert per rank, top-2: the flex dispatcher sends each token to exactly its 2 ranks,
+    its own included, at 0.68 of the intra-node rate; NCCL's all-to-all 2 copies, 7/8 of them
+    to other ranks, at the full rate.  The overlap saves (m - 1) pair savings of every layer
+    (no pipeline), never more than the all-to-alls' time."""
+    base = engine.preset("megatron-core")
+    flex = engine.with_moe_dispatch(base, "flex")
+    ovl = engine.with_moe_dispatch(base, "flex", True)
+    assert flex.name == "megatron-core-flex" and ovl.name == "megatron-core-flex-a2a-overlap"
+    p_flex, p_ovl = _plan(flex), _plan(ovl)
+    cl = cluster.preset("dgx-h100", 1)
+    u = unit_costs(MOE, hardware.H100, cl, (1,), (2,), engine=ovl, expert_parallel=8)[0, 0, 0, 0]
+    u_nccl = unit_costs(MOE, hardware.H100, cl, (1,), (2,), engine=base, expert_parallel=8)[0, 0, 0, 0]
+    u_flex = unit_costs(MOE, hardware.H100, cl, (1,), (2,), engine=flex, expert_parallel=8)[0, 0, 0, 0]
+    net = cl.net_array(hardware.H100)
+    tokens = 2 * 64 * 256 * 2                 # microbatch 2 x 64 tokens x 256 hidden x 2 bytes
+    a2a_nccl = F.alltoall_s(2.0 * tokens, 8.0, 1.0, net)
+    a2a_flex = F.flex_alltoall_s(2.0 * tokens, 8.0, 1.0, net, 2.0, 8.0)
+    assert a2a_flex == pytest.approx(2 * tokens / (F.FLEX_NVLINK_SHARE * net[F.N_BWI]) + net[F.N_LATI])
+    # four all-to-alls a layer (dispatch and combine, forward and backward)
+    assert (u_flex[F.U_LTPF] + u_flex[F.U_LTPB]) - (u_nccl[F.U_LTPF] + u_nccl[F.U_LTPB]) == pytest.approx(
+        4 * (a2a_flex - a2a_nccl), rel=1e-9)
+    assert 0.0 < u[F.U_EPO] <= u[F.U_LTPF] + u[F.U_LTPB]
+    m = p_ovl.num_microbatches
+    saved = (m - 1) * MOE.num_layers * u[F.U_EPO]
+    assert p_flex.step_time_s - p_ovl.step_time_s == pytest.approx(saved, rel=1e-9)
+    assert p_flex.breakdown["tp_comm_s"] - p_ovl.breakdown["tp_comm_s"] == pytest.approx(saved, rel=1e-9)
+
+
+def test_overlap_refusals():
+    ovl = engine.with_moe_dispatch(engine.preset("megatron-core"), "alltoall", True)
+    with pytest.raises(ValueError, match="expert_parallel > 1"):
+        _plan(ovl, PlanSpec(8, 1, 1, 2))
+    with pytest.raises(ValueError, match="virtual_stages > 1"):
+        _plan(ovl, PlanSpec(4, 1, 2, 2, expert_parallel=4))
+    with pytest.raises(ValueError, match="full recompute"):
+        _plan(ovl, PlanSpec(8, 1, 1, 2, expert_parallel=8, recompute="full"))
+    with pytest.raises(ValueError, match="does not restrict"):
+        from cosearch.placement import search_plans
+        search_plans(MOE, "H100", cluster.preset("dgx-h100", 1), 64, engine=ovl)
+    with pytest.raises(ValueError, match="moe_dispatcher"):
+        engine.Engine(moe_dispatcher="deepep")
+    with pytest.raises(ValueError, match="moe_comm_sms"):
+        engine.Engine(moe_comm_sms=-1)
+    assert engine.moe_comm_sms(engine.Engine(moe_dispatcher="flex"), False) == 24
+    assert engine.moe_comm_sms(engine.Engine(moe_dispatcher="flex"), True) == 8
+    assert engine.moe_comm_sms(engine.Engine(), True) == 32
+
+
+def test_the_reader_sets_dispatch_from_the_notes():
+    from cosearch.runs.rows import describe_row
+    row = {"id": "t", "src": "x", "model": "Tiny", "arch": "MoE", "software": "Megatron-Bridge / NeMo 26.04 container",
+           "accel": "H100-SXM-80GB", "gpus_per_node": 8, "n_gpus": 16, "layers": 4, "hidden": 256, "heads": 8,
+           "kv_heads": 2, "ffn": None, "moe_ffn": 128, "num_experts": 8, "experts_per_token": 2,
+           "shared_experts": 0, "moe_layers": "all", "vocab": 1000, "seq": 64, "gbs": 64, "mbs": 2, "tp": 1,
+           "pp": 1, "cp": 1, "ep": 8, "dp": 16, "precision": "BF16", "recompute": "none", "zero": 1,
+           "tok_s_gpu": 1000.0, "complete": True,
+           "notes": "moe dispatcher backend=hybridep; EP a2a overlap on; token-dropless"}
+    try:
+        d = describe_row(row)
+    except Exception as e:          # the reader's own refusal names a missing field, never a traceback
+        pytest.fail(f"the row was refused: {e}")
+    assert d.engine.moe_dispatcher == "flex" and d.engine.overlap_moe_a2a
+    row["notes"] = "token-dropless"
+    d = describe_row(row)
+    assert d.engine.moe_dispatcher == "alltoall" and not d.engine.overlap_moe_a2a
+    assert math.isfinite(evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine).step_time_s)
