@@ -580,8 +580,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         for j, mb in enumerate(mbs):
                             scale = float(mb) if affine else 1.0      # gs holds one sequence when affine
 
-                            def a2a(op, net=net, scale=scale):
-                                return _collective_s("alltoall", op.bytes_read * scale, t, net, ep, ep_stride, route)
+                            def a2a(op, net=net, scale=scale, t=t, stride=ep_stride):
+                                return _collective_s("alltoall", op.bytes_read * scale, t, net, ep, stride, route)
                             a2a_all = sum(a2a(op) for g in (fg, bg) for op in g.ops if op.kind == "alltoall")
                             if time_model != "sum" or priced is None:
                                 u[i, j, F.U_EPO] = a2a_all

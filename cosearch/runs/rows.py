@@ -13,7 +13,14 @@ from __future__ import annotations
 import re
 
 from .. import cluster, hardware, models
-from ..engine import Engine, llm_foundry, megatron_core, preset, with_moe_dispatch, with_recompute_modules
+from ..engine import (
+    Engine,
+    llm_foundry,
+    megatron_core,
+    preset,
+    with_moe_dispatch,
+    with_recompute_modules,
+)
 from .config import RunConfig, RunDescription
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",

@@ -1,0 +1,420 @@
+"""Which system to build for today's training: the chip's memory, the rack and the plan, searched
+together (issue #42, at system level).
+
+A :class:`SystemDesign` is a chip (a preset, or a variant with other HBM: :func:`hbm_variant`)
+in switched scale-up domains of ``scale_up`` chips (NVLink-style) at ``scale_up_Bps`` per chip,
+the domains joined by ``scale_out_Bps`` per chip.  :func:`codesign` gives every system of a list
+its best training plan at a fixed chip count over the modern plan space — number format, tensor,
+pipeline, context and expert parallelism, ZeRO, virtual stages, recompute per stage — with the
+exact plan search (:func:`cosearch.placement.search_plans`, each system's best plan proven), and
+ranks the systems by throughput, throughput per watt and, with a :class:`CostModel`, throughput
+per dollar over their lifetime; :meth:`CodesignResults.pareto` is the front over the objectives.
+:func:`system_space` spans a design space around a base system (domain size x scale-out
+bandwidth x HBM); :data:`FIXED_SYSTEMS` are the systems one can buy, the honest baselines: the
+same plan space, the same performance and power model.
+
+Power (watts per chip, a TDP-style bound as :class:`cosearch.hardware.AreaPowerModel` prices
+designs): the chip's rated power (:data:`RATED_POWER_W`, its datasheet's), plus what its HBM
+and links draw beyond the base chip's at full bandwidth — HBM at
+``AreaPowerModel.hbm_energy_j_per_bit`` (4 pJ/bit) and SerDes at ``link_energy_j_per_bit``
+(5 pJ/bit, both directions), the scale-out links counted whole (the base chip's rating holds its
+own NVLink, not its NIC).  Switches, optics, CPUs and cooling are not modelled: per-watt figures
+compare chips and links, not data centres.
+
+Cost (:class:`CostModel`, only when given): capex per chip slot of the system
+(``SystemDesign.chip_usd``), plus HBM per GB and links per GB/s beyond the base chip's, plus the
+energy over ``lifetime_years`` at ``usd_per_kwh`` times ``pue``.  No price is built in: no
+public price list exists, so every price is the user's input and is echoed in the result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from . import _validate as v
+from .cluster import Cluster
+from .hardware import Accelerator, AreaPowerModel
+from .hardware import preset as chip_preset
+from .models import ModelConfig
+from .models import preset as model_preset
+
+__all__ = ["SystemDesign", "CostModel", "SystemResult", "CodesignResults", "codesign", "system_space",
+           "hbm_variant", "HBM_STACKS", "RATED_POWER_W", "FIXED_SYSTEMS", "fixed_system", "OBJECTIVES"]
+
+#: Per-stack HBM options: (capacity bytes, bandwidth B/s, source).
+HBM_STACKS: dict[str, tuple[float, float, str]] = {
+    "hbm3-8h": (16e9, 0.67e12, "H100 SXM: 80 GB on 5 active stacks at 3.35 TB/s (NVIDIA H100 datasheet)"),
+    "hbm3e-8h": (24e9, 1.0e12, "B200: 192 GB on 8 stacks at 8 TB/s (NVIDIA DGX B200 datasheet: 1,440 GB per 8 "
+                              "GPUs, HGX B200 specifications)"),
+    "hbm3e-12h": (36e9, 1.0e12, "B300 / GB300: 288 GB on 8 stacks at 8 TB/s (NVIDIA GB300 NVL72 and DGX B300 "
+                                "specifications)"),
+    "hbm4-12h": (36e9, 2.0e12, "JEDEC JESD270-4 HBM4 (April 2025): a 2,048-bit interface at up to 8 Gb/s per pin, "
+                               "2 TB/s per stack; 12-high stacks of 24 Gb dies, 36 GB"),
+}
+
+#: Rated board power of each chip (W): NVIDIA H100 SXM5 700 W (H100 datasheet); B200 1,000 W (DGX
+#: B200: 8 GPUs at 1,000 W each); GB200 1,200 W (GB200 NVL72 specifications, the Blackwell GPU's
+#: power in the superchip); B300 1,100 W (HGX B300 specifications); GB300 1,400 W
+#: (facebookexperimental/triton pull request #2023: ``default_limit == max_limit == 1400 W`` on
+#: an ``NVIDIA GB300``).
+RATED_POWER_W: dict[str, float] = {"H100": 700.0, "H200": 700.0, "B200": 1000.0, "GB200": 1200.0, "B300": 1100.0,
+                                   "GB300": 1400.0}
+
+#: What :func:`codesign` ranks by.
+OBJECTIVES = ("tokens_per_s", "tokens_per_joule", "tokens_per_usd")
+
+
+@dataclass(frozen=True)
+class SystemDesign:
+    """A chip in racks (see the module docstring).  ``base``: the chip preset's name the design
+    varies (its rated power and links are the reference of the power and cost deltas; default
+    the chip's own name).  ``scale_up_efficiency`` / ``scale_out_efficiency``: the achievable
+    fractions of the links (NCCL's, as :mod:`cosearch.cluster`'s presets: 0.80 NVLink, 0.90
+    InfiniBand).  ``chip_power_w``: None takes :data:`RATED_POWER_W` of the base chip.
+    ``chip_usd``: capex per chip slot (None: not priced)."""
+
+    chip: Accelerator
+    scale_up: int
+    scale_out_Bps: float
+    scale_up_Bps: float | None = None
+    name: str = ""
+    base: str = ""
+    chip_power_w: float | None = None
+    chip_usd: float | None = None
+    scale_up_efficiency: float = 0.80
+    scale_out_efficiency: float = 0.90
+    fixed: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chip, Accelerator):
+            object.__setattr__(self, "chip", chip_preset(self.chip))
+        object.__setattr__(self, "scale_up", v.positive_int("SystemDesign.scale_up", self.scale_up, 1 << 16))
+        object.__setattr__(self, "scale_out_Bps", v.bandwidth("SystemDesign.scale_out_Bps", self.scale_out_Bps))
+        up = self.chip.link_bandwidth_Bps if self.scale_up_Bps is None else self.scale_up_Bps
+        object.__setattr__(self, "scale_up_Bps", v.bandwidth("SystemDesign.scale_up_Bps", up))
+        object.__setattr__(self, "base", self.base or self.chip.name)
+        for f in ("scale_up_efficiency", "scale_out_efficiency"):
+            v.fraction(f"SystemDesign.{f}", getattr(self, f))
+        if self.chip_power_w is None:
+            if self.base not in RATED_POWER_W:
+                raise ValueError(f"SystemDesign: no rated power for chip {self.base!r} (known: "
+                                 f"{', '.join(RATED_POWER_W)}); give chip_power_w")
+            object.__setattr__(self, "chip_power_w", RATED_POWER_W[self.base])
+        v.positive_float("SystemDesign.chip_power_w", self.chip_power_w)
+        if self.chip_usd is not None:
+            v.positive_float("SystemDesign.chip_usd", self.chip_usd)
+        if not self.name:
+            object.__setattr__(self, "name", self.describe())
+
+    def describe(self) -> str:
+        c = self.chip
+        return (f"{c.name} x{self.scale_up} up {self.scale_up_Bps / 1e9:g} GB/s out {self.scale_out_Bps / 1e9:g} GB/s "
+                f"HBM {c.hbm_bytes / 1e9:g} GB {c.hbm_bandwidth_Bps / 1e12:g} TB/s")
+
+    def domain(self, chips: int) -> int:
+        """Chips per scale-up domain in a job of ``chips``: ``scale_up``, or the largest divisor
+        of ``chips`` below it (a job of 8,192 GPUs on 72-GPU racks uses 64 of each, as published
+        NVL72 runs of 64-GPU multiples do)."""
+        if chips <= self.scale_up:
+            return chips
+        return max(d for d in v.divisors(chips) if d <= self.scale_up)
+
+    def cluster(self, chips: int) -> Cluster:
+        n = v.positive_int("chips", chips, v.MAX_CHIPS)
+        per = self.domain(n)
+        return Cluster(n, per, self.scale_up_Bps, self.scale_out_Bps if per < n else None, link_latency_s=3e-6,
+                       inter_latency_s=6e-6, intra_efficiency=self.scale_up_efficiency,
+                       inter_efficiency=self.scale_out_efficiency, name=f"{self.name} {n}")
+
+    def power_w(self, ap: AreaPowerModel | None = None) -> float:
+        """Watts per chip: the rated power plus the HBM and link deltas (module docstring)."""
+        ap = ap or AreaPowerModel()
+        ref = chip_preset(self.base) if self.base in _PRESET_NAMES() else self.chip
+        hbm = (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit
+        up = (self.scale_up_Bps - ref.link_bandwidth_Bps) * 2 * 8 * ap.link_energy_j_per_bit
+        out = self.scale_out_Bps * 2 * 8 * ap.link_energy_j_per_bit
+        return float(self.chip_power_w + hbm + up + out)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: x for k, x in asdict(self).items() if k != "chip"}
+        d["chip"] = self.chip.name
+        d["hbm_bytes"], d["hbm_bandwidth_Bps"] = self.chip.hbm_bytes, self.chip.hbm_bandwidth_Bps
+        return d
+
+
+def _PRESET_NAMES() -> set[str]:
+    from .hardware import preset_names
+    return set(preset_names())
+
+
+def hbm_variant(chip: Accelerator | str, stack: str, stacks: int) -> Accelerator:
+    """``chip`` with ``stacks`` stacks of :data:`HBM_STACKS` ``stack`` (capacity and bandwidth
+    replaced; its name says so)."""
+    c = chip_preset(chip)
+    if stack not in HBM_STACKS:
+        raise ValueError(f"unknown HBM stack {stack!r}; choose one of {', '.join(HBM_STACKS)}")
+    n = v.positive_int("stacks", stacks, 64)
+    cap, bw, _ = HBM_STACKS[stack]
+    return c.with_(name=f"{c.name}+{n}x{stack}", hbm_bytes=n * cap, hbm_bandwidth_Bps=n * bw)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Total cost of ownership (see the module docstring): every price is the caller's.
+    ``hbm_usd_per_gb``, ``scale_up_usd_per_GBps`` and ``scale_out_usd_per_GBps`` price a design's
+    HBM and links beyond its base chip's (the base's are in its ``chip_usd``; scale-out counted
+    whole, as :meth:`SystemDesign.power_w` does)."""
+
+    usd_per_kwh: float
+    lifetime_years: float
+    pue: float = 1.0
+    hbm_usd_per_gb: float = 0.0
+    scale_up_usd_per_GBps: float = 0.0
+    scale_out_usd_per_GBps: float = 0.0
+
+    def __post_init__(self) -> None:
+        v.nonneg_float("CostModel.usd_per_kwh", self.usd_per_kwh)
+        v.in_range("CostModel.lifetime_years", self.lifetime_years, 1e-3, 50.0, "years")
+        v.in_range("CostModel.pue", self.pue, 1.0, 5.0, "")
+        for f in ("hbm_usd_per_gb", "scale_up_usd_per_GBps", "scale_out_usd_per_GBps"):
+            v.nonneg_float(f"CostModel.{f}", getattr(self, f))
+
+    @property
+    def lifetime_s(self) -> float:
+        return self.lifetime_years * 365.25 * 86400.0
+
+    def usd_per_chip(self, s: SystemDesign, power_w: float) -> float | None:
+        """Lifetime cost of one chip slot of ``s`` (None when ``s`` has no ``chip_usd``)."""
+        if s.chip_usd is None:
+            return None
+        ref = chip_preset(s.base) if s.base in _PRESET_NAMES() else s.chip
+        capex = (s.chip_usd + (s.chip.hbm_bytes - ref.hbm_bytes) / 1e9 * self.hbm_usd_per_gb
+                 + (s.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * self.scale_up_usd_per_GBps
+                 + s.scale_out_Bps / 1e9 * self.scale_out_usd_per_GBps)
+        energy = power_w * self.pue * self.lifetime_s / 3.6e6 * self.usd_per_kwh
+        return float(capex + energy)
+
+
+@dataclass
+class SystemResult:
+    """One system's best plan and objectives (``plan`` None: no plan runs; ``reason`` says why)."""
+
+    system: SystemDesign
+    plan: Any
+    chips: int
+    power_w: float
+    reason: str = ""
+    usd: float | None = None
+    lifetime_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.plan.tokens_per_s if self.plan is not None else 0.0
+
+    @property
+    def tokens_per_joule(self) -> float:
+        return self.tokens_per_s / (self.power_w * self.chips) if self.plan is not None else 0.0
+
+    @property
+    def tokens_per_usd(self) -> float | None:
+        if self.plan is None or self.usd is None:
+            return None
+        return self.tokens_per_s * self.lifetime_s / (self.usd * self.chips)
+
+    def objective(self, name: str) -> float:
+        x = getattr(self, v.choice("objective", name, OBJECTIVES))
+        return -math.inf if x is None else float(x)
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.plan
+        return {"system": self.system.to_dict(), "chips": self.chips, "power_w_per_chip": self.power_w,
+                "usd_per_chip": self.usd, "reason": self.reason,
+                "plan": None if p is None else p.spec.describe(), "step_time_s": None if p is None else p.step_time_s,
+                "tokens_per_s": self.tokens_per_s, "tokens_per_joule": self.tokens_per_joule,
+                "tokens_per_usd": self.tokens_per_usd, "mfu": None if p is None else p.mfu}
+
+
+@dataclass
+class CodesignResults:
+    """Every system's result, in the order given; ``interrupted``: Ctrl-C stopped the search
+    (the systems done so far are kept)."""
+
+    model: str
+    chips: int
+    global_batch: int
+    rows: list[SystemResult]
+    cost: CostModel | None = None
+    interrupted: bool = False
+    meta: dict = field(default_factory=dict)
+
+    def ranked(self, objective: str = "tokens_per_s") -> list[SystemResult]:
+        """Systems with a plan, best first by ``objective`` (:data:`OBJECTIVES`); per dollar only
+        the priced ones."""
+        rows = [r for r in self.rows if r.plan is not None and r.objective(objective) > -math.inf]
+        return sorted(rows, key=lambda r: (-r.objective(objective), r.system.name))
+
+    def best(self, objective: str = "tokens_per_s") -> SystemResult | None:
+        r = self.ranked(objective)
+        return r[0] if r else None
+
+    def pareto(self, objectives: Sequence[str] = ("tokens_per_s", "tokens_per_joule")) -> list[SystemResult]:
+        """The systems no other beats or ties on every objective while beating on one."""
+        rows = [r for r in self.rows if r.plan is not None and all(r.objective(o) > -math.inf for o in objectives)]
+        vals = [tuple(r.objective(o) for o in objectives) for r in rows]
+        front = [r for i, r in enumerate(rows)
+                 if not any(all(b >= a for a, b in zip(vals[i], vals[j])) and vals[j] != vals[i]
+                            for j in range(len(rows)))]
+        return sorted(front, key=lambda r: -r.objective(objectives[0]))
+
+    def gains(self, objective: str = "tokens_per_s") -> dict[str, float]:
+        """The best system's ``objective`` over each fixed system's (ratio; those without a plan
+        or a price left out)."""
+        b = self.best(objective)
+        out = {}
+        for r in self.rows:
+            if r.system.fixed and b is not None and r.plan is not None and r.objective(objective) > 0:
+                out[r.system.name] = b.objective(objective) / r.objective(objective)
+        return out
+
+    def table(self, top: int = 10, objective: str = "tokens_per_s") -> str:
+        lines = [f"{self.model} on {self.chips} chips, global batch {self.global_batch}: best by {objective}"
+                 + (" (interrupted)" if self.interrupted else "")]
+        lines.append(f"{'system':<58} {'tok/s/chip':>10} {'tok/J':>8} {'tok/$':>10}  plan")
+        for r in self.ranked(objective)[:top]:
+            usd = r.tokens_per_usd
+            lines.append(f"{r.system.name[:58]:<58} {r.tokens_per_s / r.chips:10.0f} {r.tokens_per_joule:8.2f} "
+                         f"{'-' if usd is None else f'{usd:10.4g}':>10}  {r.plan.spec.describe()}"
+                         + ("  [fixed]" if r.system.fixed else ""))
+        for r in self.rows:
+            if r.plan is None:
+                lines.append(f"  no plan: {r.system.name}: {r.reason}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
+                "cost": None if self.cost is None else asdict(self.cost), "interrupted": self.interrupted,
+                "meta": self.meta, "rows": [r.to_dict() for r in self.rows]}
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write :meth:`to_dict` as JSON (an existing file only with ``overwrite``)."""
+        v.new_file(path, overwrite)
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+
+def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> dict[str, Any]:
+    """The modern plan space :func:`codesign` searches by default: the number formats the chip
+    has among bf16 and FP8, Megatron-Core (flash attention, sequence parallelism, ZeRO-1),
+    virtual stages 1, 2 and 4, context parallelism 1 and 2, and for an MoE model every
+    power-of-two expert-parallel degree dividing its experts (up to 64 and the chip count)."""
+    precs = ("bf16", "fp8") if chip.efficiency.fp8_rate > 0 else ("bf16",)
+    eps: tuple[int, ...] = (1,)
+    if model.moe:
+        eps = tuple(2 ** i for i in range(7) if model.num_experts % 2 ** i == 0 and 2 ** i <= min(64, chips))
+    return dict(precision=precs, engine="megatron-core", flash_attention=True, sequence_parallel=(True,),
+                zero=(1,), virtual_stages=(1, 2, 4), context_parallel=(1, 2), expert_parallel=eps)
+
+
+def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: int, global_batch: int, *,
+             plan_options: dict[str, Any] | None = None, cost: CostModel | None = None,
+             area_power: AreaPowerModel | None = None, progress: bool = False) -> CodesignResults:
+    """Each system's best plan for ``model`` on ``chips`` chips at ``global_batch`` sequences
+    (see the module docstring).  ``plan_options``: :func:`cosearch.placement.search_plans`'s
+    options for every system (None: :func:`default_plan_options` per chip; a precision the chip
+    lacks is dropped for it, and a system left with none is reported, not raised).  Ctrl-C
+    returns the systems done so far (``interrupted``)."""
+    from .placement import search_plans
+    model = model_preset(model)
+    chips = v.positive_int("chips", chips, v.MAX_CHIPS)
+    global_batch = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
+    systems = list(systems)
+    if not systems:
+        raise ValueError("codesign: no systems given")
+    for s in systems:
+        if not isinstance(s, SystemDesign):
+            raise ValueError(f"codesign: systems must be SystemDesign, got {type(s).__name__}")
+    if cost is not None and not isinstance(cost, CostModel):
+        raise ValueError(f"codesign: cost must be a CostModel, got {type(cost).__name__}")
+    ap = area_power or AreaPowerModel()
+    res = CodesignResults(model.name, chips, global_batch, [], cost,
+                          meta={"plan_options": None if plan_options is None else
+                                {k: (list(x) if isinstance(x, tuple) else getattr(x, "name", x))
+                                 for k, x in plan_options.items()}})
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(systems), desc="systems", unit="system")
+    try:
+        for s in systems:
+            opts = dict(plan_options) if plan_options is not None else default_plan_options(model, s.chip, chips)
+            precs = opts.get("precision", ("bf16",))
+            precs = (precs,) if isinstance(precs, str) else tuple(precs)
+            ok = tuple(p for p in precs if p == "bf16" or (p == "fp8" and s.chip.efficiency.fp8_rate > 0)
+                       or (p == "fp4" and s.chip.efficiency.fp4_rate > 0))
+            pw = s.power_w(ap)
+            usd = cost.usd_per_chip(s, pw) if cost is not None else None
+            row = SystemResult(s, None, chips, pw, usd=usd, lifetime_s=cost.lifetime_s if cost is not None else 0.0)
+            if not ok:
+                row.reason = f"{s.chip.name} has none of the number formats {list(precs)}"
+            else:
+                opts["precision"] = ok
+                try:
+                    r = search_plans(model, s.chip, s.cluster(chips), global_batch, **opts)
+                except ValueError as exc:
+                    row.reason = str(exc)
+                else:
+                    if r.plans:
+                        row.plan = r.plans[0]
+                    else:
+                        row.reason = r.reason
+            res.rows.append(row)
+            if bar is not None:
+                bar.update(1)
+    except KeyboardInterrupt:
+        res.interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+    return res
+
+
+def system_space(base: SystemDesign, scale_up: Sequence[int] = (8, 16, 36, 72, 144),
+                 scale_out_Bps: Sequence[float] = (50e9, 100e9, 200e9),
+                 hbm: Sequence[tuple[str, int] | None] = (None,)) -> list[SystemDesign]:
+    """Designs around ``base``: every scale-up domain size x scale-out bandwidth x HBM (a
+    (:data:`HBM_STACKS` name, stacks) pair, or None for the base chip's), named after what
+    changed; ``base``'s chip power and price carry over (the deltas are priced by
+    :meth:`SystemDesign.power_w` and :class:`CostModel`)."""
+    out = []
+    for h in hbm:
+        chip = base.chip if h is None else hbm_variant(base.chip, *h)
+        for d in scale_up:
+            for bw in scale_out_Bps:
+                out.append(replace(base, chip=chip, scale_up=d, scale_out_Bps=bw, name="", fixed=False))
+    return out
+
+
+#: Systems one can buy, as the cluster presets price them (NVIDIA datasheets: DGX H100 and DGX
+#: B200 with 8 GPUs per NVLink domain and a 400 Gb/s NIC per GPU; GB200 NVL72 with 72 per domain
+#: and 400 Gb/s per GPU; GB300 NVL72 with 800 Gb/s ConnectX-8 per GPU; DGX B300 likewise).
+FIXED_SYSTEMS: dict[str, dict[str, Any]] = {
+    "dgx-h100": dict(chip="H100", scale_up=8, scale_out_Bps=50e9),
+    "dgx-b200": dict(chip="B200", scale_up=8, scale_out_Bps=50e9),
+    "dgx-b300": dict(chip="B300", scale_up=8, scale_out_Bps=100e9),
+    "gb200-nvl72": dict(chip="GB200", scale_up=72, scale_out_Bps=50e9),
+    "gb300-nvl72": dict(chip="GB300", scale_up=72, scale_out_Bps=100e9),
+}
+
+
+def fixed_system(name: str, chip_usd: float | None = None) -> SystemDesign:
+    """The :data:`FIXED_SYSTEMS` entry ``name`` (with a price per chip slot, if given)."""
+    if name not in FIXED_SYSTEMS:
+        raise ValueError(f"unknown fixed system {name!r}; choose one of {', '.join(FIXED_SYSTEMS)}")
+    f = FIXED_SYSTEMS[name]
+    return SystemDesign(chip_preset(f["chip"]), f["scale_up"], f["scale_out_Bps"], name=name, chip_usd=chip_usd,
+                        fixed=True)

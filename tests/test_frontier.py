@@ -1,0 +1,130 @@
+"""System-level co-design (cosearch.frontier): the power, cost and domain rules worked by hand,
+and the search over systems x plans against brute force through evaluate() (top 2)."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from cosearch import frontier as fr
+from cosearch import hardware, models
+from cosearch.plan import PlanSpec, evaluate
+from tests.test_placement import MODES, _compositions, _divs, cached_units  # noqa: F401  (fixture)
+
+MOE = models.ModelConfig("moe", 2, 64, 4, 128, 512, 64, kv_heads=2, activation="swiglu", position="rotary",
+                         norm="rmsnorm", bias=False, dropout=False, num_experts=4, experts_per_token=2,
+                         moe_ffn_hidden=64)
+
+
+def test_power_by_hand():
+    """GB200 (1,200 W) with 8 HBM4 stacks (16 TB/s, 8 more than its 8 TB/s at 4 pJ/bit: 256 W),
+    its own NVLink, 50 GB/s of scale-out both ways at 5 pJ/bit (4 W)."""
+    s = fr.system_space(fr.fixed_system("gb200-nvl72"), scale_up=(72,), scale_out_Bps=(50e9,),
+                        hbm=(("hbm4-12h", 8),))[0]
+    assert s.chip.hbm_bandwidth_Bps == pytest.approx(16e12) and s.chip.hbm_bytes == pytest.approx(288e9)
+    assert s.power_w() == pytest.approx(1200 + 8e12 * 8 * 4e-12 + 50e9 * 2 * 8 * 5e-12)
+    # NVLink at half the GB200's 900 GB/s: 450 GB/s less both ways at 5 pJ/bit
+    half = fr.SystemDesign(hardware.GB200, 72, 50e9, scale_up_Bps=450e9)
+    assert half.power_w() == pytest.approx(1200 - 450e9 * 2 * 8 * 5e-12 + 4.0)
+    with pytest.raises(ValueError, match="rated power"):
+        fr.SystemDesign(hardware.TPUv5p, 64, 50e9)
+    assert fr.SystemDesign(hardware.TPUv5p, 64, 50e9, chip_power_w=500.0).power_w() == pytest.approx(504.0 + (
+        50e9 - hardware.TPUv5p.link_bandwidth_Bps) * 0)
+
+
+def test_cost_by_hand():
+    """$40,000 a slot, 96 GB more HBM at $10/GB, 100 GB/s of scale-out at $20 per GB/s, 1,000 W
+    for 4 years at $0.10/kWh and PUE 1.2: 40,000 + 960 + 2,000 + 1.0 kW x 1.2 x 35,064 h x 0.1."""
+    cm = fr.CostModel(usd_per_kwh=0.10, lifetime_years=4, pue=1.2, hbm_usd_per_gb=10, scale_out_usd_per_GBps=20)
+    s = fr.SystemDesign(hardware.GB200.with_(hbm_bytes=282e9), 72, 100e9, base="GB200", chip_usd=40_000)
+    hours = 4 * 365.25 * 24
+    assert cm.usd_per_chip(s, 1000.0) == pytest.approx(40_000 + 96 * 10 + 100 * 20 + 1.0 * 1.2 * hours * 0.1)
+    assert cm.usd_per_chip(fr.fixed_system("dgx-b200"), 1000.0) is None
+    with pytest.raises(ValueError, match="pue"):
+        fr.CostModel(usd_per_kwh=0.1, lifetime_years=4, pue=0.5)
+
+
+@pytest.mark.parametrize("chips,domain,want", [(8192, 72, 64), (8192, 144, 128), (8192, 36, 32), (100, 72, 50),
+                                               (64, 72, 64), (7, 8, 7)])
+def test_domain_by_hand(chips, domain, want):
+    s = fr.SystemDesign(hardware.GB200, domain, 50e9)
+    assert s.domain(chips) == want
+    cl = s.cluster(chips)
+    assert cl.num_chips == chips and (cl.chips_per_node == want)
+
+
+def _brute_best(system, batch):
+    """Every (precision, ep, zero, dp, mb, tp, pp, split, recompute) plan through evaluate();
+    the best step of those that fit the system's HBM."""
+    chip, cl = system.chip, system.cluster(4)
+    best = np.inf
+    for prec, ep, z, dp, mb, tp in itertools.product(("bf16", "fp8"), (1, 2, 4), (0, 1), _divs(batch), _divs(batch),
+                                                     (1, 2)):
+        if batch % (dp * mb) or dp % ep:
+            continue
+        for pp in range(1, 3):
+            if dp * tp * pp > cl.num_chips:
+                continue
+            for split in _compositions(2, pp, 1):
+                for rc in itertools.product(MODES, repeat=pp):
+                    spec = PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
+                                    expert_parallel=ep, precision=prec)
+                    p = evaluate(MOE, chip, cl, spec, batch, engine="megatron-core")
+                    if p.feasible:
+                        best = min(best, p.step_time_s)
+    return best
+
+
+@pytest.mark.usefixtures("cached_units")
+def test_codesign_equals_brute_force_top2():
+    """Three systems (NVLink domains of 2 and 4 chips, slow and fast scale-out, two HBM sizes, the
+    smaller binding): the search's two best systems and their step times are the brute force's."""
+    base = fr.SystemDesign(hardware.H100.with_(hbm_bytes=2.0e6), 4, 5e9, scale_up_Bps=50e9, base="H100")
+    systems = [base, fr.SystemDesign(hardware.H100.with_(hbm_bytes=2.0e6), 2, 1e9, scale_up_Bps=50e9, base="H100"),
+               fr.SystemDesign(hardware.H100.with_(hbm_bytes=1.05e6), 4, 5e9, scale_up_Bps=50e9, base="H100")]
+    batch = 4
+    brute = [_brute_best(s, batch) for s in systems]
+    opts = dict(tps=(1, 2), virtual_stages=(1,), sequence_parallel=(False,), zero=(0, 1), flash_attention=True,
+                engine="megatron-core", expert_parallel=(1, 2, 4), precision=("bf16", "fp8"))
+    res = fr.codesign(MOE, systems, 4, batch, plan_options=opts)
+    got = {r.system.name: r.plan.step_time_s for r in res.rows if r.plan is not None}
+    want_order = [systems[i].name for i in np.argsort(brute) if np.isfinite(brute[i])][:2]
+    assert [r.system.name for r in res.ranked()][:2] == want_order
+    for s, b in zip(systems, brute):
+        if np.isfinite(b):
+            assert got[s.name] == pytest.approx(b, rel=1e-9)
+        else:
+            assert s.name not in got
+    assert len(set(brute)) == 3          # the systems differ
+
+
+def test_results_rank_pareto_save_and_refusals(tmp_path):
+    small = fr.SystemDesign(hardware.H100, 8, 50e9)
+    fast_out = fr.SystemDesign(hardware.H100, 8, 400e9)
+    a100 = fr.SystemDesign(hardware.A100, 8, 25e9, chip_power_w=400.0)
+    opts = dict(tps=(1, 2), virtual_stages=(1,), sequence_parallel=(False,), zero=(1,), flash_attention=True,
+                engine="megatron-core", precision=("fp8",))
+    res = fr.codesign(MOE, [small, fast_out, a100], 16, 16, plan_options=opts,
+                      cost=fr.CostModel(usd_per_kwh=0.1, lifetime_years=4))
+    # the A100 has no FP8: reported, not raised
+    a = [r for r in res.rows if r.system is a100][0]
+    assert a.plan is None and "number formats" in a.reason
+    front = res.pareto()
+    assert all(r.plan is not None for r in front)
+    for r in res.ranked():
+        assert not any(o.tokens_per_s > r.tokens_per_s and o.tokens_per_joule > r.tokens_per_joule for o in front) \
+            or r not in front
+    assert res.best("tokens_per_usd") is None            # no system has a price
+    p = tmp_path / "f.json"
+    res.save(p)
+    d = json.loads(p.read_text())
+    assert len(d["rows"]) == 3 and d["rows"][2]["plan"] is None
+    with pytest.raises(FileExistsError):
+        res.save(p)
+    with pytest.raises(ValueError, match="no systems"):
+        fr.codesign(MOE, [], 16, 16)
+    with pytest.raises(ValueError, match="unknown HBM"):
+        fr.hbm_variant("B200", "hbm9", 8)
+    with pytest.raises(ValueError, match="unknown fixed system"):
+        fr.fixed_system("dgx-z9")
