@@ -37,6 +37,11 @@ with :class:`SearchOptions` (pruning, ILP ranking, checkpoints, executor), :func
 :mod:`reproduce` re-runs PHAZE's experiment; :mod:`baselines` holds TPUv4, Spotlight-style and
 PHAZE's fixed Megatron placement; :func:`design_report` says why a design wins (area by
 component, tile efficiency, on-chip operand bandwidth need).
+Systems for today's training: :func:`codesign` (:mod:`frontier`) gives each
+:class:`SystemDesign` — a chip and its HBM in racks of a scale-up domain size and scale-out
+bandwidth — its best plan over the modern plan space (FP8, CP, EP, ...) and ranks them by
+throughput, per watt and per dollar (the caller's prices), with budgets and Pareto fronts;
+``cosearch reproduce frontier`` tables it against the systems one can buy.
 Federated learning: :mod:`cosearch.fl`.
 
 ``torch``, ``cvxpy`` and ``numba`` are imported only when first needed, so
@@ -92,6 +97,7 @@ _LAZY = {
     "check_runs": ("runs", "check_runs"),
     "measure": ("measure", None), "design_report": ("design_report", "design_report"),
     "phaze_area": ("phaze_area", None),
+    "frontier": ("frontier", None), "codesign": ("frontier", "codesign"), "SystemDesign": ("frontier", "SystemDesign"),
 }
 
 __all__ = [

@@ -683,6 +683,44 @@ def _run_plan(a) -> int:
     return 0 if plans[0].feasible else 3
 
 
+def _reproduce_frontier(a) -> int:
+    """``cosearch reproduce frontier``: the table, then each fixed system's error on the published
+    runs of its chip."""
+    import os
+
+    from . import reproduce
+    from ._validate import output_path
+    out = output_path(a.out or "frontier.json", a.force)
+    models = [x.strip() for x in (a.models or ",".join(reproduce.FRONTIER_MODELS)).split(",") if x.strip()]
+    counts = _int_list(a.chip_counts, "chip-counts")
+    val = a.validation or os.environ.get("COSEARCH_VALIDATION") or ("bench/validation" if os.path.isdir(
+        "bench/validation") else None)
+    if val is not None and os.path.isfile(val):
+        val = os.path.dirname(val)
+    if a.validation is not None and not os.path.isdir(a.validation):
+        raise ValueError(f"--validation {a.validation}: not a folder")
+    budgets = {k: x for k, x in (("chip_power_budget_w", a.chip_power_budget),
+                                 ("rack_power_budget_w", a.rack_power_budget),
+                                 ("die_area_budget_mm2", a.die_area_budget)) if x is not None}
+    print(f"frontier: {len(reproduce.frontier_systems())} systems x {len(models)} models x {len(counts)} chip "
+          "counts; best system per objective and its gain over each fixed system")
+    try:
+        reproduce.frontier(models, counts, out=out, **budgets)
+    except KeyboardInterrupt as exc:
+        from ._interrupt import exit_code
+        print(f"cosearch: interrupted; finished rows are in {out}", file=sys.stderr)
+        return exit_code(exc)
+    errs = reproduce.fixed_system_errors(val)
+    print("\nhow far to trust each fixed system's gain: the model's error on the published runs of its chip "
+          f"({val or 'no validation folder found: --validation DIR'})")
+    for name in reproduce.FIXED_CHIP_TOKEN:
+        e = errs.get(name)
+        print(f"  {name:<12} " + (f"{e['n']:>4} runs  MAE {e['mae']:6.1%}  mean signed {e['mean_signed']:+6.1%}"
+                                  if e else "no published runs checked"))
+    print(f"rows saved in {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     ap = argparse.ArgumentParser(prog="cosearch", description="Hardware/placement co-search for LLM "
@@ -752,11 +790,13 @@ def main(argv: list[str] | None = None) -> int:
     me.add_argument("--force", action="store_true", help="replace existing CSVs in --out")
     sub.add_parser("models", help="list model presets")
     sub.add_parser("presets", help="list chip, cluster and engine presets")
-    rp = sub.add_parser("reproduce", help="re-run a published experiment (phaze: PHAZE's ICML 2024 table)",
+    rp = sub.add_parser("reproduce", help="re-run an experiment (phaze: PHAZE's ICML 2024 table; frontier: which "
+                        "system to build for today's training, against the systems one can buy)",
                         formatter_class=fmt)
-    rp.add_argument("experiment", choices=["phaze"])
-    rp.add_argument("--models", default=",".join(__import__("cosearch.reproduce", fromlist=["x"]).PHAZE_MODELS),
-                    help="comma-separated model presets")
+    rp.add_argument("experiment", choices=["phaze", "frontier"])
+    rp.add_argument("--models", default=None,
+                    help="comma-separated model presets (default: phaze's six; frontier: llama3-405b, deepseek-v3, "
+                         "qwen3-235b-a22b)")
     rp.add_argument("--hbm-gib", default="32,64,80", help="comma-separated HBM scenarios (GiB per chip)")
     rp.add_argument("--space", choices=list(SPACES), default="phaze",
                     help="accelerator space: phaze (PHAZE's, its global buffer feeding 4,096 words per cycle), "
@@ -766,8 +806,19 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--batch", type=_positive, default=4096, help="global batch (sequences)")
     rp.add_argument("--refine-top", type=_count, default=3, help="designs re-planned with ILP layer times")
     rp.add_argument("--ilp-designs", type=_positive, default=256, help="most ILP plans the exact ranking makes per run")
-    rp.add_argument("--out", default="phaze.json", help="rows saved here after each run; finished rows are "
-                    "skipped when it exists")
+    rp.add_argument("--out", default=None, help="rows saved here after each run (default phaze.json / "
+                    "frontier.json); phaze skips the finished rows it holds")
+    rp.add_argument("--chip-counts", default="8192,32768", help="frontier: comma-separated chip counts")
+    rp.add_argument("--validation", default=None,
+                    help="frontier: folder of validation-schema runs (modern_runs.jsonl, moe_runs.jsonl) whose "
+                         "errors are printed next to each fixed system (default: $COSEARCH_VALIDATION, else "
+                         "bench/validation when it exists)")
+    rp.add_argument("--chip-power-budget", type=float, default=None, help="frontier: most watts per chip")
+    rp.add_argument("--rack-power-budget", type=float, default=None,
+                    help="frontier: most watts per scale-up domain (its chips)")
+    rp.add_argument("--die-area-budget", type=float, default=None,
+                    help="frontier: most mm^2 a design may add to its base chip's die")
+    rp.add_argument("--force", action="store_true", help="frontier: replace an existing --out file")
     from .fl.cli import add_parsers as add_fl_parsers
     add_fl_parsers(sub)
     a = ap.parse_args(argv)
@@ -896,9 +947,13 @@ def _dispatch(a) -> int:
             res.plot(a.plot, overwrite=True)
             print(f"wrote {a.plot}")
         return 0
+    if a.cmd == "reproduce" and a.experiment == "frontier":
+        return _reproduce_frontier(a)
     if a.cmd == "reproduce":
         from . import reproduce
         from ._validate import output_path
+        a.out = a.out or "phaze.json"
+        a.models = a.models or ",".join(reproduce.PHAZE_MODELS)
         output_path(a.out, True)
         gibs = [float(x) for x in a.hbm_gib.split(",") if x.strip()]
         if not gibs or any(not (0 < g < 1e6) for g in gibs):

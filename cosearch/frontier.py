@@ -140,6 +140,16 @@ class SystemDesign:
         out = self.scale_out_Bps * 2 * 8 * ap.link_energy_j_per_bit
         return float(self.chip_power_w + hbm + up + out)
 
+    def die_area_delta_mm2(self, ap: AreaPowerModel | None = None) -> float:
+        """Logic-die area this design adds to its base chip's (mm^2, negative when it removes):
+        HBM PHYs at ``AreaPowerModel.hbm_area_mm2_per_gbps`` of the bandwidth change and SerDes at
+        ``link_area_mm2_per_gbps`` of the scale-up bandwidth change
+        (the NIC sits off the die on today's systems and is not counted)."""
+        ap = ap or AreaPowerModel()
+        ref = chip_preset(self.base) if self.base in _PRESET_NAMES() else self.chip
+        return float((self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) / 1e9 * ap.hbm_area_mm2_per_gbps
+                     + (self.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * ap.link_area_mm2_per_gbps)
+
     def to_dict(self) -> dict[str, Any]:
         d = {k: x for k, x in asdict(self).items() if k != "chip"}
         d["chip"] = self.chip.name
@@ -322,12 +332,18 @@ def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> d
 
 def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: int, global_batch: int, *,
              plan_options: dict[str, Any] | None = None, cost: CostModel | None = None,
-             area_power: AreaPowerModel | None = None, progress: bool = False) -> CodesignResults:
+             area_power: AreaPowerModel | None = None, progress: bool = False,
+             chip_power_budget_w: float | None = None, rack_power_budget_w: float | None = None,
+             die_area_budget_mm2: float | None = None) -> CodesignResults:
     """Each system's best plan for ``model`` on ``chips`` chips at ``global_batch`` sequences
     (see the module docstring).  ``plan_options``: :func:`cosearch.placement.search_plans`'s
     options for every system (None: :func:`default_plan_options` per chip; a precision the chip
-    lacks is dropped for it, and a system left with none is reported, not raised).  Ctrl-C
-    returns the systems done so far (``interrupted``)."""
+    lacks is dropped for it, and a system left with none is reported, not raised).  Budgets:
+    a system whose chip draws more than ``chip_power_budget_w`` (:meth:`SystemDesign.power_w`),
+    whose scale-up domain draws more than ``rack_power_budget_w`` (its chips' power), or whose
+    die grows by more than ``die_area_budget_mm2`` (:meth:`SystemDesign.die_area_delta_mm2`) is
+    reported over budget and not searched.  Ctrl-C returns the systems done so far
+    (``interrupted``)."""
     from .placement import search_plans
     model = model_preset(model)
     chips = v.positive_int("chips", chips, v.MAX_CHIPS)
@@ -341,8 +357,13 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
     if cost is not None and not isinstance(cost, CostModel):
         raise ValueError(f"codesign: cost must be a CostModel, got {type(cost).__name__}")
     ap = area_power or AreaPowerModel()
+    budgets = {"chip_power_budget_w": chip_power_budget_w, "rack_power_budget_w": rack_power_budget_w,
+               "die_area_budget_mm2": die_area_budget_mm2}
+    for k, b in budgets.items():
+        if b is not None:
+            budgets[k] = v.positive_float(k, b)
     res = CodesignResults(model.name, chips, global_batch, [], cost,
-                          meta={"plan_options": None if plan_options is None else
+                          meta={"budgets": dict(budgets), "plan_options": None if plan_options is None else
                                 {k: (list(x) if isinstance(x, tuple) else getattr(x, "name", x))
                                  for k, x in plan_options.items()}})
     bar = None
@@ -359,7 +380,10 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
             pw = s.power_w(ap)
             usd = cost.usd_per_chip(s, pw) if cost is not None else None
             row = SystemResult(s, None, chips, pw, usd=usd, lifetime_s=cost.lifetime_s if cost is not None else 0.0)
-            if not ok:
+            over = _over_budget(s, pw, chips, ap, budgets)
+            if over:
+                row.reason = over
+            elif not ok:
                 row.reason = f"{s.chip.name} has none of the number formats {list(precs)}"
             else:
                 opts["precision"] = ok
@@ -381,6 +405,20 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
         if bar is not None:
             bar.close()
     return res
+
+
+def _over_budget(s: SystemDesign, power_w: float, chips: int, ap: AreaPowerModel, budgets: dict) -> str:
+    """Why ``s`` breaks a budget ("" when it fits them all)."""
+    b = budgets["chip_power_budget_w"]
+    if b is not None and power_w > b * (1 + 1e-12):
+        return f"over the chip power budget: {power_w:.0f} W > {b:.0f} W"
+    b = budgets["rack_power_budget_w"]
+    if b is not None and power_w * s.domain(chips) > b * (1 + 1e-12):
+        return f"over the rack power budget: {s.domain(chips)} chips x {power_w:.0f} W > {b:.0f} W"
+    b = budgets["die_area_budget_mm2"]
+    if b is not None and s.die_area_delta_mm2(ap) > b * (1 + 1e-12):
+        return f"over the die area budget: +{s.die_area_delta_mm2(ap):.0f} mm^2 > {b:.0f} mm^2"
+    return ""
 
 
 def system_space(base: SystemDesign, scale_up: Sequence[int] = (8, 16, 36, 72, 144),

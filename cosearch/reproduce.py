@@ -161,3 +161,111 @@ def load(path: str | os.PathLike) -> list[PhazeRow]:
         return [PhazeRow(**r) for r in d["rows"]]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a PHAZE reproduction file ({exc})") from None
+
+
+# ---------------------------------------------------------------------- frontier
+#: The frontier table's models (issue #42): a dense model and two MoE models of today's training.
+FRONTIER_MODELS = ("llama3-405b", "deepseek-v3", "qwen3-235b-a22b")
+#: Its chip counts.
+FRONTIER_CHIPS = (8192, 32768)
+#: The fixed systems, by the chip token the validation rows' groups name.
+FIXED_CHIP_TOKEN = {"dgx-h100": "H100", "dgx-b200": "B200", "dgx-b300": "B300", "gb200-nvl72": "GB200",
+                    "gb300-nvl72": "GB300"}
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    """One (model, chips, objective): the best system, its plan and value, and its gain over each
+    fixed system (the ratio of the objective; absent where the fixed system has no plan)."""
+
+    model: str
+    chips: int
+    global_batch: int
+    objective: str
+    best_system: str
+    plan: str
+    value: float
+    gains: dict[str, float]
+    systems: int
+    seconds: float
+
+    def line(self) -> str:
+        g = "  ".join(f"{k} {x:.2f}x" for k, x in self.gains.items())
+        unit = {"tokens_per_s": "tok/s/chip", "tokens_per_joule": "tok/J", "tokens_per_usd": "tok/$"}[self.objective]
+        val = self.value / self.chips if self.objective == "tokens_per_s" else self.value
+        return (f"{self.model:<16} {self.chips:>6} {self.objective:<16} {val:>10.4g} {unit:<10} "
+                f"{self.best_system}\n{'':<24}plan {self.plan}\n{'':<24}gain over {g}")
+
+
+def frontier_systems() -> list:
+    """The systems the frontier table searches: the fixed ones (:data:`cosearch.frontier.FIXED_SYSTEMS`)
+    and designs around the GB200: NVLink domains of 8-144 GPUs x 50-200 GB/s of scale-out per GPU
+    x its own HBM, 8 stacks of 12-high HBM3e, or 8 stacks of HBM4."""
+    from . import frontier as fr
+    base = fr.fixed_system("gb200-nvl72")
+    return [fr.fixed_system(n) for n in fr.FIXED_SYSTEMS] + fr.system_space(
+        base, scale_up=(8, 16, 36, 72, 144), scale_out_Bps=(50e9, 100e9, 200e9),
+        hbm=(None, ("hbm3e-12h", 8), ("hbm4-12h", 8)))
+
+
+def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[str, float]]:
+    """Per fixed system, the model's error on the published runs of its chip (validation-schema
+    files ``modern_runs.jsonl``, every row, and ``moe_runs.jsonl``, each plan's newest release,
+    in the folder ``validation``): ``n``, ``mae``, ``mean_signed``.  Empty when the folder or its
+    files are missing."""
+    from .runs.check import check_runs
+    if validation is None or not os.path.isdir(validation):
+        return {}
+    errs: dict[str, list[float]] = {k: [] for k in FIXED_CHIP_TOKEN}
+    for name, releases in (("modern_runs.jsonl", "all"), ("moe_runs.jsonl", "newest")):
+        path = os.path.join(validation, name)
+        if not os.path.isfile(path):
+            continue
+        for r in check_runs(path, releases=releases).runs:
+            parts = r.group.split()
+            chip = parts[1].split("-")[0] if len(parts) > 1 else ""
+            for k, tok in FIXED_CHIP_TOKEN.items():
+                if chip == tok:
+                    errs[k].append(r.error)
+    out = {}
+    for k, e in errs.items():
+        if e:
+            out[k] = {"n": len(e), "mae": sum(abs(x) for x in e) / len(e), "mean_signed": sum(e) / len(e)}
+    return out
+
+
+def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_chip: float = 0.5,
+             objectives=("tokens_per_s", "tokens_per_joule"), systems=None, cost=None,
+             out: str | os.PathLike | None = None, echo=print, progress: bool = False,
+             **budgets) -> list[FrontierRow]:
+    """The frontier table (issue #42): for each model and chip count, every system of ``systems``
+    (default :func:`frontier_systems`) with its best FP8 (or bf16) plan
+    (:func:`cosearch.frontier.codesign`; its default plan space), the best system per objective
+    and its gains over the fixed ones.  Global batch: ``batch_per_chip`` sequences per chip (0.5:
+    4,096 sequences on 8,192 chips, Llama 3 405B's 16M tokens at 4k tokens a sequence).
+    ``budgets``: :func:`cosearch.frontier.codesign`'s.  ``out``: the rows as JSON after every
+    run."""
+    from . import frontier as fr
+    systems = list(systems) if systems is not None else frontier_systems()
+    rows: list[FrontierRow] = []
+    for m in models:
+        for chips in chip_counts:
+            gb = max(1, int(round(batch_per_chip * int(chips))))
+            t0 = time.process_time()
+            res = fr.codesign(m, systems, int(chips), gb, cost=cost, progress=progress, **budgets)
+            dt = time.process_time() - t0
+            if res.interrupted:
+                raise KeyboardInterrupt
+            for obj in objectives:
+                b = res.best(obj)
+                if b is None:
+                    continue
+                row = FrontierRow(res.model, int(chips), gb, obj, b.system.name, b.plan.spec.describe(),
+                                  b.objective(obj), res.gains(obj), len(systems), dt)
+                rows.append(row)
+                if echo is not None:
+                    echo(row.line())
+            if out is not None:
+                dump_json(stamped("frontier-reproduction", {"experiment": "frontier",
+                                                            "rows": [asdict(r) for r in rows]}), out)
+    return rows

@@ -128,3 +128,61 @@ def test_results_rank_pareto_save_and_refusals(tmp_path):
         fr.hbm_variant("B200", "hbm9", 8)
     with pytest.raises(ValueError, match="unknown fixed system"):
         fr.fixed_system("dgx-z9")
+
+
+def test_budgets_refuse_by_hand():
+    """GB200 with 8 HBM4 stacks: 1,460 W a chip, 72 a domain (105,120 W), +300 mm^2 of HBM PHY
+    (8 TB/s more at 0.0375 mm^2 per GB/s)."""
+    s = fr.system_space(fr.fixed_system("gb200-nvl72"), scale_up=(72,), scale_out_Bps=(50e9,),
+                        hbm=(("hbm4-12h", 8),))[0]
+    assert s.die_area_delta_mm2() == pytest.approx(8000 * 0.0375)
+    opts = dict(tps=(1,), virtual_stages=(1,), sequence_parallel=(False,), zero=(1,), flash_attention=True,
+                engine="megatron-core", precision=("fp8",))
+    for kw, match in ((dict(chip_power_budget_w=1400), "chip power"), (dict(rack_power_budget_w=100_000), "rack power"),
+                      (dict(die_area_budget_mm2=250), "die area")):
+        r = fr.codesign(MOE, [s], 72, 72, plan_options=opts, **kw).rows[0]
+        assert r.plan is None and match in r.reason
+    r = fr.codesign(MOE, [s], 72, 72, plan_options=opts, chip_power_budget_w=1460.0, rack_power_budget_w=105_120,
+                    die_area_budget_mm2=300).rows[0]
+    assert r.plan is not None                      # exactly at every budget: kept
+
+
+def test_reproduce_frontier_and_errors(tmp_path):
+    """The table on a small case, rows saved; the fixed systems' errors from a validation folder
+    of two published rows (B200 and GB200), each checked by hand against the library's check."""
+    from cosearch import reproduce
+    from cosearch.runs.check import check_runs
+    systems = [fr.fixed_system("dgx-b200"), fr.fixed_system("gb200-nvl72")] + fr.system_space(
+        fr.fixed_system("gb200-nvl72"), scale_up=(8, 72), scale_out_Bps=(50e9,))
+    out = tmp_path / "f.json"
+    rows = reproduce.frontier(("gpt3-1.3b",), (64,), systems=systems, out=out, echo=None)
+    assert {r.objective for r in rows} == {"tokens_per_s", "tokens_per_joule"}
+    best = [r for r in rows if r.objective == "tokens_per_s"][0]
+    assert set(best.gains) == {"dgx-b200", "gb200-nvl72"} and min(best.gains.values()) >= 1.0 - 1e-12
+    assert json.loads(out.read_text())["rows"][0]["model"] == "gpt3-1.3b"
+    import pathlib
+    src = pathlib.Path(__file__).resolve().parents[1] / "bench" / "validation" / "modern_runs.jsonl"
+    if not src.is_file():
+        pytest.skip("bench/validation is not in this checkout")
+    keep = [line for line in src.read_text().splitlines()
+            if '"id": "mbridge-25.11/LLAMA3_8B/B200/FP8-MX/8"' in line or '"id": "mbridge-25.11/LLAMA3_8B/GB200/FP8-MX/8"' in line]
+    assert len(keep) == 2
+    val = tmp_path / "val"
+    val.mkdir()
+    (val / "modern_runs.jsonl").write_text("\n".join(keep) + "\n")
+    errs = reproduce.fixed_system_errors(val)
+    by_id = {r.id: r.error for r in check_runs(val / "modern_runs.jsonl").runs}
+    assert errs["dgx-b200"]["n"] == 1 and errs["dgx-b200"]["mae"] == pytest.approx(
+        abs(by_id["mbridge-25.11/LLAMA3_8B/B200/FP8-MX/8"]))
+    assert errs["gb200-nvl72"]["mean_signed"] == pytest.approx(by_id["mbridge-25.11/LLAMA3_8B/GB200/FP8-MX/8"])
+    assert "dgx-h100" not in errs and reproduce.fixed_system_errors(tmp_path / "nope") == {}
+
+
+def test_cli_reproduce_frontier(tmp_path, capsys):
+    from cosearch import cli
+    out = tmp_path / "fr.json"
+    assert cli.main(["reproduce", "frontier", "--models", "gpt3-1.3b", "--chip-counts", "64", "--out", str(out),
+                     "--validation", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "gain over" in text and "no published runs checked" in text and out.is_file()
+    assert cli.main(["reproduce", "frontier", "--models", "gpt3-1.3b", "--chip-counts", "64", "--out", str(out)]) == 2
