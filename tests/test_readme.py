@@ -30,6 +30,8 @@ SMALLER = [
     ("--seeds 5 --rounds 40", "--seeds 2 --rounds 2"),
     ("seeds=10, rounds=30", "seeds=2, rounds=2"),
     ("rounds=30", "rounds=2"),
+    ("--models deepseek-v3 --chip-counts 8192", "--models gpt3-1.3b --chip-counts 64"),
+    ('"deepseek-v3", systems, chips=8192, global_batch=4096', '"qwen3-30b-a3b", systems, chips=64, global_batch=64'),
 ]
 #: Blocks not run here, by a phrase they contain.
 SKIP = ("pip install", "--benchmark-only", "flower-superlink")
