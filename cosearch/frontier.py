@@ -44,7 +44,8 @@ from .models import ModelConfig
 from .models import preset as model_preset
 
 __all__ = ["SystemDesign", "CostModel", "SystemResult", "CodesignResults", "codesign", "system_space",
-           "hbm_variant", "HBM_STACKS", "RATED_POWER_W", "FIXED_SYSTEMS", "fixed_system", "OBJECTIVES"]
+           "hbm_variant", "HBM_STACKS", "RATED_POWER_W", "FIXED_SYSTEMS", "fixed_system", "OBJECTIVES",
+           "split_baselines", "design_report", "default_plan_options"]
 
 #: Per-stack HBM options: (capacity bytes, bandwidth B/s, source).
 HBM_STACKS: dict[str, tuple[float, float, str]] = {
@@ -423,18 +424,77 @@ def _over_budget(s: SystemDesign, power_w: float, chips: int, ap: AreaPowerModel
 
 def system_space(base: SystemDesign, scale_up: Sequence[int] = (8, 16, 36, 72, 144),
                  scale_out_Bps: Sequence[float] = (50e9, 100e9, 200e9),
-                 hbm: Sequence[tuple[str, int] | None] = (None,)) -> list[SystemDesign]:
-    """Designs around ``base``: every scale-up domain size x scale-out bandwidth x HBM (a
-    (:data:`HBM_STACKS` name, stacks) pair, or None for the base chip's), named after what
-    changed; ``base``'s chip power and price carry over (the deltas are priced by
-    :meth:`SystemDesign.power_w` and :class:`CostModel`)."""
+                 hbm: Sequence[tuple[str, int] | None] = (None,),
+                 scale_up_Bps: Sequence[float | None] = (None,)) -> list[SystemDesign]:
+    """Designs around ``base``: every HBM (a (:data:`HBM_STACKS` name, stacks) pair, or None for
+    the base chip's) x scale-up bandwidth per chip (None: the base's) x scale-up domain size x
+    scale-out bandwidth, named after what they are; ``base``'s chip power and price carry over
+    (the deltas are priced by :meth:`SystemDesign.power_w` and :class:`CostModel`)."""
     out = []
     for h in hbm:
         chip = base.chip if h is None else hbm_variant(base.chip, *h)
-        for d in scale_up:
-            for bw in scale_out_Bps:
-                out.append(replace(base, chip=chip, scale_up=d, scale_out_Bps=bw, name="", fixed=False))
+        for up in scale_up_Bps:
+            for d in scale_up:
+                for bw in scale_out_Bps:
+                    out.append(replace(base, chip=chip, scale_up=d, scale_out_Bps=bw, name="", fixed=False,
+                                       scale_up_Bps=base.scale_up_Bps if up is None else up))
     return out
+
+
+def split_baselines(res: CodesignResults, base: SystemDesign,
+                    objective: str = "tokens_per_s") -> dict[str, SystemResult | None]:
+    """The best of the co-designed systems of ``res`` that vary only the chip (``base``'s rack:
+    its domain size and links; a Spotlight-style chip-only search) and only the network
+    (``base``'s chip and HBM), by ``objective``; fixed systems left out."""
+    def rack(s):
+        return (s.scale_up, s.scale_up_Bps, s.scale_out_Bps)
+
+    def chip(s):
+        return (s.chip.name, s.chip.hbm_bytes, s.chip.hbm_bandwidth_Bps)
+    out: dict[str, SystemResult | None] = {}
+    for name, same in (("chip-only", lambda s: rack(s) == rack(base)), ("network-only", lambda s: chip(s) == chip(base))):
+        rows = [r for r in res.ranked(objective) if not r.system.fixed and same(r.system)]
+        out[name] = rows[0] if rows else None
+    return out
+
+
+def design_report(res: CodesignResults, winner: SystemResult, versus: SystemResult,
+                  ap: AreaPowerModel | None = None) -> str:
+    """Why ``winner`` beats ``versus``: the step's seconds by term on each (the terms it removes
+    first), its power and die-area deltas by component, and which budget each of its margins
+    rests on — for chip power, rack power and die area, the best system that stays within the
+    next-lower value (what wins if that budget tightens below the winner)."""
+    ap = ap or AreaPowerModel()
+    w, x = winner, versus
+    if w.plan is None or x.plan is None:
+        raise ValueError("design_report needs two systems with a plan")
+    lines = [f"{w.system.name}  vs  {x.system.name}  ({res.model}, {res.chips} chips)",
+             f"  tokens/s {w.tokens_per_s:,.0f} vs {x.tokens_per_s:,.0f} ({w.tokens_per_s / x.tokens_per_s:.2f}x); "
+             f"plans {w.plan.spec.describe()}  |  {x.plan.spec.describe()}",
+             "  step seconds by term (winner - other), largest removal first:"]
+    keys = sorted(set(w.plan.breakdown) | set(x.plan.breakdown),
+                  key=lambda k: w.plan.breakdown.get(k, 0.0) - x.plan.breakdown.get(k, 0.0))
+    for k in keys:
+        a, b = w.plan.breakdown.get(k, 0.0), x.plan.breakdown.get(k, 0.0)
+        if abs(a - b) > 1e-6 or a > 1e-6:
+            lines.append(f"    {k:<14} {a:9.3f} s vs {b:9.3f} s  ({a - b:+.3f})")
+    s = w.system
+    ref = chip_preset(s.base) if s.base in _PRESET_NAMES() else s.chip
+    lines.append(f"  power per chip {w.power_w:.0f} W: rated {s.chip_power_w:.0f}, HBM "
+                 f"{(s.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit:+.0f}, scale-up "
+                 f"{(s.scale_up_Bps - ref.link_bandwidth_Bps) * 16 * ap.link_energy_j_per_bit:+.0f}, scale-out "
+                 f"{s.scale_out_Bps * 16 * ap.link_energy_j_per_bit:+.0f}")
+    lines.append(f"  die area beyond {s.base}: {s.die_area_delta_mm2(ap):+.0f} mm^2 (HBM PHY "
+                 f"{(s.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) / 1e9 * ap.hbm_area_mm2_per_gbps:+.0f}, "
+                 f"SerDes {(s.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * ap.link_area_mm2_per_gbps:+.0f})")
+    for label, val in (("chip power", lambda r: r.power_w), ("rack power", lambda r: r.power_w * r.system.domain(res.chips)),
+                       ("die area", lambda r: r.system.die_area_delta_mm2(ap))):
+        below = [r for r in res.ranked() if val(r) < val(w) - 1e-9]
+        alt = below[0] if below else None
+        lines.append(f"  if the {label} budget falls below the winner's {val(w):,.0f}: "
+                     + (f"{alt.system.name} wins at {alt.tokens_per_s / w.tokens_per_s:.2f}x the winner's tokens/s"
+                        if alt else "no system of the space is left"))
+    return "\n".join(lines)
 
 
 #: Systems one can buy, as the cluster presets price them (NVIDIA datasheets: DGX H100 and DGX

@@ -188,6 +188,7 @@ class FrontierRow:
     gains: dict[str, float]
     systems: int
     seconds: float
+    report: str = ""
 
     def line(self) -> str:
         g = "  ".join(f"{k} {x:.2f}x" for k, x in self.gains.items())
@@ -241,7 +242,9 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
     """The frontier table (issue #42): for each model and chip count, every system of ``systems``
     (default :func:`frontier_systems`) with its best FP8 (or bf16) plan
     (:func:`cosearch.frontier.codesign`; its default plan space), the best system per objective
-    and its gains over the fixed ones.  Global batch: ``batch_per_chip`` sequences per chip (0.5:
+    and its gains over the fixed ones and over the best chip-only and network-only designs around the
+    GB200 NVL72 (:func:`cosearch.frontier.split_baselines`), with a design report of each winner
+    against the best fixed system (:func:`cosearch.frontier.design_report`).  Global batch: ``batch_per_chip`` sequences per chip (0.5:
     4,096 sequences on 8,192 chips, Llama 3 405B's 16M tokens at 4k tokens a sequence).
     ``budgets``: :func:`cosearch.frontier.codesign`'s.  ``out``: the rows as JSON after every
     run."""
@@ -256,15 +259,26 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
             dt = time.process_time() - t0
             if res.interrupted:
                 raise KeyboardInterrupt
+            base = next((x for x in systems if x.name == "gb200-nvl72"), None)
             for obj in objectives:
                 b = res.best(obj)
                 if b is None:
                     continue
+                gains = res.gains(obj)
+                if base is not None:
+                    # the co-search's gain over searching the chip alone and the network alone
+                    for k, r in fr.split_baselines(res, base, obj).items():
+                        if r is not None and r.objective(obj) > 0:
+                            gains[k] = b.objective(obj) / r.objective(obj)
+                fixed = [r for r in res.ranked(obj) if r.system.fixed]
+                report = fr.design_report(res, b, fixed[0]) if fixed and not b.system.fixed else ""
                 row = FrontierRow(res.model, int(chips), gb, obj, b.system.name, b.plan.spec.describe(),
-                                  b.objective(obj), res.gains(obj), len(systems), dt)
+                                  b.objective(obj), gains, len(systems), dt, report)
                 rows.append(row)
                 if echo is not None:
                     echo(row.line())
+                    if row.report and obj == "tokens_per_s":
+                        echo(row.report)
             if out is not None:
                 dump_json(stamped("frontier-reproduction", {"experiment": "frontier",
                                                             "rows": [asdict(r) for r in rows]}), out)

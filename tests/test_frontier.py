@@ -158,7 +158,8 @@ def test_reproduce_frontier_and_errors(tmp_path):
     rows = reproduce.frontier(("gpt3-1.3b",), (64,), systems=systems, out=out, echo=None)
     assert {r.objective for r in rows} == {"tokens_per_s", "tokens_per_joule"}
     best = [r for r in rows if r.objective == "tokens_per_s"][0]
-    assert set(best.gains) == {"dgx-b200", "gb200-nvl72"} and min(best.gains.values()) >= 1.0 - 1e-12
+    assert set(best.gains) == {"dgx-b200", "gb200-nvl72", "chip-only", "network-only"}
+    assert min(best.gains.values()) >= 1.0 - 1e-12 and "step seconds by term" in best.report
     assert json.loads(out.read_text())["rows"][0]["model"] == "gpt3-1.3b"
     import pathlib
     src = pathlib.Path(__file__).resolve().parents[1] / "bench" / "validation" / "modern_runs.jsonl"
@@ -186,3 +187,27 @@ def test_cli_reproduce_frontier(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "gain over" in text and "no published runs checked" in text and out.is_file()
     assert cli.main(["reproduce", "frontier", "--models", "gpt3-1.3b", "--chip-counts", "64", "--out", str(out)]) == 2
+
+
+def test_split_baselines_and_design_report():
+    """Chip-only: the designs on the base's rack; network-only: the designs on the base's chip;
+    the report's terms are the two plans' breakdowns and its power split adds up."""
+    base = fr.SystemDesign(hardware.H100, 8, 50e9)
+    systems = [fr.SystemDesign(hardware.H100, 8, 50e9, name="fixed", fixed=True)] + fr.system_space(
+        base, scale_up=(4, 8), scale_out_Bps=(25e9, 50e9), hbm=(None, ("hbm3e-8h", 5)))
+    opts = dict(tps=(1, 2), virtual_stages=(1,), sequence_parallel=(False,), zero=(1,), flash_attention=True,
+                engine="megatron-core", precision=("fp8",))
+    res = fr.codesign(MOE, systems, 16, 16, plan_options=opts)
+    split = fr.split_baselines(res, base)
+    chip_only = [r for r in res.ranked() if not r.system.fixed and (r.system.scale_up, r.system.scale_out_Bps) == (8, 50e9)]
+    net_only = [r for r in res.ranked() if not r.system.fixed and r.system.chip.name == "H100"]
+    assert split["chip-only"] is chip_only[0] and split["network-only"] is net_only[0]
+    assert len(chip_only) == 2 and len(net_only) == 4
+    w, x = res.best(), [r for r in res.rows if r.system.fixed][0]
+    text = fr.design_report(res, w, x)
+    for k, sec in w.plan.breakdown.items():
+        if sec > 1e-6:
+            assert f"{k:<14} {sec:9.3f} s" in text
+    assert f"power per chip {w.power_w:.0f} W" in text and "chip power budget" in text
+    with pytest.raises(ValueError, match="two systems with a plan"):
+        fr.design_report(res, w, fr.SystemResult(base, None, 16, 700.0))
