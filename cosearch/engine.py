@@ -47,7 +47,12 @@ same.
   overlapped with the layer's GEMMs (Megatron-Core's ``tp_comm_overlap`` with Transformer
   Engine userbuffers; needs sequence parallelism in practice): only the part of a layer's TP
   communication that exceeds its compute is exposed.  On in the ``megatron-core-tp-overlap``
-  and ``maxtext`` presets.
+  and ``maxtext`` presets.  ``tp_overlap_kernel``: ``"whole-layer"`` (each layer's collectives
+  hide behind all of its compute: XLA's async collective fusion in MaxText) or ``"userbuffers"``
+  (Transformer Engine's overlap, as Megatron-Core runs it: each collective beside its own GEMM,
+  ring-exchanged over the copy engines in ``tp`` chunks or pipelined in 4 chunks on 16 SMs that
+  the GEMM gives up, :func:`cosearch._kernels.formulas.userbuffers_exposed_s`; it needs sequence
+  parallelism, as Megatron-Core asserts, and hides nothing without it).
 * ``attention_kernel`` — which fused attention kernels the framework runs: ``"best"`` (the
   chip's own: Transformer Engine's cuDNN / FlashAttention-3 on Hopper in Megatron-Core) or
   ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan),
@@ -185,6 +190,7 @@ class Engine:
     moe_dispatcher: str = "alltoall"
     overlap_moe_a2a: bool = False
     moe_comm_sms: int = 0
+    tp_overlap_kernel: str = "whole-layer"
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -198,7 +204,8 @@ class Engine:
             raise ValueError(f"Engine.selective_recompute: {exc}") from None
         for f, options in (("attention_kernel", ATTENTION_KERNELS),
                            ("fp8_cast_kernel", CAST_KERNELS), ("cross_entropy", CROSS_ENTROPY),
-                           ("elementwise", ELEMENTWISE), ("moe_dispatcher", MOE_DISPATCHERS)):
+                           ("elementwise", ELEMENTWISE), ("moe_dispatcher", MOE_DISPATCHERS),
+                           ("tp_overlap_kernel", TP_OVERLAP_KERNELS)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
@@ -222,6 +229,9 @@ class Engine:
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x < 1e3):
                 raise ValueError(f"Engine.{f} must be a number of bytes in [0, 1000), got {x!r}")
 
+
+#: How ``overlap_tp_comm`` hides tensor-parallel collectives (``Engine.tp_overlap_kernel``).
+TP_OVERLAP_KERNELS = ("whole-layer", "userbuffers")
 
 #: Megatron-Core's MoE token dispatchers cosearch prices (``Engine.moe_dispatcher``).
 MOE_DISPATCHERS = ("alltoall", "flex")
@@ -323,6 +333,7 @@ MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True,
 
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
+                                  tp_overlap_kernel="userbuffers",
                                   zero_stages=MEGATRON_CORE_ZERO,
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
 

@@ -320,14 +320,17 @@ class CodesignResults:
 
 def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> dict[str, Any]:
     """The modern plan space :func:`codesign` searches by default: the number formats the chip
-    has among bf16 and FP8, Megatron-Core (flash attention, sequence parallelism, ZeRO-1),
+    has among bf16 and FP8, Megatron-Core with Transformer Engine's TP overlap as Megatron-Bridge's
+    recipes run it (flash attention, sequence parallelism, ZeRO-1),
     virtual stages 1, 2 and 4, context parallelism 1 and 2, and for an MoE model every
     power-of-two expert-parallel degree dividing its experts (up to 64 and the chip count)."""
+    from .engine import megatron_core
     precs = ("bf16", "fp8") if chip.efficiency.fp8_rate > 0 else ("bf16",)
     eps: tuple[int, ...] = (1,)
     if model.moe:
         eps = tuple(2 ** i for i in range(7) if model.num_experts % 2 ** i == 0 and 2 ** i <= min(64, chips))
-    return dict(precision=precs, engine="megatron-core", flash_attention=True, sequence_parallel=(True,),
+    return dict(precision=precs, engine=megatron_core(tp_comm_overlap=True), flash_attention=True,
+                sequence_parallel=(True,),
                 zero=(1,), virtual_stages=(1, 2, 4), context_parallel=(1, 2), expert_parallel=eps)
 
 

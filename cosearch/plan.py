@@ -410,6 +410,34 @@ def _ep_overlap_save(parts: np.ndarray, tp_rest_f: float, tp_rest_b: float, sm_s
     return max(0.0, float(p.sum()) - pair)
 
 
+def _userbuffers_exposed(g: graph.LayerGraph, op_s: np.ndarray, coll_s, tp: int, sms: float, phase: str) -> float:
+    """Seconds a layer graph's collectives expose under Transformer Engine's userbuffers overlap
+    (:func:`cosearch._kernels.formulas.userbuffers_exposed_s`): an all-gather rides on the next
+    GEMM (ring exchange), a reduce-scatter on the previous one (pipelined in the forward; in the
+    backward, beside the weight-gradient GEMM: bulk); an all-reduce or all-to-all is not
+    overlapped.  ``op_s``: the ops' seconds (collectives 0); ``coll_s(op)``: a collective's."""
+    ops = g.ops
+    gemms = [i for i, op in enumerate(ops) if op.kind == "gemm"]
+    out = 0.0
+    for i, op in enumerate(ops):
+        if op.kind not in graph.NETWORK_KINDS:
+            continue
+        c = coll_s(op)
+        if op.kind == "allgather":
+            j = next((k for k in gemms if k > i), None)
+            method = F.UB_RING
+        elif op.kind == "reducescatter":
+            j = next((k for k in reversed(gemms) if k < i), None)
+            method = F.UB_PIPELINE if phase == "fwd" else F.UB_BULK
+        else:
+            j = None
+        if j is None:
+            out += c
+        else:
+            out += F.userbuffers_exposed_s(method, float(op_s[j]), c, float(tp), float(sms))
+    return out
+
+
 def _moe_rows_affine(c: ModelConfig, tp: int, sp: bool, cp: int, ep: int, local: bool) -> bool:
     """Whether an MoE layer graph's rows are affine in the microbatch: its experts' token count
     ``ceil(T k ep / E)`` (:func:`cosearch.graph.build`; ``T`` the tokens of one sequence on the
@@ -564,6 +592,24 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
                     u[:, :, f] = per[:, :, k].T
+                if eng.overlap_tp_comm and eng.tp_overlap_kernel == "userbuffers" and t > 1 \
+                        and time_model == "sum" and priced is not None:
+                    # Transformer Engine's overlap exposes more than the whole-layer rule of
+                    # formulas.stage_terms: each collective beside its own GEMM (no SP: none hidden)
+                    fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
+                    sms = eff.tile_slots if single else 0
+                    for i in range(len(d)):
+                        net = nets[net_of[i]]
+                        for j, mb in enumerate(mbs):
+                            scale = float(mb) if affine else 1.0
+
+                            def coll(op, net=net, scale=scale, t=t, stride=ep_stride):
+                                return _collective_s(op.kind, op.bytes_read * scale, t, net, ep, stride, route)
+                            for f_x, f_c, f_t, g_, ops_s, ph in ((F.U_TPXF, F.U_LTPF, F.U_LF, fg, lf_ops, "fwd"),
+                                                                 (F.U_TPXB, F.U_LTPB, F.U_LB, bg, lb_ops, "bwd")):
+                                whole = max(0.0, u[i, j, f_c] - u[i, j, f_t])
+                                new = _userbuffers_exposed(g_, ops_s[i, j], coll, t, sms, ph) if sp else u[i, j, f_c]
+                                u[i, j, f_x] = max(0.0, new - whole)
                 if overlap:
                     # EP all-to-all overlap (Engine.overlap_moe_a2a): what a paired forward and
                     # backward of a layer save; under the lower-bound time models, every

@@ -74,3 +74,29 @@ def test_plan_then_two_searches_from_a_fresh_cache(tmp_path):
                            capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, (cmd, p.returncode, p.stderr[-2000:])
     assert (tmp_path / "r0.json").is_file()
+
+
+def test_a_changed_kernel_source_drops_the_whole_cache(tmp_path):
+    """numba keys a cached kernel on its own file only, so dp.py's cached code would keep an old
+    formulas.py inlined: any change to a kernel source drops every cached kernel of the package
+    (on a copy of the package's sources, with fake cache files)."""
+    from cosearch import _kernels
+    pkg = tmp_path / "k"
+    pkg.mkdir()
+    for f in KERNELS.glob("*.py"):
+        (pkg / f.name).write_bytes(f.read_bytes())
+    cache = pkg / "__pycache__"
+    cache.mkdir()
+    (cache / "dp.best_steps-1.py311.nbi").write_text("index")
+    (cache / "dp.best_steps-1.py311.0.nbc").write_text("code")
+    (cache / "graph.cpython-311.pyc").write_text("bytecode")
+    assert _kernels.drop_stale_cache(pkg)                       # no stamp yet: dropped
+    assert not list(cache.glob("*.nb*")) and (cache / "graph.cpython-311.pyc").exists()
+    (cache / "dp.best_steps-1.py311.nbi").write_text("index")
+    assert not _kernels.drop_stale_cache(pkg)                   # same sources: kept
+    assert (cache / "dp.best_steps-1.py311.nbi").exists()
+    f = pkg / "formulas.py"
+    f.write_text(f.read_text() + "\n# changed\n")
+    assert _kernels.drop_stale_cache(pkg)                       # formulas.py changed: dp's cache goes too
+    assert not (cache / "dp.best_steps-1.py311.nbi").exists()
+    assert (cache / _kernels.STAMP).read_text() == _kernels.sources_digest(pkg)

@@ -12,6 +12,7 @@ import pytest
 from cosearch import cluster, engine, hardware
 from cosearch._kernels import formulas as F
 from cosearch.models import ModelConfig
+from cosearch.models import preset as models_preset
 from cosearch.plan import PlanSpec, evaluate, unit_costs
 
 MOE = ModelConfig("tiny-moe", 4, 256, 8, 512, 1000, 64, kv_heads=2, activation="swiglu", norm="rmsnorm",
@@ -202,3 +203,52 @@ def test_the_reader_sets_dispatch_from_the_notes():
     d = describe_row(row)
     assert d.engine.moe_dispatcher == "alltoall" and not d.engine.overlap_moe_a2a
     assert math.isfinite(evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine).step_time_s)
+
+
+def test_userbuffers_overlap_by_hand():
+    """Transformer Engine's overlap methods on a 132-SM chip (16 SMs to the pipelined and bulk
+    collectives: the GEMM runs 132/116 slower): ring exchange over tp 4 of a 3 ms GEMM and a
+    6 ms all-gather: 0.75 + 3 x max(0.75, 2) = 6.75 ms, 3.75 exposed; pipelined 4 ms GEMM + 2 ms
+    reduce-scatter: g' = 4 x 132/116, g'/4 + 3 max(g'/4, 0.5) + 0.5; bulk: max(g', c)."""
+    assert F.userbuffers_exposed_s(F.UB_RING, 3.0, 6.0, 4.0, 132.0) == pytest.approx(6.75 - 3.0)
+    assert F.userbuffers_exposed_s(F.UB_RING, 8.0, 6.0, 4.0, 132.0) == pytest.approx(2.0 + 3 * 2.0 - 8.0)
+    g = 4.0 * 132 / 116
+    assert F.userbuffers_exposed_s(F.UB_PIPELINE, 4.0, 2.0, 4.0, 132.0) == pytest.approx(g / 4 + 3 * g / 4 + 0.5 - 4.0)
+    assert F.userbuffers_exposed_s(F.UB_BULK, 4.0, 2.0, 4.0, 132.0) == pytest.approx(g - 4.0)
+    assert F.userbuffers_exposed_s(F.UB_BULK, 1.0, 2.0, 4.0, 132.0) == pytest.approx(1.0)
+    assert F.userbuffers_exposed_s(F.UB_PIPELINE, 4.0, 0.0, 4.0, 132.0) == 0.0
+
+
+def test_userbuffers_pairs_each_collective_with_its_gemm():
+    """A tp 4 SP layer on H100 under the userbuffers engine: what stage_terms adds beyond the
+    whole-layer rule equals the sum over the collectives of each one's exposure beside its own GEMM
+    (all-gather: the next GEMM, ring; reduce-scatter: the previous, pipelined forward, bulk
+    backward), less the whole-layer rule's exposure, worked from the op prices."""
+    from cosearch import engine as eng_mod
+    from cosearch import graph, plan
+    from cosearch.cost import price
+    m = models_preset("llama3-8b")
+    cl = cluster.preset("dgx-h100", 1)
+    e = eng_mod.megatron_core(tp_comm_overlap=True)
+    u = unit_costs(m, hardware.H100, cl, (4,), (1,), (True,), True, engine=e)[0, 0, 0, 0]
+    net = cl.net_array(hardware.H100)
+    eff = hardware.H100.efficiency
+    for ph, fx, fc, ft in (("fwd", F.U_TPXF, F.U_LTPF, F.U_LF), ("bwd", F.U_TPXB, F.U_LTPB, F.U_LB)):
+        g = graph.build(m, 4, 1, ph, sequence_parallel=True, flash_attention=True)
+        t = price(g.arrays(), hardware.H100.with_(efficiency=eff).as_array()[None], efficiency=eff)[0]
+        exposed = 0.0
+        for i, op in enumerate(g.ops):
+            if op.kind not in ("allgather", "reducescatter"):
+                continue
+            c = plan._collective_s(op.kind, op.bytes_read, 4, net)
+            if op.kind == "allgather":
+                j = next(k for k in range(i + 1, len(g.ops)) if g.ops[k].kind == "gemm")
+                exposed += F.userbuffers_exposed_s(F.UB_RING, t[j], c, 4.0, 132.0)
+            else:
+                j = next(k for k in range(i - 1, -1, -1) if g.ops[k].kind == "gemm")
+                exposed += F.userbuffers_exposed_s(F.UB_PIPELINE if ph == "fwd" else F.UB_BULK, t[j], c, 4.0, 132.0)
+        assert u[fx] == pytest.approx(max(0.0, exposed - max(0.0, u[fc] - u[ft])), rel=1e-9)
+        assert u[fx] > 0.0
+    # the whole-layer engine (MaxText's rule) adds nothing
+    u2 = unit_costs(m, hardware.H100, cl, (4,), (1,), (True,), True, engine="maxtext")[0, 0, 0, 0]
+    assert u2[F.U_TPXF] == 0.0 and u2[F.U_TPXB] == 0.0

@@ -75,11 +75,12 @@ UNIT_FIELDS = (
     "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
     "layer_cp_fwd_s", "layer_cp_bwd_s", "layer_expert_params", "expert_parallel",
     "mtp_layers", "mtp_head_time", "mtp_head_act", "mtp_params", "layer_ep_overlap_save_s",
+    "layer_tp_overlap_extra_fwd_s", "layer_tp_overlap_extra_bwd_s",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
  U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP,
- U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO) = range(len(UNIT_FIELDS))
+ U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO, U_TPXF, U_TPXB) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
@@ -404,6 +405,52 @@ def ep_overlap_pair_s(af, df, mf, cf, cb, mb, mw, db, ab, x):
     return t
 
 
+#: Transformer Engine's userbuffers overlap methods (``initialize_ub``'s defaults,
+#: ``transformer_engine/pytorch/module/base.py``): ``ring_exchange`` for the all-gather before
+#: QKV and FC1 and before the output-projection and FC2 data-gradients (copy engines, one SM,
+#: ``num_splits = tp``); ``pipeline`` for the reduce-scatter after the output projection and FC2
+#: (16 SMs, 4 splits, the GEMM on the other SMs: ``set_sm_margin``); ``bulk`` for the
+#: reduce-scatter of the QKV and FC1 data-gradients beside their weight-gradient GEMMs (16 SMs).
+UB_RING, UB_PIPELINE, UB_BULK = 0, 1, 2
+UB_COMM_SMS = 16.0
+UB_PIPELINE_SPLITS = 4.0
+
+
+@njit(cache=True)
+def userbuffers_exposed_s(method, gemm_s, comm_s, tp, sms):
+    """Seconds a collective of ``comm_s`` adds to its paired GEMM of ``gemm_s`` under Transformer
+    Engine's userbuffers overlap (``method``: :data:`UB_RING`, :data:`UB_PIPELINE`,
+    :data:`UB_BULK`), ``tp`` ranks, a chip of ``sms`` SMs (0: no SM model, no slow-down).
+
+    * ring exchange, ``tp`` chunks over the copy engines: the local chunk's GEMM first, then each
+      of the other ``tp - 1`` chunks' transfer beside the previous chunk's GEMM:
+      ``g / tp + (tp - 1) max(g / tp, c / (tp - 1))``.
+    * pipeline, 4 chunks, the GEMM on ``sms - 16`` SMs (``g' = g sms / (sms - 16)``): each chunk's
+      reduce-scatter beside the next chunk's GEMM, the last one exposed:
+      ``g' / 4 + 3 max(g' / 4, c / 4) + c / 4``.
+    * bulk: the whole reduce-scatter beside the whole GEMM on the other SMs: ``max(g', c)``.
+
+    Returns the pair's time less ``gemm_s``."""
+    if comm_s <= 0.0:
+        return 0.0
+    slow = sms / (sms - UB_COMM_SMS) if sms > UB_COMM_SMS else 1.0
+    if method == UB_RING:
+        if tp <= 1.0:
+            return comm_s
+        step = gemm_s / tp
+        x = comm_s / (tp - 1.0)
+        t = step + (tp - 1.0) * (step if step > x else x)
+    elif method == UB_PIPELINE:
+        k = UB_PIPELINE_SPLITS
+        g = gemm_s * slow / k
+        x = comm_s / k
+        t = g + (k - 1.0) * (g if g > x else x) + x
+    else:
+        g = gemm_s * slow
+        t = g if g > comm_s else comm_s
+    return t - gemm_s
+
+
 @njit(cache=True)
 def ring_step_s(nbytes, n, stride, net):
     """One step of a ring exchange over ``n`` ranks ``stride`` apart (context parallelism's
@@ -544,7 +591,9 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         # (Megatron-Core's tp_comm_overlap): only what exceeds the layer's compute shows
         xf = u[U_LTPF] - u[U_LF]
         xb = u[U_LTPB] - u[U_LB]
-        tpc = n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
+        # (u[U_TPXF], u[U_TPXB]: what the engine's overlap kernels expose beyond that, each
+        # collective beside its own GEMM: userbuffers_exposed_s)
+        tpc = n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0) + u[U_TPXF] + u[U_TPXB])
     else:
         tpc = n * (u[U_LTPF] + u[U_LTPB])
     cpc = n * (u[U_LCPF] + u[U_LCPB])
