@@ -23,8 +23,10 @@ compare chips and links, not data centres.
 
 Cost (:class:`CostModel`, only when given): capex per chip slot of the system
 (``SystemDesign.chip_usd``), plus HBM per GB and links per GB/s beyond the base chip's, plus the
-energy over ``lifetime_years`` at ``usd_per_kwh`` times ``pue``.  No price is built in: no
-public price list exists, so every price is the user's input and is echoed in the result.
+energy over ``lifetime_years`` at ``usd_per_kwh`` times ``pue``; or a system's all-in
+``usd_per_hour`` per chip (:data:`FIXED_USD_PER_HOUR`: the two systems with a published cloud TCO
+figure).  No other price is built in: no public price list exists, so every other price is the
+user's input and is echoed in the result.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from .models import preset as model_preset
 
 __all__ = ["SystemDesign", "CostModel", "SystemResult", "CodesignResults", "codesign", "system_space",
            "hbm_variant", "HBM_STACKS", "RATED_POWER_W", "FIXED_SYSTEMS", "fixed_system", "OBJECTIVES",
-           "split_baselines", "design_report", "default_plan_options"]
+           "split_baselines", "design_report", "default_plan_options", "FIXED_USD_PER_HOUR"]
 
 #: Per-stack HBM options: (capacity bytes, bandwidth B/s, source).
 HBM_STACKS: dict[str, tuple[float, float, str]] = {
@@ -77,7 +79,9 @@ class SystemDesign:
     the chip's own name).  ``scale_up_efficiency`` / ``scale_out_efficiency``: the achievable
     fractions of the links (NCCL's, as :mod:`cosearch.cluster`'s presets: 0.80 NVLink, 0.90
     InfiniBand).  ``chip_power_w``: None takes :data:`RATED_POWER_W` of the base chip.
-    ``chip_usd``: capex per chip slot (None: not priced)."""
+    ``chip_usd``: capex per chip slot, for a :class:`CostModel` (None: not priced);
+    ``usd_per_hour``: the all-in cost of a chip slot per hour (a cloud TCO figure: capex
+    amortised, power and facility), which prices the system without a :class:`CostModel`."""
 
     chip: Accelerator
     scale_up: int
@@ -87,6 +91,7 @@ class SystemDesign:
     base: str = ""
     chip_power_w: float | None = None
     chip_usd: float | None = None
+    usd_per_hour: float | None = None
     scale_up_efficiency: float = 0.80
     scale_out_efficiency: float = 0.90
     fixed: bool = False
@@ -107,8 +112,9 @@ class SystemDesign:
                                  f"{', '.join(RATED_POWER_W)}); give chip_power_w")
             object.__setattr__(self, "chip_power_w", RATED_POWER_W[self.base])
         v.positive_float("SystemDesign.chip_power_w", self.chip_power_w)
-        if self.chip_usd is not None:
-            v.positive_float("SystemDesign.chip_usd", self.chip_usd)
+        for f in ("chip_usd", "usd_per_hour"):
+            if getattr(self, f) is not None:
+                v.positive_float(f"SystemDesign.{f}", getattr(self, f))
         if not self.name:
             object.__setattr__(self, "name", self.describe())
 
@@ -233,9 +239,15 @@ class SystemResult:
 
     @property
     def tokens_per_usd(self) -> float | None:
-        if self.plan is None or self.usd is None:
+        """Tokens per dollar: over the lifetime at a :class:`CostModel`'s cost, else at the
+        system's ``usd_per_hour``; None when neither prices it."""
+        if self.plan is None:
             return None
-        return self.tokens_per_s * self.lifetime_s / (self.usd * self.chips)
+        if self.usd is not None:
+            return self.tokens_per_s * self.lifetime_s / (self.usd * self.chips)
+        if self.system.usd_per_hour is not None:
+            return self.tokens_per_s * 3600.0 / (self.system.usd_per_hour * self.chips)
+        return None
 
     def objective(self, name: str) -> float:
         x = getattr(self, v.choice("objective", name, OBJECTIVES))
@@ -431,8 +443,9 @@ def system_space(base: SystemDesign, scale_up: Sequence[int] = (8, 16, 36, 72, 1
                  scale_up_Bps: Sequence[float | None] = (None,)) -> list[SystemDesign]:
     """Designs around ``base``: every HBM (a (:data:`HBM_STACKS` name, stacks) pair, or None for
     the base chip's) x scale-up bandwidth per chip (None: the base's) x scale-up domain size x
-    scale-out bandwidth, named after what they are; ``base``'s chip power and price carry over
-    (the deltas are priced by :meth:`SystemDesign.power_w` and :class:`CostModel`)."""
+    scale-out bandwidth, named after what they are; ``base``'s chip power and capex carry over
+    (the deltas are priced by :meth:`SystemDesign.power_w` and :class:`CostModel`); a product's
+    ``usd_per_hour`` does not (a design is not that product)."""
     out = []
     for h in hbm:
         chip = base.chip if h is None else hbm_variant(base.chip, *h)
@@ -440,7 +453,7 @@ def system_space(base: SystemDesign, scale_up: Sequence[int] = (8, 16, 36, 72, 1
             for d in scale_up:
                 for bw in scale_out_Bps:
                     out.append(replace(base, chip=chip, scale_up=d, scale_out_Bps=bw, name="", fixed=False,
-                                       scale_up_Bps=base.scale_up_Bps if up is None else up))
+                                       scale_up_Bps=base.scale_up_Bps if up is None else up, usd_per_hour=None))
     return out
 
 
@@ -512,10 +525,17 @@ FIXED_SYSTEMS: dict[str, dict[str, Any]] = {
 }
 
 
+#: All-in cost per GPU-hour of the systems with a public figure: SemiAnalysis's AI Cloud TCO
+#: Model as quoted in SemiAnalysisAI/InferenceX-app pull request #381 (2026-05-26): GB200 NVL72
+#: $2.21 and B200 $1.95 per GPU-hour ("GB200 NVL72 TCO is about 13% higher per GPU-hour").
+FIXED_USD_PER_HOUR: dict[str, float] = {"gb200-nvl72": 2.21, "dgx-b200": 1.95}
+
+
 def fixed_system(name: str, chip_usd: float | None = None) -> SystemDesign:
-    """The :data:`FIXED_SYSTEMS` entry ``name`` (with a price per chip slot, if given)."""
+    """The :data:`FIXED_SYSTEMS` entry ``name`` (with a capex per chip slot, if given, and its
+    :data:`FIXED_USD_PER_HOUR` where one is published)."""
     if name not in FIXED_SYSTEMS:
         raise ValueError(f"unknown fixed system {name!r}; choose one of {', '.join(FIXED_SYSTEMS)}")
     f = FIXED_SYSTEMS[name]
     return SystemDesign(chip_preset(f["chip"]), f["scale_up"], f["scale_out_Bps"], name=name, chip_usd=chip_usd,
-                        fixed=True)
+                        usd_per_hour=FIXED_USD_PER_HOUR.get(name), fixed=True)

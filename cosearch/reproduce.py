@@ -236,7 +236,7 @@ def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[
 
 
 def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_chip: float = 0.5,
-             objectives=("tokens_per_s", "tokens_per_joule"), systems=None, cost=None,
+             objectives=("tokens_per_s", "tokens_per_joule", "tokens_per_usd"), systems=None, cost=None,
              out: str | os.PathLike | None = None, echo=print, progress: bool = False,
              **budgets) -> list[FrontierRow]:
     """The frontier table (issue #42): for each model and chip count, every system of ``systems``

@@ -156,7 +156,9 @@ def test_reproduce_frontier_and_errors(tmp_path):
         fr.fixed_system("gb200-nvl72"), scale_up=(8, 72), scale_out_Bps=(50e9,))
     out = tmp_path / "f.json"
     rows = reproduce.frontier(("gpt3-1.3b",), (64,), systems=systems, out=out, echo=None)
-    assert {r.objective for r in rows} == {"tokens_per_s", "tokens_per_joule"}
+    assert {r.objective for r in rows} == {"tokens_per_s", "tokens_per_joule", "tokens_per_usd"}
+    per_usd = [r for r in rows if r.objective == "tokens_per_usd"][0]
+    assert set(per_usd.gains) == {"dgx-b200", "gb200-nvl72"}            # only the priced systems
     best = [r for r in rows if r.objective == "tokens_per_s"][0]
     assert set(best.gains) == {"dgx-b200", "gb200-nvl72", "chip-only", "network-only"}
     assert min(best.gains.values()) >= 1.0 - 1e-12 and "step seconds by term" in best.report
@@ -211,3 +213,18 @@ def test_split_baselines_and_design_report():
     assert f"power per chip {w.power_w:.0f} W" in text and "chip power budget" in text
     with pytest.raises(ValueError, match="two systems with a plan"):
         fr.design_report(res, w, fr.SystemResult(base, None, 16, 700.0))
+
+
+def test_tokens_per_dollar_at_an_hourly_price():
+    """GB200 NVL72 at its published $2.21 per GPU-hour: tokens/s x 3,600 / (2.21 x chips); a design
+    derived from it is not that product and carries no hourly price."""
+    g = fr.fixed_system("gb200-nvl72")
+    assert g.usd_per_hour == pytest.approx(2.21) and fr.fixed_system("dgx-b200").usd_per_hour == pytest.approx(1.95)
+    assert fr.fixed_system("dgx-h100").usd_per_hour is None
+    assert all(s.usd_per_hour is None for s in fr.system_space(g, scale_up=(8,), scale_out_Bps=(50e9,)))
+    opts = dict(tps=(1,), virtual_stages=(1,), sequence_parallel=(False,), zero=(1,), flash_attention=True,
+                engine="megatron-core", precision=("fp8",))
+    r = fr.codesign(MOE, [g], 64, 64, plan_options=opts).rows[0]
+    assert r.tokens_per_usd == pytest.approx(r.tokens_per_s * 3600 / (2.21 * 64))
+    with pytest.raises(ValueError, match="usd_per_hour"):
+        fr.SystemDesign(hardware.GB200, 72, 50e9, usd_per_hour=-1.0)
