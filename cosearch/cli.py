@@ -693,6 +693,12 @@ def _reproduce_frontier(a) -> int:
     out = output_path(a.out or "frontier.json", a.force)
     models = [x.strip() for x in (a.models or ",".join(reproduce.FRONTIER_MODELS)).split(",") if x.strip()]
     counts = _int_list(a.chip_counts, "chip-counts")
+    from ._validate import positive_int
+    from .models import preset as model_preset
+    for m in models:
+        model_preset(m)                       # an unknown name is refused before any work
+    for n in counts:
+        positive_int("--chip-counts", n)
     val = a.validation or os.environ.get("COSEARCH_VALIDATION") or ("bench/validation" if os.path.isdir(
         "bench/validation") else None)
     if val is not None and os.path.isfile(val):
