@@ -69,7 +69,9 @@ same.
   ``selective_ac_option = "op"``: in execution order every odd matmul and the SDPA output are
   saved and every even matmul and every cheaper op recomputed — for a Llama block wk, wo and
   w3 of wq, wk, wv, wo, w1, w3, w2 — ``torchtitan/distributed/activation_checkpoint.py``,
-  ``_get_custom_policy``), or ``"modules:layernorm,moe_act"`` (Megatron-Core's
+  ``_get_custom_policy``), ``"dots-saved"`` (MaxText's ``remat_policy: minimal``,
+  ``checkpoint_dots_with_no_batch_dims``: the weight GEMMs' outputs saved, every other op rerun;
+  the ``maxtext-minimal-remat`` preset), or ``"modules:layernorm,moe_act"`` (Megatron-Core's
   ``--recompute-modules``, :data:`cosearch.graph.RECOMPUTE_MODULES`: each named module's ops run
   again and its activations are not kept, :func:`cosearch.memory.module_recompute_bytes`).
   :func:`cosearch.graph.recompute_share` maps it onto the layer's
@@ -160,7 +162,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
-           "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "ANY",
+           "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "MAXTEXT_MINIMAL_REMAT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
            "moe_comm_sms", "with_moe_dispatch"]
 
@@ -331,6 +333,12 @@ def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton") -> 
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, cross_entropy="fused",
                  overlap_tp_comm=True, software="MaxText on JAX/XLA (2023-24)")
 
+#: MaxText with ``remat_policy: minimal`` (its decoder's
+#: ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``): a plan's ``"selective"``
+#: recompute saves the weight GEMMs' outputs and runs everything else again.
+MAXTEXT_MINIMAL_REMAT = replace(MAXTEXT, name="maxtext-minimal-remat", selective_recompute="dots-saved",
+                                software=MAXTEXT.software + ", remat_policy minimal")
+
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
                                   tp_overlap_kernel="userbuffers",
@@ -343,7 +351,8 @@ ANY = replace(MEGATRON_LM, name="any", zero_stages=(0, 1, 2, 3),
               software="Megatron-LM's overlap rules with ZeRO 0-3 (no single framework)")
 
 ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEGATRON_CORE_TP_OVERLAP,
-                               MEGATRON_DEEPSPEED, FSDP, FSDP_EAGER, LLM_FOUNDRY, MAXTEXT, ANY)}
+                               MEGATRON_DEEPSPEED, FSDP, FSDP_EAGER, LLM_FOUNDRY, MAXTEXT, MAXTEXT_MINIMAL_REMAT,
+                               ANY)}
 
 
 def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,

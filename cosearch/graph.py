@@ -54,7 +54,7 @@ ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "att
 
 #: What ``"selective"`` recomputation runs again (:attr:`cosearch.engine.Engine.selective_recompute`):
 #: these, or ``"modules:<names>"`` (:data:`RECOMPUTE_MODULES`).
-SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul")
+SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul", "dots-saved")
 
 #: Megatron-Core's ``--recompute-modules`` (``recompute_modules``, with granularity selective),
 #: by the forward ops of cosearch's layer graph each one runs again (``megatron/core/
@@ -111,8 +111,13 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     MLP or w1, w2 for a plain one): of the fused QKV GEMM the wk share ``kv / (heads + 2 kv)``,
     the attention output GEMM, half of a gated MLP's fused gate+up GEMM (w3), a plain MLP's down
     GEMM (w2); other matmuls (MoE experts, MLA projections, routers) half; every vector op;
-    never the fused attention kernel or a collective.  ``"modules:..."`` (Megatron-Core's
-    ``recompute_modules``): every op of the named modules (:data:`RECOMPUTE_MODULES`), whole."""
+    never the fused attention kernel or a collective.  ``"dots-saved"`` (MaxText's
+    ``remat_policy: minimal``, ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``:
+    the outputs of matmuls without batch dimensions — the weight GEMMs — are saved, everything
+    else runs again): every vector and cast op and the attention core (its matmuls have batch
+    dimensions; a fused kernel is not a dot), never a weight GEMM or a collective.
+    ``"modules:..."`` (Megatron-Core's ``recompute_modules``): every op of the named modules
+    (:data:`RECOMPUTE_MODULES`), whole."""
     check_selective_policy(policy)
     mods = recompute_modules(policy)
     if mods is not None:
@@ -120,6 +125,8 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         return 1.0 if any(base in RECOMPUTE_MODULES[m] for m in mods) else 0.0
     if policy == "attention-core":
         return 1.0 if op.name in ATTENTION_CORE else 0.0
+    if policy == "dots-saved":
+        return 1.0 if op.kind in ("vector", "cast", "bmm", "attention") or op.name in ATTENTION_CORE else 0.0
     if op.kind in ("vector", "cast"):
         return 1.0
     if op.kind != "gemm":

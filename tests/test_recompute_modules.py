@@ -91,3 +91,32 @@ def test_megatron_and_bridge_configs_read_recompute_modules():
                                         "recompute_modules": ["mla_up_proj", "mlp"]},
                               "train": {"micro_batch_size": 1, "global_batch_size": 8}})
     assert b.engine.selective_recompute == "modules:mla_up_proj,mlp"
+
+
+def test_maxtext_minimal_remat_reruns_all_but_the_weight_gemms():
+    """MaxText's remat_policy minimal (checkpoint_dots_with_no_batch_dims): every vector and cast
+    op and the attention core run again, no weight GEMM; the recompute seconds of a plan are the
+    sum of those ops' forward times, worked from the op prices; the reader picks the engine."""
+    from cosearch import cluster, engine, graph, hardware, models
+    from cosearch._kernels import formulas as F
+    from cosearch.cost import price
+    from cosearch.plan import unit_costs
+    m = models.preset("llama2-7b")
+    g = graph.build(m, 1, 1, "fwd", flash_attention=True)
+    shares = {op.name: graph.recompute_share(op, m, "dots-saved") for op in g.ops}
+    assert all(shares[op.name] == (0.0 if op.kind == "gemm" else 1.0) for op in g.ops if op.kind != "attention")
+    assert shares["attn_core"] == 1.0 and shares["qkv"] == 0.0 and shares["norm1"] == 1.0
+    e = engine.preset("maxtext-minimal-remat")
+    assert e.selective_recompute == "dots-saved"
+    chip = hardware.TPUv5p
+    u = unit_costs(m, chip, cluster.Cluster(1), (1,), (1,), (False,), True, engine=e)[0, 0, 0, 0]
+    t = price(g.arrays(), chip.as_array()[None], efficiency=chip.efficiency)[0]
+    want = sum(x for op, x in zip(g.ops, t) if op.kind != "gemm" and op.kind not in graph.NETWORK_KINDS)
+    assert u[F.U_LATT] == pytest.approx(want, rel=1e-9)
+    from cosearch.runs.maxtext import read_maxtext
+    words = ["ici_fsdp_parallelism=4", "per_device_batch_size=1", "remat_policy=minimal", "base_emb_dim=256",
+             "base_num_decoder_layers=2", "base_num_query_heads=4", "base_num_kv_heads=4", "base_mlp_dim=512",
+             "head_dim=64", "vocab_size=1000"]
+    rc = read_maxtext(None, words)
+    assert rc.engine.name == "maxtext-minimal-remat" and rc.plan["recompute"] == "selective"
+    assert read_maxtext(None, [w.replace("minimal", "full") for w in words]).engine.name == "maxtext"

@@ -25,7 +25,7 @@ unless ``num_slices`` says otherwise).
 ``ici_pipeline_parallelism``            pp
 ``ici_context_parallelism``             cp
 ``ici_expert_parallelism``              ep
-``remat_policy``                        full; minimal (priced as Megatron's selective)
+``remat_policy``                        full; minimal (the weight GEMMs' outputs saved, the rest rerun)
 ``quantization``                        ``fp8`` / ``nanoo_fp8``: FP8 GEMMs
 ``attention``                           dot_product: unfused; flash / cudnn_flash_te /
                                         autoselected (flash for training sequences of 128+,
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
-from ..engine import MAXTEXT
+from ..engine import MAXTEXT, MAXTEXT_MINIMAL_REMAT
 from ..models import ModelConfig
 from ._fields import Keys, flatten, load_yaml, parse_overrides
 from .config import RunConfig
@@ -178,11 +178,14 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         plan["microbatch"] = int(per_replica) // ga
     # recompute, precision, attention
     remat = str(k.get("remat_policy", "full"))
+    engine = MAXTEXT
     if remat == "full":
         plan["recompute"] = "full"
     elif remat == "minimal":
+        # MaxText's decoder: remat_policy "minimal" is jax.checkpoint_policies
+        # .checkpoint_dots_with_no_batch_dims (the weight GEMMs' outputs saved)
         plan["recompute"] = "selective"
-        assumed.append("remat_policy minimal priced as Megatron's selective recompute (attention core)")
+        engine = MAXTEXT_MINIMAL_REMAT
     else:
         raise ValueError(f"{name}: remat_policy {remat!r} is not modelled (full, minimal)")
     quant = str(k.get("quantization", "") or "")
@@ -196,5 +199,5 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     if fsdp_deg is None:
         assumed.append("ici_fsdp_parallelism -1: the fsdp axis is what the chips leave")
     neutral = k.finish((), NEUTRAL_KEYS, off_is_neutral_under=("",))
-    return RunConfig(name, model=model, plan=plan, dp=dp, batch_per_replica=int(per_replica), engine=MAXTEXT,
+    return RunConfig(name, model=model, plan=plan, dp=dp, batch_per_replica=int(per_replica), engine=engine,
                      seq_len=seq, assumed=tuple(assumed), neutral=neutral)

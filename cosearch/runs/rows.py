@@ -72,6 +72,9 @@ def _engine(row: dict) -> str | Engine:
     # collectives hidden (overlap_tp_comm) predicts a 13-17 % gain where the paper measures
     # 4.5-5.7 % (its Table 4 and the 405B Float8 rows), so its micro-pipelining hides only part of
     # them, which part not being modelled
+    if g == "MaxText" and str(row.get("recompute", "")).startswith("remat_policy=minimal"):
+        # MaxText's minimal remat: checkpoint_dots_with_no_batch_dims (the weight GEMMs' outputs saved)
+        return "maxtext-minimal-remat"
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
 
 
@@ -218,7 +221,11 @@ def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
         return "selective", mods
     if r.startswith("custom"):
         raise Refused(f"recompute {r.split('(')[0].strip()!r} is not modelled")
-    if r.startswith("selective") or r.startswith("remat_policy=minimal"):
+    if r.startswith("remat_policy=minimal"):
+        notes.append("remat_policy minimal: the weight GEMMs' outputs saved, every other op rerun "
+                     "(checkpoint_dots_with_no_batch_dims); its activation memory bounded by Megatron's selective figure")
+        return "selective", ()
+    if r.startswith("selective"):
         notes.append(f"recompute {r!r} priced as Megatron's selective (attention core)")
         return "selective", ()
     raise Refused(f"recompute {r!r} is not modelled")
