@@ -107,6 +107,13 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero", default="0,1", help="ZeRO stages to try per design, comma-separated (0-3; "
                                                  "default 0,1)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
+    p.add_argument("--engine", choices=list(ENGINES), default=None,
+                   help="training framework every design's plans run on (default megatron-lm)")
+    p.add_argument("--scale-up", type=_positive, default=None,
+                   help="chips per switched scale-up domain, joined at each design's own link rate "
+                        "(default: one flat domain of --chips); needs --scale-out-gbps")
+    p.add_argument("--scale-out-gbps", type=float, default=None,
+                   help="GB/s per chip per direction between scale-up domains")
     p.add_argument("--sp", action="store_true", help="also try sequence parallelism (default: off only)")
     p.add_argument("--virtual", help="interleaved virtual stages to try, comma-separated (default: 1)")
     p.add_argument("--tps", help="tensor-parallel degrees to try, comma-separated (default: those dividing the heads)")
@@ -151,16 +158,19 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
         opts["sequence_parallel"] = (False, True)
     if a.virtual:
         opts["virtual_stages"] = _int_list(a.virtual, "virtual")
+    if getattr(a, "engine", None):
+        opts["engine"] = a.engine
+    cluster = _search_cluster(a)
     if "," in str(a.model):
         import argparse as _ap
         names = [x.strip() for x in str(a.model).split(",") if x.strip()]
         ms = [_model_from_args(_ap.Namespace(**{**vars(a), "model": n})) for n in names]
-        return cosearch(ms, _space_from_args(a), a.chips, a.batch, prune=not a.no_prune, progress=True,
+        return cosearch(ms, _space_from_args(a), cluster, a.batch, prune=not a.no_prune, progress=True,
                         plan_options=opts, objective=a.objective,
                         refine_top=a.refine_top if a.time_model == "ilp" else 0, ilp_designs=a.ilp_designs,
                         baselines=baselines, resume=_resume_file(resume, out), checkpoint=out,
                         checkpoint_every_s=getattr(a, "checkpoint_every", 10.0))
-    return cosearch(_model_from_args(a), _space_from_args(a), a.chips, a.batch,
+    return cosearch(_model_from_args(a), _space_from_args(a), cluster, a.batch,
                     "serial" if a.serial else getattr(a, "workers", None),
                     tps=_int_list(a.tps, "tps") if a.tps else None,
                     microbatches=_int_list(a.microbatches, "microbatches") if a.microbatches else None,
@@ -169,6 +179,23 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
                     progress=True, baselines=baselines,
                     plan_options=opts, checkpoint=out, checkpoint_every_s=getattr(a, "checkpoint_every", 10.0),
                     resume=_resume_file(resume, out))
+
+
+def _search_cluster(a):
+    """The co-search's cluster: one flat domain of ``--chips``, or switched scale-up domains of
+    ``--scale-up`` chips (each design's own link inside) joined at ``--scale-out-gbps``."""
+    from .cluster import Cluster
+    up, out = getattr(a, "scale_up", None), getattr(a, "scale_out_gbps", None)
+    if up is None and out is None:
+        return Cluster(a.chips)
+    if up is None or out is None:
+        raise ValueError("--scale-up and --scale-out-gbps go together: the chips per scale-up domain and the "
+                         "GB/s per chip between domains")
+    if not (0 < out < 1e6):
+        raise ValueError(f"--scale-out-gbps must be a positive number of GB/s, got {out}")
+    if a.chips % up:
+        raise ValueError(f"--scale-up {up} does not divide --chips {a.chips}: the domains must be whole")
+    return Cluster(a.chips, up, None, out * 1e9 if up < a.chips else None, name=f"{a.chips} chips in domains of {up}")
 
 
 def _space_from_args(a):

@@ -228,3 +228,20 @@ def test_tokens_per_dollar_at_an_hourly_price():
     assert r.tokens_per_usd == pytest.approx(r.tokens_per_s * 3600 / (2.21 * 64))
     with pytest.raises(ValueError, match="usd_per_hour"):
         fr.SystemDesign(hardware.GB200, 72, 50e9, usd_per_hour=-1.0)
+
+
+def test_cosearch_cli_takes_the_rack_and_the_engine(tmp_path, capsys):
+    """`cosearch search --scale-up 8 --scale-out-gbps 25 --engine megatron-core`: the saved result
+    says the cluster and engine it was searched on; half a rack pair is refused."""
+    from cosearch import cli
+    from cosearch.results import Results
+    out = tmp_path / "s.json"
+    assert cli.main(["search", "--model", "gpt3-1.3b", "--chips", "64", "--batch", "64", "--scale-up", "8",
+                     "--scale-out-gbps", "25", "--engine", "megatron-core", "--refine-top", "0", "--serial",
+                     "--out", str(out)]) == 0
+    r = Results.from_json(out)
+    assert r.meta["cluster"]["chips_per_node"] == 8 and r.meta["cluster"]["inter_node_Bps"] == pytest.approx(25e9)
+    assert r.meta["plan_options"]["engine"] == "megatron-core"
+    assert cli.main(["search", "--model", "gpt3-1.3b", "--chips", "64", "--scale-up", "8", "--out",
+                     str(tmp_path / "t.json")]) == 2
+    assert "go together" in capsys.readouterr().err
