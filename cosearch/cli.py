@@ -114,6 +114,10 @@ def _search_args(p: argparse.ArgumentParser) -> None:
                         "(default: one flat domain of --chips); needs --scale-out-gbps")
     p.add_argument("--scale-out-gbps", type=float, default=None,
                    help="GB/s per chip per direction between scale-up domains")
+    p.add_argument("--cp", default=None, help="context-parallel degrees to try, comma-separated (default 1; "
+                                             "needs --flash); the space is priced once per degree")
+    p.add_argument("--ep", default=None, help="expert-parallel degrees to try for an MoE model, comma-separated "
+                                             "(default 1)")
     p.add_argument("--sp", action="store_true", help="also try sequence parallelism (default: off only)")
     p.add_argument("--virtual", help="interleaved virtual stages to try, comma-separated (default: 1)")
     p.add_argument("--tps", help="tensor-parallel degrees to try, comma-separated (default: those dividing the heads)")
@@ -160,6 +164,10 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
         opts["virtual_stages"] = _int_list(a.virtual, "virtual")
     if getattr(a, "engine", None):
         opts["engine"] = a.engine
+    if getattr(a, "cp", None):
+        opts["context_parallel"] = _int_list(a.cp, "cp")
+    if getattr(a, "ep", None):
+        opts["expert_parallel"] = _int_list(a.ep, "ep")
     cluster = _search_cluster(a)
     if "," in str(a.model):
         import argparse as _ap

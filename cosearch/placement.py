@@ -500,12 +500,14 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     sps = _bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
     virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), opts.get("engine"))
     modes = _modes(opts.get("recompute"))
-    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros)
+    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros,
+                         cp=_priced_values(opts, "context_parallel")[0], ep=_priced_values(opts, "expert_parallel")[0])
     if not len(cfg):
         return tuple(mbs)
     chip = Accelerator.from_array(d[0])
+    priced = priced_options(opts)
     units = unit_costs(model, chip, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
-                       engine=opts.get("engine"))[0]
+                       engine=opts.get("engine"), **priced)[0]
     net = cluster.net_array(chip)
     hi = DESIGN_FIELDS.index("hbm_bytes")
     keep = {min(mbs)}
@@ -529,7 +531,9 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
     engine = engine_preset(opts.get("engine"))
     virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), engine)
     modes = _modes(opts.get("recompute"))
-    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros)
+    priced = priced_options(opts)
+    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros,
+                         cp=priced["context_parallel"], ep=priced["expert_parallel"])
     out = np.full(len(d), np.inf)
     if not len(cfg) or not len(d):
         return out
@@ -538,7 +542,7 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
         chip = Accelerator.from_array(row)
         rows.append(np.concatenate([cluster.net_array(chip),
                                     hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem,
-                                           bool(opts.get("overlap_dp", True)), engine)]))
+                                           bool(opts.get("overlap_dp", True)), engine, priced["precision"])]))
     keys, which = np.unique(np.array(rows), axis=0, return_inverse=True)
     which = np.asarray(which).reshape(-1)
     nn = len(rows[0]) - F.NH
@@ -550,22 +554,50 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
 
 
 #: Plan options that change the unit costs themselves (tokens per rank, GEMM operand bytes,
-#: expert placement); the co-search prices its whole space once, with the defaults.
+#: expert placement): the co-search prices its space once per value of each
+#: (:func:`priced_combinations`), with these defaults.
 PRICED_OPTIONS = {"context_parallel": 1, "precision": "bf16", "expert_parallel": 1}
 
 
-def check_cosearch_options(opts: dict) -> None:
-    """Refuse plan options the co-search cannot honour: it prices every design's unit costs once,
-    for one context-parallel degree, precision and expert-parallel degree (the defaults), so other
-    values would be searched on the wrong costs.  They are options of :func:`search_plans` and
-    :func:`cosearch.plan.evaluate` for a given chip."""
-    for name, default in PRICED_OPTIONS.items():
-        v = opts.get(name)
-        vals = (v,) if isinstance(v, (int, str)) else tuple(v) if v is not None else (default,)
-        if set(vals) != {default}:
-            raise ValueError(f"the co-search prices every design once, with {name}={default!r}; it cannot search "
-                             f"{name}={list(vals)}. Search a chip's plans over it with search_plans(..., {name}=...) "
-                             f"(cosearch plan) instead")
+def _priced_values(opts: dict, name: str) -> tuple:
+    v = opts.get(name)
+    vals = (v,) if isinstance(v, (int, str)) else tuple(v) if v is not None else (PRICED_OPTIONS[name],)
+    return tuple(dict.fromkeys(vals))
+
+
+def check_cosearch_options(opts: dict, lists: bool = False) -> None:
+    """Refuse plan options the co-search cannot honour.  A design of a search space has a bf16
+    tensor unit only (number formats are not a space dimension), so ``precision`` must be
+    ``"bf16"``.  Context- and expert-parallel degrees: one value each (``lists=False``: one
+    priced space), or several (``lists=True``: :func:`cosearch.search.cosearch` searches each
+    combination's priced space and keeps every design's best)."""
+    precs = _priced_values(opts, "precision")
+    if set(precs) != {"bf16"}:
+        raise ValueError(f"the co-search's designs have bf16 tensor units only (number formats are not a search "
+                         f"space dimension); it cannot search precision={list(precs)}. Search a chip's plans in FP8 "
+                         "with search_plans(..., precision=...) (cosearch plan), or systems with cosearch.codesign")
+    for name in ("context_parallel", "expert_parallel"):
+        vals = _priced_values(opts, name)
+        if not lists and len(vals) > 1:
+            raise ValueError(f"this search prices every design once, with one {name}; got {list(vals)}. The "
+                             f"single-model co-search (cosearch.cosearch) searches several")
+
+
+def priced_combinations(opts: dict) -> list[dict[str, Any]]:
+    """Every (context_parallel, precision, expert_parallel) combination of plan options, each as
+    single values."""
+    return [dict(context_parallel=c, precision=p, expert_parallel=e)
+            for c in _priced_values(opts, "context_parallel") for p in _priced_values(opts, "precision")
+            for e in _priced_values(opts, "expert_parallel")]
+
+
+def priced_options(opts: dict) -> dict[str, Any]:
+    """The one (context_parallel, precision, expert_parallel) of plan options priced once."""
+    combos = priced_combinations(opts)
+    if len(combos) != 1:
+        raise ValueError(f"plan options priced once must hold one context-parallel degree, precision and "
+                         f"expert-parallel degree; got {combos}")
+    return combos[0]
 
 
 def _unit_work(units: np.ndarray, model: ModelConfig) -> np.ndarray:
@@ -600,17 +632,29 @@ def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_bat
     plans faster than it are wanted (None returned if there is none).  ``units_bound``:
     precomputed bound unit costs of this chip (tps, microbatches, sp, fields)."""
     opts = dict(DEFAULT_PLAN_OPTIONS if opts is None else opts)
+    combos = priced_combinations(opts)
+    if len(combos) > 1:
+        # one per (context-parallel, precision, expert-parallel) combination, the best kept
+        # (each later one only has to beat the best so far)
+        best_p: Plan | None = None
+        for combo in combos:
+            p = ilp_plan(model, chip, cluster, global_batch, mem, {**opts, **combo}, tps=tps, microbatches=microbatches,
+                         cutoff_s=cutoff_s if best_p is None else min(cutoff_s, best_p.step_time_s))
+            if p is not None and (best_p is None or p.step_time_s < best_p.step_time_s):
+                best_p = p
+        return best_p
     tps = tuple(tps) if tps is not None else tuple(default_tps(model, cluster.num_chips))
     mbs = tuple(microbatches) if microbatches is not None else tuple(divisors(global_batch))
     sps = _bools("sequence_parallel", opts.pop("sequence_parallel", None), (False, True))
     flash = bool(opts.get("flash_attention", False))
+    priced = priced_options(opts)
     ub = units_bound if units_bound is not None else unit_costs(
         model, chip, cluster, tps, mbs, sps, flash,
-        engine=opts.get("engine"), time_model="bound")[0]
+        engine=opts.get("engine"), time_model="bound", **priced)[0]
     # best-first over the choices: each starts at its perfect-spread bound, is raised to its
     # best plan under bound layer times, then planned with ILP layer times; a choice whose
     # bound cannot beat the best ILP plan found is never looked at again
-    spread = spread_bound(ub, model, tps, mbs, global_batch, cluster.num_chips)
+    spread = spread_bound(ub, model, tps, mbs, global_batch, cluster.num_chips, priced["context_parallel"])
     heap = [(float(spread[ti, bi, si]), 0, ti, bi, si) for ti, t in enumerate(tps) for bi in range(len(mbs))
             for si, sp in enumerate(sps) if not (sp and t == 1)]
     heapq.heapify(heap)

@@ -27,19 +27,24 @@ __all__ = ["rank_top_ilp", "bound_candidates"]
 
 
 def bound_candidates(model: ModelConfig, designs: np.ndarray, cluster: Cluster, global_batch: int, tps, mbs, sps,
-                      flash: bool, engine, ceiling: float) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+                      flash: bool, engine, ceiling: float,
+                      priced: dict | None = None) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """The designs whose perfect-spread step on :func:`cosearch.schedule.layer_bounds` layer
     times is at most ``ceiling`` — the only ones whose ILP step can be — and those unit
     costs by design index.  The whole space is first screened on the far cheaper
     :func:`cosearch.schedule.work_bounds` (itself a valid bound on the ILP layer time, so a
     design it puts above ``ceiling`` cannot be below it), and ``layer_bounds`` is priced on
     the rest."""
-    wb = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, flash, time_model="work-bound", engine=engine)
-    pre = np.flatnonzero(step_lower_bound(wb, model, tps, mbs, global_batch, cluster.num_chips) <= ceiling)
+    pr = priced or {}
+    cp = int(pr.get("context_parallel", 1))
+    wb = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, flash, time_model="work-bound", engine=engine,
+                             **pr)
+    pre = np.flatnonzero(step_lower_bound(wb, model, tps, mbs, global_batch, cluster.num_chips, cp) <= ceiling)
     if not len(pre):
         return pre, {}
-    ub = plan_mod.unit_costs(model, designs[pre], cluster, tps, mbs, sps, flash, time_model="bound", engine=engine)
-    keep = step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips) <= ceiling
+    ub = plan_mod.unit_costs(model, designs[pre], cluster, tps, mbs, sps, flash, time_model="bound", engine=engine,
+                             **pr)
+    keep = step_lower_bound(ub, model, tps, mbs, global_batch, cluster.num_chips, cp) <= ceiling
     return pre[keep], {int(i): ub[k] for k, i in enumerate(pre) if keep[k]}
 
 
@@ -74,6 +79,7 @@ def rank_top_ilp(res: Results, model: ModelConfig, cluster: Cluster, global_batc
     sps = tuple(opts.get("sequence_parallel", (False,)))
     flash = bool(opts.get("flash_attention", False))
     engine = opts.get("engine")
+    priced = placement.priced_options(opts)
     by_index = {r.index: k for k, r in enumerate(res.rows)}
     bar = None
     if progress:
@@ -122,10 +128,11 @@ def rank_top_ilp(res: Results, model: ModelConfig, cluster: Cluster, global_batc
         pool = list(dict.fromkeys(r.index for r in rows))
         if pool:
             pool_ub = plan_mod.unit_costs(model, designs[pool], cluster, tps, mbs, sps, flash, time_model="bound",
-                                          engine=engine)
+                                          engine=engine, **priced)
             ub.update({i: pool_ub[k] for k, i in enumerate(pool)})
             family = {pool[k]: [pool[j] for j in g]
-                      for g in buffer_equivalent_designs(model, designs[pool], tps, mbs, sps, flash) for k in g}
+                      for g in buffer_equivalent_designs(model, designs[pool], tps, mbs, sps, flash, priced=priced)
+                      for k in g}
         for i in pool:
             if math.isfinite(kth()) or planned >= max_designs:
                 break
@@ -135,10 +142,10 @@ def rank_top_ilp(res: Results, model: ModelConfig, cluster: Cluster, global_batc
         # bound (0) over the whole space picks the candidates; buffer-equivalent candidates
         # share one plan (a seed's, where the group holds one)
         cand, more_ub = bound_candidates(model, designs, cluster, global_batch, tps, mbs, sps, flash, engine,
-                                          kth())
+                                          kth(), priced)
         ub.update(more_ub)
         groups = [[int(cand[k]) for k in g]
-                  for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash)]
+                  for g in buffer_equivalent_designs(model, designs[cand], tps, mbs, sps, flash, priced=priced)]
         todo = []
         for gi, g in enumerate(groups):
             have = [m for m in g if m in seeded]

@@ -151,6 +151,12 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
     cluster = cluster if isinstance(cluster, Cluster) else Cluster(int(cluster))
     mem = mem or memory.MemoryConfig()
     global_batch = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
+    all_opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
+    placement.check_cosearch_options(all_opts, lists=True)
+    combos = placement.priced_combinations(all_opts)
+    if len(combos) > 1:
+        return _cosearch_combinations(model, space, cluster, global_batch, tps, microbatches, mem, all_opts, combos,
+                                      baselines, o)
     sp, meta, all_mbs = _prepare(model, space, cluster, global_batch, tps, microbatches, mem, plan_options)
     rows, done = _resumed_rows(o.resume, sp, meta) if o.resume is not None else ([], set())
 
@@ -172,6 +178,61 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
     return res
 
 
+def _combination_tag(combo: dict) -> str:
+    return f"cp{combo['context_parallel']}-ep{combo['expert_parallel']}"
+
+
+def _cosearch_combinations(model, space, cluster, global_batch, tps, microbatches, mem, opts, combos, baselines,
+                           o: SearchOptions) -> Results:
+    """The co-search over several context- or expert-parallel degrees: the space priced and
+    searched once per combination (each design's unit costs depend on it), every design kept
+    at its best plan over them.  Exact: a design in the overall top k is in its own
+    combination's top k (its step there is its best, and no design beats it anywhere more than
+    k - 1 times), which each run ranks exactly.  Checkpoints and resumes go to one file per
+    combination (``FILE.cp2-ep1``); the baselines search the whole option space once."""
+    runs: list[Results] = []
+    for combo in combos:
+        tag = _combination_tag(combo)
+        sub = o.with_(checkpoint=None if o.checkpoint is None else f"{os.fspath(o.checkpoint)}.{tag}",
+                      resume=None if o.resume is None else f"{os.fspath(o.resume)}.{tag}")
+        if sub.resume is not None and not os.path.isfile(sub.resume):
+            sub = sub.with_(resume=None)
+        r = cosearch(model, space, cluster, global_batch, tps=tps, microbatches=microbatches, mem=mem,
+                     plan_options={**opts, **combo}, baselines=False, options=sub)
+        runs.append(r)
+        if r.interrupted:
+            break
+    best: dict[int, DesignResult] = {}
+    for r in runs:
+        for row in r.rows:
+            old = best.get(row.index)
+            if old is None or (row.plan is not None and (old.plan is None or row.tokens_per_s > old.tokens_per_s)):
+                best[row.index] = row
+    meta = dict(runs[0].meta)
+    meta["plan_options"] = {k: list(x) if isinstance(x, tuple) else getattr(x, "name", x) for k, x in opts.items()}
+    meta["combinations"] = [dict(c, **{"ilp_ranking": r.meta.get("ilp_ranking"), "evaluated": len(r.rows)})
+                            for c, r in zip(combos, runs)]
+    rankings = [r.meta.get("ilp_ranking") for r in runs if r.meta.get("ilp_ranking")]
+    if rankings:
+        meta["ilp_ranking"] = dict(rankings[0], proven=all(x.get("proven", True) for x in rankings))
+    if any(r.meta.get("time_model") == "ilp" for r in runs):
+        meta["time_model"] = "ilp"
+    total = runs[0].total_designs
+    res = Results(model.name, cluster.num_chips, global_batch, sorted(best.values(), key=lambda r: r.index),
+                  pruned=total - len(best), total_designs=total, interrupted=any(r.interrupted for r in runs)
+                  or len(runs) < len(combos), meta=meta)
+    res.stopped_by = next((r.stopped_by for r in runs if r.stopped_by is not None), None)
+    if baselines and not res.interrupted and res.feasible:
+        from . import baselines as bl
+        try:
+            res.baselines = bl.run_baselines(model, space, cluster, global_batch, mem=mem, tps=tps,
+                                             microbatches=microbatches, refine=bool(o.refine_top), plan_options=opts,
+                                             cosearched=res.best.accelerator())
+        except KeyboardInterrupt as exc:
+            res.interrupted, res.stopped_by = True, exc
+    return res
+
+
 def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_batch: int, tps, microbatches,
              mem: memory.MemoryConfig, plan_options) -> tuple[sweep.SweepSpace, dict, tuple]:
     """Validate the plan settings, price every design's unit costs and bounds, and group
@@ -189,16 +250,21 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     placement.check_cosearch_options(opts)
+    priced = placement.priced_options(opts)
+    for k, x in priced.items():
+        if x != placement.PRICED_OPTIONS[k] or k in opts:   # the defaults stay unwritten (the fingerprint)
+            opts[k] = x
     sps = placement._bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
     opts["sequence_parallel"] = sps
     all_mbs = mbs
     # microbatch sizes with which no plan fits any design's HBM are never priced
     mbs = tuple(placement.fitting_microbatches(model, designs, cluster, global_batch, tps, mbs, mem, **opts))
     units = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
-                                engine=opts.get("engine"))
+                                engine=opts.get("engine"), **priced)
     group, members = sweep.equivalent_designs(designs, units)
     sp = sweep.SweepSpace(model, designs, cluster, global_batch, tps, mbs, units, mem, space.area_power, opts,
-                          sweep.step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips),
+                          sweep.step_lower_bound(units, model, tps, mbs, global_batch, cluster.num_chips,
+                                                 priced["context_parallel"]),
                           group, members, space.area_power.area_mm2(designs), space.area_power.power_w(designs))
     meta = {"fingerprint": sweep.run_fingerprint(model, space, designs, cluster, global_batch, mem, tps, all_mbs, opts),
             "model_config": model.to_dict(),

@@ -126,13 +126,16 @@ def equivalent_designs(designs: np.ndarray, units: np.ndarray) -> tuple[np.ndarr
 
 
 def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs, sps, flash: bool,
-                              efficiency=None) -> list[list[int]]:
+                              efficiency=None, priced: dict | None = None) -> list[list[int]]:
     """Group designs that differ only in their buffer sizes (L1, L2) and get the same
     :func:`cosearch.schedule.scheduling_prices` for every graph the search prices
     (embedding, layer and head, fwd and bwd, for every (tp, microbatch, sequence parallel)).
     The buffers are read only by the roofline, so such designs get the same serial and ILP
     layer times, bounds and plans — the performance model cannot tell them apart (their area
-    and power still differ).  Returns the groups, lowest index first."""
+    and power still differ).  ``priced``: the context-parallel degree, precision and
+    expert-parallel degree the graphs are built at (:func:`cosearch.placement.priced_options`).
+    Returns the groups, lowest index first."""
+    pr = priced or {}
 
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     rest = d.copy()
@@ -150,7 +153,8 @@ def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs,
                     if (t, mb, sp) in seen:
                         continue
                     seen.add((t, mb, sp))
-                    for g in plan_mod._graph_rows(model, t, mb, sp, flash).values():
+                    for g in plan_mod._graph_rows(model, t, mb, sp, flash, pr.get("context_parallel", 1),
+                                                  pr.get("precision", "bf16"), pr.get("expert_parallel", 1)).values():
                         a = np.nan_to_num(schedule.scheduling_prices(g, sub, efficiency), nan=-1.0)
                         _, sid = np.unique(np.column_stack([sid, a]), axis=0, return_inverse=True)
                         sid = np.asarray(sid).reshape(-1)
@@ -162,9 +166,10 @@ def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs,
     return sorted(out.values())
 
 
-def step_lower_bound(units: np.ndarray, model: ModelConfig, tps, mbs, global_batch, chips) -> np.ndarray:
-    """Per design: the smallest :func:`cosearch.placement.spread_bound` over (tp, mb, sp)."""
-    lb = placement.spread_bound(units, model, tps, mbs, global_batch, chips)
+def step_lower_bound(units: np.ndarray, model: ModelConfig, tps, mbs, global_batch, chips, cp: int = 1) -> np.ndarray:
+    """Per design: the smallest :func:`cosearch.placement.spread_bound` over (tp, mb, sp)
+    (``units`` priced at context-parallel degree ``cp``)."""
+    lb = placement.spread_bound(units, model, tps, mbs, global_batch, chips, cp)
     return lb.reshape(len(units), -1).min(axis=1)
 
 

@@ -490,16 +490,50 @@ def test_design_report_by_hand():
         design_report("TPUv4")
 
 
-@pytest.mark.parametrize("opt", [{"context_parallel": (2,)}, {"context_parallel": (1, 2)}, {"precision": "fp8"},
-                                 {"expert_parallel": 2}])
-def test_cosearch_refuses_options_its_pricing_cannot_honour(opt):
-    """The co-search prices every design once (cp 1, bf16, no EP): searching other values on
-    those costs would print wrong numbers, so it says so and points at search_plans."""
+def test_cosearch_refuses_options_its_pricing_cannot_honour():
+    """The space's designs have bf16 tensor units only: FP8 is refused with the way to search it;
+    expert parallelism on a dense model is refused by name."""
     sp = hardware.SearchSpace(tensor_cores=(2,), systolic_dims=((64, 64),), vector_units=(2,), vector_width=(512,),
                               l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,), hbm=((16 * GiB, 1.2e12),))
-    opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, **opt)
-    with pytest.raises(ValueError, match="prices every design once"):
-        search.cosearch(models.preset("gpt3-1.3b"), sp, cluster.Cluster(16), 32, "serial", plan_options=opts)
+    for opt, match in (({"precision": "fp8"}, "bf16 tensor units only"), ({"expert_parallel": 2}, "dense")):
+        opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, **opt)
+        with pytest.raises(ValueError, match=match):
+            search.cosearch(models.preset("gpt3-1.3b"), sp, cluster.Cluster(16), 32, "serial", plan_options=opts)
     ok = dict(search.DEFAULT_PLAN_OPTIONS, context_parallel=(1,), precision=("bf16",))
     assert search.cosearch(models.preset("gpt3-1.3b"), sp, cluster.Cluster(16), 32, "serial", plan_options=ok,
                            refine_top=0).feasible
+
+
+@pytest.mark.parametrize("refine", [0, 1])
+def test_cosearch_over_context_parallel_keeps_each_designs_best(refine):
+    """Context parallelism 1 and 2 over a three-design space: every design's row is its best plan
+    over both degrees — what search_plans (serial times) or ilp_plan (ILP times, the exact top)
+    gives that chip with both degrees, and a degree of 2 alone never beats it."""
+    from cosearch.placement import ilp_plan, search_plans
+    sp = hardware.SearchSpace(tensor_cores=(2, 8), systolic_dims=((64, 64),), vector_units=(2,),
+                              vector_width=(512,), l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,),
+                              hbm=((16 * GiB, 1.2e12),), link_bandwidth_Bps=(3e11, 3e10))
+    m = models.preset("gpt3-1.3b").with_(seq_len=4096)
+    cl, batch = cluster.Cluster(16, 4, None, 25e9), 8       # 8 sequences on 16 chips at tp 1: cp 2 binds
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, context_parallel=(1, 2))
+    res = search.cosearch(m, sp, cl, batch, "serial", tps=(1,), plan_options=opts, refine_top=refine, prune=False)
+    assert [c["context_parallel"] for c in res.meta["combinations"]] == [1, 2]
+    designs = sp.arrays()
+    for r in res.rows:
+        chip = hardware.Accelerator.from_array(designs[r.index])
+        if r.time_model == "ilp":
+            want = ilp_plan(m, chip, cl, batch, res_mem(), dict(opts), tps=(1,)).step_time_s
+        else:
+            want = search_plans(m, chip, cl, batch, tps=(1,), **opts).best.step_time_s
+        assert r.plan.step_time_s == pytest.approx(want, rel=1e-9)
+    assert any("cp2" in r.plan.spec.describe() for r in res.rows)
+    only1 = search.cosearch(m, sp, cl, batch, "serial", tps=(1,), plan_options=dict(opts, context_parallel=(1,)),
+                            refine_top=refine, prune=False)
+    assert res.best.tokens_per_s > only1.best.tokens_per_s
+    if refine:
+        assert res.best.time_model == "ilp"
+
+
+def res_mem():
+    from cosearch import memory
+    return memory.MemoryConfig()
