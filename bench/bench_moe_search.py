@@ -20,7 +20,7 @@ EPS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _search(eps):
-    plan._graph_rows.cache_clear()                 # each search builds its own graphs: a fair comparison
+    plan.clear_graph_cache()                 # each search builds its own graphs: a fair comparison
     return placement.search_plans("qwen3-30b-a3b", "H100", cluster.preset("dgx-h100", 8), 512,
                                   flash_attention=[True], precision="fp8", expert_parallel=list(eps),
                                   engine="megatron-core", top_k=3)

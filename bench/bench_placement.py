@@ -157,7 +157,7 @@ def test_evaluate_warm_vs_uncached(benchmark):
     def cold(n=20):
         total = 0.0
         for _ in range(n):
-            plan_mod._graph_rows.cache_clear()
+            plan_mod.clear_graph_cache()
             t0 = time.perf_counter()
             evaluate(m, chip, cl, spec, 1536)
             total += time.perf_counter() - t0

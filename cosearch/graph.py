@@ -30,7 +30,7 @@ import numpy as np
 from ._validate import choice
 from .models import ModelConfig
 
-__all__ = ["Op", "LayerGraph", "build", "build_model", "from_module", "OP_FIELDS",
+__all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
@@ -763,7 +763,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False,
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
           cross_entropy: str = "fused", elementwise: str = "fused",
-          expert_tensor_parallel: int | None = None) -> LayerGraph:
+          expert_tensor_parallel: int | None = None, both: bool = False) -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -784,7 +784,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     how the head's loss runs, a fused kernel or Megatron's fp32 passes.  ``elementwise``
     (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
     (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
-    (:data:`EAGER_ELEMENTWISE_BYTES`)."""
+    (:data:`EAGER_ELEMENTWISE_BYTES`).  ``both``: return the (forward, backward) pair
+    (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -814,10 +815,20 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
     ops = [replace(o, bytes_read=o.elements * own[o.name][0], bytes_written=o.elements * own[o.name][1])
            if o.name in own and o.kind == "vector" else o for o in ops]
-    if phase == "bwd":
-        ops = _backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()})
-    return LayerGraph(f"{config.name}.{part}.{phase}", tuple(ops), phase=phase, tp=tp,
-                      microbatch=microbatch)
+    fwd = LayerGraph(f"{config.name}.{part}.fwd", tuple(ops), phase="fwd", tp=tp, microbatch=microbatch)
+    if phase == "fwd" and not both:
+        return fwd
+    bwd = LayerGraph(f"{config.name}.{part}.bwd",
+                     tuple(_backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()})),
+                     phase="bwd", tp=tp, microbatch=microbatch)
+    return (fwd, bwd) if both else bwd
+
+
+def build_pair(config: ModelConfig, tp: int = 1, microbatch: int = 1, part: str = "layer",
+               **options) -> tuple[LayerGraph, LayerGraph]:
+    """:func:`build`'s forward and backward graphs of one part at once (the forward ops built
+    once); ``options``: :func:`build`'s keyword options."""
+    return build(config, tp, microbatch, "fwd", part, both=True, **options)
 
 
 def build_model(config: ModelConfig, tp: int = 1, microbatch: int = 1) -> dict[str, LayerGraph]:

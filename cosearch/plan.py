@@ -291,12 +291,34 @@ class Plan:
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
-    again (another design, another ``evaluate``) reuses them (callers must not change the dict)."""
-    return {(part, ph): graph.build(model, tp, mb, ph, part, sequence_parallel=sp, flash_attention=flash,
-                                    context_parallel=cp, precision=precision, expert_parallel=ep,
-                                    cross_entropy=cross_entropy, elementwise=elementwise,
-                                    expert_tensor_parallel=etp)
-            for part in ("embedding", "layer", "head") for ph in ("fwd", "bwd")}
+    again (another design, another ``evaluate``) reuses them (callers must not change the dict).
+    The embedding and head do not depend on expert parallelism: they are shared across its
+    degrees (:func:`_part_graphs`)."""
+    graph.check_expert_parallel(model, ep)
+    graph.check_expert_tensor_parallel(model, etp, tp, bool(sp))
+    out = {}
+    for part in ("embedding", "layer", "head"):
+        moe = part == "layer"
+        f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
+                            elementwise, etp if moe else None)
+        out[part, "fwd"], out[part, "bwd"] = f, b
+    return out
+
+
+def clear_graph_cache() -> None:
+    """Forget every cached op graph (:func:`_graph_rows`, :func:`_part_graphs`): benchmarks
+    that time graph building start from here."""
+    _graph_rows.cache_clear()
+    _part_graphs.cache_clear()
+
+
+@functools.lru_cache(maxsize=2048)
+def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
+                 ep: int, cross_entropy: str, elementwise: str, etp: int | None):
+    """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`)."""
+    return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
+                            precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
+                            elementwise=elementwise, expert_tensor_parallel=etp)
 
 
 def _graph_stack(gs: dict) -> np.ndarray:
