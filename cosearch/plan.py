@@ -615,7 +615,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
                     u[:, :, f] = per[:, :, k].T
                 if eng.overlap_tp_comm and eng.tp_overlap_kernel == "userbuffers" and t > 1 \
-                        and time_model == "sum" and priced is not None:
+                        and time_model not in ("bound", "work-bound") and priced is not None:
+                    # (the lower-bound time models keep the whole-layer rule: it exposes less)
                     # Transformer Engine's overlap exposes more than the whole-layer rule of
                     # formulas.stage_terms: each collective beside its own GEMM (no SP: none hidden)
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
@@ -634,8 +635,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                 u[i, j, f_x] = max(0.0, new - whole)
                 if overlap:
                     # EP all-to-all overlap (Engine.overlap_moe_a2a): what a paired forward and
-                    # backward of a layer save; under the lower-bound time models, every
-                    # all-to-all second (the most any overlap can hide), keeping the bound valid
+                    # backward of a layer save (the ILP time models take it from the ops' serial
+                    # prices); under the lower-bound time models, every all-to-all second (the
+                    # most any overlap can hide), keeping the bound valid
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
                     for i in range(len(d)):
                         net = nets[net_of[i]]
@@ -651,7 +653,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                             def a2a(op, net=net, scale=scale, t=t, stride=ep_stride):
                                 return _collective_s("alltoall", op.bytes_read * scale, t, net, ep, stride, route)
                             a2a_all = sum(a2a(op) for g in (fg, bg) for op in g.ops if op.kind == "alltoall")
-                            if time_model != "sum" or priced is None:
+                            if time_model in ("bound", "work-bound") or priced is None:
                                 u[i, j, F.U_EPO] = a2a_all
                                 continue
                             parts = _ep_overlap_parts(fg, bg, lf_ops[i, j], lb_ops[i, j], a2a)

@@ -252,3 +252,17 @@ def test_userbuffers_pairs_each_collective_with_its_gemm():
     # the whole-layer engine (MaxText's rule) adds nothing
     u2 = unit_costs(m, hardware.H100, cl, (4,), (1,), (True,), True, engine="maxtext")[0, 0, 0, 0]
     assert u2[F.U_TPXF] == 0.0 and u2[F.U_TPXB] == 0.0
+
+
+def test_overlap_terms_under_each_time_model():
+    """The scheduled time models take the overlap saving and the userbuffers exposure from the
+    ops' serial prices, as the sum model does; the lower-bound models keep what can only lower
+    the bound (every all-to-all second saved; the whole-layer TP rule)."""
+    ovl = engine.with_moe_dispatch(engine.megatron_core(tp_comm_overlap=True), "flex", True)
+    cl = cluster.preset("dgx-h100", 1)
+    args = (MOE, hardware.H100, cl, (2,), (2,), (True,), True)
+    u = {tm: unit_costs(*args, engine=ovl, expert_parallel=4, time_model=tm)[0, 0, 0, 0]
+         for tm in ("sum", "list", "bound")}
+    assert u["list"][F.U_EPO] == pytest.approx(u["sum"][F.U_EPO], rel=1e-12) and u["sum"][F.U_EPO] > 0
+    assert u["list"][F.U_TPXF] == pytest.approx(u["sum"][F.U_TPXF], rel=1e-12)
+    assert u["bound"][F.U_TPXF] == 0.0 and u["bound"][F.U_EPO] >= u["sum"][F.U_EPO]
