@@ -746,7 +746,7 @@ def _reproduce_frontier(a) -> int:
     print(f"frontier: {len(reproduce.frontier_systems())} systems x {len(models)} models x {len(counts)} chip "
           "counts; best system per objective and its gain over each fixed system")
     try:
-        reproduce.frontier(models, counts, out=out, **budgets)
+        reproduce.frontier(models, counts, out=out, plot=a.plot, **budgets)
     except KeyboardInterrupt as exc:
         from ._interrupt import exit_code
         print(f"cosearch: interrupted; finished rows are in {out}", file=sys.stderr)
@@ -860,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--die-area-budget", type=float, default=None,
                     help="frontier: most mm^2 a design may add to its base chip's die")
     rp.add_argument("--force", action="store_true", help="frontier: replace an existing --out file")
+    rp.add_argument("--plot", default=None, metavar="PREFIX",
+                    help="frontier: write each run's tokens/s-against-tokens/J plot to PREFIX-MODEL-CHIPS.png")
     from .fl.cli import add_parsers as add_fl_parsers
     add_fl_parsers(sub)
     a = ap.parse_args(argv)

@@ -318,6 +318,40 @@ class CodesignResults:
                 lines.append(f"  no plan: {r.system.name}: {r.reason}")
         return "\n".join(lines)
 
+    def plot(self, path: str | os.PathLike | None = None, overwrite: bool = False):
+        """Tokens/s per chip against tokens per joule, one point per system with a plan (fixed
+        systems marked and named), the Pareto front over the two drawn; written to ``path`` (PNG)
+        when given.  Needs matplotlib (``pip install cosearch[plot]``)."""
+        v.new_file(path, overwrite)
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover
+            raise ImportError("CodesignResults.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
+        rows = [r for r in self.rows if r.plan is not None]
+        fig, ax = plt.subplots(figsize=(6.4, 4.8))
+        for fixed, style in ((False, dict(c="0.6", s=14, label="designs")), (True, dict(c="C3", s=30, marker="s",
+                                                                                         label="fixed systems"))):
+            rs = [r for r in rows if r.system.fixed == fixed]
+            ax.scatter([r.tokens_per_joule for r in rs], [r.tokens_per_s / r.chips for r in rs], **style)
+            if fixed:
+                for r in rs:
+                    ax.annotate(r.system.name, (r.tokens_per_joule, r.tokens_per_s / r.chips), fontsize=7)
+        front = sorted(self.pareto(), key=lambda r: r.tokens_per_joule)
+        if front:
+            ax.plot([r.tokens_per_joule for r in front], [r.tokens_per_s / r.chips for r in front], "C0-",
+                    label="Pareto front")
+        ax.set_xlabel("tokens per joule")
+        ax.set_ylabel("tokens/s per chip")
+        ax.set_title(f"{self.model} on {self.chips} chips, batch {self.global_batch}", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+        return fig
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
                 "cost": None if self.cost is None else asdict(self.cost), "interrupted": self.interrupted,

@@ -238,7 +238,7 @@ def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[
 def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_chip: float = 0.5,
              objectives=("tokens_per_s", "tokens_per_joule", "tokens_per_usd"), systems=None, cost=None,
              out: str | os.PathLike | None = None, echo=print, progress: bool = False,
-             **budgets) -> list[FrontierRow]:
+             plot: str | os.PathLike | None = None, **budgets) -> list[FrontierRow]:
     """The frontier table (issue #42): for each model and chip count, every system of ``systems``
     (default :func:`frontier_systems`) with its best FP8 (or bf16) plan
     (:func:`cosearch.frontier.codesign`; its default plan space), the best system per objective
@@ -247,7 +247,8 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
     against the best fixed system (:func:`cosearch.frontier.design_report`).  Global batch: ``batch_per_chip`` sequences per chip (0.5:
     4,096 sequences on 8,192 chips, Llama 3 405B's 16M tokens at 4k tokens a sequence).
     ``budgets``: :func:`cosearch.frontier.codesign`'s.  ``out``: the rows as JSON after every
-    run."""
+    run.  ``plot``: a file prefix; each run's throughput-against-energy plot goes to
+    ``{plot}-{model}-{chips}.png`` (:meth:`cosearch.frontier.CodesignResults.plot`)."""
     from . import frontier as fr
     systems = list(systems) if systems is not None else frontier_systems()
     rows: list[FrontierRow] = []
@@ -259,6 +260,8 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
             dt = time.process_time() - t0
             if res.interrupted:
                 raise KeyboardInterrupt
+            if plot is not None:
+                res.plot(f"{os.fspath(plot)}-{res.model}-{int(chips)}.png", overwrite=True)
             base = next((x for x in systems if x.name == "gb200-nvl72"), None)
             for obj in objectives:
                 b = res.best(obj)

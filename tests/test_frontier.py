@@ -185,9 +185,11 @@ def test_cli_reproduce_frontier(tmp_path, capsys):
     from cosearch import cli
     out = tmp_path / "fr.json"
     assert cli.main(["reproduce", "frontier", "--models", "gpt3-1.3b", "--chip-counts", "64", "--out", str(out),
-                     "--validation", str(tmp_path)]) == 0
+                     "--validation", str(tmp_path), "--plot", str(tmp_path / "fr")]) == 0
     text = capsys.readouterr().out
     assert "gain over" in text and "no published runs checked" in text and out.is_file()
+    png = tmp_path / "fr-gpt3-1.3b-64.png"
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     assert cli.main(["reproduce", "frontier", "--models", "gpt3-1.3b", "--chip-counts", "64", "--out", str(out)]) == 2
 
 
