@@ -266,3 +266,41 @@ def test_overlap_terms_under_each_time_model():
     assert u["list"][F.U_EPO] == pytest.approx(u["sum"][F.U_EPO], rel=1e-12) and u["sum"][F.U_EPO] > 0
     assert u["list"][F.U_TPXF] == pytest.approx(u["sum"][F.U_TPXF], rel=1e-12)
     assert u["bound"][F.U_TPXF] == 0.0 and u["bound"][F.U_EPO] >= u["sum"][F.U_EPO]
+
+
+def test_megatron_lines_read_the_dispatch():
+    """--moe-token-dispatcher-type flex (DeepEP or HybridEP backend, or the deprecated
+    --moe-enable-deepep) and --overlap-moe-expert-parallel-comm set the engine; Megatron's default
+    allgather dispatcher is priced as the all-to-all and said so; a wrong value is refused."""
+    from cosearch.runs.megatron import read_megatron_args
+    line = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 64 --vocab-size 1000 "
+            "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 128 --swiglu --micro-batch-size 1 "
+            "--expert-model-parallel-size 8 ")
+    r = read_megatron_args(line + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep "
+                                  "--overlap-moe-expert-parallel-comm")
+    assert r.engine.moe_dispatcher == "flex" and r.engine.overlap_moe_a2a
+    assert read_megatron_args(line + "--moe-enable-deepep").engine.moe_dispatcher == "flex"
+    r = read_megatron_args(line + "--moe-token-dispatcher-type alltoall")
+    assert r.engine.moe_dispatcher == "alltoall" and not r.engine.overlap_moe_a2a
+    r = read_megatron_args(line)
+    assert any("allgather" in a for a in r.assumed)
+    with pytest.raises(ValueError, match="accepts allgather, alltoall or flex"):
+        read_megatron_args(line + "--moe-token-dispatcher-type deepep")
+
+
+def test_megatron_bridge_configs_read_the_dispatch():
+    """A Megatron-Bridge dump's model.moe_token_dispatcher_type / moe_flex_dispatcher_backend and
+    comm_overlap.overlap_moe_expert_parallel_comm reach the engine as the Megatron line would."""
+    from cosearch.runs.nemo import read_megatron_bridge
+    cfg = {"model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "seq_length": 64,
+                     "vocab_size": 1000, "num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 128,
+                     "gated_linear_unit": True, "expert_model_parallel_size": 8,
+                     "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"},
+           "comm_overlap": {"overlap_moe_expert_parallel_comm": True},
+           "train": {"micro_batch_size": 1, "global_batch_size": 64}}
+    r = read_megatron_bridge(cfg)
+    assert r.engine.moe_dispatcher == "flex" and r.engine.overlap_moe_a2a
+    cfg["model"]["moe_token_dispatcher_type"] = "alltoall"
+    del cfg["comm_overlap"]
+    r = read_megatron_bridge(cfg)
+    assert r.engine.moe_dispatcher == "alltoall" and not r.engine.overlap_moe_a2a

@@ -74,7 +74,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from ..engine import MEGATRON_CORE, Engine, megatron_core, with_recompute_modules
+from ..engine import MEGATRON_CORE, Engine, megatron_core, with_moe_dispatch, with_recompute_modules
 from ..models import ModelConfig
 from ..plan import PlanSpec
 from .config import RunConfig
@@ -87,7 +87,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
            "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
            "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
-           "--attention-backend",
+           "--attention-backend", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
            # the model
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
            "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
@@ -97,7 +97,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
           "--group-query-attention", "--swiglu", "--use-rotary-position-embeddings", "--disable-bias-linear",
-          "--untie-embeddings-and-output-weights"}
+          "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -142,10 +142,9 @@ _REFUSED = {
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
     "--data-parallel-sharding-strategy": "Megatron-FSDP sharding is not read from Megatron lines (use --engine fsdp)",
 }
-# ``--moe-grouped-gemm`` and ``--moe-token-dispatcher-type`` are neutral: cosearch prices the
-# experts as grouped GEMMs and the dispatch as all-to-alls whatever these say.
+# ``--moe-grouped-gemm`` is neutral: cosearch prices the experts as grouped GEMMs.
 # ``--transformer-impl`` is neutral because its value is consumed below as a word.
-_NEUTRAL_WITH_VALUE_WORD = {"--transformer-impl", "--moe-token-dispatcher-type"}
+_NEUTRAL_WITH_VALUE_WORD = {"--transformer-impl"}
 
 #: ModelConfig fields a Megatron line can set, by the flag that sets them.
 _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-attention-heads": "heads",
@@ -254,6 +253,27 @@ def _split(text: str) -> tuple[dict[str, str], set[str], list[str]]:
                          "(a flag that may change the run is never dropped silently; remove it if it does not "
                          "change step time or memory)")
     return vals, flags, neutral
+
+
+def _moe_dispatch(vals: dict[str, str], flags: set[str], ep: int, assumed: list[str]) -> tuple[str, bool]:
+    """Megatron-Core's dispatch switches: ``--moe-token-dispatcher-type`` (``alltoall``; ``flex``,
+    whose DeepEP and HybridEP backends cosearch prices alike; ``allgather``, Megatron's default,
+    priced as the all-to-all, said in ``assumed``), ``--moe-enable-deepep`` (the deprecated spelling
+    of the flex DeepEP backend) and ``--overlap-moe-expert-parallel-comm``."""
+    kind = vals.get("--moe-token-dispatcher-type")
+    if kind not in (None, "alltoall", "flex", "allgather"):
+        raise ValueError(f"--moe-token-dispatcher-type {kind!r}; Megatron-Core accepts allgather, alltoall or flex")
+    backend = vals.get("--moe-flex-dispatcher-backend")
+    if backend not in (None, "deepep", "hybridep"):
+        raise ValueError(f"--moe-flex-dispatcher-backend {backend!r} is not modelled (deepep, hybridep)")
+    if "--moe-enable-deepep" in flags:
+        kind = "flex"
+    overlap = "--overlap-moe-expert-parallel-comm" in flags
+    if ep > 1 and kind in (None, "allgather"):
+        assumed.append("MoE token dispatcher allgather (Megatron-Core's default) priced as the all-to-all one")
+    if overlap and ep <= 1:
+        raise ValueError("--overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1")
+    return ("flex" if kind == "flex" else "alltoall"), overlap
 
 
 def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None, assumed: list[str]
@@ -475,6 +495,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags)
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
+    engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed))
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,

@@ -146,7 +146,10 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("ddp.overlap_param_gather", "comm_overlap.overlap_param_gather"), True,
                      "--overlap-param-gather"),
                     (("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"), True,
-                     "--use-distributed-optimizer"))
+                     "--use-distributed-optimizer"),
+                    (("model.overlap_moe_expert_parallel_comm", "comm_overlap.overlap_moe_expert_parallel_comm"),
+                     True, "--overlap-moe-expert-parallel-comm"),
+                    (("model.moe_enable_deepep",), True, "--moe-enable-deepep"))
 
 
 def _line(words: list[str]) -> str:
@@ -255,7 +258,8 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "expert_model_parallel_size", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
     "kv_channels", "hidden_dropout", "attention_dropout", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "seq_length",
-    "position_embedding_type", "normalization", "expert_tensor_parallel_size", "mtp_num_layers")}
+    "position_embedding_type", "normalization", "expert_tensor_parallel_size", "mtp_num_layers",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend")}
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
                        "num_moe_experts": "--num-experts"})
 _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "profiling",
@@ -274,7 +278,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
     "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
     "model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_grouped_gemm",
-    "model.moe_token_dispatcher_type", "model.moe_router_dtype", "model.moe_z_loss_coeff",
+    "model.moe_router_dtype", "model.moe_z_loss_coeff",
     "model.moe_permute_fusion", "model.moe_router_fusion", "model.bias_dropout_add_fusion",
     "model.scatter_embedding_sequence_parallel", "model.tp_comm_overlap_cfg", "model.use_te_rng_tracker",
     "ddp.grad_reduce_in_fp32", "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
