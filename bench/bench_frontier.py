@@ -1,5 +1,5 @@
 """The frontier table (issue #42): for Llama 3 405B, DeepSeek-V3 and Qwen3-235B-A22B at 8,192 and
-32,768 chips, the 50 systems of :func:`cosearch.reproduce.frontier_systems` (the five fixed ones
+32,768 chips, the 52 systems of :func:`cosearch.reproduce.frontier_systems` (the seven fixed ones
 and 45 designs around the GB200: NVLink domains of 8-144 x 50-200 GB/s of scale-out x three
 HBM configurations), each with its exact best plan over FP8/bf16, tp, pp, cp, ep, virtual stages
 and recompute.  Prints the CPU seconds of each (model, chips) against the target of 10

@@ -78,7 +78,11 @@ class SystemDesign:
     varies (its rated power and links are the reference of the power and cost deltas; default
     the chip's own name).  ``scale_up_efficiency`` / ``scale_out_efficiency``: the achievable
     fractions of the links (NCCL's, as :mod:`cosearch.cluster`'s presets: 0.80 NVLink, 0.90
-    InfiniBand).  ``chip_power_w``: None takes :data:`RATED_POWER_W` of the base chip.
+    InfiniBand).  ``chip_power_w``: None takes :data:`RATED_POWER_W` of the base chip, and stays
+    None (power unknown: no per-watt or energy figure, and power budgets cannot be met) for a
+    chip without one.  ``cluster_preset``: a :mod:`cosearch.cluster` preset the system's network
+    is (TPU pods' 3D tori: ``tpuv5p-pod``, ``tpu7x-pod``), instead of switched domains;
+    ``max_chips``: the largest job the system holds (0: no limit; a TPU pod's slice).
     ``chip_usd``: capex per chip slot, for a :class:`CostModel` (None: not priced);
     ``usd_per_hour``: the all-in cost of a chip slot per hour (a cloud TCO figure: capex
     amortised, power and facility), which prices the system without a :class:`CostModel`."""
@@ -95,6 +99,8 @@ class SystemDesign:
     scale_up_efficiency: float = 0.80
     scale_out_efficiency: float = 0.90
     fixed: bool = False
+    cluster_preset: str = ""
+    max_chips: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.chip, Accelerator):
@@ -107,11 +113,17 @@ class SystemDesign:
         for f in ("scale_up_efficiency", "scale_out_efficiency"):
             v.fraction(f"SystemDesign.{f}", getattr(self, f))
         if self.chip_power_w is None:
-            if self.base not in RATED_POWER_W:
-                raise ValueError(f"SystemDesign: no rated power for chip {self.base!r} (known: "
-                                 f"{', '.join(RATED_POWER_W)}); give chip_power_w")
-            object.__setattr__(self, "chip_power_w", RATED_POWER_W[self.base])
-        v.positive_float("SystemDesign.chip_power_w", self.chip_power_w)
+            object.__setattr__(self, "chip_power_w", RATED_POWER_W.get(self.base))
+        if self.chip_power_w is not None:
+            v.positive_float("SystemDesign.chip_power_w", self.chip_power_w)
+        if self.cluster_preset:
+            from .cluster import PRESETS
+            if self.cluster_preset not in PRESETS:
+                raise ValueError(f"SystemDesign.cluster_preset {self.cluster_preset!r}; choose one of "
+                                 f"{', '.join(sorted(PRESETS))}")
+        if isinstance(self.max_chips, bool) or not isinstance(self.max_chips, int) or self.max_chips < 0:
+            raise ValueError(f"SystemDesign.max_chips must be a non-negative integer (0: no limit), got "
+                             f"{self.max_chips!r}")
         for f in ("chip_usd", "usd_per_hour"):
             if getattr(self, f) is not None:
                 v.positive_float(f"SystemDesign.{f}", getattr(self, f))
@@ -133,13 +145,21 @@ class SystemDesign:
 
     def cluster(self, chips: int) -> Cluster:
         n = v.positive_int("chips", chips, v.MAX_CHIPS)
+        if self.max_chips and n > self.max_chips:
+            raise ValueError(f"{self.name}: {n} chips are more than its {self.max_chips}")
+        if self.cluster_preset:
+            from .cluster import preset as cluster_preset
+            return cluster_preset(self.cluster_preset, n)
         per = self.domain(n)
         return Cluster(n, per, self.scale_up_Bps, self.scale_out_Bps if per < n else None, link_latency_s=3e-6,
                        inter_latency_s=6e-6, intra_efficiency=self.scale_up_efficiency,
                        inter_efficiency=self.scale_out_efficiency, name=f"{self.name} {n}")
 
     def power_w(self, ap: AreaPowerModel | None = None) -> float:
-        """Watts per chip: the rated power plus the HBM and link deltas (module docstring)."""
+        """Watts per chip: the rated power plus the HBM and link deltas (module docstring); NaN
+        when the chip's power is unknown."""
+        if self.chip_power_w is None:
+            return math.nan
         ap = ap or AreaPowerModel()
         ref = chip_preset(self.base) if self.base in _PRESET_NAMES() else self.chip
         hbm = (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit
@@ -207,7 +227,7 @@ class CostModel:
 
     def usd_per_chip(self, s: SystemDesign, power_w: float) -> float | None:
         """Lifetime cost of one chip slot of ``s`` (None when ``s`` has no ``chip_usd``)."""
-        if s.chip_usd is None:
+        if s.chip_usd is None or not math.isfinite(power_w):
             return None
         ref = chip_preset(s.base) if s.base in _PRESET_NAMES() else s.chip
         capex = (s.chip_usd + (s.chip.hbm_bytes - ref.hbm_bytes) / 1e9 * self.hbm_usd_per_gb
@@ -234,8 +254,12 @@ class SystemResult:
         return self.plan.tokens_per_s if self.plan is not None else 0.0
 
     @property
-    def tokens_per_joule(self) -> float:
-        return self.tokens_per_s / (self.power_w * self.chips) if self.plan is not None else 0.0
+    def tokens_per_joule(self) -> float | None:
+        if self.plan is None:
+            return 0.0
+        if not math.isfinite(self.power_w):
+            return None
+        return self.tokens_per_s / (self.power_w * self.chips)
 
     @property
     def tokens_per_usd(self) -> float | None:
@@ -255,7 +279,8 @@ class SystemResult:
 
     def to_dict(self) -> dict[str, Any]:
         p = self.plan
-        return {"system": self.system.to_dict(), "chips": self.chips, "power_w_per_chip": self.power_w,
+        return {"system": self.system.to_dict(), "chips": self.chips,
+                "power_w_per_chip": self.power_w if math.isfinite(self.power_w) else None,
                 "usd_per_chip": self.usd, "reason": self.reason,
                 "plan": None if p is None else p.spec.describe(), "step_time_s": None if p is None else p.step_time_s,
                 "tokens_per_s": self.tokens_per_s, "tokens_per_joule": self.tokens_per_joule,
@@ -310,7 +335,9 @@ class CodesignResults:
         lines.append(f"{'system':<58} {'tok/s/chip':>10} {'tok/J':>8} {'tok/$':>10}  plan")
         for r in self.ranked(objective)[:top]:
             usd = r.tokens_per_usd
-            lines.append(f"{r.system.name[:58]:<58} {r.tokens_per_s / r.chips:10.0f} {r.tokens_per_joule:8.2f} "
+            tpj = r.tokens_per_joule
+            lines.append(f"{r.system.name[:58]:<58} {r.tokens_per_s / r.chips:10.0f} "
+                         f"{'-' if tpj is None else f'{tpj:8.2f}':>8} "
                          f"{'-' if usd is None else f'{usd:10.4g}':>10}  {r.plan.spec.describe()}"
                          + ("  [fixed]" if r.system.fixed else ""))
         for r in self.rows:
@@ -329,7 +356,7 @@ class CodesignResults:
             import matplotlib.pyplot as plt
         except ImportError as exc:  # pragma: no cover
             raise ImportError("CodesignResults.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
-        rows = [r for r in self.rows if r.plan is not None]
+        rows = [r for r in self.rows if r.plan is not None and r.tokens_per_joule is not None]
         fig, ax = plt.subplots(figsize=(6.4, 4.8))
         for fixed, style in ((False, dict(c="0.6", s=14, label="designs")), (True, dict(c="C3", s=30, marker="s",
                                                                                          label="fixed systems"))):
@@ -369,12 +396,17 @@ def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> d
     has among bf16 and FP8, Megatron-Core with Transformer Engine's TP overlap as Megatron-Bridge's
     recipes run it (flash attention, sequence parallelism, ZeRO-1),
     virtual stages 1, 2 and 4, context parallelism 1 and 2, and for an MoE model every
-    power-of-two expert-parallel degree dividing its experts (up to 64 and the chip count)."""
+    power-of-two expert-parallel degree dividing its experts (up to 64 and the chip count).  A
+    TPU runs MaxText (FSDP over the torus, tensor parallelism, no pipeline stages)."""
     from .engine import megatron_core
     precs = ("bf16", "fp8") if chip.efficiency.fp8_rate > 0 else ("bf16",)
     eps: tuple[int, ...] = (1,)
     if model.moe:
         eps = tuple(2 ** i for i in range(7) if model.num_experts % 2 ** i == 0 and 2 ** i <= min(64, chips))
+    if chip.name.startswith("TPU"):
+        # a TPU runs MaxText: FSDP (ZeRO-3) with tensor parallelism over the torus, no pipeline
+        return dict(precision=precs, engine="maxtext", flash_attention=True, sequence_parallel=(True,), zero=(3,),
+                    virtual_stages=(1,), context_parallel=(1,), expert_parallel=eps)
     return dict(precision=precs, engine=megatron_core(tp_comm_overlap=True), flash_attention=True,
                 sequence_parallel=(True,),
                 zero=(1,), virtual_stages=(1, 2, 4), context_parallel=(1, 2), expert_parallel=eps)
@@ -459,6 +491,9 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
 
 def _over_budget(s: SystemDesign, power_w: float, chips: int, ap: AreaPowerModel, budgets: dict) -> str:
     """Why ``s`` breaks a budget ("" when it fits them all)."""
+    if not math.isfinite(power_w) and (budgets["chip_power_budget_w"] is not None
+                                       or budgets["rack_power_budget_w"] is not None):
+        return "its power is not published, so no power budget can be checked"
     b = budgets["chip_power_budget_w"]
     if b is not None and power_w > b * (1 + 1e-12):
         return f"over the chip power budget: {power_w:.0f} W > {b:.0f} W"
@@ -556,6 +591,11 @@ FIXED_SYSTEMS: dict[str, dict[str, Any]] = {
     "dgx-b300": dict(chip="B300", scale_up=8, scale_out_Bps=100e9),
     "gb200-nvl72": dict(chip="GB200", scale_up=72, scale_out_Bps=50e9),
     "gb300-nvl72": dict(chip="GB300", scale_up=72, scale_out_Bps=100e9),
+    # TPU pods: one 3D-torus slice (cosearch.cluster's tpuv5p-pod / tpu7x-pod), at most 8,960 and
+    # 9,216 chips (Google Cloud's TPU v5p and TPU7x pages); no rated power is published for them
+    "tpuv5p-pod": dict(chip="TPUv5p", scale_up=8960, scale_out_Bps=100e9, cluster_preset="tpuv5p-pod",
+                       max_chips=8960),
+    "tpu7x-pod": dict(chip="TPU7x", scale_up=9216, scale_out_Bps=100e9, cluster_preset="tpu7x-pod", max_chips=9216),
 }
 
 
@@ -570,6 +610,6 @@ def fixed_system(name: str, chip_usd: float | None = None) -> SystemDesign:
     :data:`FIXED_USD_PER_HOUR` where one is published)."""
     if name not in FIXED_SYSTEMS:
         raise ValueError(f"unknown fixed system {name!r}; choose one of {', '.join(FIXED_SYSTEMS)}")
-    f = FIXED_SYSTEMS[name]
-    return SystemDesign(chip_preset(f["chip"]), f["scale_up"], f["scale_out_Bps"], name=name, chip_usd=chip_usd,
-                        usd_per_hour=FIXED_USD_PER_HOUR.get(name), fixed=True)
+    f = dict(FIXED_SYSTEMS[name])
+    return SystemDesign(chip_preset(f.pop("chip")), f.pop("scale_up"), f.pop("scale_out_Bps"), name=name,
+                        chip_usd=chip_usd, usd_per_hour=FIXED_USD_PER_HOUR.get(name), fixed=True, **f)

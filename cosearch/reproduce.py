@@ -170,7 +170,7 @@ FRONTIER_MODELS = ("llama3-405b", "deepseek-v3", "qwen3-235b-a22b")
 FRONTIER_CHIPS = (8192, 32768)
 #: The fixed systems, by the chip token the validation rows' groups name.
 FIXED_CHIP_TOKEN = {"dgx-h100": "H100", "dgx-b200": "B200", "dgx-b300": "B300", "gb200-nvl72": "GB200",
-                    "gb300-nvl72": "GB300"}
+                    "gb300-nvl72": "GB300", "tpuv5p-pod": "TPU-v5p", "tpu7x-pod": "TPU7x"}
 
 
 @dataclass(frozen=True)
@@ -224,9 +224,9 @@ def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[
             continue
         for r in check_runs(path, releases=releases).runs:
             parts = r.group.split()
-            chip = parts[1].split("-")[0] if len(parts) > 1 else ""
+            chip = parts[1] if len(parts) > 1 else ""
             for k, tok in FIXED_CHIP_TOKEN.items():
-                if chip == tok:
+                if chip == tok or chip.startswith(tok + "-"):
                     errs[k].append(r.error)
     out = {}
     for k, e in errs.items():
