@@ -614,52 +614,47 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
                     u[:, :, f] = per[:, :, k].T
-                if eng.overlap_tp_comm and eng.tp_overlap_kernel == "userbuffers" and t > 1 \
-                        and time_model not in ("bound", "work-bound") and priced is not None:
-                    # (the lower-bound time models keep the whole-layer rule: it exposes less)
-                    # Transformer Engine's overlap exposes more than the whole-layer rule of
-                    # formulas.stage_terms: each collective beside its own GEMM (no SP: none hidden)
+                # Transformer Engine's TP overlap exposes more than the whole-layer rule of
+                # formulas.stage_terms: each collective beside its own GEMM (no SP: none hidden);
+                # the lower-bound time models keep the whole-layer rule, which exposes less
+                userbuffers = (eng.overlap_tp_comm and eng.tp_overlap_kernel == "userbuffers" and t > 1
+                               and time_model not in ("bound", "work-bound") and priced is not None)
+                if userbuffers or overlap:
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
-                    sms = eff.tile_slots if single else 0
+                    slots = eff.tile_slots if single else 0
                     for i in range(len(d)):
                         net = nets[net_of[i]]
-                        for j, mb in enumerate(mbs):
-                            scale = float(mb) if affine else 1.0
-
-                            def coll(op, net=net, scale=scale, t=t, stride=ep_stride):
-                                return _collective_s(op.kind, op.bytes_read * scale, t, net, ep, stride, route)
-                            for f_x, f_c, f_t, g_, ops_s, ph in ((F.U_TPXF, F.U_LTPF, F.U_LF, fg, lf_ops, "fwd"),
-                                                                 (F.U_TPXB, F.U_LTPB, F.U_LB, bg, lb_ops, "bwd")):
-                                whole = max(0.0, u[i, j, f_c] - u[i, j, f_t])
-                                new = _userbuffers_exposed(g_, ops_s[i, j], coll, t, sms, ph) if sp else u[i, j, f_c]
-                                u[i, j, f_x] = max(0.0, new - whole)
-                if overlap:
-                    # EP all-to-all overlap (Engine.overlap_moe_a2a): what a paired forward and
-                    # backward of a layer save (the ILP time models take it from the ops' serial
-                    # prices); under the lower-bound time models, every all-to-all second (the
-                    # most any overlap can hide), keeping the bound valid
-                    fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
-                    for i in range(len(d)):
-                        net = nets[net_of[i]]
-                        _, q = F.group_layout(float(ep), float(t if ep_stride is None else ep_stride), net)
-                        slots = eff.tile_slots if single else 0
-                        share = moe_comm_sms(eng, q > 1.0) / slots if slots else 0.0
-                        if share >= 1.0:
-                            raise ValueError(f"engine {eng.name!r}: its MoE communication kernels hold "
-                                             f"{moe_comm_sms(eng, q > 1.0)} SMs, the chip has {slots}")
+                        if overlap:
+                            _, q = F.group_layout(float(ep), float(t if ep_stride is None else ep_stride), net)
+                            share = moe_comm_sms(eng, q > 1.0) / slots if slots else 0.0
+                            if share >= 1.0:
+                                raise ValueError(f"engine {eng.name!r}: its MoE communication kernels hold "
+                                                 f"{moe_comm_sms(eng, q > 1.0)} SMs, the chip has {slots}")
                         for j, mb in enumerate(mbs):
                             scale = float(mb) if affine else 1.0      # gs holds one sequence when affine
 
-                            def a2a(op, net=net, scale=scale, t=t, stride=ep_stride):
-                                return _collective_s("alltoall", op.bytes_read * scale, t, net, ep, stride, route)
-                            a2a_all = sum(a2a(op) for g in (fg, bg) for op in g.ops if op.kind == "alltoall")
-                            if time_model in ("bound", "work-bound") or priced is None:
-                                u[i, j, F.U_EPO] = a2a_all
-                                continue
-                            parts = _ep_overlap_parts(fg, bg, lf_ops[i, j], lb_ops[i, j], a2a)
-                            rest_f = u[i, j, F.U_LTPF] - parts[1] - parts[3]
-                            rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7]
-                            u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
+                            def coll(op, net=net, scale=scale, t=t, stride=ep_stride):
+                                return _collective_s(op.kind, op.bytes_read * scale, t, net, ep, stride, route)
+                            if userbuffers:
+                                for f_x, f_c, f_t, g_, ops_s, ph in ((F.U_TPXF, F.U_LTPF, F.U_LF, fg, lf_ops, "fwd"),
+                                                                     (F.U_TPXB, F.U_LTPB, F.U_LB, bg, lb_ops, "bwd")):
+                                    whole = max(0.0, u[i, j, f_c] - u[i, j, f_t])
+                                    new = (_userbuffers_exposed(g_, ops_s[i, j], coll, t, slots, ph) if sp
+                                           else u[i, j, f_c])
+                                    u[i, j, f_x] = max(0.0, new - whole)
+                            if overlap:
+                                # EP all-to-all overlap (Engine.overlap_moe_a2a): what a paired forward
+                                # and backward of a layer save (the ILP time models take it from the
+                                # ops' serial prices); under the lower-bound time models, every
+                                # all-to-all second (the most any overlap can hide), keeping the bound valid
+                                a2a_all = sum(coll(op) for g in (fg, bg) for op in g.ops if op.kind == "alltoall")
+                                if time_model in ("bound", "work-bound") or priced is None:
+                                    u[i, j, F.U_EPO] = a2a_all
+                                    continue
+                                parts = _ep_overlap_parts(fg, bg, lf_ops[i, j], lb_ops[i, j], coll)
+                                rest_f = u[i, j, F.U_LTPF] - parts[1] - parts[3]
+                                rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7]
+                                u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
                 if cp > 1 and attn_b is not None:
                     for j, mb in enumerate(mbs):
                         ring = cp_ring_bytes(c, t, int(mb), cp)
