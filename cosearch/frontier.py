@@ -155,38 +155,49 @@ class SystemDesign:
                        inter_latency_s=6e-6, intra_efficiency=self.scale_up_efficiency,
                        inter_efficiency=self.scale_out_efficiency, name=f"{self.name} {n}")
 
-    def power_w(self, ap: AreaPowerModel | None = None) -> float:
-        """Watts per chip: the rated power plus the HBM and link deltas (module docstring); NaN
-        when the chip's power is unknown."""
+    @property
+    def reference(self) -> Accelerator:
+        """The chip the power, area and cost deltas are taken against: the ``base`` preset (the
+        chip itself when ``base`` names none)."""
+        from .hardware import preset_names
+        return chip_preset(self.base) if self.base in preset_names() else self.chip
+
+    def power_parts_w(self, ap: AreaPowerModel | None = None) -> dict[str, float] | None:
+        """Watts per chip by part: the rated power, and what the HBM, the scale-up links and the
+        scale-out links add (module docstring); None when the chip's power is unknown."""
         if self.chip_power_w is None:
-            return math.nan
+            return None
         ap = ap or AreaPowerModel()
-        ref = chip_preset(self.base) if self.base in _PRESET_NAMES() else self.chip
-        hbm = (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit
-        up = (self.scale_up_Bps - ref.link_bandwidth_Bps) * 2 * 8 * ap.link_energy_j_per_bit
-        out = self.scale_out_Bps * 2 * 8 * ap.link_energy_j_per_bit
-        return float(self.chip_power_w + hbm + up + out)
+        ref = self.reference
+        return {"rated": float(self.chip_power_w),
+                "HBM": (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit,
+                "scale-up": (self.scale_up_Bps - ref.link_bandwidth_Bps) * 2 * 8 * ap.link_energy_j_per_bit,
+                "scale-out": self.scale_out_Bps * 2 * 8 * ap.link_energy_j_per_bit}
+
+    def power_w(self, ap: AreaPowerModel | None = None) -> float:
+        """Watts per chip: the sum of :meth:`power_parts_w`; NaN when the chip's power is unknown."""
+        parts = self.power_parts_w(ap)
+        return math.nan if parts is None else float(sum(parts.values()))
+
+    def die_area_parts_mm2(self, ap: AreaPowerModel | None = None) -> dict[str, float]:
+        """Logic-die area this design adds to its base chip's, by part (mm^2, negative when it
+        removes): HBM PHYs at ``AreaPowerModel.hbm_area_mm2_per_gbps`` of the bandwidth change and
+        SerDes at ``link_area_mm2_per_gbps`` of the scale-up bandwidth change (the NIC sits off
+        the die on today's systems and is not counted)."""
+        ap = ap or AreaPowerModel()
+        ref = self.reference
+        return {"HBM PHY": (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) / 1e9 * ap.hbm_area_mm2_per_gbps,
+                "SerDes": (self.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * ap.link_area_mm2_per_gbps}
 
     def die_area_delta_mm2(self, ap: AreaPowerModel | None = None) -> float:
-        """Logic-die area this design adds to its base chip's (mm^2, negative when it removes):
-        HBM PHYs at ``AreaPowerModel.hbm_area_mm2_per_gbps`` of the bandwidth change and SerDes at
-        ``link_area_mm2_per_gbps`` of the scale-up bandwidth change
-        (the NIC sits off the die on today's systems and is not counted)."""
-        ap = ap or AreaPowerModel()
-        ref = chip_preset(self.base) if self.base in _PRESET_NAMES() else self.chip
-        return float((self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) / 1e9 * ap.hbm_area_mm2_per_gbps
-                     + (self.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * ap.link_area_mm2_per_gbps)
+        """The sum of :meth:`die_area_parts_mm2`."""
+        return float(sum(self.die_area_parts_mm2(ap).values()))
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: x for k, x in asdict(self).items() if k != "chip"}
         d["chip"] = self.chip.name
         d["hbm_bytes"], d["hbm_bandwidth_Bps"] = self.chip.hbm_bytes, self.chip.hbm_bandwidth_Bps
         return d
-
-
-def _PRESET_NAMES() -> set[str]:
-    from .hardware import preset_names
-    return set(preset_names())
 
 
 def hbm_variant(chip: Accelerator | str, stack: str, stacks: int) -> Accelerator:
@@ -229,7 +240,7 @@ class CostModel:
         """Lifetime cost of one chip slot of ``s`` (None when ``s`` has no ``chip_usd``)."""
         if s.chip_usd is None or not math.isfinite(power_w):
             return None
-        ref = chip_preset(s.base) if s.base in _PRESET_NAMES() else s.chip
+        ref = s.reference
         capex = (s.chip_usd + (s.chip.hbm_bytes - ref.hbm_bytes) / 1e9 * self.hbm_usd_per_gb
                  + (s.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * self.scale_up_usd_per_GBps
                  + s.scale_out_Bps / 1e9 * self.scale_out_usd_per_GBps)
@@ -349,13 +360,8 @@ class CodesignResults:
         """Tokens/s per chip against tokens per joule, one point per system with a plan (fixed
         systems marked and named), the Pareto front over the two drawn; written to ``path`` (PNG)
         when given.  Needs matplotlib (``pip install cosearch[plot]``)."""
-        v.new_file(path, overwrite)
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as exc:  # pragma: no cover
-            raise ImportError("CodesignResults.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
+        from ._plotting import finish, pyplot
+        plt = pyplot("CodesignResults.plot", path, overwrite)
         rows = [r for r in self.rows if r.plan is not None and r.tokens_per_joule is not None]
         fig, ax = plt.subplots(figsize=(6.4, 4.8))
         for fixed, style in ((False, dict(c="0.6", s=14, label="designs")), (True, dict(c="C3", s=30, marker="s",
@@ -373,11 +379,7 @@ class CodesignResults:
         ax.set_ylabel("tokens/s per chip")
         ax.set_title(f"{self.model} on {self.chips} chips, batch {self.global_batch}", fontsize=9)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-        return fig
+        return finish(fig, path)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "chips": self.chips, "global_batch": self.global_batch,
@@ -564,14 +566,12 @@ def design_report(res: CodesignResults, winner: SystemResult, versus: SystemResu
         if abs(a - b) > 1e-6 or a > 1e-6:
             lines.append(f"    {k:<14} {a:9.3f} s vs {b:9.3f} s  ({a - b:+.3f})")
     s = w.system
-    ref = chip_preset(s.base) if s.base in _PRESET_NAMES() else s.chip
-    lines.append(f"  power per chip {w.power_w:.0f} W: rated {s.chip_power_w:.0f}, HBM "
-                 f"{(s.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit:+.0f}, scale-up "
-                 f"{(s.scale_up_Bps - ref.link_bandwidth_Bps) * 16 * ap.link_energy_j_per_bit:+.0f}, scale-out "
-                 f"{s.scale_out_Bps * 16 * ap.link_energy_j_per_bit:+.0f}")
-    lines.append(f"  die area beyond {s.base}: {s.die_area_delta_mm2(ap):+.0f} mm^2 (HBM PHY "
-                 f"{(s.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) / 1e9 * ap.hbm_area_mm2_per_gbps:+.0f}, "
-                 f"SerDes {(s.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * ap.link_area_mm2_per_gbps:+.0f})")
+    power = s.power_parts_w(ap) or {}
+    lines.append(f"  power per chip {w.power_w:.0f} W: "
+                 + ", ".join(f"{k} {x:.0f}" if k == "rated" else f"{k} {x:+.0f}" for k, x in power.items()))
+    area = s.die_area_parts_mm2(ap)
+    lines.append(f"  die area beyond {s.base}: {sum(area.values()):+.0f} mm^2 ("
+                 + ", ".join(f"{k} {x:+.0f}" for k, x in area.items()) + ")")
     for label, val in (("chip power", lambda r: r.power_w), ("rack power", lambda r: r.power_w * r.system.domain(res.chips)),
                        ("die area", lambda r: r.system.die_area_delta_mm2(ap))):
         below = [r for r in res.ranked() if val(r) < val(w) - 1e-9]

@@ -500,12 +500,12 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     sps = _bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
     virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), opts.get("engine"))
     modes = _modes(opts.get("recompute"))
+    priced = priced_options(opts)
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros,
-                         cp=_priced_values(opts, "context_parallel")[0], ep=_priced_values(opts, "expert_parallel")[0])
+                         cp=priced["context_parallel"], ep=priced["expert_parallel"])
     if not len(cfg):
         return tuple(mbs)
     chip = Accelerator.from_array(d[0])
-    priced = priced_options(opts)
     units = unit_costs(model, chip, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
                        engine=opts.get("engine"), **priced)[0]
     net = cluster.net_array(chip)
