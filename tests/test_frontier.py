@@ -1,7 +1,6 @@
 """System-level co-design (cosearch.frontier): the power, cost and domain rules worked by hand,
 and the search over systems x plans against brute force through evaluate() (top 2)."""
 
-import itertools
 import json
 
 import numpy as np
@@ -9,8 +8,9 @@ import pytest
 
 from cosearch import frontier as fr
 from cosearch import hardware, models
-from cosearch.plan import PlanSpec, evaluate
-from tests.test_placement import MODES, _compositions, _divs, cached_units  # noqa: F401  (fixture)
+from cosearch.plan import evaluate
+from tests.test_modern_plans import two_layer_plan_specs
+from tests.test_placement import cached_units  # noqa: F401  (fixture)
 
 MOE = models.ModelConfig("moe", 2, 64, 4, 128, 512, 64, kv_heads=2, activation="swiglu", position="rotary",
                          norm="rmsnorm", bias=False, dropout=False, num_experts=4, experts_per_token=2,
@@ -81,20 +81,10 @@ def _brute_best(system, batch):
     the best step of those that fit the system's HBM."""
     chip, cl = system.chip, system.cluster(4)
     best = np.inf
-    for prec, ep, z, dp, mb, tp in itertools.product(("bf16", "fp8"), (1, 2, 4), (0, 1), _divs(batch), _divs(batch),
-                                                     (1, 2)):
-        if batch % (dp * mb) or dp % ep:
-            continue
-        for pp in range(1, 3):
-            if dp * tp * pp > cl.num_chips:
-                continue
-            for split in _compositions(2, pp, 1):
-                for rc in itertools.product(MODES, repeat=pp):
-                    spec = PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
-                                    expert_parallel=ep, precision=prec)
-                    p = evaluate(MOE, chip, cl, spec, batch, engine="megatron-core")
-                    if p.feasible:
-                        best = min(best, p.step_time_s)
+    for spec in two_layer_plan_specs(batch, cl.num_chips, (1, 2, 4), (0, 1), precisions=("bf16", "fp8")):
+        p = evaluate(MOE, chip, cl, spec, batch, engine="megatron-core")
+        if p.feasible:
+            best = min(best, p.step_time_s)
     return best
 
 

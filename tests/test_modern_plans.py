@@ -395,24 +395,30 @@ def test_experts_are_sharded_by_ep_and_reduced_over_their_own_group():
         PlanSpec(2, 1, 1, 1, expert_parallel=4)
 
 
+def two_layer_plan_specs(batch: int, chips: int, eps, zeros, precisions=("bf16",)):
+    """Every (precision, ep, zero, dp, microbatch, tp 1-2, pp 1-2, split, per-stage recompute) plan
+    of a two-layer model on ``chips`` chips, flash attention on: the brute force's plan list."""
+    for prec, ep, z, dp, mb, tp in itertools.product(precisions, eps, zeros, _divs(batch), _divs(batch), (1, 2)):
+        if batch % (dp * mb) or dp % ep:
+            continue
+        for pp in range(1, 3):
+            if dp * tp * pp > chips:
+                continue
+            for split in _compositions(2, pp, 1):
+                for rc in itertools.product(MODES, repeat=pp):
+                    yield PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
+                                   expert_parallel=ep, precision=prec)
+
+
 @pytest.mark.usefixtures("cached_units")
 def test_search_over_expert_parallel_equals_brute_force():
     model, chip, batch = MOE, hardware.H100, 4
     cl = cluster.Cluster(4, 2, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
     plans = []
-    for ep, z, dp, mb, tp in itertools.product((1, 2, 4), (0, 1, 3), _divs(batch), _divs(batch), (1, 2)):
-        if batch % (dp * mb) or dp % ep:
-            continue
-        for pp in range(1, 3):
-            if dp * tp * pp > cl.num_chips:
-                continue
-            for split in _compositions(2, pp, 1):
-                for rc in itertools.product(MODES, repeat=pp):
-                    spec = PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
-                                    expert_parallel=ep)
-                    p = evaluate(model, chip, cl, spec, batch, engine="megatron-core")
-                    big = evaluate(model, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine="megatron-core")
-                    plans.append((big.step_time_s, max(p.memory_per_chip_bytes)))
+    for spec in two_layer_plan_specs(batch, cl.num_chips, (1, 2, 4), (0, 1, 3)):
+        p = evaluate(model, chip, cl, spec, batch, engine="megatron-core")
+        big = evaluate(model, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine="megatron-core")
+        plans.append((big.step_time_s, max(p.memory_per_chip_bytes)))
     assert len(plans) > 100
     for q in (0.3, 0.7):
         hbm = float(np.quantile([p[1] for p in plans], q))
