@@ -123,16 +123,11 @@ def plot(res: Results, path: str | os.PathLike | None = None, against: str = "ar
     note of how many designs a bound pruned unevaluated.  Right: the winner's step-time
     breakdown, each bar labelled with its seconds.  Axes carry thousands separators.  Needs
     matplotlib (``pip install cosearch[plot]``)."""
-    from ._validate import new_file
-    new_file(path, overwrite)
     import textwrap
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter
-    except ImportError as exc:  # pragma: no cover
-        raise ImportError("Results.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
+
+    from ._plotting import finish, pyplot
+    plt = pyplot("Results.plot", path, overwrite)
+    from matplotlib.ticker import FuncFormatter
     f = res.feasible
     key = "area_mm2" if against == "area" else "power_w"
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
@@ -171,8 +166,4 @@ def plot(res: Results, path: str | os.PathLike | None = None, against: str = "ar
     ax.set_ylabel("training throughput (tokens/s)")
     ax.set_title(f"{res.model}, {res.chips:,} chips, batch {res.global_batch:,}" + note, fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-    return fig
+    return finish(fig, path)

@@ -299,11 +299,8 @@ class Experiment:
 
     def plot(self, path=None, overwrite: bool = False):
         """The experiment's figure; an existing ``path`` is replaced only with ``overwrite``."""
-        from .._validate import new_file
-        new_file(path, overwrite)
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from .._plotting import pyplot
+        plt = pyplot("Experiment.plot", path, overwrite)
         fig, axes = plt.subplots(2, 3, figsize=(17, 8))
         (a, b, e), (c, d, f) = axes
         for m in self.methods:

@@ -175,11 +175,8 @@ class FLResult:
 def plot(results: list[FLResult], path=None, overwrite: bool = False):
     """Accuracy vs round and vs simulated time for single runs (experiments: :mod:`.experiment`);
     an existing ``path`` is replaced only with ``overwrite``."""
-    from .._validate import new_file
-    new_file(path, overwrite)
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .._plotting import pyplot
+    plt = pyplot("fl.plot", path, overwrite)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for r in results:
         a.plot([m.round for m in r.rounds], [m.accuracy for m in r.rounds], label=r.method)

@@ -103,14 +103,8 @@ class CheckResult:
     def plot(self, path: str | os.PathLike | None = None, overwrite: bool = False):
         """Predicted against measured tokens/s per chip, one colour per group, with the ±10 %
         band around the diagonal.  Needs matplotlib."""
-        from .._validate import new_file
-        new_file(path, overwrite)
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as exc:  # pragma: no cover
-            raise ImportError("CheckResult.plot needs matplotlib: pip install 'cosearch[plot]'") from exc
+        from .._plotting import finish, pyplot
+        plt = pyplot("CheckResult.plot", path, overwrite)
         fig, ax = plt.subplots(figsize=(6.4, 5.6))
         if self.runs:
             vals = [v for r in self.runs for v in (r.predicted_tok_s_per_chip, r.measured_tok_s_per_chip)]
@@ -132,11 +126,7 @@ class CheckResult:
         ax.set_title(f"cosearch against {len(self.runs)} measured runs"
                      + (f" ({len(self.refused)} not checked)" if self.refused else ""), fontsize=9)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-        return fig
+        return finish(fig, path)
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:
