@@ -124,6 +124,19 @@ same.
   warm-up and the last backwards run alone.  ``moe_comm_sms``: SMs the communication kernels
   hold meanwhile (0: the dispatcher's default, :func:`moe_comm_sms`), slowing the compute beside
   them by that share of the chip's SMs.
+* ``overlap_p2p_comm`` — Megatron-Core's ``overlap_p2p_comm``: under the interleaved schedule
+  (virtual stages > 1) each chunk's send and receive are posted asynchronously after its
+  forward (backward) and waited on only before the next forward (backward) needs the tensor, so
+  the exchange runs beside the chunk of the opposite direction that comes in between
+  (``forward_backward_pipelining_with_interleaving``: ``pp_post_forward`` posts
+  ``send_forward_recv_forward(..., overlap_p2p_comm=True)``, ``pp_pre_forward`` waits on the
+  receive).  Only the part of a transfer longer than that chunk's compute is exposed; the
+  fill and drain still carry every transfer.  Without virtual stages it is off, as Megatron-LM
+  turns it off (``validate_args``: "Overlap P2P communication is disabled if not using the
+  interleaved schedule").  Megatron-LM has made it the default with interleaving since
+  2023-10 (``--no-overlap-p2p-communication``, commit 4eeff55); Megatron-Bridge sets it whenever
+  pp > 1 and virtual stages > 1 (``CommOverlapConfig``); NeMo 1's launcher configs set it per
+  model (``overlap_p2p_comm``).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -193,6 +206,7 @@ class Engine:
     overlap_moe_a2a: bool = False
     moe_comm_sms: int = 0
     tp_overlap_kernel: str = "whole-layer"
+    overlap_p2p_comm: bool = False
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -213,7 +227,7 @@ class Engine:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
                   "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
-                  "full_grad_allreduce", "overlap_moe_a2a"):
+                  "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         n = self.moe_comm_sms
@@ -356,13 +370,16 @@ ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEG
 
 
 def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
-                  overlap_grad_reduce: bool = True) -> Engine:
+                  overlap_grad_reduce: bool = True, overlap_p2p_comm: bool = False) -> Engine:
     """Megatron-Core with its performance switches: ``tp_comm_overlap``
     (:data:`MEGATRON_CORE_TP_OVERLAP`), ``fp8_param_gather`` (FP8-only weights, the engine named
-    ``...-fp8-params``) and ``overlap_grad_reduce`` (Megatron's ``--overlap-grad-reduce``, which
+    ``...-fp8-params``), ``overlap_grad_reduce`` (Megatron's ``--overlap-grad-reduce``, which
     NeMo's recipes set; off: the gradient reduction runs after the backward, the engine named
-    ``...-no-grad-overlap``)."""
+    ``...-no-grad-overlap``) and ``overlap_p2p_comm`` (pipeline sends and receives beside the
+    interleaved schedule's chunks, the engine named ``...-p2p-overlap``)."""
     base = MEGATRON_CORE_TP_OVERLAP if tp_comm_overlap else MEGATRON_CORE
+    if overlap_p2p_comm:
+        base = replace(base, name=base.name + "-p2p-overlap", overlap_p2p_comm=True)
     if fp8_param_gather:
         base = replace(base, name=base.name + "-fp8-params", fp8_param_gather=True)
     if not overlap_grad_reduce:

@@ -707,7 +707,8 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      1.0 if e.blocking_p2p else 0.0, 1.0 if e.zero3_per_layer else 0.0,
                      1.0 if e.overlap_param_gather else 0.0,
                      w8, float(offload_layers), float(host_Bps),
-                     1.0 if e.overlap_tp_comm else 0.0, 1.0 if e.full_grad_allreduce else 0.0],
+                     1.0 if e.overlap_tp_comm else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
+                     1.0 if e.overlap_p2p_comm else 0.0],
                     dtype=np.float64)
 
 

@@ -61,8 +61,9 @@ def test_batch_given_twice_must_agree():
 def test_unknown_and_unpriceable_flags_are_refused_by_name():
     with pytest.raises(ValueError, match="--frobnicate"):
         parse_megatron_args("--frobnicate 3 --global-batch-size 8", GPT13, 8)
-    with pytest.raises(ValueError, match="--overlap-p2p-communication.*not modelled"):
-        parse_megatron_args("--overlap-p2p-communication --global-batch-size 8", GPT13, 8)
+    with pytest.raises(ValueError, match="give one of --overlap-p2p-communication and --no-overlap"):
+        parse_megatron_args("--overlap-p2p-communication --no-overlap-p2p-communication --global-batch-size 8",
+                            GPT13, 8)
     with pytest.raises(ValueError, match="partial recompute"):   # 40 layers / pp 2 = 20 per stage > 4
         parse_megatron_args("--pipeline-model-parallel-size 2 --recompute-granularity full "
                             "--recompute-method block --recompute-num-layers 4 --global-batch-size 8", GPT13, 8)

@@ -87,9 +87,9 @@ NU = len(UNIT_FIELDS)
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
              "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
              "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps", "overlap_tp_comm",
-             "full_grad_allreduce")
+             "full_grad_allreduce", "overlap_p2p_comm")
 (H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
- H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR) = range(len(HW_FIELDS))
+ H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR, H_P2PO) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -623,6 +623,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     elif mode == RC_FULL:
         rec = n * (u[U_LF] + u[U_LTPF] + u[U_LCPF])
     p2p = 0.0
+    p2p_chain = 0.0
     if pp > 1:
         send = p2p_s(u[U_P2P_BYTES], tp * dp, net)
         if hw[H_P2PB] > 0.0:
@@ -633,7 +634,15 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
             p2p = k * send + 0.5 * k * u[U_P2P_GATHER]
         else:
             # per chunk, two exchanges that send and receive at once
-            p2p = 2.0 * v * (send + u[U_P2P_GATHER])
+            x = send + u[U_P2P_GATHER]
+            p2p = 2.0 * v * x
+            p2p_chain = p2p
+            if hw[H_P2PO] > 0.0 and v > 1:
+                # overlap_p2p_comm: the forward exchange runs beside a backward chunk, the
+                # backward exchange beside a forward chunk; only the excess is exposed
+                xf = x - (b + rec) / v
+                xb = x - f / v
+                p2p = v * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
     w = hw[H_W]
     g = hw[H_G]
     o = hw[H_O]
@@ -713,7 +722,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         mem += 2.0 * u[U_PL_FULL] * w
     # the fill and drain: Megatron-LM's exchanges sit on that path; a blocking engine's
     # transfers there meet a stage idle anyway (its simulated schedule, tests/reference.py)
-    fill = t - p2p if hw[H_P2PB] > 0.0 else t
+    # with overlap_p2p_comm the fill and drain still wait on every transfer of the chain
+    fill = t - p2p if hw[H_P2PB] > 0.0 else t + (p2p_chain - p2p)
     # EP all-to-all overlap (Megatron-Core's combined 1F1B): every forward chunk of the steady
     # state runs beside a backward one, each pair of layers saving u[U_EPO]; the warm-up's
     # forwards (one more than the schedule's own, and the single first forward without a

@@ -7,7 +7,7 @@ Megatron command line describes.  Every flag of the line is one of three kinds:
 * **neutral**: it changes neither step time nor memory in cosearch's model (learning rate,
   data paths, logging, checkpoints, ...); these are listed back;
 * anything else is **refused by name**: a flag that would change the run but that cosearch does
-  not price (``--fp16``, ``--overlap-p2p-communication``, uneven pipeline splits, ...) never
+  not price (``--fp16``, uneven pipeline splits, ...) never
   leaves a silently different number.
 
 Defaults are Megatron-LM's own (``megatron/training/arguments.py``): a flag the line does not
@@ -41,6 +41,9 @@ Plan and engine
 ``--fp4-format``, ``--fp4-recipe``           NVFP4 (``e2m1``; recipe ``nvfp4``)
 ``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
 ``--tp-comm-overlap``                        engine ``megatron-core-tp-overlap`` (with tp > 1)
+``--no-overlap-p2p-communication``           pipeline sends beside the chunks off (absent: on with
+                                             virtual stages, Megatron's default since 2023-10;
+                                             the older ``--overlap-p2p-communication`` turns it on)
 ``--fp8-param-gather``                       the engine's ``fp8_param_gather`` (FP8 plans)
 ===========================================  ====================================================
 
@@ -97,7 +100,8 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
           "--group-query-attention", "--swiglu", "--use-rotary-position-embeddings", "--disable-bias-linear",
-          "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep"}
+          "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
+          "--overlap-p2p-communication", "--no-overlap-p2p-communication"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -132,7 +136,6 @@ NEUTRAL_FLAGS = frozenset({
 #: Why a flag that changes the run is refused.
 _REFUSED = {
     "--fp16": "FP16 with loss scaling is not modelled; train bf16 (--bf16) or FP8 (--fp8-format)",
-    "--overlap-p2p-communication": "pipeline send/receive overlap is not modelled (every send is exposed)",
     "--decoder-first-pipeline-num-layers": "uneven pipeline splits are not modelled",
     "--decoder-last-pipeline-num-layers": "uneven pipeline splits are not modelled",
     "--account-for-embedding-in-pipeline-split": "uneven pipeline splits are not modelled",
@@ -437,6 +440,25 @@ def _precision(vals: dict[str, str], assumed: list[str]) -> str:
     return "fp8" if fmt else "bf16"
 
 
+def _overlap_p2p(flags: set[str], pp: int, virtual: int, assumed: list[str]) -> bool:
+    """Megatron's ``overlap_p2p_comm``: on by default with virtual stages (``arguments.py``:
+    ``--no-overlap-p2p-communication`` stores False, default True, since commit 4eeff55 of
+    2023-10; ``validate_args`` turns it off without an interleaved schedule), on with the older
+    ``--overlap-p2p-communication``."""
+    on, off = "--overlap-p2p-communication" in flags, "--no-overlap-p2p-communication" in flags
+    if on and off:
+        raise ValueError("give one of --overlap-p2p-communication and --no-overlap-p2p-communication")
+    if pp == 1 or virtual == 1:
+        if on:
+            assumed.append("--overlap-p2p-communication without virtual stages: off (Megatron's validate_args "
+                           "turns it off without the interleaved schedule)")
+        return False
+    if not on and not off:
+        assumed.append("pipeline sends and receives overlap the interleaved schedule's chunks (Megatron's default "
+                       "with virtual stages since 2023-10; --no-overlap-p2p-communication turns it off)")
+    return not off
+
+
 def read_megatron_args(text: str, model: ModelConfig | None = None, source: str = "Megatron arguments"
                        ) -> RunConfig:
     """What a Megatron argument line fixes, as a :class:`~cosearch.runs.RunConfig` (dp is left
@@ -493,7 +515,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
         raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
     engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
                            fp8_param_gather="--fp8-param-gather" in flags,
-                           overlap_grad_reduce="--overlap-grad-reduce" in flags)
+                           overlap_grad_reduce="--overlap-grad-reduce" in flags,
+                           overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed))
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed))
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,

@@ -22,7 +22,9 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
 ``activations_checkpoint_*``                 --recompute-granularity/-method/-num-layers
 ``fp8`` (+ ``fp8_hybrid``), ``fp8_params``   --fp8-format hybrid|e4m3, --fp8-param-gather
 ``ub_tp_comm_overlap``                       --tp-comm-overlap
-``overlap_p2p_comm``                         --overlap-p2p-communication (refused: not modelled)
+``overlap_p2p_comm``                         --overlap-p2p-communication, or when false or unset
+                                             --no-overlap-p2p-communication (NeMo 1's default:
+                                             ``cfg.get('overlap_p2p_comm', False)``)
 ``optim.name: distributed_fused_adam``       --use-distributed-optimizer, with
                                              ``optim.overlap_grad_sync`` (default true) and
                                              ``optim.overlap_param_sync`` as --overlap-grad-reduce /
@@ -35,7 +37,8 @@ Megatron-Bridge: ``model.*`` fields are Megatron-Core's ``TransformerConfig`` na
 argument names with underscores), ``train.micro_batch_size`` / ``global_batch_size``,
 ``ddp.*`` (``overlap_grad_reduce``, ``overlap_param_gather``, ``use_distributed_optimizer``),
 ``mixed_precision`` (a recipe name such as ``bf16_with_fp8_current_scaling_mixed`` or its
-fields), ``comm_overlap.tp_comm_overlap``.  A full dump lists every switch: a field the reader
+fields), ``comm_overlap.tp_comm_overlap``, ``comm_overlap.overlap_p2p_comm`` (unset: on with virtual
+stages, as Bridge's ``CommOverlapConfig`` and Megatron default it).  A full dump lists every switch: a field the reader
 does not know is neutral when it is off (false, null, 0) and refused by name otherwise.
 """
 
@@ -131,8 +134,7 @@ _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
                    (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                    (("model.sequence_parallel",), True, "--sequence-parallel"),
                    (("model.fp8_params",), True, "--fp8-param-gather"),
-                   (("model.ub_tp_comm_overlap",), True, "--tp-comm-overlap"),
-                   (("model.overlap_p2p_comm",), True, "--overlap-p2p-communication"))
+                   (("model.ub_tp_comm_overlap",), True, "--tp-comm-overlap"))
 #: Megatron-Bridge switches (a field may sit in the model provider or in its own section).
 _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
                     (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
@@ -141,7 +143,6 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("mixed_precision.fp8_param_gather", "model.fp8_param_gather", "model.fp8_param",
                       "mixed_precision.fp8_param"), True, "--fp8-param-gather"),
                     (("comm_overlap.tp_comm_overlap", "model.tp_comm_overlap"), True, "--tp-comm-overlap"),
-                    (("comm_overlap.overlap_p2p_comm", "model.overlap_p2p_comm"), True, "--overlap-p2p-communication"),
                     (("ddp.overlap_grad_reduce", "comm_overlap.overlap_grad_reduce"), True, "--overlap-grad-reduce"),
                     (("ddp.overlap_param_gather", "comm_overlap.overlap_param_gather"), True,
                      "--overlap-param-gather"),
@@ -223,6 +224,8 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
         raise ValueError(f"{name}: model.normalization {norm!r} is not modelled")
     words += ["--normalization", "RMSNorm" if norm == "rmsnorm" else "LayerNorm"]
     words += _switch_words(k, _NEMO1_SWITCHES)
+    words.append("--overlap-p2p-communication" if k.bool("model.overlap_p2p_comm", False)
+                 else "--no-overlap-p2p-communication")
     hybrid = k.bool("model.fp8_hybrid", True)
     if k.bool("model.fp8", False):
         if not k.bool("model.transformer_engine", False):
@@ -343,6 +346,14 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
             raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
         words.append("--swiglu")
     words += _switch_words(k, _BRIDGE_SWITCHES)
+    # unset: Megatron's default, on with virtual stages, as Megatron-Bridge's CommOverlapConfig
+    # sets it (pp > 1 and virtual stages: overlap_p2p_comm True, batch_p2p_comm False)
+    p2p = {key: k.bool(key, False) for key in ("comm_overlap.overlap_p2p_comm", "model.overlap_p2p_comm")
+           if k.get(key) is not None}
+    if len(set(p2p.values())) > 1:
+        raise ValueError(f"{name}: {' and '.join(f'{a}={b}' for a, b in p2p.items())} contradict each other")
+    if p2p:
+        words.append("--overlap-p2p-communication" if any(p2p.values()) else "--no-overlap-p2p-communication")
     mp = k.get("mixed_precision")
     if isinstance(mp, str):
         if mp not in BRIDGE_PRECISION:

@@ -51,6 +51,38 @@ def source_group(row: dict) -> str:
     return sw.split()[0]
 
 
+#: NeMo 24.07's launcher configs, as its performance table ran them (NVIDIA/NeMo-Framework-Launcher,
+#: tag 24.07, ``launcher_scripts/conf/training/<family>/<model>.yaml``; the table's TP, PP, CP and
+#: VP agree with them): ``(model.ub_tp_comm_overlap, model.overlap_p2p_comm)`` per pre-training
+#: model.  gpt3/20b.yaml ``ub_tp_comm_overlap: True``, gpt3/175b.yaml ``False`` with
+#: ``overlap_p2p_comm: True``, llama/llama2_70b.yaml and llama3_70b.yaml ``true``/``true``,
+#: nemotron/nemotron_8b.yaml ``true`` with ``overlap_p2p_comm: False``, nemotron_22b.yaml
+#: ``True``/``True``, nemotron_340b.yaml ``False``/``False``, llama2_13b.yaml ``false``/``true``;
+#: the 5B, Llama 2 7B and Llama 3 8B configs (tp 1, no pipeline) set both off or leave them unset.
+#: The fine-tuning rows ran ``conf/fine_tuning/llama/squad.yaml``, which sets neither (NeMo 1's
+#: defaults: off).
+NEMO_2407_LAUNCHER_OVERLAP = {
+    "GPT3-5B": (False, False), "GPT3-20B": (True, False), "GPT3-175B": (False, True),
+    "LLAMA2-7B": (False, False), "LLAMA2-13B": (False, True), "LLAMA2-70B": (True, True),
+    "Nemotron-8B": (True, False), "Nemotron-22B": (True, True), "Nemotron-340B": (False, False),
+    "LLAMA3-8B": (False, False), "LLAMA3-70B": (True, True)}
+
+
+def nemo_launcher_overlap(row: dict) -> tuple[bool, bool]:
+    """A NeMo 24.07 row's ``(ub_tp_comm_overlap, overlap_p2p_comm)`` from the launcher config it
+    ran (:data:`NEMO_2407_LAUNCHER_OVERLAP`); both off for fine-tuning rows.  A NeMo row of
+    another release, or a model the table does not name, is refused: its config is not known."""
+    parts = str(row["id"]).split("/")
+    if not parts[0].startswith("nemo-24.07") or len(parts) < 3:
+        raise Refused(f"NeMo row {row['id']!r}: only NeMo 24.07's launcher configs are known (TP and pipeline "
+                      "overlap are read from them)")
+    if parts[2] != "pretrain":
+        return False, False
+    if parts[1] not in NEMO_2407_LAUNCHER_OVERLAP:
+        raise Refused(f"NeMo 24.07 row {row['id']!r}: its launcher config is not known")
+    return NEMO_2407_LAUNCHER_OVERLAP[parts[1]]
+
+
 def _engine(row: dict) -> str | Engine:
     """The framework's engine.  Megatron-Bridge's performance recipes turn TP-communication
     overlap on wherever tp > 1 except with NVFP4 (scripts/performance/configs/llama/
@@ -60,8 +92,19 @@ def _engine(row: dict) -> str | Engine:
     (scripts/performance/utils/precision.py) keep the weights in FP8 only for FP8 current scaling
     and MXFP8 (``fp8_param_gather = True``), not NVFP4."""
     g = source_group(row)
-    if g == "Megatron-Bridge" and "NVFP4" not in row["precision"]:
-        return megatron_core(tp_comm_overlap=int(row["tp"]) > 1, fp8_param_gather="FP8" in row["precision"])
+    vp = row.get("vp")
+    interleaved = int(row["pp"]) > 1 and isinstance(vp, (int, float)) and vp > 1
+    if g == "Megatron-Bridge":
+        # CommOverlapConfig (src/megatron/bridge/training/comm_overlap.py): overlap_p2p_comm on
+        # whenever pp > 1 with virtual stages, batch_p2p_comm otherwise
+        if "NVFP4" in row["precision"]:
+            return megatron_core(overlap_p2p_comm=interleaved)
+        return megatron_core(tp_comm_overlap=int(row["tp"]) > 1, fp8_param_gather="FP8" in row["precision"],
+                             overlap_p2p_comm=interleaved)
+    if g == "NeMo":
+        tp_overlap, p2p_overlap = nemo_launcher_overlap(row)
+        return megatron_core(tp_comm_overlap=tp_overlap and int(row["tp"]) > 1,
+                             overlap_p2p_comm=p2p_overlap and interleaved)
     if g == "llm-foundry" and "PURE" in row["precision"]:
         # MP mode PURE: bf16 parameters, gradients and gradient reduction (MODERN_RUNS.md, code LF)
         return llm_foundry("PURE")
