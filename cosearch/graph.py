@@ -335,7 +335,12 @@ class _Builder:
 
     def expert_gemm(self, name: str, deps, m: int, n: int, k: int, experts: int, lowp: float = 0.0) -> int:
         """``experts`` weight GEMMs of the same shape (grouped GEMM over an MoE layer's local
-        experts), with a low-precision cast of the inputs when ``lowp`` (operand bytes) is set."""
+        experts), with a low-precision cast of the inputs when ``lowp`` (operand bytes) is set.
+        A grouped kernel runs at about the rate of one GEMM of the per-expert shape: DeepGEMM's
+        published grouped FP8 kernels on H800 (``deepseek-ai/DeepGEMM`` README at 327ec92: 4 x 8192
+        and 8 x 4096 tokens per group at N 4096, K 7168, 1,346 TFLOP/s, against 1,410 for one dense
+        4096 x 4096 x 7168) — so the op is priced as ``experts`` batched GEMMs of the per-expert
+        shape; rows 43-52 of ``cosearch/data/public_kernels.csv`` check it within 10 %."""
         if lowp:
             deps = [self.fp8_cast(f"{name}.cast", deps, m * k * experts, lowp)]
         return self.gemm(name, deps, m, n, k, batch=experts, operand_bytes=lowp if lowp else None)

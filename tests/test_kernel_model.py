@@ -13,7 +13,7 @@ from tests.data_tables import package_rows, window_end_s
 from tests.reference import gemm_tiles_simulated
 
 CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
-         "TPUv5e": hardware.TPUv5e, "H100-500W": hardware.H100_500W}
+         "TPUv5e": hardware.TPUv5e, "H100-500W": hardware.H100_500W, "H800": hardware.H800}
 
 
 def _rows():
@@ -22,7 +22,8 @@ def _rows():
 
 #: the boost clock each chip's kernels can reach, over its datasheet-peak clock (A100: the same)
 BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100,
-         "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0, "H100-500W": hardware.BOOST_CLOCK_H100}
+         "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0, "H100-500W": hardware.BOOST_CLOCK_H100,
+         "H800": hardware.BOOST_CLOCK_H100}
 
 
 def _model_tflops(row, clock: str = "sustained") -> float:
@@ -88,6 +89,25 @@ def test_model_against_every_public_kernel_row(row):
     ratios = [_model_tflops(row, c) / float(row["tflops"]) - 1.0 for c in clocks]
     assert any(_within(r, tol) for r in ratios), \
         f"row {row['row']}: model {', '.join(f'{r:+.1%}' for r in ratios)} off ({row['note']})"
+
+
+def test_moe_expert_gemms_are_priced_as_deepgemms_grouped_kernels():
+    """The MoE layer's routed experts (``graph._Builder.expert_gemm``: the local experts' GEMMs as
+    one grouped GEMM at the per-expert token count) against DeepGEMM's published grouped FP8
+    kernels on H800 (rows 43-52, contiguous layout as a training forward uses it, and masked):
+    the graph's own op for each shape, priced on the H800 preset, within 10 % at the sustained or
+    the datasheet clock (the README states neither)."""
+    rows = [r for r in _rows() if r["chip"] == "H800"]
+    assert len(rows) == 10
+    for r in rows:
+        g = graph._Builder(2)
+        g.expert_gemm("expert_fc1", [], int(r["m"]), int(r["n"]), int(r["k"]), int(r["batch"]), lowp=1.0)
+        op = g.ops[-1]
+        rates = []
+        for chip in (hardware.H800, hardware.H800.with_(efficiency=hardware.H800.efficiency.at_full_clock())):
+            t = cost.price(np.array([op.as_row()]), chip)[0, 0]
+            rates.append(op.flops / t / 1e12 / float(r["tflops"]) - 1.0)
+        assert any(abs(x) <= 0.10 for x in rates), (r["row"], rates)
 
 
 def test_a100_best_shape_rows_beat_the_sustained_clock_peak():
