@@ -15,7 +15,7 @@ Models and graphs: :class:`ModelConfig`, :func:`model_preset`, :mod:`graph` (``b
 ``from_module``; MoE models through ``num_experts``; presets include mixtral-8x7b, grok-1 and
 deepseek-v3).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
 :data:`TPUv4`, :data:`A100`, :data:`H100`, :data:`H100_500W` (Meta's 500 W HBM2e H100),
-:data:`H200`, :data:`B200`, :data:`B300`, :data:`GB200`, :data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :class:`AreaPowerModel` (cosearch's area and
+:data:`H200`, :data:`B200`, :data:`B300`, :data:`GB200`, :data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :data:`TPUv6e` (Trillium, from its datasheet), :class:`AreaPowerModel` (cosearch's area and
 power model) and :class:`PhazeAreaModel` (PHAZE's own area figures, tables in :mod:`phaze_area`;
 ``SearchSpace.phaze(area_model="phaze")`` is exactly PHAZE's design list).  Cost: :func:`price`.
 Clusters: :class:`Cluster` (nodes, intra/inter-node links; presets in :mod:`cluster`).
@@ -75,6 +75,7 @@ from .hardware import (
     TPUv4,
     TPUv5e,
     TPUv5p,
+    TPUv6e,
 )
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -101,7 +102,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "A100", "A100_80GB", "H100", "H100_500W", "H200", "B200", "B300", "GB200", "GB300", "TPUv4", "TPUv5e", "TPUv5p", "Accelerator", "AreaPowerModel", "PhazeAreaModel", "Cluster", "KernelEfficiency",
+    "A100", "A100_80GB", "H100", "H100_500W", "H200", "B200", "B300", "GB200", "GB300", "TPUv4", "TPUv5e", "TPUv5p", "TPUv6e", "Accelerator", "AreaPowerModel", "PhazeAreaModel", "Cluster", "KernelEfficiency",
     "ModelConfig", "SearchSpace", "calibrate", "cluster", "graph", "hardware", "models", "model_preset",
     "price", "price_on", "example_gemm_times",
     *_LAZY,

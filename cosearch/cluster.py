@@ -262,6 +262,17 @@ def tpuv5e_pod(chips: int = 256) -> Cluster:
     return _tpu_slices(chips, 256, 16, 50e9, 3.125e9, "tpuv5e-pod")
 
 
+def tpuv6e_pod(chips: int = 256) -> Cluster:
+    """TPU v6e (Trillium): one slice of up to 256 chips on a 16 x 16 2D torus of 100 GB/s ICI links
+    (800 GB/s bidirectional per chip over 4 ports, Google Cloud's TPU v6e page).  Multislice is
+    refused: the page gives no data-center network bandwidth for v6e."""
+    n = v.positive_int("chips", chips, maximum=v.MAX_CHIPS)
+    if n > 256:
+        raise ValueError(f"tpuv6e-pod: {n} chips is more than one 256-chip slice; Google's v6e page gives no "
+                         "data-center network bandwidth for multislice: build a Cluster with your own")
+    return _tpu_slices(n, 256, 16, 100e9, 0.0, "tpuv6e-pod")
+
+
 def tpuv5p_pod(chips: int = 8960) -> Cluster:
     """TPU v5p: one slice of up to 8,960 chips on a 3D torus of 100 GB/s ICI links (side: the
     cube root, rounded up), as :func:`tpuv4_pod` prices TPU v4."""
@@ -281,12 +292,13 @@ def tpu7x_pod(chips: int = 9216) -> Cluster:
 
 PRESETS = {"dgx-a100": dgx_a100, "dgx-h100": dgx_h100, "dgx-h200": dgx_h200, "dgx-b200": dgx_b200, "dgx-b300": dgx_b300,
            "dgx-h800": dgx_h800, "gb200-nvl72": gb200_nvl72, "tpuv4-pod": tpuv4_pod, "tpuv5e-pod": tpuv5e_pod,
-           "tpuv5p-pod": tpuv5p_pod, "tpu7x-pod": tpu7x_pod}
+           "tpuv5p-pod": tpuv5p_pod, "tpuv6e-pod": tpuv6e_pod, "tpu7x-pod": tpu7x_pod}
 
 #: The chip each cluster preset is built of (a cluster preset implies its chip).
 PRESET_CHIPS = {"dgx-a100": "A100-80GB", "dgx-h100": "H100", "dgx-h200": "H200", "dgx-b200": "B200", "dgx-b300": "B300", "dgx-h800": "H800",
                 "tpu7x-pod": "TPU7x",
-                "gb200-nvl72": "GB200", "tpuv4-pod": "TPUv4", "tpuv5e-pod": "TPUv5e", "tpuv5p-pod": "TPUv5p"}
+                "gb200-nvl72": "GB200", "tpuv4-pod": "TPUv4", "tpuv5e-pod": "TPUv5e", "tpuv5p-pod": "TPUv5p",
+                "tpuv6e-pod": "TPUv6e"}
 
 
 def preset_names() -> list[str]:

@@ -225,3 +225,25 @@ def test_sustained_clock_alternatives_start_with_the_presets_choice():
     for fam, chip in used.items():
         assert alts[fam][0][1] == chip.efficiency.sustained_clock
         assert all(0.5 < v <= 1.0 for _label, v in alts[fam]) and alts[fam][-1][1] == 1.0
+
+
+def test_datasheet_only_preset_tpuv6e_and_its_pod():
+    """TPU v6e from Google's v6e page: 918 TFLOP/s BF16, 32 GiB at 1,638 GB/s; its pod a 16 x 16
+    2D torus of 100 GB/s links (800 GB/s bidirectional over 4 ports); more than one 256-chip slice is
+    refused (the page gives no data-center bandwidth).  A 256-chip all-reduce of the same bytes on
+    the v6e pod takes half the v5e pod's wire time (100 vs 50 GB/s links, the same torus)."""
+    from cosearch import cluster
+    from cosearch.comm import collective_s
+    tpu = hardware.preset("tpuv6e")
+    assert tpu.peak_flops == pytest.approx(918e12, rel=1e-12)
+    assert tpu.hbm_bytes == 32 * 2 ** 30 and tpu.hbm_bandwidth_Bps == 1.638e12
+    pod = cluster.preset("tpuv6e-pod", 256)
+    assert pod.num_chips == 256 and pod.torus_side == 16
+    with pytest.raises(ValueError, match="data-center network bandwidth"):
+        cluster.tpuv6e_pod(512)
+    v5e = cluster.tpuv5e_pod(256)
+    nbytes = 2e9
+    t6 = collective_s("allreduce", nbytes, 256, pod, tpu) - collective_s("allreduce", 1.0, 256, pod, tpu)
+    t5 = (collective_s("allreduce", nbytes, 256, v5e, hardware.TPUv5e)
+          - collective_s("allreduce", 1.0, 256, v5e, hardware.TPUv5e))
+    assert t6 == pytest.approx(t5 / 2.0, rel=1e-9)

@@ -30,6 +30,7 @@ from .chips import (  # noqa: F401
     TPUv4_XLA,
     TPUv5e,
     TPUv5p,
+    TPUv6e,
     design_array,
     phaze_reference,
     preset,

@@ -296,6 +296,16 @@ TPUv5e = Accelerator("TPUv5e", 4, 128, 128, 4, 1024, 1.5e9, 4 * MiB, 48 * MiB, 1
 #: 2,765 GB/s, ICI 4,800 Gb/s per chip over 6 links (100 GB/s each) (Google Cloud TPU v5p documentation).
 TPUv5p = Accelerator("TPUv5p", 8, 128, 128, 8, 1024, 1.75e9, 4 * MiB, 96 * MiB, 95 * GiB, 2.765e12, 1.0e11,
                      _TPU5_EFF)
+#: TPU v6e (Trillium), from Google Cloud's TPU v6e page alone (docs.cloud.google.com/tpu/docs/v6e):
+#: one TensorCore with two 256 x 256 MXUs, 918 TFLOP/s BF16 per chip, 32 GB HBM (binary, as the
+#: v5e's: the runtime gets 31.25 GiB) at 1,638 GB/s, 800 GB/s bidirectional ICI over 4 ports
+#: (100 GB/s per link each way) on a 2D torus of 256 chips, PCIe Gen5 to the host (64 GB/s each
+#: way for x16; the lane count is not stated).  Modelling choices, not published: the clock is
+#: the one the BF16 peak sets for two 256 x 256 MXUs (3.5 GHz, an effective figure); the vector
+#: unit is the page's 128 lanes x 8 sublanes; SRAM as TPUv5e's; XLA's matmul efficiency as
+#: measured on TPU v5 (:data:`TPU5_TENSOR`).  No measured v6e kernel is used.
+TPUv6e = Accelerator("TPUv6e", 2, 256, 256, 1, 1024, 918e12 / (2 * 2 * 256 * 256), 4 * MiB, 48 * MiB, 32 * GiB,
+                     1.638e12, 1.0e11, _TPU5_EFF, host_link_Bps=64e9)
 #: H800 SXM (the H100 for export markets): the H100's compute, memory and kernels with NVLink cut to
 #: 400 GB/s bidirectional, 200 GB/s per direction (NVIDIA H800 Tensor Core GPU datasheet; DeepSeek-V3
 #: technical report, sec. 3.2: "NVLink offers a bandwidth of 160 GB/s" achieved, IB 50 GB/s).
@@ -319,7 +329,8 @@ TPU7x = Accelerator("TPU7x", 8, 256, 256, 8, 1024, 2.307e15 / (2 * 8 * 256 * 256
 TPUv4_XLA = TPUv4.with_(name="TPUv4-XLA", efficiency=_TPU5_EFF)
 PRESETS: dict[str, Accelerator] = {"tpuv4": TPUv4, "tpuv4-xla": TPUv4_XLA, "h800": H800, "tpu7x": TPU7x, "a100": A100, "a100-80gb": A100_80GB, "h100": H100,
                                    "h100-500w": H100_500W, "h200": H200,
-                                   "b200": B200, "b300": B300, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p}
+                                   "b200": B200, "b300": B300, "gb200": GB200, "gb300": GB300, "tpuv5e": TPUv5e, "tpuv5p": TPUv5p,
+                                   "tpuv6e": TPUv6e}
 
 
 def preset_names() -> list[str]:

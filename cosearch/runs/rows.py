@@ -133,6 +133,9 @@ def _chip(row: dict, notes: list) -> hardware.Accelerator:
         # H100-500W preset, its clock and FP8 rate from FBGEMM's "H100 500W" GEMMs; HBM size
         # from the row
         return hardware.H100_500W.with_(hbm_bytes=(95e9 if "95GB" in a else 96e9))
+    gen = str(row.get("gen", ""))
+    if gen in ("TPU v5p", "TPU v6e"):      # the MoE rows name the slice in ``accel``, the chip in ``gen``
+        return hardware.TPUv5p if gen == "TPU v5p" else hardware.TPUv6e
     for prefix, chip in (("H100", hardware.H100), ("H200", hardware.H200), ("B200", hardware.B200),
                          ("B300", hardware.B300), ("GB200", hardware.GB200), ("GB300", hardware.GB300), ("TPU-v5e", hardware.TPUv5e),
                          ("TPU-v5p", hardware.TPUv5p)):
@@ -148,6 +151,8 @@ def _cluster(row: dict, chip: hardware.Accelerator) -> cluster.Cluster:
         return cluster.tpuv5e_pod(n)
     if name.startswith("TPUv5p"):
         return cluster.tpuv5p_pod(n)
+    if name.startswith("TPUv6e"):
+        return cluster.tpuv6e_pod(n)
     if name in ("GB200", "GB300"):
         return cluster.gb200_nvl72(n)
     base = {"A100": cluster.dgx_a100, "A100-80GB": cluster.dgx_a100, "H100": cluster.dgx_h100,
