@@ -73,7 +73,12 @@ same.
   ``checkpoint_dots_with_no_batch_dims``: the weight GEMMs' outputs saved, every other op rerun;
   the ``maxtext-minimal-remat`` preset), or ``"modules:layernorm,moe_act"`` (Megatron-Core's
   ``--recompute-modules``, :data:`cosearch.graph.RECOMPUTE_MODULES`: each named module's ops run
-  again and its activations are not kept, :func:`cosearch.memory.module_recompute_bytes`).
+  again and its activations are not kept, :data:`cosearch.memory.MODULE_TERMS`), or
+  ``"maxtext:out_proj=offload,query_proj=device,..."`` (MaxText's ``remat_policy: custom``: each
+  named tensor ``remat``, ``device`` or ``offload``, :func:`cosearch.graph.maxtext_policy`; JAX
+  reruns what the backward needs and no saved name holds, the ``device`` tensors stay in HBM, the
+  ``offload`` ones go to host memory over the chip's host link behind each layer's compute,
+  :func:`cosearch.memory.maxtext_saved_bytes`).
   :func:`cosearch.graph.recompute_share` maps it onto the layer's
   ops; the activations kept follow the policy too (:func:`cosearch.memory.every_other_matmul_bytes`
   for dense layers with flash attention; Megatron's selective figure, an upper bound, otherwise).

@@ -68,8 +68,9 @@ RECOMPUTE_MODULES = {
     "moe_act": ("expert_act",),
     "mla_up_proj": ("q_up", "kv_up", "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
-    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch", "expert_fc1", "expert_act", "expert_fc2", "moe_combine",
-            "shared_fc1", "shared_act", "shared_fc2", "moe_add", "moe_unpermute"),
+    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "expert_fc1", "expert_act",
+            "expert_fc2", "moe_combine", "shared_fc1", "shared_act", "shared_fc2", "moe_add", "moe_unpermute",
+            "moe_combine_einsum"),
     "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
 }
 
@@ -80,6 +81,77 @@ RECOMPUTE_MODULES = {
 #: op of the layer is on the attention side (``pre_dispatch_computation``, or the combine's
 #: post-processing before the next layer's).
 MOE_EXPERT_OPS = ("expert_fc1", "expert_act", "expert_fc2", "shared_fc1", "shared_act", "shared_fc2", "moe_add")
+
+
+#: MaxText's ``remat_policy: custom`` tensor names (``configs/base.yml``: each ``'remat'``,
+#: ``'device'`` or ``'offload'``; ``decoder_layer_input`` is ``'device'`` by default and is never
+#: rematerialized) and where each lives among cosearch's layer ops: the op whose output the name
+#: checkpoints, with the share of that output it covers.
+MAXTEXT_TENSORS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj", "context",
+                   "out_proj", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "moe_mlpwi", "moe_mlpwi_0", "moe_mlpwi_1",
+                   "moe_mlpwo")
+MAXTEXT_PLACES = ("remat", "device", "offload")
+
+
+def maxtext_policy(policy) -> dict[str, str] | None:
+    """A ``"maxtext:name=where,..."`` selective policy (MaxText's ``remat_policy: custom``) as
+    ``{name: where}`` over every :data:`MAXTEXT_TENSORS` name (unnamed ones ``'remat'``,
+    ``decoder_layer_input`` ``'device'``, MaxText's defaults); None for other policies."""
+    if not isinstance(policy, str) or not policy.startswith("maxtext:"):
+        return None
+    out = dict.fromkeys(MAXTEXT_TENSORS, "remat")
+    out["decoder_layer_input"] = "device"
+    for item in (x.strip() for x in policy[len("maxtext:"):].split(",") if x.strip()):
+        name, _, where = item.partition("=")
+        name, where = name.strip(), where.strip()
+        if name not in out:
+            raise ValueError(f"MaxText remat tensor {name!r}: choose from {', '.join(MAXTEXT_TENSORS)}")
+        if where not in MAXTEXT_PLACES:
+            raise ValueError(f"MaxText remat tensor {name}={where!r}: choose from {', '.join(MAXTEXT_PLACES)}")
+        if name == "decoder_layer_input" and where == "remat":
+            raise ValueError("decoder_layer_input cannot be rematerialized (MaxText: it is the remat start point)")
+        out[name] = where
+    return out
+
+
+def _maxtext_saved(p: dict[str, str], *names: str) -> bool:
+    return any(p[n] != "remat" for n in names)
+
+
+def _maxtext_rerun(op_name: str, c: ModelConfig, p: dict[str, str]) -> float:
+    """The share of a forward op JAX reruns in the backward under a MaxText custom policy: every
+    op whose output (or something computed from it) the backward needs and no saved name holds.
+    A dense MLP's down projection and everything after it in the layer are never rerun (the
+    layer's output is only the next layer's saved input); an MoE layer's expert down projection
+    is, unless saved (the router's gradient reads the expert outputs)."""
+    if op_name in ("fc2", "shared_fc2", "allreduce_mlp", "reducescatter_mlp", "dropout2", "residual2",
+                   "moe_add", "moe_unpermute", "moe_combine_einsum"):
+        return 0.0
+    if op_name == "qkv":
+        if _maxtext_saved(p, "qkv_proj"):
+            return 0.0
+        q = c.heads / (c.heads + 2.0 * c.kv_heads)
+        kv = c.kv_heads / (c.heads + 2.0 * c.kv_heads)
+        return ((0.0 if p["query_proj"] != "remat" else q)
+                + (0.0 if _maxtext_saved(p, "key_proj", "kv_proj") else kv)
+                + (0.0 if _maxtext_saved(p, "value_proj", "kv_proj") else kv))
+    if op_name in ATTENTION_CORE:
+        return 0.0 if p["context"] != "remat" else 1.0
+    if op_name in ("attn_out", "allreduce_attn", "reducescatter_attn"):
+        return 0.0 if p["out_proj"] != "remat" else 1.0
+    if op_name in ("fc1", "shared_fc1"):
+        if _maxtext_saved(p, "mlpwi"):
+            return 0.0
+        return 0.5 * ((p["mlpwi_0"] == "remat") + (p["mlpwi_1"] == "remat")) if c.gated else \
+            float(p["mlpwi_0"] == "remat")
+    if op_name == "expert_fc1":
+        if _maxtext_saved(p, "moe_mlpwi"):
+            return 0.0
+        return 0.5 * ((p["moe_mlpwi_0"] == "remat") + (p["moe_mlpwi_1"] == "remat")) if c.gated else \
+            float(p["moe_mlpwi_0"] == "remat")
+    if op_name in ("expert_fc2", "moe_combine"):
+        return 0.0 if p["moe_mlpwo"] != "remat" else 1.0
+    return 1.0
 
 
 def recompute_modules(policy: str) -> tuple[str, ...] | None:
@@ -96,9 +168,10 @@ def recompute_modules(policy: str) -> tuple[str, ...] | None:
 
 def check_selective_policy(policy) -> str:
     """A valid selective-recompute policy (:data:`SELECTIVE_RECOMPUTE` or ``"modules:..."``)."""
-    if recompute_modules(policy) is None and policy not in SELECTIVE_RECOMPUTE:
-        raise ValueError(f"selective recompute policy must be one of {SELECTIVE_RECOMPUTE} or 'modules:<names>' "
-                         f"({', '.join(RECOMPUTE_MODULES)}), got {policy!r}")
+    if recompute_modules(policy) is None and maxtext_policy(policy) is None and policy not in SELECTIVE_RECOMPUTE:
+        raise ValueError(f"selective recompute policy must be one of {SELECTIVE_RECOMPUTE}, 'modules:<names>' "
+                         f"({', '.join(RECOMPUTE_MODULES)}) or 'maxtext:<tensor>=<remat|device|offload>,...', "
+                         f"got {policy!r}")
     return policy
 
 
@@ -117,8 +190,17 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     else runs again): every vector and cast op and the attention core (its matmuls have batch
     dimensions; a fused kernel is not a dot), never a weight GEMM or a collective.
     ``"modules:..."`` (Megatron-Core's ``recompute_modules``): every op of the named modules
-    (:data:`RECOMPUTE_MODULES`), whole."""
+    (:data:`RECOMPUTE_MODULES`), whole.  ``"maxtext:..."`` (MaxText's ``remat_policy: custom``,
+    :func:`maxtext_policy`): what JAX reruns given the saved and offloaded names
+    (:func:`_maxtext_rerun`)."""
     check_selective_policy(policy)
+    mt = maxtext_policy(policy)
+    if mt is not None:
+        if op.kind in NETWORK_KINDS and op.name not in ("moe_dispatch", "moe_combine", "allreduce_attn",
+                                                        "reducescatter_attn", "allgather_attn", "allgather_mlp"):
+            return 0.0
+        base = op.name[:-len(".cast")] if op.name.endswith(".cast") else op.name
+        return _maxtext_rerun(base, config, mt)
     mods = recompute_modules(policy)
     if mods is not None:
         base = op.name[:-len(".cast")] if op.name.endswith(".cast") else op.name
@@ -527,25 +609,57 @@ def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
         raise ValueError(f"tp={tp} must divide ffn_hidden={config.ffn_hidden}")
 
 
-def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float) -> int:
-    """An MoE MLP on this rank's T tokens: the router, token dispatch over the ``ep``-rank
-    expert-parallel group (all-to-all of every routed copy of a token's hidden state, each
-    tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM per
-    projection — expert load assumed balanced, every local expert gets ``T k ep / E`` tokens —
-    the combine all-to-all back, and the shared experts as a dense MLP beside them."""
-    h, k, E = c.hidden, c.experts_per_token, c.num_experts
+def moe_expert_tokens(c: ModelConfig, T: int, ep: int, seqs: int = 1) -> tuple[int, int]:
+    """(tokens each of a rank's local experts computes, routed copies a rank dispatches) for ``T``
+    tokens a rank in ``seqs`` sequences, balanced routing over the ``ep``-rank group.  Dropless:
+    every local expert gets ``ceil(T k ep / E)`` and a rank sends its ``T k`` copies.  With a
+    capacity factor an expert keeps at most its capacity, per rank ``ceil(T k / E x factor)``
+    (Megatron-Core's ``get_capacity``) or per sequence ``int(ceil(S k / E) x factor)`` slots
+    (MaxText's ``generate_masks``, under ``moe_einsum_dispatch``); padded (``moe_pad_to_capacity``)
+    it computes and moves its whole capacity."""
+    k, E = c.experts_per_token, c.num_experts
+    load = max(1, math.ceil(T * k * ep / E))
+    cf = c.moe_capacity_factor
+    if not cf:
+        return load, T * k
+    if c.moe_einsum_dispatch:
+        S = T // max(1, seqs)
+        cap_rank = seqs * int(max(math.ceil(S * k / E) * cf, cf))        # slots per expert on one rank
+    else:
+        cap_rank = math.ceil(T * k / E * cf)
+    cap = cap_rank * ep
+    per = cap if c.moe_pad_to_capacity else min(load, cap)
+    return per, per * E // ep
+
+
+def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1) -> int:
+    """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
+    the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
+    state, each tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM
+    per projection — expert load assumed balanced, each local expert's tokens from
+    :func:`moe_expert_tokens` — the combine all-to-all back, and the shared experts as a dense
+    MLP beside them.  Under ``moe_einsum_dispatch`` (MaxText's dense dispatch) the copies reach
+    their ``(expert, slot)`` places and come back through one-hot matmuls per sequence instead of
+    the permute gathers."""
+    h, E = c.hidden, c.num_experts
     fe = c.expert_ffn // tp
     dt = c.dtype_bytes
+    per, copies = moe_expert_tokens(c, T, ep, seqs)
     router = g.gemm("router", [x2], T, E, h)
     gate = g.vector("router_topk", [router], T * E, "softmax")
-    moved = T * k * h * dt / tp
-    # the tokens copied into expert order, one row per routed copy (Megatron-Core's
-    # moe_permute: a gather reading each copy's source row and writing it), before the
-    # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
-    perm = g.vector("moe_permute", [gate], T * k * h, "mul")
+    moved = copies * h * dt / tp
+    if c.moe_einsum_dispatch:
+        # BSM,BSEC -> EBCM: per sequence an (E C) x h product over its S tokens
+        S = T // max(1, seqs)
+        slots = copies // max(1, seqs)
+        perm = g.gemm("moe_dispatch_einsum", [x2, gate], slots, h, S, batch=seqs, weights=False)
+    else:
+        # the tokens copied into expert order, one row per routed copy (Megatron-Core's
+        # moe_permute: a gather reading each copy's source row and writing it), before the
+        # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
+        perm = g.vector("moe_permute", [gate], copies * h, "mul")
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
     local = E // ep
-    per = max(1, math.ceil(T * k * ep / E))
     width = 2 * fe if c.gated else fe
     fc1 = g.expert_gemm("expert_fc1", [disp], per, width, h, local, lowp)
     act = g.vector("expert_act", [fc1], per * local * fe, c.activation, inputs=2 if c.gated else 1)
@@ -557,7 +671,11 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
         sa = g.vector("shared_act", [s1], T * fs, c.activation, inputs=2 if c.gated else 1)
         s2 = g.linear("shared_fc2", [sa], T, h, fs, lowp)
         out = g.vector("moe_add", [out, s2], T * h, "add", inputs=2)
-    return g.vector("moe_unpermute", [out], T * k * h, "mul")
+    if c.moe_einsum_dispatch:
+        # EBCM,BSEC -> BSM: each token's weighted sum over its slots
+        S = T // max(1, seqs)
+        return g.gemm("moe_combine_einsum", [out], S, h, copies // max(1, seqs), batch=seqs, weights=False)
+    return g.vector("moe_unpermute", [out], copies * h, "mul")
 
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
@@ -619,11 +737,11 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
     if local:
         # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
-        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp)
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b)
     else:
         x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
         if c.moe:
-            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp)
+            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b)
         else:
             # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
             fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)
@@ -804,6 +922,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; choose one of {PRECISIONS}")
     ep = check_expert_parallel(config, expert_parallel)
+    if config.moe_einsum_dispatch and (tp > 1 or cp > 1) and part == "layer":
+        raise ValueError("moe_einsum_dispatch (MaxText's dense dispatch) is modelled without tensor or context "
+                         f"parallelism; got tp={tp}, cp={cp}")
     choice("cross_entropy", cross_entropy, CROSS_ENTROPY)
     choice("elementwise", elementwise, ELEMENTWISE)
     local = check_expert_tensor_parallel(config, expert_tensor_parallel, tp, bool(sequence_parallel)) == 1 and tp > 1

@@ -36,7 +36,7 @@ from ._kernels import formulas
 from .graph import OPERAND_BYTES
 from .models import ModelConfig
 
-__all__ = ["MemoryConfig", "layer_activation_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "layer_input_bytes",
+__all__ = ["MemoryConfig", "layer_activation_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "maxtext_saved_bytes", "layer_input_bytes",
            "embedding_activation_bytes",
            "head_activation_bytes", "static_bytes", "in_flight"]
 
@@ -82,10 +82,18 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     if c.moe:
         # every routed copy of a token (k of them) and the shared experts keep their MLP
         # activations, plus the dispatched (permuted) copies of the token's input
-        routed = c.experts_per_token * c.expert_ffn / h
+        # with a capacity factor, the slots each token's copies fill (padded: the whole capacity)
+        from .graph import moe_expert_tokens
+        per, copies = moe_expert_tokens(c, s, 1, 1)
+        slots = copies / s
+        routed = slots * c.expert_ffn / h
         shared = c.shared_experts * c.expert_ffn / h
         split.update(moe_fc1=routed * per_w, moe_act=routed * act_out, shared_mlp=shared * (per_w + act_out),
-                     moe_dispatched=2.0 * c.experts_per_token * e)
+                     moe_dispatched=2.0 * slots * e)
+        if c.moe_einsum_dispatch:
+            # the one-hot dispatch and combine masks (E C slots for every token: S x E x C a
+            # sequence) the einsums' backward reads
+            split["moe_masks"] = 2.0 * copies * 2.0 * e / h
     else:
         f_ratio = c.ffn_hidden / h
         split.update(mlp_fc1=f_ratio * per_w, mlp_act=f_ratio * act_out)
@@ -105,7 +113,8 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
 #: latent inputs are kept either way and are not in Korthikanti's terms).
 MODULE_TERMS = {"core_attn": ("attn",), "layernorm": ("norm_out",), "moe_act": ("moe_act",),
                 "mla_up_proj": ("qkv",), "mlp": ("mlp_fc1", "mlp_act"),
-                "moe": ("moe_fc1", "moe_act", "shared_mlp", "moe_dispatched"), "shared_experts": ("shared_mlp",)}
+                "moe": ("moe_fc1", "moe_act", "shared_mlp", "moe_dispatched", "moe_masks"),
+                "shared_experts": ("shared_mlp",)}
 
 
 def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
@@ -137,6 +146,42 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
         elif not flash_attention:
             dropped.add("attn")
     return config.seq_len * microbatch * config.hidden * sum(v for k, v in terms.items() if k not in dropped)
+
+
+def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_parallel: bool,
+                        places: dict[str, str]) -> tuple[float, float]:
+    """(bytes kept in HBM, bytes sent to host memory) per layer, chip and microbatch under
+    MaxText's ``remat_policy: custom`` (``places``: :func:`cosearch.graph.maxtext_policy`): each
+    named tensor its ``'device'`` or ``'offload'`` place holds, in the activation dtype — the layer
+    input (``h``), the Q, K and V projections (``q_dim``, ``kv_dim`` each; split by tp), the
+    attention context (``heads x head_dim``), the attention output (``h``), a dense MLP's (or the
+    shared experts') input projections and output, an MoE layer's expert projections at the slots
+    each token fills; everything else is rematerialized.  A dense layer's ``mlp*`` names are the
+    shared experts' in an MoE layer."""
+    from .graph import moe_expert_tokens
+    c = config
+    t = tp
+    dt = c.dtype_bytes
+    rep = c.hidden / (t if sequence_parallel else 1)
+    ffn = (c.shared_experts * c.expert_ffn if c.moe else c.ffn_hidden) / t
+    slots = moe_expert_tokens(c, c.seq_len, 1, 1)[1] / c.seq_len if c.moe else 0.0
+    width = {"decoder_layer_input": rep, "query_proj": c.q_dim / t, "key_proj": c.kv_dim / t,
+             "value_proj": c.kv_dim / t, "kv_proj": 2 * c.kv_dim / t, "qkv_proj": (c.q_dim + 2 * c.kv_dim) / t,
+             "context": c.heads * c.head_dim / t, "out_proj": rep,
+             "mlpwi": ffn, "mlpwi_0": ffn, "mlpwi_1": ffn if c.gated else 0.0, "mlpwo": rep if ffn else 0.0,
+             "moe_mlpwi": slots * c.expert_ffn / t, "moe_mlpwi_0": slots * c.expert_ffn / t,
+             "moe_mlpwi_1": slots * c.expert_ffn / t if c.gated else 0.0, "moe_mlpwo": slots * c.hidden}
+    if c.mla is not None:
+        for n in ("query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj"):
+            if places.get(n, "remat") != "remat":
+                raise ValueError(f"MaxText remat tensor {n}: MLA attention's projections are not the named Q/K/V "
+                                 "ones; leave it 'remat'")
+    per_token = {"device": 0.0, "offload": 0.0}
+    for name, where in places.items():
+        if where != "remat":
+            per_token[where] += width[name] * dt
+    n = c.seq_len * microbatch
+    return n * per_token["device"], n * per_token["offload"]
 
 
 def every_other_matmul_bytes(config: ModelConfig, tp: int, microbatch: int,

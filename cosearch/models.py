@@ -10,6 +10,7 @@ BERT, GPT-2, GPT-3, OPT and Llama 2.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -81,6 +82,20 @@ class ModelConfig:
         final norm), sharing the embedding and output head;
         priced on the last pipeline stage (a layer, the head run again).  Counted in the sizes;
         model FLOPs (MFU) count the main model only.
+    moe_capacity_factor: the expert capacity as a multiple of a balanced expert's load (0: token
+        dropless, the default).  Megatron-Core's ``moe_expert_capacity_factor``: each expert
+        takes at most ``ceil(tokens k / experts x factor)`` of a rank's routed copies
+        (``moe_utils.get_capacity``); under balanced routing nothing is dropped at a factor >= 1,
+        and a factor < 1 drops the excess.  MaxText's ``capacity_factor``: ``int(ceil(seq k /
+        experts) x factor)`` slots per expert and sequence (``moe.py``, ``generate_masks``).
+    moe_pad_to_capacity: every expert computes its full capacity, the empty slots padded
+        (Megatron-Core's ``moe_pad_expert_input_to_capacity``; MaxText's dense dispatch always
+        does), so the experts' GEMMs and the all-to-alls carry ``factor`` times the balanced load.
+    moe_einsum_dispatch: tokens reach and leave the expert slots through one-hot matmuls, as
+        MaxText's ``dense_matmul`` runs a token-dropping MoE (``sparse_matmul: False``,
+        ``capacity_factor > 0``): ``BSM,BSEC -> EBCM`` and ``EBCM,BSEC -> BSM`` per sequence, each
+        ``2 S E C h`` FLOPs (priced as activation matmuls), instead of a gather; needs a capacity
+        factor, and implies padding.
     sliding_window: the window, in tokens, of the layers with local (sliding-window) causal
         attention: a query attends to itself and the ``sliding_window - 1`` tokens before it.
     sliding_layers: how many of the ``num_layers`` layers attend within ``sliding_window`` (GPT-OSS:
@@ -118,6 +133,9 @@ class ModelConfig:
     sliding_window: int | None = None
     sliding_layers: int = 0
     mtp_layers: int = 0
+    moe_capacity_factor: float = 0.0
+    moe_pad_to_capacity: bool = False
+    moe_einsum_dispatch: bool = False
 
     def __post_init__(self) -> None:
         for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers", "mtp_layers"):
@@ -139,6 +157,21 @@ class ModelConfig:
                              "need num_experts >= 2")
         if self.moe_ffn_hidden is not None:
             _positive_int("moe_ffn_hidden", self.moe_ffn_hidden)
+        cf = self.moe_capacity_factor
+        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not math.isfinite(cf) or not 0.0 <= cf <= 64.0:
+            raise ValueError(f"ModelConfig.moe_capacity_factor must be a number in [0, 64] (0: dropless), got {cf!r}")
+        object.__setattr__(self, "moe_capacity_factor", float(cf))
+        for f in ("moe_pad_to_capacity", "moe_einsum_dispatch"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"ModelConfig.{f} must be True or False, got {getattr(self, f)!r}")
+        if (cf or self.moe_pad_to_capacity or self.moe_einsum_dispatch) and not self.num_experts:
+            raise ValueError("ModelConfig: moe_capacity_factor, moe_pad_to_capacity and moe_einsum_dispatch need "
+                             "num_experts >= 2")
+        if (self.moe_pad_to_capacity or self.moe_einsum_dispatch) and not cf:
+            raise ValueError("ModelConfig: moe_pad_to_capacity and moe_einsum_dispatch need a moe_capacity_factor > 0 "
+                             "(a dropless MoE has no capacity to pad to)")
+        if self.moe_einsum_dispatch:
+            object.__setattr__(self, "moe_pad_to_capacity", True)
         if self.mla is not None:
             if len(tuple(self.mla)) != 3:
                 raise ValueError(f"ModelConfig.mla must be (q_lora_rank, kv_lora_rank, rope_head_dim), got {self.mla!r}")

@@ -314,7 +314,7 @@ def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> lis
             o.model, o.chip, o.cluster, o.tps, o.mbs, o.sps, o.flash_attention, time_model=time_model,
             engine=o.engine, context_parallel=c, precision=p, expert_parallel=e)[0]
         hw = hw_row(o.chip.hbm_bytes, o.chip.hbm_bandwidth_Bps * o.chip.efficiency.memory, o.mem, overlap_dp,
-                    o.engine, p)
+                    o.engine, p, host_Bps=o.chip.host_link_Bps)
         out.append((u_all, hw))
     return out
 
@@ -542,7 +542,8 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
         chip = Accelerator.from_array(row)
         rows.append(np.concatenate([cluster.net_array(chip),
                                     hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem,
-                                           bool(opts.get("overlap_dp", True)), engine, priced["precision"])]))
+                                           bool(opts.get("overlap_dp", True)), engine, priced["precision"],
+                                           host_Bps=chip.host_link_Bps)]))
     keys, which = np.unique(np.array(rows), axis=0, return_inverse=True)
     which = np.asarray(which).reshape(-1)
     nn = len(rows[0]) - F.NH

@@ -470,7 +470,15 @@ def _moe_rows_affine(c: ModelConfig, tp: int, sp: bool, cp: int, ep: int, local:
         if not sp or T % tp:
             return False
         T //= tp
-    return (T * c.experts_per_token * ep) % c.num_experts == 0
+    if (T * c.experts_per_token * ep) % c.num_experts:
+        return False
+    if c.moe_capacity_factor and not c.moe_einsum_dispatch:
+        # a rank's capacity ceil(T k / E x factor) is linear in the sequences only when whole at one
+        # (MaxText's per-sequence slots always are)
+        from fractions import Fraction
+        cap = Fraction(T * c.experts_per_token, c.num_experts) * Fraction(c.moe_capacity_factor).limit_denominator(10 ** 6)
+        return cap.denominator == 1
+    return True
 
 
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
@@ -548,10 +556,15 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             ep_stride = None if etp_n == t else 1
             affine = affine_sum and (not c.moe or _moe_rows_affine(c, t, sp, cp, ep, etp_t is not None))
             # activation bytes are linear in the microbatch: priced for one sequence
-            sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
-                   if policy == "every-other-matmul" and flash_attention and not c.moe else
-                   memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
-                                                 graph.recompute_modules(policy) or ()))
+            mt = graph.maxtext_policy(policy)
+            host = 0.0
+            if mt is not None:
+                sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)
+            else:
+                sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
+                       if policy == "every-other-matmul" and flash_attention and not c.moe else
+                       memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
+                                                     graph.recompute_modules(policy) or ()))
             per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision), sel,
                        memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
                        memory.head_activation_bytes(cl, t, 1, sp))
@@ -665,6 +678,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                                                  float(attn_b[i, j]), net)
                 for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), per_seq):
                     u[:, :, f] = mbs[None, :] * x
+                u[:, :, F.U_ACT_HOST] = mbs[None, :] * host
                 # the experts split over ep x etp ranks; formulas.stage_terms reduces their gradients
                 # over the dp / U_EP ranks holding the same ones: U_EP = ep etp / tp
                 u[:, :, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (etp_n * ep)

@@ -75,12 +75,12 @@ UNIT_FIELDS = (
     "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
     "layer_cp_fwd_s", "layer_cp_bwd_s", "layer_expert_params", "expert_parallel",
     "mtp_layers", "mtp_head_time", "mtp_head_act", "mtp_params", "layer_ep_overlap_save_s",
-    "layer_tp_overlap_extra_fwd_s", "layer_tp_overlap_extra_bwd_s",
+    "layer_tp_overlap_extra_fwd_s", "layer_tp_overlap_extra_bwd_s", "act_host_bytes",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
  U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP,
- U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO, U_TPXF, U_TPXB) = range(len(UNIT_FIELDS))
+ U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO, U_TPXF, U_TPXB, U_ACT_HOST) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
@@ -660,6 +660,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         xb = x - (u[U_LB] + u[U_LTPB] + u[U_LCPB])
         off = k_off * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
         act -= k_off * a_l
+    # a selective policy's host-offloaded tensors (MaxText's remat_policy custom, 'offload'): every
+    # layer sends them during its forward and fetches them during its backward, each transfer
+    # beside that layer's compute
+    if mode == RC_SELECTIVE and u[U_ACT_HOST] > 0.0 and n > 0:
+        x = u[U_ACT_HOST] / hw[H_HOSTBW]
+        xf = x - (u[U_LF] + u[U_LTPF] + u[U_LCPF])
+        xb = x - (u[U_LB] + u[U_LTPB] + u[U_LCPB] + u[U_LATT])
+        off += n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
     work = f + b + rec + tpc + cpc + p2p + gacc + off
     t = work
     if zero == 3 and zg > 1.0:

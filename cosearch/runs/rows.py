@@ -242,6 +242,21 @@ def _moe_fields(row: dict, notes: list) -> dict:
         notes.append(f"sliding window {win.group(2)} on every other layer ({int(row['layers']) // 2})")
     if "attention sinks" in arch:
         notes.append("attention sinks not priced (one learned logit per head)")
+    text = " ".join([str(row.get("notes") or "")] + [str(a) for a in row.get("assumed") or ()])
+    for recipe, (factor, how) in MAXTEXT_RECIPE_DROPPING.items():
+        if recipe in text and "capacity" not in text:
+            text += f" capacity_factor {factor} {how}"
+    cap = re.search(r"capacity(?:[ _]factor)?\s+(\d+(?:\.\d+)?)", text)
+    if cap and "dropless" not in text:
+        out["moe_capacity_factor"] = float(cap.group(1))
+        if str(row.get("software", "")).startswith("MaxText"):
+            if "sparse_matmul False" not in text and "megablox False" not in text:
+                raise Refused("MaxText token dropping with sparse_matmul (megablox) is not modelled")
+            out["moe_einsum_dispatch"] = True
+            notes.append(f"token dropping at capacity factor {cap.group(1)} through MaxText's dense dispatch "
+                         "(one-hot einsums into padded expert slots: sparse_matmul False)")
+        else:
+            notes.append(f"token dropping at capacity factor {cap.group(1)} (no padding)")
     if dense and int(row["ffn"] or 0) and int(row["ffn"]) != int(row["moe_ffn"]) * (
             int(row["experts_per_token"]) + int(row.get("shared_experts") or 0)):
         notes.append(f"the {dense} dense layers priced as MoE layers (cosearch prices identical layers)")
@@ -268,7 +283,7 @@ def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
         notes.append(f"recompute of Megatron-Core modules {', '.join(mods)}")
         return "selective", mods
     if r.startswith("custom"):
-        raise Refused(f"recompute {r.split('(')[0].strip()!r} is not modelled")
+        return "selective", _maxtext_custom_policy(row, notes)
     if r.startswith("remat_policy=minimal"):
         notes.append("remat_policy minimal: the weight GEMMs' outputs saved, every other op rerun "
                      "(checkpoint_dots_with_no_batch_dims); its activation memory bounded by Megatron's selective figure")
@@ -277,6 +292,46 @@ def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
         notes.append(f"recompute {r!r} priced as Megatron's selective (attention core)")
         return "selective", ()
     raise Refused(f"recompute {r!r} is not modelled")
+
+
+#: tpu-recipes' token-dropping MaxText workloads, for rows that cite the recipe by name: its
+#: capacity factor and dispatch (the Mixtral-8x7B README's ``mixtral_8x7b_dropped`` workload
+#: details: capacity_factor 1.25, megablox False, sparse_matmul False).
+MAXTEXT_RECIPE_DROPPING = {"mixtral_8x7b_dropped": (1.25, "megablox False, sparse_matmul False")}
+
+#: The tensors tpu-recipes' Mixtral-8x7B recipe offloads (its README's ``mixtral_8x7b_dropped``
+#: workload: ``remat_policy: custom`` with decoder_layer_input, out_proj, query_proj, key_proj and
+#: value_proj ``'offload'``), for rows that cite the recipe instead of listing them.
+MAXTEXT_RECIPE_OFFLOAD = {"Mixtral-8x7B": ("decoder_layer_input", "out_proj", "query_proj", "key_proj", "value_proj")}
+
+
+def _maxtext_custom_policy(row: dict, notes: list) -> str:
+    """A MaxText ``remat_policy: custom`` row (``"custom: decoder_layer_input, out_proj,
+    query/key/value_proj offloaded"``) as the engine's ``"maxtext:..."`` policy: the listed tensors
+    on host, every other one rematerialized (MaxText's defaults)."""
+    from ..graph import MAXTEXT_TENSORS
+    r = str(row["recompute"])
+    if not str(row.get("software", "")).startswith("MaxText"):
+        raise Refused(f"recompute {r!r}: a custom remat policy is read for MaxText rows only")
+    m = re.match(r"custom:\s*(.+?)\s+offloaded", r)
+    if m:
+        names = []
+        for item in m.group(1).split(","):
+            item = item.strip()
+            if item == "query/key/value_proj":
+                names += ["query_proj", "key_proj", "value_proj"]
+            elif item:
+                names.append(item)
+    elif r.startswith("custom offload") and row.get("model") in MAXTEXT_RECIPE_OFFLOAD:
+        names = list(MAXTEXT_RECIPE_OFFLOAD[row["model"]])
+    else:
+        raise Refused(f"recompute {r.split('(')[0].strip()!r}: its tensors are not named")
+    bad = [n for n in names if n not in MAXTEXT_TENSORS]
+    if bad:
+        raise Refused(f"MaxText remat tensors {bad} are not among those cosearch prices")
+    notes.append(f"MaxText remat_policy custom: {', '.join(names)} offloaded to host memory, every other tensor "
+                 "rematerialized (MaxText's default 'remat')")
+    return "maxtext:" + ",".join(f"{n}=offload" for n in names)
 
 
 def precision_class(row: dict) -> str:
@@ -447,10 +502,19 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                 offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
-                     engine=with_moe_dispatch(with_recompute_modules(preset(_engine(row)), rc_modules), dispatcher,
+                     engine=with_moe_dispatch(_with_policy(preset(_engine(row)), rc_modules), dispatcher,
                                               a2a_overlap and ep > 1),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes))
+
+
+def _with_policy(engine: Engine, policy) -> Engine:
+    """``engine`` with a row's selective policy: Megatron-Core modules (a tuple) or a MaxText
+    custom policy (a ``"maxtext:..."`` string)."""
+    if isinstance(policy, str):
+        from dataclasses import replace
+        return replace(engine, name=engine.name + "-custom-remat", selective_recompute=policy)
+    return with_recompute_modules(engine, policy)
 
 
 #: Megatron-Bridge's DeepSeek-V3 pipeline layouts (``set_deepseek_v3_pipeline_model_parallel_layout``,

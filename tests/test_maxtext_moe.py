@@ -1,0 +1,155 @@
+"""MaxText's token-dropping MoE (capacity factor, one-hot einsum dispatch) and its
+``remat_policy: custom`` (named tensors rematerialized, kept on device or offloaded to host),
+each against numbers worked by hand from MaxText's code."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cosearch import cluster, graph, hardware, memory, models
+from cosearch._kernels import formulas as F
+from cosearch.engine import MAXTEXT
+from cosearch.plan import PlanSpec, evaluate
+
+MIXTRAL = models.preset("mixtral-8x7b").with_(seq_len=4096)     # h 4096, 8 experts of 14336, top 2
+
+
+def test_capacity_slots_hand_worked():
+    """Megatron-Core: a rank's capacity ceil(T k / E x f); MaxText: int(ceil(S k / E) x f) slots a
+    sequence.  Balanced load: T k ep / E per local expert."""
+    T, k, E = 2 * 4096, 2, 8
+    load = T * k // E                                               # 2048
+    assert graph.moe_expert_tokens(MIXTRAL, T, 1, 2) == (load, T * k)
+    drop = MIXTRAL.with_(moe_capacity_factor=0.5)                   # 1024 kept of 2048
+    assert graph.moe_expert_tokens(drop, T, 1, 2) == (1024, 1024 * E)
+    over = MIXTRAL.with_(moe_capacity_factor=1.25)                  # room for more: nothing dropped or padded
+    assert graph.moe_expert_tokens(over, T, 1, 2) == (load, T * k)
+    pad = over.with_(moe_pad_to_capacity=True)                      # ceil(8192 x 2 / 8 x 1.25) = 2560
+    assert graph.moe_expert_tokens(pad, T, 1, 2) == (2560, 2560 * E)
+    mt = over.with_(moe_einsum_dispatch=True)                       # 2 sequences x int(1024 x 1.25) = 2560
+    assert mt.moe_pad_to_capacity
+    assert graph.moe_expert_tokens(mt.with_(seq_len=4000), 2 * 4000, 1, 2) == \
+        (2 * int(math.ceil(4000 * 2 / 8) * 1.25), 2 * 1250 * E)     # per sequence: int(1000 x 1.25)
+    assert graph.moe_expert_tokens(pad, T, 4, 2)[0] == 4 * 2560     # ep 4: four ranks' slots per expert
+
+
+def test_einsum_dispatch_flops_hand_worked():
+    """BSM,BSEC -> EBCM and EBCM,BSEC -> BSM: 2 S E C h FLOPs each per sequence; the experts run
+    E C padded tokens a sequence."""
+    m = MIXTRAL.with_(moe_capacity_factor=1.25, moe_einsum_dispatch=True)
+    S, E, C, h, f = 4096, 8, 1280, 4096, 14336
+    ops = {o.name: o for o in graph.build(m, 1, 2, "fwd").ops}
+    assert ops["moe_dispatch_einsum"].flops == pytest.approx(2 * (2 * S * E * C * h))
+    assert ops["moe_combine_einsum"].flops == pytest.approx(2 * (2 * S * E * C * h))
+    assert ops["expert_fc1"].flops == pytest.approx(2 * (2 * E * C) * h * (2 * f))
+    assert ops["expert_fc2"].flops == pytest.approx(2 * (2 * E * C) * f * h)
+    assert "moe_permute" not in ops and "moe_unpermute" not in ops
+    with pytest.raises(ValueError, match="need a moe_capacity_factor"):
+        MIXTRAL.with_(moe_einsum_dispatch=True)
+    with pytest.raises(ValueError, match="without tensor or context parallelism"):
+        graph.build(m, 2, 1, "fwd")
+
+
+POLICY = "maxtext:decoder_layer_input=offload,out_proj=offload,query_proj=offload,key_proj=offload,value_proj=offload"
+
+
+def test_custom_policy_reruns_what_the_backward_needs_and_no_name_holds():
+    """With the projections saved, JAX reruns the norms, RoPE, the attention core (context not
+    saved), the router and dispatch, the experts' up projection and activation, and their down
+    projection (the router's gradient reads the experts' outputs), never Q/K/V, the output
+    projection, the combine or anything after it."""
+    m = MIXTRAL.with_(dropout=False)
+    share = {o.name: graph.recompute_share(o, m, POLICY) for o in graph.build(m, 1, 1, "fwd").ops}
+    assert share["qkv"] == 0.0 and share["attn_out"] == 0.0 and share["residual2"] == 0.0
+    for name in ("norm1", "norm2", "expert_fc1", "expert_act", "expert_fc2", "router", "moe_permute"):
+        assert share[name] == 1.0, name
+    assert share["moe_unpermute"] == 0.0
+    core = [n for n in share if n in graph.ATTENTION_CORE]
+    assert core and all(share[n] == 1.0 for n in core)
+    half = graph.maxtext_policy("maxtext:query_proj=device")                 # only Q saved
+    q = m.heads / (m.heads + 2 * m.kv_heads)
+    assert graph._maxtext_rerun("qkv", m, half) == pytest.approx(1.0 - q)
+    with pytest.raises(ValueError, match="cannot be rematerialized"):
+        graph.maxtext_policy("maxtext:decoder_layer_input=remat")
+    with pytest.raises(ValueError, match="choose from"):
+        graph.maxtext_policy("maxtext:frobnicate=offload")
+
+
+def test_custom_policy_bytes_hand_worked():
+    """Per token: layer input h, Q 4096, K and V 1024 each (8 kv heads of 128), attention output h:
+    14,336 bf16 values; all offloaded, none kept on the device."""
+    places = graph.maxtext_policy(POLICY)
+    dev, host = memory.maxtext_saved_bytes(MIXTRAL, 1, 3, False, places)
+    assert dev == 0.0
+    assert host == pytest.approx(3 * 4096 * (4096 + 4096 + 1024 + 1024 + 4096) * 2)
+    dev, host = memory.maxtext_saved_bytes(MIXTRAL, 1, 1, False, graph.maxtext_policy("maxtext:out_proj=device"))
+    assert (dev, host) == (4096 * (4096 + 4096) * 2, 0.0)                    # the layer input stays too
+
+
+def test_offload_transfer_exposed_beyond_the_layers_compute():
+    """Each layer sends its offloaded bytes x during the forward and fetches them during the
+    backward: exposed n (max(0, x / B - fwd) + max(0, x / B - (bwd + rerun)))."""
+    hw = np.zeros(F.NH)
+    hw[F.H_HBM], hw[F.H_MEMBW], hw[F.H_HOSTBW] = 1e30, 1.0, 1e9
+    net = np.array([0.0, 1e9, 1e9, 0.0, 0.0, 0.0])
+    out = np.zeros(F.NB)
+
+    def cost(x_s):
+        u = np.zeros(F.NU)
+        u[F.U_LF], u[F.U_LB], u[F.U_LATT], u[F.U_ACT_HOST] = 1.0, 2.0, 0.5, x_s * 1e9
+        return F.stage_terms.py_func(u, net, hw, 4.0, False, False, 0, 1, 1, 1, 1.0, 1.0, 0, 1.0, F.RC_SELECTIVE,
+                                     out)[0]
+    base = 4 * (1.0 + 2.0 + 0.5)
+    assert cost(0.9) == pytest.approx(base)                                  # hidden both ways
+    assert cost(1.5) == pytest.approx(base + 4 * 0.5)                        # 0.5 past the forward
+    assert cost(3.0) == pytest.approx(base + 4 * (2.0 + 0.5))                # past both
+
+
+def test_custom_policy_plan_against_full_remat_on_v6e():
+    """The same plan under the custom policy reruns less than under full remat (Q/K/V and the
+    output projection are saved) and keeps no activation in HBM but what full remat keeps less
+    the layer inputs (offloaded)."""
+    m = MIXTRAL.with_(moe_capacity_factor=1.25, moe_einsum_dispatch=True)
+    eng = replace(MAXTEXT, name="mt-custom", selective_recompute=POLICY)
+    spec = PlanSpec(256, 1, 1, 2, zero=3, flash_attention=True)
+    cl = cluster.tpuv6e_pod(256)
+    full = evaluate(m, hardware.TPUv6e, cl, replace(spec, recompute="full"), 512, engine=MAXTEXT)
+    cust = evaluate(m, hardware.TPUv6e, cl, replace(spec, recompute="selective"), 512, engine=eng)
+    assert 0 < cust.breakdown["recompute_s"] < full.breakdown["recompute_s"]
+    assert cust.breakdown["forward_s"] == full.breakdown["forward_s"]
+
+
+def _tpu_row(**kw):
+    row = dict(id="tpu-recipes/trillium/Mixtral-8x7B-MaxText/v6e-256", model="Mixtral-8x7B",
+               arch="MoE (top-2), GQA, sliding-window not used", layers=32, hidden=4096, heads=32, kv_heads=8,
+               ffn=None, moe_ffn=14336, num_experts=8, experts_per_token=2, shared_experts=0, moe_layers="all",
+               vocab=32000, seq=4096, accel="TPU v6e (Trillium), 1 x v6e-256 slice", gen="TPU v6e",
+               gpus_per_node=4, n_gpus=256, gbs=3072, mbs=12, ga=1, tp=1, pp=1, vp=None, cp=1, ep=1, etp=None,
+               dp=256, sp=False, zero="3 (FSDP over all devices)",
+               recompute="custom: decoder_layer_input, out_proj, query_proj, key_proj, value_proj offloaded to host",
+               precision="BF16", step_s=13.484, tok_s_gpu=3645.203, software="MaxText tag tpu-recipes-v0.1.2",
+               assumed=["plan from the 'mixtral_8x7b_dropped' workload details (capacity_factor 1.25, "
+                        "megablox False, sparse_matmul False)"],
+               notes="token-dropping MoE (capacity factor 1.25)", complete=True)
+    row.update(kw)
+    return row
+
+
+def test_a_maxtext_tpu_moe_row_reads_as_its_recipe():
+    """tpu-recipes' Mixtral-8x7B on v6e: the v6e preset, capacity 1.25 through the dense dispatch,
+    the listed tensors offloaded; a row citing the recipe by name reads the same; a dropping row on
+    MaxText's sparse path is refused by name."""
+    from cosearch.runs import rows
+    d = rows.describe_row(_tpu_row())
+    assert d.chip.name == "TPUv6e" and d.cluster.num_chips == 256
+    assert d.model.moe_capacity_factor == 1.25 and d.model.moe_einsum_dispatch and d.model.moe_pad_to_capacity
+    assert d.spec.recompute == "selective"
+    assert graph.maxtext_policy(d.engine.selective_recompute) == graph.maxtext_policy(POLICY)
+    cited = rows.describe_row(_tpu_row(recompute="custom offload (as tpu-recipes Mixtral-8x7B recipe)", notes="",
+                                       assumed=["plan assumed = linked tpu-recipes recipe (mixtral_8x7b_dropped, "
+                                                "per_device_batch_size 12)"]))
+    assert cited.model == d.model and cited.engine.selective_recompute == d.engine.selective_recompute
+    with pytest.raises(rows.Refused, match="sparse_matmul"):
+        rows.describe_row(_tpu_row(assumed=["capacity_factor 1.25"]))
