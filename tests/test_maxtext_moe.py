@@ -153,3 +153,18 @@ def test_a_maxtext_tpu_moe_row_reads_as_its_recipe():
     assert cited.model == d.model and cited.engine.selective_recompute == d.engine.selective_recompute
     with pytest.raises(rows.Refused, match="sparse_matmul"):
         rows.describe_row(_tpu_row(assumed=["capacity_factor 1.25"]))
+
+
+def test_fsdp_by_expert_mesh_and_llama4_chunks():
+    """MaxText's fsdp 64 x expert 4 mesh reads as ZeRO-3 over all 256 data-parallel ranks with
+    the experts on 4 (their weights sharded over the 64 holding each); Llama 4's 8,192-token
+    chunks cover an 8,192-token sequence (causal attention), a longer one is refused."""
+    from cosearch.runs import rows
+    d = rows.describe_row(_tpu_row(zero="3 (FSDP 64) x EP 4", ep=4, mbs=8, gbs=2048))
+    assert (d.spec.zero, d.spec.expert_parallel, d.spec.dp) == (3, 4, 256)
+    with pytest.raises(rows.Refused, match="ZeRO layout"):
+        rows.describe_row(_tpu_row(zero="3 (FSDP 32) x EP 4", ep=4))           # 32 x 4 is not dp 256
+    arch = "MoE (top-1 routed + 1 shared), GQA, chunked attention + NoPE every 4th layer"
+    assert rows.describe_row(_tpu_row(arch=arch, seq=8192)).model.seq_len == 8192
+    with pytest.raises(rows.Refused, match="chunked attention over 16384"):
+        rows.describe_row(_tpu_row(arch=arch, seq=16384))

@@ -204,10 +204,18 @@ def _moe_fields(row: dict, notes: list) -> dict:
     naming the architecture feature cosearch does not price."""
     arch, layers = row["arch"], str(row.get("moe_layers") or "all")
     for feature, why in (("compressed/sparse attention", "DeepSeek-V4's compressed/sparse attention"),
-                         ("chunked attention", "chunked attention with NoPE layers"),
                          ("interleaved dense/MoE", "dense and MoE layers interleaved")):
         if feature in arch:
             raise Refused(f"{why} is not modelled")
+    if "chunked attention" in arch:
+        # Llama 4's chunked attention: each query sees the keys of its own attention_chunk_size
+        # block (8,192 in both Llama 4 config.json files); a sequence no longer than a chunk is
+        # one chunk, plain causal attention
+        if int(row["seq"]) > LLAMA4_ATTENTION_CHUNK:
+            raise Refused(f"chunked attention over {row['seq']} tokens (chunks of {LLAMA4_ATTENTION_CHUNK}) "
+                          "is not modelled")
+        notes.append(f"chunked attention: the {row['seq']}-token sequence is one {LLAMA4_ATTENTION_CHUNK}-token "
+                     "chunk, causal attention; RoPE priced on every layer (Llama 4 skips it on every 4th)")
     m = re.search(r"first (\d+) dense", layers)
     if layers == "all":
         dense = 0
@@ -244,8 +252,8 @@ def _moe_fields(row: dict, notes: list) -> dict:
         notes.append("attention sinks not priced (one learned logit per head)")
     text = " ".join([str(row.get("notes") or "")] + [str(a) for a in row.get("assumed") or ()])
     for recipe, (factor, how) in MAXTEXT_RECIPE_DROPPING.items():
-        if recipe in text and "capacity" not in text:
-            text += f" capacity_factor {factor} {how}"
+        if recipe in text:
+            text += f" {how}" + ("" if "capacity" in text else f" capacity_factor {factor}")
     cap = re.search(r"capacity(?:[ _]factor)?\s+(\d+(?:\.\d+)?)", text)
     if cap and "dropless" not in text:
         out["moe_capacity_factor"] = float(cap.group(1))
@@ -294,10 +302,16 @@ def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
     raise Refused(f"recompute {r!r} is not modelled")
 
 
+#: Llama 4's ``attention_chunk_size`` (meta-llama Llama-4-Scout-17B-16E and -Maverick-17B-128E
+#: config.json, text_config).
+LLAMA4_ATTENTION_CHUNK = 8192
+
 #: tpu-recipes' token-dropping MaxText workloads, for rows that cite the recipe by name: its
 #: capacity factor and dispatch (the Mixtral-8x7B README's ``mixtral_8x7b_dropped`` workload
-#: details: capacity_factor 1.25, megablox False, sparse_matmul False).
-MAXTEXT_RECIPE_DROPPING = {"mixtral_8x7b_dropped": (1.25, "megablox False, sparse_matmul False")}
+#: details, and ``mixtral_8x22b_dropped`` in maxtext's benchmarks/maxtext_trillium_model_configs.py
+#: at e591f30: capacity_factor 1.25, megablox False, sparse_matmul False).
+MAXTEXT_RECIPE_DROPPING = {"mixtral_8x7b_dropped": (1.25, "megablox False, sparse_matmul False"),
+                           "mixtral_8x22b_dropped": (1.25, "megablox False, sparse_matmul False")}
 
 #: The tensors tpu-recipes' Mixtral-8x7B recipe offloads (its README's ``mixtral_8x7b_dropped``
 #: workload: ``remat_policy: custom`` with decoder_layer_input, out_proj, query_proj, key_proj and
@@ -358,6 +372,12 @@ def _zero(row: dict) -> int:
     if isinstance(z, (int, float)):
         return int(z)
     text = str(z)
+    m = re.match(r"3 \(FSDP (\d+)\) x EP (\d+)$", text)
+    if m and int(m.group(1)) * int(m.group(2)) == int(row["dp"]) and int(m.group(2)) == int(row.get("ep") or 1):
+        # MaxText's fsdp x expert mesh: the dense weights sharded over both axes (its logical rules
+        # put 'embed' on fsdp and expert), the experts over the fsdp ranks holding the same ones:
+        # ZeRO-3 over every data-parallel rank, the experts over dp / ep (cosearch's expert rule)
+        return 3
     if text[:1].isdigit() and (len(text) == 1 or text[1] == " "):
         if "x" in text.split("(", 1)[-1] and ")" in text and text.split(")", 1)[1].strip():
             raise Refused(f"ZeRO layout {text!r} (sharding crossed with another axis) is not read")
