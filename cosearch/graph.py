@@ -632,6 +632,56 @@ def moe_expert_tokens(c: ModelConfig, T: int, ep: int, seqs: int = 1) -> tuple[i
     return per, per * E // ep
 
 
+def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: int, fe: int, lowp: float) -> int:
+    """The routed experts' ops (``local`` experts of ``per`` tokens each): the up projection as one
+    grouped GEMM, the activation, the down projection; returns the last op's index."""
+    width = 2 * fe if c.gated else fe
+    fc1 = g.expert_gemm("expert_fc1", [disp], per, width, c.hidden, local, lowp)
+    act = g.vector("expert_act", [fc1], per * local * fe, c.activation, inputs=2 if c.gated else 1)
+    return g.expert_gemm("expert_fc2", [act], per, c.hidden, fe, local, lowp)
+
+
+def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
+                         context_parallel: int = 1, precision: str = "bf16") -> tuple[LayerGraph, LayerGraph]:
+    """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
+    the same layer's graphs at another ep >= 2: only the routed experts' ops differ (their token
+    count and how many experts a rank holds; the all-to-alls move the same ``T k`` copies at every
+    ep), so those ops are built again, with their backward, and put in place by name.  Equal to
+    :func:`build` at ``ep`` (``tests/test_graph.py`` checks it op by op)."""
+    c = config
+    if not c.moe or ep < 2 or c.moe_capacity_factor or c.moe_einsum_dispatch:
+        raise ValueError("with_expert_parallel: a dropless MoE layer at ep >= 2")
+    check_expert_parallel(c, ep)
+    T = microbatch * (c.seq_len // context_parallel)
+    per, _ = moe_expert_tokens(c, T, ep, microbatch)
+    g = _Builder(c.dtype_bytes)
+    _expert_ops(g, c, None, per, c.num_experts // ep, c.expert_ffn // tp, OPERAND_BYTES[precision])
+    new_f = {o.name: o for o in g.ops}
+    new_b = {o.name: o for o in _backward(list(g.ops), tp, c.dtype_bytes, ())}
+
+    def moved(op: Op, deps: tuple[int, ...]) -> Op:
+        # the rebuilt op at the original's place (its fields were validated when built)
+        out = object.__new__(Op)
+        out.__dict__.update(op.__dict__)
+        out.__dict__["deps"] = deps
+        return out
+
+    def swap(graph: LayerGraph, new: dict) -> LayerGraph:
+        at = [i for i, o in enumerate(graph.ops) if o.name in new]
+        if len(at) != len(new):
+            raise ValueError("with_expert_parallel: the graph's expert ops do not match")
+        ops = list(graph.ops)
+        for i in at:
+            ops[i] = moved(new[ops[i].name], ops[i].deps)
+        out = LayerGraph(graph.name, tuple(ops), phase=graph.phase, tp=graph.tp, microbatch=graph.microbatch)
+        rows = graph.arrays().copy()             # the other rows are the same ops'
+        rows[at] = [ops[i].as_row() for i in at]
+        rows.setflags(write=False)
+        out.__dict__["_arrays"] = rows
+        return out
+    return swap(fwd, new_f), swap(bwd, new_b)
+
+
 def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1) -> int:
     """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
     the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
@@ -659,11 +709,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
         # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
         perm = g.vector("moe_permute", [gate], copies * h, "mul")
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
-    local = E // ep
-    width = 2 * fe if c.gated else fe
-    fc1 = g.expert_gemm("expert_fc1", [disp], per, width, h, local, lowp)
-    act = g.vector("expert_act", [fc1], per * local * fe, c.activation, inputs=2 if c.gated else 1)
-    fc2 = g.expert_gemm("expert_fc2", [act], per, h, fe, local, lowp)
+    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp)
     out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
     if c.shared_experts:
         fs = c.shared_experts * fe

@@ -310,15 +310,38 @@ def clear_graph_cache() -> None:
     that time graph building start from here."""
     _graph_rows.cache_clear()
     _part_graphs.cache_clear()
+    _SHARES.clear()
 
 
 @functools.lru_cache(maxsize=2048)
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None):
-    """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`)."""
+    """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`).  A
+    dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
+    (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep."""
+    if (part == "layer" and model.moe and ep > 2 and etp is None and not model.moe_capacity_factor
+            and model.num_experts % 2 == 0):
+        f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp)
+        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp)
+
+
+_SHARES: dict = {}
+
+
+def _recompute_shares(model: ModelConfig, policy: str, ops) -> np.ndarray:
+    """Each forward layer op's selective-recompute share (:func:`cosearch.graph.recompute_share`,
+    which reads an op's name and kind only); cached by the ops' names and kinds across the graphs
+    of one model (every ep and microbatch size has the same ones)."""
+    key = (model, policy, tuple((o.name, o.kind) for o in ops))
+    out = _SHARES.get(key)
+    if out is None:
+        if len(_SHARES) > 512:
+            _SHARES.clear()
+        out = _SHARES[key] = np.array([graph.recompute_share(o, model, policy) for o in ops])
+    return out
 
 
 def _graph_stack(gs: dict) -> np.ndarray:
@@ -587,7 +610,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     rows = _graph_stack(gs)[None]
                 priced = None
                 if time_model != "work-bound":
-                    share = np.array([graph.recompute_share(op, c, policy) for op in gs["layer", "fwd"].ops])
+                    share = _recompute_shares(c, policy, gs["layer", "fwd"].ops)
                     priced = _price_sizes(gs, rows, d, eff, share)
                 if priced is None:
                     attn = np.zeros((len(d), len(mbs)))   # selective recompute's time: at least nothing

@@ -1,4 +1,5 @@
 
+import numpy as np
 import pytest
 
 from cosearch import graph, models
@@ -245,3 +246,21 @@ def test_lm_head_vocabulary_is_padded_per_rank_as_megatron_does():
     head = graph.build(cfg, tp=8, phase="fwd", part="head")
     lm = next(o for o in head.ops if o.name == "lm_head")
     assert lm.n == 6400 and lm.n % 128 == 0
+
+
+@pytest.mark.parametrize("name,tp,mb,cp,precision,sp", [
+    ("qwen3-30b-a3b", 1, 1, 1, "fp8", False), ("qwen3-30b-a3b", 2, 2, 1, "bf16", True),
+    ("mixtral-8x7b", 2, 3, 1, "fp8", False), ("deepseek-v3", 1, 1, 2, "fp8", False)])
+def test_expert_parallel_graphs_derived_from_ep2_equal_built_ones(name, tp, mb, cp, precision, sp):
+    """A dropless MoE layer at ep 4 or 8 derived from its ep-2 graphs (only the experts' ops
+    rebuilt) is op for op, and row for row, the graph built at that ep."""
+    m = models.preset(name)
+    opts = dict(precision=precision, sequence_parallel=sp, context_parallel=cp, flash_attention=True)
+    f2, b2 = graph.build_pair(m, tp, mb, expert_parallel=2, **opts)
+    for ep in (4, 8):
+        f, b = graph.build_pair(m, tp, mb, expert_parallel=ep, **opts)
+        df, db = graph.with_expert_parallel(f2, b2, m, tp, mb, ep, cp, precision)
+        assert df == f and db == b
+        assert np.array_equal(df.arrays(), f.arrays()) and np.array_equal(db.arrays(), b.arrays())
+    with pytest.raises(ValueError, match="dropless MoE layer at ep >= 2"):
+        graph.with_expert_parallel(f2, b2, m.with_(moe_capacity_factor=1.0), tp, mb, 4, cp, precision)
