@@ -555,9 +555,10 @@ def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> in
         if not flash_attention:
             raise ValueError(f"context_parallel={cp} needs flash attention (Megatron-Core and torchtitan run "
                              "context parallelism only with fused attention kernels); set flash_attention=True")
-        if config.sliding_layers:
-            raise ValueError(f"context_parallel={cp} with sliding-window attention is not modelled (the ring's "
-                             "chunks would meet only the keys within the window); use context_parallel=1")
+        if config.sliding_layers or (config.chunked_layers and config.attention_chunk < config.seq_len):
+            kind = "sliding-window" if config.sliding_layers else "chunked"
+            raise ValueError(f"context_parallel={cp} with {kind} attention is not modelled (the ring's chunks would "
+                             "meet only the keys within the window); use context_parallel=1")
     return cp
 
 

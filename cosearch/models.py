@@ -27,6 +27,17 @@ def attention_pair_ratio(seq_len: int, window: int) -> float:
         return 1.0
     return (w * s - w * (w - 1) / 2.0) / (s * (s + 1) / 2.0)
 
+def chunked_pair_ratio(seq_len: int, chunk: int) -> float:
+    """(query, key) pairs of causal attention within ``chunk``-token blocks (a query meets the
+    keys of its own block up to itself) over those of full causal attention: ``q c (c + 1) / 2 +
+    r (r + 1) / 2`` for ``s = q c + r``, over ``s (s + 1) / 2`` (1 once ``chunk >= s``)."""
+    s, c = int(seq_len), int(chunk)
+    if c >= s:
+        return 1.0
+    q, r = divmod(s, c)
+    return (q * c * (c + 1) / 2.0 + r * (r + 1) / 2.0) / (s * (s + 1) / 2.0)
+
+
 _ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
 _NORMS = ("layernorm", "rmsnorm")
 _POSITIONS = ("learned", "rotary", "none")
@@ -82,6 +93,17 @@ class ModelConfig:
         final norm), sharing the embedding and output head;
         priced on the last pipeline stage (a layer, the head run again).  Counted in the sizes;
         model FLOPs (MFU) count the main model only.
+    attention_chunk: the block, in tokens, of the layers with chunked attention (Llama 4:
+        8,192, its config.json's ``attention_chunk_size``): a query attends causally within its own
+        block only.
+    chunked_layers: how many layers attend in chunks (Llama 4: the three of every four with RoPE;
+        its NoPE layers attend to the whole sequence); priced as sliding windows are, by the mean
+        (query, key) pair count (:func:`chunked_pair_ratio`).
+    moe_layer_step: every ``moe_layer_step``-th layer is an MoE layer, the others dense with an
+        ``ffn_hidden`` MLP (Llama 4 Maverick: 2, its config.json's ``interleave_moe_layer_step``;
+        MaxText's ``interleave_moe_layer_step``).  The sizes count each kind exactly; the cost
+        model prices a layer as the mean of the two kinds (one MoE layer in ``moe_layer_step``),
+        exact wherever a pipeline stage holds whole groups of ``moe_layer_step`` layers.
     moe_capacity_factor: the expert capacity as a multiple of a balanced expert's load (0: token
         dropless, the default).  Megatron-Core's ``moe_expert_capacity_factor``: each expert
         takes at most ``ceil(tokens k / experts x factor)`` of a rank's routed copies
@@ -133,6 +155,9 @@ class ModelConfig:
     sliding_window: int | None = None
     sliding_layers: int = 0
     mtp_layers: int = 0
+    attention_chunk: int | None = None
+    chunked_layers: int = 0
+    moe_layer_step: int = 1
     moe_capacity_factor: float = 0.0
     moe_pad_to_capacity: bool = False
     moe_einsum_dispatch: bool = False
@@ -157,6 +182,21 @@ class ModelConfig:
                              "need num_experts >= 2")
         if self.moe_ffn_hidden is not None:
             _positive_int("moe_ffn_hidden", self.moe_ffn_hidden)
+        if self.attention_chunk is not None:
+            _positive_int("attention_chunk", self.attention_chunk)
+        if isinstance(self.chunked_layers, bool) or not isinstance(self.chunked_layers, int) or \
+                self.chunked_layers < 0 or (self.chunked_layers and
+                                            self.chunked_layers > self.num_layers - self.sliding_layers):
+            raise ValueError(f"ModelConfig.chunked_layers must be an integer in 0..{self.num_layers - self.sliding_layers} "
+                             f"(the layers without a sliding window), got {self.chunked_layers!r}")
+        if self.chunked_layers and self.attention_chunk is None:
+            raise ValueError("ModelConfig.chunked_layers needs attention_chunk (the block in tokens)")
+        step = self.moe_layer_step
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(f"ModelConfig.moe_layer_step must be a positive integer, got {step!r}")
+        if step > 1 and (not self.num_experts or self.dense_layers or self.num_layers % step):
+            raise ValueError(f"ModelConfig.moe_layer_step={step} needs an MoE model without dense_layers whose "
+                             f"{self.num_layers} layers are whole groups of {step}")
         cf = self.moe_capacity_factor
         if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not math.isfinite(cf) or not 0.0 <= cf <= 64.0:
             raise ValueError(f"ModelConfig.moe_capacity_factor must be a number in [0, 64] (0: dropless), got {cf!r}")
@@ -216,11 +256,16 @@ class ModelConfig:
     @property
     def attention_flops_share(self) -> float:
         """A layer's mean fused-attention FLOPs over the full causal ones (1 without sliding
-        windows; ``sliding_layers`` and :func:`attention_pair_ratio`)."""
-        if not self.sliding_layers:
-            return 1.0
-        share = self.sliding_layers / self.num_layers
-        return 1.0 - share + share * attention_pair_ratio(self.seq_len, int(self.sliding_window))
+        windows or chunks; ``sliding_layers`` and :func:`attention_pair_ratio`, ``chunked_layers``
+        and :func:`chunked_pair_ratio`)."""
+        out = 1.0
+        if self.sliding_layers:
+            share = self.sliding_layers / self.num_layers
+            out += share * (attention_pair_ratio(self.seq_len, int(self.sliding_window)) - 1.0)
+        if self.chunked_layers:
+            share = self.chunked_layers / self.num_layers
+            out += share * (chunked_pair_ratio(self.seq_len, int(self.attention_chunk)) - 1.0)
+        return out
 
     @property
     def head_dim(self) -> int:
@@ -284,9 +329,22 @@ class ModelConfig:
         params += self.norms_per_layer * self.norm_params()
         return params
 
+    def dense_counterpart(self) -> ModelConfig:
+        """The model with a dense ``ffn_hidden`` MLP in every layer (an MoE model's dense layers)."""
+        return self.with_(num_experts=0, experts_per_token=0, shared_experts=0, moe_ffn_hidden=None, dense_layers=0,
+                          moe_layer_step=1, moe_capacity_factor=0.0, moe_pad_to_capacity=False,
+                          moe_einsum_dispatch=False)
+
+    @property
+    def dense_layer_count(self) -> int:
+        """Layers with a dense MLP in an MoE model (``dense_layers``, or all but every
+        ``moe_layer_step``-th)."""
+        if self.moe_layer_step > 1:
+            return self.num_layers - self.num_layers // self.moe_layer_step
+        return self.dense_layers
+
     def _dense_layer_params(self) -> int:
-        return self.with_(num_experts=0, experts_per_token=0, shared_experts=0, moe_ffn_hidden=None,
-                          dense_layers=0).layer_params()
+        return self.dense_counterpart().layer_params()
 
     def norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
@@ -303,9 +361,9 @@ class ModelConfig:
 
     def num_params(self, active: bool = False) -> int:
         """Total trainable parameters (``active``: those one token uses, for an MoE model)."""
-        moe_layers = self.num_layers - self.dense_layers
-        layers = moe_layers * self.layer_params(active) + self.dense_layers * (
-            self._dense_layer_params() if self.dense_layers else 0)
+        dense = self.dense_layer_count
+        layers = (self.num_layers - dense) * self.layer_params(active) + dense * (
+            self._dense_layer_params() if dense else 0)
         return layers + self.mtp_params(active) + self.embedding_params() + self.extra_params
 
     def mtp_params(self, active: bool = False) -> int:
@@ -640,6 +698,22 @@ PRESETS: dict[str, ModelConfig] = {
                                 activation="swiglu", norm="rmsnorm", position="rotary", bias=True,
                                 tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=4,
                                 moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18),
+    # meta-llama/Llama-4-Scout-17B-16E config.json (text_config): 48 x 5120, 40 heads of 128, 8 KV
+    # heads, 16 routed experts of 8,192 (SwiGLU, top-1) + 1 shared in every layer, vocab 202048,
+    # untied; chunked attention (attention_chunk_size 8192) on the RoPE layers, every 4th layer
+    # NoPE with global attention: 109B total, 17B active (its model card).
+    "llama4-scout": ModelConfig("llama4-scout", 48, 5120, 40, 16384, 202048, 8192, kv_heads=8, head_size=128,
+                                activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                                tie_embeddings=False, dropout=False, num_experts=16, experts_per_token=1,
+                                moe_ffn_hidden=8192, shared_experts=1, attention_chunk=8192, chunked_layers=36),
+    # meta-llama/Llama-4-Maverick-17B-128E config.json: Scout's layers with 128 routed experts in
+    # every other layer (interleave_moe_layer_step 2), the rest dense of 16,384
+    # (intermediate_size_mlp): 400B total, 17B active (its model card).
+    "llama4-maverick": ModelConfig("llama4-maverick", 48, 5120, 40, 16384, 202048, 8192, kv_heads=8, head_size=128,
+                                   activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                                   tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=1,
+                                   moe_ffn_hidden=8192, shared_experts=1, moe_layer_step=2, attention_chunk=8192,
+                                   chunked_layers=36),
     # DeepSeek-V3 technical report and config.json: 61 x 7168, 128 heads, MLA (q rank 1536, kv rank
     # 512, rope 64, head 128), 256 routed experts of 2,048 (top-8) + 1 shared, first 3 layers dense
     # (18,432), vocab 129280, untied: 671B total, 37B active (the MTP module left out).

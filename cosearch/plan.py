@@ -504,6 +504,12 @@ def _moe_rows_affine(c: ModelConfig, tp: int, sp: bool, cp: int, ep: int, local:
     return True
 
 
+#: The unit fields of one transformer layer (what a stage multiplies by its layer count): an
+#: interleaved MoE model's layer unit is the mean of its MoE and dense layers' in these.
+_LAYER_UNIT_FIELDS = (F.U_LF, F.U_LB, F.U_LATT, F.U_LTPF, F.U_LTPB, F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN,
+                      F.U_PL, F.U_PL_FULL, F.U_LCPF, F.U_LCPB, F.U_PLX, F.U_EPO, F.U_TPXF, F.U_TPXB, F.U_ACT_HOST)
+
+
 def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int], microbatches: Sequence[int],
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
                efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
@@ -531,6 +537,18 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     gradients reduced over the dp x cp x tp / (ep x etp) ranks holding the same ones.
     """
     from .hardware import IDEAL
+    if model.moe and model.moe_layer_step > 1:
+        # interleaved dense and MoE layers: a layer unit is their mean (one MoE in moe_layer_step);
+        # the dense layers run without expert parallelism (ep ranks are data-parallel there)
+        args = (designs, cluster, tps, microbatches, sequence_parallel, flash_attention, efficiency, time_model,
+                engine, context_parallel, precision)
+        moe = unit_costs(model.with_(moe_layer_step=1), *args, expert_parallel, expert_tensor_parallel)
+        dense = unit_costs(model.dense_counterpart(), *args, 1, None)
+        share = 1.0 / model.moe_layer_step
+        out = moe.copy()
+        for f in _LAYER_UNIT_FIELDS:
+            out[..., f] = share * moe[..., f] + (1.0 - share) * dense[..., f]
+        return out
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     eng = engine_preset(engine)

@@ -153,8 +153,13 @@ def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs,
                     if (t, mb, sp) in seen:
                         continue
                     seen.add((t, mb, sp))
-                    for g in plan_mod._graph_rows(model, t, mb, sp, flash, pr.get("context_parallel", 1),
-                                                  pr.get("precision", "bf16"), pr.get("expert_parallel", 1)).values():
+                    graphs = list(plan_mod._graph_rows(model, t, mb, sp, flash, pr.get("context_parallel", 1),
+                                                       pr.get("precision", "bf16"), pr.get("expert_parallel", 1)).values())
+                    if model.moe and model.moe_layer_step > 1:    # its dense layers are priced too
+                        graphs += list(plan_mod._graph_rows(model.dense_counterpart(), t, mb, sp, flash,
+                                                            pr.get("context_parallel", 1),
+                                                            pr.get("precision", "bf16"), 1).values())
+                    for g in graphs:
                         a = np.nan_to_num(schedule.scheduling_prices(g, sub, efficiency), nan=-1.0)
                         _, sid = np.unique(np.column_stack([sid, a]), axis=0, return_inverse=True)
                         sid = np.asarray(sid).reshape(-1)

@@ -199,10 +199,12 @@ def test_sliding_windows_are_read_and_a_narrow_embedding_refused():
 
 
 @pytest.mark.parametrize("name,total,active", [("mixtral-8x22b", 141e9, 39e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9),
-                                               ("qwen3-235b-a22b", 235e9, 22e9), ("kimi-k2", 1.04e12, 32e9)])
+                                               ("qwen3-235b-a22b", 235e9, 22e9), ("kimi-k2", 1.04e12, 32e9),
+                                               ("llama4-scout", 109e9, 17e9), ("llama4-maverick", 400e9, 17e9)])
 def test_moe_presets_match_published_sizes(name, total, active):
     """Published totals and active counts: Mistral's Mixtral 8x22B announcement (141B / 39B), the
-    Qwen3 model cards (30.5B / 3.3B, 235B / 22B), Kimi-K2's model card (1.04T / 32B)."""
+    Qwen3 model cards (30.5B / 3.3B, 235B / 22B), Kimi-K2's model card (1.04T / 32B), the Llama 4
+    model cards (Scout 109B / 17B, Maverick 400B / 17B: its dense layers counted as dense)."""
     from cosearch import models
     m = models.preset(name)
     assert m.num_params() == pytest.approx(total, rel=0.02)

@@ -157,14 +157,49 @@ def test_a_maxtext_tpu_moe_row_reads_as_its_recipe():
 
 def test_fsdp_by_expert_mesh_and_llama4_chunks():
     """MaxText's fsdp 64 x expert 4 mesh reads as ZeRO-3 over all 256 data-parallel ranks with
-    the experts on 4 (their weights sharded over the 64 holding each); Llama 4's 8,192-token
-    chunks cover an 8,192-token sequence (causal attention), a longer one is refused."""
+    the experts on 4 (their weights sharded over the 64 holding each); Llama 4's chunked attention
+    (8,192-token blocks on 3 of every 4 layers) covers an 8,192-token sequence whole."""
     from cosearch.runs import rows
     d = rows.describe_row(_tpu_row(zero="3 (FSDP 64) x EP 4", ep=4, mbs=8, gbs=2048))
     assert (d.spec.zero, d.spec.expert_parallel, d.spec.dp) == (3, 4, 256)
     with pytest.raises(rows.Refused, match="ZeRO layout"):
         rows.describe_row(_tpu_row(zero="3 (FSDP 32) x EP 4", ep=4))           # 32 x 4 is not dp 256
     arch = "MoE (top-1 routed + 1 shared), GQA, chunked attention + NoPE every 4th layer"
-    assert rows.describe_row(_tpu_row(arch=arch, seq=8192)).model.seq_len == 8192
-    with pytest.raises(rows.Refused, match="chunked attention over 16384"):
-        rows.describe_row(_tpu_row(arch=arch, seq=16384))
+    m = rows.describe_row(_tpu_row(arch=arch, seq=8192)).model
+    assert (m.attention_chunk, m.chunked_layers, m.attention_flops_share) == (8192, 24, 1.0)   # 3 of 4 of 32
+    assert rows.describe_row(_tpu_row(arch=arch, seq=16384)).model.attention_flops_share < 1.0
+
+
+def test_chunked_attention_pairs_by_enumeration():
+    """The chunked pair ratio against counting every (query, key) pair a query meets in its own
+    block, for sequences that are and are not whole blocks."""
+    from cosearch.models import chunked_pair_ratio
+    for s, c in ((10, 4), (12, 4), (7, 7), (9, 20), (33, 8)):
+        pairs = sum(1 for i in range(s) for j in range(i + 1) if i // c == j // c)
+        assert chunked_pair_ratio(s, c) == pytest.approx(pairs / (s * (s + 1) / 2), rel=1e-14)
+    m = models.preset("llama4-scout").with_(seq_len=32768)        # 36 of 48 layers in 4 blocks of 8192
+    assert m.attention_flops_share == pytest.approx(0.25 + 0.75 * (4 * 8192 * 8193) / (32768 * 32769), rel=1e-12)
+    assert models.preset("llama4-scout").attention_flops_share == 1.0    # one block at 8192
+    with pytest.raises(ValueError, match="chunked attention is not modelled"):
+        graph.build(m, 1, 1, "fwd", flash_attention=True, context_parallel=2)
+
+
+def test_interleaved_moe_layers_priced_as_the_mean_of_both_kinds():
+    """A model with every 2nd layer MoE: its forward and backward are the means of the same model
+    all-MoE and all-dense (pp 1: every stage holds whole pairs); its sizes count each kind."""
+    base = models.ModelConfig("tiny-moe", 4, 512, 8, 2048, 1000, 256, activation="swiglu", norm="rmsnorm",
+                              position="rotary", bias=False, dropout=False, num_experts=4, experts_per_token=1,
+                              moe_ffn_hidden=1024, shared_experts=1)
+    inter = base.with_(moe_layer_step=2)
+    dense = base.dense_counterpart()
+    spec = PlanSpec(8, 1, 1, 2, flash_attention=True)
+    cl = cluster.dgx_h100(1)
+    ev = {k: evaluate(m, hardware.H100, cl, spec, 32, engine="megatron-core") for k, m in
+          (("inter", inter), ("moe", base), ("dense", dense))}
+    for k in ("forward_s", "backward_s"):
+        assert ev["inter"].breakdown[k] == pytest.approx((ev["moe"].breakdown[k] + ev["dense"].breakdown[k]) / 2,
+                                                         rel=1e-9)
+    moe_layer = base.layer_params()
+    assert inter.num_params() == 2 * moe_layer + 2 * dense.layer_params() + base.embedding_params()
+    with pytest.raises(ValueError, match="whole groups of 3"):
+        base.with_(moe_layer_step=3)

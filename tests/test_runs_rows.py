@@ -134,7 +134,7 @@ def test_moe_row_reads_as_the_published_model_and_plan():
     ({"arch": "MoE, GQA (head_dim 64), sliding-window(128) in 3 of 4 layers"}, "sliding-window layout"),
     ({"tp": 4, "dp": 2, "etp": 2}, "expert tensor parallelism 2"),
     ({"recompute": "selective: mla_up_proj,everything (a note)"}, "not Megatron-Core recompute_modules"),
-    ({"moe_layers": "every 2nd layer (24 MoE, 24 dense)"}, "layer layout"),
+    ({"moe_layers": "layers 2, 3, 7 and 11 (irregular)"}, "layer layout"),
     ({"zero": "3 (FSDP 64) x EP 4"}, "ZeRO layout"),
 ])
 def test_moe_rows_cosearch_cannot_price_are_refused_by_name(change, why):

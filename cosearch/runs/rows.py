@@ -203,29 +203,28 @@ def _moe_fields(row: dict, notes: list) -> dict:
     """The mixture-of-experts fields of an MoE row (``moe_runs.jsonl``), or :class:`Refused`
     naming the architecture feature cosearch does not price."""
     arch, layers = row["arch"], str(row.get("moe_layers") or "all")
-    for feature, why in (("compressed/sparse attention", "DeepSeek-V4's compressed/sparse attention"),
-                         ("interleaved dense/MoE", "dense and MoE layers interleaved")):
-        if feature in arch:
-            raise Refused(f"{why} is not modelled")
-    if "chunked attention" in arch:
-        # Llama 4's chunked attention: each query sees the keys of its own attention_chunk_size
-        # block (8,192 in both Llama 4 config.json files); a sequence no longer than a chunk is
-        # one chunk, plain causal attention
-        if int(row["seq"]) > LLAMA4_ATTENTION_CHUNK:
-            raise Refused(f"chunked attention over {row['seq']} tokens (chunks of {LLAMA4_ATTENTION_CHUNK}) "
-                          "is not modelled")
-        notes.append(f"chunked attention: the {row['seq']}-token sequence is one {LLAMA4_ATTENTION_CHUNK}-token "
-                     "chunk, causal attention; RoPE priced on every layer (Llama 4 skips it on every 4th)")
+    if "compressed/sparse attention" in arch:
+        raise Refused("DeepSeek-V4's compressed/sparse attention is not modelled")
     m = re.search(r"first (\d+) dense", layers)
-    if layers == "all":
-        dense = 0
-    elif m and layers.startswith("layers "):
+    step = re.match(r"every (\d)(?:nd|rd|th) layer", layers)
+    dense = 0
+    if m and layers.startswith("layers "):
         dense = int(m.group(1))
-    else:
-        raise Refused(f"MoE layer layout {layers!r} is not modelled (all MoE, or the first k dense)")
+    elif layers != "all" and not step:
+        raise Refused(f"MoE layer layout {layers!r} is not modelled (all MoE, the first k dense, or every k-th MoE)")
     out: dict = dict(num_experts=int(row["num_experts"]), experts_per_token=int(row["experts_per_token"]),
                      moe_ffn_hidden=int(row["moe_ffn"]), shared_experts=int(row.get("shared_experts") or 0),
                      dense_layers=dense)
+    if step:
+        out["moe_layer_step"] = int(step.group(1))
+        notes.append(f"one layer in {step.group(1)} MoE, the others dense ({row['ffn']}): a layer priced as their mean")
+    if "chunked attention" in arch:
+        # Llama 4 (both config.json files): attention_chunk_size 8192 on the RoPE layers; every
+        # 4th layer is NoPE with global attention
+        out["attention_chunk"] = LLAMA4_ATTENTION_CHUNK
+        out["chunked_layers"] = int(row["layers"]) - int(row["layers"]) // 4
+        notes.append(f"chunked attention ({LLAMA4_ATTENTION_CHUNK}-token blocks) on 3 of every 4 layers; RoPE "
+                     "priced on every layer (the NoPE layers skip it)")
     family = next((f for f in MOE_HEAD_DIM if str(row["model"]).startswith(f)), None)
     hd = re.search(r"head_dim (\d+)", arch)
     if hd:
@@ -372,12 +371,16 @@ def _zero(row: dict) -> int:
     if isinstance(z, (int, float)):
         return int(z)
     text = str(z)
-    m = re.match(r"3 \(FSDP (\d+)\) x EP (\d+)$", text)
-    if m and int(m.group(1)) * int(m.group(2)) == int(row["dp"]) and int(m.group(2)) == int(row.get("ep") or 1):
-        # MaxText's fsdp x expert mesh: the dense weights sharded over both axes (its logical rules
-        # put 'embed' on fsdp and expert), the experts over the fsdp ranks holding the same ones:
-        # ZeRO-3 over every data-parallel rank, the experts over dp / ep (cosearch's expert rule)
-        return 3
+    m = re.match(r"3 \(FSDP (\d+)\) x (EP|TP) (\d+)$", text)
+    if m:
+        fsdp, axis, n = int(m.group(1)), m.group(2), int(m.group(3))
+        if axis == "EP" and fsdp * n == int(row["dp"]) and n == int(row.get("ep") or 1):
+            # MaxText's fsdp x expert mesh: the dense weights sharded over both axes (its logical
+            # rules put 'embed' on fsdp and expert), the experts over the fsdp ranks holding the same
+            # ones: ZeRO-3 over every data-parallel rank, the experts over dp / ep (cosearch's rule)
+            return 3
+        if axis == "TP" and fsdp * n == int(row["n_gpus"]) and n == int(row["tp"]):
+            return 3                                   # fsdp over every data-parallel rank, tp apart
     if text[:1].isdigit() and (len(text) == 1 or text[1] == " "):
         if "x" in text.split("(", 1)[-1] and ")" in text and text.split(")", 1)[1].strip():
             raise Refused(f"ZeRO layout {text!r} (sharding crossed with another axis) is not read")
@@ -479,6 +482,11 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     precision = _precision(row, notes)
     rc, rc_modules = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
+    if str(row.get("software", "")).startswith("MaxText") and tp > 1 and dp == int(row["n_gpus"]) \
+            and dp % (tp * pp * cp) == 0:
+        # a MaxText row whose dp counts chips (its fsdp x tensor mesh: fsdp 32 x tensor 4 on 128)
+        dp //= tp * pp * cp
+        notes.append(f"data parallelism {dp}: the row's dp counts the chips of its fsdp x tensor mesh")
     vp = row.get("vp")
     vp = int(vp) if isinstance(vp, (int, float)) and vp and vp > 1 else 1
     zero = _zero(row)
