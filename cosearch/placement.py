@@ -457,6 +457,11 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     o = _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                            sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
                            zero_group, expert_parallel)
+    if o.model.moe and o.model.moe_layer_step > 1 and o.model.num_layers > 1:
+        import warnings
+        warnings.warn(f"{o.model.name}: one layer in {o.model.moe_layer_step} is an MoE layer; pipeline splits are "
+                      "priced with the mean layer (exact for stages of whole groups; evaluate() warns on the others)",
+                      stacklevel=2)
     if units is not None and (len(o.cps) > 1 or len(o.precs) > 1 or len(o.eps) > 1):
         raise ValueError("precomputed units cover one context-parallel degree, precision and expert-parallel "
                          f"degree; got context_parallel={list(o.cps)}, precision={list(o.precs)}, "

@@ -837,6 +837,12 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
         if bad:
             raise ValueError(f"PlanSpec.stage_layers={list(sl)}: with virtual_stages={vs} every stage needs at "
                              f"least {vs} layers (one per model chunk; the first and last stages one fewer)")
+    step = model.moe_layer_step if model.moe else 1
+    if step > 1 and spec.pp > 1 and any(x % (step * vs) for x in sl):
+        import warnings
+        warnings.warn(f"{model.name}: one layer in {step} is an MoE layer, and the stages {list(sl)} (x {vs} model "
+                      f"chunks) do not all hold whole groups of {step}: each stage is priced with the mean layer, "
+                      "off by at most one layer's MoE-dense difference", stacklevel=3)
     return spec.with_(stage_layers=tuple(sl))
 
 

@@ -203,3 +203,19 @@ def test_interleaved_moe_layers_priced_as_the_mean_of_both_kinds():
     assert inter.num_params() == 2 * moe_layer + 2 * dense.layer_params() + base.embedding_params()
     with pytest.raises(ValueError, match="whole groups of 3"):
         base.with_(moe_layer_step=3)
+
+
+def test_stages_without_whole_moe_groups_are_named():
+    """A pipeline stage of an interleaved model that does not hold whole groups of
+    ``moe_layer_step`` layers is priced with the mean layer, and evaluate() says so."""
+    import warnings
+    base = models.ModelConfig("tiny-moe", 6, 512, 8, 2048, 1000, 256, activation="swiglu", norm="rmsnorm",
+                              position="rotary", bias=False, dropout=False, num_experts=4, experts_per_token=1,
+                              moe_ffn_hidden=1024, moe_layer_step=2)
+    cl = cluster.dgx_h100(1)
+    with pytest.warns(UserWarning, match="whole groups of 2"):
+        evaluate(base, hardware.H100, cl, PlanSpec(4, 1, 2, 1, flash_attention=True), 32, engine="megatron-core")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        evaluate(base, hardware.H100, cl, PlanSpec(4, 1, 2, 1, flash_attention=True, stage_layers=(2, 4)), 32,
+                 engine="megatron-core")
