@@ -3,7 +3,10 @@ together (issue #42, at system level).
 
 A :class:`SystemDesign` is a chip (a preset, or a variant with other HBM: :func:`hbm_variant`)
 in switched scale-up domains of ``scale_up`` chips (NVLink-style) at ``scale_up_Bps`` per chip,
-the domains joined by ``scale_out_Bps`` per chip.  :func:`codesign` gives every system of a list
+the domains joined by ``scale_out_Bps`` per chip; or (``torus_side``) every chip of the job on
+one TPU-style torus of that side, ``torus_ports`` links of ``scale_up_Bps`` each per chip
+(:mod:`cosearch.cluster`'s torus: a collective over ``n`` chips runs on ``ceil(log n / log side)``
+dimensions, at most 3).  :func:`codesign` gives every system of a list
 its best training plan at a fixed chip count over the modern plan space — number format, tensor,
 pipeline, context and expert parallelism, ZeRO, virtual stages, recompute per stage — with the
 exact plan search (:func:`cosearch.placement.search_plans`, each system's best plan proven), and
@@ -101,6 +104,8 @@ class SystemDesign:
     fixed: bool = False
     cluster_preset: str = ""
     max_chips: int = 0
+    torus_side: int = 0
+    torus_ports: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.chip, Accelerator):
@@ -121,6 +126,20 @@ class SystemDesign:
             if self.cluster_preset not in PRESETS:
                 raise ValueError(f"SystemDesign.cluster_preset {self.cluster_preset!r}; choose one of "
                                  f"{', '.join(sorted(PRESETS))}")
+        for f in ("torus_side", "torus_ports"):
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x > 1024:
+                raise ValueError(f"SystemDesign.{f} must be a whole number in [0, 1024] (0: switched domains), "
+                                 f"got {x!r}")
+        if self.torus_side:
+            if self.torus_side < 2:
+                raise ValueError(f"SystemDesign.torus_side must be at least 2, got {self.torus_side}")
+            if self.cluster_preset:
+                raise ValueError("SystemDesign: give torus_side or cluster_preset, not both")
+            if not self.torus_ports:
+                object.__setattr__(self, "torus_ports", 6)          # a 3D torus: two links per dimension
+        elif self.torus_ports:
+            raise ValueError("SystemDesign.torus_ports needs torus_side (a switched domain has no torus links)")
         if isinstance(self.max_chips, bool) or not isinstance(self.max_chips, int) or self.max_chips < 0:
             raise ValueError(f"SystemDesign.max_chips must be a non-negative integer (0: no limit), got "
                              f"{self.max_chips!r}")
@@ -132,8 +151,12 @@ class SystemDesign:
 
     def describe(self) -> str:
         c = self.chip
+        hbm = f"HBM {c.hbm_bytes / 1e9:g} GB {c.hbm_bandwidth_Bps / 1e12:g} TB/s"
+        if self.torus_side:
+            return (f"{c.name} torus side {self.torus_side} {self.torus_ports} x {self.scale_up_Bps / 1e9:g} GB/s "
+                    f"links {hbm}")
         return (f"{c.name} x{self.scale_up} up {self.scale_up_Bps / 1e9:g} GB/s out {self.scale_out_Bps / 1e9:g} GB/s "
-                f"HBM {c.hbm_bytes / 1e9:g} GB {c.hbm_bandwidth_Bps / 1e12:g} TB/s")
+                f"{hbm}")
 
     def domain(self, chips: int) -> int:
         """Chips per scale-up domain in a job of ``chips``: ``scale_up``, or the largest divisor
@@ -150,6 +173,10 @@ class SystemDesign:
         if self.cluster_preset:
             from .cluster import preset as cluster_preset
             return cluster_preset(self.cluster_preset, n)
+        if self.torus_side:
+            # one slice: the TPU pods' links and efficiency (cosearch.cluster.tpuv5p_pod)
+            return Cluster(n, None, self.scale_up_Bps, None, link_latency_s=2e-6,
+                           intra_efficiency=self.scale_up_efficiency, torus_side=self.torus_side, name=f"{self.name} {n}")
         per = self.domain(n)
         return Cluster(n, per, self.scale_up_Bps, self.scale_out_Bps if per < n else None, link_latency_s=3e-6,
                        inter_latency_s=6e-6, intra_efficiency=self.scale_up_efficiency,
@@ -171,8 +198,15 @@ class SystemDesign:
         ref = self.reference
         return {"rated": float(self.chip_power_w),
                 "HBM": (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit,
-                "scale-up": (self.scale_up_Bps - ref.link_bandwidth_Bps) * 2 * 8 * ap.link_energy_j_per_bit,
-                "scale-out": self.scale_out_Bps * 2 * 8 * ap.link_energy_j_per_bit}
+                "scale-up": self._links_delta_Bps() * 2 * 8 * ap.link_energy_j_per_bit,
+                "scale-out": 0.0 if self.torus_side else self.scale_out_Bps * 2 * 8 * ap.link_energy_j_per_bit}
+
+    def _links_delta_Bps(self) -> float:
+        """The scale-up bandwidth per chip beyond the reference chip's, one way: a switched
+        design's per-chip figure, or a torus's links times their change (a torus chip's
+        ``link_bandwidth_Bps`` is one link's, as the TPU presets give it)."""
+        delta = self.scale_up_Bps - self.reference.link_bandwidth_Bps
+        return delta * self.torus_ports if self.torus_side else delta
 
     def power_w(self, ap: AreaPowerModel | None = None) -> float:
         """Watts per chip: the sum of :meth:`power_parts_w`; NaN when the chip's power is unknown."""
@@ -187,7 +221,7 @@ class SystemDesign:
         ap = ap or AreaPowerModel()
         ref = self.reference
         return {"HBM PHY": (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) / 1e9 * ap.hbm_area_mm2_per_gbps,
-                "SerDes": (self.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * ap.link_area_mm2_per_gbps}
+                "SerDes": self._links_delta_Bps() / 1e9 * ap.link_area_mm2_per_gbps}
 
     def die_area_delta_mm2(self, ap: AreaPowerModel | None = None) -> float:
         """The sum of :meth:`die_area_parts_mm2`."""
@@ -511,20 +545,32 @@ def _over_budget(s: SystemDesign, power_w: float, chips: int, ap: AreaPowerModel
 def system_space(base: SystemDesign, scale_up: Sequence[int] = (8, 16, 36, 72, 144),
                  scale_out_Bps: Sequence[float] = (50e9, 100e9, 200e9),
                  hbm: Sequence[tuple[str, int] | None] = (None,),
-                 scale_up_Bps: Sequence[float | None] = (None,)) -> list[SystemDesign]:
+                 scale_up_Bps: Sequence[float | None] = (None,),
+                 torus_side: Sequence[int] = ()) -> list[SystemDesign]:
     """Designs around ``base``: every HBM (a (:data:`HBM_STACKS` name, stacks) pair, or None for
     the base chip's) x scale-up bandwidth per chip (None: the base's) x scale-up domain size x
-    scale-out bandwidth, named after what they are; ``base``'s chip power and capex carry over
-    (the deltas are priced by :meth:`SystemDesign.power_w` and :class:`CostModel`); a product's
-    ``usd_per_hour`` does not (a design is not that product)."""
+    scale-out bandwidth, named after what they are; with ``torus_side``, TPU-style tori of each
+    side instead of switched domains (``scale_up_Bps`` then per link; ``scale_up`` and
+    ``scale_out_Bps`` do not apply).  ``base``'s chip power and capex carry over (the deltas are
+    priced by :meth:`SystemDesign.power_w` and :class:`CostModel`); a product's ``usd_per_hour``
+    does not (a design is not that product), nor does a pod's fixed slice preset."""
     out = []
     for h in hbm:
         chip = base.chip if h is None else hbm_variant(base.chip, *h)
         for up in scale_up_Bps:
+            link = base.scale_up_Bps if up is None else up
+            if torus_side:
+                for k in torus_side:
+                    out.append(replace(base, chip=chip, scale_up=1, name="", fixed=False, scale_up_Bps=link,
+                                       usd_per_hour=None, cluster_preset="", torus_side=int(k),
+                                       torus_ports=base.torus_ports if base.torus_side else 0,
+                                       scale_up_efficiency=base.scale_up_efficiency if base.torus_side
+                                       else TORUS_LINK_EFFICIENCY))
+                continue
             for d in scale_up:
                 for bw in scale_out_Bps:
                     out.append(replace(base, chip=chip, scale_up=d, scale_out_Bps=bw, name="", fixed=False,
-                                       scale_up_Bps=base.scale_up_Bps if up is None else up, usd_per_hour=None))
+                                       scale_up_Bps=link, usd_per_hour=None))
     return out
 
 
@@ -534,7 +580,7 @@ def split_baselines(res: CodesignResults, base: SystemDesign,
     its domain size and links; a Spotlight-style chip-only search) and only the network
     (``base``'s chip and HBM), by ``objective``; fixed systems left out."""
     def rack(s):
-        return (s.scale_up, s.scale_up_Bps, s.scale_out_Bps)
+        return (s.scale_up, s.scale_up_Bps, s.scale_out_Bps, s.torus_side, s.torus_ports)
 
     def chip(s):
         return (s.chip.name, s.chip.hbm_bytes, s.chip.hbm_bandwidth_Bps)
@@ -580,6 +626,10 @@ def design_report(res: CodesignResults, winner: SystemResult, versus: SystemResu
                      + (f"{alt.system.name} wins at {alt.tokens_per_s / w.tokens_per_s:.2f}x the winner's tokens/s"
                         if alt else "no system of the space is left"))
     return "\n".join(lines)
+
+
+#: The achievable fraction of a torus link (cosearch.cluster's TPU pod presets' ``intra_efficiency``).
+TORUS_LINK_EFFICIENCY = 0.90
 
 
 #: Systems one can buy, as the cluster presets price them (NVIDIA datasheets: DGX H100 and DGX

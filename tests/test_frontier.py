@@ -259,3 +259,31 @@ def test_cosearch_cli_takes_the_rack_and_the_engine(tmp_path, capsys):
     assert cli.main(["search", "--model", "gpt3-1.3b", "--chips", "64", "--scale-up", "8", "--out",
                      str(tmp_path / "t.json")]) == 2
     assert "go together" in capsys.readouterr().err
+
+
+def test_torus_designs_by_hand_and_against_the_pod_preset():
+    """A torus design of the pod preset's side and links is that pod (the same network, the same
+    best plan); its SerDes area grows by ports x the link change (hand-worked at the area model's
+    mm^2 per GB/s); a GPU chip on a torus draws ports x the link change at the link energy; a
+    TPU has no rated power; a torus and a slice preset together, or ports without a torus, are
+    refused."""
+    from cosearch import cluster
+    from cosearch.hardware import AreaPowerModel
+    pod = fr.fixed_system("tpuv5p-pod")
+    same, fast = fr.system_space(pod, torus_side=(8,), scale_up_Bps=(None, 200e9))
+    assert np.array_equal(same.cluster(512).net_array(pod.chip), cluster.tpuv5p_pod(512).net_array(pod.chip))
+    opts = dict(tps=(1, 2), virtual_stages=(1,), sequence_parallel=(True,), zero=(3,), flash_attention=True,
+                engine="maxtext", precision=("bf16",))
+    a, b = fr.codesign(MOE, [pod, same], 64, 64, plan_options=opts).rows
+    assert a.plan.step_time_s == pytest.approx(b.plan.step_time_s, rel=1e-12)
+    ap = AreaPowerModel()
+    assert fast.die_area_parts_mm2(ap)["SerDes"] == pytest.approx(6 * 100 * ap.link_area_mm2_per_gbps)
+    assert fast.power_parts_w(ap) is None
+    gpu = fr.SystemDesign(hardware.H100, 1, 50e9, scale_up_Bps=100e9, torus_side=4, torus_ports=4)
+    up = gpu.power_parts_w(ap)["scale-up"]
+    assert up == pytest.approx(4 * (100e9 - hardware.H100.link_bandwidth_Bps) * 2 * 8 * ap.link_energy_j_per_bit)
+    assert gpu.power_parts_w(ap)["scale-out"] == 0.0 and gpu.cluster(64).torus_side == 4
+    with pytest.raises(ValueError, match="not both"):
+        fr.SystemDesign(hardware.TPUv5p, 1, 50e9, torus_side=8, cluster_preset="tpuv5p-pod")
+    with pytest.raises(ValueError, match="needs torus_side"):
+        fr.SystemDesign(hardware.H100, 8, 50e9, torus_ports=6)
