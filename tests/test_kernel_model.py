@@ -13,7 +13,8 @@ from tests.data_tables import package_rows, window_end_s
 from tests.reference import gemm_tiles_simulated
 
 CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
-         "TPUv5e": hardware.TPUv5e, "H100-500W": hardware.H100_500W, "H800": hardware.H800}
+         "TPUv5e": hardware.TPUv5e, "H100-500W": hardware.H100_500W, "H800": hardware.H800,
+         "GB200": hardware.GB200, "B300": hardware.B300}
 
 
 def _rows():
@@ -23,7 +24,7 @@ def _rows():
 #: the boost clock each chip's kernels can reach, over its datasheet-peak clock (A100: the same)
 BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100,
          "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0, "H100-500W": hardware.BOOST_CLOCK_H100,
-         "H800": hardware.BOOST_CLOCK_H100}
+         "H800": hardware.BOOST_CLOCK_H100, "GB200": 1.0, "B300": 1.0}
 
 
 def _model_tflops(row, clock: str = "sustained") -> float:
