@@ -396,7 +396,8 @@ class ModelConfig:
 
 #: Families :func:`from_hf_config` understands (``model_type``).
 HF_FAMILIES = ("gpt2", "gptj", "gpt_neox", "opt", "bloom", "llama", "mistral", "qwen2", "falcon", "gemma",
-               "gemma2", "gemma3", "gemma3_text", "phi", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+               "gemma2", "gemma3", "gemma3_text", "phi", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+               "llama4", "llama4_text")
 #: Context lengths up to this are taken as the training sequence length when none is given.
 PLAUSIBLE_TRAINING_CONTEXT = 8192
 _GEMMA = ("gemma", "gemma2", "gemma3_text")
@@ -462,7 +463,8 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     Gemma 3's q/k norms; their sliding-window layers from ``layer_types`` or the family's pattern), Phi, BERT;
     OPT-350m's narrow embedding with project_in/out is refused; other decoder configs with
     the usual field names are read the same way.  Mixture-of-experts configs: Mixtral,
-    Qwen2/3-MoE and DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`).
+    Qwen2/3-MoE, DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`) and Llama 4
+    (interleaved MoE layers and chunked attention, :func:`_hf_llama4`).
     Encoder-decoder configs (T5, BART, ...) are refused with a message that says so.  Sizes
     must be integers.
 
@@ -479,16 +481,23 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         # the multimodal Gemma 3 config nests its language model
         config = {**config["text_config"], "model_type": "gemma3_text"}
         mt = "gemma3_text"
+    if mt == "llama4" and isinstance(config.get("text_config"), dict):
+        # Llama 4's multimodal config nests its language model (transformers' Llama4Config)
+        config = {**config["text_config"], "model_type": "llama4_text"}
+        mt = "llama4_text"
     gemma = mt in _GEMMA
     if config.get("is_encoder_decoder") or mt in _ENC_DEC:
         raise ValueError(f"from_hf_config: {mt or 'this'} is an encoder-decoder model; cosearch models "
                          "decoder-only and encoder-only transformers")
     moe_kw = _hf_moe(config, mt)
     layers = _hf_int(config, "num_hidden_layers", "n_layer", "num_layers", required=True)
+    if mt == "llama4_text":
+        moe_kw.update(_hf_llama4(config, layers))
     hidden = _hf_int(config, "hidden_size", "n_embd", "d_model", required=True)
     heads = _hf_int(config, "num_attention_heads", "n_head", "num_heads", required=True)
     vocab = _hf_int(config, "vocab_size", required=True)
-    ffn = _hf_int(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * hidden)
+    ffn = _hf_int(config, "intermediate_size_mlp" if mt == "llama4_text" else "intermediate_size", "intermediate_size",
+                  "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * hidden)
     head_size = _hf_int(config, "head_dim", default=None)
     if head_size is not None and head_size * heads == hidden:
         head_size = None
@@ -575,6 +584,33 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
             if learned_rows > seq_len else cfg
     return cfg
+
+
+def _hf_llama4(config: dict, layers: int) -> dict[str, Any]:
+    """Llama 4's text config (transformers' ``Llama4TextConfig``): routed experts of
+    ``intermediate_size`` with one shared expert of the same width, an MoE layer every
+    ``interleave_moe_layer_step`` layers (the others dense of ``intermediate_size_mlp``), chunked
+    attention (``attention_chunk_size``) on the layers ``no_rope_layers`` marks as using RoPE
+    (default: all but every 4th, ``no_rope_layer_interval``)."""
+    out: dict[str, Any] = {"moe_ffn_hidden": _hf_int(config, "intermediate_size", required=True), "shared_experts": 1}
+    step = _hf_int(config, "interleave_moe_layer_step", default=1)
+    moe_layers = config.get("moe_layers")
+    if moe_layers is not None and list(moe_layers) != list(range(step - 1, layers, step)):
+        raise ValueError("from_hf_config: Llama 4 moe_layers other than every interleave_moe_layer_step-th layer "
+                         f"are not modelled, got {moe_layers!r}")
+    if step > 1:
+        out["moe_layer_step"] = step
+    chunk = _hf_int(config, "attention_chunk_size", default=None)
+    if chunk is not None:
+        rope = config.get("no_rope_layers")
+        if rope is None:
+            interval = _hf_int(config, "no_rope_layer_interval", default=4)
+            rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        if len(rope) != layers or any(x not in (0, 1) for x in rope):
+            raise ValueError(f"from_hf_config: no_rope_layers must give 0 or 1 for each of the {layers} layers")
+        out["attention_chunk"] = chunk
+        out["chunked_layers"] = int(sum(rope))
+    return out
 
 
 def _hf_sliding_window(config: dict, mt: str, gemma: bool, layers: int, seq_len: int) -> dict:
@@ -702,14 +738,14 @@ PRESETS: dict[str, ModelConfig] = {
     # heads, 16 routed experts of 8,192 (SwiGLU, top-1) + 1 shared in every layer, vocab 202048,
     # untied; chunked attention (attention_chunk_size 8192) on the RoPE layers, every 4th layer
     # NoPE with global attention: 109B total, 17B active (its model card).
-    "llama4-scout": ModelConfig("llama4-scout", 48, 5120, 40, 16384, 202048, 8192, kv_heads=8, head_size=128,
+    "llama4-scout": ModelConfig("llama4-scout", 48, 5120, 40, 16384, 202048, 8192, kv_heads=8,
                                 activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
                                 tie_embeddings=False, dropout=False, num_experts=16, experts_per_token=1,
                                 moe_ffn_hidden=8192, shared_experts=1, attention_chunk=8192, chunked_layers=36),
     # meta-llama/Llama-4-Maverick-17B-128E config.json: Scout's layers with 128 routed experts in
     # every other layer (interleave_moe_layer_step 2), the rest dense of 16,384
     # (intermediate_size_mlp): 400B total, 17B active (its model card).
-    "llama4-maverick": ModelConfig("llama4-maverick", 48, 5120, 40, 16384, 202048, 8192, kv_heads=8, head_size=128,
+    "llama4-maverick": ModelConfig("llama4-maverick", 48, 5120, 40, 16384, 202048, 8192, kv_heads=8,
                                    activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
                                    tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=1,
                                    moe_ffn_hidden=8192, shared_experts=1, moe_layer_step=2, attention_chunk=8192,

@@ -209,3 +209,20 @@ def test_moe_presets_match_published_sizes(name, total, active):
     m = models.preset(name)
     assert m.num_params() == pytest.approx(total, rel=0.02)
     assert m.num_params(active=True) == pytest.approx(active, rel=0.03)
+
+
+@pytest.mark.parametrize("preset,experts,step", [("llama4-scout", 16, 1), ("llama4-maverick", 128, 2)])
+def test_llama4_config_reads_as_its_preset(preset, experts, step):
+    """Llama 4's multimodal config.json (its text_config, as transformers' Llama4TextConfig names
+    the fields) reads as the preset: experts of 8,192 plus a shared one, an MoE layer every
+    ``interleave_moe_layer_step``, 8,192-token chunks on the RoPE layers (all but every 4th)."""
+    from cosearch import models
+    text = dict(hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384, num_hidden_layers=48,
+                num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=202048,
+                num_local_experts=experts, num_experts_per_tok=1, interleave_moe_layer_step=step,
+                attention_chunk_size=8192, max_position_embeddings=10485760, rope_theta=500000.0,
+                rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False, use_qk_norm=step == 1)
+    m = models.from_hf_config({"model_type": "llama4", "text_config": text, "vision_config": {}}, seq_len=8192)
+    assert m.with_(name=preset) == models.preset(preset)
+    with pytest.raises(ValueError, match="moe_layers other than"):
+        models.from_hf_config({"model_type": "llama4", "text_config": {**text, "moe_layers": [0, 5]}}, seq_len=8192)
