@@ -105,3 +105,28 @@ def test_cli_seq_len_must_agree_with_the_lines_model(capsys):
     assert "--seq-len 256 contradicts" in capsys.readouterr().err
     assert main(["plan", "--cluster", "dgx-h100", "--nodes", "1", "--seq-len", "128",
                  "--from-megatron-args", line]) == 0
+
+
+def test_moe_layout_and_capacity_flags():
+    """--moe-layer-freq (an int, Megatron's ([0]*(k-1)+[1])*n pattern, or [0]*d+[1]*m) and the
+    capacity flags set the model's MoE layout and capacity, on a given model as on the line's; a
+    layout cosearch cannot read is refused by name; Megatron-Bridge's fields read the same."""
+    from cosearch import models
+    from cosearch.runs.megatron import read_megatron_args
+    from cosearch.runs.nemo import read_megatron_bridge
+    mix = models.preset("mixtral-8x7b")
+    assert read_megatron_args("--moe-layer-freq 2", mix).model.moe_layer_step == 2
+    assert read_megatron_args("--moe-layer-freq ([1]*1+[0]*3)*8", mix).model.moe_layer_step == 4
+    assert read_megatron_args("--moe-layer-freq 1", mix).model == mix
+    assert read_megatron_args("--moe-layer-freq [0]*3+[1]*29", mix).model.dense_layers == 3
+    m = read_megatron_args("--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity", mix).model
+    assert (m.moe_capacity_factor, m.moe_pad_to_capacity) == (1.25, True)
+    with pytest.raises(ValueError, match="--moe-layer-freq"):
+        read_megatron_args("--moe-layer-freq [1,0,0,1,1]", mix)
+    with pytest.raises(ValueError, match="needs --moe-expert-capacity-factor"):
+        read_megatron_args("--moe-pad-expert-input-to-capacity", mix)
+    with pytest.raises(ValueError, match="need an MoE model"):
+        read_megatron_args("--moe-layer-freq 2", GPT13)
+    b = read_megatron_bridge({"model": {"moe_layer_freq": 2, "moe_expert_capacity_factor": 1.0,
+                                        "moe_pad_expert_input_to_capacity": True}}, model=mix)
+    assert (b.model.moe_layer_step, b.model.moe_capacity_factor, b.model.moe_pad_to_capacity) == (2, 1.0, True)

@@ -27,6 +27,9 @@ Plan and engine
 ``--recompute-modules``                      with selective: the engine's ``"modules:..."`` recompute
 ``--expert-tensor-parallel-size``            ``expert_tensor_parallel`` (tp or 1)
 ``--mtp-num-layers``                         the model's ``mtp_layers`` (multi-token prediction)
+``--moe-layer-freq``                         ``moe_layer_step`` (one MoE layer in k) or ``dense_layers``
+``--moe-expert-capacity-factor``             ``moe_capacity_factor``, with
+                                             ``--moe-pad-expert-input-to-capacity`` its padding
 ``--recompute-method``, ``--recompute-num-layers``  ``uniform`` (or none given) recomputes every layer;
                                              ``block`` is read only when it covers every layer
 ``--recompute-activations``                  selective (the older spelling)
@@ -95,13 +98,13 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
            "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
            "--attention-dropout", "--hidden-dropout", "--vocab-size", "--num-experts", "--moe-router-topk",
-           "--moe-ffn-hidden-size", "--mtp-num-layers"}
+           "--moe-ffn-hidden-size", "--mtp-num-layers", "--moe-expert-capacity-factor", "--moe-layer-freq"}
 #: Bare flags that set the plan, the engine or the model.
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
           "--group-query-attention", "--swiglu", "--use-rotary-position-embeddings", "--disable-bias-linear",
           "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
-          "--overlap-p2p-communication", "--no-overlap-p2p-communication"}
+          "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -185,13 +188,14 @@ def _int(flag: str, value: str, minimum: int = 1) -> int:
     return x
 
 
-def _float(flag: str, value: str) -> float:
+def _float(flag: str, value: str, top: float = 1.0) -> float:
     try:
         x = float(value)
     except ValueError:
         raise ValueError(f"{flag} needs a number, got {value!r}") from None
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"{flag} must be a probability in [0, 1], got {value!r}")
+    if not 0.0 <= x <= top:
+        what = "a probability in [0, 1]" if top == 1.0 else f"a number in [0, {top:g}]"
+        raise ValueError(f"{flag} must be {what}, got {value!r}")
     return x
 
 
@@ -283,11 +287,15 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 ) -> ModelConfig | None:
     """The model the line describes: ``base`` checked against every model flag the line gives,
     or, without ``base``, the model built from the line with Megatron's defaults."""
-    # the multi-token prediction depth is the run's: it applies to a given model as well
+    # the multi-token prediction depth and the MoE capacity are the run's: they apply to a given
+    # model as well
     mtp = _int("--mtp-num-layers", vals["--mtp-num-layers"], minimum=0) if "--mtp-num-layers" in vals else None
+    run = _moe_run_fields(vals, flags)
+    if mtp is not None:
+        run["mtp_layers"] = mtp
     given = [f for f in _MODEL_FLAGS if f in vals or f in flags]
     if not given:
-        return base if base is None or mtp is None else base.with_(mtp_layers=mtp)
+        return base if base is None or not run else _with_run(base, run)
     stated: dict[str, object] = {
         _MODEL_FLAGS[f]: _int(f, vals[f])
         for f in ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--vocab-size",
@@ -343,7 +351,7 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
         if bad:
             raise ValueError(f"the Megatron line contradicts --model {base.name}: " + "; ".join(bad)
                              + " (drop --model to price the line's own model, or fix the line)")
-        return base if mtp is None else base.with_(mtp_layers=mtp)
+        return _with_run(base, run)
 
     missing = [f for f in _REQUIRED_MODEL if f not in vals]
     if missing:
@@ -365,9 +373,54 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
     head_size = None if head_dim is None or head_dim * heads == h else head_dim
     if head_dim is None and h % heads:
         raise ValueError(f"--num-attention-heads {heads} does not divide --hidden-size {h}: give --kv-channels")
-    return ModelConfig(name=f"megatron-{stated['num_layers']}L-{h}", head_size=head_size,
-                       moe_ffn_hidden=expert_ffn if stated.get("num_experts") else None,
-                       mtp_layers=mtp or 0, **stated)
+    return _with_run(ModelConfig(name=f"megatron-{stated['num_layers']}L-{h}", head_size=head_size,
+                                 moe_ffn_hidden=expert_ffn if stated.get("num_experts") else None, **stated), run)
+
+
+def _moe_run_fields(vals: dict[str, str], flags: set[str]) -> dict:
+    """The MoE layout and capacity a line sets: ``--moe-layer-freq`` (Megatron's int k: one layer
+    in k is MoE; or its ``([0]*(k-1)+[1])*n`` / ``([1]+[0]*(k-1))*n`` pattern, or ``[0]*d+[1]*m``
+    for d dense layers first), ``--moe-expert-capacity-factor`` and
+    ``--moe-pad-expert-input-to-capacity`` (:class:`~cosearch.models.ModelConfig`'s
+    ``moe_layer_step``, ``dense_layers``, ``moe_capacity_factor`` and ``moe_pad_to_capacity``)."""
+    import re
+    out: dict = {}
+    freq = vals.get("--moe-layer-freq")
+    if freq is not None:
+        f = freq.replace(" ", "")
+        m1 = re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\](?:\*1)?\)\*(\d+)", f)
+        m2 = re.fullmatch(r"\(\[1\](?:\*1)?\+\[0\]\*(\d+)\)\*(\d+)", f)
+        m3 = re.fullmatch(r"\[0\]\*(\d+)\+\[1\]\*(\d+)", f)
+        if f.isdigit():
+            if int(f) > 1:
+                out["moe_layer_step"] = _int("--moe-layer-freq", f)
+        elif m1 or m2:
+            out["moe_layer_step"] = int((m1 or m2).group(1)) + 1
+        elif m3:
+            if int(m3.group(1)):
+                out["dense_layers"] = int(m3.group(1))
+        else:
+            raise ValueError(f"--moe-layer-freq {freq!r}: cosearch reads an int, ([0]*(k-1)+[1])*n, ([1]+[0]*(k-1))*n "
+                             "or [0]*d+[1]*m (one MoE layer in k, or d dense layers first)")
+    if "--moe-expert-capacity-factor" in vals:
+        cf = _float("--moe-expert-capacity-factor", vals["--moe-expert-capacity-factor"], 64.0)
+        if cf > 0:
+            out["moe_capacity_factor"] = cf
+            out["moe_pad_to_capacity"] = "--moe-pad-expert-input-to-capacity" in flags
+    elif "--moe-pad-expert-input-to-capacity" in flags:
+        raise ValueError("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
+    return out
+
+
+def _with_run(model: ModelConfig, run: dict) -> ModelConfig:
+    if not run:
+        return model
+    if not model.moe and set(run) - {"mtp_layers"}:
+        raise ValueError("--moe-layer-freq / --moe-expert-capacity-factor need an MoE model (--num-experts)")
+    try:
+        return model.with_(**run)
+    except ValueError as e:
+        raise ValueError(f"the Megatron line's MoE layout or capacity: {e}") from None
 
 
 def _recompute_modules(vals: dict[str, str], rc: str) -> tuple[str, ...]:

@@ -150,7 +150,8 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                      "--use-distributed-optimizer"),
                     (("model.overlap_moe_expert_parallel_comm", "comm_overlap.overlap_moe_expert_parallel_comm"),
                      True, "--overlap-moe-expert-parallel-comm"),
-                    (("model.moe_enable_deepep",), True, "--moe-enable-deepep"))
+                    (("model.moe_enable_deepep",), True, "--moe-enable-deepep"),
+                    (("model.moe_pad_expert_input_to_capacity",), True, "--moe-pad-expert-input-to-capacity"))
 
 
 def _line(words: list[str]) -> str:
@@ -262,7 +263,7 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "kv_channels", "hidden_dropout", "attention_dropout", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "seq_length",
     "position_embedding_type", "normalization", "expert_tensor_parallel_size", "mtp_num_layers",
-    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend")}
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_layer_freq")}
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
                        "num_moe_experts": "--num-experts"})
 _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "profiling",
