@@ -292,3 +292,34 @@ def test_flower_app_sizes_sub_models_of_conv_and_lstm_models(dataset):
     f, b = proto.profiler.time_model.costs(0.5)
     assert 0.0 < f < 1.0 and 0.0 < b < 1.0
     assert flower_app._example({"dataset": "digits"}).shape == (2, 1, 8, 8)
+
+
+def test_samples_per_round_on_both_engines():
+    """A client training on ``samples_per_round`` of its samples: the same subset on both engines
+    (drawn from the seed, the round and the client), trained as train_local trains it, the update
+    weighted by all the client's samples; ``simulate`` records the setting."""
+    from cosearch.fl import flower, models
+    from cosearch.fl.simulation import round_subset, simulate, train_local
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 8)).astype(np.float32), np.arange(40) % 3
+    sx, sy = round_subset(x, y, 12, 9, 1, 2)
+    rows = [int(np.flatnonzero((x == r).all(1))[0]) for r in sx]          # distinct samples, in stored order
+    assert len(sy) == 12 and len(set(rows)) == 12 and rows == sorted(rows) and np.array_equal(y[rows], sy)
+    assert np.array_equal(round_subset(x, y, 12, 9, 1, 2)[1], sy)              # deterministic
+    assert not np.array_equal(round_subset(x, y, 12, 9, 2, 2)[0], sx)          # a fresh draw each round
+    assert round_subset(x, y, 50, 9, 1, 2)[0] is x                             # fewer samples than asked: all
+    s = flower.DropoutStrategy(lambda: models.mlp(8, 3, 10), "none", total_rounds=4, min_available_clients=2,
+                               min_fit_clients=2)
+    ins = s.configure_fit(1, s.initialize_parameters(None), _Manager(2))
+    params = flwr.common.parameters_to_ndarrays(ins[0][1].parameters)
+    client = flower.SubmodelClient(lambda: models.mlp(8, 3, 10), x, y, seed=5, batch_size=8, partition_id=2,
+                                   noise_seed=9, samples_per_round=12)
+    got, n, _m = client.fit([p.copy() for p in params], ins[0][1].config)
+    ref = models.mlp(8, 3, 10)
+    ref.load_state_dict({k: torch.as_tensor(v) for k, v in zip(ref.state_dict().keys(), params)})
+    train_local(ref, sx, sy, 1, "sgd", 0.1, 8, torch.Generator().manual_seed(6))
+    for a, b in zip(got, ref.state_dict().values()):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
+    assert n == 40
+    res = simulate("digits", 3, "none", rounds=1, seed=0, samples_per_round=16)
+    assert res.config["samples_per_round"] == 16 and len(res.rounds) == 1

@@ -35,6 +35,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "(default: 0.05)")
     p.add_argument("--straggler-fraction", type=float,
                    help="fraction of clients treated as stragglers (default: one straggler, as FLuID)")
+    p.add_argument("--samples-per-round", type=int, default=None,
+                   help="each client trains each round on this many of its samples, a fresh random subset "
+                        "(default: all of them, FLuID's setting)")
     p.add_argument("--clients-per-round", type=int, default=None,
                    help="client sampling: clients drawn to train each round; the stragglers are the slowest "
                         "of them (default: every client, as FLuID)")
@@ -114,6 +117,8 @@ def _sim_kwargs(a) -> dict:
           "straggler_fraction": a.straggler_fraction, "keep_rule": a.keep_rule}
     if a.clients_per_round is not None:
         kw["clients_per_round"] = a.clients_per_round
+    if a.samples_per_round is not None:
+        kw["samples_per_round"] = a.samples_per_round
     if a.stop_at_accuracy is not None:
         kw["stop_at_accuracy"] = a.stop_at_accuracy
     if a.devices:

@@ -193,24 +193,30 @@ class SubmodelClient(flwr.client.NumPyClient):
 
     def __init__(self, model_fn: Callable, x, y, test=None, *, epochs: int = 1, optimizer: str = "sgd",
                  lr: float = 0.1, batch_size: int = 32, device=None, example_input=None, seed: int = 0,
-                 partition_id: int | None = None, noise_seed: int | None = None):
+                 partition_id: int | None = None, noise_seed: int | None = None,
+                 samples_per_round: int | None = None):
         self.model_fn, self.x, self.y, self.test = model_fn, x, y, test
         self.partition_id = partition_id
         self.epochs, self.optimizer, self.lr, self.batch_size = epochs, optimizer, lr, batch_size
         self.device, self.example, self.seed = device, example_input, seed
         self.noise_seed = noise_seed
+        self.samples_per_round = samples_per_round
 
     def fit(self, parameters, config):
         import torch
 
         from .profiling import model_bytes, training_flops
-        from .simulation import train_local
+        from .simulation import round_subset, train_local
         from .submodel import extract_submodel
         masks = decode_masks(config["masks"])
+        # this round's samples, drawn as simulate() draws them ([seed, 13, round, partition])
+        x, y = round_subset(self.x, self.y, self.samples_per_round,
+                            self.noise_seed if self.noise_seed is not None else self.seed,
+                            int(config.get("round", 0)), self.partition_id or 0)
         model = extract_submodel(self.model_fn(), masks, self.example)
         model.load_state_dict(_state(list(model.state_dict().keys()), parameters))
         gen = torch.Generator().manual_seed(self.seed + int(config.get("round", 0)))
-        ex = self.example if self.example is not None else torch.as_tensor(self.x[:1])
+        ex = self.example if self.example is not None else torch.as_tensor(x[:1])
         t0 = time.perf_counter()
         if config.get("widths"):
             # FjORD's per-batch nested widths (the strategy names them and the full model's units)
@@ -218,13 +224,13 @@ class SubmodelClient(flwr.client.NumPyClient):
             widths = [float(w) for w in str(config["widths"]).split(",")]
             full_units = {k: int(v) for k, v in (kv.split("=") for kv in str(config["full_units"]).split(","))}
             distill = bool(config.get("distill", False))
-            train_nested(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size, gen, widths,
+            train_nested(model, x, y, self.epochs, self.optimizer, self.lr, self.batch_size, gen, widths,
                          full_units, ex, distill=distill)
-            flops = _nested_flops(model, ex, full_units, widths, len(self.y), self.epochs, distill) \
+            flops = _nested_flops(model, ex, full_units, widths, len(y), self.epochs, distill) \
                 if self.device is not None else 0.0
         elif "param_threshold" in config:
             from .simulation import _fiarse_train
-            flops, nbytes = _fiarse_train(model, float(config["param_threshold"]), self.x, self.y, self.epochs,
+            flops, nbytes = _fiarse_train(model, float(config["param_threshold"]), x, y, self.epochs,
                                           self.optimizer, self.lr, self.batch_size, gen, ex,
                                           price=self.device is not None)
         else:
@@ -234,9 +240,9 @@ class SubmodelClient(flwr.client.NumPyClient):
                     classes = int(model(ex).shape[-1])
                 mask = np.isin(np.arange(classes), np.unique(self.y))
             rate = float(config["scale_rate"]) if "scale_rate" in config else None
-            train_local(model, self.x, self.y, self.epochs, self.optimizer, self.lr, self.batch_size, gen,
+            train_local(model, x, y, self.epochs, self.optimizer, self.lr, self.batch_size, gen,
                         label_mask=mask, scale_rate=rate, example=ex)
-            flops = training_flops(model, ex, len(self.y), self.epochs) if self.device is not None else 0.0
+            flops = training_flops(model, ex, len(y), self.epochs) if self.device is not None else 0.0
         t = time.perf_counter() - t0
         if self.device is not None:
             # the device's noise drawn per client and round as simulate() draws it ([seed, 7, round, client])

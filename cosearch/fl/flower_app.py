@@ -7,7 +7,8 @@ components.  Run config keys: ``method``, ``num-rounds``, ``seed``, ``alpha`` (D
 negative = IID), ``spread`` (the slowest client computes ``spread`` times slower than the
 fastest; round times are simulated with :func:`~cosearch.fl.profiling.device_profiles`),
 ``fraction-fit`` (clients sampled to train each round, default 1: all; the stragglers are then the
-slowest of each round's sample), ``fraction-evaluate`` (clients sampled for federated evaluation; 0 = none),
+slowest of each round's sample), ``samples-per-round`` (each client trains each round on that many of its
+samples, drawn as ``simulate`` draws them; 0 = all), ``fraction-evaluate`` (clients sampled for federated evaluation; 0 = none),
 ``min-clients``, ``out`` (an **absolute** path of a JSON file for the strategy's per-round
 history, written by the ServerApp, which runs in the SuperLink's working folder, not where
 ``flwr run`` was called; empty = none), ``dataset`` (``digits``, bundled;
@@ -61,7 +62,8 @@ def _training(cfg) -> dict:
     """The local training settings of the run: the dataset's (as ``simulate``), run config overrides."""
     d = DATASET_DEFAULTS.get(str(cfg.get("dataset", "digits")), DATASET_DEFAULTS["digits"])
     return {"optimizer": str(cfg.get("optimizer", d["optimizer"])), "lr": float(cfg.get("lr", d["lr"])),
-            "batch_size": int(cfg.get("batch-size", d["batch_size"])), "epochs": int(cfg.get("local-epochs", 1))}
+            "batch_size": int(cfg.get("batch-size", d["batch_size"])), "epochs": int(cfg.get("local-epochs", 1)),
+            "samples_per_round": int(cfg.get("samples-per-round", 0)) or None}
 
 
 #: Seconds a round waits for its clients before the missing ones count as failures.

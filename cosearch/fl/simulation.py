@@ -229,6 +229,16 @@ def _local_batches(x, y, epochs: int, batch_size: int, gen):
             yield xt[idx], yt[idx]
 
 
+def round_subset(x, y, samples: int | None, seed: int, rnd: int, client: int):
+    """A client's training data for one round: all of it, or (``samples``) that many of its
+    samples drawn without replacement from the run's ``seed``, the round and the client (the same
+    draw on both engines), in their stored order."""
+    if samples is None or len(y) <= samples:
+        return x, y
+    idx = np.sort(np.random.default_rng([int(seed), 13, int(rnd), int(client)]).choice(len(y), samples, replace=False))
+    return x[idx], y[idx]
+
+
 def train_local(model, x, y, epochs: int, optimizer: str, lr: float, batch_size: int, gen,
                 label_mask: np.ndarray | None = None, scale_rate: float | None = None, example=None):
     """Local training with a fresh optimizer (``sgd`` or ``adam``) each round.
@@ -406,13 +416,18 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              progress: bool = False, out: str | os.PathLike | None = None,
              checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05,
              stop_at_accuracy: float | None = None, overwrite: bool = False,
-             method_options: dict | None = None, clients_per_round: int | None = None) -> FLResult:
+             method_options: dict | None = None, clients_per_round: int | None = None,
+             samples_per_round: int | None = None) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
 
     ``clients_per_round``: client sampling — that many clients, drawn uniformly without
     replacement each round from the run's seed, train and are evaluated federatedly (None: every
     client, FLuID's setting); the stragglers are then the slowest of each round's participants
     (:meth:`~cosearch.fl.profiling.StragglerProfiler.keep_fractions`).
+    ``samples_per_round``: each participating client trains each round on that many of its samples
+    (a fresh random subset, :func:`round_subset`), its update still weighted by all its samples —
+    FedAvg's fixed number of local updates for large clients (McMahan et al. 2017); None: all of
+    them, FLuID's setting.
     ``method_options``: keyword arguments of the method's policy (for ``heterofl``:
     ``proportions={1.0: 0.5, 0.25: 0.5}`` and ``dynamic=True``, :class:`~cosearch.fl.masks.HeteroFL`).
 
@@ -447,6 +462,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
         positive_int("clients_per_round", clients_per_round)
         if not 2 <= clients_per_round <= n:
             raise ValueError(f"clients_per_round must be between 2 and the {n} clients, got {clients_per_round}")
+    if samples_per_round is not None:
+        positive_int("samples_per_round", samples_per_round)
     defaults = DATASET_DEFAULTS.get(data.name, DATASET_DEFAULTS["digits"])
     model = defaults["model"] if model == "auto" else model
     optimizer = choice("optimizer", optimizer or defaults["optimizer"], ("sgd", "adam"))
@@ -471,11 +488,13 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     config = {"rounds": rounds, "local_epochs": local_epochs, "optimizer": optimizer, "lr": lr,
               "batch_size": batch_size, "seed": seed, "alpha": alpha, "keep_rule": keep_rule,
               "straggler_fraction": straggler_fraction, "clients_per_round": clients_per_round,
+              **({"samples_per_round": samples_per_round} if samples_per_round is not None else {}),
               **({"spread": spread, "noise_cv": noise_cv} if devices is None and latency_s is None else {})}
     res = FLResult(method, data.name, model, n, metrics, config, interrupted=True)
     try:
         _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
-                    batch_size, seed, method, progress, out, res, every, stop_at_accuracy, clients_per_round)
+                    batch_size, seed, method, progress, out, res, every, stop_at_accuracy, clients_per_round,
+                    samples_per_round)
         if stop_at_accuracy is not None:
             config["stop_at_accuracy"] = float(stop_at_accuracy)
             config["stopped_early"] = len(metrics) < rounds
@@ -505,7 +524,8 @@ def width_accuracy(proto, data, example) -> dict[float, float]:
 
 
 def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, local_epochs, optimizer, lr,
-                batch_size, seed, method, progress, out, partial, every, stop_at=None, per_round=None) -> None:
+                batch_size, seed, method, progress, out, partial, every, stop_at=None, per_round=None,
+                samples_per_round=None) -> None:
     """The round loop of :func:`simulate`, appending to ``metrics`` (``partial`` saved to ``out``
     every ``every`` seconds)."""
     import time
@@ -534,6 +554,8 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
         for c in part:
             local = proto.submodel(assign[c])
             x, y = data.clients[c]
+            n_c = len(y)
+            x, y = round_subset(x, y, samples_per_round, seed, r, c)
             gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
             nbytes = None                 # bytes each way: the sub-model's state unless FIARSE prices them
             if nested:
@@ -560,7 +582,7 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
             else:
                 t = dev[c].round_time_s(flops, model_bytes(local) if nbytes is None else nbytes,
                                         np.random.default_rng([seed, 7, r, c]))
-            updates.append(ClientUpdate(c, local.state_dict(), len(y), t, labels=label_sets[c]))
+            updates.append(ClientUpdate(c, local.state_dict(), n_c, t, labels=label_sets[c]))
         rep = proto.aggregate(r, assign, updates)
         acc, loss, _ = evaluate_model(net, *data.test)
         fed = [evaluate_model(net, *data.client_tests[c]) for c in part if len(data.client_tests[c][1])]
