@@ -153,3 +153,27 @@ def test_one_saved_partition_is_read_alone_and_femnist_like_has_femnist_shapes(t
     assert load_partition(out, 2)[1].tolist() == d.clients[2][1].tolist()
     with pytest.raises(ValueError, match="partition 3"):
         load_partition(out, 3)
+
+
+def test_central_test_of_fluids_clients_is_evaluated_once_as_their_union():
+    """FLuID's client files make the central test set the clients' test splits in order: one pass
+    over the splits gives both evaluations (the central accuracy is then the clients', exactly);
+    a central set that differs is evaluated on its own."""
+    from pathlib import Path
+
+    from cosearch.fl.data import load_fluid_clients
+    from cosearch.fl.fldata import FLData
+    from cosearch.fl.simulation import _test_is_union, evaluate_model, simulate
+    d = load_fluid_clients(str(Path(__file__).parent / "data" / "fluid" / "femnist"), "femnist")
+    assert _test_is_union(d)
+    other = FLData(d.clients, (d.test[0][::-1].copy(), d.test[1][::-1].copy()), d.in_shape, d.classes, d.name,
+                   d.client_tests)
+    assert not _test_is_union(other)
+    res = simulate(d, len(d.clients), "none", rounds=1, seed=0)
+    r = res.rounds[0]
+    assert r.accuracy == r.fed_accuracy and r.loss == pytest.approx(r.fed_loss, rel=1e-12)
+    import torch
+    net = torch.nn.Linear(2, 3)
+    x, y = np.zeros((5, 2), dtype=np.float32), np.array([0, 1, 2, 0, 0])
+    acc, _loss, n = evaluate_model(net, x, y)                 # a constant model: one class for every input
+    assert n == 5 and acc in (0.6, 0.2)

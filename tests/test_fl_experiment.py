@@ -144,7 +144,7 @@ def test_dead_worker_is_retried_and_nothing_is_lost(tmp_path):
 
 def test_simulate_saves_the_finished_rounds_on_an_interrupt(tmp_path, monkeypatch):
     from cosearch.fl import simulation
-    real = simulation.evaluate_model
+    real = simulation._eval_sums
     calls = {"n": 0}
 
     def stop_in_round_3(*a, **k):
@@ -152,7 +152,7 @@ def test_simulate_saves_the_finished_rounds_on_an_interrupt(tmp_path, monkeypatc
         if calls["n"] > 2 * 4:                       # the server's and 3 clients' evaluations, rounds 1-2
             raise KeyboardInterrupt
         return real(*a, **k)
-    monkeypatch.setattr(simulation, "evaluate_model", stop_in_round_3)
+    monkeypatch.setattr(simulation, "_eval_sums", stop_in_round_3)
     out = tmp_path / "fl.json"
     res = simulation.simulate("digits", clients=3, rounds=6, out=out)
     assert res.interrupted and len(res.rounds) == 2 and isinstance(res.stopped_by, KeyboardInterrupt)

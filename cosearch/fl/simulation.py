@@ -193,12 +193,10 @@ def plot(results: list[FLResult], path=None, overwrite: bool = False):
     return fig
 
 
-def evaluate_model(model, x, y, batch: int = 1024) -> tuple[float, float, int]:
-    """(accuracy, mean cross-entropy, samples) of ``model`` on ``(x, y)``."""
+def _eval_sums(model, x, y, batch: int = 1024) -> tuple[float, float, int]:
+    """(correct predictions, summed cross-entropy, samples) of ``model`` on ``(x, y)``."""
     import torch
     import torch.nn.functional as F
-    if len(y) == 0:
-        return float("nan"), float("nan"), 0
     model.eval()
     correct, loss = 0.0, 0.0
     with torch.no_grad():
@@ -207,7 +205,25 @@ def evaluate_model(model, x, y, batch: int = 1024) -> tuple[float, float, int]:
             yt = torch.as_tensor(y[i:i + batch])
             correct += float((out.argmax(1) == yt).sum())
             loss += float(F.cross_entropy(out, yt, reduction="sum"))
-    return correct / len(y), loss / len(y), len(y)
+    return correct, loss, len(y)
+
+
+def evaluate_model(model, x, y, batch: int = 1024) -> tuple[float, float, int]:
+    """(accuracy, mean cross-entropy, samples) of ``model`` on ``(x, y)``."""
+    if len(y) == 0:
+        return float("nan"), float("nan"), 0
+    correct, loss, n = _eval_sums(model, x, y, batch)
+    return correct / n, loss / n, n
+
+
+def _test_is_union(data) -> bool:
+    """Whether the central test set is every client's test split, in client order (FLuID's own
+    client files): then one pass over the clients' splits gives both evaluations."""
+    tests = [t for t in data.client_tests if len(t[1])]
+    if len(tests) != len(data.client_tests) or sum(len(t[1]) for t in tests) != len(data.test[1]):
+        return False
+    return bool(np.array_equal(np.concatenate([t[1] for t in tests]), data.test[1])
+                and np.array_equal(np.concatenate([t[0] for t in tests]), data.test[0]))
 
 
 def _local_optimizer(model, optimizer: str, lr: float):
@@ -545,6 +561,7 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
     nested_flops: dict = {}
     label_sets = [tuple(int(v) for v in np.unique(cy)) for _cx, cy in data.clients]
     label_masks = [np.isin(np.arange(data.classes), ls) for ls in label_sets]
+    union = _test_is_union(data)
     for r in it:
         part = list(range(n)) if per_round is None else \
             sorted(int(c) for c in np.random.default_rng([seed, 11, r]).choice(n, per_round, replace=False))
@@ -584,11 +601,18 @@ def _run_rounds(proto, data, dev, net, example, full_flops, metrics, rounds, loc
                                         np.random.default_rng([seed, 7, r, c]))
             updates.append(ClientUpdate(c, local.state_dict(), n_c, t, labels=label_sets[c]))
         rep = proto.aggregate(r, assign, updates)
-        acc, loss, _ = evaluate_model(net, *data.test)
-        fed = [evaluate_model(net, *data.client_tests[c]) for c in part if len(data.client_tests[c][1])]
-        tot = sum(k for *_, k in fed)
-        facc = sum(a * k for a, _, k in fed) / tot if tot else float("nan")
-        floss = sum(b * k for _, b, k in fed) / tot if tot else float("nan")
+        sums = {c: _eval_sums(net, *data.client_tests[c]) for c in part if len(data.client_tests[c][1])}
+        if union and len(sums) == n:
+            # the central test set is the clients' splits: the same predictions, summed
+            tot_c = sum(v[0] for v in sums.values())
+            tot_l = sum(v[1] for v in sums.values())
+            tot_n = sum(v[2] for v in sums.values())
+            acc, loss = tot_c / tot_n, tot_l / tot_n
+        else:
+            acc, loss, _ = evaluate_model(net, *data.test)
+        tot = sum(v[2] for v in sums.values())
+        facc = sum(v[0] for v in sums.values()) / tot if tot else float("nan")
+        floss = sum(v[1] for v in sums.values()) / tot if tot else float("nan")
         clock += rep.round_time_s
         st = rep.policy_state
         metrics.append(RoundMetrics(r, acc, loss, facc, floss, rep.round_time_s, clock, rep.durations_s,
