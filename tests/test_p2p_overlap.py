@@ -104,11 +104,16 @@ def test_bridge_reads_overlap_p2p_comm_and_refuses_a_contradiction():
         read_megatron_bridge({}, base + ["comm_overlap.overlap_p2p_comm=false", "model.overlap_p2p_comm=true"])
 
 
-def test_nemo_2407_rows_read_their_launcher_configs():
-    from cosearch.runs.rows import Refused, nemo_launcher_overlap
-    row = {"id": "nemo-24.07/LLAMA2-70B/pretrain/64"}
-    assert nemo_launcher_overlap(row) == (True, True)
-    assert nemo_launcher_overlap({"id": "nemo-24.07/GPT3-175B/pretrain/128"}) == (False, True)
-    assert nemo_launcher_overlap({"id": "nemo-24.07/LLAMA2-70B/SFT/16"}) == (False, False)
-    with pytest.raises(Refused, match="launcher config is not known"):
-        nemo_launcher_overlap({"id": "nemo-24.07/Unknown-1B/pretrain/8"})
+def test_nemo_rows_read_their_releases_launcher_configs():
+    """The launcher files at each release's tag: Llama 2 70B overlaps TP and sends at 24.07; GPT-3
+    175B only its sends at 24.07 but neither at 24.03; fine-tuning rows neither; a model or
+    release outside the table takes NeMo 1's defaults (off) and says so."""
+    from cosearch.runs.rows import nemo_launcher_overlap
+    sw = {"software": "NeMo 24.07 container"}
+    assert nemo_launcher_overlap({"id": "nemo-24.07/LLAMA2-70B/pretrain/64", **sw}) == (True, True, "")
+    assert nemo_launcher_overlap({"id": "nemo-24.07/GPT3-175B/pretrain/128", **sw}) == (False, True, "")
+    assert nemo_launcher_overlap({"id": "x/GPT3-175B/pretrain/128", "software": "NeMo 24.03"}) == (False, False, "")
+    assert nemo_launcher_overlap({"id": "nemo-24.07/LLAMA3.1-405B/pretrain/576", **sw}) == (True, True, "")
+    assert nemo_launcher_overlap({"id": "nemo-24.07/LLAMA2-70B/SFT/16", **sw}) == (False, False, "")
+    tp, p2p, why = nemo_launcher_overlap({"id": "nemo-24.12/Unknown-1B/pretrain/8", "software": "NeMo 24.12"})
+    assert (tp, p2p) == (False, False) and "not known" in why

@@ -51,36 +51,52 @@ def source_group(row: dict) -> str:
     return sw.split()[0]
 
 
-#: NeMo 24.07's launcher configs, as its performance table ran them (NVIDIA/NeMo-Framework-Launcher,
-#: tag 24.07, ``launcher_scripts/conf/training/<family>/<model>.yaml``; the table's TP, PP, CP and
-#: VP agree with them): ``(model.ub_tp_comm_overlap, model.overlap_p2p_comm)`` per pre-training
-#: model.  gpt3/20b.yaml ``ub_tp_comm_overlap: True``, gpt3/175b.yaml ``False`` with
-#: ``overlap_p2p_comm: True``, llama/llama2_70b.yaml and llama3_70b.yaml ``true``/``true``,
-#: nemotron/nemotron_8b.yaml ``true`` with ``overlap_p2p_comm: False``, nemotron_22b.yaml
-#: ``True``/``True``, nemotron_340b.yaml ``False``/``False``, llama2_13b.yaml ``false``/``true``;
-#: the 5B, Llama 2 7B and Llama 3 8B configs (tp 1, no pipeline) set both off or leave them unset.
-#: The fine-tuning rows ran ``conf/fine_tuning/llama/squad.yaml``, which sets neither (NeMo 1's
-#: defaults: off).
-NEMO_2407_LAUNCHER_OVERLAP = {
-    "GPT3-5B": (False, False), "GPT3-20B": (True, False), "GPT3-175B": (False, True),
-    "LLAMA2-7B": (False, False), "LLAMA2-13B": (False, True), "LLAMA2-70B": (True, True),
-    "Nemotron-8B": (True, False), "Nemotron-22B": (True, True), "Nemotron-340B": (False, False),
-    "LLAMA3-8B": (False, False), "LLAMA3-70B": (True, True)}
+#: NeMo 1's launcher configs by release (NVIDIA/NeMo-Framework-Launcher, tags 24.03-24.09,
+#: ``launcher_scripts/conf/training/<family>/<model>.yaml``: the configs each release's performance
+#: table ran; the 24.07 table's TP, PP, CP and VP agree with its tag's files): ``(model.ub_tp_comm_overlap,
+#: model.overlap_p2p_comm)`` per pre-training model, read from the files (an unset key is NeMo 1's
+#: default, off).  At 24.07, for instance: gpt3/20b.yaml ``ub_tp_comm_overlap: True``,
+#: gpt3/175b.yaml ``False`` with ``overlap_p2p_comm: True``, llama/llama2_70b.yaml and
+#: llama3_70b.yaml ``true``/``true``, nemotron/nemotron_8b.yaml ``true`` with ``overlap_p2p_comm:
+#: False``, nemotron_340b.yaml ``False``/``False``.  The fine-tuning rows ran
+#: ``conf/fine_tuning/llama/squad.yaml``, which sets neither.
+NEMO_LAUNCHER_OVERLAP = {
+    "24.03": {"gpt3_5b": (False, False), "gpt3_20b": (False, False), "gpt3_40b": (True, True),
+              "gpt3_175b": (False, False), "llama2_7b": (False, False), "llama2_13b": (True, False),
+              "llama2_70b": (True, True), "nemotron_8b": (True, False), "nemotron_15b": (True, False),
+              "nemotron_22b": (True, True), "mixtral_8x7b": (False, False)},
+    "24.05": {"gpt3_5b": (False, False), "gpt3_20b": (True, False), "gpt3_40b": (True, True),
+              "gpt3_175b": (False, True), "llama2_7b": (False, False), "llama2_13b": (False, True),
+              "llama2_70b": (True, True), "llama3_8b": (False, False), "llama3_70b": (True, True),
+              "nemotron_8b": (True, False), "nemotron_15b": (True, False), "nemotron_22b": (True, True),
+              "mixtral_8x7b": (False, False), "mixtral_8x22b": (False, False)},
+    "24.07": {"gpt3_5b": (False, False), "gpt3_20b": (True, False), "gpt3_40b": (True, True),
+              "gpt3_175b": (False, True), "llama2_7b": (False, False), "llama2_13b": (False, True),
+              "llama2_70b": (True, True), "llama3_8b": (False, False), "llama3_70b": (True, True),
+              "llama3_1_8b": (False, False), "llama3_1_70b": (True, True), "llama3_1_405b": (True, True),
+              "nemotron_8b": (True, False), "nemotron_15b": (True, False), "nemotron_22b": (True, True),
+              "nemotron_340b": (False, False), "mixtral_8x7b": (False, True), "mixtral_8x22b": (False, False)},
+}
+NEMO_LAUNCHER_OVERLAP["24.09"] = NEMO_LAUNCHER_OVERLAP["24.07"]     # the same values in every file
 
 
-def nemo_launcher_overlap(row: dict) -> tuple[bool, bool]:
-    """A NeMo 24.07 row's ``(ub_tp_comm_overlap, overlap_p2p_comm)`` from the launcher config it
-    ran (:data:`NEMO_2407_LAUNCHER_OVERLAP`); both off for fine-tuning rows.  A NeMo row of
-    another release, or a model the table does not name, is refused: its config is not known."""
+def nemo_launcher_overlap(row: dict) -> tuple[bool, bool, str]:
+    """A NeMo 1 row's ``(ub_tp_comm_overlap, overlap_p2p_comm)`` from the launcher config its
+    release ran (:data:`NEMO_LAUNCHER_OVERLAP`), and an assumption to print when that config is not
+    known (a release or model outside the table: NeMo 1's defaults, both off; a fine-tuning row:
+    off, as its SFT config sets neither)."""
     parts = str(row["id"]).split("/")
-    if not parts[0].startswith("nemo-24.07") or len(parts) < 3:
-        raise Refused(f"NeMo row {row['id']!r}: only NeMo 24.07's launcher configs are known (TP and pipeline "
-                      "overlap are read from them)")
-    if parts[2] != "pretrain":
-        return False, False
-    if parts[1] not in NEMO_2407_LAUNCHER_OVERLAP:
-        raise Refused(f"NeMo 24.07 row {row['id']!r}: its launcher config is not known")
-    return NEMO_2407_LAUNCHER_OVERLAP[parts[1]]
+    m = re.search(r"NeMo (\d+\.\d+)", str(row.get("software", ""))) or re.match(r"nemo-(\d+\.\d+)", parts[0])
+    release = m.group(1) if m else "?"
+    if len(parts) >= 3 and parts[2] != "pretrain":
+        return False, False, ""
+    key = re.sub(r"[.\-]", "_", parts[1].lower()) if len(parts) > 1 else ""
+    table = NEMO_LAUNCHER_OVERLAP.get(release, {})
+    if key in table:
+        tp, p2p = table[key]
+        return tp, p2p, ""
+    return False, False, (f"NeMo {release} launcher config for {parts[1] if len(parts) > 1 else row['id']} not known: "
+                          "TP and pipeline overlap off (NeMo 1's defaults)")
 
 
 def _engine(row: dict) -> str | Engine:
@@ -102,7 +118,7 @@ def _engine(row: dict) -> str | Engine:
         return megatron_core(tp_comm_overlap=int(row["tp"]) > 1, fp8_param_gather="FP8" in row["precision"],
                              overlap_p2p_comm=interleaved)
     if g == "NeMo":
-        tp_overlap, p2p_overlap = nemo_launcher_overlap(row)
+        tp_overlap, p2p_overlap, _ = nemo_launcher_overlap(row)
         return megatron_core(tp_comm_overlap=tp_overlap and int(row["tp"]) > 1,
                              overlap_p2p_comm=p2p_overlap and interleaved)
     if g == "llm-foundry" and "PURE" in row["precision"]:
@@ -479,6 +495,10 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     if etp is not None and etp != 1:
         raise Refused(f"expert tensor parallelism {etp} with tp {row['tp']} is not modelled (etp = tp or 1)")
     dispatcher, a2a_overlap = _moe_notes(row, notes) if model.moe else ("alltoall", False)
+    if source_group(row) == "NeMo":
+        why = nemo_launcher_overlap(row)[2]
+        if why:
+            notes.append(why)
     precision = _precision(row, notes)
     rc, rc_modules = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
