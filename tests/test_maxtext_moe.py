@@ -219,3 +219,15 @@ def test_stages_without_whole_moe_groups_are_named():
         warnings.simplefilter("error")
         evaluate(base, hardware.H100, cl, PlanSpec(4, 1, 2, 1, flash_attention=True, stage_layers=(2, 4)), 32,
                  engine="megatron-core")
+
+
+def test_megatron_capacity_rows_with_and_without_padding():
+    """A Megatron row's notes name its capacity factor, and whether experts pad to it."""
+    from cosearch.runs import rows
+    base = dict(software="Megatron-Bridge / NeMo 26.04 container", gen="Hopper", accel="H100-SXM-80GB",
+                recompute="none", assumed=[], zero="1 (distributed optimizer)", gpus_per_node=8, n_gpus=8,
+                dp=8, ep=1, gbs=64, mbs=1, ga=8)
+    plain = rows.describe_row(_tpu_row(**base, notes="token dropping, capacity factor 1.0"))
+    padded = rows.describe_row(_tpu_row(**base, notes="capacity factor 1.0, pad to capacity"))
+    assert plain.model.moe_capacity_factor == 1.0 and not plain.model.moe_pad_to_capacity
+    assert padded.model.moe_pad_to_capacity and not padded.model.moe_einsum_dispatch

@@ -278,6 +278,9 @@ def _moe_fields(row: dict, notes: list) -> dict:
             out["moe_einsum_dispatch"] = True
             notes.append(f"token dropping at capacity factor {cap.group(1)} through MaxText's dense dispatch "
                          "(one-hot einsums into padded expert slots: sparse_matmul False)")
+        elif re.search(r"pad\w*[^.;]*capacity|capacity[^.;]*\bpad", text, re.I):
+            out["moe_pad_to_capacity"] = True
+            notes.append(f"token dropping at capacity factor {cap.group(1)}, every expert padded to its capacity")
         else:
             notes.append(f"token dropping at capacity factor {cap.group(1)} (no padding)")
     if dense and int(row["ffn"] or 0) and int(row["ffn"]) != int(row["moe_ffn"]) * (
