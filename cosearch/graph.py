@@ -747,8 +747,11 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         # replicated over the tp ranks, the up projections split by head); the attention core
         # is priced with head width d + rope / 2 (QK^T over d + rope, PV over d)
         qr, kvr, rope = c.mla
-        qd = g.linear("q_down", [x_in], T, qr, h, lowp, cast_in)
-        qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, lowp)
+        if qr:
+            qd = g.linear("q_down", [x_in], T, qr, h, lowp, cast_in)
+            qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, lowp)
+        else:                   # no query latent: Megatron-Core's linear_q_proj
+            qkv = g.linear("q_proj", [x_in], T, a * (d + rope), h, lowp, cast_in)
         kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, lowp, cast_in)
         kvu = g.linear("kv_up", [kvd], T, a * 2 * d, kvr, lowp)
         qkv = g.vector("mla_join", [qkv, kvu], T * a * (3 * d + rope), "add", inputs=1)

@@ -85,7 +85,8 @@ class ModelConfig:
         3).  Counted exactly in the parameter counts; the cost model prices every layer as an
         MoE layer (the training plans assume identical layers) — for DeepSeek-V3 the two have
         equal FLOPs per token (9 x 2,048 = 18,432).
-    mla: multi-head latent attention's ``(q_lora_rank, kv_lora_rank, rope_head_dim)``
+    mla: multi-head latent attention's ``(q_lora_rank, kv_lora_rank, rope_head_dim)`` (a
+        ``q_lora_rank`` of 0: the query projected directly from the hidden state, DeepSeek-V2-Lite's)
         (DeepSeek-V2/V3): Q and K/V come from low-rank latents, each head's query/key has
         ``head_dim + rope_head_dim`` dims and its value ``head_dim``.
     mtp_layers: multi-token prediction modules (DeepSeek-V3: 1): each a transformer layer like
@@ -216,7 +217,11 @@ class ModelConfig:
             if len(tuple(self.mla)) != 3:
                 raise ValueError(f"ModelConfig.mla must be (q_lora_rank, kv_lora_rank, rope_head_dim), got {self.mla!r}")
             object.__setattr__(self, "mla", tuple(self.mla))
-            for x in self.mla:
+            qr = self.mla[0]
+            if isinstance(qr, bool) or not isinstance(qr, int) or qr < 0:
+                raise ValueError(f"ModelConfig.mla's q_lora_rank must be a whole number (0: the query projected "
+                                 f"directly, as DeepSeek-V2-Lite), got {qr!r}")
+            for x in self.mla[1:]:
                 _positive_int("mla", x)
         if self.sliding_window is not None:
             _positive_int("sliding_window", self.sliding_window)
@@ -300,8 +305,8 @@ class ModelConfig:
         if self.mla is not None:
             qr, kvr, rope = self.mla
             d, a = self.head_dim, self.heads
-            return (h * qr + qr * a * (d + rope) + h * (kvr + rope) + kvr * a * 2 * d + a * d * h
-                    + qr + kvr)
+            q = h * a * (d + rope) if qr == 0 else h * qr + qr * a * (d + rope) + qr
+            return q + h * (kvr + rope) + kvr * a * 2 * d + a * d * h + kvr
         return h * q + 2 * h * self.kv_dim + q * h
 
     def _mlp_params(self, width: int) -> int:
@@ -448,7 +453,8 @@ def _hf_moe(config: dict, mt: str) -> dict[str, Any]:
     if dense:
         out["dense_layers"] = dense
     if config.get("kv_lora_rank"):
-        out["mla"] = (_hf_int(config, "q_lora_rank", required=True), _hf_int(config, "kv_lora_rank"),
+        # q_lora_rank null (DeepSeek-V2-Lite, Moonlight): the query projected directly
+        out["mla"] = (_hf_int(config, "q_lora_rank", default=0), _hf_int(config, "kv_lora_rank"),
                       _hf_int(config, "qk_rope_head_dim", required=True))
     return out
 
@@ -536,7 +542,8 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
             raise ValueError("from_hf_config: MLA with v_head_dim != qk_nope_head_dim is not modelled")
     if mt == "bloom" or config.get("alibi"):
         position = "none"
-    elif mt in ("llama", "mistral", "qwen2", "gpt_neox", "gptj", "falcon", "phi") or gemma or "rope_theta" in config:
+    elif (mt in ("llama", "mistral", "qwen2", "gpt_neox", "gptj", "falcon", "phi") or gemma or "rope_theta" in config
+          or moe_kw.get("mla") or "rope_scaling" in config):           # MLA's decoupled keys are RoPE'd
         position = "rotary"
     else:
         position = "learned"

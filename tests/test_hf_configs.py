@@ -226,3 +226,22 @@ def test_llama4_config_reads_as_its_preset(preset, experts, step):
     assert m.with_(name=preset) == models.preset(preset)
     with pytest.raises(ValueError, match="moe_layers other than"):
         models.from_hf_config({"model_type": "llama4", "text_config": {**text, "moe_layers": [0, 5]}}, seq_len=8192)
+
+
+def test_mla_without_a_query_latent_deepseek_v2_lite():
+    """DeepSeek-V2-Lite's config.json (q_lora_rank null: the query projected directly from the
+    hidden state): 15.7B parameters (its model card), a ``q_proj`` GEMM of h x heads (d + rope)
+    instead of the query's down and up projections."""
+    from cosearch import graph, models
+    cfg = {"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+           "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16,
+           "num_key_value_heads": 16, "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+           "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+           "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 102400, "max_position_embeddings": 163840,
+           "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False}
+    m = models.from_hf_config(cfg, seq_len=4096)
+    assert m.mla == (0, 512, 64) and m.num_params() == pytest.approx(15.7e9, rel=0.01)
+    ops = {o.name: o for o in graph.build(m, 1, 1, "fwd", flash_attention=True).ops}
+    assert "q_down" not in ops and (ops["q_proj"].n, ops["q_proj"].k) == (16 * (128 + 64), 2048)
+    with pytest.raises(ValueError, match="q_lora_rank"):
+        m.with_(mla=(-1, 512, 64))
