@@ -85,8 +85,10 @@ MOE_EXPERT_OPS = ("expert_fc1", "expert_act", "expert_fc2", "shared_fc1", "share
 
 #: MaxText's ``remat_policy: custom`` tensor names (``configs/base.yml``: each ``'remat'``,
 #: ``'device'`` or ``'offload'``; ``decoder_layer_input`` is ``'device'`` by default and is never
-#: rematerialized) and where each lives among cosearch's layer ops: the op whose output the name
-#: checkpoints, with the share of that output it covers.
+#: rematerialized).  :func:`_maxtext_rerun` maps them onto cosearch's layer ops (query/key/value
+#: onto the fused QKV GEMM's shares, ``context`` onto the attention core, ``out_proj`` onto the
+#: attention output, ``mlpwi*``/``mlpwo`` onto the MLP's, ``moe_*`` onto the experts'), and
+#: :func:`cosearch.memory.maxtext_saved_bytes` sizes the tensors.
 MAXTEXT_TENSORS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj", "context",
                    "out_proj", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "moe_mlpwi", "moe_mlpwi_0", "moe_mlpwi_1",
                    "moe_mlpwo")
