@@ -86,8 +86,8 @@ def nemo_launcher_overlap(row: dict) -> tuple[bool, bool, str]:
     known (a release or model outside the table: NeMo 1's defaults, both off; a fine-tuning row:
     off, as its SFT config sets neither)."""
     parts = str(row["id"]).split("/")
-    m = re.search(r"NeMo (\d+\.\d+)", str(row.get("software", ""))) or re.match(r"nemo-(\d+\.\d+)", parts[0])
-    release = m.group(1) if m else "?"
+    rel = release_of(row)
+    release = f"{rel[0]}.{rel[1]:02d}" if rel and len(rel) >= 2 else "?"
     if len(parts) >= 3 and parts[2] != "pretrain":
         return False, False, ""
     key = re.sub(r"[.\-]", "_", parts[1].lower()) if len(parts) > 1 else ""
