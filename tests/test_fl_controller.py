@@ -51,6 +51,50 @@ def test_one_keep_seen_scales_by_the_mean_cost_ratio_and_scores_errors():
         tm.predict(3, 0.5)
 
 
+def test_a_persistent_small_shift_restarts_the_history_where_it_began():
+    """Ten rounds at 1.0 s, then 1.1 s (a 10 % shift, under a one-round 3-sigma rule's 15 %).
+    One keep: the prediction is the mean of the history.  Errors so far are 0, so each error is
+    standardised by the 5 % floor: z = log(1.1 / mean) / 0.05, S+ = S+ + z - 1/2, by hand:
+    round 11: z = 1.906, S = 1.406; 12: mean 1.00909, z = 1.725, S = 2.631; 13: mean 1.01667,
+    z = 1.576, S = 3.707; 14: mean 1.02308, z = 1.448, S = 4.655; 15: mean 1.02857, z = 1.343,
+    S = 5.498 > 5.  The change point maximising (sum z)^2 / n is round 11 (8.00^2 / 5 = 12.8
+    against 6.09^2 / 4 = 9.3 from round 12), so the history is rounds 11-15, all 1.1 s."""
+    tm = controller.ClientTimeModel(_costs)
+    for _ in range(10):
+        tm.observe(0, 1.0, 1.0)
+    for i in range(4):
+        tm.observe(0, 1.0, 1.1)
+        assert tm.predict(0, 1.0) == pytest.approx((10 + 1.1 * (i + 1)) / (11 + i), rel=1e-12)
+    tm.observe(0, 1.0, 1.1)
+    assert len(tm.seen[0]) == 5 and tm.predict(0, 1.0) == pytest.approx(1.1, rel=1e-12) and tm.error(0) == 0.0
+
+
+def test_one_noisy_round_is_not_a_change():
+    """A single 3.6-sigma round (1.2 s after ten at 1.0 s: z = log 1.2 / 0.05 = 3.65, S+ = 3.15 < 5)
+    and the rounds after it stay in the history."""
+    tm = controller.ClientTimeModel(_costs)
+    for t in [1.0] * 10 + [1.2, 1.0, 1.0]:
+        tm.observe(0, 1.0, t)
+    assert len(tm.seen[0]) == 13 and tm.predict(0, 1.0) == pytest.approx(13.2 / 13, rel=1e-12)
+
+
+def test_change_point_is_the_maximum_likelihood_start_of_a_mean_shift():
+    """Against the likelihood itself: z_i ~ N(0, 1) before round j and N(mu, 1) from j, mu at its
+    maximum-likelihood value (the mean of z from j, at least 0); the best j by brute force."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 9))
+        z = rng.normal(rng.uniform(-1, 3), 1.0, n)
+        z[-1] = abs(z[-1]) + 0.1                 # an alarm ends on a round that pushed the sum up
+        exc = [(100 + i, float(v)) for i, v in enumerate(z)]
+
+        def loglik(j, z=z):
+            mu = max(0.0, float(np.mean(z[j:])))
+            return -0.5 * float(np.sum(z[:j] ** 2)) - 0.5 * float(np.sum((z[j:] - mu) ** 2))
+        best = max(range(n), key=lambda j: (loglik(j), j))
+        assert controller._change_point(exc) == 100 + best
+
+
 def test_a_former_straggler_is_predicted_from_its_own_full_rounds():
     """Sub-model rounds that follow t = p^2 exactly, then three full rounds at 1.10, 1.12 and 1.08
     s (the device is not the curve's extrapolation, 1.0 s, but within its change threshold): the
@@ -62,6 +106,37 @@ def test_a_former_straggler_is_predicted_from_its_own_full_rounds():
     for t in (1.10, 1.12, 1.08):
         tm.observe(4, 1.0, t)
     assert len(tm.seen[4]) == 7 and tm.predict(4, 1.0) == pytest.approx(1.10, rel=1e-12)
+
+
+def test_the_level_comes_from_every_round_near_the_current_keep():
+    """Rounds on t = 6 p^2 + 4 p + 0.5 at keeps 0.5-0.8, then 0.90, 0.92 and 0.88 at 6, 4 and 5 %
+    above it.  The curve is the non-negative least-squares fit of all seven rounds (here by brute
+    force: lstsq on every subset of the columns, the best non-negative one); the rounds within 0.05 of the current keep 0.88 are the last three (0.80 is
+    0.08 away), and the prediction is the curve times their mean ratio to it."""
+    def t(p):
+        return 6.0 * p * p + 4.0 * p + 0.5
+    tm = controller.ClientTimeModel(_costs)
+    rounds = [(0.5, t(0.5)), (0.6, t(0.6)), (0.7, t(0.7)), (0.8, t(0.8)),
+              (0.9, 1.06 * t(0.9)), (0.92, 1.04 * t(0.92)), (0.88, 1.05 * t(0.88))]
+    for p, s in rounds:
+        tm.observe(2, p, s)
+    A = np.array([[p * p, p, 1.0] for p, _ in rounds])
+    y = np.array([s for _, s in rounds])
+    best = None
+    for cols in ([0], [1], [2], [0, 1], [0, 2], [1, 2], [0, 1, 2]):
+        sol, *_ = np.linalg.lstsq(A[:, cols], y, rcond=None)
+        if (sol >= 0).all():
+            x = np.zeros(3)
+            x[cols] = sol
+            res = float(np.sum((A @ x - y) ** 2))
+            best = (res, x) if best is None or res < best[0] else best
+    x = best[1]
+
+    def curve(p):
+        return x[0] * p * p + x[1] * p + x[2]
+    level = np.mean([s / curve(p) for p, s in rounds[4:]])
+    assert tm.predict(2, 0.7) == pytest.approx(curve(0.7) * level, rel=1e-9)
+    assert len(tm.seen[2]) == 7          # no change found: 6 % is noise-sized
 
 
 def _run(devices, rounds, profiler, change=None):
@@ -168,7 +243,10 @@ def test_controller_criteria_harness():
     assert {x["straggler"] for x in c.rounds if x["round"] > 16 and "straggler" in x} == {1}
     after = [x["on_target"] for x in c.rounds if x["round"] >= 12 and "straggler" in x]
     assert c.retarget_rounds == after.index(True) and all(not a for a in after[:c.retarget_rounds])
-    assert "wrong swaps 0" in c.table()
+    cut = [x["straggler"] for x in c.rounds if x["round"] >= 12 and "straggler" in x]
+    assert c.reassigned_rounds == cut.index(1) and 1 not in cut[:c.reassigned_rounds]
+    assert c.reassigned_rounds <= c.retarget_rounds
+    assert "wrong swaps 0" in c.table() and "slowest client cut after" in c.table()
 
 
 def test_with_client_sampling_the_stragglers_are_the_slowest_seen_participants():

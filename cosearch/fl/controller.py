@@ -22,15 +22,25 @@ of the full model; ``d`` >= 0: its per-round constant, the link latency of
 to the client's last ``window`` rounds.  ``d`` is fitted only once three keep fractions are
 seen (two cannot separate it from the slope); with fewer than ``MIN_FIT_ROUNDS`` rounds or one
 keep fraction the split is not identified and ``t(p) = mean_i(t_i / r(k_i)) r(p)``, ``r`` the
-mean of the two ratios.  Where the client has ``RECENT`` or more rounds at its current keep
-fraction, the fitted curve is levelled on their mean, so a client that changed role (a former
-straggler now at the full model) is predicted from its own full rounds rather than by
-extrapolation.  Each prediction's error is kept (``log(observed / predicted)``); a round more
-than 3 spreads of them (at least 5 %) off its prediction restarts the client's history from that
-round (the device changed).  Because changes restart the history, the window only bounds slow
-drift: :class:`~cosearch.fl.profiling.StragglerProfiler` keeps 20 rounds, so at 5 % round-time
-noise each prediction's standard error is about 5 %/sqrt(20) = 1.1 %, well inside criterion
-(a)'s ±5 % band (6 rounds, the window before, gave 2 % for each of the two times compared and
+mean of the two ratios.  Where the client has ``RECENT`` or more rounds within ``LEVEL_NEAR``
+(0.05) of its current keep fraction, the fitted curve is levelled on them (scaled by their mean
+ratio to it), so a client that changed role (a former straggler now at the full model) is
+predicted from its own full rounds rather than by extrapolation, and a straggler whose keep moves
+by a grid step or two is levelled on all its recent rounds, not the few at exactly one keep.
+
+**A changed device** is found by Page's two-sided CUSUM (Page, "Continuous inspection schemes",
+*Biometrika* 41, 1954) on the client's prediction errors ``log(observed / predicted)``, each
+standardised by the spread of its earlier errors (:meth:`ClientTimeModel.error`, at least 5 %):
+``S+ = max(0, S+ + z - 1/2)``, ``S- = max(0, S- - z - 1/2)``, a change when either passes 5.  A
+device that halves its speed (z of about 14) is found in the round it slows; a persistent 2-sigma
+shift in a few rounds; a single 3- or 4-sigma round of noise is not a change (a one-round rule
+at 3 sigma restarted clients on noise alone and then mispredicted them for rounds).  The history
+then restarts from the round the shift most likely began: the start ``j`` of the excursion that
+maximises ``(sum of z from j)^2 / (rounds from j)``, the maximum-likelihood change point of a
+normal mean shift.  Because changes restart the history, the window only bounds slow drift:
+:class:`~cosearch.fl.profiling.StragglerProfiler` keeps 20 rounds, so at 5 % round-time noise
+each prediction's standard error is about 5 %/sqrt(20) = 1.1 %, well inside criterion (a)'s ±5 %
+band (6 rounds, the window before, gave 2 % for each of the two times compared and
 missed the band in a fifth of FEMNIST rounds).
 
 **Decisions** (:meth:`StragglerProfiler.observe` with ``rule="model"``): the target is the
@@ -54,12 +64,19 @@ __all__ = ["ClientTimeModel", "keep_grid", "KEEP_STEP"]
 
 #: Keep fractions are chosen on a grid of this step.
 KEEP_STEP = 0.01
-#: Rounds at its current keep fraction that level a client's fitted curve on their mean.
+#: Rounds near its current keep fraction (within LEVEL_NEAR) that level a client's fitted curve
+#: on their mean ratio to it.
 RECENT = 3
-#: A round this many spreads of the client's prediction errors (at least MIN_SIGMA) off its
-#: prediction means the device changed: the client's history restarts from it.
-CHANGE_SIGMAS = 3.0
+LEVEL_NEAR = 0.05
+#: The floor of the spread that standardises a client's prediction errors (5 %: the default
+#: device noise).
 MIN_SIGMA = 0.05
+#: Page's CUSUM on the standardised errors: reference value k (half the 1-sigma shift it is
+#: tuned to) and decision interval h.  k = 1/2, h = 5 is the textbook design (Montgomery,
+#: *Introduction to Statistical Quality Control*, CUSUM chapter: an in-control average run
+#: length of 465 rounds a side; a 2-sigma shift found in about 4 rounds, a 3-sigma one in 2.6).
+CUSUM_K = 0.5
+CUSUM_H = 5.0
 #: Rounds a client needs before its time curve is fitted (fewer: one scale on the mean cost ratio).
 MIN_FIT_ROUNDS = 4
 
@@ -68,6 +85,18 @@ def keep_grid(min_keep: float) -> np.ndarray:
     """Keep fractions ``min_keep, min_keep + 0.01, ..., 1`` (rounded to the grid)."""
     lo = math.ceil(round(min_keep / KEEP_STEP, 9)) * KEEP_STEP
     return np.round(np.arange(lo, 1.0 + KEEP_STEP / 2, KEEP_STEP), 2)
+
+
+def _change_point(excursion: list[tuple[int, float]]) -> int:
+    """The round a shift began, by maximum likelihood over an excursion's ``(round, z)``: the
+    start ``j`` maximising ``(sum of z from j)^2 / (rounds from j)`` (a normal mean shift of unknown
+    size from ``j`` on)."""
+    best, best_j, tail, count = -1.0, excursion[-1][0], 0.0, 0
+    for i, z in reversed(excursion):
+        tail, count = tail + z, count + 1
+        if tail > 0 and tail * tail / count > best:
+            best, best_j = tail * tail / count, i
+    return best_j
 
 
 class ClientTimeModel:
@@ -81,21 +110,45 @@ class ClientTimeModel:
         self.window = int(window)
         self.seen: dict[int, deque] = {}
         self.errors: dict[int, deque] = {}
+        self._seq: dict[int, deque] = {}
+        self._count: dict[int, int] = {}
+        self._cusum: dict[int, tuple[float, int, float, int]] = {}
+        self._z: dict[int, deque] = {}
 
     def observe(self, client: int, keep: float, seconds: float) -> None:
         """Record one round: ``client`` trained keep fraction ``keep`` in ``seconds``; the
-        prediction made for it (if any) is scored first."""
-        if client in self.seen:
+        prediction made for it (if any) is scored first, and a change of the device (module
+        docstring) restarts the client's history from the round the change began."""
+        obs = self.seen.setdefault(client, deque(maxlen=self.window))
+        n = self._count.get(client, 0)
+        if obs:
             err = math.log(seconds / self.predict(client, keep))
-            if abs(err) > CHANGE_SIGMAS * max(self.error(client), MIN_SIGMA):
-                # far outside what its predictions have shown: the device changed, start afresh
-                self.seen[client].clear()
+            z = err / max(self.error(client), MIN_SIGMA)
+            up, up_start, down, down_start = self._cusum.get(client, (0.0, n, 0.0, n))
+            # Page's two-sided CUSUM; an excursion starts where its sum last left zero
+            up_start = n if up <= 0.0 else up_start
+            down_start = n if down <= 0.0 else down_start
+            up, down = max(0.0, up + z - CUSUM_K), max(0.0, down - z - CUSUM_K)
+            self._cusum[client] = (up, up_start, down, down_start)
+            zs = self._z.setdefault(client, deque(maxlen=self.window))
+            zs.append((n, z))
+            if up > CUSUM_H or down > CUSUM_H:
+                sign, s0 = (1.0, up_start) if up > CUSUM_H else (-1.0, down_start)
+                start = _change_point([(i, sign * zz) for i, zz in zs if i >= s0])
+                kept = [o for i, o in zip(self._seq[client], obs) if i >= start]
+                obs.clear()
+                obs.extend(kept)
+                self._seq[client] = deque((i for i in self._seq[client] if i >= start), maxlen=self.window)
                 self.errors.pop(client, None)
+                self._cusum.pop(client, None)
+                self._z.pop(client, None)
             else:
                 self.errors.setdefault(client, deque(maxlen=self.window)).append(err)
-        self.seen.setdefault(client, deque(maxlen=self.window)).append((float(keep), float(seconds)))
+        obs.append((float(keep), float(seconds)))
+        self._seq.setdefault(client, deque(maxlen=self.window)).append(n)
+        self._count[client] = n + 1
 
-    def _fit(self, client: int) -> tuple[float, float] | None:
+    def _fit(self, client: int) -> tuple[float, float, float] | None:
         obs = self.seen.get(client)
         if not obs:
             return None
@@ -122,19 +175,20 @@ class ClientTimeModel:
             raise ValueError(f"client {client} has no observed round to predict from")
         f, b = np.array([self.costs(float(p)) for p in ps], dtype=float).reshape(-1, 2).T
         k = obs[-1][0]
-        at_k = np.array([s for kk, s in obs if kk == k])
+        near = [(kk, s) for kk, s in obs if abs(kk - k) <= LEVEL_NEAR + 1e-9]
         fit = self._fit(client)
         if fit is not None:
             a, c, d = fit
             curve = a * f + c * b + d
-            if len(at_k) < RECENT:
+            if len(near) < RECENT:
                 return curve
-            # the fitted shape, levelled on the rounds at the client's current keep fraction
-            fk, bk = self.costs(k)
-            return curve * float(np.mean(at_k)) / (a * fk + c * bk + d)
+            # the fitted shape, levelled on the rounds near the client's current keep fraction
+            level = np.mean([s / (a * ff + c * bb + d) for ff, bb, s in
+                             ((*self.costs(kk), s) for kk, s in near)])
+            return curve * float(level)
+        t = np.array([s for _, s in obs])
         # too few rounds for a fit: every round scaled by the mean cost ratio, averaged
         r = np.array([sum(self.costs(kk)) for kk, _ in obs])
-        t = np.array([s for _, s in obs])
         return float(np.mean(t / r)) * (f + b)
 
     def error(self, *clients: int) -> float:
