@@ -670,13 +670,20 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
         return out
 
     def swap(graph: LayerGraph, new: dict) -> LayerGraph:
-        at = [i for i, o in enumerate(graph.ops) if o.name in new]
+        # where the expert ops sit, found once per source graph (every ep derived from it reuses it)
+        key = ("_expert_at", tuple(sorted(new)))
+        at = graph.__dict__.get(key)
+        if at is None:
+            at = graph.__dict__[key] = [i for i, o in enumerate(graph.ops) if o.name in new]
         if len(at) != len(new):
             raise ValueError("with_expert_parallel: the graph's expert ops do not match")
         ops = list(graph.ops)
         for i in at:
             ops[i] = moved(new[ops[i].name], ops[i].deps)
-        out = LayerGraph(graph.name, tuple(ops), phase=graph.phase, tp=graph.tp, microbatch=graph.microbatch)
+        # each op keeps its place and its deps, so the validated source graph's order holds
+        out = object.__new__(LayerGraph)
+        out.__dict__.update(name=graph.name, ops=tuple(ops), phase=graph.phase, tp=graph.tp,
+                            microbatch=graph.microbatch, meta={})
         rows = graph.arrays().copy()             # the other rows are the same ops'
         rows[at] = [ops[i].as_row() for i in at]
         rows.setflags(write=False)
