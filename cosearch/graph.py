@@ -342,9 +342,14 @@ class LayerGraph:
         return [op.bytes_read for op in self.ops if op.kind == "allreduce"]
 
     @property
-    def collectives(self) -> list[tuple[str, float]]:
-        """(kind, bytes) of every collective op, in order."""
-        return [(op.kind, op.bytes_read) for op in self.ops if op.kind in NETWORK_KINDS]
+    def collectives(self) -> tuple[tuple[str, float], ...]:
+        """(kind, bytes) of every collective op, in order (found once: pricing reads it per network
+        and microbatch)."""
+        cached = self.__dict__.get("_collectives")
+        if cached is None:
+            cached = self.__dict__["_collectives"] = tuple((op.kind, op.bytes_read) for op in self.ops
+                                                           if op.kind in NETWORK_KINDS)
+        return cached
 
     @property
     def edges(self) -> list[tuple[int, int]]:

@@ -305,11 +305,33 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_attention: bool,
+                        precision: str) -> tuple[tuple[float, ...], float]:
+    """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
+    layer's without recompute, under ``policy``'s selective recompute, the layer input, the
+    embedding's, the head's), and the bytes a MaxText policy offloads to the host; cached (none
+    depends on expert parallelism, which the plan search prices degree by degree)."""
+    mt = graph.maxtext_policy(policy)
+    host = 0.0
+    if mt is not None:
+        sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)
+    else:
+        sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
+               if policy == "every-other-matmul" and flash_attention and not cl.moe else
+               memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
+                                             graph.recompute_modules(policy) or ()))
+    return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision), sel,
+             memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
+             memory.head_activation_bytes(cl, t, 1, sp)), host)
+
+
 def clear_graph_cache() -> None:
     """Forget every cached op graph (:func:`_graph_rows`, :func:`_part_graphs`): benchmarks
     that time graph building start from here."""
     _graph_rows.cache_clear()
     _part_graphs.cache_clear()
+    _per_sequence_bytes.cache_clear()
     _SHARES.clear()
 
 
@@ -597,18 +619,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             ep_stride = None if etp_n == t else 1
             affine = affine_sum and (not c.moe or _moe_rows_affine(c, t, sp, cp, ep, etp_t is not None))
             # activation bytes are linear in the microbatch: priced for one sequence
-            mt = graph.maxtext_policy(policy)
-            host = 0.0
-            if mt is not None:
-                sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)
-            else:
-                sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
-                       if policy == "every-other-matmul" and flash_attention and not c.moe else
-                       memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
-                                                     graph.recompute_modules(policy) or ()))
-            per_seq = (memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision), sel,
-                       memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
-                       memory.head_activation_bytes(cl, t, 1, sp))
+            per_seq, host = _per_sequence_bytes(cl, t, sp, policy, bool(flash_attention), precision)
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
