@@ -20,6 +20,7 @@ the meta device into the same IR.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Sequence
@@ -649,6 +650,16 @@ def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: 
     return g.expert_gemm("expert_fc2", [act], per, c.hidden, fe, local, lowp)
 
 
+@functools.lru_cache(maxsize=512)
+def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float) -> tuple[dict, dict]:
+    """The routed experts' forward ops (:func:`_expert_ops`: ``local`` experts of ``per`` tokens
+    each) and their backward, by name; cached, as many (tp, sequence-parallel, microbatch, ep)
+    layers share them (callers must not change the dicts)."""
+    g = _Builder(c.dtype_bytes)
+    _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp)
+    return {o.name: o for o in g.ops}, {o.name: o for o in _backward(list(g.ops), tp, c.dtype_bytes, ())}
+
+
 def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
                          context_parallel: int = 1, precision: str = "bf16") -> tuple[LayerGraph, LayerGraph]:
     """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
@@ -662,10 +673,7 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
     check_expert_parallel(c, ep)
     T = microbatch * (c.seq_len // context_parallel)
     per, _ = moe_expert_tokens(c, T, ep, microbatch)
-    g = _Builder(c.dtype_bytes)
-    _expert_ops(g, c, None, per, c.num_experts // ep, c.expert_ffn // tp, OPERAND_BYTES[precision])
-    new_f = {o.name: o for o in g.ops}
-    new_b = {o.name: o for o in _backward(list(g.ops), tp, c.dtype_bytes, ())}
+    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision])
 
     def moved(op: Op, deps: tuple[int, ...]) -> Op:
         # the rebuilt op at the original's place (its fields were validated when built)

@@ -327,11 +327,13 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
 
 
 def clear_graph_cache() -> None:
-    """Forget every cached op graph (:func:`_graph_rows`, :func:`_part_graphs`): benchmarks
-    that time graph building start from here."""
+    """Forget every cached op graph (:func:`_graph_rows`, :func:`_part_graphs`, the experts' ops
+    of :func:`cosearch.graph.with_expert_parallel`) and activation size: benchmarks that time
+    graph building start from here."""
     _graph_rows.cache_clear()
     _part_graphs.cache_clear()
     _per_sequence_bytes.cache_clear()
+    graph._expert_pair.cache_clear()
     _SHARES.clear()
 
 
