@@ -4,7 +4,8 @@ stages, sequence parallelism and ZeRO with expert_parallel 1 (the dense option s
 every ep of 1, 2, 4, 8, 16, 32, 64 that the plans allow, in the same run.  Target: the EP search
 under 3x the ep-1 search's time (each search from an empty graph cache).  The MoE layer graphs
 are extrapolated in the microbatch from two sizes where every expert's token count is whole (as
-here), so pricing grows with the number of ep values searched, and the search with them.  The brute force
+here), and each ep prices only the tensor-parallel degrees its configurations use (ep x tp must
+fit the chips), so pricing grows with the number of ep values searched, and the search with them.  The brute force
 over evaluate() that checks the search is in tests/test_modern_plans.py.
 
 Run: python -m pytest bench/bench_moe_search.py --benchmark-only -s

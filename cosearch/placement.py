@@ -310,9 +310,22 @@ def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> lis
     """Phase 2: every combination's unit costs and hardware row."""
     out = []
     for c, p, e, _n in combos:
-        u_all = units if units is not None else unit_costs(
-            o.model, o.chip, o.cluster, o.tps, o.mbs, o.sps, o.flash_attention, time_model=time_model,
-            engine=o.engine, context_parallel=c, precision=p, expert_parallel=e)[0]
+        if units is not None:
+            u_all = units
+        else:
+            # only the tensor-parallel degrees some configuration of (cp, ep) uses are priced (a
+            # high ep leaves room for few); the others' rows stay zero, and no row of its table,
+            # nor its lower bound (dp.table_lower_bound walks the same groups), reads them
+            used = [ti for ti, t in enumerate(o.tps) if count_configurations(
+                o.model, o.cluster.num_chips, o.global_batch, (t,), o.mbs, o.sps, o.virt, o.zeros, c, o.groups, e)]
+            u = unit_costs(o.model, o.chip, o.cluster, [o.tps[i] for i in used], o.mbs, o.sps, o.flash_attention,
+                           time_model=time_model, engine=o.engine, context_parallel=c, precision=p,
+                           expert_parallel=e)[0]
+            if len(used) < len(o.tps):
+                u_all = np.zeros((len(o.tps),) + u.shape[1:])
+                u_all[used] = u
+            else:
+                u_all = u
         hw = hw_row(o.chip.hbm_bytes, o.chip.hbm_bandwidth_Bps * o.chip.efficiency.memory, o.mem, overlap_dp,
                     o.engine, p, host_Bps=o.chip.host_link_Bps)
         out.append((u_all, hw))

@@ -431,6 +431,34 @@ def test_search_over_expert_parallel_equals_brute_force():
         assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
 
 
+@pytest.mark.usefixtures("cached_units")
+def test_a_high_ep_that_leaves_no_room_for_tp_is_searched_exactly():
+    """4 chips, batch 4: ep 4 needs dp 4, so only tp 1 has configurations at ep 4 (the search
+    prices no other tp there), while ep 2 allows tp 2 and pipelines: the search over tp 1-2 and
+    ep 2 and 4 equals the brute force over evaluate(), at two memory limits."""
+    model, chip, batch = MOE, hardware.H100, 4
+    cl = cluster.Cluster(4, 2, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
+    plans = []
+    for spec in two_layer_plan_specs(batch, cl.num_chips, (2, 4), (0, 1)):
+        p = evaluate(model, chip, cl, spec, batch, engine="megatron-core")
+        big = evaluate(model, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine="megatron-core")
+        plans.append((big.step_time_s, max(p.memory_per_chip_bytes), spec.expert_parallel, spec.tp))
+    assert {tp for _, _, ep, tp in plans if ep == 4} == {1} and {tp for _, _, ep, tp in plans if ep == 2} == {1, 2}
+    for q in (0.2, 0.8):
+        hbm = float(np.quantile([p[1] for p in plans], q))
+        best = min(p[0] for p in plans if p[1] <= hbm)
+        res = placement.search_plans(model, chip.with_(hbm_bytes=hbm), cl, batch, tps=(1, 2), virtual_stages=(1,),
+                                     sequence_parallel=(False,), zero=(0, 1), flash_attention=True,
+                                     engine="megatron-core", expert_parallel=(2, 4))
+        assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
+        only4 = min((p[0] for p in plans if p[1] <= hbm and p[2] == 4), default=None)
+        if only4 is not None:
+            res4 = placement.search_plans(model, chip.with_(hbm_bytes=hbm), cl, batch, tps=(1, 2),
+                                          virtual_stages=(1,), sequence_parallel=(False,), zero=(0, 1),
+                                          flash_attention=True, engine="megatron-core", expert_parallel=(4,))
+            assert res4.best.step_time_s == pytest.approx(only4, rel=1e-9)
+
+
 def test_moe_presets_and_plan():
     m = models.preset("mixtral-8x7b")
     assert m.num_params() == pytest.approx(46.7e9, rel=0.01)
