@@ -684,10 +684,11 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
 
     def swap(graph: LayerGraph, new: dict) -> LayerGraph:
         # where the expert ops sit, found once per source graph (every ep derived from it reuses it)
-        key = ("_expert_at", tuple(sorted(new)))
-        at = graph.__dict__.get(key)
+        found = graph.__dict__.setdefault("_expert_at", {})
+        names = tuple(sorted(new))
+        at = found.get(names)
         if at is None:
-            at = graph.__dict__[key] = [i for i, o in enumerate(graph.ops) if o.name in new]
+            at = found[names] = [i for i, o in enumerate(graph.ops) if o.name in new]
         if len(at) != len(new):
             raise ValueError("with_expert_parallel: the graph's expert ops do not match")
         ops = list(graph.ops)
