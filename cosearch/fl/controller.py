@@ -186,9 +186,9 @@ class ClientTimeModel:
             level = np.mean([s / (a * ff + c * bb + d) for ff, bb, s in
                              ((*self.costs(kk), s) for kk, s in near)])
             return curve * float(level)
-        t = np.array([s for _, s in obs])
         # too few rounds for a fit: every round scaled by the mean cost ratio, averaged
         r = np.array([sum(self.costs(kk)) for kk, _ in obs])
+        t = np.array([s for _, s in obs])
         return float(np.mean(t / r)) * (f + b)
 
     def error(self, *clients: int) -> float:
