@@ -258,8 +258,9 @@ class Op:
     bytes_written: float = 0.0
     dtype_bytes: int = 2
     weight_bytes: float = 0.0
-    #: a fused attention kernel's head dimension (0: not a fused attention op); its ``k`` is
-    #: ``flops_factor x head_dim``, so ``k > head_dim`` marks the backward
+    #: a fused attention kernel's head dimension (0: not a fused attention op); its ``k`` is the
+    #: head dim in a forward and 2.5 of them in a backward (``k > 1.5 head_dim`` marks it), the
+    #: share of (query, key) pairs it computes scaling its ``n``
     head_dim: int = 0
 
     def __post_init__(self) -> None:
@@ -399,13 +400,17 @@ class _Builder:
         return self.collective(name, deps, nbytes, "allreduce")
 
     def attention(self, name: str, deps, sq: int, sk: int, d: int, batch: int, flops_factor: float,
-                  rows_read: float, rows_written: float) -> int:
+                  rows_read: float, rows_written: float, work: float = 1.0) -> int:
         """A fused attention kernel of ``sq`` query rows against ``sk`` keys:
-        ``flops_factor`` sq x sk x d matmuls per head, HBM traffic of whole (rows, d) tensors
-        only (no sq x sk scores): ``rows_read`` / ``rows_written`` rows of d per head."""
+        ``flops_factor`` sq x sk x d matmuls per head (1: causal QK^T and PV), HBM traffic of
+        whole (rows, d) tensors only (no sq x sk scores): ``rows_read`` / ``rows_written`` rows of
+        d per head.  The factor scales the keys a query meets (``n``), so ``k`` is ``work`` head
+        dims: 1 for a forward, :data:`ATTENTION_BWD_FACTOR` for a backward — how the kernels tell
+        the two apart whatever the factor (a sliding window's, or 2 for non-causal attention)."""
         dt = self.dt
-        k = int(round(flops_factor * d))  # 2 m n k batch = flops_factor * 2 sq sk d batch
-        return self._add(Op(name, "attention", tuple(x for x in deps if x is not None), m=sq, n=sk, k=k,
+        n = max(1, int(round(flops_factor * sk)))   # 2 m n k batch = flops_factor * 2 sq sk d batch * work
+        k = int(round(work * d))
+        return self._add(Op(name, "attention", tuple(x for x in deps if x is not None), m=sq, n=n, k=k,
                             batch=batch, bytes_read=rows_read * d * batch * dt,
                             bytes_written=rows_written * d * batch * dt, dtype_bytes=dt, head_dim=int(d)))
 
@@ -616,6 +621,10 @@ def _check_parallel(config: ModelConfig, tp: int, microbatch: int) -> None:
         raise ValueError(f"tp={tp} must divide heads={config.heads} (and kv_heads={config.kv_heads})")
     if config.ffn_hidden % tp:
         raise ValueError(f"tp={tp} must divide ffn_hidden={config.ffn_hidden}")
+    ca = config.compressed_attention
+    if ca is not None and (ca.o_groups % tp or ca.index_heads % tp):
+        raise ValueError(f"tp={tp} must divide compressed attention's o_groups={ca.o_groups} and "
+                         f"index_heads={ca.index_heads} (each rank holds whole output groups and indexer heads)")
 
 
 def moe_expert_tokens(c: ModelConfig, T: int, ep: int, seqs: int = 1) -> tuple[int, int]:
@@ -751,7 +760,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False) -> list[Op]:
     c = config
-    s, h, d = c.seq_len, c.hidden, c.head_dim
+    s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
     a = c.heads // tp
     kv = max(1, c.kv_heads // tp)  # GQA with kv_heads < tp replicates KV heads
@@ -761,10 +770,55 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     act_bytes = T * h * c.dtype_bytes
     g = _Builder(c.dtype_bytes)
     norm = c.norm
-    n1 = g.vector("norm1", [], Tv * h, norm)
+    nh = c.hyper_connections
+    x_pre = _hyper_pre(g, "attn", [], Tv, h, nh)
+    n1 = g.vector("norm1", [x_pre], Tv * h, norm)
     gathered = sp and tp > 1
     cast_in = not (gathered and lowp)   # a low-precision SP gather delivers the GEMMs' input cast
     x_in = g.sp_allgather("allgather_attn", n1, Tv * h, T * h, lowp) if gathered else n1
+    ca = c.compressed_attention
+    if ca is not None:
+        out = _compressed_attention(g, c, ca, x_in, T, sl, b, a, tp, lowp, cast_in)
+    else:
+        ctx = _attention(g, c, x_in, T, sl, b, a, kv, flash, lowp, cast_in)
+        out = g.linear("attn_out", [ctx], T, h, a * c.head_dim, lowp)
+    if tp > 1:
+        out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
+               else g.allreduce("allreduce_attn", [out], act_bytes))
+    if c.dropout:
+        out = g.vector("dropout1", [out], Tv * h, "dropout")
+    r1 = g.vector("residual1", [out], Tv * h * nh, "add", inputs=2)
+    n2 = g.vector("norm2", [_hyper_pre(g, "mlp", [r1], Tv, h, nh)], Tv * h, norm)
+    # an MoE layer's router and token dispatch take the gathered tokens in the graph's dtype
+    mlp_lowp = 0.0 if c.moe else lowp
+    local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
+    if local:
+        # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b)
+    else:
+        x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
+        if c.moe:
+            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b)
+        else:
+            # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
+            fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)
+            act = g.vector("act", [fc1], T * f, c.activation, inputs=2 if c.gated else 1)
+            fc2 = g.linear("fc2", [act], T, h, f, lowp)
+    y = fc2
+    if tp > 1 and not local:
+        y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
+             else g.allreduce("allreduce_mlp", [fc2], act_bytes))
+    if c.dropout:
+        y = g.vector("dropout2", [y], Tv * h, "dropout")
+    g.vector("residual2", [y, r1], Tv * h * nh, "add", inputs=2)
+    return g.ops
+
+
+def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, a: int, kv: int, flash: bool,
+               lowp: float, cast_in: bool) -> int:
+    """Multi-head (GQA) or multi-head latent attention on this rank's ``T`` tokens and ``a``
+    heads (``kv`` K/V heads): the projections, RoPE and the core; returns the core."""
+    s, h, d = c.seq_len, c.hidden, c.head_dim
     if c.mla is not None:
         # multi-head latent attention: Q and K/V from low-rank latents (the down projections
         # replicated over the tp ranks, the up projections split by head); the attention core
@@ -797,37 +851,72 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         if c.dropout:
             sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
         ctx = g.gemm("attn_context", [sm, qkv], s, d, s, batch=b * a, weights=False)
-    out = g.linear("attn_out", [ctx], T, h, a * c.head_dim, lowp)
-    if tp > 1:
-        out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
-               else g.allreduce("allreduce_attn", [out], act_bytes))
-    if c.dropout:
-        out = g.vector("dropout1", [out], Tv * h, "dropout")
-    r1 = g.vector("residual1", [out], Tv * h, "add", inputs=2)
-    n2 = g.vector("norm2", [r1], Tv * h, norm)
-    # an MoE layer's router and token dispatch take the gathered tokens in the graph's dtype
-    mlp_lowp = 0.0 if c.moe else lowp
-    local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
-    if local:
-        # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
-        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b)
-    else:
-        x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
-        if c.moe:
-            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b)
-        else:
-            # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
-            fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)
-            act = g.vector("act", [fc1], T * f, c.activation, inputs=2 if c.gated else 1)
-            fc2 = g.linear("fc2", [act], T, h, f, lowp)
-    y = fc2
-    if tp > 1 and not local:
-        y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
-             else g.allreduce("allreduce_mlp", [fc2], act_bytes))
-    if c.dropout:
-        y = g.vector("dropout2", [y], Tv * h, "dropout")
-    g.vector("residual2", [y, r1], Tv * h, "add", inputs=2)
-    return g.ops
+    return ctx
+
+
+def _hyper_pre(g: _Builder, where: str, deps, rows: float, h: int, n: int) -> int | None:
+    """Hyper-connections before a sublayer (``n`` residual streams, none when ``n`` is 1): the
+    RMSNorm over the ``n h`` streams, the ``n h -> n^2 + 2n`` coefficient projection (its 20
+    Sinkhorn iterations on ``n x n`` per token are left out: ``20 n^2`` operations against the
+    projection's ``2 n h (n^2 + 2n)``) and the weighted sum of the streams into the sublayer's
+    input (MaxText's ``layers/mhc.py``).  The mix back (``H_res x + H_post y``) is the sublayer's
+    residual op, ``n`` streams wide."""
+    if n == 1:
+        return deps[0] if deps else None
+    rn = g.vector(f"hc_norm_{where}", deps, rows * n * h, "rmsnorm")
+    coef = g.gemm(f"hc_coef_{where}", [rn], int(math.ceil(rows)), n * n + 2 * n, n * h)
+    return g.vector(f"hc_pre_{where}", [coef, rn], rows * n * h, "mul", inputs=2)
+
+
+def _compressed_attention(g: _Builder, c: ModelConfig, ca, x_in: int, T: int, sl: int, b: int, a: int, tp: int,
+                          lowp: float, cast_in: bool) -> int:
+    """DeepSeek-V4's attention (:mod:`cosearch.compressed_attention`) on this rank's ``T`` tokens
+    and ``a`` heads, priced at the mean over the layers' kinds: the low-rank query (the down
+    projection replicated over the tp ranks, as MLA's), the one shared K/V head (replicated), the
+    compressors' projections and gated pooling (their mean width), the CSA indexer's query, key
+    and weight projections and its scores of every visible entry (its ``index_heads`` split by tp;
+    a fused kernel writing one fp32 logit per entry and query, then a top-k pass over them) — all
+    scaled by the share of layers with an indexer — and the fused attention core over the mean keys
+    a query meets (:meth:`CompressedAttention.mean_keys`), and the grouped output projection;
+    returns the output projection (row parallel: the caller reduces it over tp)."""
+    s, h, d = c.seq_len, c.hidden, c.head_dim
+    rope = ca.rope_head_dim
+    qr = ca.q_lora_rank
+    ql = g.linear("q_down", [x_in], T, qr, h, lowp, cast_in)
+    qn = g.vector("q_norm", [ql], T * qr, "rmsnorm")
+    q = g.linear("q_up", [qn], T, a * d, qr, lowp)
+    q = g.vector("q_head_norm", [q], T * a * d, "rmsnorm")
+    kv = g.linear("kv_proj", [x_in], T, c.kv_heads * d, h, lowp, cast_in)
+    kv = g.vector("kv_norm", [kv], T * c.kv_heads * d, "rmsnorm")
+    deps = [q, kv]
+    width = int(round(ca.compressor_width(d)))
+    if width:
+        comp = g.linear("compress_proj", [x_in], T, width, h, lowp, cast_in)
+        deps.append(g.vector("compress_pool", [comp], T * width / 2.0, "softmax", inputs=2))
+    if ca.csa_layers:
+        share = ca.csa_share
+        ih, idd = ca.index_heads // tp, ca.index_head_dim
+        iq = g.linear("index_q", [qn], T, max(1, int(round(share * ih * idd))), qr, lowp)
+        ik = g.linear("index_compress_proj", [x_in], T, max(1, int(round(share * 4 * idd))), h, lowp, cast_in)
+        ik = g.vector("index_pool", [ik], T * share * 2.0 * idd, "softmax", inputs=2)
+        iw = g.linear("index_weights", [x_in], T, max(1, int(round(share * ih))), h, lowp, cast_in)
+        seen = ca.mean_index_keys(s)              # entries a query scores, the mean over layers
+        logits = T * seen * 4.0                   # one fp32 logit per scored entry
+        sc = g.attention("index_scores", [iq, ik, iw], sl, s, idd, b * ih, seen / s,
+                         sl + share * s / 4.0, logits / (idd * b * ih * g.dt))
+        deps.append(g.vector("index_topk", [sc], T * seen, "softmax"))
+    if c.position == "rotary" and rope:
+        deps.append(g.vector("rotary", deps[:2], T * (a + c.kv_heads) * rope, "rotary"))
+    # QK^T and PV over the mean keys: 4 mean_keys d per head and query, as 2 sl s d x factor
+    factor = 2.0 * ca.mean_keys(s) / s
+    ctx = g.attention("attn_core", deps, sl, s, d, b * a, factor, sl + 2.0 * s, float(sl))
+    if c.position == "rotary" and rope:
+        ctx = g.vector("rotary_out", [ctx], T * a * rope, "rotary")
+    # the grouped low-rank output: each of this rank's o_groups / tp groups of heads to
+    # o_lora_rank (one grouped GEMM), then all of them to the hidden size (row parallel)
+    groups = ca.o_groups // tp
+    oa = g.expert_gemm("o_group_proj", [ctx], T, ca.o_lora_rank, a * d // groups, groups, lowp)
+    return g.linear("attn_out", [oa], T, h, groups * ca.o_lora_rank, lowp)
 
 
 _CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather", "alltoall": "alltoall"}
@@ -888,10 +977,10 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
             # FlashAttention-2 backward: 5 matmuls for the forward's 2 (the scores are
             # recomputed), reads Q, K, V, O, dO and writes dQ, dK, dV
             # (Q, O, dO and dQ have the query rows, K, V, dK and dV the key rows)
-            sq, sk, d_ = op.m, op.n, op.k  # the forward's k is d (causal factor 1)
-            grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, sk, d_, op.batch, ATTENTION_BWD_FACTOR,
-                                      3.0 * sq + 2.0 * sk,
-                                      sq + 2.0 * sk)]
+            sq, d_ = op.m, op.head_dim or op.k        # the forward's n holds its keys times its factor
+            kv_rows = op.bytes_read / (d_ * op.batch * op.dtype_bytes) - sq   # the forward's K and V rows
+            grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, op.n, d_, op.batch, 1.0,
+                                      3.0 * sq + kv_rows, sq + kv_rows, work=ATTENTION_BWD_FACTOR)]
         else:
             name = f"{op.name}.grad"
             rd, wr = op.bytes_read + op.bytes_written, op.bytes_read

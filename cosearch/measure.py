@@ -87,7 +87,7 @@ def op_shapes(model: ModelConfig | str, tp: int = 1, microbatch: int = 1, precis
                     s = OpShape(op.name, "attention", op.m, op.n, op.k, op.batch, op.dtype_bytes)
                 elif op.kind == "attention":
                     bwd = op.name.endswith(".grad")
-                    d = int(round(op.k / (graph.ATTENTION_BWD_FACTOR if bwd else 1.0)))
+                    d = op.head_dim
                     s = OpShape(op.name, "attention", op.m, op.n, op.k, op.batch, op.dtype_bytes,
                                 fused=True, backward=bwd, head_dim=d)
                 else:

@@ -79,6 +79,22 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     # MLP: fc1 output(s) and activation output
     per_w = 2.0 * (2.0 if c.gated else 1.0) * e
     split = {"qkv": 2.0 * (1.0 + 2.0 * kv_ratio) * e, "attn_proj_in": 2.0 * e + lowp}
+    whole: dict[str, float] = {}      # kept whole on every tp rank, sequence parallel or not
+    if c.hyper_connections > 1:
+        # each sublayer keeps its n residual streams (the hyper-connection norm's and mixes'
+        # input) besides the mixed input of its own norm
+        rep["norm_in"] = 4.0 * e * (c.hyper_connections + 1)
+    ca = c.compressed_attention
+    if ca is not None:
+        # DeepSeek-V4: the up-projected queries (what mla_up_proj recomputes), the attention
+        # output and the grouped projection's output (each with its low-precision cast); kept
+        # beside them (replicated over tp, as their GEMMs are): the query latent, the shared K/V
+        # head, the compressors' projections, and the indexer's queries (their mean over layers)
+        q_w, out_w = c.heads * c.head_dim / h, ca.o_groups * ca.o_lora_rank / h
+        split = {"qkv": 2.0 * q_w * e, "attn_proj_in": (2.0 * e + lowp) * (q_w + out_w)}
+        lat = (ca.q_lora_rank + c.kv_heads * c.head_dim + ca.compressor_width(c.head_dim)) / h
+        split["attn_index"] = 2.0 * e * ca.csa_share * ca.index_heads * ca.index_head_dim / h
+        whole["attn_latents"] = 2.0 * e * lat
     if c.moe:
         # every routed copy of a token (k of them) and the shared experts keep their MLP
         # activations, plus the dispatched (permuted) copies of the token's input
@@ -103,6 +119,7 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
         attn = (2.0 * e + mask * 1.0 + mask * 2.0 * e) * a * s / h
     out = {k: v / t if sequence_parallel else v for k, v in rep.items()}
     out.update({k: v / t for k, v in split.items()})
+    out.update(whole)
     out["attn"] = attn / t
     return out
 
@@ -202,17 +219,22 @@ def every_other_matmul_bytes(config: ModelConfig, tp: int, microbatch: int,
     return s * b * (layer_in + split + local)
 
 
-def layer_input_bytes(config: ModelConfig, tp: int, microbatch: int,
-                      sequence_parallel: bool = False) -> float:
-    """The layer input kept under full recomputation, per chip."""
+def _hidden_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_parallel: bool) -> float:
     n = config.seq_len * microbatch * config.hidden * config.dtype_bytes
     return n / tp if sequence_parallel else float(n)
+
+
+def layer_input_bytes(config: ModelConfig, tp: int, microbatch: int,
+                      sequence_parallel: bool = False) -> float:
+    """The layer input kept under full recomputation, per chip (its ``hyper_connections``
+    residual streams)."""
+    return config.hyper_connections * _hidden_bytes(config, tp, microbatch, sequence_parallel)
 
 
 def embedding_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                                sequence_parallel: bool = False) -> float:
     """The embedding output (and its dropout mask) kept per microbatch."""
-    x = layer_input_bytes(config, tp, microbatch, sequence_parallel)
+    x = _hidden_bytes(config, tp, microbatch, sequence_parallel)
     if config.dropout:
         x += x / config.dtype_bytes
     return x
@@ -222,7 +244,7 @@ def head_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                           sequence_parallel: bool = False) -> float:
     """Final-norm input and the fp32 logits of this rank's vocabulary shard."""
     c = config
-    return (layer_input_bytes(c, tp, microbatch, sequence_parallel)
+    return (_hidden_bytes(c, tp, microbatch, sequence_parallel)
             + c.seq_len * microbatch * math.ceil(c.vocab / tp) * 4.0)
 
 

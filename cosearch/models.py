@@ -14,6 +14,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from .compressed_attention import CompressedAttention
+
 __all__ = ["ModelConfig", "preset", "preset_names", "PRESETS", "from_hf_config", "HF_FAMILIES",
            "attention_pair_ratio"]
 
@@ -127,6 +129,16 @@ class ModelConfig:
         layers): its fused attention's FLOPs are the full causal ones times
         ``1 - share + share * pairs(window) / pairs(full)``, counting the (query, key) pairs each
         computes (:func:`attention_pair_ratio`).
+    compressed_attention: DeepSeek-V4's hybrid attention (:class:`cosearch.compressed_attention.
+        CompressedAttention`: one shared key/value head of ``head_size``, a low-rank query, per-layer
+        window / compressed-sparse / heavily-compressed keys, a grouped low-rank output); ``kv_heads``
+        is its key/value heads (1).  Exclusive of ``mla``, ``sliding_window`` and ``attention_chunk``
+        (it has its own window).
+    hyper_connections: residual streams (DeepSeek-V4's manifold-constrained hyper-connections,
+        ``hc_mult`` / MaxText's ``mhc_expansion_rate``: 4; 1 is a plain residual).  Each sublayer
+        mixes the ``n`` streams of ``hidden`` into its input and back (``n x n`` Sinkhorn-normalised
+        mixing, coefficients from an RMS-normed ``n hidden -> n^2 + 2n`` projection, MaxText's
+        ``layers/mhc.py``), so the residual activations and the pipeline sends are ``n`` times wider.
     """
 
     name: str
@@ -162,6 +174,8 @@ class ModelConfig:
     moe_capacity_factor: float = 0.0
     moe_pad_to_capacity: bool = False
     moe_einsum_dispatch: bool = False
+    compressed_attention: CompressedAttention | None = None
+    hyper_connections: int = 1
 
     def __post_init__(self) -> None:
         for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers", "mtp_layers"):
@@ -223,6 +237,20 @@ class ModelConfig:
                                  f"directly, as DeepSeek-V2-Lite), got {qr!r}")
             for x in self.mla[1:]:
                 _positive_int("mla", x)
+        hc = self.hyper_connections
+        if isinstance(hc, bool) or not isinstance(hc, int) or not 1 <= hc <= 64:
+            raise ValueError(f"ModelConfig.hyper_connections must be an integer in 1..64 (residual streams; 1: a plain "
+                             f"residual), got {hc!r}")
+        ca = self.compressed_attention
+        if ca is not None:
+            if isinstance(ca, dict):
+                ca = CompressedAttention(**ca)
+                object.__setattr__(self, "compressed_attention", ca)
+            if not isinstance(ca, CompressedAttention):
+                raise ValueError(f"ModelConfig.compressed_attention must be a CompressedAttention (or its dict), got {ca!r}")
+            if self.mla is not None or self.sliding_window is not None or self.attention_chunk is not None:
+                raise ValueError("ModelConfig.compressed_attention is DeepSeek-V4's own attention: leave mla, "
+                                 "sliding_window and attention_chunk unset (its window is CompressedAttention.window)")
         if self.sliding_window is not None:
             _positive_int("sliding_window", self.sliding_window)
         if isinstance(self.sliding_layers, bool) or not isinstance(self.sliding_layers, int) or \
@@ -246,6 +274,8 @@ class ModelConfig:
             )
         if self.norms_per_layer not in (1, 2):
             raise ValueError(f"ModelConfig.norms_per_layer must be 1 or 2, got {self.norms_per_layer!r}")
+        if self.compressed_attention is not None:
+            self.compressed_attention.check_model(self.num_layers, self.heads, self.head_dim)
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"ModelConfig.kv_heads={self.kv_heads} must divide heads={self.heads}"
@@ -299,9 +329,12 @@ class ModelConfig:
         """One expert's MLP width."""
         return self.moe_ffn_hidden or self.ffn_hidden
 
-    def attention_params(self) -> int:
-        """Q, K, V and output projections (MLA: the latent down/up projections and their norms)."""
+    def attention_params(self) -> float:
+        """Q, K, V and output projections (MLA: the latent down/up projections and their norms;
+        compressed attention: :meth:`CompressedAttention.params`, the mean over the layers)."""
         h, q = self.hidden, self.q_dim
+        if self.compressed_attention is not None:
+            return self.compressed_attention.params(h, self.heads, self.head_dim, self.kv_heads)
         if self.mla is not None:
             qr, kvr, rope = self.mla
             d, a = self.head_dim, self.heads
@@ -332,7 +365,26 @@ class ModelConfig:
             params += q + 2 * kv + h  # q, k, v, out biases
             params += (2 * f if self.gated else f) + h
         params += self.norms_per_layer * self.norm_params()
-        return params
+        return params + self.norms_per_layer * self.hyper_connection_params()
+
+    def hyper_connection_params(self) -> int:
+        """One sublayer's hyper-connection parameters (0 for a plain residual): the RMSNorm over
+        the ``n`` streams (``n h``), the ``n h -> n^2 + 2n`` projection and its bias, three
+        scales (MaxText's ``mhc.py``: ``mhc_norm``, the res/pre/post alphas, betas and alpha scales)."""
+        n, h = self.hyper_connections, self.hidden
+        if n == 1:
+            return 0
+        m = n * n + 2 * n
+        return n * h + n * h * m + m + 3
+
+    def attention_core_flops_per_token(self) -> float:
+        """Forward FLOPs of one layer's attention core per token, the mean over layers: ``4 h s``
+        (QK^T and PV over the whole causal sequence, the convention of model FLOPs: Megatron's
+        and PaLM's MFU), or compressed attention's exact count
+        (:meth:`CompressedAttention.core_flops_per_token`: its keys and indexer scores)."""
+        if self.compressed_attention is not None:
+            return self.compressed_attention.core_flops_per_token(self.seq_len, self.heads, self.head_dim)
+        return 4.0 * self.hidden * self.seq_len
 
     def dense_counterpart(self) -> ModelConfig:
         """The model with a dense ``ffn_hidden`` MLP in every layer (an MoE model's dense layers)."""
@@ -369,7 +421,8 @@ class ModelConfig:
         dense = self.dense_layer_count
         layers = (self.num_layers - dense) * self.layer_params(active) + dense * (
             self._dense_layer_params() if dense else 0)
-        return layers + self.mtp_params(active) + self.embedding_params() + self.extra_params
+        total = layers + self.mtp_params(active) + self.embedding_params() + self.extra_params
+        return int(round(total))   # compressed attention prices a layer at the mean: exact in total
 
     def mtp_params(self, active: bool = False) -> int:
         """The multi-token prediction modules' own parameters (a layer, the ``2h -> h`` projection
@@ -380,7 +433,7 @@ class ModelConfig:
         """Training FLOPs per token (forward + backward, no recompute), 6N + attention, N the
         parameters a token uses (all of a dense model, the active ones of an MoE model), of the main
         model (multi-token prediction modules left out, as MFU counts)."""
-        attn = 12 * self.num_layers * self.hidden * self.seq_len  # 2*2*L*s*h fwd, x3 for fwd+bwd
+        attn = 3.0 * self.num_layers * self.attention_core_flops_per_token()  # fwd + bwd
         return 6.0 * (self.num_params(active=True) - self.extra_params - self.mtp_params(active=True)) + attn
 
     def with_(self, **changes: Any) -> ModelConfig:
@@ -402,7 +455,7 @@ class ModelConfig:
 #: Families :func:`from_hf_config` understands (``model_type``).
 HF_FAMILIES = ("gpt2", "gptj", "gpt_neox", "opt", "bloom", "llama", "mistral", "qwen2", "falcon", "gemma",
                "gemma2", "gemma3", "gemma3_text", "phi", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-               "llama4", "llama4_text")
+               "deepseek_v4", "llama4", "llama4_text")
 #: Context lengths up to this are taken as the training sequence length when none is given.
 PLAUSIBLE_TRAINING_CONTEXT = 8192
 _GEMMA = ("gemma", "gemma2", "gemma3_text")
@@ -469,7 +522,8 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     Gemma 3's q/k norms; their sliding-window layers from ``layer_types`` or the family's pattern), Phi, BERT;
     OPT-350m's narrow embedding with project_in/out is refused; other decoder configs with
     the usual field names are read the same way.  Mixture-of-experts configs: Mixtral,
-    Qwen2/3-MoE, DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`) and Llama 4
+    Qwen2/3-MoE, DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`), DeepSeek-V4
+    (compressed attention and hyper-connections, :func:`_hf_deepseek_v4`) and Llama 4
     (interleaved MoE layers and chunked attention, :func:`_hf_llama4`).
     Encoder-decoder configs (T5, BART, ...) are refused with a message that says so.  Sizes
     must be integers.
@@ -499,11 +553,14 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     layers = _hf_int(config, "num_hidden_layers", "n_layer", "num_layers", required=True)
     if mt == "llama4_text":
         moe_kw.update(_hf_llama4(config, layers))
+    if mt == "deepseek_v4":
+        moe_kw.update(_hf_deepseek_v4(config, layers))
     hidden = _hf_int(config, "hidden_size", "n_embd", "d_model", required=True)
     heads = _hf_int(config, "num_attention_heads", "n_head", "num_heads", required=True)
     vocab = _hf_int(config, "vocab_size", required=True)
     ffn = _hf_int(config, "intermediate_size_mlp" if mt == "llama4_text" else "intermediate_size", "intermediate_size",
-                  "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * hidden)
+                  "ffn_dim", "n_inner", "ffn_hidden_size",
+                  default=moe_kw["moe_ffn_hidden"] if mt == "deepseek_v4" else 4 * hidden)
     head_size = _hf_int(config, "head_dim", default=None)
     if head_size is not None and head_size * heads == hidden:
         head_size = None
@@ -531,7 +588,8 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     gated = mt in ("llama", "mistral", "qwen2") or gemma or act in ("silu", "swish") or bool(moe_kw)
     activation = ("geglu" if gemma else "swiglu") if gated else ("relu" if act == "relu" else "gelu")
     rms = mt in ("llama", "mistral", "qwen2") or gemma or "rms_norm_eps" in config
-    window_kw = _hf_sliding_window(config, mt, gemma, layers, int(seq_len))
+    # DeepSeek-V4's sliding window is its compressed attention's own
+    window_kw = {} if mt == "deepseek_v4" else _hf_sliding_window(config, mt, gemma, layers, int(seq_len))
     proj = _hf_int(config, "word_embed_proj_dim", default=None)
     if proj is not None and proj != hidden:
         raise ValueError(f"from_hf_config: the {proj}-wide token embedding with project_in/out to the {hidden}-wide "
@@ -591,6 +649,28 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
             if learned_rows > seq_len else cfg
     return cfg
+
+
+def _hf_deepseek_v4(config: dict, layers: int) -> dict[str, Any]:
+    """DeepSeek-V4's config (``model_type: deepseek_v4``): its compressed attention
+    (``compress_ratios`` — the first ``num_hidden_layers`` entries; the rest are the multi-token
+    prediction layers' — ``sliding_window``, ``q_lora_rank``, ``o_groups``, ``o_lora_rank``,
+    ``index_n_heads``, ``index_head_dim``, ``index_topk``, ``qk_rope_head_dim``), its
+    hyper-connection streams (``hc_mult``) and its ``head_dim``, the key names vLLM's and
+    SGLang's DeepSeek-V4 loaders read; MaxText's ``deepseek4-284b.yml`` holds the same values."""
+    ratios = config.get("compress_ratios")
+    if not isinstance(ratios, list) or len(ratios) < layers:
+        raise ValueError(f"from_hf_config: deepseek_v4 needs compress_ratios with one ratio per layer ({layers}), "
+                         f"got {ratios!r}")
+    ca = CompressedAttention(
+        ratios=tuple(ratios[:layers]), window=_hf_int(config, "sliding_window", required=True),
+        q_lora_rank=_hf_int(config, "q_lora_rank", required=True), o_groups=_hf_int(config, "o_groups", required=True),
+        o_lora_rank=_hf_int(config, "o_lora_rank", required=True),
+        index_heads=_hf_int(config, "index_n_heads", required=True),
+        index_head_dim=_hf_int(config, "index_head_dim", required=True),
+        index_topk=_hf_int(config, "index_topk", required=True),
+        rope_head_dim=_hf_int(config, "qk_rope_head_dim", required=True))
+    return {"compressed_attention": ca, "hyper_connections": _hf_int(config, "hc_mult", default=1)}
 
 
 def _hf_llama4(config: dict, layers: int) -> dict[str, Any]:
@@ -764,6 +844,19 @@ PRESETS: dict[str, ModelConfig] = {
                                activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
                                tie_embeddings=False, dropout=False, num_experts=256, experts_per_token=8,
                                moe_ffn_hidden=2048, shared_experts=1, dense_layers=3, mla=(1536, 512, 64)),
+    # DeepSeek-V4-Flash (AI-Hypercomputer/maxtext configs/models/deepseek4-284b.yml at e591f30, which
+    # mirrors its HF config.json): 43 x 4096, 64 query heads of 512 on one shared K/V head (64 rotary
+    # dims), compressed attention (ratios 0, 0, then 4 and 128 alternating; window 128; q and output
+    # ranks 1024 in 8 output groups; an indexer of 64 heads of 128 keeping 512), 4 hyper-connection
+    # streams, 256 routed experts of 2,048 (SwiGLU, top-6) + 1 shared in every layer (the first 3
+    # hash-routed), vocab 129280, untied: 284B (the MTP layer left out).
+    "deepseek-v4-flash": ModelConfig(
+        "deepseek-v4-flash", 43, 4096, 64, 2048, 129280, 4096, kv_heads=1, head_size=512, activation="swiglu",
+        norm="rmsnorm", position="rotary", bias=False, tie_embeddings=False, dropout=False, num_experts=256,
+        experts_per_token=6, moe_ffn_hidden=2048, shared_experts=1, hyper_connections=4,
+        compressed_attention=CompressedAttention(ratios=(0, 0) + (4, 128) * 20 + (4,), window=128, q_lora_rank=1024,
+                                                 o_groups=8, o_lora_rank=1024, index_heads=64, index_head_dim=128,
+                                                 index_topk=512, rope_head_dim=64)),
 }
 
 

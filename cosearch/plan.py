@@ -670,7 +670,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 # a collective's time is affine in its bytes (latency + bytes / bandwidth; every
                 # message here is non-empty), and the bytes are linear in the microbatch: priced at
                 # one and two sequences and extrapolated, as the graphs are
-                ab1 = cl.seq_len * c.hidden * c.dtype_bytes                  # one sequence's activation
+                ab1 = cl.seq_len * c.hidden * c.dtype_bytes * c.hyper_connections   # one sequence's activation
                 if affine:
                     c1, c2 = (_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather, ep_stride, route)
                               for k in (1.0, 2.0))
@@ -877,8 +877,9 @@ def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float, engine: E
     ``"every-other-matmul"`` or ``"modules:..."`` the matmuls and attention it runs again,
     :func:`cosearch.graph.recompute_share`)."""
     c = model
-    per_layer_full = 2.0 * (c.layer_params(active=True) - 2 * c.norm_params()) + 4.0 * c.hidden * c.seq_len
-    per_layer_sel = 4.0 * c.hidden * c.seq_len
+    core = c.attention_core_flops_per_token()
+    per_layer_full = 2.0 * (c.layer_params(active=True) - 2 * c.norm_params()) + core
+    per_layer_sel = core
     policy = engine_preset(engine).selective_recompute
     if policy != "attention-core" and "selective" in spec.recompute_per_stage():
         g = graph.build(c, tp=1, microbatch=1, phase="fwd", part="layer", flash_attention=spec.flash_attention)

@@ -128,7 +128,7 @@ def _attention_error(r, kernel) -> float:
     if r["note"] in ("forward", "forward+backward"):
         g.attention("fwd", [], s, s, d, heads, 1.0, 3.0 * s, 1.0 * s)
     if r["note"] in ("backward", "forward+backward"):
-        g.attention("bwd", [], s, s, d, heads, 2.5, 5.0 * s, 3.0 * s)
+        g.attention("bwd", [], s, s, d, heads, 1.0, 5.0 * s, 3.0 * s, work=2.5)
     return float(r["seconds"]) / _price(g.ops, _chip_at(float(r["sm_clock_mhz"]), kernel)) - 1.0
 
 

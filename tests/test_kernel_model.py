@@ -58,7 +58,7 @@ def _model_tflops(row, clock: str = "sustained") -> float:
             chip = chip.with_(efficiency=chip.efficiency.with_attention_kernel("fa2"))
         g = graph._Builder(dt)
         g.attention("fwd", [], m, m, k, b, 1.0, 3.0 * m, 1.0 * m)
-        g.attention("bwd", [], m, m, k, b, 2.5, 5.0 * m, 3.0 * m)
+        g.attention("bwd", [], m, m, k, b, 1.0, 5.0 * m, 3.0 * m, work=2.5)
         ops = g.ops
     t = cost.price(np.array([o.as_row() for o in ops]), chip)[0].sum()
     return sum(o.flops for o in ops) / t / 1e12
@@ -267,7 +267,7 @@ def test_fused_attention_factor_by_pass_and_head_dim_hand_worked():
     # the graph marks its fused ops, and the priced time follows: backward per FLOP slower
     g = graph._Builder(2)
     g.attention("f", [], 1024, 1024, 128, 16, 1.0, 3.0 * 1024, 1024.0)
-    g.attention("b", [], 1024, 1024, 128, 16, 2.5, 5.0 * 1024, 3.0 * 1024)
+    g.attention("b", [], 1024, 1024, 128, 16, 1.0, 5.0 * 1024, 3.0 * 1024, work=2.5)
     f, b = g.ops
     assert (f.head_dim, b.head_dim, f.k, b.k) == (128, 128, 128, 320)
     tf, tb = cost.price(np.array([f.as_row(), b.as_row()]), hardware.H100)[0] - hardware.H100.efficiency.launch_s

@@ -21,8 +21,9 @@ def test_sliding_window_attention_pairs_and_flops_by_brute_force():
     assert m.attention_flops_share == pytest.approx(0.5 + 0.5 * 21 / 36)
     ops = {op.name: op for op in graph.build(m, 1, 1, flash_attention=True).ops}
     att = ops["attn_core"]
-    # head dim 36: k = 36 x (1/2 + 21/72) = 28.5 -> the op's flops 2 m n k batch with k rounded
-    assert att.flops == pytest.approx(2 * 8 * 8 * round(36 * m.attention_flops_share) * 2)
+    # the share scales the keys met: n = 8 x (1/2 + 21/72) = 6.33 -> 6, k the head dim 36
+    assert (att.n, att.k, att.head_dim) == (round(8 * m.attention_flops_share), 36, 36)
+    assert att.flops == pytest.approx(2 * 8 * round(8 * m.attention_flops_share) * 36 * 2)
     full = {op.name: op for op in graph.build(m.with_(sliding_layers=0, sliding_window=None), 1, 1,
                                                           flash_attention=True).ops}["attn_core"]
     assert full.flops == pytest.approx(2 * 8 * 8 * 36 * 2)

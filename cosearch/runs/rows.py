@@ -219,8 +219,17 @@ def _moe_fields(row: dict, notes: list) -> dict:
     """The mixture-of-experts fields of an MoE row (``moe_runs.jsonl``), or :class:`Refused`
     naming the architecture feature cosearch does not price."""
     arch, layers = row["arch"], str(row.get("moe_layers") or "all")
-    if "compressed/sparse attention" in arch:
-        raise Refused("DeepSeek-V4's compressed/sparse attention is not modelled")
+    v4 = "compressed/sparse attention" in arch
+    if v4:
+        ref = models.preset("deepseek-v4-flash")
+        sizes = (int(row["layers"]), int(row["hidden"]), int(row["heads"]), int(row["kv_heads"]))
+        if sizes != (ref.num_layers, ref.hidden, ref.heads, ref.kv_heads):
+            raise Refused(f"DeepSeek-V4 model of (layers, hidden, heads, kv heads) {sizes}: only DeepSeek-V4-Flash's "
+                          "compressed attention sizes are known (maxtext deepseek4-284b.yml)")
+        notes.append("DeepSeek-V4-Flash's compressed attention and 4 hyper-connection streams from maxtext's "
+                     "deepseek4-284b.yml at e591f30; the 3 hash-routed layers priced with a router (h x 256, "
+                     "0.3 % of a layer); the sparse core priced as a dense fused kernel over the keys each query meets")
+        layers = "all"
     m = re.search(r"first (\d+) dense", layers)
     step = re.match(r"every (\d)(?:nd|rd|th) layer", layers)
     dense = 0
@@ -241,6 +250,10 @@ def _moe_fields(row: dict, notes: list) -> dict:
         out["chunked_layers"] = int(row["layers"]) - int(row["layers"]) // 4
         notes.append(f"chunked attention ({LLAMA4_ATTENTION_CHUNK}-token blocks) on 3 of every 4 layers; RoPE "
                      "priced on every layer (the NoPE layers skip it)")
+    if v4:
+        out.update(compressed_attention=ref.compressed_attention, hyper_connections=ref.hyper_connections,
+                   head_size=ref.head_size)
+        return out
     family = next((f for f in MOE_HEAD_DIM if str(row["model"]).startswith(f)), None)
     hd = re.search(r"head_dim (\d+)", arch)
     if hd:
