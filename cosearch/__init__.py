@@ -12,8 +12,9 @@ Co-search pipeline (PHAZE-style)::
 Public API
 ----------
 Models and graphs: :class:`ModelConfig`, :func:`model_preset`, :mod:`graph` (``build``,
-``from_module``; MoE models through ``num_experts``; presets include mixtral-8x7b, grok-1 and
-deepseek-v3).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
+``from_module``; MoE models through ``num_experts``; DeepSeek-V4's attention through
+:class:`CompressedAttention`; presets include mixtral-8x7b, grok-1, deepseek-v3 and
+deepseek-v4-flash).  Hardware: :class:`Accelerator`, :class:`Cluster`, :class:`SearchSpace`,
 :data:`TPUv4`, :data:`A100`, :data:`H100`, :data:`H100_500W` (Meta's 500 W HBM2e H100),
 :data:`H200`, :data:`B200`, :data:`B300`, :data:`GB200`, :data:`GB300`, :data:`TPUv5e`, :data:`TPUv5p`, :data:`TPUv6e` (Trillium, from its datasheet), :class:`AreaPowerModel` (cosearch's area and
 power model) and :class:`PhazeAreaModel` (PHAZE's own area figures, tables in :mod:`phaze_area`;
@@ -56,6 +57,7 @@ from typing import Any
 from . import cluster, graph, hardware, models
 from ._version import __version__ as __version__
 from .cluster import Cluster
+from .compressed_attention import CompressedAttention
 from .cost import calibrate, example_gemm_times, price, price_on
 from .hardware import (
     A100,
@@ -103,7 +105,7 @@ _LAZY = {
 
 __all__ = [
     "A100", "A100_80GB", "H100", "H100_500W", "H200", "B200", "B300", "GB200", "GB300", "TPUv4", "TPUv5e", "TPUv5p", "TPUv6e", "Accelerator", "AreaPowerModel", "PhazeAreaModel", "Cluster", "KernelEfficiency",
-    "ModelConfig", "SearchSpace", "calibrate", "cluster", "graph", "hardware", "models", "model_preset",
+    "CompressedAttention", "ModelConfig", "SearchSpace", "calibrate", "cluster", "graph", "hardware", "models", "model_preset",
     "price", "price_on", "example_gemm_times",
     *_LAZY,
 ]
