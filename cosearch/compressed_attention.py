@@ -152,6 +152,19 @@ class CompressedAttention:
         s = int(seq_len)
         return self.csa_layers * visible_entries(s, CSA_RATIO) / (self.num_layers * s)
 
+    def layer_core_flops(self, seq_len: int, heads: int, head_dim: int) -> list[float]:
+        """Each layer's forward attention-core and indexer-score FLOPs per token (their mean is
+        :meth:`core_flops_per_token`)."""
+        s = int(seq_len)
+        win = window_pairs(s, self.window)
+        out = []
+        for r in self.ratios:
+            keys = win + (selected_entries(s, r, self.index_topk) if r == CSA_RATIO else
+                          visible_entries(s, r) if r else 0)
+            index = visible_entries(s, r) if r == CSA_RATIO else 0
+            out.append((4.0 * heads * head_dim * keys + 2.0 * self.index_heads * self.index_head_dim * index) / s)
+        return out
+
     def core_flops_per_token(self, seq_len: int, heads: int, head_dim: int) -> float:
         """Forward FLOPs of one layer's attention core and indexer scores per token, the mean
         over layers: ``4 heads head_dim`` per key (QK^T and PV) and ``2 index_heads

@@ -856,6 +856,16 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
         warnings.warn(f"{model.name}: one layer in {step} is an MoE layer, and the stages {list(sl)} (x {vs} model "
                       f"chunks) do not all hold whole groups of {step}: each stage is priced with the mean layer, "
                       "off by at most one layer's MoE-dense difference", stacklevel=3)
+    ca = model.compressed_attention
+    if ca is not None and spec.pp > 1:
+        per = ca.layer_core_flops(model.seq_len, model.heads, model.head_dim)
+        mean = sum(per) / len(per)
+        starts = np.cumsum((0,) + tuple(sl))
+        off = max(abs(sum(per[a:b]) / (b - a) / mean - 1.0) for a, b in zip(starts[:-1], starts[1:]))
+        import warnings
+        warnings.warn(f"{model.name}: its layers' attention differs by kind (window, compressed sparse, heavily "
+                      f"compressed) and every stage is priced with the mean layer; a stage's own attention cores "
+                      f"differ from it by up to {off:.0%} (contiguous stages)", stacklevel=3)
     return spec.with_(stage_layers=tuple(sl))
 
 

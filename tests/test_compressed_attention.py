@@ -257,3 +257,22 @@ def test_window_keys_mask_cross_check():
     i = np.arange(50)
     mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < 7)
     assert window_pairs(50, 7) == mask.sum()
+
+
+def test_each_layers_core_and_the_pipeline_warning():
+    """Layer by layer, by enumeration; a pipeline of V4 layers is priced with the mean layer and
+    says how far a stage's own attention is from it."""
+    from cosearch import cluster
+    from cosearch.hardware import H100
+    from cosearch.plan import PlanSpec, evaluate
+    ca = _tiny_ca()
+    s = 37
+    per = ca.layer_core_flops(s, 4, 8)
+    for r, got in zip(ca.ratios, per):
+        index = sum((t + 1) // 4 for t in range(s)) if r == 4 else 0
+        assert got == pytest.approx((4 * 4 * 8 * _keys_by_mask(s, 5, r, 3) + 2 * 2 * 4 * index) / s, rel=1e-12)
+    assert sum(per) / len(per) == pytest.approx(ca.core_flops_per_token(s, 4, 8), rel=1e-12)
+    m = _tiny(ca, s=64)
+    spec = PlanSpec(dp=1, tp=1, pp=2, microbatch=1, flash_attention=True)
+    with pytest.warns(UserWarning, match="priced with the mean layer"):
+        evaluate(m, H100, cluster.dgx_h100(1), spec, 4)
