@@ -182,16 +182,17 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
     rep = c.hidden / (t if sequence_parallel else 1)
     ffn = (c.shared_experts * c.expert_ffn if c.moe else c.ffn_hidden) / t
     slots = moe_expert_tokens(c, c.seq_len, 1, 1)[1] / c.seq_len if c.moe else 0.0
-    width = {"decoder_layer_input": rep, "query_proj": c.q_dim / t, "key_proj": c.kv_dim / t,
+    width = {"decoder_layer_input": rep * c.hyper_connections, "query_proj": c.q_dim / t, "key_proj": c.kv_dim / t,
              "value_proj": c.kv_dim / t, "kv_proj": 2 * c.kv_dim / t, "qkv_proj": (c.q_dim + 2 * c.kv_dim) / t,
              "context": c.heads * c.head_dim / t, "out_proj": rep,
              "mlpwi": ffn, "mlpwi_0": ffn, "mlpwi_1": ffn if c.gated else 0.0, "mlpwo": rep if ffn else 0.0,
              "moe_mlpwi": slots * c.expert_ffn / t, "moe_mlpwi_0": slots * c.expert_ffn / t,
              "moe_mlpwi_1": slots * c.expert_ffn / t if c.gated else 0.0, "moe_mlpwo": slots * c.hidden}
-    if c.mla is not None:
-        for n in ("query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj"):
-            if places.get(n, "remat") != "remat":
-                raise ValueError(f"MaxText remat tensor {n}: MLA attention's projections are not the named Q/K/V "
+    if c.mla is not None or c.compressed_attention is not None:
+        kind = "MLA" if c.mla is not None else "DeepSeek-V4's compressed"
+        for n in ("query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj", "context", "out_proj"):
+            if places.get(n, "remat") != "remat" and (c.mla is None or n not in ("context", "out_proj")):
+                raise ValueError(f"MaxText remat tensor {n}: {kind} attention's projections are not the named Q/K/V "
                                  "ones; leave it 'remat'")
     per_token = {"device": 0.0, "offload": 0.0}
     for name, where in places.items():

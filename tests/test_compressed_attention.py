@@ -276,3 +276,14 @@ def test_each_layers_core_and_the_pipeline_warning():
     spec = PlanSpec(dp=1, tp=1, pp=2, microbatch=1, flash_attention=True)
     with pytest.warns(UserWarning, match="priced with the mean layer"):
         evaluate(m, H100, cluster.dgx_h100(1), spec, 4)
+
+
+def test_maxtext_named_attention_tensors_are_refused():
+    from cosearch.memory import maxtext_saved_bytes
+    m = _tiny(_tiny_ca(ratios=(4, 8)), s=64)
+    with pytest.raises(ValueError, match="compressed attention's projections"):
+        maxtext_saved_bytes(m, 1, 1, False, {"query_proj": "device"})
+    dev, off = maxtext_saved_bytes(m, 1, 1, False, {"decoder_layer_input": "device"})
+    assert (dev, off) == (64 * 16 * 2, 0.0)
+    assert maxtext_saved_bytes(m.with_(hyper_connections=4), 1, 1, False, {"decoder_layer_input": "device"})[0] == \
+        4 * 64 * 16 * 2                  # the layer's input is its four streams
