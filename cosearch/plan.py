@@ -318,7 +318,8 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
         sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)
     else:
         sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
-               if policy == "every-other-matmul" and flash_attention and not cl.moe else
+               if policy == "every-other-matmul" and flash_attention and not cl.moe and cl.mla is None
+               and cl.compressed_attention is None else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
                                              graph.recompute_modules(policy) or ()))
     return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision), sel,
