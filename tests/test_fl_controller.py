@@ -276,3 +276,25 @@ def test_simulate_samples_clients_per_round():
     assert r.config["clients_per_round"] == 4
     with pytest.raises(ValueError, match="clients_per_round"):
         fl.simulate("digits", clients=12, rounds=1, clients_per_round=13)
+
+
+def test_the_curve_is_fitted_once_a_round_and_refitted_after_each(monkeypatch):
+    """Every prediction between two observed rounds reuses one NNLS fit; the next round refits
+    (its prediction equals the closed-form curve through the new rounds)."""
+    import scipy.optimize as so
+    calls = []
+    real = so.nnls
+    monkeypatch.setattr(so, "nnls", lambda A, t: calls.append(1) or real(A, t))
+    tm = controller.ClientTimeModel(_costs)
+    for p in (1.0, 0.5, 0.8, 0.6):
+        tm.observe(3, p, 6.0 * p * p + 4.0 * p + 0.5)
+    before = len(calls)
+    tm.predict(3, 1.0)
+    tm.predict_many(3, [0.5, 0.7, 0.9])
+    tm.predict(3, 0.3)
+    assert len(calls) - before == 1
+    tm.observe(3, 0.7, 2.0 * 0.49 + 3.0 * 0.7 + 0.25)     # a different device from here on: refitted
+    assert len(calls) - before == 1                      # observe scored the round with the cached fit
+    tm.predict(3, 1.0)
+    tm.predict(3, 0.5)
+    assert len(calls) - before == 2

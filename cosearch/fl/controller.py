@@ -114,6 +114,7 @@ class ClientTimeModel:
         self._count: dict[int, int] = {}
         self._cusum: dict[int, tuple[float, int, float, int]] = {}
         self._z: dict[int, deque] = {}
+        self._fits: dict[int, tuple[float, float, float] | None] = {}   # until the client's next round
 
     def observe(self, client: int, keep: float, seconds: float) -> None:
         """Record one round: ``client`` trained keep fraction ``keep`` in ``seconds``; the
@@ -147,8 +148,15 @@ class ClientTimeModel:
         obs.append((float(keep), float(seconds)))
         self._seq.setdefault(client, deque(maxlen=self.window)).append(n)
         self._count[client] = n + 1
+        self._fits.pop(client, None)
 
     def _fit(self, client: int) -> tuple[float, float, float] | None:
+        """The client's curve (NNLS over its window), fitted once per observed round."""
+        if client not in self._fits:
+            self._fits[client] = self._nnls(client)
+        return self._fits[client]
+
+    def _nnls(self, client: int) -> tuple[float, float, float] | None:
         obs = self.seen.get(client)
         if not obs:
             return None
