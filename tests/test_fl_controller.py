@@ -293,8 +293,9 @@ def test_the_curve_is_fitted_once_a_round_and_refitted_after_each(monkeypatch):
     tm.predict_many(3, [0.5, 0.7, 0.9])
     tm.predict(3, 0.3)
     assert len(calls) - before == 1
-    tm.observe(3, 0.7, 2.0 * 0.49 + 3.0 * 0.7 + 0.25)     # a different device from here on: refitted
+    tm.observe(3, 0.7, 6.0 * 0.49 + 4.0 * 0.7 + 0.5)
     assert len(calls) - before == 1                      # observe scored the round with the cached fit
     tm.predict(3, 1.0)
     tm.predict(3, 0.5)
-    assert len(calls) - before == 2
+    assert len(calls) - before == 2                      # refitted once, on the five rounds
+    assert tm.predict(3, 0.9) == pytest.approx(6 * 0.81 + 4 * 0.9 + 0.5, rel=1e-9)
