@@ -541,6 +541,14 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
             model = model.with_(mtp_layers=mtp)
         notes.append(f"Megatron-Bridge's {model.name} pipeline layout (embedding, {'MTP layer and ' if mtp else ''}"
                      f"loss in the split): layers per stage {list(split)}")
+    elif model.compressed_attention is not None and source_group(row) == "Megatron-Bridge":
+        # DeepSeek-V4's Megatron-Bridge recipes build the model from its HF config
+        # (AutoBridge.from_hf_pretrained), and the bridge sets mtp_num_layers from
+        # num_nextn_predict_layers: 1 for V4-Flash (deepseek_v4_bridge.py; maxtext's
+        # deepseek4-284b.yml drops that 44th layer)
+        model = model.with_(mtp_layers=DEEPSEEK_V4_MTP_LAYERS)
+        notes.append(f"{DEEPSEEK_V4_MTP_LAYERS} multi-token prediction layer (the bridge's mtp_num_layers from "
+                     "the HF config's num_nextn_predict_layers)")
     elif vp > 1 and L % (pp * vp) and (L + 2) % (pp * vp) == 0:
         # Megatron-Core's account_for_embedding/loss_in_pipeline_split (the Megatron-Bridge Llama
         # 3.1 405B recipes): the embedding and the loss count as layers of the first and last stage
@@ -585,6 +593,9 @@ def _with_policy(engine: Engine, policy) -> Engine:
 #: src/megatron/bridge/recipes/deepseek/deepseek_v3.py; the 26.x performance recipes' explicit
 #: ``"Et*4|(t*4|)*14tmL"`` for pp 2 x vp 8): decoder layers per model chunk, in chunk order, for
 #: pp x vp chunks; the first chunk also holds the embedding, the last the MTP layers and the loss.
+#: DeepSeek-V4-Flash's multi-token prediction layers (its HF config's ``num_nextn_predict_layers``,
+#: which Megatron-Bridge's ``deepseek_v4_bridge.py`` turns into ``mtp_num_layers``).
+DEEPSEEK_V4_MTP_LAYERS = 1
 #: Kimi-K2 (DeepSeek-V3's architecture, 61 layers) the same chunks without MTP
 #: (``_get_kimi_k2_pipeline_layout``, src/megatron/bridge/recipes/kimi/kimi_k2.py).
 DEEPSEEK_V3_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,)}
