@@ -137,40 +137,38 @@ class CompressedAttention:
             raise ValueError(f"CompressedAttention.rope_head_dim={self.rope_head_dim} exceeds the head size {head_dim}")
 
     # ---------------------------------------------------------------- per-query work
+    def _layer_counts(self, seq_len: int, ratio: int) -> tuple[int, int]:
+        """(keys attended, compressed entries the indexer scores), summed over the queries of one
+        layer of ``ratio``: its window, plus a CSA layer's selected entries (and its indexer's
+        every visible one) or an HCA layer's visible entries."""
+        s = int(seq_len)
+        keys = window_pairs(s, self.window)
+        if ratio == CSA_RATIO:
+            return keys + selected_entries(s, ratio, self.index_topk), visible_entries(s, ratio)
+        return keys + (visible_entries(s, ratio) if ratio else 0), 0
+
     def mean_keys(self, seq_len: int) -> float:
         """Keys one query meets, the mean over queries and layers: its window, plus the CSA
         layers' selected entries and the HCA layers' visible ones."""
-        s = int(seq_len)
-        total = self.num_layers * window_pairs(s, self.window)
-        total += self.csa_layers * selected_entries(s, CSA_RATIO, self.index_topk)
-        total += sum(visible_entries(s, r) for r in self.hca_layers)
-        return total / (self.num_layers * s)
+        return sum(self._layer_counts(seq_len, r)[0] for r in self.ratios) / (self.num_layers * int(seq_len))
 
     def mean_index_keys(self, seq_len: int) -> float:
         """Compressed entries the indexer scores for one query, the mean over queries and layers
         (zero on the layers without an indexer)."""
-        s = int(seq_len)
-        return self.csa_layers * visible_entries(s, CSA_RATIO) / (self.num_layers * s)
+        return sum(self._layer_counts(seq_len, r)[1] for r in self.ratios) / (self.num_layers * int(seq_len))
 
     def layer_core_flops(self, seq_len: int, heads: int, head_dim: int) -> list[float]:
-        """Each layer's forward attention-core and indexer-score FLOPs per token (their mean is
-        :meth:`core_flops_per_token`)."""
+        """Each layer's forward attention-core and indexer-score FLOPs per token: ``4 heads
+        head_dim`` per key (QK^T and PV) and ``2 index_heads index_head_dim`` per scored entry."""
         s = int(seq_len)
-        win = window_pairs(s, self.window)
-        out = []
-        for r in self.ratios:
-            keys = win + (selected_entries(s, r, self.index_topk) if r == CSA_RATIO else
-                          visible_entries(s, r) if r else 0)
-            index = visible_entries(s, r) if r == CSA_RATIO else 0
-            out.append((4.0 * heads * head_dim * keys + 2.0 * self.index_heads * self.index_head_dim * index) / s)
-        return out
+        return [(4.0 * heads * head_dim * keys + 2.0 * self.index_heads * self.index_head_dim * index) / s
+                for keys, index in (self._layer_counts(s, r) for r in self.ratios)]
 
     def core_flops_per_token(self, seq_len: int, heads: int, head_dim: int) -> float:
         """Forward FLOPs of one layer's attention core and indexer scores per token, the mean
-        over layers: ``4 heads head_dim`` per key (QK^T and PV) and ``2 index_heads
-        index_head_dim`` per scored entry."""
-        return (4.0 * heads * head_dim * self.mean_keys(seq_len)
-                + 2.0 * self.index_heads * self.index_head_dim * self.mean_index_keys(seq_len))
+        over layers (of :meth:`layer_core_flops`)."""
+        per = self.layer_core_flops(seq_len, heads, head_dim)
+        return sum(per) / len(per)
 
     # ---------------------------------------------------------------- sizes
     def compressor_width(self, head_dim: int) -> float:

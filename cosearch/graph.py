@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ._validate import choice
+from .compressed_attention import CSA_RATIO
 from .models import ModelConfig
 
 __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_module", "OP_FIELDS",
@@ -903,7 +904,7 @@ def _compressed_attention(g: _Builder, c: ModelConfig, ca, x_in: int, T: int, sl
         seen = ca.mean_index_keys(s)              # entries a query scores, the mean over layers
         logits = T * seen * 4.0                   # one fp32 logit per scored entry
         sc = g.attention("index_scores", [iq, ik, iw], sl, s, idd, b * ih, seen / s,
-                         sl + share * s / 4.0, logits / (idd * b * ih * g.dt))
+                         sl + share * s / CSA_RATIO, logits / (idd * b * ih * g.dt))
         deps.append(g.vector("index_topk", [sc], T * seen, "softmax"))
     if c.position == "rotary" and rope:
         deps.append(g.vector("rotary", deps[:2], T * (a + c.kv_heads) * rope, "rotary"))

@@ -593,12 +593,13 @@ def _with_policy(engine: Engine, policy) -> Engine:
 #: src/megatron/bridge/recipes/deepseek/deepseek_v3.py; the 26.x performance recipes' explicit
 #: ``"Et*4|(t*4|)*14tmL"`` for pp 2 x vp 8): decoder layers per model chunk, in chunk order, for
 #: pp x vp chunks; the first chunk also holds the embedding, the last the MTP layers and the loss.
-#: DeepSeek-V4-Flash's multi-token prediction layers (its HF config's ``num_nextn_predict_layers``,
-#: which Megatron-Bridge's ``deepseek_v4_bridge.py`` turns into ``mtp_num_layers``).
-DEEPSEEK_V4_MTP_LAYERS = 1
 #: Kimi-K2 (DeepSeek-V3's architecture, 61 layers) the same chunks without MTP
 #: (``_get_kimi_k2_pipeline_layout``, src/megatron/bridge/recipes/kimi/kimi_k2.py).
 DEEPSEEK_V3_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,)}
+
+#: DeepSeek-V4-Flash's multi-token prediction layers (its HF config's ``num_nextn_predict_layers``,
+#: which Megatron-Bridge's ``deepseek_v4_bridge.py`` turns into ``mtp_num_layers``).
+DEEPSEEK_V4_MTP_LAYERS = 1
 
 
 def _deepseek_layout(row: dict, pp: int, vp: int) -> tuple[tuple[int, ...], int] | None:
