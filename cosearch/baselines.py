@@ -41,9 +41,10 @@ def fixed_chip(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_b
                mem: memory.MemoryConfig | None = None, tps: Sequence[int] | None = None,
                microbatches: Sequence[int] | None = None, refine: bool = True,
                plan_options: dict[str, Any] | None = None) -> placement.PlacementResult:
-    """Best plan of a fixed chip (same plan search and options as the co-search)."""
+    """Best plan of a fixed chip (same plan search and options as the co-search, in the
+    precisions of those the chip has tensor units for: :func:`cosearch.placement.chip_formats`)."""
     mem = mem or memory.MemoryConfig()
-    opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
+    opts = placement.chip_formats(chip, dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options))
     res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
                                  mem=mem, **opts)
     if refine and res.plans:
@@ -107,13 +108,17 @@ def fixed_megatron(model: ModelConfig, chip: Accelerator, cluster: Cluster, glob
     return best, "" if best else why
 
 
-def spotlight_chip(model: ModelConfig, space: SearchSpace) -> tuple[int, Accelerator]:
-    """The design with the lowest single-chip layer latency (fwd + bwd, tp=1, microbatch 1)."""
+def spotlight_chip(model: ModelConfig, space: SearchSpace, precisions: Sequence[str] = ("bf16",)
+                   ) -> tuple[int, Accelerator]:
+    """The design with the lowest single-chip layer latency (fwd + bwd, tp=1, microbatch 1), each
+    design in the fastest of ``precisions`` it has tensor units for."""
     from ._kernels import formulas as F
     from .plan import unit_costs
     designs = space.arrays()
-    u = unit_costs(model, designs, Cluster(1), (1,), (1,))[:, 0, 0, 0]
-    lat = u[:, F.U_LF] + u[:, F.U_LB]
+    lat = np.full(len(designs), np.inf)
+    for p in precisions:
+        u = unit_costs(model, designs, Cluster(1), (1,), (1,), precision=p)[:, 0, 0, 0]
+        lat = np.minimum(lat, u[:, F.U_LF] + u[:, F.U_LB])      # no FP8 unit: an infinite latency
     i = int(np.argmin(lat))
     return i, Accelerator.from_array(designs[i], name=f"spotlight{i}")
 
@@ -142,7 +147,7 @@ def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, glob
                                      plan_options), tpu, space,
                           "fixed TPUv4 chip + plan search" + (f" (HBM {tpu.hbm_bytes / 2**30:g} GiB, as every design)"
                                                               if tpu.hbm_bytes != TPUv4.hbm_bytes else ""))
-    i, chip = spotlight_chip(model, space)
+    i, chip = spotlight_chip(model, space, placement._priced_values(dict(plan_options or {}), "precision"))
     out["Spotlight"] = _entry(fixed_chip(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
                                          plan_options), chip, space, f"chip-only search (design {i}) + plan search")
     if cosearched is not None and model.name in PHAZE_MEGATRON_PLANS:

@@ -118,6 +118,12 @@ def _search_args(p: argparse.ArgumentParser) -> None:
                                              "needs --flash); the space is priced once per degree")
     p.add_argument("--ep", default=None, help="expert-parallel degrees to try for an MoE model, comma-separated "
                                              "(default 1)")
+    p.add_argument("--precision", default=None,
+                   help="number formats the plans may train in, comma-separated: bf16, fp8 (default bf16); fp8 "
+                        "runs on the designs with FP8 MACs (--fp8-macs), each design keeps its best")
+    p.add_argument("--fp8-macs", default=None,
+                   help="tensor-unit FP8 MACs per PE to search, comma-separated (0: bf16 only; 2: FP8 at twice "
+                        "bf16's rate, as H100/B200); each costs PE area and power (default: the space's, 0)")
     p.add_argument("--sp", action="store_true", help="also try sequence parallelism (default: off only)")
     p.add_argument("--virtual", help="interleaved virtual stages to try, comma-separated (default: 1)")
     p.add_argument("--tps", help="tensor-parallel degrees to try, comma-separated (default: those dividing the heads)")
@@ -168,6 +174,8 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
         opts["context_parallel"] = _int_list(a.cp, "cp")
     if getattr(a, "ep", None):
         opts["expert_parallel"] = _int_list(a.ep, "ep")
+    if getattr(a, "precision", None):
+        opts["precision"] = tuple(x.strip() for x in str(a.precision).split(",") if x.strip())
     cluster = _search_cluster(a)
     if "," in str(a.model):
         import argparse as _ap
@@ -207,6 +215,21 @@ def _search_cluster(a):
 
 
 def _space_from_args(a):
+    """The search space of ``--space``, ``--hbm-gib`` and ``--area-model``, with ``--fp8-macs``'s
+    tensor-unit formats where given."""
+    from dataclasses import replace
+    space = _base_space(a)
+    f8 = getattr(a, "fp8_macs", None)
+    if f8 is None:
+        return space
+    try:
+        vals = tuple(float(x) for x in str(f8).split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--fp8-macs must list numbers of FP8 MACs per PE, comma-separated, got {f8!r}") from None
+    return replace(space, fp8_macs=vals, name=f"{space.name}-fp8macs{'_'.join(f'{x:g}' for x in vals)}")
+
+
+def _base_space(a):
     from .hardware import SearchSpace
     if a.hbm_gib is not None and not (0 < a.hbm_gib < 1e6):
         raise ValueError(f"--hbm-gib must be a positive number of GiB, got {a.hbm_gib}")
@@ -305,7 +328,7 @@ def _print_design_report(res) -> None:
     if not getattr(res, "feasible", None) or not hasattr(res, "model") or not isinstance(res.model, str):
         return
     best = res.best
-    chip = Accelerator.from_array(design_array(np.array([[best.design[f] for f in DESIGN_FIELDS]]))[0],
+    chip = Accelerator.from_array(design_array(np.array([[best.design.get(f, 0.0) for f in DESIGN_FIELDS]]))[0],
                                   name=f"best design {best.index}")
     am = (getattr(res, "meta", None) or {}).get("area_model", "cosearch")
     print(design_report(chip, res.model if res.model in PRESETS else None,

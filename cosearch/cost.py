@@ -75,7 +75,7 @@ def price(ops: LayerGraph | np.ndarray, designs: Accelerator | Sequence[Accelera
           backend: str = "numba", efficiency: KernelEfficiency | None = None) -> np.ndarray:
     """(designs, ops) array of op latencies in seconds.
 
-    ``designs`` is an :class:`Accelerator`, a list of them, or a (n, 11) design
+    ``designs`` is an :class:`Accelerator`, a list of them, or a (n, 13) design
     array (:data:`~cosearch.hardware.DESIGN_FIELDS`).  ``core_fraction`` prices
     each op on that fraction of the chip's tensor cores / vector units and HBM
     bandwidth (how the scheduler splits the chip between concurrent ops).
@@ -145,9 +145,12 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
             shape = m * n * b * k / (sl * tm * tn * busy)
         else:
             shape = 1.0
-        rate = np.where((dt == 1.0) & (fp8_rate > 0.0), fp8_rate, 1.0)   # 1-byte operands: FP8 tensor cores
-        rate = np.where((dt < 1.0) & (fp4_rate > 0.0), fp4_rate, rate)   # NVFP4
-        tensor_t = np.maximum(np.maximum(compute_t / (e_t * shape * rate), nbytes / bw), onchip_t) + launch
+        # 1-byte operands: the chip's measured FP8 rate, else its tensor unit's FP8 MACs per PE;
+        # NVFP4 (under a byte): the FP4 rate; none: the GEMM cannot run (an infinite time)
+        rate = np.where(dt == 1.0, fp8_rate if fp8_rate > 0.0 else d["fp8_macs"], 1.0)
+        rate = np.where(dt < 1.0, fp4_rate, rate)
+        gemm_t = np.where(rate > 0.0, compute_t / np.where(rate > 0.0, rate, 1.0), np.inf)
+        tensor_t = np.maximum(np.maximum(gemm_t / (e_t * shape), nbytes / bw), onchip_t) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
         # fused attention: per 128-query-row block, a_over (forward) or a_over_bwd (a backward,
         # k = 2.5 head dims) blocks of fixed work beside its m / 128; a head of d does d MACs a

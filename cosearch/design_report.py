@@ -73,13 +73,18 @@ class DesignReport:
     reference_Bps: float = 0.0
     #: whether the cost model charges that traffic (the chip has a global-buffer bandwidth)
     charged: bool = False
+    #: FP8 MACs per PE beside the bf16 one, and the area they take (mm^2, within the PE arrays)
+    fp8_macs: float = 0.0
+    fp8_area_mm2: float = 0.0
 
     def describe(self) -> str:
         m, n, k = self.gemm
         total = sum(self.area_mm2.values())
         parts = ", ".join(f"{name} {a:.1f}" for name, a in self.area_mm2.items() if a > 0)
         ratio = self.operand_Bps_needed / self.reference_Bps if self.reference_Bps else math.nan
-        return (f"{self.name}: area {total:.1f} mm^2 ({parts}); on a {m}x{k} @ {k}x{n} GEMM its arrays are "
+        fp8 = (f"; its PEs each do {self.fp8_macs:g} FP8 MACs a cycle beside the bf16 one "
+               f"({self.fp8_area_mm2:.1f} mm^2 of the arrays)" if self.fp8_macs > 0 else "")
+        return (f"{self.name}: area {total:.1f} mm^2 ({parts}){fp8}; on a {m}x{k} @ {k}x{n} GEMM its arrays are "
                 f"{self.tile_efficiency:.1%} busy (fill/drain and padding) and need "
                 f"{self.operand_Bps_needed / 1e12:.1f} TB/s of operand traffic from the global buffer, "
                 f"{ratio:.1f}x the {self.reference_Bps / 1e12:.1f} TB/s "
@@ -108,5 +113,7 @@ def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
     compute_s = m * n * k / (cores * r * c * chip.clock_hz) / eff
     traffic = operand_traffic_bytes(m, n, k, r, c)
     ref = chip.glb_Bps if chip.glb_Bps > 0 else PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * chip.clock_hz
+    fp8_mm2 = float(ap.die_area_mm2(chip.as_array()[None])[0] - ap.die_area_mm2(
+        chip.with_(fp8_macs=0.0).as_array()[None])[0])
     return DesignReport(chip.name or "design", area, (m, n, k), eff, compute_s, traffic, traffic / compute_s,
-                        ref, chip.glb_Bps > 0)
+                        ref, chip.glb_Bps > 0, chip.fp8_macs, fp8_mm2)

@@ -264,7 +264,8 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
             raise ValueError(f"global_batch must be a positive integer, got {b!r}")
     batches = [int(b) for b in batches]
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
-    placement.check_cosearch_options(opts)
+    placement.check_cosearch_options(opts, fp8_macs=space.fp8_macs)
+    priced = placement.priced_options(opts)     # the one cp, precision and ep every design is priced at
     sps = placement._bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
     opts["sequence_parallel"] = sps
     designs = space.arrays()
@@ -273,8 +274,8 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         tps = tuple(placement.default_tps(m, cluster.num_chips))
         mbs = tuple(placement.divisors(b))
         units = plan_mod.unit_costs(m, designs, cluster, tps, mbs, sps, bool(opts.get("flash_attention", False)),
-                                    engine=opts.get("engine"))
-        lb = sweep.step_lower_bound(units, m, tps, mbs, b, cluster.num_chips)
+                                    engine=opts.get("engine"), **priced)
+        lb = sweep.step_lower_bound(units, m, tps, mbs, b, cluster.num_chips, priced["context_parallel"])
         per.append((m, b, tps, mbs, units, (b * m.seq_len) / lb))
     ub = combine(np.stack([p[5] for p in per], axis=-1), objective)
     order = np.argsort(-ub, kind="stable")

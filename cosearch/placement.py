@@ -584,22 +584,58 @@ def _priced_values(opts: dict, name: str) -> tuple:
     return tuple(dict.fromkeys(vals))
 
 
-def check_cosearch_options(opts: dict, lists: bool = False) -> None:
-    """Refuse plan options the co-search cannot honour.  A design of a search space has a bf16
-    tensor unit only (number formats are not a space dimension), so ``precision`` must be
-    ``"bf16"``.  Context- and expert-parallel degrees: one value each (``lists=False``: one
-    priced space), or several (``lists=True``: :func:`cosearch.search.cosearch` searches each
+#: Precisions a search space's designs can be priced in: bf16 on every design, FP8 on those
+#: whose tensor unit has FP8 MACs (``SearchSpace.fp8_macs``).  NVFP4 is not a design feature
+#: (no public FP4 MAC area figure; :mod:`cosearch.hardware.area`).
+COSEARCH_PRECISIONS = ("bf16", "fp8")
+
+
+def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[float] | None = None) -> None:
+    """Refuse plan options the co-search cannot honour.  ``precision``: bf16 and FP8
+    (:data:`COSEARCH_PRECISIONS`); FP8 only where some design of the space has FP8 MACs
+    (``fp8_macs``: the values the space lists; None: not checked here).  Context- and
+    expert-parallel degrees and precisions: one value each (``lists=False``: one priced
+    space), or several (``lists=True``: :func:`cosearch.search.cosearch` searches each
     combination's priced space and keeps every design's best)."""
     precs = _priced_values(opts, "precision")
-    if set(precs) != {"bf16"}:
-        raise ValueError(f"the co-search's designs have bf16 tensor units only (number formats are not a search "
-                         f"space dimension); it cannot search precision={list(precs)}. Search a chip's plans in FP8 "
-                         "with search_plans(..., precision=...) (cosearch plan), or systems with cosearch.codesign")
+    bad = [p for p in precs if p not in COSEARCH_PRECISIONS]
+    if bad:
+        raise ValueError(f"the co-search prices designs in {' or '.join(COSEARCH_PRECISIONS)} only; it cannot search "
+                         f"precision={bad} (no public FP4 MAC area figure to price an FP4 tensor unit with). Search "
+                         "a chip's plans in FP4 with search_plans(..., precision='fp4') (cosearch plan), or systems "
+                         "with cosearch.codesign")
+    if "fp8" in precs and fp8_macs is not None and not any(x > 0 for x in fp8_macs):
+        raise ValueError("precision='fp8': no design of the search space has FP8 tensor units; give the space "
+                         "SearchSpace(fp8_macs=(0, 2)) (FP8 MACs per PE; `cosearch search --fp8-macs 0,2`) or "
+                         "search bf16 only")
+    if not lists and len(precs) > 1:
+        raise ValueError(f"this search prices every design once, with one precision; got {list(precs)}. The "
+                         "single-model co-search (cosearch.cosearch) searches several")
     for name in ("context_parallel", "expert_parallel"):
         vals = _priced_values(opts, name)
         if not lists and len(vals) > 1:
             raise ValueError(f"this search prices every design once, with one {name}; got {list(vals)}. The "
                              f"single-model co-search (cosearch.cosearch) searches several")
+
+
+def chip_formats(chip: Accelerator, opts: dict) -> dict:
+    """``opts`` with ``precision`` kept to the formats ``chip`` multiplies in (a fixed chip
+    searched with the co-search's options: TPUv4 has no FP8, so it searches bf16); the
+    options as they are when they name no precision.  Refused when the chip has none of them."""
+    if opts.get("precision") is None:
+        return opts
+    from .plan import check_precision
+    precs = _priced_values(opts, "precision")
+    ok = []
+    for p in precs:
+        try:
+            check_precision(chip, p)
+        except ValueError:
+            continue
+        ok.append(p)
+    if not ok:
+        check_precision(chip, precs[0])      # raises, naming what the chip lacks
+    return {**opts, "precision": tuple(ok)}
 
 
 def priced_combinations(opts: dict) -> list[dict[str, Any]]:

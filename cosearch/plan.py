@@ -392,7 +392,10 @@ def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff, share: np.ndarr
     core_b = [lb + i for i, op in enumerate(gs["layer", "bwd"].ops)
               if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
     nb = len(gs["layer", "bwd"].ops)
-    return (keys, np.add.reduceat(allp, starts, axis=2), (allp[:, :, lf:lf + nf] * share).sum(axis=2),
+    fwd = allp[:, :, lf:lf + nf]
+    with np.errstate(invalid="ignore"):     # an op never recomputed adds nothing, even one that cannot run
+        rec = np.where(share > 0, fwd * share, 0.0).sum(axis=2)
+    return (keys, np.add.reduceat(allp, starts, axis=2), rec,
             allp[:, :, core_b].sum(axis=2), allp[:, :, lf:lf + nf], allp[:, :, lb:lb + nb])
 
 

@@ -99,7 +99,7 @@ class DesignResult:
                    plan, reason, time_model)
 
     def accelerator(self) -> Accelerator:
-        return Accelerator.from_array([self.design[f] for f in DESIGN_FIELDS], name=f"design{self.index}")
+        return Accelerator.from_array([self.design.get(f, 0.0) for f in DESIGN_FIELDS], name=f"design{self.index}")
 
 
 def place_row(res, by_index: dict[int, int], index: int, row) -> None:
@@ -226,7 +226,7 @@ class Results:
                 plan_cols = [s.dp, s.tp, s.pp, s.context_parallel, s.expert_parallel, s.microbatch, rc,
                              s.virtual_stages, s.sequence_parallel, s.zero, s.shard_group if s.zero else "",
                              s.precision, s.flash_attention, p.chips_used, p.mfu, r.time_model, r.reason]
-            w.writerow([rank if p is not None else "", r.index, *[r.design[f] for f in DESIGN_FIELDS], r.area_mm2,
+            w.writerow([rank if p is not None else "", r.index, *[r.design.get(f, 0.0) for f in DESIGN_FIELDS], r.area_mm2,
                         r.power_w, r.tokens_per_s, p.step_time_s if p else "", *plan_cols])
         text = buf.getvalue()
         if path is not None:

@@ -37,7 +37,7 @@ from . import memory, placement, ranking, sweep
 from . import plan as plan_mod
 from ._json import IncrementalJSONWriter
 from .cluster import Cluster
-from .hardware import SearchSpace
+from .hardware import DESIGN_FIELDS, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
 from .multimodel import cosearch_models
@@ -152,7 +152,7 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
     mem = mem or memory.MemoryConfig()
     global_batch = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
     all_opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
-    placement.check_cosearch_options(all_opts, lists=True)
+    placement.check_cosearch_options(all_opts, lists=True, fp8_macs=space.fp8_macs)
     combos = placement.priced_combinations(all_opts)
     if len(combos) > 1:
         return _cosearch_combinations(model, space, cluster, global_batch, tps, microbatches, mem, all_opts, combos,
@@ -179,7 +179,8 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
 
 
 def _combination_tag(combo: dict) -> str:
-    return f"cp{combo['context_parallel']}-ep{combo['expert_parallel']}"
+    prec = combo.get("precision", "bf16")
+    return f"cp{combo['context_parallel']}-ep{combo['expert_parallel']}" + ("" if prec == "bf16" else f"-{prec}")
 
 
 def _cosearch_combinations(model, space, cluster, global_batch, tps, microbatches, mem, opts, combos, baselines,
@@ -249,7 +250,7 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
     if bad:
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
-    placement.check_cosearch_options(opts)
+    placement.check_cosearch_options(opts, fp8_macs=designs[:, DESIGN_FIELDS.index("fp8_macs")])
     priced = placement.priced_options(opts)
     for k, x in priced.items():
         if x != placement.PRICED_OPTIONS[k] or k in opts:   # the defaults stay unwritten (the fingerprint)

@@ -12,6 +12,7 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
     head_dim = op[10] if len(op) > 10 else 0
     cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d[:11]
     glb = d[11] if len(d) > 11 else 0.0
+    fp8_macs = d[12] if len(d) > 12 else 0.0     # the tensor unit's FP8 MACs per PE per cycle
     e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained, sk_fix, \
         attn_over_bwd, attn_head, cast_memory, amax_Bps = \
         (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0))[:18]
@@ -51,10 +52,15 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
                 shared = (blocks // sl) * per_tile + max((blocks % sl) * per_tile / sl, tk) + sk_fix
                 busiest = min(busiest, shared)
             e_tensor = e_tensor * (m * n * b * k) / (busiest * sl * tm * tn)
-        if dt == 1 and fp8 > 0:   # FP8 operands run at the chip's FP8 rate
-            e_tensor = e_tensor * fp8
-        elif dt < 1 and fp4 > 0:  # NVFP4 at the FP4 rate
-            e_tensor = e_tensor * fp4
+        if dt == 1:   # FP8 operands: the chip's measured FP8 rate, else its PEs' FP8 MACs
+            speed = fp8 if fp8 > 0 else fp8_macs
+        elif dt < 1:  # NVFP4 at the FP4 rate
+            speed = fp4
+        else:
+            speed = 1.0
+        if speed == 0:   # no tensor unit for the format: the GEMM never finishes
+            return math.inf
+        e_tensor = e_tensor * speed
         onchip = 0.0
         if glb > 0:   # every weight tile column re-reads the inputs; every tile row adds fp32 partials
             per_gemm = k * n * dt + sum(m * k * dt for _col in range(math.ceil(n / c))) \

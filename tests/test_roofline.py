@@ -25,7 +25,7 @@ def random_designs(rng, n):
         rows.append([rng.integers(1, 600), rng.choice([8, 16, 32, 128, 256]), rng.choice([8, 32, 128]),
                      rng.integers(1, 200), rng.choice([32, 128, 1024]), rng.uniform(0.5e9, 2e9),
                      rng.choice([8e3, 64e3, 4e6]), rng.choice([1e6, 50e6, 128e6]), 32e9,
-                     rng.uniform(0.5e12, 3e12), 1e11, rng.choice([0.0, 2e12, 2e13, 2e14])])
+                     rng.uniform(0.5e12, 3e12), 1e11, rng.choice([0.0, 2e12, 2e13, 2e14]), rng.choice([0.0, 2.0, 3.0])])
     return np.array(rows, dtype=float)
 
 

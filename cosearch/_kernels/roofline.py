@@ -9,7 +9,7 @@ fraction of HBM bandwidth memory-bound kernels stream at, and a fixed time per k
 kind, m, n, k, batch, elements, ops_per_element, bytes_read, bytes_written, dtype_bytes.
 ``designs`` rows follow :data:`cosearch.hardware.DESIGN_FIELDS`:
 tensor_cores, rows, cols, vector_units, vector_width, clock_hz, l1_bytes, l2_bytes,
-hbm_bytes, hbm_bandwidth_Bps, link_bandwidth_Bps, glb_Bps.
+hbm_bytes, hbm_bandwidth_Bps, link_bandwidth_Bps, glb_Bps, fp8_macs.
 
 Tensor op (weight-stationary systolic array R x C):
   tiles   = batch * ceil(K/R) * ceil(N/C)        (padding waste from the ceilings)
@@ -45,8 +45,10 @@ Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction 
 GPU's thread-block tiles over its SMs, ``eff[4:9]``, with stream-K's split last wave where
 ``eff[13]`` (``E_STREAM_K``) is set; 1 where ``eff[7]`` (slots) is 0), the
 slots scaled by ``core_fraction`` like the cores.  A GEMM with 1-byte operands (FP8) runs
-``eff[9]`` (``E_FP8``) times faster than the same GEMM in bf16, one with NVFP4 operands (under
-1 byte) ``eff[10]`` (``E_FP4``) times.
+``eff[9]`` (``E_FP8``) times faster than the same GEMM in bf16 (0: the design's ``fp8_macs``,
+design column 12), one with NVFP4 operands (under 1 byte) ``eff[10]`` (``E_FP4``) times
+(:func:`cosearch._kernels.formulas.tensor_format_rate`); a format the chip has no rate for
+cannot run: the GEMM takes forever (``inf``), so no plan using it is feasible.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ import numpy as np
 from numba import njit, prange
 
 from .formulas import (
+    D_FP8_MACS,
     E_CAST,
     E_CAST_AMAX,
     E_CLOCK,
@@ -72,6 +75,7 @@ from .formulas import (
     fused_attention_efficiency,
     gemm_shape_efficiency,
     operand_traffic_bytes,
+    tensor_format_rate,
 )
 
 
@@ -127,10 +131,9 @@ def _price_one(op, d, frac, eff):
         shape = gemm_shape_efficiency(m, n, k, b, eff[E_TILE_M], eff[E_TILE_N], eff[E_TILE_K], slots,
                                       eff[E_K_OVERHEAD], eff[E_STREAM_K])
         compute = cycles / clock / (eff[E_TENSOR] * shape)
-        if dt == 1.0 and eff[E_FP8] > 0.0:
-            compute = compute / eff[E_FP8]  # FP8 operands: the chip's FP8 rate
-        elif dt < 1.0 and eff[E_FP4] > 0.0:
-            compute = compute / eff[E_FP4]  # NVFP4 operands: the chip's FP4 rate
+        if dt < 2.0:      # FP8 / NVFP4 operands: the chip's rate in that format (0: it has none)
+            rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS])
+            compute = compute / rate if rate > 0.0 else math.inf
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]
         if total <= l2:

@@ -31,6 +31,23 @@ search needs.
   ratio is carried over at equal switching energy per unit of area, an assumption), so 8,192
   small cores at 1.05 GHz burn 34.7 W of fixed logic where TPUv4's 10 cores burn 0.04 W.
 * Fixed uncore (control, host interface, misc.): 60 mm^2 and 30 W.
+* Number formats (``fp8_macs``: FP8 multiply-adds each PE does per cycle beside its bf16 MAC;
+  2 on H100, B200 and MI300X, whose dense FP8 peaks are twice their BF16 ones: 1,979 vs 989,
+  4,500 vs 2,250 and 2,615 vs 1,307 TFLOP/s on their datasheets).  Each FP8 MAC is priced as
+  a datapath of its own beside the bf16 one (no sharing of the multiplier array, so an upper
+  bound at the per-MAC figure): ``fp8_mac_area_fraction`` = 0.228 of a PE's area and
+  ``fp8_mac_energy_fraction`` = 0.330 of its energy per MAC.  The chain of public figures:
+  Horowitz (ISSCC 2014, 45 nm) gives an 8-bit integer multiplier and adder 282 + 36 um^2 and
+  0.2 + 0.03 pJ against a 16-bit float multiplier and adder 1,640 + 1,360 um^2 and 1.1 + 0.4
+  pJ, so an INT8 MAC is 0.106 of a 16-bit float MAC in area and 0.153 in energy; van Baalen
+  et al. ("FP8 versus INT8 for efficient deep learning inference", arXiv 2303.17951, 2023)
+  find FP8 MACs 50-180 % costlier than INT8 ones in dedicated hardware; the middle of that
+  range, 2.15x, gives 0.228 and 0.330 (the range's ends: 0.159-0.297 and 0.230-0.429; set the
+  fields to study them).  The bf16 PE is taken as that 16-bit float MAC; bf16's 8-bit
+  significand makes its multiplier smaller than FP16's, so per bf16 PE the fractions are, if
+  anything, low.  Power stays a full-utilisation bound: the tensor unit runs one format at a
+  time, so it draws the larger of its bf16 MACs' and its FP8 MACs' power (with these figures
+  2 x 0.330 < 1: the bf16 mode).  No public FP4 MAC figure was found, so no FP4 feature.
 
 Power is evaluated at full utilisation (a TDP-style bound).
 """
@@ -43,6 +60,13 @@ import numpy as np
 
 from .. import phaze_area as pa
 from .efficiency import DESIGN_FIELDS, GiB, KiB, MiB
+
+#: Area of one FP8 MAC datapath against a bf16 PE (the module docstring's chain of figures:
+#: Horowitz ISSCC 2014's INT8 / 16-bit float MAC areas, 318 / 3,000 um^2, times the middle of
+#: van Baalen et al. 2023's 1.5-2.8x FP8-over-INT8 cost).
+FP8_MAC_AREA_FRACTION = 2.15 * (282.0 + 36.0) / (1640.0 + 1360.0)
+#: Energy of one FP8 multiply-add against a bf16 one (the same chain: 0.23 / 1.5 pJ, times 2.15).
+FP8_MAC_ENERGY_FRACTION = 2.15 * (0.2 + 0.03) / (1.1 + 0.4)
 
 #: PHAZE's clock (``Estimator/architecture.py``: ``frequency = 1.05 GHz``).
 PHAZE_CLOCK_HZ = 1.05e9
@@ -70,6 +94,8 @@ class AreaPowerModel:
     fixed_power_w: float = 30.0
     core_area_mm2: float = 6.05294e-3
     core_energy_j: float = 6.05294e-3 / 7.5e-4 * 0.5e-12
+    fp8_mac_area_fraction: float = FP8_MAC_AREA_FRACTION
+    fp8_mac_energy_fraction: float = FP8_MAC_ENERGY_FRACTION
     name = "cosearch"
 
     def __post_init__(self) -> None:
@@ -79,8 +105,19 @@ class AreaPowerModel:
 
     @staticmethod
     def _cols(d: np.ndarray) -> dict[str, np.ndarray]:
+        """The design array's columns by name (the optional last ones 0 where a row lacks them)."""
         d = np.atleast_2d(np.asarray(d, dtype=np.float64))
-        return {f: d[:, i] for i, f in enumerate(DESIGN_FIELDS)}
+        return {f: d[:, i] if i < d.shape[1] else np.zeros(len(d)) for i, f in enumerate(DESIGN_FIELDS)}
+
+    def pe_area_factor(self, designs: np.ndarray) -> np.ndarray:
+        """Each design's PE area in bf16 PEs: its bf16 MAC, plus ``fp8_macs`` FP8 MACs at
+        :attr:`fp8_mac_area_fraction` each (exactly 1 for a bf16-only tensor unit)."""
+        return 1.0 + self._cols(designs)["fp8_macs"] * self.fp8_mac_area_fraction
+
+    def pe_energy_factor(self, designs: np.ndarray) -> np.ndarray:
+        """Each PE's energy per cycle at full use in bf16 MACs, in its costlier format: its bf16
+        MAC, or its ``fp8_macs`` FP8 MACs at :attr:`fp8_mac_energy_fraction` each."""
+        return np.maximum(1.0, self._cols(designs)["fp8_macs"] * self.fp8_mac_energy_fraction)
 
     def area_mm2(self, designs: np.ndarray) -> np.ndarray:
         """Package area: the logic die plus the HBM stacks' footprint (mm^2)."""
@@ -94,7 +131,8 @@ class AreaPowerModel:
         pes = c["tensor_cores"] * c["systolic_rows"] * c["systolic_cols"]
         sram_mib = (c["tensor_cores"] * c["l1_bytes"] + c["l2_bytes"]) / MiB
         lanes = c["vector_units"] * c["vector_width"]
-        return {"PE arrays": pes * self.pe_area_mm2, "SRAM": sram_mib * self.sram_area_mm2_per_mib,
+        return {"PE arrays": pes * self.pe_area_mm2 * self.pe_area_factor(designs),
+                "SRAM": sram_mib * self.sram_area_mm2_per_mib,
                 "vector lanes": lanes * self.lane_area_mm2,
                 "core logic": (c["tensor_cores"] + c["vector_units"]) * self.core_area_mm2,
                 "HBM PHY": c["hbm_bandwidth_Bps"] / 1e9 * self.hbm_area_mm2_per_gbps,
@@ -120,7 +158,8 @@ class AreaPowerModel:
         pes = c["tensor_cores"] * c["systolic_rows"] * c["systolic_cols"]
         sram_mib = (c["tensor_cores"] * c["l1_bytes"] + c["l2_bytes"]) / MiB
         lanes = c["vector_units"] * c["vector_width"]
-        return (pes * c["clock_hz"] * self.pe_energy_j + sram_mib * self.sram_power_w_per_mib
+        return (pes * c["clock_hz"] * self.pe_energy_j * self.pe_energy_factor(designs)
+                + sram_mib * self.sram_power_w_per_mib
                 + lanes * c["clock_hz"] * self.lane_energy_j
                 + c["hbm_bandwidth_Bps"] * 8 * self.hbm_energy_j_per_bit
                 + c["link_bandwidth_Bps"] * 8 * self.link_energy_j_per_bit
@@ -149,8 +188,9 @@ class PhazeAreaModel:
         """The die's area by component (mm^2): tensor cores (PEs and per-core buffers),
         vector cores, global buffer."""
         c = AreaPowerModel._cols(designs)
+        # PHAZE's PEs are bf16; FP8 MACs beside them (0 in PHAZE's space) at the power model's fraction
         tc = c["tensor_cores"] * (pa.PHAZE_CORE_UM2 + pa.PHAZE_PE_UM2 * c["systolic_rows"] * c["systolic_cols"]
-                                  + pa.buffer_um2(c["l1_bytes"]))
+                                  * self.power.pe_area_factor(designs) + pa.buffer_um2(c["l1_bytes"]))
         vc_buffer = np.maximum(1.0, c["vector_width"] / 64.0) * KiB
         vc = c["vector_units"] * (pa.PHAZE_CORE_UM2 + pa.PHAZE_LANE_UM2 * c["vector_width"] + pa.buffer_um2(vc_buffer))
         return {"tensor cores": tc * 1e-6, "vector cores": vc * 1e-6, "global buffer": pa.glb_um2(c["l2_bytes"]) * 1e-6}

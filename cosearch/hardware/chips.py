@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_HZ, MIN_HZ, bandwidth, in_range
+from .._validate import MAX_HZ, MIN_HZ, bandwidth, in_range, nonneg_float
 from .area import (
     PHAZE_CLOCK_HZ,
     PHAZE_GLB_WORDS_PER_CYCLE,
@@ -59,6 +59,8 @@ from .efficiency import (
     FP4_RATE_BLACKWELL,
     FP8_RATE_H100_500W,
     IDEAL,
+    MAX_FP8_MACS,
+    OPTIONAL_DESIGN_FIELDS,
     SUSTAINED_CLOCK_H100_500W,
     GiB,
     KernelEfficiency,
@@ -89,6 +91,11 @@ class Accelerator:
     #: operand bandwidth from the global buffer (L2) to the tensor cores, bytes/s; 0: not
     #: modelled (GPU presets, whose measured kernel efficiencies include it)
     glb_Bps: float = 0.0
+    #: FP8 multiply-adds each PE of the tensor unit does per cycle beside its one bf16 MAC (a
+    #: searched design's number-format feature; 0: a bf16-only tensor unit).  A GEMM on FP8
+    #: operands runs this many times faster than in bf16, unless the kernel model gives the
+    #: chip a measured rate of its own (``efficiency.fp8_rate``, the GPU presets'), which wins.
+    fp8_macs: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.glb_Bps, bool) or not (isinstance(self.glb_Bps, (int, float, np.floating))
@@ -96,6 +103,11 @@ class Accelerator:
             raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
                              f"got {self.glb_Bps!r}")
         object.__setattr__(self, "glb_Bps", float(self.glb_Bps))
+        f8 = nonneg_float("Accelerator.fp8_macs", self.fp8_macs)
+        if f8 > MAX_FP8_MACS:
+            raise ValueError(f"Accelerator.fp8_macs={self.fp8_macs!r} FP8 MACs per PE per cycle is outside the "
+                             f"plausible range 0 (a bf16-only tensor unit) to {MAX_FP8_MACS:g}")
+        object.__setattr__(self, "fp8_macs", f8)
         if isinstance(self.host_link_Bps, bool) or not isinstance(self.host_link_Bps, (int, float, np.floating)):
             raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
         bandwidth("Accelerator.host_link_Bps", self.host_link_Bps)
@@ -127,8 +139,9 @@ class Accelerator:
 
     @property
     def supports_fp8(self) -> bool:
-        """Whether the chip has FP8 tensor cores (its kernel model has an FP8 rate)."""
-        return self.efficiency.fp8_rate > 0.0
+        """Whether the chip has FP8 tensor cores (its kernel model has an FP8 rate, or its
+        tensor unit FP8 MACs)."""
+        return self.efficiency.fp8_rate > 0.0 or self.fp8_macs > 0.0
 
     @property
     def supports_fp4(self) -> bool:
@@ -146,14 +159,15 @@ class Accelerator:
     @classmethod
     def from_array(cls, row: Sequence[float], name: str = "design",
                    efficiency: KernelEfficiency = IDEAL) -> Accelerator:
-        """The design of one :data:`DESIGN_FIELDS` row (a row without the last field,
-        ``glb_Bps``, as written before it existed, reads as 0: not modelled)."""
+        """The design of one :data:`DESIGN_FIELDS` row (a row without the last fields,
+        ``glb_Bps`` and ``fp8_macs``, as written before they existed, reads them as 0)."""
         vals = [float(x) for x in row]
-        if len(vals) not in (len(DESIGN_FIELDS), len(DESIGN_FIELDS) - 1):
+        n = len(DESIGN_FIELDS) - OPTIONAL_DESIGN_FIELDS      # the positional fields
+        if not n <= len(vals) <= len(DESIGN_FIELDS):
             raise ValueError(f"a design row has {len(DESIGN_FIELDS)} fields ({', '.join(DESIGN_FIELDS)}), "
                              f"got {len(vals)}")
-        n = len(DESIGN_FIELDS) - 1                      # the positional fields before glb_Bps
-        return cls(name, *vals[:n], efficiency=efficiency, glb_Bps=vals[n] if len(vals) > n else 0.0)
+        vals += [0.0] * (len(DESIGN_FIELDS) - len(vals))
+        return cls(name, *vals[:n], efficiency=efficiency, glb_Bps=vals[n], fp8_macs=vals[n + 1])
 
     def with_(self, **changes: Any) -> Accelerator:
         return replace(self, **changes)
@@ -353,16 +367,20 @@ def design_array(designs: Sequence[Accelerator] | np.ndarray) -> np.ndarray:
         arr = np.ascontiguousarray(designs, dtype=np.float64)
         if arr.ndim == 1:
             arr = arr[None, :]
-        if arr.ndim == 2 and arr.shape[1] == len(DESIGN_FIELDS) - 1:
-            # written before glb_Bps existed: the on-chip bandwidth is not modelled
-            arr = np.ascontiguousarray(np.hstack([arr, np.zeros((len(arr), 1))]))
+        n = len(DESIGN_FIELDS) - OPTIONAL_DESIGN_FIELDS
+        if arr.ndim == 2 and n <= arr.shape[1] < len(DESIGN_FIELDS):
+            # written before glb_Bps / fp8_macs existed: not modelled / a bf16-only tensor unit
+            arr = np.ascontiguousarray(np.hstack([arr, np.zeros((len(arr), len(DESIGN_FIELDS) - arr.shape[1]))]))
         if arr.ndim != 2 or arr.shape[1] != len(DESIGN_FIELDS):
             raise ValueError(f"design array must have shape (n, {len(DESIGN_FIELDS)}), got {arr.shape}")
-        body = arr[:, :-1]
-        if not np.all(np.isfinite(arr)) or np.any(body <= 0) or np.any(arr[:, -1] < 0):
-            bad = np.argwhere(~np.isfinite(arr) | np.hstack([body <= 0, arr[:, -1:] < 0]))[0]
-            what = "negative" if bad[1] == len(DESIGN_FIELDS) - 1 else "non-positive"
+        body, tail = arr[:, :n], arr[:, n:]
+        if not np.all(np.isfinite(arr)) or np.any(body <= 0) or np.any(tail < 0):
+            bad = np.argwhere(~np.isfinite(arr) | np.hstack([body <= 0, tail < 0]))[0]
+            what = "negative" if bad[1] >= n else "non-positive"
             raise ValueError(f"design {bad[0]} has {what} {DESIGN_FIELDS[bad[1]]}={arr[tuple(bad)]}")
+        if np.any(arr[:, -1] > MAX_FP8_MACS):
+            i = int(np.argmax(arr[:, -1] > MAX_FP8_MACS))
+            raise ValueError(f"design {i} has fp8_macs={arr[i, -1]}; at most {MAX_FP8_MACS:g} FP8 MACs per PE")
         return arr
     if isinstance(designs, Accelerator):
         designs = [designs]

@@ -13,7 +13,7 @@ import numpy as np
 
 from .area import AreaPowerModel, PhazeAreaModel, phaze_glb_words, phaze_l1_bytes
 from .chips import PHAZE_CLOCK_HZ, PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, TPUv4, phaze_reference
-from .efficiency import GiB, MiB
+from .efficiency import MAX_FP8_MACS, GiB, MiB
 
 #: Most distinct values one SearchSpace field may list, and most designs its grid may hold
 #: before the budget filter (PHAZE's space: 75,712): larger inputs are refused before anything is
@@ -56,7 +56,7 @@ HBM_SCENARIO_BPS = 1.2e12
 SPACE_FILE_FIELDS = ("tensor_cores", "systolic_dims", "vector_units", "vector_width", "vector_width_tied",
                      "clock_hz", "l1_bytes", "l1_rule", "l2_bytes", "hbm", "link_bandwidth_Bps",
                      "area_budget_mm2", "power_budget_w", "min_area_fraction", "min_area_exempt_single_core",
-                     "glb_words_per_cycle", "glb_rule")
+                     "glb_words_per_cycle", "glb_rule", "fp8_macs")
 
 
 #: Area models a search space can be built with, by name.
@@ -104,6 +104,12 @@ class SearchSpace:
 
     HBM is a *scenario* (one capacity per run) in both presets; a grid with several HBM
     pairs searches it, and then capacity and bandwidth cost area (and bandwidth power).
+
+    ``fp8_macs``: the tensor unit's number formats — FP8 multiply-adds each PE does per cycle
+    beside its bf16 MAC (0, the default: bf16 only; 2: FP8 at twice the bf16 rate, as H100 and
+    B200).  FP8 MACs cost PE area and energy (:class:`AreaPowerModel`'s
+    ``fp8_mac_area_fraction`` / ``fp8_mac_energy_fraction``), and only designs with them can
+    run FP8 plans (``precision="fp8"``); list ``(0, 2)`` to let the search decide.
     """
 
     tensor_cores: tuple = (2, 4, 8, 16, 32)
@@ -126,6 +132,7 @@ class SearchSpace:
     name: str = "default"
     glb_words_per_cycle: float = 0.0
     glb_rule: str = "fixed"
+    fp8_macs: tuple = (0.0,)
 
     def __post_init__(self) -> None:
         if not isinstance(self.area_power, (AreaPowerModel, PhazeAreaModel)):
@@ -145,6 +152,13 @@ class SearchSpace:
                         or not (float(v) > 0) or not np.isfinite(float(v)):
                     raise ValueError(f"SearchSpace.{f} values must be positive numbers, got {v!r}")
             object.__setattr__(self, f, _distinct(f, vals))
+        vals = _as_tuple("fp8_macs", self.fp8_macs)
+        for x in vals:
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                    or not (0.0 <= float(x) <= MAX_FP8_MACS):
+                raise ValueError(f"SearchSpace.fp8_macs values must be numbers of FP8 MACs per PE per cycle in "
+                                 f"[0, {MAX_FP8_MACS:g}] (0: a bf16-only tensor unit), got {x!r}")
+        object.__setattr__(self, "fp8_macs", _distinct("fp8_macs", tuple(float(x) for x in vals)))
         for f, names in (("systolic_dims", ("rows", "cols")), ("hbm", ("capacity", "bandwidth"))):
             vals = getattr(self, f)
             if not isinstance(vals, (list, tuple)) or not vals:
@@ -270,7 +284,8 @@ class SearchSpace:
         return math.prod(len(x) for x in (
             self.tensor_cores, self.systolic_dims, self.vector_units,
             (0,) if self.vector_width_tied else self.vector_width, self.clock_hz,
-            (0,) if self.l1_rule == "phaze" else self.l1_bytes, self.l2_bytes, self.hbm, self.link_bandwidth_Bps))
+            (0,) if self.l1_rule == "phaze" else self.l1_bytes, self.l2_bytes, self.hbm, self.link_bandwidth_Bps,
+            self.fp8_macs))
 
     def grid(self) -> np.ndarray:
         """Every design of the grid, before the budget filter."""
@@ -281,13 +296,13 @@ class SearchSpace:
         vws = (0.0,) if self.vector_width_tied else self.vector_width
         l1s = (0.0,) if self.l1_rule == "phaze" else self.l1_bytes
         rows = []
-        for tc, (r, c), vu, vw, clk, l1, l2, (hc, hb), lb in itertools.product(
+        for tc, (r, c), vu, vw, clk, l1, l2, (hc, hb), lb, f8 in itertools.product(
                 self.tensor_cores, self.systolic_dims, self.vector_units, vws,
-                self.clock_hz, l1s, self.l2_bytes, self.hbm, self.link_bandwidth_Bps):
+                self.clock_hz, l1s, self.l2_bytes, self.hbm, self.link_bandwidth_Bps, self.fp8_macs):
             rows.append((tc, r, c, vu, r if self.vector_width_tied else vw, clk,
                          phaze_l1_bytes(r, c) if self.l1_rule == "phaze" else l1, l2, hc, hb, lb,
                          (phaze_glb_words(tc, r, c) if self.glb_rule == "phaze" and self.glb_words_per_cycle > 0
-                          else self.glb_words_per_cycle) * 2.0 * clk))
+                          else self.glb_words_per_cycle) * 2.0 * clk, f8))
         return np.array(rows, dtype=np.float64)
 
     def budget_mask(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

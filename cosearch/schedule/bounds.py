@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import cost
+from .._kernels import formulas
 from ..graph import KIND_ATTENTION, KIND_CAST, KIND_TENSOR, KIND_VECTOR, LayerGraph
 from ..hardware import DESIGN_FIELDS, IDEAL
 from .problem import (
@@ -56,6 +57,15 @@ def lower_bound(p: Problem) -> float:
     return float(max(best, hbm.sum()))
 
 
+def _format_rates(dtype_bytes: np.ndarray, fp8_macs: np.ndarray, eff) -> np.ndarray:
+    """:func:`cosearch._kernels.formulas.tensor_format_rate` over broadcast (designs, ops)
+    arrays of operand widths and FP8 MACs: the formula once per distinct pair."""
+    dt, f8 = np.broadcast_arrays(dtype_bytes, fp8_macs)
+    pairs, inv = np.unique(np.stack([dt.ravel(), f8.ravel()], axis=1), axis=0, return_inverse=True)
+    table = np.array([formulas.tensor_format_rate.py_func(a, eff.fp8_rate, eff.fp4_rate, f) for a, f in pairs])
+    return table[np.asarray(inv).reshape(-1)].reshape(dt.shape)
+
+
 def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
     """A cheap lower bound on the ILP makespan of ``layer`` for every design: the largest of
     the tensor cores' work, the vector units' work and the HBM traffic, each spread
@@ -80,8 +90,12 @@ def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.n
     r, c = col["systolic_rows"], col["systolic_cols"]
     mat = np.isin(kind, (KIND_TENSOR, KIND_ATTENTION))
     rate = np.where(kind == KIND_ATTENTION, eff.attention, eff.tensor) * col["clock_hz"]
+    # a GEMM on FP8 / NVFP4 operands at the chip's rate in that format (0: it cannot run)
+    fmt = _format_rates(np.where(kind == KIND_TENSOR, dt, 2.0), d[:, [DESIGN_FIELDS.index("fp8_macs")]], eff)
+    rate = np.where(fmt > 0.0, rate * fmt, 0.0)
     cycles = b * np.ceil(k / r) * np.ceil(n / c) * (m + r + c - 2.0)
-    tensor = np.where(mat, cycles / rate, 0.0).sum(axis=1) / col["tensor_cores"][:, 0]
+    with np.errstate(divide="ignore"):
+        tensor = np.where(mat, cycles / rate, 0.0).sum(axis=1) / col["tensor_cores"][:, 0]
     vec = (kind == KIND_VECTOR) | (kind == KIND_CAST)
     lanes = col["vector_units"] * col["vector_width"] * col["clock_hz"]
     vector = np.where(vec, elements * per / lanes, 0.0).sum(axis=1)

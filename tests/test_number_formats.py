@@ -1,0 +1,185 @@
+"""Number formats as a tensor-unit feature of a searched design (``fp8_macs``): its area and
+power, its roofline rate, and the co-search over designs and precisions, each checked against
+a hand-worked figure or a brute force that shares none of the search's code."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cosearch import cluster, cost, graph, hardware, memory, placement, search
+from cosearch.hardware import GiB, MiB
+from cosearch.plan import evaluate
+from tests.test_modern_plans import TINY, two_layer_plan_specs
+
+# Horowitz, ISSCC 2014 (45 nm): multiply + add area (um^2) and energy (pJ) of 8-bit integers and
+# 16-bit floats; van Baalen et al. 2023: an FP8 MAC costs 1.5-2.8x an INT8 one (the middle: 2.15x)
+INT8_MAC_UM2, FP16_MAC_UM2 = 282 + 36, 1640 + 1360
+INT8_MAC_PJ, FP16_MAC_PJ = 0.2 + 0.03, 1.1 + 0.4
+FP8_OVER_INT8 = (1.5 + 2.8) / 2
+
+
+def _design(cores=4, rows=128, cols=128, fp8=0.0, clock=1.0e9):
+    return hardware.Accelerator("d", cores, rows, cols, 2, 512, clock, 4 * MiB, 64 * MiB, 32 * GiB, 1.2e12, 3e11,
+                                fp8_macs=fp8)
+
+
+def test_fp8_mac_area_and_energy_follow_the_cited_figures():
+    ap = hardware.AreaPowerModel()
+    assert ap.fp8_mac_area_fraction == pytest.approx(FP8_OVER_INT8 * INT8_MAC_UM2 / FP16_MAC_UM2, rel=1e-12)
+    assert ap.fp8_mac_energy_fraction == pytest.approx(FP8_OVER_INT8 * INT8_MAC_PJ / FP16_MAC_PJ, rel=1e-12)
+    # the ends of van Baalen's range bracket the defaults
+    assert 1.5 * INT8_MAC_UM2 / FP16_MAC_UM2 < ap.fp8_mac_area_fraction < 2.8 * INT8_MAC_UM2 / FP16_MAC_UM2
+
+
+def test_fp8_macs_cost_pe_area_and_power_by_hand():
+    ap = hardware.AreaPowerModel()
+    bf16, fp8x2, fp8x4 = _design(), _design(fp8=2), _design(fp8=4)
+    pes = 4 * 128 * 128
+    base = ap.die_components_mm2(bf16.as_array()[None])
+    for chip, n in ((fp8x2, 2), (fp8x4, 4)):
+        parts = ap.die_components_mm2(chip.as_array()[None])
+        # each PE: its bf16 MAC (7.5e-4 mm^2) and n FP8 MACs at 0.2279 of it
+        assert parts["PE arrays"][0] == pytest.approx(pes * 7.5e-4 * (1 + n * 2.15 * 318 / 3000), rel=1e-12)
+        for k in parts:
+            if k != "PE arrays":
+                assert parts[k][0] == base[k][0]
+    # power at full use: the costlier format. 2 FP8 MACs at 0.3297 of a bf16 MAC's energy draw
+    # less than the bf16 MAC (no change); 4 draw 1.319x its power
+    pe_w = pes * 1.0e9 * 0.5e-12
+    assert fp8x2.power_w(ap) == pytest.approx(bf16.power_w(ap), rel=1e-12)
+    assert fp8x4.power_w(ap) - bf16.power_w(ap) == pytest.approx(pe_w * (4 * 2.15 * 0.23 / 1.5 - 1), rel=1e-9)
+    # PHAZE's own area model adds the same fraction of its PE figure; a bf16 design is unchanged
+    ph = hardware.PhazeAreaModel()
+    from cosearch import phaze_area as pa
+    assert ph.area_mm2(fp8x2.as_array()[None])[0] - ph.area_mm2(bf16.as_array()[None])[0] == pytest.approx(
+        pes * 2 * 2.15 * 318 / 3000 * pa.PHAZE_PE_UM2 * 1e-6, rel=1e-9)
+
+
+def test_an_fp8_gemm_runs_at_the_tensor_units_fp8_rate():
+    """A compute-bound GEMM on FP8 operands: half the bf16 cycles with 2 FP8 MACs per PE (closed
+    form: ``waves (M + R + C - 2) / clock / 2``); it cannot run on a bf16-only unit; a chip's own
+    measured FP8 rate wins over its design field."""
+    m, n, k = 8192, 4096, 4096
+    chip = _design(fp8=2)
+    tiles = math.ceil(k / 128) * math.ceil(n / 128)
+    bf16_s = math.ceil(tiles / 4) * (m + 128 + 128 - 2) / 1.0e9
+    ops = np.array([[0, m, n, k, 1, 0, 0, 0, 0, 1.0, 0]], dtype=float)     # one FP8 GEMM
+    for backend in ("numba", "numpy"):
+        assert cost.price(ops, chip, backend=backend)[0, 0] == pytest.approx(bf16_s / 2, rel=1e-12)
+        assert cost.price(ops, _design(fp8=0), backend=backend)[0, 0] == math.inf
+        eff = hardware.KernelEfficiency(fp8_rate=1.6)
+        assert cost.price(ops, chip.with_(efficiency=eff), backend=backend)[0, 0] == pytest.approx(bf16_s / 1.6,
+                                                                                                 rel=1e-12)
+    assert chip.supports_fp8 and not _design().supports_fp8
+
+
+def test_work_bound_stays_below_the_fp8_layer():
+    """The ILP screen's work bound must stay a lower bound when FP8 GEMMs run faster."""
+    from cosearch.schedule.bounds import work_bounds
+    chips = [_design(fp8=2), _design(cores=2, rows=64, cols=64, fp8=3)]
+    d = hardware.design_array(chips)
+    layer = graph.build(TINY.with_(hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, seq_len=1024), 1, 2,
+                        precision="fp8", flash_attention=True)
+    ops = layer.arrays()
+    lb = work_bounds(layer, d)
+    serial = cost.price(ops, d).sum(axis=1)
+    assert np.all(lb <= serial * (1 + 1e-12)) and np.all(lb > 0)
+    bf16_lb = work_bounds(layer, hardware.design_array([c.with_(fp8_macs=0.0) for c in chips]))
+    assert np.all(np.isinf(bf16_lb))         # a bf16-only unit cannot run the FP8 layer at all
+
+
+def test_design_arrays_written_before_the_field_read_as_bf16():
+    row = _design(fp8=2).as_array()
+    assert hardware.design_array(row[:-1]).shape == (1, len(hardware.DESIGN_FIELDS))
+    assert hardware.design_array(row[:-1])[0, -1] == 0.0
+    assert hardware.Accelerator.from_array(row[:-2]).fp8_macs == 0.0
+    assert hardware.Accelerator.from_array(row).fp8_macs == 2.0
+    with pytest.raises(ValueError, match="fp8_macs"):
+        hardware.design_array(np.append(row[:-1], -1.0))
+    with pytest.raises(ValueError, match="fp8_macs"):
+        hardware.design_array(np.append(row[:-1], 40.0))
+    with pytest.raises(ValueError, match="fp8_macs"):
+        _design(fp8=-1)
+    with pytest.raises(ValueError, match="fp8_macs"):
+        hardware.SearchSpace(fp8_macs=(0, "two"))
+
+
+SPACE = dict(tensor_cores=(2, 4), systolic_dims=((32, 32), (64, 64)), vector_units=(2,), vector_width=(256,),
+             l1_bytes=(1 * MiB,), l2_bytes=(16 * MiB,), hbm=((1 * GiB, 1.2e12),), fp8_macs=(0, 2),
+             link_bandwidth_Bps=(5e10,), area_budget_mm2=1e4, power_budget_w=1e4)
+
+
+def test_cosearch_over_formats_equals_brute_force():
+    """Designs with and without FP8 units, plans in bf16 and FP8: the co-search's top 2 (serial
+    layer times) equal the best of every plan of every design through evaluate(), each design in
+    the precisions its tensor unit has; a bf16-only design never gets an FP8 plan."""
+    sp = hardware.SearchSpace(**SPACE)
+    designs = sp.arrays()
+    assert sorted(set(designs[:, -1])) == [0.0, 2.0]
+    m = TINY.with_(seq_len=256)
+    cl, batch = cluster.Cluster(4, 2, 5e9, 1e9), 4
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, precision=("bf16", "fp8"), zero=(0, 1),
+                sequence_parallel=(False,), virtual_stages=(1,))
+    res = search.cosearch(m, sp, cl, batch, "serial", tps=(1, 2), plan_options=opts, refine_top=0)
+    best_of = {}
+    for i, row in enumerate(designs):
+        chip = hardware.Accelerator.from_array(row)
+        precs = ("bf16", "fp8") if row[-1] > 0 else ("bf16",)
+        steps = [p.step_time_s for spec in two_layer_plan_specs(batch, cl.num_chips, (1,), (0, 1), precs)
+                 if (p := evaluate(m, chip, cl, spec, batch, mem=memory.MemoryConfig())).feasible]
+        best_of[i] = min(steps)
+    want = sorted(best_of.values())[:2]
+    got = sorted(r.plan.step_time_s for r in res.feasible)[:2]
+    assert got == pytest.approx(want, rel=1e-9)
+    fp8_won = [r for r in res.feasible if r.plan.spec.precision == "fp8"]
+    assert fp8_won and all(r.design["fp8_macs"] > 0 for r in fp8_won)
+    assert [c["precision"] for c in res.meta["combinations"]] == ["bf16", "fp8"]
+
+
+def test_cosearch_refuses_formats_it_cannot_price():
+    sp = hardware.SearchSpace(**dict(SPACE, fp8_macs=(0,)))
+    m = TINY.with_(seq_len=256)
+    for prec, match in (("fp8", "no design of the search space has FP8"), ("fp4", "FP4 MAC area")):
+        opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, precision=prec)
+        with pytest.raises(ValueError, match=match):
+            search.cosearch(m, sp, cluster.Cluster(4), 4, "serial", plan_options=opts)
+    with pytest.raises(ValueError, match="one precision"):
+        placement.check_cosearch_options({"precision": ("bf16", "fp8")})
+
+
+def test_fixed_chip_baseline_searches_the_formats_it_has():
+    """TPUv4 has no FP8: a co-search over bf16 and FP8 runs its baseline in bf16 alone."""
+    opts = {"precision": ("bf16", "fp8"), "zero": (0,)}
+    assert placement.chip_formats(hardware.TPUv4, opts)["precision"] == ("bf16",)
+    assert placement.chip_formats(hardware.H100, opts)["precision"] == ("bf16", "fp8")
+    with pytest.raises(ValueError, match="no FP8"):
+        placement.chip_formats(hardware.TPUv4, {"precision": ("fp8",)})
+
+
+def test_cli_searches_formats_and_shows_them(tmp_path, capsys):
+    from cosearch.cli import main
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({**{k: v for k, v in SPACE.items() if k != "fp8_macs"}, "hbm": [[16 * GiB, 1.2e12]]}))
+    out = tmp_path / "r.json"
+    main(["search", "--model", "gpt3-1.3b", "--seq-len", "512", "--chips", "8", "--batch", "8", "--serial",
+          "--space", str(space), "--precision", "bf16,fp8", "--fp8-macs", "0,2", "--refine-top", "0",
+          "--out", str(out)])
+    text = capsys.readouterr().out
+    headers = [line.split()[:7] for line in text.splitlines() if line.startswith("rank")]
+    assert headers and all(h == ["rank", "design", "n", "cores", "array", "fp8", "vec"] for h in headers)
+    saved = search.Results.from_json(out)
+    assert {r.design["fp8_macs"] for r in saved.rows} <= {0.0, 2.0}
+    assert saved.best.accelerator().fp8_macs == saved.best.design["fp8_macs"]
+    assert main(["search", "--model", "gpt3-1.3b", "--chips", "8", "--batch", "8", "--fp8-macs", "two"]) != 0
+    assert "--fp8-macs must list numbers" in capsys.readouterr().err
+
+
+def test_design_report_names_the_fp8_macs_area():
+    from cosearch.design_report import design_report
+    chip = _design(fp8=2)
+    rep = design_report(chip)
+    assert rep.fp8_area_mm2 == pytest.approx(4 * 128 * 128 * 7.5e-4 * 2 * 2.15 * 318 / 3000, rel=1e-9)
+    assert "2 FP8 MACs a cycle" in rep.describe()
+    assert "FP8" not in design_report(_design()).describe()
