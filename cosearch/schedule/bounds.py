@@ -58,12 +58,13 @@ def lower_bound(p: Problem) -> float:
 
 
 def _format_rates(dtype_bytes: np.ndarray, fp8_macs: np.ndarray, eff) -> np.ndarray:
-    """:func:`cosearch._kernels.formulas.tensor_format_rate` over broadcast (designs, ops)
-    arrays of operand widths and FP8 MACs: the formula once per distinct pair."""
-    dt, f8 = np.broadcast_arrays(dtype_bytes, fp8_macs)
-    pairs, inv = np.unique(np.stack([dt.ravel(), f8.ravel()], axis=1), axis=0, return_inverse=True)
-    table = np.array([formulas.tensor_format_rate.py_func(a, eff.fp8_rate, eff.fp4_rate, f) for a, f in pairs])
-    return table[np.asarray(inv).reshape(-1)].reshape(dt.shape)
+    """:func:`cosearch._kernels.formulas.tensor_format_rate` of every (design, op): ``dtype_bytes``
+    a (1, ops) row, ``fp8_macs`` a (designs, 1) column; the formula once per distinct pair."""
+    dts, di = np.unique(dtype_bytes, return_inverse=True)
+    f8s, fi = np.unique(fp8_macs, return_inverse=True)
+    table = np.array([[formulas.tensor_format_rate.py_func(a, eff.fp8_rate, eff.fp4_rate, f) for a in dts]
+                      for f in f8s])
+    return table[np.reshape(fi, np.shape(fp8_macs)), np.reshape(di, np.shape(dtype_bytes))]
 
 
 def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
