@@ -54,3 +54,27 @@ def test_phaze_space_175b(benchmark, area_model):
     t_off = time.perf_counter() - t0
     assert off.best.tokens_per_s == on.best.tokens_per_s
     print(f"[phaze] subset of {m}: pruning on {t_on:.1f} s, off {t_off:.1f} s, off/on {t_off / t_on:.2f}x")
+
+
+def test_phaze_space_with_fp8_units(benchmark):
+    """PHAZE's space (PHAZE's area model) with every design also offered with 2 FP8 MACs per PE,
+    plans in bf16 and FP8, against the bf16-only search in the same run: twice the designs, each
+    precision priced once, so at most 4x the time (target)."""
+    space = hardware.SearchSpace.phaze(32, area_model="phaze")
+    both = replace(space, fp8_macs=(0, 2))
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, precision=("bf16", "fp8"))
+    schedule.clear_cache()
+    t0 = time.perf_counter()
+    ref = search.cosearch("gpt3-175b", space, 1024, 4096, executor=None, refine_top=3)
+    t_ref = time.perf_counter() - t0
+    schedule.clear_cache()
+    res = benchmark.pedantic(search.cosearch, args=("gpt3-175b", both, 1024, 4096),
+                             kwargs={"executor": None, "refine_top": 3, "plan_options": opts}, rounds=1,
+                             iterations=1)
+    t = benchmark.stats.stats.median
+    b = res.best
+    print(f"\n[phaze-fp8] {len(both.arrays())} designs (bf16 alone: {len(space.arrays())}): {t:.1f} s against "
+          f"{t_ref:.1f} s, {t / t_ref:.2f}x (target <= 4x); best {b.tokens_per_s:,.0f} tok/s with "
+          f"{b.design['fp8_macs']:g} FP8 MACs per PE ({b.plan.spec.precision}), bf16 alone "
+          f"{ref.best.tokens_per_s:,.0f}")
+    check("phaze", "PHAZE space with FP8 units / bf16 alone, time ratio", t / t_ref, at_most=4.0)
