@@ -118,6 +118,10 @@ def _search_args(p: argparse.ArgumentParser) -> None:
                                              "needs --flash); the space is priced once per degree")
     p.add_argument("--ep", default=None, help="expert-parallel degrees to try for an MoE model, comma-separated "
                                              "(default 1)")
+    p.add_argument("--etp", default=None,
+                   help="expert tensor parallelism to try for an MoE model, comma-separated: tp (Megatron's "
+                        "default: experts split like the MLP) and/or 1 (each tp rank an expert-parallel rank; needs "
+                        "--sp) (default tp)")
     p.add_argument("--precision", default=None,
                    help="number formats the plans may train in, comma-separated: bf16, fp8 (default bf16); fp8 "
                         "runs on the designs with FP8 MACs (--fp8-macs), each design keeps its best")
@@ -174,6 +178,12 @@ def _run_search(a, baselines: bool, out: str | None = None, resume=None):
         opts["context_parallel"] = _int_list(a.cp, "cp")
     if getattr(a, "ep", None):
         opts["expert_parallel"] = _int_list(a.ep, "ep")
+    if getattr(a, "etp", None):
+        vals = [x.strip().lower() for x in str(a.etp).split(",") if x.strip()]
+        bad = [x for x in vals if x not in ("tp", "1")]
+        if bad or not vals:
+            raise ValueError(f"--etp must list tp and/or 1, comma-separated, got {a.etp!r}")
+        opts["expert_tensor_parallel"] = tuple(None if x == "tp" else 1 for x in vals)
     if getattr(a, "precision", None):
         opts["precision"] = tuple(x.strip() for x in str(a.precision).split(",") if x.strip())
     cluster = _search_cluster(a)

@@ -116,49 +116,52 @@ def _modes(recompute) -> np.ndarray:
 
 
 def configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros,
-                   cp: int = 1, zero_groups=(None,), ep: int = 1) -> np.ndarray:
+                   cp: int = 1, zero_groups=(None,), ep: int = 1, ep_mode: int = 0) -> np.ndarray:
     """The configuration table (rows of :data:`cosearch._kernels.dp.CFG_FIELDS`) for one
     context-parallel degree ``cp``; the same for every chip, so cached (a read-only array).
     ``zero_groups``: ZeRO sharding groups to try (None: all ``dp * cp`` ranks; a group that
     does not divide ``dp * cp`` is skipped for that dp; ZeRO-0 ignores them).  ``ep``: the
-    expert-parallel degree, which must divide ``dp * cp``."""
+    expert-parallel degree, which must divide ``dp * cp`` — or ``dp * cp * tp`` with expert
+    tensor parallelism 1 (``ep_mode``, :data:`cosearch._kernels.dp.EP_IN_DP` ...)."""
     return _configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
                            tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp), tuple(zero_groups),
-                           int(ep))
+                           int(ep), int(ep_mode))
 
 
 def table_lower_bound(units: np.ndarray, model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps,
-                      virtuals, cp: int = 1, ep: int = 1) -> float:
+                      virtuals, cp: int = 1, ep: int = 1, ep_mode: int = 0) -> float:
     """A lower bound on the step time of every row of :func:`configurations` (any ZeRO stages and
     groups) priced on ``units`` (:func:`cosearch._kernels.dp.table_lower_bound`)."""
     from ._kernels import dp as kernel
     return float(kernel.table_lower_bound(
         units, int(model.num_layers), int(chips), int(global_batch), np.array(tps, dtype=np.int64),
         np.array(mbs, dtype=np.int64), np.array([bool(x) for x in sps], dtype=np.bool_),
-        np.array(divisors(global_batch), dtype=np.int64), np.array(virtuals, dtype=np.int64), int(cp), int(ep)))
+        np.array(divisors(global_batch), dtype=np.int64), np.array(virtuals, dtype=np.int64), int(cp), int(ep),
+        int(ep_mode)))
 
 
 def count_configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros,
-                         cp: int = 1, zero_groups=(None,), ep: int = 1) -> int:
+                         cp: int = 1, zero_groups=(None,), ep: int = 1, ep_mode: int = 0) -> int:
     """The number of rows :func:`configurations` has, without building the table."""
     return _count_configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
                                  tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp),
-                                 tuple(zero_groups), int(ep))
+                                 tuple(zero_groups), int(ep), int(ep_mode))
 
 
 @functools.lru_cache(maxsize=256)
 def _count_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp=1, zero_groups=(None,),
-                          ep=1) -> int:
+                          ep=1, ep_mode=0) -> int:
     from ._kernels import dp as kernel
-    args = _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep)
+    args = _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep, ep_mode)
     return int(kernel._config_rows(*args, np.zeros((len(tps), len(mbs), len(sps))), np.inf,
                                    np.zeros((0, 11), dtype=np.int64)))
 
 
 @functools.lru_cache(maxsize=64)
 def _configurations(L: int, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros, cp=1,
-                    zero_groups=(None,), ep=1) -> np.ndarray:
-    out = _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep)
+                    zero_groups=(None,), ep=1, ep_mode=0) -> np.ndarray:
+    out = _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep,
+                                ep_mode=ep_mode)
     out.setflags(write=False)
     return out
 
@@ -172,9 +175,9 @@ def _groups(zero: int, replicas: int, zero_groups) -> list[int]:
 
 
 def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp=1,
-                          zero_groups=(None,), ep=1, work=None, kth=math.inf) -> np.ndarray:
+                          zero_groups=(None,), ep=1, work=None, kth=math.inf, ep_mode=0) -> np.ndarray:
     from ._kernels import dp as kernel
-    args = _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep)
+    args = _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep, ep_mode)
     args += (np.zeros((len(tps), len(mbs), len(sps))) if work is None else work, float(kth))
     n = kernel._config_rows(*args, np.zeros((0, 11), dtype=np.int64))
     out = np.empty((n, 11), dtype=np.int64)
@@ -183,17 +186,18 @@ def _build_configurations(L, chips, global_batch, tps, mbs, sps, virtuals, zeros
 
 
 def admissible_configurations(model: ModelConfig, chips: int, global_batch: int, tps, mbs, sps, virtuals, zeros,
-                              cp: int, zero_groups, ep: int, units: np.ndarray, kth: float) -> np.ndarray:
+                              cp: int, zero_groups, ep: int, units: np.ndarray, kth: float,
+                              ep_mode: int = 0) -> np.ndarray:
     """The rows of :func:`configurations` whose spread bound (:func:`cosearch._kernels.dp.lower_bound`
     on ``units``, (tps, mbs, sps, fields)) is at most ``kth``, in the table's order, built
     without the others (not cached: it depends on the units)."""
     work = np.ascontiguousarray(_unit_work(units, model), dtype=np.float64)
     return _build_configurations(model.num_layers, int(chips), int(global_batch), tuple(tps), tuple(mbs),
                                  tuple(bool(x) for x in sps), tuple(virtuals), tuple(zeros), int(cp),
-                                 tuple(zero_groups), int(ep), work, kth)
+                                 tuple(zero_groups), int(ep), work, kth, int(ep_mode))
 
 
-def _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep) -> tuple:
+def _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zero_groups, ep, ep_mode=0) -> tuple:
     """The arguments of :func:`cosearch._kernels.dp._config_rows` but its output."""
     dps = np.array(divisors(global_batch), dtype=np.int64)
     zz_z, zz_g, start = [], [], [0]
@@ -205,7 +209,7 @@ def _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zer
         start.append(len(zz_z))
     return (int(L), int(chips), int(global_batch), np.array(tps, dtype=np.int64), np.array(mbs, dtype=np.int64),
             np.array(sps, dtype=np.bool_), dps, np.array(virtuals, dtype=np.int64), np.array(zz_z, dtype=np.int64),
-            np.array(zz_g, dtype=np.int64), np.array(start, dtype=np.int64), int(cp), int(ep))
+            np.array(zz_g, dtype=np.int64), np.array(start, dtype=np.int64), int(cp), int(ep), int(ep_mode))
 
 
 def _option_list(name: str, x, default: tuple, check) -> tuple:
@@ -219,6 +223,17 @@ def _option_list(name: str, x, default: tuple, check) -> tuple:
 
 def _check_group(name: str, g):
     return None if g is None else v.positive_int(name, g, v.MAX_CHIPS)
+
+
+def ep_mode_of(etp: int | None, with_default: bool = False) -> int:
+    """Where the expert-parallel group of expert tensor parallelism ``etp`` lives in the
+    configuration table (:data:`cosearch._kernels.dp.EP_IN_DP` ...): inside the data-parallel
+    ranks (None: etp = tp), or spanning the tp ranks too (etp 1) — then without tp 1 when the
+    default's table is searched beside it (``with_default``: tp 1 gives the same plans)."""
+    from ._kernels import dp as kernel
+    if etp is None:
+        return kernel.EP_IN_DP
+    return kernel.EP_OVER_TP_ONLY if with_default else kernel.EP_OVER_TP
 
 
 @dataclass(frozen=True)
@@ -243,26 +258,33 @@ class _Options:
     precs: tuple
     groups: tuple
     eps: tuple
+    etps: tuple = (None,)
 
-    def combinations(self) -> list[tuple[int, str, int, int]]:
-        """(cp, precision, ep, configurations in its table) of every option combination with a
-        configuration."""
+    def ep_mode(self, etp: int | None) -> int:
+        """:func:`ep_mode_of` ``etp`` among this search's expert-tensor-parallel degrees."""
+        return ep_mode_of(etp, None in self.etps)
+
+    def combinations(self) -> list[tuple[int, str, int, int | None, int]]:
+        """(cp, precision, ep, etp, configurations in its table) of every option combination
+        with a configuration."""
         out = []
         for c in self.cps:
             for e in self.eps:
-                n_cfg = count_configurations(self.model, self.cluster.num_chips, self.global_batch, self.tps,
-                                             self.mbs, self.sps, self.virt, self.zeros, c, self.groups, e)
-                out += [(c, p, e, n_cfg) for p in self.precs if n_cfg]
+                for et in self.etps:
+                    n_cfg = count_configurations(self.model, self.cluster.num_chips, self.global_batch, self.tps,
+                                                 self.mbs, self.sps, self.virt, self.zeros, c, self.groups, e,
+                                                 self.ep_mode(et))
+                    out += [(c, p, e, et, n_cfg) for p in self.precs if n_cfg]
         return out
 
-    def table(self, c: int, e: int) -> np.ndarray:
+    def table(self, c: int, e: int, etp: int | None = None) -> np.ndarray:
         return configurations(self.model, self.cluster.num_chips, self.global_batch, self.tps, self.mbs, self.sps,
-                              self.virt, self.zeros, c, self.groups, e)
+                              self.virt, self.zeros, c, self.groups, e, self.ep_mode(etp))
 
 
 def _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                        sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
-                       zero_group, expert_parallel) -> _Options:
+                       zero_group, expert_parallel, expert_tensor_parallel=None) -> _Options:
     """Phase 1: every option checked and expanded to the values to try."""
     from .graph import PRECISIONS, check_context_parallel, check_expert_parallel
     from .hardware import preset as chip_preset
@@ -301,15 +323,44 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
     for e in eps:
         check_expert_parallel(model, e)
+    etps = expert_tensor_parallel_values(model, expert_tensor_parallel, tps, sps)
     return _Options(model, chip, cluster, B, top_k, mem or memory.MemoryConfig(), engine, bool(flash_attention),
                     tuple(tps), tuple(mbs), tuple(sps), tuple(virt), tuple(zeros), _modes(recompute), tuple(cps),
-                    tuple(precs), tuple(groups), tuple(eps))
+                    tuple(precs), tuple(groups), tuple(eps), etps)
+
+
+def expert_tensor_parallel_values(model: ModelConfig, etp, tps, sps) -> tuple:
+    """The expert-tensor-parallel degrees to search (None: etp = tp, Megatron's default; 1:
+    every tp rank an expert-parallel rank), checked against the model and the other options:
+    etp 1 needs an MoE model without shared experts where some tp > 1 (tp 1 is the default's),
+    and sequence parallelism among the options there (Megatron requires it)."""
+    from .graph import check_expert_tensor_parallel
+    vals = (etp,) if etp is None or isinstance(etp, (int, np.integer)) else tuple(etp)
+    if not vals:
+        raise ValueError("expert_tensor_parallel must name at least one value (None: etp = tp, or 1)")
+    out = []
+    for x in vals:
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, np.integer)) or int(x) != 1):
+            raise ValueError(f"expert_tensor_parallel values must be None (etp = tp, Megatron's default) or 1 (each "
+                             f"tp rank an expert-parallel rank), got {x!r}")
+        out.append(None if x is None else 1)
+    out = tuple(dict.fromkeys(out))
+    if 1 in out:
+        many = [t for t in tps if t > 1]
+        if many and not any(sps):
+            raise ValueError("expert_tensor_parallel=1 under tp > 1 needs sequence parallelism (Megatron requires it "
+                             "for MoE with tensor parallelism): add sequence_parallel=True")
+        for t in many[:1]:
+            check_expert_tensor_parallel(model, 1, t, True)
+        if not model.moe:
+            raise ValueError("expert_tensor_parallel applies to mixture-of-experts models")
+    return out
 
 
 def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """Phase 2: every combination's unit costs and hardware row."""
     out = []
-    for c, p, e, _n in combos:
+    for c, p, e, et, _n in combos:
         if units is not None:
             u_all = units
         else:
@@ -317,10 +368,11 @@ def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> lis
             # high ep leaves room for few); the others' rows stay zero, and no row of its table,
             # nor its lower bound (dp.table_lower_bound walks the same groups), reads them
             used = [ti for ti, t in enumerate(o.tps) if count_configurations(
-                o.model, o.cluster.num_chips, o.global_batch, (t,), o.mbs, o.sps, o.virt, o.zeros, c, o.groups, e)]
+                o.model, o.cluster.num_chips, o.global_batch, (t,), o.mbs, o.sps, o.virt, o.zeros, c, o.groups, e,
+                o.ep_mode(et))]
             u = unit_costs(o.model, o.chip, o.cluster, [o.tps[i] for i in used], o.mbs, o.sps, o.flash_attention,
                            time_model=time_model, engine=o.engine, context_parallel=c, precision=p,
-                           expert_parallel=e)[0]
+                           expert_parallel=e, expert_tensor_parallel=et)[0]
             if len(used) < len(o.tps):
                 u_all = np.zeros((len(o.tps),) + u.shape[1:])
                 u_all[used] = u
@@ -342,8 +394,8 @@ def _search_tables(o: _Options, combos, priced, net, prune: bool, cut: float, pr
     chips, B = o.cluster.num_chips, o.global_batch
     # (one combination and no cutoff: nothing for the bound to skip)
     bounded = prune and (len(combos) > 1 or math.isfinite(cut))
-    bound = [table_lower_bound(u_all, o.model, chips, B, o.tps, o.mbs, o.sps, o.virt, c, e) if bounded else 0.0
-             for (c, _p, e, _n), (u_all, _hw) in zip(combos, priced)]
+    bound = [table_lower_bound(u_all, o.model, chips, B, o.tps, o.mbs, o.sps, o.virt, c, e, o.ep_mode(et))
+             if bounded else 0.0 for (c, _p, e, et, _n), (u_all, _hw) in zip(combos, priced)]
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -359,14 +411,14 @@ def _search_tables(o: _Options, combos, priced, net, prune: bool, cut: float, pr
                     bar.update(combos[ci][3])
                 continue
             u_all, hw = priced[ci]
-            c, _p, e, n_all = combos[ci]
+            c, _p, e, et, n_all = combos[ci]
             if prune and len(found) >= o.top_k:
                 searched[ci] = admissible_configurations(o.model, chips, B, o.tps, o.mbs, o.sps, o.virt, o.zeros, c,
-                                                         o.groups, e, u_all, kth)
+                                                         o.groups, e, u_all, kth, o.ep_mode(et))
                 if bar is not None:
                     bar.update(n_all - len(searched[ci]))
             else:
-                searched[ci] = o.table(c, e)
+                searched[ci] = o.table(c, e, et)
             res, _lb, ev = kernel.search(u_all, net, hw, searched[ci], o.model.num_layers, o.modes, o.top_k,
                                          prune=prune, progress=bar.update if bar is not None else None,
                                          cutoff=kth)
@@ -385,8 +437,9 @@ def _no_plan_fits(o: _Options, combos, priced, net, total: int, evaluated: int) 
     """Phase 4 when nothing fits: the least memory any plan needs, and what would help."""
     from ._kernels import dp as kernel
     need = math.inf
-    for (c, _p, e, _n), (u_all, hw) in zip(combos, priced):
-        need = min(need, float(kernel.min_memory_needed(u_all, net, hw, o.table(c, e), o.model.num_layers, o.modes)))
+    for (c, _p, e, et, _n), (u_all, hw) in zip(combos, priced):
+        need = min(need, float(kernel.min_memory_needed(u_all, net, hw, o.table(c, e, et), o.model.num_layers,
+                                                        o.modes)))
     hints = ["more chips"]
     if 3 not in o.zeros:
         hints.append("ZeRO-3")
@@ -409,7 +462,7 @@ def _plans(o: _Options, found, combos, priced, searched, net, time_model: str) -
     from ._kernels import dp as kernel
     plans = []
     for step_found, ci, i in sorted(found)[:o.top_k]:      # by step, ties in the combinations' and table's order
-        c_cp, prec, c_ep, _n = combos[ci]
+        c_cp, prec, c_ep, c_etp, _n = combos[ci]
         u_all, hw = priced[ci]
         c = searched[ci][i]
         pp = int(c[kernel.C_PP])
@@ -427,7 +480,8 @@ def _plans(o: _Options, found, combos, priced, searched, net, time_model: str) -
                         sequence_parallel=bool(o.sps[c[kernel.C_SI]]), zero=int(c[kernel.C_Z]),
                         stage_layers=tuple(int(x) for x in counts), flash_attention=o.flash_attention,
                         context_parallel=c_cp, precision=prec, expert_parallel=c_ep,
-                        zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg)
+                        zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg,
+                        expert_tensor_parallel=c_etp)
         if len(set(spec.recompute)) == 1:
             spec = spec.with_(recompute=spec.recompute[0])
         plan = plan_from_stages(o.model, o.chip, o.cluster, spec, o.global_batch, u, net, hw, time_model, o.engine)
@@ -449,7 +503,8 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  engine: Engine | str | None = None, context_parallel: int | Sequence[int] | None = None,
                  precision: str | Sequence[str] | None = None,
                  zero_group: int | None | Sequence[int | None] = None,
-                 expert_parallel: int | Sequence[int] | None = None) -> PlacementResult:
+                 expert_parallel: int | Sequence[int] | None = None,
+                 expert_tensor_parallel: int | None | Sequence[int | None] = None) -> PlacementResult:
     """The ``top_k`` best plans (one per configuration, best first) over the option space.
 
     Each option is a list of values to try (None: all — tp: the degrees dividing the
@@ -458,7 +513,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     0-3).  ``context_parallel`` (default 1), ``precision`` (default ``"bf16"``) and
     ``zero_group`` (default None: ZeRO shards over all ``dp * cp`` ranks; ints: HSDP-style
     groups, tried where they divide ``dp * cp``) and ``expert_parallel`` (default 1; MoE
-    models) are searched too when given several values.
+    models) are searched too when given several values; so is ``expert_tensor_parallel``
+    (None, the default: etp = tp; 1: each tp rank an expert-parallel rank, the expert group
+    over ``dp * cp * tp`` ranks, under sequence parallelism; ``(None, 1)``: both).
     ``units`` passes precomputed :func:`cosearch.plan.unit_costs` for this chip
     (shape (tps, microbatches, sp options, fields); one context-parallel degree and precision
     only).  The best plan's step time equals :func:`cosearch.plan.evaluate` of its spec (same
@@ -469,16 +526,16 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     """
     o = _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                            sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
-                           zero_group, expert_parallel)
+                           zero_group, expert_parallel, expert_tensor_parallel)
     if o.model.moe and o.model.moe_layer_step > 1 and o.model.num_layers > 1:
         import warnings
         warnings.warn(f"{o.model.name}: one layer in {o.model.moe_layer_step} is an MoE layer; pipeline splits are "
                       "priced with the mean layer (exact for stages of whole groups; evaluate() warns on the others)",
                       stacklevel=2)
-    if units is not None and (len(o.cps) > 1 or len(o.precs) > 1 or len(o.eps) > 1):
-        raise ValueError("precomputed units cover one context-parallel degree, precision and expert-parallel "
-                         f"degree; got context_parallel={list(o.cps)}, precision={list(o.precs)}, "
-                         f"expert_parallel={list(o.eps)}")
+    if units is not None and (len(o.cps) > 1 or len(o.precs) > 1 or len(o.eps) > 1 or len(o.etps) > 1):
+        raise ValueError("precomputed units cover one context-parallel degree, precision, expert-parallel and "
+                         f"expert-tensor-parallel degree; got context_parallel={list(o.cps)}, precision="
+                         f"{list(o.precs)}, expert_parallel={list(o.eps)}, expert_tensor_parallel={list(o.etps)}")
     combos = o.combinations()
     if not combos:
         return PlacementResult((), reason=(f"no configuration fits {o.cluster.num_chips} chips with global batch "
@@ -520,7 +577,8 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     modes = _modes(opts.get("recompute"))
     priced = priced_options(opts)
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros,
-                         cp=priced["context_parallel"], ep=priced["expert_parallel"])
+                         cp=priced["context_parallel"], ep=priced["expert_parallel"],
+                         ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
     if not len(cfg):
         return tuple(mbs)
     chip = Accelerator.from_array(d[0])
@@ -551,7 +609,8 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
     modes = _modes(opts.get("recompute"))
     priced = priced_options(opts)
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros,
-                         cp=priced["context_parallel"], ep=priced["expert_parallel"])
+                         cp=priced["context_parallel"], ep=priced["expert_parallel"],
+                         ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
     out = np.full(len(d), np.inf)
     if not len(cfg) or not len(d):
         return out
@@ -575,12 +634,12 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
 #: Plan options that change the unit costs themselves (tokens per rank, GEMM operand bytes,
 #: expert placement): the co-search prices its space once per value of each
 #: (:func:`priced_combinations`), with these defaults.
-PRICED_OPTIONS = {"context_parallel": 1, "precision": "bf16", "expert_parallel": 1}
+PRICED_OPTIONS = {"context_parallel": 1, "precision": "bf16", "expert_parallel": 1, "expert_tensor_parallel": None}
 
 
 def _priced_values(opts: dict, name: str) -> tuple:
     v = opts.get(name)
-    vals = (v,) if isinstance(v, (int, str)) else tuple(v) if v is not None else (PRICED_OPTIONS[name],)
+    vals = (v,) if isinstance(v, (int, np.integer, str)) else tuple(v) if v is not None else (PRICED_OPTIONS[name],)
     return tuple(dict.fromkeys(vals))
 
 
@@ -611,7 +670,7 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
     if not lists and len(precs) > 1:
         raise ValueError(f"this search prices every design once, with one precision; got {list(precs)}. The "
                          "single-model co-search (cosearch.cosearch) searches several")
-    for name in ("context_parallel", "expert_parallel"):
+    for name in ("context_parallel", "expert_parallel", "expert_tensor_parallel"):
         vals = _priced_values(opts, name)
         if not lists and len(vals) > 1:
             raise ValueError(f"this search prices every design once, with one {name}; got {list(vals)}. The "
@@ -639,19 +698,21 @@ def chip_formats(chip: Accelerator, opts: dict) -> dict:
 
 
 def priced_combinations(opts: dict) -> list[dict[str, Any]]:
-    """Every (context_parallel, precision, expert_parallel) combination of plan options, each as
-    single values."""
-    return [dict(context_parallel=c, precision=p, expert_parallel=e)
+    """Every (context_parallel, precision, expert_parallel, expert_tensor_parallel) combination of
+    plan options, each as single values."""
+    return [dict(context_parallel=c, precision=p, expert_parallel=e, expert_tensor_parallel=et)
             for c in _priced_values(opts, "context_parallel") for p in _priced_values(opts, "precision")
-            for e in _priced_values(opts, "expert_parallel")]
+            for e in _priced_values(opts, "expert_parallel")
+            for et in _priced_values(opts, "expert_tensor_parallel")]
 
 
 def priced_options(opts: dict) -> dict[str, Any]:
-    """The one (context_parallel, precision, expert_parallel) of plan options priced once."""
+    """The one (context_parallel, precision, expert_parallel, expert_tensor_parallel) of plan
+    options priced once."""
     combos = priced_combinations(opts)
     if len(combos) != 1:
-        raise ValueError(f"plan options priced once must hold one context-parallel degree, precision and "
-                         f"expert-parallel degree; got {combos}")
+        raise ValueError(f"plan options priced once must hold one context-parallel degree, precision, "
+                         f"expert-parallel and expert-tensor-parallel degree; got {combos}")
     return combos[0]
 
 
@@ -710,8 +771,9 @@ def ilp_plan(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_bat
     # best plan under bound layer times, then planned with ILP layer times; a choice whose
     # bound cannot beat the best ILP plan found is never looked at again
     spread = spread_bound(ub, model, tps, mbs, global_batch, cluster.num_chips, priced["context_parallel"])
+    etp1 = priced["expert_tensor_parallel"] == 1       # no plan at tp > 1 without sequence parallelism
     heap = [(float(spread[ti, bi, si]), 0, ti, bi, si) for ti, t in enumerate(tps) for bi in range(len(mbs))
-            for si, sp in enumerate(sps) if not (sp and t == 1)]
+            for si, sp in enumerate(sps) if not (sp and t == 1) and not (etp1 and t > 1 and not sp)]
     heapq.heapify(heap)
     best: Plan | None = None
     best_s = cutoff_s

@@ -562,7 +562,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     ``layer_expert_params`` the experts' share of ``layer_params``).  ``expert_tensor_parallel``
     (None: each tp; 1: every tp rank an expert-parallel rank of its own, whole experts,
     :func:`cosearch.graph.build`): the experts' weights split over ep x etp ranks and their
-    gradients reduced over the dp x cp x tp / (ep x etp) ranks holding the same ones.
+    gradients reduced over the dp x cp x tp / (ep x etp) ranks holding the same ones.  With etp 1,
+    a (tp > 1, no sequence parallelism) cell among cells with it is no plan (Megatron requires
+    sequence parallelism there): every field of it is ``inf``.
     """
     from .hardware import IDEAL
     if model.moe and model.moe_layer_step > 1:
@@ -618,6 +620,12 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     for ti, t in enumerate(tps):
         for si, sp in enumerate(sequence_parallel):
             sp = bool(sp) and t > 1
+            if expert_tensor_parallel == 1 and t > 1 and not sp and any(sequence_parallel):
+                # Megatron runs etp 1 under tp > 1 with sequence parallelism only: this cell is
+                # no plan (every field infinite; the plan search's tables never read it)
+                out[:, ti, :, si] = np.inf
+                out[:, ti, :, si, F.U_EPO] = 0.0          # (what the work bound subtracts: kept infinite)
+                continue
             # expert tensor parallelism: None (= tp) or 1; the all-to-alls' ranks are then adjacent
             etp_n = t if expert_tensor_parallel is None else graph.check_expert_tensor_parallel(
                 c, expert_tensor_parallel, t, sp)

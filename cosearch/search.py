@@ -179,8 +179,9 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
 
 
 def _combination_tag(combo: dict) -> str:
-    prec = combo.get("precision", "bf16")
-    return f"cp{combo['context_parallel']}-ep{combo['expert_parallel']}" + ("" if prec == "bf16" else f"-{prec}")
+    prec, etp = combo.get("precision", "bf16"), combo.get("expert_tensor_parallel")
+    return (f"cp{combo['context_parallel']}-ep{combo['expert_parallel']}" + ("" if prec == "bf16" else f"-{prec}")
+            + ("" if etp is None else f"-etp{etp}"))
 
 
 def _cosearch_combinations(model, space, cluster, global_batch, tps, microbatches, mem, opts, combos, baselines,

@@ -137,8 +137,8 @@ def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs,
     (embedding, layer and head, fwd and bwd, for every (tp, microbatch, sequence parallel)).
     The buffers are read only by the roofline, so such designs get the same serial and ILP
     layer times, bounds and plans — the performance model cannot tell them apart (their area
-    and power still differ).  ``priced``: the context-parallel degree, precision and
-    expert-parallel degree the graphs are built at (:func:`cosearch.placement.priced_options`).
+    and power still differ).  ``priced``: the context-parallel degree, precision, expert-parallel
+    and expert-tensor-parallel degree the graphs are built at (:func:`cosearch.placement.priced_options`).
     Returns the groups, lowest index first."""
     pr = priced or {}
 
@@ -155,11 +155,14 @@ def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs,
             for mb in mbs:
                 for sp in sps:
                     sp = bool(sp) and t > 1
-                    if (t, mb, sp) in seen:
+                    etp = pr.get("expert_tensor_parallel")
+                    etp = None if etp is None or t == 1 else etp
+                    if (t, mb, sp) in seen or (etp == 1 and not sp):     # (etp 1 under tp > 1: no plan without sp)
                         continue
                     seen.add((t, mb, sp))
                     graphs = list(plan_mod._graph_rows(model, t, mb, sp, flash, pr.get("context_parallel", 1),
-                                                       pr.get("precision", "bf16"), pr.get("expert_parallel", 1)).values())
+                                                       pr.get("precision", "bf16"), pr.get("expert_parallel", 1),
+                                                       etp=etp).values())
                     if model.moe and model.moe_layer_step > 1:    # its dense layers are priced too
                         graphs += list(plan_mod._graph_rows(model.dense_counterpart(), t, mb, sp, flash,
                                                             pr.get("context_parallel", 1),

@@ -64,3 +64,110 @@ def test_megatron_lines_read_expert_tensor_parallelism():
     r = read_megatron_args(line + "--expert-tensor-parallel-size 1")
     assert r.plan["expert_tensor_parallel"] == 1
     assert read_megatron_args(line + "--expert-tensor-parallel-size 2").plan["expert_tensor_parallel"] is None
+
+
+def _etp_plan_specs(batch: int, chips: int, eps):
+    """Every plan of the 4-layer MoE on ``chips`` chips with flash attention: dp, microbatch, tp
+    1-2 (with and without SP), pp 1-4 with every split and per-stage recompute, ZeRO 0-1, each ep,
+    and expert tensor parallelism = tp or 1 where Megatron allows it (SP under tp 2, ep dividing
+    dp x tp) — written out without the search's tables."""
+    import itertools
+    modes = ("none", "selective", "full")
+    for dp, mb, tp, pp, z, ep in itertools.product((1, 2, 4, 8), (1, 2, 4), (1, 2), (1, 2, 3, 4), (0, 1), eps):
+        if dp * tp * pp > chips or batch % (dp * mb):
+            continue
+        for sp, etp in itertools.product((False, True), (None, 1)):
+            if (sp or etp == 1) and tp == 1:
+                continue                                   # tp 1: no SP, etp 1 is etp = tp
+            if etp == 1 and not sp:
+                continue
+            if (dp * (tp if etp == 1 else 1)) % ep:
+                continue
+            for split in (c for c in itertools.product(range(1, 5), repeat=pp) if sum(c) == 4):
+                for rc in itertools.product(modes, repeat=pp):
+                    yield PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
+                                   sequence_parallel=sp, expert_parallel=ep, expert_tensor_parallel=etp)
+
+
+CL = cluster.Cluster(8, 4, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
+
+
+@pytest.fixture(scope="module")
+def etp_brute_force():
+    """(step, memory per chip, spec) of every plan of :func:`_etp_plan_specs` on an H100 with
+    unbounded HBM (a plan fits a chip iff its memory does)."""
+    from cosearch import hardware
+    big = hardware.H100.with_(hbm_bytes=1e18)
+    out = []
+    for s in _etp_plan_specs(8, 8, (1, 2, 4, 8)):
+        p = evaluate(MOE, big, CL, s, 8, engine="megatron-core")
+        out.append((p.step_time_s, max(p.memory_per_chip_bytes), s))
+    return out
+
+
+@pytest.mark.parametrize("hbm_quantile", [0.1, 0.75])
+def test_search_over_expert_tensor_parallelism_equals_brute_force(hbm_quantile, etp_brute_force):
+    """search_plans over etp = tp and etp = 1 (ep 1, 2, 4, 8; tp 1, 2; SP on and off) finds the
+    best step of every plan written out above through evaluate(), where memory binds and where
+    it does not; its top 5 are distinct plans (tp 1 is not offered twice)."""
+    import numpy as np
+
+    from cosearch import hardware, placement
+    rows = etp_brute_force
+    assert any(s.expert_tensor_parallel == 1 for *_x, s in rows)
+    hbm = float(np.quantile([m for _t, m, _s in rows], hbm_quantile))
+    best_t, _m, best_s = min((r for r in rows if r[1] <= hbm), key=lambda r: r[0])
+    small = hardware.H100.with_(hbm_bytes=hbm)
+    opts = dict(tps=(1, 2), microbatches=(1, 2, 4), virtual_stages=(1,), sequence_parallel=(False, True),
+                zero=(0, 1), flash_attention=True, engine="megatron-core", expert_parallel=(1, 2, 4, 8))
+    res = placement.search_plans(MOE, small, CL, 8, expert_tensor_parallel=(None, 1), top_k=5, **opts)
+    assert res.plans[0].step_time_s == pytest.approx(best_t, rel=1e-9)
+    descs = [p.spec.describe() for p in res.plans]
+    assert len(set(descs)) == len(descs)
+    # the best over etp = tp alone, and over etp = 1 alone (tp 1 plans included), bracket it
+    alone = [min((r[0] for r in rows if r[1] <= hbm and (r[2].expert_tensor_parallel == 1) == one), default=math.inf)
+             for one in (False, True)]
+    for etp, want in ((None, alone[0]), (1, alone[1] if alone[1] < math.inf else None)):
+        r = placement.search_plans(MOE, small, CL, 8, expert_tensor_parallel=etp, **opts)
+        if want is not None and etp is None:
+            assert r.plans[0].step_time_s == pytest.approx(want, rel=1e-9)
+        if etp == 1:     # etp 1 alone: its tp-2 plans and every tp-1 plan
+            tp1 = min((x[0] for x in rows if x[1] <= hbm and x[2].tp == 1), default=math.inf)
+            assert r.plans[0].step_time_s == pytest.approx(min(alone[1], tp1), rel=1e-9)
+    # etp 1 at tp 2 alone: the table whose expert group spans the tp ranks (ep up to dp x tp)
+    r = placement.search_plans(MOE, small, CL, 8, expert_tensor_parallel=1, **dict(opts, tps=(2,)))
+    assert r.plans[0].step_time_s == pytest.approx(alone[1], rel=1e-9)
+    assert r.plans[0].spec.expert_tensor_parallel == 1
+
+
+def test_search_refuses_expert_tensor_parallelism_it_cannot_price():
+    from cosearch import hardware, placement
+    with pytest.raises(ValueError, match="None .*or 1"):
+        placement.search_plans(MOE, hardware.H100, 8, 8, tps=(2,), expert_tensor_parallel=2)
+    with pytest.raises(ValueError, match="sequence parallelism"):
+        placement.search_plans(MOE, hardware.H100, 8, 8, tps=(2,), sequence_parallel=(False,),
+                               expert_tensor_parallel=1)
+    with pytest.raises(ValueError, match="shared experts"):
+        placement.search_plans(MOE.with_(shared_experts=1), hardware.H100, 8, 8, tps=(1, 2),
+                               expert_tensor_parallel=(None, 1))
+
+
+def test_cosearch_over_expert_tensor_parallelism_keeps_each_designs_best():
+    """The co-search over etp = tp and 1: every design's row is its own plan search's best over
+    both (search_plans on that chip), and the space is priced once per degree."""
+    from cosearch import hardware, search
+    from cosearch.hardware import GiB, MiB
+    from cosearch.placement import search_plans
+    sp = hardware.SearchSpace(tensor_cores=(2, 8), systolic_dims=((32, 32),), vector_units=(2,), vector_width=(256,),
+                              l1_bytes=(1 * MiB,), l2_bytes=(16 * MiB,), hbm=((16 * GiB, 1.2e12),),
+                              link_bandwidth_Bps=(5e10, 5e9), area_budget_mm2=1e4, power_budget_w=1e4)
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, sequence_parallel=(False, True),
+                expert_parallel=(2, 4), expert_tensor_parallel=(None, 1))
+    res = search.cosearch(MOE, sp, CL, 8, "serial", tps=(1, 2), plan_options=opts, refine_top=0, prune=False)
+    assert {(c["expert_parallel"], c["expert_tensor_parallel"]) for c in res.meta["combinations"]} == \
+        {(2, None), (2, 1), (4, None), (4, 1)}
+    designs = sp.arrays()
+    for r in res.rows:
+        chip = hardware.Accelerator.from_array(designs[r.index])
+        want = search_plans(MOE, chip, CL, 8, tps=(1, 2), **opts).best.step_time_s
+        assert r.plan.step_time_s == pytest.approx(want, rel=1e-9)

@@ -41,6 +41,13 @@ INF = np.inf
 CFG_FIELDS = ("tp_index", "mb_index", "sp_index", "dp", "pp", "virtual", "zero", "tp", "m", "cp", "zero_group")
 C_TI, C_BI, C_SI, C_DP, C_PP, C_V, C_Z, C_TP, C_M, C_CP, C_ZG = range(len(CFG_FIELDS))
 
+#: Where a configuration table's expert-parallel group lives (``ep_mode``): inside the data x
+#: context parallel ranks (expert tensor parallelism = tp, Megatron's default; ep divides
+#: ``dp * cp``), or spanning the tp ranks too (expert tensor parallelism 1: ep divides ``dp * cp *
+#: tp``, sequence parallelism on under tp > 1, as Megatron requires) — with every tp, or only
+#: tp > 1 (where the table of the default mode already holds tp = 1, the same plans).
+EP_IN_DP, EP_OVER_TP, EP_OVER_TP_ONLY = 0, 1, 2
+
 
 @njit(cache=True)
 def _spread(work, pp, v, m):
@@ -49,15 +56,19 @@ def _spread(work, pp, v, m):
 
 
 @njit(cache=True)
-def _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep):
+def _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep, ep_mode):
     """The configuration table's row groups, in its order: one row ``(ti, bi, si, di, m, vs,
     top)`` for every tp, microbatch, SP choice, dp (a divisor of the batch, ``dps``) and
     virtual-stage count that fit, with ``m`` microbatches per replica and ``top`` the deepest
-    pipeline the chips allow (the group's rows are its (ZeRO, group) pairs x pipeline depths)."""
+    pipeline the chips allow (the group's rows are its (ZeRO, group) pairs x pipeline depths).
+    ``ep_mode``: where the ``ep`` expert-parallel ranks live (:data:`EP_IN_DP` ...)."""
     out = np.empty((len(tps) * len(mbs) * len(sps) * len(dps) * len(virtuals), 7), dtype=np.int64)
     g = 0
     for ti in range(len(tps)):
         t = tps[ti]
+        if ep_mode == EP_OVER_TP_ONLY and t == 1:
+            continue
+        span = t if ep_mode != EP_IN_DP else 1       # the tp ranks the expert group spans too
         for bi in range(len(mbs)):
             mb = mbs[bi]
             if B % mb:
@@ -65,9 +76,11 @@ def _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep):
             for si in range(len(sps)):
                 if sps[si] and t == 1:
                     continue
+                if ep_mode != EP_IN_DP and t > 1 and not sps[si]:
+                    continue
                 for di in range(len(dps)):
                     dp = dps[di]
-                    if dp * t * cp > chips or B % (dp * mb) or (dp * cp) % ep:
+                    if dp * t * cp > chips or B % (dp * mb) or (dp * cp * span) % ep:
                         continue
                     m = B // (dp * mb)
                     max_pp = min(L, chips // (dp * t * cp))
@@ -81,7 +94,8 @@ def _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep):
 
 
 @njit(cache=True)
-def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start, cp, ep, work, kth, out):
+def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start, cp, ep, ep_mode, work, kth,
+                 out):
     """Fill (or, with ``out`` of 0 rows, count) the configuration table's rows: for every group
     of :func:`_config_groups`, every (ZeRO stage, group) pair of its dp
     (``zz_*[zz_start[i]:zz_start[i + 1]]`` for ``dps[i]``) and pipeline depth that fits — the
@@ -90,7 +104,7 @@ def _config_rows(L, chips, B, tps, mbs, sps, dps, virtuals, zz_z, zz_g, zz_start
     whole groups at once (the bound does not grow with ``pp``); ``kth`` INF keeps every row."""
     n = 0
     fill = out.shape[0] > 0
-    groups = _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep)
+    groups = _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep, ep_mode)
     for gi in range(groups.shape[0]):
         ti, bi, si, di, m, vs, top = groups[gi]
         w = work[ti, bi, si]
@@ -278,14 +292,14 @@ def lower_bound(u, pp, v, m, L):
 
 
 @njit(cache=True)
-def table_lower_bound(units, L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep):
+def table_lower_bound(units, L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep, ep_mode):
     """The smallest :func:`lower_bound` of the rows :func:`_config_rows` makes from the same
     arguments (or less), without making them: ``(m + (pp - 1) / v) / pp = 1 / v + (m - 1 / v)
     / pp`` does not grow with ``pp`` (``m >= 1 >= 1 / v``), so for each group of
     :func:`_config_groups` the deepest pipeline the chips allow is the smallest; the (ZeRO,
     group) pairs and the divisibility of ``m`` by ``pp`` are not needed for a lower bound."""
     best = INF
-    groups = _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep)
+    groups = _config_groups(L, chips, B, tps, mbs, sps, dps, virtuals, cp, ep, ep_mode)
     for gi in range(groups.shape[0]):
         ti, bi, si, _di, m, vs, top = groups[gi]
         if top < (1 if vs == 1 else 2):
