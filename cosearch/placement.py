@@ -576,8 +576,9 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), opts.get("engine"))
     modes = _modes(opts.get("recompute"))
     priced = priced_options(opts)
+    groups = _option_list("zero_group", opts.get("zero_group"), (None,), _check_group)
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros,
-                         cp=priced["context_parallel"], ep=priced["expert_parallel"],
+                         cp=priced["context_parallel"], zero_groups=groups, ep=priced["expert_parallel"],
                          ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
     if not len(cfg):
         return tuple(mbs)
@@ -608,8 +609,9 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
     virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), engine)
     modes = _modes(opts.get("recompute"))
     priced = priced_options(opts)
+    groups = _option_list("zero_group", opts.get("zero_group"), (None,), _check_group)
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros,
-                         cp=priced["context_parallel"], ep=priced["expert_parallel"],
+                         cp=priced["context_parallel"], zero_groups=groups, ep=priced["expert_parallel"],
                          ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
     out = np.full(len(d), np.inf)
     if not len(cfg) or not len(d):

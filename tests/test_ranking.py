@@ -159,14 +159,18 @@ def test_spread_bound_is_below_every_plan():
             assert sb[ti, bi, 0] <= p.step_time_s * (1 + 1e-12)
 
 
-def test_best_plan_steps_equals_search_plans_per_design():
+@pytest.mark.parametrize("extra", [{}, {"zero": (3,), "zero_group": (None, 4)}])
+def test_best_plan_steps_equals_search_plans_per_design(extra):
+    """The compiled best step of every design equals its own plan search, over the same options
+    (ZeRO sharding groups included: on nodes of 4 joined by a slow network, ZeRO-3 sharded over
+    one node's 4 ranks gathers its weights there, faster than over all 16)."""
     m = models.preset("gpt3-1.3b")
     designs = hardware.SearchSpace(tensor_cores=(2, 8), systolic_dims=((32, 32), (128, 128)), vector_units=(2,),
                                    vector_width=(512,), l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,),
                                    hbm=((GiB // 2, 1.2e12), (16 * GiB, 1.6e12))).arrays()
-    cl = cluster.Cluster(16)
+    cl = cluster.Cluster(16, 4, 300e9, 5e9) if extra else cluster.Cluster(16)
     tps, mbs, sps = (1, 2), (1, 2, 4), (False, True)
-    opts = dict(placement.DEFAULT_PLAN_OPTIONS)
+    opts = dict(placement.DEFAULT_PLAN_OPTIONS, **extra)
     units = plan_mod.unit_costs(m, designs, cl, tps, mbs, sps)
     got = placement.best_plan_steps(m, designs, cl, 32, units, tps, mbs, sps, **{k: v for k, v in opts.items()
                                                                               if k != "sequence_parallel"})
@@ -177,6 +181,10 @@ def test_best_plan_steps_equals_search_plans_per_design():
         want.append(r.best.step_time_s if r.feasible else np.inf)
     want = np.array(want)
     assert np.isinf(want).any() and np.isfinite(want).any()           # 0.5 GiB: some designs fit nothing
+    if extra:     # the node-local group wins somewhere
+        whole = placement.search_plans(m, _chip(designs[-1]), cl, 32, tps=tps, microbatches=mbs,
+                                       **dict(opts, sequence_parallel=sps, zero_group=None))
+        assert whole.best.step_time_s > want[-1] * (1 + 1e-9)
     np.testing.assert_allclose(got, want, rtol=1e-12)
     cut = float(np.median(want[np.isfinite(want)]))
     capped = placement.best_plan_steps(m, designs, cl, 32, units, tps, mbs, sps, cutoff_s=cut,
