@@ -399,6 +399,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
     p.add_argument("--cp", type=_positive, help="context-parallel degree (needs --flash; omit: 1)")
     p.add_argument("--ep", type=_positive, help="expert-parallel degree of an MoE model (omit: 1)")
+    p.add_argument("--etp", choices=["tp", "1"], default=None,
+                   help="expert tensor parallelism of an MoE model: tp (Megatron's default) or 1 (each tp rank an "
+                        "expert-parallel rank; needs --sp under tp > 1) (omit: tp)")
     p.add_argument("--precision", choices=["bf16", "fp8", "fp4"], help="GEMM precision (omit: bf16; fp4: NVFP4)")
     p.add_argument("--zero-group", type=_positive, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
     p.add_argument("--engine", choices=list(ENGINES), default=None,
@@ -643,10 +646,10 @@ def _run_plan(a) -> int:
         # model files only: search (or evaluate) the plan the flags leave open
         model = run.model
     elif run is not None:
-        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.recompute, a.sp, a.zero,
-                                       a.precision, a.zero_group)):
-            raise ValueError("--from gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/--recompute/--sp/"
-                             "--zero/--precision/--zero-group (or edit the file with key=value overrides)")
+        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.etp, a.recompute, a.sp,
+                                       a.zero, a.precision, a.zero_group)):
+            raise ValueError("--from gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/--etp/--recompute/"
+                             "--sp/--zero/--precision/--zero-group (or edit the file with key=value overrides)")
         d = run.resolve(cluster.num_chips, global_batch=a.batch, model=None)
         model, spec, a.batch, assumed = d.model, d.spec, d.global_batch, d.assumed
         seq = getattr(a, "seq_len", None)
@@ -662,9 +665,9 @@ def _run_plan(a) -> int:
             print(f"neutral (change neither step time nor memory): {len(d.neutral)} fields", file=sys.stderr)
     if a.from_megatron_args is not None:
         from .runs.megatron import parse_megatron_args
-        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.recompute, a.sp)):
+        if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.etp, a.recompute, a.sp)):
             raise ValueError("--from-megatron-args gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/"
-                             "--recompute/--sp")
+                             "--etp/--recompute/--sp")
         mp = parse_megatron_args(a.from_megatron_args, model, cluster.num_chips, a.batch)
         model = mp.model
         seq = getattr(a, "seq_len", None)
@@ -704,7 +707,7 @@ def _run_plan(a) -> int:
         base = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
                         context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
-                        expert_parallel=a.ep or 1)
+                        expert_parallel=a.ep or 1, expert_tensor_parallel=1 if a.etp == "1" else None)
         plans, tried = _best_fixed_plan(model, chip, cluster, base, a)
         searched = None
         notes = [n for n in (fixed_note, tried) if n]
@@ -726,7 +729,8 @@ def _run_plan(a) -> int:
                            context_parallel=(a.cp,) if a.cp else None,
                            precision=(a.precision,) if a.precision else None,
                            zero_group=(a.zero_group,) if a.zero_group else None,
-                           expert_parallel=(a.ep,) if a.ep else None)
+                           expert_parallel=(a.ep,) if a.ep else None,
+                           expert_tensor_parallel=1 if getattr(a, "etp", None) == "1" else None)
         if not res.feasible:
             raise ValueError(res.reason)
         plans = list(res.plans)

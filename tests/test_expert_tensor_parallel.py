@@ -171,3 +171,10 @@ def test_cosearch_over_expert_tensor_parallelism_keeps_each_designs_best():
         chip = hardware.Accelerator.from_array(designs[r.index])
         want = search_plans(MOE, chip, CL, 8, tps=(1, 2), **opts).best.step_time_s
         assert r.plan.step_time_s == pytest.approx(want, rel=1e-9)
+
+
+def test_cli_plan_search_takes_expert_tensor_parallelism(capsys):
+    from cosearch.cli import main
+    assert main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--nodes", "4", "--batch", "256",
+                 "--ep", "8", "--etp", "1", "--tp", "2", "--sp"]) == 0
+    assert " ep8 etp1 " in capsys.readouterr().out
