@@ -189,3 +189,21 @@ def test_checkpoint_is_a_resumable_partial_result(tmp_path):
     assert all(r.time_model == "sum" for r in saved.rows)
     res = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False, resume=ck)
     assert {r.index: r.score for r in res.rows} == pytest.approx({r.index: r.score for r in full.rows}, rel=1e-12)
+
+
+def test_joint_search_prices_the_plan_options_precision():
+    """Plan options that change the unit costs (here FP8 on designs with FP8 MACs) are priced at
+    the options' combination: each model's row is that chip's own FP8 plan search (the joint
+    search priced every design at the defaults, cp 1 and ep 1, whatever the options said)."""
+    ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
+    sp = hardware.SearchSpace(tensor_cores=(2, 4), systolic_dims=((64, 64),), vector_units=(2,), vector_width=(512,),
+                              l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,), hbm=((16 * GiB, 1.2e12),), fp8_macs=(2,))
+    cl = cluster.Cluster(16)
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, precision="fp8")
+    res = multimodel.cosearch_models(ms, sp, cl, 32, objective="mean", refine_top=0, prune=False, plan_options=opts)
+    for row in res.rows:
+        chip = hardware.Accelerator.from_array(sp.arrays()[row.index])
+        for m, got in zip(ms, row.per_model):
+            want = placement.search_plans(m, chip, cl, 32, **opts).best
+            assert got.plan.spec.precision == "fp8"
+            assert got.tokens_per_s == pytest.approx(want.tokens_per_s, rel=1e-9)
