@@ -408,7 +408,7 @@ def _search_tables(o: _Options, combos, priced, net, prune: bool, cut: float, pr
         for ci in sorted(range(len(combos)), key=lambda i: (bound[i], i)):
             if prune and bound[ci] > kth:
                 if bar is not None:
-                    bar.update(combos[ci][3])
+                    bar.update(combos[ci][-1])
                 continue
             u_all, hw = priced[ci]
             c, _p, e, et, n_all = combos[ci]
@@ -662,9 +662,9 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
     bad = [p for p in precs if p not in COSEARCH_PRECISIONS]
     if bad:
         raise ValueError(f"the co-search prices designs in {' or '.join(COSEARCH_PRECISIONS)} only; it cannot search "
-                         f"precision={bad} (no public FP4 MAC area figure to price an FP4 tensor unit with). Search "
-                         "a chip's plans in FP4 with search_plans(..., precision='fp4') (cosearch plan), or systems "
-                         "with cosearch.codesign")
+                         f"precision={bad} (FP4: no public FP4 MAC area figure to price an FP4 tensor unit with). "
+                         "Search a chip's plans in FP4 with search_plans(..., precision='fp4') (cosearch plan), or "
+                         "systems with cosearch.codesign")
     if "fp8" in precs and fp8_macs is not None and not any(x > 0 for x in fp8_macs):
         raise ValueError("precision='fp8': no design of the search space has FP8 tensor units; give the space "
                          "SearchSpace(fp8_macs=(0, 2)) (FP8 MACs per PE; `cosearch search --fp8-macs 0,2`) or "

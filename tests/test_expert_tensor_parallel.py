@@ -178,3 +178,16 @@ def test_cli_plan_search_takes_expert_tensor_parallelism(capsys):
     assert main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--nodes", "4", "--batch", "256",
                  "--ep", "8", "--etp", "1", "--tp", "2", "--sp"]) == 0
     assert " ep8 etp1 " in capsys.readouterr().out
+
+
+def test_progress_bar_counts_combinations_the_bound_skips():
+    """With a progress bar, combinations skipped whole by their bound advance it by their size
+    (the bar reads the combination's configuration count, its last field)."""
+    from cosearch import hardware, placement
+    opts = dict(tps=(1, 2), microbatches=(1, 2, 4), virtual_stages=(1,), sequence_parallel=(False, True),
+                zero=(0, 1), flash_attention=True, engine="megatron-core", expert_parallel=(1, 2, 4, 8),
+                expert_tensor_parallel=(None, 1))
+    quiet = placement.search_plans(MOE, hardware.H100, CL, 8, **opts)
+    shown = placement.search_plans(MOE, hardware.H100, CL, 8, progress=True, **opts)
+    assert shown.plans[0].spec == quiet.plans[0].spec and shown.evaluated == quiet.evaluated
+    assert shown.evaluated < shown.configurations          # some combination or row was skipped
