@@ -186,8 +186,9 @@ def _combination_tag(combo: dict) -> str:
 
 def _cosearch_combinations(model, space, cluster, global_batch, tps, microbatches, mem, opts, combos, baselines,
                            o: SearchOptions) -> Results:
-    """The co-search over several context- or expert-parallel degrees: the space priced and
-    searched once per combination (each design's unit costs depend on it), every design kept
+    """The co-search over several context-parallel, expert-parallel or expert-tensor-parallel
+    degrees or precisions: the space priced and searched once per combination (each design's
+    unit costs depend on it), every design kept
     at its best plan over them.  Exact: a design in the overall top k is in its own
     combination's top k (its step there is its best, and no design beats it anywhere more than
     k - 1 times), which each run ranks exactly.  Checkpoints and resumes go to one file per
@@ -251,7 +252,13 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
     if bad:
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
-    placement.check_cosearch_options(opts, fp8_macs=designs[:, DESIGN_FIELDS.index("fp8_macs")])
+    fp8_macs = designs[:, DESIGN_FIELDS.index("fp8_macs")]
+    if "fp8" in placement._priced_values(opts, "precision") and any(x > 0 for x in space.fp8_macs) \
+            and not np.any(fp8_macs > 0):
+        raise ValueError(f"precision='fp8': no design with FP8 MACs fits the space's area budget "
+                         f"({space.area_budget_mm2:.1f} mm^2) and power budget ({space.power_budget_w:.1f} W); raise "
+                         "them or list fewer FP8 MACs per PE")
+    placement.check_cosearch_options(opts, fp8_macs=fp8_macs)
     priced = placement.priced_options(opts)
     for k, x in priced.items():
         if x != placement.PRICED_OPTIONS[k] or k in opts:   # the defaults stay unwritten (the fingerprint)

@@ -147,6 +147,13 @@ def test_cosearch_refuses_formats_it_cannot_price():
             search.cosearch(m, sp, cluster.Cluster(4), 4, "serial", plan_options=opts)
     with pytest.raises(ValueError, match="one precision"):
         placement.check_cosearch_options({"precision": ("bf16", "fp8")})
+    # FP8 MACs listed, but none fits the budget: the budget is named
+    tight = hardware.SearchSpace(tensor_cores=(4,), systolic_dims=((128, 128),), vector_units=(4,),
+                                 vector_width=(512,), l1_bytes=(4 * MiB,), l2_bytes=(64 * MiB,), fp8_macs=(0, 16))
+    assert not (tight.arrays()[:, -1] > 0).any()
+    with pytest.raises(ValueError, match="no design with FP8 MACs fits the space's area budget"):
+        search.cosearch(m, tight, cluster.Cluster(4), 4, "serial",
+                        plan_options=dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, precision="fp8"))
 
 
 def test_fixed_chip_baseline_searches_the_formats_it_has():
