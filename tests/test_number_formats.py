@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from cosearch import cluster, cost, graph, hardware, memory, placement, search
 from cosearch.hardware import GiB, MiB
@@ -190,3 +192,37 @@ def test_design_report_names_the_fp8_macs_area():
     assert rep.fp8_area_mm2 == pytest.approx(4 * 128 * 128 * 7.5e-4 * 2 * 2.15 * 318 / 3000, rel=1e-9)
     assert "2 FP8 MACs a cycle" in rep.describe()
     assert "FP8" not in design_report(_design()).describe()
+
+
+@settings(max_examples=12, deadline=None)
+@given(cores=st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=2, unique=True),
+       f8=st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0]), min_size=1, max_size=3, unique=True),
+       precs=st.lists(st.sampled_from(["bf16", "fp8", "fp4"]), min_size=1, max_size=3, unique=True),
+       budget=st.sampled_from([None, 1e4]))
+def test_any_formats_search_returns_honest_rows_or_refuses_by_name(cores, f8, precs, budget):
+    """Random spaces, FP8 MAC lists, precisions and budgets: the co-search returns rows whose FP8
+    plans sit only on designs with FP8 MACs, each plan's step what evaluate() gives that chip, or
+    refuses with a ValueError naming what is missing (never another error)."""
+    sp_kw = dict(SPACE, tensor_cores=tuple(cores), fp8_macs=tuple(f8))
+    if budget is None:
+        sp_kw.update(area_budget_mm2=None, power_budget_w=None)
+    m = TINY.with_(seq_len=256)
+    cl = cluster.Cluster(4, 2, 5e9, 1e9)
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, precision=tuple(precs))
+    try:
+        sp = hardware.SearchSpace(**sp_kw)
+        res = search.cosearch(m, sp, cl, 4, "serial", tps=(1, 2), plan_options=opts, refine_top=0)
+    except ValueError as e:
+        event("refused")
+        assert any(w in str(e) for w in ("FP4", "FP8", "fp8", "no design", "budget")), str(e)
+        return
+    event("searched")
+    assert "fp4" not in precs
+    designs = sp.arrays()
+    for r in res.feasible:
+        chip = hardware.Accelerator.from_array(designs[r.index])
+        assert r.plan.spec.precision in precs
+        if r.plan.spec.precision == "fp8":
+            assert chip.fp8_macs > 0
+        p = evaluate(m, chip, cl, r.plan.spec, 4, mem=memory.MemoryConfig())
+        assert p.step_time_s == pytest.approx(r.plan.step_time_s, rel=1e-9)
