@@ -50,3 +50,35 @@ def test_ep_search_time(benchmark):
           f"{res.plans[0].spec.describe()} {res.plans[0].tokens_per_s / 64:,.0f} tokens/s per GPU "
           f"(ep 1: {dense.plans[0].tokens_per_s / 64:,.0f})")
     check("moe search", "EP search time / ep-1 search time", ratio, at_most=3.0)
+
+
+def _search_etp(etps):
+    plan.clear_graph_cache()
+    return placement.search_plans("qwen3-30b-a3b", "H100", cluster.preset("dgx-h100", 8), 512,
+                                  flash_attention=[True], precision="fp8", expert_parallel=list(EPS),
+                                  sequence_parallel=(False, True), engine="megatron-core", top_k=3,
+                                  expert_tensor_parallel=etps)
+
+
+def test_etp_search_time(benchmark):
+    """Expert tensor parallelism 1 beside the default (etp = tp), every ep, against the default
+    alone in the same run: one more configuration table per ep (its tp > 1 rows under SP), so at
+    most 2x the time (target)."""
+    _search_etp(None)
+    _search_etp((None, 1))
+    t_one, t_both = [], []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        one = _search_etp(None)
+        t_one.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _search_etp((None, 1))
+        t_both.append(time.perf_counter() - t0)
+    res = benchmark.pedantic(_search_etp, args=((None, 1),), rounds=1, iterations=1)
+    ratio = statistics.median(t_both) / statistics.median(t_one)
+    print(f"\n[moe search] Qwen3-30B-A3B, 64 H100, every ep, SP off/on (medians of 5 interleaved pairs): etp = tp "
+          f"{statistics.median(t_one):.3f} s ({one.configurations} configurations); etp tp and 1 "
+          f"{statistics.median(t_both):.3f} s ({res.configurations} configurations, {res.evaluated} evaluated): "
+          f"{ratio:.2f}x (target <= 2x).  Best: {res.plans[0].spec.describe()} (etp = tp: "
+          f"{one.plans[0].spec.describe()})")
+    check("moe search", "ETP search time / etp = tp search time", ratio, at_most=2.0)
