@@ -8,6 +8,7 @@ import pytest
 from cosearch import cluster, graph
 from cosearch.models import ModelConfig
 from cosearch.plan import PlanSpec, evaluate, unit_costs
+from tests.test_modern_plans import two_layer_plan_specs
 
 MOE = ModelConfig("tiny-moe", 4, 256, 8, 512, 1000, 64, kv_heads=2, activation="swiglu", norm="rmsnorm",
                   position="rotary", bias=False, dropout=False, num_experts=8, experts_per_token=2, moe_ffn_hidden=128)
@@ -66,40 +67,19 @@ def test_megatron_lines_read_expert_tensor_parallelism():
     assert read_megatron_args(line + "--expert-tensor-parallel-size 2").plan["expert_tensor_parallel"] is None
 
 
-def _etp_plan_specs(batch: int, chips: int, eps):
-    """Every plan of the 4-layer MoE on ``chips`` chips with flash attention: dp, microbatch, tp
-    1-2 (with and without SP), pp 1-4 with every split and per-stage recompute, ZeRO 0-1, each ep,
-    and expert tensor parallelism = tp or 1 where Megatron allows it (SP under tp 2, ep dividing
-    dp x tp) — written out without the search's tables."""
-    import itertools
-    modes = ("none", "selective", "full")
-    for dp, mb, tp, pp, z, ep in itertools.product((1, 2, 4, 8), (1, 2, 4), (1, 2), (1, 2, 3, 4), (0, 1), eps):
-        if dp * tp * pp > chips or batch % (dp * mb):
-            continue
-        for sp, etp in itertools.product((False, True), (None, 1)):
-            if (sp or etp == 1) and tp == 1:
-                continue                                   # tp 1: no SP, etp 1 is etp = tp
-            if etp == 1 and not sp:
-                continue
-            if (dp * (tp if etp == 1 else 1)) % ep:
-                continue
-            for split in (c for c in itertools.product(range(1, 5), repeat=pp) if sum(c) == 4):
-                for rc in itertools.product(modes, repeat=pp):
-                    yield PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
-                                   sequence_parallel=sp, expert_parallel=ep, expert_tensor_parallel=etp)
-
-
 CL = cluster.Cluster(8, 4, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
 
 
 @pytest.fixture(scope="module")
 def etp_brute_force():
-    """(step, memory per chip, spec) of every plan of :func:`_etp_plan_specs` on an H100 with
+    """(step, memory per chip, spec) of every plan of the 4-layer MoE (ZeRO 0-1, ep 1-8, SP off and
+    on, etp = tp and 1: :func:`tests.test_modern_plans.two_layer_plan_specs`) on an H100 with
     unbounded HBM (a plan fits a chip iff its memory does)."""
     from cosearch import hardware
     big = hardware.H100.with_(hbm_bytes=1e18)
     out = []
-    for s in _etp_plan_specs(8, 8, (1, 2, 4, 8)):
+    for s in two_layer_plan_specs(8, 8, (1, 2, 4, 8), (0, 1), layers=4, sequence_parallel=(False, True),
+                                  expert_tensor_parallel=(None, 1)):
         p = evaluate(MOE, big, CL, s, 8, engine="megatron-core")
         out.append((p.step_time_s, max(p.memory_per_chip_bytes), s))
     return out
@@ -118,7 +98,7 @@ def test_search_over_expert_tensor_parallelism_equals_brute_force(hbm_quantile, 
     hbm = float(np.quantile([m for _t, m, _s in rows], hbm_quantile))
     best_t, _m, best_s = min((r for r in rows if r[1] <= hbm), key=lambda r: r[0])
     small = hardware.H100.with_(hbm_bytes=hbm)
-    opts = dict(tps=(1, 2), microbatches=(1, 2, 4), virtual_stages=(1,), sequence_parallel=(False, True),
+    opts = dict(tps=(1, 2), microbatches=(1, 2, 4, 8), virtual_stages=(1,), sequence_parallel=(False, True),
                 zero=(0, 1), flash_attention=True, engine="megatron-core", expert_parallel=(1, 2, 4, 8))
     res = placement.search_plans(MOE, small, CL, 8, expert_tensor_parallel=(None, 1), top_k=5, **opts)
     assert res.plans[0].step_time_s == pytest.approx(best_t, rel=1e-9)

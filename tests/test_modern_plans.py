@@ -397,19 +397,27 @@ def test_experts_are_sharded_by_ep_and_reduced_over_their_own_group():
         PlanSpec(2, 1, 1, 1, expert_parallel=4)
 
 
-def two_layer_plan_specs(batch: int, chips: int, eps, zeros, precisions=("bf16",)):
-    """Every (precision, ep, zero, dp, microbatch, tp 1-2, pp 1-2, split, per-stage recompute) plan
-    of a two-layer model on ``chips`` chips, flash attention on: the brute force's plan list."""
-    for prec, ep, z, dp, mb, tp in itertools.product(precisions, eps, zeros, _divs(batch), _divs(batch), (1, 2)):
-        if batch % (dp * mb) or dp % ep:
+def two_layer_plan_specs(batch: int, chips: int, eps, zeros, precisions=("bf16",), layers: int = 2,
+                         sequence_parallel=(False,), expert_tensor_parallel=(None,)):
+    """Every (precision, ep, zero, dp, microbatch, tp 1-2, SP, etp, pp 1-``layers``, split,
+    per-stage recompute) plan of a ``layers``-layer model (two by default) on ``chips`` chips,
+    flash attention on: the brute force's plan list, written out without the search's tables.
+    SP and etp 1 only under tp 2 (at tp 1 etp 1 is etp = tp), etp 1 with SP only (as Megatron
+    requires), and ep dividing dp, or dp x tp with etp 1."""
+    for prec, ep, z, dp, mb, tp, sp, etp in itertools.product(precisions, eps, zeros, _divs(batch), _divs(batch),
+                                                              (1, 2), sequence_parallel, expert_tensor_parallel):
+        if batch % (dp * mb) or (dp * (tp if etp == 1 else 1)) % ep:
             continue
-        for pp in range(1, 3):
+        if tp == 1 and (sp or etp is not None) or etp == 1 and not sp:
+            continue
+        for pp in range(1, layers + 1):
             if dp * tp * pp > chips:
                 continue
-            for split in _compositions(2, pp, 1):
+            for split in _compositions(layers, pp, 1):
                 for rc in itertools.product(MODES, repeat=pp):
                     yield PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split, flash_attention=True,
-                                   expert_parallel=ep, precision=prec)
+                                   sequence_parallel=sp, expert_parallel=ep, precision=prec,
+                                   expert_tensor_parallel=etp)
 
 
 @pytest.mark.usefixtures("cached_units")
