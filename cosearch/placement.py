@@ -669,10 +669,7 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
         raise ValueError("precision='fp8': no design of the search space has FP8 tensor units; give the space "
                          "SearchSpace(fp8_macs=(0, 2)) (FP8 MACs per PE; `cosearch search --fp8-macs 0,2`) or "
                          "search bf16 only")
-    if not lists and len(precs) > 1:
-        raise ValueError(f"this search prices every design once, with one precision; got {list(precs)}. The "
-                         "single-model co-search (cosearch.cosearch) searches several")
-    for name in ("context_parallel", "expert_parallel", "expert_tensor_parallel"):
+    for name in ("context_parallel", "precision", "expert_parallel", "expert_tensor_parallel"):
         vals = _priced_values(opts, name)
         if not lists and len(vals) > 1:
             raise ValueError(f"this search prices every design once, with one {name}; got {list(vals)}. The "

@@ -115,7 +115,7 @@ NB = len(BREAKDOWN_FIELDS) + 5
 D_FP8_MACS = 12
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def tensor_format_rate(dtype_bytes, eff_fp8, eff_fp4, fp8_macs):
     """How many times faster a GEMM on ``dtype_bytes``-wide operands runs than the same GEMM in
     bf16: 1 for 2-byte (or wider) operands; for FP8 (1 byte) the kernel model's measured rate
