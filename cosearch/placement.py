@@ -451,8 +451,8 @@ def _no_plan_fits(o: _Options, combos, priced, net, total: int, evaluated: int) 
         hints.append("sequence parallelism")
     hints.append("a chip with more HBM")
     return PlacementResult((), reason=(
-        f"no plan fits {o.chip.hbm_bytes / 2**30:.1f} GiB of HBM per chip on {o.cluster.num_chips} chips: every plan "
-        f"needs at least {need / 2**30:.1f} GiB per chip; try {', '.join(hints)}"),
+        f"no plan fits {o.chip.hbm_bytes / 2**30:.4g} GiB of HBM per chip on {o.cluster.num_chips} chips: every plan "
+        f"needs at least {need / 2**30:.4g} GiB per chip; try {', '.join(hints)}"),
         min_memory_needed_bytes=need, configurations=total, evaluated=evaluated)
 
 

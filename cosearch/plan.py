@@ -578,7 +578,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
         out = moe.copy()
         for f in _LAYER_UNIT_FIELDS:
             out[..., f] = share * moe[..., f] + (1.0 - share) * dense[..., f]
-        return out
+        # of the mean layer, not the mean of the two layers' (min is concave: theirs is smaller)
+        return _tp_overlap_save(out, engine)
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     eng = engine_preset(engine)
@@ -761,7 +762,25 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 u[:, :, F.U_MTPT] = c.mtp_layers * (1.0 + 2.0 * c.hidden / c.vocab)
                 u[:, :, F.U_MTPA] = c.mtp_layers
                 u[:, :, F.U_PMTP] = c.mtp_layers * (2.0 * c.hidden * c.hidden / t + 3 * c.norm_params())
-    return out
+    return _tp_overlap_save(out, eng)
+
+
+def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:
+    """``units`` with ``layer_tp_overlap_save_s`` set: the seconds of a layer's tensor-parallel
+    collectives that an engine overlapping them (``overlap_tp_comm``) does not charge, forward
+    plus backward — :func:`cosearch._kernels.formulas.stage_terms` charges ``max(0, TP - compute)
+    + extra`` instead of ``TP``, so the save is ``min(TP, compute) - extra`` per direction (0 for
+    other engines and in cells that are no plan).  :func:`cosearch._kernels.formulas.unit_work`
+    subtracts it, which keeps every spread bound a lower bound under such engines."""
+    u = units
+    save = np.zeros(u.shape[:-1])
+    if engine_preset(engine).overlap_tp_comm:
+        with np.errstate(invalid="ignore"):
+            save = (np.minimum(u[..., F.U_LTPF], u[..., F.U_LF]) - u[..., F.U_TPXF]
+                    + np.minimum(u[..., F.U_LTPB], u[..., F.U_LB]) - u[..., F.U_TPXB])
+        save[~np.isfinite(save)] = 0.0
+    u[..., F.U_TPOS] = save
+    return u
 
 
 #: Low-precision training keeps, on top of the bf16 weights, Transformer Engine's copy of each

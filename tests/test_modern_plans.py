@@ -603,6 +603,55 @@ def test_tp_comm_overlap_hand_worked():
     assert off.breakdown["tp_comm_s"] > 10 * on.breakdown["tp_comm_s"] and on.step_time_s < off.step_time_s
 
 
+def test_work_bound_under_tp_overlap_hand_worked():
+    """The spread bound's per-layer work under an engine that overlaps its TP collectives is what
+    stage_terms charges: forward 2 ms of compute beside 3 ms of collectives shows 2 + 1, backward
+    4 beside 3 shows 4 — 7 ms a layer, not the 12 ms of compute plus every collective second that
+    the bound charged before (then above the stage's own cost, so the search pruned plans it
+    should have kept: the MaxText case below)."""
+    from cosearch.plan import _tp_overlap_save
+    u = np.zeros((1, F.NU))
+    u[0, F.U_LF], u[0, F.U_LB], u[0, F.U_LTPF], u[0, F.U_LTPB] = 0.002, 0.004, 0.003, 0.003
+    assert _tp_overlap_save(u.copy(), "megatron-core")[0, F.U_TPOS] == 0.0
+    u = _tp_overlap_save(u, "megatron-core-tp-overlap")
+    assert u[0, F.U_TPOS] == pytest.approx(0.002 + 0.003)
+    assert F.unit_work(u[0], 5) == pytest.approx(5 * 0.007)
+    hw = np.zeros(F.NH)
+    hw[F.H_HBM], hw[F.H_MEMBW], hw[F.H_TP_OVERLAP] = 1e30, 1e12, 1.0
+    out = np.zeros(F.NB)
+    F.stage_terms(u[0], np.array([0.0, 1e11, 1e11, 0.0, 0.0, 0.0]), hw, 5.0, False, False, 0, 1, 1, 1, 1.0, 2.0, 0,
+                  1.0, F.RC_NONE, out)
+    assert out[F.B_FWD] + out[F.B_BWD] + out[F.B_TP] == pytest.approx(5 * 0.007)
+    # the overlap kernels' extra exposure (userbuffers) is charged by both
+    u[0, F.U_TPXF] = 0.0005
+    u = _tp_overlap_save(u, "megatron-core-tp-overlap")
+    assert F.unit_work(u[0], 5) == pytest.approx(5 * 0.0075)
+
+
+@pytest.mark.usefixtures("cached_units")
+def test_search_under_tp_overlap_equals_brute_force():
+    """MaxText (XLA's collectives overlapped with the matmuls) on an MoE model over two expert-
+    parallel degrees: the search's best equals the brute force over evaluate() at every memory
+    level.  Before the work bound knew the overlap, the ep-4 combination's bound (every TP and
+    all-to-all second charged) exceeded its own best plan at the 40 % memory level, and the search
+    returned an ep-2 plan 34 % slower."""
+    model, chip, batch, eng = MOE_SMALL, hardware.H100, 4, "maxtext"
+    cl = cluster.Cluster(12, 4, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
+    plans = []
+    for spec in two_layer_plan_specs(batch, cl.num_chips, (2, 4), (1, 2), sequence_parallel=(True,)):
+        p = evaluate(model, chip, cl, spec, batch, engine=eng)
+        big = evaluate(model, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine=eng)
+        plans.append((big.step_time_s, max(p.memory_per_chip_bytes)))
+    assert len(plans) > 30
+    for q in (0.1, 0.25, 0.4, 0.6, 1.0):
+        hbm = float(np.quantile([p[1] for p in plans], q)) * (1 + 1e-9)
+        best = min(p[0] for p in plans if p[1] <= hbm)
+        res = placement.search_plans(model, chip.with_(hbm_bytes=hbm), cl, batch, tps=(1, 2), virtual_stages=(1,),
+                                     sequence_parallel=(True,), zero=(1, 2), flash_attention=True, engine=eng,
+                                     expert_parallel=(2, 4))
+        assert res.best.step_time_s == pytest.approx(best, rel=1e-9), q
+
+
 def test_chip_and_cluster_files_round_trip_and_cli(tmp_path, capsys):
     import json
 

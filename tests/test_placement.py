@@ -122,7 +122,7 @@ def test_search_equals_brute_force_of_evaluate(cached_units, layers, hidden, hea
         assert steps == sorted(steps)
 
 
-@pytest.mark.parametrize("engine", ["megatron-lm", "megatron-deepspeed"])
+@pytest.mark.parametrize("engine", ["megatron-lm", "megatron-deepspeed", "megatron-core-tp-overlap", "maxtext"])
 def test_config_bound_is_below_every_split_and_exact_without_a_pipeline(cached_units, engine):
     """dp.config_bound (spread work, or the cheapest fitting cost of the stage that must hold
     the most layers) against the brute force's best split and recompute per configuration,

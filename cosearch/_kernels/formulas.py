@@ -75,12 +75,12 @@ UNIT_FIELDS = (
     "layer_params", "emb_params", "head_params", "tied_params", "layer_params_full",
     "layer_cp_fwd_s", "layer_cp_bwd_s", "layer_expert_params", "expert_parallel",
     "mtp_layers", "mtp_head_time", "mtp_head_act", "mtp_params", "layer_ep_overlap_save_s",
-    "layer_tp_overlap_extra_fwd_s", "layer_tp_overlap_extra_bwd_s", "act_host_bytes",
+    "layer_tp_overlap_extra_fwd_s", "layer_tp_overlap_extra_bwd_s", "act_host_bytes", "layer_tp_overlap_save_s",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
  U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP,
- U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO, U_TPXF, U_TPXB, U_ACT_HOST) = range(len(UNIT_FIELDS))
+ U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO, U_TPXF, U_TPXB, U_ACT_HOST, U_TPOS) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
@@ -529,9 +529,12 @@ def inflight(s, pp, m, v):
 def unit_work(u, layers):
     """Compute + TP seconds of one microbatch through the whole model (no recompute, no
     pipeline sends), less what the expert-parallel all-to-all overlap can save per layer at most
-    (``u[U_EPO]``: a step pairs at most every microbatch's forward with another's backward), so
-    that it bounds the stage cost from below.  ``u`` may also be a (fields, ...) array through ``unit_work.py_func``."""
-    return (layers * (u[U_LF] + u[U_LB] + u[U_LTPF] + u[U_LTPB] - u[U_EPO]) + u[U_EF] + u[U_EB] + u[U_ETPF]
+    (``u[U_EPO]``: a step pairs at most every microbatch's forward with another's backward) and
+    what an engine's tensor-parallel overlap hides of each layer's TP collectives
+    (``u[U_TPOS]``: :func:`stage_terms` charges ``max(0, TP - compute)`` plus the overlap
+    kernels' extra where ``overlap_tp_comm``), so that it bounds the stage cost from below.  ``u``
+    may also be a (fields, ...) array through ``unit_work.py_func``."""
+    return (layers * (u[U_LF] + u[U_LB] + u[U_LTPF] + u[U_LTPB] - u[U_EPO] - u[U_TPOS]) + u[U_EF] + u[U_EB] + u[U_ETPF]
             + u[U_ETPB] + u[U_HF] + u[U_HB] + u[U_HTPF] + u[U_HTPB])
 
 
