@@ -168,6 +168,31 @@ def test_fsdp_gathers_every_layer_twice_per_microbatch():
     assert out[F.B_DP] == pytest.approx(3 * (2 * ag + rs))      # three microbatches
 
 
+def test_zero3_buffers_hold_only_the_gathered_weights_hand_worked():
+    """ZeRO-3 keeps two layers' gathered weights as working buffers — of what it shards.  A layer of
+    D = 1e8 dense and X = 3e8 expert parameters (bf16 weights, fp32 gradients, 12-byte optimizer
+    state), 2 layers, no activations: at dp 2 and ep 2 the experts' own group has one rank, so they
+    stay whole and resident (16 X n bytes) and only the dense part is gathered into the buffers;
+    at dp 4 (expert group 2) the experts are sharded and gathered as well."""
+    D, X, n = 1e8, 3e8, 2
+    net = np.array([0.0, 1e11, 1e11, 0.0, 0.0, 0.0])
+    hw = np.zeros(F.NH)
+    hw[F.H_W], hw[F.H_G], hw[F.H_O], hw[F.H_GRED], hw[F.H_MEMBW], hw[F.H_HBM] = 2.0, 4.0, 12.0, 4.0, 1e12, 1e30
+    u = np.zeros(F.NU)
+    u[F.U_PL] = u[F.U_PL_FULL] = D + X
+    u[F.U_PLX], u[F.U_EP] = X, 2.0
+    out = np.zeros(F.NB)
+    for dp, sharded_x in ((2.0, False), (4.0, True)):
+        _, mem = F.stage_terms(u, net, hw, float(n), False, False, 0, 1, 1, 1, dp, 1.0, 3, dp, F.RC_NONE, out)
+        dpx = dp / 2
+        want = n * D * 18.0 / dp + n * X * 18.0 / dpx + 2 * D * 2.0 + (2 * X * 2.0 if sharded_x else 0.0)
+        assert mem == pytest.approx(want, rel=1e-12), dp
+    # a dense layer: both buffers, as before
+    u[F.U_PLX], u[F.U_EP] = 0.0, 1.0
+    _, mem = F.stage_terms(u, net, hw, float(n), False, False, 0, 1, 1, 1, 2.0, 1.0, 3, 2.0, F.RC_NONE, out)
+    assert mem == pytest.approx(n * (D + X) * 18.0 / 2 + 2 * (D + X) * 2.0, rel=1e-12)
+
+
 def test_engine_presets_differ_where_their_software_does():
     m = models.preset("gpt3-1.3b")
     cl = cluster.preset("dgx-h100", 2)

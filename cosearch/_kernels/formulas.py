@@ -51,7 +51,7 @@ and so is the stage's memory — the property the exact partition search relies 
 
 Memory per chip: weights ``w``, gradients ``g`` and optimizer state ``o`` bytes per
 parameter, sharded over ``dp`` by ZeRO (1: ``o``; 2: ``g + o``; 3: all, plus two
-gathered layers of weights as working buffers); activations of the in-flight
+gathered layers of the sharded weights as working buffers); activations of the in-flight
 microbatches: ``min(p - s, m)`` for 1F1B, ``min(2 (p - s - 1) + (v - 1) p + 1, m v) / v``
 stage-equivalents for the interleaved schedule (Narayanan et al. 2021; for ``s = 0``
 this is Korthikanti et al.'s ``p (1 + (p - 1) / (p v))``); full recompute keeps each
@@ -749,8 +749,12 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
         mem += u[U_ACT_NONE]
+    # ZeRO-3's working buffers: two layers' gathered weights — of the parts that are sharded, the
+    # dense ones over zg, the experts over their dp / ep ranks (unsharded experts stay resident)
     if zero == 3 and zg > 1.0:
-        mem += 2.0 * u[U_PL_FULL] * w
+        mem += 2.0 * (u[U_PL_FULL] - u[U_PLX]) * w
+    if zero == 3 and dpx > 1.0:
+        mem += 2.0 * u[U_PLX] * w
     # the fill and drain: Megatron-LM's exchanges sit on that path; a blocking engine's
     # transfers there meet a stage idle anyway (its simulated schedule, tests/reference.py)
     # with overlap_p2p_comm the fill and drain still wait on every transfer of the chain
