@@ -768,16 +768,19 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
 def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:
     """``units`` with ``layer_tp_overlap_save_s`` set: the seconds of a layer's tensor-parallel
     collectives that an engine overlapping them (``overlap_tp_comm``) does not charge, forward
-    plus backward — :func:`cosearch._kernels.formulas.stage_terms` charges ``max(0, TP - compute)
-    + extra`` instead of ``TP``, so the save is ``min(TP, compute) - extra`` per direction (0 for
-    other engines and in cells that are no plan).  :func:`cosearch._kernels.formulas.unit_work`
+    plus backward — :func:`cosearch._kernels.formulas.stage_terms` charges
+    :func:`~cosearch._kernels.formulas.layer_tp_seconds` (``max(0, TP - compute) + extra``)
+    instead of ``TP`` (0 for other engines and in cells that are no plan).  :func:`cosearch._kernels.formulas.unit_work`
     subtracts it, which keeps every spread bound a lower bound under such engines."""
     u = units
     save = np.zeros(u.shape[:-1])
     if engine_preset(engine).overlap_tp_comm:
+        hw = np.zeros(F.NH)
+        hw[F.H_TP_OVERLAP] = 1.0
+        rows = np.moveaxis(u, -1, 0)
         with np.errstate(invalid="ignore"):
-            save = (np.minimum(u[..., F.U_LTPF], u[..., F.U_LF]) - u[..., F.U_TPXF]
-                    + np.minimum(u[..., F.U_LTPB], u[..., F.U_LB]) - u[..., F.U_TPXB])
+            tpf, tpb = F.layer_tp_seconds.py_func(rows, hw)
+            save = rows[F.U_LTPF] + rows[F.U_LTPB] - tpf - tpb
         save[~np.isfinite(save)] = 0.0
     u[..., F.U_TPOS] = save
     return u

@@ -628,6 +628,40 @@ def test_tp_comm_overlap_hand_worked():
     assert off.breakdown["tp_comm_s"] > 10 * on.breakdown["tp_comm_s"] and on.step_time_s < off.step_time_s
 
 
+def test_overlapped_tp_shortens_the_windows_other_traffic_hides_behind_hand_worked():
+    """Under an engine that overlaps its TP collectives a layer lasts its compute plus what they
+    expose, and that is the window the data-parallel reduction and ZeRO-3's prefetch hide
+    behind.  5 layers, backward 4 ms of compute beside 5 ms of collectives (1 ms exposed): a 40 ms
+    gradient all-reduce (4e9 bytes over 2 ranks at 100 GB/s) hides behind 5 x (4 + 1) = 25 ms and
+    shows 15 ms; counting every collective second (5 x 9 = 45 ms) would have hidden it all."""
+    net = np.array([0.0, 1e11, 1e11, 0.0, 0.0, 0.0])
+    hw = np.zeros(F.NH)
+    hw[F.H_HBM], hw[F.H_MEMBW], hw[F.H_GRED], hw[F.H_OVERLAP], hw[F.H_TP_OVERLAP] = 1e30, 1e30, 4.0, 1.0, 1.0
+    u = np.zeros(F.NU)
+    u[F.U_LF], u[F.U_LB], u[F.U_LTPF], u[F.U_LTPB], u[F.U_PL] = 0.002, 0.004, 0.001, 0.005, 2e8
+    out = np.zeros(F.NB)
+    F.stage_terms(u, net, hw, 5.0, False, False, 0, 1, 1, 1, 2.0, 1.0, 0, 2.0, F.RC_NONE, out)
+    assert out[F.B_TP] == pytest.approx(5 * 0.001) and out[F.B_DP] == pytest.approx(0.040 - 0.025)
+    hw[F.H_TP_OVERLAP] = 0.0
+    F.stage_terms(u, net, hw, 5.0, False, False, 0, 1, 1, 1, 2.0, 1.0, 0, 2.0, F.RC_NONE, out)
+    assert out[F.B_TP] == pytest.approx(5 * 0.006) and out[F.B_DP] == 0.0
+    # full recompute reruns the forward with its collectives overlapped as the forward does
+    hw[F.H_TP_OVERLAP] = 1.0
+    u[F.U_LTPF] = 0.003
+    F.stage_terms(u, net, hw, 5.0, False, False, 0, 1, 1, 1, 2.0, 1.0, 0, 2.0, F.RC_FULL, out)
+    assert out[F.B_REC] == pytest.approx(5 * (0.002 + 0.001))
+    # ZeRO-3 prefetch: a 3 ms layer gather hides behind the previous layer's forward, which lasts
+    # 2 ms of compute with 1.5 ms of collectives overlapped (none exposed): 1 ms shows for each
+    # of the 3 layers after the first; counting the collectives (3.5 ms) would have hidden it
+    hw[F.H_W], hw[F.H_Z3_LAYER] = 2.0, 1.0
+    u[F.U_LB], u[F.U_LTPB], u[F.U_LTPF], u[F.U_PL] = 1.0, 0.0, 0.0015, 2e8
+    assert F.allgather_s(2e8 * 2.0, 4.0, 1.0, net) == pytest.approx(0.5 * 2 * (3 / 4) * (2e8 * 2) / 1e11)  # 3 ms
+    on = F.fsdp_exposed_s(u, net, hw, 4.0, False, False, 4.0, 4.0, 1.0, 0.0)
+    hw[F.H_TP_OVERLAP] = 0.0
+    off = F.fsdp_exposed_s(u, net, hw, 4.0, False, False, 4.0, 4.0, 1.0, 0.0)
+    assert on - off == pytest.approx(3 * 0.001)
+
+
 def test_work_bound_under_tp_overlap_hand_worked():
     """The spread bound's per-layer work under an engine that overlaps its TP collectives is what
     stage_terms charges: forward 2 ms of compute beside 3 ms of collectives shows 2 + 1, backward

@@ -539,6 +539,23 @@ def unit_work(u, layers):
 
 
 # ---------------------------------------------------------------- one stage
+@njit(cache=True, inline="always")
+def layer_tp_seconds(u, hw):
+    """The tensor-parallel seconds a layer's forward and backward take on their own stream
+    (``(forward, backward)``): every collective second (``U_LTPF``, ``U_LTPB``), or, where the
+    engine overlaps them with the layer's GEMMs (``overlap_tp_comm``), only what exceeds the
+    layer's compute plus what the overlap kernels expose beyond that (``U_TPXF``, ``U_TPXB``:
+    userbuffers_exposed_s).  A layer's wall time is its compute plus these: the window that the
+    data-parallel reduction, ZeRO-3's prefetch and activation offload hide behind."""
+    if hw[H_TP_OVERLAP] > 0.0:
+        # max(0, x) written as (x + |x|) / 2 (exact): the same code serves arrays of unit rows
+        # through ``layer_tp_seconds.py_func`` (cosearch.plan's work-bound save)
+        xf = u[U_LTPF] - u[U_LF]
+        xb = u[U_LTPB] - u[U_LB]
+        return 0.5 * (xf + abs(xf)) + u[U_TPXF], 0.5 * (xb + abs(xb)) + u[U_TPXB]
+    return u[U_LTPF], u[U_LTPB]
+
+
 @njit(cache=True)
 def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     """ZeRO-3 communication of one microbatch that per-layer prefetch cannot hide (PyTorch
@@ -558,8 +575,9 @@ def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     pld = u[U_PL] - u[U_PLX]
     agl = allgather_s(pld * w, zg, tp, net) + allgather_s(u[U_PLX] * w, dpx, tp * ep, net)
     rsl = allgather_s(pld * gr, zg, tp, net) + allgather_s(u[U_PLX] * gr, dpx, tp * ep, net)
-    lf = u[U_LF] + u[U_LTPF] + u[U_LCPF]
-    lb = u[U_LB] + u[U_LTPB] + u[U_LCPB]
+    tpf, tpb = layer_tp_seconds(u, hw)
+    lf = u[U_LF] + tpf + u[U_LCPF]
+    lb = u[U_LB] + tpb + u[U_LCPB]
     if n > 0.0:
         lb += rec / n
     xf = agl - lf
@@ -609,16 +627,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         n = n + u[U_MTP]
     f = n * u[U_LF]
     b = n * u[U_LB]
-    if hw[H_TP_OVERLAP] > 0.0:
-        # tensor-parallel collectives chunked and overlapped with the layer's GEMMs
-        # (Megatron-Core's tp_comm_overlap): only what exceeds the layer's compute shows
-        xf = u[U_LTPF] - u[U_LF]
-        xb = u[U_LTPB] - u[U_LB]
-        # (u[U_TPXF], u[U_TPXB]: what the engine's overlap kernels expose beyond that, each
-        # collective beside its own GEMM: userbuffers_exposed_s)
-        tpc = n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0) + u[U_TPXF] + u[U_TPXB])
-    else:
-        tpc = n * (u[U_LTPF] + u[U_LTPB])
+    # tensor-parallel collectives, or under an engine that overlaps them with the layer's GEMMs
+    # (Megatron-Core's tp_comm_overlap, XLA's collective matmul) only what they expose
+    tpf, tpb = layer_tp_seconds(u, hw)
+    # what the forward and the backward take beside their compute (TP collectives as they run,
+    # the CP ring's exposed part): their wall time is the window other traffic hides behind
+    side_f = n * (tpf + u[U_LCPF])
+    side_b = n * (tpb + u[U_LCPB])
+    tpc = n * (tpf + tpb)
     cpc = n * (u[U_LCPF] + u[U_LCPB])
     params = n * u[U_PL]
     pexp = n * u[U_PLX]
@@ -630,12 +646,16 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         f += u[U_EF]
         b += u[U_EB]
         tpc += u[U_ETPF] + u[U_ETPB]
+        side_f += u[U_ETPF]
+        side_b += u[U_ETPB]
         params += u[U_PE]
         act += u[U_EACT]
     if last:
         f += u[U_HF] * (1.0 + u[U_MTPT])
         b += u[U_HB] * (1.0 + u[U_MTPT])
         tpc += (u[U_HTPF] + u[U_HTPB]) * (1.0 + u[U_MTPA])
+        side_f += u[U_HTPF] * (1.0 + u[U_MTPA])
+        side_b += u[U_HTPB] * (1.0 + u[U_MTPA])
         params += u[U_PH] + u[U_PMTP]
         act += u[U_HACT] * (1.0 + u[U_MTPA])
         if pp > 1:
@@ -644,7 +664,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     if mode == RC_SELECTIVE:
         rec = n * (u[U_LATT] + u[U_LCPF])
     elif mode == RC_FULL:
-        rec = n * (u[U_LF] + u[U_LTPF] + u[U_LCPF])
+        # the recomputed forward runs as the forward does, its TP collectives overlapped alike
+        rec = n * (u[U_LF] + tpf + u[U_LCPF])
     p2p = 0.0
     p2p_chain = 0.0
     if pp > 1:
@@ -679,8 +700,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     if k_off > 0.0 and mode != RC_FULL:
         a_l = u[U_ACT_NONE] if mode == RC_NONE else u[U_ACT_SEL]
         x = a_l / hw[H_HOSTBW]
-        xf = x - (u[U_LF] + u[U_LTPF] + u[U_LCPF])
-        xb = x - (u[U_LB] + u[U_LTPB] + u[U_LCPB])
+        xf = x - (u[U_LF] + tpf + u[U_LCPF])
+        xb = x - (u[U_LB] + tpb + u[U_LCPB])
         off = k_off * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
         act -= k_off * a_l
     # a selective policy's host-offloaded tensors (MaxText's remat_policy custom, 'offload'): every
@@ -688,8 +709,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     # beside that layer's compute
     if mode == RC_SELECTIVE and u[U_ACT_HOST] > 0.0 and n > 0:
         x = u[U_ACT_HOST] / hw[H_HOSTBW]
-        xf = x - (u[U_LF] + u[U_LTPF] + u[U_LCPF])
-        xb = x - (u[U_LB] + u[U_LTPB] + u[U_LCPB] + u[U_LATT])
+        xf = x - (u[U_LF] + tpf + u[U_LCPF])
+        xb = x - (u[U_LB] + tpb + u[U_LCPB] + u[U_LATT])
         off += n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
     work = f + b + rec + tpc + cpc + p2p + gacc + off
     t = work
@@ -723,15 +744,16 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         # sharded gradients of the zg-group replicas (HSDP); nothing when one group holds all
         gcomm = allreduce_s(pd * gr / zg, reps, tp * zg, net)
     if hw[H_OVERLAP] > 0.0:
-        window = b + rec + n * u[U_LTPB]
+        # the reduction hides behind the backward's wall time
+        window = b + rec + side_b
         exposed = gcomm - window
         if exposed < 0.0:
             exposed = 0.0
     else:
         exposed = gcomm
     if hw[H_PG_OVERLAP] > 0.0:
-        # the updated parameters are gathered behind the next step's first forward
-        x = pgather - f
+        # the updated parameters are gathered behind the next step's first forward (its wall time)
+        x = pgather - (f + side_f)
         exposed += x if x > 0.0 else 0.0
     else:
         exposed += pgather
