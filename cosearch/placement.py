@@ -350,8 +350,8 @@ def expert_tensor_parallel_values(model: ModelConfig, etp, tps, sps) -> tuple:
         if many and not any(sps):
             raise ValueError("expert_tensor_parallel=1 under tp > 1 needs sequence parallelism (Megatron requires it "
                              "for MoE with tensor parallelism): add sequence_parallel=True")
-        for t in many[:1]:
-            check_expert_tensor_parallel(model, 1, t, True)
+        if many:
+            check_expert_tensor_parallel(model, 1, many[0], True)
         if not model.moe:
             raise ValueError("expert_tensor_parallel applies to mixture-of-experts models")
     return out
@@ -559,6 +559,20 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
 DEFAULT_PLAN_OPTIONS: dict[str, Any] = {"virtual_stages": (1,), "sequence_parallel": (False,), "zero": (0, 1)}
 
 
+def _priced_table(model: ModelConfig, cluster: Cluster, global_batch: int, tps, mbs, sps,
+                  opts: dict) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The configuration table, recompute modes and priced options (:func:`priced_options`:
+    one value each) that plan options ``opts`` name, as :func:`search_plans` builds them for
+    one priced combination."""
+    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), opts.get("engine"))
+    priced = priced_options(opts)
+    groups = _option_list("zero_group", opts.get("zero_group"), (None,), _check_group)
+    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros,
+                         cp=priced["context_parallel"], zero_groups=groups, ep=priced["expert_parallel"],
+                         ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
+    return cfg, _modes(opts.get("recompute")), priced
+
+
 def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Cluster, global_batch: int,
                          tps: Sequence[int], mbs: Sequence[int], mem: memory.MemoryConfig | None = None,
                          **opts) -> tuple[int, ...]:
@@ -573,13 +587,7 @@ def fitting_microbatches(model: ModelConfig, designs: np.ndarray, cluster: Clust
     mem = mem or memory.MemoryConfig()
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     sps = _bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
-    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), opts.get("engine"))
-    modes = _modes(opts.get("recompute"))
-    priced = priced_options(opts)
-    groups = _option_list("zero_group", opts.get("zero_group"), (None,), _check_group)
-    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, sps, virt, zeros,
-                         cp=priced["context_parallel"], zero_groups=groups, ep=priced["expert_parallel"],
-                         ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
+    cfg, modes, priced = _priced_table(model, cluster, global_batch, tps, mbs, sps, opts)
     if not len(cfg):
         return tuple(mbs)
     chip = Accelerator.from_array(d[0])
@@ -606,13 +614,7 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
     mem = mem or memory.MemoryConfig()
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     engine = engine_preset(opts.get("engine"))
-    virt, zeros = _virtuals_and_zeros(opts.get("virtual_stages"), opts.get("zero"), engine)
-    modes = _modes(opts.get("recompute"))
-    priced = priced_options(opts)
-    groups = _option_list("zero_group", opts.get("zero_group"), (None,), _check_group)
-    cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros,
-                         cp=priced["context_parallel"], zero_groups=groups, ep=priced["expert_parallel"],
-                         ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
+    cfg, modes, priced = _priced_table(model, cluster, global_batch, tps, mbs, sps, opts)
     out = np.full(len(d), np.inf)
     if not len(cfg) or not len(d):
         return out

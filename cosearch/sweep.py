@@ -152,11 +152,10 @@ def buffer_equivalent_designs(model: ModelConfig, designs: np.ndarray, tps, mbs,
         sub, sid = d[shared], gid[shared]
         seen: set = set()
         for t in tps:
+            etp = None if t == 1 else pr.get("expert_tensor_parallel")     # at tp 1, etp 1 is etp = tp
             for mb in mbs:
                 for sp in sps:
                     sp = bool(sp) and t > 1
-                    etp = pr.get("expert_tensor_parallel")
-                    etp = None if etp is None or t == 1 else etp
                     if (t, mb, sp) in seen or (etp == 1 and not sp):     # (etp 1 under tp > 1: no plan without sp)
                         continue
                     seen.add((t, mb, sp))
