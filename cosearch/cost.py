@@ -82,7 +82,8 @@ def price(ops: LayerGraph | np.ndarray, designs: Accelerator | Sequence[Accelera
     ``efficiency`` overrides the kernel efficiency (default: a single Accelerator's own,
     the ideal roofline for design arrays).
     """
-    o = op_array(ops)
+    o = op_array(ops).view()
+    o.flags.writeable = False     # the kernels see read-only ops whatever the caller holds: one compiled signature
     eff = efficiency_array(designs, efficiency)
     d = _designs(designs)
     f = _check_fraction(core_fraction)

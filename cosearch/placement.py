@@ -474,7 +474,7 @@ def _plans(o: _Options, found, combos, priced, searched, net, time_model: str) -
         zg = int(c[kernel.C_ZG])
         step = kernel.config_best(u, net, hw, o.model.num_layers, pp, int(c[kernel.C_V]), int(c[kernel.C_M]),
                                   float(replicas), int(c[kernel.C_TP]), int(c[kernel.C_Z]), float(zg), o.modes,
-                                  counts, rm)
+                                  counts, rm, kernel.INF)
         spec = PlanSpec(dp=dp, tp=int(c[kernel.C_TP]), pp=pp, microbatch=int(o.mbs[c[kernel.C_BI]]),
                         recompute=tuple(F.RECOMPUTE_MODES[r] for r in rm), virtual_stages=int(c[kernel.C_V]),
                         sequence_parallel=bool(o.sps[c[kernel.C_SI]]), zero=int(c[kernel.C_Z]),

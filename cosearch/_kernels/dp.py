@@ -131,10 +131,11 @@ def _cost(u, net, hw, k, s, pp, v, m, dp, tp, zero, zg, mode, out):
 
 
 @njit(cache=True)
-def _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, mode, kmax, x, lo, out, check_mem=True):
-    """Largest k in [lo, kmax] whose stage (k*v layers) costs <= x (and fits HBM when
-    check_mem); lo - 1 if none."""
-    hbm = hw[F.H_HBM] if check_mem else INF
+def _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, mode, kmax, x, lo, out, hbm):
+    """Largest k in [lo, kmax] whose stage (k*v layers) costs <= x and needs at most ``hbm``
+    bytes (INF: memory not checked); lo - 1 if none.  Callers pass ``s`` and ``lo`` as int64
+    variables, never integer literals: numba compiles a literal argument as a signature of its
+    own, and this function's callee chain is the costliest to compile."""
     a = lo
     c, mm = _cost(u, net, hw, a, s, pp, v, m, dp, tp, zero, zg, mode, out)
     if not (mm <= hbm and c <= x):
@@ -158,9 +159,10 @@ def _caps(u, net, hw, pp, v, m, dp, tp, zero, zg, modes, kmax, x, memcap, caps, 
     """hi_s(x) for every stage (in chunks of v layers) and the mode reaching it."""
     # middle stages share one cost curve; memory caps were precomputed
     ccost = np.zeros(3, dtype=np.int64)
+    one = np.int64(1)                  # not the literal 1: one compiled signature of _cap
     for r in range(3):
         if modes[r] and pp > 2:
-            ccost[r] = _cap(u, net, hw, 1, pp, v, m, dp, tp, zero, zg, r, kmax, x, 1, out, False)
+            ccost[r] = _cap(u, net, hw, one, pp, v, m, dp, tp, zero, zg, r, kmax, x, one, out, INF)
     for s in range(pp):
         best = 0
         bm = -1
@@ -168,7 +170,7 @@ def _caps(u, net, hw, pp, v, m, dp, tp, zero, zg, modes, kmax, x, memcap, caps, 
             if not modes[r]:
                 continue
             if s == 0 or s == pp - 1:
-                h = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, r, kmax, x, 1, out)
+                h = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, r, kmax, x, one, out, hw[F.H_HBM])
             else:
                 h = ccost[r] if ccost[r] < memcap[s, r] else memcap[s, r]
             if h > best:
@@ -180,14 +182,15 @@ def _caps(u, net, hw, pp, v, m, dp, tp, zero, zg, modes, kmax, x, memcap, caps, 
 
 @njit(cache=True)
 def _memcaps(u, net, hw, pp, v, m, dp, tp, zero, zg, modes, kmax, memcap, out):
+    one = np.int64(1)                  # not the literal 1: one compiled signature of _cap
     for r in range(3):
-        prev = 1
+        prev = one
         for s in range(pp):
             if not modes[r]:
                 memcap[s, r] = 0
                 continue
-            lo = prev if (s >= 2 and s < pp - 1) else 1
-            memcap[s, r] = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, r, kmax, INF, lo, out)
+            lo = prev if (s >= 2 and s < pp - 1) else one
+            memcap[s, r] = _cap(u, net, hw, s, pp, v, m, dp, tp, zero, zg, r, kmax, INF, lo, out, hw[F.H_HBM])
             if s >= 1 and s < pp - 1 and memcap[s, r] >= 1:
                 prev = memcap[s, r]
 
@@ -502,10 +505,13 @@ def memory_floor(units, net, hw, cfg, L, modes):
         k = ((k + v - 1) // v) * v
         scratch = np.zeros(F.NB)
         best = INF
+        inner = pp < 0
         for r in range(3):
             if not modes[r]:
                 continue
-            _c, mm = F.stage_terms(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, float(k), False, False, pp - 1,
+            # a middle stage: `inner` is a bool variable, not the literal False, which numba would
+            # compile as a signature of stage_terms of its own
+            _c, mm = F.stage_terms(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, float(k), inner, inner, pp - 1,
                                    pp, v, c[C_M], float(c[C_DP] * c[C_CP]), float(c[C_TP]), c[C_Z], float(c[C_ZG]), r, scratch)
             if mm < best:
                 best = mm

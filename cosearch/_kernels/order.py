@@ -52,7 +52,7 @@ def argsort(keys):
         _sift_down(work, idx, start, n)
     for end in range(n - 1, 0, -1):
         idx[0], idx[end] = idx[end], idx[0]
-        _sift_down(work, idx, 0, end)
+        _sift_down(work, idx, end - end, end)    # an int64 0, not the literal: one signature
     # NaNs were ranked as +inf: move them after every true +inf, keeping the rest in place
     nan_count = 0
     for i in range(n):
