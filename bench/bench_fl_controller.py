@@ -33,6 +33,16 @@ def test_controller_criteria(benchmark, model):
     print(f"  (a) on target {on_target:.0%}; (b) on time / oracle {vs_oracle:.0%}; (c) after client 2 slows to "
           f"half speed, it is the one cut after at most {cut} round(s), and on target again within 3 rounds in "
           f"{within3:.0%} of seeds (median {lags[len(lags) // 2]}, worst {retarget} rounds); (d) wrong swaps {wrong}")
+    # the noise-limited reference (cosearch.fl.controller_check): exact cost curves up to one factor
+    # per device, the change round known, the factors estimated from the same noisy rounds
+    ref_a = sum(r.reference_on_target for r in plain) / len(plain)
+    ref_b = sum(r.reference_on_time for r in plain) / max(sum(r.oracle_on_time for r in plain), 1e-12)
+    ref_lags = sorted(r.reference_retarget_rounds for r in changed)
+    print(f"  noise-limited reference on the same draws: (a) {ref_a:.0%}; (b) {ref_b:.0%} of the oracle; (c) within "
+          f"3 rounds in {sum(lag <= 3 for lag in ref_lags) / len(ref_lags):.0%} of seeds (worst {ref_lags[-1]}); "
+          f"seeds where the controller misses (c): "
+          f"{[(s, r.retarget_rounds, r.reference_retarget_rounds) for s, r in zip(SEEDS, changed) if r.retarget_rounds > 3] or 'none'}"
+          " (seed, controller, reference)")
     check("fl controller", f"{model}: (a) share of dropout rounds on target (+-5 %)", on_target, at_least=0.90)
     check("fl controller", f"{model}: (b) on-time rate / the oracle's", vs_oracle, at_least=0.95)
     check("fl controller", f"{model}: (c) rounds to re-target after a speed change", retarget, at_most=3)

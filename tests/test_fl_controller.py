@@ -249,6 +249,29 @@ def test_controller_criteria_harness():
     assert "wrong swaps 0" in c.table() and "slowest client cut after" in c.table()
 
 
+def test_noise_limited_reference_is_the_oracle_without_noise_and_sees_a_change_one_round_late():
+    """The reference (cosearch.fl.controller_check) estimates each device's factor from its noise
+    draws: without noise every factor is exactly 1, so each of its decisions is the oracle's (the
+    same straggler and keep, hence the same ratio, and on time in every round).  A device slowed
+    at round 12: the decision for round 12 was made on round 11's devices, the one for round 13
+    on the changed device's first round, so the reference is on target again one dropout round
+    after the change, where the oracle's own ratio is on target."""
+    from cosearch.fl.controller_check import TARGET_BAND, check_controller
+    r = check_controller("mlp", rounds=20, noise_cv=0.0)
+    rows = [x for x in r.rounds if "reference_ratio" in x]
+    assert len(rows) == 18 and r.reference_on_time == 1.0
+    for x in rows:
+        assert x["reference_ratio"] == pytest.approx(x["oracle_ratio"], rel=1e-12)
+    want = sum(abs(x["oracle_ratio"] - 1.0) <= TARGET_BAND for x in rows) / len(rows)
+    assert r.reference_on_target == pytest.approx(want)
+    c = check_controller("mlp", rounds=24, noise_cv=0.0, change=(12, 1, 0.2))
+    at = {x["round"]: x for x in c.rounds}
+    assert at[12]["reference_ratio"] != pytest.approx(at[12]["oracle_ratio"])          # decided before the change
+    assert all(at[k]["reference_ratio"] == pytest.approx(at[k]["oracle_ratio"], rel=1e-12) for k in range(13, 25))
+    assert abs(at[13]["oracle_ratio"] - 1.0) <= TARGET_BAND and c.reference_retarget_rounds == 1
+    assert "noise-limited reference" in c.table()
+
+
 def test_with_client_sampling_the_stragglers_are_the_slowest_seen_participants():
     """Ten clients, three seen at 1, 2 and 4 s (full rounds 1 and 2).  Sampled {0, 1, 2, 5}: client
     2 is the straggler, cut to the slowest other participant's 2 s; FLuID's bucket of 2/4 is 0.5,

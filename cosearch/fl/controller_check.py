@@ -23,6 +23,19 @@ Criteria (issue #43, with noise on), over the dropout rounds from ``start_round`
 (d) **no wrong swaps**: the straggler is never swapped for a client whose expected full-model
     time is lower by more than 2 sigma of the noise (sigma = the log-normal's ``sqrt(log(1 +
     cv^2))``).
+
+**The noise-limited reference.**  The oracle of (b) knows every ``E_c`` and so sees no noise;
+how close a controller can come to it depends on what it may know.  The reference knows more
+than any controller can: every device's cost curve ``E_c(p)`` up to one unknown factor, and the
+round a device changed.  It estimates each factor from the same noisy rounds the controller
+sees, since the device's last change (at most the last ``window`` rounds, the controller's
+window): a round at keep ``p`` gives ``t / E_c(p) = eps_{c,r}``, so its estimate is the mean of
+the client's draws over those rounds, whatever keeps it ran, and it never needs to fit a
+shape.  It then decides as the oracle does on the estimates: the client slowest by estimate,
+the largest grid keep whose estimated time is within the next-slowest's estimate.  Its
+decisions do not depend on the keeps the controller chose, so it is computed in the same run on
+the same draws.  Where the reference misses a criterion, the noise alone rules it out for
+these draws, whatever the controller does.
 """
 
 from __future__ import annotations
@@ -51,6 +64,10 @@ class ControllerCriteria:
     wrong_swaps: int                  # (d)
     swaps: int
     rounds: list[dict] = field(default_factory=list, repr=False)
+    # the noise-limited reference (module docstring), on the same rounds and draws
+    reference_on_target: float = float("nan")
+    reference_on_time: float = float("nan")
+    reference_retarget_rounds: int | None = None
 
     @property
     def on_time_vs_oracle(self) -> float:
@@ -64,18 +81,26 @@ class ControllerCriteria:
             lines.append(f"(c) after the speed change: the slowest client cut after {self.reassigned_rounds} "
                          f"round(s), on target again after {self.retarget_rounds} (target <= 3)")
         lines.append(f"(d) wrong swaps {self.wrong_swaps} of {self.swaps} swaps (target 0)")
+        ref = (f"noise-limited reference: (a) {self.reference_on_target:.0%}, (b) "
+               f"{self.reference_on_time / self.oracle_on_time:.0%} of the oracle"
+               if self.oracle_on_time > 0 else f"noise-limited reference: (a) {self.reference_on_target:.0%}")
+        if self.reference_retarget_rounds is not None:
+            ref += f", (c) on target again after {self.reference_retarget_rounds}"
+        lines.append(ref)
         return "\n".join(lines)
 
 
 def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, devices=None, spread: float = 2.5,
                      noise_cv: float = 0.05, seed: int = 0, start_round: int = 3, samples: int = 300,
-                     epochs: int = 1, change: tuple[int, int, float] | None = None) -> ControllerCriteria:
+                     epochs: int = 1, change: tuple[int, int, float] | None = None,
+                     window: int = 20) -> ControllerCriteria:
     """Run the controller for ``rounds`` rounds on ``devices`` (default
     :func:`~cosearch.fl.profiling.device_profiles` of ``clients`` with ``spread`` and
     ``noise_cv``) for the sub-models of ``model`` (:data:`~cosearch.fl.models.MODELS`), each
     client training ``samples`` examples for ``epochs`` epochs a round (300: the size of FLuID's
     FEMNIST clients, 270-288 images), and measure criteria (a)-(d).  ``change=(round, client, factor)``: from ``round`` on, ``client``
-    computes ``factor`` times as fast (0.5: twice as slow)."""
+    computes ``factor`` times as fast (0.5: twice as slow).  ``window``: the rounds the controller
+    (:class:`~cosearch.fl.profiling.StragglerProfiler`) and the noise-limited reference keep."""
     import torch
 
     from .models import DATASET_SHAPES, MODELS, build_model
@@ -91,7 +116,7 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
     full_b = float(model_bytes(net))
     devs = list(devices) if devices is not None else device_profiles(clients, spread, noise_cv)
     n = len(devs)
-    prof = StragglerProfiler(n, rule="model", costs=costs)
+    prof = StragglerProfiler(n, rule="model", costs=costs, window=window)
     grid = prof.grid
 
     def expected(dev, p):
@@ -100,10 +125,13 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
 
     rec: list[dict] = []
     keep: dict[int, float] = {}
+    draws: list[list[float]] = [[] for _ in range(n)]      # the reference's: each client's draws since its change
+    ref_keep: dict[int, float] = {}
     for r in range(1, rounds + 1):
         if change is not None and r == change[0]:
             c0, factor = int(change[1]), float(change[2])
             devs[c0] = replace(devs[c0], flops_per_s=devs[c0].flops_per_s * factor)
+            draws[c0] = []
         keep = prof.keep_fractions()
         eps = []
         for c, d in enumerate(devs):
@@ -129,8 +157,24 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
             row["oracle_ratio"] = expected(devs[o], p_o) / o_next
             row["oracle_on_time"] = o_time <= max(expected(devs[c], 1.0) * eps[c] for c in range(n) if c != o)
             row["sigma"] = max(math.sqrt(math.log1p(devs[c].noise_cv ** 2)) for c in range(n))
+        if ref_keep:
+            (s_r, p_r), = ref_keep.items()
+            r_next = max(e for c, e in enumerate(exp_full) if c != s_r)
+            row["reference_ratio"] = expected(devs[s_r], p_r) / r_next
+            row["reference_on_time"] = expected(devs[s_r], p_r) * eps[s_r] <= max(
+                exp_full[c] * eps[c] for c in range(n) if c != s_r)
         rec.append(row)
         prof.observe(r, times, {c: keep.get(c, 1.0) for c in range(n)})
+        for c in range(n):
+            draws[c] = (draws[c] + [eps[c]])[-window:]
+        if r >= prof.start_round:
+            # the reference's next decision: each client's factor is the mean of its draws
+            est = [float(np.mean(draws[c])) * exp_full[c] for c in range(n)]
+            s_r = int(np.argmax(est))
+            level = float(np.mean(draws[s_r]))
+            tgt = max(e for c, e in enumerate(est) if c != s_r)
+            fits = [p for p in grid if level * expected(devs[s_r], p) <= tgt]
+            ref_keep = {s_r: float(max(fits) if fits else grid[0])}
     drop = [x for x in rec if x["round"] >= start_round and "straggler" in x]
     swaps = wrong = 0
     for a, b in zip(drop, drop[1:]):
@@ -140,12 +184,18 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
             e = b["expected_full"]
             if math.log(e[old] / e[new]) > 2.0 * b["sigma"]:
                 wrong += 1
-    retarget = reassigned = None
+    retarget = reassigned = ref_retarget = None
+    ref = [x for x in drop if "reference_ratio" in x]
+    for x in ref:
+        x["reference_on_target"] = abs(x["reference_ratio"] - 1.0) <= TARGET_BAND
     if change is not None:
         after = [x for x in drop if x["round"] >= change[0]]
         retarget = next((i for i, x in enumerate(after) if x["on_target"]), len(after))
         reassigned = next((i for i, x in enumerate(after)
                            if x["straggler"] == int(np.argmax(x["expected_full"]))), len(after))
-    k = max(len(drop), 1)
+        ref_retarget = next((i for i, x in enumerate(after) if x.get("reference_on_target")), len(after))
+    k, kr = max(len(drop), 1), max(len(ref), 1)
     return ControllerCriteria(len(drop), sum(x["on_target"] for x in drop) / k, sum(x["on_time"] for x in drop) / k,
-                              sum(x["oracle_on_time"] for x in drop) / k, retarget, reassigned, wrong, swaps, rec)
+                              sum(x["oracle_on_time"] for x in drop) / k, retarget, reassigned, wrong, swaps, rec,
+                              sum(x["reference_on_target"] for x in ref) / kr,
+                              sum(x["reference_on_time"] for x in ref) / kr, ref_retarget)
