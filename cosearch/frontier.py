@@ -27,8 +27,8 @@ compare chips and links, not data centres.
 Cost (:class:`CostModel`, only when given): capex per chip slot of the system
 (``SystemDesign.chip_usd``), plus HBM per GB and links per GB/s beyond the base chip's, plus the
 energy over ``lifetime_years`` at ``usd_per_kwh`` times ``pue``; or a system's all-in
-``usd_per_hour`` per chip (:data:`FIXED_USD_PER_HOUR`: the two systems with a published cloud TCO
-figure).  No other price is built in: no public price list exists, so every other price is the
+``usd_per_hour`` per chip (:data:`FIXED_USD_PER_HOUR`: the three systems with a published cloud TCO
+figure, DGX H100, DGX B200 and GB200 NVL72).  No other price is built in: no public price list exists, so every other price is the
 user's input and is echoed in the result.
 """
 
@@ -654,9 +654,14 @@ FIXED_SYSTEMS: dict[str, dict[str, Any]] = {
 
 
 #: All-in cost per GPU-hour of the systems with a public figure: SemiAnalysis's AI Cloud TCO
-#: Model as quoted in SemiAnalysisAI/InferenceX-app pull request #381 (2026-05-26): GB200 NVL72
-#: $2.21 and B200 $1.95 per GPU-hour ("GB200 NVL72 TCO is about 13% higher per GPU-hour").
-FIXED_USD_PER_HOUR: dict[str, float] = {"gb200-nvl72": 2.21, "dgx-b200": 1.95}
+#: Model, the cost of owning at a hyperscaler ("Owning - Hyperscaler", ``costh`` in
+#: SemiAnalysisAI/InferenceX-app ``packages/app/src/lib/constants.ts``, ``GPU_SPECS``, commit
+#: 77ca49a of 2026-04-03; ``docs/tco-calculator.md`` there names the three rates): H100 $1.30,
+#: B200 $1.95, GB200 NVL72 $2.21 per GPU-hour (the last two also quoted in that repository's pull
+#: request #381, 2026-05-26: "GB200 NVL72 TCO is about 13% higher per GPU-hour").  Its B300 and
+#: GB300 rates are placeholders by its own comment ("temporary - using 1.2x B200 pricing until
+#: official pricing is available"), so those systems carry no price here; nor do the TPU pods.
+FIXED_USD_PER_HOUR: dict[str, float] = {"dgx-h100": 1.30, "dgx-b200": 1.95, "gb200-nvl72": 2.21}
 
 
 def fixed_system(name: str, chip_usd: float | None = None) -> SystemDesign:

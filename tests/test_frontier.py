@@ -231,10 +231,13 @@ def test_split_baselines_and_design_report():
 
 def test_tokens_per_dollar_at_an_hourly_price():
     """GB200 NVL72 at its published $2.21 per GPU-hour: tokens/s x 3,600 / (2.21 x chips); a design
-    derived from it is not that product and carries no hourly price."""
+    derived from it is not that product and carries no hourly price.  SemiAnalysis's owning-cost
+    rates (InferenceX-app GPU_SPECS costh): H100 $1.30, B200 $1.95; B300 and GB300 have placeholder
+    rates there, so no price."""
     g = fr.fixed_system("gb200-nvl72")
     assert g.usd_per_hour == pytest.approx(2.21) and fr.fixed_system("dgx-b200").usd_per_hour == pytest.approx(1.95)
-    assert fr.fixed_system("dgx-h100").usd_per_hour is None
+    assert fr.fixed_system("dgx-h100").usd_per_hour == pytest.approx(1.30)
+    assert fr.fixed_system("gb300-nvl72").usd_per_hour is None and fr.fixed_system("dgx-b300").usd_per_hour is None
     assert all(s.usd_per_hour is None for s in fr.system_space(g, scale_up=(8,), scale_out_Bps=(50e9,)))
     opts = dict(tps=(1,), virtual_stages=(1,), sequence_parallel=(False,), zero=(1,), flash_attention=True,
                 engine="megatron-core", precision=("fp8",))
