@@ -3,6 +3,7 @@ PROVENANCE.md), each checked against what the framework's documentation says the
 against a second reader of the same run in another format, and at its refusals."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -206,6 +207,21 @@ def test_check_runs_csv(tmp_path):
     with pytest.raises(ValueError, match="unknown columns colour"):
         check_runs(_csv(tmp_path, ["a,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,4000,red"],
                         "id,group,model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip,colour"))
+
+
+def test_check_runs_refuses_measured_values_that_are_not_a_throughput(tmp_path):
+    """A measured throughput of nan, inf, zero or less, and a chip count of inf, are refused with
+    the field named, and the good run beside them is still checked (a nan used to enter the MAE
+    as nan%; chips=inf stopped the whole check with an OverflowError)."""
+    p = _csv(tmp_path, ["ok,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,4000", "n,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,nan",
+                        "i,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,inf", "z,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,0",
+                        "m,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,-5", "c,g,gpt3-1.3b,dgx-a100,inf,1,1,4,64,4000"])
+    res = check_runs(p)
+    assert [r.id for r in res.runs] == ["ok"] and math.isfinite(res.groups()["g"]["mae"])
+    why = dict(res.refused)
+    assert set(why) == {"n", "i", "z", "m", "c"}
+    assert all("measured_tok_s_per_chip must be a positive finite number" in why[k] for k in "nizm")
+    assert "chips 'inf' is not a whole number" in why["c"]
 
 
 def test_check_runs_jsonl_reads_the_validation_schema(tmp_path):

@@ -166,8 +166,8 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
             raise ValueError(f"{key} is empty")
         try:
             x = kind(float(v)) if kind is int else kind(v)
-        except ValueError:
-            raise ValueError(f"{key} {v!r} is not a number") from None
+        except (ValueError, OverflowError):         # OverflowError: int('inf')
+            raise ValueError(f"{key} {v!r} is not a {'whole ' if kind is int else ''}number") from None
         if kind is int and float(v) != x:
             raise ValueError(f"{key} {v!r} is not a whole number")
         return x

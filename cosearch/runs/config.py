@@ -20,6 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._validate import positive_float
 from ..cluster import Cluster
 from ..engine import MEGATRON_CORE, Engine
 from ..hardware import Accelerator
@@ -90,6 +91,11 @@ class RunConfig:
         bad = sorted(set(self.plan) - set(PLAN_FIELDS))
         if bad:
             raise ValueError(f"RunConfig.plan: unknown plan fields {bad}; known: {', '.join(PLAN_FIELDS)}")
+        if self.measured_tok_s_per_chip is not None:
+            # a measured throughput of NaN, infinity, zero or less would make every error it enters a
+            # silent NaN or a meaningless number
+            object.__setattr__(self, "measured_tok_s_per_chip",
+                               positive_float("measured_tok_s_per_chip", self.measured_tok_s_per_chip))
 
     def resolve(self, num_chips: int | None = None, model: ModelConfig | None = None,
                 global_batch: int | None = None) -> RunDescription:
