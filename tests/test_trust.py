@@ -367,7 +367,12 @@ def test_incremental_checkpoint_reads_back_as_the_full_document(tmp_path):
     ({"users": ["a"], "user_data": []}, "'user_data' must be an object"),
     ({"users": ["a"], "user_data": {"a": {"x": 5, "y": [1]}}}, "must be lists"),
     ({"users": ["a"], "user_data": {"a": {"x": [[1, 2], [3]], "y": [1, 2]}}}, "user 'a': malformed samples"),
-    ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784], "y": ["q"]}}}, "user 'a': malformed samples"),
+    ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784], "y": ["q"]}}}, "user 'a': labels must be a list of whole"),
+    # a label of 1.5 was truncated to class 1, one of 1e30 stopped the load with an OverflowError,
+    # and NaN pixels were read (found by fuzzing load_leaf)
+    ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784], "y": [1.5]}}}, r"labels must be whole numbers, got \[1.5\]"),
+    ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784], "y": [1e30]}}}, "labels must be whole numbers"),
+    ({"users": ["a"], "user_data": {"a": {"x": [[float("nan")] * 784], "y": [1]}}}, "non-finite pixel values"),
 ])
 def test_leaf_files_of_the_wrong_shape_are_refused_by_name(tmp_path, doc, message):
     from cosearch.fl.data import load_leaf

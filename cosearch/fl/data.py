@@ -53,6 +53,19 @@ def _check_labels(y: np.ndarray, classes: int, where: str) -> None:
         raise ValueError(f"{where}: labels must lie in [0, {classes}), got {int(y.min())}..{int(y.max())}")
 
 
+def _whole_labels(values, where: str) -> np.ndarray:
+    """Class labels as int64, refused unless each is a whole number in int64's range (a label of
+    1.5 or 1e30 is not truncated or wrapped into some class)."""
+    a = np.asarray(values)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iuf"):
+        raise ValueError(f"{where}: labels must be a list of whole numbers")
+    if a.dtype.kind == "f":
+        ok = np.isfinite(a) & (a == np.round(a)) & (np.abs(a) < 2.0 ** 53)
+        if not ok.all():
+            raise ValueError(f"{where}: labels must be whole numbers, got {a[~ok][:3].tolist()}")
+    return a.astype(np.int64)
+
+
 def iid_partition(y: np.ndarray, clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     if clients < 1 or clients > len(y):
         raise ValueError(f"clients must be in [1, {len(y)}], got {clients}")
@@ -166,7 +179,7 @@ def _leaf_arrays(ud: dict, kind: str, where: str):
         raise ValueError(f"{where}: 'x' and 'y' must be lists of samples and labels")
     try:
         return _leaf_user_arrays(ud, kind, where)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         if str(exc).startswith(where):
             raise
         raise ValueError(f"{where}: malformed samples ({exc})") from None
@@ -181,7 +194,9 @@ def _leaf_user_arrays(ud: dict, kind: str, where: str):
             x = x.reshape(0, 784)
         if x.ndim != 2 or x.shape[1] != 784:
             raise ValueError(f"{where}: FEMNIST samples must have 784 values, got shape {x.shape}")
-        y = np.asarray(ud["y"], dtype=np.int64)
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{where}: FEMNIST samples hold non-finite pixel values (NaN or infinity)")
+        y = _whole_labels(ud["y"], where)
         _check_labels(y, 62, where)
         return x.reshape(-1, 1, 28, 28), y
     if kind == "shakespeare":
