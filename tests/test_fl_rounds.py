@@ -175,7 +175,9 @@ def test_cifar_loader_type_checks_before_converting(tmp_path):
         pickle.dump({b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}, fh)
     for bad, match in (({b"data": deep, b"labels": [0]}, "NumPy array"),
                        ({b"data": np.zeros((1, 3072), np.uint8), b"labels": deep}, "list of integers"),
-                       ({b"data": np.zeros((1, 3072), np.uint8), b"labels": np.zeros(1, np.float32)}, "integer")):
+                       ({b"data": np.zeros((1, 3072), np.uint8), b"labels": np.zeros(1, np.float32)}, "integer"),
+                       # an integer beyond int64 stopped the load with an OverflowError
+                       ({b"data": np.zeros((1, 3072), np.uint8), b"labels": [10 ** 30]}, "whole numbers")):
         raw = pickle.dumps(bad)
         assert len(raw) < 8000
         (tmp_path / "data_batch_1").write_bytes(raw)

@@ -48,13 +48,8 @@ __all__ = ["FLData", "load_digits", "load_leaf", "load_fluid_clients", "is_fluid
 DATASETS = ("digits", "femnist", "shakespeare", "cifar10")
 
 
-def _check_labels(y: np.ndarray, classes: int, where: str) -> None:
-    if len(y) and (y.min() < 0 or y.max() >= classes):
-        raise ValueError(f"{where}: labels must lie in [0, {classes}), got {int(y.min())}..{int(y.max())}")
-
-
-def _whole_labels(values, where: str) -> np.ndarray:
-    """Class labels as int64, refused unless each is a whole number in int64's range (a label of
+def _class_labels(values, classes: int, where: str) -> np.ndarray:
+    """Class labels as int64, refused unless each is a whole number in [0, ``classes``) (a label of
     1.5 or 1e30 is not truncated or wrapped into some class)."""
     a = np.asarray(values)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iuf"):
@@ -63,6 +58,8 @@ def _whole_labels(values, where: str) -> np.ndarray:
         ok = np.isfinite(a) & (a == np.round(a)) & (np.abs(a) < 2.0 ** 53)
         if not ok.all():
             raise ValueError(f"{where}: labels must be whole numbers, got {a[~ok][:3].tolist()}")
+    if a.size and (a.min() < 0 or a.max() >= classes):
+        raise ValueError(f"{where}: labels must lie in [0, {classes}), got {a.min():.0f}..{a.max():.0f}")
     return a.astype(np.int64)
 
 
@@ -196,8 +193,7 @@ def _leaf_user_arrays(ud: dict, kind: str, where: str):
             raise ValueError(f"{where}: FEMNIST samples must have 784 values, got shape {x.shape}")
         if not np.all(np.isfinite(x)):
             raise ValueError(f"{where}: FEMNIST samples hold non-finite pixel values (NaN or infinity)")
-        y = _whole_labels(ud["y"], where)
-        _check_labels(y, 62, where)
+        y = _class_labels(ud["y"], 62, where)
         return x.reshape(-1, 1, 28, 28), y
     if kind == "shakespeare":
         lut = {c: i for i, c in enumerate(SHAKESPEARE_CHARS)}
@@ -493,8 +489,7 @@ def _read_cifar_batch(path: str):
         raise ValueError(f"{path}: CIFAR-10 labels must be a list of integers")
     if len(labels) != len(data):
         raise ValueError(f"{path}: {len(data)} images but {len(labels)} labels")
-    y = np.asarray(labels, dtype=np.int64)
-    _check_labels(y, 10, path)
+    y = _class_labels(labels, 10, path)
     return data.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0, y
 
 
