@@ -18,10 +18,6 @@ MODELS = ("gpt3-1.3b", "llama3-8b", "qwen3-30b-a3b", "mixtral-8x7b")
 ENGINES = ("megatron-lm", "megatron-core", "megatron-core-tp-overlap", "fsdp", "megatron-deepspeed", "maxtext")
 
 
-def _step(m, chip, cl, spec, batch, engine):
-    return evaluate(m, chip, cl, spec, batch, engine=engine)
-
-
 @settings(max_examples=25, deadline=None)
 @given(name=st.sampled_from(MODELS), engine=st.sampled_from(ENGINES), nodes=st.sampled_from([1, 2, 4]),
        tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2]), mb=st.sampled_from([1, 2]),
@@ -41,7 +37,7 @@ def test_faster_hardware_is_never_slower(name, engine, nodes, tp, pp, mb, ga, ze
                     flash_attention=True, expert_parallel=ep)
     batch = dp * mb * ga
     try:
-        base = _step(m, chip, cl, spec, batch, engine)
+        base = evaluate(m, chip, cl, spec, batch, engine=engine)
     except ValueError:
         return                                              # a plan the engine refuses, by name
     assert base.tokens_per_s == pytest.approx(batch * m.seq_len / base.step_time_s, rel=1e-12)
@@ -51,5 +47,5 @@ def test_faster_hardware_is_never_slower(name, engine, nodes, tp, pp, mb, ga, ze
               "links x4": (chip, cl.with_(intra_node_Bps=4 * cl.intra_node_Bps,
                                           inter_node_Bps=4 * cl.inter_node_Bps))}
     for what, (c, net) in faster.items():
-        p = _step(m, c, net, spec, batch, engine)
+        p = evaluate(m, c, net, spec, batch, engine=engine)
         assert p.step_time_s <= base.step_time_s * (1 + 1e-9), (what, base.breakdown, p.breakdown)

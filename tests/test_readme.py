@@ -85,24 +85,9 @@ def _run(lang: str, body: str, folder) -> None:
         assert "Traceback" not in out.stderr, out.stderr[-3000:]
 
 
-def _folder_state(folder) -> dict:
-    """Each file's modification time and size, but the script a Python block runs from."""
-    return {str(f.relative_to(folder)): (f.stat().st_mtime_ns, f.stat().st_size)
-            for f in folder.rglob("*") if f.is_file() and f.name != "block.py"}
-
-
 def test_readme_blocks_run_in_order_twice_in_one_folder(tmp_path):
-    """As a newcomer runs README: every block in order in one folder, then again every block the
-    folder can change — one that wrote a file there, or that names a file there — so a block that
-    needs a fresh folder, or that a later block's files break, fails here.  (A block that neither
-    writes nor names a file runs the same in any folder: its second run would only cost time.)"""
-    again = []
-    for lang, body in BLOCKS:
-        before = _folder_state(tmp_path)
-        _run(lang, body, tmp_path)
-        after = _folder_state(tmp_path)
-        if after != before or any(pathlib.PurePath(f).name in body for f in after):
-            again.append((lang, body))
-    assert len(again) >= 6
-    for lang, body in again:
-        _run(lang, body, tmp_path)
+    """As a newcomer runs README: every block in order in one folder, then all of them again —
+    a block that needs a fresh folder, or that a later block's files break, fails here."""
+    for _ in range(2):
+        for lang, body in BLOCKS:
+            _run(lang, body, tmp_path)
