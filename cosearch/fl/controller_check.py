@@ -41,6 +41,7 @@ these draws, whatever the controller does.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -125,13 +126,13 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
 
     rec: list[dict] = []
     keep: dict[int, float] = {}
-    draws: list[list[float]] = [[] for _ in range(n)]      # the reference's: each client's draws since its change
+    draws = [deque(maxlen=window) for _ in range(n)]      # the reference's: each client's draws since its change
     ref_keep: dict[int, float] = {}
     for r in range(1, rounds + 1):
         if change is not None and r == change[0]:
             c0, factor = int(change[1]), float(change[2])
             devs[c0] = replace(devs[c0], flops_per_s=devs[c0].flops_per_s * factor)
-            draws[c0] = []
+            draws[c0].clear()
         keep = prof.keep_fractions()
         eps = []
         for c, d in enumerate(devs):
@@ -166,14 +167,14 @@ def check_controller(model: str = "mlp", clients: int = 5, rounds: int = 40, *, 
         rec.append(row)
         prof.observe(r, times, {c: keep.get(c, 1.0) for c in range(n)})
         for c in range(n):
-            draws[c] = (draws[c] + [eps[c]])[-window:]
+            draws[c].append(eps[c])
         if r >= prof.start_round:
             # the reference's next decision: each client's factor is the mean of its draws
-            est = [float(np.mean(draws[c])) * exp_full[c] for c in range(n)]
+            level = [float(np.mean(draws[c])) for c in range(n)]
+            est = [level[c] * exp_full[c] for c in range(n)]
             s_r = int(np.argmax(est))
-            level = float(np.mean(draws[s_r]))
             tgt = max(e for c, e in enumerate(est) if c != s_r)
-            fits = [p for p in grid if level * expected(devs[s_r], p) <= tgt]
+            fits = [p for p in grid if level[s_r] * expected(devs[s_r], p) <= tgt]
             ref_keep = {s_r: float(max(fits) if fits else grid[0])}
     drop = [x for x in rec if x["round"] >= start_round and "straggler" in x]
     swaps = wrong = 0
