@@ -28,8 +28,8 @@ Cost (:class:`CostModel`, only when given): capex per chip slot of the system
 (``SystemDesign.chip_usd``), plus HBM per GB and links per GB/s beyond the base chip's, plus the
 energy over ``lifetime_years`` at ``usd_per_kwh`` times ``pue``; or a system's all-in
 ``usd_per_hour`` per chip (:data:`FIXED_USD_PER_HOUR`: the three systems with a published cloud TCO
-figure, DGX H100, DGX B200 and GB200 NVL72).  No other price is built in: no public price list exists, so every other price is the
-user's input and is echoed in the result.
+figure, DGX H100, DGX B200 and GB200 NVL72).  No other price is built in: no public price list
+exists, so every other price is the user's input and is echoed in the result.
 """
 
 from __future__ import annotations
