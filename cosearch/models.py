@@ -45,9 +45,19 @@ _NORMS = ("layernorm", "rmsnorm")
 _POSITIONS = ("learned", "rotary", "none")
 
 
+#: Largest size of any one dimension (layers, widths, heads, vocabulary, sequence, experts' width):
+#: 2^31 - 1, far beyond any model built (the longest context, Llama 4 Scout's 10M tokens, is 2^23.3);
+#: a larger one is a typo or a unit slip, and its products would overflow a float.
+MAX_DIM = 2**31 - 1
+
+
 def _positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+    if value > MAX_DIM:
+        shown = f"{value:,}" if value < 10**15 else f"{value:.3e}"
+        raise ValueError(f"ModelConfig.{name}={shown} is larger than any model's ({MAX_DIM:,} at most): a typo or "
+                         "a unit slip?")
 
 
 @dataclass(frozen=True)
@@ -182,6 +192,8 @@ class ModelConfig:
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, int) or x < 0:
                 raise ValueError(f"ModelConfig.{f} must be a non-negative integer, got {x!r}")
+            if x:
+                _positive_int(f, x)
         if self.num_experts:
             if self.num_experts < 2:
                 raise ValueError(f"ModelConfig.num_experts={self.num_experts}: a mixture needs at least 2 experts "

@@ -266,3 +266,32 @@ def test_two_files_that_disagree_are_refused_naming_both(tmp_path):
         merge([a, b])
     both = merge([a, read_config(DATA / "torchtitan_llama3_70b.toml")])
     assert both.resolve(64).spec == a.resolve(64).spec and len(both.assumed) == 2 * len(a.assumed)
+
+
+@pytest.mark.parametrize("fmt_file, override, field", [
+    # a list field given a number: was TypeError "'int' object is not iterable"
+    ("torchtitan_llama3_70b.toml", "model.converters=4096", "model.converters must be a list of names"),
+    # a number given a list or a word: was TypeError / "could not convert string to float: 'abc'"
+    ("foundry_mpt_1b.yaml", "model.resid_pdrop=[1]", "model.resid_pdrop must be a non-negative number"),
+    ("foundry_mpt_1b.yaml", "model.expansion_ratio=abc", "model.expansion_ratio must be a positive number"),
+    ("foundry_mpt_1b.yaml", "model.expansion_ratio=nan", "model.expansion_ratio must be a positive finite"),
+    # a width beyond any float: was OverflowError "int too large to convert to float"
+    ("foundry_mpt_1b.yaml", "model.expansion_ratio=1e300", "ffn_hidden=2.048e\\+303 is larger than any model's"),
+])
+def test_config_values_of_the_wrong_kind_are_refused_naming_the_field(fmt_file, override, field):
+    """Found by fuzzing `cosearch plan --from FILE key=value` with values of the wrong kind: each
+    is refused with the file and the field, never a TypeError or OverflowError from inside."""
+    with pytest.raises(ValueError, match=field):
+        read_config(DATA / fmt_file, [override]).resolve(64)
+
+
+def test_maxtext_values_of_the_wrong_kind_are_refused_naming_the_field():
+    base = ["ici_fsdp_parallelism=4", "base_emb_dim=256", "base_num_query_heads=4", "base_num_kv_heads=4",
+            "head_dim=64", "base_num_decoder_layers=2", "base_mlp_dim=512", "vocab_size=1000"]
+    assert read_maxtext(None, base + ["per_device_batch_size=2"]).resolve(4).global_batch == 8
+    with pytest.raises(ValueError, match="per_device_batch_size must be a positive number, got \\[1, 2\\]"):
+        read_maxtext(None, base + ["per_device_batch_size=[1,2]"])
+    with pytest.raises(ValueError, match="mlp_activations must be a list of names, got 7"):
+        read_maxtext(None, base + ["mlp_activations=7"])
+    # one comma-separated string reads as the list
+    assert read_maxtext(None, base + ["mlp_activations=gelu,linear"]).model.activation == "geglu"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .._json import read_text_file
-from .._validate import positive_int
+from .._validate import nonneg_float, positive_float, positive_int
 
 #: Largest config file read (the largest framework configs are tens of KiB).
 MAX_CONFIG_BYTES = 16 << 20
@@ -103,6 +103,20 @@ class Keys:
     def positive(self, key: str, default: Any = None) -> Any:
         v = self.int(key, default)
         return None if v is None else positive_int(f"{self.source}: {key}", v)
+
+    def number(self, key: str, default: Any = None, positive: bool = False) -> float:
+        """A finite real number (non-negative; positive with ``positive``), refused by name otherwise."""
+        check = positive_float if positive else nonneg_float
+        return check(f"{self.source}: {key}", self.get(key, default))
+
+    def names(self, key: str, default: Any = ()) -> list[str]:
+        """A list of names: a list of strings, or one comma-separated string."""
+        v = self.get(key, default)
+        if isinstance(v, str):
+            return [s.strip() for s in v.split(",") if s.strip()]
+        if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+            return list(v)
+        raise ValueError(f"{self.source}: {key} must be a list of names, got {v!r}")
 
     def bool(self, key: str, default: bool = False) -> bool:
         v = self.get(key, default)

@@ -64,11 +64,11 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig | No
     d = k.positive("model.d_model", 2048)
     heads = k.positive("model.n_heads", 16)
     layers = k.positive("model.n_layers", 24)
-    ratio = k.get("model.expansion_ratio", 4)
+    ratio = k.number("model.expansion_ratio", 4, positive=True)
     ffn_type = str(k.get("model.ffn_config.ffn_type", "mptmlp"))
     if ffn_type not in ("mptmlp", "mptglu"):
         raise ValueError(f"{name}: ffn_type {ffn_type!r} is not modelled (mptmlp, mptglu)")
-    ffn = k.positive("model.ffn_config.ffn_hidden_size", int(round(float(ratio) * d)))
+    ffn = k.positive("model.ffn_config.ffn_hidden_size", int(round(ratio * d)))
     act = str(k.get("model.ffn_config.ffn_act_fn.name", "gelu"))
     if act not in ("gelu", "silu"):
         raise ValueError(f"{name}: ffn_act_fn {act!r} is not modelled (gelu, silu)")
@@ -85,7 +85,7 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig | No
     position = "rotary" if rope else ("learned" if learned and not alibi else "none")   # ALiBi: no parameters
     if k.bool("model.attn_config.qk_ln", False):
         raise ValueError(f"{name}: attn_config.qk_ln (query/key LayerNorm) is not modelled")
-    drop = any(float(k.get(f, 0.0)) > 0 for f in ("model.resid_pdrop", "model.emb_pdrop", "model.attn_config.attn_pdrop"))
+    drop = any(k.number(f, 0.0) > 0 for f in ("model.resid_pdrop", "model.emb_pdrop", "model.attn_config.attn_pdrop"))
     mseq = k.positive("model.max_seq_len", seq)
     if mseq != seq:
         raise ValueError(f"{name}: model.max_seq_len {mseq} contradicts max_seq_len {seq}")

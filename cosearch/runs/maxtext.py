@@ -74,8 +74,7 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
     if mname != "default":
         raise ValueError(f"{name}: model_name {mname!r} has no cosearch preset (known: {', '.join(MODEL_NAMES)}); "
                          "use model_name default with its base_* dimensions, or its config.json")
-    acts = k.get("mlp_activations", ["silu", "linear"])
-    acts = [acts] if isinstance(acts, str) else list(acts)
+    acts = k.names("mlp_activations", ["silu", "linear"])
     act = {("silu", "linear"): "swiglu", ("gelu", "linear"): "geglu", ("gelu",): "gelu", ("relu",): "relu"}.get(tuple(acts))
     if act is None:
         raise ValueError(f"{name}: mlp_activations {acts} are not modelled")
@@ -158,7 +157,7 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         plan["zero"] = 0
     dp = None if fsdp_deg is None else data_deg * fsdp_deg
     # batch: per chip; a replica is tp pp cp chips
-    pdbs = float(k.get("per_device_batch_size", 12))
+    pdbs = k.number("per_device_batch_size", 12, positive=True)
     per_replica = pdbs * tp * pp * cp
     if per_replica <= 0 or not per_replica.is_integer():
         raise ValueError(f"{name}: per_device_batch_size {pdbs} x tp pp cp {tp * pp * cp} = {per_replica} sequences "

@@ -84,9 +84,7 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         model = models.preset(FLAVORS[mname, flavor]).with_(seq_len=seq)
     else:
         assumed.append(f"model {mname} flavor {flavor}: no cosearch preset; its config.json must describe the model")
-    converters = k.get("model.converters", [])
-    if isinstance(converters, str):
-        converters = [c for c in converters.split(",") if c]
+    converters = k.names("model.converters", [])
     unknown_conv = [c for c in converters if c not in ("float8", "mx", "quantize.linear.float8", "quantize.linear.mx")]
     if unknown_conv:
         raise ValueError(f"{name}: model.converters {unknown_conv} are not modelled (float8 and mx are)")
