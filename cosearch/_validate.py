@@ -33,6 +33,8 @@ def _finite(name: str, value: Any, allow_zero: bool) -> float:
         f = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be {what} number, got {value!r}") from None
+    except OverflowError:                 # an integer beyond any float
+        raise ValueError(f"{name} must be {what} finite number, got an integer of {len(str(abs(int(value))))} digits") from None
     if isinstance(value, bool) or not math.isfinite(f) or f < 0 or (f == 0 and not allow_zero):
         raise ValueError(f"{name} must be {what} finite number, got {value!r}")
     return f

@@ -55,8 +55,8 @@ def _positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
     if value > MAX_DIM:
-        shown = f"{value:,}" if value < 10**15 else f"{value:.3e}"
-        raise ValueError(f"ModelConfig.{name}={shown} is larger than any model's ({MAX_DIM:,} at most): a typo or "
+        shown = f"{value:,}" if value < 10**15 else f"an integer of {len(str(value))} digits"
+        raise ValueError(f"ModelConfig.{name} = {shown} is larger than any model's ({MAX_DIM:,} at most): a typo or "
                          "a unit slip?")
 
 

@@ -22,6 +22,37 @@ def test_accelerator_validation_names_field():
         hardware.TPUv4.with_(hbm_bandwidth_Bps=-1.0)
 
 
+@pytest.mark.parametrize("field, value, message", [
+    # integers beyond int64 (a chip JSON's 1180591620717411303424): np.isfinite raised a TypeError
+    ("systolic_rows", 2**70, "systolic_rows=1180591620717411303424 is larger than the supported maximum 16777216"),
+    ("l2_bytes", 2**70, None),                                     # a number, if an absurd one: accepted
+    ("hbm_bytes", 10**400, "hbm_bytes must be a positive finite number"),
+    ("tensor_cores", 1.5, "tensor_cores must be a positive integer"),
+], ids=["rows-2^70", "l2-2^70", "hbm-10^400", "cores-1.5"])
+def test_chip_json_numbers_beyond_a_float_or_a_chip_are_refused_by_name(tmp_path, field, value, message):
+    """Found by fuzzing `cosearch plan --chip FILE`: each refused naming the field, never a
+    TypeError from numpy; a JSON file reads as the constructor does."""
+    import json
+    d = hardware.H100.to_dict()
+    d[field] = value
+    p = tmp_path / "chip.json"
+    p.write_text(json.dumps(d))
+    if message is None:
+        assert hardware.Accelerator.from_json(p).l2_bytes == float(2**70)
+        return
+    with pytest.raises(ValueError, match=message):
+        hardware.Accelerator.from_json(p)
+
+
+def test_kernel_tiles_beyond_any_kernel_are_refused():
+    """A tile of 2^70 elements priced a feasible plan at 9e17 s: refused now."""
+    eff = hardware.H100.efficiency
+    for f, hi in (("tile_m", 1 << 16), ("tile_slots", 1 << 24)):
+        assert getattr(type(eff)(**{**eff.__dict__, f: hi}), f) == hi
+        with pytest.raises(ValueError, match=f"{f} must be a whole number in \\[0, {hi}\\]"):
+            type(eff)(**{**eff.__dict__, f: hi + 1})
+
+
 def test_area_power_hand_worked():
     m = hardware.AreaPowerModel()
     a = hardware.Accelerator("x", 2, 4, 4, 1, 8, 1e9, 1024**2, 2 * 1024**2, 1e9, 1e11, 1e10)

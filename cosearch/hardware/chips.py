@@ -41,7 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_HZ, MIN_HZ, bandwidth, in_range, nonneg_float
+from .._validate import (
+    MAX_HZ,
+    MIN_HZ,
+    bandwidth,
+    in_range,
+    nonneg_float,
+    positive_float,
+    positive_int,
+)
 from .area import (
     PHAZE_CLOCK_HZ,
     PHAZE_GLB_WORDS_PER_CYCLE,
@@ -67,6 +75,10 @@ from .efficiency import (
     KiB,
     MiB,
 )
+
+#: Most tensor cores, PEs on a systolic side, vector units or lanes a chip may have: 2^24, beyond
+#: any chip built (a Cerebras WSE-3 wafer has 900,000 cores); more is a typo.
+MAX_UNITS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -117,17 +129,15 @@ class Accelerator:
             raise ValueError(f"Accelerator.efficiency must be a KernelEfficiency, got {self.efficiency!r}")
         for f in ("tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width"):
             x = getattr(self, f)
-            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
-                    or not np.isfinite(x) or int(x) != x or x <= 0:
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
                 raise ValueError(f"Accelerator.{f} must be a positive integer, got {x!r}")
-            object.__setattr__(self, f, int(x))
+            object.__setattr__(self, f, positive_int(f"Accelerator.{f}", x, maximum=MAX_UNITS))
         for f in ("clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps",
                   "link_bandwidth_Bps"):
             x = getattr(self, f)
-            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
-                    or not np.isfinite(x) or x <= 0:
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
                 raise ValueError(f"Accelerator.{f} must be a positive finite number, got {x!r}")
-            object.__setattr__(self, f, float(x))
+            object.__setattr__(self, f, positive_float(f"Accelerator.{f}", x))
         in_range("Accelerator.clock_hz", self.clock_hz, MIN_HZ, MAX_HZ, "Hz")
         for f in ("hbm_bandwidth_Bps", "link_bandwidth_Bps"):
             bandwidth(f"Accelerator.{f}", getattr(self, f))

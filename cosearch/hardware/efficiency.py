@@ -154,8 +154,9 @@ class KernelEfficiency:
         tiles = ("tile_m", "tile_n", "tile_k", "tile_slots")
         for f in tiles:
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise ValueError(f"KernelEfficiency.{f} must be a non-negative integer, got {v!r}")
+            hi = 1 << (24 if f == "tile_slots" else 16)       # beyond any kernel's tile or any chip's SMs
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= hi:
+                raise ValueError(f"KernelEfficiency.{f} must be a whole number in [0, {hi}], got {v!r}")
         if self.tile_slots and not all(getattr(self, f) > 0 for f in tiles[:3]):
             raise ValueError("KernelEfficiency: tile_slots > 0 needs positive tile_m, tile_n and tile_k "
                              f"(got {self.tile_m}, {self.tile_n}, {self.tile_k})")
