@@ -203,6 +203,20 @@ def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrit
     return dump_json(data, path)
 
 
+#: Most digits of an integer read from JSON: a float holds up to ~1.8e308, so a longer integer
+#: could not be used as a number anywhere in cosearch (it would raise OverflowError deep inside).
+MAX_INT_DIGITS = 300
+
+
+def bounded_int(text: str) -> int:
+    """``json``'s ``parse_int``: an integer literal, refused (``ValueError``) past
+    :data:`MAX_INT_DIGITS` digits."""
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits is beyond any number cosearch reads")
+    return int(text)
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows (give a finite number)")
 
@@ -225,10 +239,10 @@ def _regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> None:
 
 def _parse(text: str, what: str, path: str) -> Any:
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} file {path!r} is not valid JSON: {exc}") from None
-    except ValueError as exc:                                 # NaN / Infinity
+    except ValueError as exc:                                 # NaN / Infinity, an endless integer
         raise ValueError(f"{what} file {path!r}: {exc}") from None
 
 

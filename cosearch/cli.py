@@ -65,10 +65,13 @@ def _model_from_args(a):
         if not os.path.isfile(a.model):
             raise ValueError(f"--model {a.model}: no such file")
         with open(a.model) as fh:
+            from ._json import bounded_int
             try:
-                cfg = json.load(fh)
+                cfg = json.load(fh, parse_int=bounded_int)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"--model {a.model}: not valid JSON ({exc})") from None
+            except ValueError as exc:
+                raise ValueError(f"--model {a.model}: {exc}") from None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             base = os.path.basename(a.model)

@@ -148,7 +148,9 @@ def test_space_file(tmp_path):
     assert set(a[:, 0]) <= {8.0, 16.0} and np.all(a[:, hardware.DESIGN_FIELDS.index("hbm_bytes")] == 64 * 2**30)
     bad = tmp_path / "bad.json"
     for text, why in (('{"tensor_core": [8]}', "unknown field.*tensor_core"), ('{"tensor_cores": [0, 8]}', "tensor_cores"),
-                      ('{"hbm": [[-1, 5]]}', "hbm"), ('[1, 2]', "object")):
+                      ('{"hbm": [[-1, 5]]}', "hbm"), ('[1, 2]', "object"),
+                      # an integer no float holds: was OverflowError (found by fuzzing space files)
+                      ('{"l2_bytes": [1' + "0" * 400 + ']}', "bad.json.*an integer of 401 digits")):
         bad.write_text(text)
         with pytest.raises(ValueError, match=why):
             hardware.SearchSpace.from_json(str(bad))

@@ -73,6 +73,26 @@ def test_json_constants_and_special_files_are_refused(tmp_path):
         hardware.Accelerator.from_json("/dev/zero")
 
 
+def test_json_integers_no_float_holds_are_refused_naming_the_file(tmp_path, capsys):
+    """A JSON integer of 400 digits raised OverflowError deep inside (found by fuzzing space,
+    chip, model and LEAF files): every JSON reader refuses it with the file's name."""
+    huge = "1" + "0" * 400
+    chip = tmp_path / "chip.json"
+    chip.write_text(json.dumps(hardware.H100.to_dict()).replace("3350000000000.0", huge))
+    with pytest.raises(ValueError, match="chip.json.*an integer of 401 digits"):
+        hardware.Accelerator.from_json(chip)
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"hidden_size": ' + huge + ', "num_hidden_layers": 2, "num_attention_heads": 2}')
+    assert main(["plan", "--model", str(cfg), "--cluster", "flat", "--chip", "h100", "--chips", "8",
+                 "--batch", "8"]) == 2
+    assert "config.json: an integer of 401 digits" in capsys.readouterr().err
+    from cosearch.fl.data import load_leaf
+    (tmp_path / "leaf").mkdir()
+    (tmp_path / "leaf" / "f.json").write_text('{"users": ["a"], "user_data": {"a": {"x": [[0]], "y": [' + huge + ']}}}')
+    with pytest.raises(ValueError, match="f.json: an integer of 401 digits"):
+        load_leaf(str(tmp_path / "leaf"))
+
+
 def test_cluster_links_must_be_plausible():
     with pytest.raises(ValueError, match="intra_node_Bps=1e-300"):
         cluster.Cluster(8, intra_node_Bps=1e-300)

@@ -123,14 +123,18 @@ def load_digits(clients: int = 5, alpha: float | None = 0.5, seed: int = 0, test
 def _read_json(path: str):
     """A JSON file, gzip-compressed when its name ends in ``.gz`` (FLuID's files ship so)."""
     import gzip
+
+    from .._json import bounded_int
     try:
         if path.endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8") as fh:
-                return json.load(fh)
+                return json.load(fh, parse_int=bounded_int)
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return json.load(fh, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except ValueError as exc:                      # an endless integer
+        raise ValueError(f"{path}: {exc}") from None
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read ({exc})") from None
 
