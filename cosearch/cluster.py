@@ -93,14 +93,22 @@ class Cluster:
         for f in ("intra_node_Bps", "inter_node_Bps"):
             if getattr(self, f) is not None:
                 object.__setattr__(self, f, v.bandwidth(f"Cluster.{f}", getattr(self, f)))
+        if self.link_latency_s is None:
+            raise ValueError("Cluster.link_latency_s must be a number of seconds (only inter_latency_s may be "
+                             "left out: it is then link_latency_s)")
         for f in ("link_latency_s", "inter_latency_s"):
             if getattr(self, f) is not None and v.nonneg_float(f"Cluster.{f}", getattr(self, f)) > 1.0:
                 raise ValueError(f"Cluster.{f}={getattr(self, f)!r} s: a per-message latency over 1 s is not a "
                                  "network's (seconds, not microseconds?)")
         for f in ("intra_efficiency", "inter_efficiency"):
             v.fraction(f"Cluster.{f}", getattr(self, f))
-        if isinstance(self.torus_side, bool) or int(self.torus_side) != self.torus_side or self.torus_side < 0:
-            raise ValueError(f"Cluster.torus_side must be a non-negative integer, got {self.torus_side!r}")
+        t = self.torus_side
+        whole = (isinstance(t, int) and not isinstance(t, bool)) or (isinstance(t, float) and t.is_integer())
+        # a ring of one chip has no link (and log(side) divides a group's span in the torus formulas)
+        if not whole or not (t == 0 or 2 <= t <= v.MAX_CHIPS):
+            raise ValueError("Cluster.torus_side must be 0 (a switched fabric) or a whole number of at least 2 "
+                             f"chips along a torus dimension, got {t!r}")
+        object.__setattr__(self, "torus_side", int(t))
 
     # ------------------------------------------------------------------ derived
     @property

@@ -98,6 +98,14 @@ def test_cluster_links_must_be_plausible():
         cluster.Cluster(8, intra_node_Bps=1e-300)
     with pytest.raises(ValueError, match="link_latency_s"):
         cluster.Cluster(8, link_latency_s=5.0)
+    # found by fuzzing cluster files: a null latency or torus side raised TypeError, and a torus of
+    # side 1 divided by log(1) = 0 when a collective was priced
+    with pytest.raises(ValueError, match="link_latency_s must be a number of seconds"):
+        cluster.Cluster(8, link_latency_s=None)
+    for side in (None, 1, [4], 2.5, True):
+        with pytest.raises(ValueError, match="torus_side must be 0 .* or a whole number of at least 2"):
+            cluster.Cluster(16, 8, 1e11, 1e10, torus_side=side)
+    assert cluster.Cluster(16, 8, 1e11, 1e10, torus_side=4.0).torus_side == 4
 
 
 def test_cluster_file_names_its_chip_and_sizes_agree(tmp_path, capsys):
