@@ -171,7 +171,8 @@ class Cluster:
     def describe(self) -> str:
         if self.flat:
             return f"{self.num_chips} chips, one flat domain"
-        return (f"{self.nodes} nodes x {self.chips_per_node} chips, intra {self.intra_node_Bps / 1e9:.0f} GB/s"
+        intra = "the chip's link" if self.intra_node_Bps is None else f"{self.intra_node_Bps / 1e9:.0f} GB/s"
+        return (f"{self.nodes} nodes x {self.chips_per_node} chips, intra {intra}"
                 f" x {self.intra_efficiency:.2f}, inter {self.inter_node_Bps / 1e9:.1f} GB/s"
                 f" x {self.inter_efficiency:.2f} per chip per direction")
 

@@ -106,6 +106,9 @@ def test_cluster_links_must_be_plausible():
         with pytest.raises(ValueError, match="torus_side must be 0 .* or a whole number of at least 2"):
             cluster.Cluster(16, 8, 1e11, 1e10, torus_side=side)
     assert cluster.Cluster(16, 8, 1e11, 1e10, torus_side=4.0).torus_side == 4
+    # nodes whose intra-node link is the chip's own (intra_node_Bps left out): describe() divided None
+    nodes = cluster.Cluster(16, 1, inter_node_Bps=5e10)
+    assert nodes.describe().startswith("16 nodes x 1 chips, intra the chip's link x 1.00, inter 50.0 GB/s")
 
 
 def test_cluster_file_names_its_chip_and_sizes_agree(tmp_path, capsys):
