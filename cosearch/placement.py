@@ -660,6 +660,8 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
     expert-parallel degrees and precisions: one value each (``lists=False``: one priced
     space), or several (``lists=True``: :func:`cosearch.search.cosearch` searches each
     combination's priced space and keeps every design's best)."""
+    for name in ("context_parallel", "expert_parallel"):         # 0 divided the chips (ZeroDivisionError)
+        v.int_list(name, _priced_values(opts, name))
     precs = _priced_values(opts, "precision")
     bad = [p for p in precs if p not in COSEARCH_PRECISIONS]
     if bad:

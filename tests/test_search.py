@@ -495,7 +495,10 @@ def test_cosearch_refuses_options_its_pricing_cannot_honour():
     (FP8 MACs in the space); expert parallelism on a dense model is refused by name."""
     sp = hardware.SearchSpace(tensor_cores=(2,), systolic_dims=((64, 64),), vector_units=(2,), vector_width=(512,),
                               l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,), hbm=((16 * GiB, 1.2e12),))
-    for opt, match in (({"precision": "fp8"}, "fp8_macs=\\(0, 2\\)"), ({"expert_parallel": 2}, "dense")):
+    # a degree of 0 divided the chips by zero (found by fuzzing `cosearch search --ep 0` / `--cp 0`)
+    for opt, match in (({"precision": "fp8"}, "fp8_macs=\\(0, 2\\)"), ({"expert_parallel": 2}, "dense"),
+                       ({"expert_parallel": (1, 0)}, "expert_parallel must be a positive integer, got 0"),
+                       ({"context_parallel": 0}, "context_parallel must be a positive integer, got 0")):
         opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, **opt)
         with pytest.raises(ValueError, match=match):
             search.cosearch(models.preset("gpt3-1.3b"), sp, cluster.Cluster(16), 32, "serial", plan_options=opts)
