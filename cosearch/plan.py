@@ -281,7 +281,11 @@ class Plan:
     def from_dict(cls, d: dict[str, Any]) -> Plan:
         d = dict(d)
         d["spec"] = PlanSpec.from_dict(d["spec"])
-        d["memory_per_chip_bytes"] = tuple(d["memory_per_chip_bytes"])
+        mem, bd = d["memory_per_chip_bytes"], d.get("breakdown", {})
+        if not isinstance(mem, list) or not isinstance(bd, dict):
+            raise ValueError("a plan's memory_per_chip_bytes must be a list and its breakdown an object")
+        d["memory_per_chip_bytes"] = tuple(v.nonneg_float("memory_per_chip_bytes", x) for x in mem)
+        d["breakdown"] = {str(k): v.nonneg_float(f"breakdown.{k}", x) for k, x in bd.items()}
         d["step_time_s"] = math.inf if d.get("step_time_s") is None else float(d["step_time_s"])
         return cls(**d)
 

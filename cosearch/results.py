@@ -23,6 +23,7 @@ from ._json import (
     stamped,
 )
 from .hardware import DESIGN_FIELDS, Accelerator
+from .hardware.efficiency import OPTIONAL_DESIGN_FIELDS
 from .report import pareto_front, plot, table
 
 __all__ = ["DesignResult", "Results", "pareto_front"]
@@ -31,6 +32,25 @@ __all__ = ["DesignResult", "Results", "pareto_front"]
 #: Largest throughput a results file may claim (tokens/s): a million times the fastest published
 #: training runs' ~1e9 tokens/s; anything above is a corrupted or hand-edited file.
 MAX_TOKENS_PER_S = 1e15
+
+
+def _check_baselines_and_meta(baselines: Any, meta: Any) -> None:
+    """The parts of a results file the report reads beside its rows: ``baselines`` an object of
+    objects whose ``tokens_per_s`` is a finite non-negative number, ``meta`` an object whose
+    ``ilp_ranking`` (if any) is one."""
+    if not isinstance(baselines, dict) or not all(isinstance(b, dict) for b in baselines.values()):
+        raise ValueError("'baselines' must be an object of objects")
+    for name, b in baselines.items():
+        v.nonneg_float(f"baselines.{name}.tokens_per_s", b.get("tokens_per_s", 0.0))
+    if not isinstance(meta, dict):
+        raise ValueError("'meta' must be an object")
+    ir = meta.get("ilp_ranking")
+    if ir is not None:
+        if not isinstance(ir, dict) or not isinstance(ir.get("proven"), bool):
+            raise ValueError("'meta.ilp_ranking' must be an object with 'proven' true or false")
+        for k in ("scheduled", "top", "designs", "open", "time_limited_layers"):
+            if k in ir:
+                _count(f"meta.ilp_ranking.{k}", ir[k])
 
 
 def _count(name: str, x) -> int:
@@ -70,6 +90,9 @@ class DesignResult:
             return float(v)
         if not isinstance(d["design"], dict):
             raise ValueError(f"row {d.get('index')!r}: design must be an object")
+        missing = [f for f in DESIGN_FIELDS[:len(DESIGN_FIELDS) - OPTIONAL_DESIGN_FIELDS] if f not in d["design"]]
+        if missing:
+            raise ValueError(f"row {d.get('index')!r}: design lacks {', '.join(missing)}")
         design = {k: num(f"design.{k}", v) for k, v in d["design"].items()}
         plan = plan_mod.Plan.from_dict(d["plan"]) if d["plan"] else None
         if plan is not None:
@@ -187,6 +210,7 @@ class Results:
                 raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
             if not isinstance(d["rows"], list):
                 raise ValueError("'rows' must be a list")
+            _check_baselines_and_meta(d.get("baselines", {}), d.get("meta", {}))
             return cls(model=str(d["model"]), chips=v.positive_int("chips", d["chips"], v.MAX_CHIPS),
                        global_batch=v.positive_int("global_batch", d["global_batch"], v.MAX_BATCH),
                        rows=[DesignResult.from_dict(r) for r in d["rows"]],

@@ -177,6 +177,34 @@ def test_schemas_are_checked_on_load(tmp_path, capsys):
         search.Results.from_json(p)
 
 
+def test_a_hand_edited_results_file_is_refused_on_load_not_in_the_report(tmp_path, capsys):
+    """Found by fuzzing `cosearch report` on edited results files: each of these loaded, then
+    the report failed with a TypeError, KeyError or AttributeError; now the load refuses them
+    naming the part, and the report prints one line."""
+    res = search.cosearch("bert-large", small_space(), 8, 16, "serial", refine_top=0)
+    p = tmp_path / "r.json"
+
+    def edited(change):
+        d = json.loads(res.to_json())
+        change(d)
+        p.write_text(json.dumps(d))
+        return p
+    cases = ((lambda d: d["rows"][0]["plan"]["breakdown"].update(forward_s=[1]), "breakdown.forward_s"),
+             (lambda d: d["rows"][0]["plan"].update(memory_per_chip_bytes=[-1.0]), "memory_per_chip_bytes"),
+             (lambda d: d["rows"][0]["design"].pop("l2_bytes"), "design lacks l2_bytes"),
+             (lambda d: d.update(baselines=3), "'baselines' must be an object of objects"),
+             (lambda d: d.update(baselines={"tpuv4": {"tokens_per_s": "fast"}}), "baselines.tpuv4.tokens_per_s"),
+             (lambda d: d.update(meta=7), "'meta' must be an object"),
+             (lambda d: d["meta"].update(ilp_ranking={"proven": 1}), "ilp_ranking"))
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            search.Results.from_json(edited(change))
+        assert main(["report", str(p)]) == 2
+        err = capsys.readouterr().err
+        assert "malformed cosearch results file" in err and "--debug" not in err
+    assert main(["report", str(edited(lambda d: None))]) == 0
+
+
 def test_report_csv_and_to_csv_never_overwrite(tmp_path, capsys):
     res = search.cosearch("bert-large", small_space(), 8, 16, "serial", refine_top=0)
     r = tmp_path / "r.json"
