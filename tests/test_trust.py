@@ -205,6 +205,38 @@ def test_a_hand_edited_results_file_is_refused_on_load_not_in_the_report(tmp_pat
     assert main(["report", str(edited(lambda d: None))]) == 0
 
 
+def test_a_hand_edited_fl_result_is_refused_on_load_naming_the_field(tmp_path, capsys):
+    """Found by fuzzing `cosearch fl report`: edited FL results loaded and then failed in the
+    report (AttributeError, TypeError); a run stopped before its first round ended (no rounds)
+    failed with IndexError."""
+    from cosearch.fl.simulation import FLResult, RoundMetrics
+    r = RoundMetrics(1, 0.5, 1.2, 0.4, 1.3, 2.0, 2.0, client_times_s={0: 2.0, 1: 1.5}, keep={1: 0.8},
+                     invariant_counts={"1": 4}, thresholds={"1": 0.01}, dead_counts={"1": 3})
+    res = FLResult("invariant", "digits", "mlp", 2, [r])
+    p = tmp_path / "fl.json"
+    res.to_json(p)
+    assert FLResult.from_json(p).to_dict() == res.to_dict()
+    cases = ((lambda d: d["rounds"][0].update(client_times_s="fast"), "round 1: client_times_s must be an object"),
+             (lambda d: d["rounds"][0].update(keep={"x": 0.5}), "keep must be keyed by client number"),
+             (lambda d: d["rounds"][0].update(round=[1]), "'round' must be a positive integer"),
+             (lambda d: d["rounds"][0].update(accuracy="high"), "accuracy must be a number or null"),
+             (lambda d: d["rounds"][0].update(dead_counts={"1": 2.5}), "dead_counts.1 must be a whole number"),
+             (lambda d: d["rounds"][0].update(speed=1), r"unknown field\(s\) \['speed'\]"),
+             (lambda d: d.update(width_accuracy=[0.5]), "'width_accuracy' must be objects"),
+             (lambda d: d.update(rounds={}), "'rounds' must be a list"))
+    for change, message in cases:
+        d = res.to_dict()
+        change(d)
+        p.write_text(json.dumps(d))
+        with pytest.raises(ValueError, match=message):
+            FLResult.from_json(p)
+        assert main(["fl", "report", str(p)]) == 2
+        assert "not a cosearch FL result" in capsys.readouterr().err
+    p.write_text(json.dumps(dict(res.to_dict(), rounds=[], interrupted=True)))
+    assert main(["fl", "report", str(p)]) == 0
+    assert "no round finished (interrupted)" in capsys.readouterr().out
+
+
 def test_report_csv_and_to_csv_never_overwrite(tmp_path, capsys):
     res = search.cosearch("bert-large", small_space(), 8, 16, "serial", refine_top=0)
     r = tmp_path / "r.json"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -51,6 +51,53 @@ class RoundMetrics:
     #: invariant neurons per layer whose update was exactly zero on every non-straggler (dead
     #: units), the rest of ``invariant_counts`` being alive but slowly changing
     dead_counts: dict = field(default_factory=dict)
+
+
+def _finite_or_nan(name: str, x) -> float:
+    """A saved number: a finite number, or null / NaN (a round that had none)."""
+    if x is None:
+        return float("nan")
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isinf(x):
+        raise ValueError(f"{name} must be a number or null, got {x!r}")
+    return float(x)
+
+
+def _round_from_dict(r, i: int) -> RoundMetrics:
+    """One saved round (:class:`RoundMetrics` as :func:`dataclasses.asdict` wrote it), checked."""
+    if not isinstance(r, dict):
+        raise ValueError(f"round {i} must be an object, got {r!r}")
+    unknown = sorted(set(r) - {f.name for f in fields(RoundMetrics)})
+    if unknown:
+        raise ValueError(f"round {i}: unknown field(s) {unknown}")
+    r = dict(r)
+    r["round"] = positive_int(f"round {i}: 'round'", r["round"])
+    for key in ("accuracy", "loss", "fed_accuracy", "fed_loss", "round_time_s", "sim_time_s"):
+        r[key] = _finite_or_nan(f"round {i}: {key}", r.get(key))
+    if r.get("target_s") is not None:
+        r["target_s"] = _finite_or_nan(f"round {i}: target_s", r["target_s"])
+    for key in ("client_times_s", "keep", "rejected", "predicted_s", "invariant_counts", "thresholds",
+                "dead_counts"):
+        m = r.get(key, {})
+        if not isinstance(m, dict):
+            raise ValueError(f"round {i}: {key} must be an object, got {m!r}")
+        if key == "rejected":                       # client -> the reason its update was refused
+            r[key] = {_client(i, key, k): str(x) for k, x in m.items()}
+        elif key in ("client_times_s", "keep", "predicted_s"):
+            r[key] = {_client(i, key, k): _finite_or_nan(f"round {i}: {key}.{k}", x) for k, x in m.items()}
+        elif key == "thresholds":                   # per layer
+            r[key] = {k: _finite_or_nan(f"round {i}: {key}.{k}", x) for k, x in m.items()}
+        else:                                       # neurons per layer
+            for k, x in m.items():
+                if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+                    raise ValueError(f"round {i}: {key}.{k} must be a whole number of neurons, got {x!r}")
+    return RoundMetrics(**r)
+
+
+def _client(i: int, key: str, k) -> int:
+    try:
+        return int(k)
+    except (TypeError, ValueError):
+        raise ValueError(f"round {i}: {key} must be keyed by client number, got {k!r}") from None
 
 
 @dataclass(frozen=True)
@@ -116,23 +163,28 @@ class FLResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> FLResult:
+        """A result from :meth:`to_dict`'s document, every field checked (a hand-edited or
+        truncated file is refused naming the field, not failed on later by a report or plot)."""
         try:
-            rounds = []
-            for r in d["rounds"]:
-                r = dict(r)
-                for key in ("client_times_s", "keep", "rejected", "predicted_s"):
-                    r[key] = {int(k): v for k, v in r.get(key, {}).items()}
-                for key in ("accuracy", "loss", "fed_accuracy", "fed_loss", "round_time_s", "sim_time_s"):
-                    r[key] = float("nan") if r.get(key) is None else float(r[key])
-                rounds.append(RoundMetrics(**r))
+            if not isinstance(d.get("rounds"), list):
+                raise ValueError("'rounds' must be a list")
+            rounds = [_round_from_dict(r, i) for i, r in enumerate(d["rounds"], start=1)]
             interrupted = d.get("interrupted", False)
             if not isinstance(interrupted, bool):
                 raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
-            return cls(d["method"], d["dataset"], d["model"], int(d["clients"]), rounds, d.get("config", {}),
-                       interrupted, width_accuracy={float(w): float(a)
-                                                    for w, a in d.get("width_accuracy", {}).items()})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a cosearch FL result: {exc!r}") from None
+            for key in ("method", "dataset", "model"):
+                if not isinstance(d[key], str):
+                    raise ValueError(f"'{key}' must be a string, got {d[key]!r}")
+            config, widths = d.get("config", {}), d.get("width_accuracy", {})
+            if not isinstance(config, dict) or not isinstance(widths, dict):
+                raise ValueError("'config' and 'width_accuracy' must be objects")
+            return cls(d["method"], d["dataset"], d["model"], positive_int("clients", d["clients"]), rounds, config,
+                       interrupted, width_accuracy={float(w): _finite_or_nan(f"width_accuracy.{w}", a)
+                                                    for w, a in widths.items()})
+        except KeyError as exc:
+            raise ValueError(f"not a cosearch FL result: missing field {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"not a cosearch FL result: {exc}") from None
 
     @classmethod
     def from_json(cls, source) -> FLResult:
@@ -166,6 +218,8 @@ class FLResult:
         return ControllerReport(tuple(rounds), tuple(over_t), tuple(over_o), swaps, full, rms)
 
     def summary(self) -> str:
+        if not self.rounds:                 # stopped before its first round ended
+            return f"{self.method:>18}: no round finished" + (" (interrupted)" if self.interrupted else "")
         last = self.rounds[-1]
         return (f"{self.method:>18}: accuracy {last.accuracy:.3f} (federated {last.fed_accuracy:.3f}), "
                 f"simulated time {last.sim_time_s:.1f} s over {len(self.rounds)} rounds, "
