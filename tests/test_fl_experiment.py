@@ -53,6 +53,14 @@ def test_experiment_statistics_resume_and_plot(tmp_path):
     assert "invariant" in full.table()
     back = experiment.Experiment.from_json(out)
     assert back.to_dict() == resumed.to_dict()
+    # an edited file with a run of no rounds: refused on load (the statistics raised IndexError;
+    # found by fuzzing fl report)
+    import json
+    doc = json.loads(out.read_text())
+    doc["runs"]["none"]["1"]["rounds"] = []
+    (tmp_path / "empty.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="run\\(s\\) without a round: none seed 1"):
+        experiment.Experiment.from_json(tmp_path / "empty.json")
     full.plot(tmp_path / "e.png")
     assert (tmp_path / "e.png").stat().st_size > 5000
     with pytest.raises(ValueError, match="differ"):

@@ -165,6 +165,9 @@ class Experiment:
             raise ValueError(f"{source}: not a cosearch FL experiment file")
         try:
             runs = {m: {int(s): FLResult.from_dict(r) for s, r in rs.items()} for m, rs in d["runs"].items()}
+            empty = [f"{m} seed {s}" for m, rs in runs.items() for s, r in rs.items() if not r.rounds]
+            if empty:        # an experiment keeps finished runs only: each has its rounds
+                raise ValueError(f"{source}: run(s) without a round: {', '.join(empty)}")
             interrupted = d.get("interrupted", False)
             if not isinstance(interrupted, bool):
                 raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
