@@ -390,6 +390,21 @@ def test_trace_csv(tmp_path):
     bad.write_text("client,round,seconds\n0,1,-3\n")
     with pytest.raises(ValueError, match="seconds > 0"):
         fl.TraceProfile.from_csv(bad)
+    # found by fuzzing --devices: a binary file raised UnicodeDecodeError without its name, and a
+    # trace naming other clients than the run's was read silently (or failed mid-run)
+    bad.write_bytes(b"\xd0\xcf\x11client,round,seconds\n")
+    with pytest.raises(ValueError, match="device trace file .*b.csv.* is not UTF-8 text"):
+        fl.TraceProfile.from_csv(bad)
+    from cosearch.fl.simulation import _devices
+    assert _devices(p, 2, 3, None).clients == [0, 1]
+    with pytest.raises(ValueError, match=r"names client\(s\) \[1\] beyond them"):
+        _devices(p, 1, 3, None)
+    with pytest.raises(ValueError, match=r"client\(s\) \[2\] have no round-1 time"):
+        _devices(p, 3, 3, None)
+    late = tmp_path / "late.csv"
+    late.write_text("client,round,seconds\n0,1,2.0\n1,2,3.0\n")
+    with pytest.raises(ValueError, match=r"client\(s\) \[1\] have no round-1 time"):
+        _devices(tr.__class__.from_csv(late), 2, 3, None)
 
 
 # ---------------------------------------------------------------------- FLuID's models

@@ -29,6 +29,7 @@ from a CSV (``client,round,seconds``) and scales a sub-model's time by its FLOP 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections.abc import Sequence
@@ -296,22 +297,23 @@ class TraceProfile:
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike) -> TraceProfile:
+        from .._json import read_text_file
         out: dict[tuple[int, int], float] = {}
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            need = {"client", "round", "seconds"}
-            if reader.fieldnames is None or not need <= set(reader.fieldnames):
-                raise ValueError(f"{path}: a trace CSV needs the columns client,round,seconds; "
-                                 f"got {reader.fieldnames}")
-            for i, row in enumerate(reader, start=2):
-                try:
-                    c, r, s = int(row["client"]), int(row["round"]), float(row["seconds"])
-                except (TypeError, ValueError):
-                    raise ValueError(f"{path}:{i}: client and round must be integers and seconds a "
-                                     f"number, got {row}") from None
-                if c < 0 or r < 1 or not (math.isfinite(s) and s > 0):
-                    raise ValueError(f"{path}:{i}: need client >= 0, round >= 1, seconds > 0; got {row}")
-                out[(c, r)] = s
+        text = read_text_file(path, "device trace")             # a binary or missing file refused by name
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        need = {"client", "round", "seconds"}
+        if reader.fieldnames is None or not need <= set(reader.fieldnames):
+            raise ValueError(f"{path}: a trace CSV needs the columns client,round,seconds; "
+                             f"got {reader.fieldnames}")
+        for i, row in enumerate(reader, start=2):
+            try:
+                c, r, s = int(row["client"]), int(row["round"]), float(row["seconds"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}:{i}: client and round must be integers and seconds a "
+                                 f"number, got {row}") from None
+            if c < 0 or r < 1 or not (math.isfinite(s) and s > 0):
+                raise ValueError(f"{path}:{i}: need client >= 0, round >= 1, seconds > 0; got {row}")
+            out[(c, r)] = s
         return cls(out)
 
     def full_time_s(self, client: int, round: int) -> float:

@@ -468,10 +468,17 @@ def _devices(devices, n: int, rounds: int, latency_s, spread: float = 2.5, noise
         return TraceProfile({(c, r + 1): float(lat[min(r, len(lat) - 1), c]) for c in range(n) for r in range(rounds)})
     if devices is None:
         return device_profiles(n, spread, noise_cv)
-    if isinstance(devices, (str, os.PathLike)):
-        return TraceProfile.from_csv(devices)
-    if isinstance(devices, TraceProfile):
-        return devices
+    if isinstance(devices, (str, os.PathLike, TraceProfile)):
+        trace = TraceProfile.from_csv(devices) if not isinstance(devices, TraceProfile) else devices
+        first = {c: min(r for cc, r in trace.seconds if cc == c) for c in trace.clients}
+        extra = [c for c in trace.clients if c >= n]
+        missing = [c for c in range(n) if first.get(c) != 1]
+        if extra or missing:
+            raise ValueError(f"the device trace must give clients 0..{n - 1} (the run's {n}) a time from round 1 on: "
+                             + "; ".join(x for x in (f"it names client(s) {extra[:5]} beyond them" if extra else "",
+                                                     f"client(s) {missing[:5]} have no round-1 time" if missing else "")
+                                         if x))
+        return trace
     devices = list(devices)
     if len(devices) != n or not all(isinstance(d, ClientProfile) for d in devices):
         raise ValueError(f"devices must be {n} ClientProfile objects (one per client), a TraceProfile or a CSV path")
