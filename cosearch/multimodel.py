@@ -189,21 +189,54 @@ class MultiModelResults:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MultiModelResults:
-        """Parse :meth:`to_dict`'s output (rows validated as :meth:`DesignResult.from_dict` does)."""
+        """Parse :meth:`to_dict`'s output (rows validated as :meth:`DesignResult.from_dict` does;
+        the models, batches, counts, baselines and meta checked so a hand-edited file is refused
+        naming the field, not failed on by the report)."""
         import math
+
+        from . import _validate as v
+        from .results import _check_baselines_and_meta, _count
         try:
+            names = d["models"]
+            if not isinstance(names, list) or not names or not all(isinstance(m, str) for m in names):
+                raise ValueError(f"'models' must be a non-empty list of model names, got {names!r}")
+            batches = d["global_batch"]
+            if not isinstance(batches, list) or len(batches) != len(names):
+                raise ValueError(f"'global_batch' must list one batch per model ({len(names)}), got {batches!r}")
+            batches = tuple(v.positive_int("global_batch", b, v.MAX_BATCH) for b in batches)
+            objective = d["objective"]
+            if objective not in OBJECTIVES:
+                raise ValueError(f"'objective' must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+            interrupted = d.get("interrupted", False)
+            if not isinstance(interrupted, bool) or not isinstance(d["rows"], list):
+                raise ValueError("'interrupted' must be true or false and 'rows' a list")
+            meta, baselines = d.get("meta", {}), d.get("baselines", {})
+            _check_baselines_and_meta({}, meta)
+            if not isinstance(baselines, dict) or not all(
+                    isinstance(b, dict) and isinstance(b.get("note", ""), str)
+                    and isinstance(b.get("tokens_per_s"), list) and len(b["tokens_per_s"]) == len(names)
+                    for b in baselines.values()):
+                raise ValueError("'baselines' must be an object of objects with a note and one tokens_per_s per model")
+            for name, b in baselines.items():
+                v.nonneg_float(f"baselines.{name}.score", b.get("score"))
+                for t in b["tokens_per_s"]:
+                    v.nonneg_float(f"baselines.{name}.tokens_per_s", t)
             rows = []
             for r in d["rows"]:
                 score = r["score"]
                 if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) \
                         or score < 0:
                     raise ValueError(f"row {r.get('index')!r}: score must be a finite non-negative number")
+                if not isinstance(r["per_model"], list) or len(r["per_model"]) != len(names):
+                    raise ValueError(f"row {r.get('index')!r}: per_model must hold one result per model")
                 rows.append(JointRow(float(score), tuple(DesignResult.from_dict(p) for p in r["per_model"])))
-            return cls(tuple(d["models"]), str(d["objective"]), int(d["chips"]), tuple(int(b) for b in d["global_batch"]),
-                       rows, int(d.get("pruned", 0)), int(d["total_designs"]), bool(d.get("interrupted", False)),
-                       dict(d.get("meta", {})), baselines=dict(d.get("baselines", {})))
-        except (KeyError, TypeError) as exc:
+            return cls(tuple(names), objective, v.positive_int("chips", d["chips"], v.MAX_CHIPS), batches,
+                       rows, _count("pruned", d.get("pruned", 0)), _count("total_designs", d["total_designs"]),
+                       interrupted, dict(meta), baselines=dict(baselines))
+        except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a multi-model co-search result ({type(exc).__name__}: {exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"not a multi-model co-search result: {exc}") from None
 
     @classmethod
     def from_json(cls, path) -> MultiModelResults:

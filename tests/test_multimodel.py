@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -151,7 +152,6 @@ def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monk
     kept = d["rows"][:4]
     d.update(rows=kept, interrupted=True)
     part = tmp_path / "part.json"
-    import json
     part.write_text(json.dumps(d))
     seen = []
     real = sweep.evaluate_designs
@@ -171,8 +171,23 @@ def test_resume_keeps_screened_designs_and_refuses_other_settings(tmp_path, monk
     with pytest.raises(ValueError, match="other settings"):
         multimodel.cosearch_models(ms, sp, cluster.Cluster(8), 32, objective="mean", refine_top=0, resume=part)
     bad = tmp_path / "bad.json"
-    bad.write_text('{"schema": "cosearch.multi-model-results/1", "models": ["a"], "rows": [{"score": -1}]}')
+    doc = json.loads(json.dumps(multimodel.MultiModelResults.from_json(part).to_dict()))
+    doc["rows"][0]["score"] = -1
+    bad.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="score must be"):
+        multimodel.MultiModelResults.from_json(bad)
+    # found by fuzzing `cosearch report`: a model name that is not a string, a batch list of
+    # another length or a row missing a model loaded and failed in the report
+    for key, value, message in (("models", [3, "x"], "'models' must be a non-empty list of model names"),
+                                ("global_batch", [32], "one batch per model"),
+                                ("objective", "max", "'objective' must be one of geomean, mean")):
+        bad.write_text(json.dumps(dict(doc, rows=[], **{key: value})))
+        with pytest.raises(ValueError, match=message):
+            multimodel.MultiModelResults.from_json(bad)
+    doc["rows"][0]["score"] = 1.0
+    doc["rows"][0]["per_model"] = doc["rows"][0]["per_model"][:1]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="per_model must hold one result per model"):
         multimodel.MultiModelResults.from_json(bad)
 
 
