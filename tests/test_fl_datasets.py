@@ -155,6 +155,34 @@ def test_one_saved_partition_is_read_alone_and_femnist_like_has_femnist_shapes(t
         load_partition(out, 3)
 
 
+@pytest.mark.parametrize("edit, message", [
+    # found by fuzzing `--data DIR` on edited partitions: each was read and failed inside torch
+    # (a dtype error, a shape error, a C++ abort on a 1e30-class head) or trained on NaN
+    (lambda m, a: m.update(classes=1e30), "femnist has input shape \\[1, 28, 28\\] and 62 classes"),
+    (lambda m, a: m.update(in_shape=-1), "femnist has input shape"),
+    (lambda m, a: m.update(name=[28]), "name must be one of femnist, shakespeare, cifar10"),
+    (lambda m, a: m.update(clients="3"), "clients must be a positive whole number"),
+    (lambda m, a: a.update(y=a["y"] + 0.5), "labels must be whole numbers"),
+    (lambda m, a: a.update(y=a["y"] + 1000), "labels must lie in \\[0, 62\\)"),
+    (lambda m, a: a.update(x=a["x"] * np.nan), "non-finite sample values"),
+    (lambda m, a: a.update(x=a["x"].reshape(len(a["x"]), -1)), "samples must be numbers of shape \\(n, 1, 28, 28\\)"),
+    (lambda m, a: a.update(y=a["y"][:-1]), "samples but .* labels"),
+])
+def test_edited_saved_partitions_are_refused_naming_the_file(tmp_path, edit, message):
+    import json
+
+    from cosearch.fl.data import PARTITIONS_META, femnist_like, load_partitions, save_partitions
+    out = save_partitions(femnist_like(2, samples=10, seed=1), str(tmp_path / "p"))
+    meta = json.loads((tmp_path / "p" / PARTITIONS_META).read_text())
+    with np.load(tmp_path / "p" / "client_1.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    edit(meta, arrays)
+    (tmp_path / "p" / PARTITIONS_META).write_text(json.dumps(meta))
+    np.savez(tmp_path / "p" / "client_1.npz", **arrays)
+    with pytest.raises(ValueError, match=message):
+        load_partitions(out)
+
+
 def test_central_test_of_fluids_clients_is_evaluated_once_as_their_union():
     """FLuID's client files make the central test set the clients' test splits in order: one pass
     over the splits gives both evaluations (the central accuracy is then the clients', exactly);

@@ -396,10 +396,23 @@ def is_saved_partitions(directory: str) -> bool:
 
 
 def _partitions_meta(directory: str) -> dict:
+    """The saved partitions' description, checked: a dataset cosearch trains, its own input shape
+    and class count (the models are built for them), a positive client count."""
+    from .models import DATASET_SHAPES
     meta_path = os.path.join(directory, PARTITIONS_META)
     meta = _read_json(meta_path)
     if not isinstance(meta, dict) or not {"name", "in_shape", "classes", "clients"} <= set(meta):
         raise ValueError(f"{meta_path}: needs name, in_shape, classes and clients")
+    name = meta["name"]
+    if not isinstance(name, str) or name not in DATASET_SHAPES or name == "digits":
+        raise ValueError(f"{meta_path}: name must be one of femnist, shakespeare, cifar10, got {name!r}")
+    shape, classes = DATASET_SHAPES[name]
+    if meta["in_shape"] != list(shape) or meta["classes"] != classes:
+        raise ValueError(f"{meta_path}: {name} has input shape {list(shape)} and {classes} classes (its models "
+                         f"are built for them), got {meta['in_shape']!r} and {meta['classes']!r}")
+    n = meta["clients"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{meta_path}: clients must be a positive whole number, got {n!r}")
     return meta
 
 
@@ -407,24 +420,46 @@ def _saved_arrays(path, *keys):
     try:
         with np.load(path, allow_pickle=False) as z:
             return tuple(z[k] for k in keys)
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, EOFError) as exc:
         raise ValueError(f"{path}: not a saved partition ({exc})") from None
+
+
+def _checked_samples(x, y, meta: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Saved samples as the loaders make them: ``x`` of shape ``(n, *in_shape)``, finite numbers
+    (Shakespeare: character indices), ``y`` whole class labels, one per sample."""
+    shape = tuple(meta["in_shape"])
+    if x.ndim != 1 + len(shape) or tuple(x.shape[1:]) != shape or x.dtype.kind not in "iuf":
+        raise ValueError(f"{where}: samples must be numbers of shape (n, {', '.join(map(str, shape))}), "
+                         f"got {x.dtype} {x.shape}")
+    if meta["name"] == "shakespeare":
+        if x.dtype.kind == "f" or (x.size and (x.min() < 0 or x.max() >= len(SHAKESPEARE_CHARS))):
+            raise ValueError(f"{where}: Shakespeare samples must be character indices in [0, "
+                             f"{len(SHAKESPEARE_CHARS)})")
+    elif x.dtype.kind == "f" and not np.isfinite(x).all():
+        raise ValueError(f"{where}: non-finite sample values")
+    labels = _class_labels(y, int(meta["classes"]), where)
+    if len(labels) != len(x):
+        raise ValueError(f"{where}: {len(x)} samples but {len(labels)} labels")
+    return (x if meta["name"] == "shakespeare" else x.astype(np.float32)), labels
 
 
 def load_partition(directory: str, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One client's ``(x, y, test_x, test_y)`` from partitions written by :func:`save_partitions`,
     reading only its file (what a client process needs)."""
-    n = int(_partitions_meta(directory)["clients"])
+    meta = _partitions_meta(directory)
+    n = meta["clients"]
     if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < n:
         raise ValueError(f"{directory!r} holds {n} saved clients; partition {index!r} is not one of them")
-    return _saved_arrays(os.path.join(directory, f"client_{int(index)}.npz"), "x", "y", "test_x", "test_y")
+    path = os.path.join(directory, f"client_{int(index)}.npz")
+    x, y, tx, ty = _saved_arrays(path, "x", "y", "test_x", "test_y")
+    return (*_checked_samples(x, y, meta, f"{path} (training)"), *_checked_samples(tx, ty, meta, f"{path} (test)"))
 
 
 def load_partitions(directory: str, clients: int | None = None) -> FLData:
     """Partitions written by :func:`save_partitions` (arrays only: ``allow_pickle`` stays off, so
     a crafted file cannot run code); ``clients``: the first that many."""
     meta = _partitions_meta(directory)
-    n = int(meta["clients"])
+    n = meta["clients"]
     if clients is not None:
         if clients > n:
             raise ValueError(f"{directory!r} holds {n} saved clients, not {clients}")
@@ -434,7 +469,8 @@ def load_partitions(directory: str, clients: int | None = None) -> FLData:
         x, y, tx, ty = load_partition(directory, i)
         train.append((x, y))
         tests.append((tx, ty))
-    test = _saved_arrays(os.path.join(directory, "central_test.npz"), "x", "y")
+    central = os.path.join(directory, "central_test.npz")
+    test = _checked_samples(*_saved_arrays(central, "x", "y"), meta, central)
     return FLData(train, test, tuple(meta["in_shape"]), int(meta["classes"]), str(meta["name"]), tests)
 
 
