@@ -116,6 +116,32 @@ def test_fluid_shakespeare_role_files_decode_to_their_text(tmp_path):
     with pytest.warns(UserWarning, match="num_samples says 99"):
         d = load_dataset("shakespeare", 2, str(tmp_path))
     assert len(d.client_tests[1][1]) == 10
+    # found by fuzzing FLuID's files: x of the wrong kind raised TypeError (len of a number)
+    (tmp_path / "1_test.json").write_text(json.dumps(dict(doc, x=7)))
+    with pytest.raises(ValueError, match="1_test.json .*'x' and 'y' must be lists"):
+        load_dataset("shakespeare", 2, str(tmp_path))
+
+
+@pytest.mark.parametrize("change, message", [
+    # each raised TypeError (found by fuzzing FLuID's FEMNIST client files)
+    (lambda d: d.update(user_data=3), "LEAF's 'user_data' must be an object"),
+    (lambda d: d.update(users=[["f0027_29"]]), "LEAF's 'users' must be a list of user names"),
+    (lambda d: d.update(users=None), "LEAF's 'users' must be a list of user names"),
+    (lambda d: d.update(users=d["users"] + ["nobody"]), "user 'nobody' is listed but has no user_data"),
+])
+def test_fluid_femnist_files_of_the_wrong_shape_are_refused_by_name(tmp_path, change, message):
+    import gzip
+    import shutil
+
+    from cosearch.fl.data import load_dataset
+    for f in os.listdir(os.path.join(FLUID, "femnist")):
+        shutil.copy(os.path.join(FLUID, "femnist", f), tmp_path / f)
+    doc = _raw(tmp_path / "1_test.json.gz")
+    change(doc)
+    with gzip.open(tmp_path / "1_test.json.gz", "wt") as fh:
+        json.dump(doc, fh)
+    with pytest.raises(ValueError, match=message):
+        load_dataset("femnist", 2, str(tmp_path))
 
 
 def test_saved_partitions_load_offline_as_written(tmp_path):

@@ -139,6 +139,24 @@ def _read_json(path: str):
         raise ValueError(f"{path}: cannot read ({exc})") from None
 
 
+def _leaf_document(d, f: str) -> dict:
+    """A parsed LEAF file checked for LEAF's layout: ``users`` (a list of names) and
+    ``user_data`` (an object holding every listed user)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{f}: not a LEAF file (top level is not an object)")
+    for key in ("users", "user_data"):
+        if key not in d:
+            raise ValueError(f"{f}: not a LEAF file (missing {key!r})")
+    if not isinstance(d["users"], list) or not all(isinstance(u, str) for u in d["users"]):
+        raise ValueError(f"{f}: LEAF's 'users' must be a list of user names")
+    if not isinstance(d["user_data"], dict):
+        raise ValueError(f"{f}: LEAF's 'user_data' must be an object keyed by user name")
+    missing = [u for u in d["users"] if u not in d["user_data"]]
+    if missing:
+        raise ValueError(f"{f}: user {missing[0]!r} is listed but has no user_data")
+    return d
+
+
 def _read_leaf_files(files: list[str], split: str, limit: int | None = None,
                      want: set[str] | None = None) -> dict[str, dict]:
     """Users of LEAF files read one file at a time (each file's other users dropped before the
@@ -150,22 +168,11 @@ def _read_leaf_files(files: list[str], split: str, limit: int | None = None,
     for f in files:
         if (limit is not None and len(users) >= limit) or (want is not None and len(users) == len(want)):
             break
-        d = _read_json(f)
-        if not isinstance(d, dict):
-            raise ValueError(f"{f}: not a LEAF file (top level is not an object)")
-        for key in ("users", "user_data"):
-            if key not in d:
-                raise ValueError(f"{f}: not a LEAF file (missing {key!r})")
-        if not isinstance(d["users"], list) or not all(isinstance(u, str) for u in d["users"]):
-            raise ValueError(f"{f}: LEAF's 'users' must be a list of user names")
-        if not isinstance(d["user_data"], dict):
-            raise ValueError(f"{f}: LEAF's 'user_data' must be an object keyed by user name")
+        d = _leaf_document(_read_json(f), f)
         for u in d["users"]:
             if u in where:
                 raise ValueError(f"user {u!r} appears in two {split} files: {where[u]} and {f}")
             where[u] = f
-            if u not in d["user_data"]:
-                raise ValueError(f"{f}: user {u!r} is listed but has no user_data")
             if (want is None or u in want) and (limit is None or len(users) < limit):
                 users[u] = d["user_data"][u]
         del d
@@ -298,12 +305,8 @@ def _fluid_client_arrays(path: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(d, dict):
         raise ValueError(f"{path}: a FLuID client file is a JSON object")
     if kind == "femnist":
-        if "user_data" not in d:
-            raise ValueError(f"{path}: not a FEMNIST client file (LEAF layout: users, user_data)")
-        parts = [_leaf_arrays(d["user_data"][u], kind, f"{path}: writer {u!r}") for u in d.get("users", [])
-                 if u in d["user_data"]]
-        if len(parts) != len(d.get("users", [])):
-            raise ValueError(f"{path}: a listed writer has no user_data")
+        d = _leaf_document(d, path)
+        parts = [_leaf_arrays(d["user_data"][u], kind, f"{path}: writer {u!r}") for u in d["users"]]
         if not parts:
             raise ValueError(f"{path}: no writers")
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
@@ -311,13 +314,14 @@ def _fluid_client_arrays(path: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
         for key in ("x", "y"):
             if key not in d:
                 raise ValueError(f"{path}: FLuID's Shakespeare files have x and y (and idx, character); missing {key!r}")
+        arrays = _leaf_arrays({"x": d["x"], "y": d["y"]}, kind, f"{path} ({d.get('character', 'role')})")
         if "num_samples" in d and d["num_samples"] != len(d["y"]):
             # FLuID's own test files disagree with their data (0_test: 2,064 stated, 1,985 samples);
             # its client reads the x/y lists, as here
             import warnings
             warnings.warn(f"{path}: num_samples says {d['num_samples']} but the file holds {len(d['y'])} samples; "
                           "the samples are read", stacklevel=3)
-        return _leaf_arrays({"x": d["x"], "y": d["y"]}, kind, f"{path} ({d.get('character', 'role')})")
+        return arrays
     raise ValueError(f"unknown FLuID dataset {kind!r}; choose femnist or shakespeare")
 
 
