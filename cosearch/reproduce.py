@@ -86,6 +86,9 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
     from .search import cosearch
     if space not in SPACES:
         raise ValueError(f"space must be one of {', '.join(SPACES)}, got {space!r}")
+    models, hbm_gibs = list(models), list(hbm_gibs)
+    if not models or not hbm_gibs:
+        raise ValueError("PHAZE's table needs at least one model and one HBM scenario")
 
     def make_space(gib):
         if space == "phaze-no-onchip":
@@ -250,6 +253,9 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
     run.  ``plot``: a file prefix; each run's throughput-against-energy plot goes to
     ``{plot}-{model}-{chips}.png`` (:meth:`cosearch.frontier.CodesignResults.plot`)."""
     from . import frontier as fr
+    models, chip_counts = list(models), list(chip_counts)
+    if not models or not chip_counts:
+        raise ValueError("the frontier table needs at least one model and one chip count")
     systems = list(systems) if systems is not None else frontier_systems()
     rows: list[FrontierRow] = []
     for m in models:
@@ -263,6 +269,12 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
             if plot is not None:
                 res.plot(f"{os.fspath(plot)}-{res.model}-{int(chips)}.png", overwrite=True)
             base = next((x for x in systems if x.name == "gb200-nvl72"), None)
+            if echo is not None and all(res.best(obj) is None for obj in objectives):
+                # nothing to rank: say so, with the reasons, rather than print no row
+                reasons = sorted({r.reason for r in res.rows if r.plan is None and r.reason})
+                echo(f"{res.model} on {int(chips)} chips: no system of the {len(systems)} has a plan that runs"
+                     + (f" ({'; '.join(reasons[:3])}" + (f"; and {len(reasons) - 3} more reasons" if len(reasons) > 3
+                                                          else "") + ")" if reasons else ""))
             for obj in objectives:
                 b = res.best(obj)
                 if b is None:

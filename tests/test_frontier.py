@@ -175,6 +175,14 @@ def test_reproduce_frontier_and_errors(tmp_path):
     assert {"dgx-b200", "gb200-nvl72", "chip-only", "network-only"} <= set(best.gains)
     assert min(best.gains.values()) >= 1.0 - 1e-12 and "step seconds by term" in best.report
     assert json.loads(out.read_text())["rows"][0]["model"] == "gpt3-1.3b"
+    # no system runs the model (its weights alone need more than 7 chips hold): a line says so,
+    # with the reason, where there used to be no line at all; an empty model list is refused
+    lines = []
+    assert reproduce.frontier(("llama3-405b",), (7,), systems=systems[:2], echo=lines.append) == []
+    assert len(lines) == 1 and lines[0].startswith("llama3-405b on 7 chips: no system of the 2 has a plan")
+    assert "every plan needs at least" in lines[0]
+    with pytest.raises(ValueError, match="at least one model and one chip count"):
+        reproduce.frontier((), (64,), systems=systems)
     import pathlib
     src = pathlib.Path(__file__).resolve().parents[1] / "bench" / "validation" / "modern_runs.jsonl"
     if not src.is_file():

@@ -50,6 +50,9 @@ def test_reproduce_exits_143_on_sigterm(tmp_path, monkeypatch, capsys):
 def test_bad_space():
     with pytest.raises(ValueError, match="space"):
         reproduce.phaze(["opt-350m"], [32], space="mine", progress=False)
+    # `--models ,` printed the header and saved 0 rows
+    with pytest.raises(ValueError, match="at least one model and one HBM scenario"):
+        reproduce.phaze([], [32], progress=False)
 
 
 def test_each_space_name_builds_its_space(monkeypatch):
