@@ -114,6 +114,18 @@ def test_generated_cifar_batches_are_cifar_format_and_carry_their_labels(tmp_pat
     assert len(data.load_cifar10(str(tmp_path / "g"), clients=2, alpha=None).test[1]) == 10
     with pytest.raises(ValueError, match="positive integer"):
         data.write_cifar_like(str(tmp_path / "bad"), images=0)
+    # found by trying `fl generate` at its edges: each wrote a folder no loader could use (no users,
+    # users without a test sample, empty batches) or ignored --users
+    with pytest.raises(ValueError, match="cannot fill 5 batches"):
+        data.write_cifar_like(str(tmp_path / "bad"), images=2)
+    for users, samples, message in ((0, 20, "users must be a positive integer"),
+                                    (2, 1, "samples must be at least 2 a user")):
+        with pytest.raises(ValueError, match=message):
+            data.write_femnist_like(str(tmp_path / "badf"), users=users, samples=samples)
+        with pytest.raises(ValueError, match=message):
+            data.write_shakespeare_like(str(tmp_path / "bads"), users=users, samples=samples)
+    assert not (tmp_path / "badf").exists() and not (tmp_path / "bads").exists()
+    assert main(["fl", "generate", "cifar10", str(tmp_path / "g2"), "--users", "3"]) == 2
 
 
 def test_cifar_vgg_starts_with_an_input_dependent_output():

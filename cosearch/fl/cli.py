@@ -79,7 +79,8 @@ def add_parsers(sub) -> None:
                          "Python's docstrings, one module per role; cifar10: CIFAR-10-format batches of the "
                          "bundled digits in colour on gradient backgrounds (CIFAR-shaped, not CIFAR-10)")
     fg.add_argument("out", help="folder to create (train/ and test/ inside; the batch files for cifar10)")
-    fg.add_argument("--users", type=int, default=5, help="clients (writers or roles) (default: 5)")
+    fg.add_argument("--users", type=int, default=None, help="clients (writers or roles) (default: 5; not for "
+                                                            "cifar10, whose batches are split at load by --clients)")
     fg.add_argument("--samples", type=int, default=150, help="samples per user before the split; for cifar10 "
                                                              "the training images in all (default: 150)")
     fg.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
@@ -190,6 +191,8 @@ def run(a) -> int:
     if a.flcmd == "generate":
         from .data import write_cifar_like, write_femnist_like, write_shakespeare_like
         if a.kind == "cifar10":
+            if a.users is not None:
+                raise ValueError("--users: CIFAR-10 batches have no users; give --clients when loading them")
             if os.path.exists(os.path.join(a.out, "test_batch")):
                 raise ValueError(f"{a.out!r} already holds CIFAR-10 batches")
             write_cifar_like(a.out, images=a.samples, test_images=max(10, a.samples // 5), seed=a.seed)
@@ -198,11 +201,12 @@ def run(a) -> int:
             return 0
         if os.path.exists(os.path.join(a.out, "train")):
             raise ValueError(f"{a.out!r} already holds a LEAF train/ folder")
+        users = 5 if a.users is None else a.users
         if a.kind == "femnist":
-            write_femnist_like(a.out, a.users, a.samples, a.seed)
+            write_femnist_like(a.out, users, a.samples, a.seed)
         else:
-            write_shakespeare_like(a.out, a.users, a.samples, a.seed, stride=2)
-        print(f"wrote {a.kind}-like LEAF folder {a.out} ({a.users} users)")
+            write_shakespeare_like(a.out, users, a.samples, a.seed, stride=2)
+        print(f"wrote {a.kind}-like LEAF folder {a.out} ({users} users)")
         return 0
     for path in a.results:
         if not os.path.isfile(path):

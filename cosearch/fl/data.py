@@ -649,9 +649,25 @@ def _write_leaf(directory: str, train: dict, test: dict) -> str:
     return directory
 
 
+#: Most users a generator writes (LEAF's FEMNIST has 3,550 writers; the scale bench uses 1,000).
+MAX_GENERATED_USERS = 100_000
+
+
+def _generator_sizes(users, samples, seed, where: str) -> None:
+    """Refuse sizes a generated folder cannot have: at least one user, two samples a user (one
+    for training and one for test), a non-negative seed."""
+    from .._validate import positive_int
+    positive_int(f"{where}: users", users, MAX_GENERATED_USERS)
+    if positive_int(f"{where}: samples", samples) < 2:
+        raise ValueError(f"{where}: samples must be at least 2 a user (one for training, one for test), got {samples}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{where}: seed must be a non-negative integer, got {seed!r}")
+
+
 def _femnist_like_writers(users: int, samples: int, seed: int):
     """Per writer, ``(images (samples, 784) float32 in [0, 1], labels)``: the bundled digits
     restyled per writer (its own shift, stroke weight, contrast and a skewed digit mix)."""
+    _generator_sizes(users, samples, seed, "femnist-like data")
     from sklearn.datasets import load_digits as sk_digits
     d = sk_digits()
     by_label = [np.flatnonzero(d.target == lab) for lab in range(10)]
@@ -717,6 +733,10 @@ def write_cifar_like(directory: str, images: int = 1000, test_images: int = 300,
     for name, v in (("images", images), ("test_images", test_images), ("batches", batches)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"write_cifar_like: {name} must be a positive integer, got {v!r}")
+    if images < batches:
+        raise ValueError(f"write_cifar_like: {images} training images cannot fill {batches} batches")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"write_cifar_like: seed must be a non-negative integer, got {seed!r}")
     d = sk_digits()
     rng = np.random.default_rng(seed)
     ramp = np.linspace(0.0, 1.0, 32)[None, :, None]
@@ -766,6 +786,7 @@ def write_shakespeare_like(directory: str, users: int = 6, samples: int = 200, s
     Characters outside LEAF's alphabet become spaces.  Returns ``directory``."""
     import importlib
     import inspect
+    _generator_sizes(users, samples, seed, "shakespeare-like data")
     lut = set(SHAKESPEARE_CHARS)
     rng = np.random.default_rng(seed)
     train, test = {}, {}
