@@ -61,6 +61,10 @@ def test_experiment_statistics_resume_and_plot(tmp_path):
     (tmp_path / "empty.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="run\\(s\\) without a round: none seed 1"):
         experiment.Experiment.from_json(tmp_path / "empty.json")
+    # a target accuracy outside (0, 1] (nan, 2) was used: every run "missed" it
+    for bad in (float("nan"), 2.0, 0.0):
+        with pytest.raises(ValueError, match="target accuracy must be"):
+            full.table(bad)
     full.plot(tmp_path / "e.png")
     assert (tmp_path / "e.png").stat().st_size > 5000
     with pytest.raises(ValueError, match="differ"):

@@ -168,6 +168,9 @@ def run(a) -> int:
         methods = [m.strip() for m in a.methods.split(",") if m.strip()]
         if a.seed_offset < 0:
             raise ValueError(f"--seed-offset must be >= 0, got {a.seed_offset}")
+        if a.target is not None:                  # checked before the runs, not after them
+            from .._validate import fraction
+            fraction("--target", a.target)
         seeds = list(range(a.seed_offset, a.seed_offset + a.seeds)) if a.seeds >= 1 else a.seeds
         exp = run_experiment(a.dataset, methods, seeds, a.rounds, clients=a.clients, workers=a.workers,
                              out=a.out, resume=a.out if (a.resume and os.path.exists(a.out)) else None,

@@ -183,7 +183,11 @@ class Experiment:
         return 0.95 * float(min(finals)) if finals else float("nan")
 
     def summary(self, target_accuracy: float | None = None, reference: str | None = None) -> list[MethodStats]:
-        """Per-method statistics over the seeds that every method finished."""
+        """Per-method statistics over the seeds that every method finished (``target_accuracy``:
+        a fraction in (0, 1]; None: :meth:`default_target`)."""
+        if target_accuracy is not None:
+            from .._validate import fraction
+            fraction("target accuracy", target_accuracy)
         methods = [m for m in self.methods if self.runs.get(m)]
         if not methods:
             return []
