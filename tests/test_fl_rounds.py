@@ -415,3 +415,15 @@ def test_leaf_loader_stops_at_max_clients(tmp_path, monkeypatch):
         data.load_leaf(str(tmp_path), "femnist")                 # everything: the broken file is read
     with pytest.raises(ValueError, match="max_clients"):
         data.load_leaf(str(tmp_path), "femnist", max_clients=0)
+
+
+def test_dirichlet_alpha_must_be_a_positive_finite_number():
+    """``alpha=nan`` passed ``alpha <= 0`` and failed later as "fewer than 4 samples; raise
+    alpha"; each bad alpha is now refused as what it is."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(10), 20)
+    for bad in (float("nan"), float("inf"), -1.0, 0.0):
+        with pytest.raises(ValueError, match="alpha must be a positive finite number"):
+            data.dirichlet_partition(y, 4, bad, rng)
+    parts = data.dirichlet_partition(y, 4, 0.5, rng)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(200))
