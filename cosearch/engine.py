@@ -96,6 +96,11 @@ same.
   52 bytes a logit, :data:`cosearch.graph.CROSS_ENTROPY_FP32_BYTES`) or ``"fused"`` (one kernel
   reading the bf16 logits and writing their gradient: llm-foundry's ``loss_fn:
   fused_crossentropy``, XLA's fusion in MaxText).
+* ``embedding`` — how the input embedding looks tokens up (:data:`cosearch.graph.EMBEDDINGS`):
+  ``"gather"`` (a table lookup, every framework's default) or ``"one-hot"`` (MaxText's
+  ``use_iota_embed: true``, ``layers/embeddings.py``: the tokens compared with an iota into a
+  one-hot matrix, multiplied by the table — a GEMM of ``tokens x vocab x hidden``, whose
+  backward is the table's gradient GEMM only).
 * ``elementwise`` — how a layer's norms, activation and rotary embedding run: ``"fused"`` (one
   kernel each at the memory efficiency: Megatron-Core and Transformer Engine, ``torch.compile``)
   or ``"eager"`` (PyTorch eager mode running the model's Python op by op, as torchtitan does
@@ -206,6 +211,7 @@ class Engine:
     fp8_cast_kernel: str = "fused"
     cross_entropy: str = "fp32"
     elementwise: str = "fused"
+    embedding: str = "gather"
     fp8_param_gather: bool = False
     full_grad_allreduce: bool = False
     moe_dispatcher: str = "alltoall"
@@ -218,7 +224,7 @@ class Engine:
 
     def __post_init__(self) -> None:
         from ._validate import choice
-        from .graph import CROSS_ENTROPY, ELEMENTWISE, check_selective_policy
+        from .graph import CROSS_ENTROPY, ELEMENTWISE, EMBEDDINGS, check_selective_policy
         from .hardware import ATTENTION_KERNELS, CAST_KERNELS
         try:
             check_selective_policy(self.selective_recompute)
@@ -226,7 +232,8 @@ class Engine:
             raise ValueError(f"Engine.selective_recompute: {exc}") from None
         for f, options in (("attention_kernel", ATTENTION_KERNELS),
                            ("fp8_cast_kernel", CAST_KERNELS), ("cross_entropy", CROSS_ENTROPY),
-                           ("elementwise", ELEMENTWISE), ("moe_dispatcher", MOE_DISPATCHERS),
+                           ("elementwise", ELEMENTWISE), ("embedding", EMBEDDINGS),
+                           ("moe_dispatcher", MOE_DISPATCHERS),
                            ("tp_overlap_kernel", TP_OVERLAP_KERNELS)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:

@@ -494,6 +494,13 @@ CROSS_ENTROPY_FP32_BYTES = (22.0, 16.0, 8.0, 6.0)
 #: ``torch.compile``, llm-foundry), priced per :data:`EAGER_ELEMENTWISE_BYTES`.
 ELEMENTWISE = ("fused", "eager")
 
+#: How the input embedding looks tokens up (:attr:`cosearch.engine.Engine.embedding`):
+#: ``"gather"``, a lookup writing each token's row; ``"one-hot"``, MaxText's ``use_iota_embed``:
+#: the one-hot matrix of the tokens (generated from an iota inside the dot's operand fusion, as
+#: XLA fuses an elementwise producer into its consumer) times this rank's share of the table, a
+#: GEMM whose backward is the table's gradient only (the one-hot has none).
+EMBEDDINGS = ("gather", "one-hot")
+
 
 def _eager_bytes(rows, stream_Bps: float, launch_s: float = 0.0) -> tuple[float, float]:
     """Forward and backward time of an eager kernel as bytes per element at the memory stream
@@ -965,6 +972,10 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
             ob = op.dtype_bytes
             if ob < dt:
                 deps = [g.fp8_cast(f"{op.name}.grad_cast", deps, op.m * op.n * op.batch, ob)]
+            if op.name == ONE_HOT_EMBEDDING:        # the one-hot tokens have no gradient: the table's only
+                g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m, batch=op.batch, operand_bytes=ob)
+                grad_of[i] = []
+                continue
             dg = g.gemm(f"{op.name}.dgrad", deps, op.m, op.k, op.n, batch=op.batch, operand_bytes=ob)
             g.gemm(f"{op.name}.wgrad", deps, op.k, op.n, op.m, batch=op.batch, operand_bytes=ob)
             if tp > 1 and op.name in allreduce_after and not sequence_parallel:
@@ -995,12 +1006,16 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
 
 
 def _forward_embedding(config: ModelConfig, tp: int, b: int, sp: bool = False,
-                       flash: bool = False, cp: int = 1, lowp: float = 0.0, ep: int = 1) -> list[Op]:
+                       flash: bool = False, cp: int = 1, lowp: float = 0.0, ep: int = 1,
+                       one_hot: bool = False) -> list[Op]:
     c = config
     T = b * (c.seq_len // cp)
     Tv = T / tp if sp else T
     g = _Builder(c.dtype_bytes)
-    e = g.vector("embedding", [], T * c.hidden, "embedding")
+    if one_hot:        # MaxText's use_iota_embed: one-hot(tokens) x this rank's rows of the table
+        e = g.gemm(ONE_HOT_EMBEDDING, [], T, c.hidden, vocab_shard(c.vocab, tp))
+    else:
+        e = g.vector("embedding", [], T * c.hidden, "embedding")
     if tp > 1:  # vocab-parallel embedding: partial lookups summed across ranks
         e = (g.collective("reducescatter_embedding", [e], T * c.hidden * c.dtype_bytes, "reducescatter")
              if sp else g.allreduce("allreduce_embedding", [e], T * c.hidden * c.dtype_bytes))
@@ -1027,6 +1042,9 @@ def _forward_head(config: ModelConfig, tp: int, b: int, sp: bool = False, flash:
     return g.ops
 
 
+#: The one-hot embedding's GEMM (:data:`EMBEDDINGS`): its backward has no data gradient.
+ONE_HOT_EMBEDDING = "embedding_onehot"
+
 #: Frameworks pad the vocabulary so each tensor-parallel rank's share of the LM head is a
 #: multiple of this (Megatron-LM's ``--make-vocab-size-divisible-by 128``, per rank).
 VOCAB_PAD = 128
@@ -1049,7 +1067,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           part: str = "layer", sequence_parallel: bool = False, flash_attention: bool = False,
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
           cross_entropy: str = "fused", elementwise: str = "fused",
-          expert_tensor_parallel: int | None = None, both: bool = False) -> LayerGraph:
+          expert_tensor_parallel: int | None = None, both: bool = False,
+          embedding: str = "gather") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1070,8 +1089,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     how the head's loss runs, a fused kernel or Megatron's fp32 passes.  ``elementwise``
     (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
     (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
-    (:data:`EAGER_ELEMENTWISE_BYTES`).  ``both``: return the (forward, backward) pair
-    (:func:`build_pair`)."""
+    (:data:`EAGER_ELEMENTWISE_BYTES`).  ``embedding`` (:data:`EMBEDDINGS`): the input
+    embedding's lookup, a gather or MaxText's one-hot GEMM.  ``both``: return the (forward,
+    backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -1090,9 +1110,13 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
                          f"parallelism; got tp={tp}, cp={cp}")
     choice("cross_entropy", cross_entropy, CROSS_ENTROPY)
     choice("elementwise", elementwise, ELEMENTWISE)
+    choice("embedding", embedding, EMBEDDINGS)
     local = check_expert_tensor_parallel(config, expert_tensor_parallel, tp, bool(sequence_parallel)) == 1 and tp > 1
+    extra = {"experts_local": True} if local and part == "layer" else {}
+    if part == "embedding" and embedding == "one-hot":
+        extra["one_hot"] = True
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
-                 ep, **({"experts_local": True} if local and part == "layer" else {}))
+                 ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
     if cross_entropy == "fp32":
         own["cross_entropy"] = CROSS_ENTROPY_FP32_BYTES

@@ -172,8 +172,9 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
     named tensor its ``'device'`` or ``'offload'`` place holds, in the activation dtype — the layer
     input (``h``), the Q, K and V projections (``q_dim``, ``kv_dim`` each; split by tp), the
     attention context (``heads x head_dim``), the attention output (``h``), a dense MLP's (or the
-    shared experts') input projections and output, an MoE layer's expert projections at the slots
-    each token fills; everything else is rematerialized.  A dense layer's ``mlp*`` names are the
+    shared experts') input projections (not its output: it only enters the residual sum, whose
+    backward reads nothing, so JAX keeps no residual for it), an MoE layer's expert projections at
+    the slots each token fills; everything else is rematerialized.  A dense layer's ``mlp*`` names are the
     shared experts' in an MoE layer."""
     from .graph import moe_expert_tokens
     c = config
@@ -182,12 +183,18 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
     rep = c.hidden / (t if sequence_parallel else 1)
     ffn = (c.shared_experts * c.expert_ffn if c.moe else c.ffn_hidden) / t
     slots = moe_expert_tokens(c, c.seq_len, 1, 1)[1] / c.seq_len if c.moe else 0.0
-    width = {"decoder_layer_input": rep * c.hyper_connections, "query_proj": c.q_dim / t, "key_proj": c.kv_dim / t,
-             "value_proj": c.kv_dim / t, "kv_proj": 2 * c.kv_dim / t, "qkv_proj": (c.q_dim + 2 * c.kv_dim) / t,
-             "context": c.heads * c.head_dim / t, "out_proj": rep,
-             "mlpwi": ffn, "mlpwi_0": ffn, "mlpwi_1": ffn if c.gated else 0.0, "mlpwo": rep if ffn else 0.0,
-             "moe_mlpwi": slots * c.expert_ffn / t, "moe_mlpwi_0": slots * c.expert_ffn / t,
-             "moe_mlpwi_1": slots * c.expert_ffn / t if c.gated else 0.0, "moe_mlpwo": slots * c.hidden}
+    moe_ffn = slots * c.expert_ffn / t
+    # each saved tensor once, under whichever of its checkpoint names the policy keeps (a model has
+    # either the separate projections or the fused ones, never both: MaxText's fused_qkv and
+    # fused_mlp); a dense MLP's (or the shared experts') output is never a residual (above)
+    tensors = ((rep * c.hyper_connections, ("decoder_layer_input",)),
+               (c.q_dim / t, ("query_proj", "qkv_proj")),
+               (c.kv_dim / t, ("key_proj", "kv_proj", "qkv_proj")),
+               (c.kv_dim / t, ("value_proj", "kv_proj", "qkv_proj")),
+               (c.heads * c.head_dim / t, ("context",)), (rep, ("out_proj",)),
+               (ffn, ("mlpwi_0", "mlpwi")), (ffn if c.gated else 0.0, ("mlpwi_1", "mlpwi")),
+               (moe_ffn, ("moe_mlpwi_0", "moe_mlpwi")), (moe_ffn if c.gated else 0.0, ("moe_mlpwi_1", "moe_mlpwi")),
+               (slots * c.hidden, ("moe_mlpwo",)))
     if c.mla is not None or c.compressed_attention is not None:
         kind = "MLA" if c.mla is not None else "DeepSeek-V4's compressed"
         for n in ("query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj", "context", "out_proj"):
@@ -195,9 +202,10 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
                 raise ValueError(f"MaxText remat tensor {n}: {kind} attention's projections are not the named Q/K/V "
                                  "ones; leave it 'remat'")
     per_token = {"device": 0.0, "offload": 0.0}
-    for name, where in places.items():
+    for width, names in tensors:
+        where = next((places.get(n, "remat") for n in names if places.get(n, "remat") != "remat"), "remat")
         if where != "remat":
-            per_token[where] += width[name] * dt
+            per_token[where] += width * dt
     n = c.seq_len * microbatch
     return n * per_token["device"], n * per_token["offload"]
 

@@ -293,7 +293,8 @@ class Plan:
 # ---------------------------------------------------------------------- unit costs
 @functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
-                ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None):
+                ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
+                embedding: str = "gather"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
@@ -304,7 +305,7 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
     for part in ("embedding", "layer", "head"):
         moe = part == "layer"
         f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
-                            elementwise, etp if moe else None)
+                            elementwise, etp if moe else None, embedding if part == "embedding" else "gather")
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -344,7 +345,7 @@ def clear_graph_cache() -> None:
 
 @functools.lru_cache(maxsize=2048)
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
-                 ep: int, cross_entropy: str, elementwise: str, etp: int | None):
+                 ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather"):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep."""
@@ -354,7 +355,7 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
         return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
-                            elementwise=elementwise, expert_tensor_parallel=etp)
+                            elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding)
 
 
 _SHARES: dict = {}
@@ -644,9 +645,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t)
+                                     etp_t, eng.embedding)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t)
+                                     etp_t, eng.embedding)
                     a1 = _graph_stack(g1)
                     da = _graph_stack(g2) - a1
                     gs = g1
@@ -654,7 +655,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     rows = a1[None] + (mbs - 1.0)[:, None, None] * da[None]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
-                                     eng.elementwise, etp_t)
+                                     eng.elementwise, etp_t, eng.embedding)
                     rows = _graph_stack(gs)[None]
                 priced = None
                 if time_model != "work-bound":

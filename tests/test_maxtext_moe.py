@@ -153,6 +153,16 @@ def test_a_maxtext_tpu_moe_row_reads_as_its_recipe():
     assert cited.model == d.model and cited.engine.selective_recompute == d.engine.selective_recompute
     with pytest.raises(rows.Refused, match="sparse_matmul"):
         rows.describe_row(_tpu_row(assumed=["capacity_factor 1.25"]))
+    # a row naming one of MaxText's named policies reads as the config reader reads it; others
+    # are refused by name, and "minimal" stays its own (checkpoint_dots_with_no_batch_dims)
+    named = rows.describe_row(_tpu_row(recompute="remat_policy=save_qkv_proj"))
+    kept = {t for t, w in graph.maxtext_policy(named.engine.selective_recompute).items() if w == "device"}
+    assert kept == {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj"}
+    assert named.spec.recompute == "selective"
+    with pytest.raises(rows.Refused, match="MaxText remat policy 'save_everything' is not modelled"):
+        rows.describe_row(_tpu_row(recompute="remat_policy=save_everything"))
+    minimal = rows.describe_row(_tpu_row(recompute="remat_policy=minimal (saves matmul outputs)"))
+    assert minimal.engine.selective_recompute == "dots-saved"
 
 
 def test_fsdp_by_expert_mesh_and_llama4_chunks():

@@ -101,9 +101,12 @@ def test_maxtext_overrides_read_as_the_validation_row_of_the_same_run():
     by_maxtext = read_maxtext(None, words).resolve(256)
     assert by_maxtext.spec == by_row.spec and by_maxtext.global_batch == by_row.global_batch == 256
     assert by_maxtext.model.num_params() == by_row.model.num_params()
-    # MaxText's own llama2-70b v5p command uses a remat policy cosearch does not price
-    with pytest.raises(ValueError, match="save_dot_except_mlpwi"):
-        read_config(DATA / "maxtext_llama2_70b_v5p.args")
+    # MaxText's own llama2-70b v5p command: remat_policy save_dot_except_mlpwi and the one-hot
+    # (iota) embedding, 4 sequences a chip, the fsdp axis over every chip
+    d = read_config(DATA / "maxtext_llama2_70b_v5p.args").resolve(512)
+    assert d.engine.name == "maxtext-remat-save-dot-except-mlpwi-iota-embed" and d.engine.embedding == "one-hot"
+    assert (d.spec.dp, d.spec.tp, d.spec.microbatch, d.spec.recompute, d.spec.zero) == (512, 1, 4, "selective", 3)
+    assert d.global_batch == 2048 and d.model.seq_len == 4096
     with pytest.raises(ValueError, match="not a whole number"):
         read_maxtext(None, ["per_device_batch_size=0.5", "ici_fsdp_parallelism=4"])
 
@@ -295,3 +298,87 @@ def test_maxtext_values_of_the_wrong_kind_are_refused_naming_the_field():
         read_maxtext(None, base + ["mlp_activations=7"])
     # one comma-separated string reads as the list
     assert read_maxtext(None, base + ["mlp_activations=gelu,linear"]).model.activation == "geglu"
+
+
+# MaxText's named remat policies, transcribed from Decoder.get_remat_policy (MaxText
+# layers/decoders.py): the checkpoint names each keeps; here independently of the reader's table
+_MAXTEXT_KEEPS = {
+    "save_out_proj": {"out_proj"},
+    "save_qkv_proj": {"query_proj", "value_proj", "key_proj", "qkv_proj"},
+    "save_dot_except_mlp": {"query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj"},
+    "save_dot_except_mlpwi": {"query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj", "mlpwo"},
+    "save_dot_with_context_except_mlp": {"query_proj", "value_proj", "key_proj", "qkv_proj", "context", "out_proj"},
+    "minimal_with_context": {"query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj", "mlpwi_0", "mlpwi_1",
+                             "mlpwi", "mlpwo", "context"},
+}
+_MT_DIMS = ["ici_fsdp_parallelism=8", "base_emb_dim=4096", "base_num_query_heads=32", "base_num_kv_heads=32",
+            "head_dim=128", "base_num_decoder_layers=8", "base_mlp_dim=11008", "vocab_size=32000",
+            "per_device_batch_size=4", "max_target_length=4096"]
+
+
+def _mt_plan(policy, extra=()):
+    from cosearch import cluster, hardware
+    d = read_maxtext(None, _MT_DIMS + [f"remat_policy={policy}", *extra]).resolve(8)
+    return d, evaluate(d.model, hardware.TPUv5p, cluster.tpuv5p_pod(8), d.spec, d.global_batch, engine=d.engine)
+
+
+@pytest.mark.parametrize("policy", sorted(_MAXTEXT_KEEPS))
+def test_maxtext_named_remat_policies_read_as_maxtext_defines_them(policy):
+    """Each named policy is MaxText's save_only_these_names set: the engine's selective policy
+    keeps exactly those tensors (and the layer input, the scan's carry) and rematerializes the
+    rest; it reruns less than full remat and at least what a policy keeping more reruns."""
+    from cosearch import graph
+    d, plan = _mt_plan(policy)
+    places = graph.maxtext_policy(d.engine.selective_recompute)
+    assert d.spec.recompute == "selective"
+    assert {t for t, w in places.items() if w == "device"} == _MAXTEXT_KEEPS[policy] | {"decoder_layer_input"}
+    assert {w for t, w in places.items() if t not in _MAXTEXT_KEEPS[policy] | {"decoder_layer_input"}} == {"remat"}
+    full = _mt_plan("full")[1]
+    assert 0 < plan.breakdown["recompute_s"] < full.breakdown["recompute_s"]
+    for other, keeps in _MAXTEXT_KEEPS.items():
+        if keeps > _MAXTEXT_KEEPS[policy]:       # keeps more: reruns no more
+            assert _mt_plan(other)[1].breakdown["recompute_s"] <= plan.breakdown["recompute_s"] + 1e-12
+
+
+def test_maxtext_mlpwo_is_no_residual_and_offloaded_policies_send_to_the_host():
+    """A dense MLP's output only enters the residual sum, whose backward reads nothing, so keeping
+    it (save_dot_except_mlpwi) costs no memory and saves no rerun over save_dot_except_mlp;
+    qkv_proj_offloaded keeps Q, K and V in host memory (less HBM than saving them, offload time
+    only past the layers' compute); custom reads each tensor's own key, and a custom key under a
+    named policy is noted, not applied."""
+    a, b = _mt_plan("save_dot_except_mlp")[1], _mt_plan("save_dot_except_mlpwi")[1]
+    assert a.memory_per_chip_bytes == b.memory_per_chip_bytes and a.step_time_s == b.step_time_s
+    saved, off = _mt_plan("save_qkv_proj")[1], _mt_plan("qkv_proj_offloaded")[1]
+    # per layer, per chip: 4 sequences x 4096 tokens x (3 x 4096) bf16 values of Q, K and V, the
+    # hidden dimension whole (fsdp shards the batch); 8 layers
+    qkv = 8 * 4 * 4096 * 3 * 4096 * 2
+    assert max(saved.memory_per_chip_bytes) - max(off.memory_per_chip_bytes) == pytest.approx(qkv)
+    assert off.breakdown["recompute_s"] == saved.breakdown["recompute_s"]
+    d, custom = _mt_plan("custom", ["query_proj=offload", "key_proj=offload", "value_proj=offload"])
+    assert custom.memory_per_chip_bytes == off.memory_per_chip_bytes and custom.step_time_s == off.step_time_s
+    d2, _ = _mt_plan("save_qkv_proj", ["out_proj=device"])
+    assert any("out_proj: 'device' applies under remat_policy custom only" in n for n in d2.assumed)
+    with pytest.raises(ValueError, match="remat_policy custom: MaxText remat tensor context='disk'"):
+        _mt_plan("custom", ["context=disk"])
+    with pytest.raises(ValueError, match="remat_policy 'save_everything' is not modelled"):
+        _mt_plan("save_everything")
+
+
+def test_one_hot_embedding_is_a_gemm_whose_backward_is_the_tables_gradient_only():
+    """MaxText's use_iota_embed: one-hot(tokens) x this rank's vocabulary rows, 2 T V h / tp FLOPs
+    forward, and in the backward only the table's gradient (the one-hot has none), by hand; a
+    gather costs no GEMM.  An unknown lookup is refused."""
+    from cosearch import engine, graph, models
+    m = models.preset("llama2-7b")              # V 32,000, h 4,096, s 4,096
+    T, V, h = 2 * 4096, 32000, 4096
+    f, b = graph.build_pair(m, 2, 2, "embedding", embedding="one-hot")
+    gemms = [o for o in f.ops if o.kind == "gemm"]
+    assert [(o.m, o.n, o.k) for o in gemms] == [(T, h, V // 2)]
+    assert sum(2.0 * o.m * o.n * o.k for o in b.ops if o.kind == "gemm") == 2.0 * T * h * V / 2
+    assert [o.name for o in b.ops if o.kind == "gemm"] == ["embedding_onehot.wgrad"]
+    f2, b2 = graph.build_pair(m, 2, 2, "embedding")
+    assert not [o for o in f2.ops + b2.ops if o.kind == "gemm"]
+    with pytest.raises(ValueError, match="embedding"):
+        engine.Engine("x", embedding="lookup")
+    with pytest.raises(ValueError, match="embedding"):
+        graph.build(m, 1, 1, part="embedding", embedding="lookup")

@@ -25,8 +25,11 @@ unless ``num_slices`` says otherwise).
 ``ici_pipeline_parallelism``            pp
 ``ici_context_parallelism``             cp
 ``ici_expert_parallelism``              ep
-``remat_policy``                        full; minimal (the weight GEMMs' outputs saved, the rest rerun)
+``remat_policy``                        full; minimal (the weight GEMMs' outputs saved, the rest rerun);
+                                        MaxText's named policies (:data:`NAMED_REMAT_POLICIES`) and
+                                        custom (each tensor's own key: remat, device or offload)
 ``quantization``                        ``fp8`` / ``nanoo_fp8``: FP8 GEMMs
+``use_iota_embed``                      true: the embedding as a one-hot GEMM (engine ``embedding``)
 ``attention``                           dot_product: unfused; flash / cudnn_flash_te /
                                         autoselected (flash for training sequences of 128+,
                                         MaxText/layers/attentions.py): flash
@@ -35,16 +38,38 @@ unless ``num_slices`` says otherwise).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .. import models
 from ..engine import MAXTEXT, MAXTEXT_MINIMAL_REMAT
+from ..graph import MAXTEXT_TENSORS, check_selective_policy
 from ..models import ModelConfig
 from ._fields import Keys, flatten, load_yaml, parse_overrides
 from .config import RunConfig
 
-__all__ = ["read_maxtext", "MODEL_NAMES"]
+__all__ = ["read_maxtext", "MODEL_NAMES", "NAMED_REMAT_POLICIES", "remat_places_policy"]
+
+_QKV = ("query_proj", "value_proj", "key_proj", "qkv_proj")
+_MINIMAL = (*_QKV, "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo")
+
+#: MaxText's named ``remat_policy`` values as the tensors each keeps (``'device'``) or moves to
+#: host memory (``'offload'``), every other tensor rematerialized: ``Decoder.get_remat_policy``
+#: in MaxText's ``layers/decoders.py`` (``jax.checkpoint_policies.save_only_these_names`` /
+#: ``save_and_offload_only_these_names`` over these checkpoint names).  The decoder layer's input
+#: is always kept: it is the scan's carry, where the rematerialization starts.
+NAMED_REMAT_POLICIES = {name: {"decoder_layer_input": "device", **dict.fromkeys(kept, where)} for name, kept, where in (
+    ("minimal_with_context", (*_MINIMAL, "context"), "device"),
+    ("minimal_flash", (*_MINIMAL, "context"), "device"),            # MaxText: deprecated name of the above
+    ("save_dot_with_context_except_mlp", (*_QKV, "context", "out_proj"), "device"),
+    ("save_dot_except_mlpwi", (*_QKV, "out_proj", "mlpwo"), "device"),
+    ("save_dot_except_mlp", (*_QKV, "out_proj"), "device"),
+    ("save_qkv_proj", _QKV, "device"),
+    ("save_out_proj", ("out_proj",), "device"),
+    ("qkv_proj_offloaded", ("query_proj", "value_proj", "key_proj"), "offload"),
+    ("minimal_offloaded", _MINIMAL, "offload"),
+)}
 
 #: MaxText ``model_name`` -> cosearch preset (MaxText/configs/models/<name>.yml carry the
 #: published dimensions of each).
@@ -65,6 +90,13 @@ NEUTRAL_KEYS = frozenset({
     "max_prefill_predict_length", "reuse_example_batch", "weight_dtype", "enable_dropout", "dropout_rate",
     "decoder_block", "logits_dot_in_fp32", "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
 })
+
+
+def remat_places_policy(places: dict[str, str]) -> str:
+    """The engine's selective policy (``"maxtext:tensor=place,..."``,
+    :func:`cosearch.graph.maxtext_policy`) of MaxText tensors' places: a named policy's
+    (:data:`NAMED_REMAT_POLICIES`) or a custom one's."""
+    return "maxtext:" + ",".join(f"{t}={w}" for t, w in sorted(places.items()))
 
 
 def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
@@ -178,6 +210,7 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     # recompute, precision, attention
     remat = str(k.get("remat_policy", "full"))
     engine = MAXTEXT
+    tensors = {t: k.get(t) for t in MAXTEXT_TENSORS if t in k}     # base.yml's per-tensor places
     if remat == "full":
         plan["recompute"] = "full"
     elif remat == "minimal":
@@ -185,8 +218,27 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         # .checkpoint_dots_with_no_batch_dims (the weight GEMMs' outputs saved)
         plan["recompute"] = "selective"
         engine = MAXTEXT_MINIMAL_REMAT
+    elif remat in NAMED_REMAT_POLICIES or remat == "custom":
+        if remat == "custom":
+            # remat_policy custom: each tensor 'remat', 'device' or 'offload' as its own key says
+            # (base.yml's defaults: decoder_layer_input 'device', every other 'remat')
+            places = {t: str(v) for t, v in tensors.items()}
+        else:
+            places = NAMED_REMAT_POLICIES[remat]
+            for t, v in tensors.items():
+                if str(v) != ("device" if t == "decoder_layer_input" else "remat"):
+                    assumed.append(f"{t}: {v!r} applies under remat_policy custom only; {remat} decides")
+        policy = remat_places_policy(places)
+        try:
+            check_selective_policy(policy)
+        except ValueError as exc:
+            raise ValueError(f"{name}: remat_policy {remat}: {exc}") from None
+        plan["recompute"] = "selective"
+        engine = replace(MAXTEXT, name=f"maxtext-remat-{remat.replace('_', '-')}", selective_recompute=policy,
+                         software=MAXTEXT.software + f", remat_policy {remat}")
     else:
-        raise ValueError(f"{name}: remat_policy {remat!r} is not modelled (full, minimal)")
+        raise ValueError(f"{name}: remat_policy {remat!r} is not modelled (full, minimal, custom, "
+                         f"{', '.join(NAMED_REMAT_POLICIES)})")
     quant = str(k.get("quantization", "") or "")
     if quant not in ("", "fp8", "nanoo_fp8"):
         raise ValueError(f"{name}: quantization {quant!r} is not modelled (none, fp8)")
@@ -197,6 +249,9 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     plan["flash_attention"] = att != "dot_product" and not (att == "autoselected" and seq < 128)
     if fsdp_deg is None:
         assumed.append("ici_fsdp_parallelism -1: the fsdp axis is what the chips leave")
-    neutral = k.finish((), NEUTRAL_KEYS, off_is_neutral_under=("",))
+    if k.bool("use_iota_embed", False):
+        # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
+        engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
+    neutral = k.finish((), NEUTRAL_KEYS | (set(tensors) if remat != "custom" else set()), off_is_neutral_under=("",))
     return RunConfig(name, model=model, plan=plan, dp=dp, batch_per_replica=int(per_replica), engine=engine,
                      seq_len=seq, assumed=tuple(assumed), neutral=neutral)

@@ -131,7 +131,7 @@ def _engine(row: dict) -> str | Engine:
     # collectives hidden (overlap_tp_comm) predicts a 13-17 % gain where the paper measures
     # 4.5-5.7 % (its Table 4 and the 405B Float8 rows), so its micro-pipelining hides only part of
     # them, which part not being modelled
-    if g == "MaxText" and str(row.get("recompute", "")).startswith("remat_policy=minimal"):
+    if g == "MaxText" and re.match(r"remat_policy=minimal(\s|$)", str(row.get("recompute", ""))):
         # MaxText's minimal remat: checkpoint_dots_with_no_batch_dims (the weight GEMMs' outputs saved)
         return "maxtext-minimal-remat"
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
@@ -323,10 +323,20 @@ def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
         return "selective", mods
     if r.startswith("custom"):
         return "selective", _maxtext_custom_policy(row, notes)
-    if r.startswith("remat_policy=minimal"):
+    if re.match(r"remat_policy=minimal(\s|$)", r):
         notes.append("remat_policy minimal: the weight GEMMs' outputs saved, every other op rerun "
                      "(checkpoint_dots_with_no_batch_dims); its activation memory bounded by Megatron's selective figure")
         return "selective", ()
+    named = re.match(r"remat_policy=([a-z_]+)", r)
+    if named:
+        from .maxtext import NAMED_REMAT_POLICIES, remat_places_policy
+        if named.group(1) not in NAMED_REMAT_POLICIES:
+            raise Refused(f"recompute {r!r}: MaxText remat policy {named.group(1)!r} is not modelled")
+        if not str(row.get("software", "")).startswith("MaxText"):
+            raise Refused(f"recompute {r!r}: a MaxText remat policy is read for MaxText rows only")
+        notes.append(f"MaxText remat_policy {named.group(1)}: the tensors its get_remat_policy saves kept, every "
+                     "other one rematerialized")
+        return "selective", remat_places_policy(NAMED_REMAT_POLICIES[named.group(1)])
     if r.startswith("selective"):
         notes.append(f"recompute {r!r} priced as Megatron's selective (attention core)")
         return "selective", ()
