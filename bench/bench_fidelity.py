@@ -288,6 +288,7 @@ def test_fidelity(benchmark):
         if full:
             errors.append(abs(err))
         eng = ENGINE_OF.get(run["name"], "megatron-lm")
+        eng = getattr(eng, "name", eng)
         rows.append(f"{run['name']:<24} published {pub:8.3f} predicted {pred:8.3f} {unit:<28} error {err:+6.1%}"
                     f"  [{how}; {eng}] {plan.spec.describe()}  step {plan.step_time_s:.2f} s")
     mae = sum(errors) / len(errors) if errors else float("nan")

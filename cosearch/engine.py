@@ -96,6 +96,11 @@ same.
   52 bytes a logit, :data:`cosearch.graph.CROSS_ENTROPY_FP32_BYTES`) or ``"fused"`` (one kernel
   reading the bf16 logits and writing their gradient: llm-foundry's ``loss_fn:
   fused_crossentropy``, XLA's fusion in MaxText).
+* ``sp_even_split`` — sequence parallelism needs each context-parallel rank's sequence to split
+  evenly over the tensor-parallel ranks (Megatron-Core's ``_split_along_first_dim`` and
+  ``_reduce_scatter_along_first_dim`` assert the [s, b, h] tensor's first dimension divisible by
+  the TP size): on in every Megatron preset; off for FSDP/torchtitan (DTensor shards unevenly)
+  and MaxText (XLA pads a sharded dimension).
 * ``embedding`` — how the input embedding looks tokens up (:data:`cosearch.graph.EMBEDDINGS`):
   ``"gather"`` (a table lookup, every framework's default) or ``"one-hot"`` (MaxText's
   ``use_iota_embed: true``, ``layers/embeddings.py``: the tokens compared with an iota into a
@@ -212,6 +217,7 @@ class Engine:
     cross_entropy: str = "fp32"
     elementwise: str = "fused"
     embedding: str = "gather"
+    sp_even_split: bool = True
     fp8_param_gather: bool = False
     full_grad_allreduce: bool = False
     moe_dispatcher: str = "alltoall"
@@ -240,7 +246,7 @@ class Engine:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
                   "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
-                  "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm"):
+                  "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm", "sp_even_split"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         n = self.moe_comm_sms
@@ -319,7 +325,7 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
 
 #: PyTorch FSDP / FSDP2 (torchtitan).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
-              attention_kernel="fa2", selective_recompute="every-other-matmul", fp8_cast_kernel="inductor",
+              sp_even_split=False, attention_kernel="fa2", selective_recompute="every-other-matmul", fp8_cast_kernel="inductor",
               software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention, "
                        "per-op selective checkpointing and torchao's compiled Float8 casts")
 
@@ -357,7 +363,8 @@ def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton") -> 
 
 
 #: MaxText (JAX/XLA).
-MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, cross_entropy="fused",
+MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, sp_even_split=False,
+                 cross_entropy="fused",
                  overlap_tp_comm=True, software="MaxText on JAX/XLA (2023-24)")
 
 #: MaxText with ``remat_policy: minimal`` (its decoder's

@@ -626,9 +626,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     for ti, t in enumerate(tps):
         for si, sp in enumerate(sequence_parallel):
             sp = bool(sp) and t > 1
-            if expert_tensor_parallel == 1 and t > 1 and not sp and any(sequence_parallel):
-                # Megatron runs etp 1 under tp > 1 with sequence parallelism only: this cell is
-                # no plan (every field infinite; the plan search's tables never read it)
+            if (expert_tensor_parallel == 1 and t > 1 and not sp and any(sequence_parallel)) or (
+                    sp and eng.sp_even_split and cl.seq_len % t):
+                # Megatron runs etp 1 under tp > 1 with sequence parallelism only, and splits a
+                # sequence over the tp ranks only evenly: this cell is no plan (every field
+                # infinite; the plan search's tables never read it)
                 out[:, ti, :, si] = np.inf
                 out[:, ti, :, si, F.U_EPO] = 0.0          # (what the work bound subtracts: kept infinite)
                 continue
@@ -1000,6 +1002,12 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     engine = engine_preset(engine)
     check_features(engine, spec.virtual_stages, spec.context_parallel, spec.pp,
                    spec.expert_parallel if model.moe else 1, spec.recompute_per_stage())
+    local_seq = model.seq_len // spec.context_parallel
+    if spec.sequence_parallel and spec.tp > 1 and engine.sp_even_split and local_seq % spec.tp:
+        what = "each context-parallel rank's share of a sequence" if spec.context_parallel > 1 else "each sequence"
+        raise ValueError(f"sequence parallelism splits {what} ({local_seq} tokens) over tp {spec.tp} ranks, which "
+                         f"engine {engine.name!r} does only evenly (Megatron's _split_along_first_dim); choose a tp "
+                         "that divides it, or no sequence parallelism")
     check_precision(chip, spec.precision)
     u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
                    spec.flash_attention, time_model=time_model, engine=engine,

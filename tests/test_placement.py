@@ -226,3 +226,44 @@ def test_table_bound_and_admissible_rows_against_the_full_table(cp, virt):
         adm = placement.admissible_configurations(m, 16, B, tps, mbs, sps, virt, zeros, cp, (None, 2), 1, units, kth)
         np.testing.assert_array_equal(adm, cfg[lb <= kth].reshape(-1, cfg.shape[1]))
     assert placement.count_configurations(m, 16, B, tps, mbs, sps, virt, zeros, cp, (None, 2)) == len(cfg)
+
+
+def test_sequence_parallelism_splits_a_sequence_only_evenly_under_megatron():
+    """Megatron's sequence parallelism splits the [s, b, h] activations along s over the tp ranks
+    and asserts s divisible by tp (``_split_along_first_dim``): a 6-token sequence at tp 4 is no
+    Megatron plan (evaluate refuses it; the search returns the best plan among the rest, checked
+    against every plan through evaluate), while FSDP's DTensor shards it unevenly."""
+    m = models.ModelConfig("t6", 2, 64, 4, 256, 512, 6)            # 6 tokens: tp 2 divides, tp 4 does not
+    cl = cluster.Cluster(4)
+    with pytest.raises(ValueError, match="splits each sequence \\(6 tokens\\) over tp 4 ranks"):
+        evaluate(m, hardware.A100, cl, PlanSpec(1, 4, 1, 1, sequence_parallel=True), 4)
+    assert evaluate(m, hardware.A100, cl, PlanSpec(1, 4, 1, 1, sequence_parallel=True, zero=3), 4,
+                    engine="fsdp").feasible
+    assert evaluate(m, hardware.A100, cl, PlanSpec(2, 2, 1, 1, sequence_parallel=True), 4).feasible
+    res = placement.search_plans(m, hardware.A100, cl, 4, tps=(2, 4), virtual_stages=(1,), zero=(0,),
+                                 sequence_parallel=(False, True), microbatches=(1,), top_k=50)
+    found = [p for p in res.plans]
+    assert found and not any(p.spec.tp == 4 and p.spec.sequence_parallel for p in found)
+    best = math.inf
+    for tp, pp, sp, rc in itertools.product((2, 4), (1, 2), (False, True), ("none", "selective", "full")):
+        if (4 // tp) % pp:
+            continue
+        try:
+            p = evaluate(m, hardware.A100, cl, PlanSpec(4 // (tp * pp), tp, pp, 1, rc, sequence_parallel=sp), 4)
+        except ValueError:
+            continue
+        if p.feasible:
+            best = min(best, p.step_time_s)
+    assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
+
+
+def test_palm_keeps_its_uneven_model_parallel_split():
+    """PaLM's 2,048 tokens over model parallelism 12 do not split evenly; it ran on JAX/XLA, which
+    pads, so its Megatron-LM stand-in drops Megatron's even-split rule (and nothing else)."""
+    from dataclasses import replace
+
+    from cosearch.engine import MEGATRON_LM
+    from cosearch.runs.published import ENGINE_OF
+    palm = ENGINE_OF["PaLM-540B"]
+    assert not palm.sp_even_split and MEGATRON_LM.sp_even_split
+    assert replace(palm, name=MEGATRON_LM.name, software=MEGATRON_LM.software, sp_even_split=True) == MEGATRON_LM

@@ -17,19 +17,26 @@ here, each with its quote, so a user describing the same run gets the same numbe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .. import cluster, hardware, models
-from ..engine import Engine
+from ..engine import MEGATRON_LM, Engine
 from ..plan import Plan, PlanSpec, evaluate, recompute_flops
 
 __all__ = ["ENGINE_OF", "ZERO_OF", "published_model", "published_hardware", "recompute_ratios",
            "recompute_from_hfu", "megatron_tflops", "predict_published"]
 
 #: The framework each run used, where its source names one.  BLOOM: the tr11 README trains with
-#: Megatron-DeepSpeed (DeepSpeed's pipeline engine, ZeRO stage 1 with BF16_Optimizer).
-#: The others default to Megatron-LM's behaviour.
-ENGINE_OF = {"BLOOM-176B": "megatron-deepspeed"}
+#: Megatron-DeepSpeed (DeepSpeed's pipeline engine, ZeRO stage 1 with BF16_Optimizer).  PaLM
+#: (Chowdhery et al. 2022, sec. 4: JAX and T5X on Pathways) shards with XLA, which pads a
+#: dimension its mesh does not divide: Megatron-LM's behaviour otherwise, without Megatron's
+#: even split of a sequence over the tensor-parallel ranks (its 2,048 tokens over model
+#: parallelism 12).  The others default to Megatron-LM's behaviour.
+ENGINE_OF = {"BLOOM-176B": "megatron-deepspeed",
+             "PaLM-540B": replace(MEGATRON_LM, name="megatron-lm-xla-sharding", sp_even_split=False,
+                                  software="Megatron-LM's physics, a sequence split over tp as XLA splits it "
+                                           "(padded)")}
 
 #: ZeRO stage of runs whose source describes its sharding in words.  Llama 3 (Herd of Models,
 #: sec. 3.3.2): "Our use of FSDP for Llama 3 shards optimizer states and gradients, but for
