@@ -10,6 +10,8 @@ import math
 import numbers
 from typing import Any
 
+import numpy as np
+
 #: Largest cluster the kernels accept (int64-safe products, bounded work).
 MAX_CHIPS = 1 << 24
 #: Largest global batch (sequences) accepted.
@@ -80,6 +82,17 @@ def choice(name: str, value: Any, options: tuple) -> Any:
     if value not in options:
         raise ValueError(f"{name}={value!r}; choose one of {', '.join(map(repr, options))}")
     return value
+
+
+def values_of(name: str, x: Any, scalar: tuple = (str, int, np.integer)) -> tuple:
+    """An option given as one value or a list of them, as a tuple: ``x`` itself when it is one of
+    the ``scalar`` types (a bool counts only where listed), else its items; anything else (a
+    float, a set, a number of the wrong kind) is refused naming ``name``."""
+    if isinstance(x, scalar) and (not isinstance(x, bool) or bool in scalar or np.bool_ in scalar):
+        return (x,)
+    if isinstance(x, (list, tuple, np.ndarray, range)):
+        return tuple(x)
+    raise ValueError(f"{name} must be a value or a list of values, got {x!r}")
 
 
 def int_list(name: str, values: Any, maximum: int | None = None) -> tuple[int, ...]:

@@ -78,7 +78,7 @@ class PlacementResult:
 def _bools(name: str, x, default) -> tuple[bool, ...]:
     if x is None:
         return default
-    vals = (x,) if isinstance(x, (bool, np.bool_)) else tuple(x)
+    vals = v.values_of(name, x, (bool, np.bool_))
     if not vals or any(not isinstance(b, (bool, np.bool_)) for b in vals):
         raise ValueError(f"{name} must be True, False or a list of them, got {x!r}")
     return tuple(sorted({bool(b) for b in vals}))
@@ -94,7 +94,7 @@ def _virtuals_and_zeros(virtual_stages, zero, engine=None) -> tuple[tuple[int, .
         check_interleaving(engine, max(virt))
     if zero is None:
         return virt, engine.zero_stages
-    zeros = (zero,) if isinstance(zero, int) and not isinstance(zero, bool) else tuple(zero)
+    zeros = v.values_of("zero", zero, (int, np.integer))
     for z in zeros:
         if isinstance(z, bool) or z not in (0, 1, 2, 3):
             raise ValueError(f"zero must be 0, 1, 2 or 3 (or a list of them), got {zero!r}")
@@ -104,10 +104,8 @@ def _virtuals_and_zeros(virtual_stages, zero, engine=None) -> tuple[tuple[int, .
 def _modes(recompute) -> np.ndarray:
     if recompute is None:
         rc = F.RECOMPUTE_MODES
-    elif isinstance(recompute, str):
-        rc = (recompute,)
     else:
-        rc = tuple(recompute)
+        rc = v.values_of("recompute", recompute, (str,))
     if not rc:
         raise ValueError("recompute must name at least one mode")
     for r in rc:
@@ -215,7 +213,7 @@ def _config_args(L, chips, global_batch, tps, mbs, sps, virtuals, zeros, cp, zer
 def _option_list(name: str, x, default: tuple, check) -> tuple:
     if x is None:
         return default
-    vals = (x,) if isinstance(x, (str, int, np.integer)) and not isinstance(x, bool) else tuple(x)
+    vals = v.values_of(name, x)
     if not vals:
         raise ValueError(f"{name} must name at least one value")
     return tuple(dict.fromkeys(check(name, val) for val in vals))
@@ -335,7 +333,7 @@ def expert_tensor_parallel_values(model: ModelConfig, etp, tps, sps) -> tuple:
     etp 1 needs an MoE model without shared experts where some tp > 1 (tp 1 is the default's),
     and sequence parallelism among the options there (Megatron requires it)."""
     from .graph import check_expert_tensor_parallel
-    vals = (etp,) if etp is None or isinstance(etp, (int, np.integer)) else tuple(etp)
+    vals = (None,) if etp is None else v.values_of("expert_tensor_parallel", etp, (int, np.integer))
     if not vals:
         raise ValueError("expert_tensor_parallel must name at least one value (None: etp = tp, or 1)")
     out = []
@@ -542,7 +540,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                                            f"{o.global_batch} and the given options"))
     net = o.cluster.net_array(o.chip)
     total = sum(n for *_x, n in combos)
-    cut = math.inf if cutoff_s is None else float(cutoff_s)
+    cut = math.inf if cutoff_s is None or cutoff_s == math.inf else v.positive_float("cutoff_s", cutoff_s)
     priced = _price(o, combos, units, time_model, overlap_dp)
     found, searched, evaluated = _search_tables(o, combos, priced, net, prune, cut, progress)
     if not found and math.isfinite(cut) and prune:
@@ -642,9 +640,8 @@ PRICED_OPTIONS = {"context_parallel": 1, "precision": "bf16", "expert_parallel":
 
 
 def _priced_values(opts: dict, name: str) -> tuple:
-    v = opts.get(name)
-    vals = (v,) if isinstance(v, (int, np.integer, str)) else tuple(v) if v is not None else (PRICED_OPTIONS[name],)
-    return tuple(dict.fromkeys(vals))
+    x = opts.get(name)
+    return tuple(dict.fromkeys(v.values_of(name, x) if x is not None else (PRICED_OPTIONS[name],)))
 
 
 #: Precisions a search space's designs can be priced in: bf16 on every design, FP8 on those

@@ -198,6 +198,16 @@ def test_bad_options():
         placement.search_plans(m, hardware.A100, 4, 4, recompute="sometimes")
     with pytest.raises(ValueError, match="zero"):
         placement.search_plans(m, hardware.A100, 4, 4, zero=(5,))
+    # found by fuzzing search_plans' options: a value of the wrong kind raised a TypeError
+    # ("'bool' object is not iterable", "float() argument must be ... not 'tuple'")
+    for kw, name in (({"zero": True}, "zero"), ({"precision": True}, "precision"), ({"recompute": 0}, "recompute"),
+                     ({"sequence_parallel": 1.5}, "sequence_parallel"), ({"zero_group": 1.5}, "zero_group"),
+                     ({"expert_tensor_parallel": float("nan")}, "expert_tensor_parallel"),
+                     ({"cutoff_s": (1, 2)}, "cutoff_s"), ({"cutoff_s": -1.0}, "cutoff_s")):
+        with pytest.raises(ValueError, match=name):
+            placement.search_plans(m, hardware.A100, 4, 4, **kw)
+    assert placement.search_plans(m, hardware.A100, 4, 4, zero=np.int64(1), recompute="full", tps=(1,),
+                                  cutoff_s=float("inf")).feasible
     with pytest.raises(ValueError, match="global_batch"):
         placement.search_plans(m, hardware.A100, 4, 0)
     assert math.isinf(evaluate(m, hardware.A100.with_(hbm_bytes=1e3), 4, PlanSpec(1, 1, 1, 1), 4).step_time_s)
