@@ -95,8 +95,10 @@ def values_of(name: str, x: Any, scalar: tuple = (str, int, np.integer)) -> tupl
     raise ValueError(f"{name} must be a value or a list of values, got {x!r}")
 
 
-def int_list(name: str, values: Any, maximum: int | None = None) -> tuple[int, ...]:
-    """A non-empty tuple of positive integers (a single integer is accepted too)."""
+def int_list(name: str, values: Any, maximum: int | None = MAX_CHIPS) -> tuple[int, ...]:
+    """A non-empty tuple of positive integers (a single integer is accepted too), each at most
+    ``maximum`` (default :data:`MAX_CHIPS`: every listed count is a degree or a size the kernels
+    hold in int64)."""
     if isinstance(values, (int,)) and not isinstance(values, bool):
         values = (values,)
     try:

@@ -203,7 +203,8 @@ def test_bad_options():
     for kw, name in (({"zero": True}, "zero"), ({"precision": True}, "precision"), ({"recompute": 0}, "recompute"),
                      ({"sequence_parallel": 1.5}, "sequence_parallel"), ({"zero_group": 1.5}, "zero_group"),
                      ({"expert_tensor_parallel": float("nan")}, "expert_tensor_parallel"),
-                     ({"cutoff_s": (1, 2)}, "cutoff_s"), ({"cutoff_s": -1.0}, "cutoff_s")):
+                     ({"cutoff_s": (1, 2)}, "cutoff_s"), ({"cutoff_s": -1.0}, "cutoff_s"),
+                     ({"virtual_stages": 2**70}, "larger than the supported maximum")):      # was OverflowError
         with pytest.raises(ValueError, match=name):
             placement.search_plans(m, hardware.A100, 4, 4, **kw)
     assert placement.search_plans(m, hardware.A100, 4, 4, zero=np.int64(1), recompute="full", tps=(1,),
