@@ -427,3 +427,22 @@ def test_dirichlet_alpha_must_be_a_positive_finite_number():
             data.dirichlet_partition(y, 4, bad, rng)
     parts = data.dirichlet_partition(y, 4, 0.5, rng)
     assert sorted(np.concatenate(parts).tolist()) == list(range(200))
+
+
+@pytest.mark.parametrize("kw, message", [
+    # found by fuzzing simulate()'s arguments: each raised a TypeError from numpy, torch or a comparison
+    ({"seed": "x"}, "seed must be a non-negative integer"),
+    ({"seed": -1}, "seed must be a non-negative integer"),
+    ({"clients": None}, "clients must be a positive integer"),
+    ({"stop_at_accuracy": [0.5]}, "stop_at_accuracy must be a positive"),
+    ({"straggler_fraction": (0.1, 0.2)}, "straggler fraction must be in \\(0, 1\\)"),
+    ({"devices": float("nan")}, "devices must be 3 ClientProfile objects"),
+    ({"latency_s": {}}, "latency_s must give a number of seconds"),
+    ({"model": [1, 2]}, "unknown model"),
+    ({"noise_cv": "adam"}, "noise_cv must be a non-negative number"),
+    ({"method_options": {"treshold": 0.1}}, "method 'invariant' takes no option\\(s\\) \\['treshold'\\]"),
+    ({"alpha": 2**70}, "alpha must be a positive finite number below 1e12"),
+])
+def test_simulate_refuses_arguments_of_the_wrong_kind_by_name(kw, message):
+    with pytest.raises(ValueError, match=message):
+        fl.simulate("digits", **{"clients": 3, "rounds": 1, **kw})

@@ -72,8 +72,9 @@ def iid_partition(y: np.ndarray, clients: int, rng: np.random.Generator) -> list
 def dirichlet_partition(y: np.ndarray, clients: int, alpha: float, rng: np.random.Generator,
                         min_size: int = 2) -> list[np.ndarray]:
     """Label-skewed split: each class spread over clients by Dirichlet(alpha) proportions."""
-    if not (isinstance(alpha, (int, float, np.floating)) and 0 < alpha < float("inf")):   # NaN too
-        raise ValueError(f"alpha must be a positive finite number (0 or None: IID), got {alpha!r}")
+    if isinstance(alpha, bool) or not (isinstance(alpha, (int, float, np.floating)) and 0 < alpha < 1e12):   # NaN too
+        raise ValueError(f"alpha must be a positive finite number below 1e12 (0 or None: IID), got {alpha!r}")
+    alpha = float(alpha)
     if clients < 1 or clients * min_size > len(y):
         raise ValueError(f"cannot give {clients} clients {min_size} samples each from {len(y)}")
     for _ in range(100):

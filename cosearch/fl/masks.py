@@ -610,10 +610,14 @@ def _fluid_drop(preferred: np.ndarray, invariant: np.ndarray, k: int, rng: np.ra
 def policy(name: str, **kw) -> DropoutPolicy:
     """A dropout policy by name (:data:`METHODS`); keyword arguments go to its constructor."""
     choice("method", name, METHODS)
-    if name == "invariant":
-        return InvariantDropout(**kw)
+    table = {"invariant": InvariantDropout, "invariant-adaptive": InvariantDropout, "ordered": OrderedDropout,
+             "random": RandomDropout, "none": NoDropout, "fjord": FjORD, "fjord-kd": FjORDDistill,
+             "heterofl": HeteroFL, "fiarse": FIARSE}
     if name == "invariant-adaptive":
-        return InvariantDropout(threshold="adaptive", **kw)
-    table = {"ordered": OrderedDropout, "random": RandomDropout, "none": NoDropout, "fjord": FjORD,
-             "fjord-kd": FjORDDistill, "heterofl": HeteroFL, "fiarse": FIARSE}
+        kw = {"threshold": "adaptive", **kw}
+    import inspect
+    known = set(inspect.signature(table[name]).parameters)
+    unknown = sorted(set(kw) - known)
+    if unknown:       # a misspelt option: named, not a TypeError from the constructor
+        raise ValueError(f"method {name!r} takes no option(s) {unknown}; its options: {sorted(known) or 'none'}")
     return table[name](**kw)

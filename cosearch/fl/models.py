@@ -168,7 +168,7 @@ DATASET_SHAPES = {"femnist": ((1, 28, 28), 62), "cifar10": ((3, 32, 32), 10), "s
 
 def build_model(name: str, in_shape: tuple | None = None, classes: int | None = None) -> nn.Module:
     """Model ``name`` (:data:`MODELS`); ``in_shape``/``classes`` default to its dataset's."""
-    if name not in MODELS:
+    if not isinstance(name, str) or name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     builder, ds = MODELS[name]
     shape0, k0 = DATASET_SHAPES[ds]

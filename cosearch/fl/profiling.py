@@ -97,7 +97,8 @@ class StragglerProfiler:
         for w in widths:
             if not (0.0 < w <= 1.0):
                 raise ValueError(f"widths must lie in (0, 1], got {w!r}")
-        if fraction is not None and not (0.0 < fraction < 1.0):
+        if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                     or not 0.0 < fraction < 1.0):
             raise ValueError(f"straggler fraction must be in (0, 1), got {fraction!r}")
         if rule not in RULES:
             raise ValueError(f"rule={rule!r}; choose one of {RULES}")

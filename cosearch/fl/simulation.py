@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .._json import load_json, stamped
-from .._validate import choice, positive_float, positive_int
+from .._validate import choice, fraction, nonneg_float, positive_float, positive_int
 from .data import FLData, load_dataset
 from .masks import METHODS, ThresholdSchedule, fjord_widths_within
 from .models import DATASET_DEFAULTS, build_model
@@ -460,7 +460,11 @@ def _devices(devices, n: int, rounds: int, latency_s, spread: float = 2.5, noise
     if devices is not None and latency_s is not None:
         raise ValueError("give devices= or latency_s=, not both")
     if latency_s is not None:   # fixed full-model times: a trace
-        lat = np.asarray(latency_s, dtype=float)
+        try:
+            lat = np.asarray(latency_s, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"latency_s must give a number of seconds per client (or per round and client), got "
+                             f"{latency_s!r}") from None
         if lat.ndim == 1:
             lat = np.tile(lat, (rounds, 1))
         if lat.ndim != 2 or lat.shape[1] != n or not np.all(np.isfinite(lat)) or np.any(lat <= 0):
@@ -479,6 +483,9 @@ def _devices(devices, n: int, rounds: int, latency_s, spread: float = 2.5, noise
                                                      f"client(s) {missing[:5]} have no round-1 time" if missing else "")
                                          if x))
         return trace
+    if not isinstance(devices, (list, tuple)):
+        raise ValueError(f"devices must be {n} ClientProfile objects (one per client), a TraceProfile or a CSV path, "
+                         f"got {devices!r}")
     devices = list(devices)
     if len(devices) != n or not all(isinstance(d, ClientProfile) for d in devices):
         raise ValueError(f"devices must be {n} ClientProfile objects (one per client), a TraceProfile or a CSV path")
@@ -531,6 +538,15 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     choice("method", method, METHODS)
     positive_int("rounds", rounds, 100_000)
     positive_int("local_epochs", local_epochs)
+    if not isinstance(dataset, FLData):
+        positive_int("clients", clients, 1_000_000)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if stop_at_accuracy is not None:
+        fraction("stop_at_accuracy", stop_at_accuracy)
+    if method_options is not None and not isinstance(method_options, dict):
+        raise ValueError(f"method_options must be a dict of the method's options, got {method_options!r}")
+    noise_cv = nonneg_float("noise_cv", noise_cv)
     data = dataset if isinstance(dataset, FLData) else load_dataset(dataset, clients, data_dir, seed, alpha)
     n = len(data.clients)
     if n < 2:
@@ -547,8 +563,6 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     lr = positive_float("lr", defaults["lr"] if lr is None else lr)
     batch_size = positive_int("batch_size", defaults["batch_size"] if batch_size is None else batch_size)
     dev = _devices(devices, n, rounds, latency_s, positive_float("spread", spread), float(noise_cv))
-    if stop_at_accuracy is not None and not (0.0 < float(stop_at_accuracy) <= 1.0):
-        raise ValueError(f"stop_at_accuracy must be in (0, 1], got {stop_at_accuracy!r}")
     torch.manual_seed(seed)
     net = build_model(model, data.in_shape, data.classes)
     example = torch.as_tensor(data.clients[0][0][:2])
