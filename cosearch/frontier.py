@@ -114,6 +114,11 @@ class SystemDesign:
         object.__setattr__(self, "scale_out_Bps", v.bandwidth("SystemDesign.scale_out_Bps", self.scale_out_Bps))
         up = self.chip.link_bandwidth_Bps if self.scale_up_Bps is None else self.scale_up_Bps
         object.__setattr__(self, "scale_up_Bps", v.bandwidth("SystemDesign.scale_up_Bps", up))
+        for f in ("name", "base", "cluster_preset"):
+            if not isinstance(getattr(self, f), str):
+                raise ValueError(f"SystemDesign.{f} must be a string, got {getattr(self, f)!r}")
+        if not isinstance(self.fixed, bool):
+            raise ValueError(f"SystemDesign.fixed must be True or False, got {self.fixed!r}")
         object.__setattr__(self, "base", self.base or self.chip.name)
         for f in ("scale_up_efficiency", "scale_out_efficiency"):
             v.fraction(f"SystemDesign.{f}", getattr(self, f))

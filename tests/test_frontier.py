@@ -298,3 +298,7 @@ def test_torus_designs_by_hand_and_against_the_pod_preset():
         fr.SystemDesign(hardware.TPUv5p, 1, 50e9, torus_side=8, cluster_preset="tpuv5p-pod")
     with pytest.raises(ValueError, match="needs torus_side"):
         fr.SystemDesign(hardware.H100, 8, 50e9, torus_ports=6)
+    # found by fuzzing SystemDesign: a name, base or preset that is not a string raised a TypeError
+    for f, x in (("name", 8), ("cluster_preset", ["gb200-nvl72"]), ("base", 1.5), ("fixed", "yes")):
+        with pytest.raises(ValueError, match=f"SystemDesign.{f} must be"):
+            fr.SystemDesign(hardware.H100, 8, 50e9, **{f: x})
