@@ -158,6 +158,11 @@ def test_space_file(tmp_path):
             hardware.SearchSpace.from_json(str(bad))
     with pytest.raises(ValueError, match="no-such"):
         hardware.SearchSpace.from_json(str(tmp_path / "no-such.json"))
+    # the same from Python: any field (was OverflowError from a float conversion inside)
+    for kw in ({"tensor_cores": (10**400,)}, {"hbm": ((10**400, 1e12),)}, {"area_budget_mm2": 10**400}):
+        with pytest.raises(ValueError, match="beyond any float"):
+            hardware.SearchSpace(**kw)
+    assert hardware.SearchSpace(area_budget_mm2=800).area_budget_mm2 == 800.0
 
 
 def test_search_space_all_rejected_says_why():

@@ -135,6 +135,13 @@ class SearchSpace:
     fp8_macs: tuple = (0.0,)
 
     def __post_init__(self) -> None:
+        try:
+            self._check_fields()
+        except OverflowError:        # an integer no float holds, in any field
+            raise ValueError("SearchSpace: a value is beyond any float (an integer of hundreds of digits?); give "
+                             "sizes, rates and budgets as ordinary numbers") from None
+
+    def _check_fields(self) -> None:
         if not isinstance(self.area_power, (AreaPowerModel, PhazeAreaModel)):
             raise ValueError(f"SearchSpace.area_power must be an AreaPowerModel or a PhazeAreaModel, got "
                              f"{type(self.area_power).__name__}")
@@ -186,6 +193,8 @@ class SearchSpace:
                 object.__setattr__(self, f, fn(self.area_power))
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"SearchSpace.{f} must be a positive number, got {v!r}")
+            else:
+                object.__setattr__(self, f, float(v))
 
     def with_scenario_hbm(self, chip: Accelerator) -> Accelerator:
         """``chip`` with this space's HBM when the space holds one HBM scenario (a reference
