@@ -96,6 +96,12 @@ MAXTEXT_TENSORS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj"
                    "moe_mlpwo")
 MAXTEXT_PLACES = ("remat", "device", "offload")
 
+#: The tensors ``remat_policy: minimal`` keeps: MaxText's ``Decoder.minimal_policy`` names (the
+#: weight GEMMs' outputs, which ``checkpoint_dots_with_no_batch_dims`` kept before it: the
+#: projections are the decoder's only dots without batch dimensions).
+MAXTEXT_MINIMAL_TENSORS = ("query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi",
+                           "mlpwo")
+
 
 def maxtext_policy(policy) -> dict[str, str] | None:
     """A ``"maxtext:name=where,..."`` selective policy (MaxText's ``remat_policy: custom``) as

@@ -318,6 +318,9 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     embedding's, the head's), and the bytes a MaxText policy offloads to the host; cached (none
     depends on expert parallelism, which the plan search prices degree by degree)."""
     mt = graph.maxtext_policy(policy)
+    if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
+        # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
+        mt = graph.maxtext_policy("maxtext:" + ",".join(f"{n}=device" for n in graph.MAXTEXT_MINIMAL_TENSORS))
     host = 0.0
     if mt is not None:
         sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)

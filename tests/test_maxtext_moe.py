@@ -241,3 +241,18 @@ def test_megatron_capacity_rows_with_and_without_padding():
     padded = rows.describe_row(_tpu_row(**base, notes="capacity factor 1.0, pad to capacity"))
     assert plain.model.moe_capacity_factor == 1.0 and not plain.model.moe_pad_to_capacity
     assert padded.model.moe_pad_to_capacity and not padded.model.moe_einsum_dispatch
+
+
+def test_minimal_remat_keeps_the_projections_by_hand():
+    """MaxText's remat_policy minimal keeps the weight GEMMs' outputs (its minimal_policy names):
+    per token the layer input h, Q (heads x head_dim), K and V (kv_heads x head_dim each), the
+    attention output h and the gated MLP's two input projections (ffn each) — not the MLP's output,
+    no residual — in bf16.  Llama 2 70B-shaped (h 8192, 64 heads of 128, 8 KV heads, ffn 28672) on
+    one 4,096-token sequence, tp 1.  (Megatron's selective figure, used before, overstated it: the
+    v5p rows of 32B and 64B on 64 chips, which ran, did not fit.)"""
+    from cosearch import models
+    from cosearch.plan import _per_sequence_bytes
+    m = models.preset("llama2-70b")
+    per_token = 8192 + 64 * 128 + 2 * 8 * 128 + 8192 + 2 * 28672
+    sel = _per_sequence_bytes(m, 1, False, "dots-saved", True, "bf16")[0][1]
+    assert sel == pytest.approx(4096 * per_token * 2, rel=1e-12)

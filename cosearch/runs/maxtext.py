@@ -44,7 +44,7 @@ from typing import Any
 
 from .. import models
 from ..engine import MAXTEXT, MAXTEXT_MINIMAL_REMAT
-from ..graph import MAXTEXT_TENSORS, check_selective_policy
+from ..graph import MAXTEXT_MINIMAL_TENSORS, MAXTEXT_TENSORS, check_selective_policy
 from ..models import ModelConfig
 from ._fields import Keys, flatten, load_yaml, parse_overrides
 from .config import RunConfig
@@ -52,7 +52,7 @@ from .config import RunConfig
 __all__ = ["read_maxtext", "MODEL_NAMES", "NAMED_REMAT_POLICIES", "remat_places_policy"]
 
 _QKV = ("query_proj", "value_proj", "key_proj", "qkv_proj")
-_MINIMAL = (*_QKV, "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo")
+_MINIMAL = MAXTEXT_MINIMAL_TENSORS
 
 #: MaxText's named ``remat_policy`` values as the tensors each keeps (``'device'``) or moves to
 #: host memory (``'offload'``), every other tensor rematerialized: ``Decoder.get_remat_policy``

@@ -325,7 +325,7 @@ def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
         return "selective", _maxtext_custom_policy(row, notes)
     if re.match(r"remat_policy=minimal(\s|$)", r):
         notes.append("remat_policy minimal: the weight GEMMs' outputs saved, every other op rerun "
-                     "(checkpoint_dots_with_no_batch_dims); its activation memory bounded by Megatron's selective figure")
+                     "(checkpoint_dots_with_no_batch_dims); their bytes kept with the layer input")
         return "selective", ()
     named = re.match(r"remat_policy=([a-z_]+)", r)
     if named:
