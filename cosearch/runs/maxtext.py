@@ -225,9 +225,6 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
             places = {t: str(v) for t, v in tensors.items()}
         else:
             places = NAMED_REMAT_POLICIES[remat]
-            for t, v in tensors.items():
-                if str(v) != ("device" if t == "decoder_layer_input" else "remat"):
-                    assumed.append(f"{t}: {v!r} applies under remat_policy custom only; {remat} decides")
         policy = remat_places_policy(places)
         try:
             check_selective_policy(policy)
@@ -239,6 +236,10 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     else:
         raise ValueError(f"{name}: remat_policy {remat!r} is not modelled (full, minimal, custom, "
                          f"{', '.join(NAMED_REMAT_POLICIES)})")
+    if remat != "custom":
+        for t, v in tensors.items():
+            if str(v) != ("device" if t == "decoder_layer_input" else "remat"):
+                assumed.append(f"{t}: {v!r} applies under remat_policy custom only; {remat} decides")
     quant = str(k.get("quantization", "") or "")
     if quant not in ("", "fp8", "nanoo_fp8"):
         raise ValueError(f"{name}: quantization {quant!r} is not modelled (none, fp8)")
