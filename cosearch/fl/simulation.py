@@ -474,7 +474,9 @@ def _devices(devices, n: int, rounds: int, latency_s, spread: float = 2.5, noise
         return device_profiles(n, spread, noise_cv)
     if isinstance(devices, (str, os.PathLike, TraceProfile)):
         trace = TraceProfile.from_csv(devices) if not isinstance(devices, TraceProfile) else devices
-        first = {c: min(r for cc, r in trace.seconds if cc == c) for c in trace.clients}
+        first: dict[int, int] = {}                  # each client's first round in the trace
+        for c, r in trace.seconds:
+            first[c] = min(r, first.get(c, r))
         extra = [c for c in trace.clients if c >= n]
         missing = [c for c in range(n) if first.get(c) != 1]
         if extra or missing:
