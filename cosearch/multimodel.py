@@ -195,7 +195,7 @@ class MultiModelResults:
         import math
 
         from . import _validate as v
-        from .results import _check_baselines_and_meta, _count
+        from .results import _check_meta, _count
         try:
             names = d["models"]
             if not isinstance(names, list) or not names or not all(isinstance(m, str) for m in names):
@@ -211,7 +211,7 @@ class MultiModelResults:
             if not isinstance(interrupted, bool) or not isinstance(d["rows"], list):
                 raise ValueError("'interrupted' must be true or false and 'rows' a list")
             meta, baselines = d.get("meta", {}), d.get("baselines", {})
-            _check_baselines_and_meta({}, meta)
+            _check_meta(meta)
             if not isinstance(baselines, dict) or not all(
                     isinstance(b, dict) and isinstance(b.get("note", ""), str)
                     and isinstance(b.get("tokens_per_s"), list) and len(b["tokens_per_s"]) == len(names)

@@ -34,14 +34,18 @@ __all__ = ["DesignResult", "Results", "pareto_front"]
 MAX_TOKENS_PER_S = 1e15
 
 
-def _check_baselines_and_meta(baselines: Any, meta: Any) -> None:
-    """The parts of a results file the report reads beside its rows: ``baselines`` an object of
-    objects whose ``tokens_per_s`` is a finite non-negative number, ``meta`` an object whose
-    ``ilp_ranking`` (if any) is one."""
+def _check_baselines(baselines: Any) -> None:
+    """A results file's baselines, as the report reads them: an object of objects whose
+    ``tokens_per_s`` is a finite non-negative number."""
     if not isinstance(baselines, dict) or not all(isinstance(b, dict) for b in baselines.values()):
         raise ValueError("'baselines' must be an object of objects")
     for name, b in baselines.items():
         v.nonneg_float(f"baselines.{name}.tokens_per_s", b.get("tokens_per_s", 0.0))
+
+
+def _check_meta(meta: Any) -> None:
+    """A results file's meta, as the report reads it: an object whose ``ilp_ranking`` (if any)
+    is one with its counts."""
     if not isinstance(meta, dict):
         raise ValueError("'meta' must be an object")
     ir = meta.get("ilp_ranking")
@@ -210,7 +214,8 @@ class Results:
                 raise ValueError(f"'interrupted' must be true or false, got {interrupted!r}")
             if not isinstance(d["rows"], list):
                 raise ValueError("'rows' must be a list")
-            _check_baselines_and_meta(d.get("baselines", {}), d.get("meta", {}))
+            _check_baselines(d.get("baselines", {}))
+            _check_meta(d.get("meta", {}))
             return cls(model=str(d["model"]), chips=v.positive_int("chips", d["chips"], v.MAX_CHIPS),
                        global_batch=v.positive_int("global_batch", d["global_batch"], v.MAX_BATCH),
                        rows=[DesignResult.from_dict(r) for r in d["rows"]],
