@@ -287,15 +287,15 @@ class Plan:
         d["memory_per_chip_bytes"] = tuple(v.nonneg_float("memory_per_chip_bytes", x) for x in mem)
         d["breakdown"] = {str(k): v.nonneg_float(f"breakdown.{k}", x) for k, x in bd.items()}
         for f in ("chips_used", "num_chips", "num_microbatches"):
-            d[f] = v.positive_int(f, d[f], v.MAX_BATCH)
+            d[f] = v.positive_int(f"plan.{f}", d[f], v.MAX_BATCH)
         if isinstance(d.get("critical_stage", 0), bool) or not isinstance(d.get("critical_stage", 0), int) \
                 or d.get("critical_stage", 0) < 0:
-            raise ValueError(f"critical_stage must be a whole number, got {d.get('critical_stage')!r}")
+            raise ValueError(f"plan.critical_stage must be a whole number, got {d.get('critical_stage')!r}")
         for f in ("tokens_per_s", "samples_per_s", "mfu", "hfu", "hbm_bytes"):
-            d[f] = v.nonneg_float(f, d[f])
+            d[f] = v.nonneg_float(f"plan.{f}", d[f])
         if not isinstance(d["feasible"], bool) or not isinstance(d["reason"], str) \
                 or not isinstance(d.get("time_model", "sum"), str):
-            raise ValueError("a plan's feasible must be true or false, and its reason and time_model strings")
+            raise ValueError("plan.feasible must be true or false, and plan.reason and plan.time_model strings")
         d["step_time_s"] = math.inf if d.get("step_time_s") is None else float(d["step_time_s"])
         return cls(**d)
 

@@ -197,7 +197,7 @@ def test_a_hand_edited_results_file_is_refused_on_load_not_in_the_report(tmp_pat
              (lambda d: d.update(meta=7), "'meta' must be an object"),
              (lambda d: d["meta"].update(ilp_ranking={"proven": 1}), "ilp_ranking"),
              (lambda d: d["rows"][0]["plan"].update(chips_used=[8]), "chips_used must be a positive integer"),
-             (lambda d: d["rows"][0]["plan"].update(feasible="yes"), "feasible must be true or false"))
+             (lambda d: d["rows"][0]["plan"].update(feasible="yes"), "plan.feasible must be true or false"))
     for change, message in cases:
         with pytest.raises(ValueError, match=message):
             search.Results.from_json(edited(change))
