@@ -181,7 +181,7 @@ def _read_journal(text: str) -> dict[str, Any]:
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
+            d = json.loads(line, parse_int=bounded_int)
         except json.JSONDecodeError:
             if i >= len(lines) - 2:          # the last line, cut short mid-append
                 break
@@ -271,12 +271,13 @@ def load_json(source: str | os.PathLike) -> dict[str, Any]:
     journal (:class:`IncrementalJSONWriter`) is read back as the whole document."""
     text = str(source)
     if not text.lstrip().startswith("{"):
-        _regular_file(source, "JSON", MAX_JSON_BYTES)
-        with open(source, encoding="utf-8-sig") as fh:
-            text = fh.read()
+        text = read_text_file(source, "JSON", MAX_JSON_BYTES)     # a binary file refused by name
     if text.startswith('{"_header":'):
         return _read_journal(text)
+    where = source if len(str(source)) < 200 else "text"
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{source if len(str(source)) < 200 else 'text'}: not valid JSON ({exc})") from None
+        raise ValueError(f"{where}: not valid JSON ({exc})") from None
+    except ValueError as exc:                                 # an endless integer
+        raise ValueError(f"{where}: {exc}") from None

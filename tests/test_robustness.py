@@ -135,7 +135,7 @@ def test_report_validates_what_it_reads(tmp_path, capsys):
     assert main(["report", str(good)]) == 0
     d = json.loads(good.read_text())
     cases = {"interrupted": ("interrupted", "false"), "nan": None, "missing": None, "huge": None, "mfu": None,
-             "chips": None}
+             "chips": None, "many_chips": None}
     for name in cases:
         bad = json.loads(json.dumps(d))
         row = next(r for r in bad["rows"] if r["plan"])
@@ -149,6 +149,8 @@ def test_report_validates_what_it_reads(tmp_path, capsys):
             row["plan"]["mfu"] = float("nan")
         elif name == "chips":
             bad["chips"] = 10 ** 400
+        elif name == "many_chips":
+            bad["chips"] = 2 ** 40
         else:
             del bad["rows"]
         p = tmp_path / f"{name}.json"
@@ -157,6 +159,7 @@ def test_report_validates_what_it_reads(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "true or false" in err and "finite" in err and "missing field" in err
     assert "beyond any machine" in err and "plan.mfu" in err and "supported maximum" in err
+    assert "an integer of 401 digits is beyond any number cosearch reads" in err
     (tmp_path / "junk.json").write_text("{not json")
     assert main(["report", str(tmp_path / "junk.json")]) == 2
     assert main(["report", str(tmp_path / "nothing.json")]) == 2
