@@ -394,6 +394,10 @@ def test_new_app_keeps_the_users_files_and_quotes_paths(tmp_path, capsys):
     assert cfg["tool"]["flwr"]["app"]["config"]["round-timeout"] > 0
     with pytest.raises(ValueError, match="control characters"):
         write_app(tmp_path / "c", dataset="femnist", data_dir="a\nb")
+    # one SuperNode cannot run federated dropout (simulate refuses one client too): it wrote an app
+    with pytest.raises(ValueError, match="at least 2 clients"):
+        write_app(tmp_path / "d", clients=1)
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize("bad", [np.array(["a", "b"]), np.zeros(2, dtype=[("x", "f4"), ("y", "i4")])])

@@ -98,7 +98,9 @@ def write_app(directory: str | os.PathLike, dataset: str = "digits", model: str 
     choice("model", model, ("auto", *MODEL_NAMES))
     choice("method", method, METHODS)
     positive_int("rounds", rounds, 100_000)
-    positive_int("clients", clients, 10_000)
+    if positive_int("clients", clients, 10_000) < 2:
+        raise ValueError(f"federated dropout needs at least 2 clients (SuperNodes), got {clients}: the straggler's "
+                         "sub-model is set by the clients faster than it, as simulate requires")
     if dataset != "digits" and not data_dir:
         raise ValueError(f"dataset {dataset!r} is read from a folder on every SuperNode: give data_dir (--data)")
     directory = os.fspath(directory)
