@@ -207,3 +207,28 @@ def test_rows_with_expert_tensor_parallelism_one():
     assert d.spec.expert_tensor_parallel == 1 and d.spec.expert_parallel == 32
     with pytest.raises(rows.Refused, match="expert tensor parallelism 2 with tp 4"):
         rows.describe_row(dict(QWEN3_ROW, n_gpus=32, dp=8, tp=4, ep=8, etp=2, sp=True, gbs=512, ga=64, mbs=1))
+
+
+@pytest.mark.parametrize("change, why", [
+    # found by fuzzing describe_row with edited validation rows: each raised a TypeError,
+    # AttributeError, KeyError, IndexError or ZeroDivisionError from inside the reader
+    ({"tp": [1]}, "tp must be a whole number of at least 1"),
+    ({"pp": 0}, "pp must be a whole number of at least 1"),
+    ({"dp": 2.5}, "dp must be a whole number"),
+    ({"recompute": 7}, "recompute must be a text"),
+    ({"precision": ["BF16"]}, "precision must be a text"),
+    ({"tok_s_gpu": float("nan")}, "tok_s_gpu must be a finite number"),
+    ({"sp": "yes"}, "sp must be true or false"),
+    ({"zero": 1.5}, "zero must be a stage or a text"),
+    ({"assumed": "all of it"}, "assumed must be a list of texts"),
+])
+def test_rows_of_the_wrong_kind_are_refused_naming_the_field(change, why):
+    with pytest.raises(rows.Refused, match=why):
+        rows.describe_row(_row(**change))
+
+
+def test_moe_rows_without_their_expert_width_are_refused_and_any_software_has_a_group():
+    bad = {k: v for k, v in QWEN3_ROW.items() if k != "moe_ffn"}
+    with pytest.raises(rows.Refused, match="missing fields moe_ffn"):
+        rows.describe_row(bad)
+    assert rows.source_group(_row(software="")) == "?"          # an empty software text: IndexError before

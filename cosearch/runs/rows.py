@@ -11,6 +11,7 @@ feature.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .. import cluster, hardware, models
 from ..engine import (
@@ -48,7 +49,7 @@ def source_group(row: dict) -> str:
         return "Megatron-Bridge"
     if sw.startswith("NeMo"):
         return "NeMo"
-    return sw.split()[0]
+    return sw.split()[0] if sw.split() else "?"
 
 
 #: NeMo 1's launcher configs by release (NVIDIA/NeMo-Framework-Launcher, tags 24.03-24.09,
@@ -196,7 +197,7 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
     if moe:
         gated, act = True, "swiglu"
         head = moe.pop("head_size", head)
-    return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row["ffn"] or row["moe_ffn"],
+    return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row.get("ffn") or row["moe_ffn"],
                               row["vocab"], row["seq"], kv_heads=row["kv_heads"], activation=act,
                               norm="rmsnorm" if (gated or "RMSNorm" in arch) else "layernorm",
                               position="learned" if learned else "rotary",
@@ -296,7 +297,7 @@ def _moe_fields(row: dict, notes: list) -> dict:
             notes.append(f"token dropping at capacity factor {cap.group(1)}, every expert padded to its capacity")
         else:
             notes.append(f"token dropping at capacity factor {cap.group(1)} (no padding)")
-    if dense and int(row["ffn"] or 0) and int(row["ffn"]) != int(row["moe_ffn"]) * (
+    if dense and int(row.get("ffn") or 0) and int(row["ffn"]) != int(row["moe_ffn"]) * (
             int(row["experts_per_token"]) + int(row.get("shared_experts") or 0)):
         notes.append(f"the {dense} dense layers priced as MoE layers (cosearch prices identical layers)")
     return out
@@ -496,10 +497,52 @@ def _offload(row: dict, pp: int) -> int:
     return -(-int(words[0]) // pp)
 
 
+#: The validation schema's fields by kind (``MODERN_RUNS.md``, ``MOE_RUNS.md``): whole numbers,
+#: numbers, texts, flags; each may be null.  ``zero`` is a stage or a text ("3 (FSDP 64) x EP 4").
+ROW_INTEGERS = ("layers", "hidden", "heads", "kv_heads", "ffn", "moe_ffn", "num_experts", "experts_per_token",
+                "shared_experts", "vocab", "seq", "n_gpus", "gpus_per_node", "dp", "tp", "pp", "cp", "ep", "etp", "vp",
+                "mbs", "gbs", "ga", "head_dim", "zero_group", "num_params", "mfu_peak")
+ROW_NUMBERS = ("tok_s_gpu", "step_s", "tflops_gpu", "mfu_pct")
+ROW_TEXTS = ("id", "model", "arch", "accel", "gen", "recompute", "precision", "software", "notes", "moe_layers",
+             "offload", "flop_conv", "quote", "src")
+ROW_FLAGS = ("sp", "complete")
+
+
+def check_row_types(row: Any, source: str = "validation row") -> None:
+    """Refuse a row whose fields are of the wrong kind (a list where a count goes, a number where
+    a text goes), naming the field, before any rule reads it."""
+    import math
+    if not isinstance(row, dict):
+        raise Refused(f"{source}: a row is a JSON object, got {type(row).__name__}")
+    for f in ROW_INTEGERS:
+        x = row.get(f)
+        least = 0 if f in ("shared_experts", "mfu_peak") else 1          # counts, degrees and sizes
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))
+                              or (isinstance(x, float) and not x.is_integer()) or not least <= x <= 2**53):
+            raise Refused(f"{source}: {f} must be a whole number of at least {least}, got {x!r}")
+    for f in ROW_NUMBERS:
+        x = row.get(f)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)):
+            raise Refused(f"{source}: {f} must be a finite number, got {x!r}")
+    for f in ROW_TEXTS:
+        if row.get(f) is not None and not isinstance(row[f], str):
+            raise Refused(f"{source}: {f} must be a text, got {row[f]!r}")
+    for f in ROW_FLAGS:
+        if row.get(f) is not None and not isinstance(row[f], bool):
+            raise Refused(f"{source}: {f} must be true or false, got {row[f]!r}")
+    z = row.get("zero")
+    if z is not None and (isinstance(z, bool) or not isinstance(z, (int, str))):
+        raise Refused(f"{source}: zero must be a stage or a text, got {z!r}")
+    a = row.get("assumed")
+    if a is not None and (not isinstance(a, list) or not all(isinstance(x, str) for x in a)):
+        raise Refused(f"{source}: assumed must be a list of texts, got {a!r}")
+
+
 def read_row(row: dict, source: str = "validation row") -> RunConfig:
     """The row as a :class:`~cosearch.runs.RunConfig` with its chip, cluster and measured
     throughput; raises :class:`Refused` with the reason, or ``ValueError`` from cosearch's own
     validation."""
+    check_row_types(row, source)
     notes: list[str] = []
     if row.get("mbs") is None and row.get("ga") and row.get("dp") and row.get("gbs") and \
             int(row["gbs"]) % (int(row["dp"]) * int(row["ga"])) == 0:
@@ -507,6 +550,8 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         row = dict(row, mbs=int(row["gbs"]) // (int(row["dp"]) * int(row["ga"])))
         notes.append(f"microbatch {row['mbs']} = gbs / (dp x ga) (the row gives none)")
     required = [f for f in REQUIRED_FIELDS if not (f == "ffn" and row.get("num_experts"))]   # all-MoE: no dense FFN
+    if row.get("num_experts"):
+        required += ["moe_ffn", "experts_per_token"]
     missing = [f for f in required if row.get(f) is None]
     if missing:
         raise Refused(f"{source}: missing fields {', '.join(missing)}")
