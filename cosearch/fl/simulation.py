@@ -538,10 +538,10 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     from .._validate import new_file
     new_file(out, overwrite)
     choice("method", method, METHODS)
-    positive_int("rounds", rounds, 100_000)
-    positive_int("local_epochs", local_epochs)
+    rounds = positive_int("rounds", rounds, 100_000)
+    local_epochs = positive_int("local_epochs", local_epochs, 10_000)
     if not isinstance(dataset, FLData):
-        positive_int("clients", clients, 1_000_000)
+        clients = positive_int("clients", clients, 1_000_000)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if stop_at_accuracy is not None:
@@ -554,11 +554,11 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     if n < 2:
         raise ValueError(f"federated dropout needs at least 2 clients, got {n}")
     if clients_per_round is not None:
-        positive_int("clients_per_round", clients_per_round)
+        clients_per_round = positive_int("clients_per_round", clients_per_round)
         if not 2 <= clients_per_round <= n:
             raise ValueError(f"clients_per_round must be between 2 and the {n} clients, got {clients_per_round}")
     if samples_per_round is not None:
-        positive_int("samples_per_round", samples_per_round)
+        samples_per_round = positive_int("samples_per_round", samples_per_round)
     defaults = DATASET_DEFAULTS.get(data.name, DATASET_DEFAULTS["digits"])
     model = defaults["model"] if model == "auto" else model
     optimizer = choice("optimizer", optimizer or defaults["optimizer"], ("sgd", "adam"))
