@@ -29,6 +29,14 @@ def positive_int(name: str, value: Any, maximum: int | None = None) -> int:
     return iv
 
 
+def nonneg_int(name: str, value: Any, maximum: int | None = None) -> int:
+    """A whole number >= 0 (an int or numpy integer; at most ``maximum`` when given), e.g. a seed."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0 or (
+            maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def _finite(name: str, value: Any, allow_zero: bool) -> float:
     what = "a non-negative" if allow_zero else "a positive"
     try:

@@ -408,6 +408,12 @@ def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
     return base
 
 
+def uneven_sequence_split(engine: Engine, tokens: int, tp: int, sequence_parallel: bool) -> bool:
+    """Whether ``engine`` cannot run sequence parallelism that splits ``tokens`` (a sequence, or a
+    context-parallel rank's share of it) over ``tp`` ranks (:attr:`Engine.sp_even_split`)."""
+    return bool(sequence_parallel) and tp > 1 and engine.sp_even_split and tokens % tp != 0
+
+
 def with_recompute_modules(engine: Engine, modules) -> Engine:
     """``engine`` whose selective recompute reruns Megatron-Core's ``recompute_modules``
     (:data:`cosearch.graph.RECOMPUTE_MODULES`); as it is for none."""

@@ -203,7 +203,7 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
                                  "ones; leave it 'remat'")
     per_token = {"device": 0.0, "offload": 0.0}
     for width, names in tensors:
-        where = next((places.get(n, "remat") for n in names if places.get(n, "remat") != "remat"), "remat")
+        where = next((w for w in (places.get(n, "remat") for n in names) if w != "remat"), "remat")
         if where != "remat":
             per_token[where] += width * dt
     n = c.seq_len * microbatch

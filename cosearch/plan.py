@@ -29,7 +29,7 @@ from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
 from .cluster import Cluster
-from .engine import Engine, check_features, moe_comm_sms
+from .engine import Engine, check_features, moe_comm_sms, uneven_sequence_split
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
@@ -288,9 +288,9 @@ class Plan:
         d["breakdown"] = {str(k): v.nonneg_float(f"breakdown.{k}", x) for k, x in bd.items()}
         for f in ("chips_used", "num_chips", "num_microbatches"):
             d[f] = v.positive_int(f"plan.{f}", d[f], v.MAX_BATCH)
-        if isinstance(d.get("critical_stage", 0), bool) or not isinstance(d.get("critical_stage", 0), int) \
-                or d.get("critical_stage", 0) < 0:
-            raise ValueError(f"plan.critical_stage must be a whole number, got {d.get('critical_stage')!r}")
+        cs = d.get("critical_stage", 0)
+        if isinstance(cs, bool) or not isinstance(cs, int) or cs < 0:
+            raise ValueError(f"plan.critical_stage must be a whole number, got {cs!r}")
         for f in ("tokens_per_s", "samples_per_s", "mfu", "hfu", "hbm_bytes"):
             d[f] = v.nonneg_float(f"plan.{f}", d[f])
         if not isinstance(d["feasible"], bool) or not isinstance(d["reason"], str) \
@@ -639,8 +639,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     for ti, t in enumerate(tps):
         for si, sp in enumerate(sequence_parallel):
             sp = bool(sp) and t > 1
-            if (expert_tensor_parallel == 1 and t > 1 and not sp and any(sequence_parallel)) or (
-                    sp and eng.sp_even_split and cl.seq_len % t):
+            if (expert_tensor_parallel == 1 and t > 1 and not sp and any(sequence_parallel)) or \
+                    uneven_sequence_split(eng, cl.seq_len, t, sp):
                 # Megatron runs etp 1 under tp > 1 with sequence parallelism only, and splits a
                 # sequence over the tp ranks only evenly: this cell is no plan (every field
                 # infinite; the plan search's tables never read it)
@@ -1016,7 +1016,7 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     check_features(engine, spec.virtual_stages, spec.context_parallel, spec.pp,
                    spec.expert_parallel if model.moe else 1, spec.recompute_per_stage())
     local_seq = model.seq_len // spec.context_parallel
-    if spec.sequence_parallel and spec.tp > 1 and engine.sp_even_split and local_seq % spec.tp:
+    if uneven_sequence_split(engine, local_seq, spec.tp, spec.sequence_parallel):
         what = "each context-parallel rank's share of a sequence" if spec.context_parallel > 1 else "each sequence"
         raise ValueError(f"sequence parallelism splits {what} ({local_seq} tokens) over tp {spec.tp} ranks, which "
                          f"engine {engine.name!r} does only evenly (Megatron's _split_along_first_dim); choose a tp "

@@ -272,9 +272,9 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
             if echo is not None and all(res.best(obj) is None for obj in objectives):
                 # nothing to rank: say so, with the reasons, rather than print no row
                 reasons = sorted({r.reason for r in res.rows if r.plan is None and r.reason})
+                shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more reasons" if len(reasons) > 3 else "")
                 echo(f"{res.model} on {int(chips)} chips: no system of the {len(systems)} has a plan that runs"
-                     + (f" ({'; '.join(reasons[:3])}" + (f"; and {len(reasons) - 3} more reasons" if len(reasons) > 3
-                                                          else "") + ")" if reasons else ""))
+                     + (f" ({shown})" if reasons else ""))
             for obj in objectives:
                 b = res.best(obj)
                 if b is None:

@@ -37,6 +37,7 @@ import pickle
 
 import numpy as np
 
+from .._validate import nonneg_int, positive_int
 from .fldata import SHAKESPEARE_CHARS, FLData
 
 __all__ = ["FLData", "load_digits", "load_leaf", "load_fluid_clients", "is_fluid_clients", "save_partitions",
@@ -451,7 +452,11 @@ def _checked_samples(x, y, meta: dict, where: str) -> tuple[np.ndarray, np.ndarr
 def load_partition(directory: str, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One client's ``(x, y, test_x, test_y)`` from partitions written by :func:`save_partitions`,
     reading only its file (what a client process needs)."""
-    meta = _partitions_meta(directory)
+    return _load_partition(directory, index, _partitions_meta(directory))
+
+
+def _load_partition(directory: str, index: int, meta: dict):
+    """:func:`load_partition` given the folder's checked description (read once per folder)."""
     n = meta["clients"]
     if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < n:
         raise ValueError(f"{directory!r} holds {n} saved clients; partition {index!r} is not one of them")
@@ -471,7 +476,7 @@ def load_partitions(directory: str, clients: int | None = None) -> FLData:
         n = clients
     train, tests = [], []
     for i in range(n):
-        x, y, tx, ty = load_partition(directory, i)
+        x, y, tx, ty = _load_partition(directory, i, meta)
         train.append((x, y))
         tests.append((tx, ty))
     central = os.path.join(directory, "central_test.npz")
@@ -657,12 +662,10 @@ MAX_GENERATED_USERS = 100_000
 def _generator_sizes(users, samples, seed, where: str) -> None:
     """Refuse sizes a generated folder cannot have: at least one user, two samples a user (one
     for training and one for test), a non-negative seed."""
-    from .._validate import positive_int
     positive_int(f"{where}: users", users, MAX_GENERATED_USERS)
     if positive_int(f"{where}: samples", samples) < 2:
         raise ValueError(f"{where}: samples must be at least 2 a user (one for training, one for test), got {samples}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"{where}: seed must be a non-negative integer, got {seed!r}")
+    nonneg_int(f"{where}: seed", seed)
 
 
 def _femnist_like_writers(users: int, samples: int, seed: int):
@@ -736,8 +739,7 @@ def write_cifar_like(directory: str, images: int = 1000, test_images: int = 300,
             raise ValueError(f"write_cifar_like: {name} must be a positive integer, got {v!r}")
     if images < batches:
         raise ValueError(f"write_cifar_like: {images} training images cannot fill {batches} batches")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"write_cifar_like: seed must be a non-negative integer, got {seed!r}")
+    nonneg_int("write_cifar_like: seed", seed)
     d = sk_digits()
     rng = np.random.default_rng(seed)
     ramp = np.linspace(0.0, 1.0, 32)[None, :, None]

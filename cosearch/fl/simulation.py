@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .._json import load_json, stamped
-from .._validate import choice, fraction, nonneg_float, positive_float, positive_int
+from .._validate import choice, fraction, nonneg_float, nonneg_int, positive_float, positive_int
 from .data import FLData, load_dataset
 from .masks import METHODS, ThresholdSchedule, fjord_widths_within
 from .models import DATASET_DEFAULTS, build_model
@@ -485,13 +485,11 @@ def _devices(devices, n: int, rounds: int, latency_s, spread: float = 2.5, noise
                                                      f"client(s) {missing[:5]} have no round-1 time" if missing else "")
                                          if x))
         return trace
-    if not isinstance(devices, (list, tuple)):
+    if not isinstance(devices, (list, tuple)) or len(devices) != n or not all(isinstance(d, ClientProfile)
+                                                                             for d in devices):
         raise ValueError(f"devices must be {n} ClientProfile objects (one per client), a TraceProfile or a CSV path, "
                          f"got {devices!r}")
-    devices = list(devices)
-    if len(devices) != n or not all(isinstance(d, ClientProfile) for d in devices):
-        raise ValueError(f"devices must be {n} ClientProfile objects (one per client), a TraceProfile or a CSV path")
-    return devices
+    return list(devices)
 
 
 def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "invariant", rounds: int = 30,
@@ -542,8 +540,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     local_epochs = positive_int("local_epochs", local_epochs, 10_000)
     if not isinstance(dataset, FLData):
         clients = positive_int("clients", clients, 1_000_000)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    nonneg_int("seed", seed, 2**63 - 1)
     if stop_at_accuracy is not None:
         fraction("stop_at_accuracy", stop_at_accuracy)
     if method_options is not None and not isinstance(method_options, dict):

@@ -132,7 +132,7 @@ def _engine(row: dict) -> str | Engine:
     # collectives hidden (overlap_tp_comm) predicts a 13-17 % gain where the paper measures
     # 4.5-5.7 % (its Table 4 and the 405B Float8 rows), so its micro-pipelining hides only part of
     # them, which part not being modelled
-    if g == "MaxText" and re.match(r"remat_policy=minimal(\s|$)", str(row.get("recompute", ""))):
+    if g == "MaxText" and _MINIMAL_REMAT.match(str(row.get("recompute", ""))):
         # MaxText's minimal remat: checkpoint_dots_with_no_batch_dims (the weight GEMMs' outputs saved)
         return "maxtext-minimal-remat"
     return {"llm-foundry": "llm-foundry", "torchtitan": "fsdp", "MaxText": "maxtext"}.get(g, "megatron-core")
@@ -303,6 +303,10 @@ def _moe_fields(row: dict, notes: list) -> dict:
     return out
 
 
+#: A row's MaxText ``remat_policy=minimal`` (not ``minimal_with_context`` and the other named ones).
+_MINIMAL_REMAT = re.compile(r"remat_policy=minimal(\s|$)")
+
+
 def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
     """The row's recompute mode and, for Megatron-Core's ``recompute_modules`` (``"selective:
     layernorm,moe_act"``), the modules (:data:`cosearch.graph.RECOMPUTE_MODULES`)."""
@@ -324,7 +328,7 @@ def _recompute(row: dict, notes: list) -> tuple[str, tuple[str, ...]]:
         return "selective", mods
     if r.startswith("custom"):
         return "selective", _maxtext_custom_policy(row, notes)
-    if re.match(r"remat_policy=minimal(\s|$)", r):
+    if _MINIMAL_REMAT.match(r):
         notes.append("remat_policy minimal: the weight GEMMs' outputs saved, every other op rerun "
                      "(checkpoint_dots_with_no_batch_dims); their bytes kept with the layer input")
         return "selective", ()
