@@ -237,13 +237,23 @@ def _regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> None:
                          f"{max_bytes:,} bytes")
 
 
-def _parse(text: str, what: str, path: str) -> Any:
+def parse_json(text: str, where: str, constants: bool = False) -> Any:
+    """``text`` parsed as JSON, or ``ValueError`` starting with ``where`` (the file or flag it
+    came from): invalid JSON, an integer past :data:`MAX_INT_DIGITS` digits, and ``NaN`` /
+    ``Infinity`` unless ``constants`` (files written by other tools, such as Hugging Face
+    configs, may hold them in fields cosearch never reads)."""
     try:
+        if constants:
+            return json.loads(text, parse_int=bounded_int)
         return json.loads(text, parse_constant=_no_constant, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} file {path!r} is not valid JSON: {exc}") from None
+        raise ValueError(f"{where}: not valid JSON ({exc})") from None
     except ValueError as exc:                                 # NaN / Infinity, an endless integer
-        raise ValueError(f"{what} file {path!r}: {exc}") from None
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _parse(text: str, what: str, path: str) -> Any:
+    return parse_json(text, f"{what} file {path!r}")
 
 
 def read_text_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> str:
@@ -274,10 +284,4 @@ def load_json(source: str | os.PathLike) -> dict[str, Any]:
         text = read_text_file(source, "JSON", MAX_JSON_BYTES)     # a binary file refused by name
     if text.startswith('{"_header":'):
         return _read_journal(text)
-    where = source if len(str(source)) < 200 else "text"
-    try:
-        return json.loads(text, parse_int=bounded_int)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not valid JSON ({exc})") from None
-    except ValueError as exc:                                 # an endless integer
-        raise ValueError(f"{where}: {exc}") from None
+    return parse_json(text, str(source) if len(str(source)) < 200 else "text", constants=True)

@@ -18,6 +18,12 @@ MAX_CHIPS = 1 << 24
 MAX_BATCH = 1 << 30
 
 
+def shown_int(value: int) -> str:
+    """An integer as a message shows it: ``1,234,567``, or ``an integer of N digits`` past 10^15
+    (a 400-digit typo is not printed whole)."""
+    return f"{value:,}" if abs(value) < 10**15 else f"an integer of {len(str(abs(value)))} digits"
+
+
 def positive_int(name: str, value: Any, maximum: int | None = None) -> int:
     ok = (isinstance(value, numbers.Integral) and not isinstance(value, bool)) or (
         isinstance(value, float) and value.is_integer())
@@ -25,7 +31,7 @@ def positive_int(name: str, value: Any, maximum: int | None = None) -> int:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     iv = int(value)
     if maximum is not None and iv > maximum:
-        raise ValueError(f"{name}={iv} is larger than the supported maximum {maximum}")
+        raise ValueError(f"{name}={shown_int(iv)} is larger than the supported maximum {maximum:,}")
     return iv
 
 
@@ -44,7 +50,7 @@ def _finite(name: str, value: Any, allow_zero: bool) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be {what} number, got {value!r}") from None
     except OverflowError:                 # an integer beyond any float
-        raise ValueError(f"{name} must be {what} finite number, got an integer of {len(str(abs(int(value))))} digits") from None
+        raise ValueError(f"{name} must be {what} finite number, got {shown_int(int(value))}") from None
     if isinstance(value, bool) or not math.isfinite(f) or f < 0 or (f == 0 and not allow_zero):
         raise ValueError(f"{name} must be {what} finite number, got {value!r}")
     return f

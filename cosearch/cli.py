@@ -54,7 +54,6 @@ def _positive(text: str) -> int:
 
 def _model_from_args(a):
     """A preset by name, or a Hugging Face config.json path (with --seq-len)."""
-    import json
     import os
     import warnings
 
@@ -64,14 +63,8 @@ def _model_from_args(a):
     if str(a.model).endswith(".json") or os.path.isfile(a.model):
         if not os.path.isfile(a.model):
             raise ValueError(f"--model {a.model}: no such file")
-        with open(a.model) as fh:
-            from ._json import bounded_int
-            try:
-                cfg = json.load(fh, parse_int=bounded_int)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"--model {a.model}: not valid JSON ({exc})") from None
-            except ValueError as exc:
-                raise ValueError(f"--model {a.model}: {exc}") from None
+        from ._json import parse_json, read_text_file
+        cfg = parse_json(read_text_file(a.model, "--model"), f"--model {a.model}", constants=True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             base = os.path.basename(a.model)

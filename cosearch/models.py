@@ -14,6 +14,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ._validate import shown_int
 from .compressed_attention import CompressedAttention
 
 __all__ = ["ModelConfig", "preset", "preset_names", "PRESETS", "from_hf_config", "HF_FAMILIES",
@@ -55,8 +56,7 @@ def _positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
     if value > MAX_DIM:
-        shown = f"{value:,}" if value < 10**15 else f"an integer of {len(str(value))} digits"
-        raise ValueError(f"ModelConfig.{name} = {shown} is larger than any model's ({MAX_DIM:,} at most): a typo or "
+        raise ValueError(f"ModelConfig.{name} = {shown_int(value)} is larger than any model's ({MAX_DIM:,} at most): a typo or "
                          "a unit slip?")
 
 

@@ -24,7 +24,7 @@ def test_accelerator_validation_names_field():
 
 @pytest.mark.parametrize("field, value, message", [
     # integers beyond int64 (a chip JSON's 1180591620717411303424): np.isfinite raised a TypeError
-    ("systolic_rows", 2**70, "systolic_rows=1180591620717411303424 is larger than the supported maximum 16777216"),
+    ("systolic_rows", 2**70, "systolic_rows=an integer of 22 digits is larger than the supported maximum 16,777,216"),
     ("l2_bytes", 2**70, None),                                     # a number, if an absurd one: accepted
     ("hbm_bytes", 10**400, "chip.json.*an integer of 401 digits"),
     ("tensor_cores", 1.5, "tensor_cores must be a positive integer"),

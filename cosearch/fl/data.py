@@ -126,19 +126,17 @@ def _read_json(path: str):
     """A JSON file, gzip-compressed when its name ends in ``.gz`` (FLuID's files ship so)."""
     import gzip
 
-    from .._json import bounded_int
+    from .._json import parse_json
     try:
         if path.endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8") as fh:
-                return json.load(fh, parse_int=bounded_int)
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh, parse_int=bounded_int)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    except ValueError as exc:                      # an endless integer
-        raise ValueError(f"{path}: {exc}") from None
+                text = fh.read()
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read ({exc})") from None
+    return parse_json(text, path, constants=True)
 
 
 def _leaf_document(d, f: str) -> dict:
