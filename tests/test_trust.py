@@ -531,3 +531,26 @@ def test_a_signal_while_the_pool_winds_down_keeps_every_row(monkeypatch):
     res = search.cosearch("gpt3-1.3b", small_space(), 16, 32, 2, refine_top=0, prune=False)
     assert res.interrupted and isinstance(res.stopped_by, KeyboardInterrupt)
     assert len(res.rows) == len(small_space().arrays())
+
+
+def test_model_config_file_with_a_bom_reads_and_a_binary_one_is_refused(tmp_path, capsys):
+    """``--model config.json`` went through ``json.load`` on its own: a config saved with a UTF-8
+    byte-order mark (as Windows editors save) failed ("Unexpected UTF-8 BOM"), and a FIFO would
+    block.  It now reads as every other JSON file does."""
+    cfg = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_attention_heads": 4,
+           "num_hidden_layers": 2, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 512,
+           "hidden_act": "silu", "tie_word_embeddings": False}
+    plain, bom = tmp_path / "plain" / "config.json", tmp_path / "bom" / "config.json"
+    for path, prefix in ((plain, b""), (bom, b"\xef\xbb\xbf")):
+        path.parent.mkdir()
+        path.write_bytes(prefix + json.dumps(cfg).encode())
+    args = ["plan", "--cluster", "flat", "--chip", "h100", "--chips", "8", "--batch", "8"]
+    outs = []
+    for path in (plain, bom):
+        assert main([*args, "--model", str(path)]) == 0
+        outs.append(capsys.readouterr().out.replace("bom", "plain"))
+    assert outs[0] == outs[1]
+    binary = tmp_path / "x.json"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    assert main([*args, "--model", str(binary)]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
