@@ -6,6 +6,7 @@ within 3 rounds of a device slowing to half speed, (d) no wrong swaps.
 Run: python -m pytest bench/bench_fl_controller.py --benchmark-only -s
 """
 
+import numpy as np
 import pytest
 from targets import check
 
@@ -43,6 +44,14 @@ def test_controller_criteria(benchmark, model):
           f"seeds where the controller misses (c): "
           f"{[(s, r.retarget_rounds, r.reference_retarget_rounds) for s, r in zip(SEEDS, changed) if r.retarget_rounds > 3] or 'none'}"
           " (seed, controller, reference)")
+    # how far the 20 seeds' figures can move on other seeds: a percentile bootstrap over seeds
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(plain), size=(2000, len(plain)))
+    a_boot = np.array([np.mean([plain[i].on_target for i in pick]) for pick in picks])
+    b_boot = np.array([sum(plain[i].on_time for i in pick) / max(sum(plain[i].oracle_on_time for i in pick), 1e-12)
+                       for pick in picks])
+    print(f"  95 % interval over seeds (bootstrap): (a) {np.percentile(a_boot, 2.5):.1%} to "
+          f"{np.percentile(a_boot, 97.5):.1%}; (b) {np.percentile(b_boot, 2.5):.1%} to {np.percentile(b_boot, 97.5):.1%}")
     check("fl controller", f"{model}: (a) share of dropout rounds on target (+-5 %)", on_target, at_least=0.90)
     check("fl controller", f"{model}: (b) on-time rate / the oracle's", vs_oracle, at_least=0.95)
     check("fl controller", f"{model}: (c) rounds to re-target after a speed change", retarget, at_most=3)
