@@ -83,7 +83,9 @@ class SystemDesign:
     fractions of the links (NCCL's, as :mod:`cosearch.cluster`'s presets: 0.80 NVLink, 0.90
     InfiniBand).  ``chip_power_w``: None takes :data:`RATED_POWER_W` of the base chip, and stays
     None (power unknown: no per-watt or energy figure, and power budgets cannot be met) for a
-    chip without one.  ``cluster_preset``: a :mod:`cosearch.cluster` preset the system's network
+    chip without one; it must cover the base chip's own HBM and scale-up link power, which the
+    power deltas scale (a design removing them is refused rather than priced at negative watts).
+    ``cluster_preset``: a :mod:`cosearch.cluster` preset the system's network
     is (TPU pods' 3D tori: ``tpuv5p-pod``, ``tpu7x-pod``), instead of switched domains;
     ``max_chips``: the largest job the system holds (0: no limit; a TPU pod's slice).
     ``chip_usd``: capex per chip slot, for a :class:`CostModel` (None: not priced);
@@ -201,6 +203,15 @@ class SystemDesign:
             return None
         ap = ap or AreaPowerModel()
         ref = self.reference
+        # the deltas scale the reference chip's own HBM and scale-up power, which its rated power
+        # holds: a rating below them would price a design that removes them at negative watts
+        ref_links = ref.link_bandwidth_Bps * (self.torus_ports if self.torus_side else 1)
+        own = {"HBM": ref.hbm_bandwidth_Bps * 8 * ap.hbm_energy_j_per_bit,
+               "scale-up links": ref_links * 2 * 8 * ap.link_energy_j_per_bit}
+        if self.chip_power_w < sum(own.values()):
+            raise ValueError(f"SystemDesign {self.name!r}: chip_power_w = {self.chip_power_w:g} W is less than what "
+                             f"{ref.name}'s own " + " and ".join(f"{k} draw ({w:.0f} W)" for k, w in own.items())
+                             + " at the area-power model's energies; give the base chip's whole rated power")
         return {"rated": float(self.chip_power_w),
                 "HBM": (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit,
                 "scale-up": self._links_delta_Bps() * 2 * 8 * ap.link_energy_j_per_bit,
@@ -255,7 +266,9 @@ class CostModel:
     """Total cost of ownership (see the module docstring): every price is the caller's.
     ``hbm_usd_per_gb``, ``scale_up_usd_per_GBps`` and ``scale_out_usd_per_GBps`` price a design's
     HBM and links beyond its base chip's (the base's are in its ``chip_usd``; scale-out counted
-    whole, as :meth:`SystemDesign.power_w` does)."""
+    whole, as :meth:`SystemDesign.power_w` does).  A design's ``chip_usd`` must cover what these
+    prices make of its base chip's own HBM and scale-up links (refused otherwise: a design that
+    removes them would cost less than nothing)."""
 
     usd_per_kwh: float
     lifetime_years: float
@@ -280,6 +293,14 @@ class CostModel:
         if s.chip_usd is None or not math.isfinite(power_w):
             return None
         ref = s.reference
+        ref_links = ref.link_bandwidth_Bps * (s.torus_ports if s.torus_side else 1)
+        own = {"HBM": ref.hbm_bytes / 1e9 * self.hbm_usd_per_gb,
+               "scale-up links": ref_links / 1e9 * self.scale_up_usd_per_GBps}
+        if s.chip_usd < sum(own.values()):
+            # the deltas below remove the reference's own HBM and links at these prices
+            raise ValueError(f"SystemDesign {s.name!r}: chip_usd = {s.chip_usd:,.0f} is less than this cost model's "
+                             f"price of {ref.name}'s own " + " and ".join(f"{k} ({x:,.0f})" for k, x in own.items())
+                             + "; give the base chip slot's whole capex, or lower the per-GB prices")
         capex = (s.chip_usd + (s.chip.hbm_bytes - ref.hbm_bytes) / 1e9 * self.hbm_usd_per_gb
                  + (s.scale_up_Bps - ref.link_bandwidth_Bps) / 1e9 * self.scale_up_usd_per_GBps
                  + s.scale_out_Bps / 1e9 * self.scale_out_usd_per_GBps)

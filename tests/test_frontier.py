@@ -302,3 +302,28 @@ def test_torus_designs_by_hand_and_against_the_pod_preset():
     for f, x in (("name", 8), ("cluster_preset", ["gb200-nvl72"]), ("base", 1.5), ("fixed", "yes")):
         with pytest.raises(ValueError, match=f"SystemDesign.{f} must be"):
             fr.SystemDesign(hardware.H100, 8, 50e9, **{f: x})
+
+
+def test_a_rating_or_price_below_the_base_chips_own_parts_is_refused_not_priced_negative():
+    """The power and capex deltas remove the base chip's own HBM and link power and price: a
+    chip_power_w or chip_usd below them priced a design at negative watts and dollars, and
+    codesign ranked it by a negative tokens per joule (found by fuzzing codesign)."""
+    slow = hardware.B200.with_(name="B200-slow-HBM", hbm_bandwidth_Bps=0.1e12)
+    # by hand: 1,000 W rated; HBM (0.1 - 8) TB/s x 8 bit x 4 pJ/bit = -252.8 W; 50 GB/s out both ways
+    # x 8 bit x 5 pJ/bit = +4 W.  B200's own HBM draws 256 W and its 900 GB/s links 72 W.
+    assert fr.SystemDesign(slow, 8, 50e9, base="B200").power_w() == pytest.approx(1000 - 252.8 + 4)
+    low = fr.SystemDesign(slow, 8, 50e9, base="B200", chip_power_w=60.0)
+    with pytest.raises(ValueError, match=r"chip_power_w = 60 W is less than what B200's own HBM draw \(256 W\) "
+                                         r"and scale-up links draw \(72 W\)"):
+        low.power_w()
+    with pytest.raises(ValueError, match="chip_power_w = 60 W"):
+        fr.codesign("llama2-7b", [low], 8, 64)
+    assert fr.SystemDesign(slow, 8, 50e9, base="B200", chip_power_w=328.0).power_w() == pytest.approx(328 - 252.8 + 4)
+    cm = fr.CostModel(usd_per_kwh=0.1, lifetime_years=4, hbm_usd_per_gb=100.0)
+    small = fr.SystemDesign(hardware.B200.with_(hbm_bytes=1e9), 8, 50e9, base="B200", chip_usd=1000.0)
+    with pytest.raises(ValueError, match=r"chip_usd = 1,000 is less than this cost model's price of B200's own "
+                                         r"HBM \(18,000\)"):
+        cm.usd_per_chip(small, 1000.0)
+    # at the smallest capex the model allows, the HBM-less slot costs its energy and nothing else
+    edge = fr.SystemDesign(hardware.B200.with_(hbm_bytes=0.0 + 1.0), 8, 50e9, base="B200", chip_usd=18_000.0)
+    assert cm.usd_per_chip(edge, 1000.0) == pytest.approx(1e-9 * 100 + 1.0 * 4 * 365.25 * 24 * 0.1)
