@@ -206,3 +206,29 @@ def test_experiment_cli_spread_noise_and_seed_offset(tmp_path):
     assert max(t.values()) / min(t.values()) > 2.0                       # a 4x compute spread shows
     assert main(["fl", "experiment", "--dataset", "digits", "--seeds", "1", "--spread", "0.5", "--rounds", "1",
                  "--out", str(tmp_path / "f.json")]) == 2
+
+
+def test_run_experiment_checks_its_seeds_and_settings_before_any_run(tmp_path):
+    """Found by fuzzing run_experiment: seeds [1.5] ran seed 1; seeds [1, 1] ran once and the
+    statistics counted it twice (runs=2, a spread of 0); an empty list gave an empty experiment;
+    seeds=3.0 and None raised TypeError; a typo in a simulate setting failed the first run; a list
+    of ClientProfile devices (as simulate takes them) raised TypeError when the settings were saved."""
+    from cosearch.fl.profiling import device_profiles
+    for seeds, msg in (([1.5], "each seed must be a non-negative integer, got 1.5"), ([1, 1], r"seeds are listed twice: \[1\]"),
+                       ([], "seeds is empty"), (["a"], "each seed must be"), (3.0, "seeds must be a count or a list"),
+                       (None, "seeds must be a count or a list")):
+        with pytest.raises(ValueError, match=msg):
+            experiment.run_experiment("digits", ["none"], seeds, 1, progress=False, workers=1)
+    with pytest.raises(ValueError, match="unknown setting 'lrate'; simulate takes model, devices"):
+        experiment.run_experiment("digits", ["none"], 1, 1, progress=False, workers=1, lrate=0.1)
+    with pytest.raises(ValueError, match="seed is set by run_experiment"):
+        experiment.run_experiment("digits", ["none"], 1, 1, progress=False, workers=1, seed=3)
+    # one method named as a string; ClientProfile devices saved as their fields and resumed
+    devs = device_profiles(5, 2.5, 0.0)
+    out = tmp_path / "e.json"
+    exp = experiment.run_experiment("digits", "none", [4], 1, progress=False, workers=1, devices=devs, out=out)
+    assert exp.methods == ["none"] and list(exp.runs["none"]) == [4]
+    assert json.loads(out.read_text())["config"]["devices"][4]["flops_per_s"] == devs[4].flops_per_s
+    again = experiment.run_experiment("digits", "none", [4], 1, progress=False, workers=1, devices=devs, out=out,
+                                      resume=out)
+    assert again.runs["none"][4].to_dict() == exp.runs["none"][4].to_dict()

@@ -390,6 +390,47 @@ def _one_run(kw: dict) -> dict:
     return simulate(**kw).to_dict()
 
 
+def _seed_list(seeds) -> list[int]:
+    """``seeds`` as run_experiment takes it: a count (seeds 0 .. count - 1) or distinct seeds."""
+    from .._validate import nonneg_int
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        return list(range(positive_int("seeds", int(seeds), 10_000)))
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+        raise ValueError(f"seeds must be a count or a list of seeds, got {seeds!r}")
+    out = [nonneg_int("each seed", s, 2**63 - 1) for s in seeds]
+    if not out:
+        raise ValueError("seeds is empty: give a count or at least one seed")
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds are listed twice: {sorted(s for s in set(out) if out.count(s) > 1)} (each seed is "
+                         "one paired run; a repeat would count the same run twice in the statistics)")
+    return out
+
+
+#: Settings run_experiment sets itself for each run.
+_OWN_SETTINGS = ("dataset", "method", "seed", "rounds", "clients")
+
+
+def _check_settings(settings: dict) -> None:
+    """Every setting passed through to :func:`simulate` must be one of its keywords, checked before
+    any run (a typo would otherwise fail the first run after the pool has started)."""
+    import inspect
+    known = [k for k in inspect.signature(simulate).parameters if k not in _OWN_SETTINGS]
+    for k in settings:
+        if k in _OWN_SETTINGS:
+            raise ValueError(f"{k} is set by run_experiment for each run; pass it as its own argument"
+                             if k in ("dataset", "rounds", "clients") else f"{k} is set by run_experiment for each run")
+        if k not in known:
+            raise ValueError(f"unknown setting {k!r}; simulate takes {', '.join(known)}")
+
+
+def _plain(obj):
+    """``json.dumps``'s ``default``: a dataclass setting (a ClientProfile) saved as its fields."""
+    from dataclasses import asdict, is_dataclass
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    raise TypeError(type(obj).__name__)
+
+
 def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "random", "none"), seeds=10,
                    rounds: int = 30, *, clients: int = 5, workers: int | None = None,
                    out: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
@@ -404,7 +445,7 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
     from .._validate import new_file
     continued = out is not None and resume is not None and os.path.abspath(resume) == os.path.abspath(out)
     new_file(out, overwrite or continued)
-    methods = list(methods)
+    methods = [methods] if isinstance(methods, str) else list(methods)
     if not methods:
         raise ValueError("give at least one method")
     for m in methods:
@@ -412,15 +453,21 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
             raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise ValueError(f"methods are listed twice: {methods}")
-    seed_list = list(range(positive_int("seeds", seeds, 10_000))) if isinstance(seeds, int) else [int(s) for s in seeds]
+    seed_list = _seed_list(seeds)
     positive_int("rounds", rounds, 100_000)
     positive_int("clients", clients, 10_000)
+    _check_settings(simulate_kwargs)
     for key in ("devices", "latency_s"):
         v = simulate_kwargs.get(key)
         if v is not None and not isinstance(v, (str, os.PathLike, list, tuple)):
             raise ValueError(f"{key} must be a CSV path or a list to run in worker processes")
-    config = json.loads(json.dumps({"rounds": rounds, "clients": clients, **{
-        k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in simulate_kwargs.items()}}))
+    config = {"rounds": rounds, "clients": clients}
+    for k, v in simulate_kwargs.items():
+        try:
+            config[k] = json.loads(json.dumps(os.fspath(v) if isinstance(v, os.PathLike) else v, default=_plain))
+        except (TypeError, ValueError):
+            raise ValueError(f"{k}={v!r} cannot be saved with the experiment: give a number, text, a path, a "
+                             "list of them, or ClientProfile objects") from None
     exp = Experiment(dataset, methods, seed_list, config)
     if resume is not None:
         old = Experiment.from_json(resume)
