@@ -554,3 +554,52 @@ def test_model_config_file_with_a_bom_reads_and_a_binary_one_is_refused(tmp_path
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
     assert main([*args, "--model", str(binary)]) == 2
     assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("call,message", [
+    # a count of 10^19 clients built profiles until memory ran out; a spread near 0 divided by zero
+    (lambda fl: fl.device_profiles(10**19), "clients=an integer of 20 digits is larger than the supported maximum 1,000,000"),
+    (lambda fl: fl.device_profiles(5, spread=1e-300), "spread is the slowest client's time over the fastest's"),
+    (lambda fl: fl.device_profiles(5, base_flops_per_s=None), "base_flops_per_s must be a positive"),
+    # a NaN ratio chose the full model; an infinite width was returned as a keep fraction
+    (lambda fl: fl.choose_width(float("nan")), "time ratio must be a positive finite number"),
+    (lambda fl: fl.choose_width(0.7, [float("inf")]), "each width must be a positive finite number"),
+    (lambda fl: fl.choose_width(0.7, []), "widths is empty"),
+    (lambda fl: fl.fluid_keep_fraction(None), "time ratio must be a positive number"),
+    (lambda fl: fl.drop_count(0.5, -1), "a layer's units n must be a positive integer"),
+    # a trace of NaN or negative seconds, or of keys that are no (client, round), was kept
+    (lambda fl: fl.TraceProfile({(0, 1): float("nan")}), "client 0 in round 1 must be a positive finite"),
+    (lambda fl: fl.TraceProfile({(0, 1): -1.0}), "client 0 in round 1 must be a positive finite"),
+    (lambda fl: fl.TraceProfile({("a", 1): 1.0}), r"\(client >= 0, round >= 1\) pairs of integers, got \('a', 1\)"),
+    (lambda fl: fl.TraceProfile({(0, 0): 1.0}), r"pairs of integers, got \(0, 0\)"),
+    # eps, max_steps and a NaN growth were stored unchecked and failed (or looped) mid-run
+    (lambda fl: fl.InvariantDropout(eps=float("nan")), "eps must be a positive finite number"),
+    (lambda fl: fl.InvariantDropout(max_steps=-1), "max_steps must be a positive integer"),
+    (lambda fl: fl.InvariantDropout(growth=float("nan")), "growth must be a positive finite number"),
+    (lambda fl: fl.InvariantDropout(quorum=None), "quorum must be a positive number"),
+    (lambda fl: fl.StragglerProfiler(5, window=-1), "window must be a positive integer"),
+    (lambda fl: fl.StragglerProfiler(5, window=1), "window must be at least 2 rounds"),
+    (lambda fl: fl.StragglerProfiler(5, min_keep=None), "min_keep must be a positive number"),
+    (lambda fl: fl.StragglerProfiler(5, widths=0.5), "widths must be a list of fractions"),
+    (lambda fl: fl.ThresholdSchedule(growth_after=None), "growth_after must be a non-negative number"),
+    (lambda fl: fl.HeteroFL(proportions={0.5: None, 1.0: 0.5}), "HeteroFL proportion of tier 0.5 must be"),
+    (lambda fl: fl.HeteroFL(proportions={True: 1.0}), r"HeteroFL tiers \[True\] are not among"),
+])
+def test_fl_building_blocks_refuse_what_they_cannot_use(call, message):
+    """Found by fuzzing cosearch.fl's public classes and functions: each of these hung, raised a
+    TypeError or ZeroDivisionError from inside, or was accepted and failed (or gave a silent
+    number) later.  Each is now refused by name."""
+    import signal
+
+    import cosearch.fl as fl
+
+    def hung(*_):
+        raise AssertionError("hung")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        with pytest.raises(ValueError, match=message):
+            call(fl)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import choice, fraction, positive_float, positive_int
+from .._validate import choice, fraction, nonneg_float, positive_float, positive_int
 from .submodel import Group
 
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "FjORDDistill",
@@ -84,6 +84,7 @@ def drop_count(p: float, n: int) -> int:
     """Units dropped from an ``n``-unit layer at keep fraction ``p``: ``n - int(p n)``
     (FLuID's ``numToDrop``; a 1e-9 guard keeps ``0.85 * 20`` at 17), at most ``n - 1``."""
     p = _check_p(p)
+    n = positive_int("a layer's units n", n)
     return min(n - int(p * n + 1e-9), n - 1)
 
 
@@ -220,11 +221,13 @@ class HeteroFL(_NestedWidths):
         if proportions is not None:
             if not isinstance(proportions, dict) or not proportions:
                 raise ValueError("HeteroFL proportions must be a non-empty {tier: share} dict")
-            bad = [t for t in proportions if t not in HETEROFL_TIERS]
+            bad = [t for t in proportions if isinstance(t, bool) or t not in HETEROFL_TIERS]
             if bad:
                 raise ValueError(f"HeteroFL tiers {bad} are not among {HETEROFL_TIERS}")
+            for t, v in proportions.items():
+                nonneg_float(f"HeteroFL proportion of tier {t}", v)
             total = sum(float(v) for v in proportions.values())
-            if any(float(v) < 0 for v in proportions.values()) or not math.isclose(total, 1.0, abs_tol=1e-9):
+            if not math.isclose(total, 1.0, abs_tol=1e-9):
                 raise ValueError(f"HeteroFL proportions must be non-negative shares summing to 1, got {proportions}")
             self.proportions = {float(t): float(v) for t, v in sorted(proportions.items(), reverse=True)}
         elif dynamic:
@@ -327,15 +330,15 @@ class ThresholdSchedule:
 
     def __post_init__(self):
         choice("scope", self.scope, ("first", "mean", "per_layer"))
-        if not (0.0 <= float(self.growth_after) <= 1.0):
+        if nonneg_float("growth_after", self.growth_after) > 1.0:
             raise ValueError(f"growth_after is a fraction of the rounds in [0, 1], got {self.growth_after!r}")
-        positive_int("growth_period", self.growth_period)
+        object.__setattr__(self, "growth_period", positive_int("growth_period", self.growth_period, 10**9))
         if self.growth_start is not None and (isinstance(self.growth_start, bool) or
                                               not isinstance(self.growth_start, int) or self.growth_start < 0):
             raise ValueError(f"growth_start must be a round number >= 0 or None, got {self.growth_start!r}")
         positive_float("growth_step", self.growth_step)
         positive_float("initial", self.initial)
-        positive_int("calibration_start", self.calibration_start)
+        object.__setattr__(self, "calibration_start", positive_int("calibration_start", self.calibration_start, 10**9))
 
     def start_round(self, total_rounds: int | None) -> float:
         """Growth applies in rounds strictly after this one (never when the total is unknown)."""
@@ -422,16 +425,17 @@ class InvariantDropout(DropoutPolicy):
                  total_rounds: int | None = None, quorum: float = 0.75, eps: float = 1e-12,
                  growth: float = 1.5, max_steps: int = 200):
         choice("threshold", threshold, ("fluid", "adaptive"))
-        if not (0.0 < quorum <= 1.0):
-            raise ValueError(f"quorum must be in (0, 1], got {quorum!r}")
-        if growth <= 1.0:
+        quorum = fraction("quorum", quorum)
+        if positive_float("growth", growth) <= 1.0:
             raise ValueError(f"growth must be > 1, got {growth!r}")
+        eps = positive_float("eps", eps)
+        max_steps = positive_int("max_steps", max_steps, 100_000)
         if isinstance(schedule, str):
             schedule = ThresholdSchedule.for_dataset(schedule)
         if not isinstance(schedule, ThresholdSchedule):
             raise ValueError(f"schedule must be a ThresholdSchedule or a dataset name, got {schedule!r}")
         self.rule, self.schedule = threshold, schedule
-        self.total_rounds = None if total_rounds is None else positive_int("total_rounds", total_rounds)
+        self.total_rounds = None if total_rounds is None else positive_int("total_rounds", total_rounds, 10**9)
         self.quorum, self.eps, self.growth, self.max_steps = quorum, eps, growth, max_steps
         if threshold == "adaptive":
             self.name = "invariant-adaptive"

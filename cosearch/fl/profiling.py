@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
+from .._validate import fraction as unit_fraction
 from .._validate import nonneg_float, positive_float, positive_int
 
 __all__ = ["StragglerProfiler", "fluid_keep_fraction", "choose_width", "ClientProfile", "TraceProfile",
@@ -58,9 +59,7 @@ FLUID_FLOOR = 0.5
 
 def fluid_keep_fraction(ratio: float) -> float:
     """FLuID's bucket for ``ratio = target time / straggler time``."""
-    r = float(ratio)
-    if not math.isfinite(r) or r <= 0:
-        raise ValueError(f"time ratio must be a positive finite number, got {ratio!r}")
+    r = positive_float("time ratio", ratio)
     for lo, keep in FLUID_BUCKETS:
         if r >= lo:
             return keep
@@ -69,12 +68,24 @@ def fluid_keep_fraction(ratio: float) -> float:
 
 def choose_width(ratio: float, widths: Sequence[float] = DEFAULT_WIDTHS) -> float:
     """cosearch 0.1's rule: the smallest allowed width >= ratio (1.0 above every width)."""
+    ratio = positive_float("time ratio", ratio)
+    widths = _widths(widths)
     if ratio >= 1.0:
         return 1.0
     for w in sorted(widths):
         if w >= ratio - 1e-12:
             return w
     return 1.0
+
+
+def _widths(widths) -> tuple[float, ...]:
+    """Allowed widths: a non-empty list of fractions in (0, 1]."""
+    if isinstance(widths, (str, bytes)) or not hasattr(widths, "__iter__"):
+        raise ValueError(f"widths must be a list of fractions in (0, 1], got {widths!r}")
+    out = tuple(unit_fraction("each width", w) for w in widths)
+    if not out:
+        raise ValueError("widths is empty: give at least one fraction in (0, 1]")
+    return out
 
 
 def valid_duration(d) -> bool:
@@ -94,9 +105,7 @@ class StragglerProfiler:
                  costs=None, min_keep: float = FLUID_FLOOR, min_margin: float = 0.05, window: int = 20):
         if not isinstance(num_clients, int) or num_clients < 2:
             raise ValueError(f"need at least 2 clients to have stragglers, got {num_clients!r}")
-        for w in widths:
-            if not (0.0 < w <= 1.0):
-                raise ValueError(f"widths must lie in (0, 1], got {w!r}")
+        widths = _widths(widths)
         if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
                                      or not 0.0 < fraction < 1.0):
             raise ValueError(f"straggler fraction must be in (0, 1), got {fraction!r}")
@@ -105,11 +114,13 @@ class StragglerProfiler:
         if rule == "model" and costs is None:
             raise ValueError("rule='model' needs costs: p -> (FLOPs ratio, bytes ratio) of the sub-model at "
                              "keep fraction p (RoundProtocol sizes them from the model)")
-        if not (0.0 < min_keep <= 1.0):
-            raise ValueError(f"min_keep must be in (0, 1], got {min_keep!r}")
+        min_keep = unit_fraction("min_keep", min_keep)
         nonneg_float("min_margin", min_margin)
+        window = positive_int("window", window, 100_000)
+        if window < 2:
+            raise ValueError(f"window must be at least 2 rounds, got {window!r}")
         self.n, self.fraction, self.rule, self.widths = num_clients, fraction, rule, tuple(widths)
-        self.start_round = positive_int("start_round", start_round)
+        self.start_round = positive_int("start_round", start_round, 10**9)
         self.hysteresis, self.readapt = hysteresis, readapt
         self.full_time: dict[int, float] = {}
         self._stragglers: list[int] = []
@@ -291,9 +302,17 @@ class TraceProfile:
     A sub-model's time is the full time scaled by ``sub FLOPs / full FLOPs``."""
 
     def __init__(self, seconds: dict[tuple[int, int], float]):
-        if not seconds:
-            raise ValueError("a trace needs at least one (client, round, seconds) row")
-        self.seconds = dict(seconds)
+        if not isinstance(seconds, dict) or not seconds:
+            raise ValueError("a trace needs at least one (client, round): seconds entry")
+        for key, t in seconds.items():
+            if (not isinstance(key, tuple) or len(key) != 2 or
+                    any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in key)
+                    or key[0] < 0 or key[1] < 1):
+                raise ValueError(f"a trace's keys are (client >= 0, round >= 1) pairs of integers, got {key!r}")
+            if not valid_duration(t):
+                raise ValueError(f"a trace's time for client {key[0]} in round {key[1]} must be a positive finite "
+                                 f"number of seconds, got {t!r}")
+        self.seconds = {(int(c), int(r)): float(t) for (c, r), t in seconds.items()}
         self.clients = sorted({c for c, _ in seconds})
 
     @classmethod
@@ -334,8 +353,13 @@ def device_profiles(n: int, spread: float = 2.5, noise_cv: float = 0.05,
     times slower than client 0 (the last one is the straggler), equal links.  The defaults
     (0.2 GFLOP/s achieved in small-batch training, 2 MB/s, 20 ms) are an order of magnitude
     for phone-class devices running an interpreted training loop, not a measurement."""
-    positive_int("clients", n)
-    positive_float("spread", spread)
+    positive_int("clients", n, 1_000_000)
+    if positive_float("spread", spread) < 1.0:
+        raise ValueError(f"spread is the slowest client's time over the fastest's, at least 1; got {spread!r}")
+    for name, x in (("noise_cv", noise_cv), ("latency_s", latency_s)):
+        nonneg_float(name, x)
+    positive_float("base_flops_per_s", base_flops_per_s)
+    positive_float("link_Bps", link_Bps)
     out = []
     for i in range(n):
         slow = 1.0 + (spread - 1.0) * (i / (n - 1) if n > 1 else 0.0)
