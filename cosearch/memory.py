@@ -41,6 +41,11 @@ __all__ = ["MemoryConfig", "layer_activation_bytes", "MODULE_TERMS", "every_othe
            "head_activation_bytes", "static_bytes", "in_flight"]
 
 
+#: Most bytes per parameter a MemoryConfig field may give (a typo guard; fp64 weights, gradients
+#: and two Adam moments are 32 in all).
+MAX_BYTES_PER_PARAM = 64
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """Bytes per parameter kept for training (weights, gradients, optimizer state)."""
@@ -54,6 +59,10 @@ class MemoryConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"MemoryConfig.{f} must be a finite number >= 0, got {v!r}")
+            if v > MAX_BYTES_PER_PARAM:
+                raise ValueError(f"MemoryConfig.{f} = {v:g} bytes per parameter is more than any training keeps "
+                                 f"({MAX_BYTES_PER_PARAM} at most: fp64 weights, gradients and Adam moments are "
+                                 "32): a typo or a unit slip?")
 
     @property
     def bytes_per_param(self) -> float:

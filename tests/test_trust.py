@@ -603,3 +603,26 @@ def test_fl_building_blocks_refuse_what_they_cannot_use(call, message):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_area_model_memory_config_and_compressed_attention_refuse_by_name():
+    """Found by fuzzing the configuration classes: an AreaPowerModel constant given as text or
+    an integer beyond any float raised TypeError from numpy; a 2^70 CompressedAttention size was accepted (a
+    ModelConfig dimension is refused above 2^31 - 1); 1e300 bytes per parameter priced every plan
+    as not fitting without saying why."""
+    from cosearch import memory
+    from cosearch.compressed_attention import CompressedAttention
+    with pytest.raises(ValueError, match="AreaPowerModel.pe_area_mm2 must be a non-negative number, got 'x'"):
+        hardware.AreaPowerModel(pe_area_mm2="x")
+    with pytest.raises(ValueError, match="AreaPowerModel.core_energy_j must be a non-negative finite number, got "
+                                         "an integer of 401 digits"):
+        hardware.AreaPowerModel(core_energy_j=10**400)
+    v4 = dict(ratios=(4, 128), window=128, q_lora_rank=1024, o_groups=8, o_lora_rank=1024, index_heads=64,
+              index_head_dim=128, index_topk=512)
+    with pytest.raises(ValueError, match="CompressedAttention.index_topk = an integer of 22 digits is larger than "
+                                         "any model's"):
+        CompressedAttention(**{**v4, "index_topk": 2**70})
+    CompressedAttention(**{**v4, "index_topk": 2**31 - 1})
+    with pytest.raises(ValueError, match="MemoryConfig.optimizer_bytes = 1e\\+300 bytes per parameter is more than"):
+        memory.MemoryConfig(optimizer_bytes=1e300)
+    assert memory.MemoryConfig(4, 4, 24).bytes_per_param == 32       # fp32 weights, gradients and Adam

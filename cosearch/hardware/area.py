@@ -99,9 +99,9 @@ class AreaPowerModel:
     name = "cosearch"
 
     def __post_init__(self) -> None:
+        from .._validate import nonneg_float
         for k, v in asdict(self).items():
-            if v < 0 or not np.isfinite(v):
-                raise ValueError(f"AreaPowerModel.{k} must be a finite non-negative number, got {v}")
+            nonneg_float(f"AreaPowerModel.{k}", v)
 
     @staticmethod
     def _cols(d: np.ndarray) -> dict[str, np.ndarray]:
