@@ -403,7 +403,7 @@ def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff, share: np.ndarr
     keys = list(gs)
     lens = [len(gs[k].ops) for k in keys]
     sizes = rows.shape[0]
-    allp = cost.price(rows.reshape(-1, rows.shape[-1]), d, efficiency=eff).reshape(len(d), sizes, sum(lens))
+    allp = cost.price_rows(rows.reshape(-1, rows.shape[-1]), d, efficiency=eff).reshape(len(d), sizes, sum(lens))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
     lf, lb = starts[keys.index(("layer", "fwd"))], starts[keys.index(("layer", "bwd"))]
     nf = len(gs["layer", "fwd"].ops)

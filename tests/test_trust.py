@@ -626,3 +626,31 @@ def test_area_model_memory_config_and_compressed_attention_refuse_by_name():
     with pytest.raises(ValueError, match="MemoryConfig.optimizer_bytes = 1e\\+300 bytes per parameter is more than"):
         memory.MemoryConfig(optimizer_bytes=1e300)
     assert memory.MemoryConfig(4, 4, 24).bytes_per_param == 32       # fp32 weights, gradients and Adam
+
+
+@pytest.mark.parametrize("field,value,kind,message", [
+    ("kind", 7.5, None, "its kind code is not one of 0 \\(GEMM\\)"),       # was priced 0 s
+    ("kind", 5, None, "its kind code is not one of"),
+    ("m", 0, None, "a GEMM or attention op needs a positive m"),           # ZeroDivisionError in the kernel
+    ("batch", 0, None, "needs a positive batch"),                          # ZeroDivisionError / NaN
+    ("k", 0, 3, "needs a positive k"),
+    ("elements", 0, 1, "a vector op needs a positive elements"),
+    ("bytes_read", 0, 2, "a network op needs positive bytes_read"),
+    ("dtype_bytes", 0, None, "dtype_bytes must be positive"),              # priced inf
+    ("head_dim", 64, None, "head_dim is a whole number, on attention ops only"),
+    ("head_dim", 64.5, 3, "head_dim is a whole number"),
+])
+def test_raw_op_rows_are_checked_as_ops_are(field, value, kind, message):
+    """``cosearch.price`` of a user's op array skipped the rules an :class:`Op` enforces (found by
+    fuzzing price): an unknown kind code was priced 0 s, a GEMM with m or batch 0 raised
+    ZeroDivisionError inside the numba kernel (NaN from the NumPy backend)."""
+    from cosearch import cost
+    from cosearch.graph import OP_FIELDS
+    row = np.array([[0, 4096, 4096, 4096, 1, 0, 0, 1e8, 1e8, 2, 0]], dtype=float)
+    assert cost.price(row, hardware.H100)[0, 0] == cost.price_rows(row, hardware.H100)[0, 0] > 0
+    row[0, OP_FIELDS.index(field)] = value
+    if kind is not None:
+        row[0, 0] = kind
+    for backend in ("numba", "numpy"):
+        with pytest.raises(ValueError, match="op array row 0 .*" + message):
+            cost.price(row, hardware.H100, backend=backend)

@@ -123,8 +123,8 @@ def layer_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.
     if not len(kept):
         return np.zeros(len(d))
     ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
-    t_all = cost.price(kept, d, 1.0, efficiency=efficiency)
-    t_one = cost.price(kept, _one_core(d), 1.0, efficiency=efficiency)          # one core, the whole bandwidth
+    t_all = cost.price_rows(kept, d, 1.0, efficiency=efficiency)
+    t_one = cost.price_rows(kept, _one_core(d), 1.0, efficiency=efficiency)          # one core, the whole bandwidth
     is_tensor = _on_tensor_cores(kept)
     n_unit = np.where(is_tensor[None, :], d[:, [ti]], d[:, [vi]])
     pays = _one_core_pays(kept, d, efficiency, is_tensor)               # make_problem's own rule

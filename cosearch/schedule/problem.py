@@ -264,13 +264,13 @@ def _one_core_pays(kept: np.ndarray, designs: np.ndarray, efficiency, is_tensor:
     way) it only adds symmetric branches to the ILP."""
     ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
     bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
-    full = cost.price(kept, designs, 1.0, efficiency=efficiency)
+    full = cost.price_rows(kept, designs, 1.0, efficiency=efficiency)
     pays = np.zeros_like(full, dtype=bool)
     for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
         lin = _one_core(designs)              # one core of the unit with 1/N of the bandwidth
         lin[:, bi] = designs[:, bi] / designs[:, col]
         n = designs[:, [col]]
-        t_lin = cost.price(kept, lin, 1.0, efficiency=efficiency)
+        t_lin = cost.price_rows(kept, lin, 1.0, efficiency=efficiency)
         pays[:, mask] = ((t_lin < n * full * (1 - 1e-12)) & (n > 1))[:, mask]
     return pays
 
@@ -281,7 +281,7 @@ def _mode_prices(kept: np.ndarray, designs: np.ndarray, frac: float, efficiency)
     c = np.array(designs, dtype=np.float64)
     bi = DESIGN_FIELDS.index("hbm_bandwidth_Bps")
     c[:, bi] = c[:, bi] / frac
-    return cost.price(kept, c, frac, efficiency=efficiency)
+    return cost.price_rows(kept, c, frac, efficiency=efficiency)
 
 
 def _hbm_s(kept: np.ndarray, designs: np.ndarray, efficiency) -> np.ndarray:
@@ -291,7 +291,7 @@ def _hbm_s(kept: np.ndarray, designs: np.ndarray, efficiency) -> np.ndarray:
     fast = np.array(designs, dtype=np.float64)
     fast[:, DESIGN_FIELDS.index("clock_hz")] = 1e300        # compute takes no time
     launch = cost.efficiency_array(fast, efficiency)[3]
-    return np.maximum(cost.price(kept, fast, 1.0, efficiency=efficiency) - launch, 0.0)
+    return np.maximum(cost.price_rows(kept, fast, 1.0, efficiency=efficiency) - launch, 0.0)
 
 
 def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
@@ -305,13 +305,13 @@ def scheduling_prices(layer: LayerGraph, designs: np.ndarray, efficiency=None) -
     same layer schedules and bounds."""
     d = np.atleast_2d(np.asarray(designs, dtype=np.float64))
     ti, vi = DESIGN_FIELDS.index("tensor_cores"), DESIGN_FIELDS.index("vector_units")
-    every = cost.price(layer, d, 1.0, efficiency=efficiency)
+    every = cost.price_rows(layer, d, 1.0, efficiency=efficiency)
     _, _, kept = _chip_graph(layer)
     if not len(kept):
         return every
     is_tensor = _on_tensor_cores(kept)
     pays = _one_core_pays(kept, d, efficiency, is_tensor)
-    t_one = cost.price(kept, _one_core(d), 1.0, efficiency=efficiency)
+    t_one = cost.price_rows(kept, _one_core(d), 1.0, efficiency=efficiency)
     t_mode = np.full_like(t_one, np.nan)
     for col, mask in ((ti, is_tensor), (vi, ~is_tensor)):
         for n in np.unique(d[:, col]):
