@@ -111,12 +111,14 @@ def price(ops: LayerGraph | np.ndarray, designs: Accelerator | Sequence[Accelera
     return price_rows(op_array(ops), designs, core_fraction, backend, efficiency)
 
 
-def price_rows(rows: np.ndarray, designs: Accelerator | Sequence[Accelerator] | np.ndarray,
+def price_rows(rows: LayerGraph | np.ndarray, designs: Accelerator | Sequence[Accelerator] | np.ndarray,
                core_fraction: float = 1.0, backend: str = "numba",
                efficiency: KernelEfficiency | None = None) -> np.ndarray:
     """:func:`price` of op rows built from :class:`~cosearch.graph.Op` objects (a graph's
     ``arrays()``, or rows taken from them), which their constructor has checked: cosearch's own
     callers skip :func:`op_array`'s row check, a sixth of a plan search's time."""
+    if isinstance(rows, LayerGraph):
+        rows = rows.arrays()
     o = np.ascontiguousarray(rows, dtype=np.float64).view()
     o.flags.writeable = False     # the kernels see read-only ops whatever the caller holds: one compiled signature
     eff = efficiency_array(designs, efficiency)
