@@ -7,6 +7,7 @@ hand-worked or brute-force value."""
 import itertools
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -654,3 +655,23 @@ def test_raw_op_rows_are_checked_as_ops_are(field, value, kind, message):
     for backend in ("numba", "numpy"):
         with pytest.raises(ValueError, match="op array row 0 .*" + message):
             cost.price(row, hardware.H100, backend=backend)
+
+
+def test_layer_time_checks_its_settings_even_when_no_ilp_runs():
+    """Found by fuzzing layer_time: a chain-shaped or cached layer never reaches the solver, so
+    solver='x', time_limit_s=-1 or NaN, mip_gap=2 and use_cache=None were accepted silently, and
+    a layer that is not a LayerGraph raised AttributeError."""
+    from cosearch import graph
+    from cosearch.schedule import layer_time
+    layer = graph.build(models.preset("gpt2-xl"), 1, 1)
+    layer = getattr(layer, "forward", layer)
+    assert layer_time(layer, hardware.H100).latency_s > 0
+    for kw, msg in ((dict(solver="x"), "solver='x'; choose one of 'HIGHS', 'SCIPY'"),
+                    (dict(time_limit_s=-1), "time_limit_s must be a positive finite number"),
+                    (dict(time_limit_s=float("nan")), "time_limit_s must be a positive finite number"),
+                    (dict(mip_gap=2.0), "mip_gap is a relative gap below 1"),
+                    (dict(use_cache=None), "use_cache must be True or False")):
+        with pytest.raises(ValueError, match=re.escape(msg) if "(" in msg else msg):
+            layer_time(layer, hardware.H100, **kw)
+    with pytest.raises(ValueError, match="layer must be a LayerGraph"):
+        layer_time(models.preset("gpt2-xl"), hardware.H100)

@@ -42,6 +42,23 @@ def clear_cache() -> None:
         _STATS[k] = 0
 
 
+#: The MILP solvers cvxpy ships with cosearch's dependencies (cvxpy names; HiGHS is the default).
+MILP_SOLVERS = ("HIGHS", "SCIPY")
+
+
+def _check_solver_settings(method, solver, time_limit_s, mip_gap, allow_gemm_on_vector, use_cache) -> None:
+    """The ILP settings, checked whatever the method (a cached or chain-shaped layer never reaches
+    the solver, so a typo would otherwise pass unnoticed until the first real ILP)."""
+    from .._validate import choice, nonneg_float, positive_float
+    choice("solver", solver, MILP_SOLVERS)
+    positive_float("time_limit_s", time_limit_s)
+    if nonneg_float("mip_gap", mip_gap) >= 1.0:
+        raise ValueError(f"mip_gap is a relative gap below 1, got {mip_gap!r}")
+    for name, flag in (("allow_gemm_on_vector", allow_gemm_on_vector), ("use_cache", use_cache)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
+
+
 def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver: str = "HIGHS",
                time_limit_s: float = 10.0, mip_gap: float = 1e-6, allow_gemm_on_vector: bool = False,
                use_cache: bool = True) -> ScheduleResult:
@@ -57,8 +74,11 @@ def layer_time(layer: LayerGraph, chip: Accelerator, method: str = "ilp", solver
     """
     if method not in ("ilp", "list", "bound"):
         raise ValueError(f"method must be 'ilp', 'list' or 'bound', got {method!r}")
+    if not isinstance(layer, LayerGraph):
+        raise ValueError(f"layer must be a LayerGraph (cosearch.graph.build), got {type(layer).__name__}")
     if not isinstance(chip, Accelerator):
         raise ValueError(f"chip must be an Accelerator, got {type(chip).__name__}")
+    _check_solver_settings(method, solver, time_limit_s, mip_gap, allow_gemm_on_vector, use_cache)
     key = (layer.signature(), tuple(chip.as_array()), chip.efficiency, method, solver, time_limit_s, mip_gap,
            allow_gemm_on_vector)
     if use_cache and key in _CACHE:
