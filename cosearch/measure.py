@@ -62,6 +62,21 @@ class OpShape:
     backward: bool = False
     head_dim: int = 0
 
+    def __post_init__(self) -> None:
+        from ._validate import choice, nonneg_int, positive_int
+        from .models import MAX_DIM
+        choice("OpShape.kind", self.kind, ("gemm", "attention"))
+        for f in ("m", "n", "k", "batch"):
+            positive_int(f"OpShape.{f}", getattr(self, f), MAX_DIM)
+        if isinstance(self.dtype_bytes, bool) or self.dtype_bytes not in (0.5625, 1, 2):
+            raise ValueError(f"OpShape.dtype_bytes is 2 (bf16), 1 (FP8) or 0.5625 (NVFP4), got {self.dtype_bytes!r}")
+        for f in ("fused", "backward"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"OpShape.{f} must be True or False, got {getattr(self, f)!r}")
+        nonneg_int("OpShape.head_dim", self.head_dim, MAX_DIM)
+        if self.fused and not self.head_dim:
+            raise ValueError("OpShape: a fused attention kernel needs its head_dim")
+
     @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k * self.batch
@@ -123,6 +138,12 @@ def _timer(device: str) -> Callable[[Callable[[], object], int, int], float]:
                 times.append(time.perf_counter() - t0)
         return float(statistics.median(times))
     return run
+
+
+def _check_repeats(warmup, iters) -> None:
+    from ._validate import nonneg_int, positive_int
+    nonneg_int("warmup", warmup, 100_000)
+    positive_int("iters", iters, 100_000)
 
 
 def _op_fn(s: OpShape, device: str):
@@ -201,8 +222,8 @@ def measure_ops(shapes: Sequence[OpShape], path: str, device: str | None = None,
     op CSV to ``path``.  Returns (rows written, the skipped shapes with their reasons)."""
     import torch
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if warmup < 0 or iters < 1:
-        raise ValueError(f"need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
+    check_device(device)
+    _check_repeats(warmup, iters)
     run = _timer(device)
     clock = _sm_clock_reader(device)
     rows, skipped = [], []
@@ -249,11 +270,20 @@ def measure_collectives(path: str | None, sizes_bytes: Sequence[int] = DEFAULT_C
     torchrun sets it), else ``inter``.  Returns (rows written, skipped collectives with reasons)."""
     import torch
     import torch.distributed as dist
+
+    from ._validate import positive_int, values_of
+    # the arguments first: a typo is found before a torchrun job is launched for it
+    kinds = values_of("kinds", kinds, (str,))
+    bad = sorted(set(kinds) - set(_COLLECTIVE_KINDS))
+    if bad or not kinds:
+        raise ValueError(f"unknown collective(s) {bad}; choose from {_COLLECTIVE_KINDS}" if bad else
+                         f"kinds is empty: choose from {_COLLECTIVE_KINDS}")
+    sizes_bytes = [positive_int("each of sizes_bytes", x, 1 << 40) for x in values_of("sizes_bytes", sizes_bytes)]
+    if not sizes_bytes:
+        raise ValueError("sizes_bytes is empty: give at least one message size in bytes")
+    _check_repeats(warmup, iters)
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("measure_collectives needs an initialised torch.distributed group (run under torchrun)")
-    bad = sorted(set(kinds) - set(_COLLECTIVE_KINDS))
-    if bad:
-        raise ValueError(f"unknown collective(s) {bad}; choose from {_COLLECTIVE_KINDS}")
     n = dist.get_world_size()
     rank = dist.get_rank()
     backend = dist.get_backend()

@@ -172,3 +172,28 @@ def test_calibrate_with_row_clocks_fits_per_clock_and_keeps_the_sustained_clock(
     cols["sm_clock_mhz"][3] = ""
     with pytest.raises(ValueError, match="sm_clock_mhz"):
         cost.calibrate(chip, cols)
+
+
+def test_measure_checks_shapes_repeats_and_collective_settings_before_any_work():
+    """Found by fuzzing cosearch.measure: an OpShape of an unknown kind, m = 0 or 3-byte operands
+    was accepted (and failed or was skipped on the GPU); iters=1.5 and warmup=None raised
+    TypeError, device='x' a RuntimeError from torch; measure_collectives checked its sizes and
+    repeats only once under torchrun, on the cluster."""
+    from cosearch import measure as M
+    for kw, msg in ((dict(kind="x"), "OpShape.kind='x'"), (dict(m=0), "OpShape.m must be a positive integer"),
+                    (dict(dtype_bytes=3), "OpShape.dtype_bytes is 2 \\(bf16\\), 1 \\(FP8\\) or 0.5625"),
+                    (dict(fused=True), "a fused attention kernel needs its head_dim")):
+        with pytest.raises(ValueError, match=msg):
+            M.OpShape(**{**dict(name="g", kind="gemm", m=8, n=8, k=8, batch=1, dtype_bytes=2), **kw})
+    shapes = M.op_shapes("gpt2-xl")[:1]
+    for kw, msg in ((dict(iters=1.5), "iters must be a positive integer"),
+                    (dict(warmup=None), "warmup must be a non-negative integer"),
+                    (dict(device="x"), "device 'x' is not a torch device")):
+        with pytest.raises(ValueError, match=msg):
+            M.measure_ops(shapes, "unused.csv", progress=False, **kw)
+    for kw, msg in ((dict(sizes_bytes=[0]), "each of sizes_bytes must be a positive integer"),
+                    (dict(sizes_bytes=[]), "sizes_bytes is empty"),
+                    (dict(kinds=["x"]), "unknown collective"), (dict(kinds=[]), "kinds is empty"),
+                    (dict(iters=0), "iters must be a positive integer")):
+        with pytest.raises(ValueError, match=msg):
+            M.measure_collectives(None, **kw)
