@@ -43,7 +43,7 @@ from . import _validate as v
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Accelerator
 
-__all__ = ["Cluster", "preset", "preset_names", "PRESETS", "PRESET_CHIPS", "NET_FIELDS"]
+__all__ = ["Cluster", "as_cluster", "preset", "preset_names", "PRESETS", "PRESET_CHIPS", "NET_FIELDS"]
 
 #: Column order of :meth:`Cluster.net_array` (read by the njit formulas).
 NET_FIELDS = ("chips_per_node", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s",
@@ -175,6 +175,14 @@ class Cluster:
         return (f"{self.nodes} nodes x {self.chips_per_node} chips, intra {intra}"
                 f" x {self.intra_efficiency:.2f}, inter {self.inter_node_Bps / 1e9:.1f} GB/s"
                 f" x {self.inter_efficiency:.2f} per chip per direction")
+
+
+def as_cluster(cluster: Cluster | int) -> Cluster:
+    """``cluster`` itself, or a flat cluster of that many chips (a whole number; 3.5 or "x" is
+    refused naming ``cluster``, not truncated)."""
+    if isinstance(cluster, Cluster):
+        return cluster
+    return Cluster(v.positive_int("cluster (a Cluster or a number of chips)", cluster, v.MAX_CHIPS))
 
 
 def dgx_a100(nodes: int) -> Cluster:

@@ -38,7 +38,7 @@ import numpy as np
 
 from . import memory, placement, sweep
 from . import plan as plan_mod
-from .cluster import Cluster
+from .cluster import Cluster, as_cluster
 from .hardware import Accelerator, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -287,7 +287,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
     if isinstance(ilp_designs, bool) or int(ilp_designs) != ilp_designs or ilp_designs < 1:
         raise ValueError(f"ilp_designs must be a positive integer, got {ilp_designs!r}")
     space = space or SearchSpace()
-    cluster = cluster if isinstance(cluster, Cluster) else Cluster(int(cluster))
+    cluster = as_cluster(cluster)
     mem = mem or memory.MemoryConfig()
     batches = [global_batch] * len(ms) if isinstance(global_batch, (int, np.integer)) else list(global_batch)
     if len(batches) != len(ms):

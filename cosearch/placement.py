@@ -24,7 +24,7 @@ import numpy as np
 from . import _validate as v
 from . import memory
 from ._kernels import formulas as F
-from .cluster import Cluster
+from .cluster import Cluster, as_cluster
 from .engine import Engine, check_features, check_interleaving
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator
@@ -290,7 +290,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     from .plan import check_precision
     model = model_preset(model)
     chip = chip_preset(chip)
-    cluster = cluster if isinstance(cluster, Cluster) else Cluster(v.positive_int("cluster", cluster, v.MAX_CHIPS))
+    cluster = as_cluster(cluster)
     B = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
     top_k = v.positive_int("top_k", top_k, 10_000)
     chips = cluster.num_chips
@@ -650,6 +650,11 @@ def _priced_values(opts: dict, name: str) -> tuple:
 COSEARCH_PRECISIONS = ("bf16", "fp8")
 
 
+#: search_plans options the co-search sets itself for every design (``tps``, ``microbatches``
+#: and ``mem`` are the co-search's own arguments).
+COSEARCH_OWN_OPTIONS = ("tps", "microbatches", "mem", "units", "progress", "cutoff_s", "top_k", "prune")
+
+
 def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[float] | None = None) -> None:
     """Refuse plan options the co-search cannot honour.  ``precision``: bf16 and FP8
     (:data:`COSEARCH_PRECISIONS`); FP8 only where some design of the space has FP8 MACs
@@ -657,6 +662,13 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
     expert-parallel degrees and precisions: one value each (``lists=False``: one priced
     space), or several (``lists=True``: :func:`cosearch.search.cosearch` searches each
     combination's priced space and keeps every design's best)."""
+    import inspect
+    known = [k for k, p in inspect.signature(search_plans).parameters.items() if p.kind == p.KEYWORD_ONLY
+             and k not in COSEARCH_OWN_OPTIONS]
+    unknown = sorted(set(opts) - set(known))
+    if unknown:
+        raise ValueError(f"unknown plan option(s) {unknown}; the co-search passes these to search_plans: "
+                         f"{', '.join(known)}")
     for name in ("context_parallel", "expert_parallel"):         # 0 divided the chips (ZeroDivisionError)
         v.int_list(name, _priced_values(opts, name))
     precs = _priced_values(opts, "precision")

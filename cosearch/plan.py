@@ -28,7 +28,7 @@ import numpy as np
 from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
-from .cluster import Cluster
+from .cluster import Cluster, as_cluster
 from .engine import Engine, check_features, moe_comm_sms, uneven_sequence_split
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, design_array
@@ -1009,7 +1009,7 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     from .models import preset as model_preset
     model = model_preset(model)
     chip = chip_preset(chip)
-    cluster = cluster if isinstance(cluster, Cluster) else Cluster(v.positive_int("cluster", cluster, v.MAX_CHIPS))
+    cluster = as_cluster(cluster)
     mem = mem or memory.MemoryConfig()
     spec = check_spec(model, cluster, spec, global_batch)
     engine = engine_preset(engine)

@@ -36,7 +36,7 @@ from . import _validate as v
 from . import memory, placement, ranking, sweep
 from . import plan as plan_mod
 from ._json import IncrementalJSONWriter
-from .cluster import Cluster
+from .cluster import Cluster, as_cluster
 from .hardware import DESIGN_FIELDS, SearchSpace
 from .models import ModelConfig
 from .models import preset as model_preset
@@ -101,6 +101,14 @@ class SearchOptions:
         return replace(self, **changes)
 
 
+def _check_kinds(**given: tuple[Any, type]) -> None:
+    """Each argument None or of its class (a string for a SearchSpace raised AttributeError deep
+    inside the search)."""
+    for name, (x, kind) in given.items():
+        if x is not None and not isinstance(x, kind):
+            raise ValueError(f"{name} must be a {kind.__name__} (or None), got {type(x).__name__} {x!r:.60}")
+
+
 def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: SearchSpace | None = None,
              cluster: Cluster | int = 1024, global_batch: int = 1536,
              executor: Executor | str | int | None = None, *,
@@ -138,6 +146,12 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
     ``objective`` (``"geomean"`` or ``"mean"``) of the models' throughputs
     (:func:`cosearch.multimodel.cosearch_models`; returns its ``MultiModelResults``).
     """
+    # the class itself, whatever this module's name SearchSpace holds
+    from .hardware import SearchSpace as space_class
+    _check_kinds(space=(space, space_class), mem=(mem, memory.MemoryConfig), options=(options, SearchOptions),
+                 plan_options=(plan_options, dict))
+    if not isinstance(baselines, bool):
+        raise ValueError(f"baselines must be True or False, got {baselines!r}")
     o = (options or SearchOptions()).with_(**settings)
     if executor is not None:
         o = o.with_(executor=executor)
@@ -148,7 +162,7 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
                                resume=o.resume, checkpoint=o.checkpoint, checkpoint_every_s=o.checkpoint_every_s)
     model = model_preset(model)
     space = space or SearchSpace()
-    cluster = cluster if isinstance(cluster, Cluster) else Cluster(int(cluster))
+    cluster = as_cluster(cluster)
     mem = mem or memory.MemoryConfig()
     global_batch = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
     all_opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
@@ -242,11 +256,11 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
     equivalent designs.  Returns the sweep's input, the result's ``meta`` and every
     microbatch size asked for (the baselines search them all)."""
     designs = space.arrays()  # raises naming the constraint if nothing fits
-    tps = v.int_list("tps", tps) if tps else tuple(placement.default_tps(model, cluster.num_chips))
+    tps = v.int_list("tps", tps) if tps is not None else tuple(placement.default_tps(model, cluster.num_chips))
     for t in tps:
         if model.heads % t or model.ffn_hidden % t or (model.kv_heads % t and model.kv_heads >= t):
             raise ValueError(f"tps: tp={t} must divide heads={model.heads} (and ffn_hidden={model.ffn_hidden})")
-    mbs = v.int_list("microbatches", microbatches, v.MAX_BATCH) if microbatches else \
+    mbs = v.int_list("microbatches", microbatches, v.MAX_BATCH) if microbatches is not None else \
         tuple(placement.divisors(global_batch))
     bad = [b for b in mbs if global_batch % b]
     if bad:

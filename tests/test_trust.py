@@ -675,3 +675,25 @@ def test_layer_time_checks_its_settings_even_when_no_ilp_runs():
             layer_time(layer, hardware.H100, **kw)
     with pytest.raises(ValueError, match="layer must be a LayerGraph"):
         layer_time(models.preset("gpt2-xl"), hardware.H100)
+
+
+def test_cosearch_checks_its_arguments_before_the_sweep():
+    """Found by fuzzing cosearch(): cluster=3.5 searched 3 chips and cluster='x' said only
+    "invalid literal for int()"; tps=[] and microbatches=[] fell back to the defaults silently;
+    an unknown plan option raised TypeError from search_plans; a string as space, mem or options
+    raised AttributeError deep inside; baselines='x' ran the baselines."""
+    sp = small_space(tensor_cores=(2,), systolic_dims=((64, 64),), vector_width=(512,), l1_bytes=(1 << 20,),
+                     hbm=((16 << 30, 1.2e12),))
+    for kw, msg in ((dict(cluster=3.5), r"cluster \(a Cluster or a number of chips\) must be a positive integer, "
+                                        "got 3.5"),
+                    (dict(cluster="x"), "cluster .* must be a positive integer, got 'x'"),
+                    (dict(tps=[]), "tps must not be empty"), (dict(microbatches=[]), "microbatches must not be empty"),
+                    (dict(plan_options={"recompute": "none", "flash": True}), r"unknown plan option\(s\) \['flash'\]"),
+                    (dict(space="x"), "space must be a SearchSpace"), (dict(mem="x"), "mem must be a MemoryConfig"),
+                    (dict(options="x"), "options must be a SearchOptions"),
+                    (dict(baselines="x"), "baselines must be True or False")):
+        args = {**dict(space=sp, cluster=16, global_batch=32, executor="serial"), **kw}
+        with pytest.raises(ValueError, match=msg):
+            search.cosearch("gpt3-1.3b", **args)
+    with pytest.raises(ValueError, match="cluster .* got 3.5"):
+        evaluate("gpt3-1.3b", hardware.H100, 3.5, PlanSpec(1, 1, 1, 1), 8)
