@@ -14,8 +14,28 @@ import numpy as np
 
 #: Largest cluster the kernels accept (int64-safe products, bounded work).
 MAX_CHIPS = 1 << 24
+#: Largest size of any one model dimension (layers, widths, heads, vocabulary, sequence, experts'
+#: width): 2^31 - 1, far beyond any model built (the longest context, Llama 4 Scout's 10M tokens,
+#: is 2^23.3); a larger one is a typo or a unit slip, and its products would overflow a float.
+#: (``cosearch.models.MAX_DIM``.)
+MAX_DIM = 2**31 - 1
 #: Largest global batch (sequences) accepted.
 MAX_BATCH = 1 << 30
+
+
+def instances(**given: tuple[Any, type]) -> None:
+    """Each argument None or of its class, refused by name otherwise (a string where a config
+    object belongs raised AttributeError deep inside)."""
+    for name, (x, kind) in given.items():
+        if x is not None and not isinstance(x, kind):
+            raise ValueError(f"{name} must be a {kind.__name__} (or None), got {type(x).__name__} {x!r:.60}")
+
+
+def flag(name: str, value: Any) -> bool:
+    """True or False (numpy's bool too), refused by name otherwise."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def shown_int(value: int) -> str:

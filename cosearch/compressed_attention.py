@@ -65,7 +65,7 @@ def selected_entries(seq_len: int, ratio: int, topk: int) -> int:
 
 
 def _whole(name: str, x, low: int = 1) -> int:
-    from .models import MAX_DIM
+    from ._validate import MAX_DIM
     if isinstance(x, bool) or not isinstance(x, int) or x < low:
         raise ValueError(f"CompressedAttention.{name} must be an integer >= {low}, got {x!r}")
     if x > MAX_DIM:

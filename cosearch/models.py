@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ._validate import shown_int
+from ._validate import MAX_DIM, shown_int
 from .compressed_attention import CompressedAttention
 
 __all__ = ["ModelConfig", "preset", "preset_names", "PRESETS", "from_hf_config", "HF_FAMILIES",
@@ -46,10 +46,6 @@ _NORMS = ("layernorm", "rmsnorm")
 _POSITIONS = ("learned", "rotary", "none")
 
 
-#: Largest size of any one dimension (layers, widths, heads, vocabulary, sequence, experts' width):
-#: 2^31 - 1, far beyond any model built (the longest context, Llama 4 Scout's 10M tokens, is 2^23.3);
-#: a larger one is a typo or a unit slip, and its products would overflow a float.
-MAX_DIM = 2**31 - 1
 
 
 def _positive_int(name: str, value: Any) -> None:

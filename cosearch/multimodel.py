@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _validate as v
 from . import memory, placement, sweep
 from . import plan as plan_mod
 from .cluster import Cluster, as_cluster
@@ -194,7 +195,6 @@ class MultiModelResults:
         naming the field, not failed on by the report)."""
         import math
 
-        from . import _validate as v
         from .results import _check_meta, _count
         try:
             names = d["models"]
@@ -282,10 +282,13 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
         raise ValueError(f"models listed twice: {names}")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if isinstance(refine_top, bool) or int(refine_top) != refine_top or refine_top < 0:
-        raise ValueError(f"refine_top must be a non-negative integer, got {refine_top!r}")
-    if isinstance(ilp_designs, bool) or int(ilp_designs) != ilp_designs or ilp_designs < 1:
-        raise ValueError(f"ilp_designs must be a positive integer, got {ilp_designs!r}")
+    for name, x in (("prune", prune), ("progress", progress), ("baselines", baselines)):
+        v.flag(name, x)
+    chunk_size = v.positive_int("chunk_size", chunk_size)
+    refine_top = v.nonneg_int("refine_top", refine_top)
+    ilp_designs = v.positive_int("ilp_designs", ilp_designs)
+    v.nonneg_float("checkpoint_every_s", checkpoint_every_s)             # 0: every chunk
+    v.instances(space=(space, SearchSpace), mem=(mem, memory.MemoryConfig), plan_options=(plan_options, dict))
     space = space or SearchSpace()
     cluster = as_cluster(cluster)
     mem = mem or memory.MemoryConfig()

@@ -89,7 +89,7 @@ class SearchOptions:
         object.__setattr__(self, "ilp_designs", v.positive_int("ilp_designs", self.ilp_designs))
         object.__setattr__(self, "chunk_size", v.positive_int("chunk_size", self.chunk_size))
         object.__setattr__(self, "checkpoint_every_s",
-                           v.positive_float("checkpoint_every_s", self.checkpoint_every_s))
+                           v.nonneg_float("checkpoint_every_s", self.checkpoint_every_s))   # 0: every chunk
         v.choice("objective", self.objective, ("geomean", "mean"))
 
     def with_(self, **changes: Any) -> SearchOptions:
@@ -99,14 +99,6 @@ class SearchOptions:
         if bad:
             raise TypeError(f"unknown search option(s) {bad}; known: {sorted(known)}")
         return replace(self, **changes)
-
-
-def _check_kinds(**given: tuple[Any, type]) -> None:
-    """Each argument None or of its class (a string for a SearchSpace raised AttributeError deep
-    inside the search)."""
-    for name, (x, kind) in given.items():
-        if x is not None and not isinstance(x, kind):
-            raise ValueError(f"{name} must be a {kind.__name__} (or None), got {type(x).__name__} {x!r:.60}")
 
 
 def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: SearchSpace | None = None,
@@ -148,10 +140,9 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
     """
     # the class itself, whatever this module's name SearchSpace holds
     from .hardware import SearchSpace as space_class
-    _check_kinds(space=(space, space_class), mem=(mem, memory.MemoryConfig), options=(options, SearchOptions),
+    v.instances(space=(space, space_class), mem=(mem, memory.MemoryConfig), options=(options, SearchOptions),
                  plan_options=(plan_options, dict))
-    if not isinstance(baselines, bool):
-        raise ValueError(f"baselines must be True or False, got {baselines!r}")
+    v.flag("baselines", baselines)
     o = (options or SearchOptions()).with_(**settings)
     if executor is not None:
         o = o.with_(executor=executor)

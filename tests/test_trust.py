@@ -697,3 +697,13 @@ def test_cosearch_checks_its_arguments_before_the_sweep():
             search.cosearch("gpt3-1.3b", **args)
     with pytest.raises(ValueError, match="cluster .* got 3.5"):
         evaluate("gpt3-1.3b", hardware.H100, 3.5, PlanSpec(1, 1, 1, 1), 8)
+    # the cross-model search: chunk_size=0 said "range() arg 3 must not be zero", a string space
+    # or mem raised AttributeError / TypeError, and prune, progress or baselines='x' ran
+    from cosearch.multimodel import cosearch_models
+    for kw, msg in ((dict(chunk_size=0), "chunk_size must be a positive integer"),
+                    (dict(space="x"), "space must be a SearchSpace"), (dict(mem="x"), "mem must be a MemoryConfig"),
+                    (dict(prune="x"), "prune must be True or False"),
+                    (dict(checkpoint_every_s=-1), "checkpoint_every_s must be a non-negative"),
+                    (dict(baselines="x"), "baselines must be True or False")):
+        with pytest.raises(ValueError, match=msg):
+            cosearch_models(["gpt3-1.3b", "gpt3-2.7b"], **{**dict(space=sp, cluster=16, global_batch=32), **kw})
