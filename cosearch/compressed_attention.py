@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._validate import MAX_DIM, shown_int
+
 __all__ = ["CompressedAttention", "window_pairs", "visible_entries", "selected_entries"]
 
 #: The ratio whose layers run compressed *sparse* attention (an overlapping compressor and the
@@ -65,11 +67,9 @@ def selected_entries(seq_len: int, ratio: int, topk: int) -> int:
 
 
 def _whole(name: str, x, low: int = 1) -> int:
-    from ._validate import MAX_DIM
     if isinstance(x, bool) or not isinstance(x, int) or x < low:
         raise ValueError(f"CompressedAttention.{name} must be an integer >= {low}, got {x!r}")
     if x > MAX_DIM:
-        from ._validate import shown_int
         raise ValueError(f"CompressedAttention.{name} = {shown_int(x)} is larger than any model's ({MAX_DIM:,} at "
                          "most): a typo or a unit slip?")
     return x

@@ -205,9 +205,8 @@ class SystemDesign:
         ref = self.reference
         # the deltas scale the reference chip's own HBM and scale-up power, which its rated power
         # holds: a rating below them would price a design that removes them at negative watts
-        ref_links = ref.link_bandwidth_Bps * (self.torus_ports if self.torus_side else 1)
         own = {"HBM": ref.hbm_bandwidth_Bps * 8 * ap.hbm_energy_j_per_bit,
-               "scale-up links": ref_links * 2 * 8 * ap.link_energy_j_per_bit}
+               "scale-up links": self.reference_links_Bps * 2 * 8 * ap.link_energy_j_per_bit}
         if self.chip_power_w < sum(own.values()):
             raise ValueError(f"SystemDesign {self.name!r}: chip_power_w = {self.chip_power_w:g} W is less than what "
                              f"{ref.name}'s own " + " and ".join(f"{k} draw ({w:.0f} W)" for k, w in own.items())
@@ -216,6 +215,12 @@ class SystemDesign:
                 "HBM": (self.chip.hbm_bandwidth_Bps - ref.hbm_bandwidth_Bps) * 8 * ap.hbm_energy_j_per_bit,
                 "scale-up": self._links_delta_Bps() * 2 * 8 * ap.link_energy_j_per_bit,
                 "scale-out": 0.0 if self.torus_side else self.scale_out_Bps * 2 * 8 * ap.link_energy_j_per_bit}
+
+    @property
+    def reference_links_Bps(self) -> float:
+        """The reference chip's own scale-up bandwidth in this design's layout, one way: its
+        per-chip figure, or one link's times the torus ports (what the deltas can remove)."""
+        return self.reference.link_bandwidth_Bps * (self.torus_ports if self.torus_side else 1)
 
     def _links_delta_Bps(self) -> float:
         """The scale-up bandwidth per chip beyond the reference chip's, one way: a switched
@@ -293,9 +298,8 @@ class CostModel:
         if s.chip_usd is None or not math.isfinite(power_w):
             return None
         ref = s.reference
-        ref_links = ref.link_bandwidth_Bps * (s.torus_ports if s.torus_side else 1)
         own = {"HBM": ref.hbm_bytes / 1e9 * self.hbm_usd_per_gb,
-               "scale-up links": ref_links / 1e9 * self.scale_up_usd_per_GBps}
+               "scale-up links": s.reference_links_Bps / 1e9 * self.scale_up_usd_per_GBps}
         if s.chip_usd < sum(own.values()):
             # the deltas below remove the reference's own HBM and links at these prices
             raise ValueError(f"SystemDesign {s.name!r}: chip_usd = {s.chip_usd:,.0f} is less than this cost model's "

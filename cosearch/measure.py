@@ -63,16 +63,14 @@ class OpShape:
     head_dim: int = 0
 
     def __post_init__(self) -> None:
-        from ._validate import choice, nonneg_int, positive_int
-        from .models import MAX_DIM
+        from ._validate import MAX_DIM, choice, flag, nonneg_int, positive_int
         choice("OpShape.kind", self.kind, ("gemm", "attention"))
         for f in ("m", "n", "k", "batch"):
             positive_int(f"OpShape.{f}", getattr(self, f), MAX_DIM)
         if isinstance(self.dtype_bytes, bool) or self.dtype_bytes not in (0.5625, 1, 2):
             raise ValueError(f"OpShape.dtype_bytes is 2 (bf16), 1 (FP8) or 0.5625 (NVFP4), got {self.dtype_bytes!r}")
         for f in ("fused", "backward"):
-            if not isinstance(getattr(self, f), bool):
-                raise ValueError(f"OpShape.{f} must be True or False, got {getattr(self, f)!r}")
+            flag(f"OpShape.{f}", getattr(self, f))
         nonneg_int("OpShape.head_dim", self.head_dim, MAX_DIM)
         if self.fused and not self.head_dim:
             raise ValueError("OpShape: a fused attention kernel needs its head_dim")

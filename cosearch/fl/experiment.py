@@ -30,7 +30,7 @@ import numpy as np
 
 from .._interrupt import stop_pool, worker_deaths
 from .._json import load_json, stamped
-from .._validate import positive_int
+from .._validate import nonneg_int, positive_int
 from .masks import METHODS
 from .simulation import FLResult, simulate
 
@@ -392,7 +392,6 @@ def _one_run(kw: dict) -> dict:
 
 def _seed_list(seeds) -> list[int]:
     """``seeds`` as run_experiment takes it: a count (seeds 0 .. count - 1) or distinct seeds."""
-    from .._validate import nonneg_int
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
         return list(range(positive_int("seeds", int(seeds), 10_000)))
     if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
