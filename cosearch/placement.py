@@ -355,6 +355,23 @@ def expert_tensor_parallel_values(model: ModelConfig, etp, tps, sps) -> tuple:
     return out
 
 
+def _checked_units(units, o: _Options) -> np.ndarray:
+    """Precomputed unit costs as the kernels read them: a float array of shape (tps, microbatches,
+    sequence-parallel choices, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`) for these options,
+    no NaN or negative entry (an infinite one marks a plan the engine cannot run)."""
+    try:
+        u = np.ascontiguousarray(units, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"units must be an array of cosearch.plan.unit_costs, got {type(units).__name__}") from None
+    want = (len(o.tps), len(o.mbs), len(o.sps), F.NU)
+    if u.shape != want:
+        raise ValueError(f"units has shape {u.shape}; these options need {want} (tps {list(o.tps)}, microbatches "
+                         f"{list(o.mbs)}, sequence_parallel {list(o.sps)}): one chip's cosearch.plan.unit_costs(...)[0]")
+    if np.isnan(u).any() or (u < 0).any():
+        raise ValueError("units has NaN or negative entries; cosearch.plan.unit_costs prices them")
+    return u
+
+
 def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """Phase 2: every combination's unit costs and hardware row."""
     out = []
@@ -522,9 +539,15 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     ``engine``: the training framework (:mod:`cosearch.engine`; default Megatron-LM);
     precomputed ``units`` must have been priced for the same engine.
     """
+    v.instances(mem=(mem, memory.MemoryConfig))
+    for name, x in (("flash_attention", flash_attention), ("overlap_dp", overlap_dp), ("prune", prune),
+                    ("progress", progress)):
+        v.flag(name, x)
     o = _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                            sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
                            zero_group, expert_parallel, expert_tensor_parallel)
+    if units is not None:
+        units = _checked_units(units, o)
     if o.model.moe and o.model.moe_layer_step > 1 and o.model.num_layers > 1:
         import warnings
         warnings.warn(f"{o.model.name}: one layer in {o.model.moe_layer_step} is an MoE layer; pipeline splits are "

@@ -1010,6 +1010,8 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     model = model_preset(model)
     chip = chip_preset(chip)
     cluster = as_cluster(cluster)
+    v.instances(mem=(mem, memory.MemoryConfig))
+    v.flag("overlap_dp", overlap_dp)
     mem = mem or memory.MemoryConfig()
     spec = check_spec(model, cluster, spec, global_batch)
     engine = engine_preset(engine)

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from cosearch import cluster, hardware, models, search
+from cosearch import cluster, hardware, models, placement, search
 from cosearch.cli import main
 from cosearch.plan import FP8_PEAK_OVER_BF16, PlanSpec, evaluate
 
@@ -707,3 +707,26 @@ def test_cosearch_checks_its_arguments_before_the_sweep():
                     (dict(baselines="x"), "baselines must be True or False")):
         with pytest.raises(ValueError, match=msg):
             cosearch_models(["gpt3-1.3b", "gpt3-2.7b"], **{**dict(space=sp, cluster=16, global_batch=32), **kw})
+
+
+def test_evaluate_and_search_plans_refuse_a_wrong_kind_of_mem_flag_or_units():
+    """Found by fuzzing evaluate and search_plans: mem='x' raised AttributeError, units='x' a
+    numba TypingError from inside the kernel, and overlap_dp, prune, progress or flash_attention
+    = 'x' (or None) ran as if True or False."""
+    spec = PlanSpec(2, 2, 2, 1)
+    for kw, msg in ((dict(mem="x"), "mem must be a MemoryConfig"), (dict(overlap_dp=None), "overlap_dp must be True")):
+        with pytest.raises(ValueError, match=msg):
+            evaluate("gpt3-1.3b", hardware.H100, 8, spec, 16, **kw)
+    for kw, msg in ((dict(mem="x"), "mem must be a MemoryConfig"), (dict(units="x"), "units must be an array"),
+                    (dict(units=np.zeros((1, 1, 1, 1))), r"units has shape \(1, 1, 1, 1\); these options need"),
+                    (dict(prune="x"), "prune must be True or False"),
+                    (dict(flash_attention="x"), "flash_attention must be True or False")):
+        with pytest.raises(ValueError, match=msg):
+            placement.search_plans("gpt3-1.3b", hardware.H100, 8, 16, **kw)
+    # one chip's precomputed unit costs give the search's own answer
+    from cosearch.plan import unit_costs
+    m = models.preset("gpt3-1.3b")
+    opts = dict(tps=[1, 2], microbatches=[1, 2], sequence_parallel=False, flash_attention=True)
+    u = unit_costs(m, hardware.H100, cluster.Cluster(8), [1, 2], [1, 2], [False], True)[0]
+    assert (placement.search_plans(m, hardware.H100, 8, 16, units=u, **opts).plans[0].step_time_s
+            == placement.search_plans(m, hardware.H100, 8, 16, **opts).plans[0].step_time_s)
