@@ -38,6 +38,12 @@ def flag(name: str, value: Any) -> bool:
     return bool(value)
 
 
+def top_count(top: Any) -> int | None:
+    """A table's ``top``: how many rows to show (0: none, the summary only), or None for all.  A
+    negative count would drop rows from the end (``rows[:-1]``), so it is refused."""
+    return None if top is None else nonneg_int("top", top)
+
+
 def shown_int(value: int) -> str:
     """An integer as a message shows it: ``1,234,567``, or ``an integer of N digits`` past 10^15
     (a 400-digit typo is not printed whole)."""

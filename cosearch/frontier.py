@@ -405,6 +405,7 @@ class CodesignResults:
         return out
 
     def table(self, top: int = 10, objective: str = "tokens_per_s") -> str:
+        top = v.top_count(top)
         lines = [f"{self.model} on {self.chips} chips, global batch {self.global_batch}: best by {objective}"
                  + (" (interrupted)" if self.interrupted else "")]
         lines.append(f"{'system':<58} {'tok/s/chip':>10} {'tok/J':>8} {'tok/$':>10}  plan")

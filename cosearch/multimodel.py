@@ -131,6 +131,7 @@ class MultiModelResults:
     def table(self, top: int = 10) -> str:
         """Plain-text summary: the ILP-ranked designs, then the screened ones (never ranked
         together: their layer times come from different time models)."""
+        top = v.top_count(top)
         lines = [f"cosearch (models {', '.join(self.models)}; {self.objective} of tokens/s) on {self.chips} chips: "
                  f"{len(self.rows)} designs evaluated, {self.pruned} pruned of {self.total_designs}"
                  + (" (interrupted: partial results)" if self.interrupted else "")]

@@ -78,6 +78,8 @@ def table(res: Results, top: int = 10) -> str:
     """Plain-text summary: the best designs per time model (equivalent designs collapsed
     into one row with their count ``n``), the best plan's breakdown, the baselines and the
     pruning count.  MFU is over all chips of the cluster."""
+    from ._validate import top_count
+    top = top_count(top)
     lines = [f"cosearch: {res.model} on {res.chips} chips, global batch {res.global_batch}: "
              f"{len(res.rows)} designs evaluated, {res.pruned} pruned of {res.total_designs}"
              + (" (interrupted: partial results)" if res.interrupted else "")]

@@ -730,3 +730,15 @@ def test_evaluate_and_search_plans_refuse_a_wrong_kind_of_mem_flag_or_units():
     u = unit_costs(m, hardware.H100, cluster.Cluster(8), [1, 2], [1, 2], [False], True)[0]
     assert (placement.search_plans(m, hardware.H100, 8, 16, units=u, **opts).plans[0].step_time_s
             == placement.search_plans(m, hardware.H100, 8, 16, **opts).plans[0].step_time_s)
+
+
+def test_result_tables_refuse_a_negative_or_fractional_top():
+    """Found by fuzzing the results API: ``table(top=-1)`` sliced ``rows[:-1]`` and silently
+    dropped the last row; ``top=1.5`` raised TypeError ("slice indices must be integers")."""
+    from cosearch import frontier
+    res = frontier.codesign("llama2-7b", [frontier.fixed_system("dgx-h100"), frontier.fixed_system("dgx-b200")],
+                            64, 64)
+    assert res.table(top=None).count("\n") == res.table(top=2).count("\n") == res.table(top=0).count("\n") + 2
+    for top, msg in ((-1, "top must be a non-negative integer, got -1"), (1.5, "top must be a non-negative")):
+        with pytest.raises(ValueError, match=msg):
+            res.table(top=top)
