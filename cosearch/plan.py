@@ -116,9 +116,7 @@ class PlanSpec:
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"PlanSpec.zero={self.zero!r}; choose 0, 1, 2 or 3")
         for f in ("sequence_parallel", "flash_attention"):
-            if not isinstance(getattr(self, f), (bool, np.bool_)):
-                raise ValueError(f"PlanSpec.{f} must be True or False, got {getattr(self, f)!r}")
-            object.__setattr__(self, f, bool(getattr(self, f)))
+            object.__setattr__(self, f, v.flag(f"PlanSpec.{f}", getattr(self, f)))
         if self.stage_layers is not None:
             sl = tuple(v.positive_int("PlanSpec.stage_layers", x) for x in self.stage_layers)
             if len(sl) != self.pp:

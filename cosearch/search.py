@@ -81,8 +81,7 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         for f in ("prune", "progress"):
-            if not isinstance(getattr(self, f), (bool, np.bool_)):
-                raise ValueError(f"SearchOptions.{f} must be True or False, got {getattr(self, f)!r}")
+            v.flag(f"SearchOptions.{f}", getattr(self, f))
         if isinstance(self.refine_top, bool) or not isinstance(self.refine_top, (int, np.integer)) \
                 or self.refine_top < 0:
             raise ValueError(f"refine_top must be a non-negative integer, got {self.refine_top!r}")
