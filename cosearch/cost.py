@@ -142,7 +142,7 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
     e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained, sk_fix, a_over_bwd, \
-        a_head, e_cast, e_amax = IDEAL.as_array() if eff is None else eff
+        a_head, e_cast, e_amax, attn_clock = IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
@@ -199,7 +199,8 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         length = np.where(over > 0, m / (m + 128.0 * over), 1.0)
         head = np.where((d_head > 0) & (a_head > 0), (1.0 + a_head / 128.0) / (1.0 + a_head / np.maximum(d_head, 1.0)),
                         1.0)
-        attn_t = np.maximum(compute_t / (e_a * length * head), op_bytes) + launch
+        # attention kernels run at their own held clock (attn_clock), GEMMs at the sustained one
+        attn_t = np.maximum(compute_t * (sustained / attn_clock) / (e_a * length * head), op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]
         lane_t = np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock
         vec_t = np.maximum(lane_t, op_bytes) + launch
@@ -384,7 +385,10 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
     # without row clocks the op rows are fitted in fractions of the datasheet-clock peak
     datasheet_fractions = bool(len(ops_rows)) and row_mhz is None
     clock = e0.sustained_clock if datasheet_fractions else 1.0
-    e_t, e_a, e_m, launch = e0.tensor * clock, e0.attention * clock, e0.memory, e0.launch_s
+    # attention kernels at their own held clock (KernelEfficiency.attention_clock)
+    att_clock = e0.attention_clock_held() if datasheet_fractions else 1.0
+    fa2_clock = e0.with_attention_kernel("fa2").attention_clock_held() if datasheet_fractions else 1.0
+    e_t, e_a, e_m, launch = e0.tensor * clock, min(e0.attention * att_clock, 1.0), e0.memory, e0.launch_s
     rms = 0.0
     fitted: tuple[str, ...] = ()
     residuals: tuple[float, ...] = ()
@@ -462,8 +466,10 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         residuals = tuple(float(r) for r in (model(x) - y))
         rms = float(np.sqrt(np.mean(np.square(residuals))))
     eff = replace(chip.efficiency, tensor=e_t, attention=e_a, memory=e_m, launch_s=launch,
-                  attention_fa2=chip.efficiency.attention_fa2 * clock,
+                  attention_fa2=min(chip.efficiency.attention_fa2 * fa2_clock, 1.0),
                   sustained_clock=1.0 if datasheet_fractions else e0.sustained_clock,
+                  attention_clock=0.0 if datasheet_fractions else e0.attention_clock,
+                  attention_clock_fa2=0.0 if datasheet_fractions else e0.attention_clock_fa2,
                   source=(f"calibrated on {len(ops_rows)} measured ops (fitted: {', '.join(fitted) or 'nothing'}; "
                           f"rms log error {rms:.3f}); the rest from: {chip.efficiency.source}"))
     out = {"intra": (None, None), "inter": (None, None)}

@@ -7,15 +7,16 @@ sharing code with the package.
 import math
 
 
-def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
+def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                                       0.0)):
     kind, m, n, k, b, elems, ope, br, bw_, dt = op[:10]
     head_dim = op[10] if len(op) > 10 else 0
     cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d[:11]
     glb = d[11] if len(d) > 11 else 0.0
     fp8_macs = d[12] if len(d) > 12 else 0.0     # the tensor unit's FP8 MACs per PE per cycle
     e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained, sk_fix, \
-        attn_over_bwd, attn_head, cast_memory, amax_Bps = \
-        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0))[:18]
+        attn_over_bwd, attn_head, cast_memory, amax_Bps, attn_clock = \
+        (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))[:19]
     clock = boost_clock * sustained   # the sustained clock; the HBM bandwidth stays
     bw = hbm_bw * frac * e_memory
     if kind in (0, 3):
@@ -34,6 +35,8 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
             head = 1.0
             if head_dim > 0 and attn_head > 0:   # softmax work per score against head_dim MACs, vs 128
                 head = (head_dim / (head_dim + attn_head)) / (128.0 / (128.0 + attn_head))
+            if attn_clock > 0:     # attention kernels hold their own clock (0: the sustained one)
+                compute *= sustained / attn_clock
             return max(compute / (e_attention * length * head), (br + bw_) / bw) + launch
         a_bytes, b_bytes, c_bytes = m * k * dt * b, k * n * dt * b, m * n * dt * b
         if a_bytes + b_bytes + c_bytes <= l2:

@@ -83,12 +83,14 @@ def test_model_against_every_public_kernel_row(row):
     at the datasheet clock), ``sustained`` (A100 attention benchmarks, which reach the
     power-limited clock), ``boost`` (H100 attention benchmarks, which stay under the power limit at
     the maximum clock: cosearch/data/h200_kernels.csv) or ``unstated`` (the measurement lies
-    between sustained and full: it passes at either)."""
+    between sustained and full: it passes within the tolerance of either, or between the two, the
+    model slow at the sustained clock and fast at the full one)."""
     tol = float(row["tolerance"])
     clocks = {"full": ("full",), "sustained": ("sustained",), "boost": ("boost",),
               "unstated": ("sustained", "full")}[row["clock"]]
     ratios = [_model_tflops(row, c) / float(row["tflops"]) - 1.0 for c in clocks]
-    assert any(_within(r, tol) for r in ratios), \
+    between = len(ratios) == 2 and tol >= 0 and ratios[0] <= 0.0 <= ratios[1]
+    assert between or any(_within(r, tol) for r in ratios), \
         f"row {row['row']}: model {', '.join(f'{r:+.1%}' for r in ratios)} off ({row['note']})"
 
 
@@ -97,7 +99,7 @@ def test_moe_expert_gemms_are_priced_as_deepgemms_grouped_kernels():
     one grouped GEMM at the per-expert token count) against DeepGEMM's published grouped FP8
     kernels on H800 (rows 43-52, contiguous layout as a training forward uses it, and masked):
     the graph's own op for each shape, priced on the H800 preset, within 10 % at the sustained or
-    the datasheet clock (the README states neither)."""
+    the datasheet clock, or between the two (the README states neither clock)."""
     rows = [r for r in _rows() if r["chip"] == "H800"]
     assert len(rows) == 10
     for r in rows:
@@ -108,7 +110,7 @@ def test_moe_expert_gemms_are_priced_as_deepgemms_grouped_kernels():
         for chip in (hardware.H800, hardware.H800.with_(efficiency=hardware.H800.efficiency.at_full_clock())):
             t = cost.price(np.array([op.as_row()]), chip)[0, 0]
             rates.append(op.flops / t / 1e12 / float(r["tflops"]) - 1.0)
-        assert any(abs(x) <= 0.10 for x in rates), (r["row"], rates)
+        assert any(abs(x) <= 0.10 for x in rates) or rates[0] <= 0.0 <= rates[1], (r["row"], rates)
 
 
 def test_a100_best_shape_rows_beat_the_sustained_clock_peak():
@@ -196,7 +198,7 @@ def test_efficiency_columns_match_the_kernel_indices():
     from cosearch._kernels import formulas as F
     names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD", "E_FP8",
              "E_FP4", "E_ATTN_OVERHEAD", "E_CLOCK", "E_STREAM_K", "E_ATTN_OVERHEAD_BWD", "E_ATTN_HEAD", "E_CAST",
-             "E_CAST_AMAX")
+             "E_CAST_AMAX", "E_ATTN_CLOCK")
     assert [getattr(F, n) for n in names] == list(range(len(hardware.EFF_FIELDS)))
     e = hardware.A100_80GB.efficiency.as_array()
     assert (e[F.E_SLOTS], e[F.E_TILE_M], e[F.E_K_OVERHEAD]) == (108, 128, 128)
@@ -219,6 +221,36 @@ def test_sustained_clock_slows_compute_not_memory():
     assert t_half[2] == t_full[2]
     # the copy: 4 GB over 0.75 of 2039 GB/s, by hand
     assert t_full[2] - launch == pytest.approx(4e9 / (0.75 * chip.hbm_bandwidth_Bps), rel=1e-12)
+
+
+def test_attention_clock_speeds_attention_alone():
+    """Hand-worked: an attention clock 1.3x the sustained one divides a compute-bound attention
+    op's time by 1.3 and leaves a GEMM's and a vector op's alone; 0 prices attention at the
+    sustained clock; the FA2 kernel takes its own clock; at the full clock both are the datasheet's."""
+    chip = hardware.A100_80GB
+    e = replace(chip.efficiency, attention_clock=1.3 * chip.efficiency.sustained_clock)
+    att = graph.Op("a", "attention", m=8192, n=8192, k=128, batch=32, bytes_read=1e6, bytes_written=1e6,
+                   head_dim=128)
+    big = graph.Op("g", "gemm", m=8192, n=8192, k=8192, bytes_read=4 * 8192 ** 2, bytes_written=2 * 8192 ** 2)
+    heavy = graph.Op("v", "vector", elements=1e6, ops_per_element=1e4, bytes_read=2e6, bytes_written=2e6)
+    rows = np.array([o.as_row() for o in (att, big, heavy)])
+    base, fast = cost.price(rows, chip)[0], cost.price(rows, chip.with_(efficiency=e))[0]
+    launch = e.launch_s
+    assert (fast[0] - launch) == pytest.approx((base[0] - launch) / 1.3, rel=1e-12)
+    assert fast[1] == base[1] and fast[2] == base[2]
+    assert e.attention_clock_held() == pytest.approx(1.3 * e.sustained_clock)
+    assert replace(e, attention_clock=0.0).attention_clock_held() == e.sustained_clock
+    both = replace(e, attention_clock_fa2=0.9)
+    assert both.with_attention_kernel("fa2").attention_clock == 0.9
+    assert both.with_attention_kernel("fa1-triton").attention_clock == 0.9
+    assert both.with_attention_kernel("best").attention_clock == e.attention_clock
+    assert both.at_full_clock().attention_clock_held() == 1.0
+    assert both.at_full_clock().with_attention_kernel("fa2").attention_clock_held() == 1.0
+    for bad in (-0.1, 2.5, float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="attention_clock"):
+            replace(e, attention_clock=bad)
+        with pytest.raises(ValueError, match="attention_clock_fa2"):
+            replace(e, attention_clock_fa2=bad)
 
 
 def test_fa1_triton_attention_by_hand():
@@ -560,21 +592,22 @@ def test_shape_model_against_xlas_h100_matmul_table():
 
 def test_h100_500w_clock_and_fp8_rate_from_their_rows():
     """The 500 W H100's sustained clock and FP8 rate recomputed from their sources: FBGEMM's
-    "H100 500W" bf16 GEMMs (public_kernels.csv rows 37-39) over the H100 model at the datasheet
-    clock, against the same for back-to-back 8192^3 GEMMs at 700 W (the median of the H200's
-    ``sustained`` rows after 1 s), times the 700 W step clock; and the same run's FP8 over bf16
-    rates (rows 40-42 over 37-39)."""
+    "H100 500W" bf16 8192^3 GEMM (public_kernels.csv row 37) over back-to-back 8192^3 GEMMs at
+    700 W (the median of the H200's ``sustained`` rows after 1 s), times the clock those held;
+    and the same run's FP8 over bf16 rates (rows 40-42 over 37-39)."""
     import statistics
     rows = {r["row"]: r for r in _rows()}
     bf16 = [rows[str(i)] for i in (37, 38, 39)]
     fp8 = [rows[str(i)] for i in (40, 41, 42)]
-    at_full_clock = [_model_tflops(dict(r, chip="H100"), "full") for r in bf16]   # row 37 is 8192^3
-    at500 = statistics.mean(float(r["tflops"]) / t for r, t in zip(bf16, at_full_clock))
+    assert (bf16[0]["m"], bf16[0]["n"], bf16[0]["k"]) == ("8192", "8192", "8192")
     sustained = [r for r in package_rows("h200_kernels.csv", "sustained") if window_end_s(r) >= 1.0]
-    at700 = statistics.median(float(r["tflops"]) for r in sustained) / at_full_clock[0]
-    assert (round(at500, 3), round(at700, 3)) == (0.689, 0.804)
-    assert hardware.SUSTAINED_CLOCK_H100 * at500 / at700 == pytest.approx(hardware.SUSTAINED_CLOCK_H100_500W,
-                                                                           abs=5e-4)
+    assert {(r["m"], r["n"], r["k"]) for r in sustained} == {("8192", "8192", "8192")}
+    ratio = float(bf16[0]["tflops"]) / statistics.median(float(r["tflops"]) for r in sustained)
+    held_mhz = statistics.mean(float(r["sm_clock_mhz"]) for r in sustained)
+    assert round(ratio, 3) == 0.887
+    assert held_mhz * ratio / 1830.0 == pytest.approx(hardware.SUSTAINED_CLOCK_H100_500W, abs=5e-4)
+    e = hardware.H100_500W.efficiency       # no 500 W attention measurement: one clock
+    assert e.attention_clock_held() == e.with_attention_kernel("fa2").attention_clock_held() == e.sustained_clock
     rate = statistics.mean(float(a["tflops"]) / float(b["tflops"]) for a, b in zip(fp8, bf16))
     assert rate == pytest.approx(hardware.FP8_RATE_H100_500W, abs=5e-4)
     chip = hardware.H100_500W

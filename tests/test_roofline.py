@@ -34,7 +34,8 @@ EFFS = [hardware.IDEAL, hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6), hardware
                                   k_overhead=128.0),
         hardware.KernelEfficiency(1.0, 1.0, 1.0, 0.0, tile_m=64, tile_n=32, tile_k=16, tile_slots=7, k_overhead=5.0),
         hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6, cast_memory=0.2),
-        hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6, cast_memory=0.5, cast_amax_Bps=1e12)]
+        hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6, cast_memory=0.5, cast_amax_Bps=1e12),
+        hardware.KernelEfficiency(0.8, 0.6, 0.9, 4e-6, sustained_clock=0.7, attention_clock=1.1)]
 
 
 @pytest.mark.parametrize("frac", [1.0, 0.5, 0.25])

@@ -109,7 +109,7 @@ NB = len(BREAKDOWN_FIELDS) + 5
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
- E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K, E_ATTN_OVERHEAD_BWD, E_ATTN_HEAD, E_CAST, E_CAST_AMAX) = range(18)
+ E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K, E_ATTN_OVERHEAD_BWD, E_ATTN_HEAD, E_CAST, E_CAST_AMAX, E_ATTN_CLOCK) = range(19)
 
 #: design-array column of the tensor unit's FP8 MACs per PE (``DESIGN_FIELDS``' last)
 D_FP8_MACS = 12

@@ -37,6 +37,9 @@ from .chips import (  # noqa: F401
     preset_names,
 )
 from .efficiency import (  # noqa: F401
+    ATTENTION_CLOCK_BLACKWELL,
+    ATTENTION_CLOCK_H100,
+    ATTENTION_CLOCK_H100_FA2,
     ATTENTION_HEAD_OVERHEAD,
     ATTENTION_HEAD_OVERHEAD_FA2,
     ATTENTION_KERNELS,

@@ -285,9 +285,10 @@ H200 = H100.with_(name="H200", hbm_bytes=141e9, hbm_bandwidth_Bps=4.8e12)
 #: page was measured: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power
 #: limit", pytorch/torchtitan docs/performance.md): the H100's compute and kernels at the 500 W
 #: sustained clock and FP8 rate (SUSTAINED_CLOCK_H100_500W, FP8_RATE_H100_500W, from FBGEMM's
-#: "H100 500W" GEMMs).
+#: "H100 500W" GEMMs); attention at the same clock (no attention kernel was measured at 500 W).
 H100_500W = H100.with_(name="H100-500W", hbm_bytes=96e9, hbm_bandwidth_Bps=2.4e12,
                        efficiency=replace(_H100_EFF, sustained_clock=SUSTAINED_CLOCK_H100_500W,
+                                          attention_clock=0.0, attention_clock_fa2=0.0,
                                           fp8_rate=FP8_RATE_H100_500W,
                                           source=_H100_EFF.source + "  " + EFFICIENCY_SOURCES["H100-500W"]))
 #: B200 (HGX/DGX B200): 2.25 PFLOP/s dense BF16, 4.5 dense FP8, 180 GB HBM3e at 8 TB/s, NVLink 5 at

@@ -28,13 +28,16 @@ OPTIONAL_DESIGN_FIELDS = 2
 #: two FP8 operand pairs (the datasheet FP8/BF16 dense ratio of H100, B200 and MI300X is 2);
 #: wider values are for what-if studies.
 MAX_FP8_MACS = 16.0
+#: The highest attention clock a KernelEfficiency takes, as a fraction of the datasheet clock: boost
+#: clocks run above the datasheet's (H100: 1980 of 1830 MHz), never twice it.
+MAX_ATTENTION_CLOCK = 2.0
 
 
 #: Column order of :meth:`KernelEfficiency.as_array` (what the roofline kernel reads; the
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
               "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock", "stream_k_fixup",
-              "attention_overhead_bwd", "attention_head_overhead", "cast_memory", "cast_amax_Bps")
+              "attention_overhead_bwd", "attention_head_overhead", "cast_memory", "cast_amax_Bps", "attention_clock")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,15 @@ class KernelEfficiency:
     vector cycles) runs at ``clock_hz * sustained_clock``; HBM bandwidth does not (the memory
     clock is not power-capped).  ``tensor``, ``attention`` and ``attention_fa2`` are per-clock
     efficiencies: a kernel runs at ``peak * sustained_clock * efficiency``.
+    ``attention_clock``: the fraction of the datasheet clock the chip's fused attention kernels
+    hold under the same continuous load, where it differs from the GEMMs' (0, the default:
+    ``sustained_clock``).  A GPU's clock is set by its power: back-to-back GEMMs reach the
+    power limit at a lower clock than attention kernels, which spend part of each cycle on
+    softmax and data movement rather than on the tensor cores, and a kernel that stays under the
+    limit keeps the boost clock (above the datasheet's, so the field may exceed 1).  Attention
+    ops are priced at ``clock_hz * attention_clock``; every other op at ``sustained_clock``.
+    ``attention_clock_fa2`` is the same for FlashAttention-2-generation kernels (0:
+    ``attention_clock``); :meth:`with_attention_kernel` selects it.
     :meth:`at_full_clock` gives the same kernels at the datasheet clock, which short kernel
     benchmarks (a few hundred ms per shape) reach before the power limit pulls the clock down.
     """
@@ -122,6 +134,8 @@ class KernelEfficiency:
     attention_head_overhead_fa2: float = -1.0
     cast_memory: float = 0.0
     cast_amax_Bps: float = 0.0
+    attention_clock: float = 0.0
+    attention_clock_fa2: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("attention_overhead_bwd", "attention_head_overhead_fa2"):     # -1: another field's
@@ -141,6 +155,11 @@ class KernelEfficiency:
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
                 raise ValueError(f"KernelEfficiency.{f} must be in (0, 1], got {v!r}")
+        for f in ("attention_clock", "attention_clock_fa2"):
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= MAX_ATTENTION_CLOCK):
+                raise ValueError(f"KernelEfficiency.{f} must be in [0, {MAX_ATTENTION_CLOCK:g}] (a fraction of the "
+                                 f"datasheet clock; 0: the sustained clock), got {x!r}")
         c = self.cast_memory
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c <= self.memory):
             raise ValueError(f"KernelEfficiency.cast_memory must be in [0, memory = {self.memory}] (0: casts stream "
@@ -169,6 +188,8 @@ class KernelEfficiency:
         vals = {f: float(getattr(self, f)) for f in EFF_FIELDS}
         if vals["attention_overhead_bwd"] < 0.0:          # -1: the backward pays the forward's
             vals["attention_overhead_bwd"] = float(self.attention_overhead)
+        if vals["attention_clock"] <= 0.0:                # 0: attention at the sustained clock
+            vals["attention_clock"] = float(self.sustained_clock)
         return np.array([vals[f] for f in EFF_FIELDS], dtype=np.float64)
 
     def with_attention_kernel(self, kernel: str) -> KernelEfficiency:
@@ -183,8 +204,9 @@ class KernelEfficiency:
         fa2 = self.attention_fa2 if self.attention_fa2 > 0.0 else self.attention
         head = self.attention_head_overhead_fa2 if self.attention_head_overhead_fa2 >= 0.0 \
             else self.attention_head_overhead
+        clock = self.attention_clock_fa2 if self.attention_clock_fa2 > 0.0 else self.attention_clock
         return replace(self, attention=fa2 * (FA1_TRITON_SPEED if kernel == "fa1-triton" else 1.0),
-                       attention_head_overhead=head)
+                       attention_head_overhead=head, attention_clock=clock)
 
     def with_cast_kernel(self, kernel: str) -> KernelEfficiency:
         """This efficiency with the FP8 cast kernels an engine runs: ``"fused"`` (single-pass
@@ -204,8 +226,13 @@ class KernelEfficiency:
 
     def at_full_clock(self) -> KernelEfficiency:
         """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
-        benchmark measures before the power limit binds."""
-        return replace(self, sustained_clock=1.0)
+        benchmark measures before the power limit binds (attention kernels too)."""
+        return replace(self, sustained_clock=1.0, attention_clock=0.0, attention_clock_fa2=0.0)
+
+    def attention_clock_held(self) -> float:
+        """The clock fraction this efficiency's attention kernels are priced at (``attention_clock``,
+        or ``sustained_clock`` where it is 0)."""
+        return self.attention_clock if self.attention_clock > 0.0 else self.sustained_clock
 
     def shape_efficiency(self, m: float, n: float, k: float, batch: float = 1.0) -> float:
         """The GEMM shape factor (1 without a tile model) for one ``batch x (m x k) @ (k x n)``."""
@@ -249,14 +276,15 @@ EFFICIENCY_SOURCES = {
             "table, torch 2.7+cu126) divided by the shape model there, per clock (a short run at the 1830 MHz "
             "clock of the datasheet peak); checked per clock against cosearch's own H200 sweep "
             "(cosearch/data/h200_kernels.csv, every row with the SM clock read after it: large training-shape "
-            "GEMMs within -8..+0 %).  Sustained clock 1500 / 1830 = 0.820 (H200 at 700 W cannot hold 1830 "
-            "MHz under full load, 1500 MHz is the realistic sustained clock: tile-ai/TileOPs #1588); measured "
-            "on H200 at 700 W: 1435 MHz under back-to-back 8192^3 bf16 GEMMs, 1580 MHz under a Llama 3 8B "
-            "layer's forward+backward with cuDNN attention, 1682 MHz with FlashAttention-2 (h200_kernels.csv), "
-            "so a training step's mix sits near 1500.  Attention: kernel benchmarks do not reach the power "
-            "limit (FlashAttention-2 fwd+bwd at 8k holds 1980 MHz for 15 s at 570 W, cuDNN averages 1842 MHz), "
-            "so their rates are per boost clock (1980 MHz, 1.082x the datasheet clock), not per sustained "
-            "clock.  Attention 0.526 per clock at long sequences: cuDNN 9.19 fused attention (Transformer "
+            "GEMMs within -8..+0 %).  Clocks, each kernel class at the clock it holds back to back at the "
+            "700 W limit on H200 (h200_kernels.csv, windows after the first second): GEMMs and the rest "
+            "1435 / 1830 = 0.784 (8192^3 bf16 GEMMs for 45 s, 692 W; tile-ai/TileOPs #1588: an H200 at 700 W "
+            "'cannot reliably sustain' 1830 MHz under full load); cuDNN attention 1839 MHz (8k causal "
+            "fwd+bwd for 15 s, 691 W: power-limited too); FlashAttention-2 1980 MHz, the boost clock (587 W: "
+            "it never reaches the limit).  A step mixes them: a Llama 3 8B layer's forward+backward ran at "
+            "1581 MHz with cuDNN attention and 1680 MHz with FlashAttention-2, and the per-kernel clocks price "
+            "both layers within 1.1 % of their measured times (one clock of 1500 MHz for every kernel: +0.2 "
+            "% and -6.4 %; tests/test_h200_kernels.py).  Attention 0.526 per clock at long sequences: cuDNN 9.19 fused attention (Transformer "
             "Engine's Hopper back end), causal, head dim 128, forward and backward rows at 1k-16k tokens "
             "(8k fwd+bwd: 503.9 TFLOP/s at 1965 MHz), each over its clock and its pass's length factor, "
             "geometric mean (h200_kernels.csv); attention_fa2 0.2885 per clock: PyTorch SDPA's flash back end (FlashAttention-2) on the same "
@@ -270,10 +298,12 @@ EFFICIENCY_SOURCES = {
             "limit: 1.87, 1.84, 1.80, 1.83 (h200_kernels.csv); per clock the ratio is 1.92-2.01, but FP8 "
             "GEMMs draw more power and hold a ~5% lower clock, which a single sustained clock cannot "
             "express, so the ratio at the power limit is the one used.",
-    "H100-500W": "At 500 W (Meta's Grand Teton H100s): sustained clock 0.7027 of the datasheet clock (1286 "
-                 "MHz): FBGEMM's bf16 GEMMs on 'H100 500W' (pytorch/FBGEMM #2546: 585.2, 575.1, 546.3 "
-                 "TFLOP/s at 8192^3, 65536x8192x7168, 65536x3584x8192) hold 0.857 of the clock back-to-back "
-                 "8192^3 GEMMs hold at 700 W (h200_kernels.csv), times the 700 W step clock; FP8 rate 1.965, "
+    "H100-500W": "At 500 W (Meta's Grand Teton H100s): sustained clock 0.6955 of the datasheet clock (1273 "
+                 "MHz): FBGEMM's bf16 8192^3 GEMM on 'H100 500W' (pytorch/FBGEMM #2546: 585.2 TFLOP/s; 575.1 and "
+                 "546.3 at 65536x8192x7168 and 65536x3584x8192 check it) runs 0.887 as fast as back-to-back "
+                 "8192^3 GEMMs at 700 W (659.9 TFLOP/s at 1435 MHz, h200_kernels.csv).  No attention kernel "
+                 "was measured at 500 W, so attention runs at that clock too (the 700 W preset's per-kernel "
+                 "attention clocks are H200 measurements at 700 W).  FP8 rate 1.965, "
                  "FBGEMM's FP8/bf16 pairs in the same run (public_kernels.csv rows 37-42).  HBM2e 2.4 TB/s "
                  "(torchtitan docs/performance.md).",
     "Blackwell": "The H100's kernel per-clock fractions (tensor 0.856, attention 0.526 / FA2 0.2885, memory "
@@ -284,9 +314,10 @@ EFFICIENCY_SOURCES = {
                  "FP8 over torch bf16 at that shape in the same run (2544.7 / 1512.8), below the H100's 1.84.  "
                  "Sustained clock 1580 / 1965 = 0.804: back-to-back FlashAttention-4 kernels on B200 pull the SM "
                  "clock from 1965 to ~1580 MHz within ~50 ms (flashinfer-ai/flashinfer #2899); applied to the "
-                 "datasheet clock (1856 MHz) it gives 1492 MHz, under FA4's 1580 (0.851 of it): a GEMM-heavy step "
-                 "holds less than an attention loop (SUSTAINED_CLOCK_BLACKWELL), and no B200 GEMM clock is "
-                 "published.  NVFP4 rate 2.871: "
+                 "datasheet clock (1856 MHz) it gives 1492 MHz for GEMMs and the rest, under FA4's 1580 (0.851 of "
+                 "it): GEMMs hold less than an attention loop (on the H200 1435 against 1839-1980 MHz), and no "
+                 "B200 GEMM clock is published (SUSTAINED_CLOCK_BLACKWELL).  Attention kernels are priced at "
+                 "FA4's own 1580 MHz (ATTENTION_CLOCK_BLACKWELL).  NVFP4 rate 2.871: "
                  "CUTLASS NVFP4 over torch bf16 at 16384 x 6144 x 4096 in the same run (3904.3 / 1360.1, "
                  "vllm-project/vllm #20646, public_kernels.csv rows 35-36), below the 3.36 that the datasheet's "
                  "FP4/FP8 ratio times the FP8 rate would give; GB300 1.5x it (its datasheet's dense FP4).",
@@ -384,11 +415,18 @@ FA1_TRITON_SPEED = _fa1_triton_speed()
 #: A100: the SM clock "drops 1410 -> ~1200 MHz at the power limit" running FlashAttention-2
 #: (liangan1/GPU_travel performance/flash-attn/README.md; ../shared/calibration row 20).
 SUSTAINED_CLOCK_A100 = 1200.0 / 1410.0
-#: H100 / H200 SXM (700 W; the 989 TFLOP/s bf16 peak is 132 SMs x 4096 FLOP/clk at 1830 MHz):
-#: "H200 runners on the current 700W power limit cannot reliably sustain a locked 1830 MHz
-#: graphics/SM clock under full load ... 1500 MHz is a more realistic sustained" clock
-#: (tile-ai/TileOPs pull request #1588, 2026).
-SUSTAINED_CLOCK_H100 = 1500.0 / 1830.0
+#: H100 / H200 SXM (700 W; the 989 TFLOP/s bf16 peak is 132 SMs x 4096 FLOP/clk at 1830 MHz): the
+#: clock GEMMs hold back to back at the power limit, 1435 MHz (8192^3 bf16 GEMMs for 45 s on an
+#: H200, 692 W: the mean of cosearch/data/h200_kernels.csv's ``sustained`` windows after the first
+#: second; "H200 runners on the current 700W power limit cannot reliably sustain a locked 1830 MHz
+#: graphics/SM clock under full load", tile-ai/TileOPs pull request #1588, 2026).  Every kernel but
+#: attention runs at it; attention at its own clock (ATTENTION_CLOCK_H100 / _FA2).
+SUSTAINED_CLOCK_H100 = 1435.0 / 1830.0
+#: The clocks attention kernels hold back to back at 700 W on the H200 (8k causal fwd+bwd for 15 s,
+#: windows after the first second, h200_kernels.csv): cuDNN fused attention 1839 MHz at 691 W (at
+#: the power limit), FlashAttention-2 1980 MHz at 587 W (the boost clock: under the limit).
+ATTENTION_CLOCK_H100 = 1839.0 / 1830.0
+ATTENTION_CLOCK_H100_FA2 = 1980.0 / 1830.0
 #: B200: back-to-back FlashAttention-4 kernels pull the SM clock "from 1965 MHz to ~1580 MHz"
 #: within ~50 ms, TFLOP/s down up to 15% (flashinfer-ai/flashinfer pull request #2899, 2026).
 #: The ratio is to the boost clock; the preset's clock is the datasheet's (2.25 PFLOP/s over 148
@@ -398,6 +436,10 @@ SUSTAINED_CLOCK_H100 = 1500.0 / 1830.0
 #: 1682), and no B200 GEMM clock is published, so the step clock is taken at 1492 MHz, 5.6 %
 #: under FA4's.
 SUSTAINED_CLOCK_BLACKWELL = 1580.0 / 1965.0
+#: B200 attention kernels at FA4's own held clock, 1580 MHz of the 1856 MHz datasheet clock
+#: (flashinfer-ai/flashinfer pull request #2899): the only attention clock measured on Blackwell,
+#: used for FlashAttention-2-generation kernels too.
+ATTENTION_CLOCK_BLACKWELL = 1580.0 / 1856.0
 
 #: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
 #: (Dao 2023 Fig. 4d), over the length factor at 2k and the sustained clock
@@ -429,17 +471,22 @@ _H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOUR
                              attention_overhead=ATTENTION_OVERHEAD_FWD, attention_overhead_bwd=ATTENTION_OVERHEAD_BWD,
                              attention_head_overhead=ATTENTION_HEAD_OVERHEAD,
                              attention_head_overhead_fa2=ATTENTION_HEAD_OVERHEAD_FA2, attention_fa2=_H100_ATTENTION_FA2,
-                             sustained_clock=SUSTAINED_CLOCK_H100)
+                             sustained_clock=SUSTAINED_CLOCK_H100, attention_clock=ATTENTION_CLOCK_H100,
+                             attention_clock_fa2=ATTENTION_CLOCK_H100_FA2)
 #: Sustained clock of an H100 held at 500 W (Meta's Grand Teton parts, torchtitan's H100s), as a
 #: fraction of the datasheet clock.  FBGEMM's bf16 GEMMs on "H100 500W" (pytorch/FBGEMM pull
 #: request #2546, 2024: 585.23, 575.12 and 546.31 TFLOP/s at 8192^3, 65536 x 8192 x 7168 and 65536 x
 #: 3584 x 8192; cosearch/data/public_kernels.csv rows 37-39) run at 0.713, 0.695 and 0.659 (mean
 #: 0.689) of the H100 model at the datasheet clock; back-to-back 8192^3 GEMMs at 700 W run at 0.804
 #: of it (659.9 TFLOP/s, the median of cosearch/data/h200_kernels.csv's ``sustained`` rows after
-#: 1 s).  So 500 W holds 0.857 of the 700 W GEMM clock, and a training step's clock is taken as
-#: the 700 W step's (SUSTAINED_CLOCK_H100, 1500 MHz) times the same 0.857: 1286 MHz.
-#: tests/test_kernel_model.py recomputes it from the rows.
-SUSTAINED_CLOCK_H100_500W = 0.7027
+#: 1 s, at a held 1435 MHz).  The same shape, 8192^3, runs 585.23 / 659.85 = 0.887 as fast at 500 W,
+#: so the 500 W GEMM clock is 0.887 x 1435 = 1273 MHz (the kernel's rate in proportion to its
+#: clock; SUSTAINED_CLOCK_H100 is the measured 700 W clock, so this one is a clock too, not a
+#: model-equivalent).  tests/test_kernel_model.py recomputes it from the rows.
+#: Attention kernels run at this clock too: none was measured at 500 W, and the 700 W attention
+#: clocks (ATTENTION_CLOCK_H100 / _FA2, cosearch's H200) do not carry over to another power limit on
+#: another part (96 GB HBM2e) without a power model that no measurement here supports.
+SUSTAINED_CLOCK_H100_500W = 0.6955
 #: FP8 / BF16 GEMM rate at 500 W: FBGEMM's row-wise-scaled FP8 GEMMs over its bf16 GEMMs in the same
 #: run (1125.51 / 585.23, 1082.75 / 575.12, 1141.38 / 546.31; rows 40-42): 1.923, 1.883, 2.089, mean
 #: 1.965 — the per-clock ratio cosearch measured for tensorwise ``torch._scaled_mm`` on the H200
@@ -458,7 +505,8 @@ FP8_RATE_BLACKWELL = 2544.68 / 1512.84
 FP4_RATE_BLACKWELL = 3904.33 / 1360.14
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
                          fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=FP4_RATE_BLACKWELL,
-                         sustained_clock=SUSTAINED_CLOCK_BLACKWELL)
+                         sustained_clock=SUSTAINED_CLOCK_BLACKWELL, attention_clock=ATTENTION_CLOCK_BLACKWELL,
+                         attention_clock_fa2=0.0)
 #: TPU v5's GEMM efficiency on top of the systolic model: XLA's 8192^3 bf16 matmul on a v5e,
 #: 181.8 TFLOP/s (jax-ml/jax docs/pallas/tpu/matmul.ipynb), over the model's 190.7 at 1.0
 #: (cosearch/data/public_kernels.csv row 33; EFFICIENCY_SOURCES["TPU v5"]).
@@ -471,10 +519,11 @@ _TPU5_EFF = KernelEfficiency(TPU5_TENSOR, TPU5_TENSOR, source=EFFICIENCY_SOURCES
 #: datasheet clock itself, and the other published measurements quoted above.
 SUSTAINED_CLOCK_ALTERNATIVES: dict[str, tuple[tuple[str, float], ...]] = {
     "A100": (("chosen: FA2 at the power limit, 1200 MHz", SUSTAINED_CLOCK_A100), ("datasheet 1410 MHz", 1.0)),
-    "H100": (("chosen: 1500 MHz at 700 W (TileOPs #1588)", SUSTAINED_CLOCK_H100),
-             ("back-to-back GEMMs at 700 W, 1435 MHz (H200)", 1435.0 / 1830.0),
+    "H100": (("chosen: back-to-back GEMMs at 700 W, 1435 MHz (H200)", SUSTAINED_CLOCK_H100),
+             ("1500 MHz at 700 W (TileOPs #1588)", 1500.0 / 1830.0),
              ("a FlashAttention-2 Llama layer, 1682 MHz (H200)", 1682.0 / 1830.0), ("datasheet 1830 MHz", 1.0)),
-    "H100-500W": (("chosen: 0.857 of the 700 W step clock", SUSTAINED_CLOCK_H100_500W),
+    "H100-500W": (("chosen: 0.887 of the 700 W GEMM clock (FBGEMM's 8192^3)", SUSTAINED_CLOCK_H100_500W),
+                  ("0.857 of it (FBGEMM's three shapes over the model)", 0.689 / 0.804 * SUSTAINED_CLOCK_H100),
                   ("FBGEMM's 500 W GEMMs directly, 0.689", 0.689), ("datasheet 1830 MHz", 1.0)),
     "Blackwell": (("chosen: 1492 MHz (FA4's drop applied to the datasheet clock)", SUSTAINED_CLOCK_BLACKWELL),
                   ("FA4's measured 1580 MHz", 1580.0 / 1856.0), ("datasheet 1856 MHz", 1.0)),
