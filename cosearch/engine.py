@@ -278,6 +278,13 @@ MOE_DISPATCHERS = ("alltoall", "flex")
 #: ``num_sms_dispatch_api.value_or((num_of_nodes == 1) ? 24 : 8)``); NCCL's all-to-all up to
 #: its channel limit, 32 CTAs (``MAXCHANNELS`` in NCCL's ``src/include/device.h``).
 FLEX_SMS_NVLINK, FLEX_SMS_RDMA, NCCL_MAX_CTAS = 24, 8, 32
+#: CTAs (one per SM) an NCCL all-gather or reduce-scatter holds while a data-parallel or FSDP
+#: collective runs beside compute: 24 on an 8-GPU H100 node, as Nsight Systems shows FSDP's
+#: prefetch ``ncclAllGather`` launching 24 blocks beside a GEMM, which then gets 108 of the 132
+#: SMs (NVIDIA developer forum, "Compute-communication overlap causes severe GEMM performance
+#: degradation because of tail effect", 2025, thread 337991).  Within NCCL's channel limit
+#: (:data:`NCCL_MAX_CTAS`).  :func:`cosearch.plan.collective_sm_share` divides it by the chip's SMs.
+NCCL_COLLECTIVE_CTAS = 24
 
 
 def moe_comm_sms(engine: Engine, multi_node: bool) -> int:

@@ -29,7 +29,7 @@ from .engine import Engine, check_features, check_interleaving
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator
 from .models import ModelConfig
-from .plan import Plan, PlanSpec, hw_row, plan_from_stages, unit_costs
+from .plan import Plan, PlanSpec, collective_sm_share, hw_row, plan_from_stages, unit_costs
 
 __all__ = ["search_plans", "PlacementResult", "default_tps", "divisors", "DEFAULT_VIRTUAL"]
 
@@ -394,7 +394,7 @@ def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> lis
             else:
                 u_all = u
         hw = hw_row(o.chip.hbm_bytes, o.chip.hbm_bandwidth_Bps * o.chip.efficiency.memory, o.mem, overlap_dp,
-                    o.engine, p, host_Bps=o.chip.host_link_Bps)
+                    o.engine, p, host_Bps=o.chip.host_link_Bps, comm_sm_share=collective_sm_share(o.chip))
         out.append((u_all, hw))
     return out
 
@@ -645,7 +645,8 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
         rows.append(np.concatenate([cluster.net_array(chip),
                                     hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem,
                                            bool(opts.get("overlap_dp", True)), engine, priced["precision"],
-                                           host_Bps=chip.host_link_Bps)]))
+                                           host_Bps=chip.host_link_Bps,
+                                           comm_sm_share=collective_sm_share(chip))]))
     keys, which = np.unique(np.array(rows), axis=0, return_inverse=True)
     which = np.asarray(which).reshape(-1)
     nn = len(rows[0]) - F.NH

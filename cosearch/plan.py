@@ -29,7 +29,13 @@ from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
 from .cluster import Cluster, as_cluster
-from .engine import Engine, check_features, moe_comm_sms, uneven_sequence_split
+from .engine import (
+    NCCL_COLLECTIVE_CTAS,
+    Engine,
+    check_features,
+    moe_comm_sms,
+    uneven_sequence_split,
+)
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
@@ -809,11 +815,22 @@ def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:
 #: MXFP8/NVFP4 keep row- and column-wise copies): 2 x the operand bytes per parameter.
 
 
+def collective_sm_share(chip: Accelerator) -> float:
+    """The share of ``chip``'s SMs an NCCL all-gather or reduce-scatter holds while it runs beside
+    compute (:data:`cosearch.engine.NCCL_COLLECTIVE_CTAS` over the SMs, ``efficiency.tile_slots``);
+    0 for a chip without an SM model (TPUs move data with their own DMA engines)."""
+    slots = float(chip.efficiency.tile_slots)
+    return min(NCCL_COLLECTIVE_CTAS / slots, 1.0) if slots > 0 else 0.0
+
+
 def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,
-           engine=None, precision: str = "bf16", offload_layers: int = 0, host_Bps: float = 32e9) -> np.ndarray:
+           engine=None, precision: str = "bf16", offload_layers: int = 0, host_Bps: float = 32e9,
+           comm_sm_share: float = 0.0) -> np.ndarray:
     """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row; the data-parallel reduction is
     overlapped when ``overlap_dp`` and the engine (:mod:`cosearch.engine`) both allow it;
-    ``offload_layers`` of each stage send their activations to host memory at ``host_Bps``."""
+    ``offload_layers`` of each stage send their activations to host memory at ``host_Bps``;
+    ``comm_sm_share``: the share of the SMs overlapped data-parallel and FSDP collectives hold
+    (:func:`collective_sm_share`; 0: no contention)."""
     e = engine_preset(engine)
     gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
     ob = graph.OPERAND_BYTES[precision]
@@ -828,7 +845,7 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      1.0 if e.overlap_param_gather else 0.0,
                      w8, float(offload_layers), float(host_Bps),
                      1.0 if e.overlap_tp_comm else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
-                     1.0 if e.overlap_p2p_comm else 0.0],
+                     1.0 if e.overlap_p2p_comm else 0.0, float(comm_sm_share)],
                     dtype=np.float64)
 
 
@@ -1028,6 +1045,6 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
                    expert_parallel=spec.expert_parallel,
                    expert_tensor_parallel=spec.expert_tensor_parallel)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
-                spec.precision, spec.offload_layers, chip.host_link_Bps)
+                spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip))
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
                             time_model, engine)

@@ -4,6 +4,7 @@ search over the new dimensions against brute force over evaluate()."""
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -144,6 +145,67 @@ def test_zero_group_memory_and_hsdp_reduction_hand_worked():
     with pytest.raises(ValueError, match="must divide"):
         PlanSpec(4, 1, 1, 1, zero=3, zero_group=3)
     assert PlanSpec(2, 1, 1, 1, context_parallel=2, zero_group=4, flash_attention=True).shard_group == 4
+
+
+# ------------------------------------------------------------------ overlap contention
+def _simulate_pair_s(comm_s: float, work_s: float, share: float, dt: float = 1e-4) -> float:
+    """Time-stepped: a collective of ``comm_s`` and compute of ``work_s`` start together; while the
+    collective runs the compute advances at ``1 - share`` of its rate, then at its full rate."""
+    t = done = 0.0
+    while done < work_s or t < comm_s:
+        rate = (1.0 - share) if t < comm_s else 1.0
+        if done < work_s:
+            done += rate * dt
+        t += dt
+    return t
+
+
+@pytest.mark.parametrize("comm,work,share", [(4.0, 10.0, 0.25), (9.0, 10.0, 0.25), (14.0, 10.0, 0.25),
+                                             (3.0, 2.0, 0.18), (0.5, 7.0, 0.0), (7.0, 0.5, 0.0)])
+def test_overlapped_collective_against_a_time_stepped_pair(comm, work, share):
+    """What a collective adds beside compute when its kernels hold a share of the SMs, against
+    a time-stepped simulation of the pair (hand-worked: 4 s beside 10 s at a quarter of the SMs
+    adds 1 s; 9 s adds 2.25 s; 14 s outlasts the slowed compute, 13.3 s, and adds 4 s)."""
+    got = F.overlapped_exposed_s(comm, work, share)
+    assert got == pytest.approx(_simulate_pair_s(comm, work, share) - work, abs=2e-3)
+    assert F.overlapped_exposed_s(4.0, 10.0, 0.25) == pytest.approx(1.0)
+    assert F.overlapped_exposed_s(14.0, 10.0, 0.25) == pytest.approx(4.0)
+
+
+def test_collectives_hold_nccls_ctas_of_the_sms():
+    """24 CTAs (an FSDP all-gather beside a GEMM on an H100) over the chip's SMs; no SM model
+    (TPUs): no contention.  evaluate prices a ZeRO-3 plan's layer gathers with it: the same plan
+    with the collectives free of SMs is faster by what they slow."""
+    from cosearch import engine as E
+    from cosearch import plan as P
+    assert E.NCCL_COLLECTIVE_CTAS == 24
+    assert P.collective_sm_share(hardware.H100) == pytest.approx(24 / 132)
+    assert P.collective_sm_share(hardware.A100) == pytest.approx(24 / 108)
+    assert P.collective_sm_share(hardware.TPUv5p) == 0.0
+    m = models.ModelConfig("t", 8, 4096, 32, 16384, 32000, 2048)
+    cl = cluster.dgx_h100(1)
+    spec = PlanSpec(8, 1, 1, 1, zero=3, flash_attention=True)
+    p = evaluate(m, "H100", cl, spec, 8, engine="fsdp")
+    free = evaluate(m, hardware.H100.with_(efficiency=replace(hardware.H100.efficiency, tile_slots=0)), cl, spec, 8,
+                    engine="fsdp")
+    assert p.breakdown["dp_exposed_s"] > free.breakdown["dp_exposed_s"]
+
+
+def test_fsdp_gathers_slow_the_compute_they_hide_behind():
+    """Ample compute: each later layer's gather (forward) and gather + reduce-scatter (backward)
+    add ``share`` of themselves; the first gather of each pass and the last reduce-scatter show
+    whole, as without contention."""
+    n, P, B, zg, share = 4, 1e8, 100e9, 4.0, 0.2
+    net = np.array([0.0, B, B, 0.0, 0.0, 0.0])
+    hw = np.zeros(F.NH)
+    hw[F.H_W], hw[F.H_GRED], hw[F.H_Z3_LAYER], hw[F.H_MEMBW], hw[F.H_HBM] = 2.0, 4.0, 1.0, 1e12, 1e30
+    hw[F.H_COMM_SHARE] = share
+    u = np.zeros(F.NU)
+    u[F.U_PL], u[F.U_LF], u[F.U_LB] = P, 1.0, 2.0
+    ag = 0.5 * 2 * (3 / 4) * (P * 2) / B
+    rs = 0.5 * 2 * (3 / 4) * (P * 4) / B
+    want = 2 * ag + rs + (n - 1) * share * (ag + ag + rs)
+    assert F.fsdp_exposed_s(u, net, hw, float(n), False, False, zg, zg, 1.0, 0.0) == pytest.approx(want)
 
 
 # ------------------------------------------------------------------ engines

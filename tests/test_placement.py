@@ -142,7 +142,8 @@ def test_config_bound_is_below_every_split_and_exact_without_a_pipeline(cached_u
         key = (spec.dp, spec.tp, spec.pp, spec.microbatch, spec.virtual_stages, spec.zero)
         best[key] = min(best.get(key, math.inf), step if mem <= hbm else math.inf)
     units = plan.unit_costs(model, chip, cl, tps, mbs, sps, engine=engine)[0]
-    hw = plan.hw_row(hbm, chip.hbm_bandwidth_Bps * chip.efficiency.memory, memory.MemoryConfig(), True, engine)
+    hw = plan.hw_row(hbm, chip.hbm_bandwidth_Bps * chip.efficiency.memory, memory.MemoryConfig(), True, engine,
+                     comm_sm_share=plan.collective_sm_share(chip))
     net = cl.net_array(chip)
     cfg = placement.configurations(model, cl.num_chips, batch, tps, mbs, sps, virtuals, zeros)
     bounds = kernel.config_bounds(units, net, hw, cfg, np.arange(len(cfg)), model.num_layers,

@@ -87,9 +87,9 @@ NU = len(UNIT_FIELDS)
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
              "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
              "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps", "overlap_tp_comm",
-             "full_grad_allreduce", "overlap_p2p_comm")
+             "full_grad_allreduce", "overlap_p2p_comm", "comm_sm_share")
 (H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
- H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR, H_P2PO) = range(len(HW_FIELDS))
+ H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR, H_P2PO, H_COMM_SHARE) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -556,6 +556,19 @@ def layer_tp_seconds(u, hw):
     return u[U_LTPF], u[U_LTPB]
 
 
+@njit(cache=True, inline="always")
+def overlapped_exposed_s(comm_s, window_s, share):
+    """Seconds a collective of ``comm_s`` adds to ``window_s`` of compute it runs beside, when
+    its kernels hold ``share`` of the SMs (NCCL's CTAs: :data:`cosearch.engine.NCCL_COLLECTIVE_CTAS`
+    over the chip's SMs; 0: no contention).  While the collective runs the compute proceeds at
+    ``1 - share`` of its rate, so the pair takes ``window + share comm`` when the compute
+    outlasts the collective and ``comm`` when it does not:
+    ``max(comm - window, share comm)`` beyond the window (``max(0, comm - window)`` at 0)."""
+    x = comm_s - window_s
+    y = comm_s * share
+    return x if x > y else y
+
+
 @njit(cache=True)
 def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     """ZeRO-3 communication of one microbatch that per-layer prefetch cannot hide (PyTorch
@@ -567,7 +580,9 @@ def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     ``AG + sum_{u > 1} max(0, AG_u - F_u)``, backward ``AG + RS + sum_{u > 1} max(0, AG_u + RS_u
     - B_u)`` (the last reduce-scatter is waited for too; a recomputed forward runs inside its
     unit's backward).  With no compute at all this is every gather and reduce-scatter one
-    after another: ``n`` layer gathers per pass and ``n`` reduce-scatters per microbatch."""
+    after another: ``n`` layer gathers per pass and ``n`` reduce-scatters per microbatch.
+    The collectives' kernels hold ``hw[H_COMM_SHARE]`` of the SMs while they run, which slows
+    the compute beside them (:func:`overlapped_exposed_s`)."""
     w = hw[H_W]
     gr = hw[H_GRED]
     ep = u[U_EP] if u[U_EP] > 1.0 else 1.0
@@ -580,28 +595,25 @@ def fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec):
     lb = u[U_LB] + tpb + u[U_LCPB]
     if n > 0.0:
         lb += rec / n
-    xf = agl - lf
-    xb = agl + rsl - lb
+    sh = hw[H_COMM_SHARE]
     rest = n - 1.0 if n >= 1.0 else 0.0
-    out = agl + (agl + rsl) + rest * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
+    out = agl + (agl + rsl) + rest * (overlapped_exposed_s(agl, lf, sh) + overlapped_exposed_s(agl + rsl, lb, sh))
     if first:
-        out += _unit_exposed(u[U_PE], u[U_EF] + u[U_ETPF], u[U_EB] + u[U_ETPB], w, gr, zg, tp, net)
+        out += _unit_exposed(u[U_PE], u[U_EF] + u[U_ETPF], u[U_EB] + u[U_ETPB], w, gr, zg, tp, net, sh)
     if last:
         # the head unit (with any multi-token prediction modules' head passes and projections)
         out += _unit_exposed(u[U_PH] + u[U_PMTP], u[U_HF] * (1.0 + u[U_MTPT]) + u[U_HTPF] * (1.0 + u[U_MTPA]),
-                             u[U_HB] * (1.0 + u[U_MTPT]) + u[U_HTPB] * (1.0 + u[U_MTPA]), w, gr, zg, tp, net)
+                             u[U_HB] * (1.0 + u[U_MTPT]) + u[U_HTPB] * (1.0 + u[U_MTPA]), w, gr, zg, tp, net, sh)
     return out
 
 
 @njit(cache=True, inline="always")
-def _unit_exposed(params, fwd, bwd, w, gr, zg, tp, net):
+def _unit_exposed(params, fwd, bwd, w, gr, zg, tp, net, share):
     """What one prefetched FSDP unit's gather (forward) and gather + reduce-scatter (backward)
-    expose beyond its own compute."""
+    expose beyond its own compute, their kernels holding ``share`` of the SMs."""
     ag = allgather_s(params * w, zg, tp, net)
     rs = allgather_s(params * gr, zg, tp, net)
-    xf = ag - fwd
-    xb = ag + rs - bwd
-    return (xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0)
+    return overlapped_exposed_s(ag, fwd, share) + overlapped_exposed_s(ag + rs, bwd, share)
 
 
 @njit(cache=True)
@@ -722,8 +734,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
             pd = params - pexp
             z3 = (2.0 * allgather_s(pd * w, zg, tp, net) + allgather_s(pd * gr, zg, tp, net)
                   + 2.0 * allgather_s(pexp * w, dpx, tp * ep, net) + allgather_s(pexp * gr, dpx, tp * ep, net))
-            if z3 > t:
-                t = z3
+            t = work + overlapped_exposed_s(z3, work, hw[H_COMM_SHARE])
     # ---- after the last microbatch
     gcomm = 0.0
     pgather = 0.0
@@ -744,17 +755,13 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         # sharded gradients of the zg-group replicas (HSDP); nothing when one group holds all
         gcomm = allreduce_s(pd * gr / zg, reps, tp * zg, net)
     if hw[H_OVERLAP] > 0.0:
-        # the reduction hides behind the backward's wall time
-        window = b + rec + side_b
-        exposed = gcomm - window
-        if exposed < 0.0:
-            exposed = 0.0
+        # the reduction hides behind the backward's wall time, its kernels holding some SMs
+        exposed = overlapped_exposed_s(gcomm, b + rec + side_b, hw[H_COMM_SHARE])
     else:
         exposed = gcomm
     if hw[H_PG_OVERLAP] > 0.0:
         # the updated parameters are gathered behind the next step's first forward (its wall time)
-        x = pgather - (f + side_f)
-        exposed += x if x > 0.0 else 0.0
+        exposed += overlapped_exposed_s(pgather, f + side_f, hw[H_COMM_SHARE])
     else:
         exposed += pgather
     if pp > 1 and (first or last) and u[U_PTIED] > 0.0:
