@@ -419,7 +419,7 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
         arr = np.array([o.as_row() for o in ops])
         # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)
         # (with the chip's GEMM shape model, if it has one: only the four scalars are fitted)
-        unit = replace(chip.efficiency, tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0, sustained_clock=1.0)
+        unit = replace(chip.efficiency.at_full_clock(), tensor=1.0, attention=1.0, memory=1.0, launch_s=0.0)
         compute = price(arr, chip._unbounded(hbm_bandwidth_Bps=1e30), efficiency=unit)[0]
         if row_mhz is not None:        # each row's compute at the clock it ran at
             compute = compute * chip.clock_hz / (row_mhz * 1e6)

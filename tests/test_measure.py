@@ -197,3 +197,37 @@ def test_measure_checks_shapes_repeats_and_collective_settings_before_any_work()
                     (dict(iters=0), "iters must be a positive integer")):
         with pytest.raises(ValueError, match=msg):
             M.measure_collectives(None, **kw)
+
+
+def test_calibrate_attention_rows_on_a_chip_with_its_own_attention_clock():
+    """H100 attention kernels hold their own clock (``attention_clock``).  Rows of ``bmm``
+    attention timed at known SM clocks from a known per-clock efficiency fit back to it, and the
+    chip keeps both clocks; rows without clocks, priced at the preset's own clocks, fit to the
+    datasheet-clock fractions (per-clock efficiency times each kernel class's clock)."""
+    from dataclasses import replace
+    chip = hardware.H100
+    truth = replace(chip.efficiency, tensor=0.8, attention=0.45)
+    rng = np.random.default_rng(11)
+    timed = {k: [] for k in ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "sm_clock_mhz")}
+    plain = {k: [] for k in ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds")}
+    for i in range(24):
+        m, n = (int(2 ** x) for x in rng.integers(11, 14, 2))
+        k, b = 2048, int(rng.choice([8, 32]))             # compute-bound at either clock
+        kind = "attention" if i % 2 else "gemm"
+        op = graph.Op("x", "gemm" if kind == "gemm" else "bmm", m=m, n=n, k=k, batch=b,
+                      bytes_read=2.0 * (m * k + k * n) * b, bytes_written=2.0 * m * n * b)
+        mhz = float(rng.choice([1410.0, 1755.0, 1980.0]))
+        at = chip.with_(clock_hz=chip.clock_hz * mhz / 1830.0, efficiency=truth.at_full_clock())
+        row = np.array([op.as_row()])
+        for key, val in zip(timed, (kind, m, n, k, b, 2, cost.price_on(row, at)[0], mhz)):
+            timed[key].append(val)
+        for key, val in zip(plain, (kind, m, n, k, b, 2, cost.price_on(row, chip.with_(efficiency=truth))[0])):
+            plain[key].append(val)
+    got = cost.calibrate(chip, timed).chip.efficiency
+    assert got.attention == pytest.approx(0.45, rel=1e-3)
+    assert (got.attention_clock, got.attention_clock_fa2) == (chip.efficiency.attention_clock,
+                                                               chip.efficiency.attention_clock_fa2)
+    flat = cost.calibrate(chip, plain).chip.efficiency
+    assert flat.attention == pytest.approx(0.45 * chip.efficiency.attention_clock, rel=1e-3)
+    assert flat.tensor == pytest.approx(0.8 * chip.efficiency.sustained_clock, rel=1e-3)
+    assert flat.attention_clock_held() == flat.sustained_clock == 1.0
