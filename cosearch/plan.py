@@ -40,7 +40,8 @@ from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
 
-__all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "even_split", "check_spec", "check_precision"]
+__all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "collective_sm_share", "even_split", "check_spec",
+           "check_precision"]
 
 _MODES = F.RECOMPUTE_MODES
 
@@ -832,6 +833,10 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
     ``comm_sm_share``: the share of the SMs overlapped data-parallel and FSDP collectives hold
     (:func:`collective_sm_share`; 0: no contention)."""
     e = engine_preset(engine)
+    share = v.nonneg_float("comm_sm_share", comm_sm_share)
+    if share >= 1.0:
+        raise ValueError(f"comm_sm_share={comm_sm_share!r}: the collectives' share of the SMs must be below 1 "
+                         "(the compute beside them needs some)")
     gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
     ob = graph.OPERAND_BYTES[precision]
     w, w8 = mem.weight_bytes, 2.0 * ob
@@ -845,7 +850,7 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      1.0 if e.overlap_param_gather else 0.0,
                      w8, float(offload_layers), float(host_Bps),
                      1.0 if e.overlap_tp_comm else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
-                     1.0 if e.overlap_p2p_comm else 0.0, float(comm_sm_share)],
+                     1.0 if e.overlap_p2p_comm else 0.0, share],
                     dtype=np.float64)
 
 

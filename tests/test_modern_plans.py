@@ -189,6 +189,9 @@ def test_collectives_hold_nccls_ctas_of_the_sms():
     free = evaluate(m, hardware.H100.with_(efficiency=replace(hardware.H100.efficiency, tile_slots=0)), cl, spec, 8,
                     engine="fsdp")
     assert p.breakdown["dp_exposed_s"] > free.breakdown["dp_exposed_s"]
+    for bad in (-0.1, 1.0, float("nan"), "x"):
+        with pytest.raises(ValueError, match="comm_sm_share"):
+            P.hw_row(80e9, 3e12, memory.MemoryConfig(), True, comm_sm_share=bad)
 
 
 def test_fsdp_gathers_slow_the_compute_they_hide_behind():
