@@ -199,7 +199,9 @@ def clock_sensitivity(evaluated) -> str:
     datasheet clock and the other published measurements), the rest of the model unchanged, so a
     reader sees how much of each group's accuracy rests on that one judgment.  ``evaluated``:
     :func:`evaluate_modern`'s evaluated rows (memory does not depend on the clock, so the rows that
-    fit are the same at every clock)."""
+    fit are the same at every clock).  Chips whose attention kernels hold their own clock
+    (``KernelEfficiency.attention_clock``) also print the group at the chosen clock for every kernel,
+    which shows how much rests on the per-kernel clocks."""
     from dataclasses import replace
 
     from cosearch.hardware import SUSTAINED_CLOCK_ALTERNATIVES
@@ -210,14 +212,22 @@ def clock_sensitivity(evaluated) -> str:
         fam = chosen.get(d.chip.efficiency.sustained_clock)
         if fam is not None:
             by_group.setdefault(group_of(row), []).append((d, fam))
-    lines = ["[fidelity] sustained-clock sensitivity (MAE / mean signed error of each group at each sourced clock):"]
+    lines = ["[fidelity] sustained-clock sensitivity (MAE / mean signed error of each group at each sourced clock; "
+             "where the chip prices attention at its own clock, also the chosen clock for every kernel):"]
     for g, items in sorted(by_group.items()):
         fam = items[0][1]
         cells = []
-        for label, clock in SUSTAINED_CLOCK_ALTERNATIVES[fam]:
+        alts = [(label, clock, False) for label, clock in SUSTAINED_CLOCK_ALTERNATIVES[fam]]
+        if any(d.chip.efficiency.attention_clock > 0.0 for d, _f in items):
+            alts.append(("one clock: attention at the chosen GEMM clock too", SUSTAINED_CLOCK_ALTERNATIVES[fam][0][1],
+                         True))
+        for label, clock, one in alts:
             errs = []
             for d, _f in items:
-                chip = d.chip.with_(efficiency=replace(d.chip.efficiency, sustained_clock=clock))
+                eff = replace(d.chip.efficiency, sustained_clock=clock)
+                if one:
+                    eff = replace(eff, attention_clock=0.0, attention_clock_fa2=0.0)
+                chip = d.chip.with_(efficiency=eff)
                 p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
                 if p.feasible:
                     errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
