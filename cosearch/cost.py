@@ -199,8 +199,10 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         length = np.where(over > 0, m / (m + 128.0 * over), 1.0)
         head = np.where((d_head > 0) & (a_head > 0), (1.0 + a_head / 128.0) / (1.0 + a_head / np.maximum(d_head, 1.0)),
                         1.0)
-        # attention kernels run at their own held clock (attn_clock), GEMMs at the sustained one
-        attn_t = np.maximum(compute_t * (sustained / attn_clock) / (e_a * length * head), op_bytes) + launch
+        # fused attention kernels (a head dim) run at their own held clock (attn_clock); unfused
+        # attention's batched matmuls and GEMMs at the sustained one
+        held = np.where(d_head > 0, attn_clock, sustained)
+        attn_t = np.maximum(compute_t * (sustained / held) / (e_a * length * head), op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]
         lane_t = np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock
         vec_t = np.maximum(lane_t, op_bytes) + launch
@@ -413,8 +415,16 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
 
         def _op(a, bb, c, d, t, kk, h):
             kind = "gemm" if kk == "gemm" else ("attention" if h > 0 else "bmm")
-            return Op("m", kind, m=int(a), n=int(bb), k=int(c), batch=int(d), bytes_read=(a * c + c * bb) * d * t,
-                      bytes_written=a * bb * d * t, dtype_bytes=int(t), head_dim=int(h))
+            if h > 0:
+                # a fused kernel moves its operands, never the a x bb scores: forward Q, K, V in and
+                # O out; a backward (k = 2.5 head dims) Q, O, dO, K, V in and dQ, dK, dV out
+                bwd = c > 1.5 * h
+                read, written = ((3.0 * a + 2.0 * bb) * h, (a + 2.0 * bb) * h) if bwd else \
+                    ((a + 2.0 * bb) * h, a * h)
+            else:
+                read, written = a * c + c * bb, a * bb
+            return Op("m", kind, m=int(a), n=int(bb), k=int(c), batch=int(d), bytes_read=read * d * t,
+                      bytes_written=written * d * t, dtype_bytes=int(t), head_dim=int(h))
         ops = [_op(*row) for row in zip(m, n, k, b, dt, kinds, hd)]
         arr = np.array([o.as_row() for o in ops])
         # the roofline's compute part (unbounded bandwidth) and memory part (unbounded clock)

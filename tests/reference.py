@@ -35,7 +35,7 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
             head = 1.0
             if head_dim > 0 and attn_head > 0:   # softmax work per score against head_dim MACs, vs 128
                 head = (head_dim / (head_dim + attn_head)) / (128.0 / (128.0 + attn_head))
-            if attn_clock > 0:     # attention kernels hold their own clock (0: the sustained one)
+            if attn_clock > 0 and head_dim > 0:     # a fused kernel holds its own clock (0: the sustained one)
                 compute *= sustained / attn_clock
             return max(compute / (e_attention * length * head), (br + bw_) / bw) + launch
         a_bytes, b_bytes, c_bytes = m * k * dt * b, k * n * dt * b, m * n * dt * b

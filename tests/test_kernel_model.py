@@ -224,8 +224,9 @@ def test_sustained_clock_slows_compute_not_memory():
 
 
 def test_attention_clock_speeds_attention_alone():
-    """Hand-worked: an attention clock 1.3x the sustained one divides a compute-bound attention
-    op's time by 1.3 and leaves a GEMM's and a vector op's alone; 0 prices attention at the
+    """Hand-worked: an attention clock 1.3x the sustained one divides a compute-bound fused
+    attention op's time by 1.3 and leaves a GEMM's, a vector op's and unfused attention's batched
+    matmul's alone; 0 prices attention at the
     sustained clock; the FA2 kernel takes its own clock; at the full clock both are the datasheet's."""
     chip = hardware.A100_80GB
     e = replace(chip.efficiency, attention_clock=1.3 * chip.efficiency.sustained_clock)
@@ -233,11 +234,15 @@ def test_attention_clock_speeds_attention_alone():
                    head_dim=128)
     big = graph.Op("g", "gemm", m=8192, n=8192, k=8192, bytes_read=4 * 8192 ** 2, bytes_written=2 * 8192 ** 2)
     heavy = graph.Op("v", "vector", elements=1e6, ops_per_element=1e4, bytes_read=2e6, bytes_written=2e6)
-    rows = np.array([o.as_row() for o in (att, big, heavy)])
+    # unfused attention's batched matmul (no head dim: a cuBLAS GEMM) keeps the sustained clock
+    bmm = graph.Op("s", "bmm", m=4096, n=4096, k=1024, batch=32, bytes_read=1e6, bytes_written=1e6)
+    rows = np.array([o.as_row() for o in (att, big, heavy, bmm)])
     base, fast = cost.price(rows, chip)[0], cost.price(rows, chip.with_(efficiency=e))[0]
     launch = e.launch_s
     assert (fast[0] - launch) == pytest.approx((base[0] - launch) / 1.3, rel=1e-12)
-    assert fast[1] == base[1] and fast[2] == base[2]
+    assert fast[1] == base[1] and fast[2] == base[2] and fast[3] == base[3]
+    np.testing.assert_allclose(cost.price(rows, chip.with_(efficiency=e), backend="numpy"),
+                               cost.price(rows, chip.with_(efficiency=e)), rtol=1e-12)
     assert e.attention_clock_held() == pytest.approx(1.3 * e.sustained_clock)
     assert replace(e, attention_clock=0.0).attention_clock_held() == e.sustained_clock
     both = replace(e, attention_clock_fa2=0.9)

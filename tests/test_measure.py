@@ -200,28 +200,34 @@ def test_measure_checks_shapes_repeats_and_collective_settings_before_any_work()
 
 
 def test_calibrate_attention_rows_on_a_chip_with_its_own_attention_clock():
-    """H100 attention kernels hold their own clock (``attention_clock``).  Rows of ``bmm``
-    attention timed at known SM clocks from a known per-clock efficiency fit back to it, and the
-    chip keeps both clocks; rows without clocks, priced at the preset's own clocks, fit to the
-    datasheet-clock fractions (per-clock efficiency times each kernel class's clock)."""
+    """H100 fused attention kernels hold their own clock (``attention_clock``).  Fused attention
+    rows (a head dim) timed at known SM clocks from a known per-clock efficiency fit back to it,
+    and the chip keeps both clocks; rows without clocks, priced at the preset's own clocks, fit
+    to the datasheet-clock fractions (per-clock efficiency times each kernel class's clock)."""
     from dataclasses import replace
     chip = hardware.H100
     truth = replace(chip.efficiency, tensor=0.8, attention=0.45)
     rng = np.random.default_rng(11)
-    timed = {k: [] for k in ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds", "sm_clock_mhz")}
-    plain = {k: [] for k in ("kind", "m", "n", "k", "batch", "dtype_bytes", "seconds")}
+    names = ("kind", "m", "n", "k", "batch", "dtype_bytes", "head_dim", "seconds")
+    timed = {k: [] for k in names + ("sm_clock_mhz",)}
+    plain = {k: [] for k in names}
     for i in range(24):
         m, n = (int(2 ** x) for x in rng.integers(11, 14, 2))
-        k, b = 2048, int(rng.choice([8, 32]))             # compute-bound at either clock
-        kind = "attention" if i % 2 else "gemm"
-        op = graph.Op("x", "gemm" if kind == "gemm" else "bmm", m=m, n=n, k=k, batch=b,
-                      bytes_read=2.0 * (m * k + k * n) * b, bytes_written=2.0 * m * n * b)
+        b = int(rng.choice([8, 32]))
+        if i % 2:       # a fused attention kernel: m queries over n keys, head dim 128
+            kind, k, hd = "attention", 128, 128
+            op = graph.Op("a", "attention", m=m, n=n, k=k, batch=b, bytes_read=2.0 * (m + 2 * n) * hd * b,
+                          bytes_written=2.0 * m * hd * b, head_dim=hd)
+        else:
+            kind, k, hd = "gemm", 2048, 0
+            op = graph.Op("g", "gemm", m=m, n=n, k=k, batch=b, bytes_read=2.0 * (m * k + k * n) * b,
+                          bytes_written=2.0 * m * n * b)
         mhz = float(rng.choice([1410.0, 1755.0, 1980.0]))
         at = chip.with_(clock_hz=chip.clock_hz * mhz / 1830.0, efficiency=truth.at_full_clock())
         row = np.array([op.as_row()])
-        for key, val in zip(timed, (kind, m, n, k, b, 2, cost.price_on(row, at)[0], mhz)):
+        for key, val in zip(timed, (kind, m, n, k, b, 2, hd, cost.price_on(row, at)[0], mhz)):
             timed[key].append(val)
-        for key, val in zip(plain, (kind, m, n, k, b, 2, cost.price_on(row, chip.with_(efficiency=truth))[0])):
+        for key, val in zip(plain, (kind, m, n, k, b, 2, hd, cost.price_on(row, chip.with_(efficiency=truth))[0])):
             plain[key].append(val)
     got = cost.calibrate(chip, timed).chip.efficiency
     assert got.attention == pytest.approx(0.45, rel=1e-3)

@@ -182,6 +182,15 @@ def fused_attention_efficiency(sq, k, head_dim, eff):
     return attention_length_efficiency(sq, over) * attention_head_efficiency(head_dim, eff[E_ATTN_HEAD])
 
 
+@njit(cache=True, inline="always")
+def attention_clock_of(head_dim, eff):
+    """The fraction of the datasheet clock an attention op runs at: a fused kernel's
+    (``head_dim > 0``) at the clock attention kernels hold (``eff[E_ATTN_CLOCK]``), the batched
+    matmuls of unfused attention (no head dim: cuBLAS GEMMs, which draw a GEMM's power) at the
+    sustained clock (``eff[E_CLOCK]``)."""
+    return eff[E_ATTN_CLOCK] if head_dim > 0.0 else eff[E_CLOCK]
+
+
 # ---------------------------------------------------------------- GEMM shape efficiency
 @njit(cache=True, inline="always")
 def gemm_shape_efficiency(m, n, k, batch, tile_m, tile_n, tile_k, slots, k_overhead, stream_k_fixup):

@@ -38,9 +38,10 @@ Attention op (kind 3: batched activation matmuls or a fused flash kernel): the t
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
 Network op: 0 (priced by cosearch.comm).
 Every cycle count runs at ``clock_hz`` times eff[12] (``E_CLOCK``, the fraction of the datasheet
-clock the chip sustains under continuous load), attention ops' at ``clock_hz`` times eff[18]
-(``E_ATTN_CLOCK``, the clock attention kernels hold; ``KernelEfficiency.as_array`` writes the
-sustained clock there where the chip sets none); HBM bandwidth does not scale with either.
+clock the chip sustains under continuous load), fused attention ops' (those with a head dim) at
+``clock_hz`` times eff[18] (``E_ATTN_CLOCK``, the clock attention kernels hold;
+``KernelEfficiency.as_array`` writes the sustained clock there where the chip sets none;
+:func:`cosearch._kernels.formulas.attention_clock_of`); HBM bandwidth does not scale with either.
 Each op's time = max(compute / eff_unit, bytes / (HBM bandwidth * core_fraction * eff[2]))
 + eff[3] (launch).  A GEMM's ``eff_unit`` is ``eff[0]`` times
 :func:`cosearch._kernels.formulas.gemm_shape_efficiency` (wave and tile quantisation of a
@@ -62,7 +63,6 @@ from numba import njit, prange
 
 from .formulas import (
     D_FP8_MACS,
-    E_ATTN_CLOCK,
     E_CAST,
     E_CAST_AMAX,
     E_CLOCK,
@@ -75,6 +75,7 @@ from .formulas import (
     E_TILE_K,
     E_TILE_M,
     E_TILE_N,
+    attention_clock_of,
     fused_attention_efficiency,
     gemm_shape_efficiency,
     operand_traffic_bytes,
@@ -125,8 +126,9 @@ def _price_one(op, d, frac, eff):
             waves = 1.0
         cycles = waves * (rows + r + c - 2.0)
         if kind == 3.0:
-            # at the clock attention kernels hold (eff[E_ATTN_CLOCK]; the sustained clock where unset)
-            compute = cycles / (d[5] * eff[E_ATTN_CLOCK]) / (eff[1] * fused_attention_efficiency(m, k, op[10], eff))
+            # a fused kernel at the clock attention kernels hold, unfused matmuls at the sustained one
+            compute = cycles / (d[5] * attention_clock_of(op[10], eff)) / (eff[1] * fused_attention_efficiency(
+                m, k, op[10], eff))
             mem = (op[7] + op[8]) / bw
             return (compute if compute > mem else mem) + eff[3]
         slots = math.floor(eff[E_SLOTS] * frac)

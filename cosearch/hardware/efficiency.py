@@ -105,8 +105,9 @@ class KernelEfficiency:
     ``sustained_clock``).  A GPU's clock is set by its power: back-to-back GEMMs reach the
     power limit at a lower clock than attention kernels, which spend part of each cycle on
     softmax and data movement rather than on the tensor cores, and a kernel that stays under the
-    limit keeps the boost clock (above the datasheet's, so the field may exceed 1).  Attention
-    ops are priced at ``clock_hz * attention_clock``; every other op at ``sustained_clock``.
+    limit keeps the boost clock (above the datasheet's, so the field may exceed 1).  Fused
+    attention ops are priced at ``clock_hz * attention_clock``; every other op, the batched
+    matmuls of unfused attention included (cuBLAS GEMMs), at ``sustained_clock``.
     ``attention_clock_fa2`` is the same for FlashAttention-2-generation kernels (0:
     ``attention_clock``); :meth:`with_attention_kernel` selects it.
     :meth:`at_full_clock` gives the same kernels at the datasheet clock, which short kernel
