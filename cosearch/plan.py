@@ -820,8 +820,11 @@ def collective_sm_share(chip: Accelerator) -> float:
     """The share of ``chip``'s SMs an NCCL all-gather or reduce-scatter holds while it runs beside
     compute (:data:`cosearch.engine.NCCL_COLLECTIVE_CTAS` over the SMs, ``efficiency.tile_slots``);
     0 for a chip without an SM model (TPUs move data with their own DMA engines)."""
-    slots = float(chip.efficiency.tile_slots)
-    return min(NCCL_COLLECTIVE_CTAS / slots, 1.0) if slots > 0 else 0.0
+    slots = chip.efficiency.tile_slots
+    if slots and slots <= NCCL_COLLECTIVE_CTAS:
+        raise ValueError(f"chip {chip.name!r} has {slots} SMs (efficiency.tile_slots); NCCL's collectives hold "
+                         f"{NCCL_COLLECTIVE_CTAS} while they run, which leaves none for the compute beside them")
+    return NCCL_COLLECTIVE_CTAS / slots if slots else 0.0
 
 
 def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,

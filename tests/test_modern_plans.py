@@ -182,6 +182,9 @@ def test_collectives_hold_nccls_ctas_of_the_sms():
     assert P.collective_sm_share(hardware.H100) == pytest.approx(24 / 132)
     assert P.collective_sm_share(hardware.A100) == pytest.approx(24 / 108)
     assert P.collective_sm_share(hardware.TPUv5p) == 0.0
+    few = hardware.H100.with_(efficiency=replace(hardware.H100.efficiency, tile_slots=24))
+    with pytest.raises(ValueError, match="24 SMs"):
+        P.collective_sm_share(few)
     m = models.ModelConfig("t", 8, 4096, 32, 16384, 32000, 2048)
     cl = cluster.dgx_h100(1)
     spec = PlanSpec(8, 1, 1, 1, zero=3, flash_attention=True)

@@ -189,8 +189,7 @@ class KernelEfficiency:
         vals = {f: float(getattr(self, f)) for f in EFF_FIELDS}
         if vals["attention_overhead_bwd"] < 0.0:          # -1: the backward pays the forward's
             vals["attention_overhead_bwd"] = float(self.attention_overhead)
-        if vals["attention_clock"] <= 0.0:                # 0: attention at the sustained clock
-            vals["attention_clock"] = float(self.sustained_clock)
+        vals["attention_clock"] = float(self.attention_clock_held())     # 0: the sustained clock
         return np.array([vals[f] for f in EFF_FIELDS], dtype=np.float64)
 
     def with_attention_kernel(self, kernel: str) -> KernelEfficiency:
