@@ -119,11 +119,16 @@ def _search_args(p: argparse.ArgumentParser) -> None:
                         "default: experts split like the MLP) and/or 1 (each tp rank an expert-parallel rank; needs "
                         "--sp) (default tp)")
     p.add_argument("--precision", default=None,
-                   help="number formats the plans may train in, comma-separated: bf16, fp8 (default bf16); fp8 "
-                        "runs on the designs with FP8 MACs (--fp8-macs), each design keeps its best")
+                   help="number formats the plans may train in, comma-separated: bf16, fp8, fp4 (default bf16); "
+                        "fp8 runs on the designs with FP8 MACs (--fp8-macs), fp4 (NVFP4) on those with FP4 MACs "
+                        "(--fp4-macs), each design keeps its best")
     p.add_argument("--fp8-macs", default=None,
                    help="tensor-unit FP8 MACs per PE to search, comma-separated (0: bf16 only; 2: FP8 at twice "
                         "bf16's rate, as H100/B200); each costs PE area and power (default: the space's, 0)")
+    p.add_argument("--fp4-macs", default=None,
+                   help="tensor-unit FP4 (NVFP4) MACs per PE to search, comma-separated (0: none; 4: FP4 at four "
+                        "times bf16's rate, as B200); each costs PE area and power at an upper bound (default: the "
+                        "space's, 0)")
     p.add_argument("--sp", action="store_true", help="also try sequence parallelism (default: off only)")
     p.add_argument("--virtual", help="interleaved virtual stages to try, comma-separated (default: 1)")
     p.add_argument("--tps", help="tensor-parallel degrees to try, comma-separated (default: those dividing the heads)")
@@ -222,17 +227,22 @@ def _search_cluster(a):
 
 def _space_from_args(a):
     """The search space of ``--space``, ``--hbm-gib`` and ``--area-model``, with ``--fp8-macs``'s
-    tensor-unit formats where given."""
+    and ``--fp4-macs``'s tensor-unit formats where given."""
     from dataclasses import replace
     space = _base_space(a)
-    f8 = getattr(a, "fp8_macs", None)
-    if f8 is None:
-        return space
-    try:
-        vals = tuple(float(x) for x in str(f8).split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"--fp8-macs must list numbers of FP8 MACs per PE, comma-separated, got {f8!r}") from None
-    return replace(space, fp8_macs=vals, name=f"{space.name}-fp8macs{'_'.join(f'{x:g}' for x in vals)}")
+    for field_name in ("fp8_macs", "fp4_macs"):
+        given = getattr(a, field_name, None)
+        if given is None:
+            continue
+        flag, fmt = "--" + field_name.replace("_", "-"), field_name[:3].upper()
+        try:
+            vals = tuple(float(x) for x in str(given).split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"{flag} must list numbers of {fmt} MACs per PE, comma-separated, got {given!r}") \
+                from None
+        space = replace(space, **{field_name: vals},
+                        name=f"{space.name}-{field_name.replace('_', '')}{'_'.join(f'{x:g}' for x in vals)}")
+    return space
 
 
 def _base_space(a):

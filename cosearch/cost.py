@@ -184,9 +184,10 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         else:
             shape = 1.0
         # 1-byte operands: the chip's measured FP8 rate, else its tensor unit's FP8 MACs per PE;
-        # NVFP4 (under a byte): the FP4 rate; none: the GEMM cannot run (an infinite time)
+        # FP4 (under a byte: NVFP4) likewise its FP4 rate, else its FP4 MACs; none: the GEMM
+        # cannot run (an infinite time)
         rate = np.where(dt == 1.0, fp8_rate if fp8_rate > 0.0 else d["fp8_macs"], 1.0)
-        rate = np.where(dt < 1.0, fp4_rate, rate)
+        rate = np.where(dt < 1.0, fp4_rate if fp4_rate > 0.0 else d["fp4_macs"], rate)
         gemm_t = np.where(rate > 0.0, compute_t / np.where(rate > 0.0, rate, 1.0), np.inf)
         tensor_t = np.maximum(np.maximum(gemm_t / (e_t * shape), nbytes / bw), onchip_t) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw

@@ -76,14 +76,18 @@ class DesignReport:
     #: FP8 MACs per PE beside the bf16 one, and the area they take (mm^2, within the PE arrays)
     fp8_macs: float = 0.0
     fp8_area_mm2: float = 0.0
+    #: FP4 MACs per PE, and the area they take (mm^2, within the PE arrays)
+    fp4_macs: float = 0.0
+    fp4_area_mm2: float = 0.0
 
     def describe(self) -> str:
         m, n, k = self.gemm
         total = sum(self.area_mm2.values())
         parts = ", ".join(f"{name} {a:.1f}" for name, a in self.area_mm2.items() if a > 0)
         ratio = self.operand_Bps_needed / self.reference_Bps if self.reference_Bps else math.nan
-        fp8 = (f"; its PEs each do {self.fp8_macs:g} FP8 MACs a cycle beside the bf16 one "
-               f"({self.fp8_area_mm2:.1f} mm^2 of the arrays)" if self.fp8_macs > 0 else "")
+        fp8 = "".join(f"; its PEs each do {macs:g} {fmt} MACs a cycle beside the bf16 one ({mm2:.1f} mm^2 of the "
+                      "arrays)" for fmt, macs, mm2 in (("FP8", self.fp8_macs, self.fp8_area_mm2),
+                                                       ("FP4", self.fp4_macs, self.fp4_area_mm2)) if macs > 0)
         return (f"{self.name}: area {total:.1f} mm^2 ({parts}){fp8}; on a {m}x{k} @ {k}x{n} GEMM its arrays are "
                 f"{self.tile_efficiency:.1%} busy (fill/drain and padding) and need "
                 f"{self.operand_Bps_needed / 1e12:.1f} TB/s of operand traffic from the global buffer, "
@@ -113,7 +117,8 @@ def design_report(chip: Accelerator, model: ModelConfig | str | None = None,
     compute_s = m * n * k / (cores * r * c * chip.clock_hz) / eff
     traffic = operand_traffic_bytes(m, n, k, r, c)
     ref = chip.glb_Bps if chip.glb_Bps > 0 else PHAZE_GLB_WORDS_PER_CYCLE * 2.0 * chip.clock_hz
-    fp8_mm2 = float(ap.die_area_mm2(chip.as_array()[None])[0] - ap.die_area_mm2(
-        chip.with_(fp8_macs=0.0).as_array()[None])[0])
+    die = float(ap.die_area_mm2(chip.as_array()[None])[0])
+    fp8_mm2, fp4_mm2 = (die - float(ap.die_area_mm2(chip.with_(**{f: 0.0}).as_array()[None])[0])
+                        for f in ("fp8_macs", "fp4_macs"))
     return DesignReport(chip.name or "design", area, (m, n, k), eff, compute_s, traffic, traffic / compute_s,
-                        ref, chip.glb_Bps > 0, chip.fp8_macs, fp8_mm2)
+                        ref, chip.glb_Bps > 0, chip.fp8_macs, fp8_mm2, chip.fp4_macs, fp4_mm2)

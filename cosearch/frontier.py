@@ -469,7 +469,7 @@ def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> d
     ``expert_tensor_parallel_size = 1``; with shared experts cosearch does not price it).  A TPU
     runs MaxText (FSDP over the torus, tensor parallelism, no pipeline stages)."""
     from .engine import megatron_core
-    precs = ("bf16", "fp8") if chip.efficiency.fp8_rate > 0 else ("bf16",)
+    precs = ("bf16", "fp8") if chip.supports_fp8 else ("bf16",)
     eps: tuple[int, ...] = (1,)
     if model.moe:
         eps = tuple(2 ** i for i in range(7) if model.num_experts % 2 ** i == 0 and 2 ** i <= min(64, chips))
@@ -528,8 +528,8 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
             opts = dict(plan_options) if plan_options is not None else default_plan_options(model, s.chip, chips)
             precs = opts.get("precision", ("bf16",))
             precs = (precs,) if isinstance(precs, str) else tuple(precs)
-            ok = tuple(p for p in precs if p == "bf16" or (p == "fp8" and s.chip.efficiency.fp8_rate > 0)
-                       or (p == "fp4" and s.chip.efficiency.fp4_rate > 0))
+            ok = tuple(p for p in precs if p == "bf16" or (p == "fp8" and s.chip.supports_fp8)
+                       or (p == "fp4" and s.chip.supports_fp4))
             pw = s.power_w(ap)
             usd = cost.usd_per_chip(s, pw) if cost is not None else None
             row = SystemResult(s, None, chips, pw, usd=usd, lifetime_s=cost.lifetime_s if cost is not None else 0.0)

@@ -301,7 +301,7 @@ def cosearch_models(models: Sequence[ModelConfig | str], space: SearchSpace | No
             raise ValueError(f"global_batch must be a positive integer, got {b!r}")
     batches = [int(b) for b in batches]
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
-    placement.check_cosearch_options(opts, fp8_macs=space.fp8_macs)
+    placement.check_cosearch_options(opts, fp8_macs=space.fp8_macs, fp4_macs=space.fp4_macs)
     priced = placement.priced_options(opts)     # the one cp, precision and ep every design is priced at
     sps = placement._bools("sequence_parallel", opts.get("sequence_parallel"), (False, True))
     opts["sequence_parallel"] = sps

@@ -669,9 +669,21 @@ def _priced_values(opts: dict, name: str) -> tuple:
 
 
 #: Precisions a search space's designs can be priced in: bf16 on every design, FP8 on those
-#: whose tensor unit has FP8 MACs (``SearchSpace.fp8_macs``).  NVFP4 is not a design feature
-#: (no public FP4 MAC area figure; :mod:`cosearch.hardware.area`).
-COSEARCH_PRECISIONS = ("bf16", "fp8")
+#: whose tensor unit has FP8 MACs (``SearchSpace.fp8_macs``), FP4 (NVFP4) on those with FP4 MACs
+#: (``SearchSpace.fp4_macs``).
+COSEARCH_PRECISIONS = ("bf16", "fp8", "fp4")
+#: The design field that lets a design multiply in each low precision, and the CLI flag that lists it.
+FORMAT_MAC_FIELDS = {"fp8": ("fp8_macs", "--fp8-macs"), "fp4": ("fp4_macs", "--fp4-macs")}
+
+
+def missing_format(chip: Accelerator, precision: str) -> str:
+    """Why ``chip`` cannot run plans in ``precision`` ("" when it can): a searched design in a
+    low precision its tensor unit has no MACs for has no plan in it (its plans in the other
+    formats are another run's)."""
+    field_name = FORMAT_MAC_FIELDS.get(precision, (None,))[0]
+    if field_name is None or (chip.supports_fp8 if precision == "fp8" else chip.supports_fp4):
+        return ""
+    return f"no {precision.upper()} tensor unit ({field_name} = 0)"
 
 
 #: search_plans options the co-search sets itself for every design (``tps``, ``microbatches``
@@ -679,13 +691,15 @@ COSEARCH_PRECISIONS = ("bf16", "fp8")
 COSEARCH_OWN_OPTIONS = ("tps", "microbatches", "mem", "units", "progress", "cutoff_s", "top_k", "prune")
 
 
-def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[float] | None = None) -> None:
-    """Refuse plan options the co-search cannot honour.  ``precision``: bf16 and FP8
+def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[float] | None = None,
+                           fp4_macs: Sequence[float] | None = None) -> None:
+    """Refuse plan options the co-search cannot honour.  ``precision``: bf16, FP8 and FP4
     (:data:`COSEARCH_PRECISIONS`); FP8 only where some design of the space has FP8 MACs
-    (``fp8_macs``: the values the space lists; None: not checked here).  Context- and
-    expert-parallel degrees and precisions: one value each (``lists=False``: one priced
-    space), or several (``lists=True``: :func:`cosearch.search.cosearch` searches each
-    combination's priced space and keeps every design's best)."""
+    (``fp8_macs``: the values the space lists; None: not checked here), FP4 likewise
+    (``fp4_macs``).  Context- and expert-parallel degrees and precisions: one value each
+    (``lists=False``: one priced space), or several (``lists=True``:
+    :func:`cosearch.search.cosearch` searches each combination's priced space and keeps every
+    design's best)."""
     import inspect
     known = [k for k, p in inspect.signature(search_plans).parameters.items() if p.kind == p.KEYWORD_ONLY
              and k not in COSEARCH_OWN_OPTIONS]
@@ -698,14 +712,15 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
     precs = _priced_values(opts, "precision")
     bad = [p for p in precs if p not in COSEARCH_PRECISIONS]
     if bad:
-        raise ValueError(f"the co-search prices designs in {' or '.join(COSEARCH_PRECISIONS)} only; it cannot search "
-                         f"precision={bad} (FP4: no public FP4 MAC area figure to price an FP4 tensor unit with). "
-                         "Search a chip's plans in FP4 with search_plans(..., precision='fp4') (cosearch plan), or "
-                         "systems with cosearch.codesign")
-    if "fp8" in precs and fp8_macs is not None and not any(x > 0 for x in fp8_macs):
-        raise ValueError("precision='fp8': no design of the search space has FP8 tensor units; give the space "
-                         "SearchSpace(fp8_macs=(0, 2)) (FP8 MACs per PE; `cosearch search --fp8-macs 0,2`) or "
-                         "search bf16 only")
+        raise ValueError(f"the co-search prices designs in {', '.join(COSEARCH_PRECISIONS)}; it cannot search "
+                         f"precision={bad}")
+    for prec, macs in (("fp8", fp8_macs), ("fp4", fp4_macs)):
+        field_name, flag = FORMAT_MAC_FIELDS[prec]
+        if prec in precs and macs is not None and not any(x > 0 for x in macs):
+            raise ValueError(f"precision={prec!r}: no design of the search space has {prec.upper()} tensor units; "
+                             f"give the space SearchSpace({field_name}=(0, {2 if prec == 'fp8' else 4})) "
+                             f"({prec.upper()} MACs per PE; `cosearch search {flag} 0,{2 if prec == 'fp8' else 4}`) "
+                             "or search bf16 only")
     for name in ("context_parallel", "precision", "expert_parallel", "expert_tensor_parallel"):
         vals = _priced_values(opts, name)
         if not lists and len(vals) > 1:

@@ -859,14 +859,15 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
 
 # ---------------------------------------------------------------------- validation
 def check_precision(chip: Accelerator, precision: str) -> None:
-    """Refuse FP8 on a chip without FP8 tensor cores."""
+    """Refuse FP8 on a chip without FP8 tensor cores, and FP4 on one without FP4 ones."""
     v.choice("precision", precision, graph.PRECISIONS)
     if precision == "fp8" and not chip.supports_fp8:
         raise ValueError(f"precision='fp8': chip {chip.name} has no FP8 tensor cores (its kernel model has no "
-                         "FP8 rate); use precision='bf16' or a chip with FP8 (H100, H200, B200, GB200, GB300)")
+                         "FP8 rate, its tensor unit no fp8_macs); use precision='bf16' or a chip with FP8 (H100, "
+                         "H200, B200, GB200, GB300)")
     if precision == "fp4" and not chip.supports_fp4:
         raise ValueError(f"precision='fp4': chip {chip.name} has no NVFP4 tensor cores (its kernel model has no "
-                         "FP4 rate); use a Blackwell chip (B200, GB200, GB300)")
+                         "FP4 rate, its tensor unit no fp4_macs); use a Blackwell chip (B200, GB200, GB300)")
 
 
 def even_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:

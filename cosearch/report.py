@@ -63,11 +63,11 @@ def collapse(rows) -> list[tuple[object, int]]:
     return sorted(out, key=lambda rc: (-rc[0].tokens_per_s, rc[0].area_mm2, rc[0].index))
 
 
-def _row(k: int, r, n: int, fp8: bool = False) -> str:
+def _row(k: int, r, n: int, formats: tuple[str, ...] = ()) -> str:
     d = r.design
     return (f"{k:>4} {r.index:>7} {n:>4} {int(d['tensor_cores']):>5} "
             f"{int(d['systolic_rows']):>4}x{int(d['systolic_cols']):<4} "
-            + (f"{d.get('fp8_macs', 0.0):>4g} " if fp8 else "") + f"{int(d['vector_units']):>5} "
+            + "".join(f"{d.get(f + '_macs', 0.0):>4g} " for f in formats) + f"{int(d['vector_units']):>5} "
             f"{d['l1_bytes']/2**20:>7.2f} {d['l2_bytes']/2**20:>7.0f} {d['hbm_bytes']/2**30:>7.0f} "
             f"{d['hbm_bandwidth_Bps']/1e12:>5.2f} {r.area_mm2:>6.0f} {r.power_w:>6.0f} "
             f"{r.tokens_per_s:>10,.0f} {r.plan.chips_used:>6} {r.plan.mfu:>6.1%} {r.time_model:>4}  "
@@ -83,9 +83,9 @@ def table(res: Results, top: int = 10) -> str:
     lines = [f"cosearch: {res.model} on {res.chips} chips, global batch {res.global_batch}: "
              f"{len(res.rows)} designs evaluated, {res.pruned} pruned of {res.total_designs}"
              + (" (interrupted: partial results)" if res.interrupted else "")]
-    # a space with FP8 tensor units shows each design's FP8 MACs per PE
-    fp8 = any(r.design.get("fp8_macs", 0.0) > 0 for r in res.rows)
-    hdr = f"{'rank':>4} {'design':>7} {'n':>4} {'cores':>5} {'array':>9} " + (f"{'fp8':>4} " if fp8 else "") + \
+    # a space with FP8 / FP4 tensor units shows each design's MACs per PE in those formats
+    formats = tuple(f for f in ("fp8", "fp4") if any(r.design.get(f + "_macs", 0.0) > 0 for r in res.rows))
+    hdr = f"{'rank':>4} {'design':>7} {'n':>4} {'cores':>5} {'array':>9} " + "".join(f"{f:>4} " for f in formats) + \
           f"{'vec':>5} {'L1 MiB':>7} " \
           f"{'L2 MiB':>7} {'HBM GiB':>7} {'TB/s':>5} {'area':>6} {'W':>6} {'tok/s':>10} {'chips':>6} " \
           f"{'MFU':>6} {'time':>4}  plan"
@@ -108,7 +108,7 @@ def table(res: Results, top: int = 10) -> str:
         lines.append(f"-- {title}: {len(rows)} designs in {len(groups)} distinct results")
         lines.append(hdr)
         for k, (r, n) in enumerate(groups[:top], 1):
-            lines.append(_row(k, r, n, fp8))
+            lines.append(_row(k, r, n, formats))
         shown = shown or groups[0][0]
     if shown is not None:
         b = shown.plan.breakdown

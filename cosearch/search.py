@@ -156,7 +156,7 @@ def cosearch(model: ModelConfig | str | Sequence[ModelConfig | str], space: Sear
     mem = mem or memory.MemoryConfig()
     global_batch = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
     all_opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
-    placement.check_cosearch_options(all_opts, lists=True, fp8_macs=space.fp8_macs)
+    placement.check_cosearch_options(all_opts, lists=True, fp8_macs=space.fp8_macs, fp4_macs=space.fp4_macs)
     combos = placement.priced_combinations(all_opts)
     if len(combos) > 1:
         return _cosearch_combinations(model, space, cluster, global_batch, tps, microbatches, mem, all_opts, combos,
@@ -256,13 +256,15 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
     if bad:
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
-    fp8_macs = designs[:, DESIGN_FIELDS.index("fp8_macs")]
-    if "fp8" in placement._priced_values(opts, "precision") and any(x > 0 for x in space.fp8_macs) \
-            and not np.any(fp8_macs > 0):
-        raise ValueError(f"precision='fp8': no design with FP8 MACs fits the space's area budget "
-                         f"({space.area_budget_mm2:.1f} mm^2) and power budget ({space.power_budget_w:.1f} W); raise "
-                         "them or list fewer FP8 MACs per PE")
-    placement.check_cosearch_options(opts, fp8_macs=fp8_macs)
+    macs = {}
+    for prec, (field_name, _flag) in placement.FORMAT_MAC_FIELDS.items():
+        macs[field_name] = designs[:, DESIGN_FIELDS.index(field_name)]
+        if prec in placement._priced_values(opts, "precision") and any(x > 0 for x in getattr(space, field_name)) \
+                and not np.any(macs[field_name] > 0):
+            raise ValueError(f"precision={prec!r}: no design with {prec.upper()} MACs fits the space's area budget "
+                             f"({space.area_budget_mm2:.1f} mm^2) and power budget ({space.power_budget_w:.1f} W); "
+                             f"raise them or list fewer {prec.upper()} MACs per PE")
+    placement.check_cosearch_options(opts, **macs)
     priced = placement.priced_options(opts)
     for k, x in priced.items():
         if x != placement.PRICED_OPTIONS[k] or k in opts:   # the defaults stay unwritten (the fingerprint)

@@ -90,10 +90,10 @@ def evaluate_designs(model: ModelConfig, designs: np.ndarray, indices: Sequence[
     found = DistinctTop(keep_top)
     for k, row in enumerate(designs):
         chip = Accelerator.from_array(row, name=f"design{indices[k]}")
-        if opts.get("precision", "bf16") == "fp8" and not chip.supports_fp8:
-            if not pruning:      # a design without FP8 units has no FP8 plan (its bf16 ones are another run's)
-                out.append(DesignResult.from_row(indices[k], row, area[k], power[k], None,
-                                                 "no FP8 tensor unit (fp8_macs = 0)", time_model))
+        lacks = placement.missing_format(chip, opts.get("precision", "bf16"))
+        if lacks:
+            if not pruning:      # no plan in a format without its units (its bf16 ones are another run's)
+                out.append(DesignResult.from_row(indices[k], row, area[k], power[k], None, lacks, time_model))
             continue
         res = placement.search_plans(model, chip, cluster, global_batch, tps=tps, microbatches=microbatches,
                                      mem=mem, units=units[k], time_model=time_model,

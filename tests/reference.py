@@ -14,6 +14,7 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
     cores_total, r, c, vu, vw, boost_clock, l1, l2, _hbm, hbm_bw, _link = d[:11]
     glb = d[11] if len(d) > 11 else 0.0
     fp8_macs = d[12] if len(d) > 12 else 0.0     # the tensor unit's FP8 MACs per PE per cycle
+    fp4_macs = d[13] if len(d) > 13 else 0.0     # and its FP4 MACs
     e_tensor, e_attention, e_memory, launch, tm, tn, tk, slots, k_over, fp8, fp4, attn_over, sustained, sk_fix, \
         attn_over_bwd, attn_head, cast_memory, amax_Bps, attn_clock = \
         (tuple(eff) + (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))[:19]
@@ -57,8 +58,8 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
             e_tensor = e_tensor * (m * n * b * k) / (busiest * sl * tm * tn)
         if dt == 1:   # FP8 operands: the chip's measured FP8 rate, else its PEs' FP8 MACs
             speed = fp8 if fp8 > 0 else fp8_macs
-        elif dt < 1:  # NVFP4 at the FP4 rate
-            speed = fp4
+        elif dt < 1:  # NVFP4 at the chip's measured FP4 rate, else its PEs' FP4 MACs
+            speed = fp4 if fp4 > 0 else fp4_macs
         else:
             speed = 1.0
         if speed == 0:   # no tensor unit for the format: the GEMM never finishes

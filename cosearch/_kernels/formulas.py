@@ -111,23 +111,25 @@ NB = len(BREAKDOWN_FIELDS) + 5
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
  E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K, E_ATTN_OVERHEAD_BWD, E_ATTN_HEAD, E_CAST, E_CAST_AMAX, E_ATTN_CLOCK) = range(19)
 
-#: design-array column of the tensor unit's FP8 MACs per PE (``DESIGN_FIELDS``' last)
+#: design-array columns of the tensor unit's FP8 and FP4 MACs per PE (``DESIGN_FIELDS``' last two)
 D_FP8_MACS = 12
+D_FP4_MACS = 13
 
 
 @njit(cache=True, inline="always")
-def tensor_format_rate(dtype_bytes, eff_fp8, eff_fp4, fp8_macs):
+def tensor_format_rate(dtype_bytes, eff_fp8, eff_fp4, fp8_macs, fp4_macs):
     """How many times faster a GEMM on ``dtype_bytes``-wide operands runs than the same GEMM in
     bf16: 1 for 2-byte (or wider) operands; for FP8 (1 byte) the kernel model's measured rate
     ``eff_fp8`` where it has one (a real chip's), else the design's tensor unit, ``fp8_macs``
-    FP8 MACs per PE per cycle; for NVFP4 (under a byte) ``eff_fp4``.  0 where the chip cannot
-    multiply in that format at all (the GEMM cannot run: priced as never finishing)."""
+    FP8 MACs per PE per cycle; for FP4 (under a byte: NVFP4) likewise ``eff_fp4``, else the
+    design's ``fp4_macs``.  0 where the chip cannot multiply in that format at all (the GEMM
+    cannot run: priced as never finishing)."""
     if dtype_bytes >= 2.0:
         return 1.0
     if dtype_bytes == 1.0:
         return eff_fp8 if eff_fp8 > 0.0 else fp8_macs
     if dtype_bytes < 1.0:
-        return eff_fp4
+        return eff_fp4 if eff_fp4 > 0.0 else fp4_macs
     return 1.0          # between 1 and 2 bytes: no such tensor format, priced as bf16
 
 

@@ -9,7 +9,7 @@ fraction of HBM bandwidth memory-bound kernels stream at, and a fixed time per k
 kind, m, n, k, batch, elements, ops_per_element, bytes_read, bytes_written, dtype_bytes.
 ``designs`` rows follow :data:`cosearch.hardware.DESIGN_FIELDS`:
 tensor_cores, rows, cols, vector_units, vector_width, clock_hz, l1_bytes, l2_bytes,
-hbm_bytes, hbm_bandwidth_Bps, link_bandwidth_Bps, glb_Bps, fp8_macs.
+hbm_bytes, hbm_bandwidth_Bps, link_bandwidth_Bps, glb_Bps, fp8_macs, fp4_macs.
 
 Tensor op (weight-stationary systolic array R x C):
   tiles   = batch * ceil(K/R) * ceil(N/C)        (padding waste from the ceilings)
@@ -49,8 +49,8 @@ GPU's thread-block tiles over its SMs, ``eff[4:9]``, with stream-K's split last 
 ``eff[13]`` (``E_STREAM_K``) is set; 1 where ``eff[7]`` (slots) is 0), the
 slots scaled by ``core_fraction`` like the cores.  A GEMM with 1-byte operands (FP8) runs
 ``eff[9]`` (``E_FP8``) times faster than the same GEMM in bf16 (0: the design's ``fp8_macs``,
-design column 12), one with NVFP4 operands (under 1 byte) ``eff[10]`` (``E_FP4``) times
-(:func:`cosearch._kernels.formulas.tensor_format_rate`); a format the chip has no rate for
+design column 12), one with NVFP4 operands (under 1 byte) ``eff[10]`` (``E_FP4``) times (0: the
+design's ``fp4_macs``, column 13) (:func:`cosearch._kernels.formulas.tensor_format_rate`); a format the chip has no rate for
 cannot run: the GEMM takes forever (``inf``), so no plan using it is feasible.
 """
 
@@ -62,6 +62,7 @@ import numpy as np
 from numba import njit, prange
 
 from .formulas import (
+    D_FP4_MACS,
     D_FP8_MACS,
     E_CAST,
     E_CAST_AMAX,
@@ -138,7 +139,7 @@ def _price_one(op, d, frac, eff):
                                       eff[E_K_OVERHEAD], eff[E_STREAM_K])
         compute = cycles / clock / (eff[E_TENSOR] * shape)
         if dt < 2.0:      # FP8 / NVFP4 operands: the chip's rate in that format (0: it has none)
-            rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS])
+            rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS], d[D_FP4_MACS])
             compute = compute / rate if rate > 0.0 else math.inf
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]

@@ -47,7 +47,23 @@ search needs.
   significand makes its multiplier smaller than FP16's, so per bf16 PE the fractions are, if
   anything, low.  Power stays a full-utilisation bound: the tensor unit runs one format at a
   time, so it draws the larger of its bf16 MACs' and its FP8 MACs' power (with these figures
-  2 x 0.330 < 1: the bf16 mode).  No public FP4 MAC figure was found, so no FP4 feature.
+  2 x 0.330 < 1: the bf16 mode).
+* FP4 (``fp4_macs``: FP4 multiply-adds each PE does per cycle; 4 on B200, whose dense FP4
+  peak is four times its BF16 one, 9 vs 2.25 PFLOP/s).  No public figure gives an FP4 MAC's
+  area against a bf16 or FP8 one, so each FP4 MAC is priced at an upper bound built from the
+  figures above: ``fp4_mac_area_fraction`` = 0.228 + 1/16 = 0.290 of a PE and
+  ``fp4_mac_energy_fraction`` = 0.330 + 1/16 = 0.392 of its energy.  The product: every E2M1
+  value (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; OCP Microscaling Formats
+  specification v1.0, 2023) is an E4M3 value, so an FP8 MAC computes every FP4 product
+  exactly and a separate FP4 datapath never needs to cost more.  The block scale: NVFP4
+  scales each block of 16 values by an unsigned E4M3 factor, under one FP32 scale per
+  tensor (Transformer Engine's ``NVFP4BlockScaling`` recipe; Intel Neural Compressor's NVFP4
+  format table), one multiply of the block's FP32 partial sum per 16 products, priced at one
+  16-bit float MAC (Horowitz's) each: its 24 x 4-bit significand product (96 partial-product
+  bits) is smaller than FP16's 11 x 11 (121).  The other end: DHFP-PE (Kumar et al., arXiv
+  2604.04507, 2026) runs two E2M1 MACs on one FP8 MAC's bit-partitioned 4 x 4 multiplier,
+  so an FP4 MAC that shares the FP8 datapath costs close to nothing more; set the fields to 0
+  to study that end.  Power as for FP8: the largest of the formats' draws at full use.
 
 Power is evaluated at full utilisation (a TDP-style bound).
 """
@@ -67,6 +83,15 @@ from .efficiency import DESIGN_FIELDS, GiB, KiB, MiB
 FP8_MAC_AREA_FRACTION = 2.15 * (282.0 + 36.0) / (1640.0 + 1360.0)
 #: Energy of one FP8 multiply-add against a bf16 one (the same chain: 0.23 / 1.5 pJ, times 2.15).
 FP8_MAC_ENERGY_FRACTION = 2.15 * (0.2 + 0.03) / (1.1 + 0.4)
+#: NVFP4's block: one UE4M3 scale per 16 values (Transformer Engine's NVFP4BlockScaling; Intel
+#: Neural Compressor's NVFP4 table).
+NVFP4_BLOCK = 16
+#: Area of one FP4 MAC datapath against a bf16 PE, an upper bound (the module docstring): an
+#: FP8 MAC (E2M1 values are E4M3 values) plus one 16-bit float MAC per NVFP4 block of 16 for
+#: the block's scale.
+FP4_MAC_AREA_FRACTION = FP8_MAC_AREA_FRACTION + 1.0 / NVFP4_BLOCK
+#: Energy of one FP4 multiply-add against a bf16 one, the same upper bound.
+FP4_MAC_ENERGY_FRACTION = FP8_MAC_ENERGY_FRACTION + 1.0 / NVFP4_BLOCK
 
 #: PHAZE's clock (``Estimator/architecture.py``: ``frequency = 1.05 GHz``).
 PHAZE_CLOCK_HZ = 1.05e9
@@ -96,6 +121,8 @@ class AreaPowerModel:
     core_energy_j: float = 6.05294e-3 / 7.5e-4 * 0.5e-12
     fp8_mac_area_fraction: float = FP8_MAC_AREA_FRACTION
     fp8_mac_energy_fraction: float = FP8_MAC_ENERGY_FRACTION
+    fp4_mac_area_fraction: float = FP4_MAC_AREA_FRACTION
+    fp4_mac_energy_fraction: float = FP4_MAC_ENERGY_FRACTION
     name = "cosearch"
 
     def __post_init__(self) -> None:
@@ -111,13 +138,19 @@ class AreaPowerModel:
 
     def pe_area_factor(self, designs: np.ndarray) -> np.ndarray:
         """Each design's PE area in bf16 PEs: its bf16 MAC, plus ``fp8_macs`` FP8 MACs at
-        :attr:`fp8_mac_area_fraction` each (exactly 1 for a bf16-only tensor unit)."""
-        return 1.0 + self._cols(designs)["fp8_macs"] * self.fp8_mac_area_fraction
+        :attr:`fp8_mac_area_fraction` each and ``fp4_macs`` FP4 MACs at
+        :attr:`fp4_mac_area_fraction` each (exactly 1 for a bf16-only tensor unit)."""
+        c = self._cols(designs)
+        return 1.0 + c["fp8_macs"] * self.fp8_mac_area_fraction + c["fp4_macs"] * self.fp4_mac_area_fraction
 
     def pe_energy_factor(self, designs: np.ndarray) -> np.ndarray:
-        """Each PE's energy per cycle at full use in bf16 MACs, in its costlier format: its bf16
-        MAC, or its ``fp8_macs`` FP8 MACs at :attr:`fp8_mac_energy_fraction` each."""
-        return np.maximum(1.0, self._cols(designs)["fp8_macs"] * self.fp8_mac_energy_fraction)
+        """Each PE's energy per cycle at full use in bf16 MACs, in its costliest format: its bf16
+        MAC, its ``fp8_macs`` FP8 MACs at :attr:`fp8_mac_energy_fraction` each, or its
+        ``fp4_macs`` FP4 MACs at :attr:`fp4_mac_energy_fraction` each (the unit runs one format
+        at a time)."""
+        c = self._cols(designs)
+        return np.maximum(np.maximum(1.0, c["fp8_macs"] * self.fp8_mac_energy_fraction),
+                          c["fp4_macs"] * self.fp4_mac_energy_fraction)
 
     def area_mm2(self, designs: np.ndarray) -> np.ndarray:
         """Package area: the logic die plus the HBM stacks' footprint (mm^2)."""
@@ -188,7 +221,7 @@ class PhazeAreaModel:
         """The die's area by component (mm^2): tensor cores (PEs and per-core buffers),
         vector cores, global buffer."""
         c = AreaPowerModel._cols(designs)
-        # PHAZE's PEs are bf16; FP8 MACs beside them (0 in PHAZE's space) at the power model's fraction
+        # PHAZE's PEs are bf16; FP8 / FP4 MACs beside them (0 in PHAZE's space) at the power model's fractions
         tc = c["tensor_cores"] * (pa.PHAZE_CORE_UM2 + pa.PHAZE_PE_UM2 * c["systolic_rows"] * c["systolic_cols"]
                                   * self.power.pe_area_factor(designs) + pa.buffer_um2(c["l1_bytes"]))
         vc_buffer = np.maximum(1.0, c["vector_width"] / 64.0) * KiB

@@ -67,6 +67,7 @@ from .efficiency import (
     FP4_RATE_BLACKWELL,
     FP8_RATE_H100_500W,
     IDEAL,
+    MAX_FP4_MACS,
     MAX_FP8_MACS,
     OPTIONAL_DESIGN_FIELDS,
     SUSTAINED_CLOCK_H100_500W,
@@ -108,6 +109,10 @@ class Accelerator:
     #: operands runs this many times faster than in bf16, unless the kernel model gives the
     #: chip a measured rate of its own (``efficiency.fp8_rate``, the GPU presets'), which wins.
     fp8_macs: float = 0.0
+    #: FP4 (E2M1, NVFP4 / MXFP4) multiply-adds each PE does per cycle (0: none), likewise: a
+    #: GEMM on FP4 operands runs this many times faster than in bf16 unless the kernel model has
+    #: the chip's measured FP4 rate (``efficiency.fp4_rate``, Blackwell's).
+    fp4_macs: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.glb_Bps, bool) or not (isinstance(self.glb_Bps, (int, float, np.floating))
@@ -120,6 +125,11 @@ class Accelerator:
             raise ValueError(f"Accelerator.fp8_macs={self.fp8_macs!r} FP8 MACs per PE per cycle is outside the "
                              f"plausible range 0 (a bf16-only tensor unit) to {MAX_FP8_MACS:g}")
         object.__setattr__(self, "fp8_macs", f8)
+        f4 = nonneg_float("Accelerator.fp4_macs", self.fp4_macs)
+        if f4 > MAX_FP4_MACS:
+            raise ValueError(f"Accelerator.fp4_macs={self.fp4_macs!r} FP4 MACs per PE per cycle is outside the "
+                             f"plausible range 0 (no FP4 tensor unit) to {MAX_FP4_MACS:g}")
+        object.__setattr__(self, "fp4_macs", f4)
         if isinstance(self.host_link_Bps, bool) or not isinstance(self.host_link_Bps, (int, float, np.floating)):
             raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
         bandwidth("Accelerator.host_link_Bps", self.host_link_Bps)
@@ -155,8 +165,9 @@ class Accelerator:
 
     @property
     def supports_fp4(self) -> bool:
-        """Whether the chip has NVFP4 tensor cores (its kernel model has an FP4 rate)."""
-        return self.efficiency.fp4_rate > 0.0
+        """Whether the chip has FP4 tensor cores (its kernel model has an NVFP4 rate, or its
+        tensor unit FP4 MACs)."""
+        return self.efficiency.fp4_rate > 0.0 or self.fp4_macs > 0.0
 
     @property
     def peak_vector_flops(self) -> float:
@@ -170,14 +181,15 @@ class Accelerator:
     def from_array(cls, row: Sequence[float], name: str = "design",
                    efficiency: KernelEfficiency = IDEAL) -> Accelerator:
         """The design of one :data:`DESIGN_FIELDS` row (a row without the last fields,
-        ``glb_Bps`` and ``fp8_macs``, as written before they existed, reads them as 0)."""
+        ``glb_Bps``, ``fp8_macs`` and ``fp4_macs``, as written before they existed, reads them as 0)."""
         vals = [float(x) for x in row]
         n = len(DESIGN_FIELDS) - OPTIONAL_DESIGN_FIELDS      # the positional fields
         if not n <= len(vals) <= len(DESIGN_FIELDS):
             raise ValueError(f"a design row has {len(DESIGN_FIELDS)} fields ({', '.join(DESIGN_FIELDS)}), "
                              f"got {len(vals)}")
         vals += [0.0] * (len(DESIGN_FIELDS) - len(vals))
-        return cls(name, *vals[:n], efficiency=efficiency, glb_Bps=vals[n], fp8_macs=vals[n + 1])
+        return cls(name, *vals[:n], efficiency=efficiency, glb_Bps=vals[n], fp8_macs=vals[n + 1],
+                   fp4_macs=vals[n + 2])
 
     def with_(self, **changes: Any) -> Accelerator:
         return replace(self, **changes)
@@ -380,7 +392,7 @@ def design_array(designs: Sequence[Accelerator] | np.ndarray) -> np.ndarray:
             arr = arr[None, :]
         n = len(DESIGN_FIELDS) - OPTIONAL_DESIGN_FIELDS
         if arr.ndim == 2 and n <= arr.shape[1] < len(DESIGN_FIELDS):
-            # written before glb_Bps / fp8_macs existed: not modelled / a bf16-only tensor unit
+            # written before glb_Bps / fp8_macs / fp4_macs existed: not modelled / no such MACs
             arr = np.ascontiguousarray(np.hstack([arr, np.zeros((len(arr), len(DESIGN_FIELDS) - arr.shape[1]))]))
         if arr.ndim != 2 or arr.shape[1] != len(DESIGN_FIELDS):
             raise ValueError(f"design array must have shape (n, {len(DESIGN_FIELDS)}), got {arr.shape}")
@@ -389,9 +401,11 @@ def design_array(designs: Sequence[Accelerator] | np.ndarray) -> np.ndarray:
             bad = np.argwhere(~np.isfinite(arr) | np.hstack([body <= 0, tail < 0]))[0]
             what = "negative" if bad[1] >= n else "non-positive"
             raise ValueError(f"design {bad[0]} has {what} {DESIGN_FIELDS[bad[1]]}={arr[tuple(bad)]}")
-        if np.any(arr[:, -1] > MAX_FP8_MACS):
-            i = int(np.argmax(arr[:, -1] > MAX_FP8_MACS))
-            raise ValueError(f"design {i} has fp8_macs={arr[i, -1]}; at most {MAX_FP8_MACS:g} FP8 MACs per PE")
+        for name, most in (("fp8_macs", MAX_FP8_MACS), ("fp4_macs", MAX_FP4_MACS)):
+            col = arr[:, DESIGN_FIELDS.index(name)]
+            if np.any(col > most):
+                i = int(np.argmax(col > most))
+                raise ValueError(f"design {i} has {name}={col[i]}; at most {most:g} {name[:3].upper()} MACs per PE")
         return arr
     if isinstance(designs, Accelerator):
         designs = [designs]

@@ -13,21 +13,24 @@ MiB = 1024 ** 2
 GiB = 1024 ** 3
 
 
-#: Column order of the design arrays handed to the kernels.  The last two may be 0: ``glb_Bps``
-#: (on-chip operand bandwidth not modelled) and ``fp8_macs`` (FP8 multiply-adds each PE does a
-#: cycle; 0: a bf16-only tensor unit).
+#: Column order of the design arrays handed to the kernels.  The last three may be 0: ``glb_Bps``
+#: (on-chip operand bandwidth not modelled), ``fp8_macs`` and ``fp4_macs`` (FP8 / FP4
+#: multiply-adds each PE does a cycle; 0: none in that format).
 DESIGN_FIELDS = (
     "tensor_cores", "systolic_rows", "systolic_cols", "vector_units", "vector_width",
     "clock_hz", "l1_bytes", "l2_bytes", "hbm_bytes", "hbm_bandwidth_Bps", "link_bandwidth_Bps", "glb_Bps",
-    "fp8_macs",
+    "fp8_macs", "fp4_macs",
 )
 #: How many trailing :data:`DESIGN_FIELDS` may be 0 (and may be missing from a row written
 #: before they existed, reading as 0).
-OPTIONAL_DESIGN_FIELDS = 2
+OPTIONAL_DESIGN_FIELDS = 3
 #: Most FP8 multiply-adds a PE may do per cycle (``fp8_macs``): a bf16 PE's operand paths carry
 #: two FP8 operand pairs (the datasheet FP8/BF16 dense ratio of H100, B200 and MI300X is 2);
 #: wider values are for what-if studies.
 MAX_FP8_MACS = 16.0
+#: Most FP4 multiply-adds a PE may do per cycle (``fp4_macs``): B200's dense FP4 peak is four
+#: times its BF16 one (9 vs 2.25 PFLOP/s on its datasheet); wider values are for what-if studies.
+MAX_FP4_MACS = 32.0
 #: The highest attention clock a KernelEfficiency takes, as a fraction of the datasheet clock: boost
 #: clocks run above the datasheet's (H100: 1980 of 1830 MHz), never twice it.
 MAX_ATTENTION_CLOCK = 2.0

@@ -13,7 +13,7 @@ import numpy as np
 
 from .area import AreaPowerModel, PhazeAreaModel, phaze_glb_words, phaze_l1_bytes
 from .chips import PHAZE_CLOCK_HZ, PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, TPUv4, phaze_reference
-from .efficiency import MAX_FP8_MACS, GiB, MiB
+from .efficiency import MAX_FP4_MACS, MAX_FP8_MACS, GiB, MiB
 
 #: Most distinct values one SearchSpace field may list, and most designs its grid may hold
 #: before the budget filter (PHAZE's space: 75,712): larger inputs are refused before anything is
@@ -56,7 +56,7 @@ HBM_SCENARIO_BPS = 1.2e12
 SPACE_FILE_FIELDS = ("tensor_cores", "systolic_dims", "vector_units", "vector_width", "vector_width_tied",
                      "clock_hz", "l1_bytes", "l1_rule", "l2_bytes", "hbm", "link_bandwidth_Bps",
                      "area_budget_mm2", "power_budget_w", "min_area_fraction", "min_area_exempt_single_core",
-                     "glb_words_per_cycle", "glb_rule", "fp8_macs")
+                     "glb_words_per_cycle", "glb_rule", "fp8_macs", "fp4_macs")
 
 
 #: Area models a search space can be built with, by name.
@@ -110,6 +110,9 @@ class SearchSpace:
     B200).  FP8 MACs cost PE area and energy (:class:`AreaPowerModel`'s
     ``fp8_mac_area_fraction`` / ``fp8_mac_energy_fraction``), and only designs with them can
     run FP8 plans (``precision="fp8"``); list ``(0, 2)`` to let the search decide.
+    ``fp4_macs`` likewise for FP4 (E2M1, NVFP4; 4 on B200, whose dense FP4 peak is four times
+    its BF16 one), priced at an upper bound per MAC (``fp4_mac_area_fraction`` /
+    ``fp4_mac_energy_fraction``); only designs with them run ``precision="fp4"`` plans.
     """
 
     tensor_cores: tuple = (2, 4, 8, 16, 32)
@@ -133,6 +136,7 @@ class SearchSpace:
     glb_words_per_cycle: float = 0.0
     glb_rule: str = "fixed"
     fp8_macs: tuple = (0.0,)
+    fp4_macs: tuple = (0.0,)
 
     def __post_init__(self) -> None:
         try:
@@ -159,13 +163,14 @@ class SearchSpace:
                         or not (float(v) > 0) or not np.isfinite(float(v)):
                     raise ValueError(f"SearchSpace.{f} values must be positive numbers, got {v!r}")
             object.__setattr__(self, f, _distinct(f, vals))
-        vals = _as_tuple("fp8_macs", self.fp8_macs)
-        for x in vals:
-            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
-                    or not (0.0 <= float(x) <= MAX_FP8_MACS):
-                raise ValueError(f"SearchSpace.fp8_macs values must be numbers of FP8 MACs per PE per cycle in "
-                                 f"[0, {MAX_FP8_MACS:g}] (0: a bf16-only tensor unit), got {x!r}")
-        object.__setattr__(self, "fp8_macs", _distinct("fp8_macs", tuple(float(x) for x in vals)))
+        for f, most in (("fp8_macs", MAX_FP8_MACS), ("fp4_macs", MAX_FP4_MACS)):
+            vals = _as_tuple(f, getattr(self, f))
+            for x in vals:
+                if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                        or not (0.0 <= float(x) <= most):
+                    raise ValueError(f"SearchSpace.{f} values must be numbers of {f[:3].upper()} MACs per PE per "
+                                     f"cycle in [0, {most:g}] (0: none in that format), got {x!r}")
+            object.__setattr__(self, f, _distinct(f, tuple(float(x) for x in vals)))
         for f, names in (("systolic_dims", ("rows", "cols")), ("hbm", ("capacity", "bandwidth"))):
             vals = getattr(self, f)
             if not isinstance(vals, (list, tuple)) or not vals:
@@ -294,7 +299,7 @@ class SearchSpace:
             self.tensor_cores, self.systolic_dims, self.vector_units,
             (0,) if self.vector_width_tied else self.vector_width, self.clock_hz,
             (0,) if self.l1_rule == "phaze" else self.l1_bytes, self.l2_bytes, self.hbm, self.link_bandwidth_Bps,
-            self.fp8_macs))
+            self.fp8_macs, self.fp4_macs))
 
     def grid(self) -> np.ndarray:
         """Every design of the grid, before the budget filter."""
@@ -305,13 +310,13 @@ class SearchSpace:
         vws = (0.0,) if self.vector_width_tied else self.vector_width
         l1s = (0.0,) if self.l1_rule == "phaze" else self.l1_bytes
         rows = []
-        for tc, (r, c), vu, vw, clk, l1, l2, (hc, hb), lb, f8 in itertools.product(
-                self.tensor_cores, self.systolic_dims, self.vector_units, vws,
-                self.clock_hz, l1s, self.l2_bytes, self.hbm, self.link_bandwidth_Bps, self.fp8_macs):
+        for tc, (r, c), vu, vw, clk, l1, l2, (hc, hb), lb, f8, f4 in itertools.product(
+                self.tensor_cores, self.systolic_dims, self.vector_units, vws, self.clock_hz, l1s,
+                self.l2_bytes, self.hbm, self.link_bandwidth_Bps, self.fp8_macs, self.fp4_macs):
             rows.append((tc, r, c, vu, r if self.vector_width_tied else vw, clk,
                          phaze_l1_bytes(r, c) if self.l1_rule == "phaze" else l1, l2, hc, hb, lb,
                          (phaze_glb_words(tc, r, c) if self.glb_rule == "phaze" and self.glb_words_per_cycle > 0
-                          else self.glb_words_per_cycle) * 2.0 * clk, f8))
+                          else self.glb_words_per_cycle) * 2.0 * clk, f8, f4))
         return np.array(rows, dtype=np.float64)
 
     def budget_mask(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

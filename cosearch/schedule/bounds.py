@@ -57,14 +57,15 @@ def lower_bound(p: Problem) -> float:
     return float(max(best, hbm.sum()))
 
 
-def _format_rates(dtype_bytes: np.ndarray, fp8_macs: np.ndarray, eff) -> np.ndarray:
+def _format_rates(dtype_bytes: np.ndarray, macs: np.ndarray, eff) -> np.ndarray:
     """:func:`cosearch._kernels.formulas.tensor_format_rate` of every (design, op): ``dtype_bytes``
-    a (1, ops) row, ``fp8_macs`` a (designs, 1) column; the formula once per distinct pair."""
+    a (1, ops) row, ``macs`` a (designs, 2) array of each design's FP8 and FP4 MACs per PE; the
+    formula once per distinct (formats, operand width) pair."""
     dts, di = np.unique(dtype_bytes, return_inverse=True)
-    f8s, fi = np.unique(fp8_macs, return_inverse=True)
-    table = np.array([[formulas.tensor_format_rate.py_func(a, eff.fp8_rate, eff.fp4_rate, f) for a in dts]
-                      for f in f8s])
-    return table[np.reshape(fi, np.shape(fp8_macs)), np.reshape(di, np.shape(dtype_bytes))]
+    fs, fi = np.unique(np.reshape(macs, (-1, 2)), axis=0, return_inverse=True)
+    table = np.array([[formulas.tensor_format_rate.py_func(a, eff.fp8_rate, eff.fp4_rate, f8, f4) for a in dts]
+                      for f8, f4 in fs])
+    return table[np.reshape(fi, (-1, 1)), np.reshape(di, np.shape(dtype_bytes))]
 
 
 def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.ndarray:
@@ -92,7 +93,8 @@ def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.n
     mat = np.isin(kind, (KIND_TENSOR, KIND_ATTENTION))
     rate = np.where(kind == KIND_ATTENTION, eff.attention, eff.tensor) * col["clock_hz"]
     # a GEMM on FP8 / NVFP4 operands at the chip's rate in that format (0: it cannot run)
-    fmt = _format_rates(np.where(kind == KIND_TENSOR, dt, 2.0), d[:, [DESIGN_FIELDS.index("fp8_macs")]], eff)
+    fmt = _format_rates(np.where(kind == KIND_TENSOR, dt, 2.0),
+                        d[:, [DESIGN_FIELDS.index("fp8_macs"), DESIGN_FIELDS.index("fp4_macs")]], eff)
     rate = np.where(fmt > 0.0, rate * fmt, 0.0)
     cycles = b * np.ceil(k / r) * np.ceil(n / c) * (m + r + c - 2.0)
     with np.errstate(divide="ignore"):
