@@ -232,3 +232,128 @@ def test_moe_rows_without_their_expert_width_are_refused_and_any_software_has_a_
     with pytest.raises(rows.Refused, match="missing fields moe_ffn"):
         rows.describe_row(bad)
     assert rows.source_group(_row(software="")) == "?"          # an empty software text: IndexError before
+
+
+# ------------------------------------------------------------------ EP overlap from the cited config
+def _cite(config, commit, path="src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py"):
+    return [f"etp/sp/recompute/cuda-graph/dispatcher from NVIDIA-NeMo/Megatron-Bridge:{path}@{commit} ({config})"]
+
+
+@pytest.mark.parametrize("assumed,notes,want", [
+    # the 26.08 perf recipe's helper (_enable_hybridep_full_iteration_mxfp8, qwen/common.py:58) turns
+    # the overlap on; the row's notes do not say so: the config wins
+    (_cite("qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config", "4ab94dfad"), "", True),
+    # DeepSeek-V4-Flash's recipe sets it False (perf_recipes/deepseek/gb200/deepseek_v4.py:104): off, whatever
+    # the notes say
+    (_cite("deepseek_v4_flash_pretrain_128gpu_gb200_fp8mx_config", "4ab94dfad",
+           "src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v4.py"), "EP a2a overlap on", False),
+    # a workload base config with moe_a2a_overlap=True at 26.06 (8f341b04f)
+    (_cite("QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1", "8f341b04f",
+           "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"), "", True),
+    # no config cited, or one the table does not hold: the notes decide
+    ([], "EP a2a overlap on", True),
+    ([], "", False),
+    (_cite("some_other_config", "4ab94dfad"), "EP a2a overlap on", True),
+])
+def test_ep_overlap_is_read_from_the_cited_config(assumed, notes, want):
+    row = dict(QWEN3_ROW, assumed=assumed, notes="moe dispatcher backend=hybridep; " + notes)
+    d = rows.describe_row(row)
+    assert d.engine.overlap_moe_a2a is want
+    said = "a2a overlap on" in notes
+    disagreement = [n for n in d.assumed if "as the cited config sets it" in n]
+    assert bool(disagreement) == (bool(assumed) and "some_other" not in assumed[0] and want != said)
+
+
+# A recipe module, a shared helper module and a workload base config, written by hand to check the
+# config reader of scripts/megatron_bridge_ep_overlap.py: what each config ends up with, by hand.
+_RECIPE = '''
+from megatron.bridge.perf_recipes.fam.common import _full_iteration, CommOverlapConfig
+
+def _base(cfg):
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True)
+
+def on_by_helper():
+    cfg = make()
+    _base(cfg)
+    _full_iteration(cfg)
+    return cfg
+
+def reset_after_helper():
+    cfg = make()
+    _full_iteration(cfg)
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True)
+    return cfg
+
+def off_by_attribute():
+    cfg = make()
+    _full_iteration(cfg)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False
+    return cfg
+
+def never_set():
+    return make()
+
+def chained():
+    cfg = on_by_helper()
+    return cfg
+'''
+_COMMON = '''
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+def _full_iteration(cfg):
+    cfg.model.cuda_graph_impl = "full_iteration"
+    cfg.comm_overlap = CommOverlapConfig(
+        tp_comm_overlap=True,
+        overlap_moe_expert_parallel_comm=True,
+    )
+'''
+_WORKLOAD = '''
+BASE = WorkloadBaseConfig(num_gpus=8, moe_a2a_overlap=True)
+PLAIN = WorkloadBaseConfig(num_gpus=8)
+DERIVED = replace(BASE, num_gpus=16)
+TURNED_OFF = replace(BASE, moe_a2a_overlap=False)
+ALIAS = DERIVED
+'''
+
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "megatron_bridge_ep_overlap.py"
+    spec = importlib.util.spec_from_file_location("megatron_bridge_ep_overlap", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FILES = {"src/megatron/bridge/perf_recipes/fam/chip/recipe.py": _RECIPE,
+         "src/megatron/bridge/perf_recipes/fam/common.py": _COMMON,
+         "scripts/performance/configs/fam/fam_workload_base_configs.py": _WORKLOAD}
+
+
+@pytest.mark.parametrize("name,want,line", [
+    ("on_by_helper", True, "fam/common.py:8"), ("reset_after_helper", False, "recipe.py:16"),
+    ("off_by_attribute", False, "recipe.py:22"), ("never_set", False, None), ("chained", True, "fam/common.py:8"),
+])
+def test_recipe_reader_follows_helpers_in_order(name, want, line):
+    s = _script()
+    on, where = s.config_overlap(lambda commit, p: FILES.get(p) if commit == "c0" else None,
+                                 "src/megatron/bridge/perf_recipes/fam/chip/recipe.py", "c0", name)
+    assert on is want
+    if line is None:
+        assert "never set" in where
+    else:
+        assert f"{line} " in f"{where} ", where
+
+
+@pytest.mark.parametrize("name,want", [("BASE", True), ("PLAIN", False), ("DERIVED", True), ("TURNED_OFF", False),
+                                       ("ALIAS", True)])
+def test_workload_reader_follows_replace_and_defaults(name, want):
+    s = _script()
+    on, where = s.config_overlap(lambda commit, p: FILES.get(p), "scripts/performance/configs/fam/"
+                                 "fam_workload_base_configs.py", "c0", name)
+    assert on is want
+    assert ("default" in where) == (name == "PLAIN")
+    with pytest.raises(KeyError):
+        s.config_overlap(lambda commit, p: FILES.get(p), "scripts/performance/configs/fam/"
+                         "fam_workload_base_configs.py", "c0", "MISSING")
