@@ -243,8 +243,8 @@ def _cite(config, commit, path="src/megatron/bridge/perf_recipes/qwen/gb200/qwen
     # the 26.08 perf recipe's helper (_enable_hybridep_full_iteration_mxfp8, qwen/common.py:58) turns
     # the overlap on; the row's notes do not say so: the config wins
     (_cite("qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config", "4ab94dfad"), "", True),
-    # DeepSeek-V4-Flash's recipe sets it False (perf_recipes/deepseek/gb200/deepseek_v4.py:104): off, whatever
-    # the notes say
+    # DeepSeek-V4-Flash's recipe sets it False (perf_recipes/deepseek/gb200/deepseek_v4.py:104): off,
+    # whatever the notes say
     (_cite("deepseek_v4_flash_pretrain_128gpu_gb200_fp8mx_config", "4ab94dfad",
            "src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v4.py"), "EP a2a overlap on", False),
     # a workload base config with moe_a2a_overlap=True at 26.06 (8f341b04f)
@@ -260,14 +260,33 @@ def test_ep_overlap_is_read_from_the_cited_config(assumed, notes, want):
     d = rows.describe_row(row)
     assert d.engine.overlap_moe_a2a is want
     said = "a2a overlap on" in notes
-    disagreement = [n for n in d.assumed if "as the cited config sets it" in n]
+    disagreement = [n for n in d.assumed if n.startswith("EP all-to-all overlap") and "cited config" in n]
     assert bool(disagreement) == (bool(assumed) and "some_other" not in assumed[0] and want != said)
 
 
+@pytest.mark.parametrize("assumed,notes,want", [
+    # 26.06.01 DeepSeek-V3 on GB200: the base recipe sets HybridEP (recipes/deepseek/h100/deepseek_v3.py:145
+    # at 381d0b825); the row's notes name no backend
+    (_cite("deepseek_v3_pretrain_256gpu_gb200_fp8mx_config", "381d0b825",
+           "src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v3.py"), "", "flex"),
+    # GPT-OSS on H100 at 26.04.01: no backend in its workload config, whatever the notes say
+    (_cite("GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2", "21d102f5e",
+           "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"), "moe dispatcher backend=deepep",
+     "alltoall"),
+    ([], "moe dispatcher backend=deepep", "flex"),
+    ([], "", "alltoall"),
+])
+def test_dispatcher_is_read_from_the_cited_config(assumed, notes, want):
+    d = rows.describe_row(dict(QWEN3_ROW, assumed=assumed, notes=notes))
+    assert d.engine.moe_dispatcher == want
+    named = [n for n in d.assumed if n.startswith("MoE dispatcher") and "cited config" in n]
+    assert bool(named) == bool(assumed)
+
+
 # A recipe module, a shared helper module and a workload base config, written by hand to check the
-# config reader of scripts/megatron_bridge_ep_overlap.py: what each config ends up with, by hand.
-_RECIPE = '''
-from megatron.bridge.perf_recipes.fam.common import _full_iteration, CommOverlapConfig
+# config reader of scripts/megatron_bridge_moe_dispatch.py: what each config ends up with, by hand.
+_RECIPE = """
+from megatron.bridge.perf_recipes.fam.common import _full_iteration, CommOverlapConfig, apply_backend
 
 def _base(cfg):
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True)
@@ -276,18 +295,21 @@ def on_by_helper():
     cfg = make()
     _base(cfg)
     _full_iteration(cfg)
+    apply_backend(cfg.model, cfg.model.moe_flex_dispatcher_backend)
     return cfg
 
 def reset_after_helper():
     cfg = make()
     _full_iteration(cfg)
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True)
+    cfg.model.moe_token_dispatcher_type = "alltoall"
     return cfg
 
 def off_by_attribute():
     cfg = make()
     _full_iteration(cfg)
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = False
+    cfg.model.moe_flex_dispatcher_backend = "deepep"
     return cfg
 
 def never_set():
@@ -296,31 +318,34 @@ def never_set():
 def chained():
     cfg = on_by_helper()
     return cfg
-'''
-_COMMON = '''
+"""
+_COMMON = """
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 
 def _full_iteration(cfg):
-    cfg.model.cuda_graph_impl = "full_iteration"
+    cfg.model.moe_flex_dispatcher_backend = "hybridep"
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=True,
         overlap_moe_expert_parallel_comm=True,
     )
-'''
-_WORKLOAD = '''
-BASE = WorkloadBaseConfig(num_gpus=8, moe_a2a_overlap=True)
+
+def apply_backend(model, backend):
+    model.moe_flex_dispatcher_backend = backend
+"""
+_WORKLOAD = """
+BASE = WorkloadBaseConfig(num_gpus=8, moe_a2a_overlap=True, moe_flex_dispatcher_backend="deepep")
 PLAIN = WorkloadBaseConfig(num_gpus=8)
 DERIVED = replace(BASE, num_gpus=16)
 TURNED_OFF = replace(BASE, moe_a2a_overlap=False)
 ALIAS = DERIVED
-'''
+"""
 
 
 def _script():
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "scripts" / "megatron_bridge_ep_overlap.py"
-    spec = importlib.util.spec_from_file_location("megatron_bridge_ep_overlap", path)
+    path = Path(__file__).resolve().parents[1] / "scripts" / "megatron_bridge_moe_dispatch.py"
+    spec = importlib.util.spec_from_file_location("megatron_bridge_moe_dispatch", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -331,29 +356,29 @@ FILES = {"src/megatron/bridge/perf_recipes/fam/chip/recipe.py": _RECIPE,
          "scripts/performance/configs/fam/fam_workload_base_configs.py": _WORKLOAD}
 
 
-@pytest.mark.parametrize("name,want,line", [
-    ("on_by_helper", True, "fam/common.py:8"), ("reset_after_helper", False, "recipe.py:16"),
-    ("off_by_attribute", False, "recipe.py:22"), ("never_set", False, None), ("chained", True, "fam/common.py:8"),
+@pytest.mark.parametrize("name,overlap,overlap_at,backend,backend_at", [
+    ("on_by_helper", True, "fam/common.py:8", "hybridep", "fam/common.py:5"),
+    ("reset_after_helper", False, "recipe.py:17", None, "recipe.py:18"),
+    ("off_by_attribute", False, "recipe.py:24", "deepep", "recipe.py:25"),
+    ("never_set", False, None, None, None),
+    ("chained", True, "fam/common.py:8", "hybridep", "fam/common.py:5"),
 ])
-def test_recipe_reader_follows_helpers_in_order(name, want, line):
-    s = _script()
-    on, where = s.config_overlap(lambda commit, p: FILES.get(p) if commit == "c0" else None,
-                                 "src/megatron/bridge/perf_recipes/fam/chip/recipe.py", "c0", name)
-    assert on is want
-    if line is None:
-        assert "never set" in where
-    else:
-        assert f"{line} " in f"{where} ", where
+def test_recipe_reader_follows_helpers_in_order(name, overlap, overlap_at, backend, backend_at):
+    got = _script().config_settings(lambda commit, p: FILES.get(p) if commit == "c0" else None,
+                                    "src/megatron/bridge/perf_recipes/fam/chip/recipe.py", "c0", name)
+    assert (got["overlap"], got["backend"]) == (overlap, backend)
+    for at, want in ((got["overlap_at"], overlap_at), (got["backend_at"], backend_at)):
+        assert ("never set" in at) if want is None else (f"{want} " in f"{at} "), at
 
 
-@pytest.mark.parametrize("name,want", [("BASE", True), ("PLAIN", False), ("DERIVED", True), ("TURNED_OFF", False),
-                                       ("ALIAS", True)])
-def test_workload_reader_follows_replace_and_defaults(name, want):
+@pytest.mark.parametrize("name,overlap,backend", [("BASE", True, "deepep"), ("PLAIN", False, None),
+                                                  ("DERIVED", True, "deepep"), ("TURNED_OFF", False, "deepep"),
+                                                  ("ALIAS", True, "deepep")])
+def test_workload_reader_follows_replace_and_defaults(name, overlap, backend):
     s = _script()
-    on, where = s.config_overlap(lambda commit, p: FILES.get(p), "scripts/performance/configs/fam/"
-                                 "fam_workload_base_configs.py", "c0", name)
-    assert on is want
-    assert ("default" in where) == (name == "PLAIN")
+    path = "scripts/performance/configs/fam/fam_workload_base_configs.py"
+    got = s.config_settings(lambda commit, p: FILES.get(p), path, "c0", name)
+    assert (got["overlap"], got["backend"]) == (overlap, backend)
+    assert ("default" in got["overlap_at"]) == (name == "PLAIN")
     with pytest.raises(KeyError):
-        s.config_overlap(lambda commit, p: FILES.get(p), "scripts/performance/configs/fam/"
-                         "fam_workload_base_configs.py", "c0", "MISSING")
+        s.config_settings(lambda commit, p: FILES.get(p), path, "c0", "MISSING")

@@ -25,7 +25,7 @@ from ..engine import (
 from .config import RunConfig, RunDescription
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
-           "release_of", "plan_key", "newest_per_plan", "precision_class", "group_of", "megatron_bridge_ep_overlap"]
+           "release_of", "plan_key", "newest_per_plan", "precision_class", "group_of", "megatron_bridge_moe_dispatch"]
 
 #: Fields every row needs (the others are optional: ``head_dim``, ``cp``, ``ep``, ``vp``, ``zero``,
 #: ``zero_group``, ``sp``, ``offload``, ``ga``, and one of ``tok_s_gpu`` / ``tflops_gpu``).
@@ -435,62 +435,66 @@ def _zero(row: dict) -> int:
     raise Refused(f"ZeRO stage {text!r} is not read")
 
 
-#: Megatron-Bridge's performance configs, each at a commit validation rows cite, with whether it
-#: turns on the EP all-to-all overlap (``overlap_moe_expert_parallel_comm``) and the line that sets
-#: it: ``cosearch/data/megatron_bridge_ep_overlap.json``, read from each config's source by
-#: ``scripts/megatron_bridge_ep_overlap.py`` (a workload base config's ``moe_a2a_overlap``; a perf
-#: recipe's settings, its helpers' included, the last one winning).
-MEGATRON_BRIDGE_EP_OVERLAP_FILE = "data/megatron_bridge_ep_overlap.json"
+#: Megatron-Bridge's performance configs, each at a commit validation rows cite, with how it
+#: dispatches MoE tokens and the line that sets each: the EP all-to-all overlap
+#: (``overlap_moe_expert_parallel_comm``) and the flex dispatcher's backend (``deepep`` /
+#: ``hybridep``; none: ``alltoall``).  ``cosearch/data/megatron_bridge_moe_dispatch.json``, read from
+#: each config's source by ``scripts/megatron_bridge_moe_dispatch.py`` (a workload base config's
+#: fields; a perf recipe's settings, its helpers' and base recipe's included, the last one winning).
+MEGATRON_BRIDGE_MOE_DISPATCH_FILE = "data/megatron_bridge_moe_dispatch.json"
 _CITED_CONFIG = re.compile(r"NVIDIA-NeMo/Megatron-Bridge:(\S+)@(\w+) \((\w+)")
-_EP_OVERLAP: dict | None = None
+_MOE_DISPATCH: dict | None = None
 
 
-def megatron_bridge_ep_overlap(row: dict) -> tuple[bool, str] | None:
-    """(overlap on, where the config sets it) for the Megatron-Bridge performance config a row
-    cites in its ``assumed`` notes (``...dispatcher from NVIDIA-NeMo/Megatron-Bridge:<file>@<commit>
-    (<config>)``), from :data:`MEGATRON_BRIDGE_EP_OVERLAP_FILE`; None when the row cites no config
-    the table holds."""
-    global _EP_OVERLAP
-    if _EP_OVERLAP is None:
+def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
+    """How the Megatron-Bridge performance config a row cites in its ``assumed`` notes
+    (``...dispatcher from NVIDIA-NeMo/Megatron-Bridge:<file>@<commit> (<config>)``) dispatches MoE
+    tokens, from :data:`MEGATRON_BRIDGE_MOE_DISPATCH_FILE`: ``{"config", "commit", "overlap",
+    "overlap_at", "backend", "backend_at"}``; None when the row cites no config the table holds."""
+    global _MOE_DISPATCH
+    if _MOE_DISPATCH is None:
         import importlib.resources
         import json
-        text = importlib.resources.files("cosearch").joinpath(MEGATRON_BRIDGE_EP_OVERLAP_FILE).read_text()
-        _EP_OVERLAP = json.loads(text)["configs"]
+        text = importlib.resources.files("cosearch").joinpath(MEGATRON_BRIDGE_MOE_DISPATCH_FILE).read_text()
+        _MOE_DISPATCH = json.loads(text)["configs"]
     for note in row.get("assumed") or ():
         m = _CITED_CONFIG.search(str(note))
         if m is not None and "dispatcher" in str(note):
-            hit = _EP_OVERLAP.get(f"{m.group(3)}@{m.group(2)}")
+            hit = _MOE_DISPATCH.get(f"{m.group(3)}@{m.group(2)}")
             if hit is not None:
-                return bool(hit["overlap"]), f"{m.group(3)} ({hit['set_at']}@{m.group(2)})"
+                return {"config": m.group(3), "commit": m.group(2), **hit}
     return None
 
 
 def _moe_notes(row: dict, notes: list) -> tuple[str, bool]:
-    """What an MoE row's notes say of its dispatch, as Megatron-Core runs it: the dispatcher
-    (``moe dispatcher backend=deepep|hybridep``: the ``flex`` dispatcher; none named: the
-    recipes' ``alltoall``) and the EP all-to-all overlap (``overlap_moe_expert_parallel_comm``):
-    as the Megatron-Bridge config the row cites sets it (:func:`megatron_bridge_ep_overlap`), else
-    as its notes say (``EP a2a overlap on``); CUDA graphs are noted (launch overhead kept)."""
+    """An MoE row's dispatch, as Megatron-Core runs it: the dispatcher (a DeepEP or HybridEP
+    backend: the ``flex`` dispatcher; none: the recipes' ``alltoall``) and the EP all-to-all
+    overlap (``overlap_moe_expert_parallel_comm``), each as the Megatron-Bridge config the row
+    cites sets it (:func:`megatron_bridge_moe_dispatch`), else as its notes say (``moe dispatcher
+    backend=deepep|hybridep``, ``EP a2a overlap on``); CUDA graphs are noted (launch overhead kept)."""
     text = str(row.get("notes") or "")
-    dispatcher = "alltoall"
-    for backend in ("hybridep", "deepep"):
-        if f"backend={backend}" in text or f"dispatcher {backend}" in text:
-            dispatcher = "flex"
-            notes.append(f"MoE dispatcher {backend}: the flex dispatcher (each token once per rank holding its "
-                         f"experts, at HybridEP's measured rates)")
-            break
-    noted = "a2a overlap on" in text
-    cited = megatron_bridge_ep_overlap(row)
-    overlap = noted if cited is None else cited[0]
-    if cited is not None and cited[0] != noted:
-        notes.append(f"EP all-to-all overlap {'on' if cited[0] else 'off'} as the cited config sets it, "
-                     f"{cited[1]}; the row's notes {'say on' if noted else 'do not say so'}")
+    said_backend = next((b for b in ("hybridep", "deepep") if f"backend={b}" in text or f"dispatcher {b}" in text),
+                        None)
+    said_overlap = "a2a overlap on" in text
+    cited = megatron_bridge_moe_dispatch(row)
+    backend, overlap = (said_backend, said_overlap) if cited is None else (cited["backend"], cited["overlap"])
+    if cited is not None:
+        at = f"{cited['config']}@{cited['commit']}"
+        if backend != said_backend:
+            notes.append(f"MoE dispatcher {backend or 'alltoall'} as the cited config sets it ({at}, "
+                         f"{cited['backend_at']}); the row's notes say {said_backend or 'no backend'}")
+        if overlap != said_overlap:
+            notes.append(f"EP all-to-all overlap {'on' if overlap else 'off'} as the cited config sets it ({at}, "
+                         f"{cited['overlap_at']}); the row's notes {'say on' if said_overlap else 'do not say so'}")
+    if backend is not None:
+        notes.append(f"MoE dispatcher {backend}: the flex dispatcher (each token once per rank holding its "
+                     f"experts, at HybridEP's measured rates)")
     if overlap:
         notes.append("EP all-to-all overlap on (combined 1F1B: dispatch and combine beside the paired "
                      "microbatch's compute)")
     if "cuda_graph" in text and "cuda_graph=none" not in text:
         notes.append("CUDA graphs in the recipe: per-kernel launch overhead priced as without them")
-    return dispatcher, overlap
+    return ("alltoall" if backend is None else "flex"), overlap
 
 
 def _precision(row: dict, notes: list) -> str:
