@@ -382,3 +382,34 @@ def test_workload_reader_follows_replace_and_defaults(name, overlap, backend):
     assert ("default" in got["overlap_at"]) == (name == "PLAIN")
     with pytest.raises(KeyError):
         s.config_settings(lambda commit, p: FILES.get(p), path, "c0", "MISSING")
+
+
+def test_dispatch_script_writes_the_table_from_a_clone(tmp_path):
+    """``scripts/megatron_bridge_moe_dispatch.py`` end to end: a git clone holding the hand-written
+    configs at one commit, rows citing two of them (and one citing nothing), the table written."""
+    import json
+    import shutil
+    import subprocess
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "mb"
+    for path, text in FILES.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin"}
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "configs"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True, env=env, capture_output=True)
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=9", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    rows_file = tmp_path / "rows.jsonl"
+    cited = [_cite("off_by_attribute", commit, "src/megatron/bridge/perf_recipes/fam/chip/recipe.py"),
+             _cite("DERIVED", commit, "scripts/performance/configs/fam/fam_workload_base_configs.py"), []]
+    rows_file.write_text("".join(json.dumps({"id": f"r{i}", "assumed": a}) + "\n" for i, a in enumerate(cited)))
+    out = tmp_path / "table.json"
+    assert _script().main(["--repo", str(repo), "--rows", str(rows_file), "--out", str(out)]) == 0
+    table = json.loads(out.read_text())["configs"]
+    assert set(table) == {f"off_by_attribute@{commit}", f"DERIVED@{commit}"}
+    assert (table[f"off_by_attribute@{commit}"]["overlap"], table[f"off_by_attribute@{commit}"]["backend"]) == \
+        (False, "deepep")
+    assert (table[f"DERIVED@{commit}"]["overlap"], table[f"DERIVED@{commit}"]["backend"]) == (True, "deepep")
