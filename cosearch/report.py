@@ -114,7 +114,8 @@ def table(res: Results, top: int = 10) -> str:
         b = shown.plan.breakdown
         lines.append("best plan's step (s): " + ", ".join(f"{k[:-2]} {v:.3g}" for k, v in b.items()))
     for name, b in res.baselines.items():
-        lines.append(f"baseline {name}: {b.get('tokens_per_s', 0):,.0f} tok/s ({b.get('note', '')})")
+        why = f"; no plan: {b['reason']}" if not b.get("tokens_per_s") and b.get("reason") else ""
+        lines.append(f"baseline {name}: {b.get('tokens_per_s', 0):,.0f} tok/s ({b.get('note', '')}{why})")
     if res.feasible and res.baselines:
         best = res.best.tokens_per_s
         for name, b in res.baselines.items():

@@ -249,6 +249,27 @@ def test_fixed_chip_baseline_searches_the_formats_it_has():
         placement.chip_formats(hardware.TPUv4, {"precision": ("fp8",)})
 
 
+def test_a_baseline_without_the_searched_format_is_reported_not_raised():
+    """A co-search in FP4 alone with baselines: TPUv4 has no FP4 tensor cores, so its baseline
+    has no plan and says why (it raised after the search had finished); the chip-only baseline
+    is a design of the space with FP4 MACs, trained in FP4."""
+    from cosearch import baselines, report
+    sp = hardware.SearchSpace(**dict(SPACE, fp8_macs=(0,), fp4_macs=(0, 4)))
+    m = TINY.with_(seq_len=256)
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, flash_attention=True, precision="fp4", zero=(0,),
+                sequence_parallel=(False,), virtual_stages=(1,))
+    out = baselines.run_baselines(m, sp, cluster.Cluster(4, 2, 5e9, 1e9), 4, tps=(1,), refine=False,
+                                  plan_options=opts)
+    assert out["TPUv4"]["plan"] is None and "no NVFP4 tensor cores" in out["TPUv4"]["reason"]
+    assert out["Spotlight"]["plan"]["spec"]["precision"] == "fp4" and out["Spotlight"]["design"]["fp4_macs"] == 4
+    res = search.cosearch(m, sp, cluster.Cluster(4, 2, 5e9, 1e9), 4, "serial", tps=(1,), plan_options=opts,
+                          refine_top=0)
+    res.baselines = out
+    line = next(x for x in report.table(res).splitlines() if x.startswith("baseline TPUv4"))
+    assert line.startswith("baseline TPUv4: 0 tok/s (fixed TPUv4 chip + plan search")
+    assert "; no plan: precision='fp4': chip TPUv4 has no NVFP4 tensor cores" in line
+
+
 def test_cli_searches_formats_and_shows_them(tmp_path, capsys):
     from cosearch.cli import main
     space = tmp_path / "space.json"
