@@ -134,8 +134,10 @@ def _entry(res: placement.PlacementResult, chip: Accelerator, space: SearchSpace
     return d
 
 
-def _fixed_in_its_formats(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
-                          plan_options) -> placement.PlacementResult:
+def fixed_chip_in_its_formats(model: ModelConfig, chip: Accelerator, cluster: Cluster, global_batch: int,
+                              mem: memory.MemoryConfig | None = None, tps: Sequence[int] | None = None,
+                              microbatches: Sequence[int] | None = None, refine: bool = True,
+                              plan_options: dict[str, Any] | None = None) -> placement.PlacementResult:
     """:func:`fixed_chip`, or no plan with the reason where the chip has none of the number formats
     the co-search trains in (TPUv4 under ``precision="fp4"``): a baseline that cannot run is
     reported, not raised after the co-search has finished."""
@@ -155,12 +157,12 @@ def run_baselines(model: ModelConfig, space: SearchSpace, cluster: Cluster, glob
     Megatron placement on that chip, where PHAZE gives one for the model."""
     out = {}
     tpu = space.with_scenario_hbm(TPUv4)
-    out["TPUv4"] = _entry(_fixed_in_its_formats(model, tpu, cluster, global_batch, mem, tps, microbatches, refine,
+    out["TPUv4"] = _entry(fixed_chip_in_its_formats(model, tpu, cluster, global_batch, mem, tps, microbatches, refine,
                                                 plan_options), tpu, space,
                           "fixed TPUv4 chip + plan search" + (f" (HBM {tpu.hbm_bytes / 2**30:g} GiB, as every design)"
                                                               if tpu.hbm_bytes != TPUv4.hbm_bytes else ""))
     i, chip = spotlight_chip(model, space, placement._priced_values(dict(plan_options or {}), "precision"))
-    out["Spotlight"] = _entry(_fixed_in_its_formats(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
+    out["Spotlight"] = _entry(fixed_chip_in_its_formats(model, chip, cluster, global_batch, mem, tps, microbatches, refine,
                                                     plan_options), chip, space,
                               f"chip-only search (design {i}) + plan search")
     if cosearched is not None and model.name in PHAZE_MEGATRON_PLANS:

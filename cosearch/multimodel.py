@@ -519,7 +519,7 @@ def joint_baselines(models: Sequence[ModelConfig], space: SearchSpace, cluster: 
     (PHAZE's fixed dp/tp/pp for each model on that chip; score 0 with the reason where PHAZE
     gives none or it does not fit)."""
     from ._kernels import formulas as F
-    from .baselines import fixed_chip, fixed_megatron
+    from .baselines import fixed_chip_in_its_formats, fixed_megatron
     from .hardware import TPUv4
     from .plan import unit_costs
     opts = dict(plan_options or {})
@@ -532,21 +532,33 @@ def joint_baselines(models: Sequence[ModelConfig], space: SearchSpace, cluster: 
                 "design": chip.to_dict(), "area_mm2": chip.area_mm2(space.area_power),
                 "power_w": chip.power_w(space.area_power)}
 
-    def searched(chip: Accelerator) -> list:
-        out = []
+    def searched(chip: Accelerator, note: str) -> dict[str, Any]:
+        """The chip's best plan for each model, scored; a model with none names why in the note
+        (a chip without the searched number format has no plan, as in the single-model baselines)."""
+        plans, why = [], []
         for m, b in zip(models, global_batch):
-            r = fixed_chip(m, chip, cluster, b, mem, refine=refine, plan_options=opts)
-            out.append(r.plans[0] if r.plans else None)
-        return out
+            r = fixed_chip_in_its_formats(m, chip, cluster, b, mem, refine=refine, plan_options=opts)
+            plans.append(r.plans[0] if r.plans else None)
+            if not r.plans and r.reason:
+                why.append(f"{m.name}: {r.reason}")
+        return scored(chip, note + (f" (no plan for {'; '.join(why)})" if why else ""), plans)
 
     out = {}
     tpu = space.with_scenario_hbm(TPUv4)
-    out["TPUv4"] = scored(tpu, "fixed TPUv4 chip + plan search", searched(tpu))
-    lat = [unit_costs(m, designs, Cluster(1), (1,), (1,))[:, 0, 0, 0] for m in models]
-    single = np.stack([m.seq_len / (u[:, F.U_LF] + u[:, F.U_LB]) for m, u in zip(models, lat)], axis=-1)
+    out["TPUv4"] = searched(tpu, "fixed TPUv4 chip + plan search")
+    def layer_s(m: ModelConfig) -> np.ndarray:
+        """Each design's single-chip layer latency (fwd + bwd) in the fastest of the searched
+        formats it has units for (inf where it has none)."""
+        lat = np.full(len(designs), np.inf)
+        for p in placement._priced_values(opts, "precision"):
+            u = unit_costs(m, designs, Cluster(1), (1,), (1,), precision=p)[:, 0, 0, 0]
+            lat = np.minimum(lat, u[:, F.U_LF] + u[:, F.U_LB])
+        return lat
+
+    single = np.stack([m.seq_len / layer_s(m) for m in models], axis=-1)
     i = int(np.argmax(combine(single, objective)))
     spot = Accelerator.from_array(designs[i], name=f"spotlight{i}")
-    out["Spotlight"] = scored(spot, f"chip-only search (design {i}) + plan search", searched(spot))
+    out["Spotlight"] = searched(spot, f"chip-only search (design {i}) + plan search")
     if cosearched is not None:
         plans, why = [], []
         for m, b in zip(models, global_batch):

@@ -222,3 +222,19 @@ def test_joint_search_prices_the_plan_options_precision():
             want = placement.search_plans(m, chip, cl, 32, **opts).best
             assert got.plan.spec.precision == "fp8"
             assert got.tokens_per_s == pytest.approx(want.tokens_per_s, rel=1e-9)
+
+
+def test_joint_baselines_in_a_format_tpuv4_lacks():
+    """A joint co-search in FP8 alone: TPUv4 has no FP8 tensor cores, so its baseline scores 0
+    and says why for each model (it raised); the Spotlight chip is chosen by its FP8 layer
+    latency among the designs with FP8 MACs and runs FP8 plans."""
+    ms = [models.preset("gpt3-1.3b"), models.preset("opt-350m")]
+    sp = hardware.SearchSpace(tensor_cores=(2, 4), systolic_dims=((64, 64),), vector_units=(2,), vector_width=(512,),
+                              l1_bytes=(1 * MiB,), l2_bytes=(32 * MiB,), hbm=((16 * GiB, 1.2e12),), fp8_macs=(0, 2))
+    cl = cluster.Cluster(16)
+    opts = dict(search.DEFAULT_PLAN_OPTIONS, precision="fp8")
+    b = multimodel.joint_baselines(ms, sp, cl, [32, 32], "mean", refine=False, plan_options=opts)
+    assert b["TPUv4"]["score"] == 0.0 and b["TPUv4"]["plans"] == [None, None]
+    assert b["TPUv4"]["note"].count("has no FP8 tensor cores") == 2
+    assert b["Spotlight"]["design"]["fp8_macs"] == 2.0
+    assert all(p["spec"]["precision"] == "fp8" for p in b["Spotlight"]["plans"]) and b["Spotlight"]["score"] > 0
