@@ -177,7 +177,7 @@ def test_design_arrays_written_before_the_fields_read_as_bf16():
             r[col] = x
             with pytest.raises(ValueError, match=name):
                 hardware.design_array(r)
-    for kw in (dict(fp8=-1), dict(fp4=-1), dict(fp4=33)):
+    for kw in (dict(fp8=-1), dict(fp4=-1), dict(fp4=33), dict(fp4="4"), dict(fp8="2"), dict(fp4=True)):
         with pytest.raises(ValueError, match="fp4_macs" if "fp4" in kw else "fp8_macs"):
             _design(**kw)
     for name in ("fp8_macs", "fp4_macs"):

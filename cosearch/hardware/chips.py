@@ -120,6 +120,10 @@ class Accelerator:
             raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
                              f"got {self.glb_Bps!r}")
         object.__setattr__(self, "glb_Bps", float(self.glb_Bps))
+        for f in ("fp8_macs", "fp4_macs"):      # numbers only, as the other fields (a string "4" was taken)
+            x = getattr(self, f)
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+                raise ValueError(f"Accelerator.{f} must be a number of MACs per PE per cycle, got {x!r}")
         f8 = nonneg_float("Accelerator.fp8_macs", self.fp8_macs)
         if f8 > MAX_FP8_MACS:
             raise ValueError(f"Accelerator.fp8_macs={self.fp8_macs!r} FP8 MACs per PE per cycle is outside the "
