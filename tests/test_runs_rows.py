@@ -396,8 +396,9 @@ def test_dispatch_script_writes_the_table_from_a_clone(tmp_path):
     for path, text in FILES.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "PATH": "/usr/bin:/bin"}
+    import os
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
     for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "configs"]):
         subprocess.run(["git", "-C", str(repo), *cmd], check=True, env=env, capture_output=True)
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=9", "HEAD"], check=True,
