@@ -108,18 +108,25 @@ def fixed_megatron(model: ModelConfig, chip: Accelerator, cluster: Cluster, glob
     return best, "" if best else why
 
 
-def spotlight_chip(model: ModelConfig, space: SearchSpace, precisions: Sequence[str] = ("bf16",)
-                   ) -> tuple[int, Accelerator]:
-    """The design with the lowest single-chip layer latency (fwd + bwd, tp=1, microbatch 1), each
-    design in the fastest of ``precisions`` it has tensor units for."""
+def single_chip_layer_s(model: ModelConfig, designs: np.ndarray, precisions: Sequence[str] = ("bf16",)
+                        ) -> np.ndarray:
+    """Each design's single-chip layer latency (fwd + bwd, tp=1, microbatch 1) in the fastest of
+    ``precisions`` it has tensor units for (inf where it has none): what the chip-only search ranks."""
     from ._kernels import formulas as F
     from .plan import unit_costs
-    designs = space.arrays()
     lat = np.full(len(designs), np.inf)
     for p in precisions:
         u = unit_costs(model, designs, Cluster(1), (1,), (1,), precision=p)[:, 0, 0, 0]
         lat = np.minimum(lat, u[:, F.U_LF] + u[:, F.U_LB])      # no FP8 unit: an infinite latency
-    i = int(np.argmin(lat))
+    return lat
+
+
+def spotlight_chip(model: ModelConfig, space: SearchSpace, precisions: Sequence[str] = ("bf16",)
+                   ) -> tuple[int, Accelerator]:
+    """The design with the lowest single-chip layer latency (:func:`single_chip_layer_s`), each
+    design in the fastest of ``precisions`` it has tensor units for."""
+    designs = space.arrays()
+    i = int(np.argmin(single_chip_layer_s(model, designs, precisions)))
     return i, Accelerator.from_array(designs[i], name=f"spotlight{i}")
 
 

@@ -46,8 +46,6 @@ _NORMS = ("layernorm", "rmsnorm")
 _POSITIONS = ("learned", "rotary", "none")
 
 
-
-
 def _positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")

@@ -518,10 +518,8 @@ def joint_baselines(models: Sequence[ModelConfig], space: SearchSpace, cluster: 
     microbatch 1 — the chip-only search) and, with ``cosearched``, ``"Megatron-fixed"``
     (PHAZE's fixed dp/tp/pp for each model on that chip; score 0 with the reason where PHAZE
     gives none or it does not fit)."""
-    from ._kernels import formulas as F
-    from .baselines import fixed_chip_in_its_formats, fixed_megatron
+    from .baselines import fixed_chip_in_its_formats, fixed_megatron, single_chip_layer_s
     from .hardware import TPUv4
-    from .plan import unit_costs
     opts = dict(plan_options or {})
     designs = space.arrays()
 
@@ -546,16 +544,8 @@ def joint_baselines(models: Sequence[ModelConfig], space: SearchSpace, cluster: 
     out = {}
     tpu = space.with_scenario_hbm(TPUv4)
     out["TPUv4"] = searched(tpu, "fixed TPUv4 chip + plan search")
-    def layer_s(m: ModelConfig) -> np.ndarray:
-        """Each design's single-chip layer latency (fwd + bwd) in the fastest of the searched
-        formats it has units for (inf where it has none)."""
-        lat = np.full(len(designs), np.inf)
-        for p in placement._priced_values(opts, "precision"):
-            u = unit_costs(m, designs, Cluster(1), (1,), (1,), precision=p)[:, 0, 0, 0]
-            lat = np.minimum(lat, u[:, F.U_LF] + u[:, F.U_LB])
-        return lat
-
-    single = np.stack([m.seq_len / layer_s(m) for m in models], axis=-1)
+    precs = placement._priced_values(opts, "precision")
+    single = np.stack([m.seq_len / single_chip_layer_s(m, designs, precs) for m in models], axis=-1)
     i = int(np.argmax(combine(single, objective)))
     spot = Accelerator.from_array(designs[i], name=f"spotlight{i}")
     out["Spotlight"] = searched(spot, f"chip-only search (design {i}) + plan search")

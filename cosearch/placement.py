@@ -672,8 +672,9 @@ def _priced_values(opts: dict, name: str) -> tuple:
 #: whose tensor unit has FP8 MACs (``SearchSpace.fp8_macs``), FP4 (NVFP4) on those with FP4 MACs
 #: (``SearchSpace.fp4_macs``).
 COSEARCH_PRECISIONS = ("bf16", "fp8", "fp4")
-#: The design field that lets a design multiply in each low precision, and the CLI flag that lists it.
-FORMAT_MAC_FIELDS = {"fp8": ("fp8_macs", "--fp8-macs"), "fp4": ("fp4_macs", "--fp4-macs")}
+#: The design field that lets a design multiply in each low precision, the CLI flag that lists it,
+#: and the MACs per PE a refusal suggests (the dense FP8 / FP4 over BF16 peak ratio of B200).
+FORMAT_MAC_FIELDS = {"fp8": ("fp8_macs", "--fp8-macs", 2), "fp4": ("fp4_macs", "--fp4-macs", 4)}
 
 
 def missing_format(chip: Accelerator, precision: str) -> str:
@@ -715,11 +716,11 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
         raise ValueError(f"the co-search prices designs in {', '.join(COSEARCH_PRECISIONS)}; it cannot search "
                          f"precision={bad}")
     for prec, macs in (("fp8", fp8_macs), ("fp4", fp4_macs)):
-        field_name, flag = FORMAT_MAC_FIELDS[prec]
+        field_name, flag, example = FORMAT_MAC_FIELDS[prec]
         if prec in precs and macs is not None and not any(x > 0 for x in macs):
             raise ValueError(f"precision={prec!r}: no design of the search space has {prec.upper()} tensor units; "
-                             f"give the space SearchSpace({field_name}=(0, {2 if prec == 'fp8' else 4})) "
-                             f"({prec.upper()} MACs per PE; `cosearch search {flag} 0,{2 if prec == 'fp8' else 4}`) "
+                             f"give the space SearchSpace({field_name}=(0, {example})) "
+                             f"({prec.upper()} MACs per PE; `cosearch search {flag} 0,{example}`) "
                              "or search bf16 only")
     for name in ("context_parallel", "precision", "expert_parallel", "expert_tensor_parallel"):
         vals = _priced_values(opts, name)

@@ -257,7 +257,7 @@ def _prepare(model: ModelConfig, space: SearchSpace, cluster: Cluster, global_ba
         raise ValueError(f"microbatch sizes {bad} do not divide global_batch={global_batch}")
     opts = dict(DEFAULT_PLAN_OPTIONS if plan_options is None else plan_options)
     macs = {}
-    for prec, (field_name, _flag) in placement.FORMAT_MAC_FIELDS.items():
+    for prec, (field_name, *_cli) in placement.FORMAT_MAC_FIELDS.items():
         macs[field_name] = designs[:, DESIGN_FIELDS.index(field_name)]
         if prec in placement._priced_values(opts, "precision") and any(x > 0 for x in getattr(space, field_name)) \
                 and not np.any(macs[field_name] > 0):

@@ -67,8 +67,7 @@ from .efficiency import (
     FP4_RATE_BLACKWELL,
     FP8_RATE_H100_500W,
     IDEAL,
-    MAX_FP4_MACS,
-    MAX_FP8_MACS,
+    MAX_FORMAT_MACS,
     OPTIONAL_DESIGN_FIELDS,
     SUSTAINED_CLOCK_H100_500W,
     GiB,
@@ -120,20 +119,15 @@ class Accelerator:
             raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
                              f"got {self.glb_Bps!r}")
         object.__setattr__(self, "glb_Bps", float(self.glb_Bps))
-        for f in ("fp8_macs", "fp4_macs"):      # numbers only, as the other fields (a string "4" was taken)
+        for f, most in MAX_FORMAT_MACS.items():      # numbers only, as the other fields (a string "4" was taken)
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
                 raise ValueError(f"Accelerator.{f} must be a number of MACs per PE per cycle, got {x!r}")
-        f8 = nonneg_float("Accelerator.fp8_macs", self.fp8_macs)
-        if f8 > MAX_FP8_MACS:
-            raise ValueError(f"Accelerator.fp8_macs={self.fp8_macs!r} FP8 MACs per PE per cycle is outside the "
-                             f"plausible range 0 (a bf16-only tensor unit) to {MAX_FP8_MACS:g}")
-        object.__setattr__(self, "fp8_macs", f8)
-        f4 = nonneg_float("Accelerator.fp4_macs", self.fp4_macs)
-        if f4 > MAX_FP4_MACS:
-            raise ValueError(f"Accelerator.fp4_macs={self.fp4_macs!r} FP4 MACs per PE per cycle is outside the "
-                             f"plausible range 0 (no FP4 tensor unit) to {MAX_FP4_MACS:g}")
-        object.__setattr__(self, "fp4_macs", f4)
+            macs = nonneg_float(f"Accelerator.{f}", x)
+            if macs > most:
+                raise ValueError(f"Accelerator.{f}={x!r} {f[:3].upper()} MACs per PE per cycle is outside the "
+                                 f"plausible range 0 (none in that format) to {most:g}")
+            object.__setattr__(self, f, macs)
         if isinstance(self.host_link_Bps, bool) or not isinstance(self.host_link_Bps, (int, float, np.floating)):
             raise ValueError(f"Accelerator.host_link_Bps must be a positive number, got {self.host_link_Bps!r}")
         bandwidth("Accelerator.host_link_Bps", self.host_link_Bps)
@@ -405,7 +399,7 @@ def design_array(designs: Sequence[Accelerator] | np.ndarray) -> np.ndarray:
             bad = np.argwhere(~np.isfinite(arr) | np.hstack([body <= 0, tail < 0]))[0]
             what = "negative" if bad[1] >= n else "non-positive"
             raise ValueError(f"design {bad[0]} has {what} {DESIGN_FIELDS[bad[1]]}={arr[tuple(bad)]}")
-        for name, most in (("fp8_macs", MAX_FP8_MACS), ("fp4_macs", MAX_FP4_MACS)):
+        for name, most in MAX_FORMAT_MACS.items():
             col = arr[:, DESIGN_FIELDS.index(name)]
             if np.any(col > most):
                 i = int(np.argmax(col > most))

@@ -31,6 +31,8 @@ MAX_FP8_MACS = 16.0
 #: Most FP4 multiply-adds a PE may do per cycle (``fp4_macs``): B200's dense FP4 peak is four
 #: times its BF16 one (9 vs 2.25 PFLOP/s on its datasheet); wider values are for what-if studies.
 MAX_FP4_MACS = 32.0
+#: The design fields that give a tensor unit's low-precision MACs per PE, with each one's ceiling.
+MAX_FORMAT_MACS = {"fp8_macs": MAX_FP8_MACS, "fp4_macs": MAX_FP4_MACS}
 #: The highest attention clock a KernelEfficiency takes, as a fraction of the datasheet clock: boost
 #: clocks run above the datasheet's (H100: 1980 of 1830 MHz), never twice it.
 MAX_ATTENTION_CLOCK = 2.0

@@ -13,7 +13,7 @@ import numpy as np
 
 from .area import AreaPowerModel, PhazeAreaModel, phaze_glb_words, phaze_l1_bytes
 from .chips import PHAZE_CLOCK_HZ, PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, TPUv4, phaze_reference
-from .efficiency import MAX_FP4_MACS, MAX_FP8_MACS, GiB, MiB
+from .efficiency import MAX_FORMAT_MACS, GiB, MiB
 
 #: Most distinct values one SearchSpace field may list, and most designs its grid may hold
 #: before the budget filter (PHAZE's space: 75,712): larger inputs are refused before anything is
@@ -163,7 +163,7 @@ class SearchSpace:
                         or not (float(v) > 0) or not np.isfinite(float(v)):
                     raise ValueError(f"SearchSpace.{f} values must be positive numbers, got {v!r}")
             object.__setattr__(self, f, _distinct(f, vals))
-        for f, most in (("fp8_macs", MAX_FP8_MACS), ("fp4_macs", MAX_FP4_MACS)):
+        for f, most in MAX_FORMAT_MACS.items():
             vals = _as_tuple(f, getattr(self, f))
             for x in vals:
                 if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
