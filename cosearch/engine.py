@@ -48,11 +48,16 @@ same.
   Engine userbuffers; needs sequence parallelism in practice): only the part of a layer's TP
   communication that exceeds its compute is exposed.  On in the ``megatron-core-tp-overlap``
   and ``maxtext`` presets.  ``tp_overlap_kernel``: ``"whole-layer"`` (each layer's collectives
-  hide behind all of its compute: XLA's async collective fusion in MaxText) or ``"userbuffers"``
+  hide behind all of its compute: an upper bound on what any overlap hides), ``"userbuffers"``
   (Transformer Engine's overlap, as Megatron-Core runs it: each collective beside its own GEMM,
   ring-exchanged over the copy engines in ``tp`` chunks or pipelined in 4 chunks on 16 SMs that
   the GEMM gives up, :func:`cosearch._kernels.formulas.userbuffers_exposed_s`; it needs sequence
-  parallelism, as Megatron-Core asserts, and hides nothing without it).
+  parallelism, as Megatron-Core asserts, and hides nothing without it) or ``"async"``
+  (asynchronous collectives with no collective matmul: a collective runs beside compute that does
+  not depend on it, and inside a layer only the backward has such compute, the weight-gradient
+  GEMMs, which nothing else in the layer reads.  So the forward's collectives, which every next op
+  waits for, are exposed whole, and the backward's hide behind the layer's weight-gradient GEMMs:
+  ``TP_f + max(0, TP_b - W_b)`` a layer.  XLA's async collectives as MaxText's recipes run them).
 * ``attention_kernel`` — which fused attention kernels the framework runs: ``"best"`` (the
   chip's own: Transformer Engine's cuDNN / FlashAttention-3 on Hopper in Megatron-Core) or
   ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan),
@@ -178,13 +183,19 @@ Presets and the software they describe:
   attention (``"fa1-triton"``), Transformer Engine's FP8 casts, and eager elementwise ops: its
   benchmark runs set ``low_precision_layernorm`` (``F.layer_norm`` on bf16) and no
   ``torch.compile`` (``scripts/train/benchmarking/submit_benchmarks.py``, image PyTorch 1.13.1).
-* ``maxtext``: MaxText on JAX/XLA: FSDP over ``ici_fsdp_parallelism`` with XLA's collective
-  matmul/prefetch overlapping one layer ahead (the same per-layer rule), gradients reduced in
+* ``maxtext``: MaxText on JAX/XLA: FSDP over ``ici_fsdp_parallelism`` with XLA's asynchronous
+  all-gathers prefetching one layer ahead (the same per-layer rule), gradients reduced in
   the parameter dtype; no pipeline scatter/gather; tensor-parallel collectives overlapped with
-  the matmuls (``overlap_tp_comm``: MaxText's v5e and v5p recipe scripts,
-  ``MaxText/configs/v5e/128b.sh`` and ``v5p/128b.sh``, run XLA with
+  independent compute (``overlap_tp_comm`` with ``tp_overlap_kernel="async"``): MaxText's v5e
+  and v5p recipe scripts (``MaxText/configs/v5e/128b.sh``, ``v5p/128b.sh``) run XLA with
   ``--xla_tpu_enable_async_collective_fusion=true`` (with its all-gather and multiple-steps
-  variants) and ``--xla_tpu_overlap_compute_collective_tc=true``).
+  variants), ``--xla_tpu_overlap_compute_collective_tc=true`` and ``--xla_enable_async_all_gather``:
+  the bundle MaxText's ``benchmarks/xla_flags_library.py`` names ``CF_FOR_ALL_GATHER``, CF for
+  Continuation Fusion ("Enabled by default but lets make sure"), apart from its CM, Collective
+  Matmul.  None of them decomposes an einsum around its all-gather or reduce-scatter (XLA's
+  windowed einsum, ``--xla_tpu_decompose_all_gather_einsum`` /
+  ``--xla_tpu_decompose_einsum_reduce_scatter``, which MaxText's scripts leave commented out), so
+  a collective overlaps only compute that does not wait for it.
 """
 
 from __future__ import annotations
@@ -267,7 +278,7 @@ class Engine:
 
 
 #: How ``overlap_tp_comm`` hides tensor-parallel collectives (``Engine.tp_overlap_kernel``).
-TP_OVERLAP_KERNELS = ("whole-layer", "userbuffers")
+TP_OVERLAP_KERNELS = ("whole-layer", "userbuffers", "async")
 
 #: Megatron-Core's MoE token dispatchers cosearch prices (``Engine.moe_dispatcher``).
 MOE_DISPATCHERS = ("alltoall", "flex")
@@ -372,8 +383,8 @@ def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton") -> 
 
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, sp_even_split=False,
-                 cross_entropy="fused",
-                 overlap_tp_comm=True, software="MaxText on JAX/XLA (2023-24)")
+                 cross_entropy="fused", overlap_tp_comm=True, tp_overlap_kernel="async",
+                 software="MaxText on JAX/XLA (2023-24)")
 
 #: MaxText with ``remat_policy: minimal`` (its decoder's
 #: ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``): a plan's ``"selective"``

@@ -506,6 +506,15 @@ def _ep_overlap_save(parts: np.ndarray, tp_rest_f: float, tp_rest_b: float, sm_s
     return max(0.0, float(p.sum()) - pair)
 
 
+def _async_tp_extra(tp_s: np.ndarray, hidden_by_s: np.ndarray, compute_s: np.ndarray) -> np.ndarray:
+    """What asynchronous collectives without a collective matmul (``Engine.tp_overlap_kernel``
+    ``"async"``) expose beyond the whole-layer rule of :func:`cosearch._kernels.formulas.layer_tp_seconds`
+    (``max(0, TP - compute)``): the collectives ``tp_s`` hide only behind ``hidden_by_s`` of
+    independent compute (the backward's weight-gradient GEMMs; none in the forward), so they
+    show ``max(0, TP - hidden)``, at least what the whole-layer rule shows."""
+    return np.maximum(tp_s - hidden_by_s, 0.0) - np.maximum(tp_s - compute_s, 0.0)
+
+
 def _userbuffers_exposed(g: graph.LayerGraph, op_s: np.ndarray, coll_s, tp: int, sms: float, phase: str) -> float:
     """Seconds a layer graph's collectives expose under Transformer Engine's userbuffers overlap
     (:func:`cosearch._kernels.formulas.userbuffers_exposed_s`): an all-gather rides on the next
@@ -722,8 +731,16 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 # Transformer Engine's TP overlap exposes more than the whole-layer rule of
                 # formulas.stage_terms: each collective beside its own GEMM (no SP: none hidden);
                 # the lower-bound time models keep the whole-layer rule, which exposes less
-                userbuffers = (eng.overlap_tp_comm and eng.tp_overlap_kernel == "userbuffers" and t > 1
-                               and time_model not in ("bound", "work-bound") and priced is not None)
+                # so do asynchronous collectives without a collective matmul ("async"): the forward's
+                # whole, the backward's beyond the layer's weight-gradient GEMMs
+                op_rule = eng.overlap_tp_comm and time_model not in ("bound", "work-bound") and priced is not None
+                userbuffers = op_rule and eng.tp_overlap_kernel == "userbuffers" and t > 1
+                if op_rule and eng.tp_overlap_kernel == "async":
+                    wgrad = [k for k, op in enumerate(gs["layer", "bwd"].ops) if op.name.endswith(".wgrad")]
+                    w_b = lb_ops[:, :, wgrad].sum(axis=2)         # (designs, sizes)
+                    tp_f, tp_b = u[:, :, F.U_LTPF], u[:, :, F.U_LTPB]
+                    u[:, :, F.U_TPXF] = _async_tp_extra(tp_f, tp_f * 0.0, u[:, :, F.U_LF])
+                    u[:, :, F.U_TPXB] = _async_tp_extra(tp_b, w_b, u[:, :, F.U_LB])
                 if userbuffers or overlap:
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
                     slots = eff.tile_slots if single else 0

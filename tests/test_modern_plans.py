@@ -682,8 +682,9 @@ def test_tp_comm_overlap_hand_worked():
     a = evaluate(m, "H100", cl, spec, 8, engine="megatron-core")
     b = evaluate(m, "H100", cl, spec, 8, engine="megatron-core-tp-overlap")
     assert b.breakdown["tp_comm_s"] < a.breakdown["tp_comm_s"] and b.step_time_s < a.step_time_s
-    # MaxText's recipes run XLA's async collective fusion: its TP collectives hide behind the matmuls
-    # as well; with the overlap off (otherwise the same engine) the exposed TP time comes back
+    # MaxText's recipes run XLA's asynchronous collectives (no collective matmul): the backward's
+    # TP collectives hide behind its weight-gradient GEMMs, the forward's (half of them) do not;
+    # with the overlap off (otherwise the same engine) every collective second comes back
     from dataclasses import replace
 
     from cosearch.engine import MAXTEXT
@@ -693,7 +694,8 @@ def test_tp_comm_overlap_hand_worked():
     on = evaluate(m, "TPUv5e", cluster.preset("tpuv5e-pod", 256), spec, 256, engine=MAXTEXT)
     off = evaluate(m, "TPUv5e", cluster.preset("tpuv5e-pod", 256), spec, 256,
                    engine=replace(MAXTEXT, name="maxtext-no-tp-overlap", overlap_tp_comm=False))
-    assert off.breakdown["tp_comm_s"] > 10 * on.breakdown["tp_comm_s"] and on.step_time_s < off.step_time_s
+    assert 0.45 * off.breakdown["tp_comm_s"] < on.breakdown["tp_comm_s"] < 0.55 * off.breakdown["tp_comm_s"]
+    assert on.step_time_s < off.step_time_s
 
 
 def test_overlapped_tp_shortens_the_windows_other_traffic_hides_behind_hand_worked():

@@ -249,9 +249,46 @@ def test_userbuffers_pairs_each_collective_with_its_gemm():
                 exposed += F.userbuffers_exposed_s(F.UB_PIPELINE if ph == "fwd" else F.UB_BULK, t[j], c, 4.0, 132.0)
         assert u[fx] == pytest.approx(max(0.0, exposed - max(0.0, u[fc] - u[ft])), rel=1e-9)
         assert u[fx] > 0.0
-    # the whole-layer engine (MaxText's rule) adds nothing
-    u2 = unit_costs(m, hardware.H100, cl, (4,), (1,), (True,), True, engine="maxtext")[0, 0, 0, 0]
+    # the whole-layer rule adds nothing
+    from dataclasses import replace
+    whole = replace(e, name="whole-layer", tp_overlap_kernel="whole-layer")
+    u2 = unit_costs(m, hardware.H100, cl, (4,), (1,), (True,), True, engine=whole)[0, 0, 0, 0]
     assert u2[F.U_TPXF] == 0.0 and u2[F.U_TPXB] == 0.0
+
+
+def test_async_collectives_hide_only_behind_independent_compute():
+    """MaxText's asynchronous collectives (no collective matmul), a tp 4 SP layer on TPU v5p:
+    the forward's collectives, which every next op waits for, are all exposed; the backward's
+    hide behind the layer's weight-gradient GEMMs only.  Worked from the graphs: each collective
+    priced alone, each weight-gradient GEMM priced alone; then one stage of 4 layers and 2
+    microbatches charges 8 x (TP_f + max(0, TP_b - W_b)) as its layers' TP time (the embedding's
+    and the head's collectives besides, each microbatch, as every engine charges them)."""
+    from cosearch import graph, plan
+    from cosearch.cost import price
+    from cosearch.engine import MAXTEXT
+    assert MAXTEXT.tp_overlap_kernel == "async"
+    m = ModelConfig("tiny-tp", 4, 2048, 16, 8192, 32000, 2048, kv_heads=4, activation="swiglu", norm="rmsnorm",
+                    position="rotary", bias=False)
+    chip = hardware.preset("tpuv5p")
+    cl = cluster.preset("tpuv5p-pod", 4)
+    net = cl.net_array(chip)
+    u = unit_costs(m, chip, cl, (4,), (1,), (True,), True, engine=MAXTEXT)[0, 0, 0, 0]
+    exposed = {}
+    for ph in ("fwd", "bwd"):
+        g = graph.build(m, 4, 1, ph, sequence_parallel=True, flash_attention=True)
+        t = price(g.arrays(), chip.as_array()[None], efficiency=chip.efficiency)[0]
+        tp = sum(plan._collective_s(op.kind, op.bytes_read, 4, net) for op in g.ops if op.kind in graph.NETWORK_KINDS)
+        assert tp == pytest.approx(u[F.U_LTPF if ph == "fwd" else F.U_LTPB], rel=1e-12) and tp > 0
+        wgrad = sum(x for op, x in zip(g.ops, t) if op.name.endswith(".wgrad"))
+        assert (wgrad > 0) == (ph == "bwd")
+        exposed[ph] = max(0.0, tp - wgrad)
+    assert exposed["fwd"] == u[F.U_LTPF]
+    lf, lb = F.layer_tp_seconds(u, np.array([1.0 if i == F.H_TP_OVERLAP else 0.0 for i in range(F.NH)]))
+    assert lf == pytest.approx(exposed["fwd"], rel=1e-12) and lb == pytest.approx(exposed["bwd"], rel=1e-12)
+    assert exposed["bwd"] < u[F.U_LTPB]          # the weight gradients do hide some
+    p = evaluate(m, chip, cl, PlanSpec(1, 4, 1, 1, sequence_parallel=True, flash_attention=True), 2, engine=MAXTEXT)
+    ends = u[F.U_ETPF] + u[F.U_ETPB] + u[F.U_HTPF] + u[F.U_HTPB]
+    assert p.breakdown["tp_comm_s"] == pytest.approx(8 * (exposed["fwd"] + exposed["bwd"]) + 2 * ends, rel=1e-9)
 
 
 def test_overlap_terms_under_each_time_model():
