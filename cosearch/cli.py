@@ -987,7 +987,9 @@ def _dispatch(a) -> int:
             print(f"  {name:<12} chip {chip}")
         print("engines (--engine NAME):")
         for e in ENGINES.values():
-            on = [n for n, f in (("TP communication overlapped", e.overlap_tp_comm),
+            on = [n for n, f in ((f"TP communication overlapped ({e.tp_overlap_kernel})", e.overlap_tp_comm),
+                                 ("TP data-gradient collectives beside the weight-gradient GEMMs",
+                                  e.tp_overlap_rule == "dgrad-wgrad"),
                                  ("FP8 weights only", e.fp8_param_gather),
                                  ("gradients all-reduced in full under ZeRO 1/2", e.full_grad_allreduce)) if f]
             print(f"  {e.name:<26} {e.software} [attention kernels: {e.attention_kernel}; FP8 casts: "

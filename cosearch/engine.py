@@ -58,6 +58,17 @@ same.
   GEMMs, which nothing else in the layer reads.  So the forward's collectives, which every next op
   waits for, are exposed whole, and the backward's hide behind the layer's weight-gradient GEMMs:
   ``TP_f + max(0, TP_b - W_b)`` a layer.  XLA's async collectives as MaxText's recipes run them).
+* ``async_dgrad_comm`` — without ``overlap_tp_comm``, a column-parallel linear's backward issues
+  its data gradient's reduce-scatter (sequence parallel) or all-reduce asynchronously and computes
+  its weight gradient beside it: Megatron's ``LinearWithGradAccumulationAndAsyncCommunication``
+  (``megatron/core/tensor_parallel/layers.py``, relying on ``CUDA_DEVICE_MAX_CONNECTIONS=1`` to
+  queue the collective before the weight-gradient GEMM) and Transformer Engine's ``Linear``,
+  ``LayerNormLinear`` and ``LayerNormMLP`` ("Overlap dgrad-RS/AR with wgrad").  That collective
+  then exposes only what exceeds its layer's weight-gradient GEMM (while it runs, NCCL's CTAs
+  slow the GEMM: :func:`cosearch._kernels.formulas.overlapped_exposed_s`); every other TP
+  collective, forward or backward, is waited for.  On in ``megatron-lm``, ``megatron-core``
+  (and ``any``); off in ``megatron-lm-2021`` (the SC21 code predates it) and
+  ``megatron-deepspeed`` (BLOOM's fork reduces the data gradient synchronously).
 * ``attention_kernel`` — which fused attention kernels the framework runs: ``"best"`` (the
   chip's own: Transformer Engine's cuDNN / FlashAttention-3 on Hopper in Megatron-Core) or
   ``"fa2"`` (FlashAttention-2-generation kernels: PyTorch SDPA's flash backend in torchtitan),
@@ -237,6 +248,7 @@ class Engine:
     moe_comm_sms: int = 0
     tp_overlap_kernel: str = "whole-layer"
     overlap_p2p_comm: bool = False
+    async_dgrad_comm: bool = False
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -258,7 +270,8 @@ class Engine:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
                   "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
-                  "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm", "sp_even_split"):
+                  "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm", "sp_even_split",
+                  "async_dgrad_comm"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         n = self.moe_comm_sms
@@ -275,6 +288,16 @@ class Engine:
                 continue
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x < 1e3):
                 raise ValueError(f"Engine.{f} must be a number of bytes in [0, 1000), got {x!r}")
+
+
+    @property
+    def tp_overlap_rule(self) -> str | None:
+        """How a layer's tensor-parallel collectives overlap its compute: ``tp_overlap_kernel`` where
+        ``overlap_tp_comm``, else ``"dgrad-wgrad"`` where ``async_dgrad_comm``, else None (every
+        collective second on the compute stream)."""
+        if self.overlap_tp_comm:
+            return self.tp_overlap_kernel
+        return "dgrad-wgrad" if self.async_dgrad_comm else None
 
 
 #: How ``overlap_tp_comm`` hides tensor-parallel collectives (``Engine.tp_overlap_kernel``).
@@ -316,7 +339,8 @@ def moe_comm_sms(engine: Engine, multi_node: bool) -> int:
 #: so the Megatron-LM engines run ZeRO 0 and 1.
 MEGATRON_ZERO = (0, 1)
 
-MEGATRON_LM = Engine(software="Megatron-LM 2023 (bucketed, overlapped DP reduction)", zero_stages=MEGATRON_ZERO)
+MEGATRON_LM = Engine(software="Megatron-LM 2023 (bucketed, overlapped DP reduction)", zero_stages=MEGATRON_ZERO,
+                     async_dgrad_comm=True)
 
 #: Megatron-LM of 2021-22: the data-parallel all-reduce after the backward, not overlapped.
 MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False, zero_stages=MEGATRON_ZERO,
@@ -329,7 +353,7 @@ MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False, zero_st
 MEGATRON_CORE_ZERO = (0, 1, 3)
 
 MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True, zero_stages=MEGATRON_CORE_ZERO,
-                       software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
+                       async_dgrad_comm=True, software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
 #: framework): partitioned pipeline sends issued one at a time and blocking, gradients
@@ -394,6 +418,7 @@ MAXTEXT_MINIMAL_REMAT = replace(MAXTEXT, name="maxtext-minimal-remat", selective
 
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
+                                  async_dgrad_comm=True,
                                   tp_overlap_kernel="userbuffers",
                                   zero_stages=MEGATRON_CORE_ZERO,
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")

@@ -515,6 +515,26 @@ def _async_tp_extra(tp_s: np.ndarray, hidden_by_s: np.ndarray, compute_s: np.nda
     return np.maximum(tp_s - hidden_by_s, 0.0) - np.maximum(tp_s - compute_s, 0.0)
 
 
+def _dgrad_beside_wgrad_exposed(g: graph.LayerGraph, op_s: np.ndarray, coll_s, share: float) -> float:
+    """Seconds a backward layer graph's collectives expose under asynchronous data-gradient
+    communication (``Engine.async_dgrad_comm``): a reduce-scatter or all-reduce that follows a
+    weight-gradient GEMM (a column-parallel linear's data gradient, which Megatron and Transformer
+    Engine reduce beside that GEMM) shows what :func:`cosearch._kernels.formulas.overlapped_exposed_s`
+    leaves of it beside the GEMM (its kernels holding ``share`` of the SMs); every other collective
+    shows whole.  ``op_s``: the ops' seconds (collectives 0); ``coll_s(op)``: a collective's."""
+    out = 0.0
+    for i, op in enumerate(g.ops):
+        if op.kind not in graph.NETWORK_KINDS:
+            continue
+        c = coll_s(op)
+        prev = g.ops[i - 1] if i > 0 else None
+        if op.kind in ("reducescatter", "allreduce") and prev is not None and prev.name.endswith(".wgrad"):
+            out += F.overlapped_exposed_s(c, float(op_s[i - 1]), share)
+        else:
+            out += c
+    return out
+
+
 def _userbuffers_exposed(g: graph.LayerGraph, op_s: np.ndarray, coll_s, tp: int, sms: float, phase: str) -> float:
     """Seconds a layer graph's collectives expose under Transformer Engine's userbuffers overlap
     (:func:`cosearch._kernels.formulas.userbuffers_exposed_s`): an all-gather rides on the next
@@ -732,16 +752,20 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 # formulas.stage_terms: each collective beside its own GEMM (no SP: none hidden);
                 # the lower-bound time models keep the whole-layer rule, which exposes less
                 # so do asynchronous collectives without a collective matmul ("async"): the forward's
-                # whole, the backward's beyond the layer's weight-gradient GEMMs
-                op_rule = eng.overlap_tp_comm and time_model not in ("bound", "work-bound") and priced is not None
-                userbuffers = op_rule and eng.tp_overlap_kernel == "userbuffers" and t > 1
-                if op_rule and eng.tp_overlap_kernel == "async":
+                # whole, the backward's beyond the layer's weight-gradient GEMMs; and Megatron's
+                # asynchronous data-gradient collectives ("dgrad-wgrad"): each beside its own
+                # layer's weight-gradient GEMM, every other collective whole
+                rule = eng.tp_overlap_rule if time_model not in ("bound", "work-bound") and priced is not None \
+                    else None
+                userbuffers = rule == "userbuffers" and t > 1
+                dgrad_wgrad = rule == "dgrad-wgrad"
+                if rule == "async":
                     wgrad = [k for k, op in enumerate(gs["layer", "bwd"].ops) if op.name.endswith(".wgrad")]
                     w_b = lb_ops[:, :, wgrad].sum(axis=2)         # (designs, sizes)
                     tp_f, tp_b = u[:, :, F.U_LTPF], u[:, :, F.U_LTPB]
                     u[:, :, F.U_TPXF] = _async_tp_extra(tp_f, tp_f * 0.0, u[:, :, F.U_LF])
                     u[:, :, F.U_TPXB] = _async_tp_extra(tp_b, w_b, u[:, :, F.U_LB])
-                if userbuffers or overlap:
+                if userbuffers or dgrad_wgrad or overlap:
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
                     slots = eff.tile_slots if single else 0
                     for i in range(len(d)):
@@ -757,6 +781,16 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
 
                             def coll(op, net=net, scale=scale, t=t, stride=ep_stride):
                                 return _collective_s(op.kind, op.bytes_read * scale, t, net, ep, stride, route)
+                            if dgrad_wgrad:
+                                # the forward's collectives whole; the backward's data-gradient ones
+                                # beside their weight-gradient GEMMs, except where the EP all-to-all
+                                # overlap's paired schedule already runs the layer's other
+                                # collectives on the compute stream (_ep_overlap_save)
+                                share_tp = min(1.0, NCCL_COLLECTIVE_CTAS / slots) if slots else 0.0
+                                u[i, j, F.U_TPXF] = _async_tp_extra(u[i, j, F.U_LTPF], 0.0, u[i, j, F.U_LF])
+                                shown = u[i, j, F.U_LTPB] if overlap else \
+                                    _dgrad_beside_wgrad_exposed(bg, lb_ops[i, j], coll, share_tp)
+                                u[i, j, F.U_TPXB] = max(0.0, shown - max(0.0, u[i, j, F.U_LTPB] - u[i, j, F.U_LB]))
                             if userbuffers:
                                 for f_x, f_c, f_t, g_, ops_s, ph in ((F.U_TPXF, F.U_LTPF, F.U_LF, fg, lf_ops, "fwd"),
                                                                      (F.U_TPXB, F.U_LTPB, F.U_LB, bg, lb_ops, "bwd")):
@@ -816,7 +850,7 @@ def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:
     subtracts it, which keeps every spread bound a lower bound under such engines."""
     u = units
     save = np.zeros(u.shape[:-1])
-    if engine_preset(engine).overlap_tp_comm:
+    if engine_preset(engine).tp_overlap_rule:
         hw = np.zeros(F.NH)
         hw[F.H_TP_OVERLAP] = 1.0
         rows = np.moveaxis(u, -1, 0)
@@ -869,7 +903,7 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      1.0 if e.blocking_p2p else 0.0, 1.0 if e.zero3_per_layer else 0.0,
                      1.0 if e.overlap_param_gather else 0.0,
                      w8, float(offload_layers), float(host_Bps),
-                     1.0 if e.overlap_tp_comm else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
+                     1.0 if e.tp_overlap_rule else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
                      1.0 if e.overlap_p2p_comm else 0.0, share],
                     dtype=np.float64)
 

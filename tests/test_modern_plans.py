@@ -741,7 +741,12 @@ def test_work_bound_under_tp_overlap_hand_worked():
     from cosearch.plan import _tp_overlap_save
     u = np.zeros((1, F.NU))
     u[0, F.U_LF], u[0, F.U_LB], u[0, F.U_LTPF], u[0, F.U_LTPB] = 0.002, 0.004, 0.003, 0.003
-    assert _tp_overlap_save(u.copy(), "megatron-core")[0, F.U_TPOS] == 0.0
+    assert _tp_overlap_save(u.copy(), "megatron-lm-2021")[0, F.U_TPOS] == 0.0     # no overlap at all
+    # an engine whose rule is finer than the whole layer's (Megatron's asynchronous data-gradient
+    # collectives) saves the whole-layer amount less what its extra terms expose
+    v = u.copy()
+    v[0, F.U_TPXF], v[0, F.U_TPXB] = 0.002, 0.001
+    assert _tp_overlap_save(v, "megatron-core")[0, F.U_TPOS] == pytest.approx(0.005 - 0.003)
     u = _tp_overlap_save(u, "megatron-core-tp-overlap")
     assert u[0, F.U_TPOS] == pytest.approx(0.002 + 0.003)
     assert F.unit_work(u[0], 5) == pytest.approx(5 * 0.007)

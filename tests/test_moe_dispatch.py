@@ -256,6 +256,49 @@ def test_userbuffers_pairs_each_collective_with_its_gemm():
     assert u2[F.U_TPXF] == 0.0 and u2[F.U_TPXB] == 0.0
 
 
+def test_megatron_data_gradient_collectives_ride_beside_their_weight_gradients():
+    """Megatron-Core without --tp-comm-overlap (Transformer Engine's "Overlap dgrad-RS/AR with
+    wgrad"), llama3-8b at tp 4 on H100, worked by hand from the graphs: the forward's collectives
+    are all exposed; in the backward the data gradient of QKV and of FC1 (reduce-scatter under
+    sequence parallelism, all-reduce without) runs beside that layer's weight-gradient GEMM, which
+    NCCL's 24 CTAs slow by 24/132 meanwhile, so it shows max(c - w, 24/132 c); the gathers of the
+    output projection's and FC2's gradients show whole.  Megatron-LM 2021 (no such overlap) shows
+    every collective second."""
+    from cosearch import graph, plan
+    from cosearch.cost import price
+    m = models_preset("llama3-8b")
+    cl = cluster.preset("dgx-h100", 1)
+    net = cl.net_array(hardware.H100)
+    eff = hardware.H100.efficiency
+    on = np.zeros(F.NH)
+    on[F.H_TP_OVERLAP] = 1.0
+    share = 24.0 / 132.0
+    riding = {True: {"allgather_mlp.grad": "fc1.wgrad", "allgather_attn.grad": "qkv.wgrad"},
+              False: {"fc1.allreduce": "fc1.wgrad", "qkv.allreduce": "qkv.wgrad"}}
+    for sp in (True, False):
+        u = unit_costs(m, hardware.H100, cl, (4,), (1,), (sp,), True, engine="megatron-core")[0, 0, 0, 0]
+        old = unit_costs(m, hardware.H100, cl, (4,), (1,), (sp,), True, engine="megatron-lm-2021")[0, 0, 0, 0]
+        assert old[F.U_LTPF] == u[F.U_LTPF] > 0 and old[F.U_LTPB] == u[F.U_LTPB] > 0
+        shown = {}
+        for ph in ("fwd", "bwd"):
+            g = graph.build(m, 4, 1, ph, sequence_parallel=sp, flash_attention=True)
+            t = dict(zip((op.name for op in g.ops),
+                         price(g.arrays(), hardware.H100.as_array()[None], efficiency=eff)[0]))
+            total = 0.0
+            for op in g.ops:
+                if op.kind not in graph.NETWORK_KINDS:
+                    continue
+                c = plan._collective_s(op.kind, op.bytes_read, 4, net)
+                w = t[riding[sp][op.name]] if ph == "bwd" and op.name in riding[sp] else None
+                total += c if w is None else max(c - w, share * c)
+            shown[ph] = total
+        assert len([n for n in riding[sp]]) == 2
+        f, b = F.layer_tp_seconds(u, on)
+        assert f == pytest.approx(u[F.U_LTPF], rel=1e-12) and f == pytest.approx(shown["fwd"], rel=1e-12)
+        assert b == pytest.approx(shown["bwd"], rel=1e-12) and b < u[F.U_LTPB]
+        assert F.layer_tp_seconds(old, np.zeros(F.NH)) == (old[F.U_LTPF], old[F.U_LTPB])
+
+
 def test_async_collectives_hide_only_behind_independent_compute():
     """MaxText's asynchronous collectives (no collective matmul), a tp 4 SP layer on TPU v5p:
     the forward's collectives, which every next op waits for, are all exposed; the backward's
