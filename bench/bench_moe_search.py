@@ -24,7 +24,7 @@ EPS = (1, 2, 4, 8, 16, 32, 64)
 def _search(eps):
     plan.clear_graph_cache()                 # each search builds its own graphs: a fair comparison
     return placement.search_plans("qwen3-30b-a3b", "H100", cluster.preset("dgx-h100", 8), 512,
-                                  flash_attention=[True], precision="fp8", expert_parallel=list(eps),
+                                  flash_attention=True, precision="fp8", expert_parallel=list(eps),
                                   engine="megatron-core", top_k=3)
 
 
@@ -55,7 +55,7 @@ def test_ep_search_time(benchmark):
 def _search_etp(etps):
     plan.clear_graph_cache()
     return placement.search_plans("qwen3-30b-a3b", "H100", cluster.preset("dgx-h100", 8), 512,
-                                  flash_attention=[True], precision="fp8", expert_parallel=list(EPS),
+                                  flash_attention=True, precision="fp8", expert_parallel=list(EPS),
                                   sequence_parallel=(False, True), engine="megatron-core", top_k=3,
                                   expert_tensor_parallel=etps)
 

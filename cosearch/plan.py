@@ -515,23 +515,31 @@ def _async_tp_extra(tp_s: np.ndarray, hidden_by_s: np.ndarray, compute_s: np.nda
     return np.maximum(tp_s - hidden_by_s, 0.0) - np.maximum(tp_s - compute_s, 0.0)
 
 
-def _dgrad_beside_wgrad_exposed(g: graph.LayerGraph, op_s: np.ndarray, coll_s, share: float) -> float:
-    """Seconds a backward layer graph's collectives expose under asynchronous data-gradient
-    communication (``Engine.async_dgrad_comm``): a reduce-scatter or all-reduce that follows a
-    weight-gradient GEMM (a column-parallel linear's data gradient, which Megatron and Transformer
-    Engine reduce beside that GEMM) shows what :func:`cosearch._kernels.formulas.overlapped_exposed_s`
-    leaves of it beside the GEMM (its kernels holding ``share`` of the SMs); every other collective
-    shows whole.  ``op_s``: the ops' seconds (collectives 0); ``coll_s(op)``: a collective's."""
-    out = 0.0
-    for i, op in enumerate(g.ops):
-        if op.kind not in graph.NETWORK_KINDS:
-            continue
-        c = coll_s(op)
-        prev = g.ops[i - 1] if i > 0 else None
-        if op.kind in ("reducescatter", "allreduce") and prev is not None and prev.name.endswith(".wgrad"):
-            out += F.overlapped_exposed_s(c, float(op_s[i - 1]), share)
-        else:
-            out += c
+def _rides_beside_wgrad(g: graph.LayerGraph, k: int) -> bool:
+    """Whether op ``k`` of a backward layer graph is a data gradient's reduce-scatter or all-reduce
+    that runs beside the weight-gradient GEMM just before it (a column-parallel linear's, which
+    Megatron and Transformer Engine reduce asynchronously: ``Engine.async_dgrad_comm``)."""
+    return (g.ops[k].kind in ("reducescatter", "allreduce") and k > 0
+            and g.ops[k - 1].name.endswith(".wgrad"))
+
+
+#: :func:`cosearch._kernels.formulas.overlapped_exposed_s` element by element over arrays
+_overlapped_exposed = np.frompyfunc(F.overlapped_exposed_s, 3, 1)
+
+
+def _dgrad_beside_wgrad_shown(all_s: np.ndarray, riding_s: list, wgrad_s: list, share: float) -> np.ndarray:
+    """Seconds a backward layer's collectives show under asynchronous data-gradient communication
+    (``Engine.async_dgrad_comm``): ``all_s``, every collective second, less what each collective
+    that rides beside its weight-gradient GEMM (:func:`_rides_beside_wgrad`; its seconds in
+    ``riding_s``) hides there: it shows what :func:`cosearch._kernels.formulas.overlapped_exposed_s`
+    leaves of it beside that GEMM (``wgrad_s``, its kernels holding ``share`` of the SMs), or
+    nothing where ``wgrad_s`` is None (the least it can show: the lower-bound time models).  Arrays
+    broadcast (designs, sizes)."""
+    out = np.array(all_s, dtype=float)
+    for c, w in zip(riding_s, wgrad_s):
+        out = out - c
+        if w is not None:
+            out = out + _overlapped_exposed(c, w, share).astype(float)
     return out
 
 
@@ -755,17 +763,42 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 # whole, the backward's beyond the layer's weight-gradient GEMMs; and Megatron's
                 # asynchronous data-gradient collectives ("dgrad-wgrad"): each beside its own
                 # layer's weight-gradient GEMM, every other collective whole
-                rule = eng.tp_overlap_rule if time_model not in ("bound", "work-bound") and priced is not None \
-                    else None
-                userbuffers = rule == "userbuffers" and t > 1
+                # (the lower-bound time models keep the whole-layer rule, and for "dgrad-wgrad" what
+                # the rule exposes at the least: every collective but the data-gradient ones)
+                rule = eng.tp_overlap_rule
+                exact = time_model not in ("bound", "work-bound") and priced is not None
+                userbuffers = exact and rule == "userbuffers" and t > 1
                 dgrad_wgrad = rule == "dgrad-wgrad"
-                if rule == "async":
+                if exact and rule == "async":
                     wgrad = [k for k, op in enumerate(gs["layer", "bwd"].ops) if op.name.endswith(".wgrad")]
                     w_b = lb_ops[:, :, wgrad].sum(axis=2)         # (designs, sizes)
                     tp_f, tp_b = u[:, :, F.U_LTPF], u[:, :, F.U_LTPB]
                     u[:, :, F.U_TPXF] = _async_tp_extra(tp_f, tp_f * 0.0, u[:, :, F.U_LF])
                     u[:, :, F.U_TPXB] = _async_tp_extra(tp_b, w_b, u[:, :, F.U_LB])
-                if userbuffers or dgrad_wgrad or overlap:
+                if dgrad_wgrad:
+                    # the forward's collectives whole; the backward's data-gradient ones beside their
+                    # weight-gradient GEMMs, except where the EP all-to-all overlap's paired schedule
+                    # already runs the layer's other collectives on the compute stream (_ep_overlap_save)
+                    slots = eff.tile_slots if single else 0
+                    share_tp = min(1.0, NCCL_COLLECTIVE_CTAS / slots) if slots else 0.0
+                    shown = u[:, :, F.U_LTPB]
+                    if not (exact and overlap):
+                        bg = gs["layer", "bwd"]
+                        riding = [k for k in range(len(bg.ops)) if _rides_beside_wgrad(bg, k)]
+                        # each riding collective's seconds per (distinct network, size): affine in the
+                        # microbatch as every collective here is (_comm_rows)
+                        ks = (1.0, 2.0) if affine else (1.0,)     # a non-affine graph holds its microbatch
+                        c_at = np.array([[[_collective_s(bg.ops[k].kind, bg.ops[k].bytes_read * x, t, net, ep,
+                                                         ep_stride, route) for x in ks] for net in nets]
+                                         for k in riding]).reshape(len(riding), len(nets), len(ks))
+                        c_nj = c_at[:, :, :1] + (mbs - 1.0)[None, None, :] * (c_at[:, :, 1:] - c_at[:, :, :1]) \
+                            if affine else c_at
+                        shown = _dgrad_beside_wgrad_shown(shown, [c_nj[r][net_of] for r in range(len(riding))],
+                                                          [lb_ops[:, :, k - 1] if exact else None for k in riding],
+                                                          share_tp)
+                    u[:, :, F.U_TPXF] = _async_tp_extra(u[:, :, F.U_LTPF], 0.0, u[:, :, F.U_LF])
+                    u[:, :, F.U_TPXB] = np.maximum(shown - np.maximum(u[:, :, F.U_LTPB] - u[:, :, F.U_LB], 0.0), 0.0)
+                if userbuffers or overlap:
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
                     slots = eff.tile_slots if single else 0
                     for i in range(len(d)):
@@ -781,16 +814,6 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
 
                             def coll(op, net=net, scale=scale, t=t, stride=ep_stride):
                                 return _collective_s(op.kind, op.bytes_read * scale, t, net, ep, stride, route)
-                            if dgrad_wgrad:
-                                # the forward's collectives whole; the backward's data-gradient ones
-                                # beside their weight-gradient GEMMs, except where the EP all-to-all
-                                # overlap's paired schedule already runs the layer's other
-                                # collectives on the compute stream (_ep_overlap_save)
-                                share_tp = min(1.0, NCCL_COLLECTIVE_CTAS / slots) if slots else 0.0
-                                u[i, j, F.U_TPXF] = _async_tp_extra(u[i, j, F.U_LTPF], 0.0, u[i, j, F.U_LF])
-                                shown = u[i, j, F.U_LTPB] if overlap else \
-                                    _dgrad_beside_wgrad_exposed(bg, lb_ops[i, j], coll, share_tp)
-                                u[i, j, F.U_TPXB] = max(0.0, shown - max(0.0, u[i, j, F.U_LTPB] - u[i, j, F.U_LB]))
                             if userbuffers:
                                 for f_x, f_c, f_t, g_, ops_s, ph in ((F.U_TPXF, F.U_LTPF, F.U_LF, fg, lf_ops, "fwd"),
                                                                      (F.U_TPXB, F.U_LTPB, F.U_LB, bg, lb_ops, "bwd")):

@@ -297,6 +297,17 @@ def test_megatron_data_gradient_collectives_ride_beside_their_weight_gradients()
         assert f == pytest.approx(u[F.U_LTPF], rel=1e-12) and f == pytest.approx(shown["fwd"], rel=1e-12)
         assert b == pytest.approx(shown["bwd"], rel=1e-12) and b < u[F.U_LTPB]
         assert F.layer_tp_seconds(old, np.zeros(F.NH)) == (old[F.U_LTPF], old[F.U_LTPB])
+        # the lower-bound time models charge at least every collective but the riding ones, and
+        # no more than the rule itself: a layer's backward wall time stays a lower bound
+        for tm in ("bound", "work-bound"):
+            lo = unit_costs(m, hardware.H100, cl, (4,), (1,), (sp,), True, engine="megatron-core",
+                            time_model=tm)[0, 0, 0, 0]
+            fl, bl = F.layer_tp_seconds(lo, on)
+            assert fl == pytest.approx(lo[F.U_LTPF], rel=1e-12)
+            assert lo[F.U_LB] + bl <= u[F.U_LB] + b + 1e-15
+            assert bl >= u[F.U_LTPB] - sum(plan._collective_s(op.kind, op.bytes_read, 4, net) for op in
+                                           graph.build(m, 4, 1, "bwd", sequence_parallel=sp, flash_attention=True).ops
+                                           if op.name in riding[sp]) - 1e-15
 
 
 def test_async_collectives_hide_only_behind_independent_compute():
