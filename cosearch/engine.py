@@ -289,7 +289,6 @@ class Engine:
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x < 1e3):
                 raise ValueError(f"Engine.{f} must be a number of bytes in [0, 1000), got {x!r}")
 
-
     @property
     def tp_overlap_rule(self) -> str | None:
         """How a layer's tensor-parallel collectives overlap its compute: ``tp_overlap_kernel`` where

@@ -756,15 +756,14 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
                                        F.U_P2P_BYTES, F.U_P2P_GATHER)):
                     u[:, :, f] = per[:, :, k].T
-                # Transformer Engine's TP overlap exposes more than the whole-layer rule of
-                # formulas.stage_terms: each collective beside its own GEMM (no SP: none hidden);
-                # the lower-bound time models keep the whole-layer rule, which exposes less
-                # so do asynchronous collectives without a collective matmul ("async"): the forward's
-                # whole, the backward's beyond the layer's weight-gradient GEMMs; and Megatron's
-                # asynchronous data-gradient collectives ("dgrad-wgrad"): each beside its own
-                # layer's weight-gradient GEMM, every other collective whole
-                # (the lower-bound time models keep the whole-layer rule, and for "dgrad-wgrad" what
-                # the rule exposes at the least: every collective but the data-gradient ones)
+                # Three overlap rules expose more than the whole-layer rule of formulas.stage_terms:
+                # Transformer Engine's userbuffers (each collective beside its own GEMM; no SP: none
+                # hidden), asynchronous collectives without a collective matmul ("async": the
+                # forward's whole, the backward's beyond the layer's weight-gradient GEMMs) and
+                # Megatron's asynchronous data-gradient collectives ("dgrad-wgrad": each beside its
+                # own weight-gradient GEMM, every other collective whole).  The lower-bound time
+                # models keep the whole-layer rule, which exposes less, and for "dgrad-wgrad" what it
+                # exposes at the least (every collective but the data-gradient ones)
                 rule = eng.tp_overlap_rule
                 exact = time_model not in ("bound", "work-bound") and priced is not None
                 userbuffers = exact and rule == "userbuffers" and t > 1

@@ -32,7 +32,9 @@ __all__ = ["ENGINE_OF", "ZERO_OF", "published_model", "published_hardware", "rec
 #: (Chowdhery et al. 2022, sec. 4: JAX and T5X on Pathways) shards with XLA, which pads a
 #: dimension its mesh does not divide: Megatron-LM's behaviour otherwise, without Megatron's
 #: even split of a sequence over the tensor-parallel ranks (its 2,048 tokens over model
-#: parallelism 12).  The others default to Megatron-LM's behaviour.
+#: parallelism 12); its TP collectives as Megatron-LM's (the data gradients' beside the weight
+#: gradients, ``Engine.async_dgrad_comm``; XLA's flags for the run are not published).  The others
+#: default to Megatron-LM's behaviour.
 ENGINE_OF = {"BLOOM-176B": "megatron-deepspeed",
              "PaLM-540B": replace(MEGATRON_LM, name="megatron-lm-xla-sharding", sp_even_split=False,
                                   software="Megatron-LM's physics, a sequence split over tp as XLA splits it "
