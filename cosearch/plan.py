@@ -523,6 +523,30 @@ def _rides_beside_wgrad(g: graph.LayerGraph, k: int) -> bool:
             and g.ops[k - 1].name.endswith(".wgrad"))
 
 
+#: A dense layer's sequence-parallel all-gathers and the column-parallel GEMM each feeds, whose
+#: input Transformer Engine (``LayerNormLinear``, ``LayerNormMLP``) and Megatron's
+#: ``ColumnParallelLinear`` keep sharded and gather again in the backward for the weight
+#: gradient, beside the GEMM's data gradient ("Overlap input AG with dgrad"; under userbuffers
+#: ``ub_bulk_dgrad``).  MoE blocks (the dispatcher keeps its permuted tokens) and MLA's down
+#: projections are not listed.
+REGATHERED = {"allgather_attn": "qkv", "allgather_mlp": "fc1"}
+
+
+def _regathers(fwd: graph.LayerGraph, bwd: graph.LayerGraph) -> list[tuple[graph.Op, int]]:
+    """The forward all-gathers a backward gathers again (:data:`REGATHERED`), each with the index in
+    ``bwd`` of the data-gradient GEMM it runs beside."""
+    names = [op.name for op in bwd.ops]
+    out = []
+    for k, op in enumerate(fwd.ops):
+        gemm = REGATHERED.get(op.name)
+        if op.kind != "allgather" or gemm is None:
+            continue
+        nxt = next((o for o in fwd.ops[k + 1:] if o.kind == "gemm"), None)
+        if nxt is not None and nxt.name == gemm and gemm + ".dgrad" in names:
+            out.append((op, names.index(gemm + ".dgrad")))
+    return out
+
+
 #: :func:`cosearch._kernels.formulas.overlapped_exposed_s` element by element over arrays
 _overlapped_exposed = np.frompyfunc(F.overlapped_exposed_s, 3, 1)
 
@@ -795,6 +819,14 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         shown = _dgrad_beside_wgrad_shown(shown, [c_nj[r][net_of] for r in range(len(riding))],
                                                           [lb_ops[:, :, k - 1] if exact else None for k in riding],
                                                           share_tp)
+                        if exact and sp:
+                            # the column-parallel inputs gathered again beside their data-gradient GEMMs
+                            for op, kd in _regathers(gs["layer", "fwd"], bg):
+                                c_r = np.array([[_collective_s("allgather", op.bytes_read * x, t, net, ep, ep_stride,
+                                                               route) for x in ks] for net in nets])
+                                c_r = c_r[:, :1] + (mbs - 1.0)[None, :] * (c_r[:, 1:] - c_r[:, :1]) if affine else c_r
+                                shown = shown + _overlapped_exposed(c_r[net_of], lb_ops[:, :, kd],
+                                                                    share_tp).astype(float)
                     u[:, :, F.U_TPXF] = _async_tp_extra(u[:, :, F.U_LTPF], 0.0, u[:, :, F.U_LF])
                     u[:, :, F.U_TPXB] = np.maximum(shown - np.maximum(u[:, :, F.U_LTPB] - u[:, :, F.U_LB], 0.0), 0.0)
                 if userbuffers or overlap:
@@ -819,6 +851,12 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                     whole = max(0.0, u[i, j, f_c] - u[i, j, f_t])
                                     new = (_userbuffers_exposed(g_, ops_s[i, j], coll, t, slots, ph) if sp
                                            else u[i, j, f_c])
+                                    if ph == "bwd" and sp and eng.async_dgrad_comm:
+                                        # ub_bulk_dgrad: the column-parallel inputs gathered again in
+                                        # bulk beside their data-gradient GEMMs
+                                        new += sum(F.userbuffers_exposed_s(F.UB_BULK, float(ops_s[i, j, kd]), coll(op),
+                                                                           float(t), float(slots))
+                                                   for op, kd in _regathers(fg, bg))
                                     u[i, j, f_x] = max(0.0, new - whole)
                             if overlap:
                                 # EP all-to-all overlap (Engine.overlap_moe_a2a): what a paired forward

@@ -223,7 +223,9 @@ def test_userbuffers_pairs_each_collective_with_its_gemm():
     """A tp 4 SP layer on H100 under the userbuffers engine: what stage_terms adds beyond the
     whole-layer rule equals the sum over the collectives of each one's exposure beside its own GEMM
     (all-gather: the next GEMM, ring; reduce-scatter: the previous, pipelined forward, bulk
-    backward), less the whole-layer rule's exposure, worked from the op prices."""
+    backward), and in the backward the inputs of QKV and FC1 gathered again in bulk beside their
+    data-gradient GEMMs (``ub_bulk_dgrad``), less the whole-layer rule's exposure, worked from the
+    op prices."""
     from cosearch import engine as eng_mod
     from cosearch import graph, plan
     from cosearch.cost import price
@@ -247,6 +249,12 @@ def test_userbuffers_pairs_each_collective_with_its_gemm():
             else:
                 j = next(k for k in range(i - 1, -1, -1) if g.ops[k].kind == "gemm")
                 exposed += F.userbuffers_exposed_s(F.UB_PIPELINE if ph == "fwd" else F.UB_BULK, t[j], c, 4.0, 132.0)
+        if ph == "bwd":
+            names = [op.name for op in g.ops]
+            fwd = graph.build(m, 4, 1, "fwd", sequence_parallel=True, flash_attention=True)
+            for ag, gemm in (("allgather_attn", "qkv"), ("allgather_mlp", "fc1")):
+                c = plan._collective_s("allgather", next(op for op in fwd.ops if op.name == ag).bytes_read, 4, net)
+                exposed += F.userbuffers_exposed_s(F.UB_BULK, t[names.index(gemm + ".dgrad")], c, 4.0, 132.0)
         assert u[fx] == pytest.approx(max(0.0, exposed - max(0.0, u[fc] - u[ft])), rel=1e-9)
         assert u[fx] > 0.0
     # the whole-layer rule adds nothing
@@ -262,7 +270,9 @@ def test_megatron_data_gradient_collectives_ride_beside_their_weight_gradients()
     are all exposed; in the backward the data gradient of QKV and of FC1 (reduce-scatter under
     sequence parallelism, all-reduce without) runs beside that layer's weight-gradient GEMM, which
     NCCL's 24 CTAs slow by 24/132 meanwhile, so it shows max(c - w, 24/132 c); the gathers of the
-    output projection's and FC2's gradients show whole.  Megatron-LM 2021 (no such overlap) shows
+    output projection's and FC2's gradients show whole; and under sequence parallelism the inputs
+    of QKV and FC1, kept sharded, are gathered again beside their data-gradient GEMMs ("Overlap
+    input AG with dgrad"): max(c - d, 24/132 c) each.  Megatron-LM 2021 (no such overlap) shows
     every collective second."""
     from cosearch import graph, plan
     from cosearch.cost import price
@@ -291,10 +301,16 @@ def test_megatron_data_gradient_collectives_ride_beside_their_weight_gradients()
                 c = plan._collective_s(op.kind, op.bytes_read, 4, net)
                 w = t[riding[sp][op.name]] if ph == "bwd" and op.name in riding[sp] else None
                 total += c if w is None else max(c - w, share * c)
-            shown[ph] = total
             if ph == "bwd":     # both data gradients are in the graph, each right after its weight gradient
                 names = [op.name for op in g.ops]
                 assert all(names[names.index(n) - 1] == w for n, w in riding[sp].items())
+                if sp:
+                    fwd = graph.build(m, 4, 1, "fwd", sequence_parallel=True, flash_attention=True)
+                    for ag, gemm in (("allgather_attn", "qkv"), ("allgather_mlp", "fc1")):
+                        c = plan._collective_s("allgather", next(o for o in fwd.ops if o.name == ag).bytes_read,
+                                               4, net)
+                        total += max(c - t[gemm + ".dgrad"], share * c)
+            shown[ph] = total
         f, b = F.layer_tp_seconds(u, on)
         assert f == pytest.approx(u[F.U_LTPF], rel=1e-12) and f == pytest.approx(shown["fwd"], rel=1e-12)
         assert b == pytest.approx(shown["bwd"], rel=1e-12) and b < u[F.U_LTPB]
