@@ -66,7 +66,9 @@ same.
   ``LayerNormLinear`` and ``LayerNormMLP`` ("Overlap dgrad-RS/AR with wgrad").  That collective
   then exposes only what exceeds its layer's weight-gradient GEMM (while it runs, NCCL's CTAs
   slow the GEMM: :func:`cosearch._kernels.formulas.overlapped_exposed_s`); every other TP
-  collective, forward or backward, is waited for.  On in ``megatron-lm``, ``megatron-core``
+  collective, forward or backward, is waited for; under sequence parallelism the same layers
+  gather their input again in the backward beside the data-gradient GEMM
+  (:data:`cosearch.plan.REGATHERED`).  On in ``megatron-lm``, ``megatron-core``
   (and ``any``); off in ``megatron-lm-2021`` (the SC21 code predates it) and
   ``megatron-deepspeed`` (BLOOM's fork reduces the data gradient synchronously).
 * ``attention_kernel`` — which fused attention kernels the framework runs: ``"best"`` (the
