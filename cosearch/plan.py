@@ -907,7 +907,10 @@ def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:
     plus backward — :func:`cosearch._kernels.formulas.stage_terms` charges
     :func:`~cosearch._kernels.formulas.layer_tp_seconds` (``max(0, TP - compute) + extra``)
     instead of ``TP`` (0 for other engines and in cells that are no plan).  :func:`cosearch._kernels.formulas.unit_work`
-    subtracts it, which keeps every spread bound a lower bound under such engines."""
+    subtracts it, which keeps every spread bound a lower bound under such engines.  At least 0:
+    where a rule charges more than the layer's own collectives (the backward's re-gathers of
+    :data:`REGATHERED`, counted in its extra term only), the bound keeps every collective second
+    and no more, still below what the stage charges."""
     u = units
     save = np.zeros(u.shape[:-1])
     if engine_preset(engine).tp_overlap_rule:
@@ -916,7 +919,7 @@ def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:
         rows = np.moveaxis(u, -1, 0)
         with np.errstate(invalid="ignore"):
             tpf, tpb = F.layer_tp_seconds.py_func(rows, hw)
-            save = rows[F.U_LTPF] + rows[F.U_LTPB] - tpf - tpb
+            save = np.maximum(rows[F.U_LTPF] + rows[F.U_LTPB] - tpf - tpb, 0.0)
         save[~np.isfinite(save)] = 0.0
     u[..., F.U_TPOS] = save
     return u
