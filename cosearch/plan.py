@@ -796,7 +796,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     wgrad = [k for k, op in enumerate(gs["layer", "bwd"].ops) if op.name.endswith(".wgrad")]
                     w_b = lb_ops[:, :, wgrad].sum(axis=2)         # (designs, sizes)
                     tp_f, tp_b = u[:, :, F.U_LTPF], u[:, :, F.U_LTPB]
-                    u[:, :, F.U_TPXF] = _async_tp_extra(tp_f, tp_f * 0.0, u[:, :, F.U_LF])
+                    u[:, :, F.U_TPXF] = _async_tp_extra(tp_f, 0.0, u[:, :, F.U_LF])
                     u[:, :, F.U_TPXB] = _async_tp_extra(tp_b, w_b, u[:, :, F.U_LB])
                 if dgrad_wgrad:
                     # the forward's collectives whole; the backward's data-gradient ones beside their
@@ -807,31 +807,32 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     shown = u[:, :, F.U_LTPB]
                     if not (exact and overlap):
                         bg = gs["layer", "bwd"]
+
+                        def per_design(op, t=t, stride=ep_stride, affine=affine, mbs=mbs):
+                            # a collective's seconds per (design, size): priced once per distinct
+                            # network, at one and two sequences and extrapolated (affine in the
+                            # microbatch, as _comm_rows prices them); a non-affine graph holds its microbatch
+                            ks = (1.0, 2.0) if affine else (1.0,)
+                            c = np.array([[_collective_s(op.kind, op.bytes_read * x, t, net, ep, stride, route)
+                                           for x in ks] for net in nets])
+                            return (c[:, :1] + (mbs - 1.0)[None, :] * (c[:, 1:] - c[:, :1]) if affine else c)[net_of]
                         riding = [k for k in range(len(bg.ops)) if _rides_beside_wgrad(bg, k)]
-                        # each riding collective's seconds per (distinct network, size): affine in the
-                        # microbatch as every collective here is (_comm_rows)
-                        ks = (1.0, 2.0) if affine else (1.0,)     # a non-affine graph holds its microbatch
-                        c_at = np.array([[[_collective_s(bg.ops[k].kind, bg.ops[k].bytes_read * x, t, net, ep,
-                                                         ep_stride, route) for x in ks] for net in nets]
-                                         for k in riding]).reshape(len(riding), len(nets), len(ks))
-                        c_nj = c_at[:, :, :1] + (mbs - 1.0)[None, None, :] * (c_at[:, :, 1:] - c_at[:, :, :1]) \
-                            if affine else c_at
-                        shown = _dgrad_beside_wgrad_shown(shown, [c_nj[r][net_of] for r in range(len(riding))],
+                        shown = _dgrad_beside_wgrad_shown(shown, [per_design(bg.ops[k]) for k in riding],
                                                           [lb_ops[:, :, k - 1] if exact else None for k in riding],
                                                           share_tp)
                         if exact and sp:
                             # the column-parallel inputs gathered again beside their data-gradient GEMMs
                             for op, kd in _regathers(gs["layer", "fwd"], bg):
-                                c_r = np.array([[_collective_s("allgather", op.bytes_read * x, t, net, ep, ep_stride,
-                                                               route) for x in ks] for net in nets])
-                                c_r = c_r[:, :1] + (mbs - 1.0)[None, :] * (c_r[:, 1:] - c_r[:, :1]) if affine else c_r
-                                shown = shown + _overlapped_exposed(c_r[net_of], lb_ops[:, :, kd],
+                                shown = shown + _overlapped_exposed(per_design(op), lb_ops[:, :, kd],
                                                                     share_tp).astype(float)
                     u[:, :, F.U_TPXF] = _async_tp_extra(u[:, :, F.U_LTPF], 0.0, u[:, :, F.U_LF])
                     u[:, :, F.U_TPXB] = np.maximum(shown - np.maximum(u[:, :, F.U_LTPB] - u[:, :, F.U_LB], 0.0), 0.0)
                 if userbuffers or overlap:
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
                     slots = eff.tile_slots if single else 0
+                    # ub_bulk_dgrad: the column-parallel inputs gathered again in bulk beside their
+                    # data-gradient GEMMs (found once for the cell's graphs)
+                    regathers = _regathers(fg, bg) if userbuffers and sp and eng.async_dgrad_comm else []
                     for i in range(len(d)):
                         net = nets[net_of[i]]
                         if overlap:
@@ -851,12 +852,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                     whole = max(0.0, u[i, j, f_c] - u[i, j, f_t])
                                     new = (_userbuffers_exposed(g_, ops_s[i, j], coll, t, slots, ph) if sp
                                            else u[i, j, f_c])
-                                    if ph == "bwd" and sp and eng.async_dgrad_comm:
-                                        # ub_bulk_dgrad: the column-parallel inputs gathered again in
-                                        # bulk beside their data-gradient GEMMs
+                                    if ph == "bwd":
                                         new += sum(F.userbuffers_exposed_s(F.UB_BULK, float(ops_s[i, j, kd]), coll(op),
                                                                            float(t), float(slots))
-                                                   for op, kd in _regathers(fg, bg))
+                                                   for op, kd in regathers)
                                     u[i, j, f_x] = max(0.0, new - whole)
                             if overlap:
                                 # EP all-to-all overlap (Engine.overlap_moe_a2a): what a paired forward
