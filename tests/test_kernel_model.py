@@ -101,6 +101,22 @@ def test_model_against_every_public_kernel_row(row):
         f"row {row['row']}: model {', '.join(f'{r:+.1%}' for r in ratios)} off ({row['note']})"
 
 
+def test_gb200_sustained_clock_is_its_held_cublas_gemms():
+    """SUSTAINED_CLOCK_GB200 recomputed from its rows (59-62: cuBLAS held back to back on a GB200,
+    K >= 2048): the geometric mean of measured over the model at the datasheet clock; and the
+    same tutorial's Hopper rows (65-68) within 3 % of the H100 preset at its sustained clock, the
+    check that those runs reach the power-limited clock."""
+    rows = {int(r["row"]): r for r in _rows()}
+    ratios = [float(rows[i]["tflops"]) / _model_tflops(rows[i], "full") for i in (59, 60, 61, 62)]
+    assert math.exp(sum(math.log(x) for x in ratios) / 4) == pytest.approx(hardware.SUSTAINED_CLOCK_GB200, rel=2e-3)
+    assert all(rows[i]["chip"] == "GB200" and int(rows[i]["k"]) >= 2048 for i in (59, 60, 61, 62))
+    for i in (65, 66, 67, 68):
+        assert abs(_model_tflops(rows[i], "sustained") / float(rows[i]["tflops"]) - 1.0) < 0.03
+    # the datasheet clock: 2.5 PFLOP/s over 152 SMs x 8192 FLOP per clock
+    assert hardware.GB200.clock_hz == pytest.approx(2.5e15 / (152 * 8192))
+    assert hardware.GB200.efficiency.tile_slots == 152 and hardware.GB300.efficiency.tile_slots == 148
+
+
 def test_moe_expert_gemms_are_priced_as_deepgemms_grouped_kernels():
     """The MoE layer's routed experts (``graph._Builder.expert_gemm``: the local experts' GEMMs as
     one grouped GEMM at the per-expert token count) against DeepGEMM's published grouped FP8

@@ -60,6 +60,7 @@ from .area import (
 from .efficiency import (
     _A100_EFF,
     _BLACKWELL_EFF,
+    _GB200_EFF,
     _H100_EFF,
     _TPU5_EFF,
     DESIGN_FIELDS,
@@ -307,13 +308,18 @@ H100_500W = H100.with_(name="H100-500W", hbm_bytes=96e9, hbm_bandwidth_Bps=2.4e1
 B200 = Accelerator("B200", 592, 16, 64, 148, 128, 2.25e15 / (2 * 592 * 16 * 64), 228 * KiB, 100 * MiB, 180e9,
                    8.0e12, 9.0e11, _BLACKWELL_EFF, host_link_Bps=64e9)
 #: GB200 (one Blackwell GPU of a GB200 NVL72): 2.5 PFLOP/s dense BF16, 5 dense FP8, 186 GB HBM3e
-#: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72 GPUs).
-GB200 = B200.with_(name="GB200", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=186e9, host_link_Bps=225e9)
-#: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, 288 GB HBM3e at 8 TB/s,
-#: dense NVFP4 15 PFLOP/s, 1.5x the GB200's 10 (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4
-#: dense per 72), so 1.5x Blackwell's measured NVFP4 rate.
-GB300 = GB200.with_(name="GB300", hbm_bytes=288e9,
-                    efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
+#: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72
+#: GPUs), on 152 SMs (cudaGetDeviceProperties on a GB200: "Device: NVIDIA GB200, SMs: 152", Triton's
+#: Gluon tutorial 12-cluster-launch-control.py; B200 and GB300 have 148), so a 2008 MHz datasheet
+#: clock; its kernels at the clocks its GEMMs hold at 1200 W (SUSTAINED_CLOCK_GB200).
+GB200 = B200.with_(name="GB200", tensor_cores=4 * 152, vector_units=152, clock_hz=2.5e15 / (2 * 608 * 16 * 64),
+                   hbm_bytes=186e9, host_link_Bps=225e9, efficiency=_GB200_EFF)
+#: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, on 148 SMs (as B300:
+#: 2062 MHz for 2.5 PFLOP/s), 288 GB HBM3e at 8 TB/s, dense NVFP4 15 PFLOP/s, 1.5x the GB200's 10
+#: (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4 dense per 72), so 1.5x Blackwell's
+#: measured NVFP4 rate; B200's clock fractions (no GB300 kernel clock is published with its shapes).
+GB300 = B200.with_(name="GB300", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=288e9, host_link_Bps=225e9,
+                   efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
 #: B300 (HGX/DGX B300, Blackwell Ultra), from its specifications alone: the B200's dense BF16 and
 #: FP8 rates (NVIDIA DGX B300: 72 PFLOP/s FP8 and 36 PFLOP/s BF16 per 8 GPUs, with sparsity, as the
 #: DGX B200's), 108 PFLOP/s dense FP4 per 8 GPUs, 1.5x the B200's 72 (so 1.5x Blackwell's measured

@@ -326,6 +326,11 @@ EFFICIENCY_SOURCES = {
                  "CUTLASS NVFP4 over torch bf16 at 16384 x 6144 x 4096 in the same run (3904.3 / 1360.1, "
                  "vllm-project/vllm #20646, public_kernels.csv rows 35-36), below the 3.36 that the datasheet's "
                  "FP4/FP8 ratio times the FP8 rate would give; GB300 1.5x it (its datasheet's dense FP4).",
+    "GB200": "GB200 (152 SMs, measured by cudaGetDeviceProperties in Triton's Gluon tutorial 12 and "
+             "others; B200 148): sustained clock 0.750 of the 2008 MHz datasheet clock (1506 MHz), the "
+             "geometric mean of fp16 cuBLAS at 8192 x 8192 x 2048-16384 over the model at the datasheet "
+             "clock (Triton Gluon tutorials, 07-persistence.py; public_kernels.csv rows 59-62); attention "
+             "at B200's FA4-to-GEMM clock ratio (1594 MHz).",
     "TPU v5": "Tensor 0.9534 (TPU5_TENSOR): XLA's bf16 jnp.matmul at 8192^3 on a TPU v5e runs 181.8 TFLOP/s "
               "(92.3% of 197; jax-ml/jax docs/pallas/tpu/matmul.ipynb, 'XLA matmul' cell, timeit of 100 calls), "
               "over the systolic model's own 190.7 at tensor 1.0 (its fill/drain and padding: 96.8% of peak); "
@@ -445,6 +450,22 @@ SUSTAINED_CLOCK_BLACKWELL = 1580.0 / 1965.0
 #: (flashinfer-ai/flashinfer pull request #2899): the only attention clock measured on Blackwell,
 #: used for FlashAttention-2-generation kernels too.
 ATTENTION_CLOCK_BLACKWELL = 1580.0 / 1856.0
+#: GB200 (152 SMs at 1200 W; its datasheet's 2.5 PFLOP/s dense BF16 is 152 x 8192 FLOP/clk at
+#: 2008 MHz): the clock its back-to-back cuBLAS GEMMs hold, 1506 MHz (0.750 of the datasheet
+#: clock).  Triton's Gluon tutorials (triton-lang/triton pull request #7657, 2025-08,
+#: python/tutorials/gluon/07-persistence.py, "Blackwell results", cuBLAS column; its other
+#: Blackwell runs name the GB200) time fp16 cuBLAS at M = N = 8192 with triton.testing.do_bench
+#: (25 ms of warm-up, 100 ms timed): at K = 2048-16384 they run 0.725-0.781 of the model at the
+#: datasheet clock, geometric mean 0.750 (cosearch/data/public_kernels.csv rows 59-62;
+#: tests/test_kernel_model.py recomputes it).  The same table's Hopper rows run within 3 % of the
+#: H100 preset at its sustained clock (rows 65-68), so those 125 ms reach the power-limited
+#: clock.  This replaces B200's FA4 drop applied to GB200's datasheet clock (0.804, 1615 MHz):
+#: GB200's datasheet clock sits closer to its boost clock (2062 MHz) than B200's (1856 of 1965),
+#: and at the power limit its GEMMs hold about B200's clock (1492 MHz) on 4 more SMs.
+SUSTAINED_CLOCK_GB200 = 0.7501
+#: GB200's fused attention, at B200's ratio of FA4's held clock to the GEMM clock (1580 / 1492
+#: MHz, the clocks above): 1594 MHz.  No attention kernel's clock is published for the GB200.
+ATTENTION_CLOCK_GB200 = SUSTAINED_CLOCK_GB200 * ATTENTION_CLOCK_BLACKWELL / SUSTAINED_CLOCK_BLACKWELL
 
 #: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
 #: (Dao 2023 Fig. 4d), over the length factor at 2k and the sustained clock
@@ -512,6 +533,9 @@ _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile
                          fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=FP4_RATE_BLACKWELL,
                          sustained_clock=SUSTAINED_CLOCK_BLACKWELL, attention_clock=ATTENTION_CLOCK_BLACKWELL,
                          attention_clock_fa2=0.0)
+#: GB200: Blackwell's kernels on 152 SMs at GB200's own held clocks (SUSTAINED_CLOCK_GB200).
+_GB200_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + "  " + EFFICIENCY_SOURCES["GB200"],
+                     tile_slots=152, sustained_clock=SUSTAINED_CLOCK_GB200, attention_clock=ATTENTION_CLOCK_GB200)
 #: TPU v5's GEMM efficiency on top of the systolic model: XLA's 8192^3 bf16 matmul on a v5e,
 #: 181.8 TFLOP/s (jax-ml/jax docs/pallas/tpu/matmul.ipynb), over the model's 190.7 at 1.0
 #: (cosearch/data/public_kernels.csv row 33; EFFICIENCY_SOURCES["TPU v5"]).
@@ -532,4 +556,7 @@ SUSTAINED_CLOCK_ALTERNATIVES: dict[str, tuple[tuple[str, float], ...]] = {
                   ("FBGEMM's 500 W GEMMs directly, 0.689", 0.689), ("datasheet 1830 MHz", 1.0)),
     "Blackwell": (("chosen: 1492 MHz (FA4's drop applied to the datasheet clock)", SUSTAINED_CLOCK_BLACKWELL),
                   ("FA4's measured 1580 MHz", 1580.0 / 1856.0), ("datasheet 1856 MHz", 1.0)),
+    "GB200": (("chosen: cuBLAS GEMMs back to back, 1506 MHz (Gluon tutorial)", SUSTAINED_CLOCK_GB200),
+              ("B200's FA4 drop applied to the datasheet clock, 1615 MHz", SUSTAINED_CLOCK_BLACKWELL),
+              ("datasheet 2008 MHz", 1.0)),
 }
