@@ -115,6 +115,13 @@ def test_gb200_sustained_clock_is_its_held_cublas_gemms():
     # the datasheet clock: 2.5 PFLOP/s over 152 SMs x 8192 FLOP per clock
     assert hardware.GB200.clock_hz == pytest.approx(2.5e15 / (152 * 8192))
     assert hardware.GB200.efficiency.tile_slots == 152 and hardware.GB300.efficiency.tile_slots == 148
+    # the B200 alternative by hand: 0.7501 x 2008 MHz = 1506 MHz on the GB200, times (6.757 / 7.895 W
+    # per SM)^0.357 (H100: 1273 MHz at 500 W over 1435 at 700 W) = 1425 MHz, of B200's 1856
+    exponent = math.log(1273.0 / 1435.0) / math.log(500.0 / 700.0)
+    assert exponent == pytest.approx(0.357, abs=2e-3)
+    mhz = 0.7501 * 2007.7 * (6.757 / 7.895) ** exponent
+    assert hardware.B200_CLOCK_FROM_GB200 * 1855.8 == pytest.approx(mhz, rel=2e-3)
+    assert mhz == pytest.approx(1425.0, abs=3.0)
 
 
 def test_moe_expert_gemms_are_priced_as_deepgemms_grouped_kernels():

@@ -4,6 +4,7 @@ with the public measurement, specification or code behind every constant
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -542,6 +543,16 @@ _GB200_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + " 
 TPU5_TENSOR = 0.9534
 _TPU5_EFF = KernelEfficiency(TPU5_TENSOR, TPU5_TENSOR, source=EFFICIENCY_SOURCES["TPU v5"])
 
+#: B200's GEMM clock derived instead from the GB200's held one, scaled to B200's power per SM (1000 W
+#: over 148 SMs against 1200 W over 152; the same die) by the clock-power exponent the H100's
+#: back-to-back GEMMs show between 500 and 700 W (SUSTAINED_CLOCK_H100_500W over
+#: SUSTAINED_CLOCK_H100: 0.887 of the clock at 0.714 of the power, exponent 0.357): 1425 MHz, 0.768
+#: of B200's datasheet clock.  A sensitivity alternative (SUSTAINED_CLOCK_ALTERNATIVES), not the
+#: chosen value: the exponent is the H100's and the power split between SMs and the rest of the
+#: board is not published.
+B200_CLOCK_FROM_GB200 = (SUSTAINED_CLOCK_GB200 * 2.5 / 2.25 * (148.0 / 152.0)
+                         * ((1000.0 / 148.0) / (1200.0 / 152.0)) ** (math.log(SUSTAINED_CLOCK_H100_500W / SUSTAINED_CLOCK_H100)
+                                                                     / math.log(500.0 / 700.0)))
 
 #: The sourced alternatives to each sustained clock (fractions of the datasheet-peak clock), for
 #: sensitivity reports (bench/bench_fidelity.py prints every group's error at each): the
@@ -555,7 +566,9 @@ SUSTAINED_CLOCK_ALTERNATIVES: dict[str, tuple[tuple[str, float], ...]] = {
                   ("0.857 of it (FBGEMM's three shapes over the model)", 0.689 / 0.804 * SUSTAINED_CLOCK_H100),
                   ("FBGEMM's 500 W GEMMs directly, 0.689", 0.689), ("datasheet 1830 MHz", 1.0)),
     "Blackwell": (("chosen: 1492 MHz (FA4's drop applied to the datasheet clock)", SUSTAINED_CLOCK_BLACKWELL),
-                  ("FA4's measured 1580 MHz", 1580.0 / 1856.0), ("datasheet 1856 MHz", 1.0)),
+                  ("FA4's measured 1580 MHz", 1580.0 / 1856.0),
+                  ("GB200's held GEMM clock at B200's power per SM, 1425 MHz", B200_CLOCK_FROM_GB200),
+                  ("datasheet 1856 MHz", 1.0)),
     "GB200": (("chosen: cuBLAS GEMMs back to back, 1506 MHz (Gluon tutorial)", SUSTAINED_CLOCK_GB200),
               ("B200's FA4 drop applied to the datasheet clock, 1615 MHz", SUSTAINED_CLOCK_BLACKWELL),
               ("datasheet 2008 MHz", 1.0)),
