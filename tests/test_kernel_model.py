@@ -14,7 +14,8 @@ from tests.reference import gemm_tiles_simulated
 
 CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
          "TPUv5e": hardware.TPUv5e, "H100-500W": hardware.H100_500W, "H800": hardware.H800,
-         "GB200": hardware.GB200, "B300": hardware.B300}
+         "GB200": hardware.GB200, "B300": hardware.B300,
+         "GB300": hardware.GB300, "H200": hardware.H200}
 
 
 def _rows():
@@ -24,13 +25,15 @@ def _rows():
 #: the boost clock each chip's kernels can reach, over its datasheet-peak clock (A100: the same)
 BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100,
          "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0, "H100-500W": hardware.BOOST_CLOCK_H100,
-         "H800": hardware.BOOST_CLOCK_H100, "GB200": 1.0, "B300": 1.0}
+         "H800": hardware.BOOST_CLOCK_H100, "GB200": 1.0, "B300": 1.0, "GB300": 1.0,
+         "H200": hardware.BOOST_CLOCK_H100}
 
 
-def _model_tflops(row, clock: str = "sustained") -> float:
+def _model_tflops(row, clock: str = "sustained", chip=None) -> float:
     """The model's rate for a table row with the chip at ``clock``: ``sustained`` (the preset),
-    ``full`` (the datasheet-peak clock) or ``boost`` (the chip's maximum clock)."""
-    chip = CHIPS[row["chip"]]
+    ``full`` (the datasheet-peak clock) or ``boost`` (the chip's maximum clock); ``chip`` replaces
+    the row's preset."""
+    chip = CHIPS[row["chip"]] if chip is None else chip
     if clock != "sustained":
         chip = chip.with_(clock_hz=chip.clock_hz * (BOOST[row["chip"]] if clock == "boost" else 1.0),
                           efficiency=chip.efficiency.at_full_clock())
@@ -122,6 +125,26 @@ def test_gb200_sustained_clock_is_its_held_cublas_gemms():
     mhz = 0.7501 * 2007.7 * (6.757 / 7.895) ** exponent
     assert hardware.B200_CLOCK_FROM_GB200 * 1855.8 == pytest.approx(mhz, rel=2e-3)
     assert mhz == pytest.approx(1425.0, abs=3.0)
+
+
+def test_gb300_holds_the_measured_multiple_of_gb200s_gemm_rate():
+    """SUSTAINED_CLOCK_GB300 against its rows: Azure's steady-state cuBLASLt FP8 GEMMs run 1.1785x as
+    fast on a GB300 as on a GB200 (rows 75-78 over 71-74, the same four shapes; geometric mean), and
+    the model's GB300 / GB200 ratio at the two held clocks is that, within 0.3 %; with B200's
+    fraction for the GB300 it was 1.07."""
+    rows = {int(r["row"]): r for r in _rows()}
+    pairs = [(rows[i], rows[i + 4]) for i in (71, 72, 73, 74)]
+    assert all(a["chip"] == "GB200" and b["chip"] == "GB300" and (a["m"], a["n"], a["k"]) == (b["m"], b["n"], b["k"])
+               for a, b in pairs)
+    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+    measured = geo([float(b["tflops"]) / float(a["tflops"]) for a, b in pairs])
+    assert measured == pytest.approx(1.1785, abs=5e-4)
+    model = geo([_model_tflops(b) / _model_tflops(a) for a, b in pairs])
+    assert model == pytest.approx(measured, rel=3e-3)
+    old_gb300 = hardware.GB300.with_(efficiency=replace(hardware.GB300.efficiency,
+                                                        sustained_clock=hardware.SUSTAINED_CLOCK_BLACKWELL))
+    old = geo([_model_tflops(b, chip=old_gb300) / _model_tflops(a) for a, b in pairs])
+    assert old == pytest.approx(1.071, abs=2e-3)
 
 
 def test_moe_expert_gemms_are_priced_as_deepgemms_grouped_kernels():

@@ -61,6 +61,7 @@ from .efficiency import (
     _A100_EFF,
     _BLACKWELL_EFF,
     _GB200_EFF,
+    _GB300_EFF,
     _H100_EFF,
     _TPU5_EFF,
     DESIGN_FIELDS,
@@ -317,9 +318,9 @@ GB200 = B200.with_(name="GB200", tensor_cores=4 * 152, vector_units=152, clock_h
 #: GB300 (Blackwell Ultra in a GB300 NVL72): the GB200's dense BF16/FP8 rates, on 148 SMs (as B300:
 #: 2062 MHz for 2.5 PFLOP/s), 288 GB HBM3e at 8 TB/s, dense NVFP4 15 PFLOP/s, 1.5x the GB200's 10
 #: (NVIDIA GB300 NVL72 specifications: 1,080 PFLOP/s FP4 dense per 72), so 1.5x Blackwell's
-#: measured NVFP4 rate; B200's clock fractions (no GB300 kernel clock is published with its shapes).
+#: measured NVFP4 rate; its kernels at the clocks its GEMMs hold at 1400 W (SUSTAINED_CLOCK_GB300).
 GB300 = B200.with_(name="GB300", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_bytes=288e9, host_link_Bps=225e9,
-                   efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
+                   efficiency=_GB300_EFF)
 #: B300 (HGX/DGX B300, Blackwell Ultra), from its specifications alone: the B200's dense BF16 and
 #: FP8 rates (NVIDIA DGX B300: 72 PFLOP/s FP8 and 36 PFLOP/s BF16 per 8 GPUs, with sparsity, as the
 #: DGX B200's), 108 PFLOP/s dense FP4 per 8 GPUs, 1.5x the B200's 72 (so 1.5x Blackwell's measured

@@ -332,6 +332,11 @@ EFFICIENCY_SOURCES = {
              "geometric mean of fp16 cuBLAS at 8192 x 8192 x 2048-16384 over the model at the datasheet "
              "clock (Triton Gluon tutorials, 07-persistence.py; public_kernels.csv rows 59-62); attention "
              "at B200's FA4-to-GEMM clock ratio (1594 MHz).",
+    "GB300": "GB300 (148 SMs at 1400 W): sustained clock 0.8845 of the 2062 MHz datasheet clock (1824 "
+             "MHz): its cuBLASLt FP8 GEMMs after 10,000 warm-up iterations run 1.1785x the GB200's in the "
+             "same benchmark suite (Azure AI-benchmarking-guide, ND GB300 v6 and ND GB200 v6, four large "
+             "shapes; public_kernels.csv rows 71-78), where B200's clock fraction gave 1.0714x; attention at "
+             "B200's FA4-to-GEMM clock ratio (1931 MHz).",
     "TPU v5": "Tensor 0.9534 (TPU5_TENSOR): XLA's bf16 jnp.matmul at 8192^3 on a TPU v5e runs 181.8 TFLOP/s "
               "(92.3% of 197; jax-ml/jax docs/pallas/tpu/matmul.ipynb, 'XLA matmul' cell, timeit of 100 calls), "
               "over the systolic model's own 190.7 at tensor 1.0 (its fill/drain and padding: 96.8% of peak); "
@@ -467,6 +472,18 @@ SUSTAINED_CLOCK_GB200 = 0.7501
 #: GB200's fused attention, at B200's ratio of FA4's held clock to the GEMM clock (1580 / 1492
 #: MHz, the clocks above): 1594 MHz.  No attention kernel's clock is published for the GB200.
 ATTENTION_CLOCK_GB200 = SUSTAINED_CLOCK_GB200 * ATTENTION_CLOCK_BLACKWELL / SUSTAINED_CLOCK_BLACKWELL
+#: GB300 (148 SMs at 1400 W; 2.5 PFLOP/s dense BF16 is a 2062 MHz clock): its GEMMs hold 1.18x the
+#: GB200's rate at the power limit.  Azure's AI-benchmarking-guide times cuBLASLt FP8 GEMMs after
+#: 10,000 warm-up iterations on both (Azure_Results/ND_GB300_v6_results.md: 3286.3, 3308.5, 3271.3
+#: and 3279.5 TFLOP/s at 8192^3, 16384^3, 32768^3 and 6144 x 12288 x 12288; ND_GB200_v6_results.md:
+#: 2781.5, 2819.5, 2755.3 and 2798.7; public_kernels.csv rows 71-78): geometric mean 1.1785, where
+#: the model at GB200's held clock and B200's fraction for the GB300 (0.804, 1658 MHz) gives 1.0714.
+#: So the GB300 holds 0.8845 of its datasheet clock (1824 MHz); its FP8 and BF16 rates per clock are
+#: the GB200's (the datasheets' 5 and 2.5 PFLOP/s dense for both), so the FP8 ratio is the clock's.
+#: The two runs used CUDA 12.8 (GB200) and 13.0 (GB300).
+SUSTAINED_CLOCK_GB300 = 0.8845
+#: GB300's fused attention at B200's ratio of FA4's held clock to the GEMM clock (1931 MHz).
+ATTENTION_CLOCK_GB300 = SUSTAINED_CLOCK_GB300 * ATTENTION_CLOCK_BLACKWELL / SUSTAINED_CLOCK_BLACKWELL
 
 #: FlashAttention-2 fwd+bwd on A100-80GB, causal, head dim 128, seq 2k: 155 TFLOP/s of 312
 #: (Dao 2023 Fig. 4d), over the length factor at 2k and the sustained clock
@@ -537,6 +554,11 @@ _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile
 #: GB200: Blackwell's kernels on 152 SMs at GB200's own held clocks (SUSTAINED_CLOCK_GB200).
 _GB200_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + "  " + EFFICIENCY_SOURCES["GB200"],
                      tile_slots=152, sustained_clock=SUSTAINED_CLOCK_GB200, attention_clock=ATTENTION_CLOCK_GB200)
+#: GB300: Blackwell's kernels at GB300's own held clocks (SUSTAINED_CLOCK_GB300), 1.5x Blackwell's
+#: measured NVFP4 rate (its datasheet's dense FP4, 15 against 10 PFLOP/s).
+_GB300_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + "  " + EFFICIENCY_SOURCES["GB300"],
+                     fp4_rate=1.5 * FP4_RATE_BLACKWELL, sustained_clock=SUSTAINED_CLOCK_GB300,
+                     attention_clock=ATTENTION_CLOCK_GB300)
 #: TPU v5's GEMM efficiency on top of the systolic model: XLA's 8192^3 bf16 matmul on a v5e,
 #: 181.8 TFLOP/s (jax-ml/jax docs/pallas/tpu/matmul.ipynb), over the model's 190.7 at 1.0
 #: (cosearch/data/public_kernels.csv row 33; EFFICIENCY_SOURCES["TPU v5"]).
@@ -569,6 +591,9 @@ SUSTAINED_CLOCK_ALTERNATIVES: dict[str, tuple[tuple[str, float], ...]] = {
                   ("FA4's measured 1580 MHz", 1580.0 / 1856.0),
                   ("GB200's held GEMM clock at B200's power per SM, 1425 MHz", B200_CLOCK_FROM_GB200),
                   ("datasheet 1856 MHz", 1.0)),
+    "GB300": (("chosen: 1.18x GB200's held FP8 GEMMs (Azure, 10,000 warm-ups), 1824 MHz", SUSTAINED_CLOCK_GB300),
+              ("B200's FA4 drop applied to the datasheet clock, 1658 MHz", SUSTAINED_CLOCK_BLACKWELL),
+              ("datasheet 2062 MHz", 1.0)),
     "GB200": (("chosen: cuBLAS GEMMs back to back, 1506 MHz (Gluon tutorial)", SUSTAINED_CLOCK_GB200),
               ("B200's FA4 drop applied to the datasheet clock, 1615 MHz", SUSTAINED_CLOCK_BLACKWELL),
               ("datasheet 2008 MHz", 1.0)),
