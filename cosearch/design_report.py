@@ -86,8 +86,8 @@ class DesignReport:
         parts = ", ".join(f"{name} {a:.1f}" for name, a in self.area_mm2.items() if a > 0)
         ratio = self.operand_Bps_needed / self.reference_Bps if self.reference_Bps else math.nan
         formats = "".join(f"; its PEs each do {macs:g} {fmt} MACs a cycle beside the bf16 one ({mm2:.1f} mm^2 of the "
-                      "arrays)" for fmt, macs, mm2 in (("FP8", self.fp8_macs, self.fp8_area_mm2),
-                                                       ("FP4", self.fp4_macs, self.fp4_area_mm2)) if macs > 0)
+                          "arrays)" for fmt, macs, mm2 in (("FP8", self.fp8_macs, self.fp8_area_mm2),
+                                                           ("FP4", self.fp4_macs, self.fp4_area_mm2)) if macs > 0)
         return (f"{self.name}: area {total:.1f} mm^2 ({parts}){formats}; on a {m}x{k} @ {k}x{n} GEMM its arrays are "
                 f"{self.tile_efficiency:.1%} busy (fill/drain and padding) and need "
                 f"{self.operand_Bps_needed / 1e12:.1f} TB/s of operand traffic from the global buffer, "

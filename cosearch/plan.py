@@ -792,12 +792,14 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 exact = time_model not in ("bound", "work-bound") and priced is not None
                 userbuffers = exact and rule == "userbuffers" and t > 1
                 dgrad_wgrad = rule == "dgrad-wgrad"
+                if (exact and rule == "async") or dgrad_wgrad:
+                    # both rules expose the forward's collectives whole: nothing in a layer's
+                    # forward runs beside them
+                    u[:, :, F.U_TPXF] = _async_tp_extra(u[:, :, F.U_LTPF], 0.0, u[:, :, F.U_LF])
                 if exact and rule == "async":
                     wgrad = [k for k, op in enumerate(gs["layer", "bwd"].ops) if op.name.endswith(".wgrad")]
                     w_b = lb_ops[:, :, wgrad].sum(axis=2)         # (designs, sizes)
-                    tp_f, tp_b = u[:, :, F.U_LTPF], u[:, :, F.U_LTPB]
-                    u[:, :, F.U_TPXF] = _async_tp_extra(tp_f, 0.0, u[:, :, F.U_LF])
-                    u[:, :, F.U_TPXB] = _async_tp_extra(tp_b, w_b, u[:, :, F.U_LB])
+                    u[:, :, F.U_TPXB] = _async_tp_extra(u[:, :, F.U_LTPB], w_b, u[:, :, F.U_LB])
                 if dgrad_wgrad:
                     # the forward's collectives whole; the backward's data-gradient ones beside their
                     # weight-gradient GEMMs, except where the EP all-to-all overlap's paired schedule
@@ -825,7 +827,6 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                             for op, kd in _regathers(gs["layer", "fwd"], bg):
                                 shown = shown + _overlapped_exposed(per_design(op), lb_ops[:, :, kd],
                                                                     share_tp).astype(float)
-                    u[:, :, F.U_TPXF] = _async_tp_extra(u[:, :, F.U_LTPF], 0.0, u[:, :, F.U_LF])
                     u[:, :, F.U_TPXB] = np.maximum(shown - np.maximum(u[:, :, F.U_LTPB] - u[:, :, F.U_LB], 0.0), 0.0)
                 if userbuffers or overlap:
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]

@@ -2,6 +2,7 @@
 and the GEMM shape factor against a hand-worked case and a tile-by-tile simulation."""
 
 import math
+import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -111,7 +112,7 @@ def test_gb200_sustained_clock_is_its_held_cublas_gemms():
     check that those runs reach the power-limited clock."""
     rows = {int(r["row"]): r for r in _rows()}
     ratios = [float(rows[i]["tflops"]) / _model_tflops(rows[i], "full") for i in (59, 60, 61, 62)]
-    assert math.exp(sum(math.log(x) for x in ratios) / 4) == pytest.approx(hardware.SUSTAINED_CLOCK_GB200, rel=2e-3)
+    assert statistics.geometric_mean(ratios) == pytest.approx(hardware.SUSTAINED_CLOCK_GB200, rel=2e-3)
     assert all(rows[i]["chip"] == "GB200" and int(rows[i]["k"]) >= 2048 for i in (59, 60, 61, 62))
     for i in (65, 66, 67, 68):
         assert abs(_model_tflops(rows[i], "sustained") / float(rows[i]["tflops"]) - 1.0) < 0.03
@@ -136,14 +137,13 @@ def test_gb300_holds_the_measured_multiple_of_gb200s_gemm_rate():
     pairs = [(rows[i], rows[i + 4]) for i in (71, 72, 73, 74)]
     assert all(a["chip"] == "GB200" and b["chip"] == "GB300" and (a["m"], a["n"], a["k"]) == (b["m"], b["n"], b["k"])
                for a, b in pairs)
-    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
-    measured = geo([float(b["tflops"]) / float(a["tflops"]) for a, b in pairs])
+    measured = statistics.geometric_mean([float(b["tflops"]) / float(a["tflops"]) for a, b in pairs])
     assert measured == pytest.approx(1.1785, abs=5e-4)
-    model = geo([_model_tflops(b) / _model_tflops(a) for a, b in pairs])
+    model = statistics.geometric_mean([_model_tflops(b) / _model_tflops(a) for a, b in pairs])
     assert model == pytest.approx(measured, rel=3e-3)
     old_gb300 = hardware.GB300.with_(efficiency=replace(hardware.GB300.efficiency,
                                                         sustained_clock=hardware.SUSTAINED_CLOCK_BLACKWELL))
-    old = geo([_model_tflops(b, chip=old_gb300) / _model_tflops(a) for a, b in pairs])
+    old = statistics.geometric_mean([_model_tflops(b, chip=old_gb300) / _model_tflops(a) for a, b in pairs])
     assert old == pytest.approx(1.071, abs=2e-3)
 
 
@@ -653,7 +653,6 @@ def test_h100_500w_clock_and_fp8_rate_from_their_rows():
     "H100 500W" bf16 8192^3 GEMM (public_kernels.csv row 37) over back-to-back 8192^3 GEMMs at
     700 W (the median of the H200's ``sustained`` rows after 1 s), times the clock those held;
     and the same run's FP8 over bf16 rates (rows 40-42 over 37-39)."""
-    import statistics
     rows = {r["row"]: r for r in _rows()}
     bf16 = [rows[str(i)] for i in (37, 38, 39)]
     fp8 = [rows[str(i)] for i in (40, 41, 42)]
