@@ -409,6 +409,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="expert tensor parallelism of an MoE model: tp (Megatron's default) or 1 (each tp rank an "
                         "expert-parallel rank; needs --sp under tp > 1) (omit: tp)")
     p.add_argument("--precision", choices=["bf16", "fp8", "fp4"], help="GEMM precision (omit: bf16; fp4: NVFP4)")
+    p.add_argument("--scaling-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"], default=None,
+                   help="low-precision scaling recipe, Megatron's --fp8-recipe names (omit: the engine's default, "
+                        "delayed under Transformer Engine; tensorwise and nvfp4 price an amax pass before casts)")
     p.add_argument("--zero-group", type=_positive, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
     p.add_argument("--engine", choices=list(ENGINES), default=None,
                    help="training framework: what overlaps what, how often sharded weights are gathered, "
@@ -653,9 +656,10 @@ def _run_plan(a) -> int:
         model = run.model
     elif run is not None:
         if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.etp, a.recompute, a.sp,
-                                       a.zero, a.precision, a.zero_group)):
+                                       a.zero, a.precision, a.zero_group, a.scaling_recipe)):
             raise ValueError("--from gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/--etp/--recompute/"
-                             "--sp/--zero/--precision/--zero-group (or edit the file with key=value overrides)")
+                             "--sp/--zero/--precision/--zero-group/--scaling-recipe (or edit the file with key=value "
+                             "overrides)")
         d = run.resolve(cluster.num_chips, global_batch=a.batch, model=None)
         model, spec, a.batch, assumed = d.model, d.spec, d.global_batch, d.assumed
         seq = getattr(a, "seq_len", None)
@@ -683,6 +687,9 @@ def _run_plan(a) -> int:
         a.batch, a.engine, ignored, assumed = mp.global_batch, a.engine or mp.engine, mp.ignored, mp.assumed
         if a.precision is not None and a.precision != mp.spec.precision:
             raise ValueError(f"--precision {a.precision} contradicts the Megatron line ({mp.spec.precision})")
+        if a.scaling_recipe is not None and a.scaling_recipe != mp.spec.scaling_recipe:
+            raise ValueError(f"--scaling-recipe {a.scaling_recipe} contradicts the Megatron line "
+                             f"({mp.spec.scaling_recipe or 'no low precision'}: --fp8-recipe / --fp4-recipe)")
         if a.zero is not None and a.zero != mp.spec.zero:
             raise ValueError(f"--zero {a.zero} contradicts the Megatron line (ZeRO {mp.spec.zero}: "
                              "--use-distributed-optimizer is ZeRO 1)")
@@ -713,7 +720,8 @@ def _run_plan(a) -> int:
         base = PlanSpec(a.dp, a.tp, a.pp, a.mb, recompute=a.recompute or "none", virtual_stages=a.virtual or 1,
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
                         context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
-                        expert_parallel=a.ep or 1, expert_tensor_parallel=1 if a.etp == "1" else None)
+                        expert_parallel=a.ep or 1, expert_tensor_parallel=1 if a.etp == "1" else None,
+                        scaling_recipe=a.scaling_recipe)
         plans, tried = _best_fixed_plan(model, chip, cluster, base, a)
         searched = None
         notes = [n for n in (fixed_note, tried) if n]
@@ -736,7 +744,8 @@ def _run_plan(a) -> int:
                            precision=(a.precision,) if a.precision else None,
                            zero_group=(a.zero_group,) if a.zero_group else None,
                            expert_parallel=(a.ep,) if a.ep else None,
-                           expert_tensor_parallel=1 if getattr(a, "etp", None) == "1" else None)
+                           expert_tensor_parallel=1 if getattr(a, "etp", None) == "1" else None,
+                           scaling_recipe=a.scaling_recipe)
         if not res.feasible:
             raise ValueError(res.reason)
         plans = list(res.plans)

@@ -36,7 +36,7 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
-           "recompute_share"]
+           "recompute_share", "SCALING_RECIPES", "AMAX_PASSES", "RECIPE_AMAX", "check_scaling_recipe"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
@@ -209,11 +209,10 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         if op.kind in NETWORK_KINDS and op.name not in ("moe_dispatch", "moe_combine", "allreduce_attn",
                                                         "reducescatter_attn", "allgather_attn", "allgather_mlp"):
             return 0.0
-        base = op.name[:-len(".cast")] if op.name.endswith(".cast") else op.name
-        return _maxtext_rerun(base, config, mt)
+        return _maxtext_rerun(_gemm_of(op.name), config, mt)
     mods = recompute_modules(policy)
     if mods is not None:
-        base = op.name[:-len(".cast")] if op.name.endswith(".cast") else op.name
+        base = _gemm_of(op.name)
         return 1.0 if any(base in RECOMPUTE_MODULES[m] for m in mods) else 0.0
     if policy == "attention-core":
         return 1.0 if op.name in ATTENTION_CORE else 0.0
@@ -233,6 +232,14 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         return 0.0 if config.gated else 1.0
     return 0.5
 
+def _gemm_of(name: str) -> str:
+    """The GEMM a cast or amax op feeds (``fc2.cast``, ``fc2.amax`` -> ``fc2``), else ``name``."""
+    for suffix in (".cast", ".amax"):
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
+
+
 #: Column order of the op arrays handed to the kernels.
 OP_FIELDS = ("kind", "m", "n", "k", "batch", "elements", "ops_per_element",
              "bytes_read", "bytes_written", "dtype_bytes", "head_dim")
@@ -241,7 +248,7 @@ OP_FIELDS = ("kind", "m", "n", "k", "batch", "elements", "ops_per_element",
 VECTOR_OPS_PER_ELEMENT = {
     "layernorm": 5.0, "rmsnorm": 4.0, "softmax": 5.0, "gelu": 8.0, "relu": 1.0,
     "silu": 4.0, "swiglu": 5.0, "geglu": 9.0, "add": 1.0, "mul": 1.0, "dropout": 2.0,
-    "rotary": 3.0, "embedding": 1.0, "cross_entropy": 5.0, "fp8_cast": 3.0,
+    "rotary": 3.0, "embedding": 1.0, "cross_entropy": 5.0, "fp8_cast": 3.0, "amax": 2.0,
 }
 
 
@@ -373,9 +380,15 @@ class LayerGraph:
 
 
 class _Builder:
-    def __init__(self, dt: int) -> None:
+    """Ops appended one by one.  ``amax`` (:data:`AMAX_PASSES`) and ``norm_fused`` (the casts
+    whose amax the producing norm computes): which low-precision casts read their input once
+    more first, for the whole-tensor amax of per-tensor current scaling (:meth:`fp8_cast`)."""
+
+    def __init__(self, dt: int, amax: str = "none", norm_fused: frozenset = frozenset()) -> None:
         self.ops: list[Op] = []
         self.dt = dt
+        self.amax = amax
+        self.norm_fused = norm_fused
 
     def _add(self, op: Op) -> int:
         self.ops.append(op)
@@ -429,7 +442,18 @@ class _Builder:
         gradient: Transformer Engine's cast-transpose and torchao both write both).  An op of
         kind ``cast``: priced as a memory-bound vector op at the chip's memory efficiency, or at
         ``KernelEfficiency.cast_memory`` where the engine's casts run slower
-        (:attr:`cosearch.engine.Engine.fp8_cast_kernel`)."""
+        (:attr:`cosearch.engine.Engine.fp8_cast_kernel`).
+
+        Where the recipe scales by the tensor's own amax (:data:`AMAX_PASSES`), a reduction
+        reading the input once (a ``vector`` op, ``<gemm>.amax`` or ``<gemm>.grad_amax``) runs
+        first, unless the builder's ``amax`` is ``"unfused"`` and the producing norm computes
+        the amax itself (``name`` in ``norm_fused``)."""
+        if self.amax == "all" or (self.amax == "unfused" and name not in self.norm_fused):
+            head, _, last = name.rpartition(".")
+            deps = [self._add(Op(f"{head}.{last.replace('cast', 'amax')}", "vector",
+                                 tuple(d for d in deps if d is not None), elements=float(elements),
+                                 ops_per_element=VECTOR_OPS_PER_ELEMENT["amax"],
+                                 bytes_read=float(elements * self.dt), dtype_bytes=self.dt))]
         return self._add(Op(name, "cast", tuple(d for d in deps if d is not None), elements=float(elements),
                             ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
                             bytes_read=float(elements * self.dt), bytes_written=float(2.0 * elements * out_bytes),
@@ -566,6 +590,59 @@ PRECISIONS = ("bf16", "fp8", "fp4")
 #: FP8 scale per 16-element block (0.5 + 1/16).
 OPERAND_BYTES = {"bf16": 0.0, "fp8": 1.0, "fp4": 0.5625}
 
+#: Each precision's scaling recipes, by Megatron-Core's names (``--fp8-recipe``,
+#: ``--fp4-recipe``); the first is the default, as Megatron-LM's ``--fp8-recipe`` defaults to
+#: ``delayed`` (``megatron/training/arguments.py``).  ``delayed``: per-tensor scales from the
+#: amax history; ``tensorwise``: per-tensor current scaling, from the tensor's own amax;
+#: ``blockwise``: 1x128 / 128x128 block scales; ``mxfp8``: 1x32 block scales; ``nvfp4``: 1x16
+#: block scales under a per-tensor scale from the tensor's own amax.
+SCALING_RECIPES = {"bf16": (), "fp8": ("delayed", "tensorwise", "blockwise", "mxfp8"), "fp4": ("nvfp4",)}
+
+#: Which casts run a separate whole-tensor amax reduction before the cast, as Transformer Engine's
+#: quantizers do (``transformer_engine/pytorch/csrc/quantizer.cpp``): ``"none"`` (the scale is
+#: known before the cast: delayed scaling's history, or block scales the cast kernel computes:
+#: ``Float8Quantizer``, ``Float8BlockQuantizer`` and ``MXFP8Quantizer`` call ``nvte_quantize_v2``
+#: alone); ``"unfused"`` (``Float8CurrentScalingQuantizer::quantize_impl`` runs
+#: ``nvte_compute_amax_with_config`` and then ``nvte_quantize_v2``, except where the producer
+#: wrote the amax: TE's norm kernels do (``FUSED_NORM_AMAX_FP8`` in ``extensions/normalization.cpp``)
+#: inside ``LayerNormLinear``, which Megatron-Core runs for a dense layer's QKV and first MLP GEMM
+#: and MLA's q/kv up projections (``TELayerNormColumnParallelLinear``); its activation (Megatron's
+#: own ``bias_swiglu``), attention output, MoE inputs behind a separate ``TENorm`` and every
+#: gradient are plain bf16 tensors); ``"all"`` (NVFP4 with its default random Hadamard transform
+#: takes the amax after the transform, ``nvte_hadamard_transform_amax``, in the quantizer for every
+#: tensor, the norms' fusion off: ``with_rht && with_post_rht_amax`` selects ``UNFUSED``).
+AMAX_PASSES = ("none", "unfused", "all")
+RECIPE_AMAX = {"delayed": "none", "blockwise": "none", "mxfp8": "none", "tensorwise": "unfused", "nvfp4": "all"}
+
+
+def check_scaling_recipe(precision: str, recipe: str | None, name: str = "scaling_recipe") -> str | None:
+    """``recipe`` for ``precision`` (:data:`SCALING_RECIPES`; None: the precision's default,
+    None under bf16), refused naming ``name`` where the precision has no such recipe."""
+    choice("precision", precision, PRECISIONS)
+    options = SCALING_RECIPES[precision]
+    if recipe is None:
+        return options[0] if options else None
+    if recipe not in options:
+        have = (f"choose one of {options}" if options else
+                "bf16 has no scaling recipe; drop it, or give the precision fp8 or fp4")
+        raise ValueError(f"{name}={recipe!r} with precision {precision!r}: {have}")
+    return recipe
+
+
+def _norm_fused_casts(c: ModelConfig) -> frozenset:
+    """The casts whose input comes from a norm that Megatron-Core fuses into the GEMM's module
+    (``TELayerNormColumnParallelLinear``, Megatron-Core's ``gpt_layer_specs.py``): a dense
+    layer's QKV and first MLP GEMM (with their sequence-parallel gathers' casts), MLA's q and kv up
+    projections; MLA's input norm and an MoE layer's ``pre_mlp_layernorm`` are separate ``TENorm``s."""
+    names = set()
+    if c.mla is None and c.compressed_attention is None:
+        names |= {"qkv.cast", "allgather_attn.cast"}
+    elif c.mla is not None:
+        names |= {"q_up.cast", "kv_up.cast"}
+    if not c.moe:
+        names |= {"fc1.cast", "allgather_mlp.cast"}
+    return frozenset(names)
+
 
 def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> int:
     """Validate a context-parallel degree for a model; returns it as an int.  The sequence
@@ -674,17 +751,20 @@ def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: 
 
 
 @functools.lru_cache(maxsize=512)
-def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float) -> tuple[dict, dict]:
+def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
+                 amax: str = "none") -> tuple[dict, dict]:
     """The routed experts' forward ops (:func:`_expert_ops`: ``local`` experts of ``per`` tokens
     each) and their backward, by name; cached, as many (tp, sequence-parallel, microbatch, ep)
     layers share them (callers must not change the dicts)."""
-    g = _Builder(c.dtype_bytes)
+    g = _Builder(c.dtype_bytes, amax)
     _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp)
-    return {o.name: o for o in g.ops}, {o.name: o for o in _backward(list(g.ops), tp, c.dtype_bytes, ())}
+    return {o.name: o for o in g.ops}, {o.name: o for o in _backward(list(g.ops), tp, c.dtype_bytes, (),
+                                                                      amax=amax)}
 
 
 def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
-                         context_parallel: int = 1, precision: str = "bf16") -> tuple[LayerGraph, LayerGraph]:
+                         context_parallel: int = 1, precision: str = "bf16",
+                         amax_pass: str = "none") -> tuple[LayerGraph, LayerGraph]:
     """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
     the same layer's graphs at another ep >= 2: only the routed experts' ops differ (their token
     count and how many experts a rank holds; the all-to-alls move the same ``T k`` copies at every
@@ -696,7 +776,8 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
     check_expert_parallel(c, ep)
     T = microbatch * (c.seq_len // context_parallel)
     per, _ = moe_expert_tokens(c, T, ep, microbatch)
-    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision])
+    choice("amax_pass", amax_pass, AMAX_PASSES)
+    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], amax_pass)
 
     def moved(op: Op, deps: tuple[int, ...]) -> Op:
         # the rebuilt op at the original's place (its fields were validated when built)
@@ -772,7 +853,8 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
-                   cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False) -> list[Op]:
+                   cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
+                   amax: str = "none") -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -782,7 +864,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     T = b * sl
     Tv = T // tp if sp and T % tp == 0 else (T / tp if sp else T)  # rows of the replicated region
     act_bytes = T * h * c.dtype_bytes
-    g = _Builder(c.dtype_bytes)
+    g = _Builder(c.dtype_bytes, amax, _norm_fused_casts(c))
     norm = c.norm
     nh = c.hyper_connections
     x_pre = _hyper_pre(g, "attn", [], Tv, h, nh)
@@ -937,19 +1019,21 @@ _CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather", "allto
 
 
 def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
-              own_bwd: dict[str, tuple[float, float]] | None = None) -> list[Op]:
+              own_bwd: dict[str, tuple[float, float]] | None = None, amax: str = "none") -> list[Op]:
     """Reverse-mode graph of a forward op list.  A forward all-reduce (Megatron's ``g``)
     is the identity backward; an all-gather becomes a reduce-scatter and vice versa
     (sequence parallelism); input-gradient all-reduces (Megatron's ``f``) are inserted
     after the GEMMs named in ``allreduce_after`` when the forward has no all-gather.
     ``own_bwd``: by op name, the backward's bytes (read, written) per element of vector ops
-    that have their own (the fp32 loss, eager elementwise ops); else the vector-op rule."""
+    that have their own (the fp32 loss, eager elementwise ops); else the vector-op rule.
+    ``amax`` (:data:`AMAX_PASSES`): every incoming gradient's cast takes its amax pass unless
+    ``"none"`` (a gradient is a plain bf16 tensor: no norm writes its amax)."""
     consumers: dict[int, list[int]] = {i: [] for i in range(len(fwd))}
     for i, op in enumerate(fwd):
         for dep in op.deps:
             consumers[dep].append(i)
     sequence_parallel = any(op.kind == "allgather" for op in fwd)
-    g = _Builder(dt)
+    g = _Builder(dt, amax)
     grad_of: dict[int, list[int]] = {}  # fwd op -> bwd ops producing the gradient of its inputs
 
     def upstream(i: int) -> list[int]:
@@ -969,8 +1053,9 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
             nbytes = op.elements * dt if op.elements else op.bytes_read
             grad_of[i] = [g.collective(f"{op.name}.grad", deps, nbytes, _CONJUGATE[op.kind])]
             continue
-        if op.kind == "cast":
-            grad_of[i] = deps  # the cast's gradient passes through (the dgrad GEMM writes bf16)
+        if op.kind == "cast" or (op.kind == "vector" and op.name.endswith(".amax")):
+            # the cast's gradient passes through (the dgrad GEMM writes bf16); an amax has none
+            grad_of[i] = deps
             continue
         if op.kind == "gemm":
             # an FP8 GEMM's gradients are FP8 GEMMs too, on the incoming gradient cast first
@@ -1074,7 +1159,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
           cross_entropy: str = "fused", elementwise: str = "fused",
           expert_tensor_parallel: int | None = None, both: bool = False,
-          embedding: str = "gather") -> LayerGraph:
+          embedding: str = "gather", amax_pass: str = "none") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1096,8 +1181,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
     (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
     (:data:`EAGER_ELEMENTWISE_BYTES`).  ``embedding`` (:data:`EMBEDDINGS`): the input
-    embedding's lookup, a gather or MaxText's one-hot GEMM.  ``both``: return the (forward,
-    backward) pair (:func:`build_pair`)."""
+    embedding's lookup, a gather or MaxText's one-hot GEMM.  ``amax_pass`` (:data:`AMAX_PASSES`,
+    :data:`RECIPE_AMAX` of a scaling recipe): which of a low-precision layer's casts first read
+    their input for its amax (``<gemm>.amax`` ops).  ``both``: return the (forward, backward) pair
+    (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -1117,10 +1204,14 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     choice("cross_entropy", cross_entropy, CROSS_ENTROPY)
     choice("elementwise", elementwise, ELEMENTWISE)
     choice("embedding", embedding, EMBEDDINGS)
+    choice("amax_pass", amax_pass, AMAX_PASSES)
+    amax = amax_pass if precision != "bf16" and part == "layer" else "none"
     local = check_expert_tensor_parallel(config, expert_tensor_parallel, tp, bool(sequence_parallel)) == 1 and tp > 1
     extra = {"experts_local": True} if local and part == "layer" else {}
     if part == "embedding" and embedding == "one-hot":
         extra["one_hot"] = True
+    if amax != "none":
+        extra["amax"] = amax
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
@@ -1138,7 +1229,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if phase == "fwd" and not both:
         return fwd
     bwd = LayerGraph(f"{config.name}.{part}.bwd",
-                     tuple(_backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()})),
+                     tuple(_backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()},
+                                     amax)),
                      phase="bwd", tp=tp, microbatch=microbatch)
     return (fwd, bwd) if both else bwd
 

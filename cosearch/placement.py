@@ -257,6 +257,11 @@ class _Options:
     groups: tuple
     eps: tuple
     etps: tuple = (None,)
+    scaling_recipe: str | None = None
+
+    def recipe(self, precision: str) -> str | None:
+        """The scaling recipe of this search's plans in ``precision`` (None under bf16)."""
+        return None if precision == "bf16" else self.scaling_recipe
 
     def ep_mode(self, etp: int | None) -> int:
         """:func:`ep_mode_of` ``etp`` among this search's expert-tensor-parallel degrees."""
@@ -282,12 +287,12 @@ class _Options:
 
 def _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                        sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
-                       zero_group, expert_parallel, expert_tensor_parallel=None) -> _Options:
+                       zero_group, expert_parallel, expert_tensor_parallel=None, scaling_recipe=None) -> _Options:
     """Phase 1: every option checked and expanded to the values to try."""
-    from .graph import PRECISIONS, check_context_parallel, check_expert_parallel
+    from .graph import PRECISIONS, check_context_parallel, check_expert_parallel, check_scaling_recipe
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
-    from .plan import check_precision
+    from .plan import amax_pass, check_precision
     model = model_preset(model)
     chip = chip_preset(chip)
     cluster = as_cluster(cluster)
@@ -317,6 +322,14 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     precs = _option_list("precision", precision, ("bf16",), lambda n, p: v.choice(n, p, PRECISIONS))
     for p in precs:
         check_precision(chip, p)
+    if scaling_recipe is not None:
+        low = [p for p in precs if p != "bf16"]
+        if not low:
+            raise ValueError(f"scaling_recipe={scaling_recipe!r}: the search's precisions {list(precs)} have no "
+                             "low-precision casts to scale")
+        for p in low:
+            check_scaling_recipe(p, scaling_recipe)
+        amax_pass(engine, low[0], scaling_recipe)            # the engine runs it (torchao: tensorwise only)
     groups = _option_list("zero_group", zero_group, (None,), _check_group)
     eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
     for e in eps:
@@ -324,7 +337,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     etps = expert_tensor_parallel_values(model, expert_tensor_parallel, tps, sps)
     return _Options(model, chip, cluster, B, top_k, mem or memory.MemoryConfig(), engine, bool(flash_attention),
                     tuple(tps), tuple(mbs), tuple(sps), tuple(virt), tuple(zeros), _modes(recompute), tuple(cps),
-                    tuple(precs), tuple(groups), tuple(eps), etps)
+                    tuple(precs), tuple(groups), tuple(eps), etps, scaling_recipe)
 
 
 def expert_tensor_parallel_values(model: ModelConfig, etp, tps, sps) -> tuple:
@@ -387,7 +400,7 @@ def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> lis
                 o.ep_mode(et))]
             u = unit_costs(o.model, o.chip, o.cluster, [o.tps[i] for i in used], o.mbs, o.sps, o.flash_attention,
                            time_model=time_model, engine=o.engine, context_parallel=c, precision=p,
-                           expert_parallel=e, expert_tensor_parallel=et)[0]
+                           expert_parallel=e, expert_tensor_parallel=et, scaling_recipe=o.recipe(p))[0]
             if len(used) < len(o.tps):
                 u_all = np.zeros((len(o.tps),) + u.shape[1:])
                 u_all[used] = u
@@ -496,7 +509,7 @@ def _plans(o: _Options, found, combos, priced, searched, net, time_model: str) -
                         stage_layers=tuple(int(x) for x in counts), flash_attention=o.flash_attention,
                         context_parallel=c_cp, precision=prec, expert_parallel=c_ep,
                         zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg,
-                        expert_tensor_parallel=c_etp)
+                        expert_tensor_parallel=c_etp, scaling_recipe=o.recipe(prec))
         if len(set(spec.recompute)) == 1:
             spec = spec.with_(recompute=spec.recompute[0])
         plan = plan_from_stages(o.model, o.chip, o.cluster, spec, o.global_batch, u, net, hw, time_model, o.engine)
@@ -519,7 +532,8 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  precision: str | Sequence[str] | None = None,
                  zero_group: int | None | Sequence[int | None] = None,
                  expert_parallel: int | Sequence[int] | None = None,
-                 expert_tensor_parallel: int | None | Sequence[int | None] = None) -> PlacementResult:
+                 expert_tensor_parallel: int | None | Sequence[int | None] = None,
+                 scaling_recipe: str | None = None) -> PlacementResult:
     """The ``top_k`` best plans (one per configuration, best first) over the option space.
 
     Each option is a list of values to try (None: all — tp: the degrees dividing the
@@ -537,7 +551,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     formulas).  ``cutoff_s``: only plans faster than this step time are wanted; if none is, the
     result has no plans and ``cut_off`` set (the co-search's pruning inside a design).
     ``engine``: the training framework (:mod:`cosearch.engine`; default Megatron-LM);
-    precomputed ``units`` must have been priced for the same engine.
+    precomputed ``units`` must have been priced for the same engine.  ``scaling_recipe``
+    (:attr:`cosearch.plan.PlanSpec.scaling_recipe`; None: the engine's default): the recipe of
+    every low-precision plan searched, which each of those precisions must have.
     """
     v.instances(mem=(mem, memory.MemoryConfig))
     for name, x in (("flash_attention", flash_attention), ("overlap_dp", overlap_dp), ("prune", prune),
@@ -545,7 +561,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
         v.flag(name, x)
     o = _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                            sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
-                           zero_group, expert_parallel, expert_tensor_parallel)
+                           zero_group, expert_parallel, expert_tensor_parallel, scaling_recipe)
     if units is not None:
         units = _checked_units(units, o)
     if o.model.moe and o.model.moe_layer_step > 1 and o.model.num_layers > 1:

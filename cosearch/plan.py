@@ -41,7 +41,7 @@ from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
 
 __all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "collective_sm_share", "even_split", "check_spec",
-           "check_precision"]
+           "check_precision", "amax_pass"]
 
 _MODES = F.RECOMPUTE_MODES
 
@@ -80,8 +80,13 @@ class PlanSpec:
     overlapped with attention; needs ``flash_attention``); ``chips = dp * tp * pp * cp`` and the
     ranks holding the same weights are ``dp * cp``.  ``zero_group``: the ZeRO sharding group
     inside those ``dp * cp`` ranks (None: all of them; HSDP / MaxText's FSDP over a slice: a
-    divisor, replicated across the others).  ``precision``: ``"bf16"`` or ``"fp8"`` (the
-    layers' weight GEMMs on FP8 tensor cores; FP8 weight copies kept in memory)."""
+    divisor, replicated across the others).  ``precision``: ``"bf16"``, ``"fp8"`` or ``"fp4"``
+    (the layers' weight GEMMs on FP8 or NVFP4 tensor cores; low-precision weight copies kept in
+    memory).  ``scaling_recipe`` (:data:`cosearch.graph.SCALING_RECIPES`, Megatron-Core's
+    ``--fp8-recipe`` names; None: the engine's default, Megatron's ``delayed`` under Transformer
+    Engine and torchao's ``tensorwise`` under ``torch.compile``): how the low-precision casts
+    find their scales; per-tensor current scaling (``tensorwise``) and NVFP4 read a tensor once
+    more for its amax (:data:`cosearch.graph.RECIPE_AMAX`)."""
 
     dp: int
     tp: int
@@ -99,6 +104,7 @@ class PlanSpec:
     expert_parallel: int = 1
     offload_layers: int = 0
     expert_tensor_parallel: int | None = None
+    scaling_recipe: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.offload_layers, bool) or not isinstance(self.offload_layers, (int, np.integer)) \
@@ -132,6 +138,8 @@ class PlanSpec:
         if self.virtual_stages > 1 and self.pp == 1:
             raise ValueError(f"PlanSpec.virtual_stages={self.virtual_stages} needs pipeline parallelism (pp > 1)")
         v.choice("PlanSpec.precision", self.precision, graph.PRECISIONS)
+        if self.scaling_recipe is not None:
+            graph.check_scaling_recipe(self.precision, self.scaling_recipe, "PlanSpec.scaling_recipe")
         if self.zero_group is not None:
             zg = v.positive_int("PlanSpec.zero_group", self.zero_group, v.MAX_CHIPS)
             if self.weight_replicas % zg:
@@ -200,7 +208,7 @@ class PlanSpec:
         if self.flash_attention:
             extra.append("flash")
         if self.precision != "bf16":
-            extra.append(self.precision)
+            extra.append(self.precision if self.scaling_recipe is None else f"{self.precision}:{self.scaling_recipe}")
         if self.offload_layers:
             extra.append(f"offload{self.offload_layers}")
         cp = f" cp{self.context_parallel}" if self.context_parallel > 1 else ""
@@ -309,7 +317,7 @@ class Plan:
 @functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
-                embedding: str = "gather"):
+                embedding: str = "gather", amax: str = "none"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
@@ -320,7 +328,8 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
     for part in ("embedding", "layer", "head"):
         moe = part == "layer"
         f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
-                            elementwise, etp if moe else None, embedding if part == "embedding" else "gather")
+                            elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
+                            amax if moe else "none")
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -363,17 +372,20 @@ def clear_graph_cache() -> None:
 
 @functools.lru_cache(maxsize=2048)
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
-                 ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather"):
+                 ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
+                 amax: str = "none"):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep."""
     if (part == "layer" and model.moe and ep > 2 and etp is None and not model.moe_capacity_factor
             and model.num_experts % 2 == 0):
-        f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp)
-        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision)
+        f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
+                              "gather", amax)
+        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, amax)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
-                            elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding)
+                            elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
+                            amax_pass=amax)
 
 
 _SHARES: dict = {}
@@ -626,7 +638,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
                efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
                precision: str = "bf16", expert_parallel: int = 1,
-               expert_tensor_parallel: int | None = None) -> np.ndarray:
+               expert_tensor_parallel: int | None = None, scaling_recipe: str | None = None) -> np.ndarray:
     """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
     array of per-unit seconds, bytes and parameters.
 
@@ -648,7 +660,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     :func:`cosearch.graph.build`): the experts' weights split over ep x etp ranks and their
     gradients reduced over the dp x cp x tp / (ep x etp) ranks holding the same ones.  With etp 1,
     a (tp > 1, no sequence parallelism) cell among cells with it is no plan (Megatron requires
-    sequence parallelism there): every field of it is ``inf``.
+    sequence parallelism there): every field of it is ``inf``.  ``scaling_recipe`` (None: the
+    engine's default): the low-precision recipe, whose amax passes are priced as Transformer
+    Engine runs them (:func:`amax_pass`).
     """
     from .hardware import IDEAL
     if model.moe and model.moe_layer_step > 1:
@@ -656,8 +670,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
         # the dense layers run without expert parallelism (ep ranks are data-parallel there)
         args = (designs, cluster, tps, microbatches, sequence_parallel, flash_attention, efficiency, time_model,
                 engine, context_parallel, precision)
-        moe = unit_costs(model.with_(moe_layer_step=1), *args, expert_parallel, expert_tensor_parallel)
-        dense = unit_costs(model.dense_counterpart(), *args, 1, None)
+        moe = unit_costs(model.with_(moe_layer_step=1), *args, expert_parallel, expert_tensor_parallel,
+                         scaling_recipe)
+        dense = unit_costs(model.dense_counterpart(), *args, 1, None, scaling_recipe)
         share = 1.0 / model.moe_layer_step
         out = moe.copy()
         for f in _LAYER_UNIT_FIELDS:
@@ -667,6 +682,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     eng = engine_preset(engine)
+    amax = amax_pass(eng, precision, scaling_recipe)
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
     if single:
         designs = designs.with_(efficiency=eff)
@@ -726,9 +742,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t, eng.embedding)
+                                     etp_t, eng.embedding, amax)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t, eng.embedding)
+                                     etp_t, eng.embedding, amax)
                     a1 = _graph_stack(g1)
                     da = _graph_stack(g2) - a1
                     gs = g1
@@ -736,7 +752,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     rows = a1[None] + (mbs - 1.0)[:, None, None] * da[None]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
-                                     eng.elementwise, etp_t, eng.embedding)
+                                     eng.elementwise, etp_t, eng.embedding, amax)
                     rows = _graph_stack(gs)[None]
                 priced = None
                 if time_model != "work-bound":
@@ -972,6 +988,26 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
 
 
 # ---------------------------------------------------------------------- validation
+def amax_pass(engine, precision: str, scaling_recipe: str | None = None) -> str:
+    """Which of a layer's low-precision casts price a separate amax pass
+    (:data:`cosearch.graph.AMAX_PASSES`) for ``precision`` under ``scaling_recipe`` (None: the
+    engine's default) and the engine's cast kernels.  Under Transformer Engine's kernels
+    (``fp8_cast_kernel="fused"``) the recipe decides (:data:`cosearch.graph.RECIPE_AMAX`; default
+    ``delayed``, Megatron-LM's).  torchao's casts compiled by ``torch.compile``
+    (``"inductor"``) are per-tensor current scaling (``tensorwise``, the default there), whose
+    amax reduction the engine's cast efficiency already prices
+    (:meth:`cosearch.hardware.KernelEfficiency.with_cast_kernel`); another recipe is refused."""
+    eng = engine_preset(engine)
+    if eng.fp8_cast_kernel == "inductor":
+        if precision == "fp4" or scaling_recipe not in (None, "tensorwise"):
+            raise ValueError(f"engine {eng.name!r} prices torchao's Float8 casts (per-tensor current scaling, "
+                             f"'tensorwise'); precision {precision!r} with scaling_recipe {scaling_recipe!r} is "
+                             "not what it runs: use scaling_recipe='tensorwise' (or None) and precision 'fp8'")
+        return "none"
+    recipe = graph.check_scaling_recipe(precision, scaling_recipe)
+    return "none" if recipe is None else graph.RECIPE_AMAX[recipe]
+
+
 def check_precision(chip: Accelerator, precision: str) -> None:
     """Refuse FP8 on a chip without FP8 tensor cores, and FP4 on one without FP4 ones."""
     v.choice("precision", precision, graph.PRECISIONS)
@@ -1166,7 +1202,8 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
                    spec.flash_attention, time_model=time_model, engine=engine,
                    context_parallel=spec.context_parallel, precision=spec.precision,
                    expert_parallel=spec.expert_parallel,
-                   expert_tensor_parallel=spec.expert_tensor_parallel)[0, 0, 0, 0]
+                   expert_tensor_parallel=spec.expert_tensor_parallel,
+                   scaling_recipe=spec.scaling_recipe)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip))
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,

@@ -313,7 +313,7 @@ def test_cluster_presets():
 
 
 # ------------------------------------------------------------------ the search over the new dimensions
-def _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine):
+def _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine, recipe=None):
     out = []
     L = model.num_layers
     for tp, cp, prec, z, zg in itertools.product(tps, cps, precs, zeros, groups):
@@ -330,7 +330,7 @@ def _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine):
                         for rc in itertools.product(MODES, repeat=pp):
                             spec = PlanSpec(dp, tp, pp, mb, recompute=rc, zero=z, stage_layers=split,
                                             flash_attention=True, context_parallel=cp, precision=prec,
-                                            zero_group=zg)
+                                            zero_group=zg, scaling_recipe=recipe if prec != "bf16" else None)
                             p = evaluate(model, chip, cl, spec, batch, engine=engine)
                             big = evaluate(model, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine=engine)
                             out.append((big.step_time_s, max(p.memory_per_chip_bytes), spec))
@@ -338,13 +338,13 @@ def _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine):
 
 
 @pytest.mark.usefixtures("cached_units")
-@pytest.mark.parametrize("engine", ["megatron-core", "fsdp"])
-def test_search_over_cp_precision_and_groups_equals_brute_force(engine):
+@pytest.mark.parametrize("engine,recipe", [("megatron-core", None), ("fsdp", None), ("megatron-core", "tensorwise")])
+def test_search_over_cp_precision_and_groups_equals_brute_force(engine, recipe):
     model = TINY
     chip = hardware.H100
     cl = cluster.Cluster(8, 4, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
     batch, tps, cps, precs, zeros, groups = 2, (1, 2), (1, 2), ("bf16", "fp8"), (0, 1, 3), (None, 2)
-    plans = _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine)
+    plans = _brute(model, chip, cl, batch, tps, cps, precs, zeros, groups, engine, recipe)
     mems = np.array([p[1] for p in plans])
     assert any(p[2].context_parallel == 2 for p in plans) and any(p[2].zero_group == 2 for p in plans)
     for q in (0.2, 0.6):
@@ -352,7 +352,8 @@ def test_search_over_cp_precision_and_groups_equals_brute_force(engine):
         fits = [p for p in plans if p[1] <= hbm]
         res = placement.search_plans(model, chip.with_(hbm_bytes=hbm), cl, batch, tps=tps, virtual_stages=(1,),
                                      sequence_parallel=(False,), zero=zeros, flash_attention=True, top_k=2,
-                                     engine=engine, context_parallel=cps, precision=precs, zero_group=groups)
+                                     engine=engine, context_parallel=cps, precision=precs, zero_group=groups,
+                                     scaling_recipe=recipe)
         best = min(p[0] for p in fits)
         assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
         # the runner-up too (the best plan of another configuration): combinations of cp and
@@ -373,6 +374,12 @@ def test_search_over_cp_precision_and_groups_equals_brute_force(engine):
 def test_search_refuses_fp8_on_a_chip_without_it():
     with pytest.raises(ValueError, match="no FP8"):
         placement.search_plans(TINY, "A100", 4, 4, precision=("bf16", "fp8"))
+    with pytest.raises(ValueError, match="no low-precision casts"):
+        placement.search_plans(TINY, "H100", 4, 4, scaling_recipe="tensorwise")
+    with pytest.raises(ValueError, match="'tensorwise' with precision 'fp4'"):
+        placement.search_plans(TINY, "B200", 4, 4, precision=("fp8", "fp4"), scaling_recipe="tensorwise")
+    with pytest.raises(ValueError, match="torchao's Float8 casts"):
+        placement.search_plans(TINY, "H100", 4, 4, precision="fp8", scaling_recipe="delayed", engine="fsdp")
     with pytest.raises(ValueError, match="flash attention"):
         placement.search_plans(TINY, "H100", 4, 4, context_parallel=(1, 2))
 
@@ -628,6 +635,9 @@ def test_activation_offload_hand_worked():
     (models.preset("llama2-7b"), dict(tps=(4,), sps=(True,), flash=True, precision="fp4")),
     # MoE: 512 tokens x top-2 x ep 2 / 8 experts = 256 a local expert (whole: extrapolated) ...
     (MOE_SMALL, dict(tps=(1, 2), sps=(False, True), flash=True, precision="fp8", ep=2)),
+    # per-tensor current scaling: an amax pass before each cast but those of LayerNormLinear's norms
+    (TINY, dict(tps=(2,), sps=(True,), flash=True, precision="fp8", recipe="tensorwise", amax="unfused")),
+    (MOE_SMALL, dict(tps=(2,), sps=(True,), flash=True, precision="fp8", recipe="tensorwise", amax="unfused", ep=4)),
     # ... 500 x 2 / 8 = 125 (whole) and 501 x 2 / 8 = 125.25 (rounded up: built at every size)
     (MOE_SMALL.with_(seq_len=500), dict(tps=(1,), sps=(False,), flash=True, ep=1)),
     (MOE_SMALL.with_(seq_len=501), dict(tps=(1,), sps=(False,), flash=True, ep=1)),
@@ -644,7 +654,9 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
         assert _moe_rows_affine(model, 1, False, 1, ep, False) is (model.seq_len != 501)
     u = unit_costs(model, chip, cl, kw["tps"], mbs, kw["sps"], kw["flash"],
                    context_parallel=kw.get("context_parallel", 1), precision=kw.get("precision", "bf16"),
-                   expert_parallel=ep)[0]
+                   expert_parallel=ep, scaling_recipe=kw.get("recipe"))[0]
+    # the precision's default recipe (fp4: NVFP4, an amax pass before every cast)
+    amax = kw.get("amax", {"fp4": "all"}.get(kw.get("precision", "bf16"), "none"))
     for ti, t in enumerate(kw["tps"]):
         for bi, mb in enumerate(mbs):
             for si, sp in enumerate(kw["sps"]):
@@ -653,7 +665,7 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
                     g = graph.build(model, t, mb, ph, part, sequence_parallel=sp and t > 1,
                                     flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
                                     precision=kw.get("precision", "bf16"), cross_entropy="fp32",   # Megatron-LM's
-                                    expert_parallel=ep)
+                                    expert_parallel=ep, amax_pass=amax)
                     assert u[ti, bi, si, f] == pytest.approx(cost.price(g, chip)[0].sum(), rel=1e-12), (t, mb, sp, f)
                 # the tensor-parallel collectives of the layer, priced on the graph built at this size
                 from cosearch.plan import _comm_s

@@ -70,17 +70,18 @@ def cached_units(monkeypatch):
     real = plan.unit_costs
 
     @functools.cache
-    def key(model, chip, cl, tps, mbs, sps, flash, tm, engine, cp, precision, ep, etp):
+    def key(model, chip, cl, tps, mbs, sps, flash, tm, engine, cp, precision, ep, etp, recipe):
         return real(model, chip, cl, tps, mbs, sps, flash, time_model=tm, engine=engine, context_parallel=cp,
-                    precision=precision, expert_parallel=ep, expert_tensor_parallel=etp)
+                    precision=precision, expert_parallel=ep, expert_tensor_parallel=etp, scaling_recipe=recipe)
 
     def cached(model, chip, cl, tps, mbs, sps=(False,), flash=False, efficiency=None, time_model="sum",
-               engine=None, context_parallel=1, precision="bf16", expert_parallel=1, expert_tensor_parallel=None):
+               engine=None, context_parallel=1, precision="bf16", expert_parallel=1, expert_tensor_parallel=None,
+               scaling_recipe=None):
         if isinstance(chip, hardware.Accelerator) and efficiency is None:
             return key(model, chip.with_(hbm_bytes=1.0), cl, tuple(tps), tuple(mbs), tuple(sps), flash, time_model,
-                       engine, context_parallel, precision, expert_parallel, expert_tensor_parallel)
+                       engine, context_parallel, precision, expert_parallel, expert_tensor_parallel, scaling_recipe)
         return real(model, chip, cl, tps, mbs, sps, flash, efficiency, time_model, engine, context_parallel,
-                    precision, expert_parallel, expert_tensor_parallel)
+                    precision, expert_parallel, expert_tensor_parallel, scaling_recipe)
 
     monkeypatch.setattr(plan, "unit_costs", cached)
     monkeypatch.setattr(placement, "unit_costs", cached)

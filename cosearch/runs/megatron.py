@@ -39,8 +39,8 @@ Plan and engine
                                              it runs after the backward, as Megatron's default)
 ``--overlap-param-gather``                   read with ``--overlap-grad-reduce`` (one overlap term)
 ``--fp8-format``                             FP8 (``hybrid`` or ``e4m3``)
-``--fp8-recipe``                             delayed / tensorwise / blockwise / mxfp8: priced as FP8
-                                             operands (listed among the assumptions)
+``--fp8-recipe``                             ``scaling_recipe``: delayed (default) / tensorwise / blockwise /
+                                             mxfp8, each FP8 (tensorwise with its amax passes)
 ``--fp4-format``, ``--fp4-recipe``           NVFP4 (``e2m1``; recipe ``nvfp4``)
 ``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
 ``--tp-comm-overlap``                        engine ``megatron-core-tp-overlap`` (with tp > 1)
@@ -81,6 +81,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..engine import MEGATRON_CORE, Engine, megatron_core, with_moe_dispatch, with_recompute_modules
+from ..graph import SCALING_RECIPES
 from ..models import ModelConfig
 from ..plan import PlanSpec
 from .config import RunConfig
@@ -470,18 +471,20 @@ def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, a
     return "full"
 
 
-def _precision(vals: dict[str, str], assumed: list[str]) -> str:
+def _precision(vals: dict[str, str], assumed: list[str]) -> tuple[str, str | None]:
+    """(precision, scaling recipe) of ``--fp8-format``/``--fp8-recipe`` (Megatron's default
+    ``delayed``) and ``--fp4-format``/``--fp4-recipe``."""
     fmt, recipe = vals.get("--fp8-format"), vals.get("--fp8-recipe")
     fp4, fp4_recipe = vals.get("--fp4-format"), vals.get("--fp4-recipe")
     if fmt is not None and fmt not in ("hybrid", "e4m3"):
         raise ValueError(f"--fp8-format {fmt!r}; choose hybrid or e4m3")
     if recipe is not None:
-        if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
-            raise ValueError(f"--fp8-recipe {recipe!r}; Megatron accepts delayed, tensorwise, blockwise or mxfp8")
+        if recipe not in SCALING_RECIPES["fp8"]:
+            raise ValueError(f"--fp8-recipe {recipe!r}; Megatron accepts {', '.join(SCALING_RECIPES['fp8'])}")
         if fmt is None:
             raise ValueError("--fp8-recipe needs --fp8-format")
-        if recipe != "delayed":
-            assumed.append(f"--fp8-recipe {recipe} priced as per-tensor FP8 operands")
+        if recipe in ("blockwise", "mxfp8"):
+            assumed.append(f"--fp8-recipe {recipe}: its block scales' bytes left out of the FP8 operands")
     if fp4 is not None or fp4_recipe is not None:
         if fp4 not in ("e2m1",):
             raise ValueError(f"--fp4-format {fp4!r}; Megatron accepts e2m1 (NVFP4)")
@@ -489,8 +492,8 @@ def _precision(vals: dict[str, str], assumed: list[str]) -> str:
             raise ValueError(f"--fp4-recipe {fp4_recipe!r}: only nvfp4 is modelled")
         if fmt is not None:
             assumed.append("--fp4-format with --fp8-format: every layer GEMM priced in NVFP4")
-        return "fp4"
-    return "fp8" if fmt else "bf16"
+        return "fp4", "nvfp4"
+    return ("fp8", recipe or "delayed") if fmt else ("bf16", None)
 
 
 def _overlap_p2p(flags: set[str], pp: int, virtual: int, assumed: list[str]) -> bool:
@@ -552,7 +555,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
         raise ValueError(f"{model.num_layers} layers do not split evenly over pp x virtual stages = {pp} x {virtual} "
                          "(Megatron refuses an uneven split without --decoder-first/last-pipeline-num-layers)")
     rc = _recompute(vals, flags, model.num_layers / pp, assumed)
-    precision = _precision(vals, assumed)
+    precision, recipe = _precision(vals, assumed)
     backend = vals.get("--attention-backend")
     if backend is not None and backend not in ("flash", "fused", "unfused", "local", "auto"):
         raise ValueError(f"--attention-backend {backend!r}; Megatron accepts flash, fused, unfused, local or auto")
@@ -575,7 +578,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
-                context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp)
+                context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
+                scaling_recipe=recipe)
     return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
                      neutral=tuple(neutral))
 

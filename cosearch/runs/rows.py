@@ -497,16 +497,28 @@ def _moe_notes(row: dict, notes: list) -> tuple[str, bool]:
     return ("alltoall" if backend is None else "flex"), overlap
 
 
-def _precision(row: dict, notes: list) -> str:
+def _precision(row: dict, notes: list) -> tuple[str, str | None]:
+    """(precision, scaling recipe) as the row's precision text states them: NVFP4, MXFP8,
+    per-tensor current scaling (``tensorwise``; torchao's Float8 is that), finer-grained block
+    scaling (``blockwise``) or delayed scaling; an FP8 row that does not say takes the engine's
+    default (a note says so)."""
     p = row["precision"]
     if "NVFP4" in p:
         notes.append("NVFP4 priced on every layer GEMM (the recipe keeps a few layers in bf16)")
-        return "fp4"
+        return "fp4", "nvfp4"
     if "FP8" in p or "Float8" in p:
-        if "MXFP8" in p:
-            notes.append("MXFP8 priced as per-tensor FP8")
-        return "fp8"
-    return "bf16"
+        low = p.lower()
+        if "MXFP8" in p or "FP8-MX" in p:
+            return "fp8", "mxfp8"
+        if "current scaling" in low or "FP8-CS" in p or "Float8" in p:
+            return "fp8", "tensorwise"
+        if "blockwise" in low or "finer-grained" in low:
+            return "fp8", "blockwise"
+        if "delayed" in low:
+            return "fp8", "delayed"
+        notes.append("FP8 scaling recipe not stated: the engine's default (Megatron's delayed scaling)")
+        return "fp8", None
+    return "bf16", None
 
 
 def measured_tok_s_gpu(row: dict, model: models.ModelConfig) -> float:
@@ -614,7 +626,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         why = nemo_launcher_overlap(row)[2]
         if why:
             notes.append(why)
-    precision = _precision(row, notes)
+    precision, recipe = _precision(row, notes)
     rc, rc_modules = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
     if str(row.get("software", "")).startswith("MaxText") and tp > 1 and dp == int(row["n_gpus"]) \
@@ -670,7 +682,8 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         notes.append("MaxText tensor parallelism priced as TP with sequence parallelism (activation_embed on 'tensor')")
     plan = dict(tp=tp, pp=pp, microbatch=mbs, recompute=rc, virtual_stages=vp, sequence_parallel=sp, zero=zero,
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
-                offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp)
+                offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp,
+                scaling_recipe=recipe)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
                      engine=with_moe_dispatch(_with_policy(preset(_engine(row)), rc_modules), dispatcher,

@@ -1,0 +1,177 @@
+"""Low-precision scaling recipes: which casts read their input once more for its amax, as
+Transformer Engine's quantizers run them (``cosearch.graph.RECIPE_AMAX``), checked against
+hand-counted tensor sizes, hand-priced step times and the readers' config lines."""
+import json
+
+import pytest
+
+import cosearch
+from cosearch import graph, hardware, models, plan
+from cosearch.runs import rows
+from cosearch.runs.megatron import parse_megatron_args
+from cosearch.runs.nemo import read_megatron_bridge
+
+# a small GQA SwiGLU layer: h 1024, 8 heads of 128 (2 K/V heads), ffn 2816, 2048 tokens
+SMALL = models.ModelConfig("small-gqa", num_layers=2, hidden=1024, heads=8, ffn_hidden=2816, vocab=32000,
+                           seq_len=2048, kv_heads=2, activation="swiglu", norm="rmsnorm", position="rotary",
+                           bias=False, tie_embeddings=False, dropout=False)
+
+
+def _amax(g: graph.LayerGraph) -> dict[str, float]:
+    return {o.name: o.elements for o in g.ops if o.name.endswith("amax")}
+
+
+def test_current_scaling_amax_passes_hand_counted():
+    """tp 2 with sequence parallelism, 2048 tokens: a rank holds 4 query heads, 1 K/V head and
+    1408 of the MLP's columns.  Current scaling reads for its amax, forward: the attention output
+    (2048 x 4 x 128) and the activation (2048 x 1408); the norms feeding QKV and fc1 (TE's
+    LayerNormLinear) write theirs.  Backward, every incoming gradient: fc2's (2048 x 1024), fc1's
+    (2048 x 2 x 1408), attn_out's (2048 x 1024), QKV's (2048 x (4 + 2) x 128)."""
+    f, b = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8",
+                            amax_pass="unfused")
+    assert _amax(f) == {"attn_out.amax": 1_048_576, "fc2.amax": 2_883_584}
+    assert _amax(b) == {"fc2.grad_amax": 2_097_152, "fc1.grad_amax": 5_767_168, "attn_out.grad_amax": 2_097_152,
+                        "qkv.grad_amax": 1_572_864}
+    for o in f.ops + b.ops:
+        if o.name.endswith("amax"):
+            assert (o.kind, o.bytes_read, o.bytes_written) == ("vector", 2 * o.elements, 0.0)   # one bf16 read
+    # NVFP4 (its Hadamard transform's amax in the quantizer): the norms' casts too, 1024 x 1024 each
+    f4, b4 = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp4",
+                              amax_pass="all")
+    assert _amax(f4) == {**_amax(f), "allgather_attn.amax": 1_048_576, "allgather_mlp.amax": 1_048_576}
+    assert _amax(b4) == _amax(b)
+    # each amax feeds its cast; an amax has no gradient of its own
+    names = [o.name for o in f.ops]
+    cast = f.ops[names.index("fc2.cast")]
+    assert cast.deps == (names.index("fc2.amax"),)
+    assert not any(o.name.endswith("amax.grad") for o in b.ops)
+
+
+def test_recipes_without_a_separate_amax_leave_the_graph_as_it_was():
+    base = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8")
+    for recipe in ("delayed", "blockwise", "mxfp8"):
+        assert graph.RECIPE_AMAX[recipe] == "none"
+        assert plan.amax_pass("megatron-core", "fp8", recipe) == "none"
+    assert graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8",
+                            amax_pass="none") == base
+    # bf16 has no casts, whatever is asked
+    assert not _amax(graph.build(SMALL, 2, 1, "bwd", precision="bf16", amax_pass="all"))
+
+
+def test_moe_and_mla_casts_take_the_pass_where_their_norm_is_separate():
+    """An MoE layer's experts and shared expert follow a separate pre-MLP TENorm, MLA's down
+    projections a separate input TENorm: their casts all read for the amax; MLA's up projections
+    are LayerNormLinear (their latent norm writes it)."""
+    m = models.preset("deepseek-v3")
+    f, _ = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=8, amax_pass="unfused")
+    got = set(_amax(f))
+    assert {"expert_fc1.amax", "expert_fc2.amax", "shared_fc1.amax", "shared_fc2.amax", "q_down.amax",
+            "kv_down.amax", "attn_out.amax"} <= got
+    assert not {"q_up.amax", "kv_up.amax"} & got
+    # derived from the ep-2 graphs (only the experts rebuilt) it is the same graph
+    f2, b2 = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=2, amax_pass="unfused")
+    f8, b8 = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=8, amax_pass="unfused")
+    assert graph.with_expert_parallel(f2, b2, m, 1, 1, 8, 1, "fp8", "unfused") == (f8, b8)
+
+
+def test_current_scaling_step_time_is_the_hand_priced_amax_reads():
+    """One H100, tp 1, no recompute, 4 microbatches of one sequence, 2 layers: current scaling
+    adds, per layer and microbatch, its amax ops, each one bf16 read at the chip's stream rate
+    plus a kernel launch, to the delayed-scaling step and nothing else."""
+    chip = hardware.preset("H100")
+    elements = [2048 * 1024, 2048 * 2816,                          # forward: attention output, activation
+                2048 * 1024, 2048 * 2 * 2816, 2048 * 1024, 2048 * 12 * 128]   # gradients: fc2, fc1, attn_out, qkv
+    stream = chip.hbm_bandwidth_Bps * chip.efficiency.memory
+    per_layer_s = sum(2.0 * e / stream + chip.efficiency.launch_s for e in elements)
+    cl = cosearch.Cluster(1)
+    out = {}
+    for recipe in ("delayed", "tensorwise"):
+        spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", flash_attention=True,
+                             scaling_recipe=recipe)
+        out[recipe] = plan.evaluate(SMALL, chip, cl, spec, 4, engine="megatron-core")
+    assert out["delayed"].feasible and out["tensorwise"].feasible
+    assert out["tensorwise"].step_time_s - out["delayed"].step_time_s == pytest.approx(4 * 2 * per_layer_s,
+                                                                                       rel=1e-9)
+    # None is the engine's default: delayed under Transformer Engine
+    spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", flash_attention=True)
+    assert plan.evaluate(SMALL, chip, cl, spec, 4, engine="megatron-core").step_time_s == out["delayed"].step_time_s
+
+
+def test_a_recipe_the_precision_or_engine_lacks_is_refused_by_name():
+    with pytest.raises(ValueError, match="bf16 has no scaling recipe"):
+        plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, scaling_recipe="delayed")
+    with pytest.raises(ValueError, match="PlanSpec.scaling_recipe='nvfp4' with precision 'fp8'"):
+        plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", scaling_recipe="nvfp4")
+    with pytest.raises(ValueError, match="'tensorwise' with precision 'fp4'"):
+        plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp4", scaling_recipe="tensorwise")
+    with pytest.raises(ValueError, match="amax_pass"):
+        graph.build(SMALL, precision="fp8", amax_pass="some")
+    # torchao under torch.compile runs per-tensor current scaling only, its amax priced by the engine
+    assert plan.amax_pass("fsdp", "fp8", None) == plan.amax_pass("fsdp", "fp8", "tensorwise") == "none"
+    with pytest.raises(ValueError, match="torchao's Float8 casts"):
+        plan.amax_pass("fsdp", "fp8", "delayed")
+    spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", scaling_recipe="mxfp8")
+    with pytest.raises(ValueError, match="torchao's Float8 casts"):
+        plan.evaluate(SMALL, "H100", cosearch.Cluster(1), spec, 4, engine="fsdp")
+
+
+def test_the_spec_round_trips_and_says_its_recipe():
+    spec = plan.PlanSpec(dp=2, tp=1, pp=1, microbatch=1, precision="fp8", scaling_recipe="tensorwise")
+    assert plan.PlanSpec.from_dict(spec.to_dict()) == spec
+    assert "fp8:tensorwise" in spec.describe()
+    d = spec.to_dict()
+    d.pop("scaling_recipe")                      # a file written before the field reads as the default
+    assert plan.PlanSpec.from_dict(d).scaling_recipe is None
+
+
+def test_readers_take_the_recipe_from_the_config():
+    gpt = models.preset("gpt3-1.3b")
+    line = "--fp8-format hybrid --global-batch-size 8"
+    assert parse_megatron_args(line, gpt, 8).spec.scaling_recipe == "delayed"          # Megatron's default
+    assert parse_megatron_args(line + " --fp8-recipe tensorwise", gpt, 8).spec.scaling_recipe == "tensorwise"
+    assert parse_megatron_args("--fp4-format e2m1 --global-batch-size 8", gpt, 8).spec.scaling_recipe == "nvfp4"
+    assert parse_megatron_args("--global-batch-size 8", gpt, 8).spec.scaling_recipe is None
+    base = models.preset("llama2-7b")
+    for name, recipe in (("bf16_with_fp8_current_scaling_mixed", "tensorwise"), ("bf16_with_mxfp8_mixed", "mxfp8"),
+                         ("bf16_with_fp8_subchannel_scaling_mixed", "blockwise"), ("bf16_with_nvfp4_mixed", "nvfp4")):
+        d = read_megatron_bridge(None, ["train.global_batch_size=16", f"mixed_precision={name}"],
+                                 model=base).resolve(8)
+        assert d.spec.scaling_recipe == recipe, name
+
+
+@pytest.mark.parametrize("text,precision,recipe", [
+    ("FP8 (per-tensor current scaling)", "fp8", "tensorwise"), ("FP8 per-tensor current scaling (FP8-CS)", "fp8",
+                                                                 "tensorwise"),
+    ("FP8 (TE hybrid, delayed scaling)", "fp8", "delayed"), ("MXFP8 (1x32 blocks)", "fp8", "mxfp8"),
+    ("FP8 finer-grained scaling (32x32 on Blackwell, 128x128/1x128 blockwise on H100) per page footnote", "fp8",
+     "blockwise"),
+    ("NVFP4", "fp4", "nvfp4"), ("FP8 (scaling not stated on the 25.09 page)", "fp8", None), ("BF16", "bf16", None)])
+def test_validation_rows_state_their_recipe(text, precision, recipe):
+    row = dict(id="x", model="m", arch="llama2-style: SwiGLU, RoPE, RMSNorm, GQA, untied output", layers=4,
+               hidden=1024, heads=8, kv_heads=2, ffn=2816, vocab=32000, seq=2048, head_dim=None, ep=1, cp=1,
+               vp=None, zero=1, zero_group=None, sp=True, offload=None, recompute="none", precision=text,
+               accel="B200", n_gpus=8, dp=4, tp=2, pp=1, mbs=1, gbs=8, ga=2, tok_s_gpu=1000.0,
+               software="NeMo 26.04 container (Megatron-Bridge + Megatron-Core)")
+    d = rows.describe_row(row)
+    assert (d.spec.precision, d.spec.scaling_recipe) == (precision, recipe)
+    if "not stated" in text:
+        assert any("not stated" in a for a in d.assumed)
+
+
+def test_cli_prices_the_recipe_it_is_given(capsys):
+    from cosearch.cli import main
+    args = ["plan", "--model", "llama3-8b", "--chip", "H100", "--cluster", "dgx-h100", "--nodes", "1", "--batch", "64",
+            "--dp", "4", "--tp", "2", "--pp", "1", "--mb", "1", "--sp", "--zero", "1", "--flash", "--recompute", "none",
+            "--precision", "fp8", "--json"]
+    steps = {}
+    for recipe in (None, "tensorwise"):
+        assert main(args + (["--scaling-recipe", recipe] if recipe else [])) == 0
+        out = capsys.readouterr().out
+        steps[recipe] = json.loads(out)["plans"][0]["step_time_s"]
+    assert steps["tensorwise"] > steps[None]                 # the amax passes cost time
+    assert main(args[:-3] + ["--scaling-recipe", "tensorwise"]) == 2
+    assert "bf16 has no scaling recipe" in capsys.readouterr().err
+    line = "--fp8-format hybrid --fp8-recipe mxfp8 --tensor-model-parallel-size 2 --global-batch-size 64"
+    assert main(["plan", "--model", "llama3-8b", "--chip", "H100", "--cluster", "dgx-h100", "--nodes", "1",
+                 "--from-megatron-args", line, "--scaling-recipe", "tensorwise"]) == 2
+    assert "contradicts the Megatron line (mxfp8" in capsys.readouterr().err
