@@ -289,7 +289,12 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
                        sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
                        zero_group, expert_parallel, expert_tensor_parallel=None, scaling_recipe=None) -> _Options:
     """Phase 1: every option checked and expanded to the values to try."""
-    from .graph import PRECISIONS, check_context_parallel, check_expert_parallel, check_scaling_recipe
+    from .graph import (
+        PRECISIONS,
+        check_context_parallel,
+        check_expert_parallel,
+        check_scaling_recipe,
+    )
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
     from .plan import amax_pass, check_precision
