@@ -103,8 +103,10 @@ same.
   :func:`cosearch.memory.maxtext_saved_bytes` for dense layers; Megatron's selective figure, an upper
   bound, otherwise).
 * ``fp8_cast_kernel`` — how FP8 (and NVFP4) training casts each GEMM input and incoming
-  gradient: ``"fused"`` (single-pass kernels at the chip's memory efficiency: Transformer
-  Engine in Megatron-Core, NeMo, Megatron-Bridge and llm-foundry) or ``"inductor"`` (torchao's
+  gradient: ``"fused"`` (Transformer Engine's kernels in Megatron-Core, NeMo, Megatron-Bridge and
+  llm-foundry, at the chip's memory efficiency: one pass, and before it an amax reduction where
+  the plan's :attr:`~cosearch.plan.PlanSpec.scaling_recipe` scales by the tensor's own amax,
+  :data:`cosearch.graph.RECIPE_AMAX`) or ``"inductor"`` (torchao's
   per-tensor ``tensorwise`` casts compiled by ``torch.compile``, as torchtitan's Float8 runs:
   a whole-tensor amax reduction, SM-bound at 535 GB/s on an H200's 132 SMs
   (:data:`cosearch.hardware.INDUCTOR_AMAX_BPS_PER_SM`), then the cast and a transposed copy at
