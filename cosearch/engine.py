@@ -106,7 +106,7 @@ same.
   gradient: ``"fused"`` (Transformer Engine's kernels in Megatron-Core, NeMo, Megatron-Bridge and
   llm-foundry, at the chip's memory efficiency: one pass, and before it an amax reduction where
   the plan's :attr:`~cosearch.plan.PlanSpec.scaling_recipe` scales by the tensor's own amax,
-  :data:`cosearch.graph.RECIPE_AMAX`) or ``"inductor"`` (torchao's
+  :data:`cosearch.graph.RECIPE_CAST_PASSES`) or ``"inductor"`` (torchao's
   per-tensor ``tensorwise`` casts compiled by ``torch.compile``, as torchtitan's Float8 runs:
   a whole-tensor amax reduction, SM-bound at 535 GB/s on an H200's 132 SMs
   (:data:`cosearch.hardware.INDUCTOR_AMAX_BPS_PER_SM`), then the cast and a transposed copy at

@@ -36,7 +36,7 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
-           "recompute_share", "SCALING_RECIPES", "AMAX_PASSES", "RECIPE_AMAX", "check_scaling_recipe"]
+           "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "RECIPE_CAST_PASSES", "check_scaling_recipe"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
@@ -380,14 +380,14 @@ class LayerGraph:
 
 
 class _Builder:
-    """Ops appended one by one.  ``amax`` (:data:`AMAX_PASSES`) and ``norm_fused`` (the casts
-    whose amax the producing norm computes): which low-precision casts read their input once
-    more first, for the whole-tensor amax of per-tensor current scaling (:meth:`fp8_cast`)."""
+    """Ops appended one by one.  ``passes`` (:data:`CAST_PASSES`) and ``norm_fused`` (the casts
+    of a norm's output inside the GEMM's own module): how the low-precision casts run
+    (:meth:`fp8_cast`)."""
 
-    def __init__(self, dt: int, amax: str = "none", norm_fused: frozenset = frozenset()) -> None:
+    def __init__(self, dt: int, passes: str = "single", norm_fused: frozenset = frozenset()) -> None:
         self.ops: list[Op] = []
         self.dt = dt
-        self.amax = amax
+        self.passes = passes
         self.norm_fused = norm_fused
 
     def _add(self, op: Op) -> int:
@@ -444,11 +444,23 @@ class _Builder:
         ``KernelEfficiency.cast_memory`` where the engine's casts run slower
         (:attr:`cosearch.engine.Engine.fp8_cast_kernel`).
 
-        Where the recipe scales by the tensor's own amax (:data:`AMAX_PASSES`), a reduction
-        reading the input once (a ``vector`` op, ``<gemm>.amax`` or ``<gemm>.grad_amax``) runs
-        first, unless the builder's ``amax`` is ``"unfused"`` and the producing norm computes
-        the amax itself (``name`` in ``norm_fused``)."""
-        if self.amax == "all" or (self.amax == "unfused" and name not in self.norm_fused):
+        The builder's ``passes`` (:data:`CAST_PASSES`) change that: under ``"norm-fused"`` the
+        norm op producing a cast in ``norm_fused`` writes the low-precision copy itself and the
+        cast only transposes it (reads and writes ``out_bytes`` an element); under
+        ``"amax-all"``, and ``"amax-unfused"`` outside ``norm_fused``, a reduction reading the
+        input once for its amax (a ``vector`` op, ``<gemm>.amax`` or ``<gemm>.grad_amax``) runs
+        first."""
+        fed = name in self.norm_fused
+        src = [d for d in deps if d is not None]
+        if self.passes == "norm-fused" and fed and len(src) == 1 and self.ops[src[0]].kind == "vector" \
+                and self.ops[src[0]].name.startswith("norm"):
+            norm = self.ops[src[0]]
+            self.ops[src[0]] = replace(norm, bytes_written=float(norm.elements * out_bytes))
+            return self._add(Op(name, "cast", tuple(src), elements=float(elements),
+                                ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
+                                bytes_read=float(elements * out_bytes), bytes_written=float(elements * out_bytes),
+                                dtype_bytes=self.dt))
+        if self.passes == "amax-all" or (self.passes == "amax-unfused" and not fed):
             head, _, last = name.rpartition(".")
             deps = [self._add(Op(f"{head}.{last.replace('cast', 'amax')}", "vector",
                                  tuple(d for d in deps if d is not None), elements=float(elements),
@@ -598,21 +610,26 @@ OPERAND_BYTES = {"bf16": 0.0, "fp8": 1.0, "fp4": 0.5625}
 #: block scales under a per-tensor scale from the tensor's own amax.
 SCALING_RECIPES = {"bf16": (), "fp8": ("delayed", "tensorwise", "blockwise", "mxfp8"), "fp4": ("nvfp4",)}
 
-#: Which casts run a separate whole-tensor amax reduction before the cast, as Transformer Engine's
-#: quantizers do (``transformer_engine/pytorch/csrc/quantizer.cpp``): ``"none"`` (the scale is
-#: known before the cast: delayed scaling's history, or block scales the cast kernel computes:
-#: ``Float8Quantizer``, ``Float8BlockQuantizer`` and ``MXFP8Quantizer`` call ``nvte_quantize_v2``
-#: alone); ``"unfused"`` (``Float8CurrentScalingQuantizer::quantize_impl`` runs
+#: How a layer's casts run, as Transformer Engine's quantizers and norm kernels run them
+#: (``transformer_engine/pytorch/csrc/quantizer.cpp``, ``extensions/normalization.cpp``):
+#: ``"single"`` (one pass each, reading the bf16 input and writing both low-precision copies: the
+#: scale is known before the cast, or block scales the cast kernel computes:
+#: ``Float8BlockQuantizer`` and ``MXFP8Quantizer`` call ``nvte_quantize_v2`` alone, and their norm
+#: outputs are cast after the norm, ``UNFUSED``); ``"norm-fused"`` (delayed scaling: as single,
+#: but a norm fused into the GEMM's module writes its FP8 output itself, ``FULLY_FUSED`` for
+#: ``Float8Quantizer``, so no bf16 copy is written and read again and the cast left is the
+#: column-wise transpose); ``"amax-unfused"`` (``Float8CurrentScalingQuantizer::quantize_impl`` runs
 #: ``nvte_compute_amax_with_config`` and then ``nvte_quantize_v2``, except where the producer
 #: wrote the amax: TE's norm kernels do (``FUSED_NORM_AMAX_FP8`` in ``extensions/normalization.cpp``)
 #: inside ``LayerNormLinear``, which Megatron-Core runs for a dense layer's QKV and first MLP GEMM
 #: and MLA's q/kv up projections (``TELayerNormColumnParallelLinear``); its activation (Megatron's
 #: own ``bias_swiglu``), attention output, MoE inputs behind a separate ``TENorm`` and every
-#: gradient are plain bf16 tensors); ``"all"`` (NVFP4 with its default random Hadamard transform
+#: gradient are plain bf16 tensors); ``"amax-all"`` (NVFP4 with its default random Hadamard transform
 #: takes the amax after the transform, ``nvte_hadamard_transform_amax``, in the quantizer for every
 #: tensor, the norms' fusion off: ``with_rht && with_post_rht_amax`` selects ``UNFUSED``).
-AMAX_PASSES = ("none", "unfused", "all")
-RECIPE_AMAX = {"delayed": "none", "blockwise": "none", "mxfp8": "none", "tensorwise": "unfused", "nvfp4": "all"}
+CAST_PASSES = ("single", "norm-fused", "amax-unfused", "amax-all")
+RECIPE_CAST_PASSES = {"delayed": "norm-fused", "blockwise": "single", "mxfp8": "single", "tensorwise": "amax-unfused",
+                      "nvfp4": "amax-all"}
 
 
 def check_scaling_recipe(precision: str, recipe: str | None, name: str = "scaling_recipe") -> str | None:
@@ -752,19 +769,19 @@ def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: 
 
 @functools.lru_cache(maxsize=512)
 def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
-                 amax: str = "none") -> tuple[dict, dict]:
+                 passes: str = "single") -> tuple[dict, dict]:
     """The routed experts' forward ops (:func:`_expert_ops`: ``local`` experts of ``per`` tokens
     each) and their backward, by name; cached, as many (tp, sequence-parallel, microbatch, ep)
     layers share them (callers must not change the dicts)."""
-    g = _Builder(c.dtype_bytes, amax)
+    g = _Builder(c.dtype_bytes, passes)
     _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp)
     return {o.name: o for o in g.ops}, {o.name: o for o in _backward(list(g.ops), tp, c.dtype_bytes, (),
-                                                                      amax=amax)}
+                                                                      passes=passes)}
 
 
 def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
                          context_parallel: int = 1, precision: str = "bf16",
-                         amax_pass: str = "none") -> tuple[LayerGraph, LayerGraph]:
+                         cast_passes: str = "single") -> tuple[LayerGraph, LayerGraph]:
     """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
     the same layer's graphs at another ep >= 2: only the routed experts' ops differ (their token
     count and how many experts a rank holds; the all-to-alls move the same ``T k`` copies at every
@@ -776,8 +793,8 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
     check_expert_parallel(c, ep)
     T = microbatch * (c.seq_len // context_parallel)
     per, _ = moe_expert_tokens(c, T, ep, microbatch)
-    choice("amax_pass", amax_pass, AMAX_PASSES)
-    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], amax_pass)
+    choice("cast_passes", cast_passes, CAST_PASSES)
+    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], cast_passes)
 
     def moved(op: Op, deps: tuple[int, ...]) -> Op:
         # the rebuilt op at the original's place (its fields were validated when built)
@@ -854,7 +871,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
-                   amax: str = "none") -> list[Op]:
+                   passes: str = "single") -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -864,7 +881,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     T = b * sl
     Tv = T // tp if sp and T % tp == 0 else (T / tp if sp else T)  # rows of the replicated region
     act_bytes = T * h * c.dtype_bytes
-    g = _Builder(c.dtype_bytes, amax, _norm_fused_casts(c))
+    g = _Builder(c.dtype_bytes, passes, _norm_fused_casts(c))
     norm = c.norm
     nh = c.hyper_connections
     x_pre = _hyper_pre(g, "attn", [], Tv, h, nh)
@@ -1019,21 +1036,21 @@ _CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather", "allto
 
 
 def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
-              own_bwd: dict[str, tuple[float, float]] | None = None, amax: str = "none") -> list[Op]:
+              own_bwd: dict[str, tuple[float, float]] | None = None, passes: str = "single") -> list[Op]:
     """Reverse-mode graph of a forward op list.  A forward all-reduce (Megatron's ``g``)
     is the identity backward; an all-gather becomes a reduce-scatter and vice versa
     (sequence parallelism); input-gradient all-reduces (Megatron's ``f``) are inserted
     after the GEMMs named in ``allreduce_after`` when the forward has no all-gather.
     ``own_bwd``: by op name, the backward's bytes (read, written) per element of vector ops
     that have their own (the fp32 loss, eager elementwise ops); else the vector-op rule.
-    ``amax`` (:data:`AMAX_PASSES`): every incoming gradient's cast takes its amax pass unless
-    ``"none"`` (a gradient is a plain bf16 tensor: no norm writes its amax)."""
+    ``passes`` (:data:`CAST_PASSES`): under ``"amax-unfused"`` or ``"amax-all"`` every incoming
+    gradient's cast takes its amax pass (a gradient is a plain bf16 tensor: no norm writes it)."""
     consumers: dict[int, list[int]] = {i: [] for i in range(len(fwd))}
     for i, op in enumerate(fwd):
         for dep in op.deps:
             consumers[dep].append(i)
     sequence_parallel = any(op.kind == "allgather" for op in fwd)
-    g = _Builder(dt, amax)
+    g = _Builder(dt, passes)
     grad_of: dict[int, list[int]] = {}  # fwd op -> bwd ops producing the gradient of its inputs
 
     def upstream(i: int) -> list[int]:
@@ -1086,7 +1103,9 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
                                       3.0 * sq + kv_rows, sq + kv_rows, work=ATTENTION_BWD_FACTOR)]
         else:
             name = f"{op.name}.grad"
-            rd, wr = op.bytes_read + op.bytes_written, op.bytes_read
+            # reads its inputs and the output's gradient (elements in the graph's dtype, whatever the
+            # forward wrote: a norm fused with its FP8 cast writes FP8), writes the inputs' gradients
+            rd, wr = op.bytes_read + op.elements * op.dtype_bytes, op.bytes_read
             if own_bwd and op.name in own_bwd:
                 rd, wr = op.elements * own_bwd[op.name][0], op.elements * own_bwd[op.name][1]
             bw = Op(name, "vector", tuple(deps), elements=op.elements,
@@ -1159,7 +1178,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
           cross_entropy: str = "fused", elementwise: str = "fused",
           expert_tensor_parallel: int | None = None, both: bool = False,
-          embedding: str = "gather", amax_pass: str = "none") -> LayerGraph:
+          embedding: str = "gather", cast_passes: str = "single") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1181,10 +1200,11 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
     (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
     (:data:`EAGER_ELEMENTWISE_BYTES`).  ``embedding`` (:data:`EMBEDDINGS`): the input
-    embedding's lookup, a gather or MaxText's one-hot GEMM.  ``amax_pass`` (:data:`AMAX_PASSES`,
-    :data:`RECIPE_AMAX` of a scaling recipe): which of a low-precision layer's casts first read
-    their input for its amax (``<gemm>.amax`` ops).  ``both``: return the (forward, backward) pair
-    (:func:`build_pair`)."""
+    embedding's lookup, a gather or MaxText's one-hot GEMM.  ``cast_passes`` (:data:`CAST_PASSES`,
+    :data:`RECIPE_CAST_PASSES` of a scaling recipe): how a low-precision layer's casts run — one
+    pass each, delayed scaling's norms writing their FP8 output (not with eager elementwise ops:
+    PyTorch's norms write bf16), or an amax read first (``<gemm>.amax`` ops).  ``both``: return
+    the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     _check_parallel(config, tp, microbatch)
@@ -1204,14 +1224,16 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     choice("cross_entropy", cross_entropy, CROSS_ENTROPY)
     choice("elementwise", elementwise, ELEMENTWISE)
     choice("embedding", embedding, EMBEDDINGS)
-    choice("amax_pass", amax_pass, AMAX_PASSES)
-    amax = amax_pass if precision != "bf16" and part == "layer" else "none"
+    choice("cast_passes", cast_passes, CAST_PASSES)
+    passes = cast_passes if precision != "bf16" and part == "layer" else "single"
+    if passes == "norm-fused" and elementwise == "eager":
+        passes = "single"
     local = check_expert_tensor_parallel(config, expert_tensor_parallel, tp, bool(sequence_parallel)) == 1 and tp > 1
     extra = {"experts_local": True} if local and part == "layer" else {}
     if part == "embedding" and embedding == "one-hot":
         extra["one_hot"] = True
-    if amax != "none":
-        extra["amax"] = amax
+    if passes != "single":
+        extra["passes"] = passes
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
@@ -1230,7 +1252,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         return fwd
     bwd = LayerGraph(f"{config.name}.{part}.bwd",
                      tuple(_backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()},
-                                     amax)),
+                                     passes)),
                      phase="bwd", tp=tp, microbatch=microbatch)
     return (fwd, bwd) if both else bwd
 

@@ -297,7 +297,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     )
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
-    from .plan import amax_pass, check_precision
+    from .plan import cast_passes, check_precision
     model = model_preset(model)
     chip = chip_preset(chip)
     cluster = as_cluster(cluster)
@@ -334,7 +334,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
                              "low-precision casts to scale")
         for p in low:
             check_scaling_recipe(p, scaling_recipe)
-        amax_pass(engine, low[0], scaling_recipe)            # the engine runs it (torchao: tensorwise only)
+        cast_passes(engine, low[0], scaling_recipe)            # the engine runs it (torchao: tensorwise only)
     groups = _option_list("zero_group", zero_group, (None,), _check_group)
     eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
     for e in eps:

@@ -41,7 +41,7 @@ from .hardware import DESIGN_FIELDS, Accelerator, design_array
 from .models import ModelConfig
 
 __all__ = ["PlanSpec", "Plan", "evaluate", "unit_costs", "hw_row", "collective_sm_share", "even_split", "check_spec",
-           "check_precision", "amax_pass"]
+           "check_precision", "cast_passes"]
 
 _MODES = F.RECOMPUTE_MODES
 
@@ -85,8 +85,9 @@ class PlanSpec:
     memory).  ``scaling_recipe`` (:data:`cosearch.graph.SCALING_RECIPES`, Megatron-Core's
     ``--fp8-recipe`` names; None: the engine's default, Megatron's ``delayed`` under Transformer
     Engine and torchao's ``tensorwise`` under ``torch.compile``): how the low-precision casts
-    find their scales; per-tensor current scaling (``tensorwise``) and NVFP4 read a tensor once
-    more for its amax (:data:`cosearch.graph.RECIPE_AMAX`)."""
+    find their scales, and so how the casts run (:data:`cosearch.graph.RECIPE_CAST_PASSES`):
+    per-tensor current scaling (``tensorwise``) and NVFP4 read a tensor once more for its amax;
+    under delayed scaling the norms fused into their GEMMs' modules write FP8 themselves."""
 
     dp: int
     tp: int
@@ -317,7 +318,7 @@ class Plan:
 @functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
-                embedding: str = "gather", amax: str = "none"):
+                embedding: str = "gather", passes: str = "single"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
@@ -329,7 +330,7 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
         moe = part == "layer"
         f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
                             elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
-                            amax if moe else "none")
+                            passes if moe else "single")
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -373,19 +374,19 @@ def clear_graph_cache() -> None:
 @functools.lru_cache(maxsize=2048)
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
-                 amax: str = "none"):
+                 passes: str = "single"):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep."""
     if (part == "layer" and model.moe and ep > 2 and etp is None and not model.moe_capacity_factor
             and model.num_experts % 2 == 0):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
-                              "gather", amax)
-        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, amax)
+                              "gather", passes)
+        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
-                            amax_pass=amax)
+                            cast_passes=passes)
 
 
 _SHARES: dict = {}
@@ -661,8 +662,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     gradients reduced over the dp x cp x tp / (ep x etp) ranks holding the same ones.  With etp 1,
     a (tp > 1, no sequence parallelism) cell among cells with it is no plan (Megatron requires
     sequence parallelism there): every field of it is ``inf``.  ``scaling_recipe`` (None: the
-    engine's default): the low-precision recipe, whose amax passes are priced as Transformer
-    Engine runs them (:func:`amax_pass`).
+    engine's default): the low-precision recipe, whose casts are priced as Transformer Engine
+    runs them (:func:`cast_passes`).
     """
     from .hardware import IDEAL
     if model.moe and model.moe_layer_step > 1:
@@ -682,7 +683,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     eng = engine_preset(engine)
-    amax = amax_pass(eng, precision, scaling_recipe)
+    passes = cast_passes(eng, precision, scaling_recipe)
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
     if single:
         designs = designs.with_(efficiency=eff)
@@ -742,9 +743,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t, eng.embedding, amax)
+                                     etp_t, eng.embedding, passes)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t, eng.embedding, amax)
+                                     etp_t, eng.embedding, passes)
                     a1 = _graph_stack(g1)
                     da = _graph_stack(g2) - a1
                     gs = g1
@@ -752,7 +753,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     rows = a1[None] + (mbs - 1.0)[:, None, None] * da[None]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
-                                     eng.elementwise, etp_t, eng.embedding, amax)
+                                     eng.elementwise, etp_t, eng.embedding, passes)
                     rows = _graph_stack(gs)[None]
                 priced = None
                 if time_model != "work-bound":
@@ -987,13 +988,12 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                     dtype=np.float64)
 
 
-# ---------------------------------------------------------------------- validation
-def amax_pass(engine, precision: str, scaling_recipe: str | None = None) -> str:
-    """Which of a layer's low-precision casts price a separate amax pass
-    (:data:`cosearch.graph.AMAX_PASSES`) for ``precision`` under ``scaling_recipe`` (None: the
-    engine's default) and the engine's cast kernels.  Under Transformer Engine's kernels
-    (``fp8_cast_kernel="fused"``) the recipe decides (:data:`cosearch.graph.RECIPE_AMAX`; default
-    ``delayed``, Megatron-LM's).  torchao's casts compiled by ``torch.compile``
+def cast_passes(engine, precision: str, scaling_recipe: str | None = None) -> str:
+    """How a layer's low-precision casts run (:data:`cosearch.graph.CAST_PASSES`: one pass,
+    delayed scaling's norm fusion, or an amax pass first) for ``precision`` under
+    ``scaling_recipe`` (None: the engine's default) and the engine's cast kernels.  Under
+    Transformer Engine's kernels (``fp8_cast_kernel="fused"``) the recipe decides
+    (:data:`cosearch.graph.RECIPE_CAST_PASSES`; default ``delayed``, Megatron-LM's).  torchao's casts compiled by ``torch.compile``
     (``"inductor"``) are per-tensor current scaling (``tensorwise``, the default there), whose
     amax reduction the engine's cast efficiency already prices
     (:meth:`cosearch.hardware.KernelEfficiency.with_cast_kernel`); another recipe is refused."""
@@ -1003,11 +1003,12 @@ def amax_pass(engine, precision: str, scaling_recipe: str | None = None) -> str:
             raise ValueError(f"engine {eng.name!r} prices torchao's Float8 casts (per-tensor current scaling, "
                              f"'tensorwise'); precision {precision!r} with scaling_recipe {scaling_recipe!r} is "
                              "not what it runs: use scaling_recipe='tensorwise' (or None) and precision 'fp8'")
-        return "none"
+        return "single"
     recipe = graph.check_scaling_recipe(precision, scaling_recipe)
-    return "none" if recipe is None else graph.RECIPE_AMAX[recipe]
+    return "single" if recipe is None else graph.RECIPE_CAST_PASSES[recipe]
 
 
+# ---------------------------------------------------------------------- validation
 def check_precision(chip: Accelerator, precision: str) -> None:
     """Refuse FP8 on a chip without FP8 tensor cores, and FP4 on one without FP4 ones."""
     v.choice("precision", precision, graph.PRECISIONS)

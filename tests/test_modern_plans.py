@@ -636,8 +636,8 @@ def test_activation_offload_hand_worked():
     # MoE: 512 tokens x top-2 x ep 2 / 8 experts = 256 a local expert (whole: extrapolated) ...
     (MOE_SMALL, dict(tps=(1, 2), sps=(False, True), flash=True, precision="fp8", ep=2)),
     # per-tensor current scaling: an amax pass before each cast but those of LayerNormLinear's norms
-    (TINY, dict(tps=(2,), sps=(True,), flash=True, precision="fp8", recipe="tensorwise", amax="unfused")),
-    (MOE_SMALL, dict(tps=(2,), sps=(True,), flash=True, precision="fp8", recipe="tensorwise", amax="unfused", ep=4)),
+    (TINY, dict(tps=(2,), sps=(True,), flash=True, precision="fp8", recipe="tensorwise", passes="amax-unfused")),
+    (MOE_SMALL, dict(tps=(2,), sps=(True,), flash=True, precision="fp8", recipe="tensorwise", passes="amax-unfused", ep=4)),
     # ... 500 x 2 / 8 = 125 (whole) and 501 x 2 / 8 = 125.25 (rounded up: built at every size)
     (MOE_SMALL.with_(seq_len=500), dict(tps=(1,), sps=(False,), flash=True, ep=1)),
     (MOE_SMALL.with_(seq_len=501), dict(tps=(1,), sps=(False,), flash=True, ep=1)),
@@ -655,8 +655,9 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
     u = unit_costs(model, chip, cl, kw["tps"], mbs, kw["sps"], kw["flash"],
                    context_parallel=kw.get("context_parallel", 1), precision=kw.get("precision", "bf16"),
                    expert_parallel=ep, scaling_recipe=kw.get("recipe"))[0]
-    # the precision's default recipe (fp4: NVFP4, an amax pass before every cast)
-    amax = kw.get("amax", {"fp4": "all"}.get(kw.get("precision", "bf16"), "none"))
+    # the precision's default recipe (fp8: delayed, the norms writing FP8; fp4: NVFP4, an amax
+    # pass before every cast)
+    passes = kw.get("passes", {"fp8": "norm-fused", "fp4": "amax-all"}.get(kw.get("precision", "bf16"), "single"))
     for ti, t in enumerate(kw["tps"]):
         for bi, mb in enumerate(mbs):
             for si, sp in enumerate(kw["sps"]):
@@ -665,7 +666,7 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
                     g = graph.build(model, t, mb, ph, part, sequence_parallel=sp and t > 1,
                                     flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
                                     precision=kw.get("precision", "bf16"), cross_entropy="fp32",   # Megatron-LM's
-                                    expert_parallel=ep, amax_pass=amax)
+                                    expert_parallel=ep, cast_passes=passes)
                     assert u[ti, bi, si, f] == pytest.approx(cost.price(g, chip)[0].sum(), rel=1e-12), (t, mb, sp, f)
                 # the tensor-parallel collectives of the layer, priced on the graph built at this size
                 from cosearch.plan import _comm_s

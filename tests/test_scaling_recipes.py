@@ -1,5 +1,5 @@
 """Low-precision scaling recipes: which casts read their input once more for its amax, as
-Transformer Engine's quantizers run them (``cosearch.graph.RECIPE_AMAX``), checked against
+Transformer Engine's quantizers run them (``cosearch.graph.RECIPE_CAST_PASSES``), checked against
 hand-counted tensor sizes, hand-priced step times and the readers' config lines."""
 import json
 
@@ -28,7 +28,7 @@ def test_current_scaling_amax_passes_hand_counted():
     LayerNormLinear) write theirs.  Backward, every incoming gradient: fc2's (2048 x 1024), fc1's
     (2048 x 2 x 1408), attn_out's (2048 x 1024), QKV's (2048 x (4 + 2) x 128)."""
     f, b = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8",
-                            amax_pass="unfused")
+                            cast_passes="amax-unfused")
     assert _amax(f) == {"attn_out.amax": 1_048_576, "fc2.amax": 2_883_584}
     assert _amax(b) == {"fc2.grad_amax": 2_097_152, "fc1.grad_amax": 5_767_168, "attn_out.grad_amax": 2_097_152,
                         "qkv.grad_amax": 1_572_864}
@@ -37,7 +37,7 @@ def test_current_scaling_amax_passes_hand_counted():
             assert (o.kind, o.bytes_read, o.bytes_written) == ("vector", 2 * o.elements, 0.0)   # one bf16 read
     # NVFP4 (its Hadamard transform's amax in the quantizer): the norms' casts too, 1024 x 1024 each
     f4, b4 = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp4",
-                              amax_pass="all")
+                              cast_passes="amax-all")
     assert _amax(f4) == {**_amax(f), "allgather_attn.amax": 1_048_576, "allgather_mlp.amax": 1_048_576}
     assert _amax(b4) == _amax(b)
     # each amax feeds its cast; an amax has no gradient of its own
@@ -47,15 +47,49 @@ def test_current_scaling_amax_passes_hand_counted():
     assert not any(o.name.endswith("amax.grad") for o in b.ops)
 
 
-def test_recipes_without_a_separate_amax_leave_the_graph_as_it_was():
+def test_block_scaled_recipes_cast_in_one_pass():
+    """MXFP8 and the blockwise recipe: every cast reads the bf16 tensor once and writes both FP8
+    copies (TE's block quantizers compute their scales inside the cast; their norm outputs are
+    cast after the norm), as cosearch prices a cast by default."""
     base = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8")
-    for recipe in ("delayed", "blockwise", "mxfp8"):
-        assert graph.RECIPE_AMAX[recipe] == "none"
-        assert plan.amax_pass("megatron-core", "fp8", recipe) == "none"
-    assert graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8",
-                            amax_pass="none") == base
+    for recipe in ("blockwise", "mxfp8"):
+        assert plan.cast_passes("megatron-core", "fp8", recipe) == "single"
+    single = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8",
+                              cast_passes="single")
+    assert single == base and not _amax(single[0]) and not _amax(single[1])
+    cast = next(o for o in single[0].ops if o.name == "fc2.cast")
+    assert (cast.bytes_read, cast.bytes_written) == (2 * 2048 * 1408, 2 * 2048 * 1408)   # bf16 in, 2 x FP8 out
     # bf16 has no casts, whatever is asked
-    assert not _amax(graph.build(SMALL, 2, 1, "bwd", precision="bf16", amax_pass="all"))
+    assert not _amax(graph.build(SMALL, 2, 1, "bwd", precision="bf16", cast_passes="amax-all"))
+
+
+def test_delayed_scaling_norms_write_their_fp8_output():
+    """Delayed scaling (Megatron's default recipe): TE's norm kernel inside LayerNormLinear writes
+    the FP8 row-wise copy itself (FULLY_FUSED), so norm1 and norm2 write 1 byte an element, not 2,
+    and their casts only transpose (1 byte in, 1 out); tp 2 with sequence parallelism, a rank's
+    1024 x 1024 share of each norm.  The attention output's and the activation's casts and every
+    gradient's stay single passes; no amax is read."""
+    f, b = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8",
+                            cast_passes="norm-fused")
+    base, base_b = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8")
+    by, was = {o.name: o for o in f.ops}, {o.name: o for o in base.ops}
+    share = 1024 * 1024
+    for norm, cast in (("norm1", "allgather_attn.cast"), ("norm2", "allgather_mlp.cast")):
+        assert by[norm].bytes_written == share and was[norm].bytes_written == 2 * share
+        assert (by[cast].bytes_read, by[cast].bytes_written) == (share, share)
+        assert by[norm].bytes_read == was[norm].bytes_read
+    changed = {n for n in by if by[n] != was[n]}
+    assert changed == {"norm1", "norm2", "allgather_attn.cast", "allgather_mlp.cast"}
+    assert b == base_b and not _amax(f)
+    # without sequence parallelism the GEMMs' own casts are the fused ones
+    f1 = {o.name: o for o in graph.build(SMALL, 1, 1, precision="fp8", flash_attention=True,
+                                          cast_passes="norm-fused").ops}
+    assert f1["qkv.cast"].bytes_read == f1["fc1.cast"].bytes_read == 2048 * 1024
+    assert f1["attn_out.cast"].bytes_read == 2 * 2048 * 1024
+    # PyTorch's eager norms write bf16: no fusion with eager elementwise ops
+    eager = graph.build(SMALL, 1, 1, precision="fp8", flash_attention=True, cast_passes="norm-fused",
+                        elementwise="eager")
+    assert eager == graph.build(SMALL, 1, 1, precision="fp8", flash_attention=True, elementwise="eager")
 
 
 def test_moe_and_mla_casts_take_the_pass_where_their_norm_is_separate():
@@ -63,38 +97,40 @@ def test_moe_and_mla_casts_take_the_pass_where_their_norm_is_separate():
     projections a separate input TENorm: their casts all read for the amax; MLA's up projections
     are LayerNormLinear (their latent norm writes it)."""
     m = models.preset("deepseek-v3")
-    f, _ = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=8, amax_pass="unfused")
+    f, _ = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=8, cast_passes="amax-unfused")
     got = set(_amax(f))
     assert {"expert_fc1.amax", "expert_fc2.amax", "shared_fc1.amax", "shared_fc2.amax", "q_down.amax",
             "kv_down.amax", "attn_out.amax"} <= got
     assert not {"q_up.amax", "kv_up.amax"} & got
     # derived from the ep-2 graphs (only the experts rebuilt) it is the same graph
-    f2, b2 = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=2, amax_pass="unfused")
-    f8, b8 = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=8, amax_pass="unfused")
-    assert graph.with_expert_parallel(f2, b2, m, 1, 1, 8, 1, "fp8", "unfused") == (f8, b8)
+    f2, b2 = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=2, cast_passes="amax-unfused")
+    f8, b8 = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", expert_parallel=8, cast_passes="amax-unfused")
+    assert graph.with_expert_parallel(f2, b2, m, 1, 1, 8, 1, "fp8", "amax-unfused") == (f8, b8)
 
 
-def test_current_scaling_step_time_is_the_hand_priced_amax_reads():
-    """One H100, tp 1, no recompute, 4 microbatches of one sequence, 2 layers: current scaling
-    adds, per layer and microbatch, its amax ops, each one bf16 read at the chip's stream rate
-    plus a kernel launch, to the delayed-scaling step and nothing else."""
+def test_step_times_are_the_hand_priced_cast_passes():
+    """One H100, tp 1, no recompute, 4 microbatches of one sequence, 2 layers.  Against MXFP8's
+    single-pass casts (the same FP8 GEMMs): current scaling adds, per layer and microbatch, its
+    amax ops, each one bf16 read at the chip's stream rate plus a kernel launch; delayed scaling
+    saves, on each of the two norms fused with their casts, 3 bytes an element (the norm writes 1
+    byte, not 2; the cast reads 1, not 2, and writes 1 copy, not 2) over 2048 x 1024 elements."""
     chip = hardware.preset("H100")
     elements = [2048 * 1024, 2048 * 2816,                          # forward: attention output, activation
                 2048 * 1024, 2048 * 2 * 2816, 2048 * 1024, 2048 * 12 * 128]   # gradients: fc2, fc1, attn_out, qkv
     stream = chip.hbm_bandwidth_Bps * chip.efficiency.memory
-    per_layer_s = sum(2.0 * e / stream + chip.efficiency.launch_s for e in elements)
+    amax_s = sum(2.0 * e / stream + chip.efficiency.launch_s for e in elements)
+    fused_s = 2 * 3.0 * 2048 * 1024 / stream
     cl = cosearch.Cluster(1)
-    out = {}
-    for recipe in ("delayed", "tensorwise"):
+    step = {}
+    for recipe in ("mxfp8", "tensorwise", "delayed", None):
         spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", flash_attention=True,
                              scaling_recipe=recipe)
-        out[recipe] = plan.evaluate(SMALL, chip, cl, spec, 4, engine="megatron-core")
-    assert out["delayed"].feasible and out["tensorwise"].feasible
-    assert out["tensorwise"].step_time_s - out["delayed"].step_time_s == pytest.approx(4 * 2 * per_layer_s,
-                                                                                       rel=1e-9)
-    # None is the engine's default: delayed under Transformer Engine
-    spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", flash_attention=True)
-    assert plan.evaluate(SMALL, chip, cl, spec, 4, engine="megatron-core").step_time_s == out["delayed"].step_time_s
+        p = plan.evaluate(SMALL, chip, cl, spec, 4, engine="megatron-core")
+        assert p.feasible
+        step[recipe] = p.step_time_s
+    assert step["tensorwise"] - step["mxfp8"] == pytest.approx(4 * 2 * amax_s, rel=1e-9)
+    assert step["mxfp8"] - step["delayed"] == pytest.approx(4 * 2 * fused_s, rel=1e-9)
+    assert step[None] == step["delayed"]            # None: the engine's default, delayed under TE
 
 
 def test_a_recipe_the_precision_or_engine_lacks_is_refused_by_name():
@@ -104,12 +140,12 @@ def test_a_recipe_the_precision_or_engine_lacks_is_refused_by_name():
         plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", scaling_recipe="nvfp4")
     with pytest.raises(ValueError, match="'tensorwise' with precision 'fp4'"):
         plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp4", scaling_recipe="tensorwise")
-    with pytest.raises(ValueError, match="amax_pass"):
-        graph.build(SMALL, precision="fp8", amax_pass="some")
+    with pytest.raises(ValueError, match="cast_passes"):
+        graph.build(SMALL, precision="fp8", cast_passes="some")
     # torchao under torch.compile runs per-tensor current scaling only, its amax priced by the engine
-    assert plan.amax_pass("fsdp", "fp8", None) == plan.amax_pass("fsdp", "fp8", "tensorwise") == "none"
+    assert plan.cast_passes("fsdp", "fp8", None) == plan.cast_passes("fsdp", "fp8", "tensorwise") == "single"
     with pytest.raises(ValueError, match="torchao's Float8 casts"):
-        plan.amax_pass("fsdp", "fp8", "delayed")
+        plan.cast_passes("fsdp", "fp8", "delayed")
     spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", scaling_recipe="mxfp8")
     with pytest.raises(ValueError, match="torchao's Float8 casts"):
         plan.evaluate(SMALL, "H100", cosearch.Cluster(1), spec, 4, engine="fsdp")
