@@ -211,3 +211,24 @@ def test_cli_prices_the_recipe_it_is_given(capsys):
     assert main(["plan", "--model", "llama3-8b", "--chip", "H100", "--cluster", "dgx-h100", "--nodes", "1",
                  "--from-megatron-args", line, "--scaling-recipe", "tensorwise"]) == 2
     assert "contradicts the Megatron line (mxfp8" in capsys.readouterr().err
+
+
+def test_a_measured_runs_csv_states_its_recipe(tmp_path):
+    """``cosearch runs check``'s CSV takes a ``scaling_recipe`` column: the same run checked as FP8
+    current scaling is predicted slower (its amax passes), exactly as evaluate() prices the spec;
+    a recipe its precision lacks is refused with its reason."""
+    from cosearch import cluster
+    from cosearch.runs.check import check_runs
+    p = tmp_path / "measured.csv"
+    p.write_text("id,model,cluster,chips,tp,pp,mb,batch,precision,scaling_recipe,sp,zero,measured_tok_s_per_chip\n"
+                 "cs,llama3-8b,dgx-h100,8,2,1,1,32,fp8,tensorwise,1,1,10000\n"
+                 "ds,llama3-8b,dgx-h100,8,2,1,1,32,fp8,,1,1,10000\n"
+                 "bad,llama3-8b,dgx-h100,8,2,1,1,32,bf16,tensorwise,1,1,10000\n")
+    res = check_runs(p)
+    got = {r.id: r.predicted_tok_s_per_chip for r in res.runs}
+    spec = plan.PlanSpec(4, 2, 1, 1, sequence_parallel=True, zero=1, flash_attention=True, precision="fp8",
+                         scaling_recipe="tensorwise")
+    want = plan.evaluate(models.preset("llama3-8b"), "H100", cluster.preset("dgx-h100", 1), spec, 32,
+                         engine="megatron-core").tokens_per_s / 8
+    assert got["cs"] == pytest.approx(want, rel=1e-12) and got["cs"] < got["ds"]
+    assert res.refused[0][0] == "bad" and "bf16 has no scaling recipe" in res.refused[0][1]

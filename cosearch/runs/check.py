@@ -12,7 +12,8 @@ Two input formats:
   ``tpuv5p-pod``), ``chips``, ``tp``, ``pp``, ``mb`` (microbatch), ``batch`` (global batch in
   sequences), ``measured_tok_s_per_chip``.  Optional: ``id``, ``group``, ``chip`` (default: the
   cluster's), ``seq_len``, ``cp``, ``ep``, ``virtual``, ``recompute`` (none), ``precision``
-  (bf16), ``sp`` (0/1), ``zero`` (0), ``zero_group``, ``flash`` (1), ``engine``
+  (bf16), ``scaling_recipe`` (the engine's default; ``tensorwise`` for FP8 current scaling,
+  :attr:`cosearch.plan.PlanSpec.scaling_recipe`), ``sp`` (0/1), ``zero`` (0), ``zero_group``, ``flash`` (1), ``engine``
   (megatron-core).  Unknown columns are refused by name.
 
 Rows cosearch cannot describe are listed with their reason, never dropped silently.
@@ -31,8 +32,8 @@ import numpy as np
 __all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQUIRED", "CSV_OPTIONAL"]
 
 CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
-CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "sp", "zero",
-                "zero_group", "flash", "engine")
+CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "scaling_recipe",
+                "sp", "zero", "zero_group", "flash", "engine")
 #: The band the scatter plot shades and the table counts runs within.
 BAND = 0.10
 
@@ -206,6 +207,8 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
                 flash_attention=True if flags["flash"] is None else flags["flash"])
     if r.get("zero_group"):
         plan["zero_group"] = num("zero_group")
+    if r.get("scaling_recipe"):
+        plan["scaling_recipe"] = r["scaling_recipe"]
     return RunConfig(f"{path.name} line {line}", model=model, plan=plan, global_batch=num("batch"), num_chips=chips,
                      engine=engine_preset(r.get("engine") or "megatron-core"), chip=chip, cluster=cluster,
                      measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))

@@ -504,7 +504,8 @@ def _precision(row: dict, notes: list) -> tuple[str, str | None]:
     default (a note says so)."""
     p = row["precision"]
     if "NVFP4" in p:
-        notes.append("NVFP4 priced on every layer GEMM (the recipe keeps a few layers in bf16)")
+        notes.append("NVFP4 on every layer GEMM, as Megatron-Bridge's bf16_with_nvfp4_mixed runs it (its Nemotron 3 "
+                     "Super and GPT-OSS 20B recipes keep the last 14 and 4 layers in bf16, which is not priced)")
         return "fp4", "nvfp4"
     if "FP8" in p or "Float8" in p:
         low = p.lower()
