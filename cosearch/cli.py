@@ -412,6 +412,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scaling-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"], default=None,
                    help="low-precision scaling recipe, Megatron's --fp8-recipe names (omit: the engine's default, "
                         "delayed under Transformer Engine; tensorwise and nvfp4 price an amax pass before casts)")
+    p.add_argument("--bf16-layers", metavar="FIRST,LAST", default=None,
+                   help="under fp8/fp4, the first and last layers kept in bf16 (Megatron's --first-last-layers-bf16; "
+                        "a fixed plan only: give --dp/--tp/--pp/--mb)")
     p.add_argument("--zero-group", type=_positive, help="ZeRO sharding group inside the dp x cp ranks (HSDP; omit: all)")
     p.add_argument("--engine", choices=list(ENGINES), default=None,
                    help="training framework: what overlaps what, how often sharded weights are gathered, "
@@ -595,6 +598,16 @@ def _run_measure(a) -> int:
     return 0
 
 
+def _bf16_layers_arg(text: str | None) -> tuple[int, int]:
+    """``--bf16-layers FIRST,LAST`` as a pair of whole numbers ((0, 0) when not given)."""
+    if text is None:
+        return (0, 0)
+    parts = [x.strip() for x in str(text).split(",")]
+    if len(parts) != 2 or not all(x.isdigit() for x in parts):
+        raise ValueError(f"--bf16-layers {text!r}: give FIRST,LAST, two whole numbers (1,1)")
+    return (int(parts[0]), int(parts[1]))
+
+
 def _best_fixed_plan(model, chip, cluster, base, a):
     """The best of ``base`` over the options ``plan`` was not given (recompute, sequence
     parallelism, ZeRO stage within the engine's, virtual stages that split the layers evenly), as
@@ -656,10 +669,10 @@ def _run_plan(a) -> int:
         model = run.model
     elif run is not None:
         if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.etp, a.recompute, a.sp,
-                                       a.zero, a.precision, a.zero_group, a.scaling_recipe)):
+                                       a.zero, a.precision, a.zero_group, a.scaling_recipe, a.bf16_layers)):
             raise ValueError("--from gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/--etp/--recompute/"
-                             "--sp/--zero/--precision/--zero-group/--scaling-recipe (or edit the file with key=value "
-                             "overrides)")
+                             "--sp/--zero/--precision/--zero-group/--scaling-recipe/--bf16-layers (or edit the file "
+                             "with key=value overrides)")
         d = run.resolve(cluster.num_chips, global_batch=a.batch, model=None)
         model, spec, a.batch, assumed = d.model, d.spec, d.global_batch, d.assumed
         seq = getattr(a, "seq_len", None)
@@ -721,7 +734,7 @@ def _run_plan(a) -> int:
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
                         context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
                         expert_parallel=a.ep or 1, expert_tensor_parallel=1 if a.etp == "1" else None,
-                        scaling_recipe=a.scaling_recipe)
+                        scaling_recipe=a.scaling_recipe, bf16_layers=_bf16_layers_arg(a.bf16_layers))
         plans, tried = _best_fixed_plan(model, chip, cluster, base, a)
         searched = None
         notes = [n for n in (fixed_note, tried) if n]
@@ -734,6 +747,9 @@ def _run_plan(a) -> int:
         if a.dp is not None or a.pp is not None:
             raise ValueError("--dp and --pp are searched together with --tp and --mb; give all four to "
                              "evaluate a fixed plan, or fix only --tp/--mb and the options")
+        if a.bf16_layers is not None:
+            raise ValueError("--bf16-layers prices a fixed plan (the search does not search plans with bf16 layers); "
+                             "give --dp/--tp/--pp/--mb")
         res = search_plans(model, chip, cluster, a.batch, tps=(a.tp,) if a.tp else None,
                            microbatches=(a.mb,) if a.mb else None, recompute=a.recompute,
                            virtual_stages=(a.virtual,) if a.virtual else None,

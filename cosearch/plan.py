@@ -87,7 +87,13 @@ class PlanSpec:
     Engine and torchao's ``tensorwise`` under ``torch.compile``): how the low-precision casts
     find their scales, and so how the casts run (:data:`cosearch.graph.RECIPE_CAST_PASSES`):
     per-tensor current scaling (``tensorwise``) and NVFP4 read a tensor once more for its amax;
-    under delayed scaling the norms fused into their GEMMs' modules write FP8 themselves."""
+    under delayed scaling the norms fused into their GEMMs' modules write FP8 themselves.
+    ``bf16_layers`` (first, last): under a low precision, that many transformer layers at the
+    model's start and end run in bf16 (Megatron's ``--first-last-layers-bf16`` with
+    ``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16``, Megatron-Bridge's
+    ``first_last_layers_bf16``); they sit in the first model chunk of the first stage and the
+    last chunk of the last one, which must hold them (:func:`evaluate` prices them there; the
+    plan search does not search plans with them)."""
 
     dp: int
     tp: int
@@ -106,6 +112,7 @@ class PlanSpec:
     offload_layers: int = 0
     expert_tensor_parallel: int | None = None
     scaling_recipe: str | None = None
+    bf16_layers: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         if isinstance(self.offload_layers, bool) or not isinstance(self.offload_layers, (int, np.integer)) \
@@ -141,6 +148,17 @@ class PlanSpec:
         v.choice("PlanSpec.precision", self.precision, graph.PRECISIONS)
         if self.scaling_recipe is not None:
             graph.check_scaling_recipe(self.precision, self.scaling_recipe, "PlanSpec.scaling_recipe")
+        try:
+            ends = tuple(self.bf16_layers)
+        except TypeError:
+            raise ValueError(f"PlanSpec.bf16_layers={self.bf16_layers!r}; give (first, last) layer counts") from None
+        if len(ends) != 2:
+            raise ValueError(f"PlanSpec.bf16_layers={self.bf16_layers!r}; give (first, last) layer counts")
+        ends = tuple(v.nonneg_int("PlanSpec.bf16_layers", x, v.MAX_CHIPS) for x in ends)
+        if any(ends) and self.precision == "bf16":
+            raise ValueError(f"PlanSpec.bf16_layers={ends}: the plan's precision is bf16 already; give a low "
+                             "precision (fp8, fp4) or (0, 0)")
+        object.__setattr__(self, "bf16_layers", ends)
         if self.zero_group is not None:
             zg = v.positive_int("PlanSpec.zero_group", self.zero_group, v.MAX_CHIPS)
             if self.weight_replicas % zg:
@@ -183,6 +201,7 @@ class PlanSpec:
         d = asdict(self)
         d["recompute"] = self.recompute if isinstance(self.recompute, str) else list(self.recompute)
         d["stage_layers"] = None if self.stage_layers is None else list(self.stage_layers)
+        d["bf16_layers"] = list(self.bf16_layers)
         return d
 
     @classmethod
@@ -210,6 +229,8 @@ class PlanSpec:
             extra.append("flash")
         if self.precision != "bf16":
             extra.append(self.precision if self.scaling_recipe is None else f"{self.precision}:{self.scaling_recipe}")
+        if any(self.bf16_layers):
+            extra.append(f"bf16-ends {self.bf16_layers[0]}/{self.bf16_layers[1]}")
         if self.offload_layers:
             extra.append(f"offload{self.offload_layers}")
         cp = f" cp{self.context_parallel}" if self.context_parallel > 1 else ""
@@ -1095,6 +1116,13 @@ def check_spec(model: ModelConfig, cluster: Cluster, spec: PlanSpec, global_batc
         warnings.warn(f"{model.name}: its layers' attention differs by kind (window, compressed sparse, heavily "
                       f"compressed) and every stage is priced with the mean layer; a stage's own attention cores "
                       f"differ from it by up to {off:.0%} (contiguous stages)", stacklevel=3)
+    k0, k1 = spec.bf16_layers
+    if k0 or k1:
+        first, last = sl[0] // vs, sl[-1] // vs        # the layers of the first and the last model chunk
+        if (spec.pp == 1 and k0 + k1 > L) or (spec.pp > 1 and (k0 > first or k1 > last)):
+            raise ValueError(f"PlanSpec.bf16_layers={(k0, k1)}: the bf16 layers must lie in the first model chunk of "
+                             f"the first stage and the last chunk of the last one, which hold {first} and {last} "
+                             f"layers (stage_layers {list(sl)}, virtual_stages {vs}); give those stages more layers")
     return spec.with_(stage_layers=tuple(sl))
 
 
@@ -1133,15 +1161,52 @@ def recompute_flops(model: ModelConfig, spec: PlanSpec, tokens: float, engine: E
     return out * tokens
 
 
+def _with_bf16_layers(u: np.ndarray, u_bf16: np.ndarray, hw: np.ndarray, spec: PlanSpec, s: int,
+                      mode: str) -> np.ndarray:
+    """Stage ``s``'s unit row with the bf16 layers it holds (:attr:`PlanSpec.bf16_layers`: the
+    first stage the first ones, the last stage the last ones): what each takes beyond a layer in
+    the plan's precision (``u_bf16``: the unit row of the same plan in bf16) — forward, backward,
+    the recomputed forward under full recompute (counted in the backward) and the tensor-parallel
+    seconds they expose (:func:`cosearch._kernels.formulas.layer_tp_seconds`) — added to the
+    embedding's fields on the first stage and the head's on the last, which only those stages
+    carry.  Their weights and saved activations are counted as the other layers'."""
+    k0, k1 = spec.bf16_layers
+    k = (k0 if s == 0 else 0) + (k1 if s == spec.pp - 1 else 0)
+    if not k:
+        return u
+    df, db = u_bf16[F.U_LF] - u[F.U_LF], u_bf16[F.U_LB] - u[F.U_LB]
+    tf16, tb16 = F.layer_tp_seconds(u_bf16, hw)
+    tf, tb = F.layer_tp_seconds(u, hw)
+    dtf, dtb = tf16 - tf, tb16 - tb
+    extra_b = db + (df + dtf if mode == "full" else 0.0)
+    out = u.copy()
+    if s == 0:                     # the first stage (the only one, with pp 1) carries the embedding
+        out[F.U_EF] += k * df
+        out[F.U_EB] += k * extra_b
+        out[F.U_ETPF] += k * dtf
+        out[F.U_ETPB] += k * dtb
+    else:                          # the last carries the head: its time counts 1 + U_MTPT times, its TP 1 + U_MTPA
+        t, a = 1.0 + u[F.U_MTPT], 1.0 + u[F.U_MTPA]
+        out[F.U_HF] += k * df / t
+        out[F.U_HB] += k * extra_b / t
+        out[F.U_HTPF] += k * dtf / a
+        out[F.U_HTPB] += k * dtb / a
+    return out
+
+
 def plan_from_stages(model: ModelConfig, chip: Accelerator, cluster: Cluster, spec: PlanSpec, global_batch: int,
                      u: np.ndarray, net: np.ndarray, hw: np.ndarray, time_model: str = "sum",
-                     engine: Engine | str | None = None) -> Plan:
-    """Price every stage of a validated spec with the shared njit stage formula."""
+                     engine: Engine | str | None = None, u_bf16: np.ndarray | None = None) -> Plan:
+    """Price every stage of a validated spec with the shared njit stage formula (``u_bf16``: the
+    same plan's unit row in bf16, for :attr:`PlanSpec.bf16_layers`)."""
+    if any(spec.bf16_layers) and u_bf16 is None:
+        raise ValueError("plan_from_stages: a spec with bf16_layers needs u_bf16, its unit row in bf16")
     m = global_batch // (spec.dp * spec.microbatch)
     out = np.zeros(F.NB)
     costs, mems, rows = [], [], []
     for s, (n, mode) in enumerate(zip(spec.stage_layers, spec.recompute_per_stage())):
-        cst, mm = F.stage_terms(u, net, hw, float(n), s == 0, s == spec.pp - 1, s, spec.pp, spec.virtual_stages,
+        us = u if u_bf16 is None else _with_bf16_layers(u, u_bf16, hw, spec, s, mode)
+        cst, mm = F.stage_terms(us, net, hw, float(n), s == 0, s == spec.pp - 1, s, spec.pp, spec.virtual_stages,
                                 m, float(spec.weight_replicas), float(spec.tp), spec.zero, float(spec.shard_group),
                                 _MODES.index(mode), out)
         costs.append(float(cst))
@@ -1205,7 +1270,14 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
                    expert_parallel=spec.expert_parallel,
                    expert_tensor_parallel=spec.expert_tensor_parallel,
                    scaling_recipe=spec.scaling_recipe)[0, 0, 0, 0]
+    u_bf16 = None
+    if any(spec.bf16_layers):
+        u_bf16 = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
+                            spec.flash_attention, time_model=time_model, engine=engine,
+                            context_parallel=spec.context_parallel, precision="bf16",
+                            expert_parallel=spec.expert_parallel,
+                            expert_tensor_parallel=spec.expert_tensor_parallel)[0, 0, 0, 0]
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip))
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
-                            time_model, engine)
+                            time_model, engine, u_bf16)

@@ -42,6 +42,8 @@ Plan and engine
 ``--fp8-recipe``                             ``scaling_recipe``: delayed (default) / tensorwise / blockwise /
                                              mxfp8, each FP8 (tensorwise with its amax passes)
 ``--fp4-format``, ``--fp4-recipe``           NVFP4 (``e2m1``; recipe ``nvfp4``)
+``--first-last-layers-bf16``                 ``bf16_layers``: ``--num-layers-at-start-in-bf16`` and
+                                             ``--num-layers-at-end-in-bf16`` (default 1 each) in bf16
 ``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
 ``--tp-comm-overlap``                        engine ``megatron-core-tp-overlap`` (with tp > 1)
 ``--no-overlap-p2p-communication``           pipeline sends beside the chunks off (absent: on with
@@ -94,6 +96,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
            "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
            "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
+           "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
            "--attention-backend", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
            # the model
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
@@ -105,7 +108,8 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
           "--group-query-attention", "--swiglu", "--use-rotary-position-embeddings", "--disable-bias-linear",
           "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
-          "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity"}
+          "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity",
+          "--first-last-layers-bf16"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -496,6 +500,16 @@ def _precision(vals: dict[str, str], assumed: list[str]) -> tuple[str, str | Non
     return ("fp8", recipe or "delayed") if fmt else ("bf16", None)
 
 
+def _bf16_layers(vals: dict[str, str], flags: set[str], precision: str) -> tuple[int, int]:
+    """``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16`` /
+    ``--num-layers-at-end-in-bf16`` (Megatron's defaults 1 and 1; the counts alone do nothing):
+    the (first, last) layers kept in bf16 under FP8 or NVFP4; none under bf16."""
+    if "--first-last-layers-bf16" not in flags or precision == "bf16":
+        return (0, 0)
+    return (_int("--num-layers-at-start-in-bf16", vals.get("--num-layers-at-start-in-bf16", "1"), 0),
+            _int("--num-layers-at-end-in-bf16", vals.get("--num-layers-at-end-in-bf16", "1"), 0))
+
+
 def _overlap_p2p(flags: set[str], pp: int, virtual: int, assumed: list[str]) -> bool:
     """Megatron's ``overlap_p2p_comm``: on by default with virtual stages (``arguments.py``:
     ``--no-overlap-p2p-communication`` stores False, default True, since commit 4eeff55 of
@@ -556,6 +570,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                          "(Megatron refuses an uneven split without --decoder-first/last-pipeline-num-layers)")
     rc = _recompute(vals, flags, model.num_layers / pp, assumed)
     precision, recipe = _precision(vals, assumed)
+    bf16_layers = _bf16_layers(vals, flags, precision)
     backend = vals.get("--attention-backend")
     if backend is not None and backend not in ("flash", "fused", "unfused", "local", "auto"):
         raise ValueError(f"--attention-backend {backend!r}; Megatron accepts flash, fused, unfused, local or auto")
@@ -579,7 +594,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
                 context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
-                scaling_recipe=recipe)
+                scaling_recipe=recipe, bf16_layers=bf16_layers)
     return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
                      neutral=tuple(neutral))
 

@@ -291,7 +291,6 @@ _BRIDGE_NEUTRAL = frozenset({
     "mixed_precision.bf16", "mixed_precision.params_dtype", "mixed_precision.pipeline_dtype",
     "mixed_precision.autocast_dtype", "mixed_precision.fp8_amax_history_len", "mixed_precision.fp8_amax_compute_algo",
     "mixed_precision.fp8_margin", "mixed_precision.fp8_wgrad",
-    "mixed_precision.num_layers_at_start_in_bf16", "mixed_precision.num_layers_at_end_in_bf16",
     "optimizer.bf16", "optimizer.params_dtype", "dist.distributed_backend",
     "dist.distributed_timeout_minutes", "dist.align_grad_reduce", "dist.use_gloo_process_groups",
     "comm_overlap.tp_comm_overlap_cfg", "comm_overlap.tp_comm_bootstrap_backend", "comm_overlap.bucket_size",
@@ -304,7 +303,20 @@ BRIDGE_PRECISION = {"bf16_mixed": [], "bf16_with_fp8_delayed_scaling_mixed": ["-
                     "bf16_with_fp8_current_scaling_mixed": ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
                     "bf16_with_fp8_subchannel_scaling_mixed": ["--fp8-format", "hybrid", "--fp8-recipe", "blockwise"],
                     "bf16_with_mxfp8_mixed": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
-                    "bf16_with_nvfp4_mixed": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]}
+                    "bf16_with_nvfp4_mixed": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+                    "nemotron_h_bf16_with_fp8_current_scaling_mixed": ["--fp8-format", "hybrid", "--fp8-recipe",
+                                                                       "tensorwise"],
+                    "nanov2_bf16_with_fp8_current_scaling_mixed": ["--fp8-format", "hybrid", "--fp8-recipe",
+                                                                   "blockwise"],
+                    "nemotron_3_super_bf16_with_nvfp4_mixed": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]}
+
+#: The (first, last) layers a Megatron-Bridge mixed-precision recipe keeps in bf16
+#: (``first_last_layers_bf16`` with ``num_layers_at_start_in_bf16`` / ``num_layers_at_end_in_bf16``,
+#: ``megatron/bridge/training/mixed_precision.py``); the others keep none.
+BRIDGE_BF16_LAYERS = {"bf16_with_fp8_current_scaling_mixed": (1, 1),
+                      "nemotron_h_bf16_with_fp8_current_scaling_mixed": (2, 2),
+                      "nanov2_bf16_with_fp8_current_scaling_mixed": (2, 2),
+                      "nemotron_3_super_bf16_with_nvfp4_mixed": (0, 14)}
 
 
 def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
@@ -360,18 +372,35 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         if mp not in BRIDGE_PRECISION:
             raise ValueError(f"{name}: mixed_precision {mp!r} is not a recipe cosearch knows ({', '.join(BRIDGE_PRECISION)})")
         words += BRIDGE_PRECISION[mp]
+        ends = BRIDGE_BF16_LAYERS.get(mp, (0, 0))
     else:
         fp8 = _one_value(k, name, "mixed_precision.fp8", "model.fp8")
         recipe = _one_value(k, name, "mixed_precision.fp8_recipe", "model.fp8_recipe")
         if fp8:
             words += ["--fp8-format", str(fp8)]
+            if not recipe and k.get("mixed_precision.fp8") is not None:
+                # Megatron-Bridge's MixedPrecisionConfig.fp8_recipe defaults to tensorwise (since
+                # 2025-09, commit 15bf28dea), Megatron-Core's TransformerConfig to delayed
+                recipe = "tensorwise"
+                assumed.append("mixed_precision.fp8_recipe not given: Megatron-Bridge's default tensorwise "
+                               "(per-tensor current scaling)")
             if recipe:
                 words += ["--fp8-recipe", str(recipe)]
         fp4 = _one_value(k, name, "mixed_precision.fp4", "model.fp4")
         if fp4:
             words += ["--fp4-format", str(fp4)]
-    if k.bool("mixed_precision.first_last_layers_bf16", False):
-        assumed.append("first_last_layers_bf16: the few bf16 layers priced in the low precision like the rest")
+        ends = (0, 0)
+    # the recipe's bf16 layers unless the config says otherwise (MixedPrecisionConfig defaults:
+    # first_last_layers_bf16 False, 0 and 0 layers)
+    on = k.get("mixed_precision.first_last_layers_bf16")
+    on = any(ends) if on is None else k.bool("mixed_precision.first_last_layers_bf16", False)
+    start = k.int("mixed_precision.num_layers_at_start_in_bf16")
+    end = k.int("mixed_precision.num_layers_at_end_in_bf16")
+    start = ends[0] if start is None else start
+    end = ends[1] if end is None else end
+    if on:
+        words += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(start),
+                  "--num-layers-at-end-in-bf16", str(end)]
     backend = k.get("model.attention_backend")
     if backend is not None:
         words += ["--attention-backend", str(backend).split(".")[-1]]
