@@ -232,6 +232,7 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         return 0.0 if config.gated else 1.0
     return 0.5
 
+
 def _gemm_of(name: str) -> str:
     """The GEMM a cast or amax op feeds (``fc2.cast``, ``fc2.amax`` -> ``fc2``), else ``name``."""
     for suffix in (".cast", ".amax"):

@@ -1014,10 +1014,11 @@ def cast_passes(engine, precision: str, scaling_recipe: str | None = None) -> st
     delayed scaling's norm fusion, or an amax pass first) for ``precision`` under
     ``scaling_recipe`` (None: the engine's default) and the engine's cast kernels.  Under
     Transformer Engine's kernels (``fp8_cast_kernel="fused"``) the recipe decides
-    (:data:`cosearch.graph.RECIPE_CAST_PASSES`; default ``delayed``, Megatron-LM's).  torchao's casts compiled by ``torch.compile``
-    (``"inductor"``) are per-tensor current scaling (``tensorwise``, the default there), whose
-    amax reduction the engine's cast efficiency already prices
-    (:meth:`cosearch.hardware.KernelEfficiency.with_cast_kernel`); another recipe is refused."""
+    (:data:`cosearch.graph.RECIPE_CAST_PASSES`; default ``delayed``, Megatron-LM's).  torchao's
+    casts compiled by ``torch.compile`` (``"inductor"``) are per-tensor current scaling
+    (``tensorwise``, the default there), whose amax reduction the engine's cast efficiency
+    already prices (:meth:`cosearch.hardware.KernelEfficiency.with_cast_kernel`); another recipe
+    is refused."""
     eng = engine_preset(engine)
     if eng.fp8_cast_kernel == "inductor":
         if precision == "fp4" or scaling_recipe not in (None, "tensorwise"):
