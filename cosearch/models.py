@@ -88,9 +88,11 @@ class ModelConfig:
     shared_experts: experts every token passes through besides the routed ones (DeepSeek,
         Qwen-MoE), each ``moe_ffn_hidden`` wide.
     dense_layers: leading layers with a dense ``ffn_hidden`` MLP instead of experts (DeepSeek-V3:
-        3).  Counted exactly in the parameter counts; the cost model prices every layer as an
-        MoE layer (the training plans assume identical layers) — for DeepSeek-V3 the two have
-        equal FLOPs per token (9 x 2,048 = 18,432).
+        3).  Counted exactly in the parameter counts; the cost model prices every layer as the
+        mean of the model's dense and MoE layers (:func:`cosearch.plan.unit_costs`, as for
+        ``moe_layer_step``): exact in total, and on a pipeline stage off by at most the dense
+        layers' difference from MoE ones (for DeepSeek-V3 the two have equal FLOPs per token, 9 x
+        2,048 = 18,432; a dense layer has no router, permutation or all-to-all).
     mla: multi-head latent attention's ``(q_lora_rank, kv_lora_rank, rope_head_dim)`` (a
         ``q_lora_rank`` of 0: the query projected directly from the hidden state, DeepSeek-V2-Lite's)
         (DeepSeek-V2/V3): Q and K/V come from low-rank latents, each head's query/key has

@@ -687,15 +687,16 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     runs them (:func:`cast_passes`).
     """
     from .hardware import IDEAL
-    if model.moe and model.moe_layer_step > 1:
-        # interleaved dense and MoE layers: a layer unit is their mean (one MoE in moe_layer_step);
-        # the dense layers run without expert parallelism (ep ranks are data-parallel there)
+    if model.moe and model.dense_layer_count:
+        # dense and MoE layers (interleaved, one MoE in moe_layer_step, or the first dense_layers
+        # dense): a layer unit is their mean; the dense layers run without expert parallelism (ep
+        # ranks are data-parallel there)
         args = (designs, cluster, tps, microbatches, sequence_parallel, flash_attention, efficiency, time_model,
                 engine, context_parallel, precision)
-        moe = unit_costs(model.with_(moe_layer_step=1), *args, expert_parallel, expert_tensor_parallel,
-                         scaling_recipe)
+        moe = unit_costs(model.with_(moe_layer_step=1, dense_layers=0), *args, expert_parallel,
+                         expert_tensor_parallel, scaling_recipe)
         dense = unit_costs(model.dense_counterpart(), *args, 1, None, scaling_recipe)
-        share = 1.0 / model.moe_layer_step
+        share = 1.0 - model.dense_layer_count / model.num_layers
         out = moe.copy()
         for f in _LAYER_UNIT_FIELDS:
             out[..., f] = share * moe[..., f] + (1.0 - share) * dense[..., f]

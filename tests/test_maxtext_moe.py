@@ -215,6 +215,25 @@ def test_interleaved_moe_layers_priced_as_the_mean_of_both_kinds():
         base.with_(moe_layer_step=3)
 
 
+def test_dense_first_layers_priced_as_the_mean_of_both_kinds():
+    """DeepSeek-style dense first layers (1 of 4): the forward and backward are 3/4 of the same
+    model all-MoE and 1/4 all-dense (pp 1), as the parameter count is."""
+    base = models.ModelConfig("tiny-moe", 4, 512, 8, 2048, 1000, 256, activation="swiglu", norm="rmsnorm",
+                              position="rotary", bias=False, dropout=False, num_experts=4, experts_per_token=1,
+                              moe_ffn_hidden=1024, shared_experts=1)
+    first = base.with_(dense_layers=1)
+    dense = base.dense_counterpart()
+    spec = PlanSpec(8, 1, 1, 2, flash_attention=True)
+    cl = cluster.dgx_h100(1)
+    ev = {k: evaluate(m, hardware.H100, cl, spec, 32, engine="megatron-core") for k, m in
+          (("first", first), ("moe", base), ("dense", dense))}
+    for k in ("forward_s", "backward_s"):
+        assert ev["first"].breakdown[k] == pytest.approx(0.75 * ev["moe"].breakdown[k] + 0.25 * ev["dense"].breakdown[k],
+                                                         rel=1e-9)
+    assert ev["dense"].breakdown["forward_s"] != ev["moe"].breakdown["forward_s"]
+    assert first.num_params() == 3 * base.layer_params() + dense.layer_params() + base.embedding_params()
+
+
 def test_stages_without_whole_moe_groups_are_named():
     """A pipeline stage of an interleaved model that does not hold whole groups of
     ``moe_layer_step`` layers is priced with the mean layer, and evaluate() says so."""
