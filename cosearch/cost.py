@@ -119,18 +119,28 @@ def price_rows(rows: LayerGraph | np.ndarray, designs: Accelerator | Sequence[Ac
     callers skip :func:`op_array`'s row check, a sixth of a plan search's time."""
     if isinstance(rows, LayerGraph):
         rows = rows.arrays()
-    o = np.ascontiguousarray(rows, dtype=np.float64).view()
-    o.flags.writeable = False     # the kernels see read-only ops whatever the caller holds: one compiled signature
     eff = efficiency_array(designs, efficiency)
     d = _designs(designs)
     f = _check_fraction(core_fraction)
-    if backend == "numba":
-        from ._kernels import roofline
-        kernel = roofline.price if len(d) >= roofline.PARALLEL_MIN_DESIGNS else roofline.price_serial
-        return kernel(o, d, f, eff)
     if backend == "numpy":
+        o = np.ascontiguousarray(rows, dtype=np.float64)
         return price_numpy(o, d, f, eff)
-    raise ValueError(f"unknown backend {backend!r}; choose 'numba' or 'numpy'")
+    if backend != "numba":
+        raise ValueError(f"unknown backend {backend!r}; choose 'numba' or 'numpy'")
+    return price_checked(rows, d, eff, f)
+
+
+def price_checked(rows: np.ndarray, designs: np.ndarray, efficiency: np.ndarray,
+                  core_fraction: float = 1.0) -> np.ndarray:
+    """:func:`price_rows` with the numba kernels of op rows built from ops, a design array that
+    :func:`~cosearch.hardware.design_array` returned and an efficiency row
+    (:meth:`KernelEfficiency.as_array`), none checked again: the plan search prices many graphs
+    on the same designs."""
+    from ._kernels import roofline
+    o = np.ascontiguousarray(rows, dtype=np.float64).view()
+    o.flags.writeable = False     # the kernels see read-only ops whatever the caller holds: one compiled signature
+    kernel = roofline.price if len(designs) >= roofline.PARALLEL_MIN_DESIGNS else roofline.price_serial
+    return kernel(o, designs, float(core_fraction), efficiency)
 
 
 def price_on(ops: LayerGraph | np.ndarray, accelerator: Accelerator, core_fraction: float = 1.0) -> np.ndarray:

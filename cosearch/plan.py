@@ -431,18 +431,19 @@ def _graph_stack(gs: dict) -> np.ndarray:
     return np.concatenate([gs[k].arrays() for k in gs])
 
 
-def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff, share: np.ndarray) -> tuple:
+def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff_row: np.ndarray, share: np.ndarray) -> tuple:
     """Price in one call the op rows of the six graphs ``gs`` at several microbatch sizes
     (``rows``: (sizes, ops, fields), each size's rows stacked as :func:`_graph_stack` stacks
     ``gs``).  Returns the graph keys, per (design, size, graph) the summed seconds, per
     (design, size) the seconds ``"selective"`` recomputation runs again (each layer-forward op's
     time times its ``share``, :func:`cosearch.graph.recompute_share`), the attention core's
-    backward seconds, and the layer forward's and backward's seconds op by op."""
+    backward seconds, and the layer forward's and backward's seconds op by op (``d``: a checked
+    design array, ``eff_row``: the efficiency row, :func:`cosearch.cost.price_checked`)."""
     from . import cost
     keys = list(gs)
     lens = [len(gs[k].ops) for k in keys]
     sizes = rows.shape[0]
-    allp = cost.price_rows(rows.reshape(-1, rows.shape[-1]), d, efficiency=eff).reshape(len(d), sizes, sum(lens))
+    allp = cost.price_checked(rows.reshape(-1, rows.shape[-1]), d, eff_row).reshape(len(d), sizes, sum(lens))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
     lf, lb = starts[keys.index(("layer", "fwd"))], starts[keys.index(("layer", "bwd"))]
     nf = len(gs["layer", "fwd"].ops)
@@ -710,6 +711,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     if single:
         designs = designs.with_(efficiency=eff)
     d = design_array(designs.as_array() if single else designs)
+    eff_row = eff.as_array()
     # the network terms depend on a design only through its link bandwidth: price them once
     # per distinct link (a space with one link speed has one)
     links, first, net_of = np.unique(d[:, DESIGN_FIELDS.index("link_bandwidth_Bps")], return_index=True,
@@ -742,8 +744,14 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     mb_all = np.asarray(list(microbatches), dtype=np.float64)
     nb = len(mb_all)
     for ti, t in enumerate(tps):
+        priced_sp: dict[bool, int] = {}
         for si, sp in enumerate(sequence_parallel):
             sp = bool(sp) and t > 1
+            if sp in priced_sp:
+                # the same cell as one already priced (sequence parallelism is off at tp 1)
+                out[:, ti, :, si] = out[:, ti, :, priced_sp[sp]]
+                continue
+            priced_sp[sp] = si
             if (expert_tensor_parallel == 1 and t > 1 and not sp and any(sequence_parallel)) or \
                     uneven_sequence_split(eng, cl.seq_len, t, sp):
                 # Megatron runs etp 1 under tp > 1 with sequence parallelism only, and splits a
@@ -780,7 +788,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 priced = None
                 if time_model != "work-bound":
                     share = _recompute_shares(c, policy, gs["layer", "fwd"].ops)
-                    priced = _price_sizes(gs, rows, d, eff, share)
+                    priced = _price_sizes(gs, rows, d, eff_row, share)
                 if priced is None:
                     attn = np.zeros((len(d), len(mbs)))   # selective recompute's time: at least nothing
                     attn_b = None                         # and the CP ring's exposed time too
@@ -911,13 +919,13 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                 rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7]
                                 u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
                 if cp > 1 and attn_b is not None:
-                    for j, mb in enumerate(mbs):
-                        ring = cp_ring_bytes(c, t, int(mb), cp)
-                        for i in range(len(d)):
-                            net = nets[net_of[i]]
-                            u[i, j, F.U_LCPF] = F.ring_exposed_s(ring, float(cp), float(t), float(attn[i, j]), net)
-                            u[i, j, F.U_LCPB] = F.ring_exposed_s(2.0 * ring, float(cp), float(t),
-                                                                 float(attn_b[i, j]), net)
+                    ring = np.array([cp_ring_bytes(c, t, int(mb), cp) for mb in mbs])
+                    idx = np.ascontiguousarray(net_of, dtype=np.int64)
+                    grid = np.empty((len(d), len(mbs)))
+                    u[:, :, F.U_LCPF] = F.ring_exposed_grid(ring, float(cp), float(t), np.ascontiguousarray(
+                        attn, dtype=np.float64), nets, idx, grid)
+                    u[:, :, F.U_LCPB] = F.ring_exposed_grid(2.0 * ring, float(cp), float(t), np.ascontiguousarray(
+                        attn_b, dtype=np.float64), nets, idx, grid)
                 for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), per_seq):
                     u[:, :, f] = mbs[None, :] * x
                 u[:, :, F.U_ACT_HOST] = mbs[None, :] * host

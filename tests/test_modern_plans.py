@@ -32,6 +32,16 @@ def test_ring_exposed_hand_worked():
     nodes = np.array([8.0, 100e9, 10e9, 1e-6, 5e-6, 0.0])
     assert F.ring_exposed_s(1e9, 4.0, 4.0, 0.0, nodes) == pytest.approx(3 * (0.1 + 5e-6))
     assert F.ring_exposed_s(1e9, 4.0, 2.0, 0.0, nodes) == pytest.approx(3 * (0.01 + 1e-6))
+    # the grid kernel (every design and size of a plan-search cell at once) is the scalar formula
+    # cell by cell, each design on its own network row
+    nets = np.stack([net, nodes])
+    step = np.array([1e8, 1e9, 3e9])
+    compute = np.array([[0.0, 0.020, 0.5], [0.001, 0.080, 0.0], [0.2, 0.0, 0.004]])
+    net_of = np.array([1, 0, 1], dtype=np.int64)
+    got = F.ring_exposed_grid(step, 4.0, 4.0, compute, nets, net_of, np.empty((3, 3)))
+    want = [[F.ring_exposed_s.py_func(step[j], 4.0, 4.0, compute[i, j], nets[net_of[i]]) for j in range(3)]
+            for i in range(3)]
+    assert np.array_equal(got, np.array(want))
 
 
 def test_context_parallel_splits_work_and_activations_exactly():

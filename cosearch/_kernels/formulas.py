@@ -510,6 +510,18 @@ def ring_exposed_s(step_bytes, n, stride, compute_s, net):
     return (n - 1.0) * x if x > 0.0 else 0.0
 
 
+@njit(cache=True)
+def ring_exposed_grid(step_bytes, n, stride, compute_s, nets, net_of, out):
+    """:func:`ring_exposed_s` for every (design ``i``, size ``j``): ``out[i, j]`` of
+    ``step_bytes[j]`` over ``compute_s[i, j]`` on network row ``nets[net_of[i]]`` (one call for a
+    plan-search cell instead of one per design and microbatch size)."""
+    for i in range(compute_s.shape[0]):
+        net = nets[net_of[i]]
+        for j in range(compute_s.shape[1]):
+            out[i, j] = ring_exposed_s(step_bytes[j], n, stride, compute_s[i, j], net)
+    return out
+
+
 # ---------------------------------------------------------------- memory
 @njit(cache=True)
 def static_bytes(params, dp, zero, w, g, o):
