@@ -550,6 +550,14 @@ def _async_tp_extra(tp_s: np.ndarray, hidden_by_s: np.ndarray, compute_s: np.nda
     return np.maximum(tp_s - hidden_by_s, 0.0) - np.maximum(tp_s - compute_s, 0.0)
 
 
+def _riding_beside_wgrad(g: graph.LayerGraph) -> tuple[int, ...]:
+    """The ops of a backward layer graph that :func:`_rides_beside_wgrad`, found once per (cached) graph."""
+    found = g.__dict__.get("_riding")
+    if found is None:
+        found = g.__dict__["_riding"] = tuple(k for k in range(len(g.ops)) if _rides_beside_wgrad(g, k))
+    return found
+
+
 def _rides_beside_wgrad(g: graph.LayerGraph, k: int) -> bool:
     """Whether op ``k`` of a backward layer graph is a data gradient's reduce-scatter or all-reduce
     that runs beside the weight-gradient GEMM just before it (a column-parallel linear's, which
@@ -569,7 +577,17 @@ REGATHERED = {"allgather_attn": "qkv", "allgather_mlp": "fc1"}
 
 def _regathers(fwd: graph.LayerGraph, bwd: graph.LayerGraph) -> list[tuple[graph.Op, int]]:
     """The forward all-gathers a backward gathers again (:data:`REGATHERED`), each with the index in
-    ``bwd`` of the data-gradient GEMM it runs beside."""
+    ``bwd`` of the data-gradient GEMM it runs beside; found once per pair of (cached) graphs."""
+    memo = fwd.__dict__.setdefault("_regathers", {})
+    hit = memo.get(id(bwd))
+    if hit is not None and hit[0] is bwd:      # the graph itself kept: its id cannot be reused
+        return hit[1]
+    out = _find_regathers(fwd, bwd)
+    memo[id(bwd)] = (bwd, out)
+    return out
+
+
+def _find_regathers(fwd: graph.LayerGraph, bwd: graph.LayerGraph) -> list[tuple[graph.Op, int]]:
     names = [op.name for op in bwd.ops]
     out = []
     for k, op in enumerate(fwd.ops):
@@ -865,7 +883,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                             c = np.array([[_collective_s(op.kind, op.bytes_read * x, t, net, ep, stride, route)
                                            for x in ks] for net in nets])
                             return (c[:, :1] + (mbs - 1.0)[None, :] * (c[:, 1:] - c[:, :1]) if affine else c)[net_of]
-                        riding = [k for k in range(len(bg.ops)) if _rides_beside_wgrad(bg, k)]
+                        riding = _riding_beside_wgrad(bg)
                         shown = _dgrad_beside_wgrad_shown(shown, [per_design(bg.ops[k]) for k in riding],
                                                           [lb_ops[:, :, k - 1] if exact else None for k in riding],
                                                           share_tp)
@@ -919,7 +937,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                 rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7]
                                 u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
                 if cp > 1 and attn_b is not None:
-                    ring = np.array([cp_ring_bytes(c, t, int(mb), cp) for mb in mbs])
+                    ring = cp_ring_bytes(c, t, 1, cp) * mbs          # linear in the microbatch
                     idx = np.ascontiguousarray(net_of, dtype=np.int64)
                     grid = np.empty((len(d), len(mbs)))
                     u[:, :, F.U_LCPF] = F.ring_exposed_grid(ring, float(cp), float(t), np.ascontiguousarray(
