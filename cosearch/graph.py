@@ -36,7 +36,8 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
-           "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "RECIPE_CAST_PASSES", "check_scaling_recipe"]
+           "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "RECIPE_CAST_PASSES", "check_scaling_recipe",
+           "grows_with_tokens"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
@@ -233,6 +234,13 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     return 0.5
 
 
+def grows_with_tokens(op: Op) -> bool:
+    """Whether a collective's bytes grow with the tokens it carries: every one but the
+    tensor-parallel all-reduce of a low-precision cast's amax (``<...>.amax_allreduce``: one or
+    two fp32 values, :meth:`_Builder.fp8_cast`), which the microbatch leaves as it is."""
+    return not op.name.endswith("amax_allreduce")
+
+
 def _gemm_of(name: str) -> str:
     """The GEMM a cast or amax op feeds (``fc2.cast``, ``fc2.amax`` -> ``fc2``), else ``name``."""
     for suffix in (".cast", ".amax"):
@@ -359,13 +367,14 @@ class LayerGraph:
         return [op.bytes_read for op in self.ops if op.kind == "allreduce"]
 
     @property
-    def collectives(self) -> tuple[tuple[str, float], ...]:
-        """(kind, bytes) of every collective op, in order (found once: pricing reads it per network
-        and microbatch)."""
+    def collectives(self) -> tuple[tuple[str, float, bool], ...]:
+        """(kind, bytes, whether its bytes grow with the tokens) of every collective op, in order
+        (found once: pricing reads it per network and microbatch); an amax all-reduce
+        (:func:`grows_with_tokens`) moves the same bytes at every microbatch."""
         cached = self.__dict__.get("_collectives")
         if cached is None:
-            cached = self.__dict__["_collectives"] = tuple((op.kind, op.bytes_read) for op in self.ops
-                                                           if op.kind in NETWORK_KINDS)
+            cached = self.__dict__["_collectives"] = tuple((op.kind, op.bytes_read, grows_with_tokens(op))
+                                                           for op in self.ops if op.kind in NETWORK_KINDS)
         return cached
 
     @property
@@ -385,11 +394,13 @@ class _Builder:
     of a norm's output inside the GEMM's own module): how the low-precision casts run
     (:meth:`fp8_cast`)."""
 
-    def __init__(self, dt: int, passes: str = "single", norm_fused: frozenset = frozenset()) -> None:
+    def __init__(self, dt: int, passes: str = "single", norm_fused: frozenset = frozenset(),
+                 tp_amax: frozenset = frozenset()) -> None:
         self.ops: list[Op] = []
         self.dt = dt
         self.passes = passes
         self.norm_fused = norm_fused
+        self.tp_amax = tp_amax
 
     def _add(self, op: Op) -> int:
         self.ops.append(op)
@@ -450,7 +461,8 @@ class _Builder:
         cast only transposes it (reads and writes ``out_bytes`` an element); under
         ``"amax-all"``, and ``"amax-unfused"`` outside ``norm_fused``, a reduction reading the
         input once for its amax (a ``vector`` op, ``<gemm>.amax`` or ``<gemm>.grad_amax``) runs
-        first."""
+        first, and a cast in ``tp_amax`` (a sequence-parallel shard) all-reduces that amax over the
+        tensor-parallel ranks before it casts (:func:`_tp_amax_casts`)."""
         fed = name in self.norm_fused
         src = [d for d in deps if d is not None]
         if self.passes == "norm-fused" and fed and len(src) == 1 and self.ops[src[0]].kind == "vector" \
@@ -461,12 +473,18 @@ class _Builder:
                                 ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
                                 bytes_read=float(elements * out_bytes), bytes_written=float(elements * out_bytes),
                                 dtype_bytes=self.dt))
+        head, _, last = name.rpartition(".")
         if self.passes == "amax-all" or (self.passes == "amax-unfused" and not fed):
-            head, _, last = name.rpartition(".")
             deps = [self._add(Op(f"{head}.{last.replace('cast', 'amax')}", "vector",
                                  tuple(d for d in deps if d is not None), elements=float(elements),
                                  ops_per_element=VECTOR_OPS_PER_ELEMENT["amax"],
                                  bytes_read=float(elements * self.dt), dtype_bytes=self.dt))]
+        if self.passes in ("amax-unfused", "amax-all") and name in self.tp_amax:
+            # one fp32 amax, NVFP4's row- and column-wise two (reduced together)
+            nbytes = 4.0 * (2.0 if self.passes == "amax-all" else 1.0)
+            deps = [self._add(Op(f"{head}.{last.replace('cast', 'amax')}_allreduce", "allreduce",
+                                 tuple(d for d in deps if d is not None), bytes_read=nbytes, bytes_written=nbytes,
+                                 dtype_bytes=4))]
         return self._add(Op(name, "cast", tuple(d for d in deps if d is not None), elements=float(elements),
                             ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
                             bytes_read=float(elements * self.dt), bytes_written=float(2.0 * elements * out_bytes),
@@ -645,6 +663,22 @@ def check_scaling_recipe(precision: str, recipe: str | None, name: str = "scalin
                 "bf16 has no scaling recipe; drop it, or give the precision fp8 or fp4")
         raise ValueError(f"{name}={recipe!r} with precision {precision!r}: {have}")
     return recipe
+
+
+def _tp_amax_casts(c: ModelConfig) -> tuple[frozenset, frozenset]:
+    """(forward, backward) casts of a sequence-parallel shard whose amax Transformer Engine
+    all-reduces over the tensor-parallel group before casting (``set_quantizer_amax_reduction_group``
+    in ``module/linear.py`` and ``layernorm_linear.py``: a column-parallel linear's input, a
+    row-parallel linear's output gradient, under sequence parallelism): a dense layer's QKV and
+    fc1 inputs, cast before their all-gathers, and the attention output's and fc2's incoming
+    gradients; per-tensor current scaling and NVFP4 only (the other recipes need no amax)."""
+    fwd, bwd = set(), {"attn_out.grad_cast"}
+    if c.mla is None and c.compressed_attention is None:
+        fwd.add("allgather_attn.cast")
+    if not c.moe:
+        fwd.add("allgather_mlp.cast")
+        bwd.add("fc2.grad_cast")
+    return frozenset(fwd), frozenset(bwd)
 
 
 def _norm_fused_casts(c: ModelConfig) -> frozenset:
@@ -872,7 +906,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
-                   passes: str = "single") -> list[Op]:
+                   passes: str = "single", tp_amax: frozenset = frozenset()) -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -882,7 +916,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     T = b * sl
     Tv = T // tp if sp and T % tp == 0 else (T / tp if sp else T)  # rows of the replicated region
     act_bytes = T * h * c.dtype_bytes
-    g = _Builder(c.dtype_bytes, passes, _norm_fused_casts(c))
+    g = _Builder(c.dtype_bytes, passes, _norm_fused_casts(c), tp_amax if sp and tp > 1 else frozenset())
     norm = c.norm
     nh = c.hyper_connections
     x_pre = _hyper_pre(g, "attn", [], Tv, h, nh)
@@ -1037,7 +1071,8 @@ _CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather", "allto
 
 
 def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
-              own_bwd: dict[str, tuple[float, float]] | None = None, passes: str = "single") -> list[Op]:
+              own_bwd: dict[str, tuple[float, float]] | None = None, passes: str = "single",
+              tp_amax: frozenset = frozenset()) -> list[Op]:
     """Reverse-mode graph of a forward op list.  A forward all-reduce (Megatron's ``g``)
     is the identity backward; an all-gather becomes a reduce-scatter and vice versa
     (sequence parallelism); input-gradient all-reduces (Megatron's ``f``) are inserted
@@ -1045,13 +1080,15 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
     ``own_bwd``: by op name, the backward's bytes (read, written) per element of vector ops
     that have their own (the fp32 loss, eager elementwise ops); else the vector-op rule.
     ``passes`` (:data:`CAST_PASSES`): under ``"amax-unfused"`` or ``"amax-all"`` every incoming
-    gradient's cast takes its amax pass (a gradient is a plain bf16 tensor: no norm writes it)."""
+    gradient's cast takes its amax pass (a gradient is a plain bf16 tensor: no norm writes it);
+    ``tp_amax``: the gradient casts whose amax is all-reduced over the tensor-parallel ranks
+    under sequence parallelism (:func:`_tp_amax_casts`)."""
     consumers: dict[int, list[int]] = {i: [] for i in range(len(fwd))}
     for i, op in enumerate(fwd):
         for dep in op.deps:
             consumers[dep].append(i)
     sequence_parallel = any(op.kind == "allgather" for op in fwd)
-    g = _Builder(dt, passes)
+    g = _Builder(dt, passes, tp_amax=tp_amax if sequence_parallel else frozenset())
     grad_of: dict[int, list[int]] = {}  # fwd op -> bwd ops producing the gradient of its inputs
 
     def upstream(i: int) -> list[int]:
@@ -1233,8 +1270,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     extra = {"experts_local": True} if local and part == "layer" else {}
     if part == "embedding" and embedding == "one-hot":
         extra["one_hot"] = True
+    tp_amax = _tp_amax_casts(config) if part == "layer" else (frozenset(), frozenset())
     if passes != "single":
         extra["passes"] = passes
+        extra["tp_amax"] = tp_amax[0]
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
@@ -1253,7 +1292,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         return fwd
     bwd = LayerGraph(f"{config.name}.{part}.bwd",
                      tuple(_backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()},
-                                     passes)),
+                                     passes, tp_amax[1])),
                      phase="bwd", tp=tp, microbatch=microbatch)
     return (fwd, bwd) if both else bwd
 

@@ -483,8 +483,10 @@ def _collective_s(kind: str, nbytes: float, tp: int, net: np.ndarray, ep: int = 
 
 def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: float = 1.0,
             ep_stride: int | None = None, route: tuple | None = None) -> float:
-    """The graph's collectives (their bytes times ``scale``), each priced by :func:`_collective_s`."""
-    return sum(_collective_s(kind, nbytes * scale, tp, net, ep, ep_stride, route) for kind, nbytes in g.collectives)
+    """The graph's collectives (the bytes of those that grow with the tokens times ``scale``), each
+    priced by :func:`_collective_s`."""
+    return sum(_collective_s(kind, nbytes * scale if grows else nbytes, tp, net, ep, ep_stride, route)
+               for kind, nbytes, grows in g.collectives)
 
 
 def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: float,
@@ -911,7 +913,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                             scale = float(mb) if affine else 1.0      # gs holds one sequence when affine
 
                             def coll(op, net=net, scale=scale, t=t, stride=ep_stride):
-                                return _collective_s(op.kind, op.bytes_read * scale, t, net, ep, stride, route)
+                                nbytes = op.bytes_read * scale if graph.grows_with_tokens(op) else op.bytes_read
+                                return _collective_s(op.kind, nbytes, t, net, ep, stride, route)
                             if userbuffers:
                                 for f_x, f_c, f_t, g_, ops_s, ph in ((F.U_TPXF, F.U_LTPF, F.U_LF, fg, lf_ops, "fwd"),
                                                                      (F.U_TPXB, F.U_LTPB, F.U_LB, bg, lb_ops, "bwd")):

@@ -472,7 +472,7 @@ def test_moe_active_flops_hand_worked():
     # expert parallelism moves work, not FLOPs, and adds the two all-to-alls of every routed copy
     g2 = graph.build(MOE, 1, 2, "fwd", "layer", flash_attention=True, expert_parallel=2)
     assert sum(op.flops for op in g2.ops if op.kind == "gemm") == pytest.approx(gemm, rel=1e-12)
-    assert [b for k, b in g2.collectives] == [T * 2 * h * 2] * 2
+    assert [b for k, b, _ in g2.collectives] == [T * 2 * h * 2] * 2
 
 
 def test_alltoall_hand_worked():
@@ -682,7 +682,7 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
                 from cosearch.plan import _comm_s
                 g = graph.build(model, t, mb, "fwd", "layer", sequence_parallel=sp and t > 1,
                                 flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
-                                precision=kw.get("precision", "bf16"), expert_parallel=ep)
+                                precision=kw.get("precision", "bf16"), expert_parallel=ep, cast_passes=passes)
                 assert u[ti, bi, si, F.U_LTPF] == pytest.approx(_comm_s(g, t, cl.net_array(chip), ep), rel=1e-12)
 
 

@@ -116,14 +116,14 @@ def test_gated_mlp_has_two_tp_allreduces_per_pass():
     m = models.preset("llama2-7b")
     for phase in ("fwd", "bwd"):
         g = graph.build(m, tp=4, phase=phase)
-        assert [k for k, _ in g.collectives] == ["allreduce", "allreduce"]
+        assert [k for k, _, _ in g.collectives] == ["allreduce", "allreduce"]
 
 
 def test_sequence_parallel_swaps_allreduce_for_rs_ag():
     m = tiny()
     for phase in ("fwd", "bwd"):
         g = graph.build(m, tp=4, microbatch=2, phase=phase, sequence_parallel=True)
-        kinds = sorted(k for k, _ in g.collectives)
+        kinds = sorted(k for k, _, _ in g.collectives)
         assert kinds == ["allgather", "allgather", "reducescatter", "reducescatter"]
     # same bytes on the wire: RS + AG = AR in the ring model
     cl = cluster.Cluster(8)

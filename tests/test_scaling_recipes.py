@@ -232,3 +232,33 @@ def test_a_measured_runs_csv_states_its_recipe(tmp_path):
                          engine="megatron-core").tokens_per_s / 8
     assert got["cs"] == pytest.approx(want, rel=1e-12) and got["cs"] < got["ds"]
     assert res.refused[0][0] == "bad" and "bf16 has no scaling recipe" in res.refused[0][1]
+
+
+def test_sequence_parallel_shards_all_reduce_their_amax_over_tp():
+    """Under sequence parallelism TE all-reduces a shard's amax over the tensor-parallel group
+    before casting it (a column-parallel linear's input, a row-parallel linear's output gradient):
+    per layer two 4-byte all-reduces forward (QKV's and fc1's inputs) and two backward (the
+    attention output's and fc2's gradients), 8 bytes under NVFP4 (its row- and column-wise
+    amaxes); none without sequence parallelism or under a recipe without a current amax.  On one
+    flat 100 GB/s domain with 10 us links, each is 4 / 1e11 + 2 x 10 us at tp 2 (one ring's two
+    steps), all of it in the layer's tensor-parallel seconds."""
+    def reduces(g):
+        return {o.name: o.bytes_read for o in g.ops if o.name.endswith("amax_allreduce")}
+    f, b = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp8",
+                            cast_passes="amax-unfused")
+    assert reduces(f) == {"allgather_attn.amax_allreduce": 4.0, "allgather_mlp.amax_allreduce": 4.0}
+    assert reduces(b) == {"fc2.grad_amax_allreduce": 4.0, "attn_out.grad_amax_allreduce": 4.0}
+    f4, b4 = graph.build_pair(SMALL, 2, 1, sequence_parallel=True, flash_attention=True, precision="fp4",
+                              cast_passes="amax-all")
+    assert set(reduces(f4).values()) == set(reduces(b4).values()) == {8.0}
+    for passes, sp in (("amax-unfused", False), ("norm-fused", True), ("single", True)):
+        g1, g2 = graph.build_pair(SMALL, 2, 1, sequence_parallel=sp, flash_attention=True, precision="fp8",
+                                  cast_passes=passes)
+        assert not reduces(g1) and not reduces(g2)
+    from cosearch._kernels import formulas as F
+    cl = cosearch.Cluster(8, 8, 1e11, 1e10, link_latency_s=1e-5, intra_efficiency=1.0, inter_efficiency=1.0)
+    u = {r: plan.unit_costs(SMALL, hardware.preset("H100"), cl, (2,), (1,), (True,), True, engine="megatron-core",
+                            precision="fp8", scaling_recipe=r)[0, 0, 0, 0] for r in ("tensorwise", "mxfp8")}
+    one = 4.0 / 1e11 + 2 * 1e-5
+    assert u["tensorwise"][F.U_LTPF] - u["mxfp8"][F.U_LTPF] == pytest.approx(2 * one, rel=1e-9)
+    assert u["tensorwise"][F.U_LTPB] - u["mxfp8"][F.U_LTPB] == pytest.approx(2 * one, rel=1e-9)
