@@ -194,21 +194,28 @@ def test_chunked_attention_pairs_by_enumeration():
         graph.build(m, 1, 1, "fwd", flash_attention=True, context_parallel=2)
 
 
+#: A small MoE model whose layers can mix dense and MoE MLPs (pp 1: every stage holds them all).
+_MIXED_BASE = models.ModelConfig("tiny-moe", 4, 512, 8, 2048, 1000, 256, activation="swiglu", norm="rmsnorm",
+                                 position="rotary", bias=False, dropout=False, num_experts=4, experts_per_token=1,
+                                 moe_ffn_hidden=1024, shared_experts=1)
+
+
+def _fwd_bwd(model) -> dict[str, float]:
+    """The forward and backward seconds of one pp-1 plan of ``model`` on a DGX H100."""
+    p = evaluate(model, hardware.H100, cluster.dgx_h100(1), PlanSpec(8, 1, 1, 2, flash_attention=True), 32,
+                 engine="megatron-core")
+    return {k: p.breakdown[k] for k in ("forward_s", "backward_s")}
+
+
 def test_interleaved_moe_layers_priced_as_the_mean_of_both_kinds():
     """A model with every 2nd layer MoE: its forward and backward are the means of the same model
     all-MoE and all-dense (pp 1: every stage holds whole pairs); its sizes count each kind."""
-    base = models.ModelConfig("tiny-moe", 4, 512, 8, 2048, 1000, 256, activation="swiglu", norm="rmsnorm",
-                              position="rotary", bias=False, dropout=False, num_experts=4, experts_per_token=1,
-                              moe_ffn_hidden=1024, shared_experts=1)
+    base = _MIXED_BASE
     inter = base.with_(moe_layer_step=2)
     dense = base.dense_counterpart()
-    spec = PlanSpec(8, 1, 1, 2, flash_attention=True)
-    cl = cluster.dgx_h100(1)
-    ev = {k: evaluate(m, hardware.H100, cl, spec, 32, engine="megatron-core") for k, m in
-          (("inter", inter), ("moe", base), ("dense", dense))}
+    ev = {k: _fwd_bwd(m) for k, m in (("inter", inter), ("moe", base), ("dense", dense))}
     for k in ("forward_s", "backward_s"):
-        assert ev["inter"].breakdown[k] == pytest.approx((ev["moe"].breakdown[k] + ev["dense"].breakdown[k]) / 2,
-                                                         rel=1e-9)
+        assert ev["inter"][k] == pytest.approx((ev["moe"][k] + ev["dense"][k]) / 2, rel=1e-9)
     moe_layer = base.layer_params()
     assert inter.num_params() == 2 * moe_layer + 2 * dense.layer_params() + base.embedding_params()
     with pytest.raises(ValueError, match="whole groups of 3"):
@@ -218,19 +225,13 @@ def test_interleaved_moe_layers_priced_as_the_mean_of_both_kinds():
 def test_dense_first_layers_priced_as_the_mean_of_both_kinds():
     """DeepSeek-style dense first layers (1 of 4): the forward and backward are 3/4 of the same
     model all-MoE and 1/4 all-dense (pp 1), as the parameter count is."""
-    base = models.ModelConfig("tiny-moe", 4, 512, 8, 2048, 1000, 256, activation="swiglu", norm="rmsnorm",
-                              position="rotary", bias=False, dropout=False, num_experts=4, experts_per_token=1,
-                              moe_ffn_hidden=1024, shared_experts=1)
+    base = _MIXED_BASE
     first = base.with_(dense_layers=1)
     dense = base.dense_counterpart()
-    spec = PlanSpec(8, 1, 1, 2, flash_attention=True)
-    cl = cluster.dgx_h100(1)
-    ev = {k: evaluate(m, hardware.H100, cl, spec, 32, engine="megatron-core") for k, m in
-          (("first", first), ("moe", base), ("dense", dense))}
+    ev = {k: _fwd_bwd(m) for k, m in (("first", first), ("moe", base), ("dense", dense))}
     for k in ("forward_s", "backward_s"):
-        assert ev["first"].breakdown[k] == pytest.approx(0.75 * ev["moe"].breakdown[k] + 0.25 * ev["dense"].breakdown[k],
-                                                         rel=1e-9)
-    assert ev["dense"].breakdown["forward_s"] != ev["moe"].breakdown["forward_s"]
+        assert ev["first"][k] == pytest.approx(0.75 * ev["moe"][k] + 0.25 * ev["dense"][k], rel=1e-9)
+    assert ev["dense"]["forward_s"] != ev["moe"]["forward_s"]
     assert first.num_params() == 3 * base.layer_params() + dense.layer_params() + base.embedding_params()
 
 
