@@ -481,6 +481,12 @@ def _collective_s(kind: str, nbytes: float, tp: int, net: np.ndarray, ep: int = 
     return F.allgather_s(nbytes, float(tp), 1.0, net)
 
 
+def _op_bytes(op: graph.Op, scale: float) -> float:
+    """A collective op's bytes at ``scale`` times the tokens its graph was built for (an amax
+    all-reduce's do not grow with them: :func:`cosearch.graph.grows_with_tokens`)."""
+    return op.bytes_read * scale if graph.grows_with_tokens(op) else op.bytes_read
+
+
 def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: float = 1.0,
             ep_stride: int | None = None, route: tuple | None = None) -> float:
     """The graph's collectives (the bytes of those that grow with the tokens times ``scale``), each
@@ -882,7 +888,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                             # network, at one and two sequences and extrapolated (affine in the
                             # microbatch, as _comm_rows prices them); a non-affine graph holds its microbatch
                             ks = (1.0, 2.0) if affine else (1.0,)
-                            c = np.array([[_collective_s(op.kind, op.bytes_read * x, t, net, ep, stride, route)
+                            c = np.array([[_collective_s(op.kind, _op_bytes(op, x), t, net, ep, stride, route)
                                            for x in ks] for net in nets])
                             return (c[:, :1] + (mbs - 1.0)[None, :] * (c[:, 1:] - c[:, :1]) if affine else c)[net_of]
                         riding = _riding_beside_wgrad(bg)
@@ -913,8 +919,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                             scale = float(mb) if affine else 1.0      # gs holds one sequence when affine
 
                             def coll(op, net=net, scale=scale, t=t, stride=ep_stride):
-                                nbytes = op.bytes_read * scale if graph.grows_with_tokens(op) else op.bytes_read
-                                return _collective_s(op.kind, nbytes, t, net, ep, stride, route)
+                                return _collective_s(op.kind, _op_bytes(op, scale), t, net, ep, stride, route)
                             if userbuffers:
                                 for f_x, f_c, f_t, g_, ops_s, ph in ((F.U_TPXF, F.U_LTPF, F.U_LF, fg, lf_ops, "fwd"),
                                                                      (F.U_TPXB, F.U_LTPB, F.U_LB, bg, lb_ops, "bwd")):
@@ -1295,19 +1300,15 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
                          f"engine {engine.name!r} does only evenly (Megatron's _split_along_first_dim); choose a tp "
                          "that divides it, or no sequence parallelism")
     check_precision(chip, spec.precision)
-    u = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
-                   spec.flash_attention, time_model=time_model, engine=engine,
-                   context_parallel=spec.context_parallel, precision=spec.precision,
-                   expert_parallel=spec.expert_parallel,
-                   expert_tensor_parallel=spec.expert_tensor_parallel,
-                   scaling_recipe=spec.scaling_recipe)[0, 0, 0, 0]
-    u_bf16 = None
-    if any(spec.bf16_layers):
-        u_bf16 = unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
-                            spec.flash_attention, time_model=time_model, engine=engine,
-                            context_parallel=spec.context_parallel, precision="bf16",
-                            expert_parallel=spec.expert_parallel,
-                            expert_tensor_parallel=spec.expert_tensor_parallel)[0, 0, 0, 0]
+
+    def units(precision: str, recipe: str | None) -> np.ndarray:
+        return unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
+                          spec.flash_attention, time_model=time_model, engine=engine,
+                          context_parallel=spec.context_parallel, precision=precision,
+                          expert_parallel=spec.expert_parallel,
+                          expert_tensor_parallel=spec.expert_tensor_parallel, scaling_recipe=recipe)[0, 0, 0, 0]
+    u = units(spec.precision, spec.scaling_recipe)
+    u_bf16 = units("bf16", None) if any(spec.bf16_layers) else None     # the plan's bf16 layers
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip))
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
