@@ -50,7 +50,19 @@ Plan and engine
                                              virtual stages, Megatron's default since 2023-10;
                                              the older ``--overlap-p2p-communication`` turns it on)
 ``--fp8-param-gather``                       the engine's ``fp8_param_gather`` (FP8 plans)
+``--moe-hybridep-num-sms``, ``--moe-deepep-num-sms``  the flex dispatcher's SMs (``Engine.moe_comm_sms``,
+                                             priced beside the EP all-to-all overlap; absent:
+                                             Megatron-Core's defaults 16 and 20)
 ===========================================  ====================================================
+
+Read and said in ``assumed`` (cosearch prices GPU time only, so none of these changes its
+number; :func:`_moe_execution`): CUDA graphs (``--cuda-graph-impl``, ``--cuda-graph-scope`` /
+``--cuda-graph-modules``, the older ``--enable-cuda-graph`` and ``--external-cuda-graph``: whole
+iteration, per module, or none, where an MoE run's host time goes unpriced), sync-free MoE
+(``--moe-expert-rank-capacity-factor``, HybridEP only) and ``--moe-paged-stash`` with its buffer
+factors, ``--moe-router-force-load-balancing`` (without it the router's own imbalance is not
+priced), ``--use-transformer-engine-op-fuser``, ``--fp8-dot-product-attention``,
+``--delay-wgrad-compute`` and the router's padding for low-precision GEMMs.
 
 Model (any of these builds the model from the line; with a ``--model`` preset as well, each one
 the line gives must agree with the preset, or the line is refused naming the flag)
@@ -102,14 +114,25 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
            "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
            "--attention-dropout", "--hidden-dropout", "--vocab-size", "--num-experts", "--moe-router-topk",
-           "--moe-ffn-hidden-size", "--mtp-num-layers", "--moe-expert-capacity-factor", "--moe-layer-freq"}
+           "--moe-ffn-hidden-size", "--mtp-num-layers", "--moe-expert-capacity-factor", "--moe-layer-freq",
+           # MoE execution (:func:`_moe_execution`)
+           "--moe-hybridep-num-sms", "--moe-deepep-num-sms", "--cuda-graph-impl",
+           "--moe-expert-rank-capacity-factor", "--moe-paged-stash-buffer-size-factor-cuda",
+           "--moe-paged-stash-buffer-size-factor-cpu"}
+#: Flags with a list of values (every word up to the next flag), and what they list.
+_MULTI_VALUED = {"--recompute-modules": "module names", "--cuda-graph-scope": "CUDA graph scopes",
+                 "--cuda-graph-modules": "CUDA graph modules"}
 #: Bare flags that set the plan, the engine or the model.
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
           "--group-query-attention", "--swiglu", "--use-rotary-position-embeddings", "--disable-bias-linear",
           "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
           "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity",
-          "--first-last-layers-bf16"}
+          "--first-last-layers-bf16",
+          # MoE execution and host-side switches (:func:`_moe_execution`), read and said in ``assumed``
+          "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
+          "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
+          "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -127,6 +150,8 @@ NEUTRAL_VALUED = frozenset({
     "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", "--log-dir",
     "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-load-balancing-type", "--data-args-path",
     "--per-split-data-args-path", "--mock-data-seed",
+    # a weight layout the fused grouped MLP reads, and the graph warm-up steps before timing
+    "--moe-mlp-glu-interleave-size", "--cuda-graph-warmup-steps", "--moe-paged-stash-page-size",
 })
 #: Bare flags that change neither step time nor memory in cosearch's model (``--bf16`` is the
 #: precision cosearch prices by default).
@@ -139,6 +164,8 @@ NEUTRAL_FLAGS = frozenset({
     "--manual-gc", "--no-async-tensor-model-parallel-allreduce",
     "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
     "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--moe-grouped-gemm",
+    # pads the experts' buffers only for CUDA-graphed inference
+    "--moe-pad-experts-for-cuda-graph-inference",
 })
 
 #: Why a flag that changes the run is refused.
@@ -222,14 +249,14 @@ def _split(text: str) -> tuple[dict[str, str], set[str], list[str]]:
         key, eq, inline = w.partition("=")
         nxt = words[i + 1] if i + 1 < len(words) else None
         has_next_value = nxt is not None and not nxt.startswith("--")
-        if key == "--recompute-modules":
+        if key in _MULTI_VALUED:
             # nargs: every following word up to the next flag
             mods = inline.split(",") if eq else []
             while i + 1 < len(words) and not words[i + 1].startswith("--"):
                 mods.append(words[i + 1])
                 i += 1
             if not [m for m in mods if m]:
-                raise ValueError("--recompute-modules needs module names")
+                raise ValueError(f"{key} needs {_MULTI_VALUED[key]}")
             vals[key] = ",".join(m for m in mods if m)
         elif key in _VALUED:
             if eq:
@@ -286,6 +313,147 @@ def _moe_dispatch(vals: dict[str, str], flags: set[str], ep: int, assumed: list[
     if overlap and ep <= 1:
         raise ValueError("--overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1")
     return ("flex" if kind == "flex" else "alltoall"), overlap
+
+
+#: Megatron-Core's SMs for the flex dispatcher's kernels when the line does not set them
+#: (``TransformerConfig.moe_hybridep_num_sms`` 16, ``moe_deepep_num_sms`` 20,
+#: ``megatron/core/transformer/transformer_config.py``), passed to the backend's buffer.
+MEGATRON_FLEX_SMS = {"hybridep": 16, "deepep": 20}
+#: ``--cuda-graph-impl`` values and the ``--cuda-graph-scope`` / ``--cuda-graph-modules`` scopes
+#: Megatron-LM accepts (``megatron/training/arguments.py``; ``full``: the older per-layer scope).
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration", "full")
+#: The older switches and the implementation each stands for.
+_LEGACY_CUDA_GRAPH = {"--enable-cuda-graph": "local", "--external-cuda-graph": "transformer_engine"}
+
+
+def cuda_graphs(vals: dict[str, str], flags: set[str]) -> tuple[str, tuple[str, ...]]:
+    """(implementation, scopes) of the CUDA graphs a line captures: ``--cuda-graph-impl`` with
+    ``--cuda-graph-scope`` (or its newer spelling ``--cuda-graph-modules``), or the older
+    ``--enable-cuda-graph`` (Megatron-Core's own per-layer graphs, ``local``) and
+    ``--external-cuda-graph`` (Transformer Engine's ``make_graphed_callables``).  A
+    ``full_iteration`` scope under ``local`` (or no implementation, which Megatron-Core promotes)
+    is the whole-iteration graph, implementation ``full_iteration``."""
+    impl = vals.get("--cuda-graph-impl")
+    if impl is not None and impl not in CUDA_GRAPH_IMPLS:
+        raise ValueError(f"--cuda-graph-impl {impl!r}; Megatron accepts {', '.join(CUDA_GRAPH_IMPLS)}")
+    legacy = {f: i for f, i in _LEGACY_CUDA_GRAPH.items() if f in flags}
+    named = set(legacy.values()) | ({impl} if impl is not None else set())
+    if len(named) > 1:
+        raise ValueError(f"{' and '.join(list(legacy) + ([f'--cuda-graph-impl {impl}'] if impl else []))} name "
+                         "different CUDA graph implementations: give one")
+    if legacy:
+        impl = next(iter(legacy.values()))
+    if "--cuda-graph-scope" in vals and "--cuda-graph-modules" in vals:
+        raise ValueError("give one of --cuda-graph-scope and --cuda-graph-modules (the newer spelling)")
+    scopes = tuple(dict.fromkeys(
+        (vals.get("--cuda-graph-scope") or vals.get("--cuda-graph-modules") or "").split(","))) if (
+        "--cuda-graph-scope" in vals or "--cuda-graph-modules" in vals) else ()
+    bad = [x for x in scopes if x not in CUDA_GRAPH_SCOPES]
+    if bad:
+        raise ValueError(f"CUDA graph scope {bad}: Megatron accepts {', '.join(CUDA_GRAPH_SCOPES)}")
+    if "full_iteration" in scopes:
+        if impl not in (None, "local", "full_iteration"):
+            raise ValueError(f"--cuda-graph-scope full_iteration is Megatron-Core's own whole-iteration graph; "
+                             f"--cuda-graph-impl {impl} cannot capture it")
+        return "full_iteration", ()
+    impl = impl or "none"
+    if impl == "none" and scopes:
+        raise ValueError(f"CUDA graph scopes {list(scopes)} without --cuda-graph-impl capture nothing: give the "
+                         "implementation")
+    return impl, (() if impl in ("none", "full_iteration") else scopes)
+
+
+def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep: int, precision: str,
+                   assumed: list[str]) -> int:
+    """The host-side and MoE-execution switches of a line, each read and said in ``assumed``
+    where cosearch does not price it (GPU time is all it prices: no host launch time, no
+    synchronisation); returns the SMs the flex dispatcher's kernels hold (0: not flex), which the
+    EP all-to-all overlap prices.
+
+    * CUDA graphs (:func:`cuda_graphs`): none, per module, or the whole iteration.
+    * ``--moe-hybridep-num-sms`` / ``--moe-deepep-num-sms``: the dispatcher's SMs, Megatron-Core's
+      defaults (:data:`MEGATRON_FLEX_SMS`) where the line is silent.
+    * Sync-free MoE (``--moe-expert-rank-capacity-factor``: HybridEP and the fused grouped experts
+      run on buffers pre-sized for that multiple of a rank's balanced tokens, with no host
+      synchronisation) and ``--moe-paged-stash`` (the routed experts' saved activations packed in
+      paged buffers; it needs the capacity factor, as Megatron-Core requires).
+    * ``--moe-router-force-load-balancing``: cosearch prices balanced, dropless routing either way.
+    * ``--use-transformer-engine-op-fuser``, ``--fp8-dot-product-attention``, ``--delay-wgrad-compute``
+      and the router's padding for low-precision GEMMs."""
+    impl, scopes = cuda_graphs(vals, flags)
+    moe = model.moe and ep > 1
+    if impl == "full_iteration":
+        assumed.append("CUDA graphs capture the whole iteration: no host launch time, as cosearch prices it "
+                       "(GPU time only); the graphs' memory pool is not counted")
+    elif impl != "none":
+        what = ", ".join(scopes) if scopes else "each layer"
+        assumed.append(f"CUDA graphs ({impl}) capture {what} only: the rest launches from the host, whose time "
+                       "cosearch does not price (GPU time only); the graphs' memory pool is not counted")
+    elif moe:
+        assumed.append("no CUDA graphs: the host launches every kernel and waits on the dispatcher's token counts; "
+                       "cosearch prices GPU time only, so a host that cannot keep the GPUs fed is not priced "
+                       "(docs/performance-model.md: where the MoE error sits)")
+    backend = vals.get("--moe-flex-dispatcher-backend") or ("deepep" if "--moe-enable-deepep" in flags else None)
+    flex = vals.get("--moe-token-dispatcher-type") == "flex" or "--moe-enable-deepep" in flags
+    sms = 0
+    for b, flag in (("hybridep", "--moe-hybridep-num-sms"), ("deepep", "--moe-deepep-num-sms")):
+        if flag in vals and not (flex and backend == b):
+            raise ValueError(f"{flag} sets the {b} backend's SMs: the line does not run it "
+                             f"(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {b})")
+    if flex and backend in MEGATRON_FLEX_SMS and moe:
+        flag = f"--moe-{backend}-num-sms"
+        sms = _int(flag, vals[flag]) if flag in vals else MEGATRON_FLEX_SMS[backend]
+        if flag not in vals:
+            assumed.append(f"{flag} not given: Megatron-Core's default {sms} SMs for the {backend} kernels")
+    cap = vals.get("--moe-expert-rank-capacity-factor")
+    if cap is not None:
+        f = _float("--moe-expert-rank-capacity-factor", cap, 64.0)
+        if f <= 0.0:
+            raise ValueError(f"--moe-expert-rank-capacity-factor must be positive (buffers sized for that multiple of "
+                             f"a rank's balanced tokens), got {cap!r}")
+        if not (flex and backend == "hybridep"):
+            raise ValueError("--moe-expert-rank-capacity-factor (sync-free MoE) runs on the flex dispatcher's "
+                             "HybridEP backend only (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend "
+                             "hybridep), as Megatron-Core requires")
+        if not model.moe:
+            raise ValueError("--moe-expert-rank-capacity-factor needs a mixture-of-experts model")
+        assumed.append(f"sync-free MoE (--moe-expert-rank-capacity-factor {f:g}): buffers sized for {f:g}x a rank's "
+                       "balanced tokens and no host synchronisation; priced as balanced dropless routing, and the "
+                       "buffers' room beyond the routed tokens is not counted in memory")
+    stash = ("--moe-paged-stash" in flags or "--moe-paged-stash-buffer-size-factor-cuda" in vals
+             or "--moe-paged-stash-buffer-size-factor-cpu" in vals)
+    if stash:
+        if "--moe-paged-stash" not in flags:
+            raise ValueError("--moe-paged-stash-buffer-size-factor-* size the paged stash: they need --moe-paged-stash")
+        if cap is None:
+            raise ValueError("--moe-paged-stash needs --moe-expert-rank-capacity-factor (Megatron-Core refuses it "
+                             "without)")
+        cuda = _float("--moe-paged-stash-buffer-size-factor-cuda",
+                      vals.get("--moe-paged-stash-buffer-size-factor-cuda", "1.0"), 64.0)
+        host = _float("--moe-paged-stash-buffer-size-factor-cpu",
+                      vals.get("--moe-paged-stash-buffer-size-factor-cpu", "0"), 64.0)
+        assumed.append(f"--moe-paged-stash: the routed experts' saved activations in paged buffers ({cuda:g}x on "
+                       f"the GPU{f', {host:g}x pinned on the host' if host else ''}); the copies into and out of "
+                       "them are not priced, and memory counts the activations themselves")
+    if moe and "--moe-router-force-load-balancing" not in flags:
+        assumed.append("the router's own routing priced as balanced and dropless: its imbalance over the "
+                       "expert-parallel ranks is not priced")
+    if "--use-transformer-engine-op-fuser" in flags:
+        assumed.append("--use-transformer-engine-op-fuser: the experts' fused grouped MLP kernels priced as separate "
+                       "grouped GEMMs, activation and casts")
+    if "--fp8-dot-product-attention" in flags:
+        if precision != "fp8":
+            raise ValueError("--fp8-dot-product-attention runs attention in FP8: it needs --fp8-format")
+        assumed.append("--fp8-dot-product-attention: attention priced at the bf16 attention kernels' rate")
+    if "--delay-wgrad-compute" in flags:
+        assumed.append("--delay-wgrad-compute: the weight gradients priced where the backward computes them "
+                       "(the EP overlap's combined 1F1B schedule prices what it hides)")
+    pads = [f for f in ("--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8") if f in flags]
+    if pads:
+        assumed.append(f"{pads[0]}: each expert's tokens padded to the low-precision GEMM's alignment (a few rows "
+                       "a block), not priced")
+    return sms
 
 
 def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None, assumed: list[str]
@@ -589,7 +757,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                            overlap_grad_reduce="--overlap-grad-reduce" in flags,
                            overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed))
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
-    engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed))
+    sms = _moe_execution(vals, flags, model, ep, precision, assumed)
+    engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed), sms)
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,

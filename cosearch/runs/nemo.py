@@ -93,7 +93,7 @@ _NEMO1_NEUTRAL = frozenset({
     "openai_gelu", "headscale", "num_micro_batches_with_partial_activation_checkpoints",
     "activations_checkpoint_layers_per_pipeline", "deterministic_mode", "cross_entropy_loss_fusion",
     "apply_rope_fusion", "gc_interval", "get_attention_mask_from_fusion", "defer_embedding_wgrad_compute",
-    "wgrad_deferral_limit", "use_te_rng_tracker", "enable_cuda_graph", "ub_tp_comm_overlap_cfg",
+    "wgrad_deferral_limit", "use_te_rng_tracker", "ub_tp_comm_overlap_cfg",
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
     "tp_comm_bulk_dgrad", "tp_comm_split_ag", "tp_comm_split_rs", "tp_comm_atomic_ag", "tp_comm_atomic_rs",
     "optim.bucket_cap_mb", "optim.contiguous_grad_buffer", "optim.contiguous_param_buffer", "optim.lr",
@@ -134,7 +134,8 @@ _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
                    (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                    (("model.sequence_parallel",), True, "--sequence-parallel"),
                    (("model.fp8_params",), True, "--fp8-param-gather"),
-                   (("model.ub_tp_comm_overlap",), True, "--tp-comm-overlap"))
+                   (("model.ub_tp_comm_overlap",), True, "--tp-comm-overlap"),
+                   (("model.enable_cuda_graph",), True, "--enable-cuda-graph"))
 #: Megatron-Bridge switches (a field may sit in the model provider or in its own section).
 _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
                     (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
@@ -151,7 +152,23 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.overlap_moe_expert_parallel_comm", "comm_overlap.overlap_moe_expert_parallel_comm"),
                      True, "--overlap-moe-expert-parallel-comm"),
                     (("model.moe_enable_deepep",), True, "--moe-enable-deepep"),
-                    (("model.moe_pad_expert_input_to_capacity",), True, "--moe-pad-expert-input-to-capacity"))
+                    (("model.moe_pad_expert_input_to_capacity",), True, "--moe-pad-expert-input-to-capacity"),
+                    (("model.enable_cuda_graph",), True, "--enable-cuda-graph"),
+                    (("model.external_cuda_graph",), True, "--external-cuda-graph"),
+                    (("model.moe_paged_stash",), True, "--moe-paged-stash"),
+                    (("model.use_transformer_engine_op_fuser",), True, "--use-transformer-engine-op-fuser"),
+                    (("model.moe_router_force_load_balancing",), True, "--moe-router-force-load-balancing"),
+                    (("mixed_precision.fp8_dot_product_attention", "model.fp8_dot_product_attention"), True,
+                     "--fp8-dot-product-attention"),
+                    (("comm_overlap.delay_wgrad_compute", "model.delay_wgrad_compute"), True, "--delay-wgrad-compute"),
+                    (("model.moe_router_padding_for_quantization",), True, "--moe-router-padding-for-quantization"),
+                    (("model.moe_router_padding_for_fp8",), True, "--moe-router-padding-for-fp8"))
+#: Megatron-Bridge fields with no Megatron flag of their own, read and said in ``assumed`` when on.
+_BRIDGE_NOTED = {
+    "model.high_priority_a2a_comm_stream": "the EP all-to-alls on a high-priority stream: not priced (the EP overlap "
+                                           "prices its streams as sharing the SMs)",
+    "model.moe_hybridep_num_sms_preprocessing": "SMs for HybridEP's preprocessing kernel: not priced",
+}
 
 
 def _line(words: list[str]) -> str:
@@ -263,7 +280,9 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "kv_channels", "hidden_dropout", "attention_dropout", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "seq_length",
     "position_embedding_type", "normalization", "expert_tensor_parallel_size", "mtp_num_layers",
-    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_layer_freq")}
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_layer_freq",
+    "moe_hybridep_num_sms", "moe_deepep_num_sms", "cuda_graph_impl", "moe_expert_rank_capacity_factor",
+    "moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu")}
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
                        "num_moe_experts": "--num-experts"})
 _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "profiling",
@@ -295,6 +314,9 @@ _BRIDGE_NEUTRAL = frozenset({
     "dist.distributed_timeout_minutes", "dist.align_grad_reduce", "dist.use_gloo_process_groups",
     "comm_overlap.tp_comm_overlap_cfg", "comm_overlap.tp_comm_bootstrap_backend", "comm_overlap.bucket_size",
     "comm_overlap.defer_embedding_wgrad_compute", "comm_overlap.wgrad_deferral_limit", "comm_overlap.batch_p2p_comm",
+    # a weight layout the fused grouped MLP reads; graph warm-up steps; inference-only padding; page size
+    "model.moe_mlp_glu_interleave_size", "model.cuda_graph_warmup_steps", "model.moe_pad_experts_for_cuda_graph_inference",
+    "model.moe_paged_stash_page_size",
 })
 
 #: Megatron-Bridge mixed-precision recipe names (megatron/bridge/training/mixed_precision.py) -> flags.
@@ -340,6 +362,16 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         v = k.get(f"model.{key}")
         if v is not None:
             words += [flag, str(v).split(".")[-1] if key in ("normalization", "recompute_granularity") else str(v)]
+    for key in ("cuda_graph_scope", "cuda_graph_modules"):
+        scopes = k.get(f"model.{key}")
+        if scopes not in (None, [], ""):
+            if not isinstance(scopes, (list, tuple)) or not all(isinstance(x, str) for x in scopes):
+                raise ValueError(f"{name}: model.{key} must be a list of scope names, got {scopes!r}")
+            words += ["--" + key.replace("_", "-"), *(x.split(".")[-1] for x in scopes)]
+    for key, note in _BRIDGE_NOTED.items():
+        v = k.get(key)
+        if v not in (None, False, 0, ""):
+            assumed.append(f"{key.split('.', 1)[1]}={v}: {note}")
     mods = k.get("model.recompute_modules")
     if mods not in (None, [], ""):
         if not isinstance(mods, (list, tuple)) or not all(isinstance(m, str) for m in mods):
