@@ -414,3 +414,21 @@ def test_dispatch_script_writes_the_table_from_a_clone(tmp_path):
     assert (table[f"off_by_attribute@{commit}"]["overlap"], table[f"off_by_attribute@{commit}"]["backend"]) == \
         (False, "deepep")
     assert (table[f"DERIVED@{commit}"]["overlap"], table[f"DERIVED@{commit}"]["backend"]) == (True, "deepep")
+
+
+def test_row_cuda_graphs_said_as_the_readers_say_them():
+    """A Megatron-Core row's CUDA graphs (its notes' ``cuda_graph=<impl> scope=[...]``) are said
+    with the config readers' own sentence (cosearch prices no host time), none where they give
+    none; an implementation Megatron does not have is refused by name."""
+    from cosearch.runs.megatron import cuda_graph_note
+    whole = rows.describe_row(QWEN3_ROW)
+    assert cuda_graph_note("full_iteration", (), True) in whole.assumed
+    te = dict(QWEN3_ROW, notes="cuda_graph=transformer_engine scope=['attn', 'moe_router']; moe dispatcher "
+                               "backend=hybridep")
+    said = rows.describe_row(te).assumed
+    assert cuda_graph_note("transformer_engine", ("attn", "moe_router"), True) in said
+    assert any("capture attn, moe_router only" in a for a in said)
+    none = rows.describe_row(dict(QWEN3_ROW, notes="moe dispatcher backend=hybridep"))
+    assert any(a.startswith("no CUDA graphs") for a in none.assumed)
+    with pytest.raises(rows.Refused, match="CUDA graphs 'cudnn'"):
+        rows.describe_row(dict(QWEN3_ROW, notes="cuda_graph=cudnn scope=[]"))

@@ -364,6 +364,25 @@ def cuda_graphs(vals: dict[str, str], flags: set[str]) -> tuple[str, tuple[str, 
     return impl, (() if impl in ("none", "full_iteration") else scopes)
 
 
+def cuda_graph_note(impl: str, scopes: tuple[str, ...], moe: bool) -> str | None:
+    """What cosearch's number leaves out under a run's CUDA graphs (:func:`cuda_graphs`): it
+    prices GPU time only, so the host's launch time is missing wherever the graphs do not
+    capture the whole iteration, which matters for an expert-parallel MoE run (``moe``: its
+    dispatcher also waits on the host for token counts); None for a dense run without graphs."""
+    if impl == "full_iteration":
+        return ("CUDA graphs capture the whole iteration: no host launch time, as cosearch prices it (GPU time "
+                "only); the graphs' memory pool is not counted")
+    if impl != "none":
+        what = ", ".join(scopes) if scopes else "each layer"
+        return (f"CUDA graphs ({impl}) capture {what} only: the rest launches from the host, whose time cosearch "
+                "does not price (GPU time only); the graphs' memory pool is not counted")
+    if moe:
+        return ("no CUDA graphs: the host launches every kernel and waits on the dispatcher's token counts; cosearch "
+                "prices GPU time only, so a host that cannot keep the GPUs fed is not priced "
+                "(docs/performance-model.md: where the MoE error sits)")
+    return None
+
+
 def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep: int, precision: str,
                    assumed: list[str]) -> int:
     """The host-side and MoE-execution switches of a line, each read and said in ``assumed``
@@ -381,19 +400,10 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     * ``--moe-router-force-load-balancing``: cosearch prices balanced, dropless routing either way.
     * ``--use-transformer-engine-op-fuser``, ``--fp8-dot-product-attention``, ``--delay-wgrad-compute``
       and the router's padding for low-precision GEMMs."""
-    impl, scopes = cuda_graphs(vals, flags)
     moe = model.moe and ep > 1
-    if impl == "full_iteration":
-        assumed.append("CUDA graphs capture the whole iteration: no host launch time, as cosearch prices it "
-                       "(GPU time only); the graphs' memory pool is not counted")
-    elif impl != "none":
-        what = ", ".join(scopes) if scopes else "each layer"
-        assumed.append(f"CUDA graphs ({impl}) capture {what} only: the rest launches from the host, whose time "
-                       "cosearch does not price (GPU time only); the graphs' memory pool is not counted")
-    elif moe:
-        assumed.append("no CUDA graphs: the host launches every kernel and waits on the dispatcher's token counts; "
-                       "cosearch prices GPU time only, so a host that cannot keep the GPUs fed is not priced "
-                       "(docs/performance-model.md: where the MoE error sits)")
+    note = cuda_graph_note(*cuda_graphs(vals, flags), moe)
+    if note:
+        assumed.append(note)
     backend = vals.get("--moe-flex-dispatcher-backend") or ("deepep" if "--moe-enable-deepep" in flags else None)
     flex = vals.get("--moe-token-dispatcher-type") == "flex" or "--moe-enable-deepep" in flags
     sms = 0

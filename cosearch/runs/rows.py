@@ -23,6 +23,7 @@ from ..engine import (
     with_recompute_modules,
 )
 from .config import RunConfig, RunDescription
+from .megatron import CUDA_GRAPH_IMPLS, cuda_graph_note
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
            "release_of", "plan_key", "newest_per_plan", "precision_class", "group_of", "megatron_bridge_moe_dispatch"]
@@ -466,12 +467,26 @@ def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
     return None
 
 
+def _graph_notes(row: dict, moe: bool, notes: list) -> None:
+    """The CUDA graphs a Megatron-Core row's notes give (``cuda_graph=<impl> scope=[...]``; none
+    where they give none), said as the config readers say them
+    (:func:`cosearch.runs.megatron.cuda_graph_note`): cosearch prices no host time."""
+    graphs = re.search(r"cuda_graph=(\w+) scope=\[([^\]]*)\]", str(row.get("notes") or ""))
+    impl = graphs.group(1) if graphs else "none"
+    if impl not in CUDA_GRAPH_IMPLS:
+        raise Refused(f"the row's CUDA graphs {impl!r} are none of Megatron's ({', '.join(CUDA_GRAPH_IMPLS)})")
+    scopes = tuple(x.strip(" '\"") for x in graphs.group(2).split(",") if x.strip(" '\"")) if graphs else ()
+    note = cuda_graph_note(impl, () if impl in ("none", "full_iteration") else scopes, moe)
+    if note:
+        notes.append(note)
+
+
 def _moe_notes(row: dict, notes: list) -> tuple[str, bool]:
     """An MoE row's dispatch, as Megatron-Core runs it: the dispatcher (a DeepEP or HybridEP
     backend: the ``flex`` dispatcher; none: the recipes' ``alltoall``) and the EP all-to-all
     overlap (``overlap_moe_expert_parallel_comm``), each as the Megatron-Bridge config the row
     cites sets it (:func:`megatron_bridge_moe_dispatch`), else as its notes say (``moe dispatcher
-    backend=deepep|hybridep``, ``EP a2a overlap on``); CUDA graphs are noted (launch overhead kept)."""
+    backend=deepep|hybridep``, ``EP a2a overlap on``)."""
     text = str(row.get("notes") or "")
     said_backend = next((b for b in ("hybridep", "deepep") if f"backend={b}" in text or f"dispatcher {b}" in text),
                         None)
@@ -492,8 +507,6 @@ def _moe_notes(row: dict, notes: list) -> tuple[str, bool]:
     if overlap:
         notes.append("EP all-to-all overlap on (combined 1F1B: dispatch and combine beside the paired "
                      "microbatch's compute)")
-    if "cuda_graph" in text and "cuda_graph=none" not in text:
-        notes.append("CUDA graphs in the recipe: per-kernel launch overhead priced as without them")
     return ("alltoall" if backend is None else "flex"), overlap
 
 
@@ -623,6 +636,8 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     if etp is not None and etp != 1:
         raise Refused(f"expert tensor parallelism {etp} with tp {row['tp']} is not modelled (etp = tp or 1)")
     dispatcher, a2a_overlap = _moe_notes(row, notes) if model.moe else ("alltoall", False)
+    if source_group(row) in ("Megatron-Bridge", "NeMo"):
+        _graph_notes(row, model.moe and ep > 1, notes)
     if source_group(row) == "NeMo":
         why = nemo_launcher_overlap(row)[2]
         if why:
