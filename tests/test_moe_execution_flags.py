@@ -101,10 +101,13 @@ def test_cuda_graph_readings():
     assert graphs("--cuda-graph-impl local --cuda-graph-scope full_iteration") == ("full_iteration", ())
     assert graphs("--cuda-graph-scope full_iteration") == ("full_iteration", ())     # Megatron-Core promotes it
     assert graphs("--cuda-graph-impl full_iteration") == ("full_iteration", ())
+    # scopes without an implementation: Megatron warns and captures nothing; said so
+    assert graphs("--cuda-graph-scope attn") == ("none", ("attn",))
+    rc = read_megatron_args(LINE + " --cuda-graph-scope attn moe_router", QWEN)
+    assert _said(rc, "CUDA graph scopes attn, moe_router without an implementation: Megatron captures nothing")
     assert graphs("--cuda-graph-impl transformer_engine --cuda-graph-modules attn moe_router attn") == (
         "transformer_engine", ("attn", "moe_router"))
     for bad, why in (("--cuda-graph-impl cudnn", "Megatron accepts"),
-                     ("--cuda-graph-scope attn", "without --cuda-graph-impl"),
                      ("--cuda-graph-impl local --cuda-graph-scope router", "scope"),
                      ("--enable-cuda-graph --cuda-graph-impl transformer_engine", "give one"),
                      ("--cuda-graph-impl local --cuda-graph-scope attn --cuda-graph-modules attn", "give one of"),
@@ -119,7 +122,6 @@ def test_cuda_graph_readings():
     ("--moe-paged-stash-buffer-size-factor-cuda 1.2", "need --moe-paged-stash"),
     ("--moe-deepep-num-sms 24", "does not run it"),
     ("--fp8-dot-product-attention --fp8-format e4m3", None),
-    ("--cuda-graph-scope attn", "without --cuda-graph-impl"),
 ])
 def test_moe_execution_refusals(extra, why):
     line = LINE.replace("--fp8-format e4m3 --fp8-recipe mxfp8", "") + " " + extra

@@ -358,20 +358,21 @@ def cuda_graphs(vals: dict[str, str], flags: set[str]) -> tuple[str, tuple[str, 
                              f"--cuda-graph-impl {impl} cannot capture it")
         return "full_iteration", ()
     impl = impl or "none"
-    if impl == "none" and scopes:
-        raise ValueError(f"CUDA graph scopes {list(scopes)} without --cuda-graph-impl capture nothing: give the "
-                         "implementation")
-    return impl, (() if impl in ("none", "full_iteration") else scopes)
+    return impl, (() if impl == "full_iteration" else scopes)
 
 
 def cuda_graph_note(impl: str, scopes: tuple[str, ...], moe: bool) -> str | None:
     """What cosearch's number leaves out under a run's CUDA graphs (:func:`cuda_graphs`): it
     prices GPU time only, so the host's launch time is missing wherever the graphs do not
     capture the whole iteration, which matters for an expert-parallel MoE run (``moe``: its
-    dispatcher also waits on the host for token counts); None for a dense run without graphs."""
+    dispatcher also waits on the host for token counts); None for a dense run without graphs.
+    Scopes without an implementation capture nothing (Megatron warns and runs without)."""
     if impl == "full_iteration":
         return ("CUDA graphs capture the whole iteration: no host launch time, as cosearch prices it (GPU time "
                 "only); the graphs' memory pool is not counted")
+    if impl == "none" and scopes:
+        return (f"CUDA graph scopes {', '.join(scopes)} without an implementation: Megatron captures nothing "
+                "(it warns so); cosearch prices GPU time only, with no host launch time")
     if impl != "none":
         what = ", ".join(scopes) if scopes else "each layer"
         return (f"CUDA graphs ({impl}) capture {what} only: the rest launches from the host, whose time cosearch "

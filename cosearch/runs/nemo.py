@@ -317,6 +317,15 @@ _BRIDGE_NEUTRAL = frozenset({
     # a weight layout the fused grouped MLP reads; graph warm-up steps; inference-only padding; page size
     "model.moe_mlp_glu_interleave_size", "model.cuda_graph_warmup_steps", "model.moe_pad_experts_for_cuda_graph_inference",
     "model.moe_paged_stash_page_size",
+    # the kernels cosearch prices are Transformer Engine's, and its elementwise ops single fused passes
+    # already (as apply_rope_fusion and moe_permute_fusion above); the loss's normalisation, RoPE
+    # scaling constants, initialisation, bucket sizing and vocabulary padding (as
+    # make_vocab_size_divisible_by) change no time or memory in cosearch's model
+    "model.transformer_impl", "model.fused_single_qkv_rope", "model.moe_permute_fusion_into_hybridep",
+    "model.use_fused_weighted_squared_relu", "model.calculate_per_token_loss", "model.rotary_scaling_factor",
+    "model.yarn_original_max_position_embeddings", "model.csa_compress_rotary_base", "model.init_model_with_meta_device",
+    "model.mtp_loss_scaling_factor", "model.should_pad_vocab", "ddp.num_buckets", "ddp.suggested_communication_unit_size",
+    "dist.enable_megatron_core_experimental", "train.exit_duration_in_mins",
 })
 
 #: Megatron-Bridge mixed-precision recipe names (megatron/bridge/training/mixed_precision.py) -> flags.
@@ -365,6 +374,7 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
     for key in ("cuda_graph_scope", "cuda_graph_modules"):
         scopes = k.get(f"model.{key}")
         if scopes not in (None, [], ""):
+            scopes = scopes.split(",") if isinstance(scopes, str) else scopes
             if not isinstance(scopes, (list, tuple)) or not all(isinstance(x, str) for x in scopes):
                 raise ValueError(f"{name}: model.{key} must be a list of scope names, got {scopes!r}")
             words += ["--" + key.replace("_", "-"), *(x.split(".")[-1] for x in scopes)]
