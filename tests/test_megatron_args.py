@@ -5,8 +5,10 @@ silently overridden.  Expected values are worked by hand from Megatron-LM's
 
 import pytest
 
-from cosearch import models
+from cosearch import cluster, models
 from cosearch.cli import main
+from cosearch.plan import evaluate
+from cosearch.runs import read_megatron_args, read_megatron_bridge
 from cosearch.runs.megatron import parse_megatron_args
 
 GPT13 = models.preset("gpt3-13b")       # 40 layers, hidden 5120, 40 heads, sequence 2048
@@ -130,3 +132,61 @@ def test_moe_layout_and_capacity_flags():
     b = read_megatron_bridge({"model": {"moe_layer_freq": 2, "moe_expert_capacity_factor": 1.0,
                                         "moe_pad_expert_input_to_capacity": True}}, model=mix)
     assert (b.model.moe_layer_step, b.model.moe_capacity_factor, b.model.moe_pad_to_capacity) == (2, 1.0, True)
+
+
+# ------------------------------------------------------------------ uneven pipeline splits (Megatron-Core's rules)
+BASE = ("--num-layers 30 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --vocab-size 32000 "
+        "--micro-batch-size 1 --global-batch-size 64 ")
+
+
+def test_uneven_first_last_stage_split():
+    """``--decoder-first/last-pipeline-num-layers``: the given stages as given, the other layers
+    even over the stages left (30 - 6 - 4 = 20 over 2 stages: 10 each), priced as that split."""
+    rc = read_megatron_args(BASE + "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 6 "
+                            "--decoder-last-pipeline-num-layers 4")
+    assert rc.plan["stage_layers"] == (6, 10, 10, 4)
+    only_first = read_megatron_args(BASE + "--pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 8")
+    assert only_first.plan["stage_layers"] == (8, 11, 11)
+    # the read split is the one priced: the same step as the PlanSpec given that split by hand
+    from cosearch.plan import PlanSpec
+    d = rc.resolve(8)
+    hand = PlanSpec(2, 1, 4, 1, stage_layers=(6, 10, 10, 4), flash_attention=d.spec.flash_attention)
+    cl = cluster.preset("dgx-h100", 8)
+    assert evaluate(d.model, "H100", cl, d.spec, 64).step_time_s == evaluate(d.model, "H100", cl, hand, 64).step_time_s
+    with pytest.raises(ValueError, match="divide evenly"):
+        read_megatron_args(BASE + "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 5")
+    with pytest.raises(ValueError, match="pipeline-model-parallel-size > 1"):
+        read_megatron_args(BASE + "--decoder-first-pipeline-num-layers 5")
+
+
+def test_embedding_and_loss_counted_as_layers():
+    """``--account-for-embedding/loss-in-pipeline-split``: Llama 3.1 405B's Megatron-Bridge recipe,
+    126 layers + the embedding + the loss = 128 over pp 8: 16 a stage, the first and last
+    building 15 transformer layers; with 4 virtual stages each stage's 16 divide into chunks."""
+    line = ("--num-layers 126 --hidden-size 16384 --num-attention-heads 128 --seq-length 8192 --vocab-size 128256 "
+            "--ffn-hidden-size 53248 --swiglu --group-query-attention --num-query-groups 8 --micro-batch-size 1 "
+            "--global-batch-size 512 --pipeline-model-parallel-size 8 --num-virtual-stages-per-pipeline-rank 4 "
+            "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    rc = read_megatron_args(line)
+    assert rc.plan["stage_layers"] == (15,) + (16,) * 6 + (15,)
+    # 31 layers + the embedding = 32 over pp 4: the first stage builds 7
+    emb_only = read_megatron_args(BASE.replace("--num-layers 30", "--num-layers 31")
+                                  + "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split")
+    assert emb_only.plan["stage_layers"] == (7, 8, 8, 8)
+    with pytest.raises(ValueError, match="without a transformer layer"):
+        read_megatron_args(BASE + "--pipeline-model-parallel-size 31 --account-for-embedding-in-pipeline-split")
+    with pytest.raises(ValueError, match="do not divide"):
+        read_megatron_args(BASE + "--pipeline-model-parallel-size 4 --account-for-loss-in-pipeline-split")
+    with pytest.raises(ValueError, match="cannot be combined"):
+        read_megatron_args(BASE + "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 14 "
+                           "--account-for-loss-in-pipeline-split")
+    with pytest.raises(ValueError, match="virtual stages"):
+        read_megatron_args(BASE + "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 4 "
+                           "--decoder-first-pipeline-num-layers 14")
+    bridge = read_megatron_bridge(None, ["train.global_batch_size=512", "train.micro_batch_size=1",
+                                         "model.pipeline_model_parallel_size=8",
+                                         "model.virtual_pipeline_model_parallel_size=4",
+                                         "model.account_for_embedding_in_pipeline_split=true",
+                                         "model.account_for_loss_in_pipeline_split=true"],
+                                  model=models.preset("llama3-405b"))
+    assert bridge.plan["stage_layers"] == (15,) + (16,) * 6 + (15,)

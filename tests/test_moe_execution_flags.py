@@ -151,3 +151,4 @@ def test_nemo1_cuda_graph_is_read():
     rc = read_nemo1(DATA / "nemo1_gpt3_5b.yaml", ["model.enable_cuda_graph=true"])
     assert _said(rc, "CUDA graphs (local) capture each layer only")
     assert "model.enable_cuda_graph" not in rc.neutral
+

@@ -50,6 +50,10 @@ Plan and engine
                                              virtual stages, Megatron's default since 2023-10;
                                              the older ``--overlap-p2p-communication`` turns it on)
 ``--fp8-param-gather``                       the engine's ``fp8_param_gather`` (FP8 plans)
+``--decoder-first-pipeline-num-layers``,     ``stage_layers``: the first / last stage's layers, the rest even
+``--decoder-last-pipeline-num-layers``       (Megatron-Core's ``get_num_layers_to_build``)
+``--account-for-embedding-in-pipeline-split``,  ``stage_layers``: the embedding / loss counted as one layer
+``--account-for-loss-in-pipeline-split``     of the first / last stage
 ``--moe-hybridep-num-sms``, ``--moe-deepep-num-sms``  the flex dispatcher's SMs (``Engine.moe_comm_sms``,
                                              priced beside the EP all-to-all overlap; absent:
                                              Megatron-Core's defaults 16 and 20)
@@ -118,7 +122,9 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            # MoE execution (:func:`_moe_execution`)
            "--moe-hybridep-num-sms", "--moe-deepep-num-sms", "--cuda-graph-impl",
            "--moe-expert-rank-capacity-factor", "--moe-paged-stash-buffer-size-factor-cuda",
-           "--moe-paged-stash-buffer-size-factor-cpu"}
+           "--moe-paged-stash-buffer-size-factor-cpu",
+           # an uneven pipeline split (:func:`_stage_layers`)
+           "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}
 #: Flags with a list of values (every word up to the next flag), and what they list.
 _MULTI_VALUED = {"--recompute-modules": "module names", "--cuda-graph-scope": "CUDA graph scopes",
                  "--cuda-graph-modules": "CUDA graph modules"}
@@ -132,7 +138,8 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           # MoE execution and host-side switches (:func:`_moe_execution`), read and said in ``assumed``
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
-          "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8"}
+          "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
+          "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -171,10 +178,6 @@ NEUTRAL_FLAGS = frozenset({
 #: Why a flag that changes the run is refused.
 _REFUSED = {
     "--fp16": "FP16 with loss scaling is not modelled; train bf16 (--bf16) or FP8 (--fp8-format)",
-    "--decoder-first-pipeline-num-layers": "uneven pipeline splits are not modelled",
-    "--decoder-last-pipeline-num-layers": "uneven pipeline splits are not modelled",
-    "--account-for-embedding-in-pipeline-split": "uneven pipeline splits are not modelled",
-    "--account-for-loss-in-pipeline-split": "uneven pipeline splits are not modelled",
     "--rampup-batch-size": "a batch that grows during training has no single step time",
     "--cpu-offloading": "activation offloading is not read from Megatron lines",
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
@@ -561,6 +564,60 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                                  moe_ffn_hidden=expert_ffn if stated.get("num_experts") else None, **stated), run)
 
 
+def _stage_layers(vals: dict[str, str], flags: set[str], layers: int, pp: int, virtual: int
+                  ) -> tuple[int, ...] | None:
+    """The transformer layers of each pipeline stage, as Megatron-Core's
+    ``get_num_layers_to_build`` (``megatron/core/transformer/transformer_block.py``) splits them:
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` fix the first
+    (last) stage and the other layers split evenly over the stages left;
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` count
+    the embedding (the loss) as one layer of the first (last) stage, the layers and those splitting
+    evenly over the stages.  Each stage's count divides over its ``virtual`` model chunks.  None:
+    the even split (no such flag).  Megatron's assertions are refusals here."""
+    first = _int("--decoder-first-pipeline-num-layers", vals["--decoder-first-pipeline-num-layers"]) \
+        if "--decoder-first-pipeline-num-layers" in vals else None
+    last = _int("--decoder-last-pipeline-num-layers", vals["--decoder-last-pipeline-num-layers"]) \
+        if "--decoder-last-pipeline-num-layers" in vals else None
+    emb = "--account-for-embedding-in-pipeline-split" in flags
+    loss = "--account-for-loss-in-pipeline-split" in flags
+    if first is None and last is None and not (emb or loss):
+        return None
+    if (first is not None or last is not None) and (emb or loss):
+        raise ValueError("--decoder-first/last-pipeline-num-layers cannot be combined with "
+                         "--account-for-embedding/loss-in-pipeline-split (Megatron-Core asserts so)")
+    if first is not None or last is not None:
+        if pp < 2:
+            raise ValueError("--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1")
+        rest = layers - (first or 0) - (last or 0)
+        left = pp - (first is not None) - (last is not None)
+        if rest < 0 or (left > 0 and rest % left) or (left == 0 and rest):
+            raise ValueError(f"{layers} layers less the first/last stages' {first or 0} + {last or 0} leave {rest} "
+                             f"for {left} other stage(s): Megatron needs them to divide evenly")
+        per = rest // left if left else 0
+        split = [per] * pp
+        if first is not None:
+            split[0] = first
+        if last is not None:
+            split[-1] = last
+        counts = split
+    else:
+        total = layers + emb + loss
+        if total % pp:
+            raise ValueError(f"{layers} layers{' + the embedding' if emb else ''}{' + the loss' if loss else ''} = "
+                             f"{total} do not divide over --pipeline-model-parallel-size {pp} (Megatron asserts so)")
+        counts = [total // pp] * pp
+        split = list(counts)
+        split[0] -= emb
+        split[-1] -= loss
+    bad = [c for c in counts if c % virtual]
+    if virtual > 1 and bad:
+        raise ValueError(f"a stage of {bad[0]} layers does not divide over {virtual} virtual stages (Megatron "
+                         "asserts each stage's layers divide over its model chunks)")
+    if min(split) < 1:
+        raise ValueError(f"the pipeline split {split} leaves a stage without a transformer layer")
+    return tuple(split)
+
+
 def _moe_run_fields(vals: dict[str, str], flags: set[str]) -> dict:
     """The MoE layout and capacity a line sets: ``--moe-layer-freq`` (Megatron's int k: one layer
     in k is MoE; or its ``([0]*(k-1)+[1])*n`` / ``([1]+[0]*(k-1))*n`` pattern, or ``[0]*d+[1]*m``
@@ -744,7 +801,11 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
             raise ValueError(f"--num-layers-per-virtual-pipeline-stage {per}: {model.num_layers} layers are not "
                              f"pp x {per} = {pp * per} per model chunk")
         virtual = model.num_layers // (pp * per)
-    if model.num_layers % (pp * virtual):
+    split = _stage_layers(vals, flags, model.num_layers, pp, virtual)
+    if split is not None and "--num-layers-per-virtual-pipeline-stage" in vals:
+        raise ValueError("an uneven pipeline split with --num-layers-per-virtual-pipeline-stage: give the model "
+                         "chunks as --num-virtual-stages-per-pipeline-rank")
+    if split is None and model.num_layers % (pp * virtual):
         raise ValueError(f"{model.num_layers} layers do not split evenly over pp x virtual stages = {pp} x {virtual} "
                          "(Megatron refuses an uneven split without --decoder-first/last-pipeline-num-layers)")
     rc = _recompute(vals, flags, model.num_layers / pp, assumed)
@@ -774,7 +835,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
                 context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
-                scaling_recipe=recipe, bf16_layers=bf16_layers)
+                scaling_recipe=recipe, bf16_layers=bf16_layers, stage_layers=split)
     return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
                      neutral=tuple(neutral))
 

@@ -162,7 +162,10 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                      "--fp8-dot-product-attention"),
                     (("comm_overlap.delay_wgrad_compute", "model.delay_wgrad_compute"), True, "--delay-wgrad-compute"),
                     (("model.moe_router_padding_for_quantization",), True, "--moe-router-padding-for-quantization"),
-                    (("model.moe_router_padding_for_fp8",), True, "--moe-router-padding-for-fp8"))
+                    (("model.moe_router_padding_for_fp8",), True, "--moe-router-padding-for-fp8"),
+                    (("model.account_for_embedding_in_pipeline_split",), True,
+                     "--account-for-embedding-in-pipeline-split"),
+                    (("model.account_for_loss_in_pipeline_split",), True, "--account-for-loss-in-pipeline-split"))
 #: Megatron-Bridge fields with no Megatron flag of their own, read and said in ``assumed`` when on.
 _BRIDGE_NOTED = {
     "model.high_priority_a2a_comm_stream": "the EP all-to-alls on a high-priority stream: not priced (the EP overlap "
@@ -283,6 +286,8 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_layer_freq",
     "moe_hybridep_num_sms", "moe_deepep_num_sms", "cuda_graph_impl", "moe_expert_rank_capacity_factor",
     "moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu")}
+_BRIDGE_VALUED.update({"num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
+                       "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers"})
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
                        "num_moe_experts": "--num-experts"})
 _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "profiling",
