@@ -83,7 +83,8 @@ def test_grad_reduce_overlap_only_where_the_line_sets_it():
     on = parse_megatron_args("--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
                              "--global-batch-size 8", GPT13, 8)
     assert not off.engine.overlap_grad_reduce and on.engine.overlap_grad_reduce
-    assert on.engine.name == "megatron-core" and off.engine.name == "megatron-core-no-grad-overlap"
+    assert on.engine.name == "megatron-core-fp32-grad-reduce"
+    assert off.engine.name == "megatron-core-no-grad-overlap-fp32-grad-reduce"
     with pytest.raises(ValueError, match="needs --overlap-grad-reduce"):
         parse_megatron_args("--overlap-param-gather --global-batch-size 8", GPT13, 8)
 
@@ -190,3 +191,38 @@ def test_embedding_and_loss_counted_as_layers():
                                          "model.account_for_loss_in_pipeline_split=true"],
                                   model=models.preset("llama3-405b"))
     assert bridge.plan["stage_layers"] == (15,) + (16,) * 6 + (15,)
+
+
+def test_gradient_reduction_dtype_as_megatron_decides_it():
+    """A bf16 run accumulates and all-reduces its gradients in fp32 unless the line says
+    otherwise (Megatron-LM's arguments.py): 4 bytes an element on the data-parallel reduction,
+    said; ``--grad-reduce-in-bf16`` or bf16 main gradients keep the memory model's 2.  The fp32
+    reduction costs more exposed data-parallel time when nothing hides it."""
+    line = "--use-distributed-optimizer --global-batch-size 64"
+    fp32 = parse_megatron_args(line, GPT13, 64)
+    bf16 = parse_megatron_args(line + " --grad-reduce-in-bf16", GPT13, 64)
+    main_bf16 = parse_megatron_args(line + " --main-grads-dtype bf16", GPT13, 64)
+    assert fp32.engine.grad_reduce_bytes == 4.0 and any("all-reduced in fp32" in a for a in fp32.assumed)
+    assert bf16.engine.grad_reduce_bytes is None and main_bf16.engine.grad_reduce_bytes is None
+    assert not any("all-reduced in fp32" in a for a in bf16.assumed)
+    cl = cluster.preset("dgx-h100", 64)
+    t32, t16 = (evaluate(GPT13, "H100", cl, p.spec, 64, engine=p.engine).breakdown["dp_exposed_s"] for p in (fp32, bf16))
+    assert t32 > t16 > 0.0
+    with pytest.raises(ValueError, match="needs --main-grads-dtype fp32"):
+        parse_megatron_args(line + " --accumulate-allreduce-grads-in-fp32 --main-grads-dtype bf16", GPT13, 64)
+    with pytest.raises(ValueError, match="fp32 or bf16"):
+        parse_megatron_args(line + " --main-grads-dtype fp16", GPT13, 64)
+    # Megatron-Bridge: the mixed-precision config's grad_reduce_in_fp32 (True by default) wins over the DDP's
+    words = ["train.global_batch_size=64", "ddp.use_distributed_optimizer=true"]
+    on = read_megatron_bridge(None, words + ["mixed_precision=bf16_mixed", "ddp.grad_reduce_in_fp32=false"], model=GPT13)
+    off = read_megatron_bridge(None, words + ["mixed_precision=bf16_mixed", "mixed_precision.grad_reduce_in_fp32=false"],
+                               model=GPT13)
+    assert on.engine.grad_reduce_bytes == 4.0 and any("overridden" in a for a in on.assumed)
+    assert off.engine.grad_reduce_bytes is None
+    # NeMo 1: Megatron-Core's DDP reduces in fp32 unless optim.grad_sync_dtype is bf16 (NeMo's default fp32)
+    from pathlib import Path
+
+    from cosearch.runs import read_nemo1
+    yaml = Path(__file__).parent / "data" / "runs" / "nemo1_gpt3_5b.yaml"
+    assert read_nemo1(yaml).engine.grad_reduce_bytes == 4.0
+    assert read_nemo1(yaml, ["model.optim.grad_sync_dtype=bf16"]).engine.grad_reduce_bytes is None

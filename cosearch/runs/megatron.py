@@ -54,6 +54,9 @@ Plan and engine
 ``--decoder-last-pipeline-num-layers``       (Megatron-Core's ``get_num_layers_to_build``)
 ``--account-for-embedding-in-pipeline-split``,  ``stage_layers``: the embedding / loss counted as one layer
 ``--account-for-loss-in-pipeline-split``     of the first / last stage
+``--accumulate-allreduce-grads-in-fp32``,   the data-parallel reduction's bytes (``Engine.grad_reduce_bytes``):
+``--grad-reduce-in-bf16``,                   4 (fp32, Megatron's rule for bf16 runs, the engine named
+``--main-grads-dtype``                       ``...-fp32-grad-reduce``) or 2 (bf16 reduction or main gradients)
 ``--moe-hybridep-num-sms``, ``--moe-deepep-num-sms``  the flex dispatcher's SMs (``Engine.moe_comm_sms``,
                                              priced beside the EP all-to-all overlap; absent:
                                              Megatron-Core's defaults 16 and 20)
@@ -96,7 +99,7 @@ derives it.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engine import MEGATRON_CORE, Engine, megatron_core, with_moe_dispatch, with_recompute_modules
 from ..graph import SCALING_RECIPES
@@ -124,7 +127,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--moe-expert-rank-capacity-factor", "--moe-paged-stash-buffer-size-factor-cuda",
            "--moe-paged-stash-buffer-size-factor-cpu",
            # an uneven pipeline split (:func:`_stage_layers`)
-           "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}
+           "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype"}
 #: Flags with a list of values (every word up to the next flag), and what they list.
 _MULTI_VALUED = {"--recompute-modules": "module names", "--cuda-graph-scope": "CUDA graph scopes",
                  "--cuda-graph-modules": "CUDA graph modules"}
@@ -139,7 +142,9 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
-          "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"}
+          "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+          # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
+          "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -169,7 +174,7 @@ NEUTRAL_FLAGS = frozenset({
     "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--log-world-size-to-tensorboard",
     "--mock-data", "--use-checkpoint-args", "--no-save-optim", "--no-save-rng", "--finetune",
     "--manual-gc", "--no-async-tensor-model-parallel-allreduce",
-    "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+    "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
     "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--moe-grouped-gemm",
     # pads the experts' buffers only for CUDA-graphed inference
     "--moe-pad-experts-for-cuda-graph-inference",
@@ -618,6 +623,26 @@ def _stage_layers(vals: dict[str, str], flags: set[str], layers: int, pp: int, v
     return tuple(split)
 
 
+def _grad_reduce_bytes(vals: dict[str, str], flags: set[str], assumed: list[str]) -> float:
+    """Bytes per gradient element the data-parallel reduction moves, as Megatron-LM decides it
+    (``megatron/training/arguments.py``): a bf16 run accumulates and all-reduces its gradients in
+    fp32 (4 bytes) unless ``--grad-reduce-in-bf16`` or ``--main-grads-dtype bf16`` (2 bytes);
+    ``--accumulate-allreduce-grads-in-fp32`` with bf16 main gradients is refused, as Megatron
+    asserts.  The fp32 gradient buffer's memory is said, not counted (the memory model keeps 2
+    bytes a gradient)."""
+    main = vals.get("--main-grads-dtype", "fp32")
+    if main not in ("fp32", "bf16"):
+        raise ValueError(f"--main-grads-dtype {main!r}; Megatron accepts fp32 or bf16")
+    if "--accumulate-allreduce-grads-in-fp32" in flags and main != "fp32":
+        raise ValueError("--accumulate-allreduce-grads-in-fp32 needs --main-grads-dtype fp32 (Megatron asserts so)")
+    if "--grad-reduce-in-bf16" in flags or main == "bf16":
+        return 2.0
+    assumed.append("gradients accumulated and all-reduced in fp32 (Megatron's rule for a bf16 run; "
+                   "--grad-reduce-in-bf16 turns it off): the data-parallel reduction moves 4 bytes an element; the "
+                   "fp32 gradient buffer is counted at the memory model's 2 bytes a parameter")
+    return 4.0
+
+
 def _moe_run_fields(vals: dict[str, str], flags: set[str]) -> dict:
     """The MoE layout and capacity a line sets: ``--moe-layer-freq`` (Megatron's int k: one layer
     in k is MoE; or its ``([0]*(k-1)+[1])*n`` / ``([1]+[0]*(k-1))*n`` pattern, or ``[0]*d+[1]*m``
@@ -828,6 +853,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags,
                            overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed))
+    if _grad_reduce_bytes(vals, flags, assumed) == 4.0:
+        engine = replace(engine, name=engine.name + "-fp32-grad-reduce", grad_reduce_bytes=4.0)
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
     engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed), sms)

@@ -97,7 +97,7 @@ _NEMO1_NEUTRAL = frozenset({
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
     "tp_comm_bulk_dgrad", "tp_comm_split_ag", "tp_comm_split_rs", "tp_comm_atomic_ag", "tp_comm_atomic_rs",
     "optim.bucket_cap_mb", "optim.contiguous_grad_buffer", "optim.contiguous_param_buffer", "optim.lr",
-    "optim.weight_decay", "optim.grad_sync_dtype", "optim.ddp_bucket_size",
+    "optim.weight_decay", "optim.ddp_bucket_size",
 })
 _NEMO1_NEUTRAL_SECTIONS = ("tokenizer", "data", "optim.sched", "nsys_profile", "optim.betas")
 _NEMO1_TOP_NEUTRAL = ("hydra", "run", "exp_manager", "name", "restore_from_path", "defaults", "base_results_dir",
@@ -258,6 +258,13 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
         words.append("--use-flash-attn")
     elif k.bool("model.transformer_engine", False) and k.bool("model.mcore_gpt", False):
         words += ["--attention-backend", "auto"]
+    # NeMo 1's Megatron-Core DDP: grad_reduce_in_fp32=(optim.grad_sync_dtype, default 'fp32', == 'fp32')
+    # (MegatronBaseModel.setup_mcore_distributed_parallel)
+    sync = str(k.get("model.optim.grad_sync_dtype", "fp32"))
+    if sync not in ("fp32", "bf16"):
+        raise ValueError(f"{name}: model.optim.grad_sync_dtype {sync!r} is not modelled (fp32, bf16)")
+    if sync == "bf16":
+        words.append("--grad-reduce-in-bf16")
     opt = str(k.get("model.optim.name", "fused_adam"))
     if opt in ("distributed_fused_adam", "mcore_distributed_optim"):
         words.append("--use-distributed-optimizer")
@@ -309,9 +316,8 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.moe_router_dtype", "model.moe_z_loss_coeff",
     "model.moe_permute_fusion", "model.moe_router_fusion", "model.bias_dropout_add_fusion",
     "model.scatter_embedding_sequence_parallel", "model.tp_comm_overlap_cfg", "model.use_te_rng_tracker",
-    "ddp.grad_reduce_in_fp32", "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
+    "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
     "ddp.data_parallel_sharding_strategy", "ddp.use_custom_fsdp", "ddp.use_megatron_fsdp",
-    "mixed_precision.grad_reduce_in_fp32",
     "mixed_precision.bf16", "mixed_precision.params_dtype", "mixed_precision.pipeline_dtype",
     "mixed_precision.autocast_dtype", "mixed_precision.fp8_amax_history_len", "mixed_precision.fp8_amax_compute_algo",
     "mixed_precision.fp8_margin", "mixed_precision.fp8_wgrad",
@@ -448,6 +454,24 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
     if on:
         words += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(start),
                   "--num-layers-at-end-in-bf16", str(end)]
+    # the gradients' reduction dtype: MixedPrecisionConfig's grad_reduce_in_fp32 (True by default and
+    # in every recipe) overrides the DDP config's when Bridge sets precision up
+    # (update_config_with_precision_overrides); without a mixed-precision config, the DDP config's
+    mp_fp32 = k.get("mixed_precision.grad_reduce_in_fp32")
+    ddp_fp32 = k.get("ddp.grad_reduce_in_fp32")
+    if mp_fp32 is not None:
+        fp32 = k.bool("mixed_precision.grad_reduce_in_fp32")
+        if ddp_fp32 is not None and k.bool("ddp.grad_reduce_in_fp32") != fp32:
+            assumed.append(f"ddp.grad_reduce_in_fp32={ddp_fp32} overridden by mixed_precision.grad_reduce_in_fp32="
+                           f"{mp_fp32}, as Megatron-Bridge's precision setup does")
+    elif mp is not None:
+        fp32 = True
+        if ddp_fp32 is not None and not k.bool("ddp.grad_reduce_in_fp32"):
+            assumed.append("ddp.grad_reduce_in_fp32=False overridden by the mixed-precision config's default True, "
+                           "as Megatron-Bridge's precision setup does")
+    else:
+        fp32 = k.bool("ddp.grad_reduce_in_fp32", False)
+    words.append("--accumulate-allreduce-grads-in-fp32" if fp32 else "--grad-reduce-in-bf16")
     backend = k.get("model.attention_backend")
     if backend is not None:
         words += ["--attention-backend", str(backend).split(".")[-1]]
