@@ -414,8 +414,8 @@ def test_megatron_args_hand_read():
     assert (s.recompute, s.sequence_parallel, s.zero, s.precision, s.flash_attention) == \
         ("selective", True, 1, "fp8", True)
     assert mp.global_batch == 256 and mp.ignored == ("--lr", "3e-4", "--bf16")
-    # virtual stages: Megatron's default overlap_p2p_comm (on since 2023-10)
-    assert mp.engine.name == "megatron-core-p2p-overlap" and not mp.engine.fp8_param_gather
+    # virtual stages: Megatron's default overlap_p2p_comm (on since 2023-10); a bf16 run's fp32 gradient reduction
+    assert mp.engine.name == "megatron-core-p2p-overlap-fp32-grad-reduce" and not mp.engine.fp8_param_gather
     assert mp.engine.overlap_p2p_comm
     mp = parse_megatron_args(line + " --tp-comm-overlap --fp8-param-gather", m, 64)
     assert mp.engine.overlap_tp_comm and mp.engine.fp8_param_gather and mp.ignored == ("--lr", "3e-4", "--bf16")
