@@ -664,6 +664,7 @@ def _run_plan(a) -> int:
     ignored: tuple[str, ...] = ()
     assumed: tuple[str, ...] = ()
     spec = None                                  # a fixed plan to evaluate; None: search
+    mem = None                                   # the bytes a parameter keeps where a config sets them
     if run is not None and not run.plan:
         # model files only: search (or evaluate) the plan the flags leave open
         model = run.model
@@ -674,7 +675,7 @@ def _run_plan(a) -> int:
                              "--sp/--zero/--precision/--zero-group/--scaling-recipe/--bf16-layers (or edit the file "
                              "with key=value overrides)")
         d = run.resolve(cluster.num_chips, global_batch=a.batch, model=None)
-        model, spec, a.batch, assumed = d.model, d.spec, d.global_batch, d.assumed
+        model, spec, a.batch, assumed, mem = d.model, d.spec, d.global_batch, d.assumed, d.memory
         seq = getattr(a, "seq_len", None)
         if seq is not None and seq != model.seq_len:
             raise ValueError(f"--seq-len {seq} contradicts the run's model (sequence {model.seq_len})")
@@ -698,6 +699,7 @@ def _run_plan(a) -> int:
             raise ValueError(f"--seq-len {seq} contradicts the Megatron line's model (sequence {model.seq_len}); "
                              "drop one")
         a.batch, a.engine, ignored, assumed = mp.global_batch, a.engine or mp.engine, mp.ignored, mp.assumed
+        mem = mp.memory
         if a.precision is not None and a.precision != mp.spec.precision:
             raise ValueError(f"--precision {a.precision} contradicts the Megatron line ({mp.spec.precision})")
         if a.scaling_recipe is not None and a.scaling_recipe != mp.spec.scaling_recipe:
@@ -741,7 +743,7 @@ def _run_plan(a) -> int:
         if notes and not a.json:
             print(f"cosearch: {'; '.join(notes)}", file=sys.stderr)
     elif spec is not None:
-        plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine)]
+        plans = [evaluate(model, chip, cluster, spec, a.batch, engine=a.engine, mem=mem)]
         searched = None
     else:
         if a.dp is not None or a.pp is not None:

@@ -226,3 +226,36 @@ def test_gradient_reduction_dtype_as_megatron_decides_it():
     yaml = Path(__file__).parent / "data" / "runs" / "nemo1_gpt3_5b.yaml"
     assert read_nemo1(yaml).engine.grad_reduce_bytes == 4.0
     assert read_nemo1(yaml, ["model.optim.grad_sync_dtype=bf16"]).engine.grad_reduce_bytes is None
+
+
+def test_precision_aware_optimizer_memory():
+    """``--use-precision-aware-optimizer``: the optimizer state in its own dtypes, the memory
+    model's optimizer bytes their sum (fp32 main parameters 4 + bf16 moments 2 + 2 = 8, where
+    the default keeps 12); the step's static memory falls by 4 bytes a parameter over the
+    distributed optimizer's shards.  Without the flag the dtypes change nothing (said)."""
+    from cosearch.memory import MemoryConfig
+    line = ("--use-distributed-optimizer --global-batch-size 64 --use-precision-aware-optimizer "
+            "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16")
+    mp = parse_megatron_args(line, GPT13, 64)
+    assert mp.memory == MemoryConfig(optimizer_bytes=8.0)
+    assert any("8 bytes of optimizer state" in a for a in mp.assumed)
+    fp8 = parse_megatron_args(line.replace("--exp-avg-dtype bf16", "--exp-avg-dtype fp8")
+                              + " --main-params-dtype fp16", GPT13, 64)
+    assert fp8.memory.optimizer_bytes == 2 + 1 + 2
+    plain = parse_megatron_args(line.replace("--use-precision-aware-optimizer ", ""), GPT13, 64)
+    assert plain.memory is None and any("without --use-precision-aware-optimizer" in a for a in plain.assumed)
+    with pytest.raises(ValueError, match="fp32, fp16$"):
+        parse_megatron_args(line + " --main-params-dtype bf16", GPT13, 64)
+    # priced: ZeRO-1 over dp 64 shards the optimizer state, so a chip keeps 4 bytes / 64 a parameter less
+    cl = cluster.preset("dgx-h100", 64)
+    full = evaluate(GPT13, "H100", cl, mp.spec, 64, engine=mp.engine)
+    aware = evaluate(GPT13, "H100", cl, mp.spec, 64, engine=mp.engine, mem=mp.memory)
+    saved = full.memory_per_chip_bytes[0] - aware.memory_per_chip_bytes[0]
+    assert saved == pytest.approx(4.0 * GPT13.num_params() / 64, rel=1e-6)
+    # Megatron-Bridge: the OptimizerConfig fields, torch dtypes as a dump writes them
+    rc = read_megatron_bridge(None, ["train.global_batch_size=64", "optimizer.use_precision_aware_optimizer=true",
+                                     "optimizer.exp_avg_dtype=torch.bfloat16",
+                                     "optimizer.exp_avg_sq_dtype=torch.bfloat16",
+                                     "optimizer.main_params_dtype=torch.float32"], model=GPT13)
+    assert rc.memory == MemoryConfig(optimizer_bytes=8.0)
+    assert rc.resolve(64).memory == rc.memory

@@ -284,7 +284,7 @@ def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = 
             continue
         try:
             d = rc.resolve()
-            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
+            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
         except ValueError as e:
             refused.append((rid, str(e)))
             continue

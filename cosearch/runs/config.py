@@ -24,6 +24,7 @@ from .._validate import positive_float
 from ..cluster import Cluster
 from ..engine import MEGATRON_CORE, Engine
 from ..hardware import Accelerator
+from ..memory import MemoryConfig
 from ..models import ModelConfig
 from ..plan import PlanSpec
 
@@ -38,9 +39,11 @@ PLAN_FIELDS = ("tp", "pp", "microbatch", "recompute", "virtual_stages", "sequenc
 @dataclass(frozen=True)
 class RunDescription:
     """One run, ready for :func:`cosearch.plan.evaluate`: ``evaluate(d.model, d.chip, d.cluster,
-    d.spec, d.global_batch, engine=d.engine)`` (``chip``/``cluster`` are None where no file
-    names the hardware; give your own).  ``measured_tok_s_per_chip``: the throughput a
-    measured-run file states (None otherwise)."""
+    d.spec, d.global_batch, engine=d.engine, mem=d.memory)`` (``chip``/``cluster`` are None where
+    no file names the hardware; give your own).  ``measured_tok_s_per_chip``: the throughput a
+    measured-run file states (None otherwise).  ``memory``: the bytes a parameter keeps where a
+    file sets them (a precision-aware optimizer's state dtypes; None: the memory model's
+    default)."""
 
     model: ModelConfig
     spec: PlanSpec
@@ -53,6 +56,7 @@ class RunDescription:
     measured_tok_s_per_chip: float | None = None
     assumed: tuple[str, ...] = ()
     neutral: tuple[str, ...] = ()
+    memory: MemoryConfig | None = None
 
     def summary(self) -> str:
         """One line: what was read."""
@@ -70,7 +74,9 @@ class RunConfig:
     file states (None: what the chips leave).  ``global_batch`` or ``batch_per_replica``
     (sequences per data-parallel replica per step, as torchtitan's ``local_batch_size``).
     ``num_chips``, ``chip``, ``cluster``: the hardware where the file names it.  ``seq_len``: the
-    training sequence a file states without describing the model (it must agree with the model's)."""
+    training sequence a file states without describing the model (it must agree with the model's).
+    ``memory``: the bytes a parameter keeps, where the file sets them (None: the memory model's
+    default)."""
 
     source: str
     model: ModelConfig | None = None
@@ -86,6 +92,7 @@ class RunConfig:
     seq_len: int | None = None
     assumed: tuple[str, ...] = ()
     neutral: tuple[str, ...] = ()
+    memory: MemoryConfig | None = None
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.plan) - set(PLAN_FIELDS))
@@ -145,7 +152,7 @@ class RunConfig:
         spec = PlanSpec(dp, tp=tp, pp=pp, microbatch=mb, **{k: v for k, v in p.items() if k not in ("tp", "pp")})
         return RunDescription(base.model, spec, int(batch), base.engine or MEGATRON_CORE, int(n),
                               tuple(base.source.split(" + ")), base.chip, base.cluster,
-                              base.measured_tok_s_per_chip, tuple(assumed), base.neutral)
+                              base.measured_tok_s_per_chip, tuple(assumed), base.neutral, base.memory)
 
 
 def model_differences(a: ModelConfig, b: ModelConfig) -> list[str]:
@@ -191,7 +198,7 @@ def merge(configs: list[RunConfig]) -> RunConfig:
             plan[k] = _agree(k, plan.get(k), v, out.source, c.source)
         kw: dict[str, Any] = {}
         for f in ("model", "dp", "global_batch", "batch_per_replica", "num_chips", "engine", "chip", "cluster",
-                  "measured_tok_s_per_chip", "seq_len"):
+                  "measured_tok_s_per_chip", "seq_len", "memory"):
             kw[f] = _agree(f.replace("_", " "), getattr(out, f), getattr(c, f), out.source, c.source)
         out = RunConfig(f"{out.source} + {c.source}", plan=plan, assumed=out.assumed + c.assumed,
                         neutral=out.neutral + c.neutral, **kw)

@@ -57,6 +57,9 @@ Plan and engine
 ``--accumulate-allreduce-grads-in-fp32``,   the data-parallel reduction's bytes (``Engine.grad_reduce_bytes``):
 ``--grad-reduce-in-bf16``,                   4 (fp32, Megatron's rule for bf16 runs, the engine named
 ``--main-grads-dtype``                       ``...-fp32-grad-reduce``) or 2 (bf16 reduction or main gradients)
+``--use-precision-aware-optimizer`` with    the memory model's optimizer bytes (``RunConfig.memory``): the
+``--main-params-dtype``, ``--exp-avg-dtype``,  main parameters' and Adam moments' bytes summed
+``--exp-avg-sq-dtype``
 ``--moe-hybridep-num-sms``, ``--moe-deepep-num-sms``  the flex dispatcher's SMs (``Engine.moe_comm_sms``,
                                              priced beside the EP all-to-all overlap; absent:
                                              Megatron-Core's defaults 16 and 20)
@@ -103,6 +106,7 @@ from dataclasses import dataclass, field, replace
 
 from ..engine import MEGATRON_CORE, Engine, megatron_core, with_moe_dispatch, with_recompute_modules
 from ..graph import SCALING_RECIPES
+from ..memory import MemoryConfig
 from ..models import ModelConfig
 from ..plan import PlanSpec
 from .config import RunConfig
@@ -127,7 +131,9 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--moe-expert-rank-capacity-factor", "--moe-paged-stash-buffer-size-factor-cuda",
            "--moe-paged-stash-buffer-size-factor-cpu",
            # an uneven pipeline split (:func:`_stage_layers`)
-           "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype"}
+           "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
+           # the optimizer's state (:func:`_optimizer_memory`)
+           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"}
 #: Flags with a list of values (every word up to the next flag), and what they list.
 _MULTI_VALUED = {"--recompute-modules": "module names", "--cuda-graph-scope": "CUDA graph scopes",
                  "--cuda-graph-modules": "CUDA graph modules"}
@@ -144,7 +150,7 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
           "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
           # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
-          "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16"}
+          "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -207,8 +213,9 @@ _REQUIRED_MODEL = ("--num-layers", "--hidden-size", "--num-attention-heads", "--
 @dataclass(frozen=True)
 class MegatronPlan:
     """What an argument line describes: the model, the plan, its global batch, the engine its
-    flags select, the flags that do not change the run (``ignored``, as given) and what was
-    assumed where the line is silent (Megatron's defaults, and readings cosearch approximates)."""
+    flags select, the flags that do not change the run (``ignored``, as given), what was
+    assumed where the line is silent (Megatron's defaults, and readings cosearch approximates)
+    and the bytes a parameter keeps where the line sets them (``memory``; None: the default)."""
 
     spec: PlanSpec
     global_batch: int
@@ -216,6 +223,7 @@ class MegatronPlan:
     engine: Engine = MEGATRON_CORE
     model: ModelConfig | None = None
     assumed: tuple[str, ...] = field(default_factory=tuple)
+    memory: MemoryConfig | None = None
 
 
 def _int(flag: str, value: str, minimum: int = 1) -> int:
@@ -643,6 +651,38 @@ def _grad_reduce_bytes(vals: dict[str, str], flags: set[str], assumed: list[str]
     return 4.0
 
 
+#: Bytes of one element of each dtype Megatron's precision-aware optimizer can keep its state in
+#: (``--main-params-dtype`` fp32/fp16, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` fp32/fp16/bf16/fp8).
+OPTIMIZER_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+
+
+def _optimizer_memory(vals: dict[str, str], flags: set[str], assumed: list[str]) -> MemoryConfig | None:
+    """The optimizer state a line keeps: with ``--use-precision-aware-optimizer``, the main
+    parameters (``--main-params-dtype``: fp32 or fp16) and Adam's two moments (``--exp-avg-dtype``,
+    ``--exp-avg-sq-dtype``: fp32, fp16, bf16 or fp8) in their own dtypes, the memory model's
+    optimizer bytes their sum (Megatron-LM's ``arguments.py`` choices; fp32 each by default, 12
+    bytes, the memory model's own); without the flag Megatron keeps them fp32 whatever the dtypes
+    say (said).  None: the memory model's default."""
+    given = {f: vals[f] for f in ("--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype") if f in vals}
+    allowed = {"--main-params-dtype": ("fp32", "fp16"), "--exp-avg-dtype": tuple(OPTIMIZER_DTYPE_BYTES),
+               "--exp-avg-sq-dtype": tuple(OPTIMIZER_DTYPE_BYTES)}
+    for f, v in given.items():
+        if v not in allowed[f]:
+            raise ValueError(f"{f} {v!r}; Megatron accepts {', '.join(allowed[f])}")
+    if "--use-precision-aware-optimizer" not in flags:
+        if any(v != "fp32" for v in given.values()):
+            assumed.append(f"{', '.join(f'{f} {v}' for f, v in given.items())} without "
+                           "--use-precision-aware-optimizer: Megatron keeps the optimizer state in fp32 (12 bytes a "
+                           "parameter)")
+        return None
+    b = {f: OPTIMIZER_DTYPE_BYTES[given.get(f, "fp32")] for f in allowed}
+    total = sum(b.values())
+    assumed.append(f"precision-aware optimizer: main parameters {given.get('--main-params-dtype', 'fp32')}, moments "
+                   f"{given.get('--exp-avg-dtype', 'fp32')} and {given.get('--exp-avg-sq-dtype', 'fp32')}: "
+                   f"{total:g} bytes of optimizer state a parameter")
+    return MemoryConfig(optimizer_bytes=total)
+
+
 def _moe_run_fields(vals: dict[str, str], flags: set[str]) -> dict:
     """The MoE layout and capacity a line sets: ``--moe-layer-freq`` (Megatron's int k: one layer
     in k is MoE; or its ``([0]*(k-1)+[1])*n`` / ``([1]+[0]*(k-1))*n`` pattern, or ``[0]*d+[1]*m``
@@ -863,8 +903,9 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
                 context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
                 scaling_recipe=recipe, bf16_layers=bf16_layers, stage_layers=split)
+    memory = _optimizer_memory(vals, flags, assumed)
     return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
-                     neutral=tuple(neutral))
+                     neutral=tuple(neutral), memory=memory)
 
 
 def parse_megatron_args(text: str, model: ModelConfig | None, num_chips: int, global_batch: int | None = None
@@ -882,4 +923,4 @@ def parse_megatron_args(text: str, model: ModelConfig | None, num_chips: int, gl
     if rc.global_batch is None and global_batch is None:
         raise ValueError("the argument line has no --global-batch-size and no batch was given")
     d = rc.resolve(num_chips, global_batch=global_batch)
-    return MegatronPlan(d.spec, d.global_batch, d.neutral, d.engine, d.model, d.assumed)
+    return MegatronPlan(d.spec, d.global_batch, d.neutral, d.engine, d.model, d.assumed, d.memory)

@@ -165,7 +165,24 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.moe_router_padding_for_fp8",), True, "--moe-router-padding-for-fp8"),
                     (("model.account_for_embedding_in_pipeline_split",), True,
                      "--account-for-embedding-in-pipeline-split"),
-                    (("model.account_for_loss_in_pipeline_split",), True, "--account-for-loss-in-pipeline-split"))
+                    (("model.account_for_loss_in_pipeline_split",), True, "--account-for-loss-in-pipeline-split"),
+                    (("optimizer.use_precision_aware_optimizer",), True, "--use-precision-aware-optimizer"))
+#: Megatron-Bridge's optimizer state dtypes (OptimizerConfig, torch dtypes in a dump) as Megatron's flags.
+_BRIDGE_OPTIMIZER_DTYPES = {"optimizer.main_params_dtype": "--main-params-dtype",
+                            "optimizer.exp_avg_dtype": "--exp-avg-dtype",
+                            "optimizer.exp_avg_sq_dtype": "--exp-avg-sq-dtype",
+                            "optimizer.main_grads_dtype": "--main-grads-dtype"}
+
+
+def _dtype_word(name: str, value: Any) -> str:
+    """A torch dtype as a dump writes it (``torch.bfloat16``, ``bfloat16``, ``bf16``, ...) in
+    Megatron's flag spelling (fp32, fp16, bf16, fp8)."""
+    v = str(value).split(".")[-1].lower()
+    for word, spellings in (("fp32", ("float32", "fp32", "float")), ("bf16", ("bfloat16", "bf16")),
+                            ("fp16", ("float16", "fp16", "half")), ("fp8", ("uint8", "fp8", "float8_e4m3fn"))):
+        if v in spellings:
+            return word
+    raise ValueError(f"{name}: the dtype {value!r} is none of fp32, bf16, fp16 or fp8")
 #: Megatron-Bridge fields with no Megatron flag of their own, read and said in ``assumed`` when on.
 _BRIDGE_NOTED = {
     "model.high_priority_a2a_comm_stream": "the EP all-to-alls on a high-priority stream: not priced (the EP overlap "
@@ -382,6 +399,10 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         v = k.get(f"model.{key}")
         if v is not None:
             words += [flag, str(v).split(".")[-1] if key in ("normalization", "recompute_granularity") else str(v)]
+    for key, flag in _BRIDGE_OPTIMIZER_DTYPES.items():
+        v = k.get(key)
+        if v is not None:
+            words += [flag, _dtype_word(f"{name}: {key}", v)]
     for key in ("cuda_graph_scope", "cuda_graph_modules"):
         scopes = k.get(f"model.{key}")
         if scopes not in (None, [], ""):
