@@ -11,7 +11,12 @@ import pytest
 from cosearch import cluster, engine, models
 from cosearch.plan import evaluate
 from cosearch.runs import read_config, read_megatron_args, read_megatron_bridge, read_nemo1
-from cosearch.runs.megatron import MEGATRON_FLEX_SMS, _split, cuda_graphs
+from cosearch.runs.megatron import (
+    DEEPEP_DEFAULT_SMS,
+    MEGATRON_HYBRIDEP_SMS_BEFORE_2026_07,
+    _split,
+    cuda_graphs,
+)
 
 DATA = Path(__file__).parent / "data" / "runs"
 QWEN = models.preset("qwen3-30b-a3b")
@@ -63,13 +68,18 @@ def test_bridge_and_megatron_line_agree():
 
 
 def test_megatron_flex_sms_defaults():
-    """Without the flag, the flex backend's SMs are Megatron-Core's TransformerConfig defaults (16
-    for HybridEP, 20 for DeepEP), said; the all-to-all dispatcher and dense runs take none."""
+    """Without a count, the flex backend's SMs are what Megatron-Core passes today: nothing, so
+    each backend's own default (HybridEP's, the engine's default; DeepEP's 20), the older
+    releases' 16 for HybridEP said; the unified knob wins over the older per-backend one; the
+    all-to-all dispatcher takes none."""
     hy = read_megatron_args(LINE, QWEN)
-    assert hy.engine.moe_comm_sms == MEGATRON_FLEX_SMS["hybridep"] == 16
-    assert _said(hy, "--moe-hybridep-num-sms not given", "16")
+    assert hy.engine.moe_comm_sms == 0
+    assert engine.moe_comm_sms(hy.engine, False) == engine.FLEX_SMS_NVLINK == 24
+    assert _said(hy, "HybridEP's own default", f"older releases pass {MEGATRON_HYBRIDEP_SMS_BEFORE_2026_07}")
     dp = read_megatron_args(LINE.replace("hybridep", "deepep"), QWEN)
-    assert dp.engine.moe_comm_sms == MEGATRON_FLEX_SMS["deepep"] == 20
+    assert dp.engine.moe_comm_sms == DEEPEP_DEFAULT_SMS == 20
+    both = read_megatron_args(LINE + " --moe-hybridep-num-sms 16 --moe-flex-dispatcher-num-sms 40", QWEN)
+    assert both.engine.moe_comm_sms == 40
     a2a = read_megatron_args(LINE.replace("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep",
                                           "--moe-token-dispatcher-type alltoall"), QWEN)
     assert a2a.engine.moe_comm_sms == 0
@@ -120,7 +130,7 @@ def test_cuda_graph_readings():
     ("--moe-expert-rank-capacity-factor 0", "must be positive"),
     ("--moe-paged-stash", "needs --moe-expert-rank-capacity-factor"),
     ("--moe-paged-stash-buffer-size-factor-cuda 1.2", "need --moe-paged-stash"),
-    ("--moe-deepep-num-sms 24", "does not run it"),
+    ("--moe-deepep-num-sms 24", "give --moe-flex-dispatcher-num-sms"),
     ("--fp8-dot-product-attention --fp8-format e4m3", None),
 ])
 def test_moe_execution_refusals(extra, why):

@@ -60,9 +60,9 @@ Plan and engine
 ``--use-precision-aware-optimizer`` with    the memory model's optimizer bytes (``RunConfig.memory``): the
 ``--main-params-dtype``, ``--exp-avg-dtype``,  main parameters' and Adam moments' bytes summed
 ``--exp-avg-sq-dtype``
-``--moe-hybridep-num-sms``, ``--moe-deepep-num-sms``  the flex dispatcher's SMs (``Engine.moe_comm_sms``,
-                                             priced beside the EP all-to-all overlap; absent:
-                                             Megatron-Core's defaults 16 and 20)
+``--moe-flex-dispatcher-num-sms`` (older:     the flex dispatcher's SMs (``Engine.moe_comm_sms``,
+``--moe-hybridep-num-sms``,                  priced beside the EP all-to-all overlap; absent:
+``--moe-deepep-num-sms``)                    DeepEP's 20, HybridEP's own default)
 ===========================================  ====================================================
 
 Read and said in ``assumed`` (cosearch prices GPU time only, so none of these changes its
@@ -127,7 +127,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--attention-dropout", "--hidden-dropout", "--vocab-size", "--num-experts", "--moe-router-topk",
            "--moe-ffn-hidden-size", "--mtp-num-layers", "--moe-expert-capacity-factor", "--moe-layer-freq",
            # MoE execution (:func:`_moe_execution`)
-           "--moe-hybridep-num-sms", "--moe-deepep-num-sms", "--cuda-graph-impl",
+           "--moe-hybridep-num-sms", "--moe-deepep-num-sms", "--moe-flex-dispatcher-num-sms", "--cuda-graph-impl",
            "--moe-expert-rank-capacity-factor", "--moe-paged-stash-buffer-size-factor-cuda",
            "--moe-paged-stash-buffer-size-factor-cpu",
            # an uneven pipeline split (:func:`_stage_layers`)
@@ -331,10 +331,14 @@ def _moe_dispatch(vals: dict[str, str], flags: set[str], ep: int, assumed: list[
     return ("flex" if kind == "flex" else "alltoall"), overlap
 
 
-#: Megatron-Core's SMs for the flex dispatcher's kernels when the line does not set them
-#: (``TransformerConfig.moe_hybridep_num_sms`` 16, ``moe_deepep_num_sms`` 20,
-#: ``megatron/core/transformer/transformer_config.py``), passed to the backend's buffer.
-MEGATRON_FLEX_SMS = {"hybridep": 16, "deepep": 20}
+#: SMs DeepEP's kernels hold when the line does not set them: DeepEP's own ``Buffer`` default,
+#: 20, which Megatron-Core also passed as ``moe_deepep_num_sms`` before it unified the knobs.
+DEEPEP_DEFAULT_SMS = 20
+#: HybridEP's SMs that Megatron-Core passed by default before 2026-07
+#: (``TransformerConfig.moe_hybridep_num_sms: int = 16``); since then (commit 2d7060f44f,
+#: ``moe_flex_dispatcher_num_sms`` None) each backend takes its own default, HybridEP's 24 in one
+#: NVLink domain and 8 across nodes (:data:`cosearch.engine.FLEX_SMS_NVLINK`).
+MEGATRON_HYBRIDEP_SMS_BEFORE_2026_07 = 16
 #: ``--cuda-graph-impl`` values and the ``--cuda-graph-scope`` / ``--cuda-graph-modules`` scopes
 #: Megatron-LM accepts (``megatron/training/arguments.py``; ``full``: the older per-layer scope).
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
@@ -408,8 +412,10 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     EP all-to-all overlap prices.
 
     * CUDA graphs (:func:`cuda_graphs`): none, per module, or the whole iteration.
-    * ``--moe-hybridep-num-sms`` / ``--moe-deepep-num-sms``: the dispatcher's SMs, Megatron-Core's
-      defaults (:data:`MEGATRON_FLEX_SMS`) where the line is silent.
+    * ``--moe-flex-dispatcher-num-sms`` (or the older ``--moe-hybridep-num-sms`` /
+      ``--moe-deepep-num-sms``): the dispatcher's SMs; where the line is silent, DeepEP's 20
+      (:data:`DEEPEP_DEFAULT_SMS`) and HybridEP's own default, as Megatron-Core runs them since
+      2026-07 (older releases passed :data:`MEGATRON_HYBRIDEP_SMS_BEFORE_2026_07`, said).
     * Sync-free MoE (``--moe-expert-rank-capacity-factor``: HybridEP and the fused grouped experts
       run on buffers pre-sized for that multiple of a rank's balanced tokens, with no host
       synchronisation) and ``--moe-paged-stash`` (the routed experts' saved activations packed in
@@ -426,13 +432,24 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     sms = 0
     for b, flag in (("hybridep", "--moe-hybridep-num-sms"), ("deepep", "--moe-deepep-num-sms")):
         if flag in vals and not (flex and backend == b):
-            raise ValueError(f"{flag} sets the {b} backend's SMs: the line does not run it "
-                             f"(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {b})")
-    if flex and backend in MEGATRON_FLEX_SMS and moe:
-        flag = f"--moe-{backend}-num-sms"
-        sms = _int(flag, vals[flag]) if flag in vals else MEGATRON_FLEX_SMS[backend]
-        if flag not in vals:
-            assumed.append(f"{flag} not given: Megatron-Core's default {sms} SMs for the {backend} kernels")
+            raise ValueError(f"{flag} sets the {b} backend's SMs, which the line does not run (Megatron-Core "
+                             f"since 2026-07 routes it to every flex backend, older releases to {b} only): give "
+                             "--moe-flex-dispatcher-num-sms")
+    if "--moe-flex-dispatcher-num-sms" in vals and not flex:
+        raise ValueError("--moe-flex-dispatcher-num-sms sets the flex dispatcher's SMs: the line does not run it "
+                         "(--moe-token-dispatcher-type flex)")
+    if flex and backend in ("hybridep", "deepep") and moe:
+        # Megatron-Core: the unified knob first, then the backend's deprecated one
+        flag = next((f for f in ("--moe-flex-dispatcher-num-sms", f"--moe-{backend}-num-sms") if f in vals), None)
+        if flag is not None:
+            sms = _int(flag, vals[flag])
+        elif backend == "deepep":
+            sms = DEEPEP_DEFAULT_SMS
+            assumed.append(f"--moe-flex-dispatcher-num-sms not given: DeepEP's default {sms} SMs")
+        else:
+            assumed.append(f"--moe-flex-dispatcher-num-sms not given: HybridEP's own default SMs (Megatron-Core since "
+                           f"2026-07; older releases pass {MEGATRON_HYBRIDEP_SMS_BEFORE_2026_07}: give "
+                           f"--moe-hybridep-num-sms {MEGATRON_HYBRIDEP_SMS_BEFORE_2026_07} for them)")
     cap = vals.get("--moe-expert-rank-capacity-factor")
     if cap is not None:
         f = _float("--moe-expert-rank-capacity-factor", cap, 64.0)

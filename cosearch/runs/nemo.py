@@ -308,7 +308,7 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "recompute_num_layers", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "seq_length",
     "position_embedding_type", "normalization", "expert_tensor_parallel_size", "mtp_num_layers",
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_layer_freq",
-    "moe_hybridep_num_sms", "moe_deepep_num_sms", "cuda_graph_impl", "moe_expert_rank_capacity_factor",
+    "moe_hybridep_num_sms", "moe_deepep_num_sms", "moe_flex_dispatcher_num_sms", "cuda_graph_impl", "moe_expert_rank_capacity_factor",
     "moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu")}
 _BRIDGE_VALUED.update({"num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
                        "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers"})
