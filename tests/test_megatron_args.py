@@ -259,3 +259,24 @@ def test_precision_aware_optimizer_memory():
                                      "optimizer.main_params_dtype=torch.float32"], model=GPT13)
     assert rc.memory == MemoryConfig(optimizer_bytes=8.0)
     assert rc.resolve(64).memory == rc.memory
+
+
+def test_cp_comm_type():
+    """``--cp-comm-type``: the p2p ring (Megatron's default) is what cosearch prices, read with
+    cp > 1; another type is refused there, and changes nothing at cp 1; Bridge's string or list
+    reads alike."""
+    line = "--context-parallel-size 2 --use-flash-attn --global-batch-size 8 "
+    assert parse_megatron_args(line + "--cp-comm-type p2p", GPT13, 8).spec.context_parallel == 2
+    assert parse_megatron_args(line + "--cp-comm-type p2p p2p", GPT13, 8).spec.context_parallel == 2
+    with pytest.raises(ValueError, match="not modelled"):
+        parse_megatron_args(line + "--cp-comm-type a2a", GPT13, 8)
+    with pytest.raises(ValueError, match="Megatron accepts"):
+        parse_megatron_args(line + "--cp-comm-type ring", GPT13, 8)
+    assert parse_megatron_args("--cp-comm-type allgather --global-batch-size 8", GPT13, 8).spec.context_parallel == 1
+    for v in ("p2p", "[p2p]"):
+        rc = read_megatron_bridge(None, ["train.global_batch_size=8", "model.context_parallel_size=2",
+                                         f"model.cp_comm_type={v}"], model=GPT13)
+        assert rc.plan["context_parallel"] == 2
+    with pytest.raises(ValueError, match="not modelled"):
+        read_megatron_bridge(None, ["train.global_batch_size=8", "model.context_parallel_size=2",
+                                    "model.cp_comm_type=allgather"], model=GPT13)

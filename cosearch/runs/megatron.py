@@ -60,6 +60,7 @@ Plan and engine
 ``--use-precision-aware-optimizer`` with    the memory model's optimizer bytes (``RunConfig.memory``): the
 ``--main-params-dtype``, ``--exp-avg-dtype``,  main parameters' and Adam moments' bytes summed
 ``--exp-avg-sq-dtype``
+``--cp-comm-type p2p``                       the ring cosearch prices (other types refused with cp > 1)
 ``--moe-flex-dispatcher-num-sms`` (older:     the flex dispatcher's SMs (``Engine.moe_comm_sms``,
 ``--moe-hybridep-num-sms``,                  priced beside the EP all-to-all overlap; absent:
 ``--moe-deepep-num-sms``)                    DeepEP's 20, HybridEP's own default)
@@ -136,7 +137,10 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"}
 #: Flags with a list of values (every word up to the next flag), and what they list.
 _MULTI_VALUED = {"--recompute-modules": "module names", "--cuda-graph-scope": "CUDA graph scopes",
-                 "--cuda-graph-modules": "CUDA graph modules"}
+                 "--cuda-graph-modules": "CUDA graph modules", "--cp-comm-type": "context-parallel communication types"}
+#: Megatron's context-parallel communication types (``--cp-comm-type``, one for all layers or one
+#: a layer); cosearch prices ``p2p``, the K/V ring beside the attention kernel.
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 #: Bare flags that set the plan, the engine or the model.
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
@@ -890,6 +894,14 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     if split is None and model.num_layers % (pp * virtual):
         raise ValueError(f"{model.num_layers} layers do not split evenly over pp x virtual stages = {pp} x {virtual} "
                          "(Megatron refuses an uneven split without --decoder-first/last-pipeline-num-layers)")
+    if "--cp-comm-type" in vals:
+        kinds = set(vals["--cp-comm-type"].split(","))
+        bad = sorted(kinds - set(CP_COMM_TYPES))
+        if bad:
+            raise ValueError(f"--cp-comm-type {bad}; Megatron accepts {', '.join(CP_COMM_TYPES)}")
+        if cp > 1 and kinds != {"p2p"}:
+            raise ValueError(f"--cp-comm-type {', '.join(sorted(kinds))} is not modelled: cosearch prices context "
+                             "parallelism as the p2p K/V ring (Megatron's default)")
     rc = _recompute(vals, flags, model.num_layers / pp, assumed)
     precision, recipe = _precision(vals, assumed)
     bf16_layers = _bf16_layers(vals, flags, precision)

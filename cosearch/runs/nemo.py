@@ -403,6 +403,10 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         v = k.get(key)
         if v is not None:
             words += [flag, _dtype_word(f"{name}: {key}", v)]
+    cp_type = k.get("model.cp_comm_type")
+    if cp_type not in (None, "", []):
+        kinds = cp_type if isinstance(cp_type, (list, tuple)) else str(cp_type).split(",")
+        words += ["--cp-comm-type", *map(str, kinds)]
     for key in ("cuda_graph_scope", "cuda_graph_modules"):
         scopes = k.get(f"model.{key}")
         if scopes not in (None, [], ""):
