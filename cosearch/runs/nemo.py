@@ -403,17 +403,11 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         v = k.get(key)
         if v is not None:
             words += [flag, _dtype_word(f"{name}: {key}", v)]
-    cp_type = k.get("model.cp_comm_type")
-    if cp_type not in (None, "", []):
-        kinds = cp_type if isinstance(cp_type, (list, tuple)) else str(cp_type).split(",")
-        words += ["--cp-comm-type", *map(str, kinds)]
-    for key in ("cuda_graph_scope", "cuda_graph_modules"):
-        scopes = k.get(f"model.{key}")
-        if scopes not in (None, [], ""):
-            scopes = scopes.split(",") if isinstance(scopes, str) else scopes
-            if not isinstance(scopes, (list, tuple)) or not all(isinstance(x, str) for x in scopes):
-                raise ValueError(f"{name}: model.{key} must be a list of scope names, got {scopes!r}")
-            words += ["--" + key.replace("_", "-"), *(x.split(".")[-1] for x in scopes)]
+    # list fields: a list of names or one comma-separated string (a scope may be dumped as its enum)
+    for key in ("cp_comm_type", "cuda_graph_scope", "cuda_graph_modules"):
+        names = k.names(f"model.{key}")
+        if names:
+            words += ["--" + key.replace("_", "-"), *(x.split(".")[-1] for x in names)]
     for key, note in _BRIDGE_NOTED.items():
         v = k.get(key)
         if v not in (None, False, 0, ""):
