@@ -157,8 +157,8 @@ def test_keep_is_the_largest_grid_point_within_the_target():
     3 (p^2 + p) / 2 <= 1.5 gives p = 0.618 -> 0.61.  After round 3, three rounds (fewer than a
     fit needs): the mean of 3/2, 3/2 and t(0.61) / (0.61^2 + 0.61) scales p^2 + p.  After round 4
     the three keep fractions give the exact fit 2 p^2 + p <= 1.5: p = (sqrt(13) - 1) / 4 = 0.651 ->
-    0.65."""
-    prof = StragglerProfiler(3, rule="model", costs=_costs)
+    0.65.  (keep_confidence 0.5: the keep whose predicted time is within the target, no margin.)"""
+    prof = StragglerProfiler(3, rule="model", costs=_costs, keep_confidence=0.5)
     keeps = _run({0: (1.0, 0.0), 1: (1.2, 0.3), 2: (2.0, 1.0)}, 5, prof)
     assert keeps[:2] == [{}, {}]
     assert keeps[2] == {2: math.floor(100 * (math.sqrt(5) - 1) / 2) / 100}
@@ -171,12 +171,44 @@ def test_keep_is_the_largest_grid_point_within_the_target():
     assert d["predicted_s"][2] == pytest.approx(2 * 0.65 ** 2 + 0.65)
 
 
+def test_keep_leaves_a_quarter_standard_error_below_the_target():
+    """The default keep_confidence 0.6: after two noise-free full rounds every prediction error is
+    0, so each client's spread is the 5 % floor over sqrt(2 rounds); the predicted log ratio of
+    the straggler (client 2) to the target (client 1) has standard error sqrt(2) x 0.05 / sqrt(2)
+    = 0.05, and the keep must satisfy 3 (p^2 + p) / 2 x exp(z 0.05) <= 1.5, z = 0.2533 the 60 %
+    normal quantile (NormalDist().inv_cdf(0.6) = 0.25335): p^2 + p <= exp(-0.012667), p = 0.6124
+    -> 0.61 on the grid, where no margin gives 0.6180 -> 0.61 too; the same rounds at 2.31 s for
+    the straggler (2.31 (p^2 + p) / 2 <= 1.5 exp(-0.012667)) give 0.7445 -> 0.74 without the
+    margin and 0.7379 -> 0.73 with it."""
+    z = 0.2533471031357997                      # the 0.6 quantile of the standard normal
+    for slow, no_margin, margin in ((3.0, 0.61, 0.61), (2.31, 0.74, 0.73)):
+        keeps = {}
+        for q in (0.5, None):
+            prof = StragglerProfiler(3, rule="model", costs=_costs, keep_confidence=q)
+            for r in (1, 2):
+                prof.observe(r, {0: 1.0, 1: 1.5, 2: slow}, {})
+            keeps[q] = prof.keep_fractions()[2]
+        bound = math.exp(-z * 0.05) * 2 * 1.5 / slow          # p^2 + p at most this
+        p = (math.sqrt(1 + 4 * bound) - 1) / 2
+        assert keeps[None] == math.floor(100 * p + 1e-9) / 100 == margin
+        assert keeps[0.5] == math.floor(100 * (math.sqrt(1 + 4 * 2 * 1.5 / slow) - 1) / 2 + 1e-9) / 100 == no_margin
+    prof = StragglerProfiler(3, rule="model", costs=_costs)
+    for r in (1, 2):
+        prof.observe(r, {0: 1.0, 1: 1.5, 2: 2.31}, {})
+    assert prof.time_model.standard_error(2) == pytest.approx(0.05 / math.sqrt(2))
+    for bad in (0.4, 1.0, True, "0.6"):
+        with pytest.raises(ValueError, match="keep_confidence"):
+            StragglerProfiler(3, rule="model", costs=_costs, keep_confidence=bad)
+    with pytest.raises(ValueError, match="rule='model' only"):
+        StragglerProfiler(3, rule="fluid", keep_confidence=0.6)
+
+
 def test_swaps_only_past_the_margin():
     # client 1 is 3% slower than the straggler's full time: inside the 5% margin, never swapped
-    prof = StragglerProfiler(3, rule="model", costs=_costs)
+    prof = StragglerProfiler(3, rule="model", costs=_costs, keep_confidence=0.5)
     _run({0: (1.0, 0.0), 1: (2.8, 0.3), 2: (2.0, 1.0)}, 12, prof)
     assert prof.stragglers == [1] and prof.swaps == 0     # 3.1 s > 3.0 s: the slowest from the start
-    prof = StragglerProfiler(3, rule="model", costs=_costs)
+    prof = StragglerProfiler(3, rule="model", costs=_costs, keep_confidence=0.5)
     keeps = _run({0: (1.0, 0.0), 1: (1.2, 0.3), 2: (2.0, 1.0)}, 12, prof, change={5: {1: (3.2, 0.3)}})
     # client 1 becomes 3.5 s in round 5, far off its prediction (1.5 s): its history restarts,
     # 3.5 > 3.0 x e^0.05, one swap; it then keeps 3.5 (p^2 + p) / 2 <= 3.0: p = 0.9015 -> 0.90;
@@ -279,7 +311,8 @@ def test_with_client_sampling_the_stragglers_are_the_slowest_seen_participants()
     participant nobody is cut; with every client the unsampled decision stands."""
     from cosearch.fl.profiling import fluid_keep_fraction
     for rule, want in (("fluid", fluid_keep_fraction(0.5)), ("model", 0.61)):
-        prof = StragglerProfiler(10, rule=rule, costs=_costs if rule == "model" else None)
+        prof = StragglerProfiler(10, rule=rule, costs=_costs if rule == "model" else None,
+                                 keep_confidence=0.5 if rule == "model" else None)
         for r in (1, 2):
             prof.observe(r, {0: 1.0, 1: 2.0, 2: 4.0}, {})
         assert prof.keep_fractions([5, 2, 1, 0]) == {2: want}

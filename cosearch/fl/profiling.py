@@ -6,8 +6,9 @@ the sub-model keeps ``0.95`` if ratio >= 0.9, ``0.85`` if >= 0.8, ``0.75`` if >=
 cosearch 0.1's rule (the smallest allowed width >= ratio, :func:`choose_width`).
 
 ``rule="model"`` (:mod:`cosearch.fl.controller`): each client's sub-model time predicted from
-its own rounds and the sub-model's FLOPs and bytes, the largest keep fraction within the target
-(step 0.01), swaps only beyond the prediction error.
+its own rounds and the sub-model's FLOPs and bytes, the largest keep fraction (step 0.01)
+predicted to finish within the target with probability ``keep_confidence`` (default 0.6: a
+quarter of the prediction's standard error below it), swaps only beyond the prediction error.
 
 **Stragglers** (:class:`StragglerProfiler`, FLuID's rules): each client's full-model time is estimated as
 ``duration / keep``.  After the first ``start_round`` (FLuID: 2) the slowest client (or
@@ -102,7 +103,8 @@ class StragglerProfiler:
 
     def __init__(self, num_clients: int, *, fraction: float | None = None, rule: str = "fluid",
                  widths=DEFAULT_WIDTHS, start_round: int = 2, hysteresis: bool = True, readapt: bool = False,
-                 costs=None, min_keep: float = FLUID_FLOOR, min_margin: float = 0.05, window: int = 20):
+                 costs=None, min_keep: float = FLUID_FLOOR, min_margin: float = 0.05, window: int = 20,
+                 keep_confidence: float | None = None):
         if not isinstance(num_clients, int) or num_clients < 2:
             raise ValueError(f"need at least 2 clients to have stragglers, got {num_clients!r}")
         widths = _widths(widths)
@@ -132,10 +134,21 @@ class StragglerProfiler:
         self.swaps = 0
         self.decisions: list[dict] = []
         if rule == "model":
-            from .controller import ClientTimeModel, keep_grid
+            from statistics import NormalDist
+
+            from .controller import KEEP_CONFIDENCE, ClientTimeModel, keep_grid
             self.time_model = ClientTimeModel(costs, window)
             self.grid = keep_grid(min_keep)
             self.min_margin = float(min_margin)
+            q = KEEP_CONFIDENCE if keep_confidence is None else keep_confidence
+            if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.5 <= q < 1.0:
+                raise ValueError(f"keep_confidence must be a probability in [0.5, 1), got {q!r}: the chance "
+                                 "that a straggler's chosen keep finishes within the target (0.5: no margin)")
+            self.keep_confidence = float(q)
+            #: the margin, in standard errors of the predicted log ratio, below the target
+            self._keep_z = NormalDist().inv_cdf(self.keep_confidence)
+        elif keep_confidence is not None:
+            raise ValueError(f"keep_confidence applies to rule='model' only, not rule={rule!r}")
 
     @property
     def stragglers(self) -> list[int]:
@@ -155,11 +168,17 @@ class StragglerProfiler:
         target = max(self.full_time[c] for c in others)
         self._keep = {c: self._bucket(min(1.0, target / self.full_time[c])) for c in self._stragglers}
 
-    def _largest_keep_within(self, client: int, target: float) -> tuple[float, float]:
+    def _largest_keep_within(self, client: int, target: float, target_client: int) -> tuple[float, float]:
         """rule="model": the largest grid keep whose predicted time for ``client`` is within
-        ``target`` (the smallest keep when none is), and that predicted time."""
-        times = self.time_model.predict_many(client, self.grid)
-        fits = np.flatnonzero(times <= target)
+        ``target`` (``target_client``'s predicted full time) with probability ``keep_confidence``
+        (the smallest keep when none is), and that predicted time (:mod:`cosearch.fl.controller`,
+        **Decisions**)."""
+        tm = self.time_model
+        times = tm.predict_many(client, self.grid)
+        margin = 0.0
+        if self._keep_z > 0.0:
+            margin = self._keep_z * math.hypot(tm.standard_error(client), tm.standard_error(target_client))
+        fits = np.flatnonzero(times * math.exp(margin) <= target)
         i = int(fits[-1]) if len(fits) else 0
         return float(self.grid[i]), float(times[i])
 
@@ -187,10 +206,11 @@ class StragglerProfiler:
                 others[others.index(slow)] = fast
                 self.swaps += 1
         others = [c for c in ft if c not in self._stragglers]
-        target = max(ft[c] for c in others)
+        slowest = max(others, key=lambda c: ft[c])
+        target = ft[slowest]
         self._keep, predicted = {}, {}
         for s in self._stragglers:
-            self._keep[s], predicted[s] = self._largest_keep_within(s, target)
+            self._keep[s], predicted[s] = self._largest_keep_within(s, target, slowest)
         self.decisions.append({"round": int(round) + 1, "target_s": float(target), "predicted_s": predicted,
                                "swaps": self.swaps})
 
@@ -256,11 +276,12 @@ class StragglerProfiler:
         k = 1 if self.fraction is None else max(1, int(self.fraction * len(part)))
         k = min(k, len(seen) - 1)
         stragglers, others = seen[:k], seen[k:]
-        target = max(ft[c] for c in others)
+        slowest = max(others, key=lambda c: ft[c])
+        target = ft[slowest]
         keep = {}
         for s in stragglers:
             if self.rule == "model":
-                keep[s] = self._largest_keep_within(s, target)[0]
+                keep[s] = self._largest_keep_within(s, target, slowest)[0]
             else:
                 keep[s] = self._bucket(min(1.0, target / ft[s]))
         return {c: p for c, p in keep.items() if p < 1.0}
