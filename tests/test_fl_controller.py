@@ -355,3 +355,23 @@ def test_the_curve_is_fitted_once_a_round_and_refitted_after_each(monkeypatch):
     tm.predict(3, 0.5)
     assert len(calls) - before == 2                      # refitted once, on the five rounds
     assert tm.predict(3, 0.9) == pytest.approx(6 * 0.81 + 4 * 0.9 + 0.5, rel=1e-9)
+
+
+def test_keep_confidence_reaches_the_controller_from_every_engine():
+    """simulate(keep_confidence=), RoundProtocol and the Flower strategy hand it to the profiler
+    (recorded in the run's config when given); a value outside [0.5, 1), or one given with FLuID's
+    buckets, is refused by name before any round."""
+    from cosearch import fl
+    from cosearch.fl.flower import DropoutStrategy
+    from cosearch.fl.models import build_model
+    from cosearch.fl.server import RoundProtocol
+    r = fl.simulate("digits", clients=3, method="invariant", rounds=1, keep_confidence=0.5)
+    assert r.config["keep_confidence"] == 0.5
+    assert "keep_confidence" not in fl.simulate("digits", clients=3, method="invariant", rounds=1).config
+    for bad, rule in ((0.3, "model"), (1.0, "model"), (0.6, "fluid")):
+        with pytest.raises(ValueError, match="keep_confidence"):
+            fl.simulate("digits", clients=3, method="invariant", rounds=1, keep_confidence=bad, keep_rule=rule)
+    s = DropoutStrategy(lambda: build_model("mlp"), keep_confidence=0.55)
+    # the strategy builds its protocol from these arguments once it knows the clients (configure_fit)
+    assert RoundProtocol(s.model, 3, **s._proto_args).profiler.keep_confidence == 0.55
+    assert RoundProtocol(build_model("mlp"), 3).profiler.keep_confidence == 0.6

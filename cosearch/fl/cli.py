@@ -46,6 +46,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-rule", choices=["model", "fluid", "ceil"], default="model",
                    help="straggler keep fraction: model (predicted sub-model time within the target), "
                         "fluid (FLuID's buckets) or ceil (cosearch 0.1)")
+    p.add_argument("--keep-confidence", type=float, default=None,
+                   help="with --keep-rule model: the probability with which a straggler's keep is predicted "
+                        "to finish within the target, 0.5 to 1 (default 0.6; 0.5: no margin)")
 
 
 def add_parsers(sub) -> None:
@@ -118,6 +121,8 @@ def _sim_kwargs(a) -> dict:
           "straggler_fraction": a.straggler_fraction, "keep_rule": a.keep_rule}
     if a.clients_per_round is not None:
         kw["clients_per_round"] = a.clients_per_round
+    if a.keep_confidence is not None:
+        kw["keep_confidence"] = a.keep_confidence
     if a.samples_per_round is not None:
         kw["samples_per_round"] = a.samples_per_round
     if a.stop_at_accuracy is not None:

@@ -90,13 +90,14 @@ class DropoutStrategy(FedAvg):
 
     def __init__(self, model_fn: Callable, method: str = "invariant", *, example_input=None,
                  total_rounds: int | None = None, schedule: ThresholdSchedule | str = "femnist",
-                 straggler_fraction: float | None = None, seed: int = 0, keep_rule: str = "model", **fedavg):
+                 straggler_fraction: float | None = None, seed: int = 0, keep_rule: str = "model",
+                 keep_confidence: float | None = None, **fedavg):
         fedavg.setdefault("evaluate_metrics_aggregation_fn", weighted_accuracy)
         super().__init__(**fedavg)
         self.model = model_fn()
         self._proto_args = dict(method=method, example_input=example_input, total_rounds=total_rounds,
                                 schedule=schedule, straggler_fraction=straggler_fraction, seed=seed,
-                                keep_rule=keep_rule)
+                                keep_rule=keep_rule, keep_confidence=keep_confidence)
         self.protocol: RoundProtocol | None = None
         self.method = method
         self._index: dict[str, int] = {}

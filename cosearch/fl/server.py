@@ -123,13 +123,16 @@ class RoundProtocol:
     ``schedule``: FLuID threshold schedule or dataset name; ``total_rounds`` places its growth.
     ``straggler_fraction``: None = one straggler (FLuID), else that fraction of the clients.
     ``keep_rule``: "model" (the controller of :mod:`cosearch.fl.controller`, default), "fluid"
-    (FLuID's buckets) or "ceil".
+    (FLuID's buckets) or "ceil".  ``keep_confidence`` ("model" only; None: 0.6): the probability
+    with which a straggler's keep is predicted to finish within the target
+    (:class:`~cosearch.fl.profiling.StragglerProfiler`; 0.5: no margin).
     """
 
     def __init__(self, model, num_clients: int, method: str = "invariant", *, policy: DropoutPolicy | None = None,
                  example_input=None, total_rounds: int | None = None,
                  schedule: ThresholdSchedule | str = "femnist", straggler_fraction: float | None = None,
-                 keep_rule: str = "model", readapt: bool = False, seed: int = 0):
+                 keep_rule: str = "model", readapt: bool = False, seed: int = 0,
+                 keep_confidence: float | None = None):
         self.model = model
         self.example = example_input
         self.groups = groups(model, example_input)
@@ -147,7 +150,7 @@ class RoundProtocol:
             costs = _cost_table(model, example_input if example_input is not None else _linear_example(model),
                                 self.groups)
         self.profiler = StragglerProfiler(num_clients, fraction=straggler_fraction, rule=keep_rule,
-                                          readapt=readapt, costs=costs)
+                                          readapt=readapt, costs=costs, keep_confidence=keep_confidence)
         self.num_clients = num_clients
         self.seed = int(seed)
         self._param_share: dict[float, float] = {}

@@ -501,7 +501,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
              checkpoint_every_s: float = 10.0, spread: float = 2.5, noise_cv: float = 0.05,
              stop_at_accuracy: float | None = None, overwrite: bool = False,
              method_options: dict | None = None, clients_per_round: int | None = None,
-             samples_per_round: int | None = None) -> FLResult:
+             samples_per_round: int | None = None, keep_confidence: float | None = None) -> FLResult:
     """Run ``rounds`` rounds of FL with ``method`` (:data:`~cosearch.fl.masks.METHODS`).
 
     ``clients_per_round``: client sampling — that many clients, drawn uniformly without
@@ -523,6 +523,9 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     fastest compute) and ``noise_cv`` (round-time noise).  ``latency_s``: shorthand
     for a trace of full-model times (one per client, or per round and client).
     ``schedule``: FLuID's threshold schedule (default: the dataset's).
+    ``keep_confidence`` (``keep_rule="model"`` only; None: 0.6): the probability with which each
+    straggler's keep is predicted to finish within the target
+    (:class:`~cosearch.fl.profiling.StragglerProfiler`; 0.5: the keep just within it, no margin).
     ``stop_at_accuracy``: early stopping — the run ends after the first round whose central
     accuracy reaches it (``config["stopped_early"]`` says so); None runs every round.
     ``out``: the result is saved there at the end and, while running, every
@@ -571,7 +574,8 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
         pol = make_policy(method, **method_options)
     proto = RoundProtocol(net, n, method, policy=pol, example_input=example, total_rounds=rounds,
                           schedule=schedule if schedule is not None else data.name,
-                          straggler_fraction=straggler_fraction, keep_rule=keep_rule, seed=seed)
+                          straggler_fraction=straggler_fraction, keep_rule=keep_rule, seed=seed,
+                          keep_confidence=keep_confidence)
     full_flops = training_flops(net, example, 1)
     metrics: list[RoundMetrics] = []
     every = positive_float("checkpoint_every_s", checkpoint_every_s)
@@ -579,6 +583,7 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
               "batch_size": batch_size, "seed": seed, "alpha": alpha, "keep_rule": keep_rule,
               "straggler_fraction": straggler_fraction, "clients_per_round": clients_per_round,
               **({"samples_per_round": samples_per_round} if samples_per_round is not None else {}),
+              **({"keep_confidence": keep_confidence} if keep_confidence is not None else {}),
               **({"spread": spread, "noise_cv": noise_cv} if devices is None and latency_s is None else {})}
     res = FLResult(method, data.name, model, n, metrics, config, interrupted=True)
     try:
