@@ -168,12 +168,13 @@ class StragglerProfiler:
         target = max(self.full_time[c] for c in others)
         self._keep = {c: self._bucket(min(1.0, target / self.full_time[c])) for c in self._stragglers}
 
-    def _largest_keep_within(self, client: int, target: float, target_client: int) -> tuple[float, float]:
-        """rule="model": the largest grid keep whose predicted time for ``client`` is within
-        ``target`` (``target_client``'s predicted full time) with probability ``keep_confidence``
-        (the smallest keep when none is), and that predicted time (:mod:`cosearch.fl.controller`,
+    def _largest_keep_within(self, client: int, target_client: int) -> tuple[float, float]:
+        """rule="model": the largest grid keep whose predicted time for ``client`` is within the
+        target, ``target_client``'s predicted full time, with probability ``keep_confidence`` (the
+        smallest keep when none is), and that predicted time (:mod:`cosearch.fl.controller`,
         **Decisions**)."""
         tm = self.time_model
+        target = self.full_time[target_client]
         times = tm.predict_many(client, self.grid)
         margin = 0.0
         if self._keep_z > 0.0:
@@ -207,11 +208,10 @@ class StragglerProfiler:
                 self.swaps += 1
         others = [c for c in ft if c not in self._stragglers]
         slowest = max(others, key=lambda c: ft[c])
-        target = ft[slowest]
         self._keep, predicted = {}, {}
         for s in self._stragglers:
-            self._keep[s], predicted[s] = self._largest_keep_within(s, target, slowest)
-        self.decisions.append({"round": int(round) + 1, "target_s": float(target), "predicted_s": predicted,
+            self._keep[s], predicted[s] = self._largest_keep_within(s, slowest)
+        self.decisions.append({"round": int(round) + 1, "target_s": float(ft[slowest]), "predicted_s": predicted,
                                "swaps": self.swaps})
 
     def observe(self, round: int, durations: dict[int, float], keep: dict[int, float]) -> None:
@@ -277,13 +277,12 @@ class StragglerProfiler:
         k = min(k, len(seen) - 1)
         stragglers, others = seen[:k], seen[k:]
         slowest = max(others, key=lambda c: ft[c])
-        target = ft[slowest]
         keep = {}
         for s in stragglers:
             if self.rule == "model":
-                keep[s] = self._largest_keep_within(s, target, slowest)[0]
+                keep[s] = self._largest_keep_within(s, slowest)[0]
             else:
-                keep[s] = self._bucket(min(1.0, target / ft[s]))
+                keep[s] = self._bucket(min(1.0, ft[slowest] / ft[s]))
         return {c: p for c, p in keep.items() if p < 1.0}
 
 
