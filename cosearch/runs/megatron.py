@@ -319,6 +319,20 @@ def _moe_dispatch(vals: dict[str, str], flags: set[str], ep: int, assumed: list[
     whose DeepEP and HybridEP backends cosearch prices alike; ``allgather``, Megatron's default,
     priced as the all-to-all, said in ``assumed``), ``--moe-enable-deepep`` (the deprecated spelling
     of the flex DeepEP backend) and ``--overlap-moe-expert-parallel-comm``."""
+    flex, _ = _flex_dispatcher(vals, flags)
+    overlap = "--overlap-moe-expert-parallel-comm" in flags
+    if ep > 1 and not flex and vals.get("--moe-token-dispatcher-type") in (None, "allgather"):
+        assumed.append("MoE token dispatcher allgather (Megatron-Core's default) priced as the all-to-all one")
+    if overlap and ep <= 1:
+        raise ValueError("--overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1")
+    return ("flex" if flex else "alltoall"), overlap
+
+
+def _flex_dispatcher(vals: dict[str, str], flags: set[str]) -> tuple[bool, str | None]:
+    """Whether a line runs Megatron-Core's flex token dispatcher (``--moe-token-dispatcher-type
+    flex``, or ``--moe-enable-deepep``, the deprecated spelling of flex with DeepEP), and its
+    backend (``--moe-flex-dispatcher-backend``; DeepEP under ``--moe-enable-deepep`` where none is
+    given), both checked against what Megatron-Core accepts and cosearch models."""
     kind = vals.get("--moe-token-dispatcher-type")
     if kind not in (None, "alltoall", "flex", "allgather"):
         raise ValueError(f"--moe-token-dispatcher-type {kind!r}; Megatron-Core accepts allgather, alltoall or flex")
@@ -326,13 +340,8 @@ def _moe_dispatch(vals: dict[str, str], flags: set[str], ep: int, assumed: list[
     if backend not in (None, "deepep", "hybridep"):
         raise ValueError(f"--moe-flex-dispatcher-backend {backend!r} is not modelled (deepep, hybridep)")
     if "--moe-enable-deepep" in flags:
-        kind = "flex"
-    overlap = "--overlap-moe-expert-parallel-comm" in flags
-    if ep > 1 and kind in (None, "allgather"):
-        assumed.append("MoE token dispatcher allgather (Megatron-Core's default) priced as the all-to-all one")
-    if overlap and ep <= 1:
-        raise ValueError("--overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1")
-    return ("flex" if kind == "flex" else "alltoall"), overlap
+        return True, backend or "deepep"
+    return kind == "flex", backend
 
 
 #: SMs DeepEP's kernels hold when the line does not set them: DeepEP's own ``Buffer`` default,
@@ -431,8 +440,7 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     note = cuda_graph_note(*cuda_graphs(vals, flags), moe)
     if note:
         assumed.append(note)
-    backend = vals.get("--moe-flex-dispatcher-backend") or ("deepep" if "--moe-enable-deepep" in flags else None)
-    flex = vals.get("--moe-token-dispatcher-type") == "flex" or "--moe-enable-deepep" in flags
+    flex, backend = _flex_dispatcher(vals, flags)
     sms = 0
     for b, flag in (("hybridep", "--moe-hybridep-num-sms"), ("deepep", "--moe-deepep-num-sms")):
         if flag in vals and not (flex and backend == b):

@@ -183,6 +183,8 @@ def _dtype_word(name: str, value: Any) -> str:
         if v in spellings:
             return word
     raise ValueError(f"{name}: the dtype {value!r} is none of fp32, bf16, fp16 or fp8")
+
+
 #: Megatron-Bridge fields with no Megatron flag of their own, read and said in ``assumed`` when on.
 _BRIDGE_NOTED = {
     "model.high_priority_a2a_comm_stream": "the EP all-to-alls on a high-priority stream: not priced (the EP overlap "
