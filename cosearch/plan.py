@@ -21,13 +21,14 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _validate as v
 from . import graph, memory
 from ._kernels import formulas as F
+from ._kernels import roofline
 from .cluster import Cluster, as_cluster
 from .engine import (
     NCCL_COLLECTIVE_CTAS,
@@ -390,6 +391,8 @@ def clear_graph_cache() -> None:
     _per_sequence_bytes.cache_clear()
     graph._expert_pair.cache_clear()
     _SHARES.clear()
+    _LAYOUTS.clear()
+    _STACKS.clear()
 
 
 @functools.lru_cache(maxsize=2048)
@@ -431,30 +434,24 @@ def _graph_stack(gs: dict) -> np.ndarray:
     return np.concatenate([gs[k].arrays() for k in gs])
 
 
-def _price_sizes(gs: dict, rows: np.ndarray, d: np.ndarray, eff_row: np.ndarray, share: np.ndarray) -> tuple:
-    """Price in one call the op rows of the six graphs ``gs`` at several microbatch sizes
-    (``rows``: (sizes, ops, fields), each size's rows stacked as :func:`_graph_stack` stacks
-    ``gs``).  Returns the graph keys, per (design, size, graph) the summed seconds, per
-    (design, size) the seconds ``"selective"`` recomputation runs again (each layer-forward op's
-    time times its ``share``, :func:`cosearch.graph.recompute_share`), the attention core's
-    backward seconds, and the layer forward's and backward's seconds op by op (``d``: a checked
-    design array, ``eff_row``: the efficiency row, :func:`cosearch.cost.price_checked`)."""
-    from . import cost
-    keys = list(gs)
-    lens = [len(gs[k].ops) for k in keys]
-    sizes = rows.shape[0]
-    allp = cost.price_checked(rows.reshape(-1, rows.shape[-1]), d, eff_row).reshape(len(d), sizes, sum(lens))
-    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
-    lf, lb = starts[keys.index(("layer", "fwd"))], starts[keys.index(("layer", "bwd"))]
-    nf = len(gs["layer", "fwd"].ops)
-    core_b = [lb + i for i, op in enumerate(gs["layer", "bwd"].ops)
-              if op.name.removesuffix(".grad") in graph.ATTENTION_CORE]
-    nb = len(gs["layer", "bwd"].ops)
-    fwd = allp[:, :, lf:lf + nf]
-    with np.errstate(invalid="ignore"):     # an op never recomputed adds nothing, even one that cannot run
-        rec = np.where(share > 0, fwd * share, 0.0).sum(axis=2)
-    return (keys, np.add.reduceat(allp, starts, axis=2), rec,
-            allp[:, :, core_b].sum(axis=2), allp[:, :, lf:lf + nf], allp[:, :, lb:lb + nb])
+def _price_sizes(lay: _CellLayout, base: np.ndarray, per_seq: np.ndarray, extra: np.ndarray, d: np.ndarray,
+                 eff_row: np.ndarray, again: tuple[np.ndarray, np.ndarray]) -> tuple:
+    """Price in one kernel call (:func:`cosearch._kernels.roofline.price_cell`) a cell's six graphs
+    (``lay``: their :func:`_cell_layout`) at several microbatch sizes: size ``j``'s rows (stacked as
+    :func:`_graph_stack` stacks them) are ``base + extra[j] * per_seq``.  Returns per (design, size,
+    graph) the summed seconds, per (design, size) the seconds ``"selective"`` recomputation runs
+    again (``again``: the layer-forward ops recomputed, as rows of the stack, and their shares,
+    :func:`cosearch.graph.recompute_share`), the attention core's backward seconds, and the layer
+    forward's and backward's seconds op by op (``d``: a checked design array, ``eff_row``: the
+    efficiency row)."""
+    nd, sizes = len(d), len(extra)
+    ops_s = np.empty((nd, sizes, lay.n_ops))
+    graph_s = np.empty((nd, sizes, len(lay.starts)))
+    again_s, core_s = np.empty((nd, sizes)), np.empty((nd, sizes))
+    kernel = roofline.price_cell if nd >= roofline.PARALLEL_MIN_DESIGNS else roofline.price_cell_serial
+    kernel(base, per_seq, extra, d, eff_row, lay.starts, again[0], again[1], lay.core_b, ops_s, graph_s, again_s,
+           core_s)
+    return graph_s, again_s, core_s, ops_s[:, :, lay.lf:lay.lf + lay.nf], ops_s[:, :, lay.lb:lay.lb + lay.nb]
 
 
 def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
@@ -465,20 +462,20 @@ def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
     return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * model.dtype_bytes
 
 
+#: :data:`cosearch.graph.NETWORK_KINDS` as the kernels' codes (``COLL_*``)
+_KIND_CODE = {"allreduce": F.COLL_ALLREDUCE, "allgather": F.COLL_ALLGATHER, "reducescatter": F.COLL_ALLGATHER,
+              "alltoall": F.COLL_ALLTOALL}
+
+
 def _collective_s(kind: str, nbytes: float, tp: int, net: np.ndarray, ep: int = 1, ep_stride: int | None = None,
                   route: tuple | None = None) -> float:
     """One collective of ``nbytes``: a tensor-parallel one over the tp adjacent ranks, an MoE
     all-to-all over the ep expert-parallel ranks ``ep_stride`` apart (tp; 1 under expert tensor
     parallelism 1, where every tp rank is an expert-parallel rank) — by NCCL, or with ``route``
-    = (top-k, experts) by the ``flex`` dispatcher (:func:`cosearch._kernels.formulas.flex_alltoall_s`)."""
-    if kind == "allreduce":
-        return F.allreduce_s(nbytes, float(tp), 1.0, net)
-    if kind == "alltoall":
-        stride = float(tp if ep_stride is None else ep_stride)
-        if route is not None:
-            return F.flex_alltoall_s(nbytes, float(ep), stride, net, float(route[0]), float(route[1]))
-        return F.alltoall_s(nbytes, float(ep), stride, net)
-    return F.allgather_s(nbytes, float(tp), 1.0, net)
+    = (top-k, experts) by the ``flex`` dispatcher (:func:`cosearch._kernels.formulas.collective_s`)."""
+    k, experts = route if route is not None else (0.0, 0.0)
+    return F.collective_s(_KIND_CODE[kind], float(nbytes), float(tp), net, float(ep),
+                          float(tp if ep_stride is None else ep_stride), float(k), float(experts))
 
 
 def _op_bytes(op: graph.Op, scale: float) -> float:
@@ -487,29 +484,123 @@ def _op_bytes(op: graph.Op, scale: float) -> float:
     return op.bytes_read * scale if graph.grows_with_tokens(op) else op.bytes_read
 
 
-def _comm_s(g: graph.LayerGraph, tp: int, net: np.ndarray, ep: int = 1, scale: float = 1.0,
-            ep_stride: int | None = None, route: tuple | None = None) -> float:
-    """The graph's collectives (the bytes of those that grow with the tokens times ``scale``), each
-    priced by :func:`_collective_s`."""
-    return sum(_collective_s(kind, nbytes * scale if grows else nbytes, tp, net, ep, ep_stride, route)
-               for kind, nbytes, grows in g.collectives)
+class _CellLayout(NamedTuple):
+    """Where things sit in a cell's six graphs ``gs`` (:func:`_graph_rows`), found once per
+    (cached) dict: each graph's first row in :func:`_graph_stack`'s stacking, the layer forward's
+    and backward's rows, the attention core's backward rows, and the collectives (every graph's,
+    in ``gs``'s order) as :func:`cosearch._kernels.formulas.collectives_grid` reads them, with a
+    (collectives, 6) matrix summing them into the six graphs' columns of :func:`_comm_rows`; the
+    backward's collectives that ride beside a weight-gradient GEMM (:func:`_riding_beside_wgrad`,
+    ``beside[False]``), then with the forward's all-gathers gathered again (:func:`_regathers`,
+    ``beside[True]``), as (collective indices, the backward rows of the GEMMs they run beside); and per recompute policy, the layer-forward ops
+    selective recompute runs again (rows of the stack) and their shares, filled as they are read."""
+    starts: np.ndarray
+    n_ops: int
+    lf: int
+    nf: int
+    lb: int
+    nb: int
+    core_b: np.ndarray
+    kinds: np.ndarray
+    nbytes: np.ndarray
+    grows: np.ndarray
+    columns: np.ndarray
+    beside: dict
+    shares: dict
 
 
-def _comm_rows(gs: dict, t: int, sp: bool, nets, ep: int, scale: float, act_b: float,
-               scatter_gather: bool, ep_stride: int | None = None, route: tuple | None = None) -> np.ndarray:
-    """Per distinct network: the six graphs' collective seconds (their bytes times ``scale``),
-    the pipeline send's bytes and its all-gather seconds after receipt."""
-    comm = np.zeros((len(nets), 8))
-    for ni, net in enumerate(nets):
-        for k, part in enumerate(("layer", "embedding", "head")):
-            comm[ni, 2 * k] = _comm_s(gs[part, "fwd"], t, net, ep, scale, ep_stride, route)
-            comm[ni, 2 * k + 1] = _comm_s(gs[part, "bwd"], t, net, ep, scale, ep_stride, route)
-        # pipeline sends: Megatron scatters the activation over the tp ranks (each sends 1/tp)
-        # and all-gathers it inside the node after receipt; without scatter/gather every tp
-        # rank sends the whole activation
-        split = scatter_gather or sp
-        comm[ni, 6] = act_b / t if split else act_b
-        comm[ni, 7] = 0.0 if (sp or t == 1 or not scatter_gather) else F.allgather_s(act_b, float(t), 1.0, net)
+#: the graph columns of :func:`_comm_rows`, in order
+_COMM_GRAPHS = (("layer", "fwd"), ("layer", "bwd"), ("embedding", "fwd"), ("embedding", "bwd"),
+                ("head", "fwd"), ("head", "bwd"))
+_LAYOUTS: dict = {}
+_STACKS: dict = {}
+#: the unit fields :func:`_comm_rows` fills, in its columns' order
+_COMM_FIELDS = np.array([F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB, F.U_P2P_BYTES, F.U_P2P_GATHER])
+#: the activation fields, linear in the microbatch: :func:`_per_sequence_bytes`'s five, then the host's
+_ACT_FIELDS = np.array([F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT, F.U_ACT_HOST])
+#: the token scales a cell's collectives are priced at: one and two sequences (affine rows,
+#: extrapolated to every microbatch size), or the graph's own microbatch
+_SCALES = {True: np.array([1.0, 2.0]), False: np.array([1.0])}
+
+
+def _cell_layout(gs: dict) -> _CellLayout:
+    """:class:`_CellLayout` of ``gs``, memoised by identity (the dict kept: its id cannot be reused)."""
+    hit = _LAYOUTS.get(id(gs))
+    if hit is not None and hit[0] is gs:
+        return hit[1]
+    keys = list(gs)
+    lens = [len(gs[k].ops) for k in keys]
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    lf, lb = int(starts[keys.index(("layer", "fwd"))]), int(starts[keys.index(("layer", "bwd"))])
+    bwd = gs["layer", "bwd"].ops
+    core_b = np.array([lb + i for i, op in enumerate(bwd) if op.name.removesuffix(".grad") in graph.ATTENTION_CORE],
+                      dtype=np.int64)
+    kinds, nbytes, grows, col, where = [], [], [], [], {}
+    for k in keys:
+        for i, op in enumerate(gs[k].ops):
+            if op.kind in graph.NETWORK_KINDS:
+                where[k, i] = len(kinds)
+                kinds.append(_KIND_CODE[op.kind])
+                nbytes.append(op.bytes_read)
+                grows.append(graph.grows_with_tokens(op))
+                col.append(_COMM_GRAPHS.index(k))
+    columns = np.zeros((len(kinds), len(_COMM_GRAPHS)))
+    columns[np.arange(len(kinds)), col] = 1.0
+    fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
+    at = {id(op): i for i, op in enumerate(fg.ops)}
+    riding = [(where[("layer", "bwd"), k], k - 1) for k in _riding_beside_wgrad(bg)]
+    regathers = [(where[("layer", "fwd"), at[id(op)]], kd) for op, kd in _regathers(fg, bg)]
+    beside = {with_regathers: tuple(np.array([x[i] for x in pairs], dtype=np.int64) for i in (0, 1))
+              for with_regathers, pairs in ((False, riding), (True, riding + regathers))}
+    lay = _CellLayout(starts, int(sum(lens)), lf, lens[keys.index(("layer", "fwd"))], lb, len(bwd), core_b,
+                      np.array(kinds, dtype=np.int64), np.array(nbytes, dtype=np.float64), np.array(grows, dtype=np.bool_),
+                      columns, beside, {})
+    if len(_LAYOUTS) > 2048:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(gs)] = (gs, lay)
+    return lay
+
+
+def _stacked_rows(g1: dict, g2: dict) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_graph_stack` of ``g1`` (one sequence) and the rows' change per sequence
+    (``g2`` less ``g1``), memoised by the two dicts' identity."""
+    key = (id(g1), id(g2))
+    hit = _STACKS.get(key)
+    if hit is not None and hit[0] is g1 and hit[1] is g2:
+        return hit[2], hit[3]
+    a1 = _graph_stack(g1)
+    da = _graph_stack(g2) - a1
+    if len(_STACKS) > 2048:
+        _STACKS.clear()
+    _STACKS[key] = (g1, g2, a1, da)
+    return a1, da
+
+
+def _cell_collectives(lay: _CellLayout, scales: np.ndarray, t: int, nets: np.ndarray, ep: int,
+                      ep_stride: int | None, route: tuple | None) -> np.ndarray:
+    """Every collective of a cell's graphs in seconds, (networks, ``scales``, collectives):
+    :func:`_collective_s` of each at each token scale in one kernel call."""
+    k, experts = route if route is not None else (0.0, 0.0)
+    out = np.empty((len(nets), len(scales), len(lay.kinds)))
+    return F.collectives_grid(lay.kinds, lay.nbytes, lay.grows, scales, float(t), nets, float(ep),
+                              float(t if ep_stride is None else ep_stride), float(k), float(experts), out)
+
+
+def _comm_rows(graph_s: np.ndarray, t: int, sp: bool, nets, act_b: np.ndarray, scatter_gather: bool) -> np.ndarray:
+    """Per token scale and distinct network, (scales, networks, 8): the six graphs' collective
+    seconds (``graph_s``, (networks, scales, 6) in :data:`_COMM_GRAPHS`'s order), the pipeline
+    send's bytes and its all-gather seconds after receipt (``act_b``: the activation's bytes at
+    each scale)."""
+    comm = np.zeros((len(act_b), len(nets), 8))
+    comm[:, :, :6] = graph_s.transpose(1, 0, 2)
+    # pipeline sends: Megatron scatters the activation over the tp ranks (each sends 1/tp)
+    # and all-gathers it inside the node after receipt; without scatter/gather every tp
+    # rank sends the whole activation
+    comm[:, :, 6] = (act_b / t if (scatter_gather or sp) else act_b)[:, None]
+    if not (sp or t == 1 or not scatter_gather):
+        for j, b in enumerate(act_b):
+            for ni, net in enumerate(nets):
+                comm[j, ni, 7] = F.allgather_s(float(b), float(t), 1.0, net)
     return comm
 
 
@@ -608,24 +699,32 @@ def _find_regathers(fwd: graph.LayerGraph, bwd: graph.LayerGraph) -> list[tuple[
     return out
 
 
-#: :func:`cosearch._kernels.formulas.overlapped_exposed_s` element by element over arrays
-_overlapped_exposed = np.frompyfunc(F.overlapped_exposed_s, 3, 1)
-
-
-def _dgrad_beside_wgrad_shown(all_s: np.ndarray, riding_s: list, wgrad_s: list, share: float) -> np.ndarray:
+def _dgrad_beside_wgrad_shown(all_s: np.ndarray, riding_s: np.ndarray, beside_s: np.ndarray,
+                              window_s: np.ndarray | None, share: float) -> np.ndarray:
     """Seconds a backward layer's collectives show under asynchronous data-gradient communication
-    (``Engine.async_dgrad_comm``): ``all_s``, every collective second, less what each collective
-    that rides beside its weight-gradient GEMM (:func:`_rides_beside_wgrad`; its seconds in
-    ``riding_s``) hides there: it shows what :func:`cosearch._kernels.formulas.overlapped_exposed_s`
-    leaves of it beside that GEMM (``wgrad_s``, its kernels holding ``share`` of the SMs), or
-    nothing where ``wgrad_s`` is None (the least it can show: the lower-bound time models).  Arrays
-    broadcast (designs, sizes)."""
-    out = np.array(all_s, dtype=float)
-    for c, w in zip(riding_s, wgrad_s):
-        out = out - c
-        if w is not None:
-            out = out + _overlapped_exposed(c, w, share).astype(float)
+    (``Engine.async_dgrad_comm``): ``all_s``, every collective second, less those that ride beside
+    their weight-gradient GEMMs (:func:`_rides_beside_wgrad`; ``riding_s``, (designs, sizes,
+    riding)), plus what :func:`cosearch._kernels.formulas.overlapped_exposed_s` leaves of each
+    collective run beside a GEMM (``beside_s``: the riding ones, then any gathered again beside a
+    data-gradient GEMM, :func:`_regathers`) beside that GEMM (``window_s``, the same shape; the
+    kernels holding ``share`` of the SMs), or nothing where ``window_s`` is None (the least they
+    can show: the lower-bound time models)."""
+    out = all_s - riding_s.sum(axis=2)
+    if window_s is not None:
+        out = out + _overlapped_exposed(beside_s, window_s, share).sum(axis=2)
     return out
+
+
+def _overlapped_exposed(comm_s: np.ndarray, window_s: np.ndarray, share: float) -> np.ndarray:
+    """:func:`cosearch._kernels.formulas.overlapped_exposed_s` element by element over two
+    equal-shaped arrays (one kernel call)."""
+    c = np.ascontiguousarray(comm_s, dtype=np.float64)
+    w = np.ascontiguousarray(window_s, dtype=np.float64)
+    if c.size == 0:
+        return np.zeros(c.shape)
+    flat = c.reshape(-1, c.shape[-1])
+    out = F.overlapped_exposed_grid(flat, w.reshape(flat.shape), float(share), np.empty(flat.shape))
+    return out.reshape(c.shape)
 
 
 def _userbuffers_exposed(g: graph.LayerGraph, op_s: np.ndarray, coll_s, tp: int, sms: float, phase: str) -> float:
@@ -802,26 +901,32 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                      etp_t, eng.embedding, passes)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
                                      etp_t, eng.embedding, passes)
-                    a1 = _graph_stack(g1)
-                    da = _graph_stack(g2) - a1
+                    # every microbatch size's rows of the six graphs, priced in one call: the rows at
+                    # one sequence plus (size - 1) times their change per sequence
+                    base, per_seq_rows = _stacked_rows(g1, g2)
+                    extra = mbs - 1.0
                     gs = g1
-                    # every microbatch size's rows of the six graphs priced in one call
-                    rows = a1[None] + (mbs - 1.0)[:, None, None] * da[None]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
                                      eng.elementwise, etp_t, eng.embedding, passes)
-                    rows = _graph_stack(gs)[None]
+                    base = _graph_stack(gs)
+                    per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
+                lay = _cell_layout(gs)
                 priced = None
                 if time_model != "work-bound":
-                    share = _recompute_shares(c, policy, gs["layer", "fwd"].ops)
-                    priced = _price_sizes(gs, rows, d, eff_row, share)
+                    again = lay.shares.get(policy)
+                    if again is None:
+                        share = _recompute_shares(c, policy, gs["layer", "fwd"].ops)
+                        pos = np.flatnonzero(share > 0)
+                        again = lay.shares[policy] = (lay.lf + pos, share[pos].astype(np.float64))
+                    priced = _price_sizes(lay, base, per_seq_rows, extra, d, eff_row, again)
                 if priced is None:
                     attn = np.zeros((len(d), len(mbs)))   # selective recompute's time: at least nothing
                     attn_b = None                         # and the CP ring's exposed time too
                 else:
-                    keys, sums, attn, attn_b, lf_ops, lb_ops = priced     # (designs, sizes[, graphs[, ops]])
+                    sums, attn, attn_b, lf_ops, lb_ops = priced     # (designs, sizes[, graphs[, ops]])
                 if time_model == "sum":
-                    chip_s = {k: sums[:, :, i] for i, k in enumerate(keys)}
+                    chip_s = {k: sums[:, :, i] for i, k in enumerate(gs)}
                 elif time_model == "bound":
                     from . import schedule
                     chip_s = {k: schedule.layer_bounds(g, d, eff)[:, None] for k, g in gs.items()}
@@ -843,16 +948,17 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 # message here is non-empty), and the bytes are linear in the microbatch: priced at
                 # one and two sequences and extrapolated, as the graphs are
                 ab1 = cl.seq_len * c.hidden * c.dtype_bytes * c.hyper_connections   # one sequence's activation
+                coll = _cell_collectives(lay, _SCALES[affine], t, nets, ep, ep_stride, route)   # (nets, scales, ops)
+                graph_s = coll @ lay.columns
                 if affine:
-                    c1, c2 = (_comm_rows(gs, t, sp, nets, ep, k, k * ab1, scatter_gather, ep_stride, route)
-                              for k in (1.0, 2.0))
+                    c1, c2 = _comm_rows(graph_s, t, sp, nets, _SCALES[True] * ab1, scatter_gather)
                     comm = c1[None] + (mbs - 1.0)[:, None, None] * (c2 - c1)[None]
+                    # each collective's seconds per (design, size), extrapolated alike
+                    coll_ds = (coll[:, :1] + (mbs - 1.0)[None, :, None] * (coll[:, 1:] - coll[:, :1]))[net_of]
                 else:
-                    comm = _comm_rows(gs, t, sp, nets, ep, 1.0, mbs[0] * ab1, scatter_gather, ep_stride, route)[None]
-                per = comm[:, net_of]                     # (sizes, designs, 8)
-                for k, f in enumerate((F.U_LTPF, F.U_LTPB, F.U_ETPF, F.U_ETPB, F.U_HTPF, F.U_HTPB,
-                                       F.U_P2P_BYTES, F.U_P2P_GATHER)):
-                    u[:, :, f] = per[:, :, k].T
+                    comm = _comm_rows(graph_s, t, sp, nets, mbs[:1] * ab1, scatter_gather)
+                    coll_ds = coll[net_of]                   # a non-affine graph holds its microbatch
+                u[:, :, _COMM_FIELDS] = comm[:, net_of].transpose(1, 0, 2)
                 # Three overlap rules expose more than the whole-layer rule of formulas.stage_terms:
                 # Transformer Engine's userbuffers (each collective beside its own GEMM; no SP: none
                 # hidden), asynchronous collectives without a collective matmul ("async": the
@@ -881,25 +987,12 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     share_tp = min(1.0, NCCL_COLLECTIVE_CTAS / slots) if slots else 0.0
                     shown = u[:, :, F.U_LTPB]
                     if not (exact and overlap):
-                        bg = gs["layer", "bwd"]
-
-                        def per_design(op, t=t, stride=ep_stride, affine=affine, mbs=mbs):
-                            # a collective's seconds per (design, size): priced once per distinct
-                            # network, at one and two sequences and extrapolated (affine in the
-                            # microbatch, as _comm_rows prices them); a non-affine graph holds its microbatch
-                            ks = (1.0, 2.0) if affine else (1.0,)
-                            c = np.array([[_collective_s(op.kind, _op_bytes(op, x), t, net, ep, stride, route)
-                                           for x in ks] for net in nets])
-                            return (c[:, :1] + (mbs - 1.0)[None, :] * (c[:, 1:] - c[:, :1]) if affine else c)[net_of]
-                        riding = _riding_beside_wgrad(bg)
-                        shown = _dgrad_beside_wgrad_shown(shown, [per_design(bg.ops[k]) for k in riding],
-                                                          [lb_ops[:, :, k - 1] if exact else None for k in riding],
-                                                          share_tp)
-                        if exact and sp:
-                            # the column-parallel inputs gathered again beside their data-gradient GEMMs
-                            for op, kd in _regathers(gs["layer", "fwd"], bg):
-                                shown = shown + _overlapped_exposed(per_design(op), lb_ops[:, :, kd],
-                                                                    share_tp).astype(float)
+                        # (the column-parallel inputs gathered again beside their data-gradient GEMMs
+                        # too, under sequence parallelism)
+                        beside_c, beside_w = lay.beside[exact and sp]
+                        shown = _dgrad_beside_wgrad_shown(shown, coll_ds[:, :, lay.beside[False][0]],
+                                                          coll_ds[:, :, beside_c],
+                                                          lb_ops[:, :, beside_w] if exact else None, share_tp)
                     u[:, :, F.U_TPXB] = np.maximum(shown - np.maximum(u[:, :, F.U_LTPB] - u[:, :, F.U_LB], 0.0), 0.0)
                 if userbuffers or overlap:
                     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
@@ -952,9 +1045,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                         attn, dtype=np.float64), nets, idx, grid)
                     u[:, :, F.U_LCPB] = F.ring_exposed_grid(2.0 * ring, float(cp), float(t), np.ascontiguousarray(
                         attn_b, dtype=np.float64), nets, idx, grid)
-                for f, x in zip((F.U_ACT_NONE, F.U_ACT_SEL, F.U_ACT_IN, F.U_EACT, F.U_HACT), per_seq):
-                    u[:, :, f] = mbs[None, :] * x
-                u[:, :, F.U_ACT_HOST] = mbs[None, :] * host
+                u[:, :, _ACT_FIELDS] = mbs[None, :, None] * np.array(per_seq + (host,))[None, None, :]
                 # the experts split over ep x etp ranks; formulas.stage_terms reduces their gradients
                 # over the dp / U_EP ranks holding the same ones: U_EP = ep etp / tp
                 u[:, :, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (etp_n * ep)

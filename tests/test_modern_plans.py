@@ -679,11 +679,14 @@ def test_unit_costs_extrapolated_rows_equal_graphs_built_at_each_size(model, kw)
                                     expert_parallel=ep, cast_passes=passes)
                     assert u[ti, bi, si, f] == pytest.approx(cost.price(g, chip)[0].sum(), rel=1e-12), (t, mb, sp, f)
                 # the tensor-parallel collectives of the layer, priced on the graph built at this size
-                from cosearch.plan import _comm_s
+                # (each collective op of it priced alone, against the one kernel call over the cell's graphs)
+                from cosearch.plan import _collective_s
                 g = graph.build(model, t, mb, "fwd", "layer", sequence_parallel=sp and t > 1,
                                 flash_attention=kw["flash"], context_parallel=kw.get("context_parallel", 1),
                                 precision=kw.get("precision", "bf16"), expert_parallel=ep, cast_passes=passes)
-                assert u[ti, bi, si, F.U_LTPF] == pytest.approx(_comm_s(g, t, cl.net_array(chip), ep), rel=1e-12)
+                want = sum(_collective_s(op.kind, op.bytes_read, t, cl.net_array(chip), ep) for op in g.ops
+                           if op.kind in graph.NETWORK_KINDS)
+                assert u[ti, bi, si, F.U_LTPF] == pytest.approx(want, rel=1e-12)
 
 
 def test_tp_comm_overlap_hand_worked():

@@ -378,6 +378,40 @@ def flex_alltoall_s(copies_bytes, n, stride, net, k, experts):
     return t
 
 
+#: A collective op's kind as the kernels read it (:data:`cosearch.graph.NETWORK_KINDS`): a
+#: reduce-scatter costs what the all-gather of its full result does.
+COLL_ALLREDUCE, COLL_ALLGATHER, COLL_ALLTOALL = 0, 1, 2
+
+
+@njit(cache=True)
+def collective_s(kind, nbytes, tp, net, ep, stride, k, experts):
+    """One collective of ``nbytes`` (``kind``: ``COLL_*``): a tensor-parallel all-reduce or
+    all-gather over the ``tp`` adjacent ranks, or an MoE all-to-all over the ``ep``
+    expert-parallel ranks ``stride`` apart, by NCCL (:func:`alltoall_s`) or, with ``k > 0``
+    (top-k of ``experts``), by the ``flex`` dispatcher (:func:`flex_alltoall_s`)."""
+    if kind == COLL_ALLREDUCE:
+        return allreduce_s(nbytes, tp, 1.0, net)
+    if kind == COLL_ALLTOALL:
+        if k > 0.0:
+            return flex_alltoall_s(nbytes, ep, stride, net, k, experts)
+        return alltoall_s(nbytes, ep, stride, net)
+    return allgather_s(nbytes, tp, 1.0, net)
+
+
+@njit(cache=True)
+def collectives_grid(kinds, nbytes, grows, scales, tp, nets, ep, stride, k, experts, out):
+    """:func:`collective_s` of every collective ``c`` (``kinds[c]``, ``nbytes[c]``) on every
+    network row ``nets[i]`` at every token scale ``scales[j]`` (the bytes of those that
+    ``grows[c]`` with the tokens times it): ``out[i, j, c]`` (one call for a plan-search cell's
+    graphs instead of one per collective, network and scale)."""
+    for i in range(nets.shape[0]):
+        for j in range(scales.shape[0]):
+            for c in range(kinds.shape[0]):
+                b = nbytes[c] * scales[j] if grows[c] else nbytes[c]
+                out[i, j, c] = collective_s(kinds[c], b, tp, nets[i], ep, stride, k, experts)
+    return out
+
+
 #: The combined 1F1B layer schedule of :func:`ep_overlap_pair_s`: the compute stream's ops (af,
 #: mb, mw, mf, ab) and how many of the communication stream's (cb, df, db, cf) each waits for
 #: (mb the backward's combine, mf the forward's dispatch, ab the backward's dispatch), and the
@@ -590,6 +624,16 @@ def overlapped_exposed_s(comm_s, window_s, share):
     x = comm_s - window_s
     y = comm_s * share
     return x if x > y else y
+
+
+@njit(cache=True)
+def overlapped_exposed_grid(comm_s, window_s, share, out):
+    """:func:`overlapped_exposed_s` element by element over equal-shaped 2-D arrays: ``out[i, j]``
+    of ``comm_s[i, j]`` beside ``window_s[i, j]``."""
+    for i in range(comm_s.shape[0]):
+        for j in range(comm_s.shape[1]):
+            out[i, j] = overlapped_exposed_s(comm_s[i, j], window_s[i, j], share)
+    return out
 
 
 @njit(cache=True)

@@ -198,6 +198,57 @@ def price_serial(ops, designs, core_fraction, eff):
 PARALLEL_MIN_DESIGNS = 32
 
 
+@njit(cache=True, inline="always")
+def _price_cell_design(base, per_seq, extra, d, eff, starts, again, weights, core, ops_s, graph_s, again_s, core_s):
+    row = np.empty(base.shape[1])
+    ng = starts.shape[0]
+    for j in range(extra.shape[0]):
+        x = extra[j]
+        for o in range(base.shape[0]):
+            for f in range(base.shape[1]):
+                row[f] = base[o, f] + x * per_seq[o, f]
+            ops_s[j, o] = _price_one(row, d, 1.0, eff)
+        for g in range(ng):
+            end = starts[g + 1] if g + 1 < ng else base.shape[0]
+            acc = 0.0
+            for o in range(starts[g], end):
+                acc += ops_s[j, o]
+            graph_s[j, g] = acc
+        acc = 0.0
+        for q in range(again.shape[0]):
+            acc += ops_s[j, again[q]] * weights[q]
+        again_s[j] = acc
+        acc = 0.0
+        for q in range(core.shape[0]):
+            acc += ops_s[j, core[q]]
+        core_s[j] = acc
+
+
+@njit(cache=True, parallel=True)
+def price_cell(base, per_seq, extra, designs, eff, starts, again, weights, core, ops_s, graph_s, again_s, core_s):
+    """A plan-search cell's op rows priced at several microbatch sizes in one call, with the sums
+    the cell needs.  Size ``j``'s rows are ``base + extra[j] * per_seq`` (an affine cell: the rows
+    at one sequence, their change per sequence and the sizes less one; else the rows, zeros and
+    one 0), priced on every design ``i`` at the whole chip: ``ops_s[i, j, o]``; the ops of each
+    graph (rows ``starts[g]`` to the next start, the last to the end) summed into
+    ``graph_s[i, j, g]``; ``again_s[i, j]`` the ops ``again[q]`` weighted by ``weights[q]``
+    (selective recompute's shares, none 0: an op never recomputed adds nothing even where it
+    cannot run); ``core_s[i, j]`` the ops ``core[q]`` summed.  Designs run in parallel
+    (:func:`price_cell_serial` for a few)."""
+    for i in prange(designs.shape[0]):
+        _price_cell_design(base, per_seq, extra, designs[i], eff, starts, again, weights, core, ops_s[i],
+                           graph_s[i], again_s[i], core_s[i])
+
+
+@njit(cache=True)
+def price_cell_serial(base, per_seq, extra, designs, eff, starts, again, weights, core, ops_s, graph_s, again_s,
+                      core_s):
+    """:func:`price_cell` on the calling thread."""
+    for i in range(designs.shape[0]):
+        _price_cell_design(base, per_seq, extra, designs[i], eff, starts, again, weights, core, ops_s[i],
+                           graph_s[i], again_s[i], core_s[i])
+
+
 @njit(cache=True, parallel=True)
 def price_sum(ops, designs, core_fraction, weights, eff):
     """Weighted sum over ops of their roofline times, per design (no (D, O) array)."""
