@@ -393,6 +393,7 @@ def clear_graph_cache() -> None:
     _SHARES.clear()
     _LAYOUTS.clear()
     _STACKS.clear()
+    _chip_rows.cache_clear()
 
 
 @functools.lru_cache(maxsize=2048)
@@ -834,16 +835,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     passes = cast_passes(eng, precision, scaling_recipe)
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
     if single:
-        designs = designs.with_(efficiency=eff)
-    d = design_array(designs.as_array() if single else designs)
+        designs, d, nets = _chip_rows(designs.with_(efficiency=eff) if designs.efficiency != eff else designs, cluster)
+        d, nets, net_of = d.copy(), nets.copy(), np.zeros(1, dtype=np.int64)   # (the cached rows kept intact)
+    else:
+        d, nets, net_of = _design_rows(design_array(designs), eff, cluster)
     eff_row = eff.as_array()
-    # the network terms depend on a design only through its link bandwidth: price them once
-    # per distinct link (a space with one link speed has one)
-    links, first, net_of = np.unique(d[:, DESIGN_FIELDS.index("link_bandwidth_Bps")], return_index=True,
-                                     return_inverse=True)
-    net_of = np.asarray(net_of).reshape(-1)
-    nets = np.array([cluster.net_array(designs if single else Accelerator.from_array(d[i], efficiency=eff))
-                     for i in first]).reshape(len(links), -1)
     if time_model not in ("sum", "ilp", "list", "bound", "work-bound"):
         raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp', 'list', 'bound' or "
                          f"'work-bound'")
@@ -1063,6 +1059,23 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 u[:, :, F.U_MTPA] = c.mtp_layers
                 u[:, :, F.U_PMTP] = c.mtp_layers * (2.0 * c.hidden * c.hidden / t + 3 * c.norm_params())
     return _tp_overlap_save(out, eng)
+
+
+def _design_rows(d: np.ndarray, eff, cluster: Cluster) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A checked design array, its distinct networks' rows and each design's network: the network
+    terms depend on a design only through its link bandwidth, so they are priced once per
+    distinct link (a space with one link speed has one)."""
+    links, first, net_of = np.unique(d[:, DESIGN_FIELDS.index("link_bandwidth_Bps")], return_index=True,
+                                     return_inverse=True)
+    nets = np.array([cluster.net_array(Accelerator.from_array(d[i], efficiency=eff)) for i in first])
+    return d, nets.reshape(len(links), -1), np.asarray(net_of).reshape(-1)
+
+
+@functools.lru_cache(maxsize=256)
+def _chip_rows(chip: Accelerator, cluster: Cluster) -> tuple[Accelerator, np.ndarray, np.ndarray]:
+    """One chip, its checked design row and its network row, cached: the plan search prices the
+    same chip once per option combination (callers copy the arrays)."""
+    return chip, design_array(chip.as_array()), cluster.net_array(chip).reshape(1, -1)
 
 
 def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:
