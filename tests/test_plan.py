@@ -30,6 +30,52 @@ def test_flat_ring_allreduce_closed_form():
     assert comm.p2p_s(3e9, cluster.Cluster(4), hardware.A100) == pytest.approx(3e9 / 300e9 + 1e-6)
 
 
+
+def test_collectives_grid_hand_worked():
+    """formulas.collectives_grid (a plan-search cell's collectives in one kernel call) against the
+    closed forms by hand, on two networks at one and two sequences: a tp-4 all-reduce inside a
+    node 2 (k-1)/k S / B_i + 2 (k-1) a_i; an all-gather and a reduce-scatter half of it, the
+    latter an amax all-reduce's kind of op whose bytes do not grow; an ep-16 all-to-all with its
+    ranks 4 apart (2 per node of 8, over 8 nodes) (k-1)/n S / B_i + a_i + (n-k)/n S / B_e + a_e."""
+    from cosearch.plan import _collective_s
+    nets = np.array([[8.0, 2e11, 4e10, 1e-6, 5e-6, 0.0], [8.0, 1e11, 1e10, 2e-6, 1e-5, 0.0]])
+    kinds = np.array([F.COLL_ALLREDUCE, F.COLL_ALLGATHER, F.COLL_ALLGATHER, F.COLL_ALLTOALL], dtype=np.int64)
+    nbytes = np.array([8e6, 4e6, 2e3, 16e6])
+    grows = np.array([True, True, False, True])
+    scales = np.array([1.0, 2.0])
+    out = F.collectives_grid(kinds, nbytes, grows, scales, 4.0, nets, 16.0, 4.0, 0.0, 0.0, np.empty((2, 2, 4)))
+    for i, (_cpn, bi, be, ai, ae, _t) in enumerate(nets):
+        for j, x in enumerate(scales):
+            ar = 2 * 3 / 4 * 8e6 * x / bi + 2 * 3 * ai
+            assert out[i, j, 0] == pytest.approx(ar, rel=1e-12)
+            assert out[i, j, 1] == pytest.approx(0.5 * (2 * 3 / 4 * 4e6 * x / bi + 2 * 3 * ai), rel=1e-12)
+            assert out[i, j, 2] == pytest.approx(0.5 * (2 * 3 / 4 * 2e3 / bi + 2 * 3 * ai), rel=1e-12)
+            a2a = 1 / 16 * 16e6 * x / bi + ai + 14 / 16 * 16e6 * x / be + ae
+            assert out[i, j, 3] == pytest.approx(a2a, rel=1e-12)
+            # the string-kind wrapper the readers and tests call gives the same seconds
+            assert _collective_s("alltoall", 16e6 * x, 4, nets[i], 16) == pytest.approx(a2a, rel=1e-12)
+            assert _collective_s("reducescatter", 4e6 * x, 4, nets[i]) == out[i, j, 1]
+    # with a route (top-8 of 256 experts) the all-to-all is the flex dispatcher's
+    flex = F.collectives_grid(kinds[3:], nbytes[3:], grows[3:], scales, 4.0, nets, 16.0, 4.0, 8.0, 256.0,
+                              np.empty((2, 2, 1)))
+    for i in range(2):
+        for j, x in enumerate(scales):
+            assert flex[i, j, 0] == F.flex_alltoall_s(16e6 * x, 16.0, 4.0, nets[i], 8.0, 256.0)
+            assert flex[i, j, 0] == _collective_s("alltoall", 16e6 * x, 4, nets[i], 16, route=(8, 256))
+
+
+def test_overlapped_exposed_elementwise_closed_form():
+    """The element-by-element kernel behind the data-gradient overlap (formulas.overlapped_exposed_grid,
+    called on (designs, sizes, collectives) arrays) against its closed form max(c - w, share c),
+    on strided views as the plan search passes them, and on no collectives at all."""
+    from cosearch.plan import _overlapped_exposed
+    rng = np.random.default_rng(7)
+    c = rng.uniform(0, 2e-3, (3, 5, 4))
+    w = rng.uniform(0, 2e-3, (3, 5, 8))[:, :, ::2]           # a strided view
+    for share in (0.0, 0.25):
+        np.testing.assert_allclose(_overlapped_exposed(c, w, share), np.maximum(c - w, share * c), rtol=0, atol=0)
+    assert _overlapped_exposed(c[:, :, :0], w[:, :, :0], 0.25).shape == (3, 5, 0)
+
 def test_hierarchical_allreduce_hand_worked():
     # 16 ranks, 8 per node: reduce-scatter/all-gather over 8 inside (NVLink), all-reduce of
     # the 1/8 shard over 2 nodes on each GPU's own NIC

@@ -308,3 +308,42 @@ def test_onchip_operand_bandwidth_by_hand():
     # half the cores get half the buffer bandwidth
     half = cost.price(rows, chip(4096, 4, 8, glb), core_fraction=0.5)[0, 0]
     assert half == pytest.approx(2 * small, rel=1e-12)
+
+
+@pytest.mark.parametrize("n_designs", [3, 40])
+def test_cell_kernel_equals_reference_prices_and_sums(n_designs):
+    """roofline.price_cell (the plan search's one call per cell, parallel over many designs and
+    serial for few) against the Python reference: each size's rows are ``base + x per_seq``,
+    priced op by op; each graph's sum, the weighted ops and the listed ops summed by hand.  A
+    NVFP4 op on designs without an FP4 rate takes forever: a graph holding it sums to inf, and
+    a weighted sum that leaves it out stays finite."""
+    from cosearch._kernels import roofline as kern
+    rng = np.random.default_rng(4)
+    base = random_ops(rng, 23)
+    per_seq = base.copy()
+    per_seq[:, [0, 2, 3, 4, 9]] = 0.0            # kind, n, k, batch, dtype do not grow with the tokens
+    base[5, :4], base[5, 9] = (0.0, 64.0, 64.0, 64.0), 0.5625   # an NVFP4 GEMM
+    per_seq[5, 1:4] = (0.0, 0.0, 0.0)
+    des = np.hstack([random_designs(rng, n_designs), np.zeros((n_designs, 1))])   # no FP4 rate: that GEMM cannot run
+    eff = hardware.KernelEfficiency(0.9, 0.6, 0.8, 4e-6, tile_m=128, tile_n=256, tile_k=64, tile_slots=108,
+                                    k_overhead=128.0, fp8_rate=1.7)
+    extra = np.array([0.0, 1.0, 2.0, 7.0])
+    starts = np.array([0, 4, 11, 20], dtype=np.int64)
+    again, weights = np.array([6, 7, 9], dtype=np.int64), np.array([1.0, 0.5, 0.25])
+    core = np.array([12, 15], dtype=np.int64)
+    nd, ns, no = len(des), len(extra), len(base)
+    ops_s, graph_s = np.empty((nd, ns, no)), np.empty((nd, ns, len(starts)))
+    again_s, core_s = np.empty((nd, ns)), np.empty((nd, ns))
+    kernel = kern.price_cell if nd >= kern.PARALLEL_MIN_DESIGNS else kern.price_cell_serial
+    kernel(base, per_seq, extra, des, eff.as_array(), starts, again, weights, core, ops_s, graph_s, again_s, core_s)
+    bounds = list(starts) + [no]
+    for j, x in enumerate(extra):
+        ref = np.array(roofline(base + x * per_seq, des, 1.0, tuple(eff.as_array())))
+        np.testing.assert_allclose(ops_s[:, j], ref, rtol=1e-12)
+        for g in range(len(starts)):
+            want = [sum(r[bounds[g]:bounds[g + 1]]) for r in ref]
+            np.testing.assert_allclose(graph_s[:, j, g], want, rtol=1e-12)
+        np.testing.assert_allclose(again_s[:, j], [r[6] + 0.5 * r[7] + 0.25 * r[9] for r in ref], rtol=1e-12)
+        np.testing.assert_allclose(core_s[:, j], [r[12] + r[15] for r in ref], rtol=1e-12)
+    assert np.isinf(ops_s[:, :, 5]).all() and np.isinf(graph_s[:, :, 1]).all()
+    assert np.isfinite(graph_s[:, :, [0, 2, 3]]).all() and np.isfinite(again_s).all()
