@@ -36,7 +36,7 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
-           "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "RECIPE_CAST_PASSES", "check_scaling_recipe",
+           "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
            "grows_with_tokens"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
@@ -398,7 +398,9 @@ class _Builder:
                  tp_amax: frozenset = frozenset()) -> None:
         self.ops: list[Op] = []
         self.dt = dt
-        self.passes = passes
+        # a cast writes the row-wise and the column-wise copy, or one serving both (ONE_COPY)
+        self.copies = 1.0 if passes.endswith(ONE_COPY) else 2.0
+        self.passes = passes.removesuffix(ONE_COPY)
         self.norm_fused = norm_fused
         self.tp_amax = tp_amax
 
@@ -451,7 +453,8 @@ class _Builder:
         ``out_bytes`` per element twice, the row-wise copy and the column-wise one (a Hopper FP8
         GEMM takes only the TN layout, so the weight gradient needs ``x^T`` and ``dy^T`` in FP8;
         block-scaled MXFP8/NVFP4 scale along K, which differs between the forward and the weight
-        gradient: Transformer Engine's cast-transpose and torchao both write both).  An op of
+        gradient: Transformer Engine's cast-transpose and torchao both write both), or once under a
+        :data:`ONE_COPY` mode (per-tensor scaling on a chip whose FP8 GEMMs take every layout).  An op of
         kind ``cast``: priced as a memory-bound vector op at the chip's memory efficiency, or at
         ``KernelEfficiency.cast_memory`` where the engine's casts run slower
         (:attr:`cosearch.engine.Engine.fp8_cast_kernel`).
@@ -469,6 +472,8 @@ class _Builder:
                 and self.ops[src[0]].name.startswith("norm"):
             norm = self.ops[src[0]]
             self.ops[src[0]] = replace(norm, bytes_written=float(norm.elements * out_bytes))
+            if self.copies == 1.0:
+                return src[0]           # the norm's FP8 output serves both layouts: no transpose to make
             return self._add(Op(name, "cast", tuple(src), elements=float(elements),
                                 ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
                                 bytes_read=float(elements * out_bytes), bytes_written=float(elements * out_bytes),
@@ -487,8 +492,8 @@ class _Builder:
                                  dtype_bytes=4))]
         return self._add(Op(name, "cast", tuple(d for d in deps if d is not None), elements=float(elements),
                             ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"],
-                            bytes_read=float(elements * self.dt), bytes_written=float(2.0 * elements * out_bytes),
-                            dtype_bytes=self.dt))
+                            bytes_read=float(elements * self.dt),
+                            bytes_written=float(self.copies * elements * out_bytes), dtype_bytes=self.dt))
 
     def expert_gemm(self, name: str, deps, m: int, n: int, k: int, experts: int, lowp: float = 0.0) -> int:
         """``experts`` weight GEMMs of the same shape (grouped GEMM over an MoE layer's local
@@ -646,7 +651,13 @@ SCALING_RECIPES = {"bf16": (), "fp8": ("delayed", "tensorwise", "blockwise", "mx
 #: gradient are plain bf16 tensors); ``"amax-all"`` (NVFP4 with its default random Hadamard transform
 #: takes the amax after the transform, ``nvte_hadamard_transform_amax``, in the quantizer for every
 #: tensor, the norms' fusion off: ``with_rht && with_post_rht_amax`` selects ``UNFUSED``).
-CAST_PASSES = ("single", "norm-fused", "amax-unfused", "amax-all")
+#: Each per-tensor mode with ``ONE_COPY`` appended (:data:`ONE_COPY`): the same passes on a chip whose
+#: FP8 GEMMs take every layout (:attr:`cosearch.hardware.Accelerator.fp8_any_layout`), where a
+#: cast writes its one FP8 copy and no transpose, and a norm-fused cast has nothing left to do.
+CAST_PASSES = ("single", "norm-fused", "amax-unfused", "amax-all", "single-one-copy", "norm-fused-one-copy",
+               "amax-unfused-one-copy")
+#: The suffix of a :data:`CAST_PASSES` mode whose casts write one low-precision copy
+ONE_COPY = "-one-copy"
 RECIPE_CAST_PASSES = {"delayed": "norm-fused", "blockwise": "single", "mxfp8": "single", "tensorwise": "amax-unfused",
                       "nvfp4": "amax-all"}
 
@@ -1264,8 +1275,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     choice("embedding", embedding, EMBEDDINGS)
     choice("cast_passes", cast_passes, CAST_PASSES)
     passes = cast_passes if precision != "bf16" and part == "layer" else "single"
-    if passes == "norm-fused" and elementwise == "eager":
-        passes = "single"
+    if passes.startswith("norm-fused") and elementwise == "eager":
+        passes = passes.replace("norm-fused", "single")
     local = check_expert_tensor_parallel(config, expert_tensor_parallel, tp, bool(sequence_parallel)) == 1 and tp > 1
     extra = {"experts_local": True} if local and part == "layer" else {}
     if part == "embedding" and embedding == "one-hot":

@@ -29,7 +29,15 @@ from .engine import Engine, check_features, check_interleaving
 from .engine import preset as engine_preset
 from .hardware import DESIGN_FIELDS, Accelerator
 from .models import ModelConfig
-from .plan import Plan, PlanSpec, collective_sm_share, hw_row, plan_from_stages, unit_costs
+from .plan import (
+    Plan,
+    PlanSpec,
+    collective_sm_share,
+    hw_row,
+    low_precision_copies,
+    plan_from_stages,
+    unit_costs,
+)
 
 __all__ = ["search_plans", "PlacementResult", "default_tps", "divisors", "DEFAULT_VIRTUAL"]
 
@@ -412,7 +420,8 @@ def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> lis
             else:
                 u_all = u
         hw = hw_row(o.chip.hbm_bytes, o.chip.hbm_bandwidth_Bps * o.chip.efficiency.memory, o.mem, overlap_dp,
-                    o.engine, p, host_Bps=o.chip.host_link_Bps, comm_sm_share=collective_sm_share(o.chip))
+                    o.engine, p, host_Bps=o.chip.host_link_Bps, comm_sm_share=collective_sm_share(o.chip),
+                    lowp_copies=low_precision_copies(o.chip, o.engine, p, o.recipe(p)))
         out.append((u_all, hw))
     return out
 

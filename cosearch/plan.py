@@ -832,7 +832,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     single = isinstance(designs, Accelerator)
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     eng = engine_preset(engine)
-    passes = cast_passes(eng, precision, scaling_recipe)
+    passes = cast_passes(eng, precision, scaling_recipe, designs if single else None)
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
     if single:
         designs, d, nets = _chip_rows(designs.with_(efficiency=eff) if designs.efficiency != eff else designs, cluster)
@@ -1120,24 +1120,27 @@ def collective_sm_share(chip: Accelerator) -> float:
 
 def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,
            engine=None, precision: str = "bf16", offload_layers: int = 0, host_Bps: float = 32e9,
-           comm_sm_share: float = 0.0) -> np.ndarray:
+           comm_sm_share: float = 0.0, lowp_copies: int = 2) -> np.ndarray:
     """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row; the data-parallel reduction is
     overlapped when ``overlap_dp`` and the engine (:mod:`cosearch.engine`) both allow it;
     ``offload_layers`` of each stage send their activations to host memory at ``host_Bps``;
     ``comm_sm_share``: the share of the SMs overlapped data-parallel and FSDP collectives hold
-    (:func:`collective_sm_share`; 0: no contention)."""
+    (:func:`collective_sm_share`; 0: no contention); ``lowp_copies``: the low-precision copies a
+    cached weight keeps (:func:`low_precision_copies`)."""
     e = engine_preset(engine)
+    if lowp_copies not in (1, 2):
+        raise ValueError(f"lowp_copies={lowp_copies!r}: a low-precision weight is kept as 1 or 2 copies")
     share = v.nonneg_float("comm_sm_share", comm_sm_share)
     if share >= 1.0:
         raise ValueError(f"comm_sm_share={comm_sm_share!r}: the collectives' share of the SMs must be below 1 "
                          "(the compute beside them needs some)")
     gred = mem.grad_bytes if e.grad_reduce_bytes is None else e.grad_reduce_bytes
     ob = graph.OPERAND_BYTES[precision]
-    w, w8 = mem.weight_bytes, 2.0 * ob
+    w, w8 = mem.weight_bytes, lowp_copies * ob
     if e.fp8_param_gather and precision == "fp8":
         # the FP8 row-wise copy is the parameter (gathered, written by the optimizer), the
-        # column-wise one the extra copy; no bf16 weight
-        w, w8 = ob, ob
+        # column-wise one the extra copy (none where one copy serves both); no bf16 weight
+        w, w8 = ob, (lowp_copies - 1) * ob
     return np.array([chip_hbm_bytes, w, mem.grad_bytes, mem.optimizer_bytes, chip_mem_Bps,
                      1.0 if (overlap_dp and e.overlap_grad_reduce) else 0.0, e.grad_accum_bytes, gred,
                      1.0 if e.blocking_p2p else 0.0, 1.0 if e.zero3_per_layer else 0.0,
@@ -1148,7 +1151,25 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                     dtype=np.float64)
 
 
-def cast_passes(engine, precision: str, scaling_recipe: str | None = None) -> str:
+#: The scaling recipes whose FP8 tensors are scaled per tensor (Transformer Engine's
+#: ``Float8Tensor``): on a chip whose FP8 GEMMs take every layout they are kept as one copy
+#: (:attr:`cosearch.hardware.Accelerator.fp8_any_layout`)
+PER_TENSOR_RECIPES = ("delayed", "tensorwise")
+
+
+def low_precision_copies(chip, engine, precision: str, scaling_recipe: str | None = None) -> int:
+    """How many low-precision copies of a tensor a cast writes and a cached FP8 weight keeps:
+    one where Transformer Engine's per-tensor scaling (:data:`PER_TENSOR_RECIPES`) runs on a chip
+    whose FP8 GEMMs take every layout (``chip.fp8_any_layout``: one copy serves the forward and
+    the weight gradient), else two (the row-wise and the column-wise one).  ``chip``: an
+    :class:`~cosearch.hardware.Accelerator`, or None (a searched design: two)."""
+    eng = engine_preset(engine)
+    if precision != "fp8" or eng.fp8_cast_kernel != "fused" or not getattr(chip, "fp8_any_layout", False):
+        return 2
+    return 1 if graph.check_scaling_recipe(precision, scaling_recipe) in PER_TENSOR_RECIPES else 2
+
+
+def cast_passes(engine, precision: str, scaling_recipe: str | None = None, chip=None) -> str:
     """How a layer's low-precision casts run (:data:`cosearch.graph.CAST_PASSES`: one pass,
     delayed scaling's norm fusion, or an amax pass first) for ``precision`` under
     ``scaling_recipe`` (None: the engine's default) and the engine's cast kernels.  Under
@@ -1157,7 +1178,8 @@ def cast_passes(engine, precision: str, scaling_recipe: str | None = None) -> st
     casts compiled by ``torch.compile`` (``"inductor"``) are per-tensor current scaling
     (``tensorwise``, the default there), whose amax reduction the engine's cast efficiency
     already prices (:meth:`cosearch.hardware.KernelEfficiency.with_cast_kernel`); another recipe
-    is refused."""
+    is refused.  On ``chip`` (None: a searched design) its casts write the copies
+    :func:`low_precision_copies` gives (one: the mode with :data:`cosearch.graph.ONE_COPY`)."""
     eng = engine_preset(engine)
     if eng.fp8_cast_kernel == "inductor":
         if precision == "fp4" or scaling_recipe not in (None, "tensorwise"):
@@ -1166,7 +1188,10 @@ def cast_passes(engine, precision: str, scaling_recipe: str | None = None) -> st
                              "not what it runs: use scaling_recipe='tensorwise' (or None) and precision 'fp8'")
         return "single"
     recipe = graph.check_scaling_recipe(precision, scaling_recipe)
-    return "single" if recipe is None else graph.RECIPE_CAST_PASSES[recipe]
+    if recipe is None:
+        return "single"
+    one = low_precision_copies(chip, eng, precision, recipe) == 1
+    return graph.RECIPE_CAST_PASSES[recipe] + (graph.ONE_COPY if one else "")
 
 
 # ---------------------------------------------------------------------- validation
@@ -1414,6 +1439,7 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     u = units(spec.precision, spec.scaling_recipe)
     u_bf16 = units("bf16", None) if any(spec.bf16_layers) else None     # the plan's bf16 layers
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
-                spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip))
+                spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip),
+                low_precision_copies(chip, engine, spec.precision, spec.scaling_recipe))
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
                             time_model, engine, u_bf16)

@@ -114,8 +114,24 @@ class Accelerator:
     #: GEMM on FP4 operands runs this many times faster than in bf16 unless the kernel model has
     #: the chip's measured FP4 rate (``efficiency.fp4_rate``, Blackwell's).
     fp4_macs: float = 0.0
+    #: Whether the chip's FP8 GEMMs take their operands in every layout (not only "TN"): then
+    #: Transformer Engine keeps a per-tensor-scaled FP8 tensor (delayed or current scaling) as one
+    #: copy serving both the forward's row-wise and the weight gradient's column-wise use, where
+    #: on a TN-only chip (Hopper) each cast also writes the transpose and a cached weight keeps
+    #: both (``transformer_engine/pytorch/csrc/quantizer.cpp``, ``Float8Quantizer`` and
+    #: ``Float8CurrentScalingQuantizer::create_tensor``: ``with_transpose = columnwise_usage &&
+    #: !is_non_tn_fp8_gemm_supported``; ``utils.is_non_tn_fp8_gemm_supported``: compute
+    #: capability 10.x or >= 13, the data-centre Blackwell parts; NVIDIA/TransformerEngine @
+    #: d0067d0, 2026-08).  Block-scaled tensors (MXFP8, NVFP4, 128-blockwise) keep both copies
+    #: everywhere: their scales run along K, which differs between the two uses.  True on the
+    #: B200, GB200, B300 and GB300 presets; False for a searched design.
+    fp8_any_layout: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fp8_any_layout, (bool, np.bool_)):
+            raise ValueError(f"Accelerator.fp8_any_layout must be True or False (whether FP8 GEMMs take every "
+                             f"operand layout), got {self.fp8_any_layout!r}")
+        object.__setattr__(self, "fp8_any_layout", bool(self.fp8_any_layout))
         if isinstance(self.glb_Bps, bool) or not (isinstance(self.glb_Bps, (int, float, np.floating))
                                                   and math.isfinite(self.glb_Bps) and self.glb_Bps >= 0):
             raise ValueError(f"Accelerator.glb_Bps must be a non-negative number of bytes/s (0: not modelled), "
@@ -259,7 +275,10 @@ class Accelerator:
                     raise ValueError(f"chip: efficiency field {k!r} must be a number, got {x!r}")
             eff_obj = KernelEfficiency(**eff)
         for k, x in d.items():
-            if k != "name" and (x is None or isinstance(x, (str, list, dict, bool))):
+            if k == "fp8_any_layout":
+                if not isinstance(x, bool):
+                    raise ValueError(f"chip: field 'fp8_any_layout' must be true or false, got {x!r}")
+            elif k != "name" and (x is None or isinstance(x, (str, list, dict, bool))):
                 raise ValueError(f"chip: field {k!r} must be a number, got {x!r}")
         return cls(**d, efficiency=eff_obj)
 
@@ -307,7 +326,7 @@ H100_500W = H100.with_(name="H100-500W", hbm_bytes=96e9, hbm_bandwidth_Bps=2.4e1
 #: 1.8 TB/s bidirectional (900 GB/s per direction), 148 SMs (NVIDIA DGX B200 datasheet: 72 PFLOP/s
 #: FP8 training and 1,440 GB for 8 GPUs; HGX B200 specifications).  L2 assumed 2 x 50 MB (two dies).
 B200 = Accelerator("B200", 592, 16, 64, 148, 128, 2.25e15 / (2 * 592 * 16 * 64), 228 * KiB, 100 * MiB, 180e9,
-                   8.0e12, 9.0e11, _BLACKWELL_EFF, host_link_Bps=64e9)
+                   8.0e12, 9.0e11, _BLACKWELL_EFF, host_link_Bps=64e9, fp8_any_layout=True)
 #: GB200 (one Blackwell GPU of a GB200 NVL72): 2.5 PFLOP/s dense BF16, 5 dense FP8, 186 GB HBM3e
 #: at 8 TB/s (NVIDIA GB200 NVL72 specifications: 360 PFLOP/s sparse BF16 and 13.4 TB HBM3e per 72
 #: GPUs), on 152 SMs (cudaGetDeviceProperties on a GB200: "Device: NVIDIA GB200, SMs: 152", Triton's
