@@ -651,9 +651,9 @@ SCALING_RECIPES = {"bf16": (), "fp8": ("delayed", "tensorwise", "blockwise", "mx
 #: gradient are plain bf16 tensors); ``"amax-all"`` (NVFP4 with its default random Hadamard transform
 #: takes the amax after the transform, ``nvte_hadamard_transform_amax``, in the quantizer for every
 #: tensor, the norms' fusion off: ``with_rht && with_post_rht_amax`` selects ``UNFUSED``).
-#: Each per-tensor mode with ``ONE_COPY`` appended (:data:`ONE_COPY`): the same passes on a chip whose
-#: FP8 GEMMs take every layout (:attr:`cosearch.hardware.Accelerator.fp8_any_layout`), where a
-#: cast writes its one FP8 copy and no transpose, and a norm-fused cast has nothing left to do.
+#: The modes ending in :data:`ONE_COPY` run the same passes on a chip whose FP8 GEMMs take every
+#: layout (:attr:`cosearch.hardware.Accelerator.fp8_any_layout`) under per-tensor scaling: a cast
+#: writes one FP8 copy and no transpose, and a norm-fused cast has nothing left to do.
 CAST_PASSES = ("single", "norm-fused", "amax-unfused", "amax-all", "single-one-copy", "norm-fused-one-copy",
                "amax-unfused-one-copy")
 #: The suffix of a :data:`CAST_PASSES` mode whose casts write one low-precision copy

@@ -493,8 +493,9 @@ class _CellLayout(NamedTuple):
     (collectives, 6) matrix summing them into the six graphs' columns of :func:`_comm_rows`; the
     backward's collectives that ride beside a weight-gradient GEMM (:func:`_riding_beside_wgrad`,
     ``beside[False]``), then with the forward's all-gathers gathered again (:func:`_regathers`,
-    ``beside[True]``), as (collective indices, the backward rows of the GEMMs they run beside); and per recompute policy, the layer-forward ops
-    selective recompute runs again (rows of the stack) and their shares, filled as they are read."""
+    ``beside[True]``), as (collective indices, the backward rows of the GEMMs they run beside);
+    and per recompute policy, the layer-forward ops selective recompute runs again (rows of the
+    stack) and their shares, filled as they are read."""
     starts: np.ndarray
     n_ops: int
     lf: int
