@@ -72,7 +72,7 @@ def evaluate_modern(path: Path, releases: str = "all", key=None) -> tuple[dict, 
         g["rows"] += 1
         try:
             d = describe(row)
-            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
+            plan = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
         except (Refused, ValueError) as e:
             why = str(e).split(";")[0][:90]
             g["refused"][why] = g["refused"].get(why, 0) + 1
@@ -147,7 +147,8 @@ def free_search_gains(evaluated) -> str:
     for _err, rid, plan, d, group, _row in evaluated:
         if group not in ("NeMo", "Megatron-Bridge"):
             continue
-        res = placement.search_plans(d.model, d.chip, d.cluster, d.global_batch, engine=d.engine, zero=(d.spec.zero,),
+        res = placement.search_plans(d.model, d.chip, d.cluster, d.global_batch, engine=d.engine, mem=d.memory,
+                                     zero=(d.spec.zero,),
                                      precision=(d.spec.precision,), flash_attention=True,
                                      context_parallel=(1, 2), virtual_stages=(1, 2, 4))
         if not res.feasible:
@@ -228,7 +229,7 @@ def clock_sensitivity(evaluated) -> str:
                 if one:
                     eff = replace(eff, attention_clock=0.0, attention_clock_fa2=0.0)
                 chip = d.chip.with_(efficiency=eff)
-                p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
+                p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
                 if p.feasible:
                     errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
             if errs:

@@ -261,6 +261,50 @@ def test_precision_aware_optimizer_memory():
     assert rc.resolve(64).memory == rc.memory
 
 
+def test_nemo1_distributed_fused_adam_state_dtype():
+    """NeMo 1's ``distributed_fused_adam`` is Apex's DistributedFusedAdam, whose state bucket keeps
+    the two Adam moments and (``store_params``, its default) a copy of the parameters in
+    ``optim.dtype``: bf16 is 2 + 2 + 2 = 6 bytes a parameter where fp32 is 12; without the copy 4;
+    fp32 moments with the 16-bit remainders of bf16 parameters 4 + 4 + 2 = 10.  The NeMo 1 reader
+    reads them, the validation rows take the launcher config's (Nemotron-340B at 24.07: bf16), and
+    a ZeRO-1 chip keeps 6 bytes / dp a parameter less."""
+    from pathlib import Path
+
+    from cosearch.memory import MemoryConfig
+    from cosearch.runs import read_nemo1
+    from cosearch.runs.nemo import apex_adam_memory
+    from cosearch.runs.rows import nemo_launcher_memory
+    assert apex_adam_memory() is None and apex_adam_memory("fp32") is None
+    assert apex_adam_memory("bf16") == MemoryConfig(optimizer_bytes=6.0)
+    assert apex_adam_memory("torch.float16", store_params=False) == MemoryConfig(optimizer_bytes=4.0)
+    assert apex_adam_memory("fp32", store_params=False, store_param_remainders=True) == \
+        MemoryConfig(optimizer_bytes=10.0)
+    with pytest.raises(ValueError, match="store_param_remainders needs store_params false"):
+        apex_adam_memory("fp32", store_param_remainders=True)
+    with pytest.raises(ValueError, match="fp32, fp16, bf16"):
+        apex_adam_memory("fp8")
+    yaml = Path(__file__).parent / "data" / "runs" / "nemo1_gpt3_5b.yaml"
+    assert read_nemo1(yaml).memory is None
+    bf16 = read_nemo1(yaml, ["model.optim.dtype=bf16"])
+    assert bf16.memory == MemoryConfig(optimizer_bytes=6.0) and any("optim.dtype" in a for a in bf16.assumed)
+    assert read_nemo1(yaml, ["model.optim.dtype=bf16", "model.optim.store_params=false"]).memory.optimizer_bytes == 4.0
+    with pytest.raises(ValueError, match="model.optim.dtype"):      # another optimizer's dtype is not read
+        read_nemo1(yaml, ["model.optim.name=fused_adam", "model.optim.dtype=bf16"])
+    sw = {"software": "NeMo 24.07 container"}
+    mem, why = nemo_launcher_memory({"id": "nemo-24.07/Nemotron-340B/pretrain/128", **sw})
+    assert mem == MemoryConfig(optimizer_bytes=6.0) and "optim.dtype" in why
+    assert nemo_launcher_memory({"id": "nemo-24.07/LLAMA2-70B/pretrain/64", **sw}) == (None, "")
+    assert nemo_launcher_memory({"id": "nemo-24.07/Nemotron-340B/SFT/128", **sw}) == (None, "")
+    # priced: ZeRO-1 shards the state over the dp ranks, 6 bytes / dp a parameter less (one stage, tp 1)
+    d = bf16.resolve()
+    cl = cluster.preset("dgx-h100", d.num_chips // 8)
+    full = evaluate(d.model, "H100", cl, d.spec, d.global_batch, engine=d.engine)
+    less = evaluate(d.model, "H100", cl, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+    saved = full.memory_per_chip_bytes[0] - less.memory_per_chip_bytes[0]
+    assert (d.spec.zero, d.spec.tp, d.spec.pp) == (1, 1, 1)
+    assert saved == pytest.approx(6.0 * d.model.num_params() / d.spec.dp, rel=1e-9)
+
+
 def test_cp_comm_type():
     """``--cp-comm-type``: the p2p ring (Megatron's default) is what cosearch prices, read with
     cp > 1; another type is refused there, and changes nothing at cp 1; Bridge's string or list

@@ -432,3 +432,28 @@ def test_row_cuda_graphs_said_as_the_readers_say_them():
     assert any(a.startswith("no CUDA graphs") for a in none.assumed)
     with pytest.raises(rows.Refused, match="CUDA graphs 'cudnn'"):
         rows.describe_row(dict(QWEN3_ROW, notes="cuda_graph=cudnn scope=[]"))
+
+
+def test_nemo_row_takes_its_launcher_configs_optimizer_state():
+    """NeMo 24.07's Nemotron-340B row (the published table's, 128 H100, tp 8, pp 8, vp 12, dp 2,
+    FP8): its launcher config keeps Apex DistributedFusedAdam's state in bf16 (``optim.dtype``),
+    6 bytes a parameter, so a chip of the middle stages holds 12 layers of 3.45e9 / 8 parameters
+    (their LayerNorms whole) x 3 bytes (12 / 2 -> 6 / 2) less than the fp32 default, by hand; the
+    row then fits the 80 GB HBM the run ran in."""
+    from cosearch.memory import MemoryConfig
+    from cosearch.plan import evaluate
+    row = _row(id="nemo-24.07/Nemotron-340B/pretrain/128", model="Nemotron-4-340B", arch="dense GQA squared-ReLU",
+               layers=96, hidden=18432, heads=96, kv_heads=8, ffn=73728, vocab=256000, seq=4096,
+               accel="H100-SXM-80GB (DGX-H100)", n_gpus=128, gbs=32, mbs=1, ga=16, tp=8, pp=8, vp=12, dp=2,
+               zero_group=2, sp=True, zero=1, recompute="selective (core attention)",
+               precision="FP8 (TE hybrid, delayed scaling)", tok_s_gpu=326.0, software="NeMo 24.07 container")
+    d = rows.describe_row(row)
+    assert d.memory == MemoryConfig(optimizer_bytes=6.0) and any("optim.dtype" in a for a in d.assumed)
+    fit = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+    full = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
+    assert fit.feasible and not full.feasible
+    norms = 4 * 18432            # two LayerNorms' weights and biases, replicated over the tp ranks
+    per_chip = 12 * ((d.model.layer_params() - norms) / 8 + norms)
+    assert full.memory_per_chip_bytes[3] - fit.memory_per_chip_bytes[3] == pytest.approx(3.0 * per_chip, rel=1e-9)
+    # another model of the same release keeps the default
+    assert rows.describe_row(_row(id="nemo-24.07/LLAMA2-7B/pretrain/8", software="NeMo 24.07 container")).memory is None

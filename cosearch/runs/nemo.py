@@ -28,7 +28,9 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
 ``optim.name: distributed_fused_adam``       --use-distributed-optimizer, with
                                              ``optim.overlap_grad_sync`` (default true) and
                                              ``optim.overlap_param_sync`` as --overlap-grad-reduce /
-                                             --overlap-param-gather
+                                             --overlap-param-gather; ``optim.dtype``,
+                                             ``store_params``, ``store_param_remainders``: the
+                                             optimizer state's bytes (:func:`apex_adam_memory`)
 ``transformer_engine`` with ``mcore_gpt``    --attention-backend auto (TE's fused attention)
 ``tokenizer.type: GPT2BPETokenizer``         --vocab-size 50257 (GPT-2's vocabulary)
 ==========================================  ===================================================
@@ -48,6 +50,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ..memory import MemoryConfig
 from ..models import ModelConfig
 from ._fields import Keys, flatten, load_yaml, parse_overrides, resolve_interpolations
 from .config import RunConfig
@@ -198,14 +201,42 @@ def _line(words: list[str]) -> str:
 
 
 def _read_line(name: str, words: list[str], model: ModelConfig | None, neutral: tuple[str, ...],
-               assumed: list[str], num_chips: int | None) -> RunConfig:
+               assumed: list[str], num_chips: int | None, memory: MemoryConfig | None = None) -> RunConfig:
     try:
         rc = read_megatron_args(_line(words), model, source=name)
     except ValueError as e:
         raise ValueError(f"{name}: {e} (the config read as the Megatron arguments: {_line(words)})") from None
     from dataclasses import replace
     return replace(rc, num_chips=num_chips, assumed=tuple(assumed) + rc.assumed,
-                   neutral=neutral + tuple(w for w in rc.neutral if w.startswith("--")))
+                   neutral=neutral + tuple(w for w in rc.neutral if w.startswith("--")),
+                   memory=memory if memory is not None else rc.memory)
+
+
+#: Bytes of one element of each optimizer-state dtype NeMo 1's ``distributed_fused_adam`` takes
+#: (Apex ``DistributedFusedAdam``: float32, float16, bfloat16).
+APEX_ADAM_DTYPE_BYTES = {"fp32": 4.0, "32": 4.0, "float32": 4.0, "fp16": 2.0, "16": 2.0, "float16": 2.0,
+                         "bf16": 2.0, "bfloat16": 2.0}
+
+
+def apex_adam_memory(dtype: Any = "fp32", store_params: bool = True, store_param_remainders: bool = False,
+                     name: str = "optim") -> MemoryConfig | None:
+    """The optimizer state NeMo 1's ``distributed_fused_adam`` keeps a parameter (sharded over the
+    data-parallel ranks as the distributed optimizer's): Apex ``DistributedFusedAdam``'s
+    ``StateBucket`` holds the two moments (``exp_avg_shard``, ``exp_avg_sq_shard``) in ``dtype``,
+    with ``store_params`` (its default) a copy of the parameters in ``dtype`` too, and with
+    ``store_param_remainders`` (BF16 parameters, FP32 state; ``store_params`` off) the 16 low bits
+    of their FP32 values (``int16``) instead (NVIDIA/apex ``apex/contrib/optimizers/
+    distributed_fused_adam.py``).  None where that is the memory model's default (12 bytes: FP32
+    state and parameter copy)."""
+    b = APEX_ADAM_DTYPE_BYTES.get(str(dtype).lower().removeprefix("torch."))
+    if b is None:
+        raise ValueError(f"{name}: optimizer state dtype {dtype!r} is not one Apex's DistributedFusedAdam takes "
+                         f"(fp32, fp16, bf16)")
+    if store_param_remainders and (store_params or b != 4.0):
+        raise ValueError(f"{name}: store_param_remainders needs store_params false and an fp32 optimizer state "
+                         "(DistributedFusedAdam refuses it otherwise)")
+    total = 2.0 * b + (b if store_params else 0.0) + (2.0 if store_param_remainders else 0.0)
+    return None if total == 12.0 else MemoryConfig(optimizer_bytes=total)
 
 
 def _vocab(k: Keys, prefix: str, name: str, words: list[str], assumed: list[str]) -> None:
@@ -285,6 +316,15 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     if sync == "bf16":
         words.append("--grad-reduce-in-bf16")
     opt = str(k.get("model.optim.name", "fused_adam"))
+    memory = None
+    if opt == "distributed_fused_adam":
+        # Apex's DistributedFusedAdam keeps its state in optim.dtype (fp32 by default)
+        dtype = k.get("model.optim.dtype", "fp32")
+        memory = apex_adam_memory(dtype, k.bool("model.optim.store_params", True),
+                                  k.bool("model.optim.store_param_remainders", False), name)
+        if memory is not None:
+            assumed.append(f"optimizer state {dtype} (Apex DistributedFusedAdam's optim.dtype): "
+                           f"{memory.optimizer_bytes:g} bytes a parameter")
     if opt in ("distributed_fused_adam", "mcore_distributed_optim"):
         words.append("--use-distributed-optimizer")
         if k.bool("model.optim.overlap_grad_sync", True):
@@ -299,7 +339,7 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     neutral = k.finish(_NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS),
                        frozenset(f"model.{x}" for x in _NEMO1_NEUTRAL) | {f"trainer.{x}" for x in _TRAINER_NEUTRAL},
                        off_is_neutral_under=("model",))
-    return _read_line(name, words, model, neutral, assumed, nodes * devices)
+    return _read_line(name, words, model, neutral, assumed, nodes * devices, memory)
 
 
 #: Megatron-Bridge ``model.*`` fields read as a Megatron flag with a value (TransformerConfig names).

@@ -22,8 +22,10 @@ from ..engine import (
     with_moe_dispatch,
     with_recompute_modules,
 )
+from ..memory import MemoryConfig
 from .config import RunConfig, RunDescription
 from .megatron import CUDA_GRAPH_IMPLS, cuda_graph_note
+from .nemo import apex_adam_memory
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
            "release_of", "plan_key", "newest_per_plan", "precision_class", "group_of", "megatron_bridge_moe_dispatch"]
@@ -82,17 +84,46 @@ NEMO_LAUNCHER_OVERLAP = {
 NEMO_LAUNCHER_OVERLAP["24.09"] = NEMO_LAUNCHER_OVERLAP["24.07"]     # the same values in every file
 
 
+#: NeMo 1's launcher configs that keep the optimizer state of Apex's ``DistributedFusedAdam``
+#: (``optim.name: distributed_fused_adam``) in another dtype (``optim.dtype``; fp32 otherwise), by
+#: release and pre-training model, read from the files as :data:`NEMO_LAUNCHER_OVERLAP` is: of the
+#: tags 24.03-24.09 only nemotron/nemotron_340b.yaml sets one, ``dtype: bf16`` (24.07, 24.09);
+#: the fine-tuning config (``conf/fine_tuning/llama/squad.yaml``) sets none.
+NEMO_LAUNCHER_OPTIMIZER_DTYPE = {"24.07": {"nemotron_340b": "bf16"}, "24.09": {"nemotron_340b": "bf16"}}
+
+
+def _nemo_launcher_key(row: dict) -> tuple[str, str, bool]:
+    """A NeMo 1 row's (release as the launcher tags it, ``"24.07"``; its model's config file
+    stem, ``"llama2_70b"``; whether it is a pre-training row)."""
+    parts = str(row["id"]).split("/")
+    rel = release_of(row)
+    release = f"{rel[0]}.{rel[1]:02d}" if rel and len(rel) >= 2 else "?"
+    key = re.sub(r"[.\-]", "_", parts[1].lower()) if len(parts) > 1 else ""
+    return release, key, not (len(parts) >= 3 and parts[2] != "pretrain")
+
+
+def nemo_launcher_memory(row: dict) -> tuple[MemoryConfig | None, str]:
+    """A NeMo 1 row's optimizer memory from the launcher config its release ran
+    (:data:`NEMO_LAUNCHER_OPTIMIZER_DTYPE`, :func:`cosearch.runs.nemo.apex_adam_memory`), and the
+    assumption to print where it is not the memory model's default; (None, "") otherwise."""
+    release, key, pretrain = _nemo_launcher_key(row)
+    dtype = NEMO_LAUNCHER_OPTIMIZER_DTYPE.get(release, {}).get(key) if pretrain else None
+    if dtype is None:
+        return None, ""
+    mem = apex_adam_memory(dtype, name=str(row["id"]))
+    return mem, (f"optimizer state {dtype} (the NeMo {release} launcher config's optim.dtype for Apex's "
+                 f"DistributedFusedAdam): {mem.optimizer_bytes:g} bytes a parameter")
+
+
 def nemo_launcher_overlap(row: dict) -> tuple[bool, bool, str]:
     """A NeMo 1 row's ``(ub_tp_comm_overlap, overlap_p2p_comm)`` from the launcher config its
     release ran (:data:`NEMO_LAUNCHER_OVERLAP`), and an assumption to print when that config is not
     known (a release or model outside the table: NeMo 1's defaults, both off; a fine-tuning row:
     off, as its SFT config sets neither)."""
     parts = str(row["id"]).split("/")
-    rel = release_of(row)
-    release = f"{rel[0]}.{rel[1]:02d}" if rel and len(rel) >= 2 else "?"
-    if len(parts) >= 3 and parts[2] != "pretrain":
+    release, key, pretrain = _nemo_launcher_key(row)
+    if not pretrain:
         return False, False, ""
-    key = re.sub(r"[.\-]", "_", parts[1].lower()) if len(parts) > 1 else ""
     table = NEMO_LAUNCHER_OVERLAP.get(release, {})
     if key in table:
         tp, p2p = table[key]
@@ -638,8 +669,12 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     dispatcher, a2a_overlap = _moe_notes(row, notes) if model.moe else ("alltoall", False)
     if source_group(row) in ("Megatron-Bridge", "NeMo"):
         _graph_notes(row, model.moe and ep > 1, notes)
+    memory = None
     if source_group(row) == "NeMo":
         why = nemo_launcher_overlap(row)[2]
+        if why:
+            notes.append(why)
+        memory, why = nemo_launcher_memory(row)
         if why:
             notes.append(why)
     precision, recipe = _precision(row, notes)
@@ -705,7 +740,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                      engine=with_moe_dispatch(_with_policy(preset(_engine(row)), rc_modules), dispatcher,
                                               a2a_overlap and ep > 1),
                      chip=chip, cluster=cl,
-                     measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes))
+                     measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes), memory=memory)
 
 
 def _with_policy(engine: Engine, policy) -> Engine:
