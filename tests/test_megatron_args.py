@@ -32,6 +32,30 @@ def test_model_built_from_the_line_with_megatron_defaults():
     assert m2.ffn_hidden == 1024 and m2.activation == "gelu" and m2.dropout
 
 
+def test_squared_relu_reads_as_a_two_matrix_relu_mlp():
+    """Nemotron-4's ``--squared-relu`` (NeMo 1: ``activation: squared-relu``): a 2-matrix MLP of
+    4 x hidden by default, its activation one elementwise pass priced as ReLU, which the run's
+    assumptions say; with ``--swiglu`` it is refused (Megatron takes one).  NeMo 1's LayerNorm1P
+    (``layernorm_zero_centered_gamma``), scaled initialisation and ``attention_type: multihead``
+    change nothing priced; another attention type is refused."""
+    from pathlib import Path
+
+    from cosearch.runs import read_nemo1
+    base = "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 " \
+           "--global-batch-size 8"
+    mp = parse_megatron_args(base + " --squared-relu", None, 8)
+    assert (mp.model.activation, mp.model.ffn_hidden) == ("relu", 1024)
+    assert any("--squared-relu" in a for a in mp.assumed)
+    with pytest.raises(ValueError, match="one MLP activation"):
+        parse_megatron_args(base + " --squared-relu --swiglu", None, 8)
+    yaml = Path(__file__).parent / "data" / "runs" / "nemo1_gpt3_5b.yaml"
+    rc = read_nemo1(yaml, ["model.activation=squared-relu", "model.layernorm_zero_centered_gamma=true",
+                           "model.use_scaled_init_method=true", "model.attention_type=multihead"])
+    assert rc.model.activation == "relu" and rc.model == read_nemo1(yaml).model.with_(activation="relu")
+    with pytest.raises(ValueError, match="attention_type 'cross'"):
+        read_nemo1(yaml, ["model.attention_type=cross"])
+
+
 def test_line_model_flags_must_agree_with_the_model_given():
     with pytest.raises(ValueError, match=r"--num-layers gives 96 where gpt3-13b has 40"):
         parse_megatron_args("--num-layers 96 --global-batch-size 8", GPT13, 8)

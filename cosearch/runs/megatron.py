@@ -86,6 +86,7 @@ the line gives must agree with the preset, or the line is refused naming the fla
                                              count defaults to 1 with the flag, as in Megatron)
 ``--kv-channels``                            head size (default ``h / heads``)
 ``--swiglu``                                 gated MLP (default GeLU)
+``--squared-relu``                           2-matrix MLP, relu(x)^2 priced as ReLU (said)
 ``--normalization``                          ``LayerNorm`` (default) / ``RMSNorm``
 ``--position-embedding-type``                ``learned_absolute`` (default) / ``rope`` / ``none``
 ``--use-rotary-position-embeddings``         rope (the older spelling)
@@ -144,7 +145,8 @@ CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 #: Bare flags that set the plan, the engine or the model.
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
-          "--group-query-attention", "--swiglu", "--use-rotary-position-embeddings", "--disable-bias-linear",
+          "--group-query-attention", "--swiglu", "--squared-relu", "--use-rotary-position-embeddings",
+          "--disable-bias-linear",
           "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
           "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity",
           "--first-last-layers-bf16",
@@ -205,7 +207,8 @@ _NEUTRAL_WITH_VALUE_WORD = {"--transformer-impl"}
 #: ModelConfig fields a Megatron line can set, by the flag that sets them.
 _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-attention-heads": "heads",
                 "--seq-length": "seq_len", "--ffn-hidden-size": "ffn_hidden", "--num-query-groups": "kv_heads",
-                "--kv-channels": "head_dim", "--swiglu": "activation", "--normalization": "norm",
+                "--kv-channels": "head_dim", "--swiglu": "activation", "--squared-relu": "activation",
+                "--normalization": "norm",
                 "--position-embedding-type": "position", "--use-rotary-position-embeddings": "position",
                 "--disable-bias-linear": "bias", "--untie-embeddings-and-output-weights": "tie_embeddings",
                 "--attention-dropout": "dropout", "--hidden-dropout": "dropout", "--vocab-size": "vocab",
@@ -534,7 +537,14 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
     elif "--num-query-groups" in vals:
         raise ValueError("--num-query-groups needs --group-query-attention (Megatron ignores it without)")
     if "--swiglu" in flags:
+        if "--squared-relu" in flags:
+            raise ValueError("--swiglu and --squared-relu: Megatron takes one MLP activation")
         stated["activation"] = "swiglu"
+    elif "--squared-relu" in flags:
+        # Nemotron-4's MLP: relu(x)^2, a 2-matrix MLP whose activation is one elementwise kernel as
+        # ReLU's (Megatron-Core's squared_relu, fused with the bias when there is one)
+        stated["activation"] = "relu"
+        assumed.append("--squared-relu: the MLP's activation priced as ReLU (one elementwise pass, a 2-matrix MLP)")
     if "--normalization" in vals:
         norm = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}.get(vals["--normalization"])
         if norm is None:

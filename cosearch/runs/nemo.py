@@ -33,6 +33,7 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
                                              optimizer state's bytes (:func:`apex_adam_memory`)
 ``transformer_engine`` with ``mcore_gpt``    --attention-backend auto (TE's fused attention)
 ``tokenizer.type: GPT2BPETokenizer``         --vocab-size 50257 (GPT-2's vocabulary)
+``activation: squared-relu``                 --squared-relu (Nemotron-4; priced as ReLU, said)
 ==========================================  ===================================================
 
 Megatron-Bridge: ``model.*`` fields are Megatron-Core's ``TransformerConfig`` names (the
@@ -101,6 +102,8 @@ _NEMO1_NEUTRAL = frozenset({
     "tp_comm_bulk_dgrad", "tp_comm_split_ag", "tp_comm_split_rs", "tp_comm_atomic_ag", "tp_comm_atomic_rs",
     "optim.bucket_cap_mb", "optim.contiguous_grad_buffer", "optim.contiguous_param_buffer", "optim.lr",
     "optim.weight_decay", "optim.ddp_bucket_size",
+    # initialisation only, and LayerNorm1P's weight stored as gamma - 1 (the same kernel's work)
+    "use_scaled_init_method", "layernorm_zero_centered_gamma",
 })
 _NEMO1_NEUTRAL_SECTIONS = ("tokenizer", "data", "optim.sched", "nsys_profile", "optim.betas")
 _NEMO1_TOP_NEUTRAL = ("hydra", "run", "exp_manager", "name", "restore_from_path", "defaults", "base_results_dir",
@@ -288,8 +291,13 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     act = str(k.get("model.activation", "gelu"))
     if act in ("swiglu", "fast-swiglu"):
         words.append("--swiglu")
+    elif act == "squared-relu":
+        words.append("--squared-relu")
     elif act != "gelu":
-        raise ValueError(f"{name}: model.activation {act!r} is not modelled (gelu, swiglu, fast-swiglu)")
+        raise ValueError(f"{name}: model.activation {act!r} is not modelled (gelu, swiglu, fast-swiglu, squared-relu)")
+    attention = str(k.get("model.attention_type", "multihead"))
+    if attention != "multihead":
+        raise ValueError(f"{name}: model.attention_type {attention!r} is not modelled (multihead)")
     norm = str(k.get("model.normalization", "layernorm"))
     if norm not in ("layernorm", "layernorm1p", "rmsnorm"):
         raise ValueError(f"{name}: model.normalization {norm!r} is not modelled")
