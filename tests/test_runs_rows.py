@@ -449,6 +449,9 @@ def test_nemo_row_takes_its_launcher_configs_optimizer_state():
                precision="FP8 (TE hybrid, delayed scaling)", tok_s_gpu=326.0, software="NeMo 24.07 container")
     d = rows.describe_row(row)
     assert d.memory == MemoryConfig(optimizer_bytes=6.0) and any("optim.dtype" in a for a in d.assumed)
+    # Nemotron-4 as its launcher config builds it: squared ReLU (priced as ReLU), no bias terms, RoPE, untied
+    m = d.model
+    assert (m.activation, m.bias, m.position, m.tie_embeddings) == ("relu", False, "rotary", False)
     fit = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
     full = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine)
     assert fit.feasible and not full.feasible

@@ -233,7 +233,11 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
                               row["vocab"], row["seq"], kv_heads=row["kv_heads"], activation=act,
                               norm="rmsnorm" if (gated or "RMSNorm" in arch) else "layernorm",
                               position="learned" if learned else "rotary",
-                              bias=not ("no-bias" in arch or gated or "MaxText" in row["model"]),
+                              # Nemotron-4 (the rows' one squared-ReLU family) has no bias terms: its
+                              # report ("no bias terms", Parmar et al. 2024) and every NeMo launcher
+                              # nemotron/*.yaml (``bias: false``, tags 24.03-24.09)
+                              bias=not ("no-bias" in arch or gated or "MaxText" in row["model"]
+                                        or "squared-ReLU" in arch),
                               tie_embeddings=("tied" in arch and "untied" not in arch) or "MPT" in row["model"],
                               dropout=False, head_size=head, **moe)
 
