@@ -460,3 +460,26 @@ def test_nemo_row_takes_its_launcher_configs_optimizer_state():
     assert full.memory_per_chip_bytes[3] - fit.memory_per_chip_bytes[3] == pytest.approx(3.0 * per_chip, rel=1e-9)
     # another model of the same release keeps the default
     assert rows.describe_row(_row(id="nemo-24.07/LLAMA2-7B/pretrain/8", software="NeMo 24.07 container")).memory is None
+
+
+def test_nemo_gpt3_rows_build_the_model_their_launcher_config_builds():
+    """NeMo 24.07's GPT-3 5B row (its published table's) against the launcher's own ``gpt3/5b.yaml``
+    read by the NeMo 1 reader (``tests/data/runs/nemo1_gpt3_5b.yaml``): the row's architecture text
+    says GeLU and learned positions only, and the file sets dropout 0.1 (hidden and attention) and
+    leaves the output layer tied (NeMo 1's default), so the row is read with the same dropout,
+    positions, tying, bias, norm and activation as the file."""
+    from pathlib import Path
+
+    from cosearch.runs import read_nemo1
+    row = _row(id="nemo-24.07/GPT3-5B/pretrain/64", model="GPT-3-5B(NeMo)", arch="dense MHA GeLU, learned pos-emb",
+               layers=24, hidden=4096, heads=32, kv_heads=32, ffn=16384, vocab=50257, seq=2048,
+               accel="H100-SXM-80GB (DGX-H100)", n_gpus=64, gbs=2048, mbs=4, ga=8, dp=64, zero_group=64, zero=1,
+               precision="FP8 (TE hybrid, delayed scaling)", tok_s_gpu=23406.0, software="NeMo 24.07 container")
+    m = rows.describe_row(row).model
+    f = read_nemo1(Path(__file__).parent / "data" / "runs" / "nemo1_gpt3_5b.yaml").model
+    fields = ("dropout", "position", "tie_embeddings", "bias", "norm", "activation", "hidden", "num_layers", "vocab")
+    assert {k: getattr(m, k) for k in fields} == {k: getattr(f, k) for k in fields}
+    assert (m.dropout, m.position, m.tie_embeddings) == (True, "learned", True)
+    # a fine-tuning row keeps what its text says (its config is another file)
+    sft = rows.describe_row(dict(row, id="nemo-24.07/GPT3-5B/SFT/64")).model
+    assert (sft.dropout, sft.tie_embeddings) == (False, False)

@@ -92,6 +92,17 @@ NEMO_LAUNCHER_OVERLAP["24.09"] = NEMO_LAUNCHER_OVERLAP["24.07"]     # the same v
 NEMO_LAUNCHER_OPTIMIZER_DTYPE = {"24.07": {"nemotron_340b": "bf16"}, "24.09": {"nemotron_340b": "bf16"}}
 
 
+#: Model fields of NeMo 1's launcher configs that the rows' architecture text leaves out, by release
+#: and pre-training model: the GPT-3 configs (``gpt3/5b.yaml``, ``20b.yaml``, ``175b.yaml``, the same at
+#: every tag 24.03-24.09) set ``hidden_dropout`` and ``attention_dropout`` 0.1 and leave
+#: ``position_embedding_type`` and ``share_embeddings_and_output_weights`` at NeMo 1's defaults
+#: (``learned_absolute``; True), as :func:`cosearch.runs.read_nemo1` reads the files: dropout,
+#: learned positions and a tied output layer.
+NEMO_LAUNCHER_MODEL = {release: {m: {"dropout": True, "position": "learned", "tie_embeddings": True}
+                                 for m in ("gpt3_5b", "gpt3_20b", "gpt3_175b")}
+                       for release in ("24.03", "24.05", "24.07", "24.09")}
+
+
 def _nemo_launcher_key(row: dict) -> tuple[str, str, bool]:
     """A NeMo 1 row's (release as the launcher tags it, ``"24.07"``; its model's config file
     stem, ``"llama2_70b"``; whether it is a pre-training row)."""
@@ -681,6 +692,12 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         memory, why = nemo_launcher_memory(row)
         if why:
             notes.append(why)
+        release, key, pretrain = _nemo_launcher_key(row)
+        fields = NEMO_LAUNCHER_MODEL.get(release, {}).get(key) if pretrain else None
+        if fields and any(getattr(model, f) != v for f, v in fields.items()):
+            model = model.with_(**fields)
+            notes.append(f"the NeMo {release} launcher config's model: dropout 0.1, learned positions, tied output "
+                         "layer (NeMo 1's defaults where the file is silent)")
     precision, recipe = _precision(row, notes)
     rc, rc_modules = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
