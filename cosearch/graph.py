@@ -369,7 +369,7 @@ class LayerGraph:
     @property
     def collectives(self) -> tuple[tuple[str, float, bool], ...]:
         """(kind, bytes, whether its bytes grow with the tokens) of every collective op, in order
-        (found once: pricing reads it per network and microbatch); an amax all-reduce
+        (found once: the plan search's cell layout reads it, :func:`cosearch.plan._cell_layout`); an amax all-reduce
         (:func:`grows_with_tokens`) moves the same bytes at every microbatch."""
         cached = self.__dict__.get("_collectives")
         if cached is None:

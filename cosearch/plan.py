@@ -539,13 +539,14 @@ def _cell_layout(gs: dict) -> _CellLayout:
                       dtype=np.int64)
     kinds, nbytes, grows, col, where = [], [], [], [], {}
     for k in keys:
-        for i, op in enumerate(gs[k].ops):
-            if op.kind in graph.NETWORK_KINDS:
-                where[k, i] = len(kinds)
-                kinds.append(_KIND_CODE[op.kind])
-                nbytes.append(op.bytes_read)
-                grows.append(graph.grows_with_tokens(op))
-                col.append(_COMM_GRAPHS.index(k))
+        g = gs[k]
+        at = (i for i, op in enumerate(g.ops) if op.kind in graph.NETWORK_KINDS)   # g.collectives' ops, in order
+        for i, (kind, b, grown) in zip(at, g.collectives):
+            where[k, i] = len(kinds)
+            kinds.append(_KIND_CODE[kind])
+            nbytes.append(b)
+            grows.append(grown)
+            col.append(_COMM_GRAPHS.index(k))
     columns = np.zeros((len(kinds), len(_COMM_GRAPHS)))
     columns[np.arange(len(kinds)), col] = 1.0
     fg, bg = gs["layer", "fwd"], gs["layer", "bwd"]
@@ -836,10 +837,13 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     passes = cast_passes(eng, precision, scaling_recipe, designs if single else None)
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
     if single:
-        designs, d, nets = _chip_rows(designs.with_(efficiency=eff) if designs.efficiency != eff else designs, cluster)
-        d, nets, net_of = d.copy(), nets.copy(), np.zeros(1, dtype=np.int64)   # (the cached rows kept intact)
+        if designs.efficiency != eff:
+            designs = designs.with_(efficiency=eff)
+        d, nets = (a.copy() for a in _chip_rows(designs, cluster))   # (the cached rows kept intact)
+        net_of = np.zeros(1, dtype=np.int64)
     else:
-        d, nets, net_of = _design_rows(design_array(designs), eff, cluster)
+        d = design_array(designs)
+        nets, net_of = _design_networks(d, eff, cluster)
     eff_row = eff.as_array()
     if time_model not in ("sum", "ilp", "list", "bound", "work-bound"):
         raise ValueError(f"unknown time_model {time_model!r}; choose 'sum', 'ilp', 'list', 'bound' or "
@@ -1062,21 +1066,21 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     return _tp_overlap_save(out, eng)
 
 
-def _design_rows(d: np.ndarray, eff, cluster: Cluster) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A checked design array, its distinct networks' rows and each design's network: the network
+def _design_networks(d: np.ndarray, eff, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """A checked design array's distinct networks' rows and each design's network: the network
     terms depend on a design only through its link bandwidth, so they are priced once per
     distinct link (a space with one link speed has one)."""
     links, first, net_of = np.unique(d[:, DESIGN_FIELDS.index("link_bandwidth_Bps")], return_index=True,
                                      return_inverse=True)
     nets = np.array([cluster.net_array(Accelerator.from_array(d[i], efficiency=eff)) for i in first])
-    return d, nets.reshape(len(links), -1), np.asarray(net_of).reshape(-1)
+    return nets.reshape(len(links), -1), np.asarray(net_of).reshape(-1)
 
 
 @functools.lru_cache(maxsize=256)
-def _chip_rows(chip: Accelerator, cluster: Cluster) -> tuple[Accelerator, np.ndarray, np.ndarray]:
-    """One chip, its checked design row and its network row, cached: the plan search prices the
+def _chip_rows(chip: Accelerator, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """One chip's checked design row and its network row, cached: the plan search prices the
     same chip once per option combination (callers copy the arrays)."""
-    return chip, design_array(chip.as_array()), cluster.net_array(chip).reshape(1, -1)
+    return design_array(chip.as_array()), cluster.net_array(chip).reshape(1, -1)
 
 
 def _tp_overlap_save(units: np.ndarray, engine) -> np.ndarray:

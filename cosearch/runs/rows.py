@@ -93,13 +93,16 @@ NEMO_LAUNCHER_OPTIMIZER_DTYPE = {"24.07": {"nemotron_340b": "bf16"}, "24.09": {"
 
 
 #: Model fields of NeMo 1's launcher configs that the rows' architecture text leaves out, by release
-#: and pre-training model: the GPT-3 configs (``gpt3/5b.yaml``, ``20b.yaml``, ``175b.yaml``, the same at
-#: every tag 24.03-24.09) set ``hidden_dropout`` and ``attention_dropout`` 0.1 and leave
-#: ``position_embedding_type`` and ``share_embeddings_and_output_weights`` at NeMo 1's defaults
-#: (``learned_absolute``; True), as :func:`cosearch.runs.read_nemo1` reads the files: dropout,
-#: learned positions and a tied output layer.
-NEMO_LAUNCHER_MODEL = {release: {m: {"dropout": True, "position": "learned", "tie_embeddings": True}
-                                 for m in ("gpt3_5b", "gpt3_20b", "gpt3_175b")}
+#: and pre-training model, as :func:`cosearch.runs.read_nemo1` reads the files: the GPT-3 configs
+#: (``gpt3/5b.yaml``, ``20b.yaml``, ``175b.yaml``, the same at every tag 24.03-24.09) set
+#: ``hidden_dropout`` and ``attention_dropout`` 0.1 and leave ``position_embedding_type`` and
+#: ``share_embeddings_and_output_weights`` at NeMo 1's defaults (``learned_absolute``; True): dropout,
+#: learned positions and a tied output layer; the Nemotron-4 configs (``nemotron/nemotron_8b.yaml``,
+#: ``15b``, ``22b``, and ``340b`` from 24.07) set ``bias: false``, as its report says ("no bias terms").
+_GPT3_LAUNCHER = {"dropout": True, "position": "learned", "tie_embeddings": True}
+NEMO_LAUNCHER_MODEL = {release: {**{m: _GPT3_LAUNCHER for m in ("gpt3_5b", "gpt3_20b", "gpt3_175b")},
+                                 **{m: {"bias": False} for m in ("nemotron_8b", "nemotron_15b", "nemotron_22b")
+                                    + (("nemotron_340b",) if release in ("24.07", "24.09") else ())}}
                        for release in ("24.03", "24.05", "24.07", "24.09")}
 
 
@@ -244,11 +247,7 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
                               row["vocab"], row["seq"], kv_heads=row["kv_heads"], activation=act,
                               norm="rmsnorm" if (gated or "RMSNorm" in arch) else "layernorm",
                               position="learned" if learned else "rotary",
-                              # Nemotron-4 (the rows' one squared-ReLU family) has no bias terms: its
-                              # report ("no bias terms", Parmar et al. 2024) and every NeMo launcher
-                              # nemotron/*.yaml (``bias: false``, tags 24.03-24.09)
-                              bias=not ("no-bias" in arch or gated or "MaxText" in row["model"]
-                                        or "squared-ReLU" in arch),
+                              bias=not ("no-bias" in arch or gated or "MaxText" in row["model"]),
                               tie_embeddings=("tied" in arch and "untied" not in arch) or "MPT" in row["model"],
                               dropout=False, head_size=head, **moe)
 
@@ -696,8 +695,8 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
         fields = NEMO_LAUNCHER_MODEL.get(release, {}).get(key) if pretrain else None
         if fields and any(getattr(model, f) != v for f, v in fields.items()):
             model = model.with_(**fields)
-            notes.append(f"the NeMo {release} launcher config's model: dropout 0.1, learned positions, tied output "
-                         "layer (NeMo 1's defaults where the file is silent)")
+            notes.append(f"the NeMo {release} launcher config's model: "
+                         + ", ".join(f"{f} {v}" for f, v in fields.items()) + " (the file's, NeMo 1's defaults where it is silent)")
     precision, recipe = _precision(row, notes)
     rc, rc_modules = _recompute(row, notes)
     dp, tp, pp, cp = int(row["dp"]), int(row["tp"]), int(row["pp"]), int(row.get("cp") or 1)
