@@ -111,8 +111,8 @@ def moe_table(path: Path) -> str:
     """The MoE rows (complete ones): per release (every row), then one row per plan at its newest
     release, by source x chip x number format, with every refusal's reason; the share evaluated
     against the target of 90 %."""
-    from cosearch.runs.rows import group_of, release_of
-    groups_all, ev_all = evaluate_modern(path, "all", key=lambda r: ".".join(map(str, release_of(r) or ("none",))))
+    from cosearch.runs.rows import graph_capture_class, group_of, release_label
+    groups_all, ev_all = evaluate_modern(path, "all", key=release_label)
     groups, evaluated = evaluate_modern(path, "newest", key=group_of)
     total_all = sum(g["rows"] for g in groups_all.values())
     lines = [f"[fidelity] moe_runs.jsonl: {total_all} complete rows, {len(ev_all)} evaluated "
@@ -125,6 +125,19 @@ def moe_table(path: Path) -> str:
             refused[why] = refused.get(why, 0) + n
     for why, n in sorted(refused.items(), key=lambda x: -x[1]):
         lines.append(f"      refused {n:3d}: {why}")
+    # cosearch prices GPU time only: where the host launches kernels (no whole-iteration CUDA
+    # graph) and a dropless dispatcher waits on it for token counts, the host's time is missing
+    by_capture, _ = evaluate_modern(path, "all", key=lambda r: (graph_capture_class(r), r["model"]))
+    lines.append("[fidelity] MoE by what CUDA graphs capture, then by model (every row; cosearch prices GPU time, "
+                 "no host time):")
+    for capture in sorted({c for c, _m in by_capture}, key=lambda c: -sum(
+            g["rows"] for (c2, _m), g in by_capture.items() if c2 == c)):
+        models = {m: g for (c2, m), g in by_capture.items() if c2 == capture}
+        errors = [e for g in models.values() for e in g["errors"]]
+        lines.append(f"  {capture:<46} rows {sum(g['rows'] for g in models.values()):3d}, evaluated "
+                     f"{len(errors):3d}; {_stats(errors)}")
+        for m, g in sorted(models.items()):
+            lines.append(f"      {m:<42} rows {g['rows']:3d}, evaluated {len(g['errors']):3d}; {_stats(g['errors'])}")
     total = sum(g["rows"] for g in groups.values())
     lines.append(f"[fidelity] MoE, one row per plan at its newest release ({total} plans, {len(evaluated)} evaluated):")
     for name, g in sorted(groups.items()):

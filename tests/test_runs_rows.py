@@ -172,6 +172,28 @@ def test_newest_release_per_plan():
     assert rows.group_of(b) == "Megatron-Bridge GB200 mxfp8"
 
 
+
+def test_release_labels_and_what_a_rows_cuda_graphs_capture():
+    """The release as its containers spell it, and the CUDA graphs a row's notes give, as the
+    fidelity bench groups MoE rows by them: Megatron's own whole-iteration graph, Transformer
+    Engine's per-module graphs with their scopes, none where the notes give none, and MaxText's
+    one XLA program; a graph implementation Megatron does not have is refused."""
+    a = dict(QWEN3_ROW, id="mbridge-26.02.01/Q/x", software="Megatron-Bridge / NeMo 26.02.01 container")
+    assert rows.release_label(a) == "26.02.01"
+    assert rows.release_label(dict(a, software="NeMo 25.11 container")) == "25.11"
+    assert rows.release_label(dict(a, id="maxtext/x", software="MaxText")) == "none"
+    whole = dict(a, notes="cuda_graph=full_iteration scope=[]; moe dispatcher backend=hybridep")
+    te = dict(a, notes="cuda_graph=transformer_engine scope=['attn', 'moe_router', 'moe_preprocess']; EP a2a")
+    bare = dict(a, notes="token-dropless with forced expert load balancing")
+    assert rows.graph_capture(whole) == ("full_iteration", ())
+    assert rows.graph_capture(te) == ("transformer_engine", ("attn", "moe_router", "moe_preprocess"))
+    assert rows.graph_capture(bare) == ("none", ())
+    assert [rows.graph_capture_class(r) for r in (whole, te, bare)] == [
+        "whole iteration", "per module: attn, moe_router, moe_preprocess", "none"]
+    assert rows.graph_capture_class(dict(a, software="MaxText (JAX/XLA) 2025-07")) == "XLA (one compiled step)"
+    with pytest.raises(rows.Refused, match="none of Megatron's"):
+        rows.graph_capture(dict(a, notes="cuda_graph=cudnn scope=[]"))
+
 DSV3_ROW = dict(QWEN3_ROW, id="mbridge-26.08/DeepSeekV3/GB200/FP8_MX/256/gbs4096", model="DeepSeek-V3-671B",
                 arch="MoE, MLA attention (q_lora 1536, kv_lora 512), sigmoid router", layers=61, hidden=7168,
                 heads=128, kv_heads=128, ffn=18432, moe_ffn=2048, num_experts=256, shared_experts=1,

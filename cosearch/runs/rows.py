@@ -28,7 +28,8 @@ from .megatron import CUDA_GRAPH_IMPLS, cuda_graph_note
 from .nemo import apex_adam_memory
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
-           "release_of", "plan_key", "newest_per_plan", "precision_class", "group_of", "megatron_bridge_moe_dispatch"]
+           "release_of", "release_label", "plan_key", "newest_per_plan", "precision_class", "group_of",
+           "megatron_bridge_moe_dispatch", "graph_capture", "graph_capture_class"]
 
 #: Fields every row needs (the others are optional: ``head_dim``, ``cp``, ``ep``, ``vp``, ``zero``,
 #: ``zero_group``, ``sp``, ``offload``, ``ga``, and one of ``tok_s_gpu`` / ``tflops_gpu``).
@@ -512,16 +513,37 @@ def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
     return None
 
 
-def _graph_notes(row: dict, moe: bool, notes: list) -> None:
-    """The CUDA graphs a Megatron-Core row's notes give (``cuda_graph=<impl> scope=[...]``; none
-    where they give none), said as the config readers say them
-    (:func:`cosearch.runs.megatron.cuda_graph_note`): cosearch prices no host time."""
+def graph_capture(row: dict) -> tuple[str, tuple[str, ...]]:
+    """(implementation, scopes) of the CUDA graphs a Megatron-Core row's notes give
+    (``cuda_graph=<impl> scope=[...]``): ``("none", ())`` where they give none, no scopes for the
+    whole iteration, as :func:`cosearch.runs.megatron.cuda_graphs` reads a command line."""
     graphs = re.search(r"cuda_graph=(\w+) scope=\[([^\]]*)\]", str(row.get("notes") or ""))
     impl = graphs.group(1) if graphs else "none"
     if impl not in CUDA_GRAPH_IMPLS:
         raise Refused(f"the row's CUDA graphs {impl!r} are none of Megatron's ({', '.join(CUDA_GRAPH_IMPLS)})")
     scopes = tuple(x.strip(" '\"") for x in graphs.group(2).split(",") if x.strip(" '\"")) if graphs else ()
-    note = cuda_graph_note(impl, () if impl in ("none", "full_iteration") else scopes, moe)
+    return impl, (() if impl in ("none", "full_iteration") else scopes)
+
+
+def graph_capture_class(row: dict) -> str:
+    """What a row's CUDA graphs capture, in words (the fidelity bench groups MoE rows by it,
+    since cosearch prices GPU time only): ``"whole iteration"``, ``"per module: attn, ..."``,
+    ``"none"``; ``"XLA (one compiled step)"`` for MaxText rows, whose step is one XLA program."""
+    if source_group(row) == "MaxText":
+        return "XLA (one compiled step)"
+    impl, scopes = graph_capture(row)
+    if impl == "full_iteration":
+        return "whole iteration"
+    if impl == "none":
+        return "none"
+    return "per module: " + (", ".join(scopes) if scopes else "each layer")
+
+
+def _graph_notes(row: dict, moe: bool, notes: list) -> None:
+    """The CUDA graphs a Megatron-Core row's notes give (:func:`graph_capture`), said as the
+    config readers say them (:func:`cosearch.runs.megatron.cuda_graph_note`): cosearch prices no
+    host time."""
+    note = cuda_graph_note(*graph_capture(row), moe)
     if note:
         notes.append(note)
 
@@ -808,6 +830,13 @@ def release_of(row: dict) -> tuple[int, ...] | None:
     m = re.search(r"NeMo (\d+(?:\.\d+)+)", str(row.get("software", ""))) or \
         re.match(r"[a-z]+-(\d+(?:\.\d+)+)/", str(row.get("id", "")))
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def release_label(row: dict) -> str:
+    """The release as its containers spell it (``(26, 2, 1)`` -> ``"26.02.01"``), ``"none"``
+    where the row names none."""
+    rel = release_of(row)
+    return ".".join([str(rel[0])] + [f"{x:02d}" for x in rel[1:]]) if rel else "none"
 
 
 def plan_key(row: dict) -> str:
