@@ -258,6 +258,30 @@ def test_rejected_update_never_reaches_policy_and_global_stays_finite():
     assert spy.seen == [2, 2, 1]     # round 3: client 1 is the straggler; only client 0 is full
 
 
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(client="x"), "Assignment.client must be a non-negative integer"),
+    (dict(client=-1), "Assignment.client must be a non-negative integer"),
+    (dict(client=True), "Assignment.client must be a non-negative integer"),
+    (dict(keep=0.0), "Assignment.keep must be a positive"),
+    (dict(keep=1.5), r"Assignment.keep must be in \(0, 1\]"),
+    (dict(keep=float("nan")), "Assignment.keep must be a positive finite"),
+    (dict(keep=None), "Assignment.keep must be a positive number"),
+    (dict(masks=[1]), "Assignment.masks must be a dict"),
+    (dict(threshold=-0.1), "Assignment.threshold must be a non-negative"),
+    (dict(threshold=float("inf")), "Assignment.threshold must be a non-negative finite"),
+])
+def test_an_assignment_a_user_builds_is_checked_where_it_is_made(kw, match):
+    """A simulator that builds its own assignments for RoundProtocol.aggregate gets a clear error
+    when it builds one, not a TypeError from inside the round; the server's own pass (a numpy
+    client id, keep 1, a FIARSE threshold of 0) are accepted."""
+    from cosearch.fl.server import Assignment
+    good = dict(client=3, keep=0.5, masks={}, threshold=None)
+    with pytest.raises(ValueError, match=match):
+        Assignment(**{**good, **kw})
+    assert Assignment(np.int64(7), 1.0, {}).client == 7
+    assert Assignment(0, 0.25, {}, threshold=0.0).threshold == 0.0
+
 def test_assignments_are_queries_and_stragglers_start_in_round_3():
     torch.manual_seed(0)
     proto = RoundProtocol(models.mlp(8, 3, 20), 3, "invariant", total_rounds=10, seed=5,

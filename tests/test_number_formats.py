@@ -66,6 +66,16 @@ def test_fp8_mac_area_and_energy_follow_the_cited_figures():
     assert 1.5 * INT8_MAC_UM2 / FP16_MAC_UM2 < ap.fp8_mac_area_fraction < 2.8 * INT8_MAC_UM2 / FP16_MAC_UM2
 
 
+
+@pytest.mark.parametrize("field", ["fp8_mac_area_fraction", "fp8_mac_energy_fraction", "fp4_mac_area_fraction",
+                                   "fp4_mac_energy_fraction"])
+def test_a_mac_fraction_above_one_is_refused(field):
+    """An FP8 or FP4 MAC beside a bf16 one costs a fraction of it: 1 is accepted (the bound), a
+    fraction beyond it (a unit slip: 22.8 for 0.228) is refused by name."""
+    assert getattr(hardware.AreaPowerModel(**{field: 1.0}), field) == 1.0
+    with pytest.raises(ValueError, match=f"AreaPowerModel.{field}=22.8: .* at most 1"):
+        hardware.AreaPowerModel(**{field: 22.8})
+
 def test_fp8_macs_cost_pe_area_and_power_by_hand():
     ap = hardware.AreaPowerModel()
     bf16, fp8x2, fp8x4 = _design(), _design(fp8=2), _design(fp8=4)

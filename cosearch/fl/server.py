@@ -42,6 +42,16 @@ class Assignment:
     masks: dict
     threshold: float | None = None
 
+    def __post_init__(self) -> None:
+        from .._validate import fraction, nonneg_float, nonneg_int
+        nonneg_int("Assignment.client", self.client)
+        fraction("Assignment.keep", self.keep)
+        if not isinstance(self.masks, dict):
+            raise ValueError(f"Assignment.masks must be a dict of the kept neurons per group, got "
+                             f"{type(self.masks).__name__}")
+        if self.threshold is not None:
+            nonneg_float("Assignment.threshold", self.threshold)
+
 
 def _output_layer(model) -> tuple[tuple[str, ...], int] | None:
     """The parameter names of the model's last Linear layer (its classifier) and its class count;

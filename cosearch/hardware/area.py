@@ -128,7 +128,10 @@ class AreaPowerModel:
     def __post_init__(self) -> None:
         from .._validate import nonneg_float
         for k, v in asdict(self).items():
-            nonneg_float(f"AreaPowerModel.{k}", v)
+            f = nonneg_float(f"AreaPowerModel.{k}", v)
+            if k.endswith("_fraction") and f > 1.0:
+                raise ValueError(f"AreaPowerModel.{k}={v!r}: an FP8 or FP4 MAC added to a bf16 MAC costs a "
+                                 "fraction of the bf16 MAC's area or energy, at most 1 (a typo or a unit slip?)")
 
     @staticmethod
     def _cols(d: np.ndarray) -> dict[str, np.ndarray]:
