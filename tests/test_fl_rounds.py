@@ -282,6 +282,16 @@ def test_an_assignment_a_user_builds_is_checked_where_it_is_made(kw, match):
     assert Assignment(np.int64(7), 1.0, {}).client == 7
     assert Assignment(0, 0.25, {}, threshold=0.0).threshold == 0.0
 
+
+@pytest.mark.parametrize("field", ["hysteresis", "readapt"])
+@pytest.mark.parametrize("value", ["x", "false", 0, None])
+def test_profiler_switches_take_only_booleans(field, value):
+    """The profiler's switches refuse anything but True/False (the string "false" is truthy, so
+    accepting it would silently turn the switch on)."""
+    with pytest.raises(ValueError, match=f"{field} must be True or False"):
+        fl.StragglerProfiler(5, **{field: value})
+    assert getattr(fl.StragglerProfiler(5, **{field: np.bool_(False)}), field) is False
+
 def test_assignments_are_queries_and_stragglers_start_in_round_3():
     torch.manual_seed(0)
     proto = RoundProtocol(models.mlp(8, 3, 20), 3, "invariant", total_rounds=10, seed=5,

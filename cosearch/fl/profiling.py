@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
+from .._validate import flag, nonneg_float, positive_float, positive_int
 from .._validate import fraction as unit_fraction
-from .._validate import nonneg_float, positive_float, positive_int
 
 __all__ = ["StragglerProfiler", "fluid_keep_fraction", "choose_width", "ClientProfile", "TraceProfile",
            "device_profiles", "training_flops", "model_bytes", "DEFAULT_WIDTHS", "FLUID_BUCKETS"]
@@ -123,7 +123,7 @@ class StragglerProfiler:
             raise ValueError(f"window must be at least 2 rounds, got {window!r}")
         self.n, self.fraction, self.rule, self.widths = num_clients, fraction, rule, tuple(widths)
         self.start_round = positive_int("start_round", start_round, 10**9)
-        self.hysteresis, self.readapt = hysteresis, readapt
+        self.hysteresis, self.readapt = flag("hysteresis", hysteresis), flag("readapt", readapt)
         self.full_time: dict[int, float] = {}
         self._stragglers: list[int] = []
         self._keep: dict[int, float] = {}
