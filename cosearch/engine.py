@@ -444,6 +444,11 @@ def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
     NeMo's recipes set; off: the gradient reduction runs after the backward, the engine named
     ``...-no-grad-overlap``) and ``overlap_p2p_comm`` (pipeline sends and receives beside the
     interleaved schedule's chunks, the engine named ``...-p2p-overlap``)."""
+    from ._validate import flag
+    tp_comm_overlap, fp8_param_gather = flag("tp_comm_overlap", tp_comm_overlap), flag("fp8_param_gather",
+                                                                                      fp8_param_gather)
+    overlap_grad_reduce, overlap_p2p_comm = flag("overlap_grad_reduce", overlap_grad_reduce), flag(
+        "overlap_p2p_comm", overlap_p2p_comm)
     base = MEGATRON_CORE_TP_OVERLAP if tp_comm_overlap else MEGATRON_CORE
     if overlap_p2p_comm:
         base = replace(base, name=base.name + "-p2p-overlap", overlap_p2p_comm=True)

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 from ._kernels import formulas
+from ._validate import flag
 from .graph import OPERAND_BYTES
 from .models import ModelConfig
 
@@ -73,6 +74,8 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
                       sequence_parallel: bool) -> dict[str, float]:
     """The activations one layer keeps with nothing recomputed, by tensor, in bytes per token and
     per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring)."""
+    flag("flash_attention", flash_attention)
+    flag("sequence_parallel", sequence_parallel)
     c = config
     s, h, a, t = c.seq_len, c.hidden, c.heads, tp
     e = c.dtype_bytes / 2.0  # the formula counts 2-byte activations
@@ -238,6 +241,7 @@ def every_other_matmul_bytes(config: ModelConfig, tp: int, microbatch: int,
 
 
 def _hidden_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_parallel: bool) -> float:
+    flag("sequence_parallel", sequence_parallel)
     n = config.seq_len * microbatch * config.hidden * config.dtype_bytes
     return n / tp if sequence_parallel else float(n)
 

@@ -742,3 +742,32 @@ def test_result_tables_refuse_a_negative_or_fractional_top():
     for top, msg in ((-1, "top must be a non-negative integer, got -1"), (1.5, "top must be a non-negative")):
         with pytest.raises(ValueError, match=msg):
             res.table(top=top)
+
+
+# ------------------------------------------------------------------ switches
+def _switch_calls():
+    from cosearch import engine, memory
+    from cosearch.fl.masks import HeteroFL
+    from cosearch.hardware.space import SearchSpace
+    m = models.preset("llama3-8b")
+    yield "tp_comm_overlap", lambda v: engine.megatron_core(tp_comm_overlap=v)
+    yield "fp8_param_gather", lambda v: engine.megatron_core(fp8_param_gather=v)
+    yield "overlap_grad_reduce", lambda v: engine.megatron_core(overlap_grad_reduce=v)
+    yield "overlap_p2p_comm", lambda v: engine.megatron_core(overlap_p2p_comm=v)
+    yield "SearchSpace.vector_width_tied", lambda v: SearchSpace(vector_width_tied=v)
+    yield "SearchSpace.min_area_exempt_single_core", lambda v: SearchSpace(min_area_exempt_single_core=v)
+    yield "HeteroFL dynamic", lambda v: HeteroFL({1.0: 0.5, 0.5: 0.5}, dynamic=v)
+    yield "sequence_parallel", lambda v: memory.layer_activation_bytes(m, 2, 1, sequence_parallel=v)
+    yield "flash_attention", lambda v: memory.layer_activation_bytes(m, 2, 1, flash_attention=v)
+    yield "sequence_parallel", lambda v: memory.layer_input_bytes(m, 2, 1, sequence_parallel=v)
+
+
+@pytest.mark.parametrize("name,call", list(_switch_calls()), ids=lambda x: x if isinstance(x, str) else "")
+def test_switches_take_only_booleans(name, call):
+    """An on/off switch given a string ("false" is truthy), a number or None is refused by name,
+    not read as on; numpy's booleans are booleans."""
+    for bad in ("false", 0, None, 0.5):
+        with pytest.raises(ValueError, match=f"{re.escape(name)} must be True or False"):
+            call(bad)
+    call(np.bool_(True))
+    call(False)

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import choice, fraction, nonneg_float, positive_float, positive_int
+from .._validate import choice, flag, fraction, nonneg_float, positive_float, positive_int
 from .submodel import Group
 
 __all__ = ["DropoutPolicy", "InvariantDropout", "OrderedDropout", "RandomDropout", "NoDropout", "FjORD", "FjORDDistill",
@@ -216,7 +216,7 @@ class HeteroFL(_NestedWidths):
     def __init__(self, proportions: dict[float, float] | None = None, dynamic: bool = False):
         self.tier: dict[int, float] = {}
         self._dealt: list[float] = []
-        self.dynamic = bool(dynamic)
+        self.dynamic = flag("HeteroFL dynamic", dynamic)
         self.proportions = None
         if proportions is not None:
             if not isinstance(proportions, dict) or not proportions:

@@ -151,6 +151,9 @@ class SearchSpace:
                              f"{type(self.area_power).__name__}")
         if self.glb_rule not in ("fixed", "phaze"):
             raise ValueError(f"SearchSpace.glb_rule must be 'fixed' or 'phaze', got {self.glb_rule!r}")
+        from .._validate import flag
+        for f in ("vector_width_tied", "min_area_exempt_single_core"):
+            flag(f"SearchSpace.{f}", getattr(self, f))
         w = self.glb_words_per_cycle
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w >= 0):
             raise ValueError(f"SearchSpace.glb_words_per_cycle must be a non-negative number (0: on-chip "
