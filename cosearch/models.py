@@ -11,6 +11,7 @@ BERT, GPT-2, GPT-3, OPT and Llama 2.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -184,6 +185,12 @@ class ModelConfig:
     hyper_connections: int = 1
 
     def __post_init__(self) -> None:
+        # numpy's integers (a sweep over np.arange) are integers: stored as Python ints, so the
+        # checks below and the JSON a config is written to see one type
+        for f in self.__dataclass_fields__:
+            x = getattr(self, f)
+            if isinstance(x, numbers.Integral) and not isinstance(x, (bool, int)):
+                object.__setattr__(self, f, int(x))
         for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers", "mtp_layers"):
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, int) or x < 0:

@@ -771,3 +771,15 @@ def test_switches_take_only_booleans(name, call):
             call(bad)
     call(np.bool_(True))
     call(False)
+
+
+def test_model_dimensions_take_numpy_integers_as_integers():
+    """A sweep over ``np.arange`` gives numpy integers: a model takes them and keeps Python ints
+    (its JSON stays plain), while a float stays refused, as before."""
+    m = models.preset("llama3-8b").with_(seq_len=np.int64(2048), num_layers=np.int32(4))
+    assert (m.seq_len, m.num_layers) == (2048, 4)
+    assert type(m.seq_len) is int and type(m.num_layers) is int
+    assert json.loads(json.dumps(m.to_dict()))["seq_len"] == 2048
+    assert m == models.preset("llama3-8b").with_(seq_len=2048, num_layers=4)
+    with pytest.raises(ValueError, match="ModelConfig.seq_len must be a positive integer, got np.float64"):
+        models.preset("llama3-8b").with_(seq_len=np.float64(2048.0))
