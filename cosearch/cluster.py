@@ -103,7 +103,8 @@ class Cluster:
         for f in ("intra_efficiency", "inter_efficiency"):
             v.fraction(f"Cluster.{f}", getattr(self, f))
         t = self.torus_side
-        whole = (isinstance(t, int) and not isinstance(t, bool)) or (isinstance(t, float) and t.is_integer())
+        whole = (isinstance(t, (int, np.integer)) and not isinstance(t, bool)) or (
+            isinstance(t, float) and t.is_integer())
         # a ring of one chip has no link (and log(side) divides a group's span in the torus formulas)
         if not whole or not (t == 0 or 2 <= t <= v.MAX_CHIPS):
             raise ValueError("Cluster.torus_side must be 0 (a switched fabric) or a whole number of at least 2 "

@@ -783,3 +783,6 @@ def test_model_dimensions_take_numpy_integers_as_integers():
     assert m == models.preset("llama3-8b").with_(seq_len=2048, num_layers=4)
     with pytest.raises(ValueError, match="ModelConfig.seq_len must be a positive integer, got np.float64"):
         models.preset("llama3-8b").with_(seq_len=np.float64(2048.0))
+    # and a cluster's torus side, stored as an int
+    cl = cluster.preset("dgx-h100", 2).with_(torus_side=np.int64(0))
+    assert cl.torus_side == 0 and type(cl.torus_side) is int
