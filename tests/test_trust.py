@@ -786,3 +786,12 @@ def test_model_dimensions_take_numpy_integers_as_integers():
     # and a cluster's torus side, stored as an int
     cl = cluster.preset("dgx-h100", 2).with_(torus_side=np.int64(0))
     assert cl.torus_side == 0 and type(cl.torus_side) is int
+
+
+@pytest.mark.parametrize("field,value", [("checkpoint", [1]), ("checkpoint", ""), ("resume", {"a": 1}), ("resume", "")])
+def test_search_files_must_be_paths(field, value):
+    """A checkpoint or resume that is not a path (a list, a dict, an empty string) is refused when
+    the options are made; a dict was read as JSON text and a list was never written to."""
+    with pytest.raises(ValueError, match=f"{field} must be a file path"):
+        search.SearchOptions(**{field: value})
+    assert search.SearchOptions(**{field: "run.json"}).__getattribute__(field) == "run.json"
