@@ -199,7 +199,7 @@ def save_new_json(data: dict[str, Any], path: str | os.PathLike | None, overwrit
     """:func:`dump_json`, refusing an existing ``path`` unless ``overwrite`` (as the command line
     refuses without ``--force``)."""
     from ._validate import new_file
-    new_file(path, overwrite)
+    new_file(path, overwrite, "path")
     return dump_json(data, path)
 
 

@@ -11,7 +11,7 @@ def pyplot(what: str, path: str | os.PathLike | None, overwrite: bool) -> Any:
     a file without ``overwrite``; a missing matplotlib is refused naming ``what`` and the extra
     that installs it."""
     from ._validate import new_file
-    new_file(path, overwrite)
+    new_file(path, overwrite, "path")
     try:
         import matplotlib
         matplotlib.use("Agg")

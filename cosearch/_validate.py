@@ -164,19 +164,15 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
-def new_file(path, overwrite: bool) -> None:
-    """Refuse an existing ``path`` unless ``overwrite`` (the Python API's twin of ``--force``)."""
+def file_path(path, flag: str = "out") -> str:
+    """An output file's path, checked before any work: a non-empty str or os.PathLike, not a
+    folder, in a folder that exists and is writable (refused naming ``flag`` otherwise)."""
     import os
-    if path is not None and not overwrite and os.path.exists(path):
-        raise FileExistsError(f"{os.fspath(path)} exists; pass overwrite=True to replace it")
-
-
-def output_path(path, force: bool = False, resume: bool | None = None, flag: str = "--out") -> str:
-    """Check an output file before any work: not a folder, its folder exists and is writable,
-    and an existing file is replaced only with ``force`` (or continued with ``resume``).
-    ``resume=None``: the command has no resume option."""
-    import os
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{flag} must be a file path (a str or os.PathLike), got {path!r}")
     p = os.fspath(path)
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
     if os.path.isdir(p):
         raise ValueError(f"{flag} {p!r} is a directory")
     parent = os.path.dirname(os.path.abspath(p))
@@ -184,6 +180,30 @@ def output_path(path, force: bool = False, resume: bool | None = None, flag: str
         raise ValueError(f"{flag} {p!r}: folder {parent!r} does not exist")
     if not os.access(parent, os.W_OK):
         raise ValueError(f"{flag} {p!r}: folder {parent!r} is not writable")
+    return p
+
+
+def new_file(path, overwrite: bool, flag: str = "out") -> None:
+    """Refuse an existing ``path`` unless ``overwrite`` (the Python API's twin of ``--force``),
+    and a ``path`` that is no path at all; None: no file.  Whether its folder takes the file is
+    left to the write (an OSError there, which the command line's fallback save catches); a run
+    that writes only at its end checks that first with :func:`file_path`."""
+    import os
+    if path is None:
+        return
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{flag} must be a file path (a str or os.PathLike), got {path!r}")
+    p = os.fspath(path)
+    if not overwrite and os.path.exists(p):
+        raise FileExistsError(f"{p} exists; pass overwrite=True to replace it")
+
+
+def output_path(path, force: bool = False, resume: bool | None = None, flag: str = "--out") -> str:
+    """Check an output file before any work: not a folder, its folder exists and is writable,
+    and an existing file is replaced only with ``force`` (or continued with ``resume``).
+    ``resume=None``: the command has no resume option."""
+    import os
+    p = file_path(path, flag)
     if os.path.exists(p) and not (force or bool(resume)):
         raise ValueError(f"{flag} {p!r} exists; pass --force to replace it"
                          + (" or --resume to continue it" if resume is not None else ""))

@@ -453,7 +453,7 @@ class CodesignResults:
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         """Write :meth:`to_dict` as JSON (an existing file only with ``overwrite``)."""
-        v.new_file(path, overwrite)
+        v.new_file(path, overwrite, "path")
         with open(path, "w") as f:
             json.dump(self.to_dict(), f, indent=1)
 

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._json import dump_json, load_json, stamped
+from ._validate import file_path
 
 __all__ = ["PHAZE_MODELS", "PHAZE_HBM_GIB", "PhazeRow", "phaze", "SPACES"]
 
@@ -86,6 +87,8 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
     from .search import cosearch
     if space not in SPACES:
         raise ValueError(f"space must be one of {', '.join(SPACES)}, got {space!r}")
+    if out is not None:
+        out = file_path(out, "out")          # before any work: a run's rows are saved as it ends
     models, hbm_gibs = list(models), list(hbm_gibs)
     if not models or not hbm_gibs:
         raise ValueError("PHAZE's table needs at least one model and one HBM scenario")
@@ -253,6 +256,13 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
     run.  ``plot``: a file prefix; each run's throughput-against-energy plot goes to
     ``{plot}-{model}-{chips}.png`` (:meth:`cosearch.frontier.CodesignResults.plot`)."""
     from . import frontier as fr
+    if out is not None:
+        out = file_path(out, "out")          # before any work: the rows are saved after every run
+    if plot is not None:
+        # a prefix: its files ({plot}-{model}-{chips}.png) land beside it, so its folder must take them
+        if not isinstance(plot, (str, os.PathLike)) or not os.fspath(plot):
+            raise ValueError(f"plot must be a file prefix (a str or os.PathLike), got {plot!r}")
+        file_path(f"{os.fspath(plot)}-{{model}}.png", "plot")
     models, chip_counts = list(models), list(chip_counts)
     if not models or not chip_counts:
         raise ValueError("the frontier table needs at least one model and one chip count")

@@ -238,7 +238,7 @@ class Results:
         """One row per design in rank order (best throughput first, designs without a plan
         last), with the plan's columns (:data:`CSV_PLAN_COLUMNS`); also written to ``path`` when
         given — which must not exist unless ``overwrite``."""
-        v.new_file(path, overwrite)
+        v.new_file(path, overwrite, "path")
         buf = io.StringIO()
         w = csv.writer(buf)
         cols = ["rank", "index", *DESIGN_FIELDS, "area_mm2", "power_w", "tokens_per_s", "step_time_s",

@@ -795,3 +795,25 @@ def test_search_files_must_be_paths(field, value):
     with pytest.raises(ValueError, match=f"{field} must be a file path"):
         search.SearchOptions(**{field: value})
     assert search.SearchOptions(**{field: "run.json"}).__getattribute__(field) == "run.json"
+
+
+@pytest.mark.parametrize("bad,message", [([1], "out must be a file path"), ("", "out must be a file path"),
+                                         (5, "out must be a file path"),
+                                         ("no-such-folder/rows.json", "folder .* does not exist")])
+def test_output_files_are_checked_before_any_work(bad, message, tmp_path, monkeypatch):
+    """The long library runs check their output file before the first run, not when the first
+    run's rows are written (a frontier run then failed after its first model with a bare
+    TypeError or FileNotFoundError): PHAZE's table, the frontier table and its plot prefix, an FL
+    simulation and an FL experiment."""
+    from cosearch import fl, reproduce
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        reproduce.phaze(["opt-350m"], [32], out=bad, progress=False)
+    with pytest.raises(ValueError, match=message):
+        reproduce.frontier(["gpt3-1.3b"], [64], out=bad)
+    with pytest.raises(ValueError, match=message.replace("out must be a file path", "plot must be a file prefix")):
+        reproduce.frontier(["gpt3-1.3b"], [64], plot=bad)
+    with pytest.raises(ValueError, match=message):
+        fl.simulate(dataset="digits", method="none", rounds=1, out=bad)
+    with pytest.raises(ValueError, match=message):
+        fl.run_experiment(dataset="digits", methods=["none"], seeds=[0], rounds=1, out=bad, progress=False)

@@ -441,8 +441,10 @@ def run_experiment(dataset: str = "digits", methods=("invariant", "ordered", "ra
     settings whose finished runs are kept.  On Ctrl-C the finished runs are returned (and
     saved) with ``interrupted=True``.  An existing ``out`` is refused before any work unless
     ``overwrite``, or unless it is the ``resume`` file (continued in place)."""
-    from .._validate import new_file
+    from .._validate import file_path, new_file
     continued = out is not None and resume is not None and os.path.abspath(resume) == os.path.abspath(out)
+    if out is not None:
+        file_path(out, "out")          # before any run: each finished run is saved
     new_file(out, overwrite or continued)
     methods = [methods] if isinstance(methods, str) else list(methods)
     if not methods:

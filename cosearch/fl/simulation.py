@@ -536,7 +536,9 @@ def simulate(dataset: str | FLData = "digits", clients: int = 5, method: str = "
     """
     import torch
 
-    from .._validate import new_file
+    from .._validate import file_path, new_file
+    if out is not None:
+        file_path(out, "out")          # before any round: the result is written as the run goes
     new_file(out, overwrite)
     choice("method", method, METHODS)
     rounds = positive_int("rounds", rounds, 100_000)
