@@ -509,6 +509,18 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
             raise ValueError(f"codesign: systems must be SystemDesign, got {type(s).__name__}")
     if cost is not None and not isinstance(cost, CostModel):
         raise ValueError(f"codesign: cost must be a CostModel, got {type(cost).__name__}")
+    if area_power is not None and not isinstance(area_power, AreaPowerModel):
+        raise ValueError(f"codesign: area_power must be an AreaPowerModel, got {type(area_power).__name__}")
+    progress = v.flag("progress", progress)
+    if plan_options is not None:
+        if not isinstance(plan_options, dict):
+            raise ValueError(f"codesign: plan_options must be a dict of search_plans' options, got "
+                             f"{type(plan_options).__name__}")
+        import inspect
+        known = [k for k, p in inspect.signature(search_plans).parameters.items() if p.kind == p.KEYWORD_ONLY]
+        unknown = sorted(set(plan_options) - set(known))
+        if unknown:
+            raise ValueError(f"codesign: unknown plan option(s) {unknown}; search_plans takes {', '.join(known)}")
     ap = area_power or AreaPowerModel()
     budgets = {"chip_power_budget_w": chip_power_budget_w, "rack_power_budget_w": rack_power_budget_w,
                "die_area_budget_mm2": die_area_budget_mm2}

@@ -327,3 +327,18 @@ def test_a_rating_or_price_below_the_base_chips_own_parts_is_refused_not_priced_
     # at the smallest capex the model allows, the HBM-less slot costs its energy and nothing else
     edge = fr.SystemDesign(hardware.B200.with_(hbm_bytes=0.0 + 1.0), 8, 50e9, base="B200", chip_usd=18_000.0)
     assert cm.usd_per_chip(edge, 1000.0) == pytest.approx(1e-9 * 100 + 1.0 * 4 * 365.25 * 24 * 0.1)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(area_power="x"), "area_power must be an AreaPowerModel, got str"),
+    (dict(plan_options="x"), "plan_options must be a dict of search_plans' options, got str"),
+    (dict(plan_options={"zeros": (1,)}), r"unknown plan option\(s\) \['zeros'\]; search_plans takes"),
+    (dict(progress="x"), "progress must be True or False"),
+])
+def test_codesign_refuses_bad_arguments_before_any_system(kw, message):
+    """A wrong area model, plan options that are no dict or name no option, and a non-boolean
+    progress switch are refused by name before the first system is priced (an AttributeError
+    from inside, or a switch read as on, before)."""
+    systems = [fr.SystemDesign(hardware.H100, 8, 50e9, name="dgx")]
+    with pytest.raises(ValueError, match=message):
+        fr.codesign("gpt3-1.3b", systems, 16, 16, **kw)
