@@ -364,6 +364,7 @@ def compare(model: ModelConfig | str, space: SearchSpace | None = None, cluster:
             global_batch: int = 1536, executor: Executor | str | int | None = None, show: bool = True,
             **kwargs: Any) -> Results:
     """Co-search vs the TPUv4 and Spotlight-style baselines; prints the side-by-side table."""
+    show = v.flag("show", show)
     res = cosearch(model_preset(model), space, cluster, global_batch, executor, baselines=True, **kwargs)
     if show:
         print(res.table(top=5))
