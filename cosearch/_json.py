@@ -259,6 +259,8 @@ def _parse(text: str, what: str, path: str) -> Any:
 def read_text_file(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> str:
     """The UTF-8 text of a user's file (a BOM dropped), or ``ValueError`` naming ``what`` and the
     problem (a FIFO, device, binary file or a file over ``max_bytes`` is refused)."""
+    from ._validate import input_path
+    path = input_path(path, f"the {what} file")
     try:
         _regular_file(path, what, MAX_JSON_BYTES if max_bytes is None else max_bytes)
         with open(path, encoding="utf-8-sig") as fh:

@@ -164,6 +164,16 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+def input_path(path, what: str) -> str:
+    """A file to read: a non-empty str or os.PathLike (refused naming ``what`` otherwise, before
+    the operating system's TypeError from deep inside a reader)."""
+    import os
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{what} must be a file path (a str or os.PathLike), got {path!r}")
+    p = os.fspath(path)
+    return os.fsdecode(p) if isinstance(p, bytes) else p
+
+
 def file_path(path, flag: str = "out") -> str:
     """An output file's path, checked before any work: a non-empty str or os.PathLike, not a
     folder, in a folder that exists and is writable (refused naming ``flag`` otherwise)."""

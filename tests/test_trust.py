@@ -820,3 +820,25 @@ def test_output_files_are_checked_before_any_work(bad, message, tmp_path, monkey
         fl.simulate(dataset="digits", method="none", rounds=1, out=bad)
     with pytest.raises(ValueError, match=message):
         fl.run_experiment(dataset="digits", methods=["none"], seeds=[0], rounds=1, out=bad, progress=False)
+
+
+@pytest.mark.parametrize("bad", [5, None, [1], b"x.yaml", ""])
+def test_readers_refuse_what_is_no_path(bad):
+    """The config readers given no path (a number, None, a list, bytes, an empty string) refuse
+    it by name: the operating system's TypeError ('stat: path should be string ...') or an
+    AttributeError ('int' object has no attribute 'read') came from deep inside before."""
+    from cosearch import runs
+    from cosearch.runs.check import read_measured
+    calls = [(runs.read_config, "read_config: the config must be a file path"),
+             (runs.read_nemo1, "must be a file path"), (runs.read_foundry, "must be a file path"),
+             (runs.read_torchtitan, "must be a file path"), (runs.read_hf_config, "must be a file path"),
+             (read_measured, "the measured-runs file must be a file path")]
+    if bad is not None:                        # read_maxtext(None) is MaxText's own defaults
+        calls.append((runs.read_maxtext, "must be a file path"))
+    for fn, message in calls:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            fn(bad)
+    with pytest.raises(ValueError, match="give the argument line as text"):
+        runs.read_megatron_args(5)
+    with pytest.raises(ValueError, match="read_configs: "):
+        runs.read_configs(bad if bad is not None else 5)

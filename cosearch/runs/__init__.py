@@ -24,6 +24,7 @@ measured runs (``cosearch runs check``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..models import ModelConfig
@@ -118,6 +119,8 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
     ``overrides``: ``key=value`` words applied after the file (Hydra / MaxText / torchtitan
     style).  ``model``: the model when the file leaves it out (Megatron lines, NeMo configs whose
     tokenizer is unknown); ``seq_len``: the sequence for a ``config.json``."""
+    from .._validate import input_path
+    path = input_path(path, "read_config: the config")
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -146,7 +149,17 @@ def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], m
     """The files of one run, merged (:func:`merge`).  ``items``: paths, or ``(path, overrides)``
     pairs.  Files that describe the plan are read first, so a ``config.json`` is read at their
     sequence length and a Megatron line without model flags gets the model from the others."""
-    pairs = [(Path(i), []) if isinstance(i, (str, Path)) else (Path(i[0]), list(i[1])) for i in items]
+    from .._validate import input_path
+    if isinstance(items, (str, os.PathLike)) or not isinstance(items, (list, tuple)):
+        raise ValueError(f"read_configs: give a list of paths or (path, overrides) pairs, got {items!r}")
+    pairs = []
+    for i in items:
+        if isinstance(i, (str, os.PathLike)):
+            pairs.append((Path(input_path(i, "read_configs: a config")), []))
+        elif isinstance(i, (list, tuple)) and len(i) == 2 and isinstance(i[1], (list, tuple)):
+            pairs.append((Path(input_path(i[0], "read_configs: a config")), list(i[1])))
+        else:
+            raise ValueError(f"read_configs: each item is a path or a (path, overrides) pair, got {i!r}")
     if not pairs:
         raise ValueError("read_configs: no files")
     fmts = [detect_format(p) for p, _ in pairs]

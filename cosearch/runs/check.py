@@ -223,7 +223,8 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
     from .rows import group_of, newest_per_plan, read_row
     if releases not in ("all", "newest"):
         raise ValueError(f"releases must be 'all' or 'newest', got {releases!r}")
-    p = Path(path)
+    from .._validate import input_path
+    p = Path(input_path(path, "the measured-runs file"))
     out: list[tuple[str, str, Any]] = []
     if p.suffix.lower() == ".csv":
         for i, r in enumerate(_csv_rows(p), start=2):

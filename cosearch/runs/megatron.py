@@ -877,6 +877,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     ``model``: the model the run trains (None: built from the line's model flags); the line's
     model flags must agree with it.  Raises ``ValueError`` naming the flag for a malformed,
     contradictory or unpriceable line."""
+    if not isinstance(text, str):
+        raise ValueError(f"read_megatron_args: give the argument line as text (a str), got {type(text).__name__}")
     vals, flags, neutral = _split(text)
     assumed: list[str] = []
     model = _line_model(vals, flags, model, assumed)
