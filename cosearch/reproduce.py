@@ -215,30 +215,52 @@ def frontier_systems() -> list:
         hbm=(None, ("hbm3e-12h", 8), ("hbm4-12h", 8)))
 
 
-def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[str, float]]:
+def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
     """Per fixed system, the model's error on the published runs of its chip (validation-schema
     files ``modern_runs.jsonl``, every row, and ``moe_runs.jsonl``, each plan's newest release,
-    in the folder ``validation``): ``n``, ``mae``, ``mean_signed``.  Empty when the folder or its
-    files are missing."""
-    from .runs.check import check_runs
+    in the folder ``validation``): ``n``, ``mae``, ``mean_signed``, and the same over the runs
+    whose step is the GPU time cosearch prices (``gpu_time``, None when there are none): every
+    dense run, and the MoE runs whose whole iteration is one CUDA graph or one XLA program — an
+    MoE run launched from the host also waits on the host's launches and its dispatcher's token
+    counts, which cosearch does not price (:func:`cosearch.runs.rows.graph_capture_class`).
+    Empty when the folder or its files are missing."""
+    from .runs.check import check_runs, jsonl_rows
+    from .runs.rows import Refused, graph_capture_class
     if validation is None or not os.path.isdir(validation):
         return {}
-    errs: dict[str, list[float]] = {k: [] for k in FIXED_CHIP_TOKEN}
+    errs: dict[str, list[tuple[float, bool]]] = {k: [] for k in FIXED_CHIP_TOKEN}
     for name, releases in (("modern_runs.jsonl", "all"), ("moe_runs.jsonl", "newest")):
         path = os.path.join(validation, name)
         if not os.path.isfile(path):
             continue
+        gpu_time: dict[str, bool] = {}
+        if name == "moe_runs.jsonl":
+            for row in jsonl_rows(path):
+                try:
+                    gpu_time[str(row.get("id"))] = graph_capture_class(row) in _GPU_TIME_CAPTURES
+                except Refused:
+                    gpu_time[str(row.get("id"))] = False
         for r in check_runs(path, releases=releases).runs:
             parts = r.group.split()
             chip = parts[1] if len(parts) > 1 else ""
             for k, tok in FIXED_CHIP_TOKEN.items():
                 if chip == tok or chip.startswith(tok + "-"):
-                    errs[k].append(r.error)
-    out = {}
+                    errs[k].append((r.error, gpu_time.get(r.id, name == "modern_runs.jsonl")))
+    out: dict[str, dict[str, Any]] = {}
     for k, e in errs.items():
         if e:
-            out[k] = {"n": len(e), "mae": sum(abs(x) for x in e) / len(e), "mean_signed": sum(e) / len(e)}
+            out[k] = {**_error_stats([x for x, _ in e]),
+                      "gpu_time": _error_stats([x for x, g in e if g]) if any(g for _, g in e) else None}
     return out
+
+
+#: What a run's graphs capture (:func:`cosearch.runs.rows.graph_capture_class`) when its step is
+#: GPU time alone: the host launches nothing within the iteration.
+_GPU_TIME_CAPTURES = ("whole iteration", "XLA (one compiled step)")
+
+
+def _error_stats(e: list[float]) -> dict[str, float]:
+    return {"n": len(e), "mae": sum(abs(x) for x in e) / len(e), "mean_signed": sum(e) / len(e)}
 
 
 def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_chip: float = 0.5,

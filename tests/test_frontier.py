@@ -199,6 +199,32 @@ def test_reproduce_frontier_and_errors(tmp_path):
         abs(by_id["mbridge-25.11/LLAMA3_8B/B200/FP8-MX/8"]))
     assert errs["gb200-nvl72"]["mean_signed"] == pytest.approx(by_id["mbridge-25.11/LLAMA3_8B/GB200/FP8-MX/8"])
     assert "dgx-h100" not in errs and reproduce.fixed_system_errors(tmp_path / "nope") == {}
+    # the dense runs' step is GPU time: the subset is every run
+    assert errs["dgx-b200"]["gpu_time"] == {k: errs["dgx-b200"][k] for k in ("n", "mae", "mean_signed")}
+
+
+def test_fixed_system_errors_split_off_moe_runs_launched_from_the_host(tmp_path):
+    """An MoE run whose whole iteration is one CUDA graph counts in the GPU-time subset; the same
+    model launched from the host (Transformer Engine's per-module graphs, or none) counts only
+    in the whole: the subset's numbers are those of its runs alone."""
+    import pathlib
+
+    from cosearch import reproduce
+    from cosearch.runs.check import check_runs
+    src = pathlib.Path(__file__).resolve().parents[1] / "bench" / "validation" / "moe_runs.jsonl"
+    if not src.is_file():
+        pytest.skip("bench/validation is not in this checkout")
+    want = ("mbridge-26.08/Qwen3_30B_a3B/GB200/FP8_MX/8/gbs512",        # whole iteration
+            "mbridge-26.04.01/GPT_OSS_120B/GB200/BF16/64/gbs1280")     # no graphs
+    keep = [line for line in src.read_text().splitlines() if any(f'"id": "{w}"' in line for w in want)]
+    assert len(keep) == 2 and "cuda_graph=full_iteration" in next(x for x in keep if "Qwen3" in x)
+    val = tmp_path / "val"
+    val.mkdir()
+    (val / "moe_runs.jsonl").write_text("\n".join(keep) + "\n")
+    by_id = {r.id: r.error for r in check_runs(val / "moe_runs.jsonl").runs}
+    e = reproduce.fixed_system_errors(val)["gb200-nvl72"]
+    assert e["n"] == 2 and e["mae"] == pytest.approx((abs(by_id[want[0]]) + abs(by_id[want[1]])) / 2)
+    assert e["gpu_time"]["n"] == 1 and e["gpu_time"]["mean_signed"] == pytest.approx(by_id[want[0]])
 
 
 def test_cli_reproduce_frontier(tmp_path, capsys):

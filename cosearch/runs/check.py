@@ -214,6 +214,26 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
                      measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))
 
 
+def jsonl_rows(path: str | os.PathLike) -> list[dict]:
+    """The rows of a validation-schema ``.jsonl`` file: one JSON object per non-blank line, each
+    with an ``id`` (``line N`` where it has none); a line that is no JSON object is refused by
+    its number."""
+    from .._json import read_text_file
+    text = read_text_file(path, "measured-runs", 256 << 20)
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: line {n} is not JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: line {n} is not a JSON object")
+        rows.append(dict(row, id=str(row.get("id") or f"line {n}")))
+    return rows
+
+
 def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[str, str, Any]]:
     """``(id, group, RunConfig or the reason it was refused)`` for each run of a measured-runs
     file (``.jsonl`` in the validation schema, or the minimal ``.csv``).  ``releases``: ``all``
@@ -237,19 +257,7 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
         return out
     if p.suffix.lower() not in (".jsonl", ".json"):
         raise ValueError(f"{p}: measured runs are a .jsonl (validation schema) or .csv file")
-    from .._json import read_text_file
-    text = read_text_file(p, "measured-runs", 256 << 20)
-    rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}: line {n} is not JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{p}: line {n} is not a JSON object")
-        rows.append(dict(row, id=str(row.get("id") or f"line {n}")))
+    rows = jsonl_rows(p)
     # rows the schema marks incomplete (moe_runs.jsonl keeps them so nothing read is lost) are
     # listed, not checked, and never chosen as a plan's newest measurement
     incomplete = [r for r in rows if r.get("complete") is False]
