@@ -271,7 +271,7 @@ def _resume_file(resume, out):
     if not path or not os.path.isfile(path):
         if resume is True:
             return None           # nothing saved yet: start from scratch
-        raise ValueError(f"--resume {path}: no such file")
+        raise ValueError(f"--resume {path}: " + ("a folder, not a file" if os.path.isdir(path) else "no such file"))
     return path
 
 
@@ -1048,7 +1048,8 @@ def _dispatch(a) -> int:
         from .multimodel import MultiModelResults
         from .search import Results
         if not os.path.isfile(a.results):
-            raise ValueError(f"{a.results}: no such file")
+            raise ValueError(f"{a.results}: " + ("a folder, not a results file" if os.path.isdir(a.results)
+                                                  else "no such file"))
         for path, flag in ((a.csv, "--csv"), (a.plot, "--plot")):
             if path:
                 output_path(path, a.force, flag=flag)

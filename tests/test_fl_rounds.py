@@ -481,3 +481,11 @@ def test_dirichlet_alpha_must_be_a_positive_finite_number():
 def test_simulate_refuses_arguments_of_the_wrong_kind_by_name(kw, message):
     with pytest.raises(ValueError, match=message):
         fl.simulate("digits", **{"clients": 3, "rounds": 1, **kw})
+
+
+def test_a_folder_given_for_the_bundled_digits_is_refused(tmp_path):
+    """digits needs no files: a --data folder given with it would go unread, so it is refused by
+    name rather than silently ignored (the run then trained on the bundled digits)."""
+    with pytest.raises(ValueError, match="digits is bundled with cosearch, so data_dir"):
+        data.load_dataset("digits", 5, str(tmp_path))
+    assert len(data.load_dataset("digits", 5, None).clients) == 5

@@ -842,3 +842,13 @@ def test_readers_refuse_what_is_no_path(bad):
         runs.read_megatron_args(5)
     with pytest.raises(ValueError, match="read_configs: "):
         runs.read_configs(bad if bad is not None else 5)
+
+
+def test_a_folder_where_a_file_is_wanted_is_named_a_folder(tmp_path, capsys):
+    """`report` and `search --resume` given a folder say it is one (they said "no such file",
+    which a user who sees the folder cannot act on)."""
+    assert main(["report", str(tmp_path)]) == 2
+    assert "a folder, not a results file" in capsys.readouterr().err
+    assert main(["search", "--model", "gpt3-1.3b", "--chips", "8", "--batch", "8", "--serial", "--refine-top", "0",
+                 "--resume", str(tmp_path), "--out", str(tmp_path / "r.json")]) == 2
+    assert "--resume " + str(tmp_path) + ": a folder, not a file" in capsys.readouterr().err

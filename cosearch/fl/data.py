@@ -623,6 +623,9 @@ def load_dataset(name: str, clients: int = 5, data_dir: str | None = None, seed:
     FLuID's partition files) from ``data_dir``; without ``data_dir`` the last three come through
     Flower Datasets (:mod:`cosearch.fl.flower_datasets`, ``pip install 'cosearch[datasets]'``)."""
     if name == "digits":
+        if data_dir:
+            raise ValueError(f"digits is bundled with cosearch, so data_dir (--data) {data_dir!r} would go unread; "
+                             "give a folder for femnist, shakespeare or cifar10, or leave it out")
         return load_digits(clients, alpha, seed)
     if data_dir and is_saved_partitions(data_dir):
         d = load_partitions(data_dir, clients)
