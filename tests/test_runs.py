@@ -382,3 +382,38 @@ def test_one_hot_embedding_is_a_gemm_whose_backward_is_the_tables_gradient_only(
         engine.Engine("x", embedding="lookup")
     with pytest.raises(ValueError, match="embedding"):
         graph.build(m, 1, 1, part="embedding", embedding="lookup")
+
+
+def test_checked_runs_grouped_by_what_their_cuda_graphs_capture(tmp_path):
+    """MoE runs are also grouped by what their CUDA graphs capture (the host's time is not
+    priced where it launches kernels): the statistics hand-worked over the runs of each capture,
+    a dense run (no capture) left out of that table and of its 'all'; the capture read from the
+    rows' notes, and nothing from a .csv file, which does not say."""
+    from cosearch.runs.check import CheckedRun, CheckResult, moe_captures
+    runs = (CheckedRun("a", "g", "p", 110.0, 100.0, "whole iteration"),
+            CheckedRun("b", "g", "p", 98.0, 100.0, "whole iteration"),
+            CheckedRun("c", "g", "p", 150.0, 100.0, "none"),
+            CheckedRun("d", "g", "p", 100.0, 100.0))
+    res = CheckResult(runs)
+    cap = res.groups("capture")
+    assert set(cap) == {"whole iteration", "none", "all"}
+    assert cap["whole iteration"]["n"] == 2 and cap["whole iteration"]["mae"] == pytest.approx(0.06)
+    assert cap["whole iteration"]["mean_signed"] == pytest.approx(0.04)
+    assert cap["all"]["n"] == 3 and cap["all"]["mean_signed"] == pytest.approx((0.10 - 0.02 + 0.50) / 3)
+    assert res.groups()["all"]["n"] == 4
+    assert "MoE runs by what their CUDA graphs capture" in res.table()
+    assert "MoE runs by" not in CheckResult(runs[3:]).table()
+    with pytest.raises(ValueError, match="by must be 'group' or 'capture'"):
+        res.groups("chip")
+    rows = [{"id": "m1", "num_experts": 128, "software": "Megatron-Bridge / NeMo 26.08 container",
+             "notes": "cuda_graph=full_iteration scope=[]; moe dispatcher backend=hybridep"},
+            {"id": "m2", "num_experts": 64, "software": "Megatron-Bridge / NeMo 26.02 container",
+             "notes": "cuda_graph=transformer_engine scope=['moe_router', 'moe_preprocess']"},
+            {"id": "m3", "num_experts": 8, "software": "Megatron-Bridge / NeMo 26.02 container", "notes": ""},
+            {"id": "dense", "software": "Megatron-Bridge / NeMo 26.02 container", "notes": ""}]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert moe_captures(path) == {"m1": "whole iteration", "m2": "per module: moe_router, moe_preprocess",
+                                  "m3": "none"}
+    (tmp_path / "runs.csv").write_text("id\n")
+    assert moe_captures(tmp_path / "runs.csv") == {}

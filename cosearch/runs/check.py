@@ -40,13 +40,18 @@ BAND = 0.10
 
 @dataclass(frozen=True)
 class CheckedRun:
-    """One measured run: its prediction and signed error (predicted / measured - 1)."""
+    """One measured run: its prediction and signed error (predicted / measured - 1).
+    ``capture``: what an MoE run's CUDA graphs capture (:func:`cosearch.runs.rows.graph_capture_class`:
+    whole iteration, per module, none, or XLA's one compiled step), "" for a dense run or a file
+    that does not say; cosearch prices GPU time, so an MoE run launched from the host also waits
+    on the host, which is not priced."""
 
     id: str
     group: str
     plan: str
     predicted_tok_s_per_chip: float
     measured_tok_s_per_chip: float
+    capture: str = ""
 
     @property
     def error(self) -> float:
@@ -60,13 +65,17 @@ class CheckResult:
     runs: tuple[CheckedRun, ...]
     refused: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
-    def groups(self) -> dict[str, dict[str, float]]:
+    def groups(self, by: str = "group") -> dict[str, dict[str, float]]:
         """Per group: ``n``, ``mae`` (mean absolute error), ``mean_signed`` and ``within_band``
-        (the fraction within ±10 %); the group ``all`` covers every run."""
+        (the fraction within ±10 %); the group ``all`` covers every run.  ``by="capture"``: per
+        :attr:`CheckedRun.capture` instead, over the MoE runs whose capture is known."""
+        if by not in ("group", "capture"):
+            raise ValueError(f"by must be 'group' or 'capture', got {by!r}")
+        runs = [r for r in self.runs if by == "group" or r.capture]
         out: dict[str, dict[str, float]] = {}
-        names = sorted({r.group for r in self.runs})
+        names = sorted({getattr(r, by) for r in runs})
         for g in names + ["all"]:
-            e = np.array([r.error for r in self.runs if g == "all" or r.group == g])
+            e = np.array([r.error for r in runs if g == "all" or getattr(r, by) == g])
             if e.size:
                 out[g] = {"n": int(e.size), "mae": float(np.abs(e).mean()), "mean_signed": float(e.mean()),
                           "within_band": float((np.abs(e) <= BAND).mean())}
@@ -86,6 +95,16 @@ class CheckResult:
         for g, s in self.groups().items():
             lines.append(f"{g:<{wg}} {s['n']:>5} {s['mae']:>7.1%} {s['mean_signed']:>+12.1%} "
                          f"{s['within_band']:>11.0%}")
+        captures = self.groups("capture")
+        if captures:
+            wc = max(len(c) for c in captures)
+            lines.append("")
+            lines.append("MoE runs by what their CUDA graphs capture (cosearch prices GPU time: a run launched from "
+                         "the host also waits on it):")
+            lines.append(f"{'capture':<{wc}} {'runs':>5} {'MAE':>7} {'mean signed':>12} {'within 10%':>11}")
+            for c, s in captures.items():
+                lines.append(f"{c:<{wc}} {s['n']:>5} {s['mae']:>7.1%} {s['mean_signed']:>+12.1%} "
+                             f"{s['within_band']:>11.0%}")
         if self.refused:
             lines.append("")
             lines.append(f"{len(self.refused)} run(s) not checked:")
@@ -94,8 +113,10 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": [dict(id=r.id, group=r.group, plan=r.plan, predicted_tok_s_per_chip=r.predicted_tok_s_per_chip,
-                              measured_tok_s_per_chip=r.measured_tok_s_per_chip, error=r.error) for r in self.runs],
-                "groups": self.groups(), "refused": [{"id": i, "reason": w} for i, w in self.refused]}
+                              measured_tok_s_per_chip=r.measured_tok_s_per_chip, error=r.error, capture=r.capture)
+                         for r in self.runs],
+                "groups": self.groups(), "captures": self.groups("capture"),
+                "refused": [{"id": i, "reason": w} for i, w in self.refused]}
 
     def to_json(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         from .._json import save_new_json
@@ -279,6 +300,25 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
     return out
 
 
+def moe_captures(path: str | os.PathLike) -> dict[str, str]:
+    """Per MoE run of a validation-schema ``.jsonl`` file (``num_experts`` above 1), what its
+    CUDA graphs capture (:func:`cosearch.runs.rows.graph_capture_class`; a row naming a graph
+    implementation Megatron does not have is left out: the checker refuses it); empty for a
+    ``.csv`` file, which does not say."""
+    from .rows import Refused, graph_capture_class
+    if Path(path).suffix.lower() not in (".jsonl", ".json"):
+        return {}
+    out = {}
+    for row in jsonl_rows(path):
+        experts = row.get("num_experts")
+        if isinstance(experts, (int, float)) and not isinstance(experts, bool) and experts > 1:
+            try:
+                out[row["id"]] = graph_capture_class(row)
+            except Refused:
+                continue
+    return out
+
+
 def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = "all") -> CheckResult:
     """Predict every run of a measured-runs file and compare with what it measured
     (``releases``: see :func:`read_measured`)."""
@@ -286,6 +326,7 @@ def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = 
 
     from ..plan import evaluate
     items = read_measured(path, releases)
+    capture = moe_captures(path)
     runs, refused = [], []
     for rid, group, rc in tqdm(items, desc="runs", unit="run", disable=not progress, leave=False):
         if isinstance(rc, str):
@@ -304,5 +345,6 @@ def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = 
             refused.append((rid, "no measured throughput"))
             continue
         runs.append(CheckedRun(rid, group, f"{d.spec.describe()} [{d.engine.name}]",
-                               plan.tokens_per_s / d.num_chips, float(d.measured_tok_s_per_chip)))
+                               plan.tokens_per_s / d.num_chips, float(d.measured_tok_s_per_chip),
+                               capture.get(rid, "")))
     return CheckResult(tuple(runs), tuple(refused))
