@@ -224,8 +224,7 @@ def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[
     MoE run launched from the host also waits on the host's launches and its dispatcher's token
     counts, which cosearch does not price (:func:`cosearch.runs.rows.graph_capture_class`).
     Empty when the folder or its files are missing."""
-    from .runs.check import check_runs, jsonl_rows
-    from .runs.rows import Refused, graph_capture_class
+    from .runs.check import check_runs
     if validation is None or not os.path.isdir(validation):
         return {}
     errs: dict[str, list[tuple[float, bool]]] = {k: [] for k in FIXED_CHIP_TOKEN}
@@ -233,19 +232,14 @@ def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[
         path = os.path.join(validation, name)
         if not os.path.isfile(path):
             continue
-        gpu_time: dict[str, bool] = {}
-        if name == "moe_runs.jsonl":
-            for row in jsonl_rows(path):
-                try:
-                    gpu_time[str(row.get("id"))] = graph_capture_class(row) in _GPU_TIME_CAPTURES
-                except Refused:
-                    gpu_time[str(row.get("id"))] = False
         for r in check_runs(path, releases=releases).runs:
             parts = r.group.split()
             chip = parts[1] if len(parts) > 1 else ""
+            # a dense run's step is GPU time; an MoE run's where the host launches nothing
+            gpu_time = r.capture in _GPU_TIME_CAPTURES if name == "moe_runs.jsonl" else True
             for k, tok in FIXED_CHIP_TOKEN.items():
                 if chip == tok or chip.startswith(tok + "-"):
-                    errs[k].append((r.error, gpu_time.get(r.id, name == "modern_runs.jsonl")))
+                    errs[k].append((r.error, gpu_time))
     out: dict[str, dict[str, Any]] = {}
     for k, e in errs.items():
         if e:
