@@ -785,6 +785,11 @@ def _run_plan(a) -> int:
             _print_plan(p, sys.stdout)
         if ignored:
             print(f"(Megatron flags that change neither step time nor memory: {' '.join(ignored)})")
+        if model.moe and not any("CUDA graph" in n for n in assumed):
+            # a config read says what its graphs capture in its assumptions; a bare plan does not
+            print("(GPU time only: an MoE run that launches its kernels from the host, without a CUDA graph of "
+                  "the whole iteration, also waits on the host's launches and its dispatcher's token counts, "
+                  "which cosearch does not price)")
     return 0 if plans[0].feasible else 3
 
 

@@ -852,3 +852,13 @@ def test_a_folder_where_a_file_is_wanted_is_named_a_folder(tmp_path, capsys):
     assert main(["search", "--model", "gpt3-1.3b", "--chips", "8", "--batch", "8", "--serial", "--refine-top", "0",
                  "--resume", str(tmp_path), "--out", str(tmp_path / "r.json")]) == 2
     assert "--resume " + str(tmp_path) + ": a folder, not a file" in capsys.readouterr().err
+
+
+def test_an_moe_plan_says_the_host_is_not_priced(capsys):
+    """A bare MoE plan says that its number is GPU time, which a run launched from the host also
+    waits beyond; a dense plan carries no such line."""
+    base = ["plan", "--cluster", "dgx-h100", "--nodes", "1", "--tp", "1", "--pp", "1", "--mb", "1", "--flash"]
+    assert main(base + ["--model", "mixtral-8x7b", "--batch", "8", "--ep", "8"]) in (0, 3)
+    assert "also waits on the host's launches" in capsys.readouterr().out
+    assert main(base + ["--model", "gpt3-1.3b", "--batch", "8"]) == 0
+    assert "host's launches" not in capsys.readouterr().out
