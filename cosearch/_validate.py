@@ -165,8 +165,8 @@ def divisors(n: int) -> list[int]:
 
 
 def input_path(path, what: str) -> str:
-    """A file to read: a non-empty str or os.PathLike (refused naming ``what`` otherwise, before
-    the operating system's TypeError from deep inside a reader)."""
+    """A file's path as text: a non-empty str or os.PathLike (refused naming ``what`` otherwise,
+    before the operating system's TypeError from deep inside a reader or writer)."""
     import os
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ValueError(f"{what} must be a file path (a str or os.PathLike), got {path!r}")
@@ -178,11 +178,7 @@ def file_path(path, flag: str = "out") -> str:
     """An output file's path, checked before any work: a non-empty str or os.PathLike, not a
     folder, in a folder that exists and is writable (refused naming ``flag`` otherwise)."""
     import os
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise ValueError(f"{flag} must be a file path (a str or os.PathLike), got {path!r}")
-    p = os.fspath(path)
-    if isinstance(p, bytes):
-        p = os.fsdecode(p)
+    p = input_path(path, flag)
     if os.path.isdir(p):
         raise ValueError(f"{flag} {p!r} is a directory")
     parent = os.path.dirname(os.path.abspath(p))
@@ -201,9 +197,7 @@ def new_file(path, overwrite: bool, flag: str = "out") -> None:
     import os
     if path is None:
         return
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise ValueError(f"{flag} must be a file path (a str or os.PathLike), got {path!r}")
-    p = os.fspath(path)
+    p = input_path(path, flag)
     if not overwrite and os.path.exists(p):
         raise FileExistsError(f"{p} exists; pass overwrite=True to replace it")
 
