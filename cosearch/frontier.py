@@ -516,8 +516,8 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
         if not isinstance(plan_options, dict):
             raise ValueError(f"codesign: plan_options must be a dict of search_plans' options, got "
                              f"{type(plan_options).__name__}")
-        import inspect
-        known = [k for k, p in inspect.signature(search_plans).parameters.items() if p.kind == p.KEYWORD_ONLY]
+        from .placement import search_plans_options
+        known = search_plans_options()
         unknown = sorted(set(plan_options) - set(known))
         if unknown:
             raise ValueError(f"codesign: unknown plan option(s) {unknown}; search_plans takes {', '.join(known)}")

@@ -722,6 +722,13 @@ def missing_format(chip: Accelerator, precision: str) -> str:
 COSEARCH_OWN_OPTIONS = ("tps", "microbatches", "mem", "units", "progress", "cutoff_s", "top_k", "prune")
 
 
+def search_plans_options() -> list[str]:
+    """The option names :func:`search_plans` takes (its keyword-only parameters), which callers
+    that pass options through check against."""
+    import inspect
+    return [k for k, p in inspect.signature(search_plans).parameters.items() if p.kind == p.KEYWORD_ONLY]
+
+
 def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[float] | None = None,
                            fp4_macs: Sequence[float] | None = None) -> None:
     """Refuse plan options the co-search cannot honour.  ``precision``: bf16, FP8 and FP4
@@ -731,9 +738,7 @@ def check_cosearch_options(opts: dict, lists: bool = False, fp8_macs: Sequence[f
     (``lists=False``: one priced space), or several (``lists=True``:
     :func:`cosearch.search.cosearch` searches each combination's priced space and keeps every
     design's best)."""
-    import inspect
-    known = [k for k, p in inspect.signature(search_plans).parameters.items() if p.kind == p.KEYWORD_ONLY
-             and k not in COSEARCH_OWN_OPTIONS]
+    known = [k for k in search_plans_options() if k not in COSEARCH_OWN_OPTIONS]
     unknown = sorted(set(opts) - set(known))
     if unknown:
         raise ValueError(f"unknown plan option(s) {unknown}; the co-search passes these to search_plans: "
