@@ -3,6 +3,7 @@ and three SuperNodes on 127.0.0.1 talking over Flower's network APIs."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -323,3 +324,25 @@ def test_samples_per_round_on_both_engines():
     assert n == 40
     res = simulate("digits", 3, "none", rounds=1, seed=0, samples_per_round=16)
     assert res.config["samples_per_round"] == 16 and len(res.rounds) == 1
+
+
+@pytest.mark.parametrize("cfg,message", [
+    ({"num-rounds": 2.5}, "run config num-rounds must be a positive integer, got 2.5"),
+    ({"dataset": "mnist"}, "run config dataset='mnist'; choose one of"),
+    ({"seed": -1}, "run config seed must be a non-negative integer"),
+    ({"round-timeout": "x"}, "run config round-timeout must be a number, got 'x'"),
+    ({"min-clients": 0}, "run config min-clients must be a positive integer"),
+])
+def test_run_config_values_are_checked_by_key(cfg, message):
+    """A run config's values are checked where the app reads them and refused naming the key: a
+    fractional round count was truncated and an unknown dataset raised a KeyError from inside;
+    a whole number written as a float is the number."""
+    from cosearch.fl import flower_app
+    with pytest.raises(ValueError, match=re.escape(message) if "choose" not in message else message):
+        flower_app.server_components(cfg)
+    assert flower_app.server_components({"num-rounds": 3.0}).config.num_rounds == 3
+    with pytest.raises(ValueError, match="run config batch-size must be a positive integer, got 32.5"):
+        flower_app._training({"batch-size": 32.5})
+    with pytest.raises(ValueError, match="run config lr must be a number, got '0.1'"):
+        flower_app._training({"lr": "0.1"})
+    assert flower_app._training({"samples-per-round": 0})["samples_per_round"] is None

@@ -38,10 +38,34 @@ from .profiling import device_profiles
 __all__ = ["server_app", "client_app", "server_components", "make_client", "run_flower_simulation"]
 
 
+# ------------------------------------------------------------------ run config values
+# A run config comes from a TOML file or `flwr run --run-config`: each value is checked here
+# and refused naming its key (a float batch size was truncated, an unknown dataset raised a
+# KeyError from inside).
+def _cfg_int(cfg, key: str, default: int, minimum: int = 1) -> int:
+    from .._validate import nonneg_int, positive_int
+    v = cfg.get(key, default)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return positive_int(f"run config {key}", v) if minimum >= 1 else nonneg_int(f"run config {key}", v)
+
+
+def _cfg_float(cfg, key: str, default: float) -> float:
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"run config {key} must be a number, got {v!r}")
+    return float(v)
+
+
+def _cfg_dataset(cfg) -> str:
+    from .._validate import choice
+    return choice("run config dataset", str(cfg.get("dataset", "digits")), tuple(DATASET_SHAPES))
+
+
 def _example(cfg):
     """An input batch for the run's model (what the strategy sizes its sub-models with)."""
     import torch
-    dataset = str(cfg.get("dataset", "digits"))
+    dataset = _cfg_dataset(cfg)
     shape = DATASET_SHAPES[dataset][0]
     if dataset == "shakespeare":
         return torch.zeros((2, *shape), dtype=torch.long)
@@ -51,7 +75,7 @@ def _example(cfg):
 def _model_fn(cfg):
     """The run's model builder: the named model, or (``auto``) the dataset's, at the dataset's
     shapes, exactly as :func:`~cosearch.fl.simulation.simulate` builds it."""
-    dataset = str(cfg.get("dataset", "digits"))
+    dataset = _cfg_dataset(cfg)
     name = str(cfg.get("model", "auto"))
     name = DATASET_DEFAULTS.get(dataset, DATASET_DEFAULTS["digits"])["model"] if name == "auto" else name
     shape, classes = DATASET_SHAPES[dataset]
@@ -60,10 +84,10 @@ def _model_fn(cfg):
 
 def _training(cfg) -> dict:
     """The local training settings of the run: the dataset's (as ``simulate``), run config overrides."""
-    d = DATASET_DEFAULTS.get(str(cfg.get("dataset", "digits")), DATASET_DEFAULTS["digits"])
-    return {"optimizer": str(cfg.get("optimizer", d["optimizer"])), "lr": float(cfg.get("lr", d["lr"])),
-            "batch_size": int(cfg.get("batch-size", d["batch_size"])), "epochs": int(cfg.get("local-epochs", 1)),
-            "samples_per_round": int(cfg.get("samples-per-round", 0)) or None}
+    d = DATASET_DEFAULTS.get(_cfg_dataset(cfg), DATASET_DEFAULTS["digits"])
+    return {"optimizer": str(cfg.get("optimizer", d["optimizer"])), "lr": _cfg_float(cfg, "lr", d["lr"]),
+            "batch_size": _cfg_int(cfg, "batch-size", d["batch_size"]), "epochs": _cfg_int(cfg, "local-epochs", 1),
+            "samples_per_round": _cfg_int(cfg, "samples-per-round", 0, minimum=0) or None}
 
 
 #: Seconds a round waits for its clients before the missing ones count as failures.
@@ -71,7 +95,7 @@ DEFAULT_ROUND_TIMEOUT_S = 600.0
 
 
 def _alpha(cfg) -> float | None:
-    a = float(cfg.get("alpha", -1.0))
+    a = _cfg_float(cfg, "alpha", -1.0)
     return None if a <= 0 else a
 
 
@@ -86,15 +110,15 @@ def make_client(cfg, partition_id: int, num_partitions: int):
     config ``cfg``.  From a folder of saved partitions (``data-dir``, :func:`~cosearch.fl.data.save_partitions`)
     only this client's file is read; other datasets are loaded once per process and partitioned."""
     i, n = int(partition_id), int(num_partitions)
-    seed = int(cfg.get("seed", 0))
-    name, data_dir = str(cfg.get("dataset", "digits")), str(cfg.get("data-dir", "")) or None
+    seed = _cfg_int(cfg, "seed", 0, minimum=0)
+    name, data_dir = _cfg_dataset(cfg), str(cfg.get("data-dir", "")) or None
     if data_dir and is_saved_partitions(data_dir):
         x, y, tx, ty = load_partition(data_dir, i)
         train, test = (x, y), (tx, ty)
     else:
         d = _dataset(name, n, data_dir, seed, _alpha(cfg))
         train, test = d.clients[i], d.client_tests[i]
-    dev = device_profiles(n, spread=float(cfg.get("spread", 2.5)), noise_cv=float(cfg.get("noise", 0.05)))[i]
+    dev = device_profiles(n, spread=_cfg_float(cfg, "spread", 2.5), noise_cv=_cfg_float(cfg, "noise", 0.05))[i]
     return SubmodelClient(_model_fn(cfg), *train, test, device=dev, seed=seed + i,
                           partition_id=i, example_input=_example(cfg)[:1], noise_seed=seed,
                           **_training(cfg)).to_client()
@@ -121,24 +145,24 @@ def server_components(cfg, strategy_class=None) -> ServerAppComponents:
     """The ``ServerApp``'s strategy and server config under run config ``cfg`` (module
     docstring; ``fraction-fit``: the share of clients sampled to train each round, default all)."""
     import os
-    rounds = int(cfg.get("num-rounds", 4))
+    rounds = _cfg_int(cfg, "num-rounds", 4)
     out = str(cfg.get("out", ""))
     if out and not os.path.isabs(out):
         raise ValueError(f"run config out={out!r} must be an absolute path: the ServerApp writes it from the "
                          "SuperLink's working folder, not where flwr run was called")
-    fraction_fit = float(cfg.get("fraction-fit", 1.0))
+    fraction_fit = _cfg_float(cfg, "fraction-fit", 1.0)
     if not 0.0 < fraction_fit <= 1.0:
         raise ValueError(f"run config fraction-fit must be in (0, 1], got {fraction_fit!r}")
     strategy = (strategy_class or _SavingStrategy)(
         out, model_fn=_model_fn(cfg), method=str(cfg.get("method", "invariant")), example_input=_example(cfg),
-        total_rounds=rounds, seed=int(cfg.get("seed", 0)), fraction_fit=fraction_fit,
-        min_available_clients=int(cfg.get("min-clients", 2)),
-        min_fit_clients=int(cfg.get("min-clients", 2)),
-        min_evaluate_clients=int(cfg.get("min-clients", 2)),
-        fraction_evaluate=float(cfg.get("fraction-evaluate", 1.0)))
+        total_rounds=rounds, seed=_cfg_int(cfg, "seed", 0, minimum=0), fraction_fit=fraction_fit,
+        min_available_clients=_cfg_int(cfg, "min-clients", 2),
+        min_fit_clients=_cfg_int(cfg, "min-clients", 2),
+        min_evaluate_clients=_cfg_int(cfg, "min-clients", 2),
+        fraction_evaluate=_cfg_float(cfg, "fraction-evaluate", 1.0))
     # a client that never answers ends its round after round-timeout seconds (counted as a
     # failure, which the strategy accepts) instead of hanging the run
-    timeout = float(cfg.get("round-timeout", DEFAULT_ROUND_TIMEOUT_S))
+    timeout = _cfg_float(cfg, "round-timeout", DEFAULT_ROUND_TIMEOUT_S)
     if not timeout > 0:
         raise ValueError(f"run config round-timeout must be a positive number of seconds, got {timeout!r}")
     return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds, round_timeout=timeout))
