@@ -332,6 +332,9 @@ def test_samples_per_round_on_both_engines():
     ({"seed": -1}, "run config seed must be a non-negative integer"),
     ({"round-timeout": "x"}, "run config round-timeout must be a number, got 'x'"),
     ({"min-clients": 0}, "run config min-clients must be a positive integer"),
+    ({"fraction-evaluate": 1.5}, "fraction_evaluate must be a share of the clients in [0, 1], got 1.5"),
+    ({"fraction-evaluate": -0.1}, "fraction_evaluate must be a share of the clients in [0, 1], got -0.1"),
+    ({"method": "fedprox"}, "method='fedprox'; choose one of"),
 ])
 def test_run_config_values_are_checked_by_key(cfg, message):
     """A run config's values are checked where the app reads them and refused naming the key: a

@@ -92,6 +92,14 @@ class DropoutStrategy(FedAvg):
                  total_rounds: int | None = None, schedule: ThresholdSchedule | str = "femnist",
                  straggler_fraction: float | None = None, seed: int = 0, keep_rule: str = "model",
                  keep_confidence: float | None = None, **fedavg):
+        from .._validate import choice
+        from .masks import METHODS
+        choice("method", method, METHODS)              # refused here, not when the first round starts
+        for k, zero_ok in (("fraction_fit", False), ("fraction_evaluate", True)):    # 0: no evaluation
+            f = fedavg.get(k, 1.0)
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not (
+                    (0.0 <= f if zero_ok else 0.0 < f) and f <= 1.0):
+                raise ValueError(f"{k} must be a share of the clients in {'[0' if zero_ok else '(0'}, 1], got {f!r}")
         fedavg.setdefault("evaluate_metrics_aggregation_fn", weighted_accuracy)
         super().__init__(**fedavg)
         self.model = model_fn()
