@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._validate import choice
+from ._validate import choice, flag
 from .compressed_attention import CSA_RATIO
 from .models import ModelConfig
 
@@ -1256,6 +1256,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
+    for name, value in (("sequence_parallel", sequence_parallel), ("flash_attention", flash_attention),
+                        ("both", both)):
+        flag(name, value)
     _check_parallel(config, tp, microbatch)
     tp, microbatch = int(tp), int(microbatch)
     if part not in _PARTS:

@@ -760,6 +760,9 @@ def _switch_calls():
     yield "sequence_parallel", lambda v: memory.layer_activation_bytes(m, 2, 1, sequence_parallel=v)
     yield "flash_attention", lambda v: memory.layer_activation_bytes(m, 2, 1, flash_attention=v)
     yield "sequence_parallel", lambda v: memory.layer_input_bytes(m, 2, 1, sequence_parallel=v)
+    from cosearch import graph, measure
+    yield "flash_attention", lambda v: measure.op_shapes(m, 1, 1, flash_attention=v)
+    yield "sequence_parallel", lambda v: graph.build(m, 2, 1, sequence_parallel=v)
     # refused before the search runs: a switch that is refused never costs a search
     yield "show", lambda v: search.compare("gpt3-1.3b", None, 8, 8, show=v) if not isinstance(v, (bool, np.bool_)) \
         else None
