@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from . import _validate as v
 from .cluster import Cluster
 from .hardware import Accelerator, AreaPowerModel
@@ -601,6 +603,20 @@ def system_space(base: SystemDesign, scale_up: Sequence[int] = (8, 16, 36, 72, 1
     ``scale_out_Bps`` do not apply).  ``base``'s chip power and capex carry over (the deltas are
     priced by :meth:`SystemDesign.power_w` and :class:`CostModel`); a product's ``usd_per_hour``
     does not (a design is not that product), nor does a pod's fixed slice preset."""
+    if not isinstance(base, SystemDesign):
+        raise ValueError(f"system_space: base must be a SystemDesign, got {type(base).__name__}")
+    lists = {"scale_up": scale_up, "scale_out_Bps": scale_out_Bps, "hbm": hbm, "scale_up_Bps": scale_up_Bps}
+    for name, values in (*lists.items(), ("torus_side", torus_side)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+            raise ValueError(f"system_space: {name} must be a list of values, got {values!r}")
+    empty = [name for name, values in lists.items() if not len(values) and not (len(torus_side) and name in (
+        "scale_up", "scale_out_Bps"))]
+    if empty:
+        raise ValueError(f"system_space: {', '.join(empty)} lists no value, so no design would be made")
+    for h in hbm:
+        if h is not None and not (isinstance(h, (tuple, list)) and len(h) == 2):
+            raise ValueError(f"system_space: each hbm entry is None (the base chip's) or a (stack name, stacks) "
+                             f"pair, got {h!r}")
     out = []
     for h in hbm:
         chip = base.chip if h is None else hbm_variant(base.chip, *h)

@@ -368,3 +368,20 @@ def test_codesign_refuses_bad_arguments_before_any_system(kw, message):
     systems = [fr.SystemDesign(hardware.H100, 8, 50e9, name="dgx")]
     with pytest.raises(ValueError, match=message):
         fr.codesign("gpt3-1.3b", systems, 16, 16, **kw)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(base="gb200"), "base must be a SystemDesign, got str"),
+    (dict(scale_up=72), "scale_up must be a list of values, got 72"),
+    (dict(hbm=["hbm4-12h"]), r"each hbm entry is None \(the base chip's\) or a \(stack name, stacks\) pair"),
+    (dict(scale_up=[]), "scale_up lists no value, so no design would be made"),
+])
+def test_system_space_refuses_what_makes_no_design(kw, message):
+    """A base that is no system, a bare number or an HBM name where lists are wanted, and an
+    empty list (no design at all, found only when codesign had no systems) are refused by name;
+    a numpy array is a list, and a torus space needs no switched-domain lists."""
+    base = fr.fixed_system("gb200-nvl72")
+    with pytest.raises(ValueError, match=message):
+        fr.system_space(**{"base": base, **kw})
+    assert len(fr.system_space(base, scale_up=np.array([8, 72]), scale_out_Bps=[50e9])) == 2
+    assert len(fr.system_space(base, scale_up=[], scale_out_Bps=[], torus_side=[4, 8])) == 2
