@@ -279,9 +279,21 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
         if not isinstance(plot, (str, os.PathLike)) or not os.fspath(plot):
             raise ValueError(f"plot must be a file prefix (a str or os.PathLike), got {plot!r}")
         file_path(f"{os.fspath(plot)}-{{model}}.png", "plot")
-    models, chip_counts = list(models), list(chip_counts)
+    from ._validate import choice, int_list, positive_float
+    # one model, chip count or objective may be given bare (a string is not a list of letters)
+    models = [models] if isinstance(models, str) else list(models)
+    empty = hasattr(chip_counts, "__len__") and len(chip_counts) == 0
+    chip_counts = [] if empty else list(int_list("chip_counts", chip_counts))
+    objectives = (objectives,) if isinstance(objectives, str) else tuple(objectives)
     if not models or not chip_counts:
         raise ValueError("the frontier table needs at least one model and one chip count")
+    for obj in objectives:
+        choice("objective", obj, fr.OBJECTIVES)
+    if not objectives:
+        raise ValueError("the frontier table needs at least one objective")
+    positive_float("batch_per_chip", batch_per_chip)
+    if echo is not None and not callable(echo):
+        raise ValueError(f"echo must be a function taking a line, or None, got {echo!r}")
     systems = list(systems) if systems is not None else frontier_systems()
     rows: list[FrontierRow] = []
     for m in models:

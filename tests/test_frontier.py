@@ -385,3 +385,22 @@ def test_system_space_refuses_what_makes_no_design(kw, message):
         fr.system_space(**{"base": base, **kw})
     assert len(fr.system_space(base, scale_up=np.array([8, 72]), scale_out_Bps=[50e9])) == 2
     assert len(fr.system_space(base, scale_up=[], scale_out_Bps=[], torus_side=[4, 8])) == 2
+
+
+def test_frontier_table_checks_its_arguments_before_any_run():
+    """One model, chip count or objective may be given bare (a string was read as its letters:
+    "unknown model preset 'g'"); a zero chip count anywhere in the list, an unknown objective,
+    a non-positive batch per chip and an echo that is no function are refused before the first
+    run (they failed after it, or never)."""
+    from cosearch import reproduce
+    sy = [fr.fixed_system("dgx-h100")]
+    quiet = []
+    rows = reproduce.frontier("gpt3-1.3b", 16, objectives="tokens_per_s", systems=sy, echo=quiet.append)
+    assert [r.objective for r in rows] == ["tokens_per_s"] and rows[0].model == "gpt3-1.3b"
+    for kw, message in ((dict(chip_counts=[16, 0]), "chip_counts must be a positive integer, got 0"),
+                        (dict(objectives=("tokens", "tokens_per_s")), "objective='tokens'; choose one of"),
+                        (dict(batch_per_chip=0), "batch_per_chip must be a positive finite number"),
+                        (dict(echo="print"), "echo must be a function taking a line, or None")):
+        args = {"chip_counts": [16], **kw}
+        with pytest.raises(ValueError, match=message):
+            reproduce.frontier(["gpt3-1.3b"], systems=sy, **args)
