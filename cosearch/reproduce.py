@@ -89,9 +89,16 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
         raise ValueError(f"space must be one of {', '.join(SPACES)}, got {space!r}")
     if out is not None:
         out = file_path(out, "out")          # before any work: a run's rows are saved as it ends
-    models, hbm_gibs = list(models), list(hbm_gibs)
+    from ._validate import positive_float, positive_int
+    # one model or HBM size may be given bare (a string is not a list of letters)
+    models = [models] if isinstance(models, str) else list(models)
+    hbm_gibs = [hbm_gibs] if isinstance(hbm_gibs, (int, float, str)) else list(hbm_gibs)
     if not models or not hbm_gibs:
         raise ValueError("PHAZE's table needs at least one model and one HBM scenario")
+    hbm_gibs = [positive_float("hbm_gibs", g) for g in hbm_gibs]
+    chips, global_batch = positive_int("chips", chips), positive_int("global_batch", global_batch)
+    if echo is not None and not callable(echo):
+        raise ValueError(f"echo must be a function taking a line, or None, got {echo!r}")
 
     def make_space(gib):
         if space == "phaze-no-onchip":

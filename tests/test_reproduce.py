@@ -73,3 +73,25 @@ def test_each_space_name_builds_its_space(monkeypatch):
     assert seen["phaze-hbm32-no-onchip"] == (45_187, "cosearch", 0.0)
     assert seen["default-hbm32"][1] == "cosearch" and len(seen) == 4
     assert sum(v[2] == 0.0 for v in seen.values()) == 2     # phaze-no-onchip and the default grid
+
+
+def test_phaze_checks_its_arguments_before_any_run(monkeypatch):
+    """One model or HBM size may be given bare (a model's name was read as its letters, a size
+    raised a TypeError); a size that is no number, a chip count that is no integer and an echo
+    that is no function are refused before the first co-search."""
+    seen = []
+
+    def fake(m, sp, chips, gb, *a, **k):                 # no search: the arguments are the point
+        seen.append((m.name, chips, gb))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(search, "cosearch", fake)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.phaze("opt-350m", 32, chips=64, global_batch=128, space="default", progress=False)
+    assert seen == [("opt-350m", 64, 128)]
+    for kw, message in ((dict(hbm_gibs=["x"]), "hbm_gibs must be a positive number, got 'x'"),
+                        (dict(chips="64"), "chips must be a positive integer, got '64'"),
+                        (dict(echo="print"), "echo must be a function taking a line, or None")):
+        args = {"hbm_gibs": [32], **kw}
+        with pytest.raises(ValueError, match=message):
+            reproduce.phaze(["opt-350m"], space="default", progress=False, **args)
+    assert len(seen) == 1
