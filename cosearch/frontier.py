@@ -503,7 +503,7 @@ def codesign(model: ModelConfig | str, systems: Sequence[SystemDesign], chips: i
     model = model_preset(model)
     chips = v.positive_int("chips", chips, v.MAX_CHIPS)
     global_batch = v.positive_int("global_batch", global_batch, v.MAX_BATCH)
-    systems = list(systems)
+    systems = [systems] if isinstance(systems, SystemDesign) else list(systems)     # one system may come bare
     if not systems:
         raise ValueError("codesign: no systems given")
     for s in systems:

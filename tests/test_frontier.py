@@ -368,6 +368,9 @@ def test_codesign_refuses_bad_arguments_before_any_system(kw, message):
     systems = [fr.SystemDesign(hardware.H100, 8, 50e9, name="dgx")]
     with pytest.raises(ValueError, match=message):
         fr.codesign("gpt3-1.3b", systems, 16, 16, **kw)
+    # one system may come bare (a TypeError, 'SystemDesign' object is not iterable, before)
+    with pytest.raises(ValueError, match=message):
+        fr.codesign("gpt3-1.3b", systems[0], 16, 16, **kw)
 
 
 @pytest.mark.parametrize("kw,message", [
