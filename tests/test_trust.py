@@ -865,3 +865,19 @@ def test_an_moe_plan_says_the_host_is_not_priced(capsys):
     assert "also waits on the host's launches" in capsys.readouterr().out
     assert main(base + ["--model", "gpt3-1.3b", "--batch", "8"]) == 0
     assert "host's launches" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("clock_hz", 8, "SearchSpace.clock_hz=8 Hz is outside the plausible range"),
+    ("clock_hz", (1e9, 1e13), "SearchSpace.clock_hz=10000000000000.0 Hz is outside the plausible range"),
+    ("link_bandwidth_Bps", 8, "SearchSpace.link_bandwidth_Bps=8 bytes/s is outside the plausible range"),
+    ("hbm", ((32 * 2**30, 8),), "SearchSpace.hbm bandwidth=8 bytes/s is outside the plausible range"),
+])
+def test_search_space_holds_clocks_and_links_to_a_chips_ranges(field, value, message):
+    """A searched clock or bandwidth outside the range a chip's own field is held to (8 for 8 GHz,
+    a unit slip) is refused as the chip refuses it, not searched into designs priced at 8 Hz."""
+    from cosearch.hardware.space import SearchSpace
+    with pytest.raises(ValueError, match=message):
+        SearchSpace(**{field: value})
+    with pytest.raises(ValueError, match="outside the plausible range"):
+        hardware.H100.with_(clock_hz=8) if field == "clock_hz" else hardware.H100.with_(link_bandwidth_Bps=8)

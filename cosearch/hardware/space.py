@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _validate as _valid
 from .area import AreaPowerModel, PhazeAreaModel, phaze_glb_words, phaze_l1_bytes
 from .chips import PHAZE_CLOCK_HZ, PHAZE_GLB_WORDS_PER_CYCLE, Accelerator, TPUv4, phaze_reference
 from .efficiency import MAX_FORMAT_MACS, GiB, MiB
@@ -79,6 +80,13 @@ def named_area_model(name: str, power: AreaPowerModel | None = None) -> AreaPowe
 def _area_suffix(area_model: str) -> str:
     """What a space's name says of its area model: nothing for cosearch's own."""
     return "" if area_model == "cosearch" else f"-{area_model}-area"
+
+
+#: The plausible range of a searched clock (Hz) and link bandwidth (bytes/s): the ranges an
+#: :class:`Accelerator`'s own fields are held to (:data:`cosearch._validate.MIN_HZ` ...), so a unit
+#: slip (8 for 8 GHz) is refused rather than searched.
+_PLAUSIBLE = {"clock_hz": (_valid.MIN_HZ, _valid.MAX_HZ, "Hz"),
+              "link_bandwidth_Bps": (_valid.MIN_BPS, _valid.MAX_BPS, "bytes/s")}
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,9 @@ class SearchSpace:
                 if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
                         or not (float(v) > 0) or not np.isfinite(float(v)):
                     raise ValueError(f"SearchSpace.{f} values must be positive numbers, got {v!r}")
+                if f in _PLAUSIBLE:
+                    # the range a chip's own field must lie in (Accelerator refuses the same values)
+                    _valid.in_range(f"SearchSpace.{f}", v, *_PLAUSIBLE[f])
             object.__setattr__(self, f, _distinct(f, vals))
         for f, most in MAX_FORMAT_MACS.items():
             vals = _as_tuple(f, getattr(self, f))
@@ -185,6 +196,8 @@ class SearchSpace:
                                           and float(x) > 0 and np.isfinite(x) for x in p):
                     raise ValueError(f"SearchSpace.{f} entries must be positive ({names[0]}, {names[1]}) "
                                      f"pairs, got {p!r}")
+                if f == "hbm":
+                    _valid.bandwidth("SearchSpace.hbm bandwidth", p[1])
             object.__setattr__(self, f, _distinct(f, pairs))
         if self.l1_rule not in ("grid", "phaze"):
             raise ValueError(f"SearchSpace.l1_rule must be 'grid' or 'phaze', got {self.l1_rule!r}")
