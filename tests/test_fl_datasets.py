@@ -163,6 +163,10 @@ def test_saved_partitions_load_offline_as_written(tmp_path):
              test_x=np.zeros(1), test_y=np.zeros(1))
     with pytest.raises(ValueError, match="not a saved partition"):
         load_dataset("femnist", 2, str(tmp_path / "p"))
+    # the bundled digits: a folder of them could never be loaded back, so none is written
+    with pytest.raises(ValueError, match="digits is bundled with cosearch: there is nothing to save"):
+        save_partitions(load_dataset("digits", 3), str(tmp_path / "d"))
+    assert not (tmp_path / "d").exists()
 
 def test_one_saved_partition_is_read_alone_and_femnist_like_has_femnist_shapes(tmp_path):
     from cosearch.fl.data import femnist_like, is_saved_partitions, load_partition, save_partitions

@@ -380,6 +380,10 @@ def save_partitions(data: FLData, directory: str, overwrite: bool = False, sourc
     ``test_x``, ``test_y``), ``central_test.npz`` and :data:`PARTITIONS_META` (name, input shape,
     classes, client count, ``source``).  ``cosearch fl data fetch NAME DIR`` writes one from
     Flower Datasets on a connected machine."""
+    if data.name == "digits":
+        # load_partitions reads femnist, shakespeare and cifar10 only: the bundled digits need no files
+        raise ValueError("digits is bundled with cosearch: there is nothing to save for a later offline load "
+                         "(saved partitions are for femnist, shakespeare or cifar10)")
     if os.path.exists(os.path.join(directory, PARTITIONS_META)) and not overwrite:
         raise FileExistsError(f"{directory!r} already holds saved partitions; pass overwrite=True (--force)")
     os.makedirs(directory, exist_ok=True)
