@@ -34,7 +34,6 @@ exists, so every other price is the user's input and is echoed in the result.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -454,10 +453,11 @@ class CodesignResults:
                 "meta": self.meta, "rows": [r.to_dict() for r in self.rows]}
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write :meth:`to_dict` as JSON (an existing file only with ``overwrite``)."""
-        v.new_file(path, overwrite, "path")
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
+        """Write :meth:`to_dict` as JSON, stamped ``cosearch.codesign-results`` with the version,
+        atomically and with standard numbers only (an infinite or undefined value is null), as
+        every cosearch file; an existing file only with ``overwrite``."""
+        from ._json import save_new_json, stamped
+        save_new_json(stamped("codesign-results", self.to_dict()), path, overwrite)
 
 
 def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> dict[str, Any]:

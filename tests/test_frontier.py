@@ -132,6 +132,7 @@ def test_results_rank_pareto_save_and_refusals(tmp_path):
     res.save(p)
     d = json.loads(p.read_text())
     assert len(d["rows"]) == 3 and d["rows"][2]["plan"] is None
+    assert d["schema"] == "cosearch.codesign-results/1" and "cosearch_version" in d
     with pytest.raises(FileExistsError):
         res.save(p)
     with pytest.raises(ValueError, match="no systems"):

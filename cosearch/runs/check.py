@@ -119,8 +119,10 @@ class CheckResult:
                 "refused": [{"id": i, "reason": w} for i, w in self.refused]}
 
     def to_json(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        from .._json import save_new_json
-        save_new_json(self.to_dict(), path, overwrite)
+        """Write :meth:`to_dict`, stamped ``cosearch.checked-runs`` with the version, as every
+        cosearch file."""
+        from .._json import save_new_json, stamped
+        save_new_json(stamped("checked-runs", self.to_dict()), path, overwrite)
 
     def plot(self, path: str | os.PathLike | None = None, overwrite: bool = False):
         """Predicted against measured tokens/s per chip, one colour per group, with the ±10 %
