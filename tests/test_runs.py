@@ -388,7 +388,7 @@ def test_checked_runs_grouped_by_what_their_cuda_graphs_capture(tmp_path):
     """MoE runs are also grouped by what their CUDA graphs capture (the host's time is not
     priced where it launches kernels): the statistics hand-worked over the runs of each capture,
     a dense run (no capture) left out of that table and of its 'all'; the capture read from the
-    rows' notes, and nothing from a .csv file, which does not say."""
+    rows' notes, and nothing from a .csv file that does not say."""
     from cosearch.runs.check import CheckedRun, CheckResult, moe_captures
     runs = (CheckedRun("a", "g", "p", 110.0, 100.0, "whole iteration"),
             CheckedRun("b", "g", "p", 98.0, 100.0, "whole iteration"),
@@ -415,5 +415,26 @@ def test_checked_runs_grouped_by_what_their_cuda_graphs_capture(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert moe_captures(path) == {"m1": "whole iteration", "m2": "per module: moe_router, moe_preprocess",
                                   "m3": "none"}
-    (tmp_path / "runs.csv").write_text("id\n")
-    assert moe_captures(tmp_path / "runs.csv") == {}
+    (tmp_path / "runs.csv").write_text("model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip\n"
+                                       "gpt3-1.3b,dgx-a100,8,1,1,4,64,4000\n")
+    assert moe_captures(tmp_path / "runs.csv") == {}             # no cuda_graphs column: nothing said
+
+
+def test_a_csvs_cuda_graphs_column_groups_its_runs_by_capture(tmp_path):
+    """A user's CSV says what each run's CUDA graphs capture in its optional cuda_graphs column:
+    the runs are grouped by it as the validation schema's MoE rows are (Megatron's words, read
+    as the capture classes), a row that leaves it empty is in no capture group, and a word
+    Megatron does not have refuses that row by name."""
+    header = "id,group,model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip,cuda_graphs"
+    p = _csv(tmp_path, ["a,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,4000,full_iteration",
+                        "b,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,3000,transformer_engine",
+                        "c,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,3500,",
+                        "d,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,3500,cudnn"], header)
+    res = check_runs(p)
+    by_id = {r.id: r for r in res.runs}
+    assert (by_id["a"].capture, by_id["b"].capture, by_id["c"].capture) == ("whole iteration", "per module", "")
+    cap = res.groups("capture")
+    assert set(cap) == {"whole iteration", "per module", "all"} and cap["all"]["n"] == 2
+    assert cap["whole iteration"]["mean_signed"] == pytest.approx(by_id["a"].error)
+    why = dict(res.refused)
+    assert "cuda_graphs 'cudnn': give one of full_iteration" in why["d"]

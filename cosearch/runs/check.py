@@ -14,7 +14,9 @@ Two input formats:
   cluster's), ``seq_len``, ``cp``, ``ep``, ``virtual``, ``recompute`` (none), ``precision``
   (bf16), ``scaling_recipe`` (the engine's default; ``tensorwise`` for FP8 current scaling,
   :attr:`cosearch.plan.PlanSpec.scaling_recipe`), ``sp`` (0/1), ``zero`` (0), ``zero_group``, ``flash`` (1), ``engine``
-  (megatron-core).  Unknown columns are refused by name.
+  (megatron-core), ``cuda_graphs`` (what the run's CUDA graphs capture: ``full_iteration``,
+  ``transformer_engine`` / ``local`` / ``per_module``, or ``none``; :data:`CSV_CUDA_GRAPHS`).
+  Unknown columns are refused by name.
 
 Rows cosearch cannot describe are listed with their reason, never dropped silently.
 """
@@ -33,7 +35,11 @@ __all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQU
 
 CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
 CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "scaling_recipe",
-                "sp", "zero", "zero_group", "flash", "engine")
+                "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs")
+#: A CSV row's ``cuda_graphs`` (Megatron's ``--cuda-graph-impl`` words and ``per_module``) as the
+#: capture classes of :func:`cosearch.runs.rows.graph_capture_class`.
+CSV_CUDA_GRAPHS = {"full_iteration": "whole iteration", "transformer_engine": "per module",
+                   "local": "per module", "per_module": "per module", "none": "none"}
 #: The band the scatter plot shades and the table counts runs within.
 BAND = 0.10
 
@@ -68,7 +74,8 @@ class CheckResult:
     def groups(self, by: str = "group") -> dict[str, dict[str, float]]:
         """Per group: ``n``, ``mae`` (mean absolute error), ``mean_signed`` and ``within_band``
         (the fraction within ±10 %); the group ``all`` covers every run.  ``by="capture"``: per
-        :attr:`CheckedRun.capture` instead, over the MoE runs whose capture is known."""
+        :attr:`CheckedRun.capture` instead, over the runs whose capture is known (a ``.jsonl``
+        file's MoE rows, a CSV's ``cuda_graphs`` column)."""
         if by not in ("group", "capture"):
             raise ValueError(f"by must be 'group' or 'capture', got {by!r}")
         runs = [r for r in self.runs if by == "group" or r.capture]
@@ -232,6 +239,9 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
         plan["zero_group"] = num("zero_group")
     if r.get("scaling_recipe"):
         plan["scaling_recipe"] = r["scaling_recipe"]
+    graphs = (r.get("cuda_graphs") or "").strip()
+    if graphs and graphs not in CSV_CUDA_GRAPHS:
+        raise ValueError(f"cuda_graphs {graphs!r}: give one of {', '.join(CSV_CUDA_GRAPHS)}")
     return RunConfig(f"{path.name} line {line}", model=model, plan=plan, global_batch=num("batch"), num_chips=chips,
                      engine=engine_preset(r.get("engine") or "megatron-core"), chip=chip, cluster=cluster,
                      measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))
@@ -305,9 +315,13 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
 def moe_captures(path: str | os.PathLike) -> dict[str, str]:
     """Per MoE run of a validation-schema ``.jsonl`` file (``num_experts`` above 1), what its
     CUDA graphs capture (:func:`cosearch.runs.rows.graph_capture_class`; a row naming a graph
-    implementation Megatron does not have is left out: the checker refuses it); empty for a
-    ``.csv`` file, which does not say."""
+    implementation Megatron does not have is left out: the checker refuses it); for a ``.csv``
+    file, each row whose ``cuda_graphs`` column says (:data:`CSV_CUDA_GRAPHS`)."""
     from .rows import Refused, graph_capture_class
+    if Path(path).suffix.lower() == ".csv":
+        return {(r.get("id") or f"line {i}"): CSV_CUDA_GRAPHS[(r.get("cuda_graphs") or "").strip()]
+                for i, r in enumerate(_csv_rows(Path(path)), start=2)
+                if (r.get("cuda_graphs") or "").strip() in CSV_CUDA_GRAPHS}
     if Path(path).suffix.lower() not in (".jsonl", ".json"):
         return {}
     out = {}
