@@ -75,6 +75,14 @@ def _describe(d: dict[str, float]) -> str:
             f"{int(d['vector_units'])} VC, {d['l2_bytes'] / 2**20:g} MiB")
 
 
+def _table_models(models, echo) -> list:
+    """A table's models as a list (one may be given bare: a string is not a list of letters),
+    its ``echo`` checked to be a function (or None) before the first run."""
+    if echo is not None and not callable(echo):
+        raise ValueError(f"echo must be a function taking a line, or None, got {echo!r}")
+    return [models] if isinstance(models, str) else list(models)
+
+
 def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, global_batch: int = 4096,
           space: str = "phaze", refine_top: int = 3, ilp_designs: int = 256, out: str | os.PathLike | None = None,
           progress: bool = True, executor=None, echo=print) -> list[PhazeRow]:
@@ -90,15 +98,13 @@ def phaze(models=PHAZE_MODELS, hbm_gibs=PHAZE_HBM_GIB, *, chips: int = 1024, glo
     if out is not None:
         out = file_path(out, "out")          # before any work: a run's rows are saved as it ends
     from ._validate import positive_float, positive_int
-    # one model or HBM size may be given bare (a string is not a list of letters)
-    models = [models] if isinstance(models, str) else list(models)
+    models = _table_models(models, echo)
+    # one HBM size may be given bare too
     hbm_gibs = [hbm_gibs] if isinstance(hbm_gibs, (int, float, str)) else list(hbm_gibs)
     if not models or not hbm_gibs:
         raise ValueError("PHAZE's table needs at least one model and one HBM scenario")
     hbm_gibs = [positive_float("hbm_gibs", g) for g in hbm_gibs]
     chips, global_batch = positive_int("chips", chips), positive_int("global_batch", global_batch)
-    if echo is not None and not callable(echo):
-        raise ValueError(f"echo must be a function taking a line, or None, got {echo!r}")
 
     def make_space(gib):
         if space == "phaze-no-onchip":
@@ -287,8 +293,8 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
             raise ValueError(f"plot must be a file prefix (a str or os.PathLike), got {plot!r}")
         file_path(f"{os.fspath(plot)}-{{model}}.png", "plot")
     from ._validate import choice, int_list, positive_float
-    # one model, chip count or objective may be given bare (a string is not a list of letters)
-    models = [models] if isinstance(models, str) else list(models)
+    models = _table_models(models, echo)
+    # one chip count or objective may be given bare too
     empty = hasattr(chip_counts, "__len__") and len(chip_counts) == 0
     chip_counts = [] if empty else list(int_list("chip_counts", chip_counts))
     objectives = (objectives,) if isinstance(objectives, str) else tuple(objectives)
@@ -299,8 +305,6 @@ def frontier(models=FRONTIER_MODELS, chip_counts=FRONTIER_CHIPS, *, batch_per_ch
     if not objectives:
         raise ValueError("the frontier table needs at least one objective")
     positive_float("batch_per_chip", batch_per_chip)
-    if echo is not None and not callable(echo):
-        raise ValueError(f"echo must be a function taking a line, or None, got {echo!r}")
     systems = list(systems) if systems is not None else frontier_systems()
     rows: list[FrontierRow] = []
     for m in models:
