@@ -151,14 +151,13 @@ def server_components(cfg, strategy_class=None) -> ServerAppComponents:
         raise ValueError(f"run config out={out!r} must be an absolute path: the ServerApp writes it from the "
                          "SuperLink's working folder, not where flwr run was called")
     fraction_fit = _cfg_float(cfg, "fraction-fit", 1.0)
+    min_clients = _cfg_int(cfg, "min-clients", 2)
     if not 0.0 < fraction_fit <= 1.0:
         raise ValueError(f"run config fraction-fit must be in (0, 1], got {fraction_fit!r}")
     strategy = (strategy_class or _SavingStrategy)(
         out, model_fn=_model_fn(cfg), method=str(cfg.get("method", "invariant")), example_input=_example(cfg),
         total_rounds=rounds, seed=_cfg_int(cfg, "seed", 0, minimum=0), fraction_fit=fraction_fit,
-        min_available_clients=_cfg_int(cfg, "min-clients", 2),
-        min_fit_clients=_cfg_int(cfg, "min-clients", 2),
-        min_evaluate_clients=_cfg_int(cfg, "min-clients", 2),
+        min_available_clients=min_clients, min_fit_clients=min_clients, min_evaluate_clients=min_clients,
         fraction_evaluate=_cfg_float(cfg, "fraction-evaluate", 1.0))
     # a client that never answers ends its round after round-timeout seconds (counted as a
     # failure, which the strategy accepts) instead of hanging the run

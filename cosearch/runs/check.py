@@ -98,20 +98,13 @@ class CheckResult:
             lines.append(f"{r.id:<{wid}} {r.group:<{wg}} {r.predicted_tok_s_per_chip:>11,.0f} "
                          f"{r.measured_tok_s_per_chip:>11,.0f} {r.error:>+8.1%}  {r.plan}")
         lines.append("")
-        lines.append(f"{'group':<{wg}} {'runs':>5} {'MAE':>7} {'mean signed':>12} {'within 10%':>11}")
-        for g, s in self.groups().items():
-            lines.append(f"{g:<{wg}} {s['n']:>5} {s['mae']:>7.1%} {s['mean_signed']:>+12.1%} "
-                         f"{s['within_band']:>11.0%}")
+        lines += _stats_lines("group", self.groups(), wg)
         captures = self.groups("capture")
         if captures:
-            wc = max(len(c) for c in captures)
             lines.append("")
             lines.append("MoE runs by what their CUDA graphs capture (cosearch prices GPU time: a run launched from "
                          "the host also waits on it):")
-            lines.append(f"{'capture':<{wc}} {'runs':>5} {'MAE':>7} {'mean signed':>12} {'within 10%':>11}")
-            for c, s in captures.items():
-                lines.append(f"{c:<{wc}} {s['n']:>5} {s['mae']:>7.1%} {s['mean_signed']:>+12.1%} "
-                             f"{s['within_band']:>11.0%}")
+            lines += _stats_lines("capture", captures, max(len(c) for c in captures))
         if self.refused:
             lines.append("")
             lines.append(f"{len(self.refused)} run(s) not checked:")
@@ -247,6 +240,15 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
                      measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))
 
 
+def _stats_lines(title: str, stats: dict[str, dict[str, float]], width: int) -> list[str]:
+    """A header and one line per key of :meth:`CheckResult.groups`' statistics."""
+    lines = [f"{title:<{width}} {'runs':>5} {'MAE':>7} {'mean signed':>12} {'within 10%':>11}"]
+    for g, st in stats.items():
+        lines.append(f"{g:<{width}} {st['n']:>5} {st['mae']:>7.1%} {st['mean_signed']:>+12.1%} "
+                     f"{st['within_band']:>11.0%}")
+    return lines
+
+
 def jsonl_rows(path: str | os.PathLike) -> list[dict]:
     """The rows of a validation-schema ``.jsonl`` file: one JSON object per non-blank line, each
     with an ``id`` (``line N`` where it has none); a line that is no JSON object is refused by
@@ -273,12 +275,18 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
     rows, or only the ``newest`` release's measurement of each plan (validation schema:
     :func:`cosearch.runs.rows.newest_per_plan`).  A JSONL row's group is source x chip x number
     format (:func:`cosearch.runs.rows.group_of`)."""
+    return [item[:3] for item in _measured(path, releases)]
+
+
+def _measured(path: str | os.PathLike, releases: str) -> list[tuple[str, str, Any, str]]:
+    """:func:`read_measured`'s items, each with what the run's CUDA graphs capture
+    (:func:`_row_capture`, :func:`_csv_capture`), the file read once."""
     from .rows import group_of, newest_per_plan, read_row
     if releases not in ("all", "newest"):
         raise ValueError(f"releases must be 'all' or 'newest', got {releases!r}")
     from .._validate import input_path
     p = Path(input_path(path, "the measured-runs file"))
-    out: list[tuple[str, str, Any]] = []
+    out: list[tuple[str, str, Any, str]] = []
     if p.suffix.lower() == ".csv":
         for i, r in enumerate(_csv_rows(p), start=2):
             rid = r.get("id") or f"line {i}"
@@ -286,7 +294,7 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
                 rc = _csv_config(r, i, p)
             except ValueError as e:
                 rc = str(e)
-            out.append((rid, r.get("group") or r.get("cluster", "?"), rc))
+            out.append((rid, r.get("group") or r.get("cluster", "?"), rc, _csv_capture(r)))
         return out
     if p.suffix.lower() not in (".jsonl", ".json"):
         raise ValueError(f"{p}: measured runs are a .jsonl (validation schema) or .csv file")
@@ -298,7 +306,7 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
     if releases == "newest":
         rows = newest_per_plan(rows)
     for row in incomplete:
-        out.append((row["id"], "?", "the row is marked incomplete (its notes say what is missing)"))
+        out.append((row["id"], "?", "the row is marked incomplete (its notes say what is missing)", ""))
     for row in rows:
         try:
             group = group_of(row)
@@ -308,7 +316,7 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
             rc: Any = read_row(row, source=str(p.name))
         except (ValueError, KeyError) as e:
             rc = str(e) if not isinstance(e, KeyError) else f"missing field {e}"
-        out.append((row["id"], group, rc))
+        out.append((row["id"], group, rc, _row_capture(row)))
     return out
 
 
@@ -317,22 +325,31 @@ def moe_captures(path: str | os.PathLike) -> dict[str, str]:
     CUDA graphs capture (:func:`cosearch.runs.rows.graph_capture_class`; a row naming a graph
     implementation Megatron does not have is left out: the checker refuses it); for a ``.csv``
     file, each row whose ``cuda_graphs`` column says (:data:`CSV_CUDA_GRAPHS`)."""
-    from .rows import Refused, graph_capture_class
     if Path(path).suffix.lower() == ".csv":
-        return {(r.get("id") or f"line {i}"): CSV_CUDA_GRAPHS[(r.get("cuda_graphs") or "").strip()]
-                for i, r in enumerate(_csv_rows(Path(path)), start=2)
-                if (r.get("cuda_graphs") or "").strip() in CSV_CUDA_GRAPHS}
-    if Path(path).suffix.lower() not in (".jsonl", ".json"):
+        caps = {(r.get("id") or f"line {i}"): _csv_capture(r) for i, r in enumerate(_csv_rows(Path(path)), start=2)}
+    elif Path(path).suffix.lower() in (".jsonl", ".json"):
+        caps = {row["id"]: _row_capture(row) for row in jsonl_rows(path)}
+    else:
         return {}
-    out = {}
-    for row in jsonl_rows(path):
-        experts = row.get("num_experts")
-        if isinstance(experts, (int, float)) and not isinstance(experts, bool) and experts > 1:
-            try:
-                out[row["id"]] = graph_capture_class(row)
-            except Refused:
-                continue
-    return out
+    return {rid: c for rid, c in caps.items() if c}
+
+
+def _row_capture(row: dict) -> str:
+    """An MoE row's capture (:func:`cosearch.runs.rows.graph_capture_class`); "" for a dense row
+    or one naming a graph implementation Megatron does not have (the checker refuses it)."""
+    from .rows import Refused, graph_capture_class
+    experts = row.get("num_experts")
+    if isinstance(experts, bool) or not isinstance(experts, (int, float)) or experts <= 1:
+        return ""
+    try:
+        return graph_capture_class(row)
+    except Refused:
+        return ""
+
+
+def _csv_capture(r: dict) -> str:
+    """A CSV row's capture from its ``cuda_graphs`` column; "" where it says none it knows."""
+    return CSV_CUDA_GRAPHS.get((r.get("cuda_graphs") or "").strip(), "")
 
 
 def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = "all") -> CheckResult:
@@ -341,10 +358,9 @@ def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = 
     from tqdm.auto import tqdm
 
     from ..plan import evaluate
-    items = read_measured(path, releases)
-    capture = moe_captures(path)
+    items = _measured(path, releases)
     runs, refused = [], []
-    for rid, group, rc in tqdm(items, desc="runs", unit="run", disable=not progress, leave=False):
+    for rid, group, rc, capture in tqdm(items, desc="runs", unit="run", disable=not progress, leave=False):
         if isinstance(rc, str):
             refused.append((rid, rc))
             continue
@@ -362,5 +378,5 @@ def check_runs(path: str | os.PathLike, progress: bool = False, releases: str = 
             continue
         runs.append(CheckedRun(rid, group, f"{d.spec.describe()} [{d.engine.name}]",
                                plan.tokens_per_s / d.num_chips, float(d.measured_tok_s_per_chip),
-                               capture.get(rid, "")))
+                               capture))
     return CheckResult(tuple(runs), tuple(refused))
