@@ -111,8 +111,7 @@ def _nemo_launcher_key(row: dict) -> tuple[str, str, bool]:
     """A NeMo 1 row's (release as the launcher tags it, ``"24.07"``; its model's config file
     stem, ``"llama2_70b"``; whether it is a pre-training row)."""
     parts = str(row["id"]).split("/")
-    rel = release_of(row)
-    release = f"{rel[0]}.{rel[1]:02d}" if rel and len(rel) >= 2 else "?"
+    release = release_label(row)        # the launcher's tags: "24.07"
     key = re.sub(r"[.\-]", "_", parts[1].lower()) if len(parts) > 1 else ""
     return release, key, not (len(parts) >= 3 and parts[2] != "pretrain")
 
