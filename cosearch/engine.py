@@ -133,6 +133,15 @@ same.
   without ``torch.compile`` and llm-foundry does: :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`,
   the Python RMSNorm and PyTorch's own LayerNorm and GELU kernels measured, SwiGLU and RoPE
   itemized).
+* ``expert_elementwise`` — how an MoE layer's expert biases and clamped activation run
+  (:data:`EXPERT_ELEMENTWISE`; only models with them, GPT-OSS, are affected): ``"fused"`` (inside
+  the experts' kernels: Transformer Engine's op fuser, ``use_transformer_engine_op_fuser``, or a
+  framework that fuses them) or ``"eager"`` (Megatron-Core's ``TEGroupedMLP`` without the op fuser,
+  every release from core 0.15 to 0.19: the gate and linear halves clamped and concatenated by
+  eager PyTorch before the fused activation, and the down projection's bias added per local expert
+  as ``t + b * p`` after it, :func:`cosearch.graph.expert_eager_bytes`; in fp32 where the flex
+  dispatcher's backends make the routing probabilities fp32).  ``"eager"`` in ``megatron-core`` and
+  ``megatron-core-tp-overlap``; :func:`megatron_core`'s ``op_fuser`` turns it ``"fused"``.
 * ``full_grad_allreduce`` — with ZeRO 1/2 the gradients are still all-reduced in full, and each
   rank then updates its partition and all-gathers the updated weights (DeepSpeed's
   ``BF16_Optimizer`` under its pipeline engine: ``PipelineEngine._bf16_reduce_grads`` calls
@@ -220,7 +229,8 @@ from dataclasses import dataclass, replace
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "MAXTEXT_MINIMAL_REMAT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
-           "moe_comm_sms", "with_moe_dispatch"]
+           "moe_comm_sms", "with_moe_dispatch", "EXPERT_ELEMENTWISE", "expert_graph_option",
+           "with_op_fuser"]
 
 
 @dataclass(frozen=True)
@@ -253,6 +263,7 @@ class Engine:
     tp_overlap_kernel: str = "whole-layer"
     overlap_p2p_comm: bool = False
     async_dgrad_comm: bool = False
+    expert_elementwise: str = "fused"
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -268,7 +279,8 @@ class Engine:
                            ("fp8_cast_kernel", CAST_KERNELS), ("cross_entropy", CROSS_ENTROPY),
                            ("elementwise", ELEMENTWISE), ("embedding", EMBEDDINGS),
                            ("moe_dispatcher", MOE_DISPATCHERS),
-                           ("tp_overlap_kernel", TP_OVERLAP_KERNELS)):
+                           ("tp_overlap_kernel", TP_OVERLAP_KERNELS),
+                           ("expert_elementwise", EXPERT_ELEMENTWISE)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
@@ -305,6 +317,22 @@ class Engine:
 
 #: How ``overlap_tp_comm`` hides tensor-parallel collectives (``Engine.tp_overlap_kernel``).
 TP_OVERLAP_KERNELS = ("whole-layer", "userbuffers", "async")
+
+#: How the routed experts' bias and clamped activation run (``Engine.expert_elementwise``):
+#: inside the experts' kernels, or as Megatron-Core's eager passes (graph options
+#: :data:`cosearch.graph.EXPERT_ELEMENTWISE`, :func:`expert_graph_option`).
+EXPERT_ELEMENTWISE = ("fused", "eager")
+
+
+def expert_graph_option(engine: Engine) -> str:
+    """The layer graph's ``expert_elementwise`` (:data:`cosearch.graph.EXPERT_ELEMENTWISE`) for
+    ``engine``: its own, the eager passes in fp32 under the flex dispatcher (DeepEP and HybridEP
+    take fp32 routing probabilities: Megatron-Core's ``token_dispatcher.py`` casts them, "HybridEP
+    only supports float32 probs"), so ``t + b * p`` promotes to fp32."""
+    if engine.expert_elementwise == "eager" and engine.moe_dispatcher == "flex":
+        return "eager-fp32-probs"
+    return engine.expert_elementwise
+
 
 #: Megatron-Core's MoE token dispatchers cosearch prices (``Engine.moe_dispatcher``).
 MOE_DISPATCHERS = ("alltoall", "flex")
@@ -356,7 +384,8 @@ MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False, zero_st
 MEGATRON_CORE_ZERO = (0, 1, 3)
 
 MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True, zero_stages=MEGATRON_CORE_ZERO,
-                       async_dgrad_comm=True, software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
+                       async_dgrad_comm=True, expert_elementwise="eager",
+                       software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
 #: framework): partitioned pipeline sends issued one at a time and blocking, gradients
@@ -422,7 +451,7 @@ MAXTEXT_MINIMAL_REMAT = replace(MAXTEXT, name="maxtext-minimal-remat", selective
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
                                   async_dgrad_comm=True,
-                                  tp_overlap_kernel="userbuffers",
+                                  tp_overlap_kernel="userbuffers", expert_elementwise="eager",
                                   zero_stages=MEGATRON_CORE_ZERO,
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
 
@@ -437,18 +466,22 @@ ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEG
 
 
 def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
-                  overlap_grad_reduce: bool = True, overlap_p2p_comm: bool = False) -> Engine:
+                  overlap_grad_reduce: bool = True, overlap_p2p_comm: bool = False, op_fuser: bool = False) -> Engine:
     """Megatron-Core with its performance switches: ``tp_comm_overlap``
     (:data:`MEGATRON_CORE_TP_OVERLAP`), ``fp8_param_gather`` (FP8-only weights, the engine named
     ``...-fp8-params``), ``overlap_grad_reduce`` (Megatron's ``--overlap-grad-reduce``, which
     NeMo's recipes set; off: the gradient reduction runs after the backward, the engine named
-    ``...-no-grad-overlap``) and ``overlap_p2p_comm`` (pipeline sends and receives beside the
-    interleaved schedule's chunks, the engine named ``...-p2p-overlap``)."""
+    ``...-no-grad-overlap``), ``overlap_p2p_comm`` (pipeline sends and receives beside the
+    interleaved schedule's chunks, the engine named ``...-p2p-overlap``) and ``op_fuser``
+    (``--use-transformer-engine-op-fuser``: the experts' bias and clamped activation inside
+    Transformer Engine's fused grouped MLP, :attr:`Engine.expert_elementwise` ``"fused"``, the
+    engine named ``...-op-fuser``)."""
     from ._validate import flag
     tp_comm_overlap, fp8_param_gather = flag("tp_comm_overlap", tp_comm_overlap), flag("fp8_param_gather",
                                                                                       fp8_param_gather)
     overlap_grad_reduce, overlap_p2p_comm = flag("overlap_grad_reduce", overlap_grad_reduce), flag(
         "overlap_p2p_comm", overlap_p2p_comm)
+    op_fuser = flag("op_fuser", op_fuser)
     base = MEGATRON_CORE_TP_OVERLAP if tp_comm_overlap else MEGATRON_CORE
     if overlap_p2p_comm:
         base = replace(base, name=base.name + "-p2p-overlap", overlap_p2p_comm=True)
@@ -456,7 +489,17 @@ def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
         base = replace(base, name=base.name + "-fp8-params", fp8_param_gather=True)
     if not overlap_grad_reduce:
         base = replace(base, name=base.name + "-no-grad-overlap", overlap_grad_reduce=False)
-    return base
+    return with_op_fuser(base) if op_fuser else base
+
+
+def with_op_fuser(engine: Engine) -> Engine:
+    """``engine`` running the experts through Transformer Engine's op fuser
+    (``use_transformer_engine_op_fuser``): their bias and clamped activation inside its fused
+    grouped MLP (:attr:`Engine.expert_elementwise` ``"fused"``), named ``...-op-fuser``; as it is
+    where they are fused already."""
+    if engine.expert_elementwise == "fused":
+        return engine
+    return replace(engine, name=engine.name + "-op-fuser", expert_elementwise="fused")
 
 
 def uneven_sequence_split(engine: Engine, tokens: int, tp: int, sequence_parallel: bool) -> bool:

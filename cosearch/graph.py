@@ -68,11 +68,11 @@ SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul", "dots-saved")
 RECOMPUTE_MODULES = {
     "core_attn": ATTENTION_CORE,
     "layernorm": ("norm1", "norm2"),
-    "moe_act": ("expert_act",),
+    "moe_act": ("expert_clamp", "expert_act"),
     "mla_up_proj": ("q_up", "kv_up", "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
-    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "expert_fc1", "expert_act",
-            "expert_fc2", "moe_combine", "shared_fc1", "shared_act", "shared_fc2", "moe_add", "moe_unpermute",
+    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "expert_fc1", "expert_clamp",
+            "expert_act", "expert_fc2", "expert_bias", "moe_combine", "shared_fc1", "shared_act", "shared_fc2", "moe_add", "moe_unpermute",
             "moe_combine_einsum"),
     "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
 }
@@ -83,7 +83,8 @@ RECOMPUTE_MODULES = {
 #: combined 1F1B schedule calls the ``mlp`` node (``TransformerLayerSchedulePlan``); every other
 #: op of the layer is on the attention side (``pre_dispatch_computation``, or the combine's
 #: post-processing before the next layer's).
-MOE_EXPERT_OPS = ("expert_fc1", "expert_act", "expert_fc2", "shared_fc1", "shared_act", "shared_fc2", "moe_add")
+MOE_EXPERT_OPS = ("expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "shared_fc1", "shared_act",
+                  "shared_fc2", "moe_add")
 
 
 #: MaxText's ``remat_policy: custom`` tensor names (``configs/base.yml``: each ``'remat'``,
@@ -620,6 +621,49 @@ EAGER_ELEMENTWISE_BYTES = {
     "gelu": (_GELU_FWD - 2.0, 2.0, _GELU_BWD - 2.0, 2.0),
 }
 
+#: How the routed experts' bias and activation clamp run (:attr:`cosearch.engine.Engine.expert_elementwise`):
+#: ``"fused"`` (inside the experts' kernels: Transformer Engine's op fuser, or a model without
+#: them) or as Megatron-Core's ``TEGroupedMLP`` runs them without the op fuser (every release
+#: from core 0.15 to 0.19, ``megatron/core/transformer/moe/experts.py`` and
+#: ``fusions/fused_bias_geglu.py``): ``"eager"`` with the router's probabilities in the model's
+#: dtype, ``"eager-fp32-probs"`` with fp32 ones (the flex dispatcher's DeepEP and HybridEP
+#: backends cast them to fp32, ``token_dispatcher.py``).  :func:`expert_eager_bytes` itemizes the
+#: passes.
+EXPERT_ELEMENTWISE = ("fused", "eager", "eager-fp32-probs")
+
+
+def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, float, float]]:
+    """Bytes per element (forward read, forward written, backward read, backward written) of the
+    routed experts' eager passes under :data:`EXPERT_ELEMENTWISE` ``mode`` (none when fused),
+    each PyTorch kernel counted from the code (``dt``: the activations' bytes; a boolean mask 1):
+
+    * ``expert_clamp``, per element of the up projection's ``[n, 2F]`` output, when the model
+      clamps its gated activation (:attr:`cosearch.models.ModelConfig.activation_clamp`):
+      ``weighted_bias_quick_geglu_impl`` splits it with ``chunk``, clamps each half
+      (``x_glu.clamp(max=c)``, ``x_linear.clamp(-c, c)``: read and write a half each) and
+      ``torch.cat``\ s them (read and write the whole) before the fused activation: 2 dt read and 2
+      dt written.  Backward: ``clamp_backward`` is ``where(mask, grad, 0)`` on a comparison mask
+      (one comparison for the gate half; two and a ``logical_and_`` for the linear half), then
+      ``chunk``'s backward concatenates the two gradients: (7 dt + 4) / 2 read, 2 dt + 2 written.
+    * ``expert_bias``, per element of the down projection's ``[n, H]`` output, when the experts
+      carry biases: ``_apply_bias`` runs ``t + b * p`` per local expert (``b`` the expert's bias,
+      ``p`` each token's routing probability, the product in the promoted dtype of ``r`` bytes),
+      ``torch.cat``\ s the pieces and casts back to the activations' dtype (a no-op when ``r`` is
+      dt): dt + 2r (+ r) read, 3r (+ dt) written.  Backward: ``mul``'s two gradients (``grad * p``
+      summed over tokens for the bias, ``grad * b`` summed over the hidden dimension for the
+      probabilities: 4r read, 2r written), ``split``'s backward concatenating the pieces' gradients
+      (dt read and written), and where the dtype was promoted the two casts of the gradient."""
+    choice("expert_elementwise", mode, EXPERT_ELEMENTWISE)
+    if mode == "fused":
+        return {}
+    r = float(max(dt, 4 if mode == "eager-fp32-probs" else dt))
+    cast = r != dt
+    clamp = (2.0 * dt, 2.0 * dt, (7.0 * dt + 4.0) / 2.0, 2.0 * dt + 2.0)
+    bias = (dt + 2.0 * r + (r if cast else 0.0), 3.0 * r + (dt if cast else 0.0),
+            4.0 * r + dt + ((dt + r) if cast else 0.0), 2.0 * r + dt + ((r + dt) if cast else 0.0))
+    return {"expert_clamp": clamp, "expert_bias": bias}
+
+
 #: Training precisions a graph can be built for.
 PRECISIONS = ("bf16", "fp8", "fp4")
 #: Bytes per GEMM operand element of each precision: NVFP4 packs 2 values per byte plus an
@@ -804,30 +848,48 @@ def moe_expert_tokens(c: ModelConfig, T: int, ep: int, seqs: int = 1) -> tuple[i
     return per, per * E // ep
 
 
-def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: int, fe: int, lowp: float) -> int:
+def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: int, fe: int, lowp: float,
+                eager: bool = False) -> int:
     """The routed experts' ops (``local`` experts of ``per`` tokens each): the up projection as one
-    grouped GEMM, the activation, the down projection; returns the last op's index."""
+    grouped GEMM, the activation, the down projection; returns the last op's index.  ``eager``:
+    the clamp of a clamped activation and the experts' biases as passes of their own
+    (:func:`expert_eager_bytes` prices them, :func:`_with_own_bytes`)."""
     width = 2 * fe if c.gated else fe
     fc1 = g.expert_gemm("expert_fc1", [disp], per, width, c.hidden, local, lowp)
+    if eager and c.activation_clamp:
+        fc1 = g.vector("expert_clamp", [fc1], per * local * width, "add")
     act = g.vector("expert_act", [fc1], per * local * fe, c.activation, inputs=2 if c.gated else 1)
-    return g.expert_gemm("expert_fc2", [act], per, c.hidden, fe, local, lowp)
+    fc2 = g.expert_gemm("expert_fc2", [act], per, c.hidden, fe, local, lowp)
+    if eager and c.bias:
+        fc2 = g.vector("expert_bias", [fc2], per * local * c.hidden, "add", inputs=2)
+    return fc2
+
+
+def _with_own_bytes(ops, own: dict) -> list:
+    """``ops`` with each vector op named in ``own`` moving its own forward bytes per element
+    (``own[name][:2]``)."""
+    return [replace(o, bytes_read=o.elements * own[o.name][0], bytes_written=o.elements * own[o.name][1])
+            if o.name in own and o.kind == "vector" else o for o in ops]
 
 
 @functools.lru_cache(maxsize=512)
 def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
-                 passes: str = "single") -> tuple[dict, dict]:
+                 passes: str = "single", expert_elementwise: str = "fused") -> tuple[dict, dict]:
     """The routed experts' forward ops (:func:`_expert_ops`: ``local`` experts of ``per`` tokens
     each) and their backward, by name; cached, as many (tp, sequence-parallel, microbatch, ep)
     layers share them (callers must not change the dicts)."""
     g = _Builder(c.dtype_bytes, passes)
-    _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp)
-    return {o.name: o for o in g.ops}, {o.name: o for o in _backward(list(g.ops), tp, c.dtype_bytes, (),
-                                                                      passes=passes)}
+    _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp, expert_elementwise != "fused")
+    own = expert_eager_bytes(expert_elementwise, c.dtype_bytes)
+    ops = _with_own_bytes(g.ops, own)
+    return {o.name: o for o in ops}, {o.name: o for o in _backward(ops, tp, c.dtype_bytes, (),
+                                                                    {k: v[2:] for k, v in own.items()},
+                                                                    passes=passes)}
 
 
 def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
                          context_parallel: int = 1, precision: str = "bf16",
-                         cast_passes: str = "single") -> tuple[LayerGraph, LayerGraph]:
+                         cast_passes: str = "single", expert_elementwise: str = "fused") -> tuple[LayerGraph, LayerGraph]:
     """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
     the same layer's graphs at another ep >= 2: only the routed experts' ops differ (their token
     count and how many experts a rank holds; the all-to-alls move the same ``T k`` copies at every
@@ -840,7 +902,9 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
     T = microbatch * (c.seq_len // context_parallel)
     per, _ = moe_expert_tokens(c, T, ep, microbatch)
     choice("cast_passes", cast_passes, CAST_PASSES)
-    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], cast_passes)
+    choice("expert_elementwise", expert_elementwise, EXPERT_ELEMENTWISE)
+    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], cast_passes,
+                                expert_elementwise)
 
     def moved(op: Op, deps: tuple[int, ...]) -> Op:
         # the rebuilt op at the original's place (its fields were validated when built)
@@ -873,7 +937,8 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
     return swap(fwd, new_f), swap(bwd, new_b)
 
 
-def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1) -> int:
+def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1,
+             eager: bool = False) -> int:
     """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
     the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
     state, each tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM
@@ -900,7 +965,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
         # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
         perm = g.vector("moe_permute", [gate], copies * h, "mul")
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
-    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp)
+    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp, eager)
     out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
     if c.shared_experts:
         fs = c.shared_experts * fe
@@ -917,7 +982,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
-                   passes: str = "single", tp_amax: frozenset = frozenset()) -> list[Op]:
+                   passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: bool = False) -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -953,11 +1018,11 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
     if local:
         # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
-        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b)
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager)
     else:
         x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
         if c.moe:
-            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b)
+            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b, expert_eager)
         else:
             # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
             fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)
@@ -1227,7 +1292,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
           cross_entropy: str = "fused", elementwise: str = "fused",
           expert_tensor_parallel: int | None = None, both: bool = False,
-          embedding: str = "gather", cast_passes: str = "single") -> LayerGraph:
+          embedding: str = "gather", cast_passes: str = "single", expert_elementwise: str = "fused") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1252,7 +1317,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     embedding's lookup, a gather or MaxText's one-hot GEMM.  ``cast_passes`` (:data:`CAST_PASSES`,
     :data:`RECIPE_CAST_PASSES` of a scaling recipe): how a low-precision layer's casts run — one
     pass each, delayed scaling's norms writing their FP8 output (not with eager elementwise ops:
-    PyTorch's norms write bf16), or an amax read first (``<gemm>.amax`` ops).  ``both``: return
+    PyTorch's norms write bf16), or an amax read first (``<gemm>.amax`` ops).
+    ``expert_elementwise`` (:data:`EXPERT_ELEMENTWISE`): an MoE layer's expert bias and activation
+    clamp inside the experts' kernels (``"fused"``) or as Megatron-Core's eager passes
+    (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`).  ``both``: return
     the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
@@ -1277,6 +1345,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     choice("elementwise", elementwise, ELEMENTWISE)
     choice("embedding", embedding, EMBEDDINGS)
     choice("cast_passes", cast_passes, CAST_PASSES)
+    choice("expert_elementwise", expert_elementwise, EXPERT_ELEMENTWISE)
     passes = cast_passes if precision != "bf16" and part == "layer" else "single"
     if passes.startswith("norm-fused") and elementwise == "eager":
         passes = passes.replace("norm-fused", "single")
@@ -1288,6 +1357,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if passes != "single":
         extra["passes"] = passes
         extra["tp_amax"] = tp_amax[0]
+    eager_experts = part == "layer" and config.moe and expert_elementwise != "fused"
+    if eager_experts:
+        extra["expert_eager"] = True
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
@@ -1299,8 +1371,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         if config.activation in ("swiglu", "gelu"):
             own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
-    ops = [replace(o, bytes_read=o.elements * own[o.name][0], bytes_written=o.elements * own[o.name][1])
-           if o.name in own and o.kind == "vector" else o for o in ops]
+    if eager_experts:
+        own.update(expert_eager_bytes(expert_elementwise, config.dtype_bytes))
+    ops = _with_own_bytes(ops, own)
     fwd = LayerGraph(f"{config.name}.{part}.fwd", tuple(ops), phase="fwd", tp=tp, microbatch=microbatch)
     if phase == "fwd" and not both:
         return fwd

@@ -71,9 +71,12 @@ class MemoryConfig:
 
 
 def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, precision: str,
-                      sequence_parallel: bool) -> dict[str, float]:
+                      sequence_parallel: bool, eager_clamp: bool = False) -> dict[str, float]:
     """The activations one layer keeps with nothing recomputed, by tensor, in bytes per token and
-    per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring)."""
+    per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring).  ``eager_clamp``:
+    a clamped activation's clamp runs as eager passes (:func:`cosearch.graph.expert_eager_bytes`),
+    whose backward keeps the up projection's output while the activation keeps the clamped copy:
+    a second ``moe_fc1``-sized tensor (``moe_clamped``)."""
     flag("flash_attention", flash_attention)
     flag("sequence_parallel", sequence_parallel)
     c = config
@@ -118,6 +121,8 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
         shared = c.shared_experts * c.expert_ffn / h
         split.update(moe_fc1=routed * per_w, moe_act=routed * act_out, shared_mlp=shared * (per_w + act_out),
                      moe_dispatched=2.0 * slots * e)
+        if eager_clamp and c.activation_clamp:
+            split["moe_clamped"] = routed * per_w
         if c.moe_einsum_dispatch:
             # the one-hot dispatch and combine masks (E C slots for every token: S x E x C a
             # sequence) the einsums' backward reads
@@ -140,16 +145,16 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
 #: keeping (:data:`cosearch.graph.RECOMPUTE_MODULES`): the module's own outputs, recomputed from
 #: its kept input in the backward.  ``mla_up_proj``: the Q, K, V its up projections make (their
 #: latent inputs are kept either way and are not in Korthikanti's terms).
-MODULE_TERMS = {"core_attn": ("attn",), "layernorm": ("norm_out",), "moe_act": ("moe_act",),
+MODULE_TERMS = {"core_attn": ("attn",), "layernorm": ("norm_out",), "moe_act": ("moe_act", "moe_clamped"),
                 "mla_up_proj": ("qkv",), "mlp": ("mlp_fc1", "mlp_act"),
-                "moe": ("moe_fc1", "moe_act", "shared_mlp", "moe_dispatched", "moe_masks"),
+                "moe": ("moe_fc1", "moe_act", "moe_clamped", "shared_mlp", "moe_dispatched", "moe_masks"),
                 "shared_experts": ("shared_mlp",)}
 
 
 def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = False, precision: str = "bf16",
-                           modules: tuple[str, ...] = ()) -> float:
+                           modules: tuple[str, ...] = (), eager_clamp: bool = False) -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
     (full: only the layer input).  Under ``precision="fp8"`` (``"fp4"``: NVFP4, 0.5625 bytes)
@@ -159,12 +164,14 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     attention output stays (flash attention's backward needs it) and its FP8 cast is added.
     ``"selective"`` drops the attention scores (Megatron's attention core; flash attention keeps
     none but its log-sum-exp); with ``modules`` (Megatron-Core's ``recompute_modules``) it drops
-    the outputs of those modules instead (:data:`MODULE_TERMS`)."""
+    the outputs of those modules instead (:data:`MODULE_TERMS`).  ``eager_clamp``: a clamped
+    activation clamped by eager passes keeps one more copy of the experts' up projection
+    (:func:`_activation_terms`)."""
     if recompute == "full":
         return layer_input_bytes(config, tp, microbatch, sequence_parallel)
     if recompute not in ("none", "selective"):
         raise ValueError(f"recompute={recompute!r}; choose 'none', 'selective' or 'full'")
-    terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel)
+    terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel, flag("eager_clamp", eager_clamp))
     dropped: set[str] = set()
     if recompute == "selective":
         if modules:

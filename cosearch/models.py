@@ -146,6 +146,11 @@ class ModelConfig:
         mixes the ``n`` streams of ``hidden`` into its input and back (``n x n`` Sinkhorn-normalised
         mixing, coefficients from an RMS-normed ``n hidden -> n^2 + 2n`` projection, MaxText's
         ``layers/mhc.py``), so the residual activations and the pipeline sends are ``n`` times wider.
+    activation_clamp: the limit of a clamped gated activation (0: none): the gate half clamped from
+        above and the linear half to ``[-limit, limit]`` before the activation (GPT-OSS: 7.0, its
+        config.json's ``swiglu_limit``; Megatron-Core's ``activation_func_clamp_value``).  Priced
+        where an engine runs the clamp as eager passes of its own
+        (:attr:`cosearch.engine.Engine.expert_elementwise`); a fused activation clamps for free.
     """
 
     name: str
@@ -183,6 +188,7 @@ class ModelConfig:
     moe_einsum_dispatch: bool = False
     compressed_attention: CompressedAttention | None = None
     hyper_connections: int = 1
+    activation_clamp: float = 0.0
 
     def __post_init__(self) -> None:
         # numpy's integers (a sweep over np.arange) are integers: stored as Python ints, so the
@@ -252,6 +258,11 @@ class ModelConfig:
                                  f"directly, as DeepSeek-V2-Lite), got {qr!r}")
             for x in self.mla[1:]:
                 _positive_int("mla", x)
+        clamp = self.activation_clamp
+        if isinstance(clamp, bool) or not isinstance(clamp, (int, float)) or not math.isfinite(clamp) or clamp < 0.0:
+            raise ValueError(f"ModelConfig.activation_clamp must be a finite number >= 0 (the clamped GLU's limit; 0: "
+                             f"none), got {clamp!r}")
+        object.__setattr__(self, "activation_clamp", float(clamp))
         hc = self.hyper_connections
         if isinstance(hc, bool) or not isinstance(hc, int) or not 1 <= hc <= 64:
             raise ValueError(f"ModelConfig.hyper_connections must be an integer in 1..64 (residual streams; 1: a plain "
@@ -297,6 +308,9 @@ class ModelConfig:
             )
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"ModelConfig.activation={self.activation!r}; choose one of {_ACTIVATIONS}")
+        if self.activation_clamp and self.activation not in ("swiglu", "geglu"):
+            raise ValueError(f"ModelConfig.activation_clamp={self.activation_clamp:g} clamps a gated activation's two "
+                             f"halves: it needs activation 'swiglu' or 'geglu', got {self.activation!r}")
         if self.norm not in _NORMS:
             raise ValueError(f"ModelConfig.norm={self.norm!r}; choose one of {_NORMS}")
         if self.position not in _POSITIONS:
@@ -651,6 +665,12 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         extra += layers * 2 * hidden
         if mt != "gemma2":
             extra += layers * 2 * (head_size or hidden // heads)
+    # GPT-OSS's clamped gated activation (modeling_gpt_oss.py: gate.clamp(max=limit),
+    # up.clamp(-limit, limit))
+    limit = config.get("swiglu_limit") if gated else None
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                              or not math.isfinite(limit) or limit < 0):
+        raise ValueError(f"from_hf_config: 'swiglu_limit' must be a non-negative number, got {limit!r}")
     learned_rows = ctx if (position == "learned" and ctx) else seq_len
     cfg = ModelConfig(
         name=name or str(config.get("_name_or_path") or mt or "hf-model"),
@@ -658,7 +678,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
         position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
         extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
-        **window_kw)
+        **window_kw, activation_clamp=float(limit or 0.0))
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
@@ -830,12 +850,13 @@ PRESETS: dict[str, ModelConfig] = {
                           num_experts=8, experts_per_token=2),
     # openai/gpt-oss-120b config.json: 36 x 2880, 64 heads of 64, 8 KV heads, 128 experts of 2,880
     # (SwiGLU), top-4, vocab 201088, untied, every other layer a 128-token sliding window
-    # (layer_types); attention and expert biases; 116.8B total, 5.1B active (its model card).  Its
-    # attention sinks (one learned logit per head and layer) are left out.
+    # (layer_types); attention and expert biases; 116.8B total, 5.1B active (its model card); the
+    # gated activation clamped at swiglu_limit 7.0.  Its attention sinks (one learned logit per
+    # head and layer) are left out.
     "gpt-oss-120b": ModelConfig("gpt-oss-120b", 36, 2880, 64, 2880, 201088, 4096, kv_heads=8, head_size=64,
                                 activation="swiglu", norm="rmsnorm", position="rotary", bias=True,
                                 tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=4,
-                                moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18),
+                                moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18, activation_clamp=7.0),
     # meta-llama/Llama-4-Scout-17B-16E config.json (text_config): 48 x 5120, 40 heads of 128, 8 KV
     # heads, 16 routed experts of 8,192 (SwiGLU, top-1) + 1 shared in every layer, vocab 202048,
     # untied; chunked attention (attention_chunk_size 8192) on the RoPE layers, every 4th layer

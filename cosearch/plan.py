@@ -34,6 +34,7 @@ from .engine import (
     NCCL_COLLECTIVE_CTAS,
     Engine,
     check_features,
+    expert_graph_option,
     moe_comm_sms,
     uneven_sequence_split,
 )
@@ -340,7 +341,7 @@ class Plan:
 @functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
-                embedding: str = "gather", passes: str = "single"):
+                embedding: str = "gather", passes: str = "single", experts: str = "fused"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
@@ -352,18 +353,19 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
         moe = part == "layer"
         f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
                             elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
-                            passes if moe else "single")
+                            passes if moe else "single", experts if moe else "fused")
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
 
 @functools.lru_cache(maxsize=256)
 def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_attention: bool,
-                        precision: str) -> tuple[tuple[float, ...], float]:
+                        precision: str, eager_clamp: bool = False) -> tuple[tuple[float, ...], float]:
     """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
     layer's without recompute, under ``policy``'s selective recompute, the layer input, the
     embedding's, the head's), and the bytes a MaxText policy offloads to the host; cached (none
-    depends on expert parallelism, which the plan search prices degree by degree)."""
+    depends on expert parallelism, which the plan search prices degree by degree).
+    ``eager_clamp``: the experts' clamp runs eagerly (:func:`cosearch.memory.layer_activation_bytes`)."""
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
@@ -376,8 +378,9 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
                if policy == "every-other-matmul" and flash_attention and not cl.moe and cl.mla is None
                and cl.compressed_attention is None else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
-                                             graph.recompute_modules(policy) or ()))
-    return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision), sel,
+                                             graph.recompute_modules(policy) or (), eager_clamp))
+    return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision,
+                                           eager_clamp=eager_clamp), sel,
              memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
              memory.head_activation_bytes(cl, t, 1, sp)), host)
 
@@ -399,19 +402,20 @@ def clear_graph_cache() -> None:
 @functools.lru_cache(maxsize=2048)
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
-                 passes: str = "single"):
-    """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`).  A
+                 passes: str = "single", experts: str = "fused"):
+    """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`;
+    ``experts``: its ``expert_elementwise``).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep."""
     if (part == "layer" and model.moe and ep > 2 and etp is None and not model.moe_capacity_factor
             and model.num_experts % 2 == 0):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
-                              "gather", passes)
-        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes)
+                              "gather", passes, experts)
+        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
-                            cast_passes=passes)
+                            cast_passes=passes, expert_elementwise=experts)
 
 
 _SHARES: dict = {}
@@ -835,6 +839,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     eff = designs.efficiency if single and efficiency is None else (efficiency or IDEAL)
     eng = engine_preset(engine)
     passes = cast_passes(eng, precision, scaling_recipe, designs if single else None)
+    expert_mode = expert_graph_option(eng)
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
     if single:
         if designs.efficiency != eff:
@@ -893,15 +898,16 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             ep_stride = None if etp_n == t else 1
             affine = affine_sum and (not c.moe or _moe_rows_affine(c, t, sp, cp, ep, etp_t is not None))
             # activation bytes are linear in the microbatch: priced for one sequence
-            per_seq, host = _per_sequence_bytes(cl, t, sp, policy, bool(flash_attention), precision)
+            per_seq, host = _per_sequence_bytes(cl, t, sp, policy, bool(flash_attention), precision,
+                                                expert_mode != "fused")
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t, eng.embedding, passes)
+                                     etp_t, eng.embedding, passes, expert_mode)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
-                                     etp_t, eng.embedding, passes)
+                                     etp_t, eng.embedding, passes, expert_mode)
                     # every microbatch size's rows of the six graphs, priced in one call: the rows at
                     # one sequence plus (size - 1) times their change per sequence
                     base, per_seq_rows = _stacked_rows(g1, g2)
@@ -909,7 +915,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     gs = g1
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
-                                     eng.elementwise, etp_t, eng.embedding, passes)
+                                     eng.elementwise, etp_t, eng.embedding, passes, expert_mode)
                     base = _graph_stack(gs)
                     per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
                 lay = _cell_layout(gs)

@@ -2,15 +2,20 @@
 performance config that a validation row cites dispatches its MoE tokens, read from the config's
 own source at the commit the row cites: the expert-parallel all-to-all overlap
 (``overlap_moe_expert_parallel_comm``) and the flex dispatcher's backend
-(``moe_flex_dispatcher_backend``: ``deepep`` or ``hybridep``; none: the ``alltoall`` dispatcher).
+(``moe_flex_dispatcher_backend``: ``deepep`` or ``hybridep``; none: the ``alltoall`` dispatcher),
+and whether the experts run through Transformer Engine's op fuser (``use_transformer_engine_op_fuser``:
+the experts' bias and clamped activation inside its fused grouped MLP).
 
 Two kinds of config are cited:
 
 * a workload base config (``scripts/performance/configs/<family>/*_workload_base_configs.py``,
   releases up to 26.06): a module-level constant built as ``WorkloadBaseConfig(...)`` or
-  ``replace(OTHER, ...)``; its ``moe_a2a_overlap`` and ``moe_flex_dispatcher_backend`` fields, else
-  the base it replaces, else the dataclass defaults (``perf_plugins.py``: ``moe_a2a_overlap: bool =
-  False``; no backend);
+  ``replace(OTHER, ...)``; its ``moe_a2a_overlap``, ``moe_flex_dispatcher_backend`` and
+  ``cutedsl_fused_grouped_mlp`` fields, else the base it replaces, else the dataclass defaults
+  (``perf_plugins.py``: ``moe_a2a_overlap: bool = False``; no backend; no CuTe DSL grouped MLP).
+  ``cutedsl_fused_grouped_mlp`` is what turns the op fuser on (``utils/overrides.py`` at 26.06:
+  ``if settings.cutedsl_fused_grouped_mlp: cfg.model.use_transformer_engine_op_fuser = True``;
+  the releases before it have no such field, and their ``overrides.py`` turns the op fuser off);
 * a perf recipe (``src/megatron/bridge/perf_recipes/<family>/<chip>/*.py``, 26.06.01 on): a
   function that builds a ``ConfigContainer``.  Its statements are walked in order, following
   every call to a helper defined in the same module or imported from ``megatron.bridge`` (at the
@@ -20,7 +25,8 @@ Two kinds of config are cited:
   the keyword (its default, off); for the backend the last literal assigned to
   ``moe_flex_dispatcher_backend`` (a helper passing the value through, as
   ``apply_flex_dispatcher_backend`` does, changes nothing), and ``moe_token_dispatcher_type =
-  "alltoall"`` after it clears it.
+  "alltoall"`` after it clears it; for the op fuser the last literal assigned to
+  ``use_transformer_engine_op_fuser``.
 
 No code is run: the files are parsed (``ast``).  ``apply_flex_dispatcher_backend`` applies a backend
 only on the GPUs it supports (DeepEP: Ampere, Hopper, B200, B300; HybridEP: those and GB200/GB300);
@@ -78,9 +84,13 @@ class _Sources:
         return None
 
 
+FUSER = "use_transformer_engine_op_fuser"
+
+
 def _unset() -> dict:
     return {"overlap": False, "overlap_at": "never set (CommOverlapConfig's default: off)",
-            "backend": None, "backend_at": "never set (the alltoall dispatcher)"}
+            "backend": None, "backend_at": "never set (the alltoall dispatcher)",
+            "op_fuser": False, "op_fuser_at": "never set (TransformerConfig's default: off)"}
 
 
 def _literal(node: ast.AST):
@@ -91,8 +101,9 @@ def _literal(node: ast.AST):
 
 
 def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
-    """``{"overlap", "overlap_at", "backend", "backend_at"}`` for perf recipe ``name`` in ``path``
-    at ``commit``: each setting's final value and the line that set it last."""
+    """``{"overlap", "overlap_at", "backend", "backend_at", "op_fuser", "op_fuser_at"}`` for perf
+    recipe ``name`` in ``path`` at ``commit``: each setting's final value and the line that set it
+    last."""
     src = _Sources(read, commit)
     found = src.function(path, name)
     if found is None:
@@ -121,6 +132,10 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                             known, value = _literal(node.value)
                             if known:
                                 state.update(backend=value, backend_at=f"{where}:{node.lineno}")
+                        elif t.attr == FUSER:
+                            known, value = _literal(node.value)
+                            if known:
+                                state.update(op_fuser=bool(value), op_fuser_at=f"{where}:{node.lineno}")
                         elif t.attr == "moe_token_dispatcher_type":
                             known, value = _literal(node.value)
                             if known and value == "alltoall":
@@ -150,7 +165,9 @@ def workload_settings(read: Reader, commit: str, path: str, name: str) -> dict:
     state = _unset()
     state["overlap_at"] = "WorkloadBaseConfig's default (scripts/performance/perf_plugins.py: moe_a2a_overlap = False)"
     state["backend_at"] = "WorkloadBaseConfig's default (no flex backend: the alltoall dispatcher)"
-    todo = {"moe_a2a_overlap": ("overlap", bool), "moe_flex_dispatcher_backend": ("backend", lambda x: x)}
+    state["op_fuser_at"] = "WorkloadBaseConfig's default (no cutedsl_fused_grouped_mlp: the op fuser off)"
+    todo = {"moe_a2a_overlap": ("overlap", bool), "moe_flex_dispatcher_backend": ("backend", lambda x: x),
+            "cutedsl_fused_grouped_mlp": ("op_fuser", bool)}
     while todo:
         node = next((n for n in tree.body if isinstance(n, ast.Assign)
                      and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)), None)
@@ -181,8 +198,8 @@ def config_settings(read: Reader, path: str, commit: str, name: str) -> dict:
 
 
 def table_for_rows(rows: list[dict], read: Reader) -> dict:
-    """``{"<name>@<commit>": {"file", "overlap", "overlap_at", "backend", "backend_at"}}`` for every
-    config the rows cite."""
+    """``{"<name>@<commit>": {"file", "overlap", "overlap_at", "backend", "backend_at", "op_fuser",
+    "op_fuser_at"}}`` for every config the rows cite."""
     out = {}
     for row in rows:
         for note in row.get("assumed") or ():
@@ -215,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                              "scripts/megatron_bridge_moe_dispatch.py", "configs": table}, fh, indent=1)
         fh.write("\n")
     print(f"{len(table)} configs, {sum(v['overlap'] for v in table.values())} with the EP all-to-all overlap on, "
-          f"{sum(v['backend'] is not None for v in table.values())} with a flex dispatcher backend")
+          f"{sum(v['backend'] is not None for v in table.values())} with a flex dispatcher backend, "
+          f"{sum(v['op_fuser'] for v in table.values())} with the op fuser")
     return 0
 
 

@@ -64,6 +64,9 @@ Plan and engine
 ``--moe-flex-dispatcher-num-sms`` (older:     the flex dispatcher's SMs (``Engine.moe_comm_sms``,
 ``--moe-hybridep-num-sms``,                  priced beside the EP all-to-all overlap; absent:
 ``--moe-deepep-num-sms``)                    DeepEP's 20, HybridEP's own default)
+``--use-transformer-engine-op-fuser``        the experts' bias and clamped activation inside TE's
+                                             fused grouped MLP (``Engine.expert_elementwise``);
+                                             absent: Megatron-Core's eager passes
 ===========================================  ====================================================
 
 Read and said in ``assumed`` (cosearch prices GPU time only, so none of these changes its
@@ -72,7 +75,7 @@ number; :func:`_moe_execution`): CUDA graphs (``--cuda-graph-impl``, ``--cuda-gr
 iteration, per module, or none, where an MoE run's host time goes unpriced), sync-free MoE
 (``--moe-expert-rank-capacity-factor``, HybridEP only) and ``--moe-paged-stash`` with its buffer
 factors, ``--moe-router-force-load-balancing`` (without it the router's own imbalance is not
-priced), ``--use-transformer-engine-op-fuser``, ``--fp8-dot-product-attention``,
+priced), ``--fp8-dot-product-attention``,
 ``--delay-wgrad-compute`` and the router's padding for low-precision GEMMs.
 
 Model (any of these builds the model from the line; with a ``--model`` preset as well, each one
@@ -500,7 +503,11 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
                        "expert-parallel ranks is not priced")
     if "--use-transformer-engine-op-fuser" in flags:
         assumed.append("--use-transformer-engine-op-fuser: the experts' fused grouped MLP kernels priced as separate "
-                       "grouped GEMMs, activation and casts")
+                       "grouped GEMMs, activation and casts, their bias and clamped activation fused")
+    elif model.moe and (model.bias or model.activation_clamp):
+        assumed.append("without --use-transformer-engine-op-fuser the experts' "
+                       + " and ".join(x for x, on in (("clamp", model.activation_clamp), ("bias", model.bias)) if on)
+                       + " run as Megatron-Core's eager PyTorch passes (priced)")
     if "--fp8-dot-product-attention" in flags:
         if precision != "fp8":
             raise ValueError("--fp8-dot-product-attention runs attention in FP8: it needs --fp8-format")
@@ -941,7 +948,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags,
-                           overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed))
+                           overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed),
+                           op_fuser="--use-transformer-engine-op-fuser" in flags)
     if _grad_reduce_bytes(vals, flags, assumed) == 4.0:
         engine = replace(engine, name=engine.name + "-fp32-grad-reduce", grad_reduce_bytes=4.0)
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))

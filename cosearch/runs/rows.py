@@ -20,6 +20,7 @@ from ..engine import (
     megatron_core,
     preset,
     with_moe_dispatch,
+    with_op_fuser,
     with_recompute_modules,
 )
 from ..memory import MemoryConfig
@@ -240,14 +241,16 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
     if head is None and row["hidden"] % row["heads"]:
         raise Refused(f"heads={row['heads']} do not divide hidden={row['hidden']} and no head size is given")
     moe = _moe_fields(row, notes) if row.get("num_experts") else {}
+    bias = not ("no-bias" in arch or gated or "MaxText" in row["model"])
     if moe:
         gated, act = True, "swiglu"
         head = moe.pop("head_size", head)
+        bias = moe.pop("bias", False)
     return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row.get("ffn") or row["moe_ffn"],
                               row["vocab"], row["seq"], kv_heads=row["kv_heads"], activation=act,
                               norm="rmsnorm" if (gated or "RMSNorm" in arch) else "layernorm",
                               position="learned" if learned else "rotary",
-                              bias=not ("no-bias" in arch or gated or "MaxText" in row["model"]),
+                              bias=bias,
                               tie_embeddings=("tied" in arch and "untied" not in arch) or "MPT" in row["model"],
                               dropout=False, head_size=head, **moe)
 
@@ -257,6 +260,11 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
 #: DeepSeek-V3 and Kimi-K2 (MLA) ``qk_nope_head_dim`` = ``v_head_dim`` = 128 with
 #: ``qk_rope_head_dim`` 64.
 MOE_HEAD_DIM = {"Qwen3": 128, "DeepSeek-V3": 128, "Kimi-K2": 128}
+#: GPT-OSS's linear layers carry biases (openai/gpt-oss-120b config.json ``"attention_bias":
+#: true``; its checkpoint's experts ``gate_up_proj_bias`` and ``down_proj_bias``; Megatron-Bridge's
+#: ``GPTOSSBridge`` sets ``add_bias_linear = True``) and its gated activation is clamped at
+#: ``"swiglu_limit": 7.0`` (the bridge's ``activation_func_clamp_value = 7.0``): (bias, clamp).
+GPT_OSS_BIAS_AND_CLAMP = (True, 7.0)
 #: MLA ranks of DeepSeek-V3 and Kimi-K2 (config.json: ``q_lora_rank`` 1536, ``kv_lora_rank`` 512,
 #: ``qk_rope_head_dim`` 64), used where a row names "MLA (DeepSeek-V3 style)" without them.
 DEEPSEEK_MLA = (1536, 512, 64)
@@ -325,6 +333,10 @@ def _moe_fields(row: dict, notes: list) -> dict:
         notes.append(f"sliding window {win.group(2)} on every other layer ({int(row['layers']) // 2})")
     if "attention sinks" in arch:
         notes.append("attention sinks not priced (one learned logit per head)")
+    if str(row["model"]).startswith("GPT-OSS"):
+        out["bias"], out["activation_clamp"] = GPT_OSS_BIAS_AND_CLAMP
+        notes.append(f"GPT-OSS's biases and its activation clamped at {GPT_OSS_BIAS_AND_CLAMP[1]:g} (config.json "
+                     "attention_bias, swiglu_limit)")
     text = " ".join([str(row.get("notes") or "")] + [str(a) for a in row.get("assumed") or ()])
     for recipe, (factor, how) in MAXTEXT_RECIPE_DROPPING.items():
         if recipe in text:
@@ -547,12 +559,14 @@ def _graph_notes(row: dict, moe: bool, notes: list) -> None:
         notes.append(note)
 
 
-def _moe_notes(row: dict, notes: list) -> tuple[str, bool]:
+def _moe_notes(row: dict, notes: list) -> tuple[str, bool, bool]:
     """An MoE row's dispatch, as Megatron-Core runs it: the dispatcher (a DeepEP or HybridEP
     backend: the ``flex`` dispatcher; none: the recipes' ``alltoall``) and the EP all-to-all
     overlap (``overlap_moe_expert_parallel_comm``), each as the Megatron-Bridge config the row
     cites sets it (:func:`megatron_bridge_moe_dispatch`), else as its notes say (``moe dispatcher
-    backend=deepep|hybridep``, ``EP a2a overlap on``)."""
+    backend=deepep|hybridep``, ``EP a2a overlap on``); and whether the cited config runs the
+    experts through Transformer Engine's op fuser (off where the row cites none: the releases
+    before 26.06 turn it off in their performance overrides)."""
     text = str(row.get("notes") or "")
     said_backend = next((b for b in ("hybridep", "deepep") if f"backend={b}" in text or f"dispatcher {b}" in text),
                         None)
@@ -573,7 +587,12 @@ def _moe_notes(row: dict, notes: list) -> tuple[str, bool]:
     if overlap:
         notes.append("EP all-to-all overlap on (combined 1F1B: dispatch and combine beside the paired "
                      "microbatch's compute)")
-    return ("alltoall" if backend is None else "flex"), overlap
+    fuser = bool(cited is not None and cited.get("op_fuser"))
+    if fuser:
+        notes.append(f"the experts through Transformer Engine's op fuser, as the cited config sets it "
+                     f"({cited['config']}@{cited['commit']}, {cited['op_fuser_at']}): their bias and clamped "
+                     "activation fused")
+    return ("alltoall" if backend is None else "flex"), overlap, fuser
 
 
 def _precision(row: dict, notes: list) -> tuple[str, str | None]:
@@ -701,7 +720,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     etp = None if etp is None or not model.moe or int(etp) == int(row["tp"]) else int(etp)
     if etp is not None and etp != 1:
         raise Refused(f"expert tensor parallelism {etp} with tp {row['tp']} is not modelled (etp = tp or 1)")
-    dispatcher, a2a_overlap = _moe_notes(row, notes) if model.moe else ("alltoall", False)
+    dispatcher, a2a_overlap, op_fuser = _moe_notes(row, notes) if model.moe else ("alltoall", False, False)
     if source_group(row) in ("Megatron-Bridge", "NeMo"):
         _graph_notes(row, model.moe and ep > 1, notes)
     memory = None
@@ -778,8 +797,9 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                 scaling_recipe=recipe)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
-                     engine=with_moe_dispatch(_with_policy(preset(_engine(row)), rc_modules), dispatcher,
-                                              a2a_overlap and ep > 1),
+                     engine=with_moe_dispatch(_with_policy((with_op_fuser if op_fuser else preset)(preset(_engine(row))),
+                                                                rc_modules),
+                                              dispatcher, a2a_overlap and ep > 1),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes), memory=memory)
 
