@@ -641,14 +641,14 @@ def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, floa
       clamps its gated activation (:attr:`cosearch.models.ModelConfig.activation_clamp`):
       ``weighted_bias_quick_geglu_impl`` splits it with ``chunk``, clamps each half
       (``x_glu.clamp(max=c)``, ``x_linear.clamp(-c, c)``: read and write a half each) and
-      ``torch.cat``\ s them (read and write the whole) before the fused activation: 2 dt read and 2
+      concatenates them (``torch.cat``: read and write the whole) before the fused activation: 2 dt read and 2
       dt written.  Backward: ``clamp_backward`` is ``where(mask, grad, 0)`` on a comparison mask
       (one comparison for the gate half; two and a ``logical_and_`` for the linear half), then
       ``chunk``'s backward concatenates the two gradients: (7 dt + 4) / 2 read, 2 dt + 2 written.
     * ``expert_bias``, per element of the down projection's ``[n, H]`` output, when the experts
       carry biases: ``_apply_bias`` runs ``t + b * p`` per local expert (``b`` the expert's bias,
       ``p`` each token's routing probability, the product in the promoted dtype of ``r`` bytes),
-      ``torch.cat``\ s the pieces and casts back to the activations' dtype (a no-op when ``r`` is
+      concatenates the pieces (``torch.cat``) and casts back to the activations' dtype (a no-op when ``r`` is
       dt): dt + 2r (+ r) read, 3r (+ dt) written.  Backward: ``mul``'s two gradients (``grad * p``
       summed over tokens for the bias, ``grad * b`` summed over the hidden dimension for the
       probabilities: 4r read, 2r written), ``split``'s backward concatenating the pieces' gradients

@@ -162,3 +162,16 @@ def test_nemo1_cuda_graph_is_read():
     assert _said(rc, "CUDA graphs (local) capture each layer only")
     assert "model.enable_cuda_graph" not in rc.neutral
 
+
+
+def test_the_op_fuser_flag_fuses_the_experts_bias_and_clamp():
+    """``--use-transformer-engine-op-fuser``: the experts' bias and clamped activation inside TE's
+    fused grouped MLP; without it, a model that has them runs Megatron-Core's eager passes, said."""
+    oss = models.preset("gpt-oss-120b")
+    line = LINE.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 8 --num-experts 128 --moe-router-topk 4")
+    eager = read_megatron_args(line, oss)
+    fused = read_megatron_args(line + " --use-transformer-engine-op-fuser", oss)
+    assert eager.engine.expert_elementwise == "eager" and _said(eager, "clamp and bias", "eager")
+    assert fused.engine.expert_elementwise == "fused" and "-op-fuser" in fused.engine.name
+    assert not _said(fused, "eager PyTorch passes")
+    assert not _said(read_megatron_args(LINE, QWEN), "eager PyTorch passes")       # no bias, no clamp

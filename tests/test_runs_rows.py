@@ -332,6 +332,7 @@ def off_by_attribute():
     _full_iteration(cfg)
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = False
     cfg.model.moe_flex_dispatcher_backend = "deepep"
+    cfg.model.use_transformer_engine_op_fuser = True
     return cfg
 
 def never_set():
@@ -360,6 +361,7 @@ PLAIN = WorkloadBaseConfig(num_gpus=8)
 DERIVED = replace(BASE, num_gpus=16)
 TURNED_OFF = replace(BASE, moe_a2a_overlap=False)
 ALIAS = DERIVED
+FUSED = replace(DERIVED, cutedsl_fused_grouped_mlp=True)
 """
 
 
@@ -505,3 +507,44 @@ def test_nemo_gpt3_rows_build_the_model_their_launcher_config_builds():
     # a fine-tuning row keeps what its text says (its config is another file)
     sft = rows.describe_row(dict(row, id="nemo-24.07/GPT3-5B/SFT/64")).model
     assert (sft.dropout, sft.tie_embeddings) == (False, False)
+
+
+@pytest.mark.parametrize("path,name,fuser,at", [
+    ("src/megatron/bridge/perf_recipes/fam/chip/recipe.py", "off_by_attribute", True, "recipe.py:26"),
+    ("src/megatron/bridge/perf_recipes/fam/chip/recipe.py", "on_by_helper", False, None),
+    ("scripts/performance/configs/fam/fam_workload_base_configs.py", "FUSED", True, "fam_workload_base_configs.py:7"),
+    ("scripts/performance/configs/fam/fam_workload_base_configs.py", "DERIVED", False, "default"),
+])
+def test_the_op_fuser_is_read_from_each_kind_of_config(path, name, fuser, at):
+    """A perf recipe's last ``use_transformer_engine_op_fuser``; a workload base config's
+    ``cutedsl_fused_grouped_mlp``, which 26.06's overrides turn into the op fuser."""
+    got = _script().config_settings(lambda commit, p: FILES.get(p), path, "c0", name)
+    assert got["op_fuser"] is fuser
+    assert ("never set" in got["op_fuser_at"]) if at is None else (at in got["op_fuser_at"]), got["op_fuser_at"]
+
+
+GPT_OSS_ROW = {"id": "mbridge-26.06/GPT_OSS_120B/GB200/FP8_MX/64/gbs1280", "model": "GPT-OSS-120B",
+               "arch": "MoE, GQA (head_dim 64), alternating sliding-window(128)/full attention, attention sinks",
+               "layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8, "ffn": None, "moe_ffn": 2880,
+               "num_experts": 128, "experts_per_token": 4, "shared_experts": 0, "moe_layers": "all",
+               "vocab": 201088, "seq": 4096, "accel": "GB200 (NVL72)", "n_gpus": 64, "gbs": 1280, "mbs": 4,
+               "ga": 5, "tp": 1, "pp": 1, "vp": None, "cp": 1, "ep": 64, "etp": 1, "dp": 64, "sp": False,
+               "zero": "1 (distributed optimizer)", "recompute": "none", "precision": "MXFP8 (1x32 blocks)",
+               "tok_s_gpu": 28947, "software": "Megatron-Bridge / NeMo 26.06 container",
+               "notes": "cuda_graph=full_iteration scope=[]; moe dispatcher backend=hybridep; EP a2a overlap on"}
+
+
+@pytest.mark.parametrize("config,fused", [("GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2@8f341b04f", True),
+                                          ("GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2@c0b9a0003", False)])
+def test_gpt_oss_rows_price_the_experts_eager_passes_unless_their_config_fuses_them(config, fused):
+    """The shipped table (cosearch/data/megatron_bridge_moe_dispatch.json) says which cited configs
+    run the op fuser: 26.06's GB200 MXFP8 config sets cutedsl_fused_grouped_mlp, the BF16 one
+    does not."""
+    name, commit = config.split("@")
+    path = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
+    row = dict(GPT_OSS_ROW, assumed=[f"etp/sp/recompute/cuda-graph/dispatcher from NVIDIA-NeMo/Megatron-Bridge:"
+                                     f"{path}@{commit} ({name})"])
+    d = rows.describe_row(row)
+    assert (d.model.activation_clamp, d.model.bias) == (7.0, True)
+    assert d.engine.expert_elementwise == ("fused" if fused else "eager")
+    assert any("op fuser" in n for n in d.assumed) == fused

@@ -1,0 +1,154 @@
+"""The routed experts' bias and clamped activation as Megatron-Core runs them without Transformer
+Engine's op fuser (``Engine.expert_elementwise``): each eager PyTorch kernel of
+``weighted_bias_quick_geglu_impl``'s clamp and of ``TEGroupedMLP._apply_bias`` counted here by
+hand from the tensors it reads and writes, against the graph's ops."""
+
+import numpy as np
+import pytest
+
+from cosearch import engine, graph, memory, models
+from cosearch.models import ModelConfig
+from cosearch.plan import PlanSpec, evaluate
+
+# A small GPT-OSS-shaped MoE: 8 experts of 48 (gated), top-2, hidden 64, biases, clamped at 7.
+TINY = ModelConfig("tiny-oss", 2, 64, 4, 48, 512, 32, kv_heads=2, activation="swiglu", norm="rmsnorm",
+                   position="rotary", bias=True, tie_embeddings=False, dropout=False, num_experts=8,
+                   experts_per_token=2, moe_ffn_hidden=48, activation_clamp=7.0)
+
+
+def _kernels_bytes(kernels):
+    """(read, written) bytes of a list of kernels, each ``(elements read x bytes, ...), (written)``."""
+    return sum(sum(r) for r, _ in kernels), sum(sum(w) for _, w in kernels)
+
+
+def _hand_clamp(n, f, dt=2):
+    """The clamp before the fused activation on the up projection's [n, 2f] output, kernel by kernel
+    (``x_glu.clamp(max)``, ``x_linear.clamp(min, max)``, ``torch.cat``), and its backward
+    (``clamp_backward``: comparisons into a bool mask, ``logical_and_`` for the two-sided clamp,
+    ``where(mask, grad, 0)``; then ``chunk``'s backward, a ``cat`` of the two gradients)."""
+    half = n * f
+    fwd = [((half * dt,), (half * dt,)), ((half * dt,), (half * dt,)), ((2 * half * dt,), (2 * half * dt,))]
+    bwd = [((half * dt,), (half,)), ((half, half * dt), (half * dt,)),                      # gate: <=, where
+           ((half * dt,), (half,)), ((half * dt,), (half,)), ((half, half), (half,)),       # linear: >=, <=, and
+           ((half, half * dt), (half * dt,)),                                               # where
+           ((2 * half * dt,), (2 * half * dt,))]                                            # chunk's cat
+    return _kernels_bytes(fwd), _kernels_bytes(bwd)
+
+
+def _hand_bias(n, h, dt=2, pb=2):
+    """``_apply_bias``: per local expert ``b * p`` (written in the promoted dtype r), ``t + (b*p)``,
+    then ``torch.cat`` and ``.to(dt)``; backward: the cast back, the add's gradient to ``t`` cast,
+    ``mul``'s two gradients (product then a sum each), ``split``'s backward ``cat``."""
+    r = max(dt, pb)
+    e = n * h
+    fwd = [((0,), (e * r,)), ((e * dt, e * r), (e * r,)), ((e * r,), (e * r,))]
+    bwd = [((e * r,), (e * r,)), ((e * r,), (0,)), ((e * r,), (e * r,)), ((e * r,), (0,)), ((e * dt,), (e * dt,))]
+    if r != dt:
+        fwd.append(((e * r,), (e * dt,)))
+        bwd += [((e * dt,), (e * r,)), ((e * r,), (e * dt,))]
+    return _kernels_bytes(fwd), _kernels_bytes(bwd)
+
+
+@pytest.mark.parametrize("mode,pb", [("eager", 2), ("eager-fp32-probs", 4)])
+@pytest.mark.parametrize("ep,mb", [(1, 1), (2, 3), (4, 1)])
+def test_eager_expert_passes_move_the_bytes_counted_kernel_by_kernel(mode, pb, ep, mb):
+    f, b = graph.build_pair(TINY, 1, mb, expert_parallel=ep, flash_attention=True, expert_elementwise=mode)
+    fw, bw = {o.name: o for o in f.ops}, {o.name: o for o in b.ops}
+    # balanced dropless routing: each of the rank's 8/ep experts gets tokens x k x ep / 8 rows
+    n = (8 // ep) * (mb * 32 * 2 * ep // 8)
+    (cr, cw), (cbr, cbw) = _hand_clamp(n, 48)
+    (br, bw_), (bbr, bbw) = _hand_bias(n, 64, pb=pb)
+    assert (fw["expert_clamp"].bytes_read, fw["expert_clamp"].bytes_written) == (cr, cw)
+    assert (bw["expert_clamp.grad"].bytes_read, bw["expert_clamp.grad"].bytes_written) == (cbr, cbw)
+    assert (fw["expert_bias"].bytes_read, fw["expert_bias"].bytes_written) == (br, bw_)
+    assert (bw["expert_bias.grad"].bytes_read, bw["expert_bias.grad"].bytes_written) == (bbr, bbw)
+    # the clamp sits between the up projection and the activation, the bias after the down projection
+    names = [o.name for o in f.ops]
+    assert names.index("expert_fc1") < names.index("expert_clamp") < names.index("expert_act")
+    assert names.index("expert_fc2") < names.index("expert_bias") < names.index("moe_unpermute")
+
+
+def test_fused_experts_and_models_without_bias_or_clamp_add_nothing():
+    fused = graph.build(TINY, 1, 1, expert_parallel=2, flash_attention=True)
+    assert not {"expert_clamp", "expert_bias"} & {o.name for o in fused.ops}
+    mixtral = models.preset("mixtral-8x7b")
+    a = graph.build(mixtral, 1, 1, expert_parallel=2, flash_attention=True)
+    e = graph.build(mixtral, 1, 1, expert_parallel=2, flash_attention=True, expert_elementwise="eager")
+    assert a == e
+    # bias without a clamp: the bias pass only
+    nb = graph.build(TINY.with_(activation_clamp=0.0), 1, 1, expert_parallel=2, expert_elementwise="eager")
+    assert {"expert_bias"} == {o.name for o in nb.ops} & {"expert_clamp", "expert_bias"}
+    with pytest.raises(ValueError, match="expert_elementwise"):
+        graph.build(TINY, 1, 1, expert_elementwise="compiled")
+
+
+@pytest.mark.parametrize("mode", ["eager", "eager-fp32-probs"])
+def test_expert_parallel_graphs_derived_from_ep2_carry_the_eager_passes(mode):
+    f2, b2 = graph.build_pair(TINY, 1, 2, expert_parallel=2, flash_attention=True, expert_elementwise=mode)
+    for ep in (4, 8):
+        f, b = graph.build_pair(TINY, 1, 2, expert_parallel=ep, flash_attention=True, expert_elementwise=mode)
+        df, db = graph.with_expert_parallel(f2, b2, TINY, 1, 2, ep, 1, "bf16", "single", mode)
+        assert df == f and db == b
+        assert np.array_equal(df.arrays(), f.arrays()) and np.array_equal(db.arrays(), b.arrays())
+
+
+def test_moe_act_recompute_reruns_the_clamp_and_drops_its_copy():
+    """Megatron-Core checkpoints ``bias_act_func`` (the clamp is inside it) for ``moe_act``; the
+    clamped copy the activation keeps is one more [tokens x k, 2F] bf16 tensor, hand-counted."""
+    assert "expert_clamp" in graph.RECOMPUTE_MODULES["moe_act"]
+    assert "expert_bias" not in graph.RECOMPUTE_MODULES["moe_act"]
+    for tp in (1, 2):
+        plain = memory.layer_activation_bytes(TINY, tp, 1)
+        eager = memory.layer_activation_bytes(TINY, tp, 1, eager_clamp=True)
+        assert eager - plain == pytest.approx(32 * 2 * (2 * 48) * 2 / tp)
+        kept = memory.layer_activation_bytes(TINY, tp, 1, recompute="selective", modules=("moe_act",), eager_clamp=True)
+        assert kept == pytest.approx(memory.layer_activation_bytes(TINY, tp, 1, recompute="selective",
+                                                                   modules=("moe_act",)))
+
+
+def test_engines_and_the_op_fuser():
+    assert engine.MEGATRON_CORE.expert_elementwise == "eager"
+    assert engine.megatron_core(tp_comm_overlap=True).expert_elementwise == "eager"
+    fused = engine.megatron_core(op_fuser=True)
+    assert (fused.expert_elementwise, fused.name) == ("fused", "megatron-core-op-fuser")
+    assert engine.with_op_fuser(fused) is fused
+    assert engine.FSDP.expert_elementwise == "fused"
+    assert engine.expert_graph_option(engine.MEGATRON_CORE) == "eager"
+    assert engine.expert_graph_option(engine.with_moe_dispatch(engine.MEGATRON_CORE, "flex")) == "eager-fp32-probs"
+    assert engine.expert_graph_option(engine.with_moe_dispatch(fused, "flex")) == "fused"
+    with pytest.raises(ValueError, match="expert_elementwise"):
+        engine.Engine(expert_elementwise="eager-fp32-probs")
+    with pytest.raises(ValueError, match="op_fuser"):
+        engine.megatron_core(op_fuser="yes")
+
+
+def test_a_plan_prices_the_eager_passes_where_the_engine_runs_them():
+    m = models.preset("gpt-oss-120b").with_(num_layers=4, sliding_layers=2)
+    spec = PlanSpec(dp=8, tp=1, pp=1, microbatch=1, expert_parallel=8, zero=1, flash_attention=True)
+    eager = evaluate(m, "H100", 8, spec, 64, engine=engine.megatron_core())
+    fused = evaluate(m, "H100", 8, spec, 64, engine=engine.megatron_core(op_fuser=True))
+    # fused, the clamp costs nothing: the same plan as without one
+    plain = evaluate(m.with_(activation_clamp=0.0), "H100", 8, spec, 64, engine=engine.megatron_core(op_fuser=True))
+    assert eager.feasible and fused.feasible
+    assert eager.step_time_s > fused.step_time_s
+    assert fused.step_time_s == pytest.approx(plain.step_time_s, rel=1e-9)
+    assert eager.memory_per_chip_bytes > fused.memory_per_chip_bytes
+
+
+def test_model_fields_and_the_hf_reader():
+    assert models.preset("gpt-oss-120b").activation_clamp == 7.0 and models.preset("gpt-oss-120b").bias
+    for bad in (-1.0, float("nan"), "7", True):
+        with pytest.raises(ValueError, match="activation_clamp"):
+            TINY.with_(activation_clamp=bad)
+    with pytest.raises(ValueError, match="gated activation"):
+        ModelConfig("g", 2, 64, 4, 256, 512, 32, activation="gelu", activation_clamp=7.0)
+    # openai/gpt-oss-120b config.json's fields
+    hf = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
+          "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+          "num_experts_per_tok": 4, "vocab_size": 201088, "hidden_act": "silu", "attention_bias": True,
+          "swiglu_limit": 7.0, "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 150000,
+          "sliding_window": 128, "max_position_embeddings": 131072}
+    got = models.from_hf_config(hf, seq_len=4096)
+    assert (got.activation_clamp, got.bias) == (7.0, True)
+    with pytest.raises(ValueError, match="swiglu_limit"):
+        models.from_hf_config(dict(hf, swiglu_limit="seven"), seq_len=4096)
