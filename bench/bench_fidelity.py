@@ -152,7 +152,7 @@ def moe_table(path: Path) -> str:
 
 def free_search_gains(evaluated) -> str:
     """The free plan search's predicted speed-up over each vendor recipe (NeMo / Megatron-Bridge
-    rows), with the recipe's chip, cluster, batch, engine, precision and ZeRO stage, everything
+    rows), with the recipe's chip, cluster, batch, engine, precision, scaling recipe and ZeRO stage, everything
     else searched (tp, pp, cp 1/2, microbatch, recompute per stage, virtual stages, SP).  Both
     sides are cosearch predictions, so a gain well above 1 says the model favours plans the vendor
     did not pick."""
@@ -162,7 +162,8 @@ def free_search_gains(evaluated) -> str:
             continue
         res = placement.search_plans(d.model, d.chip, d.cluster, d.global_batch, engine=d.engine, mem=d.memory,
                                      zero=(d.spec.zero,),
-                                     precision=(d.spec.precision,), flash_attention=True,
+                                     precision=(d.spec.precision,), scaling_recipe=d.spec.scaling_recipe,
+                                     flash_attention=True,
                                      context_parallel=(1, 2), virtual_stages=(1, 2, 4))
         if not res.feasible:
             continue

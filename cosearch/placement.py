@@ -342,6 +342,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
                              "low-precision casts to scale")
         for p in low:
             check_scaling_recipe(p, scaling_recipe)
+            check_precision(chip, p, scaling_recipe)
         cast_passes(engine, low[0], scaling_recipe)            # the engine runs it (torchao: tensorwise only)
     groups = _option_list("zero_group", zero_group, (None,), _check_group)
     eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)

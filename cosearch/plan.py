@@ -840,7 +840,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     eng = engine_preset(engine)
     passes = cast_passes(eng, precision, scaling_recipe, designs if single else None)
     expert_mode = expert_graph_option(eng)
-    eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel)   # the framework's kernels
+    # the framework's kernels, and the scaling recipe's GEMMs
+    eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel).with_scaling_recipe(
+        scaling_recipe if precision == "fp8" else None)
     if single:
         if designs.efficiency != eff:
             designs = designs.with_(efficiency=eff)
@@ -1206,9 +1208,16 @@ def cast_passes(engine, precision: str, scaling_recipe: str | None = None, chip=
 
 
 # ---------------------------------------------------------------------- validation
-def check_precision(chip: Accelerator, precision: str) -> None:
-    """Refuse FP8 on a chip without FP8 tensor cores, and FP4 on one without FP4 ones."""
+def check_precision(chip: Accelerator, precision: str, scaling_recipe: str | None = None) -> None:
+    """Refuse FP8 on a chip without FP8 tensor cores, FP4 on one without FP4 ones, and MXFP8 on
+    one without block-scaled tensor cores: Blackwell's fifth-generation tensor cores brought
+    block-scaled MMA for MXFP8 and NVFP4 together (Transformer Engine requires compute capability
+    10.0 for MXFP8), so a chip's FP4 tensor cores are taken as the mark."""
     v.choice("precision", precision, graph.PRECISIONS)
+    if precision == "fp8" and scaling_recipe == "mxfp8" and chip.supports_fp8 and not chip.supports_fp4:
+        raise ValueError(f"scaling_recipe='mxfp8': chip {chip.name} has no block-scaled tensor cores (MXFP8 needs "
+                         "Blackwell's, as NVFP4 does: Transformer Engine requires compute capability 10.0); use a "
+                         "per-tensor recipe ('delayed', 'tensorwise') or 'blockwise' on Hopper")
     if precision == "fp8" and not chip.supports_fp8:
         raise ValueError(f"precision='fp8': chip {chip.name} has no FP8 tensor cores (its kernel model has no "
                          "FP8 rate, its tensor unit no fp8_macs); use precision='bf16' or a chip with FP8 (H100, "
@@ -1439,7 +1448,7 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
         raise ValueError(f"sequence parallelism splits {what} ({local_seq} tokens) over tp {spec.tp} ranks, which "
                          f"engine {engine.name!r} does only evenly (Megatron's _split_along_first_dim); choose a tp "
                          "that divides it, or no sequence parallelism")
-    check_precision(chip, spec.precision)
+    check_precision(chip, spec.precision, spec.scaling_recipe)
 
     def units(precision: str, recipe: str | None) -> np.ndarray:
         return unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),

@@ -96,8 +96,8 @@ def test_step_time_hand_priced_one_copy():
     b = plan.evaluate(SMALL, any_layout, cl, spec, 4, engine="megatron-core")
     assert a.feasible and b.feasible
     assert a.step_time_s - b.step_time_s == pytest.approx(4 * 2 * saved_s, rel=1e-9)
-    # MXFP8 keeps both copies on either chip
-    mx = spec.with_(scaling_recipe="mxfp8")
+    # block scales (128-blockwise on Hopper, as MXFP8 on Blackwell) keep both copies on either chip
+    mx = spec.with_(scaling_recipe="blockwise")
     assert plan.evaluate(SMALL, h100, cl, mx, 4, engine="megatron-core").step_time_s == \
         plan.evaluate(SMALL, any_layout, cl, mx, 4, engine="megatron-core").step_time_s
 

@@ -109,8 +109,8 @@ def test_moe_and_mla_casts_take_the_pass_where_their_norm_is_separate():
 
 
 def test_step_times_are_the_hand_priced_cast_passes():
-    """One H100, tp 1, no recompute, 4 microbatches of one sequence, 2 layers.  Against MXFP8's
-    single-pass casts (the same FP8 GEMMs): current scaling adds, per layer and microbatch, its
+    """One H100, tp 1, no recompute, 4 microbatches of one sequence, 2 layers.  Against 128-blockwise
+    FP8's single-pass casts (the same FP8 GEMMs on Hopper): current scaling adds, per layer and microbatch, its
     amax ops, each one bf16 read at the chip's stream rate plus a kernel launch; delayed scaling
     saves, on each of the two norms fused with their casts, 3 bytes an element (the norm writes 1
     byte, not 2; the cast reads 1, not 2, and writes 1 copy, not 2) over 2048 x 1024 elements."""
@@ -122,14 +122,14 @@ def test_step_times_are_the_hand_priced_cast_passes():
     fused_s = 2 * 3.0 * 2048 * 1024 / stream
     cl = cosearch.Cluster(1)
     step = {}
-    for recipe in ("mxfp8", "tensorwise", "delayed", None):
+    for recipe in ("blockwise", "tensorwise", "delayed", None):
         spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", flash_attention=True,
                              scaling_recipe=recipe)
         p = plan.evaluate(SMALL, chip, cl, spec, 4, engine="megatron-core")
         assert p.feasible
         step[recipe] = p.step_time_s
-    assert step["tensorwise"] - step["mxfp8"] == pytest.approx(4 * 2 * amax_s, rel=1e-9)
-    assert step["mxfp8"] - step["delayed"] == pytest.approx(4 * 2 * fused_s, rel=1e-9)
+    assert step["tensorwise"] - step["blockwise"] == pytest.approx(4 * 2 * amax_s, rel=1e-9)
+    assert step["blockwise"] - step["delayed"] == pytest.approx(4 * 2 * fused_s, rel=1e-9)
     assert step[None] == step["delayed"]            # None: the engine's default, delayed under TE
 
 
@@ -148,7 +148,7 @@ def test_a_recipe_the_precision_or_engine_lacks_is_refused_by_name():
         plan.cast_passes("fsdp", "fp8", "delayed")
     spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", scaling_recipe="mxfp8")
     with pytest.raises(ValueError, match="torchao's Float8 casts"):
-        plan.evaluate(SMALL, "H100", cosearch.Cluster(1), spec, 4, engine="fsdp")
+        plan.evaluate(SMALL, "B200", cosearch.Cluster(1), spec, 4, engine="fsdp")
 
 
 def test_the_spec_round_trips_and_says_its_recipe():
@@ -262,3 +262,27 @@ def test_sequence_parallel_shards_all_reduce_their_amax_over_tp():
     one = 4.0 / 1e11 + 2 * 1e-5
     assert u["tensorwise"][F.U_LTPF] - u["mxfp8"][F.U_LTPF] == pytest.approx(2 * one, rel=1e-9)
     assert u["tensorwise"][F.U_LTPB] - u["mxfp8"][F.U_LTPB] == pytest.approx(2 * one, rel=1e-9)
+
+
+def test_block_scaled_fp8_gemms_run_at_the_measured_mxfp8_rate():
+    """Transformer Engine's kernel-only B300 figures (gemm_profiling.rst): a layer's GEMMs take
+    7.161 ms in MXFP8 and 6.812 ms in per-tensor FP8.  A compute-bound FP8 GEMM priced on a B200
+    takes that ratio longer under MXFP8, and under 128-blockwise FP8 (run through MXFP8 GEMMs on
+    Blackwell), not on an H100; per-tensor recipes are unchanged."""
+    from cosearch.cost import price_on
+    g = graph._Builder(2)
+    g.gemm("big", [], 16384, 16384, 16384, operand_bytes=1.0)
+    ops = graph.LayerGraph("one", tuple(g.ops))
+    for name, block_recipes in (("B200", ("mxfp8", "blockwise")), ("H100", ("mxfp8",))):
+        chip = hardware.preset(name)
+        launch = chip.efficiency.launch_s              # a kernel's fixed launch time, not the rate's
+        base = price_on(ops, chip)[0] - launch
+        for recipe in ("mxfp8", "blockwise", "tensorwise", "delayed"):
+            t = price_on(ops, chip.with_(efficiency=chip.efficiency.with_scaling_recipe(recipe)))[0] - launch
+            want = 7.161 / 6.812 if recipe in block_recipes else 1.0
+            assert t / base == pytest.approx(want, rel=1e-9), (name, recipe)
+    # MXFP8 needs block-scaled tensor cores: refused on Hopper, by name
+    spec = plan.PlanSpec(dp=1, tp=1, pp=1, microbatch=1, precision="fp8", flash_attention=True, scaling_recipe="mxfp8")
+    with pytest.raises(ValueError, match="block-scaled tensor cores"):
+        plan.evaluate(SMALL, "H100", cosearch.Cluster(1), spec, 4, engine="megatron-core")
+    assert plan.evaluate(SMALL, "B200", cosearch.Cluster(1), spec, 4, engine="megatron-core").feasible

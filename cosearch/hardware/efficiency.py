@@ -230,6 +230,19 @@ class KernelEfficiency:
         return replace(self, cast_memory=min(INDUCTOR_CAST_STREAM, self.memory),
                        cast_amax_Bps=INDUCTOR_AMAX_BPS_PER_SM * sms)
 
+    def with_scaling_recipe(self, recipe: str | None) -> KernelEfficiency:
+        """This efficiency with an FP8 scaling recipe's GEMM kernels: ``"mxfp8"`` runs its GEMMs at
+        :data:`MXFP8_GEMM_SPEED` of the per-tensor FP8 rate (``fp8_rate``, where the chip has a
+        measured one; a designed chip's FP8 MACs are its own), and so does ``"blockwise"`` on a
+        chip with FP4 tensor cores (Blackwell), where Transformer Engine runs 128-blockwise FP8
+        through MXFP8 GEMMs ("On Blackwell (SM100+), FP8 Block is emulated via MXFP8", the same
+        document); every other recipe, unchanged (per-tensor scales multiply the output once;
+        NVFP4 has its own ``fp4_rate``)."""
+        block = recipe == "mxfp8" or (recipe == "blockwise" and self.fp4_rate > 0.0)
+        if not block or self.fp8_rate <= 0.0:
+            return self
+        return replace(self, fp8_rate=self.fp8_rate * MXFP8_GEMM_SPEED)
+
     def at_full_clock(self) -> KernelEfficiency:
         """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
         benchmark measures before the power limit binds (attention kernels too)."""
@@ -426,6 +439,18 @@ def _fa1_triton_speed(fa2_fwd: float = 200.0, fa2_bwd: float = 187.0, fwd_slower
 
 #: FlashAttention-1-era Triton attention (llm-foundry's ``attn_impl: triton``) against FA2: 0.545
 FA1_TRITON_SPEED = _fa1_triton_speed()
+
+#: Per-layer GEMM kernel time on an NVIDIA B300 SXM6, inputs quantized before the timed loop (kernel
+#: only), M = 15,872 tokens of a 4,096-wide model (QKV 12,288, attention output, MLP 16,384 up and
+#: down), forward + data gradient + weight gradient: per-tensor FP8 (current scaling) 6.812 ms,
+#: MXFP8 7.161 ms (Transformer Engine ``docs/examples/gemm_profiling/gemm_profiling.rst``, its
+#: ``benchmarks/gemm/benchmark_gemm.py --pre-quantize``, pull request #2863, 2026-06-01; by pass
+#: 2.158 / 2.365, 2.329 / 2.397, 2.325 / 2.400).  Its delayed-scaling column is not comparable (it
+#: quantizes in the timed loop whatever the flag, as the document says).
+MXFP8_GEMM_MS_B300 = {"fp8-current": 6.812, "mxfp8": 7.161}
+#: MXFP8 GEMMs' rate over per-tensor FP8 GEMMs of the same shapes on the same chip: 0.951 (the
+#: 1x32 E8M0 block scales the tensor cores apply along K).
+MXFP8_GEMM_SPEED = MXFP8_GEMM_MS_B300["fp8-current"] / MXFP8_GEMM_MS_B300["mxfp8"]
 
 #: Sustained SM clock under continuous load, as a fraction of the clock the datasheet peak uses.
 #: A100: the SM clock "drops 1410 -> ~1200 MHz at the power limit" running FlashAttention-2
