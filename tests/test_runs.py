@@ -438,3 +438,18 @@ def test_a_csvs_cuda_graphs_column_groups_its_runs_by_capture(tmp_path):
     assert cap["whole iteration"]["mean_signed"] == pytest.approx(by_id["a"].error)
     why = dict(res.refused)
     assert "cuda_graphs 'cudnn': give one of full_iteration" in why["d"]
+
+
+def test_a_csvs_op_fuser_column_fuses_the_experts_bias_and_clamp(tmp_path):
+    """GPT-OSS (expert biases, clamped activation) checked from a CSV: with ``op_fuser`` 1 its
+    experts run fused and the prediction is faster than the same run's without it (Megatron-Core's
+    eager passes); a value that is not 0/1 refuses the row by name."""
+    header = "id,group,model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip,ep,zero,op_fuser"
+    p = _csv(tmp_path, ["fused,g,gpt-oss-120b,dgx-h100,64,1,1,1,512,5000,64,1,1",
+                        "eager,g,gpt-oss-120b,dgx-h100,64,1,1,1,512,5000,64,1,0",
+                        "bad,g,gpt-oss-120b,dgx-h100,64,1,1,1,512,5000,64,1,yes"], header)
+    res = check_runs(p)
+    by_id = {r.id: r for r in res.runs}
+    assert "op-fuser" in by_id["fused"].plan and "op-fuser" not in by_id["eager"].plan
+    assert by_id["fused"].predicted_tok_s_per_chip > by_id["eager"].predicted_tok_s_per_chip
+    assert "op_fuser 'yes' is not 0/1" in dict(res.refused)["bad"]

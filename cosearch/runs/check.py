@@ -15,7 +15,10 @@ Two input formats:
   (bf16), ``scaling_recipe`` (the engine's default; ``tensorwise`` for FP8 current scaling,
   :attr:`cosearch.plan.PlanSpec.scaling_recipe`), ``sp`` (0/1), ``zero`` (0), ``zero_group``, ``flash`` (1), ``engine``
   (megatron-core), ``cuda_graphs`` (what the run's CUDA graphs capture: ``full_iteration``,
-  ``transformer_engine`` / ``local`` / ``per_module``, or ``none``; :data:`CSV_CUDA_GRAPHS`).
+  ``transformer_engine`` / ``local`` / ``per_module``, or ``none``; :data:`CSV_CUDA_GRAPHS`),
+  ``op_fuser`` (0/1, default 0: the experts through Transformer Engine's op fuser,
+  ``--use-transformer-engine-op-fuser``, so a model's expert bias and clamped activation run fused,
+  :func:`cosearch.engine.with_op_fuser`; without it Megatron-Core runs them as eager passes).
   Unknown columns are refused by name.
 
 Rows cosearch cannot describe are listed with their reason, never dropped silently.
@@ -35,7 +38,7 @@ __all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQU
 
 CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
 CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "scaling_recipe",
-                "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs")
+                "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs", "op_fuser")
 #: A CSV row's ``cuda_graphs`` (Megatron's ``--cuda-graph-impl`` words and ``per_module``) as the
 #: capture classes of :func:`cosearch.runs.rows.graph_capture_class`.
 CSV_CUDA_GRAPHS = {"full_iteration": "whole iteration", "transformer_engine": "per module",
@@ -182,6 +185,7 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
     from .. import cluster as cl
     from .. import hardware, models
     from ..engine import preset as engine_preset
+    from ..engine import with_op_fuser
     from .config import RunConfig
 
     def num(key: str, default: str | None = None, kind=int):
@@ -218,7 +222,7 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
     chip = hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
     bool_of = {"": None, "0": False, "1": True, "false": False, "true": True}
     flags = {}
-    for key in ("sp", "flash"):
+    for key in ("sp", "flash", "op_fuser"):
         v = r.get(key, "").lower()
         if v not in bool_of:
             raise ValueError(f"{key} {r[key]!r} is not 0/1")
@@ -235,8 +239,9 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
     graphs = (r.get("cuda_graphs") or "").strip()
     if graphs and graphs not in CSV_CUDA_GRAPHS:
         raise ValueError(f"cuda_graphs {graphs!r}: give one of {', '.join(CSV_CUDA_GRAPHS)}")
+    eng = engine_preset(r.get("engine") or "megatron-core")
     return RunConfig(f"{path.name} line {line}", model=model, plan=plan, global_batch=num("batch"), num_chips=chips,
-                     engine=engine_preset(r.get("engine") or "megatron-core"), chip=chip, cluster=cluster,
+                     engine=with_op_fuser(eng) if flags["op_fuser"] else eng, chip=chip, cluster=cluster,
                      measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))
 
 
