@@ -142,6 +142,14 @@ same.
   as ``t + b * p`` after it, :func:`cosearch.graph.expert_eager_bytes`; in fp32 where the flex
   dispatcher's backends make the routing probabilities fp32).  ``"eager"`` in ``megatron-core`` and
   ``megatron-core-tp-overlap``; :func:`megatron_core`'s ``op_fuser`` turns it ``"fused"``.
+* ``scaled_rope`` — how a rotary embedding whose cos and sin carry YaRN's attention factor
+  (:attr:`cosearch.models.ModelConfig.rope_attention_factor` other than 1: GPT-OSS's) runs:
+  ``"fused"`` (like any other) or ``"eager"`` (Megatron-Core: Transformer Engine's fused RoPE takes
+  no such factor, so ``rope_utils.apply_rotary_pos_emb`` falls back to its PyTorch RoPE, "mscale=...
+  is not supported by TE's fused RoPE. Using unfused implementation", in every release since core
+  0.15), priced as :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`' rotary (graph ``elementwise``
+  ``"rope-eager"``, :func:`graph_elementwise`).  ``"eager"`` in ``megatron-core`` and
+  ``megatron-core-tp-overlap``.
 * ``full_grad_allreduce`` — with ZeRO 1/2 the gradients are still all-reduced in full, and each
   rank then updates its partition and all-gathers the updated weights (DeepSpeed's
   ``BF16_Optimizer`` under its pipeline engine: ``PipelineEngine._bf16_reduce_grads`` calls
@@ -230,7 +238,7 @@ __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATR
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "MAXTEXT_MINIMAL_REMAT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
            "moe_comm_sms", "with_moe_dispatch", "EXPERT_ELEMENTWISE", "expert_graph_option",
-           "with_op_fuser"]
+           "with_op_fuser", "SCALED_ROPE", "graph_elementwise"]
 
 
 @dataclass(frozen=True)
@@ -264,6 +272,7 @@ class Engine:
     overlap_p2p_comm: bool = False
     async_dgrad_comm: bool = False
     expert_elementwise: str = "fused"
+    scaled_rope: str = "fused"
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -280,7 +289,7 @@ class Engine:
                            ("elementwise", ELEMENTWISE), ("embedding", EMBEDDINGS),
                            ("moe_dispatcher", MOE_DISPATCHERS),
                            ("tp_overlap_kernel", TP_OVERLAP_KERNELS),
-                           ("expert_elementwise", EXPERT_ELEMENTWISE)):
+                           ("expert_elementwise", EXPERT_ELEMENTWISE), ("scaled_rope", SCALED_ROPE)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
@@ -334,6 +343,20 @@ def expert_graph_option(engine: Engine) -> str:
     return engine.expert_elementwise
 
 
+#: How a RoPE scaled by YaRN's attention factor runs (``Engine.scaled_rope``).
+SCALED_ROPE = ("fused", "eager")
+
+
+def graph_elementwise(engine: Engine, model) -> str:
+    """The layer graph's ``elementwise`` (:data:`cosearch.graph.ELEMENTWISE`) for ``engine`` on
+    ``model``: the engine's own, or ``"rope-eager"`` where the engine fuses its elementwise ops but
+    runs a YaRN-scaled RoPE eagerly (:attr:`Engine.scaled_rope`) and the model's RoPE is scaled."""
+    if (engine.elementwise == "fused" and engine.scaled_rope == "eager" and model.position == "rotary"
+            and model.rope_attention_factor != 1.0):
+        return "rope-eager"
+    return engine.elementwise
+
+
 #: Megatron-Core's MoE token dispatchers cosearch prices (``Engine.moe_dispatcher``).
 MOE_DISPATCHERS = ("alltoall", "flex")
 
@@ -384,7 +407,7 @@ MEGATRON_LM_2021 = Engine("megatron-lm-2021", overlap_grad_reduce=False, zero_st
 MEGATRON_CORE_ZERO = (0, 1, 3)
 
 MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True, zero_stages=MEGATRON_CORE_ZERO,
-                       async_dgrad_comm=True, expert_elementwise="eager",
+                       async_dgrad_comm=True, expert_elementwise="eager", scaled_rope="eager",
                        software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's
@@ -451,7 +474,7 @@ MAXTEXT_MINIMAL_REMAT = replace(MAXTEXT, name="maxtext-minimal-remat", selective
 #: Megatron-Core with TP-communication overlap (``--tp-comm-overlap``).
 MEGATRON_CORE_TP_OVERLAP = Engine("megatron-core-tp-overlap", overlap_param_gather=True, overlap_tp_comm=True,
                                   async_dgrad_comm=True,
-                                  tp_overlap_kernel="userbuffers", expert_elementwise="eager",
+                                  tp_overlap_kernel="userbuffers", expert_elementwise="eager", scaled_rope="eager",
                                   zero_stages=MEGATRON_CORE_ZERO,
                                   software="Megatron-Core with --tp-comm-overlap (Transformer Engine userbuffers)")
 

@@ -558,8 +558,11 @@ CROSS_ENTROPY_FP32_BYTES = (22.0, 16.0, 8.0, 6.0)
 #: (:attr:`cosearch.engine.Engine.elementwise`): ``"fused"`` (one kernel each, streaming their
 #: inputs and output: Megatron-Core's and Transformer Engine's fused kernels, ``torch.compile``)
 #: or ``"eager"`` (PyTorch eager mode running a model's Python code op by op: torchtitan without
-#: ``torch.compile``, llm-foundry), priced per :data:`EAGER_ELEMENTWISE_BYTES`.
-ELEMENTWISE = ("fused", "eager")
+#: ``torch.compile``, llm-foundry), priced per :data:`EAGER_ELEMENTWISE_BYTES`; ``"rope-eager"``:
+#: the norms and activation fused, the rotary embedding eager (Megatron-Core's unfused RoPE, which
+#: it runs where the cos and sin carry YaRN's attention factor,
+#: :attr:`cosearch.engine.Engine.scaled_rope`).
+ELEMENTWISE = ("fused", "eager", "rope-eager")
 
 #: How the input embedding looks tokens up (:attr:`cosearch.engine.Engine.embedding`):
 #: ``"gather"``, a lookup writing each token's row; ``"one-hot"``, MaxText's ``use_iota_embed``:
@@ -1313,7 +1316,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     how the head's loss runs, a fused kernel or Megatron's fp32 passes.  ``elementwise``
     (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
     (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
-    (:data:`EAGER_ELEMENTWISE_BYTES`).  ``embedding`` (:data:`EMBEDDINGS`): the input
+    (:data:`EAGER_ELEMENTWISE_BYTES`), ``"rope-eager"`` the rotary embedding alone.  ``embedding`` (:data:`EMBEDDINGS`): the input
     embedding's lookup, a gather or MaxText's one-hot GEMM.  ``cast_passes`` (:data:`CAST_PASSES`,
     :data:`RECIPE_CAST_PASSES` of a scaling recipe): how a low-precision layer's casts run — one
     pass each, delayed scaling's norms writing their FP8 output (not with eager elementwise ops:
@@ -1370,6 +1373,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
             own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("norm1", "norm2", "final_norm")})
         if config.activation in ("swiglu", "gelu"):
             own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
+        own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
+    elif elementwise == "rope-eager":
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
     if eager_experts:
         own.update(expert_eager_bytes(expert_elementwise, config.dtype_bytes))

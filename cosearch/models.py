@@ -19,7 +19,7 @@ from ._validate import MAX_DIM, shown_int
 from .compressed_attention import CompressedAttention
 
 __all__ = ["ModelConfig", "preset", "preset_names", "PRESETS", "from_hf_config", "HF_FAMILIES",
-           "attention_pair_ratio"]
+           "attention_pair_ratio", "yarn_attention_factor"]
 
 
 def attention_pair_ratio(seq_len: int, window: int) -> float:
@@ -30,6 +30,19 @@ def attention_pair_ratio(seq_len: int, window: int) -> float:
     if w >= s:
         return 1.0
     return (w * s - w * (w - 1) / 2.0) / (s * (s + 1) / 2.0)
+
+def yarn_attention_factor(factor: float, mscale: float | None = None, mscale_all_dim: float | None = None) -> float:
+    """YaRN's attention factor on RoPE's cos and sin for a context extension ``factor``:
+    ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)`` where both are given
+    (DeepSeek's configs), else ``get_mscale(factor)``, with ``get_mscale(s, m) = 0.1 m ln s + 1``
+    above 1 (1 at or below): Hugging Face's ``_compute_yarn_parameters`` and Megatron-Core's
+    ``_yarn_get_concentration_factor`` alike."""
+    def get_mscale(s: float, m: float = 1.0) -> float:
+        return 1.0 if s <= 1.0 else 0.1 * m * math.log(s) + 1.0
+    if mscale is not None and mscale_all_dim is not None:
+        return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    return get_mscale(factor)
+
 
 def chunked_pair_ratio(seq_len: int, chunk: int) -> float:
     """(query, key) pairs of causal attention within ``chunk``-token blocks (a query meets the
@@ -151,6 +164,11 @@ class ModelConfig:
         config.json's ``swiglu_limit``; Megatron-Core's ``activation_func_clamp_value``).  Priced
         where an engine runs the clamp as eager passes of its own
         (:attr:`cosearch.engine.Engine.expert_elementwise`); a fused activation clamps for free.
+    rope_attention_factor: YaRN's attention (concentration) factor, which multiplies RoPE's cos
+        and sin (1: none).  GPT-OSS: ``0.1 ln 32 + 1`` = 1.347 (its ``rope_scaling`` is YaRN at factor
+        32 with no ``attention_factor``, Hugging Face's ``get_mscale`` default); DeepSeek-V3 and
+        Kimi-K2 scale by ``mscale / mscale_all_dim`` = 1.  No FLOPs change; an engine whose fused
+        RoPE kernel takes no such factor runs it eagerly (:attr:`cosearch.engine.Engine.scaled_rope`).
     """
 
     name: str
@@ -189,6 +207,7 @@ class ModelConfig:
     compressed_attention: CompressedAttention | None = None
     hyper_connections: int = 1
     activation_clamp: float = 0.0
+    rope_attention_factor: float = 1.0
 
     def __post_init__(self) -> None:
         # numpy's integers (a sweep over np.arange) are integers: stored as Python ints, so the
@@ -263,6 +282,11 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.activation_clamp must be a finite number >= 0 (the clamped GLU's limit; 0: "
                              f"none), got {clamp!r}")
         object.__setattr__(self, "activation_clamp", float(clamp))
+        rf = self.rope_attention_factor
+        if isinstance(rf, bool) or not isinstance(rf, (int, float)) or not math.isfinite(rf) or not 0.0 < rf <= 64.0:
+            raise ValueError(f"ModelConfig.rope_attention_factor must be a number in (0, 64] (YaRN's attention "
+                             f"factor on RoPE's cos and sin; 1: none), got {rf!r}")
+        object.__setattr__(self, "rope_attention_factor", float(rf))
         hc = self.hyper_connections
         if isinstance(hc, bool) or not isinstance(hc, int) or not 1 <= hc <= 64:
             raise ValueError(f"ModelConfig.hyper_connections must be an integer in 1..64 (residual streams; 1: a plain "
@@ -671,6 +695,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
                               or not math.isfinite(limit) or limit < 0):
         raise ValueError(f"from_hf_config: 'swiglu_limit' must be a non-negative number, got {limit!r}")
+    rope_factor = _hf_yarn_attention_factor(config.get("rope_scaling")) if position == "rotary" else 1.0
     learned_rows = ctx if (position == "learned" and ctx) else seq_len
     cfg = ModelConfig(
         name=name or str(config.get("_name_or_path") or mt or "hf-model"),
@@ -678,7 +703,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
         position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
         extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
-        **window_kw, activation_clamp=float(limit or 0.0))
+        **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor)
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
@@ -733,6 +758,25 @@ def _hf_llama4(config: dict, layers: int) -> dict[str, Any]:
         out["attention_chunk"] = chunk
         out["chunked_layers"] = int(sum(rope))
     return out
+
+
+def _hf_yarn_attention_factor(rope_scaling) -> float:
+    """YaRN's attention factor from a config's ``rope_scaling`` (:func:`yarn_attention_factor`;
+    its own ``attention_factor`` where it gives one); 1 for any other RoPE scaling or none."""
+    if not isinstance(rope_scaling, dict) or (rope_scaling.get("rope_type") or rope_scaling.get("type")) != "yarn":
+        return 1.0
+
+    def number(key: str, required: bool = False):
+        x = rope_scaling.get(key)
+        if x is None and not required:
+            return None
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise ValueError(f"from_hf_config: rope_scaling's {key!r} must be a positive number, got {x!r}")
+        return float(x)
+    given = number("attention_factor")
+    if given is not None:
+        return given
+    return yarn_attention_factor(number("factor", required=True), number("mscale"), number("mscale_all_dim"))
 
 
 def _hf_sliding_window(config: dict, mt: str, gemma: bool, layers: int, seq_len: int) -> dict:
@@ -851,12 +895,14 @@ PRESETS: dict[str, ModelConfig] = {
     # openai/gpt-oss-120b config.json: 36 x 2880, 64 heads of 64, 8 KV heads, 128 experts of 2,880
     # (SwiGLU), top-4, vocab 201088, untied, every other layer a 128-token sliding window
     # (layer_types); attention and expert biases; 116.8B total, 5.1B active (its model card); the
-    # gated activation clamped at swiglu_limit 7.0.  Its attention sinks (one learned logit per
+    # gated activation clamped at swiglu_limit 7.0; YaRN RoPE at factor 32 (rope_scaling, no
+    # attention_factor: 0.1 ln 32 + 1 on cos and sin).  Its attention sinks (one learned logit per
     # head and layer) are left out.
     "gpt-oss-120b": ModelConfig("gpt-oss-120b", 36, 2880, 64, 2880, 201088, 4096, kv_heads=8, head_size=64,
                                 activation="swiglu", norm="rmsnorm", position="rotary", bias=True,
                                 tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=4,
-                                moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18, activation_clamp=7.0),
+                                moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18, activation_clamp=7.0,
+                                rope_attention_factor=yarn_attention_factor(32.0)),
     # meta-llama/Llama-4-Scout-17B-16E config.json (text_config): 48 x 5120, 40 heads of 128, 8 KV
     # heads, 16 routed experts of 8,192 (SwiGLU, top-1) + 1 shared in every layer, vocab 202048,
     # untied; chunked attention (attention_chunk_size 8192) on the RoPE layers, every 4th layer

@@ -35,6 +35,7 @@ from .engine import (
     Engine,
     check_features,
     expert_graph_option,
+    graph_elementwise,
     moe_comm_sms,
     uneven_sequence_split,
 )
@@ -840,6 +841,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     eng = engine_preset(engine)
     passes = cast_passes(eng, precision, scaling_recipe, designs if single else None)
     expert_mode = expert_graph_option(eng)
+    elementwise = graph_elementwise(eng, model)
     # the framework's kernels, and the scaling recipe's GEMMs
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel).with_scaling_recipe(
         scaling_recipe if precision == "fp8" else None)
@@ -906,9 +908,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
                 if affine:
-                    g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
+                    g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
                                      etp_t, eng.embedding, passes, expert_mode)
-                    g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, eng.elementwise,
+                    g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
                                      etp_t, eng.embedding, passes, expert_mode)
                     # every microbatch size's rows of the six graphs, priced in one call: the rows at
                     # one sequence plus (size - 1) times their change per sequence
@@ -917,7 +919,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     gs = g1
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
-                                     eng.elementwise, etp_t, eng.embedding, passes, expert_mode)
+                                     elementwise, etp_t, eng.embedding, passes, expert_mode)
                     base = _graph_stack(gs)
                     per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
                 lay = _cell_layout(gs)

@@ -3,10 +3,12 @@ Engine's op fuser (``Engine.expert_elementwise``): each eager PyTorch kernel of
 ``weighted_bias_quick_geglu_impl``'s clamp and of ``TEGroupedMLP._apply_bias`` counted here by
 hand from the tensors it reads and writes, against the graph's ops."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from cosearch import engine, graph, memory, models
+from cosearch import engine, graph, hardware, memory, models
 from cosearch.models import ModelConfig
 from cosearch.plan import PlanSpec, evaluate
 
@@ -152,3 +154,60 @@ def test_model_fields_and_the_hf_reader():
     assert (got.activation_clamp, got.bias) == (7.0, True)
     with pytest.raises(ValueError, match="swiglu_limit"):
         models.from_hf_config(dict(hf, swiglu_limit="seven"), seq_len=4096)
+
+
+def test_yarn_attention_factor_as_hugging_face_and_megatron_compute_it():
+    """0.1 m ln s + 1 above factor 1: GPT-OSS's factor 32 gives 1 + 0.1 ln 32; DeepSeek's
+    mscale / mscale_all_dim of equal values gives 1; a factor of 1 or below gives 1."""
+    import math
+    assert models.yarn_attention_factor(32.0) == pytest.approx(1.0 + 0.1 * math.log(32.0))
+    assert models.yarn_attention_factor(40.0, 1.0, 1.0) == 1.0
+    assert models.yarn_attention_factor(40.0, 0.707, 1.0) == pytest.approx((0.0707 * math.log(40) + 1) /
+                                                                           (0.1 * math.log(40) + 1))
+    assert models.yarn_attention_factor(1.0) == models.yarn_attention_factor(0.5) == 1.0
+    assert models.preset("gpt-oss-120b").rope_attention_factor == pytest.approx(1.0 + 0.1 * math.log(32.0))
+    assert models.preset("deepseek-v3").rope_attention_factor == 1.0
+    hf = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
+          "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+          "num_experts_per_tok": 4, "vocab_size": 201088, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+          "rope_theta": 150000, "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                                  "beta_slow": 1.0, "original_max_position_embeddings": 4096}}
+    assert models.from_hf_config(hf, seq_len=4096).rope_attention_factor == pytest.approx(1.0 + 0.1 * math.log(32))
+    given = dict(hf, rope_scaling=dict(hf["rope_scaling"], attention_factor=1.2))
+    assert models.from_hf_config(given, seq_len=4096).rope_attention_factor == 1.2
+    llama = dict(hf, rope_scaling={"rope_type": "llama3", "factor": 8.0})
+    assert models.from_hf_config(llama, seq_len=4096).rope_attention_factor == 1.0
+    with pytest.raises(ValueError, match="rope_scaling's 'factor'"):
+        models.from_hf_config(dict(hf, rope_scaling={"rope_type": "yarn", "factor": "32"}), seq_len=4096)
+    for bad in (0.0, -1.0, float("inf"), "1.3", 100.0):
+        with pytest.raises(ValueError, match="rope_attention_factor"):
+            TINY.with_(rope_attention_factor=bad)
+
+
+def test_a_yarn_scaled_rope_runs_eager_under_megatron_core():
+    """Megatron-Core runs a RoPE whose cos and sin carry YaRN's factor in PyTorch (TE's fused RoPE
+    takes no factor): the rotary op moves the eager bytes, 10 read and 10 written an element each
+    way; on one chip with no overlap the step grows by exactly that traffic, layers x microbatches."""
+    scaled = TINY.with_(rope_attention_factor=1.3)
+    assert engine.graph_elementwise(engine.megatron_core(), scaled) == "rope-eager"
+    assert engine.graph_elementwise(engine.megatron_core(), TINY) == "fused"
+    assert engine.graph_elementwise(engine.FSDP, scaled) == "fused"
+    assert engine.graph_elementwise(engine.FSDP_EAGER, scaled) == "eager"
+    fused_f, fused_b = graph.build_pair(scaled, 1, 1, flash_attention=True)
+    f, b = graph.build_pair(scaled, 1, 1, flash_attention=True, elementwise="rope-eager")
+    rot, rot_b = (next(o for o in g.ops if o.name == n) for g, n in ((f, "rotary"), (b, "rotary.grad")))
+    assert (rot.bytes_read, rot.bytes_written) == (10 * rot.elements, 10 * rot.elements)
+    assert (rot_b.bytes_read, rot_b.bytes_written) == (10 * rot.elements, 10 * rot.elements)
+    others = [(o.name, o.bytes_read, o.bytes_written) for o in f.ops if o.name != "rotary"]
+    assert others == [(o.name, o.bytes_read, o.bytes_written) for o in fused_f.ops if o.name != "rotary"]
+    chip = hardware.preset("H100")
+    stream = chip.hbm_bandwidth_Bps * chip.efficiency.memory
+    frot = next(o for o in fused_f.ops if o.name == "rotary")
+    frot_b = next(o for o in fused_b.ops if o.name == "rotary.grad")
+    extra_s = (rot.bytes_read + rot.bytes_written + rot_b.bytes_read + rot_b.bytes_written
+               - frot.bytes_read - frot.bytes_written - frot_b.bytes_read - frot_b.bytes_written) / stream
+    spec = PlanSpec(dp=1, tp=1, pp=1, microbatch=1, flash_attention=True)
+    plain = replace(engine.megatron_core(), scaled_rope="fused")
+    a = evaluate(scaled, chip, 1, spec, 4, engine=engine.megatron_core())
+    p = evaluate(scaled, chip, 1, spec, 4, engine=plain)
+    assert a.step_time_s - p.step_time_s == pytest.approx(2 * 4 * extra_s, rel=1e-9)
