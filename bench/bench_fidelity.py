@@ -253,6 +253,39 @@ def clock_sensitivity(evaluated) -> str:
     return "\n".join(lines)
 
 
+def rate_sensitivity(evaluated) -> str:
+    """Every Blackwell FP8 / NVFP4 group's error with the chip's low-precision GEMM rate over bf16 at
+    each sourced alternative (cosearch.hardware.LOW_PRECISION_RATE_ALTERNATIVES: the chosen CUTLASS
+    ratios, and Transformer Engine's cuBLAS ratios on a B300), the rest of the model unchanged: the
+    clock report's counterpart for the other judgment the low-precision groups rest on."""
+    from dataclasses import replace
+
+    from cosearch.hardware import FP8_RATE_BLACKWELL, LOW_PRECISION_RATE_ALTERNATIVES
+    from cosearch.runs.rows import group_of
+    by_group: dict[str, list] = {}
+    for _err, _rid, _plan, d, _src, row in evaluated:
+        eff = d.chip.efficiency
+        if eff.fp8_rate != FP8_RATE_BLACKWELL or d.spec.precision == "bf16":
+            continue
+        key = "fp8" if d.spec.precision == "fp8" else ("fp4-ultra" if d.chip.name in ("B300", "GB300") else "fp4")
+        by_group.setdefault((group_of(row), key), []).append(d)
+    lines = ["[fidelity] low-precision GEMM-rate sensitivity (MAE / mean signed error of each Blackwell FP8 / NVFP4 "
+             "group at each sourced FP8-or-NVFP4 / BF16 GEMM rate):"]
+    for (g, key), items in sorted(by_group.items()):
+        lines.append(f"  {g} ({len(items)} evaluated rows):")
+        field = "fp8_rate" if key == "fp8" else "fp4_rate"
+        for label, rate in LOW_PRECISION_RATE_ALTERNATIVES[key]:
+            errs = []
+            for d in items:
+                chip = d.chip.with_(efficiency=replace(d.chip.efficiency, **{field: rate}))
+                p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+                if p.feasible:
+                    errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
+            if errs:
+                lines.append(f"      {label}: {sum(abs(e) for e in errs) / len(errs):.1%} / {sum(errs) / len(errs):+.1%}")
+    return "\n".join(lines)
+
+
 def modern_table(path: Path) -> str:
     groups, evaluated = evaluate_modern(path)
     total = sum(g["rows"] for g in groups.values())
@@ -278,6 +311,7 @@ def modern_table(path: Path) -> str:
                  "|mean signed| <= 5 %):")
     lines += group_targets(by_group, "dense")
     lines.append(clock_sensitivity(evaluated))
+    lines.append(rate_sensitivity(evaluated))
     lines.append(free_search_gains(evaluated))
     return "\n".join(lines)
 

@@ -442,15 +442,16 @@ FA1_TRITON_SPEED = _fa1_triton_speed()
 
 #: Per-layer GEMM kernel time on an NVIDIA B300 SXM6, inputs quantized before the timed loop (kernel
 #: only), M = 15,872 tokens of a 4,096-wide model (QKV 12,288, attention output, MLP 16,384 up and
-#: down), forward + data gradient + weight gradient: per-tensor FP8 (current scaling) 6.812 ms,
-#: MXFP8 7.161 ms (Transformer Engine ``docs/examples/gemm_profiling/gemm_profiling.rst``, its
-#: ``benchmarks/gemm/benchmark_gemm.py --pre-quantize``, pull request #2863, 2026-06-01; by pass
-#: 2.158 / 2.365, 2.329 / 2.397, 2.325 / 2.400).  Its delayed-scaling column is not comparable (it
-#: quantizes in the timed loop whatever the flag, as the document says).
-MXFP8_GEMM_MS_B300 = {"fp8-current": 6.812, "mxfp8": 7.161}
+#: down), forward + data gradient + weight gradient, through Transformer Engine's GEMM path (cuBLAS,
+#: as Megatron-Core runs it): BF16 13.102 ms, per-tensor FP8 (current scaling) 6.812, MXFP8 7.161,
+#: NVFP4 3.764 (Transformer Engine ``docs/examples/gemm_profiling/gemm_profiling.rst``, its
+#: ``benchmarks/gemm/benchmark_gemm.py --pre-quantize``, pull request #2863, 2026-06-01; FP8 / MXFP8
+#: by pass 2.158 / 2.365, 2.329 / 2.397, 2.325 / 2.400).  Its delayed-scaling column is not
+#: comparable (it quantizes in the timed loop whatever the flag, as the document says).
+TE_B300_GEMM_MS = {"bf16": 13.102, "fp8": 6.812, "mxfp8": 7.161, "nvfp4": 3.764}
 #: MXFP8 GEMMs' rate over per-tensor FP8 GEMMs of the same shapes on the same chip: 0.951 (the
 #: 1x32 E8M0 block scales the tensor cores apply along K).
-MXFP8_GEMM_SPEED = MXFP8_GEMM_MS_B300["fp8-current"] / MXFP8_GEMM_MS_B300["mxfp8"]
+MXFP8_GEMM_SPEED = TE_B300_GEMM_MS["fp8"] / TE_B300_GEMM_MS["mxfp8"]
 
 #: Sustained SM clock under continuous load, as a fraction of the clock the datasheet peak uses.
 #: A100: the SM clock "drops 1410 -> ~1200 MHz at the power limit" running FlashAttention-2
@@ -622,4 +623,22 @@ SUSTAINED_CLOCK_ALTERNATIVES: dict[str, tuple[tuple[str, float], ...]] = {
     "GB200": (("chosen: cuBLAS GEMMs back to back, 1506 MHz (Gluon tutorial)", SUSTAINED_CLOCK_GB200),
               ("B200's FA4 drop applied to the datasheet clock, 1615 MHz", SUSTAINED_CLOCK_BLACKWELL),
               ("datasheet 2008 MHz", 1.0)),
+}
+
+
+#: The sourced alternatives to Blackwell's low-precision GEMM rates over bf16 (``fp8_rate``,
+#: ``fp4_rate``), for sensitivity reports as :data:`SUSTAINED_CLOCK_ALTERNATIVES`
+#: (bench/bench_fidelity.py prints every Blackwell FP8 and NVFP4 group's error at each): the chosen
+#: rates (CUTLASS against torch's bf16 matmul on a B200, vLLM; NVFP4 on Blackwell Ultra, B300 and
+#: GB300, scaled by the datasheets' dense FP4, 15 / 10 PFLOP/s) and Transformer Engine's cuBLAS
+#: ratios on a B300 (:data:`TE_B300_GEMM_MS`: FP8 / BF16 1.92, NVFP4 / BF16 3.48, scaled back by
+#: 10 / 15 for B200 and GB200).  Keys: ``"fp8"``, ``"fp4"`` (B200, GB200), ``"fp4-ultra"``.
+LOW_PRECISION_RATE_ALTERNATIVES: dict[str, tuple[tuple[str, float], ...]] = {
+    "fp8": (("chosen: CUTLASS FP8 / torch bf16 on a B200 (vLLM #19566), 1.68x", FP8_RATE_BLACKWELL),
+            ("TE's cuBLAS per-tensor FP8 / BF16 on a B300, 1.92x", TE_B300_GEMM_MS["bf16"] / TE_B300_GEMM_MS["fp8"])),
+    "fp4": (("chosen: CUTLASS NVFP4 / torch bf16 on a B200 (vLLM #20646), 2.87x", FP4_RATE_BLACKWELL),
+            ("TE's cuBLAS NVFP4 / BF16 on a B300 x 10/15 (datasheet FP4), 2.32x",
+             TE_B300_GEMM_MS["bf16"] / TE_B300_GEMM_MS["nvfp4"] / 1.5)),
+    "fp4-ultra": (("chosen: 1.5x B200's CUTLASS NVFP4 (datasheet FP4), 4.31x", 1.5 * FP4_RATE_BLACKWELL),
+                  ("TE's cuBLAS NVFP4 / BF16 on a B300, 3.48x", TE_B300_GEMM_MS["bf16"] / TE_B300_GEMM_MS["nvfp4"])),
 }
