@@ -286,3 +286,18 @@ def test_block_scaled_fp8_gemms_run_at_the_measured_mxfp8_rate():
     with pytest.raises(ValueError, match="block-scaled tensor cores"):
         plan.evaluate(SMALL, "H100", cosearch.Cluster(1), spec, 4, engine="megatron-core")
     assert plan.evaluate(SMALL, "B200", cosearch.Cluster(1), spec, 4, engine="megatron-core").feasible
+
+
+def test_low_precision_rate_alternatives_start_at_the_presets_rates():
+    """The sensitivity report's first entry is each chip's own rate (the chosen one); the other is
+    Transformer Engine's B300 table, hand-divided: 13.102 / 6.812 and 13.102 / 3.764 (x 10/15 for
+    the B200-class chips, whose dense FP4 is 10 of the B300's 15 PFLOP/s)."""
+    alts = hardware.LOW_PRECISION_RATE_ALTERNATIVES
+    assert alts["fp8"][0][1] == hardware.preset("GB200").efficiency.fp8_rate == hardware.preset("GB300").efficiency.fp8_rate
+    assert alts["fp4"][0][1] == hardware.preset("B200").efficiency.fp4_rate
+    assert alts["fp4-ultra"][0][1] == hardware.preset("GB300").efficiency.fp4_rate == \
+        hardware.preset("B300").efficiency.fp4_rate
+    assert alts["fp8"][1][1] == pytest.approx(1.9234, abs=1e-4)
+    assert alts["fp4-ultra"][1][1] == pytest.approx(3.4809, abs=1e-4)
+    assert alts["fp4"][1][1] == pytest.approx(3.4809 / 1.5, abs=1e-4)
+    assert hardware.MXFP8_GEMM_SPEED == pytest.approx(6.812 / 7.161)
