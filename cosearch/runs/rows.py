@@ -800,11 +800,12 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                 offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp,
                 scaling_recipe=recipe)
+    engine = preset(_engine(row))
+    if op_fuser:
+        engine = with_op_fuser(engine)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
-                     engine=with_moe_dispatch(_with_policy((with_op_fuser if op_fuser else preset)(preset(_engine(row))),
-                                                                rc_modules),
-                                              dispatcher, a2a_overlap and ep > 1),
+                     engine=with_moe_dispatch(_with_policy(engine, rc_modules), dispatcher, a2a_overlap and ep > 1),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes), memory=memory)
 
