@@ -175,3 +175,7 @@ def test_the_op_fuser_flag_fuses_the_experts_bias_and_clamp():
     assert fused.engine.expert_elementwise == "fused" and "-op-fuser" in fused.engine.name
     assert not _said(fused, "eager PyTorch passes")
     assert not _said(read_megatron_args(LINE, QWEN), "eager PyTorch passes")       # no bias, no clamp
+    # GPT-OSS's YaRN-scaled RoPE runs unfused under Megatron-Core, fused op fuser or not
+    for rc in (eager, fused):
+        assert _said(rc, "YaRN's attention factor (1.347)", "unfused")
+    assert not _said(read_megatron_args(LINE, QWEN), "YaRN")

@@ -109,7 +109,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field, replace
 
-from ..engine import MEGATRON_CORE, Engine, megatron_core, with_moe_dispatch, with_recompute_modules
+from ..engine import (
+    MEGATRON_CORE,
+    Engine,
+    graph_elementwise,
+    megatron_core,
+    with_moe_dispatch,
+    with_recompute_modules,
+)
 from ..graph import SCALING_RECIPES
 from ..memory import MemoryConfig
 from ..models import ModelConfig
@@ -955,6 +962,9 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
     engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed), sms)
+    if graph_elementwise(engine, model) == "rope-eager":
+        assumed.append(f"the model's RoPE carries YaRN's attention factor ({model.rope_attention_factor:.3f}), which "
+                       "Transformer Engine's fused RoPE does not take: Megatron-Core runs it unfused (priced)")
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
