@@ -547,6 +547,6 @@ def test_gpt_oss_rows_price_the_experts_eager_passes_unless_their_config_fuses_t
     d = rows.describe_row(row)
     assert (d.model.activation_clamp, d.model.bias) == (7.0, True)
     assert d.engine.expert_elementwise == ("fused" if fused else "eager")
-    assert any("op fuser" in n for n in d.assumed) == fused
+    assert any("through Transformer Engine's op fuser" in n for n in d.assumed) == fused
     assert any("eager PyTorch passes" in n for n in d.assumed) != fused
     assert any("YaRN-scaled RoPE" in n and "unfused" in n for n in d.assumed)
