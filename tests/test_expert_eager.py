@@ -211,3 +211,15 @@ def test_a_yarn_scaled_rope_runs_eager_under_megatron_core():
     a = evaluate(scaled, chip, 1, spec, 4, engine=engine.megatron_core())
     p = evaluate(scaled, chip, 1, spec, 4, engine=plain)
     assert a.step_time_s - p.step_time_s == pytest.approx(2 * 4 * extra_s, rel=1e-9)
+
+
+def test_expert_tensor_parallelism_splits_the_clamp_not_the_bias():
+    """Under tp 2 with experts split over it (etp = tp), each rank clamps its half of every expert's
+    up projection (2F / 2 columns) but adds the bias to the down projection's whole [n, H] output
+    (the row-parallel GEMM's partial sums before their reduce-scatter)."""
+    one = {o.name: o for o in graph.build(TINY, 1, 1, expert_parallel=2, flash_attention=True,
+                                           expert_elementwise="eager").ops}
+    two = {o.name: o for o in graph.build(TINY, 2, 1, expert_parallel=2, flash_attention=True,
+                                           expert_elementwise="eager").ops}
+    assert two["expert_clamp"].elements * 2 == one["expert_clamp"].elements
+    assert two["expert_bias"].elements == one["expert_bias"].elements
