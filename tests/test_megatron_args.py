@@ -348,3 +348,28 @@ def test_cp_comm_type():
     with pytest.raises(ValueError, match="not modelled"):
         read_megatron_bridge(None, ["train.global_batch_size=8", "model.context_parallel_size=2",
                                     "model.cp_comm_type=allgather"], model=GPT13)
+
+
+def test_yarn_rope_is_read_as_megatron_core_scales_it():
+    """``--position-embedding-type yarn`` with ``--rotary-scaling-factor`` (``--mscale`` 1 and
+    ``--mscale-all-dim`` 0 by default, as ``_apply_yarn_config_from_args`` sets them): the attention
+    factor 0.1 ln 32 + 1 for factor 32, hand-computed; equal mscales give 1; the scaling flags
+    without yarn are refused; a preset's YaRN is checked against the line's."""
+    import math
+
+    base = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --micro-batch-size 1 "
+            "--global-batch-size 8 --swiglu --disable-bias-linear --normalization RMSNorm --vocab-size 32000")
+    m = read_megatron_args(base + " --position-embedding-type yarn --rotary-scaling-factor 32").model
+    assert (m.position, m.rope_attention_factor) == ("rotary", pytest.approx(0.1 * math.log(32) + 1))
+    m = read_megatron_args(base + " --position-embedding-type yarn --rotary-scaling-factor 40 --mscale 0.7 "
+                           "--mscale-all-dim 0.7").model
+    assert m.rope_attention_factor == pytest.approx(1.0)
+    assert read_megatron_args(base + " --position-embedding-type rope").model.rope_attention_factor == 1.0
+    with pytest.raises(ValueError, match="give --position-embedding-type yarn"):
+        read_megatron_args(base + " --rotary-scaling-factor 32")
+    oss = models.preset("gpt-oss-120b")
+    line = "--micro-batch-size 1 --global-batch-size 64 --expert-model-parallel-size 8 --num-experts 128 " \
+           "--moe-router-topk 4"
+    assert read_megatron_args(line + " --position-embedding-type yarn --rotary-scaling-factor 32", oss).model == oss
+    with pytest.raises(ValueError, match="YaRN's attention factor"):
+        read_megatron_args(line + " --position-embedding-type rope", oss)

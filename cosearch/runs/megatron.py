@@ -91,7 +91,9 @@ the line gives must agree with the preset, or the line is refused naming the fla
 ``--swiglu``                                 gated MLP (default GeLU)
 ``--squared-relu``                           2-matrix MLP, relu(x)^2 priced as ReLU (said)
 ``--normalization``                          ``LayerNorm`` (default) / ``RMSNorm``
-``--position-embedding-type``                ``learned_absolute`` (default) / ``rope`` / ``none``
+``--position-embedding-type``                ``learned_absolute`` (default) / ``rope`` / ``yarn`` / ``none``;
+                                             ``yarn`` with ``--rotary-scaling-factor``, ``--mscale``,
+                                             ``--mscale-all-dim``: ``rope_attention_factor``
 ``--use-rotary-position-embeddings``         rope (the older spelling)
 ``--disable-bias-linear``                    no linear biases
 ``--untie-embeddings-and-output-weights``    an output head of its own
@@ -119,7 +121,7 @@ from ..engine import (
 )
 from ..graph import SCALING_RECIPES
 from ..memory import MemoryConfig
-from ..models import ModelConfig
+from ..models import ModelConfig, yarn_attention_factor
 from ..plan import PlanSpec
 from .config import RunConfig
 
@@ -136,6 +138,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            # the model
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
            "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
+           "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
            "--attention-dropout", "--hidden-dropout", "--vocab-size", "--num-experts", "--moe-router-topk",
            "--moe-ffn-hidden-size", "--mtp-num-layers", "--moe-expert-capacity-factor", "--moe-layer-freq",
            # MoE execution (:func:`_moe_execution`)
@@ -566,9 +569,23 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
         stated["norm"] = norm
     pos = vals.get("--position-embedding-type")
     if pos is not None:
-        stated["position"] = {"learned_absolute": "learned", "rope": "rotary", "none": "none"}.get(pos)
+        stated["position"] = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary", "none": "none"}.get(pos)
         if stated["position"] is None:
-            raise ValueError(f"--position-embedding-type {pos!r}; choose learned_absolute, rope or none")
+            raise ValueError(f"--position-embedding-type {pos!r}; choose learned_absolute, rope, yarn or none")
+        if pos == "yarn":
+            # Megatron-Core's YaRN for a non-MLA model (the reader refuses MLA lines): --rotary-scaling-factor, --mscale and
+            # --mscale-all-dim as config.yarn_* (training/argument_utils.py's
+            # _apply_yarn_config_from_args: defaults 1.0, 1.0, 0.0), their attention factor
+            # _yarn_get_concentration_factor's (models.yarn_attention_factor)
+            stated["rope_attention_factor"] = yarn_attention_factor(
+                _float("--rotary-scaling-factor", vals.get("--rotary-scaling-factor", "1.0"), 1e6),
+                _float("--mscale", vals.get("--mscale", "1.0"), 1e3),
+                _float("--mscale-all-dim", vals.get("--mscale-all-dim", "0.0"), 1e3))
+        elif pos == "rope":
+            stated["rope_attention_factor"] = 1.0
+    elif any(f in vals for f in ("--rotary-scaling-factor", "--mscale", "--mscale-all-dim")):
+        raise ValueError("--rotary-scaling-factor, --mscale and --mscale-all-dim set YaRN's RoPE: give "
+                         "--position-embedding-type yarn")
     if "--use-rotary-position-embeddings" in flags:
         if stated.get("position", "rotary") != "rotary":
             raise ValueError("--use-rotary-position-embeddings contradicts --position-embedding-type")
@@ -595,10 +612,11 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 "norm": base.norm, "position": base.position, "bias": base.bias,
                 "tie_embeddings": base.tie_embeddings, "dropout": base.dropout,
                 "num_experts": base.num_experts, "experts_per_token": base.experts_per_token,
-                "expert_ffn": base.expert_ffn}
+                "expert_ffn": base.expert_ffn, "rope_attention_factor": base.rope_attention_factor}
         flag_of = {v: k for k, v in _MODEL_FLAGS.items()}
         flag_of.update(kv_heads="--num-query-groups", dropout="--attention-dropout/--hidden-dropout",
-                       position="--position-embedding-type", experts_per_token="--moe-router-topk")
+                       position="--position-embedding-type", experts_per_token="--moe-router-topk",
+                       rope_attention_factor="--position-embedding-type (YaRN's attention factor)")
         bad = [f"{flag_of[k]} gives {v!r} where {base.name} has {have[k]!r}"
                for k, v in stated.items() if have[k] != v]
         if bad:
