@@ -373,3 +373,24 @@ def test_yarn_rope_is_read_as_megatron_core_scales_it():
     assert read_megatron_args(line + " --position-embedding-type yarn --rotary-scaling-factor 32", oss).model == oss
     with pytest.raises(ValueError, match="YaRN's attention factor"):
         read_megatron_args(line + " --position-embedding-type rope", oss)
+
+
+def test_bridge_yarn_fields_are_read_under_yarn_only():
+    """A Megatron-Bridge config's ``model.yarn_*`` fields as the Megatron line's YaRN flags, under
+    ``position_embedding_type: yarn`` only (a rope model that keeps the provider's yarn fields, as
+    GPT-OSS 20B's perf config does, is plain RoPE); null mscales take the factor alone."""
+    import math
+    base = ["train.global_batch_size=64", "train.micro_batch_size=1", "model.num_layers=4", "model.hidden_size=1024",
+            "model.num_attention_heads=8", "model.seq_length=2048", "model.vocab_size=32000"]
+    yarn = ["model.yarn_rotary_scaling_factor=32.0", "model.yarn_mscale=null", "model.yarn_mscale_all_dim=null"]
+    m = read_megatron_bridge(None, base + ["model.position_embedding_type=yarn"] + yarn).model
+    assert m.rope_attention_factor == pytest.approx(0.1 * math.log(32) + 1)
+    assert read_megatron_bridge(None, base + ["model.position_embedding_type=rope"] + yarn).model.rope_attention_factor == 1.0
+    equal = ["model.yarn_rotary_scaling_factor=40", "model.yarn_mscale=1.0", "model.yarn_mscale_all_dim=1.0"]
+    assert read_megatron_bridge(None, base + ["model.position_embedding_type=yarn"] + equal).model.rope_attention_factor == \
+        pytest.approx(1.0)
+    oss = models.preset("gpt-oss-120b")
+    got = read_megatron_bridge(None, ["train.global_batch_size=64", "train.micro_batch_size=1",
+                                      "model.expert_model_parallel_size=8", "model.position_embedding_type=yarn"] + yarn,
+                               model=oss)
+    assert got.model.rope_attention_factor == oss.rope_attention_factor

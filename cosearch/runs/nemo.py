@@ -449,6 +449,16 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         v = k.get(f"model.{key}")
         if v is not None:
             words += [flag, str(v).split(".")[-1] if key in ("normalization", "recompute_granularity") else str(v)]
+    # YaRN (GPTModelProvider's yarn_* fields, what the Megatron line's --rotary-scaling-factor,
+    # --mscale and --mscale-all-dim set): used only under position_embedding_type yarn; where
+    # either mscale is null Megatron-Core's _yarn_get_concentration_factor takes the factor alone,
+    # as the line's defaults (1, 0) do
+    yarn = [k.get(f"model.yarn_{f}") for f in ("rotary_scaling_factor", "mscale", "mscale_all_dim")]
+    if str(k.get("model.position_embedding_type") or "").split(".")[-1] == "yarn":
+        if yarn[0] is not None:
+            words += ["--rotary-scaling-factor", str(yarn[0])]
+        if yarn[1] is not None and yarn[2] is not None:
+            words += ["--mscale", str(yarn[1]), "--mscale-all-dim", str(yarn[2])]
     for key, flag in _BRIDGE_OPTIMIZER_DTYPES.items():
         v = k.get(key)
         if v is not None:
