@@ -261,15 +261,6 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
 #: DeepSeek-V3 and Kimi-K2 (MLA) ``qk_nope_head_dim`` = ``v_head_dim`` = 128 with
 #: ``qk_rope_head_dim`` 64.
 MOE_HEAD_DIM = {"Qwen3": 128, "DeepSeek-V3": 128, "Kimi-K2": 128}
-#: GPT-OSS's linear layers carry biases (openai/gpt-oss-120b config.json ``"attention_bias":
-#: true``; its checkpoint's experts ``gate_up_proj_bias`` and ``down_proj_bias``; Megatron-Bridge's
-#: ``GPTOSSBridge`` sets ``add_bias_linear = True``) and its gated activation is clamped at
-#: ``"swiglu_limit": 7.0`` (the bridge's ``activation_func_clamp_value = 7.0``): (bias, clamp);
-#: its RoPE is YaRN at factor 32 (config.json ``rope_scaling``; the bridge's ``position_embedding_type
-#: = "yarn"``, ``yarn_rotary_scaling_factor = 32.0``, ``yarn_mscale = None``), whose attention factor
-#: 0.1 ln 32 + 1 scales cos and sin (:func:`cosearch.models.yarn_attention_factor`).
-GPT_OSS_BIAS_AND_CLAMP = (True, 7.0)
-GPT_OSS_YARN_FACTOR = 32.0
 #: MLA ranks of DeepSeek-V3 and Kimi-K2 (config.json: ``q_lora_rank`` 1536, ``kv_lora_rank`` 512,
 #: ``qk_rope_head_dim`` 64), used where a row names "MLA (DeepSeek-V3 style)" without them.
 DEEPSEEK_MLA = (1536, 512, 64)
@@ -339,10 +330,13 @@ def _moe_fields(row: dict, notes: list) -> dict:
     if "attention sinks" in arch:
         notes.append("attention sinks not priced (one learned logit per head)")
     if str(row["model"]).startswith("GPT-OSS"):
-        out["bias"], out["activation_clamp"] = GPT_OSS_BIAS_AND_CLAMP
-        out["rope_attention_factor"] = models.yarn_attention_factor(GPT_OSS_YARN_FACTOR)
-        notes.append(f"GPT-OSS's biases, its activation clamped at {GPT_OSS_BIAS_AND_CLAMP[1]:g} and its YaRN RoPE "
-                     f"(factor {GPT_OSS_YARN_FACTOR:g}) (config.json attention_bias, swiglu_limit, rope_scaling)")
+        # the gpt-oss-120b preset's, from its config.json (attention_bias, the experts' biases,
+        # swiglu_limit, rope_scaling), as Megatron-Bridge's GPTOSSBridge builds it
+        ref = models.preset("gpt-oss-120b")
+        out.update(bias=ref.bias, activation_clamp=ref.activation_clamp, rope_attention_factor=ref.rope_attention_factor)
+        notes.append(f"GPT-OSS's biases, its activation clamped at {ref.activation_clamp:g} and its YaRN RoPE (attention "
+                     f"factor {ref.rope_attention_factor:.3f}), from config.json (attention_bias, swiglu_limit, "
+                     "rope_scaling)")
     text = " ".join([str(row.get("notes") or "")] + [str(a) for a in row.get("assumed") or ()])
     for recipe, (factor, how) in MAXTEXT_RECIPE_DROPPING.items():
         if recipe in text:
