@@ -420,6 +420,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="training framework: what overlaps what, how often sharded weights are gathered, "
                         "pipeline sends (cosearch.engine; default megatron-lm, megatron-core with "
                         "--from-megatron-args)")
+    p.add_argument("--op-fuser", action="store_true",
+                   help="the experts through Transformer Engine's op fuser (Megatron's --use-transformer-engine-op-"
+                        "fuser): an MoE model's expert bias and clamped activation fused, where Megatron-Core's "
+                        "engines otherwise price them as eager passes (GPT-OSS)")
     p.add_argument("--from-megatron-args", metavar="ARGS",
                    help="a Megatron-LM / NeMo argument line (quoted) giving tp, pp, cp, virtual stages, "
                         "microbatch, global batch, recompute, SP, distributed optimizer and FP8")
@@ -715,6 +719,12 @@ def _run_plan(a) -> int:
         for note in assumed:
             print(f"assumed: {note}", file=sys.stderr)
     a.engine = engine_preset(a.engine or "megatron-lm")
+    if a.op_fuser:
+        from .engine import with_op_fuser
+        if a.engine.expert_elementwise == "fused":
+            print(f"cosearch: --op-fuser: engine {a.engine.name} runs the experts' bias and clamp fused already",
+                  file=sys.stderr)
+        a.engine = with_op_fuser(a.engine)
     if a.batch is None:
         raise ValueError("--batch is required (the global batch in sequences)")
     if a.zero is not None and a.zero not in a.engine.zero_stages:

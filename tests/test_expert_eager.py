@@ -223,3 +223,21 @@ def test_expert_tensor_parallelism_splits_the_clamp_not_the_bias():
                                            expert_elementwise="eager").ops}
     assert two["expert_clamp"].elements * 2 == one["expert_clamp"].elements
     assert two["expert_bias"].elements == one["expert_bias"].elements
+
+
+def test_the_cli_op_fuser_switch(capsys):
+    """``cosearch plan --op-fuser``: GPT-OSS's experts fused, a shorter step than Megatron-Core's eager
+    passes on the same plan; said where the engine fuses them already."""
+    import json
+
+    from cosearch.cli import main
+    args = ["plan", "--model", "gpt-oss-120b", "--cluster", "gb200-nvl72", "--chips", "64", "--batch", "256",
+            "--dp", "64", "--tp", "1", "--pp", "1", "--mb", "4", "--ep", "64", "--zero", "1", "--flash",
+            "--recompute", "none", "--json"]
+    steps = {}
+    for extra in ([], ["--op-fuser"]):
+        assert main(args + ["--engine", "megatron-core"] + extra) == 0
+        steps[bool(extra)] = json.loads(capsys.readouterr().out)["plans"][0]["step_time_s"]
+    assert steps[True] < steps[False]
+    assert main(args + ["--engine", "fsdp", "--op-fuser"]) == 0
+    assert "fused already" in capsys.readouterr().err
