@@ -351,6 +351,10 @@ def graph_elementwise(engine: Engine, model) -> str:
     """The layer graph's ``elementwise`` (:data:`cosearch.graph.ELEMENTWISE`) for ``engine`` on
     ``model``: the engine's own, or ``"rope-eager"`` where the engine fuses its elementwise ops but
     runs a YaRN-scaled RoPE eagerly (:attr:`Engine.scaled_rope`) and the model's RoPE is scaled."""
+    from .models import ModelConfig
+    engine = preset(engine)
+    if not isinstance(model, ModelConfig):
+        raise ValueError(f"graph_elementwise expects a ModelConfig, got {type(model).__name__}")
     if (engine.elementwise == "fused" and engine.scaled_rope == "eager" and model.position == "rotary"
             and model.rope_attention_factor != 1.0):
         return "rope-eager"
@@ -519,7 +523,8 @@ def with_op_fuser(engine: Engine) -> Engine:
     """``engine`` running the experts through Transformer Engine's op fuser
     (``use_transformer_engine_op_fuser``): their bias and clamped activation inside its fused
     grouped MLP (:attr:`Engine.expert_elementwise` ``"fused"``), named ``...-op-fuser``; as it is
-    where they are fused already."""
+    where they are fused already (``engine``: an :class:`Engine` or a preset's name)."""
+    engine = preset(engine)
     if engine.expert_elementwise == "fused":
         return engine
     return replace(engine, name=engine.name + "-op-fuser", expert_elementwise="fused")

@@ -657,6 +657,8 @@ def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, floa
       probabilities: 4r read, 2r written), ``split``'s backward concatenating the pieces' gradients
       (dt read and written), and where the dtype was promoted the two casts of the gradient."""
     choice("expert_elementwise", mode, EXPERT_ELEMENTWISE)
+    if isinstance(dt, bool) or dt not in (1, 2, 4):
+        raise ValueError(f"expert_eager_bytes: dt must be an activation's bytes (1, 2 or 4), got {dt!r}")
     if mode == "fused":
         return {}
     r = float(max(dt, 4 if mode == "eager-fp32-probs" else dt))

@@ -37,8 +37,16 @@ def yarn_attention_factor(factor: float, mscale: float | None = None, mscale_all
     (DeepSeek's configs), else ``get_mscale(factor)``, with ``get_mscale(s, m) = 0.1 m ln s + 1``
     above 1 (1 at or below): Hugging Face's ``_compute_yarn_parameters`` and Megatron-Core's
     ``_yarn_get_concentration_factor`` alike."""
+    def number(name: str, x) -> float:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 or x > 1e6:
+            raise ValueError(f"yarn_attention_factor: {name} must be a finite number in [0, 1e6], got {x!r}")
+        return float(x)
+
     def get_mscale(s: float, m: float = 1.0) -> float:
         return 1.0 if s <= 1.0 else 0.1 * m * math.log(s) + 1.0
+    factor = number("factor", factor)
+    mscale = None if mscale is None else number("mscale", mscale)
+    mscale_all_dim = None if mscale_all_dim is None else number("mscale_all_dim", mscale_all_dim)
     if mscale is not None and mscale_all_dim is not None:
         return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
     return get_mscale(factor)

@@ -241,3 +241,18 @@ def test_the_cli_op_fuser_switch(capsys):
     assert steps[True] < steps[False]
     assert main(args + ["--engine", "fsdp", "--op-fuser"]) == 0
     assert "fused already" in capsys.readouterr().err
+
+
+def test_the_helpers_refuse_what_they_cannot_price():
+    for bad in ("32", None, float("nan"), -1.0, [32]):
+        with pytest.raises(ValueError, match="yarn_attention_factor"):
+            models.yarn_attention_factor(bad)
+    with pytest.raises(ValueError, match="mscale"):
+        models.yarn_attention_factor(32.0, "1", 1.0)
+    with pytest.raises(ValueError, match="dt must be"):
+        graph.expert_eager_bytes("eager", 3)
+    with pytest.raises(ValueError, match="unknown engine"):
+        engine.with_op_fuser("megatron")
+    assert engine.with_op_fuser("megatron-core").expert_elementwise == "fused"
+    with pytest.raises(ValueError, match="expects a ModelConfig"):
+        engine.graph_elementwise(engine.MEGATRON_CORE, "gpt-oss-120b")
