@@ -514,10 +514,6 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     if "--use-transformer-engine-op-fuser" in flags:
         assumed.append("--use-transformer-engine-op-fuser: the experts' fused grouped MLP kernels priced as separate "
                        "grouped GEMMs, activation and casts, their bias and clamped activation fused")
-    elif model.moe and (model.bias or model.activation_clamp):
-        assumed.append("without --use-transformer-engine-op-fuser the experts' "
-                       + " and ".join(x for x, on in (("clamp", model.activation_clamp), ("bias", model.bias)) if on)
-                       + " run as Megatron-Core's eager PyTorch passes (priced)")
     if "--fp8-dot-product-attention" in flags:
         if precision != "fp8":
             raise ValueError("--fp8-dot-product-attention runs attention in FP8: it needs --fp8-format")
@@ -530,6 +526,21 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
         assumed.append(f"{pads[0]}: each expert's tokens padded to the low-precision GEMM's alignment (a few rows "
                        "a block), not priced")
     return sms
+
+
+def eager_pass_notes(engine: Engine, model: ModelConfig) -> list[str]:
+    """What a run's assumptions say, the same from every reader, where ``engine`` runs ``model``'s
+    experts' clamp and bias (:attr:`~cosearch.engine.Engine.expert_elementwise`) or its YaRN-scaled
+    RoPE (:func:`~cosearch.engine.graph_elementwise`) as eager passes, which are priced."""
+    notes = []
+    if model.moe and engine.expert_elementwise == "eager" and (model.bias or model.activation_clamp):
+        what = " and ".join(x for x, on in (("clamp", model.activation_clamp), ("bias", model.bias)) if on)
+        notes.append(f"without the op fuser the experts' {what} run as Megatron-Core's eager PyTorch passes (priced)")
+    if graph_elementwise(engine, model) == "rope-eager":
+        notes.append(f"the YaRN-scaled RoPE (YaRN's attention factor ({model.rope_attention_factor:.3f}) on cos and "
+                     "sin, which Transformer Engine's fused RoPE does not take) runs unfused, as Megatron-Core runs "
+                     "it (priced)")
+    return notes
 
 
 def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None, assumed: list[str]
@@ -980,9 +991,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
     engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed), sms)
-    if graph_elementwise(engine, model) == "rope-eager":
-        assumed.append(f"the model's RoPE carries YaRN's attention factor ({model.rope_attention_factor:.3f}), which "
-                       "Transformer Engine's fused RoPE does not take: Megatron-Core runs it unfused (priced)")
+    assumed += eager_pass_notes(engine, model)
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,

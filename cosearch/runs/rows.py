@@ -16,7 +16,6 @@ from typing import Any
 from .. import cluster, hardware, models
 from ..engine import (
     Engine,
-    graph_elementwise,
     llm_foundry,
     megatron_core,
     preset,
@@ -26,7 +25,7 @@ from ..engine import (
 )
 from ..memory import MemoryConfig
 from .config import RunConfig, RunDescription
-from .megatron import CUDA_GRAPH_IMPLS, cuda_graph_note
+from .megatron import CUDA_GRAPH_IMPLS, cuda_graph_note, eager_pass_notes
 from .nemo import apex_adam_memory
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
@@ -798,12 +797,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     engine = preset(_engine(row))
     if op_fuser:
         engine = with_op_fuser(engine)
-    elif model.moe and engine.expert_elementwise == "eager" and (model.bias or model.activation_clamp):
-        notes.append("without the op fuser the experts' clamp and bias run as Megatron-Core's eager PyTorch passes "
-                     "(priced)")
-    if graph_elementwise(engine, model) == "rope-eager":
-        notes.append(f"the YaRN-scaled RoPE (attention factor {model.rope_attention_factor:.3f}) runs unfused, as "
-                     "Megatron-Core runs it (priced)")
+    notes += eager_pass_notes(engine, model)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
                      engine=with_moe_dispatch(_with_policy(engine, rc_modules), dispatcher, a2a_overlap and ep > 1),
