@@ -91,9 +91,8 @@ class SearchOptions:
                            v.nonneg_float("checkpoint_every_s", self.checkpoint_every_s))   # 0: every chunk
         v.choice("objective", self.objective, ("geomean", "mean"))
         for f in ("checkpoint", "resume"):
-            path = getattr(self, f)
-            if path is not None and (not isinstance(path, (str, os.PathLike)) or not os.fspath(path)):
-                raise ValueError(f"{f} must be a file path (a str or os.PathLike) or None, got {path!r}")
+            if getattr(self, f) is not None:
+                v.input_path(getattr(self, f), f)
 
     def with_(self, **changes: Any) -> SearchOptions:
         """A copy with ``changes``; an unknown name is refused with the known ones."""
