@@ -217,7 +217,6 @@ def clock_sensitivity(evaluated) -> str:
     fit are the same at every clock).  Chips whose attention kernels hold their own clock
     (``KernelEfficiency.attention_clock``) also print the group at the chosen clock for every kernel,
     which shows how much rests on the per-kernel clocks."""
-    from dataclasses import replace
 
     from cosearch.hardware import SUSTAINED_CLOCK_ALTERNATIVES
     from cosearch.runs.rows import group_of
@@ -237,17 +236,10 @@ def clock_sensitivity(evaluated) -> str:
             alts.append(("one clock: attention at the chosen GEMM clock too", SUSTAINED_CLOCK_ALTERNATIVES[fam][0][1],
                          True))
         for label, clock, one in alts:
-            errs = []
-            for d, _f in items:
-                eff = replace(d.chip.efficiency, sustained_clock=clock)
-                if one:
-                    eff = replace(eff, attention_clock=0.0, attention_clock_fa2=0.0)
-                chip = d.chip.with_(efficiency=eff)
-                p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
-                if p.feasible:
-                    errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
-            if errs:
-                cells.append(f"{label}: {sum(abs(e) for e in errs) / len(errs):.1%} / {sum(errs) / len(errs):+.1%}")
+            changes = dict(sustained_clock=clock, **(dict(attention_clock=0.0, attention_clock_fa2=0.0) if one else {}))
+            cell = _errors_at([d for d, _f in items], changes)
+            if cell:
+                cells.append(f"{label}: {cell}")
         lines.append(f"  {g} ({len(items)} evaluated rows, {fam}):")
         lines += [f"      {c}" for c in cells]
     return "\n".join(lines)
@@ -258,32 +250,41 @@ def rate_sensitivity(evaluated) -> str:
     each sourced alternative (cosearch.hardware.LOW_PRECISION_RATE_ALTERNATIVES: the chosen CUTLASS
     ratios, and Transformer Engine's cuBLAS ratios on a B300), the rest of the model unchanged: the
     clock report's counterpart for the other judgment the low-precision groups rest on."""
-    from dataclasses import replace
 
-    from cosearch.hardware import FP8_RATE_BLACKWELL, LOW_PRECISION_RATE_ALTERNATIVES
+    from cosearch.hardware import LOW_PRECISION_RATE_ALTERNATIVES
     from cosearch.runs.rows import group_of
     by_group: dict[str, list] = {}
     for _err, _rid, _plan, d, _src, row in evaluated:
         eff = d.chip.efficiency
-        if eff.fp8_rate != FP8_RATE_BLACKWELL or d.spec.precision == "bf16":
-            continue
-        key = "fp8" if d.spec.precision == "fp8" else ("fp4-ultra" if d.chip.name in ("B300", "GB300") else "fp4")
-        by_group.setdefault((group_of(row), key), []).append(d)
+        # the rates' family: the one whose chosen rate the chip's own is
+        own = eff.fp8_rate if d.spec.precision == "fp8" else eff.fp4_rate
+        key = next((k for k, alts in LOW_PRECISION_RATE_ALTERNATIVES.items()
+                    if k.startswith(d.spec.precision) and alts[0][1] == own), None)
+        if key is not None:
+            by_group.setdefault((group_of(row), key), []).append(d)
     lines = ["[fidelity] low-precision GEMM-rate sensitivity (MAE / mean signed error of each Blackwell FP8 / NVFP4 "
              "group at each sourced FP8-or-NVFP4 / BF16 GEMM rate):"]
     for (g, key), items in sorted(by_group.items()):
         lines.append(f"  {g} ({len(items)} evaluated rows):")
         field = "fp8_rate" if key == "fp8" else "fp4_rate"
         for label, rate in LOW_PRECISION_RATE_ALTERNATIVES[key]:
-            errs = []
-            for d in items:
-                chip = d.chip.with_(efficiency=replace(d.chip.efficiency, **{field: rate}))
-                p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
-                if p.feasible:
-                    errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
-            if errs:
-                lines.append(f"      {label}: {sum(abs(e) for e in errs) / len(errs):.1%} / {sum(errs) / len(errs):+.1%}")
+            cell = _errors_at(items, {field: rate})
+            if cell:
+                lines.append(f"      {label}: {cell}")
     return "\n".join(lines)
+
+
+def _errors_at(items, changes: dict) -> str:
+    """MAE / mean signed error of the runs ``items`` (their descriptions) with their chips'
+    kernel efficiencies changed by ``changes``, over the plans that fit; "" where none does."""
+    from dataclasses import replace
+    errs = []
+    for d in items:
+        chip = d.chip.with_(efficiency=replace(d.chip.efficiency, **changes))
+        p = evaluate(d.model, chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+        if p.feasible:
+            errs.append(p.tokens_per_s / d.cluster.num_chips / d.measured_tok_s_per_chip - 1.0)
+    return f"{sum(abs(e) for e in errs) / len(errs):.1%} / {sum(errs) / len(errs):+.1%}" if errs else ""
 
 
 def modern_table(path: Path) -> str:
