@@ -1375,8 +1375,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
             own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("norm1", "norm2", "final_norm")})
         if config.activation in ("swiglu", "gelu"):
             own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
-        own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
-    elif elementwise == "rope-eager":
+    if elementwise in ("eager", "rope-eager"):
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
     if eager_experts:
         own.update(expert_eager_bytes(expert_elementwise, config.dtype_bytes))
