@@ -234,6 +234,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .graph import MOE_DISPATCHERS
+
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "MAXTEXT_MINIMAL_REMAT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
@@ -361,8 +363,6 @@ def graph_elementwise(engine: Engine, model) -> str:
     return engine.elementwise
 
 
-#: Megatron-Core's MoE token dispatchers cosearch prices (``Engine.moe_dispatcher``).
-MOE_DISPATCHERS = ("alltoall", "flex")
 
 #: SMs a dispatcher's kernels hold while they run, by default: DeepEP/HybridEP's ``flex``
 #: backends 24 inside one NVLink domain and 8 across nodes (HybridEP's defaults,

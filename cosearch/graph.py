@@ -37,7 +37,7 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
-           "grows_with_tokens"]
+           "grows_with_tokens", "expert_eager_bytes", "moe_regroup_bytes"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
@@ -71,20 +71,22 @@ RECOMPUTE_MODULES = {
     "moe_act": ("expert_clamp", "expert_act"),
     "mla_up_proj": ("q_up", "kv_up", "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
-    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "expert_fc1", "expert_clamp",
-            "expert_act", "expert_fc2", "expert_bias", "moe_combine", "shared_fc1", "shared_act", "shared_fc2", "moe_add", "moe_unpermute",
-            "moe_combine_einsum"),
+    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "moe_sort", "expert_fc1",
+            "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort", "moe_combine", "shared_fc1", "shared_act",
+            "shared_fc2", "moe_add", "moe_unpermute", "moe_combine_einsum"),
     "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
 }
 
 
 #: The forward ops of an MoE layer that run between its dispatch and its combine on the
-#: compute stream (the routed experts, and the shared experts beside them): what Megatron-Core's
-#: combined 1F1B schedule calls the ``mlp`` node (``TransformerLayerSchedulePlan``); every other
-#: op of the layer is on the attention side (``pre_dispatch_computation``, or the combine's
-#: post-processing before the next layer's).
-MOE_EXPERT_OPS = ("expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "shared_fc1", "shared_act",
-                  "shared_fc2", "moe_add")
+#: compute stream (the routed experts with the alltoall dispatcher's regrouping around them, and
+#: the shared experts beside them): what Megatron-Core's combined 1F1B schedule calls the ``mlp``
+#: node (``TransformerLayerSchedulePlan``; ``fine_grained_callables.submodule_moe_forward`` runs
+#: ``dispatch_postprocess``, the experts and ``combine_preprocess``); every other op of the layer
+#: is on the attention side (``pre_dispatch_computation``, or the combine's post-processing before
+#: the next layer's).
+MOE_EXPERT_OPS = ("moe_sort", "expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort",
+                  "shared_fc1", "shared_act", "shared_fc2", "moe_add")
 
 
 #: MaxText's ``remat_policy: custom`` tensor names (``configs/base.yml``: each ``'remat'``,
@@ -669,6 +671,38 @@ def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, floa
     return {"expert_clamp": clamp, "expert_bias": bias}
 
 
+#: Megatron-Core's MoE token dispatchers cosearch prices (``moe_token_dispatcher_type``;
+#: :attr:`cosearch.engine.Engine.moe_dispatcher`): NCCL all-to-alls of every routed copy, or the
+#: ``flex`` dispatcher's DeepEP / HybridEP kernels.
+MOE_DISPATCHERS = ("alltoall", "flex")
+
+
+def _check_dispatcher(name) -> None:
+    choice("moe_dispatcher", name, MOE_DISPATCHERS)
+
+
+def moe_regroup_bytes(dt: int) -> dict[str, tuple[float, float, float, float]]:
+    """Bytes per element (forward read, forward written, backward read, backward written) of the
+    two passes by which an all-to-all dispatch regroups a rank's received tokens
+    (:func:`build`'s ``moe_dispatcher`` ``"alltoall"``, ``ep > 1``, more than one local expert):
+    the copies arrive from each source rank in expert order, ``[source rank, local expert]``, and
+    the grouped GEMMs want them by local expert, ``[local expert, source rank]``.  Megatron-Core's
+    ``MoEAlltoAllTokenDispatcher`` sorts them in ``dispatch_postprocess`` ("Permutation 2: Sort
+    tokens by local expert", ``sort_chunks_by_idxs``, when ``num_local_experts > 1``) and restores
+    the order in ``combine_preprocess`` ("Unpermutation 2"), every release from core 0.15 to 0.19;
+    torchtitan's expert-parallel ``_token_dispatch`` gathers them by ``generate_permute_indices``
+    and its ``_token_combine`` scatters them back.  Each is a permutation of whole rows:
+    ``moe_sort`` and ``moe_unsort`` read and write every element once (dt each), and so do their
+    backwards (the inverse permutation of the gradient).  The routing probabilities Megatron
+    sorts beside the rows (one per row: under 0.2 % of the bytes at a hidden size of 2,048) are
+    not counted.  The flex dispatcher's DeepEP and HybridEP deliver each token once per rank and
+    permute it to its experts there (``moe_permute``): no regrouping."""
+    if isinstance(dt, bool) or dt not in (1, 2, 4):
+        raise ValueError(f"moe_regroup_bytes: dt must be an activation's bytes (1, 2 or 4), got {dt!r}")
+    row = (float(dt),) * 4
+    return {"moe_sort": row, "moe_unsort": row}
+
+
 #: Training precisions a graph can be built for.
 PRECISIONS = ("bf16", "fp8", "fp4")
 #: Bytes per GEMM operand element of each precision: NVFP4 packs 2 values per byte plus an
@@ -854,12 +888,17 @@ def moe_expert_tokens(c: ModelConfig, T: int, ep: int, seqs: int = 1) -> tuple[i
 
 
 def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: int, fe: int, lowp: float,
-                eager: bool = False) -> int:
+                eager: bool = False, regroup: bool = False) -> int:
     """The routed experts' ops (``local`` experts of ``per`` tokens each): the up projection as one
     grouped GEMM, the activation, the down projection; returns the last op's index.  ``eager``:
     the clamp of a clamped activation and the experts' biases as passes of their own
-    (:func:`expert_eager_bytes` prices them, :func:`_with_own_bytes`)."""
+    (:func:`expert_eager_bytes` prices them, :func:`_with_own_bytes`).  ``regroup``: the received
+    tokens sorted by local expert before the experts and restored after them, where a rank holds
+    more than one (:func:`moe_regroup_bytes`)."""
     width = 2 * fe if c.gated else fe
+    regroup = regroup and local > 1
+    if regroup:
+        disp = g.vector("moe_sort", [disp], per * local * c.hidden, "mul")
     fc1 = g.expert_gemm("expert_fc1", [disp], per, width, c.hidden, local, lowp)
     if eager and c.activation_clamp:
         fc1 = g.vector("expert_clamp", [fc1], per * local * width, "add")
@@ -867,6 +906,8 @@ def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: 
     fc2 = g.expert_gemm("expert_fc2", [act], per, c.hidden, fe, local, lowp)
     if eager and c.bias:
         fc2 = g.vector("expert_bias", [fc2], per * local * c.hidden, "add", inputs=2)
+    if regroup:
+        fc2 = g.vector("moe_unsort", [fc2], per * local * c.hidden, "mul")
     return fc2
 
 
@@ -879,13 +920,16 @@ def _with_own_bytes(ops, own: dict) -> list:
 
 @functools.lru_cache(maxsize=512)
 def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
-                 passes: str = "single", expert_elementwise: str = "fused") -> tuple[dict, dict]:
+                 passes: str = "single", expert_elementwise: str = "fused",
+                 regroup: bool = False) -> tuple[dict, dict]:
     """The routed experts' forward ops (:func:`_expert_ops`: ``local`` experts of ``per`` tokens
     each) and their backward, by name; cached, as many (tp, sequence-parallel, microbatch, ep)
     layers share them (callers must not change the dicts)."""
     g = _Builder(c.dtype_bytes, passes)
-    _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp, expert_elementwise != "fused")
+    _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp, expert_elementwise != "fused", regroup)
     own = expert_eager_bytes(expert_elementwise, c.dtype_bytes)
+    if regroup:
+        own.update(moe_regroup_bytes(c.dtype_bytes))
     ops = _with_own_bytes(g.ops, own)
     return {o.name: o for o in ops}, {o.name: o for o in _backward(ops, tp, c.dtype_bytes, (),
                                                                     {k: v[2:] for k, v in own.items()},
@@ -894,22 +938,33 @@ def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
 
 def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
                          context_parallel: int = 1, precision: str = "bf16",
-                         cast_passes: str = "single", expert_elementwise: str = "fused") -> tuple[LayerGraph, LayerGraph]:
+                         cast_passes: str = "single", expert_elementwise: str = "fused",
+                         moe_dispatcher: str = "alltoall") -> tuple[LayerGraph, LayerGraph]:
     """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
     the same layer's graphs at another ep >= 2: only the routed experts' ops differ (their token
     count and how many experts a rank holds; the all-to-alls move the same ``T k`` copies at every
     ep), so those ops are built again, with their backward, and put in place by name.  Equal to
-    :func:`build` at ``ep`` (``tests/test_graph.py`` checks it op by op)."""
+    :func:`build` at ``ep`` (``tests/test_graph.py`` checks it op by op).  Under the ``alltoall``
+    dispatcher both graphs must hold more than one expert a rank, or both one (the regrouping
+    passes, :func:`moe_regroup_bytes`, run only with several)."""
     c = config
     if not c.moe or ep < 2 or c.moe_capacity_factor or c.moe_einsum_dispatch:
         raise ValueError("with_expert_parallel: a dropless MoE layer at ep >= 2")
     check_expert_parallel(c, ep)
+    _check_dispatcher(moe_dispatcher)
     T = microbatch * (c.seq_len // context_parallel)
     per, _ = moe_expert_tokens(c, T, ep, microbatch)
     choice("cast_passes", cast_passes, CAST_PASSES)
     choice("expert_elementwise", expert_elementwise, EXPERT_ELEMENTWISE)
+    regroup = moe_dispatcher == "alltoall"
+    had = any(o.name == "moe_sort" for o in fwd.ops)
+    if had != (regroup and c.num_experts // ep > 1):
+        raise ValueError(f"with_expert_parallel: the source graphs {'sort' if had else 'do not sort'} the received "
+                         f"tokens by local expert, the {moe_dispatcher} dispatcher at ep {ep} "
+                         f"({c.num_experts // ep} expert(s) a rank) {'does not' if had else 'does'}: build the "
+                         "graphs at this ep (graph.build)")
     new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], cast_passes,
-                                expert_elementwise)
+                                expert_elementwise, regroup)
 
     def moved(op: Op, deps: tuple[int, ...]) -> Op:
         # the rebuilt op at the original's place (its fields were validated when built)
@@ -943,7 +998,7 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
 
 
 def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1,
-             eager: bool = False) -> int:
+             eager: bool = False, regroup: bool = False) -> int:
     """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
     the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
     state, each tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM
@@ -951,7 +1006,8 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
     :func:`moe_expert_tokens` — the combine all-to-all back, and the shared experts as a dense
     MLP beside them.  Under ``moe_einsum_dispatch`` (MaxText's dense dispatch) the copies reach
     their ``(expert, slot)`` places and come back through one-hot matmuls per sequence instead of
-    the permute gathers."""
+    the permute gathers.  ``regroup``: the all-to-all dispatch's received tokens sorted by local
+    expert and back (:func:`moe_regroup_bytes`), at ep > 1."""
     h, E = c.hidden, c.num_experts
     fe = c.expert_ffn // tp
     dt = c.dtype_bytes
@@ -970,7 +1026,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
         # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
         perm = g.vector("moe_permute", [gate], copies * h, "mul")
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
-    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp, eager)
+    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp, eager, regroup and ep > 1 and not c.moe_einsum_dispatch)
     out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
     if c.shared_experts:
         fs = c.shared_experts * fe
@@ -987,7 +1043,8 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
-                   passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: bool = False) -> list[Op]:
+                   passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: bool = False,
+                   regroup: bool = False) -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -1023,11 +1080,11 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
     if local:
         # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
-        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager)
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup)
     else:
         x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
         if c.moe:
-            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b, expert_eager)
+            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b, expert_eager, regroup)
         else:
             # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
             fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)
@@ -1297,7 +1354,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           context_parallel: int = 1, precision: str = "bf16", expert_parallel: int = 1,
           cross_entropy: str = "fused", elementwise: str = "fused",
           expert_tensor_parallel: int | None = None, both: bool = False,
-          embedding: str = "gather", cast_passes: str = "single", expert_elementwise: str = "fused") -> LayerGraph:
+          embedding: str = "gather", cast_passes: str = "single", expert_elementwise: str = "fused",
+          moe_dispatcher: str = "alltoall") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1325,8 +1383,12 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     PyTorch's norms write bf16), or an amax read first (``<gemm>.amax`` ops).
     ``expert_elementwise`` (:data:`EXPERT_ELEMENTWISE`): an MoE layer's expert bias and activation
     clamp inside the experts' kernels (``"fused"``) or as Megatron-Core's eager passes
-    (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`).  ``both``: return
-    the (forward, backward) pair (:func:`build_pair`)."""
+    (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`).  ``moe_dispatcher``
+    (:data:`cosearch.engine.MOE_DISPATCHERS`, :attr:`cosearch.engine.Engine.moe_dispatcher`): with
+    ``"alltoall"`` an MoE layer at ep > 1 whose ranks hold several experts each sorts the tokens it
+    receives by local expert and restores their order before the combine (``moe_sort`` and
+    ``moe_unsort``, :func:`moe_regroup_bytes`); ``"flex"`` permutes them once (``moe_permute``).
+    ``both``: return the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
     for name, value in (("sequence_parallel", sequence_parallel), ("flash_attention", flash_attention),
@@ -1351,6 +1413,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     choice("embedding", embedding, EMBEDDINGS)
     choice("cast_passes", cast_passes, CAST_PASSES)
     choice("expert_elementwise", expert_elementwise, EXPERT_ELEMENTWISE)
+    _check_dispatcher(moe_dispatcher)
     passes = cast_passes if precision != "bf16" and part == "layer" else "single"
     if passes.startswith("norm-fused") and elementwise == "eager":
         passes = passes.replace("norm-fused", "single")
@@ -1365,6 +1428,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     eager_experts = part == "layer" and config.moe and expert_elementwise != "fused"
     if eager_experts:
         extra["expert_eager"] = True
+    regroup = part == "layer" and config.moe and moe_dispatcher == "alltoall" and ep > 1
+    if regroup:
+        extra["regroup"] = True
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
@@ -1379,6 +1445,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
     if eager_experts:
         own.update(expert_eager_bytes(expert_elementwise, config.dtype_bytes))
+    if regroup:
+        own.update(moe_regroup_bytes(config.dtype_bytes))
     ops = _with_own_bytes(ops, own)
     fwd = LayerGraph(f"{config.name}.{part}.fwd", tuple(ops), phase="fwd", tp=tp, microbatch=microbatch)
     if phase == "fwd" and not both:

@@ -342,11 +342,12 @@ class Plan:
 @functools.lru_cache(maxsize=1024)
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
-                embedding: str = "gather", passes: str = "single", experts: str = "fused"):
+                embedding: str = "gather", passes: str = "single", experts: str = "fused",
+                dispatcher: str = "alltoall"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
-    degrees (:func:`_part_graphs`)."""
+    degrees (:func:`_part_graphs`).  ``dispatcher``: the MoE layer's (graph ``moe_dispatcher``)."""
     graph.check_expert_parallel(model, ep)
     graph.check_expert_tensor_parallel(model, etp, tp, bool(sp))
     out = {}
@@ -354,7 +355,8 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
         moe = part == "layer"
         f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
                             elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
-                            passes if moe else "single", experts if moe else "fused")
+                            passes if moe else "single", experts if moe else "fused",
+                            dispatcher if moe else "alltoall")
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -403,20 +405,21 @@ def clear_graph_cache() -> None:
 @functools.lru_cache(maxsize=2048)
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
-                 passes: str = "single", experts: str = "fused"):
+                 passes: str = "single", experts: str = "fused", dispatcher: str = "alltoall"):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`;
-    ``experts``: its ``expert_elementwise``).  A
+    ``experts``: its ``expert_elementwise``, ``dispatcher`` its ``moe_dispatcher``).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
-    (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep."""
+    (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep
+    (the alltoall dispatcher's regrouping passes too, where ranks hold several experts at both)."""
     if (part == "layer" and model.moe and ep > 2 and etp is None and not model.moe_capacity_factor
-            and model.num_experts % 2 == 0):
+            and model.num_experts % 2 == 0 and (dispatcher != "alltoall" or model.num_experts // ep > 1)):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
-                              "gather", passes, experts)
-        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts)
+                              "gather", passes, experts, dispatcher)
+        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
-                            cast_passes=passes, expert_elementwise=experts)
+                            cast_passes=passes, expert_elementwise=experts, moe_dispatcher=dispatcher)
 
 
 _SHARES: dict = {}
@@ -909,9 +912,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
-                                     etp_t, eng.embedding, passes, expert_mode)
+                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
-                                     etp_t, eng.embedding, passes, expert_mode)
+                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher)
                     # every microbatch size's rows of the six graphs, priced in one call: the rows at
                     # one sequence plus (size - 1) times their change per sequence
                     base, per_seq_rows = _stacked_rows(g1, g2)
@@ -919,7 +922,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     gs = g1
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
-                                     elementwise, etp_t, eng.embedding, passes, expert_mode)
+                                     elementwise, etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher)
                     base = _graph_stack(gs)
                     per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
                 lay = _cell_layout(gs)

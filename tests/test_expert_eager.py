@@ -85,11 +85,14 @@ def test_fused_experts_and_models_without_bias_or_clamp_add_nothing():
 
 
 @pytest.mark.parametrize("mode", ["eager", "eager-fp32-probs"])
-def test_expert_parallel_graphs_derived_from_ep2_carry_the_eager_passes(mode):
-    f2, b2 = graph.build_pair(TINY, 1, 2, expert_parallel=2, flash_attention=True, expert_elementwise=mode)
-    for ep in (4, 8):
-        f, b = graph.build_pair(TINY, 1, 2, expert_parallel=ep, flash_attention=True, expert_elementwise=mode)
-        df, db = graph.with_expert_parallel(f2, b2, TINY, 1, 2, ep, 1, "bf16", "single", mode)
+@pytest.mark.parametrize("dispatcher", ["alltoall", "flex"])
+def test_expert_parallel_graphs_derived_from_ep2_carry_the_eager_passes(mode, dispatcher):
+    opts = dict(flash_attention=True, expert_elementwise=mode, moe_dispatcher=dispatcher)
+    f2, b2 = graph.build_pair(TINY, 1, 2, expert_parallel=2, **opts)
+    # at ep 8 each rank holds one of the 8 experts: the alltoall dispatcher's regrouping stops
+    for ep in (4, 8) if dispatcher == "flex" else (4,):
+        f, b = graph.build_pair(TINY, 1, 2, expert_parallel=ep, **opts)
+        df, db = graph.with_expert_parallel(f2, b2, TINY, 1, 2, ep, 1, "bf16", "single", mode, dispatcher)
         assert df == f and db == b
         assert np.array_equal(df.arrays(), f.arrays()) and np.array_equal(db.arrays(), b.arrays())
 

@@ -255,12 +255,20 @@ def test_expert_parallel_graphs_derived_from_ep2_equal_built_ones(name, tp, mb, 
     """A dropless MoE layer at ep 4 or 8 derived from its ep-2 graphs (only the experts' ops
     rebuilt) is op for op, and row for row, the graph built at that ep."""
     m = models.preset(name)
-    opts = dict(precision=precision, sequence_parallel=sp, context_parallel=cp, flash_attention=True)
-    f2, b2 = graph.build_pair(m, tp, mb, expert_parallel=2, **opts)
-    for ep in (4, 8):
-        f, b = graph.build_pair(m, tp, mb, expert_parallel=ep, **opts)
-        df, db = graph.with_expert_parallel(f2, b2, m, tp, mb, ep, cp, precision)
-        assert df == f and db == b
-        assert np.array_equal(df.arrays(), f.arrays()) and np.array_equal(db.arrays(), b.arrays())
+    for dispatcher in ("alltoall", "flex"):
+        opts = dict(precision=precision, sequence_parallel=sp, context_parallel=cp, flash_attention=True,
+                    moe_dispatcher=dispatcher)
+        f2, b2 = graph.build_pair(m, tp, mb, expert_parallel=2, **opts)
+        for ep in (4, 8):
+            f, b = graph.build_pair(m, tp, mb, expert_parallel=ep, **opts)
+            if dispatcher == "alltoall" and m.num_experts == ep:
+                # one expert a rank: no regrouping, which the ep-2 graphs have; refused, not mixed
+                assert not any(o.name == "moe_sort" for o in f.ops)
+                with pytest.raises(ValueError, match="build the graphs at this ep"):
+                    graph.with_expert_parallel(f2, b2, m, tp, mb, ep, cp, precision)
+                continue
+            df, db = graph.with_expert_parallel(f2, b2, m, tp, mb, ep, cp, precision, moe_dispatcher=dispatcher)
+            assert df == f and db == b
+            assert np.array_equal(df.arrays(), f.arrays()) and np.array_equal(db.arrays(), b.arrays())
     with pytest.raises(ValueError, match="dropless MoE layer at ep >= 2"):
         graph.with_expert_parallel(f2, b2, m.with_(moe_capacity_factor=1.0), tp, mb, 4, cp, precision)
