@@ -35,9 +35,10 @@ from .models import ModelConfig
 __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
-           "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "recompute_modules", "check_selective_policy",
+           "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "MOE_DISPATCH_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
-           "grows_with_tokens", "expert_eager_bytes", "moe_regroup_bytes"]
+           "grows_with_tokens", "expert_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
+           "REGROUPING_DISPATCHERS"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 _KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
@@ -71,10 +72,11 @@ RECOMPUTE_MODULES = {
     "moe_act": ("expert_clamp", "expert_act"),
     "mla_up_proj": ("q_up", "kv_up", "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
-    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "moe_sort", "expert_fc1",
-            "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort", "moe_combine", "shared_fc1", "shared_act",
-            "shared_fc2", "moe_add", "moe_unpermute", "moe_combine_einsum"),
-    "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
+    "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "moe_allgather", "moe_sort",
+            "expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort", "moe_reducescatter",
+            "moe_combine", "shared_allgather", "shared_fc1", "shared_act", "shared_fc2", "shared_reducescatter", "moe_add",
+            "moe_unpermute", "moe_combine_einsum"),
+    "shared_experts": ("shared_allgather", "shared_fc1", "shared_act", "shared_fc2", "shared_reducescatter"),
 }
 
 
@@ -85,8 +87,15 @@ RECOMPUTE_MODULES = {
 #: ``dispatch_postprocess``, the experts and ``combine_preprocess``); every other op of the layer
 #: is on the attention side (``pre_dispatch_computation``, or the combine's post-processing before
 #: the next layer's).
-MOE_EXPERT_OPS = ("moe_sort", "expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort",
-                  "shared_fc1", "shared_act", "shared_fc2", "moe_add")
+MOE_EXPERT_OPS = ("moe_allgather", "moe_sort", "expert_fc1", "expert_clamp", "expert_act", "expert_fc2",
+                  "expert_bias", "moe_unsort", "moe_reducescatter", "shared_allgather", "shared_fc1", "shared_act",
+                  "shared_fc2", "shared_reducescatter", "moe_add")
+
+#: An MoE layer's collectives that its token dispatcher runs itself (NCCL calls on the compute
+#: stream, not inside a Transformer Engine linear): the all-to-alls and, where the experts are
+#: split over the tensor-parallel ranks, the all-gather of the received copies and the
+#: reduce-scatter of the experts' output (:func:`_moe_mlp_gathered`).
+MOE_DISPATCH_OPS = ("moe_dispatch", "moe_allgather", "moe_reducescatter", "moe_combine")
 
 
 #: MaxText's ``remat_policy: custom`` tensor names (``configs/base.yml``: each ``'remat'``,
@@ -138,7 +147,7 @@ def _maxtext_rerun(op_name: str, c: ModelConfig, p: dict[str, str]) -> float:
     A dense MLP's down projection and everything after it in the layer are never rerun (the
     layer's output is only the next layer's saved input); an MoE layer's expert down projection
     is, unless saved (the router's gradient reads the expert outputs)."""
-    if op_name in ("fc2", "shared_fc2", "allreduce_mlp", "reducescatter_mlp", "dropout2", "residual2",
+    if op_name in ("fc2", "shared_fc2", "allreduce_mlp", "reducescatter_mlp", "shared_reducescatter", "dropout2", "residual2",
                    "moe_add", "moe_unpermute", "moe_combine_einsum"):
         return 0.0
     if op_name == "qkv":
@@ -163,7 +172,7 @@ def _maxtext_rerun(op_name: str, c: ModelConfig, p: dict[str, str]) -> float:
             return 0.0
         return 0.5 * ((p["moe_mlpwi_0"] == "remat") + (p["moe_mlpwi_1"] == "remat")) if c.gated else \
             float(p["moe_mlpwi_0"] == "remat")
-    if op_name in ("expert_fc2", "moe_combine"):
+    if op_name in ("expert_fc2", "moe_unsort", "moe_reducescatter", "moe_combine"):
         return 0.0 if p["moe_mlpwo"] != "remat" else 1.0
     return 1.0
 
@@ -211,7 +220,8 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     mt = maxtext_policy(policy)
     if mt is not None:
         if op.kind in NETWORK_KINDS and op.name not in ("moe_dispatch", "moe_combine", "allreduce_attn",
-                                                        "reducescatter_attn", "allgather_attn", "allgather_mlp"):
+                                                        "reducescatter_attn", "allgather_attn", "allgather_mlp",
+                                                        "moe_allgather", "moe_reducescatter", "shared_allgather"):
             return 0.0
         return _maxtext_rerun(_gemm_of(op.name), config, mt)
     mods = recompute_modules(policy)
@@ -671,10 +681,15 @@ def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, floa
     return {"expert_clamp": clamp, "expert_bias": bias}
 
 
-#: Megatron-Core's MoE token dispatchers cosearch prices (``moe_token_dispatcher_type``;
-#: :attr:`cosearch.engine.Engine.moe_dispatcher`): NCCL all-to-alls of every routed copy, or the
-#: ``flex`` dispatcher's DeepEP / HybridEP kernels.
-MOE_DISPATCHERS = ("alltoall", "flex")
+#: The MoE token dispatchers cosearch prices (:attr:`cosearch.engine.Engine.moe_dispatcher`):
+#: Megatron-Core's (``moe_token_dispatcher_type``) NCCL all-to-alls of every routed copy
+#: (``"alltoall"``) or ``flex`` dispatcher (DeepEP / HybridEP kernels), and MaxText's
+#: (``"xla"``: ``sparse_matmul``'s ``ragged_all_to_all`` and ``local_permute`` under XLA, the tokens
+#: gathered over the tensor axis before they are routed).
+MOE_DISPATCHERS = ("alltoall", "flex", "xla")
+#: The dispatchers whose ranks receive copies ordered by source rank and regroup them by local
+#: expert (:func:`moe_regroup_bytes`).
+REGROUPING_DISPATCHERS = ("alltoall", "xla")
 
 
 def _check_dispatcher(name) -> None:
@@ -696,7 +711,9 @@ def moe_regroup_bytes(dt: int) -> dict[str, tuple[float, float, float, float]]:
     backwards (the inverse permutation of the gradient).  The routing probabilities Megatron
     sorts beside the rows (one per row: under 0.2 % of the bytes at a hidden size of 2,048) are
     not counted.  The flex dispatcher's DeepEP and HybridEP deliver each token once per rank and
-    permute it to its experts there (``moe_permute``): no regrouping."""
+    permute it to its experts there (``moe_permute``): no regrouping.  MaxText's expert-parallel
+    ``sparse_matmul`` sorts what ``ragged_all_to_all`` delivers with ``local_permute`` and
+    restores it with ``_sort_activations`` (dispatcher ``"xla"``)."""
     if isinstance(dt, bool) or dt not in (1, 2, 4):
         raise ValueError(f"moe_regroup_bytes: dt must be an activation's bytes (1, 2 or 4), got {dt!r}")
     row = (float(dt),) * 4
@@ -765,13 +782,18 @@ def _tp_amax_casts(c: ModelConfig) -> tuple[frozenset, frozenset]:
     in ``module/linear.py`` and ``layernorm_linear.py``: a column-parallel linear's input, a
     row-parallel linear's output gradient, under sequence parallelism): a dense layer's QKV and
     fc1 inputs, cast before their all-gathers, and the attention output's and fc2's incoming
-    gradients; per-tensor current scaling and NVFP4 only (the other recipes need no amax)."""
+    gradients; per-tensor current scaling and NVFP4 only (the other recipes need no amax).  An
+    MoE layer's shared experts are such linears too (their input gathered on its own,
+    :func:`_moe_mlp_gathered`)."""
     fwd, bwd = set(), {"attn_out.grad_cast"}
     if c.mla is None and c.compressed_attention is None:
         fwd.add("allgather_attn.cast")
     if not c.moe:
         fwd.add("allgather_mlp.cast")
         bwd.add("fc2.grad_cast")
+    elif c.shared_experts:
+        fwd.add("shared_allgather.cast")
+        bwd.add("shared_fc2.grad_cast")
     return frozenset(fwd), frozenset(bwd)
 
 
@@ -956,7 +978,7 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
     per, _ = moe_expert_tokens(c, T, ep, microbatch)
     choice("cast_passes", cast_passes, CAST_PASSES)
     choice("expert_elementwise", expert_elementwise, EXPERT_ELEMENTWISE)
-    regroup = moe_dispatcher == "alltoall"
+    regroup = moe_dispatcher in REGROUPING_DISPATCHERS
     had = any(o.name == "moe_sort" for o in fwd.ops)
     if had != (regroup and c.num_experts // ep > 1):
         raise ValueError(f"with_expert_parallel: the source graphs {'sort' if had else 'do not sort'} the received "
@@ -1041,10 +1063,64 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
     return g.vector("moe_unpermute", [out], copies * h, "mul")
 
 
+def _moe_mlp_gathered(g: _Builder, c: ModelConfig, x: int, Tv: float, T: int, tp: int, ep: int, lowp: float,
+                      seqs: int, eager: bool, dispatcher: str) -> int:
+    """An MoE MLP whose experts are split over ``tp > 1`` ranks (expert tensor parallelism = tp, the
+    default) under sequence parallelism, as Megatron-Core's dispatchers run it on this rank's own
+    ``Tv`` tokens (``MoELayer`` takes the sequence-parallel shard: the router, the permutation and
+    the dispatch see ``Tv``, not ``T``).  Every tp rank then computes its slice of each local
+    expert on all ``T k`` copies its tp group received:
+
+    * ``"alltoall"`` (``MoEAlltoAllTokenDispatcher``): the own ``Tv k`` copies permuted and sent over
+      the ep group, the received copies all-gathered over tp (``dispatch_postprocess``: "AG(TP)",
+      ``moe_allgather``, ``T k h`` gathered) and sorted by local expert (:func:`moe_regroup_bytes`;
+      their sources are the ep x tp ranks), and after the experts restored, reduce-scattered over
+      tp (``combine_preprocess``: "RS(TP)", ``moe_reducescatter``), sent back and unpermuted;
+    * ``"flex"`` (``MoEFlexTokenDispatcher``: one DeepEP / HybridEP group over the tp x ep ranks,
+      the routing map "replicated across TP group since each TP ranks in a TP group should receive
+      the same tokens", ``_initialize_metadata``): the dispatch kernel delivers each token to every
+      tp rank of each ep rank holding one of its experts
+      (:func:`cosearch._kernels.formulas.flex_alltoall_s` with the ep ranks ``tp`` apart) and the
+      combine sums the tp slices' outputs; the permutation to the local experts is of the
+      received ``T k`` copies.
+
+    Shared experts (``SharedExpertMLP``, a tensor-parallel MLP on the layer's input) gather the
+    ``T`` tokens for their column-parallel GEMM (``shared_allgather``, in the low precision where the
+    GEMM runs in it) and reduce-scatter their row-parallel output (``shared_reducescatter``)."""
+    h, E, dt = c.hidden, c.num_experts, c.dtype_bytes
+    fe = c.expert_ffn // tp
+    per, copies = moe_expert_tokens(c, T, ep, seqs)
+    own = copies / tp
+    flex = dispatcher == "flex"
+    router = g.gemm("router", [x], Tv, E, h)
+    gate = g.vector("router_topk", [router], Tv * E, "softmax")
+    perm = g.vector("moe_permute", [gate], (copies if flex else own) * h, "mul")
+    moved = own * h * dt
+    exchange = ep > 1 or flex
+    disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if exchange else perm
+    if not flex:
+        disp = g.collective("moe_allgather", [disp], copies * h * dt, "allgather")
+    out = _expert_ops(g, c, disp, per, E // ep, fe, lowp, eager, not flex)
+    if not flex:
+        out = g.collective("moe_reducescatter", [out], copies * h * dt, "reducescatter")
+    if exchange:
+        out = g.collective("moe_combine", [out], moved, "alltoall")
+    out = g.vector("moe_unpermute", [out], (copies if flex else own) * h, "mul")
+    if c.shared_experts:
+        fs = c.shared_experts * fe
+        xs = g.sp_allgather("shared_allgather", x, Tv * h, T * h, lowp)
+        s1 = g.linear("shared_fc1", [xs], T, 2 * fs if c.gated else fs, h, lowp, not lowp)
+        sa = g.vector("shared_act", [s1], T * fs, c.activation, inputs=2 if c.gated else 1)
+        s2 = g.linear("shared_fc2", [sa], T, h, fs, lowp)
+        s2 = g.collective("shared_reducescatter", [s2], T * h * dt, "reducescatter")
+        out = g.vector("moe_add", [out, s2], Tv * h, "add", inputs=2)
+    return out
+
+
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
                    passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: bool = False,
-                   regroup: bool = False) -> list[Op]:
+                   dispatcher: str = "alltoall") -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -1078,9 +1154,15 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     # an MoE layer's router and token dispatch take the gathered tokens in the graph's dtype
     mlp_lowp = 0.0 if c.moe else lowp
     local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
+    regroup = dispatcher in REGROUPING_DISPATCHERS and ep > 1
     if local:
         # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
         fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup)
+    elif c.moe and gathered and dispatcher != "xla" and not c.moe_einsum_dispatch:
+        # the experts split over the tp ranks under sequence parallelism: Megatron-Core's dispatchers
+        # gather the routed copies over tp after the dispatch (and the shared experts their tokens)
+        fc2 = _moe_mlp_gathered(g, c, n2, Tv, T, tp, ep, lowp, b, expert_eager, dispatcher)
+        local = True                      # (its collectives are its own: no reduce-scatter after it)
     else:
         x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
         if c.moe:
@@ -1384,10 +1466,13 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     ``expert_elementwise`` (:data:`EXPERT_ELEMENTWISE`): an MoE layer's expert bias and activation
     clamp inside the experts' kernels (``"fused"``) or as Megatron-Core's eager passes
     (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`).  ``moe_dispatcher``
-    (:data:`cosearch.engine.MOE_DISPATCHERS`, :attr:`cosearch.engine.Engine.moe_dispatcher`): with
-    ``"alltoall"`` an MoE layer at ep > 1 whose ranks hold several experts each sorts the tokens it
+    (:data:`MOE_DISPATCHERS`, :attr:`cosearch.engine.Engine.moe_dispatcher`): with ``"alltoall"``
+    or ``"xla"`` an MoE layer at ep > 1 whose ranks hold several experts each sorts the tokens it
     receives by local expert and restores their order before the combine (``moe_sort`` and
     ``moe_unsort``, :func:`moe_regroup_bytes`); ``"flex"`` permutes them once (``moe_permute``).
+    Under sequence parallelism with the experts split over tp > 1 ranks, ``"alltoall"`` and
+    ``"flex"`` route each rank's own tokens and gather the copies over tp as Megatron-Core does
+    (:func:`_moe_mlp_gathered`); ``"xla"`` gathers the tokens before routing them.
     ``both``: return the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
@@ -1428,9 +1513,14 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     eager_experts = part == "layer" and config.moe and expert_elementwise != "fused"
     if eager_experts:
         extra["expert_eager"] = True
-    regroup = part == "layer" and config.moe and moe_dispatcher == "alltoall" and ep > 1
-    if regroup:
-        extra["regroup"] = True
+    moe_layer = part == "layer" and config.moe
+    if moe_layer and moe_dispatcher != "alltoall":
+        extra["dispatcher"] = moe_dispatcher
+    # the alltoall dispatcher regroups the copies a rank receives from several ranks (ep > 1, or
+    # gathered over the tp ranks that split the experts)
+    gathered_experts = (moe_layer and tp > 1 and bool(sequence_parallel) and not local
+                        and moe_dispatcher != "xla" and not config.moe_einsum_dispatch)
+    regroup = moe_layer and moe_dispatcher in REGROUPING_DISPATCHERS and (ep > 1 or gathered_experts)
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element

@@ -71,12 +71,17 @@ class MemoryConfig:
 
 
 def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, precision: str,
-                      sequence_parallel: bool, eager_clamp: bool = False) -> dict[str, float]:
+                      sequence_parallel: bool, eager_clamp: bool = False,
+                      experts_gathered: bool = False) -> dict[str, float]:
     """The activations one layer keeps with nothing recomputed, by tensor, in bytes per token and
     per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring).  ``eager_clamp``:
     a clamped activation's clamp runs as eager passes (:func:`cosearch.graph.expert_eager_bytes`),
     whose backward keeps the up projection's output while the activation keeps the clamped copy:
-    a second ``moe_fc1``-sized tensor (``moe_clamped``)."""
+    a second ``moe_fc1``-sized tensor (``moe_clamped``).  ``experts_gathered``: the routed experts
+    are split over the tp ranks and their input copies gathered over them (expert tensor
+    parallelism = tp > 1 under sequence parallelism, :func:`cosearch.graph._moe_mlp_gathered`):
+    every tp rank keeps all the copies its experts' up projection reads (``moe_dispatched``
+    whole, not split by tp)."""
     flag("flash_attention", flash_attention)
     flag("sequence_parallel", sequence_parallel)
     c = config
@@ -119,8 +124,8 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
         slots = copies / s
         routed = slots * c.expert_ffn / h
         shared = c.shared_experts * c.expert_ffn / h
-        split.update(moe_fc1=routed * per_w, moe_act=routed * act_out, shared_mlp=shared * (per_w + act_out),
-                     moe_dispatched=2.0 * slots * e)
+        split.update(moe_fc1=routed * per_w, moe_act=routed * act_out, shared_mlp=shared * (per_w + act_out))
+        (whole if flag("experts_gathered", experts_gathered) else split)["moe_dispatched"] = 2.0 * slots * e
         if eager_clamp and c.activation_clamp:
             split["moe_clamped"] = routed * per_w
         if c.moe_einsum_dispatch:
@@ -154,7 +159,8 @@ MODULE_TERMS = {"core_attn": ("attn",), "layernorm": ("norm_out",), "moe_act": (
 def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = False, precision: str = "bf16",
-                           modules: tuple[str, ...] = (), eager_clamp: bool = False) -> float:
+                           modules: tuple[str, ...] = (), eager_clamp: bool = False,
+                           experts_gathered: bool = False) -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
     (full: only the layer input).  Under ``precision="fp8"`` (``"fp4"``: NVFP4, 0.5625 bytes)
@@ -165,13 +171,15 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     ``"selective"`` drops the attention scores (Megatron's attention core; flash attention keeps
     none but its log-sum-exp); with ``modules`` (Megatron-Core's ``recompute_modules``) it drops
     the outputs of those modules instead (:data:`MODULE_TERMS`).  ``eager_clamp``: a clamped
-    activation clamped by eager passes keeps one more copy of the experts' up projection
+    activation clamped by eager passes keeps one more copy of the experts' up projection;
+    ``experts_gathered``: every tp rank keeps all the copies its tp-split experts read
     (:func:`_activation_terms`)."""
     if recompute == "full":
         return layer_input_bytes(config, tp, microbatch, sequence_parallel)
     if recompute not in ("none", "selective"):
         raise ValueError(f"recompute={recompute!r}; choose 'none', 'selective' or 'full'")
-    terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel, flag("eager_clamp", eager_clamp))
+    terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel, flag("eager_clamp", eager_clamp),
+                              experts_gathered)
     dropped: set[str] = set()
     if recompute == "selective":
         if modules:

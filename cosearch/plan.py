@@ -363,12 +363,14 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
 
 @functools.lru_cache(maxsize=256)
 def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_attention: bool,
-                        precision: str, eager_clamp: bool = False) -> tuple[tuple[float, ...], float]:
+                        precision: str, eager_clamp: bool = False,
+                        experts_gathered: bool = False) -> tuple[tuple[float, ...], float]:
     """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
     layer's without recompute, under ``policy``'s selective recompute, the layer input, the
     embedding's, the head's), and the bytes a MaxText policy offloads to the host; cached (none
     depends on expert parallelism, which the plan search prices degree by degree).
-    ``eager_clamp``: the experts' clamp runs eagerly (:func:`cosearch.memory.layer_activation_bytes`)."""
+    ``eager_clamp``: the experts' clamp runs eagerly; ``experts_gathered``: the experts split over
+    the tp ranks gather their input copies (:func:`cosearch.memory.layer_activation_bytes`)."""
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
@@ -381,9 +383,9 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
                if policy == "every-other-matmul" and flash_attention and not cl.moe and cl.mla is None
                and cl.compressed_attention is None else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
-                                             graph.recompute_modules(policy) or (), eager_clamp))
+                                             graph.recompute_modules(policy) or (), eager_clamp, experts_gathered))
     return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision,
-                                           eager_clamp=eager_clamp), sel,
+                                           eager_clamp=eager_clamp, experts_gathered=experts_gathered), sel,
              memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
              memory.head_activation_bytes(cl, t, 1, sp)), host)
 
@@ -412,7 +414,8 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep
     (the alltoall dispatcher's regrouping passes too, where ranks hold several experts at both)."""
     if (part == "layer" and model.moe and ep > 2 and etp is None and not model.moe_capacity_factor
-            and model.num_experts % 2 == 0 and (dispatcher != "alltoall" or model.num_experts // ep > 1)):
+            and model.num_experts % 2 == 0
+            and (dispatcher not in graph.REGROUPING_DISPATCHERS or model.num_experts // ep > 1)):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
                               "gather", passes, experts, dispatcher)
         return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher)
@@ -622,22 +625,35 @@ def _ep_overlap_parts(fwd: graph.LayerGraph, bwd: graph.LayerGraph, fwd_s: np.nd
     collectives 0) and ``a2a(op)``, an all-to-all op's seconds: (attention side forward,
     dispatch, experts, combine forward; combine backward, experts' data and weight gradients,
     dispatch backward, attention side backward).  Ops are split by name
-    (:data:`cosearch.graph.MOE_EXPERT_OPS`); the layer's other collectives are added to its
-    attention side by the caller."""
+    (:data:`cosearch.graph.MOE_EXPERT_OPS`): the dispatcher's tensor-parallel all-gather and
+    reduce-scatter around the experts (``moe_allgather``, ``moe_reducescatter``: ``a2a(op)``
+    prices them too) run in the experts' node; the layer's other collectives are added to its
+    attention side by the caller (:func:`_expert_side_collectives_s` says what to leave out)."""
     out = np.zeros(9)
     for op, t in zip(fwd.ops, fwd_s):
+        base = op.name.split(".")[0]
         if op.kind == "alltoall":
             out[1 if op.name == "moe_dispatch" else 3] += a2a(op)
+        elif base in graph.MOE_EXPERT_OPS:
+            out[2] += a2a(op) if op.kind in graph.NETWORK_KINDS else t
         else:
-            out[2 if op.name.split(".")[0] in graph.MOE_EXPERT_OPS else 0] += t
+            out[0] += t
     for op, t in zip(bwd.ops, bwd_s):
+        base = op.name.split(".")[0]
         if op.kind == "alltoall":
             out[7 if op.name.startswith("moe_dispatch") else 4] += a2a(op)
-        elif op.name.split(".")[0] in graph.MOE_EXPERT_OPS:
-            out[6 if op.name.endswith(".wgrad") else 5] += t
+        elif base in graph.MOE_EXPERT_OPS:
+            out[6 if op.name.endswith(".wgrad") else 5] += a2a(op) if op.kind in graph.NETWORK_KINDS else t
         else:
             out[8] += t
     return out
+
+
+def _expert_side_collectives_s(fwd: graph.LayerGraph, bwd: graph.LayerGraph, coll) -> tuple[float, float]:
+    """(forward, backward) seconds of the collectives :func:`_ep_overlap_parts` puts on the
+    experts' side (``coll(op)``: a collective's seconds)."""
+    return tuple(sum(coll(op) for op in g.ops if op.kind in graph.NETWORK_KINDS and op.kind != "alltoall"
+                     and op.name.split(".")[0] in graph.MOE_EXPERT_OPS) for g in (fwd, bwd))
 
 
 def _ep_overlap_save(parts: np.ndarray, tp_rest_f: float, tp_rest_b: float, sm_share: float) -> float:
@@ -673,7 +689,16 @@ def _rides_beside_wgrad(g: graph.LayerGraph, k: int) -> bool:
     that runs beside the weight-gradient GEMM just before it (a column-parallel linear's, which
     Megatron and Transformer Engine reduce asynchronously: ``Engine.async_dgrad_comm``)."""
     return (g.ops[k].kind in ("reducescatter", "allreduce") and k > 0
-            and g.ops[k - 1].name.endswith(".wgrad"))
+            and g.ops[k - 1].name.endswith(".wgrad") and not _dispatcher_collective(g.ops[k]))
+
+
+def _dispatcher_collective(op: graph.Op) -> bool:
+    """Whether a collective is an MoE dispatcher's own (:data:`cosearch.graph.MOE_DISPATCH_OPS`):
+    NCCL calls on the compute stream inside the dispatcher (Megatron-Core's
+    ``gather_from_sequence_parallel_region`` and its reduce-scatter, the all-to-alls), outside
+    Transformer Engine's linears, so neither userbuffers nor the asynchronous data-gradient
+    reduction overlaps them."""
+    return op.name.split(".")[0] in graph.MOE_DISPATCH_OPS
 
 
 #: A dense layer's sequence-parallel all-gathers and the column-parallel GEMM each feeds, whose
@@ -751,7 +776,9 @@ def _userbuffers_exposed(g: graph.LayerGraph, op_s: np.ndarray, coll_s, tp: int,
         if op.kind not in graph.NETWORK_KINDS:
             continue
         c = coll_s(op)
-        if op.kind == "allgather":
+        if _dispatcher_collective(op):
+            j = None
+        elif op.kind == "allgather":
             j = next((k for k in gemms if k > i), None)
             method = F.UB_RING
         elif op.kind == "reducescatter":
@@ -906,7 +933,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             affine = affine_sum and (not c.moe or _moe_rows_affine(c, t, sp, cp, ep, etp_t is not None))
             # activation bytes are linear in the microbatch: priced for one sequence
             per_seq, host = _per_sequence_bytes(cl, t, sp, policy, bool(flash_attention), precision,
-                                                expert_mode != "fused")
+                                                expert_mode != "fused",
+                                                c.moe and t > 1 and bool(sp) and etp_t is None
+                                                and eng.moe_dispatcher != "xla" and not c.moe_einsum_dispatch)
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
@@ -1048,8 +1077,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                     u[i, j, F.U_EPO] = a2a_all
                                     continue
                                 parts = _ep_overlap_parts(fg, bg, lf_ops[i, j], lb_ops[i, j], coll)
-                                rest_f = u[i, j, F.U_LTPF] - parts[1] - parts[3]
-                                rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7]
+                                side_f, side_b = _expert_side_collectives_s(fg, bg, coll)
+                                rest_f = u[i, j, F.U_LTPF] - parts[1] - parts[3] - side_f
+                                rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7] - side_b
                                 u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
                 if cp > 1 and attn_b is not None:
                     ring = cp_ring_bytes(c, t, 1, cp) * mbs          # linear in the microbatch

@@ -25,11 +25,36 @@ def test_the_layer_graph_by_hand():
     assert ops["router"].m == 64 and ops["moe_dispatch"].bytes_read == 64 * 2 * 256 * 2
     fc1 = ops["expert_fc1"]
     assert (fc1.m, fc1.n, fc1.k, fc1.batch) == (math.ceil(64 * 2 * 4 / 8), 2 * 128, 256, 2)
-    # etp = tp: the tp group's 128 tokens, experts split over tp (64 wide), gather and scatter
+    # etp = tp (Megatron-Core's MoEAlltoAllTokenDispatcher): the router and the dispatch on the same
+    # own 64 tokens, then the received 64 x 2 copies all-gathered over the 2 tp ranks (dispatch_postprocess's
+    # AG(TP): all 128 x 2 copies, 256 x 2 bytes each) and sorted by local expert; every tp rank runs
+    # its 64-wide slice of each local expert on all of them; the reduce-scatter of their output
+    # (combine_preprocess's RS(TP)) before the combine; no tp collective around the MoE block
     tp_ops = {o.name: o for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True, flash_attention=True,
                                              expert_parallel=4).ops}
-    assert "allgather_mlp" in tp_ops and tp_ops["expert_fc1"].n == 128 and tp_ops["router"].m == 128
-    assert fc1.flops == pytest.approx(tp_ops["expert_fc1"].flops)       # the same work, other shapes
+    assert "allgather_mlp" not in tp_ops and "reducescatter_mlp" not in tp_ops
+    assert tp_ops["router"].m == 64 and tp_ops["moe_dispatch"].bytes_read == 64 * 2 * 256 * 2
+    assert tp_ops["moe_permute"].elements == 64 * 2 * 256 and tp_ops["moe_unpermute"].elements == 64 * 2 * 256
+    for name, kind in (("moe_allgather", "allgather"), ("moe_reducescatter", "reducescatter")):
+        assert tp_ops[name].kind == kind and tp_ops[name].bytes_read == 128 * 2 * 256 * 2
+    assert tp_ops["moe_sort"].elements == 128 * 2 * 256
+    names = list(tp_ops)
+    assert names.index("moe_dispatch") < names.index("moe_allgather") < names.index("moe_sort") \
+        < names.index("expert_fc1") < names.index("moe_unsort") < names.index("moe_reducescatter") \
+        < names.index("moe_combine")
+    assert (tp_ops["expert_fc1"].m, tp_ops["expert_fc1"].n) == (math.ceil(128 * 2 * 4 / 8), 128)
+    assert fc1.flops == pytest.approx(tp_ops["expert_fc1"].flops)   # twice the copies at half the width
+    # the flex dispatcher (one group over the tp x ep ranks) delivers the copies itself: no tp
+    # collectives, the permutation of the 128 x 2 copies received
+    fx = {o.name: o for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True, flash_attention=True,
+                                         expert_parallel=4, moe_dispatcher="flex").ops}
+    assert not {"moe_allgather", "moe_reducescatter", "moe_sort"} & set(fx)
+    assert fx["moe_permute"].elements == 128 * 2 * 256 and fx["moe_dispatch"].bytes_read == 64 * 2 * 256 * 2
+    # shared experts gather the layer's tokens for themselves and reduce-scatter their output
+    sh = {o.name: o for o in graph.build(MOE.with_(shared_experts=1), 2, 2, "fwd", sequence_parallel=True,
+                                         flash_attention=True, expert_parallel=4).ops}
+    assert sh["shared_allgather"].bytes_read == 128 * 256 * 2 and sh["shared_fc1"].m == 128
+    assert sh["shared_reducescatter"].bytes_read == 128 * 256 * 2 and sh["moe_add"].elements == 64 * 256
     with pytest.raises(ValueError, match="sequence parallelism"):
         graph.build(MOE, 2, 2, "fwd", expert_parallel=4, expert_tensor_parallel=1)
     with pytest.raises(ValueError, match="shared experts"):
@@ -171,3 +196,97 @@ def test_progress_bar_counts_combinations_the_bound_skips():
     shown = placement.search_plans(MOE, hardware.H100, CL, 8, progress=True, **opts)
     assert shown.plans[0].spec == quiet.plans[0].spec and shown.evaluated == quiet.evaluated
     assert shown.evaluated < shown.configurations          # some combination or row was skipped
+
+
+def test_tp_split_experts_keep_every_gathered_copy():
+    """With the experts split over tp 2 (etp = tp) each tp rank keeps all T k copies its experts'
+    up projection reads (the all-gathered input), not half of them: half of 64 tokens x 2 copies x
+    256 x 2 B more per sequence and layer than with them split, hand-counted; the plan's memory
+    follows (the same plan with etp 1 keeps its own copies only)."""
+    from cosearch import memory
+    split = memory.layer_activation_bytes(MOE, 2, 1, True, "none", True)
+    whole = memory.layer_activation_bytes(MOE, 2, 1, True, "none", True, experts_gathered=True)
+    assert whole - split == pytest.approx(64 * 2 * 256 * 2 / 2)
+    assert memory.layer_activation_bytes(MOE, 1, 1, False, "none", True, experts_gathered=True) == \
+        memory.layer_activation_bytes(MOE, 1, 1, False, "none", True)          # tp 1: nothing split
+    with pytest.raises(ValueError, match="experts_gathered"):
+        memory.layer_activation_bytes(MOE, 2, 1, True, "none", True, experts_gathered="yes")
+    # in a plan (pp 1: one microbatch in flight): a second 64-token sequence a microbatch adds, over
+    # the 4 layers, 4 x 64 x 2 x 256 x 2 B of copies with the experts split, half of it with etp 1
+    cl = cluster.preset("dgx-h100", 1)
+    grow = {}
+    for etp in (None, 1):
+        mem = [max(evaluate(MOE, "H100", cl, PlanSpec(4, 2, 1, mb, sequence_parallel=True, flash_attention=True,
+                                                      expert_parallel=4, expert_tensor_parallel=etp),
+                            16, engine="megatron-core").memory_per_chip_bytes) for mb in (1, 2)]
+        grow[etp] = mem[1] - mem[0]
+    assert grow[None] - grow[1] == pytest.approx(MOE.num_layers * 64 * 2 * 256 * 2 / 2)
+
+
+def test_dispatcher_collectives_are_neither_userbuffered_nor_async():
+    """Megatron-Core's dispatcher calls NCCL itself on the compute stream: under Transformer
+    Engine's userbuffers only the layer's linears' all-gathers and reduce-scatters ride beside
+    their GEMMs, and the backward's reduce-scatter of the gathered copies does not ride beside the
+    weight-gradient GEMM before it (one expert a rank: no sort between them).  With every
+    collective 1 s and every GEMM 10 s: the attention's gather and scatter hide, the dispatcher's
+    four collectives show whole."""
+    import numpy as np
+
+    from cosearch import plan
+    m = MOE.with_(num_experts=4)
+    f, b = graph.build_pair(m, 2, 1, sequence_parallel=True, flash_attention=True, expert_parallel=4)
+    assert "moe_sort" not in [o.name for o in f.ops]
+    op_s = np.array([10.0 if o.kind == "gemm" else 0.0 for o in f.ops])
+    shown = plan._userbuffers_exposed(f, op_s, lambda op: 1.0, 2, 132, "fwd")
+    from cosearch._kernels import formulas as F
+    # the attention's all-gather rides on the QKV GEMM (ring exchange), its reduce-scatter on the
+    # output projection (pipelined); the dispatcher's four collectives whole
+    beside = F.userbuffers_exposed_s(F.UB_RING, 10.0, 1.0, 2.0, 132.0) + \
+        F.userbuffers_exposed_s(F.UB_PIPELINE, 10.0, 1.0, 2.0, 132.0)
+    assert [o.name for o in f.ops if o.kind in graph.NETWORK_KINDS] == [
+        "allgather_attn", "reducescatter_attn", "moe_dispatch", "moe_allgather", "moe_reducescatter", "moe_combine"]
+    assert shown == pytest.approx(4.0 + beside)
+    names = [o.name for o in b.ops]
+    k = names.index("moe_allgather.grad")
+    assert b.ops[k].kind == "reducescatter" and names[k - 1].endswith(".wgrad")
+    assert not plan._rides_beside_wgrad(b, k)
+    assert plan._rides_beside_wgrad(b, names.index("allgather_attn.grad")) is (
+        names[names.index("allgather_attn.grad") - 1].endswith(".wgrad"))
+
+
+def test_the_ep_overlap_counts_the_gathered_copies_with_the_experts():
+    """In Megatron-Core's combined 1F1B schedule the all-gather over tp and its reduce-scatter run
+    inside the experts' node (``submodule_moe_forward``: dispatch_postprocess, experts,
+    combine_preprocess): with ops of 1 s and collectives of 2 s, the experts' forward part is its
+    ops plus the two collectives, and the caller leaves them out of the attention side."""
+    import numpy as np
+
+    from cosearch import plan
+    f, b = graph.build_pair(MOE, 2, 1, sequence_parallel=True, flash_attention=True, expert_parallel=4)
+    fs = np.array([0.0 if o.kind in graph.NETWORK_KINDS else 1.0 for o in f.ops])
+    bs = np.array([0.0 if o.kind in graph.NETWORK_KINDS else 1.0 for o in b.ops])
+    parts = plan._ep_overlap_parts(f, b, fs, bs, lambda op: 2.0)
+    expert_ops = [o for o in f.ops if o.name in graph.MOE_EXPERT_OPS]
+    assert {"moe_allgather", "moe_reducescatter"} <= {o.name for o in expert_ops}
+    want = sum(2.0 if o.kind in graph.NETWORK_KINDS else 1.0 for o in expert_ops)
+    assert parts[2] == pytest.approx(want)
+    assert parts[1] == parts[3] == 2.0                   # the dispatch and the combine
+    assert plan._expert_side_collectives_s(f, b, lambda op: 2.0) == (4.0, 4.0)
+
+
+def test_maxtext_gathers_the_tokens_before_routing_them():
+    """MaxText's ``sparse_matmul`` all-gathers the input activations over the tensor axis
+    ("We all gather the input activations over tensor parallelism") and routes all T tokens on
+    every tensor rank; ``ragged_all_to_all`` delivers copies by source rank that ``local_permute``
+    sorts (dispatcher ``"xla"``, the ``maxtext`` preset's): the tokens' gather of 128 x 256 bf16
+    values before the router, no gather of the copies."""
+    from cosearch import engine
+    assert engine.preset("maxtext").moe_dispatcher == "xla"
+    ops = {o.name: o for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True, flash_attention=True,
+                                          expert_parallel=4, moe_dispatcher="xla").ops}
+    assert ops["allgather_mlp"].bytes_read == 128 * 256 * 2 and ops["router"].m == 128
+    assert "moe_allgather" not in ops and "moe_sort" in ops and "reducescatter_mlp" in ops
+    # one expert a rank (ep 8 of 8): nothing to sort
+    assert "moe_sort" not in {o.name for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True,
+                                                          flash_attention=True, expert_parallel=8,
+                                                          moe_dispatcher="xla").ops}

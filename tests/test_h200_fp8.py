@@ -317,16 +317,21 @@ def test_sequence_parallel_gathers_the_fp8_copy():
 
 
 def test_moe_router_input_is_gathered_in_bf16():
-    """An MoE layer's router and dispatch take the gathered tokens in bf16: only the attention
-    input's gather moves the FP8 copy (Mixtral 8x7B, tp 2, one sequence of 4096 tokens)."""
+    """An MoE layer's router and dispatch take bf16 tokens: only the attention input's gather
+    moves the FP8 copy (Mixtral 8x7B, tp 2, one sequence of 4096 tokens).  Megatron-Core routes
+    each rank's own 2048 tokens and gathers the 4096 x 2 routed copies over tp in bf16 after the
+    dispatch; MaxText (``"xla"``) gathers the 4096 tokens in bf16 before routing them."""
     from cosearch import models
     m = models.preset("mixtral-8x7b")
     T, h = m.seq_len, m.hidden
     fwd = graph.build(m, tp=2, microbatch=1, phase="fwd", part="layer", sequence_parallel=True,
                       flash_attention=True, precision="fp8")
     ops = {o.name: o for o in fwd.ops}
-    assert ops["allgather_attn"].bytes_read == T * h and ops["allgather_mlp"].bytes_read == T * h * 2
-    assert "allgather_mlp.cast" not in ops
+    assert ops["allgather_attn"].bytes_read == T * h and ops["moe_allgather"].bytes_read == T * 2 * h * 2
+    assert ops["router"].m == T // 2 and "allgather_mlp" not in ops and "allgather_mlp.cast" not in ops
+    xla = {o.name: o for o in graph.build(m, tp=2, microbatch=1, phase="fwd", part="layer", sequence_parallel=True,
+                                          flash_attention=True, precision="fp8", moe_dispatcher="xla").ops}
+    assert xla["allgather_mlp"].bytes_read == T * h * 2 and "allgather_mlp.cast" not in xla
 
 
 @pytest.mark.parametrize("name", ["h200_fp8_kernels.csv", "h200_compiled_layers.csv"])

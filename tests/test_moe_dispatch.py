@@ -45,10 +45,18 @@ def test_flex_alltoall_by_hand():
     nvl = tokens * ranks / (F.FLEX_NVLINK_SHARE * 400e9) + 2e-6
     rdma = tokens * 1 * (1 - (8 * 7) / (16 * 15)) / (F.FLEX_RDMA_SHARE * 50e9) + 5e-6
     assert F.flex_alltoall_s(1e6, 8.0, 1.0, net4, 2.0, 16.0) == pytest.approx(max(nvl, rdma), rel=1e-12)
-    # one rank per node (stride a node): no NVLink part, 7 other nodes
+    # ep ranks a node (8) apart are those of tp 8 splitting each expert: Megatron-Core's flex
+    # dispatcher sends the token to all 8 tp ranks of each hit ep rank over NVLink (8 x 8 x hit
+    # destinations), and once over RDMA to each of the 7 other nodes that holds one of its experts
     rdma1 = tokens * 7 * (1 - (14 * 13) / (16 * 15)) / (F.FLEX_RDMA_SHARE * 50e9) + 5e-6
-    assert F.flex_alltoall_s(1e6, 8.0, 8.0, net, 2.0, 16.0) == pytest.approx(rdma1, rel=1e-12)
+    nvl8 = tokens * 8 * 8 * (1 - (14 * 13) / (16 * 15)) / (F.FLEX_NVLINK_SHARE * 400e9) + 2e-6
+    assert F.flex_alltoall_s(1e6, 8.0, 8.0, net, 2.0, 16.0) == pytest.approx(max(rdma1, nvl8), rel=1e-12)
+    assert nvl8 > rdma1
+    # no expert parallelism: one rank, nothing to send; under tp 4 every token to the 3 other tp ranks
+    # (and itself: the kernel copies its own rows too, as HybridEP's measured bytes count them)
     assert F.flex_alltoall_s(1e6, 1.0, 1.0, net, 2.0, 16.0) == 0.0
+    assert F.flex_alltoall_s(1e6, 1.0, 4.0, net, 2.0, 16.0) == pytest.approx(
+        tokens * 4 / (F.FLEX_NVLINK_SHARE * 400e9) + 2e-6, rel=1e-12)
 
 
 def _simulate_streams(times, x, dt=1e-4):
@@ -142,28 +150,28 @@ def test_alltoall_dispatch_regroups_the_received_tokens_by_hand():
     (``sort_chunks_by_idxs``) and restores their order before the combine; the flex dispatcher
     does not.  Mixtral's 4,096-token sequence, top-2: a rank receives 4,096 x 2 = 8,192 copies of
     4,096 bf16 values (the 8 experts split over ep 2: 4 a rank), so each pass reads and writes
-    8,192 x 4,096 x 2 B = 64 MiB, at 0.90 of the H100's 3.35 TB/s plus the 4 us launch.  The two
-    passes and their two backwards are the whole difference between the dispatchers' compute."""
+    8,192 x 4,096 x 2 B = 64 MiB, at 0.90 of the H100's 3.35 TB/s plus the 4 us launch.  At tp 1
+    the two passes and their two backwards are the whole difference between the dispatchers'
+    compute."""
     m = models_preset("mixtral-8x7b").with_(num_layers=4)
     rows = 4096 * 2
     nbytes = rows * 4096 * 2
-    f, b = graph.build_pair(m, 2, 1, expert_parallel=2, sequence_parallel=True, flash_attention=True)
+    f, b = graph.build_pair(m, 1, 1, expert_parallel=2, flash_attention=True)
     for op in [o for o in f.ops + b.ops if o.name.split(".")[0] in ("moe_sort", "moe_unsort")]:
         assert (op.elements, op.bytes_read, op.bytes_written) == (rows * 4096, nbytes, nbytes)
     assert [o.name for o in f.ops if "sort" in o.name] == ["moe_sort", "moe_unsort"]
     assert [o.name for o in b.ops if "sort" in o.name] == ["moe_unsort.grad", "moe_sort.grad"]
-    flex, _ = graph.build_pair(m, 2, 1, expert_parallel=2, sequence_parallel=True, flash_attention=True,
-                               moe_dispatcher="flex")
+    flex, _ = graph.build_pair(m, 1, 1, expert_parallel=2, flash_attention=True, moe_dispatcher="flex")
     assert not any("sort" in o.name for o in flex.ops)
     # on the experts' side of the EP overlap, and rerun with the whole MoE block
     assert {"moe_sort", "moe_unsort"} <= set(graph.MOE_EXPERT_OPS) & set(graph.RECOMPUTE_MODULES["moe"])
     chip, cl = hardware.H100, cluster.preset("dgx-h100", 1)
-    spec = PlanSpec(4, 2, 1, 1, zero=1, flash_attention=True, sequence_parallel=True, expert_parallel=2)
+    spec = PlanSpec(8, 1, 1, 1, zero=1, flash_attention=True, expert_parallel=2)
     core = engine.preset("megatron-core")
     a2a = evaluate(m, chip, cl, spec, 16, engine=core)
     fx = evaluate(m, chip, cl, spec, 16, engine=engine.with_moe_dispatch(core, "flex"))
     one = 2 * nbytes / (3.35e12 * 0.9) + 4e-6
-    passes = 4 * (16 // 4) * 2               # 4 layers x 4 microbatches x (sort, unsort)
+    passes = 4 * (16 // 8) * 2               # 4 layers x 2 microbatches x (sort, unsort)
     assert a2a.breakdown["forward_s"] - fx.breakdown["forward_s"] == pytest.approx(passes * one, rel=1e-6)
     assert a2a.breakdown["backward_s"] - fx.breakdown["backward_s"] == pytest.approx(passes * one, rel=1e-6)
     # one expert a rank (ep 8 of 8): nothing to regroup

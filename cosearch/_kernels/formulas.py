@@ -361,15 +361,21 @@ def flex_alltoall_s(copies_bytes, n, stride, net, k, experts):
     included), and between nodes once to every other node that does (``q - 1`` times the hit of
     ``experts / q`` experts), forwarded over NVLink inside the node; the NVLink and RDMA parts
     run pipelined, at HybridEP's measured rates (:data:`FLEX_NVLINK_SHARE`,
-    :data:`FLEX_RDMA_SHARE`).  A group with one rank per node has no NVLink part."""
-    if n <= 1.0 or copies_bytes <= 0.0:
+    :data:`FLEX_RDMA_SHARE`).  A group with one rank per node has no NVLink part.  Ranks
+    ``stride`` > 1 apart are those of expert tensor parallelism over the ``stride`` tensor-parallel
+    ranks between them: Megatron-Core's flex dispatcher runs one group over all ``stride x n``
+    ranks and sends the token to each of them that splits a hit expert ("the routing_map is
+    replicated across TP group", ``_initialize_metadata``): ``stride`` times the NVLink part,
+    the RDMA part unchanged (once to a node); so even ``n`` = 1 exchanges over the tp ranks."""
+    reps = stride if stride > 1.0 else 1.0
+    if n * reps <= 1.0 or copies_bytes <= 0.0:
         return 0.0
     kn, q = group_layout(n, stride, net)
     token = copies_bytes / k
     t = 0.0
-    if kn > 1.0:
-        t = token * n * expert_group_hit(experts, experts / n, k) / (FLEX_NVLINK_SHARE * _intra_bw(kn, net)) \
-            + net[N_LATI]
+    if kn * reps > 1.0:
+        t = token * n * reps * expert_group_hit(experts, experts / n, k) / (
+            FLEX_NVLINK_SHARE * _intra_bw(kn * reps, net)) + net[N_LATI]
     if q > 1.0:
         r = token * (q - 1.0) * expert_group_hit(experts, experts / q, k) / (FLEX_RDMA_SHARE * net[N_BWE]) \
             + net[N_LATE]

@@ -800,7 +800,10 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     notes += eager_pass_notes(engine, model)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
-                     engine=with_moe_dispatch(_with_policy(engine, rc_modules), dispatcher, a2a_overlap and ep > 1),
+                     engine=with_moe_dispatch(_with_policy(engine, rc_modules),
+                                              # (no backend named: the framework's own dispatcher)
+                                              engine.moe_dispatcher if dispatcher == "alltoall" else dispatcher,
+                                              a2a_overlap and ep > 1),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes), memory=memory)
 
