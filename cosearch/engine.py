@@ -170,12 +170,14 @@ same.
   routed copy, :func:`cosearch._kernels.formulas.alltoall_s`) or ``"flex"`` (DeepEP / HybridEP:
   each token sent once to every rank, and between nodes once to every node, that holds one of
   its experts, at HybridEP's measured NVLink and RDMA rates,
-  :func:`cosearch._kernels.formulas.flex_alltoall_s`), or ``"xla"`` (MaxText's ``sparse_matmul``:
-  ``ragged_all_to_all`` priced as the NCCL one, in the ``maxtext`` preset).  With the experts split
-  over tp > 1 ranks under sequence parallelism, Megatron-Core's two route each rank's own tokens
-  and gather the routed copies over tp (``dispatch_postprocess``'s all-gather, or the flex group
-  over the tp x ep ranks), while MaxText gathers the tokens over its tensor axis before routing
-  them (``sparse_matmul``: "We all gather the input activations over tensor parallelism"):
+  :func:`cosearch._kernels.formulas.flex_alltoall_s`), or ``"gather-tokens"`` (MaxText's
+  ``sparse_matmul`` and torchtitan's MoE plan: all-to-alls priced as NCCL's; the ``maxtext`` and
+  FSDP presets).  With the experts split over tp > 1 ranks under sequence parallelism,
+  Megatron-Core's two route each rank's own tokens and gather the routed copies over tp
+  (``dispatch_postprocess``'s all-gather, or the flex group over the tp x ep ranks), while MaxText
+  and torchtitan gather the tokens over the tensor-parallel ranks before routing them
+  (``sparse_matmul``: "We all gather the input activations over tensor parallelism";
+  torchtitan's ``PrepareModuleInputOutput``: "all-gather for input, reduce-scatter for output"):
   :func:`cosearch.graph.build`.  The all-to-all dispatchers sort the copies a rank receives by
   local expert and back (:func:`cosearch.graph.moe_regroup_bytes`).
 * ``overlap_moe_a2a`` — Megatron-Core's ``overlap_moe_expert_parallel_comm``: the combined
@@ -435,6 +437,7 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
 #: PyTorch FSDP / FSDP2 (torchtitan).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
               sp_even_split=False, attention_kernel="fa2", selective_recompute="every-other-matmul", fp8_cast_kernel="inductor",
+              moe_dispatcher="gather-tokens",
               software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention, "
                        "per-op selective checkpointing and torchao's compiled Float8 casts")
 
@@ -473,7 +476,7 @@ def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton") -> 
 
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, sp_even_split=False,
-                 cross_entropy="fused", overlap_tp_comm=True, tp_overlap_kernel="async", moe_dispatcher="xla",
+                 cross_entropy="fused", overlap_tp_comm=True, tp_overlap_kernel="async", moe_dispatcher="gather-tokens",
                  software="MaxText on JAX/XLA (2023-24)")
 
 #: MaxText with ``remat_policy: minimal`` (its decoder's
@@ -553,7 +556,7 @@ def with_recompute_modules(engine: Engine, modules) -> Engine:
 def with_moe_dispatch(engine: Engine, dispatcher: str = "alltoall", overlap: bool = False, sms: int = 0) -> Engine:
     """``engine`` with Megatron-Core's MoE dispatch switches: ``moe_token_dispatcher_type``
     (``"alltoall"`` or ``"flex"``; DeepEP's and HybridEP's backends are both ``"flex"``; MaxText's
-    own is ``"xla"``, :data:`MOE_DISPATCHERS`),
+    MaxText's and torchtitan's ``"gather-tokens"``, :data:`MOE_DISPATCHERS`),
     ``overlap_moe_expert_parallel_comm`` and the dispatcher's SM count (0: its default); named
     after them where they differ from the engine's."""
     if (dispatcher, overlap, sms) == (engine.moe_dispatcher, engine.overlap_moe_a2a, engine.moe_comm_sms):

@@ -683,13 +683,16 @@ def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, floa
 
 #: The MoE token dispatchers cosearch prices (:attr:`cosearch.engine.Engine.moe_dispatcher`):
 #: Megatron-Core's (``moe_token_dispatcher_type``) NCCL all-to-alls of every routed copy
-#: (``"alltoall"``) or ``flex`` dispatcher (DeepEP / HybridEP kernels), and MaxText's
-#: (``"xla"``: ``sparse_matmul``'s ``ragged_all_to_all`` and ``local_permute`` under XLA, the tokens
-#: gathered over the tensor axis before they are routed).
-MOE_DISPATCHERS = ("alltoall", "flex", "xla")
+#: (``"alltoall"``) or ``flex`` dispatcher (DeepEP / HybridEP kernels), and the one of frameworks
+#: that gather the tokens over the tensor-parallel ranks before routing them
+#: (``"gather-tokens"``): MaxText's ``sparse_matmul`` ("We all gather the input activations over
+#: tensor parallelism"; ``ragged_all_to_all`` and ``local_permute`` across experts) and
+#: torchtitan's MoE plan (``PrepareModuleInputOutput``: "all-gather for input, reduce-scatter for
+#: output"; ``all_to_all_single`` and ``_permute`` across experts).
+MOE_DISPATCHERS = ("alltoall", "flex", "gather-tokens")
 #: The dispatchers whose ranks receive copies ordered by source rank and regroup them by local
 #: expert (:func:`moe_regroup_bytes`).
-REGROUPING_DISPATCHERS = ("alltoall", "xla")
+REGROUPING_DISPATCHERS = ("alltoall", "gather-tokens")
 
 
 def _check_dispatcher(name) -> None:
@@ -713,7 +716,8 @@ def moe_regroup_bytes(dt: int) -> dict[str, tuple[float, float, float, float]]:
     not counted.  The flex dispatcher's DeepEP and HybridEP deliver each token once per rank and
     permute it to its experts there (``moe_permute``): no regrouping.  MaxText's expert-parallel
     ``sparse_matmul`` sorts what ``ragged_all_to_all`` delivers with ``local_permute`` and
-    restores it with ``_sort_activations`` (dispatcher ``"xla"``)."""
+    restores it with ``_sort_activations``, torchtitan's with ``_permute`` and ``_unpermute``
+    (dispatcher ``"gather-tokens"``)."""
     if isinstance(dt, bool) or dt not in (1, 2, 4):
         raise ValueError(f"moe_regroup_bytes: dt must be an activation's bytes (1, 2 or 4), got {dt!r}")
     row = (float(dt),) * 4
@@ -1158,7 +1162,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     if local:
         # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
         fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup)
-    elif c.moe and gathered and dispatcher != "xla" and not c.moe_einsum_dispatch:
+    elif c.moe and gathered and dispatcher != "gather-tokens" and not c.moe_einsum_dispatch:
         # the experts split over the tp ranks under sequence parallelism: Megatron-Core's dispatchers
         # gather the routed copies over tp after the dispatch (and the shared experts their tokens)
         fc2 = _moe_mlp_gathered(g, c, n2, Tv, T, tp, ep, lowp, b, expert_eager, dispatcher)
@@ -1467,12 +1471,12 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     clamp inside the experts' kernels (``"fused"``) or as Megatron-Core's eager passes
     (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`).  ``moe_dispatcher``
     (:data:`MOE_DISPATCHERS`, :attr:`cosearch.engine.Engine.moe_dispatcher`): with ``"alltoall"``
-    or ``"xla"`` an MoE layer at ep > 1 whose ranks hold several experts each sorts the tokens it
+    or ``"gather-tokens"`` an MoE layer at ep > 1 whose ranks hold several experts each sorts the tokens it
     receives by local expert and restores their order before the combine (``moe_sort`` and
     ``moe_unsort``, :func:`moe_regroup_bytes`); ``"flex"`` permutes them once (``moe_permute``).
     Under sequence parallelism with the experts split over tp > 1 ranks, ``"alltoall"`` and
     ``"flex"`` route each rank's own tokens and gather the copies over tp as Megatron-Core does
-    (:func:`_moe_mlp_gathered`); ``"xla"`` gathers the tokens before routing them.
+    (:func:`_moe_mlp_gathered`); ``"gather-tokens"`` gathers the tokens before routing them.
     ``both``: return the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
@@ -1519,7 +1523,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     # the alltoall dispatcher regroups the copies a rank receives from several ranks (ep > 1, or
     # gathered over the tp ranks that split the experts)
     gathered_experts = (moe_layer and tp > 1 and bool(sequence_parallel) and not local
-                        and moe_dispatcher != "xla" and not config.moe_einsum_dispatch)
+                        and moe_dispatcher != "gather-tokens" and not config.moe_einsum_dispatch)
     regroup = moe_layer and moe_dispatcher in REGROUPING_DISPATCHERS and (ep > 1 or gathered_experts)
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)

@@ -935,7 +935,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             per_seq, host = _per_sequence_bytes(cl, t, sp, policy, bool(flash_attention), precision,
                                                 expert_mode != "fused",
                                                 c.moe and t > 1 and bool(sp) and etp_t is None
-                                                and eng.moe_dispatcher != "xla" and not c.moe_einsum_dispatch)
+                                                and eng.moe_dispatcher != "gather-tokens" and not c.moe_einsum_dispatch)
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]

@@ -276,17 +276,18 @@ def test_the_ep_overlap_counts_the_gathered_copies_with_the_experts():
 
 def test_maxtext_gathers_the_tokens_before_routing_them():
     """MaxText's ``sparse_matmul`` all-gathers the input activations over the tensor axis
-    ("We all gather the input activations over tensor parallelism") and routes all T tokens on
-    every tensor rank; ``ragged_all_to_all`` delivers copies by source rank that ``local_permute``
-    sorts (dispatcher ``"xla"``, the ``maxtext`` preset's): the tokens' gather of 128 x 256 bf16
+    ("We all gather the input activations over tensor parallelism"), as torchtitan's MoE plan does,
+    and routes all T tokens on every tensor rank; ``ragged_all_to_all`` delivers copies by source rank that ``local_permute``
+    sorts (dispatcher ``"gather-tokens"``, the ``maxtext`` preset's): the tokens' gather of 128 x 256 bf16
     values before the router, no gather of the copies."""
     from cosearch import engine
-    assert engine.preset("maxtext").moe_dispatcher == "xla"
+    assert {engine.preset(e).moe_dispatcher for e in ("maxtext", "fsdp", "fsdp-eager")} == {"gather-tokens"}
+    assert engine.preset("megatron-core").moe_dispatcher == "alltoall"
     ops = {o.name: o for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True, flash_attention=True,
-                                          expert_parallel=4, moe_dispatcher="xla").ops}
+                                          expert_parallel=4, moe_dispatcher="gather-tokens").ops}
     assert ops["allgather_mlp"].bytes_read == 128 * 256 * 2 and ops["router"].m == 128
     assert "moe_allgather" not in ops and "moe_sort" in ops and "reducescatter_mlp" in ops
     # one expert a rank (ep 8 of 8): nothing to sort
     assert "moe_sort" not in {o.name for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True,
                                                           flash_attention=True, expert_parallel=8,
-                                                          moe_dispatcher="xla").ops}
+                                                          moe_dispatcher="gather-tokens").ops}

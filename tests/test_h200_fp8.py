@@ -320,7 +320,7 @@ def test_moe_router_input_is_gathered_in_bf16():
     """An MoE layer's router and dispatch take bf16 tokens: only the attention input's gather
     moves the FP8 copy (Mixtral 8x7B, tp 2, one sequence of 4096 tokens).  Megatron-Core routes
     each rank's own 2048 tokens and gathers the 4096 x 2 routed copies over tp in bf16 after the
-    dispatch; MaxText (``"xla"``) gathers the 4096 tokens in bf16 before routing them."""
+    dispatch; MaxText (``"gather-tokens"``) gathers the 4096 tokens in bf16 before routing them."""
     from cosearch import models
     m = models.preset("mixtral-8x7b")
     T, h = m.seq_len, m.hidden
@@ -330,7 +330,7 @@ def test_moe_router_input_is_gathered_in_bf16():
     assert ops["allgather_attn"].bytes_read == T * h and ops["moe_allgather"].bytes_read == T * 2 * h * 2
     assert ops["router"].m == T // 2 and "allgather_mlp" not in ops and "allgather_mlp.cast" not in ops
     xla = {o.name: o for o in graph.build(m, tp=2, microbatch=1, phase="fwd", part="layer", sequence_parallel=True,
-                                          flash_attention=True, precision="fp8", moe_dispatcher="xla").ops}
+                                          flash_attention=True, precision="fp8", moe_dispatcher="gather-tokens").ops}
     assert xla["allgather_mlp"].bytes_read == T * h * 2 and "allgather_mlp.cast" not in xla
 
 
