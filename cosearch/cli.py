@@ -424,6 +424,14 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="the experts through Transformer Engine's op fuser (Megatron's --use-transformer-engine-op-"
                         "fuser): an MoE model's expert bias and clamped activation fused, where Megatron-Core's "
                         "engines otherwise price them as eager passes (GPT-OSS)")
+    p.add_argument("--moe-dispatcher", choices=["alltoall", "flex", "gather-tokens"], default=None,
+                   help="an MoE model's token dispatcher: alltoall (Megatron-Core's NCCL all-to-alls), flex "
+                        "(its DeepEP / HybridEP backends) or gather-tokens (MaxText and torchtitan: the tokens "
+                        "gathered over tp before routing) (omit: the engine's)")
+    p.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="Megatron-Core's --overlap-moe-expert-parallel-comm: each microbatch's dispatch and combine "
+                        "beside another's compute (needs --ep > 1, no full recompute, and virtual stages under "
+                        "pipeline parallelism)")
     p.add_argument("--from-megatron-args", metavar="ARGS",
                    help="a Megatron-LM / NeMo argument line (quoted) giving tp, pp, cp, virtual stages, "
                         "microbatch, global batch, recompute, SP, distributed optimizer and FP8")
@@ -719,6 +727,16 @@ def _run_plan(a) -> int:
         for note in assumed:
             print(f"assumed: {note}", file=sys.stderr)
     a.engine = engine_preset(a.engine or "megatron-lm")
+    if a.moe_dispatcher is not None or a.moe_a2a_overlap:
+        from .engine import with_moe_dispatch
+        if not model.moe:
+            raise ValueError(f"--moe-dispatcher / --moe-a2a-overlap: {model.name} has no experts")
+        said = a.from_megatron_args is not None or bool(a.from_files)
+        if said and a.moe_dispatcher is not None and a.moe_dispatcher != a.engine.moe_dispatcher:
+            raise ValueError(f"--moe-dispatcher {a.moe_dispatcher} contradicts the run's "
+                             f"({a.engine.moe_dispatcher}); drop one")
+        a.engine = with_moe_dispatch(a.engine, a.moe_dispatcher or a.engine.moe_dispatcher,
+                                     a.moe_a2a_overlap or a.engine.overlap_moe_a2a, a.engine.moe_comm_sms)
     if a.op_fuser:
         from .engine import with_op_fuser
         if a.engine.expert_elementwise == "fused":

@@ -463,3 +463,33 @@ def test_megatron_bridge_configs_read_the_dispatch():
     del cfg["comm_overlap"]
     r = read_megatron_bridge(cfg)
     assert r.engine.moe_dispatcher == "alltoall" and not r.engine.overlap_moe_a2a
+
+
+def test_the_cli_sets_the_dispatcher_and_the_overlap(capsys):
+    """``cosearch plan --moe-dispatcher / --moe-a2a-overlap`` price the plan as ``evaluate`` does
+    with the engine they name (``engine.with_moe_dispatch``); a dense model, or a dispatcher the
+    run's own Megatron line contradicts, is refused by name."""
+    import json
+
+    from cosearch.cli import main
+    m = models_preset("qwen3-30b-a3b")
+    cl = cluster.preset("dgx-h100", 2)
+    spec = PlanSpec(16, 1, 1, 1, zero=1, flash_attention=True, expert_parallel=16)
+    core = engine.preset("megatron-core")
+    args = ["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--nodes", "2", "--batch", "64", "--dp", "16",
+            "--tp", "1", "--pp", "1", "--mb", "1", "--ep", "16", "--zero", "1", "--flash", "--recompute", "none",
+            "--engine", "megatron-core", "--json"]
+    for extra, eng in (([], core), (["--moe-dispatcher", "flex"], engine.with_moe_dispatch(core, "flex")),
+                       (["--moe-a2a-overlap"], engine.with_moe_dispatch(core, "alltoall", True))):
+        assert main(args + extra) == 0
+        got = json.loads(capsys.readouterr().out)["plans"][0]["step_time_s"]
+        assert got == pytest.approx(evaluate(m, "H100", cl, spec, 64, engine=eng).step_time_s, rel=1e-12)
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--batch", "64",
+                 "--moe-dispatcher", "flex"]) == 2
+    assert "has no experts" in capsys.readouterr().err
+    line = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 16 "
+            "--micro-batch-size 1 --global-batch-size 64 --moe-token-dispatcher-type flex "
+            "--moe-flex-dispatcher-backend hybridep --use-distributed-optimizer --bf16")
+    assert main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--nodes", "2", "--from-megatron-args",
+                 line, "--moe-dispatcher", "alltoall"]) == 2
+    assert "contradicts" in capsys.readouterr().err
