@@ -731,10 +731,13 @@ def _run_plan(a) -> int:
         from .engine import with_moe_dispatch
         if not model.moe:
             raise ValueError(f"--moe-dispatcher / --moe-a2a-overlap: {model.name} has no experts")
-        said = a.from_megatron_args is not None or bool(a.from_files)
-        if said and a.moe_dispatcher is not None and a.moe_dispatcher != a.engine.moe_dispatcher:
-            raise ValueError(f"--moe-dispatcher {a.moe_dispatcher} contradicts the run's "
-                             f"({a.engine.moe_dispatcher}); drop one")
+        read = a.from_megatron_args is not None or bool(a.from_files)
+        if read and a.moe_dispatcher not in (None, a.engine.moe_dispatcher):
+            if a.engine.moe_dispatcher == "flex":      # only a run that names its backend has it
+                raise ValueError(f"--moe-dispatcher {a.moe_dispatcher} contradicts the run's flex dispatcher "
+                                 "(a DeepEP or HybridEP backend); drop one")
+            print(f"cosearch: --moe-dispatcher {a.moe_dispatcher} replaces the run's {a.engine.moe_dispatcher} "
+                  "(its files name no other)", file=sys.stderr)
         a.engine = with_moe_dispatch(a.engine, a.moe_dispatcher or a.engine.moe_dispatcher,
                                      a.moe_a2a_overlap or a.engine.overlap_moe_a2a, a.engine.moe_comm_sms)
     if a.op_fuser:
