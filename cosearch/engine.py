@@ -180,6 +180,12 @@ same.
   torchtitan's ``PrepareModuleInputOutput``: "all-gather for input, reduce-scatter for output"):
   :func:`cosearch.graph.build`.  The all-to-all dispatchers sort the copies a rank receives by
   local expert and back (:func:`cosearch.graph.moe_regroup_bytes`).
+* ``moe_flex_backend`` — the flex dispatcher's backend (Megatron-Core's
+  ``moe_flex_dispatcher_backend``, :data:`FLEX_BACKENDS`): ``"hybridep"`` (the default here: the
+  flex rates are HybridEP's) or ``"deepep"`` (Megatron-Core's own default, which its readers set
+  where a run names no backend).  Both move tokens at the same measured rates; they differ in the
+  SMs they hold by default (:func:`moe_comm_sms`) and in the communication buffers each rank
+  allocates (:func:`cosearch.memory.moe_dispatch_buffer_bytes`).
 * ``overlap_moe_a2a`` — Megatron-Core's ``overlap_moe_expert_parallel_comm``: the combined
   1F1B schedule runs one microbatch's forward beside another's backward, layer by layer, so each
   one's dispatch and combine hide behind the other's compute
@@ -248,7 +254,7 @@ from .graph import MOE_DISPATCHERS
 __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATRON_CORE_TP_OVERLAP",
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "MAXTEXT_MINIMAL_REMAT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
-           "moe_comm_sms", "with_moe_dispatch", "EXPERT_ELEMENTWISE", "expert_graph_option",
+           "moe_comm_sms", "with_moe_dispatch", "FLEX_BACKENDS", "FLEX_SMS_DEEPEP", "EXPERT_ELEMENTWISE", "expert_graph_option",
            "with_op_fuser", "SCALED_ROPE", "graph_elementwise"]
 
 
@@ -279,6 +285,7 @@ class Engine:
     moe_dispatcher: str = "alltoall"
     overlap_moe_a2a: bool = False
     moe_comm_sms: int = 0
+    moe_flex_backend: str = "hybridep"
     tp_overlap_kernel: str = "whole-layer"
     overlap_p2p_comm: bool = False
     async_dgrad_comm: bool = False
@@ -298,7 +305,7 @@ class Engine:
         for f, options in (("attention_kernel", ATTENTION_KERNELS),
                            ("fp8_cast_kernel", CAST_KERNELS), ("cross_entropy", CROSS_ENTROPY),
                            ("elementwise", ELEMENTWISE), ("embedding", EMBEDDINGS),
-                           ("moe_dispatcher", MOE_DISPATCHERS),
+                           ("moe_dispatcher", MOE_DISPATCHERS), ("moe_flex_backend", FLEX_BACKENDS),
                            ("tp_overlap_kernel", TP_OVERLAP_KERNELS),
                            ("expert_elementwise", EXPERT_ELEMENTWISE), ("scaled_rope", SCALED_ROPE)):
             choice(f"Engine.{f}", getattr(self, f), options)
@@ -379,6 +386,11 @@ def graph_elementwise(engine: Engine, model) -> str:
 #: ``num_sms_dispatch_api.value_or((num_of_nodes == 1) ? 24 : 8)``); NCCL's all-to-all up to
 #: its channel limit, 32 CTAs (``MAXCHANNELS`` in NCCL's ``src/include/device.h``).
 FLEX_SMS_NVLINK, FLEX_SMS_RDMA, NCCL_MAX_CTAS = 24, 8, 32
+#: The flex dispatcher's backends (Megatron-Core's ``moe_flex_dispatcher_backend``).
+FLEX_BACKENDS = ("hybridep", "deepep")
+#: SMs DeepEP's normal kernels hold by default: its ``Buffer.num_sms = 20`` (deepseek-ai/DeepEP
+#: ``deep_ep/buffer.py``), which Megatron-Core also passed as ``moe_deepep_num_sms``.
+FLEX_SMS_DEEPEP = 20
 #: CTAs (one per SM) an NCCL all-gather or reduce-scatter holds while a data-parallel or FSDP
 #: collective runs beside compute: 24 on an 8-GPU H100 node, as Nsight Systems shows FSDP's
 #: prefetch ``ncclAllGather`` launching 24 blocks beside a GEMM, which then gets 108 of the 132
@@ -391,10 +403,12 @@ NCCL_COLLECTIVE_CTAS = 24
 def moe_comm_sms(engine: Engine, multi_node: bool) -> int:
     """SMs the engine's MoE dispatch and combine kernels hold while they run: its own
     ``moe_comm_sms``, else its dispatcher's default (:data:`FLEX_SMS_NVLINK`,
-    :data:`FLEX_SMS_RDMA`, :data:`NCCL_MAX_CTAS`)."""
+    :data:`FLEX_SMS_RDMA` for HybridEP, :data:`FLEX_SMS_DEEPEP`, :data:`NCCL_MAX_CTAS`)."""
     if engine.moe_comm_sms:
         return engine.moe_comm_sms
     if engine.moe_dispatcher == "flex":
+        if engine.moe_flex_backend == "deepep":
+            return FLEX_SMS_DEEPEP
         return FLEX_SMS_RDMA if multi_node else FLEX_SMS_NVLINK
     return NCCL_MAX_CTAS
 
@@ -553,17 +567,23 @@ def with_recompute_modules(engine: Engine, modules) -> Engine:
     return replace(engine, selective_recompute="modules:" + ",".join(modules)) if modules else engine
 
 
-def with_moe_dispatch(engine: Engine, dispatcher: str = "alltoall", overlap: bool = False, sms: int = 0) -> Engine:
+def with_moe_dispatch(engine: Engine, dispatcher: str = "alltoall", overlap: bool = False, sms: int = 0,
+                      backend: str | None = None) -> Engine:
     """``engine`` with Megatron-Core's MoE dispatch switches: ``moe_token_dispatcher_type``
     (``"alltoall"`` or ``"flex"``; DeepEP's and HybridEP's backends are both ``"flex"``; MaxText's
     MaxText's and torchtitan's ``"gather-tokens"``, :data:`MOE_DISPATCHERS`),
-    ``overlap_moe_expert_parallel_comm`` and the dispatcher's SM count (0: its default); named
-    after them where they differ from the engine's."""
-    if (dispatcher, overlap, sms) == (engine.moe_dispatcher, engine.overlap_moe_a2a, engine.moe_comm_sms):
+    ``overlap_moe_expert_parallel_comm``, the dispatcher's SM count (0: its default) and the flex
+    dispatcher's ``backend`` (:data:`FLEX_BACKENDS`; None: the engine's); named after them where
+    they differ from the engine's."""
+    backend = engine.moe_flex_backend if backend is None else backend
+    if (dispatcher, overlap, sms, backend) == (engine.moe_dispatcher, engine.overlap_moe_a2a, engine.moe_comm_sms,
+                                              engine.moe_flex_backend):
         return engine
     name = engine.name + (f"-{dispatcher}" if dispatcher != engine.moe_dispatcher else "") + \
+        (f"-{backend}" if backend != engine.moe_flex_backend and dispatcher == "flex" else "") + \
         ("-a2a-overlap" if overlap and not engine.overlap_moe_a2a else "") + (f"-{sms}sms" if sms else "")
-    return replace(engine, name=name, moe_dispatcher=dispatcher, overlap_moe_a2a=overlap, moe_comm_sms=sms)
+    return replace(engine, name=name, moe_dispatcher=dispatcher, overlap_moe_a2a=overlap, moe_comm_sms=sms,
+                   moe_flex_backend=backend)
 
 
 def preset(engine: Engine | str | None) -> Engine:

@@ -39,7 +39,7 @@ from .models import ModelConfig
 
 __all__ = ["MemoryConfig", "layer_activation_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "maxtext_saved_bytes", "layer_input_bytes",
            "embedding_activation_bytes",
-           "head_activation_bytes", "static_bytes", "in_flight"]
+           "head_activation_bytes", "static_bytes", "in_flight", "moe_dispatch_buffer_bytes", "DEEPEP_CONFIGS"]
 
 
 #: Most bytes per parameter a MemoryConfig field may give (a typo guard; fp64 weights, gradients
@@ -294,3 +294,87 @@ def static_bytes(params_per_chip: float, dp: int, zero: int, mem: MemoryConfig) 
 def in_flight(stage: int, stages: int, microbatches: int, virtual_stages: int = 1) -> float:
     """Stage-equivalents of activations stage ``stage`` (0-based) holds."""
     return float(formulas.inflight(int(stage), int(stages), int(microbatches), int(virtual_stages)))
+
+
+#: DeepEP's (v1, NVSHMEM) normal-kernel configs by expert-parallel group size, dispatch and
+#: combine: (NVLink send, NVLink receive, RDMA send, RDMA receive) chunk tokens, as
+#: ``Buffer.get_dispatch_config`` / ``get_combine_config`` list them (deepseek-ai/DeepEP
+#: ``deep_ep/buffer.py`` at 567632d, 2026-02, the release line Megatron-Core 26.02-26.04 ran).
+DEEPEP_CONFIGS = {
+    2: ((24, 256, 6, 128), (10, 256, 6, 128)), 4: ((6, 256, 6, 128), (9, 256, 6, 128)),
+    8: ((6, 256, 6, 128), (4, 256, 6, 128)), 16: ((36, 288, 20, 128), (4, 288, 12, 128)),
+    24: ((32, 288, 8, 128), (1, 288, 8, 128)), 32: ((32, 288, 8, 128), (1, 288, 8, 128)),
+    48: ((32, 288, 8, 128), (1, 288, 8, 128)), 64: ((32, 288, 8, 128), (1, 288, 8, 128)),
+    96: ((20, 480, 12, 128), (1, 480, 8, 128)), 128: ((20, 560, 12, 128), (1, 560, 8, 128)),
+    144: ((32, 720, 12, 128), (2, 720, 8, 128)), 160: ((28, 720, 12, 128), (2, 720, 8, 128)),
+}
+#: DeepEP's NVLink peers a node (``NUM_MAX_NVL_PEERS``, ``csrc/kernels/configs.cuh``).
+DEEPEP_NVL_PEERS = 8
+
+
+def _deepep_buffer_bytes(hidden: int, ranks: int, sms: int) -> float:
+    """DeepEP's ``Buffer`` as Megatron-Core's ``fused_a2a.get_buffer`` sizes it: the larger of the
+    dispatch and combine configs' ``get_nvl_buffer_size_hint`` plus the larger of their
+    ``get_rdma_buffer_size_hint`` (``csrc/config.hpp``) for ``hidden * 2`` bytes a token
+    (``get_hidden_bytes``: at least 2 bytes an element) over ``ranks``, ``sms / 2`` channels.
+    Each received token slot carries its row, an 8-byte source meta, 128 int64 top-k indices, 128
+    fp32 weights and 128 fp32 scales; an RDMA slot also a 16-byte ``int4``, twice (send and
+    receive).  A group size DeepEP does not list (it asserts) takes the next listed one's config."""
+    key = min((k for k in DEEPEP_CONFIGS if k >= ranks), default=max(DEEPEP_CONFIGS))
+    hb = hidden * 2
+    nvl_ranks = min(ranks, DEEPEP_NVL_PEERS)
+    rdma_ranks = max(ranks // DEEPEP_NVL_PEERS, 1)
+    ch = sms // 2
+    slot = hb + 8 + 128 * 8 + 128 * 4 + 128 * 4
+    nvl = rdma = 0
+    for _nvl_send, nvl_recv, rdma_send, rdma_recv in DEEPEP_CONFIGS[key]:
+        rdma_recv = -(-rdma_recv // rdma_send) * rdma_send                # aligned up to the send chunk
+        n = ch * nvl_ranks * (2 * rdma_ranks + 3) * 4 + ch * nvl_ranks * nvl_recv * slot
+        nvl = max(nvl, -(-n // 128) * 128)
+        if ranks > DEEPEP_NVL_PEERS:
+            r = ch * rdma_ranks * (DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4 + ch * rdma_ranks * rdma_recv * (slot + 16) * 2
+            rdma = max(rdma, -(-r // 128) * 128)
+    return float(nvl + rdma)
+
+
+def _hybridep_buffer_bytes(hidden: int, tokens: int, ranks: int, domain: int, local_experts: int) -> float:
+    """HybridEP's buffers (deepseek-ai/DeepEP branch ``hybrid-ep`` at 94a9f8f, 2026-07), as
+    Megatron-Core's ``init_hybrid_ep_buffer`` sizes them: ``tokens`` a rank at most (the
+    dispatcher's input rows), the group's ``ranks`` in NVLink domains of ``domain`` ranks,
+    ``local_experts`` a rank, bf16 tokens (no FP8 dispatch).  In a domain
+    (``NVLCoordinator``, dispatch and combine sharing memory, ``use_shared_buffer`` True): room
+    for every token of the group at once — ``tokens x ranks`` rows of ``hidden`` bf16 values, their
+    fp32 probabilities over the domain's experts and their fp32 scales a 128-block.  Across
+    domains (``RDMACoordinator``, more than one domain): the dispatch's staging of this rank's
+    tokens (rows, probabilities over all the group's experts, scales) and of the other domains'
+    (rows, probabilities over the domain's experts, scales), and the combine's reduction and
+    group buffers (rows and probabilities, twice).  The flag words are left out (kilobytes)."""
+    r = min(ranks, domain)
+    nodes = max(ranks // r, 1)
+    probs = local_experts * r * 4.0
+    scales = (hidden // 128) * 4.0
+    row = hidden * 2.0
+    out = tokens * ranks * (row + probs + scales)
+    if nodes > 1:
+        out += tokens * (row + local_experts * r * nodes * 4.0 + scales)
+        out += tokens * (nodes - 1) * (row + probs + scales)
+        out += 2.0 * tokens * (nodes - 1) * (row + probs)
+    return float(out)
+
+
+def moe_dispatch_buffer_bytes(backend: str, hidden: int, tokens: int, ranks: int, domain: int,
+                              local_experts: int, sms: int) -> float:
+    """Bytes a rank allocates for Megatron-Core's flex dispatcher's communication buffers, once
+    (every MoE layer shares them): ``backend`` ``"deepep"`` (:func:`_deepep_buffer_bytes`: fixed
+    by the hidden size, the group's ``ranks`` and the kernels' ``sms``) or ``"hybridep"``
+    (:func:`_hybridep_buffer_bytes`: room for all the group's ``tokens`` a rank, ``domain`` ranks
+    a NVLink domain, ``local_experts`` a rank).  The NCCL all-to-all dispatcher allocates none
+    beyond the activations."""
+    from ._validate import choice, positive_int
+    choice("backend", backend, ("deepep", "hybridep"))
+    for name, x in (("hidden", hidden), ("tokens", tokens), ("ranks", ranks), ("domain", domain),
+                    ("local_experts", local_experts), ("sms", sms)):
+        positive_int(name, x)
+    if backend == "deepep":
+        return _deepep_buffer_bytes(int(hidden), int(ranks), int(sms))
+    return _hybridep_buffer_bytes(int(hidden), int(tokens), int(ranks), int(domain), int(local_experts))

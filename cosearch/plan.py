@@ -618,6 +618,30 @@ def _comm_rows(graph_s: np.ndarray, t: int, sp: bool, nets, act_b: np.ndarray, s
     return comm
 
 
+def _dispatch_buffers(c: ModelConfig, eng: Engine, t: int, sp: bool, cp: int, ep: int, tp_split: bool,
+                      mbs: np.ndarray, nets: np.ndarray) -> np.ndarray:
+    """(networks, microbatch sizes): the bytes each rank allocates for the flex dispatcher's
+    buffers (:func:`cosearch.memory.moe_dispatch_buffer_bytes`): its group is the tp x ep ranks
+    where the experts are split over tp (``tp_split``; Megatron-Core's ``tp_ep_group``), else the
+    ep ranks, in NVLink domains of the network's ranks a node; the dispatcher's input is this rank's
+    tokens of a microbatch (its sequence-parallel share under tp)."""
+    ranks = ep * (t if tp_split else 1)
+    out = np.zeros((len(nets), len(mbs)))
+    if ranks <= 1:
+        return out
+    local = max(1, c.num_experts // ep)
+    share = t if sp and t > 1 else 1
+    for i, net in enumerate(nets):
+        cpn = int(net[F.N_CPN]) if net[F.N_CPN] > 0 else ranks
+        _, q = F.group_layout(float(ep), float(t if tp_split else 1), net)
+        sms = moe_comm_sms(eng, q > 1.0)
+        for j, mb in enumerate(mbs):
+            tokens = max(1, int(round(float(mb) * (c.seq_len // cp) / share)))
+            out[i, j] = memory.moe_dispatch_buffer_bytes(eng.moe_flex_backend, c.hidden, tokens, ranks,
+                                                         min(ranks, cpn), local, sms)
+    return out
+
+
 def _ep_overlap_parts(fwd: graph.LayerGraph, bwd: graph.LayerGraph, fwd_s: np.ndarray, bwd_s: np.ndarray,
                       a2a) -> np.ndarray:
     """The nine times :func:`cosearch._kernels.formulas.ep_overlap_pair_s` takes, from a MoE
@@ -1090,6 +1114,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     u[:, :, F.U_LCPB] = F.ring_exposed_grid(2.0 * ring, float(cp), float(t), np.ascontiguousarray(
                         attn_b, dtype=np.float64), nets, idx, grid)
                 u[:, :, _ACT_FIELDS] = mbs[None, :, None] * np.array(per_seq + (host,))[None, None, :]
+                if c.moe and eng.moe_dispatcher == "flex":
+                    u[:, :, F.U_BUF] = _dispatch_buffers(c, eng, t, bool(sp), cp, ep, etp_t is None, mbs,
+                                                         nets)[net_of]
                 # the experts split over ep x etp ranks; formulas.stage_terms reduces their gradients
                 # over the dp / U_EP ranks holding the same ones: U_EP = ep etp / tp
                 u[:, :, F.U_PL] = (layer_all - experts - norms) / t + norms + experts / (etp_n * ep)

@@ -493,3 +493,77 @@ def test_the_cli_sets_the_dispatcher_and_the_overlap(capsys):
     assert main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--nodes", "2", "--from-megatron-args",
                  line, "--moe-dispatcher", "alltoall"]) == 2
     assert "contradicts" in capsys.readouterr().err
+
+
+def test_flex_dispatch_buffers_by_hand():
+    """The bytes a rank allocates for the flex dispatcher's buffers, counted by hand from DeepEP's
+    ``get_nvl_buffer_size_hint`` / ``get_rdma_buffer_size_hint`` and HybridEP's allocations
+    (hidden 4,096, 20 DeepEP SMs: 10 channels; a token slot 8,192 B of row + 8 of source meta +
+    128 x (8 + 4 + 4) of top-k indices, weights and scales = 10,248 B):
+
+    * DeepEP, 8 ranks (dispatch and combine both 256 NVLink slots): 10 x 8 x 5 x 4 + 10 x 8 x 256
+      x 10,248 = 209,880,640, rounded up to 128 B: 209,880,704; no RDMA part.
+    * DeepEP, 16 ranks (2 RDMA ranks; 288 NVLink slots; RDMA receive chunks 128 aligned up to the
+      dispatch's 20-token sends: 140): NVLink 10 x 8 x 7 x 4 + 10 x 8 x 288 x 10,248 = 236,116,160 ->
+      236,116,224; RDMA 10 x 2 x 18 x 2 x 4 + 10 x 2 x 140 x 10,264 x 2 = 57,481,280 -> 57,481,344.
+    * HybridEP, 2,048 tokens a rank, 16 ranks in 2 domains of 8, 4 experts a rank: in the domain
+      room for 2,048 x 16 tokens of 8,192 B + 4 x 8 fp32 probabilities + 32 fp32 scales (8,448 B):
+      276,824,064; across domains the dispatch's own tokens (8,192 + 4 x 16 x 4 + 128 B) and the
+      other domain's (8,448 B), 2,048 each, and the combine's two buffers of 2,048 x (8,192 + 128):
+      17,563,648 + 17,301,504 + 34,078,720."""
+    from cosearch import memory
+    assert memory.moe_dispatch_buffer_bytes("deepep", 4096, 2048, 8, 8, 4, 20) == 209_880_704
+    assert memory.moe_dispatch_buffer_bytes("deepep", 4096, 2048, 16, 8, 4, 20) == 236_116_224 + 57_481_344
+    assert memory.moe_dispatch_buffer_bytes("hybridep", 4096, 2048, 16, 8, 4, 24) == \
+        276_824_064 + 17_563_648 + 17_301_504 + 34_078_720
+    # one domain: no cross-domain staging
+    assert memory.moe_dispatch_buffer_bytes("hybridep", 4096, 2048, 8, 8, 4, 24) == 2048 * 8 * (8192 + 128 + 128)
+    for bad in (("nccl", 4096, 1, 8, 8, 4, 20), ("deepep", 0, 1, 8, 8, 4, 20), ("hybridep", 4096, 1.5, 8, 8, 4, 20)):
+        with pytest.raises(ValueError):
+            memory.moe_dispatch_buffer_bytes(*bad)
+
+
+def test_a_plan_keeps_its_dispatch_buffers():
+    """A plan's memory is its dispatcher's buffers more under the flex dispatcher than under NCCL's
+    (tp 1: the same activations and weights): HybridEP's for one 4,096-token Mixtral sequence a
+    rank over ep 8 in one 8-GPU node, DeepEP's for the same group; the step time does not change
+    with the backend (both at HybridEP's measured rates) unless the SMs it holds do."""
+    from cosearch import memory
+    m = models_preset("mixtral-8x7b").with_(num_layers=4)
+    cl = cluster.preset("dgx-h100", 1)
+    spec = PlanSpec(8, 1, 1, 1, zero=1, flash_attention=True, expert_parallel=8)
+    core = engine.preset("megatron-core")
+    base = max(evaluate(m, "H100", cl, spec, 16, engine=core).memory_per_chip_bytes)
+    for backend, sms in (("hybridep", engine.FLEX_SMS_NVLINK), ("deepep", engine.FLEX_SMS_DEEPEP)):
+        e = engine.with_moe_dispatch(core, "flex", backend=backend)
+        assert engine.moe_comm_sms(e, False) == sms
+        got = max(evaluate(m, "H100", cl, spec, 16, engine=e).memory_per_chip_bytes)
+        want = memory.moe_dispatch_buffer_bytes(backend, 4096, 4096, 8, 8, 1, sms)
+        assert got - base == pytest.approx(want, rel=1e-9)
+    assert memory.moe_dispatch_buffer_bytes("hybridep", 4096, 4096, 8, 8, 1, 24) == 4096 * 8 * (8192 + 32 + 128)
+    with pytest.raises(ValueError, match="moe_flex_backend"):
+        engine.Engine(moe_flex_backend="nccl")
+
+
+def test_the_readers_name_the_flex_backend():
+    """A Megatron line that runs the flex dispatcher without naming a backend runs DeepEP
+    (Megatron-Core's ``moe_flex_dispatcher_backend`` default), said in its assumptions; a named
+    backend is kept; a validation row's backend comes from its config or notes."""
+    from cosearch.runs.megatron import parse_megatron_args
+    m = models_preset("qwen3-30b-a3b")
+    base = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 8 "
+            "--micro-batch-size 1 --global-batch-size 64 --moe-token-dispatcher-type flex --bf16")
+    mp = parse_megatron_args(base, m, 8)
+    assert mp.engine.moe_flex_backend == "deepep" and any("DeepEP, Megatron-Core's default" in a for a in mp.assumed)
+    mp = parse_megatron_args(base + " --moe-flex-dispatcher-backend hybridep", m, 8)
+    assert mp.engine.moe_flex_backend == "hybridep"
+    from cosearch.runs.rows import describe_row
+    row = {"id": "t", "src": "x", "model": "Tiny", "arch": "MoE", "software": "Megatron-Bridge / NeMo 26.04 container",
+           "accel": "H100-SXM-80GB", "gpus_per_node": 8, "n_gpus": 16, "layers": 4, "hidden": 256, "heads": 8,
+           "kv_heads": 2, "ffn": None, "moe_ffn": 128, "num_experts": 8, "experts_per_token": 2,
+           "shared_experts": 0, "moe_layers": "all", "vocab": 1000, "seq": 64, "gbs": 64, "mbs": 2, "tp": 1,
+           "pp": 1, "cp": 1, "ep": 8, "dp": 16, "precision": "BF16", "recompute": "none", "zero": 1,
+           "tok_s_gpu": 1000.0, "complete": True}
+    for backend in ("deepep", "hybridep"):
+        d = describe_row(dict(row, notes=f"moe dispatcher backend={backend}; token-dropless"))
+        assert (d.engine.moe_dispatcher, d.engine.moe_flex_backend) == ("flex", backend)

@@ -76,11 +76,12 @@ UNIT_FIELDS = (
     "layer_cp_fwd_s", "layer_cp_bwd_s", "layer_expert_params", "expert_parallel",
     "mtp_layers", "mtp_head_time", "mtp_head_act", "mtp_params", "layer_ep_overlap_save_s",
     "layer_tp_overlap_extra_fwd_s", "layer_tp_overlap_extra_bwd_s", "act_host_bytes", "layer_tp_overlap_save_s",
+    "moe_buffer_bytes",
 )
 (U_LF, U_LB, U_LATT, U_LTPF, U_LTPB, U_EF, U_EB, U_ETPF, U_ETPB, U_HF, U_HB, U_HTPF, U_HTPB,
  U_ACT_NONE, U_ACT_SEL, U_ACT_IN, U_EACT, U_HACT, U_P2P_BYTES, U_P2P_GATHER,
  U_PL, U_PE, U_PH, U_PTIED, U_PL_FULL, U_LCPF, U_LCPB, U_PLX, U_EP,
- U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO, U_TPXF, U_TPXB, U_ACT_HOST, U_TPOS) = range(len(UNIT_FIELDS))
+ U_MTP, U_MTPT, U_MTPA, U_PMTP, U_EPO, U_TPXF, U_TPXB, U_ACT_HOST, U_TPOS, U_BUF) = range(len(UNIT_FIELDS))
 NU = len(UNIT_FIELDS)
 
 #: chip / training-numerics constants, one row
@@ -851,6 +852,9 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
         mem += u[U_ACT_NONE]
+    # an MoE dispatcher's communication buffers (the flex backends'), once a rank with layers
+    if n > 0:
+        mem += u[U_BUF]
     # ZeRO-3's working buffers: two layers' gathered weights — of the parts that are sharded, the
     # dense ones over zg, the experts over their dp / ep ranks (unsharded experts stay resident)
     if zero == 3 and zg > 1.0:

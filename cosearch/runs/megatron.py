@@ -112,6 +112,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 
 from ..engine import (
+    FLEX_SMS_DEEPEP,
     MEGATRON_CORE,
     Engine,
     graph_elementwise,
@@ -330,18 +331,23 @@ def _split(text: str) -> tuple[dict[str, str], set[str], list[str]]:
     return vals, flags, neutral
 
 
-def _moe_dispatch(vals: dict[str, str], flags: set[str], ep: int, assumed: list[str]) -> tuple[str, bool]:
+def _moe_dispatch(vals: dict[str, str], flags: set[str], ep: int, assumed: list[str]) -> tuple[str, bool, str]:
     """Megatron-Core's dispatch switches: ``--moe-token-dispatcher-type`` (``alltoall``; ``flex``,
-    whose DeepEP and HybridEP backends cosearch prices alike; ``allgather``, Megatron's default,
-    priced as the all-to-all, said in ``assumed``), ``--moe-enable-deepep`` (the deprecated spelling
-    of the flex DeepEP backend) and ``--overlap-moe-expert-parallel-comm``."""
-    flex, _ = _flex_dispatcher(vals, flags)
+    whose DeepEP and HybridEP backends move tokens at the same measured rates here, and differ in
+    their SMs and buffers; ``allgather``, Megatron's default, priced as the all-to-all, said in
+    ``assumed``), its backend (``--moe-flex-dispatcher-backend``; DeepEP, Megatron-Core's default,
+    where a flex line names none), ``--moe-enable-deepep`` (the deprecated spelling of the flex
+    DeepEP backend) and ``--overlap-moe-expert-parallel-comm``: (dispatcher, overlap, backend)."""
+    flex, backend = _flex_dispatcher(vals, flags)
     overlap = "--overlap-moe-expert-parallel-comm" in flags
     if ep > 1 and not flex and vals.get("--moe-token-dispatcher-type") in (None, "allgather"):
         assumed.append("MoE token dispatcher allgather (Megatron-Core's default) priced as the all-to-all one")
     if overlap and ep <= 1:
         raise ValueError("--overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1")
-    return ("flex" if flex else "alltoall"), overlap
+    if flex and backend is None:
+        backend = "deepep"
+        assumed.append("--moe-flex-dispatcher-backend not given: DeepEP, Megatron-Core's default")
+    return ("flex" if flex else "alltoall"), overlap, backend or "hybridep"
 
 
 def _flex_dispatcher(vals: dict[str, str], flags: set[str]) -> tuple[bool, str | None]:
@@ -362,7 +368,7 @@ def _flex_dispatcher(vals: dict[str, str], flags: set[str]) -> tuple[bool, str |
 
 #: SMs DeepEP's kernels hold when the line does not set them: DeepEP's own ``Buffer`` default,
 #: 20, which Megatron-Core also passed as ``moe_deepep_num_sms`` before it unified the knobs.
-DEEPEP_DEFAULT_SMS = 20
+DEEPEP_DEFAULT_SMS = FLEX_SMS_DEEPEP
 #: HybridEP's SMs that Megatron-Core passed by default before 2026-07
 #: (``TransformerConfig.moe_hybridep_num_sms: int = 16``); since then (commit 2d7060f44f,
 #: ``moe_flex_dispatcher_num_sms`` None) each backend takes its own default, HybridEP's 24 in one
@@ -466,6 +472,8 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     if "--moe-flex-dispatcher-num-sms" in vals and not flex:
         raise ValueError("--moe-flex-dispatcher-num-sms sets the flex dispatcher's SMs: the line does not run it "
                          "(--moe-token-dispatcher-type flex)")
+    if flex and backend is None:
+        backend = "deepep"          # Megatron-Core's default backend
     if flex and backend in ("hybridep", "deepep") and moe:
         # Megatron-Core: the unified knob first, then the backend's deprecated one
         flag = next((f for f in ("--moe-flex-dispatcher-num-sms", f"--moe-{backend}-num-sms") if f in vals), None)
@@ -990,7 +998,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
         engine = replace(engine, name=engine.name + "-fp32-grad-reduce", grad_reduce_bytes=4.0)
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
-    engine = with_moe_dispatch(engine, *_moe_dispatch(vals, flags, ep, assumed), sms)
+    dispatcher, overlap, backend = _moe_dispatch(vals, flags, ep, assumed)
+    engine = with_moe_dispatch(engine, dispatcher, overlap, sms, backend)
     assumed += eager_pass_notes(engine, model)
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
