@@ -428,6 +428,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="an MoE model's token dispatcher: alltoall (Megatron-Core's NCCL all-to-alls), flex "
                         "(its DeepEP / HybridEP backends) or gather-tokens (MaxText and torchtitan: the tokens "
                         "gathered over tp before routing) (omit: the engine's)")
+    p.add_argument("--moe-flex-backend", choices=["hybridep", "deepep"], default=None,
+                   help="the flex dispatcher's backend (Megatron's --moe-flex-dispatcher-backend): the SMs it holds "
+                        "and the buffers each rank allocates (omit: the engine's, hybridep)")
     p.add_argument("--moe-a2a-overlap", action="store_true",
                    help="Megatron-Core's --overlap-moe-expert-parallel-comm: each microbatch's dispatch and combine "
                         "beside another's compute (needs --ep > 1, no full recompute, and virtual stages under "
@@ -727,10 +730,12 @@ def _run_plan(a) -> int:
         for note in assumed:
             print(f"assumed: {note}", file=sys.stderr)
     a.engine = engine_preset(a.engine or "megatron-lm")
-    if a.moe_dispatcher is not None or a.moe_a2a_overlap:
+    if a.moe_dispatcher is not None or a.moe_a2a_overlap or a.moe_flex_backend is not None:
         from .engine import with_moe_dispatch
         if not model.moe:
-            raise ValueError(f"--moe-dispatcher / --moe-a2a-overlap: {model.name} has no experts")
+            raise ValueError(f"--moe-dispatcher / --moe-flex-backend / --moe-a2a-overlap: {model.name} has no experts")
+        if a.moe_flex_backend is not None and (a.moe_dispatcher or a.engine.moe_dispatcher) != "flex":
+            raise ValueError("--moe-flex-backend names a backend of the flex dispatcher: add --moe-dispatcher flex")
         read = a.from_megatron_args is not None or bool(a.from_files)
         if read and a.moe_dispatcher not in (None, a.engine.moe_dispatcher):
             if a.engine.moe_dispatcher == "flex":      # only a run that names its backend has it
@@ -739,7 +744,8 @@ def _run_plan(a) -> int:
             print(f"cosearch: --moe-dispatcher {a.moe_dispatcher} replaces the run's {a.engine.moe_dispatcher} "
                   "(its files name no other)", file=sys.stderr)
         a.engine = with_moe_dispatch(a.engine, a.moe_dispatcher or a.engine.moe_dispatcher,
-                                     a.moe_a2a_overlap or a.engine.overlap_moe_a2a, a.engine.moe_comm_sms)
+                                     a.moe_a2a_overlap or a.engine.overlap_moe_a2a, a.engine.moe_comm_sms,
+                                     a.moe_flex_backend)
     if a.op_fuser:
         from .engine import with_op_fuser
         if a.engine.expert_elementwise == "fused":

@@ -480,6 +480,8 @@ def test_the_cli_sets_the_dispatcher_and_the_overlap(capsys):
             "--tp", "1", "--pp", "1", "--mb", "1", "--ep", "16", "--zero", "1", "--flash", "--recompute", "none",
             "--engine", "megatron-core", "--json"]
     for extra, eng in (([], core), (["--moe-dispatcher", "flex"], engine.with_moe_dispatch(core, "flex")),
+                       (["--moe-dispatcher", "flex", "--moe-flex-backend", "deepep"],
+                        engine.with_moe_dispatch(core, "flex", backend="deepep")),
                        (["--moe-a2a-overlap"], engine.with_moe_dispatch(core, "alltoall", True))):
         assert main(args + extra) == 0
         got = json.loads(capsys.readouterr().out)["plans"][0]["step_time_s"]
@@ -487,6 +489,8 @@ def test_the_cli_sets_the_dispatcher_and_the_overlap(capsys):
     assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--batch", "64",
                  "--moe-dispatcher", "flex"]) == 2
     assert "has no experts" in capsys.readouterr().err
+    assert main(args + ["--moe-flex-backend", "deepep"]) == 2
+    assert "add --moe-dispatcher flex" in capsys.readouterr().err
     line = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 16 "
             "--micro-batch-size 1 --global-batch-size 64 --moe-token-dispatcher-type flex "
             "--moe-flex-dispatcher-backend hybridep --use-distributed-optimizer --bf16")
