@@ -183,9 +183,11 @@ same.
 * ``moe_flex_backend`` — the flex dispatcher's backend (Megatron-Core's
   ``moe_flex_dispatcher_backend``, :data:`FLEX_BACKENDS`): ``"hybridep"`` (the default here: the
   flex rates are HybridEP's) or ``"deepep"`` (Megatron-Core's own default, which its readers set
-  where a run names no backend).  Both move tokens at the same measured rates; they differ in the
-  SMs they hold by default (:func:`moe_comm_sms`) and in the communication buffers each rank
-  allocates (:func:`cosearch.memory.moe_dispatch_buffer_bytes`).
+  where a run names no backend).  They move tokens over NVLink at their own measured rates
+  (:data:`cosearch._kernels.formulas.FLEX_NVLINK_SHARE`, ``FLEX_DEEPEP_NVLINK_SHARE``: the same
+  benchmark of both), over RDMA at the same one, hold their own SMs by default
+  (:func:`moe_comm_sms`) and allocate their own communication buffers
+  (:func:`cosearch.memory.moe_dispatch_buffer_bytes`).
 * ``overlap_moe_a2a`` — Megatron-Core's ``overlap_moe_expert_parallel_comm``: the combined
   1F1B schedule runs one microbatch's forward beside another's backward, layer by layer, so each
   one's dispatch and combine hide behind the other's compute

@@ -484,10 +484,28 @@ def _collective_s(kind: str, nbytes: float, tp: int, net: np.ndarray, ep: int = 
     """One collective of ``nbytes``: a tensor-parallel one over the tp adjacent ranks, an MoE
     all-to-all over the ep expert-parallel ranks ``ep_stride`` apart (tp; 1 under expert tensor
     parallelism 1, where every tp rank is an expert-parallel rank) — by NCCL, or with ``route``
-    = (top-k, experts) by the ``flex`` dispatcher (:func:`cosearch._kernels.formulas.collective_s`)."""
-    k, experts = route if route is not None else (0.0, 0.0)
+    = (top-k, experts[, NVLink share]) by the ``flex`` dispatcher
+    (:func:`cosearch._kernels.formulas.collective_s`; the share: :func:`flex_route`)."""
+    k, experts, share = _route_parts(route)
     return F.collective_s(_KIND_CODE[kind], float(nbytes), float(tp), net, float(ep),
-                          float(tp if ep_stride is None else ep_stride), float(k), float(experts))
+                          float(tp if ep_stride is None else ep_stride), float(k), float(experts), share)
+
+
+def _route_parts(route: tuple | None) -> tuple[float, float, float]:
+    if route is None:
+        return 0.0, 0.0, F.FLEX_NVLINK_SHARE
+    return float(route[0]), float(route[1]), float(route[2]) if len(route) > 2 else F.FLEX_NVLINK_SHARE
+
+
+def flex_route(model: ModelConfig, engine: Engine) -> tuple | None:
+    """How an MoE model's all-to-alls are priced under ``engine``: None (NCCL's) or the flex
+    dispatcher's (top-k, experts, NVLink share of its backend: HybridEP's
+    :data:`~cosearch._kernels.formulas.FLEX_NVLINK_SHARE` or DeepEP's
+    :data:`~cosearch._kernels.formulas.FLEX_DEEPEP_NVLINK_SHARE`)."""
+    if not model.moe or engine.moe_dispatcher != "flex":
+        return None
+    share = F.FLEX_DEEPEP_NVLINK_SHARE if engine.moe_flex_backend == "deepep" else F.FLEX_NVLINK_SHARE
+    return (model.experts_per_token, model.num_experts, share)
 
 
 def _op_bytes(op: graph.Op, scale: float) -> float:
@@ -594,10 +612,10 @@ def _cell_collectives(lay: _CellLayout, scales: np.ndarray, t: int, nets: np.nda
                       ep_stride: int | None, route: tuple | None) -> np.ndarray:
     """Every collective of a cell's graphs in seconds, (networks, ``scales``, collectives):
     :func:`_collective_s` of each at each token scale in one kernel call."""
-    k, experts = route if route is not None else (0.0, 0.0)
+    k, experts, share = _route_parts(route)
     out = np.empty((len(nets), len(scales), len(lay.kinds)))
     return F.collectives_grid(lay.kinds, lay.nbytes, lay.grows, scales, float(t), nets, float(ep),
-                              float(t if ep_stride is None else ep_stride), float(k), float(experts), out)
+                              float(t if ep_stride is None else ep_stride), float(k), float(experts), out, share)
 
 
 def _comm_rows(graph_s: np.ndarray, t: int, sp: bool, nets, act_b: np.ndarray, scatter_gather: bool) -> np.ndarray:
@@ -928,7 +946,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # local expert a whole number of tokens (then every size does), else built at every size.
     affine_sum = time_model == "sum"
     experts, layer_all, norm1 = c.expert_layer_params(), c.layer_params(), c.norm_params()
-    route = (c.experts_per_token, c.num_experts) if c.moe and eng.moe_dispatcher == "flex" else None
+    route = flex_route(c, eng)
     overlap = c.moe and ep > 1 and eng.overlap_moe_a2a
     mb_all = np.asarray(list(microbatches), dtype=np.float64)
     nb = len(mb_all)

@@ -571,3 +571,24 @@ def test_the_readers_name_the_flex_backend():
     for backend in ("deepep", "hybridep"):
         d = describe_row(dict(row, notes=f"moe dispatcher backend={backend}; token-dropless"))
         assert (d.engine.moe_dispatcher, d.engine.moe_flex_backend) == ("flex", backend)
+
+
+def test_deepep_moves_tokens_at_its_own_measured_nvlink_rate():
+    """DeepEP's NVLink share from the HybridEP document's own DeepEP table (GB200, Torch API, BF16
+    dispatch and combine at 16 and 32 SMs over 8, 16 and 24 ranks), the way HybridEP's is derived:
+    their mean over 900 GB/s, over the 0.80 achievable fraction; a flex dispatch inside one node
+    takes the backend's share, and a plan's all-to-all seconds follow (RDMA at the same rate)."""
+    table = [362.01, 310.21, 615.78, 519.57, 328.80, 278.34, 520.76, 442.51, 324.64, 126.53, 502.84, 207.10]
+    assert F.FLEX_DEEPEP_NVLINK_SHARE == pytest.approx(sum(table) / len(table) / 900.0 / 0.80, abs=1e-3)
+    net = np.array([8.0, 400e9, 50e9, 2e-6, 5e-6, 0.0])
+    tokens, ranks = 0.5e6, 8 * (1 - (14 * 13) / (16 * 15))
+    for share in (F.FLEX_NVLINK_SHARE, F.FLEX_DEEPEP_NVLINK_SHARE):
+        want = tokens * ranks / (share * 400e9) + 2e-6
+        assert F.flex_alltoall_s(1e6, 8.0, 1.0, net, 2.0, 16.0, share) == pytest.approx(want, rel=1e-12)
+    m = models_preset("mixtral-8x7b").with_(num_layers=4)
+    cl = cluster.preset("dgx-h100", 1)
+    spec = PlanSpec(8, 1, 1, 1, zero=1, flash_attention=True, expert_parallel=8)
+    core = engine.preset("megatron-core")
+    comm = {b: evaluate(m, "H100", cl, spec, 16, engine=engine.with_moe_dispatch(core, "flex", backend=b))
+            .breakdown["tp_comm_s"] for b in ("hybridep", "deepep")}
+    assert comm["deepep"] > comm["hybridep"] > 0.0

@@ -334,6 +334,13 @@ FLEX_NVLINK_SHARE = 0.68
 #: combine at 8 and 16 SMs over 16-64 ranks: 41-58 GB/s, mean 49.7 GB/s of bytes sent over
 #: RDMA (a token once per remote node) = 0.99 of a 400 Gb/s NIC; 0.99 / 0.90 = 1.10.
 FLEX_RDMA_SHARE = 1.10
+#: DeepEP's achieved NVLink rate, the same way from the same benchmark of the same document
+#: (its GB200 table of DeepEP, "Torch API" BF16 dispatch and combine at 16 and 32 SMs over 8-24
+#: ranks, 4096 tokens x 7168 hidden, top-8): 126.5-615.8 GB/s, mean 378.3 GB/s = 0.42 of 900 GB/s;
+#: 0.42 / 0.80 = 0.525.  (B200, 8 ranks, the same SMs: 302-619 GB/s, mean 448 GB/s, 0.50.)  Its
+#: RDMA rate is taken as HybridEP's: DeepEP's own internode figures (``docs/legacy.md``, H800 with
+#: 400 Gb/s CX7, 16-64 ranks: 43-58 GB/s, mean 50.3) are the same 1.0 of the NIC.
+FLEX_DEEPEP_NVLINK_SHARE = 0.525
 
 
 @njit(cache=True)
@@ -354,7 +361,7 @@ def expert_group_hit(experts, group, k):
 
 
 @njit(cache=True)
-def flex_alltoall_s(copies_bytes, n, stride, net, k, experts):
+def flex_alltoall_s(copies_bytes, n, stride, net, k, experts, nvl_share=FLEX_NVLINK_SHARE):
     """Dispatch (or combine) over ``n`` expert-parallel ranks ``stride`` apart by DeepEP /
     HybridEP (Megatron-Core's ``flex`` dispatcher), each rank holding ``copies_bytes`` of routed
     copies (``k`` per token) of ``experts / n`` experts each.  Each token goes once to every
@@ -362,7 +369,8 @@ def flex_alltoall_s(copies_bytes, n, stride, net, k, experts):
     included), and between nodes once to every other node that does (``q - 1`` times the hit of
     ``experts / q`` experts), forwarded over NVLink inside the node; the NVLink and RDMA parts
     run pipelined, at HybridEP's measured rates (:data:`FLEX_NVLINK_SHARE`,
-    :data:`FLEX_RDMA_SHARE`).  A group with one rank per node has no NVLink part.  Ranks
+    :data:`FLEX_RDMA_SHARE`; DeepEP's NVLink one: ``nvl_share`` :data:`FLEX_DEEPEP_NVLINK_SHARE`).
+    A group with one rank per node has no NVLink part.  Ranks
     ``stride`` > 1 apart are those of expert tensor parallelism over the ``stride`` tensor-parallel
     ranks between them: Megatron-Core's flex dispatcher runs one group over all ``stride x n``
     ranks and sends the token to each of them that splits a hit expert ("the routing_map is
@@ -376,7 +384,7 @@ def flex_alltoall_s(copies_bytes, n, stride, net, k, experts):
     t = 0.0
     if kn * reps > 1.0:
         t = token * n * reps * expert_group_hit(experts, experts / n, k) / (
-            FLEX_NVLINK_SHARE * _intra_bw(kn * reps, net)) + net[N_LATI]
+            nvl_share * _intra_bw(kn * reps, net)) + net[N_LATI]
     if q > 1.0:
         r = token * (q - 1.0) * expert_group_hit(experts, experts / q, k) / (FLEX_RDMA_SHARE * net[N_BWE]) \
             + net[N_LATE]
@@ -391,22 +399,24 @@ COLL_ALLREDUCE, COLL_ALLGATHER, COLL_ALLTOALL = 0, 1, 2
 
 
 @njit(cache=True)
-def collective_s(kind, nbytes, tp, net, ep, stride, k, experts):
+def collective_s(kind, nbytes, tp, net, ep, stride, k, experts, nvl_share=FLEX_NVLINK_SHARE):
     """One collective of ``nbytes`` (``kind``: ``COLL_*``): a tensor-parallel all-reduce or
     all-gather over the ``tp`` adjacent ranks, or an MoE all-to-all over the ``ep``
     expert-parallel ranks ``stride`` apart, by NCCL (:func:`alltoall_s`) or, with ``k > 0``
-    (top-k of ``experts``), by the ``flex`` dispatcher (:func:`flex_alltoall_s`)."""
+    (top-k of ``experts``), by the ``flex`` dispatcher (:func:`flex_alltoall_s` at its backend's
+    ``nvl_share``)."""
     if kind == COLL_ALLREDUCE:
         return allreduce_s(nbytes, tp, 1.0, net)
     if kind == COLL_ALLTOALL:
         if k > 0.0:
-            return flex_alltoall_s(nbytes, ep, stride, net, k, experts)
+            return flex_alltoall_s(nbytes, ep, stride, net, k, experts, nvl_share)
         return alltoall_s(nbytes, ep, stride, net)
     return allgather_s(nbytes, tp, 1.0, net)
 
 
 @njit(cache=True)
-def collectives_grid(kinds, nbytes, grows, scales, tp, nets, ep, stride, k, experts, out):
+def collectives_grid(kinds, nbytes, grows, scales, tp, nets, ep, stride, k, experts, out,
+                     nvl_share=FLEX_NVLINK_SHARE):
     """:func:`collective_s` of every collective ``c`` (``kinds[c]``, ``nbytes[c]``) on every
     network row ``nets[i]`` at every token scale ``scales[j]`` (the bytes of those that
     ``grows[c]`` with the tokens times it): ``out[i, j, c]`` (one call for a plan-search cell's
@@ -415,7 +425,7 @@ def collectives_grid(kinds, nbytes, grows, scales, tp, nets, ep, stride, k, expe
         for j in range(scales.shape[0]):
             for c in range(kinds.shape[0]):
                 b = nbytes[c] * scales[j] if grows[c] else nbytes[c]
-                out[i, j, c] = collective_s(kinds[c], b, tp, nets[i], ep, stride, k, experts)
+                out[i, j, c] = collective_s(kinds[c], b, tp, nets[i], ep, stride, k, experts, nvl_share)
     return out
 
 
