@@ -299,7 +299,8 @@ def in_flight(stage: int, stages: int, microbatches: int, virtual_stages: int = 
 #: DeepEP's (v1, NVSHMEM) normal-kernel configs by expert-parallel group size, dispatch and
 #: combine: (NVLink send, NVLink receive, RDMA send, RDMA receive) chunk tokens, as
 #: ``Buffer.get_dispatch_config`` / ``get_combine_config`` list them (deepseek-ai/DeepEP
-#: ``deep_ep/buffer.py`` at 567632d, 2026-02, the release line Megatron-Core 26.02-26.04 ran).
+#: ``deep_ep/buffer.py`` at 567632d, 2026-02: the NVSHMEM-based ``Buffer`` API that Megatron-Core's
+#: ``fused_a2a`` calls; DeepEP's later v2 is another API).
 DEEPEP_CONFIGS = {
     2: ((24, 256, 6, 128), (10, 256, 6, 128)), 4: ((6, 256, 6, 128), (9, 256, 6, 128)),
     8: ((6, 256, 6, 128), (4, 256, 6, 128)), 16: ((36, 288, 20, 128), (4, 288, 12, 128)),
@@ -371,7 +372,8 @@ def moe_dispatch_buffer_bytes(backend: str, hidden: int, tokens: int, ranks: int
     a NVLink domain, ``local_experts`` a rank).  The NCCL all-to-all dispatcher allocates none
     beyond the activations."""
     from ._validate import choice, positive_int
-    choice("backend", backend, ("deepep", "hybridep"))
+    from .engine import FLEX_BACKENDS
+    choice("backend", backend, FLEX_BACKENDS)
     for name, x in (("hidden", hidden), ("tokens", tokens), ("ranks", ranks), ("domain", domain),
                     ("local_experts", local_experts), ("sms", sms)):
         positive_int(name, x)
