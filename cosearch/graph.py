@@ -702,7 +702,9 @@ def _check_dispatcher(name) -> None:
 def moe_regroup_bytes(dt: int) -> dict[str, tuple[float, float, float, float]]:
     """Bytes per element (forward read, forward written, backward read, backward written) of the
     two passes by which an all-to-all dispatch regroups a rank's received tokens
-    (:func:`build`'s ``moe_dispatcher`` ``"alltoall"``, ``ep > 1``, more than one local expert):
+    (:func:`build`'s ``moe_dispatcher`` ``"alltoall"`` or ``"gather-tokens"``, copies received from
+    more than one rank — ep > 1, or gathered over the tp ranks that split the experts — and more
+    than one local expert; Megatron-Core also sorts an identity order at ep 1 and tp 1, not priced):
     the copies arrive from each source rank in expert order, ``[source rank, local expert]``, and
     the grouped GEMMs want them by local expert, ``[local expert, source rank]``.  Megatron-Core's
     ``MoEAlltoAllTokenDispatcher`` sorts them in ``dispatch_postprocess`` ("Permutation 2: Sort
