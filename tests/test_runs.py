@@ -453,3 +453,40 @@ def test_a_csvs_op_fuser_column_fuses_the_experts_bias_and_clamp(tmp_path):
     assert "op-fuser" in by_id["fused"].plan and "op-fuser" not in by_id["eager"].plan
     assert by_id["fused"].predicted_tok_s_per_chip > by_id["eager"].predicted_tok_s_per_chip
     assert "op_fuser 'yes' is not 0/1" in dict(res.refused)["bad"]
+
+
+def test_a_csvs_moe_dispatch_columns(tmp_path):
+    """An MoE run's dispatch from a CSV: ``moe_dispatcher``, ``moe_flex_backend``,
+    ``moe_a2a_overlap`` and ``etp`` price the run as ``evaluate()`` does with that engine and plan;
+    a backend without the flex dispatcher, a dispatcher on a dense model and a bad ``etp`` are
+    refused by name."""
+    from cosearch import cluster, engine
+    from cosearch.models import preset
+    from cosearch.plan import PlanSpec, evaluate
+    header = ("id,group,model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip,ep,zero,sp,moe_dispatcher,"
+              "moe_flex_backend,moe_a2a_overlap,etp")
+    p = _csv(tmp_path, ["nccl,g,qwen3-30b-a3b,dgx-h100,16,1,1,1,64,5000,16,1,0,,,0,",
+                        "deepep,g,qwen3-30b-a3b,dgx-h100,16,1,1,1,64,5000,16,1,0,flex,deepep,0,",
+                        "hybridep-overlap,g,qwen3-30b-a3b,dgx-h100,16,1,1,1,64,5000,16,1,0,flex,hybridep,1,",
+                        "etp1,g,qwen3-30b-a3b,dgx-h100,16,2,1,1,64,5000,16,1,1,,,0,1",
+                        "nobackend,g,qwen3-30b-a3b,dgx-h100,16,1,1,1,64,5000,16,1,0,,deepep,0,",
+                        "dense,g,llama3-8b,dgx-h100,16,1,1,1,64,5000,1,1,0,flex,,0,",
+                        "badetp,g,qwen3-30b-a3b,dgx-h100,16,2,1,1,64,5000,16,1,1,,,0,2"], header)
+    res = check_runs(p)
+    by_id = {r.id: r for r in res.runs}
+    m, cl = preset("qwen3-30b-a3b"), cluster.preset("dgx-h100", 2)
+    core = engine.preset("megatron-core")
+    for rid, spec, eng in (
+            ("nccl", PlanSpec(16, 1, 1, 1, zero=1, flash_attention=True, expert_parallel=16), core),
+            ("deepep", PlanSpec(16, 1, 1, 1, zero=1, flash_attention=True, expert_parallel=16),
+             engine.with_moe_dispatch(core, "flex", backend="deepep")),
+            ("hybridep-overlap", PlanSpec(16, 1, 1, 1, zero=1, flash_attention=True, expert_parallel=16),
+             engine.with_moe_dispatch(core, "flex", True, backend="hybridep")),
+            ("etp1", PlanSpec(8, 2, 1, 1, zero=1, flash_attention=True, sequence_parallel=True, expert_parallel=16,
+                              expert_tensor_parallel=1), core)):
+        want = evaluate(m, "H100", cl, spec, 64, engine=eng).tokens_per_s / 16
+        assert by_id[rid].predicted_tok_s_per_chip == pytest.approx(want, rel=1e-9)
+    why = dict(res.refused)
+    assert "give moe_dispatcher flex" in why["nobackend"]
+    assert "has no experts" in why["dense"]
+    assert "etp '2'" in why["badetp"]

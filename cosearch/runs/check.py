@@ -18,7 +18,11 @@ Two input formats:
   ``transformer_engine`` / ``local`` / ``per_module``, or ``none``; :data:`CSV_CUDA_GRAPHS`),
   ``op_fuser`` (0/1, default 0: the experts through Transformer Engine's op fuser,
   ``--use-transformer-engine-op-fuser``, so a model's expert bias and clamped activation run fused,
-  :func:`cosearch.engine.with_op_fuser`; without it Megatron-Core runs them as eager passes).
+  :func:`cosearch.engine.with_op_fuser`; without it Megatron-Core runs them as eager passes);
+  for MoE runs ``etp`` (``tp``, the default, or ``1``: expert tensor parallelism), ``moe_dispatcher``
+  (``alltoall``, ``flex`` or ``gather-tokens``; default the engine's,
+  :attr:`cosearch.engine.Engine.moe_dispatcher`), ``moe_flex_backend`` (``hybridep`` or
+  ``deepep``, with ``flex``) and ``moe_a2a_overlap`` (0/1: ``--overlap-moe-expert-parallel-comm``).
   Unknown columns are refused by name.
 
 Rows cosearch cannot describe are listed with their reason, never dropped silently.
@@ -38,7 +42,8 @@ __all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQU
 
 CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
 CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "scaling_recipe",
-                "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs", "op_fuser")
+                "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs", "op_fuser", "etp", "moe_dispatcher",
+                "moe_flex_backend", "moe_a2a_overlap")
 #: A CSV row's ``cuda_graphs`` (Megatron's ``--cuda-graph-impl`` words and ``per_module``) as the
 #: capture classes of :func:`cosearch.runs.rows.graph_capture_class`.
 CSV_CUDA_GRAPHS = {"full_iteration": "whole iteration", "transformer_engine": "per module",
@@ -185,7 +190,7 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
     from .. import cluster as cl
     from .. import hardware, models
     from ..engine import preset as engine_preset
-    from ..engine import with_op_fuser
+    from ..engine import with_moe_dispatch, with_op_fuser
     from .config import RunConfig
 
     def num(key: str, default: str | None = None, kind=int):
@@ -222,7 +227,7 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
     chip = hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
     bool_of = {"": None, "0": False, "1": True, "false": False, "true": True}
     flags = {}
-    for key in ("sp", "flash", "op_fuser"):
+    for key in ("sp", "flash", "op_fuser", "moe_a2a_overlap"):
         v = r.get(key, "").lower()
         if v not in bool_of:
             raise ValueError(f"{key} {r[key]!r} is not 0/1")
@@ -236,12 +241,27 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
         plan["zero_group"] = num("zero_group")
     if r.get("scaling_recipe"):
         plan["scaling_recipe"] = r["scaling_recipe"]
+    etp = (r.get("etp") or "tp").lower()
+    if etp not in ("tp", "1"):
+        raise ValueError(f"etp {r['etp']!r}: give tp (expert tensor parallelism = tp) or 1")
+    if etp == "1":
+        plan["expert_tensor_parallel"] = 1
     graphs = (r.get("cuda_graphs") or "").strip()
     if graphs and graphs not in CSV_CUDA_GRAPHS:
         raise ValueError(f"cuda_graphs {graphs!r}: give one of {', '.join(CSV_CUDA_GRAPHS)}")
     eng = engine_preset(r.get("engine") or "megatron-core")
+    eng = with_op_fuser(eng) if flags["op_fuser"] else eng
+    dispatcher, backend = (r.get("moe_dispatcher") or "").strip(), (r.get("moe_flex_backend") or "").strip()
+    if dispatcher or backend or flags["moe_a2a_overlap"]:
+        if not model.moe:
+            raise ValueError(f"moe_dispatcher / moe_flex_backend / moe_a2a_overlap: {model.name} has no experts")
+        if backend and (dispatcher or eng.moe_dispatcher) != "flex":
+            raise ValueError(f"moe_flex_backend {backend!r} names a backend of the flex dispatcher: give "
+                             "moe_dispatcher flex")
+        eng = with_moe_dispatch(eng, dispatcher or eng.moe_dispatcher, bool(flags["moe_a2a_overlap"]),
+                                eng.moe_comm_sms, backend or None)
     return RunConfig(f"{path.name} line {line}", model=model, plan=plan, global_batch=num("batch"), num_chips=chips,
-                     engine=with_op_fuser(eng) if flags["op_fuser"] else eng, chip=chip, cluster=cluster,
+                     engine=eng, chip=chip, cluster=cluster,
                      measured_tok_s_per_chip=num("measured_tok_s_per_chip", kind=float))
 
 
