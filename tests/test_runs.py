@@ -490,3 +490,27 @@ def test_a_csvs_moe_dispatch_columns(tmp_path):
     assert "give moe_dispatcher flex" in why["nobackend"]
     assert "has no experts" in why["dense"]
     assert "etp '2'" in why["badetp"]
+
+
+def test_torchtitan_expert_parallelism_as_torchtitan_defines_it():
+    """torchtitan's ``expert_tensor_parallel_degree``: 1 (its default) under tp > 1 is
+    "[partial dp + all tp -> ep]", cosearch's etp 1; equal to tp is etp = tp; anything else is
+    refused, as torchtitan refuses it.  ``expert_parallel_comm_backend`` deepep runs the flex
+    dispatcher with DeepEP; standard, PyTorch's all-to-alls with the tokens gathered over tp."""
+    from cosearch.runs import read_torchtitan
+    m = models.preset("qwen3-30b-a3b")
+    base = {"model": {"name": "qwen3", "flavor": "30B-A3B"}, "training": {"seq_len": m.seq_len, "local_batch_size": 2},
+            "parallelism": {"tensor_parallel_degree": 2, "expert_parallel_degree": 8},
+            "activation_checkpoint": {"mode": "none"}, "compile": {"enable": True}}
+    d = read_torchtitan(base).resolve(16, model=m)
+    assert (d.spec.tp, d.spec.expert_parallel, d.spec.expert_tensor_parallel) == (2, 8, 1)
+    assert d.engine.moe_dispatcher == "gather-tokens"
+    same = dict(base, parallelism=dict(base["parallelism"], expert_tensor_parallel_degree=2,
+                                       expert_parallel_comm_backend="deepep"))
+    d = read_torchtitan(same).resolve(16, model=m)
+    assert d.spec.expert_tensor_parallel is None
+    assert (d.engine.moe_dispatcher, d.engine.moe_flex_backend) == ("flex", "deepep")
+    with pytest.raises(ValueError, match="expert_tensor_parallel_degree 4"):
+        read_torchtitan(dict(base, parallelism=dict(base["parallelism"], expert_tensor_parallel_degree=4)))
+    with pytest.raises(ValueError, match="expert_parallel_comm_backend 'nccl'"):
+        read_torchtitan(dict(base, parallelism=dict(base["parallelism"], expert_parallel_comm_backend="nccl")))

@@ -23,6 +23,10 @@ chips leave), activation checkpointing ``selective`` with ``selective_ac_option 
 ``pipeline_parallel_schedule``           ``pipeline_parallel_layers_per_stage``)
 ``context_parallel_degree``              cp
 ``expert_parallel_degree``               ep
+``expert_tensor_parallel_degree``        1 (torchtitan's default: under tp > 1 expert parallelism
+                                         borrows all of TP, cosearch's etp 1) or tp (etp = tp)
+``expert_parallel_comm_backend``         standard (PyTorch's all-to-alls, tokens gathered over tp
+                                         before routing) or deepep (the flex dispatcher, DeepEP)
 ``[activation_checkpoint] mode``         none / full / selective (``op``: Megatron's selective
                                          reading; an integer N other than 1 is refused)
 ``[compile] enable``                     off: engine ``fsdp-eager`` (norms, SwiGLU, RoPE op by
@@ -36,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
-from ..engine import preset
+from ..engine import preset, with_moe_dispatch
 from ._fields import Keys, flatten, load_toml, parse_overrides
 from .config import RunConfig
 
@@ -111,8 +115,12 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
     cp = k.positive("parallelism.context_parallel_degree", 1)
     ep = k.positive("parallelism.expert_parallel_degree", 1)
     etp = k.positive("parallelism.expert_tensor_parallel_degree", 1)
-    if etp != 1:
-        raise ValueError(f"{name}: expert_tensor_parallel_degree {etp}: expert tensor parallelism is not modelled")
+    if etp not in (1, tp):
+        raise ValueError(f"{name}: expert_tensor_parallel_degree {etp}: torchtitan runs 1 (EP borrows all of TP) "
+                         f"or tensor_parallel_degree ({tp})")
+    comm = str(k.get("parallelism.expert_parallel_comm_backend", "standard"))
+    if comm not in ("standard", "deepep"):
+        raise ValueError(f"{name}: expert_parallel_comm_backend {comm!r}: torchtitan accepts standard or deepep")
     if shard is None or (shard < 1 and shard != -1):
         raise ValueError(f"{name}: data_parallel_shard_degree must be -1 or a positive integer, got {shard}")
     plan: dict[str, Any] = dict(tp=tp, pp=pp, context_parallel=cp, expert_parallel=ep, sequence_parallel=tp > 1,
@@ -120,6 +128,12 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
     if tp > 1:
         assumed.append("tensor parallelism with sequence parallelism (torchtitan's TP plan shards the norms over the "
                        "sequence)")
+    if ep > 1 and tp > 1 and etp == 1:
+        # torchtitan's expert_tensor_parallel_degree 1: "[partial dp + all tp -> ep]", each tp rank an
+        # expert-parallel rank on its own share of the tokens
+        plan["expert_tensor_parallel"] = 1
+        assumed.append("expert_tensor_parallel_degree 1 under tp > 1: expert parallelism borrows all of TP "
+                       "(each tp rank an expert-parallel rank, whole experts)")
     reshard = str(k.get("parallelism.fsdp_reshard_after_forward", "default"))
     if reshard not in ("default", "always", "never"):
         raise ValueError(f"{name}: fsdp_reshard_after_forward {reshard!r}: torchtitan accepts default, always, never")
@@ -188,6 +202,10 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         assumed.append("async TP priced with the TP collectives exposed: cosearch does not price partial "
                        "micro-pipelined overlap yet")
     engine = preset("fsdp" if compiled else "fsdp-eager")
+    if comm == "deepep" and ep > 1:
+        # DeepEP's kernels instead of PyTorch's all-to-alls (torchtitan's DeepEPExpertParallel)
+        engine = with_moe_dispatch(engine, "flex", backend="deepep")
+        assumed.append("expert_parallel_comm_backend deepep: the flex dispatcher with DeepEP's kernels")
     neutral = k.finish(NEUTRAL_SECTIONS, NEUTRAL_KEYS)
     return RunConfig(name, model=model, plan=plan, dp=dp,
                      global_batch=None if gbs in (None, -1) else gbs,
