@@ -179,3 +179,18 @@ def test_the_op_fuser_flag_fuses_the_experts_bias_and_clamp():
     for rc in (eager, fused):
         assert _said(rc, "YaRN's attention factor (1.347)", "unfused")
     assert not _said(read_megatron_args(LINE, QWEN), "YaRN")
+
+
+def test_the_permute_and_router_fusions_are_read_and_their_absence_said():
+    """``--moe-permute-fusion`` and ``--moe-router-fusion`` are the fused kernels cosearch prices:
+    read, nothing said; without them (Megatron-Core's defaults are off) the PyTorch ops' extra
+    passes are said in ``assumed``, not silently priced as fused.  A Megatron-Bridge config's
+    ``model.moe_permute_fusion`` / ``moe_router_fusion`` reach the same flags."""
+    fused = read_megatron_args(LINE + " --moe-permute-fusion --moe-router-fusion", model=QWEN)
+    assert not _said(fused, "fusion")
+    plain = read_megatron_args(LINE, model=QWEN)
+    assert _said(plain, "without --moe-permute-fusion") and _said(plain, "without --moe-router-fusion")
+    bridge = read_megatron_bridge({"model": {"tensor_model_parallel_size": 1, "expert_model_parallel_size": 8,
+                                             "moe_permute_fusion": True, "moe_router_fusion": False},
+                                   "train": {"micro_batch_size": 1, "global_batch_size": 64}}, model=QWEN)
+    assert not _said(bridge, "without --moe-permute-fusion") and _said(bridge, "without --moe-router-fusion")

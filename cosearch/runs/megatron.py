@@ -167,6 +167,7 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           # MoE execution and host-side switches (:func:`_moe_execution`), read and said in ``assumed``
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
+          "--moe-permute-fusion", "--moe-router-fusion",
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
           "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
           # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
@@ -456,6 +457,8 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
       synchronisation) and ``--moe-paged-stash`` (the routed experts' saved activations packed in
       paged buffers; it needs the capacity factor, as Megatron-Core requires).
     * ``--moe-router-force-load-balancing``: cosearch prices balanced, dropless routing either way.
+    * ``--moe-permute-fusion`` / ``--moe-router-fusion``: the fused kernels cosearch prices; without
+      them (Megatron-Core's default) the PyTorch ops' extra passes are said, not priced.
     * ``--use-transformer-engine-op-fuser``, ``--fp8-dot-product-attention``, ``--delay-wgrad-compute``
       and the router's padding for low-precision GEMMs."""
     moe = model.moe and ep > 1
@@ -519,6 +522,14 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     if moe and "--moe-router-force-load-balancing" not in flags:
         assumed.append("the router's own routing priced as balanced and dropless: its imbalance over the "
                        "expert-parallel ranks is not priced")
+    if model.moe:
+        # cosearch prices Transformer Engine's fused kernels (one pass each); Megatron-Core's
+        # defaults are off (moe_permute_fusion, moe_router_fusion False): PyTorch ops instead
+        for flag, what in (("--moe-permute-fusion", "permutes the tokens"),
+                           ("--moe-router-fusion", "computes the router's top-k, softmax and auxiliary loss")):
+            if flag not in flags:
+                assumed.append(f"without {flag} Megatron-Core {what} with PyTorch ops (several passes): priced as "
+                               "the fused kernel's single pass")
     if "--use-transformer-engine-op-fuser" in flags:
         assumed.append("--use-transformer-engine-op-fuser: the experts' fused grouped MLP kernels priced as separate "
                        "grouped GEMMs, activation and casts, their bias and clamped activation fused")

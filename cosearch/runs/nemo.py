@@ -164,6 +164,8 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.moe_paged_stash",), True, "--moe-paged-stash"),
                     (("model.use_transformer_engine_op_fuser",), True, "--use-transformer-engine-op-fuser"),
                     (("model.moe_router_force_load_balancing",), True, "--moe-router-force-load-balancing"),
+                    (("model.moe_permute_fusion",), True, "--moe-permute-fusion"),
+                    (("model.moe_router_fusion",), True, "--moe-router-fusion"),
                     (("mixed_precision.fp8_dot_product_attention", "model.fp8_dot_product_attention"), True,
                      "--fp8-dot-product-attention"),
                     (("comm_overlap.delay_wgrad_compute", "model.delay_wgrad_compute"), True, "--delay-wgrad-compute"),
@@ -381,7 +383,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
     "model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_grouped_gemm",
     "model.moe_router_dtype", "model.moe_z_loss_coeff",
-    "model.moe_permute_fusion", "model.moe_router_fusion", "model.bias_dropout_add_fusion",
+    "model.bias_dropout_add_fusion",
     "model.scatter_embedding_sequence_parallel", "model.tp_comm_overlap_cfg", "model.use_te_rng_tracker",
     "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
     "ddp.data_parallel_sharding_strategy", "ddp.use_custom_fsdp", "ddp.use_megatron_fsdp",
@@ -396,7 +398,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.moe_mlp_glu_interleave_size", "model.cuda_graph_warmup_steps", "model.moe_pad_experts_for_cuda_graph_inference",
     "model.moe_paged_stash_page_size",
     # the kernels cosearch prices are Transformer Engine's, and its elementwise ops single fused passes
-    # already (as apply_rope_fusion and moe_permute_fusion above); the loss's normalisation, RoPE
+    # already (as apply_rope_fusion above); the loss's normalisation, RoPE
     # scaling constants, initialisation, bucket sizing and vocabulary padding (as
     # make_vocab_size_divisible_by) change no time or memory in cosearch's model
     "model.transformer_impl", "model.fused_single_qkv_rope", "model.moe_permute_fusion_into_hybridep",
