@@ -194,3 +194,32 @@ def test_the_permute_and_router_fusions_are_read_and_their_absence_said():
                                              "moe_permute_fusion": True, "moe_router_fusion": False},
                                    "train": {"micro_batch_size": 1, "global_batch_size": 64}}, model=QWEN)
     assert not _said(bridge, "without --moe-permute-fusion") and _said(bridge, "without --moe-router-fusion")
+
+
+def test_the_routers_own_switches_are_read():
+    """DeepSeek-V3's Megatron line and Megatron-Bridge config carry the router's own switches (score
+    function, top-k scaling, expert bias and its update rate, group-limited routing, fp32 router
+    dtype, drop policy, shared-expert overlap): each read — the router's arithmetic changes
+    nothing cosearch prices, the group limit and the shared-expert overlap are said, fp64 routing
+    and half a group setting are refused by name."""
+    m = models.preset("deepseek-v3")
+    line = ("--expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --moe-router-score-function "
+            "sigmoid --moe-router-topk-scaling-factor 2.5 --moe-router-enable-expert-bias --moe-router-bias-update-rate "
+            "1e-3 --moe-router-num-groups 8 --moe-router-group-topk 4 --moe-router-dtype fp32 --moe-token-drop-policy "
+            "probs --moe-shared-expert-overlap --moe-router-pre-softmax --moe-per-layer-logging --bf16")
+    rc = read_megatron_args(line, model=m)
+    assert _said(rc, "group-limited routing (4 of 8") and _said(rc, "--moe-shared-expert-overlap")
+    assert _said(rc, "--moe-router-dtype fp32")
+    with pytest.raises(ValueError, match="fp64"):
+        read_megatron_args(line.replace("dtype fp32", "dtype fp64"), model=m)
+    with pytest.raises(ValueError, match="go together"):
+        read_megatron_args(line.replace(" --moe-router-group-topk 4", ""), model=m)
+    with pytest.raises(ValueError, match="exceeds"):
+        read_megatron_args(line.replace("group-topk 4", "group-topk 9"), model=m)
+    bridge = read_megatron_bridge({"model": {"expert_model_parallel_size": 8, "moe_router_num_groups": 8,
+                                             "moe_router_group_topk": 4, "moe_router_score_function": "sigmoid",
+                                             "moe_shared_expert_overlap": True, "moe_router_dtype": "fp32",
+                                             "moe_router_enable_expert_bias": True, "moe_token_drop_policy": "probs",
+                                             "moe_router_topk_scaling_factor": 2.5},
+                                   "train": {"micro_batch_size": 1, "global_batch_size": 64}}, model=m)
+    assert _said(bridge, "group-limited routing") and _said(bridge, "--moe-shared-expert-overlap")

@@ -145,7 +145,8 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            # MoE execution (:func:`_moe_execution`)
            "--moe-hybridep-num-sms", "--moe-deepep-num-sms", "--moe-flex-dispatcher-num-sms", "--cuda-graph-impl",
            "--moe-expert-rank-capacity-factor", "--moe-paged-stash-buffer-size-factor-cuda",
-           "--moe-paged-stash-buffer-size-factor-cpu",
+           "--moe-paged-stash-buffer-size-factor-cpu", "--moe-router-dtype", "--moe-router-num-groups",
+           "--moe-router-group-topk",
            # an uneven pipeline split (:func:`_stage_layers`)
            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
            # the optimizer's state (:func:`_optimizer_memory`)
@@ -167,7 +168,7 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           # MoE execution and host-side switches (:func:`_moe_execution`), read and said in ``assumed``
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
-          "--moe-permute-fusion", "--moe-router-fusion",
+          "--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap",
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
           "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
           # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
@@ -188,6 +189,10 @@ NEUTRAL_VALUED = frozenset({
     "--dataloader-type", "--norm-epsilon", "--rotary-base", "--rotary-percent", "--loss-scale",
     "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", "--log-dir",
     "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-load-balancing-type", "--data-args-path",
+    # the router's own arithmetic (its score function, scaling, expert bias and its update, the
+    # drop policy under a capacity factor): one fused softmax/top-k op either way
+    "--moe-router-topk-scaling-factor", "--moe-router-score-function", "--moe-router-bias-update-rate",
+    "--moe-token-drop-policy",
     "--per-split-data-args-path", "--mock-data-seed",
     # a weight layout the fused grouped MLP reads, and the graph warm-up steps before timing
     "--moe-mlp-glu-interleave-size", "--cuda-graph-warmup-steps", "--moe-paged-stash-page-size",
@@ -205,6 +210,10 @@ NEUTRAL_FLAGS = frozenset({
     "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--moe-grouped-gemm",
     # pads the experts' buffers only for CUDA-graphed inference
     "--moe-pad-experts-for-cuda-graph-inference",
+    # the router's expert bias and pre-softmax scoring, the probabilities applied to the experts'
+    # input instead of their output, per-layer logging: no time or memory in cosearch's model
+    "--moe-router-enable-expert-bias", "--moe-router-pre-softmax", "--moe-apply-probs-on-input",
+    "--moe-per-layer-logging",
 })
 
 #: Why a flag that changes the run is refused.
@@ -522,6 +531,26 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     if moe and "--moe-router-force-load-balancing" not in flags:
         assumed.append("the router's own routing priced as balanced and dropless: its imbalance over the "
                        "expert-parallel ranks is not priced")
+    dtype = vals.get("--moe-router-dtype")
+    if dtype not in (None, "fp32", "fp64"):
+        raise ValueError(f"--moe-router-dtype {dtype!r}; Megatron-Core accepts fp32 or fp64")
+    if dtype == "fp64":
+        raise ValueError("--moe-router-dtype fp64 runs the router's GEMM in fp64 (torch.mm), which is not modelled")
+    if dtype == "fp32":
+        assumed.append("--moe-router-dtype fp32: the router's GEMM writes fp32 logits (Transformer Engine's GEMM, "
+                       "bf16 operands); priced as the bf16 router")
+    groups, group_k = vals.get("--moe-router-num-groups"), vals.get("--moe-router-group-topk")
+    if (groups is None) != (group_k is None):
+        raise ValueError("--moe-router-num-groups and --moe-router-group-topk go together (group-limited routing)")
+    if groups is not None:
+        g, gk = _int("--moe-router-num-groups", groups), _int("--moe-router-group-topk", group_k)
+        if gk > g:
+            raise ValueError(f"--moe-router-group-topk {gk} exceeds --moe-router-num-groups {g}")
+        assumed.append(f"group-limited routing ({gk} of {g} expert groups a token): the dispatch priced as routing "
+                       "over all experts")
+    if "--moe-shared-expert-overlap" in flags:
+        assumed.append("--moe-shared-expert-overlap: the shared experts' compute beside the dispatch is not priced "
+                       "(they run in series with it)")
     if model.moe:
         # cosearch prices Transformer Engine's fused kernels (one pass each); Megatron-Core's
         # defaults are off (moe_permute_fusion, moe_router_fusion False): PyTorch ops instead

@@ -165,6 +165,11 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.use_transformer_engine_op_fuser",), True, "--use-transformer-engine-op-fuser"),
                     (("model.moe_router_force_load_balancing",), True, "--moe-router-force-load-balancing"),
                     (("model.moe_permute_fusion",), True, "--moe-permute-fusion"),
+                    (("model.moe_shared_expert_overlap",), True, "--moe-shared-expert-overlap"),
+                    (("model.moe_router_enable_expert_bias",), True, "--moe-router-enable-expert-bias"),
+                    (("model.moe_router_pre_softmax",), True, "--moe-router-pre-softmax"),
+                    (("model.moe_apply_probs_on_input",), True, "--moe-apply-probs-on-input"),
+                    (("model.moe_per_layer_logging",), True, "--moe-per-layer-logging"),
                     (("model.moe_router_fusion",), True, "--moe-router-fusion"),
                     (("mixed_precision.fp8_dot_product_attention", "model.fp8_dot_product_attention"), True,
                      "--fp8-dot-product-attention"),
@@ -361,7 +366,9 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "position_embedding_type", "normalization", "expert_tensor_parallel_size", "mtp_num_layers",
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_layer_freq",
     "moe_hybridep_num_sms", "moe_deepep_num_sms", "moe_flex_dispatcher_num_sms", "cuda_graph_impl", "moe_expert_rank_capacity_factor",
-    "moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu")}
+    "moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu",
+    "moe_router_dtype", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
+    "moe_router_score_function", "moe_router_bias_update_rate", "moe_token_drop_policy")}
 _BRIDGE_VALUED.update({"num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
                        "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers"})
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
@@ -382,7 +389,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
     "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
     "model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_grouped_gemm",
-    "model.moe_router_dtype", "model.moe_z_loss_coeff",
+    "model.moe_z_loss_coeff",
     "model.bias_dropout_add_fusion",
     "model.scatter_embedding_sequence_parallel", "model.tp_comm_overlap_cfg", "model.use_te_rng_tracker",
     "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
