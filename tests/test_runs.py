@@ -514,3 +514,28 @@ def test_torchtitan_expert_parallelism_as_torchtitan_defines_it():
         read_torchtitan(dict(base, parallelism=dict(base["parallelism"], expert_tensor_parallel_degree=4)))
     with pytest.raises(ValueError, match="expert_parallel_comm_backend 'nccl'"):
         read_torchtitan(dict(base, parallelism=dict(base["parallelism"], expert_parallel_comm_backend="nccl")))
+
+
+def test_maxtext_moe_configs_read_as_maxtext_runs_them():
+    """MaxText's MoE model names map to cosearch's presets of the same published models, and its
+    MoE switches are read: ``sparse_matmul`` (base.yml's True: dropless grouped GEMMs; Megablox or,
+    with ``megablox`` False, ``jax.lax.ragged_dot``, said), ``sparse_matmul`` False with
+    ``capacity_factor`` 1.25 (the Mixtral dropping recipe: the dense one-hot dispatch at that factor,
+    as the validation rows read it), and the refusals: dropping through ``sparse_matmul``, the dense
+    path without a factor, expert counts contradicting the model, experts on a dense model."""
+    base = ["per_device_batch_size=1", "ici_fsdp_parallelism=-1", "remat_policy=full"]
+    d = read_maxtext(None, base + ["model_name=deepseek3-671b", "ici_expert_parallelism=8", "megablox=False"]).resolve(64)
+    assert d.model.name == "deepseek-v3" and d.spec.expert_parallel == 8 and not d.model.moe_einsum_dispatch
+    assert any("ragged_dot" in a for a in d.assumed)
+    drop = read_maxtext(None, base + ["model_name=mixtral-8x7b", "sparse_matmul=False", "megablox=False",
+                                      "capacity_factor=1.25"]).resolve(64)
+    assert (drop.model.moe_capacity_factor, drop.model.moe_einsum_dispatch) == (1.25, True)
+    assert math.isfinite(evaluate(drop.model, drop.chip or "TPUv5p", 64, drop.spec, drop.global_batch,
+                                  engine=drop.engine).step_time_s)
+    for extra, why in ((["model_name=mixtral-8x7b", "capacity_factor=1.25"], "with sparse_matmul"),
+                       (["model_name=mixtral-8x7b", "sparse_matmul=False"], "every expert on every token"),
+                       (["model_name=qwen3-30b-a3b", "num_experts=64"], "contradicts"),
+                       (["model_name=llama2-7b", "num_experts=8"], "a dense model"),
+                       (["model_name=mixtral-8x7b", "capacity_factor=abc"], "must be a number")):
+        with pytest.raises(ValueError, match=why):
+            read_maxtext(None, base + extra)

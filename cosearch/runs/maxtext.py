@@ -25,6 +25,8 @@ unless ``num_slices`` says otherwise).
 ``ici_pipeline_parallelism``            pp
 ``ici_context_parallelism``             cp
 ``ici_expert_parallelism``              ep
+``sparse_matmul``, ``megablox``,         dropless grouped GEMMs (sparse_matmul True), or the
+``capacity_factor``                      token-dropping dense dispatch (False, with a factor)
 ``remat_policy``                        full; minimal (the weight GEMMs' outputs saved, the rest rerun);
                                         MaxText's named policies (:data:`NAMED_REMAT_POLICIES`) and
                                         custom (each tensor's own key: remat, device or offload)
@@ -38,6 +40,7 @@ unless ``num_slices`` says otherwise).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -75,7 +78,12 @@ NAMED_REMAT_POLICIES = {name: {"decoder_layer_input": "device", **dict.fromkeys(
 #: published dimensions of each).
 MODEL_NAMES = {"llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b": "llama2-70b",
                "llama3-8b": "llama3-8b", "llama3-70b": "llama3-70b", "llama3.1-8b": "llama3-8b",
-               "llama3.1-70b": "llama3-70b", "llama3.1-405b": "llama3-405b", "mixtral-8x7b": "mixtral-8x7b"}
+               "llama3.1-70b": "llama3-70b", "llama3.1-405b": "llama3-405b", "mixtral-8x7b": "mixtral-8x7b",
+               # MaxText's MoE model configs (src/MaxText/configs/models/<name>.yml), each the same model
+               # as cosearch's preset of its published config
+               "mixtral-8x22b": "mixtral-8x22b", "deepseek3-671b": "deepseek-v3", "kimi-k2-1t": "kimi-k2",
+               "llama4-17b-16e": "llama4-scout", "llama4-17b-128e": "llama4-maverick",
+               "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b", "gpt-oss-120b": "gpt-oss-120b"}
 
 NEUTRAL_KEYS = frozenset({
     "run_name", "base_output_directory", "hardware", "steps", "log_period", "learning_rate",
@@ -97,6 +105,46 @@ def remat_places_policy(places: dict[str, str]) -> str:
     :func:`cosearch.graph.maxtext_policy`) of MaxText tensors' places: a named policy's
     (:data:`NAMED_REMAT_POLICIES`) or a custom one's."""
     return "maxtext:" + ",".join(f"{t}={w}" for t, w in sorted(places.items()))
+
+
+def _moe_dispatch(k: Keys, name: str, model: ModelConfig, assumed: list[str]) -> ModelConfig:
+    """MaxText's MoE switches (``base.yml``: ``sparse_matmul`` True, ``megablox`` True,
+    ``capacity_factor`` -1): dropless grouped GEMMs through ``sparse_matmul`` (Megablox's ``gmm``,
+    or ``jax.lax.ragged_dot`` with ``megablox`` False), or with ``sparse_matmul`` False and a
+    capacity factor the token-dropping dense dispatch (``dense_matmul``: one-hot einsums into padded
+    expert slots, :attr:`cosearch.models.ModelConfig.moe_einsum_dispatch`).  ``num_experts`` and
+    ``num_experts_per_tok`` must agree with the model; a dense model ignores them all."""
+    sparse = k.bool("sparse_matmul", True)
+    megablox = k.bool("megablox", True)
+    raw = k.get("capacity_factor", -1.0)
+    try:
+        factor = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: capacity_factor must be a number (-1: dropless), got {raw!r}") from None
+    if isinstance(raw, bool) or not math.isfinite(factor):
+        raise ValueError(f"{name}: capacity_factor must be a finite number (-1: dropless), got {raw!r}")
+    experts, top_k = k.int("num_experts"), k.int("num_experts_per_tok")
+    if not model.moe:
+        if (experts or 1) > 1:
+            raise ValueError(f"{name}: num_experts {experts} on {model.name}, a dense model: give an MoE model_name")
+        return model
+    for key, got, want in (("num_experts", experts, model.num_experts), ("num_experts_per_tok", top_k,
+                                                                          model.experts_per_token)):
+        if got is not None and got != want:
+            raise ValueError(f"{name}: {key} {got} contradicts {model.name}'s {want}")
+    if sparse:
+        if factor > 0:
+            raise ValueError(f"{name}: token dropping (capacity_factor {factor:g}) with sparse_matmul is not modelled; "
+                             "MaxText's dropping path is sparse_matmul False")
+        if not megablox:
+            assumed.append("megablox False: the grouped GEMMs through jax.lax.ragged_dot, priced as Megablox's")
+        return model
+    if factor <= 0:
+        raise ValueError(f"{name}: sparse_matmul False without a capacity factor computes every expert on every "
+                         "token (dense_matmul), which is not modelled: give capacity_factor > 0 or sparse_matmul True")
+    assumed.append(f"token dropping at capacity factor {factor:g} through MaxText's dense dispatch (one-hot einsums "
+                   "into padded expert slots: sparse_matmul False)")
+    return model.with_(moe_capacity_factor=factor, moe_einsum_dispatch=True)
 
 
 def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
@@ -131,7 +179,7 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     k = Keys(name, flat)
     assumed: list[str] = []
     seq = k.positive("max_target_length", 2048)
-    model = _model(k, name, seq, assumed)
+    model = _moe_dispatch(k, name, _model(k, name, seq, assumed), assumed)
     if str(k.get("dtype", "bfloat16")) != "bfloat16":
         raise ValueError(f"{name}: dtype {k.get('dtype')!r} is not modelled (bfloat16 is)")
 
