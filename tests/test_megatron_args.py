@@ -394,3 +394,45 @@ def test_bridge_yarn_fields_are_read_under_yarn_only():
                                       "model.expert_model_parallel_size=8", "model.position_embedding_type=yarn"] + yarn,
                                model=oss)
     assert got.model.rope_attention_factor == oss.rope_attention_factor
+
+
+def test_deepseek_v3s_own_megatron_line_reads():
+    """DeepSeek-V3's Megatron line (multi-head latent attention, shared experts, the first 3 layers
+    dense, multi-token prediction, YaRN, device-limited routing) reads against the deepseek-v3
+    preset, and builds the same attention and experts on its own: MLA's ranks and head width from
+    ``--q-lora-rank``, ``--kv-lora-rank``, ``--qk-pos-emb-head-dim``, ``--qk-head-dim`` (Megatron-LM's
+    defaults said where absent), one shared expert of 2,048 from
+    ``--moe-shared-expert-intermediate-size`` over ``--moe-ffn-hidden-size``.  A query and value head
+    width that differ, MLA sizes without ``--multi-latent-attention``, a shared size that is not
+    whole experts, and MLA ranks that contradict the preset are refused by name."""
+    from cosearch.runs.megatron import parse_megatron_args
+    m = models.preset("deepseek-v3")
+    line = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 64 "
+            "--micro-batch-size 1 --global-batch-size 1024 --bf16 --multi-latent-attention --q-lora-rank 1536 "
+            "--kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 "
+            "--moe-shared-expert-intermediate-size 2048 --moe-router-topk 8 --num-experts 256 --moe-ffn-hidden-size 2048 "
+            "--moe-layer-freq ([0]*3+[1]*58) --mtp-num-layers 1 --moe-router-topk-limited-devices 4 "
+            "--position-embedding-type yarn --rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0")
+    mp = parse_megatron_args(line, m, 512)
+    assert (mp.model.mla, mp.model.shared_experts, mp.model.dense_layers, mp.model.mtp_layers) == ((1536, 512, 64), 1, 3, 1)
+    assert any("device-limited routing (4" in a for a in mp.assumed)
+    own = parse_megatron_args(line + " --num-layers 61 --hidden-size 7168 --num-attention-heads 128 --seq-length 4096 "
+                              "--vocab-size 129280 --swiglu --normalization RMSNorm --ffn-hidden-size 18432 "
+                              "--disable-bias-linear --untie-embeddings-and-output-weights --attention-dropout 0 "
+                              "--hidden-dropout 0", None, 512).model
+    assert (own.mla, own.head_dim, own.shared_experts, own.expert_ffn) == ((1536, 512, 64), 128, 1, 2048)
+    short = parse_megatron_args(line.replace(" --qk-head-dim 128", "").replace(" --v-head-dim 128", ""), m, 512)
+    assert any("--qk-head-dim 128 (Megatron-LM's default)" in a for a in short.assumed)
+    for bad, why in ((line.replace("--v-head-dim 128", "--v-head-dim 64"), "one head width"),
+                     (line.replace("--multi-latent-attention ", ""), "give --multi-latent-attention"),
+                     (line.replace("intermediate-size 2048", "intermediate-size 3000"), "whole number of experts"),
+                     (line.replace("--kv-lora-rank 512", "--kv-lora-rank 256"), "contradicts --model deepseek-v3")):
+        with pytest.raises(ValueError, match=why):
+            parse_megatron_args(bad, m, 512)
+    bridge = read_megatron_bridge({"model": {"expert_model_parallel_size": 64, "multi_latent_attention": True,
+                                             "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128,
+                                             "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "num_moe_experts": 256,
+                                             "moe_router_topk": 8, "moe_ffn_hidden_size": 2048,
+                                             "moe_shared_expert_intermediate_size": 2048},
+                                   "train": {"micro_batch_size": 1, "global_batch_size": 1024}}, model=m)
+    assert (bridge.model.mla, bridge.model.shared_experts) == ((1536, 512, 64), 1)

@@ -146,7 +146,10 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--moe-hybridep-num-sms", "--moe-deepep-num-sms", "--moe-flex-dispatcher-num-sms", "--cuda-graph-impl",
            "--moe-expert-rank-capacity-factor", "--moe-paged-stash-buffer-size-factor-cuda",
            "--moe-paged-stash-buffer-size-factor-cpu", "--moe-router-dtype", "--moe-router-num-groups",
-           "--moe-router-group-topk",
+           "--moe-router-group-topk", "--moe-router-topk-limited-devices",
+           # multi-head latent attention and shared experts (the model, :func:`_model`)
+           "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim",
+           "--moe-shared-expert-intermediate-size",
            # an uneven pipeline split (:func:`_stage_layers`)
            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
            # the optimizer's state (:func:`_optimizer_memory`)
@@ -161,7 +164,7 @@ CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
           "--group-query-attention", "--swiglu", "--squared-relu", "--use-rotary-position-embeddings",
-          "--disable-bias-linear",
+          "--disable-bias-linear", "--multi-latent-attention",
           "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
           "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity",
           "--first-last-layers-bf16",
@@ -237,7 +240,13 @@ _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-
                 "--disable-bias-linear": "bias", "--untie-embeddings-and-output-weights": "tie_embeddings",
                 "--attention-dropout": "dropout", "--hidden-dropout": "dropout", "--vocab-size": "vocab",
                 "--num-experts": "num_experts", "--moe-router-topk": "experts_per_token",
-                "--moe-ffn-hidden-size": "expert_ffn", "--group-query-attention": "kv_heads"}
+                "--moe-ffn-hidden-size": "expert_ffn", "--group-query-attention": "kv_heads",
+                "--multi-latent-attention": "mla", "--moe-shared-expert-intermediate-size": "shared_experts"}
+#: Megatron-LM's defaults of the multi-head latent attention flags (``megatron/training/arguments.py``:
+#: ``--q-lora-rank`` None, the query projected directly, cosearch's 0; ``--kv-lora-rank`` 32;
+#: ``--qk-head-dim`` 128; ``--qk-pos-emb-head-dim`` 64; ``--v-head-dim`` 128).
+MLA_DEFAULTS = {"--q-lora-rank": 0, "--kv-lora-rank": 32, "--qk-head-dim": 128, "--qk-pos-emb-head-dim": 64,
+                "--v-head-dim": 128}
 _REQUIRED_MODEL = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--vocab-size")
 
 
@@ -548,6 +557,10 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
             raise ValueError(f"--moe-router-group-topk {gk} exceeds --moe-router-num-groups {g}")
         assumed.append(f"group-limited routing ({gk} of {g} expert groups a token): the dispatch priced as routing "
                        "over all experts")
+    if "--moe-router-topk-limited-devices" in vals:
+        n = _int("--moe-router-topk-limited-devices", vals["--moe-router-topk-limited-devices"])
+        assumed.append(f"device-limited routing ({n} expert-parallel ranks a token, --moe-router-topk-limited-devices): "
+                       "the dispatch priced as routing over all experts")
     if "--moe-shared-expert-overlap" in flags:
         assumed.append("--moe-shared-expert-overlap: the shared experts' compute beside the dispatch is not priced "
                        "(they run in series with it)")
@@ -632,7 +645,7 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
         if stated["position"] is None:
             raise ValueError(f"--position-embedding-type {pos!r}; choose learned_absolute, rope, yarn or none")
         if pos == "yarn":
-            # Megatron-Core's YaRN for a non-MLA model (the reader refuses MLA lines): --rotary-scaling-factor, --mscale and
+            # Megatron-Core's YaRN: --rotary-scaling-factor, --mscale and
             # --mscale-all-dim as config.yarn_* (training/argument_utils.py's
             # _apply_yarn_config_from_args: defaults 1.0, 1.0, 0.0), their attention factor
             # _yarn_get_concentration_factor's (models.yarn_attention_factor)
@@ -663,6 +676,29 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
             stated["expert_ffn"] = _int("--moe-ffn-hidden-size", vals["--moe-ffn-hidden-size"])
     elif "--moe-router-topk" in vals or "--moe-ffn-hidden-size" in vals:
         raise ValueError("--moe-router-topk and --moe-ffn-hidden-size need --num-experts")
+    if "--moe-shared-expert-intermediate-size" in vals:
+        size = _int("--moe-shared-expert-intermediate-size", vals["--moe-shared-expert-intermediate-size"])
+        per = stated.get("expert_ffn") or (base.expert_ffn if base is not None and base.moe else None)
+        if "num_experts" not in stated and (base is None or not base.moe):
+            raise ValueError("--moe-shared-expert-intermediate-size needs --num-experts (an MoE model)")
+        if not per or size % per:
+            raise ValueError(f"--moe-shared-expert-intermediate-size {size} is not a whole number of experts of "
+                             f"{per} (cosearch's shared experts are routed-expert sized): give --moe-ffn-hidden-size")
+        stated["shared_experts"] = size // per
+    mla_values = [f for f in MLA_DEFAULTS if f in vals]
+    if "--multi-latent-attention" in flags:
+        dims = {f: _int(f, vals[f], minimum=0 if f == "--q-lora-rank" else 1) if f in vals else d
+                for f, d in MLA_DEFAULTS.items()}
+        if dims["--qk-head-dim"] != dims["--v-head-dim"]:
+            raise ValueError(f"--qk-head-dim {dims['--qk-head-dim']} and --v-head-dim {dims['--v-head-dim']} differ: "
+                             "cosearch's multi-head latent attention has one head width")
+        stated["mla"] = (dims["--q-lora-rank"], dims["--kv-lora-rank"], dims["--qk-pos-emb-head-dim"])
+        stated["head_dim"] = dims["--qk-head-dim"]
+        for f in MLA_DEFAULTS:
+            if f not in vals:
+                assumed.append(f"{f} {dims[f]} (Megatron-LM's default)")
+    elif mla_values:
+        raise ValueError(f"{', '.join(mla_values)} set multi-head latent attention: give --multi-latent-attention")
 
     if base is not None:
         have = {"num_layers": base.num_layers, "hidden": base.hidden, "heads": base.heads,
@@ -671,11 +707,14 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 "norm": base.norm, "position": base.position, "bias": base.bias,
                 "tie_embeddings": base.tie_embeddings, "dropout": base.dropout,
                 "num_experts": base.num_experts, "experts_per_token": base.experts_per_token,
-                "expert_ffn": base.expert_ffn, "rope_attention_factor": base.rope_attention_factor}
+                "expert_ffn": base.expert_ffn, "rope_attention_factor": base.rope_attention_factor,
+                "mla": base.mla, "shared_experts": base.shared_experts}
         flag_of = {v: k for k, v in _MODEL_FLAGS.items()}
         flag_of.update(kv_heads="--num-query-groups", dropout="--attention-dropout/--hidden-dropout",
                        position="--position-embedding-type", experts_per_token="--moe-router-topk",
-                       rope_attention_factor="--position-embedding-type (YaRN's attention factor)")
+                       rope_attention_factor="--position-embedding-type (YaRN's attention factor)",
+                       mla="--multi-latent-attention (q, kv lora ranks, rope dim)",
+                       head_dim="--kv-channels / --qk-head-dim")
         bad = [f"{flag_of[k]} gives {v!r} where {base.name} has {have[k]!r}"
                for k, v in stated.items() if have[k] != v]
         if bad:
@@ -826,7 +865,7 @@ def _moe_run_fields(vals: dict[str, str], flags: set[str]) -> dict:
         f = freq.replace(" ", "")
         m1 = re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\](?:\*1)?\)\*(\d+)", f)
         m2 = re.fullmatch(r"\(\[1\](?:\*1)?\+\[0\]\*(\d+)\)\*(\d+)", f)
-        m3 = re.fullmatch(r"\[0\]\*(\d+)\+\[1\]\*(\d+)", f)
+        m3 = re.fullmatch(r"\[0\]\*(\d+)\+\[1\]\*(\d+)", f) or re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\]\*(\d+)\)", f)
         if f.isdigit():
             if int(f) > 1:
                 out["moe_layer_step"] = _int("--moe-layer-freq", f)

@@ -166,6 +166,7 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.moe_router_force_load_balancing",), True, "--moe-router-force-load-balancing"),
                     (("model.moe_permute_fusion",), True, "--moe-permute-fusion"),
                     (("model.moe_shared_expert_overlap",), True, "--moe-shared-expert-overlap"),
+                    (("model.multi_latent_attention",), True, "--multi-latent-attention"),
                     (("model.moe_router_enable_expert_bias",), True, "--moe-router-enable-expert-bias"),
                     (("model.moe_router_pre_softmax",), True, "--moe-router-pre-softmax"),
                     (("model.moe_apply_probs_on_input",), True, "--moe-apply-probs-on-input"),
@@ -368,7 +369,9 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "moe_hybridep_num_sms", "moe_deepep_num_sms", "moe_flex_dispatcher_num_sms", "cuda_graph_impl", "moe_expert_rank_capacity_factor",
     "moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu",
     "moe_router_dtype", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
-    "moe_router_score_function", "moe_router_bias_update_rate", "moe_token_drop_policy")}
+    "moe_router_score_function", "moe_router_bias_update_rate", "moe_token_drop_policy",
+    "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+    "moe_shared_expert_intermediate_size", "moe_router_topk_limited_devices")}
 _BRIDGE_VALUED.update({"num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
                        "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers"})
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
