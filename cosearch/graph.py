@@ -70,7 +70,7 @@ RECOMPUTE_MODULES = {
     "core_attn": ATTENTION_CORE,
     "layernorm": ("norm1", "norm2"),
     "moe_act": ("expert_clamp", "expert_act"),
-    "mla_up_proj": ("q_up", "kv_up", "mla_join"),
+    "mla_up_proj": ("q_latent_norm", "q_up", "kv_latent_norm", "kv_up", "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
     "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "moe_allgather", "moe_sort",
             "expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort", "moe_reducescatter",
@@ -1197,21 +1197,35 @@ def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, 
         # multi-head latent attention: Q and K/V from low-rank latents (the down projections
         # replicated over the tp ranks, the up projections split by head); the attention core
         # is priced with head width d + rope / 2 (QK^T over d + rope, PV over d)
+        # the latents are normed before their up projections (DeepSeek's q_a_layernorm and
+        # kv_a_layernorm; Megatron-Core's --qk-layernorm, fused into the up projections'
+        # LayerNormLinear)
         qr, kvr, rope = c.mla
         if qr:
             qd = g.linear("q_down", [x_in], T, qr, h, lowp, cast_in)
+            qd = g.vector("q_latent_norm", [qd], T * qr, c.norm)
             qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, lowp)
         else:                   # no query latent: Megatron-Core's linear_q_proj
             qkv = g.linear("q_proj", [x_in], T, a * (d + rope), h, lowp, cast_in)
         kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, lowp, cast_in)
-        kvu = g.linear("kv_up", [kvd], T, a * 2 * d, kvr, lowp)
+        kvn = g.vector("kv_latent_norm", [kvd], T * kvr, c.norm)
+        kvu = g.linear("kv_up", [kvn], T, a * 2 * d, kvr, lowp)
         qkv = g.vector("mla_join", [qkv, kvu], T * a * (3 * d + rope), "add", inputs=1)
         d = d + rope // 2
     else:
         qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, lowp, cast_in)
     x = qkv
+    qk = [qkv]
+    if c.qk_norm != "none":
+        # q and k normed after their projection, before RoPE (priced as the model's norm: a
+        # weightless L2 norm makes RMSNorm's passes)
+        kind = c.norm if c.qk_norm in ("head", "full") else "rmsnorm"
+        qk = [g.vector("q_norm", [qkv], T * a * d, kind), g.vector("k_norm", [qkv], T * kv * d, kind)]
+        x = qk[0]
     if c.position == "rotary":
-        x = g.vector("rotary", [qkv], T * (a + kv) * d, "rotary")
+        x = g.vector("rotary", qk, T * (a + kv) * d, "rotary")
+    elif len(qk) == 2:
+        qkv = qk[1]
     if flash:
         # FlashAttention: QK^T and PV fused (2 s^2 d per head each, half of the blocks
         # skipped under the causal mask), reads Q, K, V, writes O.  Under context
@@ -1535,6 +1549,11 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if elementwise == "eager":
         if config.norm in ("rmsnorm", "layernorm"):
             own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("norm1", "norm2", "final_norm")})
+            if config.qk_norm != "none":
+                qk_kind = config.norm if config.qk_norm in ("head", "full") else "rmsnorm"
+                own.update({n: EAGER_ELEMENTWISE_BYTES[qk_kind] for n in ("q_norm", "k_norm")})
+            if config.mla is not None:
+                own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("q_latent_norm", "kv_latent_norm")})
         if config.activation in ("swiglu", "gelu"):
             own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
     if elementwise in ("eager", "rope-eager"):

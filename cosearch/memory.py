@@ -95,10 +95,28 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     # replicated (split by tp only with sequence parallelism): 2 norm inputs (4), residual
     # dropout masks (2), QKV and MLP inputs (the norm outputs: 4, or their FP8 casts)
     rep = {"norm_in": 4.0 * e, "masks": 2.0 * mask, "norm_out": 2.0 * lowp if fp8 else 4.0 * e}
-    # split by tp: Q, K, V (K/V scaled for GQA), attention-projection input (2) and its FP8 cast,
-    # MLP: fc1 output(s) and activation output
+    # split by tp: Q, K, V (K/V scaled for GQA) at their projected widths (heads x head_dim, which
+    # is not hidden for Qwen3, GPT-OSS or Gemma; MLA's Q and K carry the rope dims too),
+    # attention-projection input (2) and its FP8 cast, MLP: fc1 output(s) and activation output
     per_w = 2.0 * (2.0 if c.gated else 1.0) * e
-    split = {"qkv": 2.0 * (1.0 + 2.0 * kv_ratio) * e, "attn_proj_in": 2.0 * e + lowp}
+    q_w = c.q_dim / h
+    if c.mla is not None:
+        qk_w = c.heads * (c.head_dim + c.mla[2]) / h
+        qkv_w = 2.0 * qk_w + q_w
+    else:
+        qkv_w = q_w * (1.0 + 2.0 * kv_ratio)
+    split = {"qkv": 2.0 * qkv_w * e, "attn_proj_in": (2.0 * e + lowp) * q_w}
+    if c.mla is not None:
+        # the q and kv latents (as the graph prices them, replicated over the tp ranks, split with
+        # sequence parallelism): each norm's input, and its output that the up projection reads
+        # (Megatron-Core's LayerNormLinear keeps both; mla_up_proj's recompute, which reruns the
+        # norm inside the up projection, keeps only the first)
+        lat = (c.mla[0] + c.mla[1]) / h
+        rep.update(mla_latent_in=2.0 * e * lat, mla_latent_normed=(lowp if fp8 else 2.0 * e) * lat)
+    if c.qk_norm != "none":
+        # the q/k norms' inputs (the projected q and k; their normed outputs are the RoPE'd Q and K
+        # above), kept for the norms' backward
+        split["qk_norm_in"] = 2.0 * q_w * (1.0 + kv_ratio) * e
     whole: dict[str, float] = {}      # kept whole on every tp rank, sequence parallel or not
     if c.hyper_connections > 1:
         # each sublayer keeps its n residual streams (the hyper-connection norm's and mixes'
@@ -125,7 +143,11 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
         routed = slots * c.expert_ffn / h
         shared = c.shared_experts * c.expert_ffn / h
         split.update(moe_fc1=routed * per_w, moe_act=routed * act_out, shared_mlp=shared * (per_w + act_out))
-        (whole if flag("experts_gathered", experts_gathered) else split)["moe_dispatched"] = 2.0 * slots * e
+        # the dispatched copies are what the experts' up projection keeps: their low-precision cast
+        # under FP8 / FP4 (Transformer Engine's GroupedLinear saves the quantized input, as
+        # Linear does the norms' outputs above; the permute and the dispatch keep none)
+        dispatched = (lowp if fp8 else 2.0 * e) * slots
+        (whole if flag("experts_gathered", experts_gathered) else split)["moe_dispatched"] = dispatched
         if eager_clamp and c.activation_clamp:
             split["moe_clamped"] = routed * per_w
         if c.moe_einsum_dispatch:
@@ -148,10 +170,10 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
 
 #: The activation terms (:func:`_activation_terms`) each Megatron-Core recompute module stops
 #: keeping (:data:`cosearch.graph.RECOMPUTE_MODULES`): the module's own outputs, recomputed from
-#: its kept input in the backward.  ``mla_up_proj``: the Q, K, V its up projections make (their
-#: latent inputs are kept either way and are not in Korthikanti's terms).
+#: its kept input in the backward.  ``mla_up_proj``: the Q, K, V its up projections make and the
+#: normed latents they read (the latents themselves are kept either way).
 MODULE_TERMS = {"core_attn": ("attn",), "layernorm": ("norm_out",), "moe_act": ("moe_act", "moe_clamped"),
-                "mla_up_proj": ("qkv",), "mlp": ("mlp_fc1", "mlp_act"),
+                "mla_up_proj": ("qkv", "mla_latent_normed"), "mlp": ("mlp_fc1", "mlp_act"),
                 "moe": ("moe_fc1", "moe_act", "moe_clamped", "shared_mlp", "moe_dispatched", "moe_masks"),
                 "shared_experts": ("shared_mlp",)}
 

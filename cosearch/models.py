@@ -66,6 +66,8 @@ def chunked_pair_ratio(seq_len: int, chunk: int) -> float:
 _ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
 _NORMS = ("layernorm", "rmsnorm")
 _POSITIONS = ("learned", "rotary", "none")
+#: Norms of the queries and keys before RoPE (:attr:`ModelConfig.qk_norm`).
+QK_NORMS = ("none", "head", "full", "l2")
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -177,6 +179,16 @@ class ModelConfig:
         32 with no ``attention_factor``, Hugging Face's ``get_mscale`` default); DeepSeek-V3 and
         Kimi-K2 scale by ``mscale / mscale_all_dim`` = 1.  No FLOPs change; an engine whose fused
         RoPE kernel takes no such factor runs it eagerly (:attr:`cosearch.engine.Engine.scaled_rope`).
+    qk_norm: the norm of the queries and keys after their projection, before RoPE (:data:`QK_NORMS`):
+        ``"none"``; ``"head"``, the model's ``norm`` over each head with ``head_dim`` weights for q
+        and for k (Qwen3, Gemma 3: config.json's ``q_norm`` / ``k_norm``; Megatron-Core's
+        ``--qk-layernorm``, a ``TENorm`` of the head width); ``"full"``, over the whole projected q
+        and k (OLMo 2, OLMoE: ``(heads + kv_heads) head_dim`` weights; the sum of squares across tp
+        ranks that a split q would need is not priced); ``"l2"``, a weightless L2 norm per head
+        (Llama 4 Scout's ``use_qk_norm``, Megatron-Core's ``--qk-l2-norm``; Llama 4 skips it on its
+        NoPE layers, one in four, which are priced with it).  ``True`` / ``False`` mean ``"head"`` /
+        ``"none"``.  Priced as two norm passes over q and k a layer
+        (:func:`cosearch.graph.build`'s ``q_norm`` and ``k_norm``), their inputs kept for the backward.
     """
 
     name: str
@@ -216,6 +228,7 @@ class ModelConfig:
     hyper_connections: int = 1
     activation_clamp: float = 0.0
     rope_attention_factor: float = 1.0
+    qk_norm: str = "none"
 
     def __post_init__(self) -> None:
         # numpy's integers (a sweep over np.arange) are integers: stored as Python ints, so the
@@ -295,6 +308,16 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.rope_attention_factor must be a number in (0, 64] (YaRN's attention "
                              f"factor on RoPE's cos and sin; 1: none), got {rf!r}")
         object.__setattr__(self, "rope_attention_factor", float(rf))
+        qn = self.qk_norm
+        if isinstance(qn, bool):
+            qn = "head" if qn else "none"
+            object.__setattr__(self, "qk_norm", qn)
+        if qn not in QK_NORMS:
+            raise ValueError(f"ModelConfig.qk_norm={qn!r}; choose one of {QK_NORMS} (or True / False for 'head' / "
+                             "'none')")
+        if qn != "none" and (self.mla is not None or self.compressed_attention is not None):
+            raise ValueError(f"ModelConfig.qk_norm={qn!r} norms projected queries and keys; multi-head latent and "
+                             "DeepSeek-V4's compressed attention norm their latents instead (leave qk_norm 'none')")
         hc = self.hyper_connections
         if isinstance(hc, bool) or not isinstance(hc, int) or not 1 <= hc <= 64:
             raise ValueError(f"ModelConfig.hyper_connections must be an integer in 1..64 (residual streams; 1: a plain "
@@ -401,7 +424,17 @@ class ModelConfig:
             d, a = self.head_dim, self.heads
             q = h * a * (d + rope) if qr == 0 else h * qr + qr * a * (d + rope) + qr
             return q + h * (kvr + rope) + kvr * a * 2 * d + a * d * h + kvr
-        return h * q + 2 * h * self.kv_dim + q * h
+        return h * q + 2 * h * self.kv_dim + q * h + self.qk_norm_params()
+
+    def qk_norm_params(self) -> int:
+        """The q/k norms' weights (:attr:`qk_norm`): ``head_dim`` each per head, the whole q and k
+        width for ``"full"``, none for L2; twice that with a LayerNorm's biases."""
+        per = 2 if self.norm == "layernorm" else 1
+        if self.qk_norm == "head":
+            return per * 2 * self.head_dim
+        if self.qk_norm == "full":
+            return per * (self.heads + self.kv_heads) * self.head_dim
+        return 0
 
     def _mlp_params(self, width: int) -> int:
         return (3 if self.gated else 2) * self.hidden * width
@@ -673,7 +706,8 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     elif mt == "qwen2":
         bias = False            # only q/k/v carry biases: a few thousand parameters, left out
     else:
-        bias = bool(config.get("bias", config.get("use_bias", True)))
+        # Qwen3, OLMo 2 and their kin name only attention_bias (their MLPs have none either)
+        bias = bool(config.get("bias", config.get("use_bias", config.get("attention_bias", True))))
     tie_default = mt in ("gpt2", "opt", "bloom", "bert", "falcon") or gemma or not gated
     if mt in ("gptj", "gpt_neox", "phi"):
         tie_default = False
@@ -692,11 +726,9 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     if mt in ("gptj", "phi") and not tie:
         extra += vocab                # lm_head bias
     if mt in _GEMMA[1:]:
-        # Gemma 2/3 norm the attention and MLP outputs too (post-norms), and Gemma 3 its queries
-        # and keys per head (q_norm, k_norm)
+        # Gemma 2/3 norm the attention and MLP outputs too (post-norms)
         extra += layers * 2 * hidden
-        if mt != "gemma2":
-            extra += layers * 2 * (head_size or hidden // heads)
+    qk_norm = _hf_qk_norm(config, mt)
     # GPT-OSS's clamped gated activation (modeling_gpt_oss.py: gate.clamp(max=limit),
     # up.clamp(-limit, limit))
     limit = config.get("swiglu_limit") if gated else None
@@ -711,7 +743,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
         position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
         extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
-        **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor)
+        **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor, qk_norm=qk_norm)
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
@@ -739,6 +771,28 @@ def _hf_deepseek_v4(config: dict, layers: int) -> dict[str, Any]:
         index_topk=_hf_int(config, "index_topk", required=True),
         rope_head_dim=_hf_int(config, "qk_rope_head_dim", required=True))
     return {"compressed_attention": ca, "hyper_connections": _hf_int(config, "hc_mult", default=1)}
+
+
+#: Model types whose every layer norms its queries and keys per head (``q_norm`` / ``k_norm``
+#: of the head width: transformers' Qwen3, Qwen3-MoE, Gemma 3 modeling code) or over the whole
+#: projected q and k (OLMo 2, OLMoE: ``q_norm`` of ``heads x head_dim``).
+_HF_QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "gemma3": "head", "gemma3_text": "head",
+               "olmo2": "full", "olmoe": "full"}
+
+
+def _hf_qk_norm(config: dict, mt: str) -> str:
+    """:attr:`ModelConfig.qk_norm` from a config: the family's (:data:`_HF_QK_NORM`), or a
+    ``use_qk_norm`` / ``qk_layernorm`` switch (Llama 4's is a weightless L2 norm,
+    ``Llama4TextL2Norm``; Cohere's and others' a per-head norm)."""
+    for key in ("use_qk_norm", "qk_layernorm"):
+        if key in config:
+            on = config[key]
+            if not isinstance(on, bool):
+                raise ValueError(f"from_hf_config: {key!r} must be true or false, got {on!r}")
+            if not on:
+                return "none"
+            return "l2" if mt == "llama4_text" else _HF_QK_NORM.get(mt, "head")
+    return _HF_QK_NORM.get(mt, "none")
 
 
 def _hf_llama4(config: dict, layers: int) -> dict[str, Any]:
@@ -877,17 +931,17 @@ PRESETS: dict[str, ModelConfig] = {
     # Qwen/Qwen3-30B-A3B config.json: 48 x 2048, 32 heads of 128 (head_dim 128), 4 KV heads, 128
     # experts of 768 (moe_intermediate_size; intermediate_size 6144 unused, every layer MoE), top-8, no
     # shared expert, vocab 151936, untied: 30.5B total, 3.3B active (its
-    # model card).  Its per-head q/k RMSNorms (128 weights each) are left out.
+    # model card); per-head q/k RMSNorms (q_norm, k_norm: 128 weights each).
     "qwen3-30b-a3b": ModelConfig("qwen3-30b-a3b", 48, 2048, 32, 6144, 151936, 4096, kv_heads=4, head_size=128,
                                  activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
                                  tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=8,
-                                 moe_ffn_hidden=768),
+                                 moe_ffn_hidden=768, qk_norm="head"),
     # Qwen/Qwen3-235B-A22B config.json: 94 x 4096, 64 heads of 128, 4 KV heads, 128 experts of 1,536,
-    # top-8, vocab 151936, untied: 235B total, 22B active (its model card).
+    # top-8, vocab 151936, untied: 235B total, 22B active (its model card); per-head q/k RMSNorms.
     "qwen3-235b-a22b": ModelConfig("qwen3-235b-a22b", 94, 4096, 64, 12288, 151936, 4096, kv_heads=4,
                                    head_size=128, activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
                                    tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=8,
-                                   moe_ffn_hidden=1536),
+                                   moe_ffn_hidden=1536, qk_norm="head"),
     # moonshotai/Kimi-K2 config.json (DeepSeek-V3's architecture): 61 x 7168, 64 heads, MLA (q rank
     # 1536, kv rank 512, rope 64, head 128), 384 routed experts of 2,048 (top-8) + 1 shared, the
     # first layer dense (18,432), vocab 163840, untied: 1.04T total, 32B active (its model card).
@@ -914,11 +968,13 @@ PRESETS: dict[str, ModelConfig] = {
     # meta-llama/Llama-4-Scout-17B-16E config.json (text_config): 48 x 5120, 40 heads of 128, 8 KV
     # heads, 16 routed experts of 8,192 (SwiGLU, top-1) + 1 shared in every layer, vocab 202048,
     # untied; chunked attention (attention_chunk_size 8192) on the RoPE layers, every 4th layer
-    # NoPE with global attention: 109B total, 17B active (its model card).
+    # NoPE with global attention: 109B total, 17B active (its model card); a weightless L2 norm of q
+    # and k per head on the RoPE layers (use_qk_norm).
     "llama4-scout": ModelConfig("llama4-scout", 48, 5120, 40, 16384, 202048, 8192, kv_heads=8,
                                 activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
                                 tie_embeddings=False, dropout=False, num_experts=16, experts_per_token=1,
-                                moe_ffn_hidden=8192, shared_experts=1, attention_chunk=8192, chunked_layers=36),
+                                moe_ffn_hidden=8192, shared_experts=1, attention_chunk=8192, chunked_layers=36,
+                                qk_norm="l2"),
     # meta-llama/Llama-4-Maverick-17B-128E config.json: Scout's layers with 128 routed experts in
     # every other layer (interleave_moe_layer_step 2), the rest dense of 16,384
     # (intermediate_size_mlp): 400B total, 17B active (its model card).

@@ -45,6 +45,17 @@ def test_activations_no_longer_kept_by_hand():
         memory.layer_activation_bytes(MOE, 1, 1, False, "selective", True, "bf16", ("nope",))
 
 
+def test_fp8_experts_keep_the_cast_of_their_dispatched_input():
+    """Under FP8 Transformer Engine's GroupedLinear keeps the 1-byte cast of the experts' input
+    (``grouped_linear.py``: the quantized ``inputmats`` saved for the weight gradient), as Linear
+    keeps the norms' casts: recomputing ``moe`` drops the fc1 outputs (bf16, the activation's
+    input: 4), the activation's 1-byte cast (2 x 32 / 64 x 1 = 1) and the k = 2 dispatched copies
+    at 1 byte (2): 7 bytes per token and h, against bf16's 10."""
+    none = memory.layer_activation_bytes(MOE, 1, 1, False, "none", True, "fp8")
+    moe = memory.layer_activation_bytes(MOE, 1, 1, False, "selective", True, "fp8", ("moe",))
+    assert none - moe == pytest.approx(16 * 64 * 7)
+
+
 def test_engine_policy_prices_time_and_memory():
     from dataclasses import replace
 

@@ -164,7 +164,7 @@ CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-attn", "--tp-comm-overlap",
           "--fp8-param-gather", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
           "--group-query-attention", "--swiglu", "--squared-relu", "--use-rotary-position-embeddings",
-          "--disable-bias-linear", "--multi-latent-attention",
+          "--disable-bias-linear", "--multi-latent-attention", "--qk-layernorm", "--qk-l2-norm",
           "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
           "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity",
           "--first-last-layers-bf16",
@@ -241,7 +241,8 @@ _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-
                 "--attention-dropout": "dropout", "--hidden-dropout": "dropout", "--vocab-size": "vocab",
                 "--num-experts": "num_experts", "--moe-router-topk": "experts_per_token",
                 "--moe-ffn-hidden-size": "expert_ffn", "--group-query-attention": "kv_heads",
-                "--multi-latent-attention": "mla", "--moe-shared-expert-intermediate-size": "shared_experts"}
+                "--multi-latent-attention": "mla", "--moe-shared-expert-intermediate-size": "shared_experts",
+                "--qk-layernorm": "qk_norm", "--qk-l2-norm": "qk_norm"}
 #: Megatron-LM's defaults of the multi-head latent attention flags (``megatron/training/arguments.py``:
 #: ``--q-lora-rank`` None, the query projected directly, cosearch's 0; ``--kv-lora-rank`` 32;
 #: ``--qk-head-dim`` 128; ``--qk-pos-emb-head-dim`` 64; ``--v-head-dim`` 128).
@@ -604,6 +605,29 @@ def eager_pass_notes(engine: Engine, model: ModelConfig) -> list[str]:
     return notes
 
 
+def _line_qk_norm(flags: set[str], stated: dict, base: ModelConfig | None, assumed: list[str]) -> None:
+    """``--qk-layernorm`` / ``--qk-l2-norm`` as Megatron-Core's layer specs build them
+    (``models/gpt/gpt_layer_specs.py``): without multi-head latent attention, ``q_layernorm`` /
+    ``k_layernorm`` of the head width (a ``TENorm`` of ``--normalization``, or ``L2Norm``), the
+    model's ``qk_norm`` ``"head"`` or ``"l2"``; with it, ``--qk-layernorm`` norms the q and kv
+    latents inside the up projections (``column_parallel_layer_norm_linear``), as DeepSeek's
+    ``q_a_layernorm`` / ``kv_a_layernorm``, which cosearch's MLA always carries (said where the
+    line lacks it), and ``--qk-l2-norm`` is refused (Megatron-Core asserts so)."""
+    layer, l2 = "--qk-layernorm" in flags, "--qk-l2-norm" in flags
+    if layer and l2:
+        raise ValueError("--qk-layernorm and --qk-l2-norm: Megatron norms the queries and keys one way")
+    if "mla" in stated or (base is not None and base.mla is not None and "mla" not in stated):
+        if l2:
+            raise ValueError("--qk-l2-norm with multi-head latent attention: Megatron-Core asserts it is not supported")
+        if not layer:
+            assumed.append("multi-head latent attention without --qk-layernorm: Megatron-Core norms no latents; "
+                           "cosearch prices DeepSeek's q and kv latent norms (two norms of q_lora_rank and "
+                           "kv_lora_rank per layer)")
+        return
+    if layer or l2:
+        stated["qk_norm"] = "head" if layer else "l2"
+
+
 def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None, assumed: list[str]
                 ) -> ModelConfig | None:
     """The model the line describes: ``base`` checked against every model flag the line gives,
@@ -699,6 +723,7 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 assumed.append(f"{f} {dims[f]} (Megatron-LM's default)")
     elif mla_values:
         raise ValueError(f"{', '.join(mla_values)} set multi-head latent attention: give --multi-latent-attention")
+    _line_qk_norm(flags, stated, base, assumed)
 
     if base is not None:
         have = {"num_layers": base.num_layers, "hidden": base.hidden, "heads": base.heads,
@@ -708,13 +733,13 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 "tie_embeddings": base.tie_embeddings, "dropout": base.dropout,
                 "num_experts": base.num_experts, "experts_per_token": base.experts_per_token,
                 "expert_ffn": base.expert_ffn, "rope_attention_factor": base.rope_attention_factor,
-                "mla": base.mla, "shared_experts": base.shared_experts}
+                "mla": base.mla, "shared_experts": base.shared_experts, "qk_norm": base.qk_norm}
         flag_of = {v: k for k, v in _MODEL_FLAGS.items()}
         flag_of.update(kv_heads="--num-query-groups", dropout="--attention-dropout/--hidden-dropout",
                        position="--position-embedding-type", experts_per_token="--moe-router-topk",
                        rope_attention_factor="--position-embedding-type (YaRN's attention factor)",
                        mla="--multi-latent-attention (q, kv lora ranks, rope dim)",
-                       head_dim="--kv-channels / --qk-head-dim")
+                       head_dim="--kv-channels / --qk-head-dim", qk_norm="--qk-layernorm / --qk-l2-norm")
         bad = [f"{flag_of[k]} gives {v!r} where {base.name} has {have[k]!r}"
                for k, v in stated.items() if have[k] != v]
         if bad:

@@ -167,6 +167,8 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.moe_permute_fusion",), True, "--moe-permute-fusion"),
                     (("model.moe_shared_expert_overlap",), True, "--moe-shared-expert-overlap"),
                     (("model.multi_latent_attention",), True, "--multi-latent-attention"),
+                    (("model.qk_layernorm",), True, "--qk-layernorm"),
+                    (("model.qk_l2_norm",), True, "--qk-l2-norm"),
                     (("model.moe_router_enable_expert_bias",), True, "--moe-router-enable-expert-bias"),
                     (("model.moe_router_pre_softmax",), True, "--moe-router-pre-softmax"),
                     (("model.moe_apply_probs_on_input",), True, "--moe-apply-probs-on-input"),

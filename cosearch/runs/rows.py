@@ -318,7 +318,15 @@ def _moe_fields(row: dict, notes: list) -> dict:
         out["head_size"] = MOE_HEAD_DIM.get(family or "DeepSeek-V3", 128)
         notes.append("MLA with rope head dim 64 (DeepSeek-V3's config.json)")
     if "qk-norm" in arch:
-        notes.append("per-head q/k RMSNorms not priced (two norms over q and k a layer)")
+        if "chunked attention" in arch:
+            # Llama 4 Scout (config.json use_qk_norm): Llama4TextL2Norm, no weights, on the RoPE layers
+            out["qk_norm"] = "l2"
+            notes.append("Llama 4's weightless L2 norm of q and k per head, priced on every layer (the NoPE layers, "
+                         "one in four, skip it)")
+        else:
+            # Qwen3 (config.json; modeling_qwen3_moe.py's q_norm / k_norm of head_dim)
+            out["qk_norm"] = "head"
+            notes.append("per-head q/k RMSNorms (Qwen3's q_norm / k_norm)")
     win = re.search(r"(alternating )?sliding-window\((\d+)\)", arch)
     if win:
         if not win.group(1):

@@ -1,0 +1,197 @@
+"""Query/key norms (Qwen3, Gemma 3, OLMo 2, Llama 4) and multi-head latent attention's latent
+norms: the ops, the activations they keep, the parameters, and every reader that names them.
+
+The expected numbers are counted by hand from the models' definitions (transformers'
+``modeling_qwen3.py``: ``q_norm`` / ``k_norm`` of ``head_dim`` applied to the projected q and k
+before RoPE; DeepSeek's ``q_a_layernorm`` / ``kv_a_layernorm`` on the latents) and from what a
+layer keeps for its backward (Korthikanti et al.'s accounting, one tensor at a time)."""
+
+import pytest
+
+from cosearch import graph, models
+from cosearch.memory import layer_activation_bytes
+from cosearch.models import ModelConfig, from_hf_config
+
+#: A small model whose heads are wider than hidden / heads (as Qwen3's: 32 x 128 over 2,048).
+SMALL = ModelConfig("qk", 2, 256, 4, 512, 1000, 128, kv_heads=2, head_size=96, activation="swiglu",
+                    norm="rmsnorm", position="rotary", bias=False, tie_embeddings=False, dropout=False)
+
+
+def _ops(m, tp=1, **kw):
+    return {o.name: (i, o) for i, o in enumerate(graph.build(m, tp, 1, "fwd", flash_attention=True, **kw).ops)}
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_qk_norm_ops_sit_between_the_projection_and_rope(tp):
+    """q_norm over this rank's 128 tokens x (4 / tp) heads x 96, k_norm over its (2 / tp) K heads;
+    both read the qkv projection and feed RoPE; an RMSNorm reads and writes each element once
+    (2 bytes in bf16) at 4 operations an element."""
+    ops = _ops(SMALL.with_(qk_norm="head"), tp, sequence_parallel=tp > 1)
+    iq, q = ops["q_norm"]
+    ik, k = ops["k_norm"]
+    assert (q.elements, k.elements) == (128 * (4 // tp) * 96, 128 * (2 // tp) * 96)
+    assert (q.bytes_read, q.bytes_written, q.ops_per_element) == (2 * q.elements, 2 * q.elements, 4.0)
+    assert q.deps == k.deps == (ops["qkv"][0],)
+    assert set(ops["rotary"][1].deps) == {iq, ik}
+    assert "q_norm" not in _ops(SMALL)
+    # no RoPE: the attention core reads the normed q and k
+    nope = _ops(SMALL.with_(qk_norm="head", position="none"))
+    assert {nope["q_norm"][0], nope["k_norm"][0]} <= set(nope["attn_core"][1].deps)
+    # a LayerNorm model norms them with LayerNorm's 5 operations an element
+    assert _ops(SMALL.with_(qk_norm="head", norm="layernorm"))["q_norm"][1].ops_per_element == 5.0
+
+
+def test_qk_norms_have_backward_ops_and_eager_bytes():
+    """Each norm has its gradient op; run eagerly (torchtitan's ``nn.RMSNorm``) each prices the
+    measured eager RMSNorm's bytes, as the layer's own norms."""
+    m = SMALL.with_(qk_norm="head")
+    fwd, bwd = graph.build_pair(m, 1, 1, flash_attention=True)
+    assert {"q_norm.grad", "k_norm.grad"} <= {o.name for o in bwd.ops}
+    eager = {o.name: o for o in graph.build(m, 1, 1, "fwd", flash_attention=True, elementwise="eager").ops}
+    per = graph.EAGER_ELEMENTWISE_BYTES["rmsnorm"]
+    for name in ("q_norm", "k_norm", "norm1"):
+        o = eager[name]
+        assert o.bytes_read == pytest.approx(per[0] * o.elements)
+        assert o.bytes_written == pytest.approx(per[1] * o.elements)
+
+
+def test_activations_count_the_projected_heads_and_the_norm_inputs():
+    """Per token with nothing recomputed (bf16, flash attention, no dropout, tp 1): the two norm
+    inputs and outputs 4 x 256 x 2; Q, K, V 2 x (4 x 96 + 2 x 2 x 96); the attention output
+    2 x 4 x 96; the gated MLP's two up projections and activation 3 x 512 x 2; the fp32
+    log-sum-exp 4 x 4: 7,440 bytes.  The q/k norms keep their inputs, 2 x (4 + 2) x 96 more."""
+    s = 128
+    assert layer_activation_bytes(SMALL, 1, 1, flash_attention=True) == pytest.approx(7440 * s)
+    assert layer_activation_bytes(SMALL.with_(qk_norm="head"), 1, 1, flash_attention=True) == \
+        pytest.approx((7440 + 1152) * s)
+    # split over two ranks with sequence parallelism: all of it halves
+    assert layer_activation_bytes(SMALL.with_(qk_norm="l2"), 2, 1, sequence_parallel=True, flash_attention=True) == \
+        pytest.approx((7440 + 1152) * s / 2)
+
+
+def test_mla_latent_norms_and_their_activations():
+    """MLA (q rank 64, kv rank 32, rope 16, head 48, 4 heads): the latent norms over T x 64 and
+    T x 32 feed the up projections; per token the layer keeps Q and K of 4 x (48 + 16) and V of
+    4 x 48 (2 bytes each: 1,408), the attention output 2 x 4 x 48 (384), each latent twice (the
+    norm's input and output: 2 x 2 x 96 = 384) besides the norms and MLP (4 x 256 x 2 + 3 x 512 x 2
+    + 4 x 4 = 5,136): 7,312 bytes.  Recomputing mla_up_proj drops Q, K, V and the normed latents
+    (1,408 + 192)."""
+    m = SMALL.with_(head_size=48, mla=(64, 32, 16))
+    ops = _ops(m)
+    (iq, q), (ik, k) = ops["q_latent_norm"], ops["kv_latent_norm"]
+    assert (q.elements, k.elements) == (128 * 64, 128 * 32)
+    assert ops["q_up"][1].deps == (iq,) and ops["kv_up"][1].deps == (ik,)
+    assert q.deps == (ops["q_down"][0],) and k.deps == (ops["kv_down"][0],)
+    assert layer_activation_bytes(m, 1, 1, flash_attention=True) == pytest.approx(7312 * 128)
+    assert layer_activation_bytes(m, 1, 1, recompute="selective", modules=("mla_up_proj",), flash_attention=True) == \
+        pytest.approx((7312 - 1408 - 192) * 128)
+    assert {"q_latent_norm", "kv_latent_norm"} <= set(graph.RECOMPUTE_MODULES["mla_up_proj"])
+
+
+def test_qk_norm_field_and_parameters():
+    """``True`` / ``False`` name the per-head norm and none; a per-head RMSNorm adds 2 x 96
+    weights a layer, a LayerNorm twice that, OLMo 2's full-width norm (4 + 2) x 96, L2 none; an
+    unknown kind and a q/k norm on latent attention are refused."""
+    assert SMALL.with_(qk_norm=True).qk_norm == "head" and SMALL.with_(qk_norm=False).qk_norm == "none"
+    base = SMALL.num_params()
+    assert SMALL.with_(qk_norm="head").num_params() - base == 2 * 2 * 96
+    assert SMALL.with_(qk_norm="head", norm="layernorm").num_params() - SMALL.with_(norm="layernorm").num_params() \
+        == 2 * 2 * 2 * 96
+    assert SMALL.with_(qk_norm="full").num_params() - base == 2 * 6 * 96
+    assert SMALL.with_(qk_norm="l2").num_params() == base
+    with pytest.raises(ValueError, match="choose one of"):
+        SMALL.with_(qk_norm="rms")
+    with pytest.raises(ValueError, match="latents instead"):
+        SMALL.with_(head_size=48, mla=(64, 32, 16), qk_norm="head")
+    assert models.preset("qwen3-30b-a3b").qk_norm == "head" and models.preset("llama4-scout").qk_norm == "l2"
+    assert models.preset("llama4-maverick").qk_norm == "none"
+
+
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
+            "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960, "model_type": "qwen3",
+            "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000, "tie_word_embeddings": False, "vocab_size": 151936}
+
+
+def test_hf_configs_name_their_qk_norms():
+    """Qwen3-8B's config.json (Qwen/Qwen3-8B): per-head q/k norms, no biases (only
+    ``attention_bias`` says so; it was read as biased); 8.2B parameters (its model card), counted
+    by hand: embeddings and head 2 x 151,936 x 4,096, per layer the projections 4,096 x (4,096 +
+    2 x 1,024) + 4,096 x 4,096, the MLP 3 x 4,096 x 12,288, two norms of 4,096 and the q/k norms
+    2 x 128, and the final norm.  OLMo 2 norms the whole q and k; Llama 4's ``use_qk_norm`` is a
+    weightless L2 norm; a non-boolean switch is refused."""
+    m = from_hf_config(QWEN3_8B, seq_len=4096)
+    assert (m.qk_norm, m.bias) == ("head", False)
+    per_layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 12288 + 2 * 4096 + 2 * 128
+    assert m.num_params() == 2 * 151936 * 4096 + 36 * per_layer + 4096
+    assert m.num_params() == pytest.approx(8.2e9, rel=0.01)
+    olmo = dict(QWEN3_8B, model_type="olmo2")
+    assert from_hf_config(olmo, seq_len=4096).qk_norm == "full"
+    assert from_hf_config(dict(QWEN3_8B, model_type="cohere", use_qk_norm=True), seq_len=4096).qk_norm == "head"
+    assert from_hf_config(dict(QWEN3_8B, model_type="llama", use_qk_norm=False), seq_len=4096).qk_norm == "none"
+    with pytest.raises(ValueError, match="use_qk_norm"):
+        from_hf_config(dict(QWEN3_8B, use_qk_norm="yes"), seq_len=4096)
+
+
+QWEN3_LINE = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 8 "
+              "--micro-batch-size 1 --global-batch-size 256 --bf16 --num-experts 128 --moe-router-topk 8 "
+              "--moe-ffn-hidden-size 768")
+QWEN3_MODEL = (" --num-layers 48 --hidden-size 2048 --num-attention-heads 32 --group-query-attention "
+               "--num-query-groups 4 --kv-channels 128 --seq-length 4096 --vocab-size 151936 --swiglu "
+               "--normalization RMSNorm --ffn-hidden-size 6144 --disable-bias-linear "
+               "--untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 "
+               "--position-embedding-type rope")
+
+
+def test_megatron_lines_read_qk_norms():
+    """``--qk-layernorm`` is Megatron-Core's per-head ``TENorm``, ``--qk-l2-norm`` its ``L2Norm``
+    (``gpt_layer_specs.py``): Qwen3's line reads against its preset and builds the same model on
+    its own; both flags at once, or a flag that contradicts the preset, are refused."""
+    from cosearch.runs.megatron import parse_megatron_args
+    from cosearch.runs.nemo import read_megatron_bridge
+    ref = models.preset("qwen3-30b-a3b")
+    assert parse_megatron_args(QWEN3_LINE + " --qk-layernorm", ref, 512).model.qk_norm == "head"
+    own = parse_megatron_args(QWEN3_LINE + QWEN3_MODEL + " --qk-layernorm", None, 512).model
+    assert own.qk_norm == "head" and own.num_params() == ref.num_params()
+    assert parse_megatron_args(QWEN3_LINE + QWEN3_MODEL, None, 512).model.qk_norm == "none"
+    assert parse_megatron_args(QWEN3_LINE + QWEN3_MODEL + " --qk-l2-norm", None, 512).model.qk_norm == "l2"
+    with pytest.raises(ValueError, match="one way"):
+        parse_megatron_args(QWEN3_LINE + " --qk-layernorm --qk-l2-norm", ref, 512)
+    with pytest.raises(ValueError, match="contradicts --model qwen3-30b-a3b"):
+        parse_megatron_args(QWEN3_LINE + " --qk-l2-norm", ref, 512)
+    bridge = read_megatron_bridge({"model": {"expert_model_parallel_size": 8, "num_moe_experts": 128,
+                                             "moe_router_topk": 8, "moe_ffn_hidden_size": 768, "qk_layernorm": True},
+                                   "train": {"micro_batch_size": 1, "global_batch_size": 256}}, model=ref)
+    assert bridge.model.qk_norm == "head"
+
+
+def test_megatron_mla_reads_qk_layernorm_as_the_latent_norms():
+    """Under ``--multi-latent-attention`` Megatron-Core's ``--qk-layernorm`` norms the latents
+    inside the up projections (DeepSeek-V3's recipes set it): read, not refused; without it the
+    line is priced with DeepSeek's latent norms and says so; ``--qk-l2-norm`` is refused, as
+    Megatron-Core asserts."""
+    from cosearch.runs.megatron import parse_megatron_args
+    m = models.preset("deepseek-v3")
+    line = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 64 "
+            "--micro-batch-size 1 --global-batch-size 1024 --bf16 --multi-latent-attention --q-lora-rank 1536 "
+            "--kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128")
+    with_norm = parse_megatron_args(line + " --qk-layernorm", m, 512)
+    assert with_norm.model.mla == (1536, 512, 64) and with_norm.model.qk_norm == "none"
+    assert not any("norms no latents" in a for a in with_norm.assumed)
+    assert any("norms no latents" in a for a in parse_megatron_args(line, m, 512).assumed)
+    with pytest.raises(ValueError, match="not supported"):
+        parse_megatron_args(line + " --qk-l2-norm", m, 512)
+
+
+def test_validation_rows_carry_their_qk_norms():
+    """A Qwen3 row (arch "qk-norm") prices per-head norms; Llama 4 Scout's row ("qk-norm, chunked
+    attention") its weightless L2 norm."""
+    from cosearch.runs import rows
+    from tests.test_runs_rows import QWEN3_ROW
+    assert rows.describe_row(QWEN3_ROW).model.qk_norm == "head"
+    scout = dict(QWEN3_ROW, id="tpu-recipes/v5p/Llama4-Scout-17B-16E-Maxtext/v5p-1024",
+                 model="Llama-4-Scout-17B-16E (109B)", layers=48, hidden=5120, heads=40, kv_heads=8, moe_ffn=8192,
+                 num_experts=16, experts_per_token=1, shared_experts=1, vocab=202048, seq=8192,
+                 arch="MoE (top-1 routed + 1 shared), GQA, qk-norm, chunked attention + NoPE every 4th layer")
+    d = rows.describe_row(scout)
+    assert d.model.qk_norm == "l2" and any("L2 norm of q and k" in a for a in d.assumed)
