@@ -116,7 +116,11 @@ same.
   Megatron-Core; torchtitan's ``F.cross_entropy(pred.float(), ...)`` costs the same on an H100:
   52 bytes a logit, :data:`cosearch.graph.CROSS_ENTROPY_FP32_BYTES`) or ``"fused"`` (one kernel
   reading the bf16 logits and writing their gradient: llm-foundry's ``loss_fn:
-  fused_crossentropy``, XLA's fusion in MaxText).
+  fused_crossentropy``, XLA's fusion in MaxText) or ``"te"`` (Transformer Engine's Triton
+  ``parallel_cross_entropy``, Megatron-Core's ``cross_entropy_fusion_impl = "te"``: two reads of
+  the logits and their gradient written in place, :data:`cosearch.graph.CROSS_ENTROPY_TE_BYTES`).
+  Megatron-Core's own fused cross-entropy (``cross_entropy_loss_fusion`` with the ``native``
+  implementation, Megatron-Bridge's default) is ``"fp32"``: the same passes, measured the same.
 * ``sp_even_split`` — sequence parallelism needs each context-parallel rank's sequence to split
   evenly over the tensor-parallel ranks (Megatron-Core's ``_split_along_first_dim`` and
   ``_reduce_scatter_along_first_dim`` assert the [s, b, h] tensor's first dimension divisible by
@@ -257,7 +261,7 @@ __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATR
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "MAXTEXT_MINIMAL_REMAT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
            "moe_comm_sms", "with_moe_dispatch", "FLEX_BACKENDS", "FLEX_SMS_DEEPEP", "EXPERT_ELEMENTWISE", "expert_graph_option",
-           "with_op_fuser", "SCALED_ROPE", "graph_elementwise"]
+           "with_op_fuser", "SCALED_ROPE", "graph_elementwise", "MEGATRON_CROSS_ENTROPY", "with_cross_entropy_fusion"]
 
 
 @dataclass(frozen=True)
@@ -554,6 +558,28 @@ def with_op_fuser(engine: Engine) -> Engine:
     if engine.expert_elementwise == "fused":
         return engine
     return replace(engine, name=engine.name + "-op-fuser", expert_elementwise="fused")
+
+
+#: Megatron-Core's loss implementations (``cross_entropy_loss_fusion`` off, or on with
+#: ``cross_entropy_fusion_impl`` ``native`` / ``te``) as :attr:`Engine.cross_entropy`: its unfused
+#: ``vocab_parallel_cross_entropy`` and its jit-fused ``native`` one make the same fp32 passes
+#: (and measure the same, :data:`cosearch.graph.CROSS_ENTROPY_FP32_BYTES`); ``te`` is Transformer
+#: Engine's Triton kernel.
+MEGATRON_CROSS_ENTROPY = {"off": "fp32", "native": "fp32", "te": "te"}
+
+
+def with_cross_entropy_fusion(engine: Engine, impl: str) -> Engine:
+    """``engine`` computing the loss as Megatron-Core's ``impl`` (:data:`MEGATRON_CROSS_ENTROPY`:
+    ``"off"``, ``"native"`` or ``"te"``), named ``...-te-loss`` for Transformer Engine's; as it is
+    where it already computes it so."""
+    if impl not in MEGATRON_CROSS_ENTROPY:
+        raise ValueError(f"cross-entropy implementation {impl!r}: Megatron-Core's are "
+                         f"{', '.join(MEGATRON_CROSS_ENTROPY)} (cross_entropy_loss_fusion off, native, te)")
+    engine = preset(engine)
+    want = MEGATRON_CROSS_ENTROPY[impl]
+    if engine.cross_entropy == want:
+        return engine
+    return replace(engine, name=engine.name + ("-te-loss" if want == "te" else "-fp32-loss"), cross_entropy=want)
 
 
 def uneven_sequence_split(engine: Engine, tokens: int, tp: int, sequence_parallel: bool) -> bool:

@@ -550,8 +550,12 @@ class _Builder:
 #: fused kernel that reads the bf16 logits and writes their bf16 gradient (the vector-op
 #: default); ``"fp32"``, Megatron's ``vocab_parallel_cross_entropy`` (and PyTorch's
 #: ``F.cross_entropy`` on ``logits.float()``), whose passes over the logits are itemized in
-#: :data:`CROSS_ENTROPY_FP32_BYTES`.
-CROSS_ENTROPY = ("fused", "fp32")
+#: :data:`CROSS_ENTROPY_FP32_BYTES` (Megatron-Core's ``--cross-entropy-loss-fusion`` with its
+#: ``native`` implementation, ``fused_vocab_parallel_cross_entropy``, runs the same passes
+#: jit-fused and measures the same, :data:`CROSS_ENTROPY_FP32_BYTES`); ``"te"``, Transformer
+#: Engine's Triton ``parallel_cross_entropy`` (``--cross-entropy-fusion-impl te``),
+#: :data:`CROSS_ENTROPY_TE_BYTES`.
+CROSS_ENTROPY = ("fused", "fp32", "te")
 
 #: Bytes per logit of the fp32 cross-entropy (forward read, forward written, backward read,
 #: backward written), pass by pass as Megatron-Core's ``VocabParallelCrossEntropy`` runs them
@@ -565,6 +569,37 @@ CROSS_ENTROPY = ("fused", "fp32")
 #: ``benchmark/data/all_benchmark_data_megatron.csv``, 2026-06-10: 0.606-20.02 ms and
 #: 0.554-19.93 ms; ``tests/test_kernel_model.py``).
 CROSS_ENTROPY_FP32_BYTES = (22.0, 16.0, 8.0, 6.0)
+
+#: Liger-Kernel's fused Triton cross-entropy on an H100 SXM, forward + backward at 8192 tokens of
+#: bf16 logits with a mean loss, (logits, seconds) at 16k and 131k logits a token
+#: (``benchmark/data/all_benchmark_data_megatron.csv``, 2026-06-10,
+#: ``cosearch/data/public_cross_entropy.csv``).  Its backward is a no-op there (the mean loss's
+#: incoming gradient is 1, which ``element_mul_kernel`` skips), so the time is its forward: one
+#: program a row reading the row twice (the online softmax's max and sum, then the gradient)
+#: and writing the gradient in place.
+_LIGER_CE_ROWS = ((8192 * 16384, 0.9797760248184204e-3), (8192 * 131072, 6.783936023712158e-3))
+
+
+def _te_cross_entropy_bytes(rows, stream_Bps: float, launch_s: float) -> tuple[float, float, float, float]:
+    """Transformer Engine's parallel cross-entropy as bytes per logit (forward read, forward
+    written, backward read, backward written).  TE's Triton kernels (NVIDIA/TransformerEngine
+    ``pytorch/triton/cross_entropy.py``, pull request #1456, 2025-02, to #3193, 2026-07) make the
+    passes Liger's kernel makes: ``online_softmax_kernel`` reads the bf16 logits for each row's max
+    and sum, ``cross_entropy_kernel`` reads them again and writes their gradient in place, and the
+    backward's ``element_mul_kernel`` (the same kernel as Liger's) scales it in place by the
+    per-token gradient Megatron-Core's unreduced loss brings.  The forward is priced at Liger's
+    measured time (``rows``, less one launch: its 6 itemized bytes a logit take about 3.4 times
+    their streaming time), split 4 : 2 between reads and writes; the backward's 2 + 2 bytes at
+    the same factor.  From #3193 (2026-07) TE holds the gradient in fp32: not priced, as no run
+    records its Transformer Engine version."""
+    fwd = sum((t - launch_s) / n for n, t in rows) / len(rows) * stream_Bps
+    per_byte = fwd / 6.0
+    return 4.0 * per_byte, 2.0 * per_byte, 2.0 * per_byte, 2.0 * per_byte
+
+
+#: Transformer Engine's parallel cross-entropy, bytes per logit (:func:`_te_cross_entropy_bytes`;
+#: 0.90 x 3.35 TB/s, the H100 SXM's memory efficiency, and its 4 us launch).
+CROSS_ENTROPY_TE_BYTES = _te_cross_entropy_bytes(_LIGER_CE_ROWS, 0.90 * 3.35e12, 4e-6)
 
 #: How a framework runs a layer's norms, activation and rotary embedding
 #: (:attr:`cosearch.engine.Engine.elementwise`): ``"fused"`` (one kernel each, streaming their
@@ -1544,8 +1579,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     ops = fwd_fn(config, tp, microbatch, bool(sequence_parallel), bool(flash_attention), cp, OPERAND_BYTES[precision],
                  ep, **extra)
     own = {}        # op name -> its (forward read, forward written, backward read, backward written) per element
-    if cross_entropy == "fp32":
-        own["cross_entropy"] = CROSS_ENTROPY_FP32_BYTES
+    if cross_entropy in ("fp32", "te"):
+        own["cross_entropy"] = CROSS_ENTROPY_FP32_BYTES if cross_entropy == "fp32" else CROSS_ENTROPY_TE_BYTES
     if elementwise == "eager":
         if config.norm in ("rmsnorm", "layernorm"):
             own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("norm1", "norm2", "final_norm")})

@@ -28,13 +28,21 @@ Two kinds of config are cited:
   "alltoall"`` after it clears it; for the op fuser the last literal assigned to
   ``use_transformer_engine_op_fuser``.
 
+The loss implementation is read as well: for a perf recipe where it sets one
+(``_benchmark_common(cfg, cross_entropy_impl=...)``, the literal passed or the parameter's
+default; a later ``cross_entropy_loss_fusion = False``), and for every commit a row cites (dense
+rows included: ``(config <NAME> @ <commit>)`` in their ``src``), what a workload base config runs
+with there (:func:`commit_settings`: ``_set_common_perf_overrides``'s ``cross_entropy_fusion_impl``
+over the GPT provider's ``cross_entropy_loss_fusion`` default).
+
 No code is run: the files are parsed (``ast``).  ``apply_flex_dispatcher_backend`` applies a backend
 only on the GPUs it supports (DeepEP: Ampere, Hopper, B200, B300; HybridEP: those and GB200/GB300);
 the rows' DeepEP configs all run on those.  Usage, with a clone of NVIDIA-NeMo/Megatron-Bridge that
 holds the cited commits::
 
     python scripts/megatron_bridge_moe_dispatch.py --repo PATH/Megatron-Bridge \\
-        --rows ../shared/validation/moe_runs.jsonl --out cosearch/data/megatron_bridge_moe_dispatch.json
+        --rows ../shared/validation/moe_runs.jsonl ../shared/validation/modern_runs.jsonl \\
+        --out cosearch/data/megatron_bridge_moe_dispatch.json
 """
 
 from __future__ import annotations
@@ -93,6 +101,44 @@ def _unset() -> dict:
             "op_fuser": False, "op_fuser_at": "never set (TransformerConfig's default: off)"}
 
 
+#: The perf scripts' common overrides (workload base configs go through them:
+#: ``set_workload_base_configs`` calls ``_set_common_perf_overrides``) and the GPT provider whose
+#: ``cross_entropy_loss_fusion`` default applies where no config sets it.
+OVERRIDES = "scripts/performance/utils/overrides.py"
+GPT_PROVIDER = "src/megatron/bridge/models/gpt_provider.py"
+CE_IMPL = "cross_entropy_fusion_impl"
+CE_FUSION = "cross_entropy_loss_fusion"
+
+
+def commit_settings(read: Reader, commit: str) -> dict:
+    """How a workload base config at ``commit`` computes its loss: ``{"cross_entropy",
+    "cross_entropy_at"}``, ``"te"`` / ``"native"`` (Megatron-Core's ``cross_entropy_fusion_impl``
+    with ``cross_entropy_loss_fusion`` on) or ``"off"``: the last literal
+    ``_set_common_perf_overrides`` assigns to ``cross_entropy_fusion_impl`` (else the provider's
+    default, ``native``), with the provider's ``cross_entropy_loss_fusion`` default."""
+    fusion, fusion_at = False, "never set (Megatron-Core's default: off)"
+    provider = _Sources(read, commit).tree(GPT_PROVIDER)
+    for node in ast.walk(provider) if provider is not None else ():
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == CE_FUSION:
+            fusion, fusion_at = bool(ast.literal_eval(node.value)), f"{GPT_PROVIDER}:{node.lineno}"
+    impl, impl_at = "native", "never set (the provider's default: native)"
+    tree = _Sources(read, commit).tree(OVERRIDES)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_set_common_perf_overrides"),
+              None) if tree is not None else None
+    for node in ast.walk(fn) if fn is not None else ():
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr in (CE_IMPL, CE_FUSION)
+                                                for t in node.targets):
+            known, value = _literal(node.value)
+            attr = next(t.attr for t in node.targets if isinstance(t, ast.Attribute))
+            if known and attr == CE_IMPL:
+                impl, impl_at = value, f"{OVERRIDES}:{node.lineno}"
+            elif known:
+                fusion, fusion_at = bool(value), f"{OVERRIDES}:{node.lineno}"
+    if not fusion:
+        return {"cross_entropy": "off", "cross_entropy_at": fusion_at}
+    return {"cross_entropy": impl, "cross_entropy_at": f"{impl_at}; {CE_FUSION} on at {fusion_at}"}
+
+
 def _literal(node: ast.AST):
     try:
         return True, ast.literal_eval(node)
@@ -140,13 +186,42 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                             known, value = _literal(node.value)
                             if known and value == "alltoall":
                                 state.update(backend=None, backend_at=f"{where}:{node.lineno} (alltoall)")
+                        elif t.attr == CE_IMPL:
+                            known, value = _literal(node.value)
+                            if known:
+                                state.update(cross_entropy=value, cross_entropy_at=f"{where}:{node.lineno}")
+                        elif t.attr == CE_FUSION:
+                            known, value = _literal(node.value)
+                            if known and not value:
+                                state.update(cross_entropy="off", cross_entropy_at=f"{where}:{node.lineno}")
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                     helper = src.function(where, node.func.id)
                     if helper is not None:
+                        _ce_argument(node, where, helper, state)
                         walk(helper[0], helper[1], stack + ((where, fn.name),))
 
     walk(found[0], found[1], ())
     return state
+
+
+def _ce_argument(call: ast.Call, where: str, helper: tuple[str, ast.FunctionDef], state: dict) -> None:
+    """A helper taking the loss implementation as a parameter (``_benchmark_common(cfg,
+    cross_entropy_impl="te")``, ``perf_recipes/_common.py``, which assigns it to
+    ``cross_entropy_fusion_impl``): the literal the call passes, else the parameter's default."""
+    args = helper[1].args
+    names = [a.arg for a in args.args]
+    if "cross_entropy_impl" not in names:
+        return
+    passed = {k.arg: k.value for k in call.keywords}
+    if "cross_entropy_impl" in passed:
+        known, value = _literal(passed["cross_entropy_impl"])
+        at = f"{where}:{call.lineno}"
+    else:
+        i = names.index("cross_entropy_impl") - (len(names) - len(args.defaults))
+        known, value = _literal(args.defaults[i]) if i >= 0 else (False, None)
+        at = f"{helper[0]}:{helper[1].lineno} (its default)"
+    if known:
+        state.update(cross_entropy=value, cross_entropy_at=at)
 
 
 def _in_order(stmt: ast.AST):
@@ -191,32 +266,46 @@ def workload_settings(read: Reader, commit: str, path: str, name: str) -> dict:
 
 
 def config_settings(read: Reader, path: str, commit: str, name: str) -> dict:
-    """Either kind of cited config (by its path)."""
+    """Either kind of cited config (by its path); a perf recipe's loss implementation where it
+    sets one (``cross_entropy`` / ``cross_entropy_at``; a workload base config's is its commit's,
+    :func:`commit_settings`)."""
     if "/perf_recipes/" in path:
         return recipe_settings(read, commit, path, name)
     return workload_settings(read, commit, path, name)
 
 
-def table_for_rows(rows: list[dict], read: Reader) -> dict:
+#: A dense row's citation (``... (config <NAME> @ <commit>)`` in its ``src``).
+DENSE_CITATION = re.compile(r"Megatron-Bridge:.*\(config (\w+) @ ([0-9a-f]+)\)")
+#: Commits are keyed by their first 9 hex digits (the rows cite 9 or 10).
+COMMIT_KEY = 9
+
+
+def table_for_rows(rows: list[dict], read: Reader) -> tuple[dict, dict]:
     """``{"<name>@<commit>": {"file", "overlap", "overlap_at", "backend", "backend_at", "op_fuser",
-    "op_fuser_at"}}`` for every config the rows cite."""
-    out = {}
+    "op_fuser_at"[, "cross_entropy", "cross_entropy_at"]}}`` for every MoE config the rows cite,
+    and ``{"<commit>": {"cross_entropy", "cross_entropy_at"}}`` for every commit any row cites."""
+    out, commits = {}, {}
     for row in rows:
         for note in row.get("assumed") or ():
             m = CITATION.search(str(note))
             if m is None or "dispatcher" not in str(note):
                 continue
             path, commit, name = m.groups()
+            commits.setdefault(commit[:COMMIT_KEY], None)
             key = f"{name}@{commit}"
             if key not in out:
                 out[key] = {"file": path, **config_settings(read, path, commit, name)}
-    return dict(sorted(out.items()))
+        m = DENSE_CITATION.search(str(row.get("src") or ""))
+        if m is not None:
+            commits.setdefault(m.group(2)[:COMMIT_KEY], None)
+    commits = {c: commit_settings(read, c) for c in sorted(commits)}
+    return dict(sorted(out.items())), commits
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repo", required=True, help="a clone of NVIDIA-NeMo/Megatron-Bridge (a git directory)")
-    p.add_argument("--rows", required=True, help="a validation-schema JSONL file whose rows cite configs")
+    p.add_argument("--rows", required=True, nargs="+", help="validation-schema JSONL files whose rows cite configs")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
 
@@ -224,16 +313,21 @@ def main(argv: list[str] | None = None) -> int:
         r = subprocess.run(["git", "-C", a.repo, "show", f"{commit}:{path}"], capture_output=True, text=True)
         return r.stdout if r.returncode == 0 else None
 
-    with open(a.rows) as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    table = table_for_rows(rows, read)
+    rows = []
+    for path in a.rows:
+        with open(path) as fh:
+            rows += [json.loads(line) for line in fh if line.strip()]
+    table, commits = table_for_rows(rows, read)
     with open(a.out, "w") as fh:
         json.dump({"source": "NVIDIA-NeMo/Megatron-Bridge, each config at the commit its rows cite; made by "
-                             "scripts/megatron_bridge_moe_dispatch.py", "configs": table}, fh, indent=1)
+                             "scripts/megatron_bridge_moe_dispatch.py", "configs": table, "commits": commits},
+                  fh, indent=1)
         fh.write("\n")
     print(f"{len(table)} configs, {sum(v['overlap'] for v in table.values())} with the EP all-to-all overlap on, "
           f"{sum(v['backend'] is not None for v in table.values())} with a flex dispatcher backend, "
-          f"{sum(v['op_fuser'] for v in table.values())} with the op fuser")
+          f"{sum(v['op_fuser'] for v in table.values())} with the op fuser; {len(commits)} commits, losses "
+          f"{sorted({v['cross_entropy'] for v in commits.values()})}, recipes setting their own: "
+          f"{sum('cross_entropy' in v for v in table.values())}")
     return 0
 
 

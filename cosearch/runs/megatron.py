@@ -117,6 +117,7 @@ from ..engine import (
     Engine,
     graph_elementwise,
     megatron_core,
+    with_cross_entropy_fusion,
     with_moe_dispatch,
     with_recompute_modules,
 )
@@ -150,6 +151,8 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            # multi-head latent attention and shared experts (the model, :func:`_model`)
            "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim",
            "--moe-shared-expert-intermediate-size",
+           # the loss implementation (:func:`_cross_entropy`)
+           "--cross-entropy-fusion-impl",
            # an uneven pipeline split (:func:`_stage_layers`)
            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
            # the optimizer's state (:func:`_optimizer_memory`)
@@ -172,6 +175,7 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
           "--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap",
+          "--cross-entropy-loss-fusion",
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
           "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
           # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
@@ -588,6 +592,34 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
         assumed.append(f"{pads[0]}: each expert's tokens padded to the low-precision GEMM's alignment (a few rows "
                        "a block), not priced")
     return sms
+
+
+def cross_entropy_note(impl: str, where: str) -> str:
+    """What a run's loss implementation (:data:`cosearch.engine.MEGATRON_CROSS_ENTROPY`) is priced
+    as, said with ``where`` it is set."""
+    what = {"te": "Transformer Engine's parallel cross-entropy (cross_entropy_fusion_impl te), priced as its "
+                  "passes at Liger-Kernel's measured fused kernel's rate",
+            "native": "Megatron-Core's fused cross-entropy (native), priced as its passes over fp32 logits, as "
+                      "measured",
+            "off": "Megatron-Core's unfused vocab-parallel cross-entropy over fp32 logits"}[impl]
+    return f"the loss: {what}, {where}"
+
+
+def _cross_entropy(vals: dict[str, str], flags: set[str], assumed: list[str]) -> str:
+    """The loss implementation a Megatron line runs: ``--cross-entropy-loss-fusion`` with
+    ``--cross-entropy-fusion-impl native|te`` (Megatron-Core's ``cross_entropy_fusion_impl``,
+    default ``native``), else Megatron-Core's unfused loss (``"off"``)."""
+    impl = vals.get("--cross-entropy-fusion-impl")
+    if impl is not None and impl not in ("native", "te"):
+        raise ValueError(f"--cross-entropy-fusion-impl {impl!r}; Megatron accepts native or te")
+    if "--cross-entropy-loss-fusion" not in flags:
+        if impl is not None:
+            assumed.append(f"--cross-entropy-fusion-impl {impl} without --cross-entropy-loss-fusion: Megatron-Core "
+                           "runs its unfused loss")
+        return "off"
+    impl = impl or "native"
+    assumed.append(cross_entropy_note(impl, "as the line sets it"))
+    return impl
 
 
 def eager_pass_notes(engine: Engine, model: ModelConfig) -> list[str]:
@@ -1100,6 +1132,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                            op_fuser="--use-transformer-engine-op-fuser" in flags)
     if _grad_reduce_bytes(vals, flags, assumed) == 4.0:
         engine = replace(engine, name=engine.name + "-fp32-grad-reduce", grad_reduce_bytes=4.0)
+    engine = with_cross_entropy_fusion(engine, _cross_entropy(vals, flags, assumed))
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
     dispatcher, overlap, backend = _moe_dispatch(vals, flags, ep, assumed)

@@ -389,7 +389,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.seq_len_interpolation_factor", "model.make_vocab_size_divisible_by", "model.bf16", "model.params_dtype",
     "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion", "model.bias_activation_fusion",
     "model.bias_dropout_fusion", "model.apply_rope_fusion", "model.persist_layer_norm",
-    "model.gradient_accumulation_fusion", "model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl",
+    "model.gradient_accumulation_fusion",
     "model.deallocate_pipeline_outputs", "model.async_tensor_model_parallel_allreduce", "model.barrier_with_L1_time",
     "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
     "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
@@ -505,6 +505,15 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
             raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
         words.append("--swiglu")
     words += _switch_words(k, _BRIDGE_SWITCHES)
+    # the loss: Megatron-Bridge's GPTModelProvider turns cross_entropy_loss_fusion on by default
+    # (gpt_provider.py), with Megatron-Core's native implementation unless the config names one
+    if k.bool("model.cross_entropy_loss_fusion", True):
+        impl = k.get("model.cross_entropy_fusion_impl")
+        words += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", str(impl or "native")]
+        if impl is None and k.get("model.cross_entropy_loss_fusion") is None:
+            assumed.append("model.cross_entropy_loss_fusion not given: Megatron-Bridge's default, on (native)")
+    elif k.get("model.cross_entropy_fusion_impl") is not None:
+        k.get("model.cross_entropy_fusion_impl")      # read: Megatron-Core ignores it without the fusion
     # unset: Megatron's default, on with virtual stages, as Megatron-Bridge's CommOverlapConfig
     # sets it (pp > 1 and virtual stages: overlap_p2p_comm True, batch_p2p_comm False)
     p2p = {key: k.bool(key, False) for key in ("comm_overlap.overlap_p2p_comm", "model.overlap_p2p_comm")

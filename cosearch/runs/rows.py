@@ -19,18 +19,19 @@ from ..engine import (
     llm_foundry,
     megatron_core,
     preset,
+    with_cross_entropy_fusion,
     with_moe_dispatch,
     with_op_fuser,
     with_recompute_modules,
 )
 from ..memory import MemoryConfig
 from .config import RunConfig, RunDescription
-from .megatron import CUDA_GRAPH_IMPLS, cuda_graph_note, eager_pass_notes
+from .megatron import CUDA_GRAPH_IMPLS, cross_entropy_note, cuda_graph_note, eager_pass_notes
 from .nemo import apex_adam_memory
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
            "release_of", "release_label", "plan_key", "newest_per_plan", "precision_class", "group_of",
-           "megatron_bridge_moe_dispatch", "graph_capture", "graph_capture_class"]
+           "megatron_bridge_moe_dispatch", "megatron_bridge_cross_entropy", "graph_capture", "graph_capture_class"]
 
 #: Fields every row needs (the others are optional: ``head_dim``, ``cp``, ``ep``, ``vp``, ``zero``,
 #: ``zero_group``, ``sp``, ``offload``, ``ga``, and one of ``tok_s_gpu`` / ``tflops_gpu``).
@@ -509,6 +510,7 @@ def _zero(row: dict) -> int:
 MEGATRON_BRIDGE_MOE_DISPATCH_FILE = "data/megatron_bridge_moe_dispatch.json"
 _CITED_CONFIG = re.compile(r"NVIDIA-NeMo/Megatron-Bridge:(\S+)@(\w+) \((\w+)")
 _MOE_DISPATCH: dict | None = None
+_BRIDGE_COMMITS: dict = {}
 
 
 def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
@@ -521,7 +523,9 @@ def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
         import importlib.resources
         import json
         text = importlib.resources.files("cosearch").joinpath(MEGATRON_BRIDGE_MOE_DISPATCH_FILE).read_text()
-        _MOE_DISPATCH = json.loads(text)["configs"]
+        table = json.loads(text)
+        _MOE_DISPATCH = table["configs"]
+        _BRIDGE_COMMITS.update(table["commits"])
     for note in row.get("assumed") or ():
         m = _CITED_CONFIG.search(str(note))
         if m is not None and "dispatcher" in str(note):
@@ -529,6 +533,28 @@ def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
             if hit is not None:
                 return {"config": m.group(3), "commit": m.group(2), **hit}
     return None
+
+
+_DENSE_CITED = re.compile(r"Megatron-Bridge:.*\(config (\w+) @ ([0-9a-f]+)\)")
+
+
+def megatron_bridge_cross_entropy(row: dict) -> tuple[str, str] | None:
+    """How the Megatron-Bridge performance run a row cites computes its loss, and where that is
+    set: ``("te" | "native" | "off", "<file>:<line> ...")`` from
+    :data:`MEGATRON_BRIDGE_MOE_DISPATCH_FILE` (a perf recipe's own ``_benchmark_common``
+    argument where it sets one, else the commit's: Megatron-Bridge's performance scripts set
+    ``cross_entropy_fusion_impl = "te"`` in ``_set_common_perf_overrides`` at every cited commit,
+    over the GPT provider's ``cross_entropy_loss_fusion = True``); None for a row citing neither."""
+    megatron_bridge_moe_dispatch({})            # loads the table
+    cited = megatron_bridge_moe_dispatch(row)
+    if cited is not None and "cross_entropy" in cited:
+        return cited["cross_entropy"], cited["cross_entropy_at"]
+    commit = cited["commit"] if cited is not None else None
+    if commit is None:
+        m = _DENSE_CITED.search(str(row.get("src") or ""))
+        commit = m.group(2) if m else None
+    hit = _BRIDGE_COMMITS.get(commit[:9]) if commit else None
+    return (hit["cross_entropy"], hit["cross_entropy_at"]) if hit else None
 
 
 def graph_capture(row: dict) -> tuple[str, tuple[str, ...]]:
@@ -806,6 +832,10 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     engine = preset(_engine(row))
     if op_fuser:
         engine = with_op_fuser(engine)
+    loss = megatron_bridge_cross_entropy(row)
+    if loss is not None:
+        engine = with_cross_entropy_fusion(engine, loss[0])
+        notes.append(cross_entropy_note(loss[0], f"as the cited Megatron-Bridge run sets it ({loss[1]})"))
     notes += eager_pass_notes(engine, model)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
