@@ -424,6 +424,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="the experts through Transformer Engine's op fuser (Megatron's --use-transformer-engine-op-"
                         "fuser): an MoE model's expert bias and clamped activation fused, where Megatron-Core's "
                         "engines otherwise price them as eager passes (GPT-OSS)")
+    p.add_argument("--cross-entropy", choices=["off", "native", "te"], default=None,
+                   help="the loss as Megatron-Core computes it: off (unfused), native (--cross-entropy-loss-fusion) "
+                        "or te (with --cross-entropy-fusion-impl te: Transformer Engine's kernel, cheaper) "
+                        "(omit: the engine's, or what the run's files say)")
     p.add_argument("--moe-dispatcher", choices=["alltoall", "flex", "gather-tokens"], default=None,
                    help="an MoE model's token dispatcher: alltoall (Megatron-Core's NCCL all-to-alls), flex "
                         "(its DeepEP / HybridEP backends) or gather-tokens (MaxText and torchtitan: the tokens "
@@ -746,6 +750,9 @@ def _run_plan(a) -> int:
         a.engine = with_moe_dispatch(a.engine, a.moe_dispatcher or a.engine.moe_dispatcher,
                                      a.moe_a2a_overlap or a.engine.overlap_moe_a2a, a.engine.moe_comm_sms,
                                      a.moe_flex_backend)
+    if a.cross_entropy is not None:
+        from .engine import with_cross_entropy_fusion
+        a.engine = with_cross_entropy_fusion(a.engine, a.cross_entropy)
     if a.op_fuser:
         from .engine import with_op_fuser
         if a.engine.expert_elementwise == "fused":

@@ -165,3 +165,39 @@ def test_script_reads_a_commits_loss():
     assert s.commit_settings(lambda c, p: off.get(p), "c0")["cross_entropy"] == "off"
     bare = dict(CE_FILES, **{"scripts/performance/utils/overrides.py": "def _set_common_perf_overrides(r):\n    pass\n"})
     assert s.commit_settings(lambda c, p: bare.get(p), "c0")["cross_entropy"] == "native"
+
+
+def test_a_csvs_cross_entropy_column_and_the_cli_flag(tmp_path, capsys):
+    """``cosearch runs check`` CSVs take ``cross_entropy`` (off / native / te) and price the run as
+    ``evaluate()`` with that engine; an unknown loss refuses the row by name.  ``cosearch plan
+    --cross-entropy te`` is faster than ``off`` on the same plan by the loss's difference."""
+    import json
+
+    from cosearch import cluster
+    from cosearch.cli import main
+    from cosearch.plan import PlanSpec, evaluate
+    from cosearch.runs import check_runs
+    header = "id,group,model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip,zero,cross_entropy"
+    p = tmp_path / "runs.csv"
+    p.write_text(header + "\n" + "\n".join(["te,g,llama3-8b,dgx-h100,8,1,1,1,64,9000,1,te",
+                                             "native,g,llama3-8b,dgx-h100,8,1,1,1,64,9000,1,native",
+                                             "bad,g,llama3-8b,dgx-h100,8,1,1,1,64,9000,1,liger"]) + "\n")
+    res = check_runs(p)
+    by_id = {r.id: r for r in res.runs}
+    m = models.preset("llama3-8b")
+    for rid, impl in (("te", "te"), ("native", "native")):
+        eng = engine.with_cross_entropy_fusion("megatron-core", impl)
+        want = evaluate(m, "H100", cluster.preset("dgx-h100", 1), PlanSpec(8, 1, 1, 1, zero=1, flash_attention=True), 64,
+                        engine=eng).tokens_per_s / 8
+        assert by_id[rid].predicted_tok_s_per_chip == pytest.approx(want, rel=1e-9)
+    assert by_id["te"].predicted_tok_s_per_chip > by_id["native"].predicted_tok_s_per_chip
+    assert "cross_entropy 'liger'" in dict(res.refused)["bad"]
+    args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--batch", "64", "--dp", "8",
+            "--tp", "1", "--pp", "1", "--mb", "1", "--zero", "1", "--flash", "--recompute", "none", "--engine",
+            "megatron-core",
+            "--json"]
+    steps = {}
+    for impl in ("off", "te"):
+        assert main(args + ["--cross-entropy", impl]) == 0
+        steps[impl] = json.loads(capsys.readouterr().out)["plans"][0]["step_time_s"]
+    assert steps["te"] < steps["off"]

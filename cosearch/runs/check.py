@@ -22,8 +22,10 @@ Two input formats:
   for MoE runs ``etp`` (``tp``, the default, or ``1``: expert tensor parallelism), ``moe_dispatcher``
   (``alltoall``, ``flex`` or ``gather-tokens``; default the engine's,
   :attr:`cosearch.engine.Engine.moe_dispatcher`), ``moe_flex_backend`` (``hybridep`` or
-  ``deepep``, with ``flex``) and ``moe_a2a_overlap`` (0/1: ``--overlap-moe-expert-parallel-comm``).
-  Unknown columns are refused by name.
+  ``deepep``, with ``flex``) and ``moe_a2a_overlap`` (0/1: ``--overlap-moe-expert-parallel-comm``);
+  ``cross_entropy`` (``off``, ``native`` or ``te``: Megatron-Core's loss, ``--cross-entropy-loss-fusion``
+  with ``--cross-entropy-fusion-impl``, :func:`cosearch.engine.with_cross_entropy_fusion`; default the
+  engine's).  Unknown columns are refused by name.
 
 Rows cosearch cannot describe are listed with their reason, never dropped silently.
 """
@@ -43,7 +45,7 @@ __all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQU
 CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
 CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "scaling_recipe",
                 "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs", "op_fuser", "etp", "moe_dispatcher",
-                "moe_flex_backend", "moe_a2a_overlap")
+                "moe_flex_backend", "moe_a2a_overlap", "cross_entropy")
 #: A CSV row's ``cuda_graphs`` (Megatron's ``--cuda-graph-impl`` words and ``per_module``) as the
 #: capture classes of :func:`cosearch.runs.rows.graph_capture_class`.
 CSV_CUDA_GRAPHS = {"full_iteration": "whole iteration", "transformer_engine": "per module",
@@ -189,8 +191,13 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 def _csv_config(r: dict[str, str], line: int, path: Path):
     from .. import cluster as cl
     from .. import hardware, models
+    from ..engine import (
+        MEGATRON_CROSS_ENTROPY,
+        with_cross_entropy_fusion,
+        with_moe_dispatch,
+        with_op_fuser,
+    )
     from ..engine import preset as engine_preset
-    from ..engine import with_moe_dispatch, with_op_fuser
     from .config import RunConfig
 
     def num(key: str, default: str | None = None, kind=int):
@@ -251,6 +258,12 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
         raise ValueError(f"cuda_graphs {graphs!r}: give one of {', '.join(CSV_CUDA_GRAPHS)}")
     eng = engine_preset(r.get("engine") or "megatron-core")
     eng = with_op_fuser(eng) if flags["op_fuser"] else eng
+    loss = (r.get("cross_entropy") or "").strip().lower()
+    if loss:
+        if loss not in MEGATRON_CROSS_ENTROPY:
+            raise ValueError(f"cross_entropy {r['cross_entropy']!r}: give {', '.join(MEGATRON_CROSS_ENTROPY)} "
+                             "(Megatron-Core's loss: unfused, fused native, Transformer Engine's)")
+        eng = with_cross_entropy_fusion(eng, loss)
     dispatcher, backend = (r.get("moe_dispatcher") or "").strip(), (r.get("moe_flex_backend") or "").strip()
     if dispatcher or backend or flags["moe_a2a_overlap"]:
         if not model.moe:
