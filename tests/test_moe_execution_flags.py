@@ -39,6 +39,7 @@ def test_bridge_perf_recipe_reads_whole():
     assert rc.global_batch == 512
     e = rc.engine
     assert (e.moe_dispatcher, e.overlap_moe_a2a, e.moe_comm_sms) == ("flex", True, 32)
+    assert e.cross_entropy == "te"                         # _benchmark_common's cross_entropy_fusion_impl
     assert _said(rc, "CUDA graphs capture the whole iteration")
     assert _said(rc, "sync-free MoE", "1.5x")
     assert _said(rc, "--moe-paged-stash", "1.2x on the GPU", "1x pinned on the host")

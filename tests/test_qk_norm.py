@@ -195,3 +195,24 @@ def test_validation_rows_carry_their_qk_norms():
                  arch="MoE (top-1 routed + 1 shared), GQA, qk-norm, chunked attention + NoPE every 4th layer")
     d = rows.describe_row(scout)
     assert d.model.qk_norm == "l2" and any("L2 norm of q and k" in a for a in d.assumed)
+
+
+def test_megatron_lms_own_deepseek_v3_line_reads(tmp_path):
+    """Megatron-LM's own DeepSeek-V3 training line (tests/data/runs/megatron_deepseek_v3.args,
+    PROVENANCE.md) reads whole against the deepseek-v3 preset: MLA with ``--qk-layernorm`` (the
+    latent norms), HybridEP's flex dispatcher, one MTP layer, ep 8, mb 4; with the script's
+    Megatron-FSDP additions, which a Megatron line does not price, it is refused by name."""
+    from pathlib import Path
+
+    from cosearch.runs import read_config
+    line = Path(__file__).parent / "data" / "runs" / "megatron_deepseek_v3.args"
+    m = models.preset("deepseek-v3")
+    rc = read_config(line, model=m)
+    assert (rc.plan["expert_parallel"], rc.plan["microbatch"], rc.global_batch) == (8, 4, 2048)
+    assert (rc.model.mla, rc.model.mtp_layers, rc.model.qk_norm) == ((1536, 512, 64), 1, "none")
+    assert (rc.engine.moe_dispatcher, rc.engine.moe_flex_backend) == ("flex", "hybridep")
+    assert not any("norms no latents" in a for a in rc.assumed)
+    fsdp = tmp_path / "fsdp.args"
+    fsdp.write_text(line.read_text() + "\n--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params\n")
+    with pytest.raises(ValueError, match="--data-parallel-sharding-strategy"):
+        read_config(fsdp, model=m)

@@ -201,6 +201,8 @@ NEUTRAL_VALUED = frozenset({
     "--moe-router-topk-scaling-factor", "--moe-router-score-function", "--moe-router-bias-update-rate",
     "--moe-token-drop-policy",
     "--per-split-data-args-path", "--mock-data-seed",
+    # host-side housekeeping, checkpoint and logging switches, and the MTP loss's weight
+    "--manual-gc-interval", "--dist-ckpt-strictness", "--logging-level", "--mtp-loss-scaling-factor",
     # a weight layout the fused grouped MLP reads, and the graph warm-up steps before timing
     "--moe-mlp-glu-interleave-size", "--cuda-graph-warmup-steps", "--moe-paged-stash-page-size",
 })
@@ -221,6 +223,10 @@ NEUTRAL_FLAGS = frozenset({
     # input instead of their output, per-layer logging: no time or memory in cosearch's model
     "--moe-router-enable-expert-bias", "--moe-router-pre-softmax", "--moe-apply-probs-on-input",
     "--moe-per-layer-logging",
+    # data loading and checkpoint format switches; --enable-experimental only unlocks flags, each
+    # read on its own
+    "--no-mmap-bin-files", "--no-create-attention-mask-in-dataloader", "--auto-detect-ckpt-format",
+    "--enable-experimental", "--calculate-per-token-loss", "--init-model-with-meta-device",
 })
 
 #: Why a flag that changes the run is refused.
@@ -229,6 +235,7 @@ _REFUSED = {
     "--rampup-batch-size": "a batch that grows during training has no single step time",
     "--cpu-offloading": "activation offloading is not read from Megatron lines",
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
+    "--use-megatron-fsdp": "Megatron-FSDP is not read from Megatron lines (use --engine fsdp)",
     "--data-parallel-sharding-strategy": "Megatron-FSDP sharding is not read from Megatron lines (use --engine fsdp)",
 }
 # ``--moe-grouped-gemm`` is neutral: cosearch prices the experts as grouped GEMMs.
