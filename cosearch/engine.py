@@ -154,6 +154,14 @@ same.
   0.15), priced as :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`' rotary (graph ``elementwise``
   ``"rope-eager"``, :func:`graph_elementwise`).  ``"eager"`` in ``megatron-core`` and
   ``megatron-core-tp-overlap``.
+* ``attn_proj_original_input`` — under a current-scaling, block-scaled or NVFP4 recipe the
+  attention's output projection keeps the attention's bf16 output (which the fused attention
+  keeps for its own backward anyway) for its weight gradient, instead of its own low-precision
+  copy: Megatron-Core since core 0.15 (``transformer/attention.py``: ``set_save_original_input(
+  self.linear_proj)`` where ``fp8_recipe != 'delayed'`` with Transformer Engine 2.6+, or FP4 with
+  2.7+, "to avoid the extra memory usage of the quantized tensor"; pull request 3465, 2025-08).
+  Memory only (:func:`cosearch.memory.layer_activation_bytes`' ``proj_input_cast``).  True in the
+  ``megatron-core`` presets.
 * ``full_grad_allreduce`` — with ZeRO 1/2 the gradients are still all-reduced in full, and each
   rank then updates its partition and all-gathers the updated weights (DeepSpeed's
   ``BF16_Optimizer`` under its pipeline engine: ``PipelineEngine._bf16_reduce_grads`` calls
@@ -297,6 +305,7 @@ class Engine:
     async_dgrad_comm: bool = False
     expert_elementwise: str = "fused"
     scaled_rope: str = "fused"
+    attn_proj_original_input: bool = False
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -320,7 +329,7 @@ class Engine:
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
                   "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
                   "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm", "sp_even_split",
-                  "async_dgrad_comm"):
+                  "async_dgrad_comm", "attn_proj_original_input"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         n = self.moe_comm_sms
@@ -441,6 +450,7 @@ MEGATRON_CORE_ZERO = (0, 1, 3)
 
 MEGATRON_CORE = Engine("megatron-core", overlap_param_gather=True, zero_stages=MEGATRON_CORE_ZERO,
                        async_dgrad_comm=True, expert_elementwise="eager", scaled_rope="eager",
+                       attn_proj_original_input=True,
                        software="Megatron-Core in NeMo 2 / Megatron-Bridge (2024+)")
 
 #: Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16_Optimizer (BLOOM's

@@ -72,7 +72,7 @@ class MemoryConfig:
 
 def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, precision: str,
                       sequence_parallel: bool, eager_clamp: bool = False,
-                      experts_gathered: bool = False) -> dict[str, float]:
+                      experts_gathered: bool = False, proj_input_cast: bool = True) -> dict[str, float]:
     """The activations one layer keeps with nothing recomputed, by tensor, in bytes per token and
     per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring).  ``eager_clamp``:
     a clamped activation's clamp runs as eager passes (:func:`cosearch.graph.expert_eager_bytes`),
@@ -81,7 +81,9 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     are split over the tp ranks and their input copies gathered over them (expert tensor
     parallelism = tp > 1 under sequence parallelism, :func:`cosearch.graph._moe_mlp_gathered`):
     every tp rank keeps all the copies its experts' up projection reads (``moe_dispatched``
-    whole, not split by tp)."""
+    whole, not split by tp).  ``proj_input_cast`` False: the attention's output projection keeps
+    no low-precision copy of its input, only the bf16 output the attention keeps anyway
+    (:attr:`cosearch.engine.Engine.attn_proj_original_input`)."""
     flag("flash_attention", flash_attention)
     flag("sequence_parallel", sequence_parallel)
     c = config
@@ -105,7 +107,8 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
         qkv_w = 2.0 * qk_w + q_w
     else:
         qkv_w = q_w * (1.0 + 2.0 * kv_ratio)
-    split = {"qkv": 2.0 * qkv_w * e, "attn_proj_in": (2.0 * e + lowp) * q_w}
+    split = {"qkv": 2.0 * qkv_w * e, "attn_proj_in": (2.0 * e + (lowp if flag("proj_input_cast", proj_input_cast)
+                                                                  else 0.0)) * q_w}
     if c.mla is not None:
         # the q and kv latents (as the graph prices them, replicated over the tp ranks, split with
         # sequence parallelism): each norm's input, and its output that the up projection reads
@@ -182,7 +185,7 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = False, precision: str = "bf16",
                            modules: tuple[str, ...] = (), eager_clamp: bool = False,
-                           experts_gathered: bool = False) -> float:
+                           experts_gathered: bool = False, proj_input_cast: bool = True) -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
     (full: only the layer input).  Under ``precision="fp8"`` (``"fp4"``: NVFP4, 0.5625 bytes)
@@ -194,14 +197,15 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     none but its log-sum-exp); with ``modules`` (Megatron-Core's ``recompute_modules``) it drops
     the outputs of those modules instead (:data:`MODULE_TERMS`).  ``eager_clamp``: a clamped
     activation clamped by eager passes keeps one more copy of the experts' up projection;
-    ``experts_gathered``: every tp rank keeps all the copies its tp-split experts read
+    ``experts_gathered``: every tp rank keeps all the copies its tp-split experts read;
+    ``proj_input_cast`` False: the attention's output projection keeps its bf16 input only
     (:func:`_activation_terms`)."""
     if recompute == "full":
         return layer_input_bytes(config, tp, microbatch, sequence_parallel)
     if recompute not in ("none", "selective"):
         raise ValueError(f"recompute={recompute!r}; choose 'none', 'selective' or 'full'")
     terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel, flag("eager_clamp", eager_clamp),
-                              experts_gathered)
+                              experts_gathered, proj_input_cast)
     dropped: set[str] = set()
     if recompute == "selective":
         if modules:

@@ -364,13 +364,15 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
 @functools.lru_cache(maxsize=256)
 def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_attention: bool,
                         precision: str, eager_clamp: bool = False,
-                        experts_gathered: bool = False) -> tuple[tuple[float, ...], float]:
+                        experts_gathered: bool = False, proj_input_cast: bool = True
+                        ) -> tuple[tuple[float, ...], float]:
     """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
     layer's without recompute, under ``policy``'s selective recompute, the layer input, the
     embedding's, the head's), and the bytes a MaxText policy offloads to the host; cached (none
     depends on expert parallelism, which the plan search prices degree by degree).
     ``eager_clamp``: the experts' clamp runs eagerly; ``experts_gathered``: the experts split over
-    the tp ranks gather their input copies (:func:`cosearch.memory.layer_activation_bytes`)."""
+    the tp ranks gather their input copies; ``proj_input_cast`` False: the attention's output
+    projection keeps no low-precision copy (:func:`cosearch.memory.layer_activation_bytes`)."""
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
@@ -383,9 +385,11 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
                if policy == "every-other-matmul" and flash_attention and not cl.moe and cl.mla is None
                and cl.compressed_attention is None else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
-                                             graph.recompute_modules(policy) or (), eager_clamp, experts_gathered))
+                                             graph.recompute_modules(policy) or (), eager_clamp, experts_gathered,
+                                             proj_input_cast))
     return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision,
-                                           eager_clamp=eager_clamp, experts_gathered=experts_gathered), sel,
+                                           eager_clamp=eager_clamp, experts_gathered=experts_gathered,
+                                           proj_input_cast=proj_input_cast), sel,
              memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
              memory.head_activation_bytes(cl, t, 1, sp)), host)
 
@@ -914,6 +918,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     passes = cast_passes(eng, precision, scaling_recipe, designs if single else None)
     expert_mode = expert_graph_option(eng)
     elementwise = graph_elementwise(eng, model)
+    # Megatron-Core's attention projection keeps the attention's bf16 output, not its own cast,
+    # under every recipe but delayed scaling (Engine.attn_proj_original_input)
+    proj_cast = not (eng.attn_proj_original_input and precision in ("fp8", "fp4")
+                     and graph.check_scaling_recipe(precision, scaling_recipe) != "delayed")
     # the framework's kernels, and the scaling recipe's GEMMs
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel).with_scaling_recipe(
         scaling_recipe if precision == "fp8" else None)
@@ -977,7 +985,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
             per_seq, host = _per_sequence_bytes(cl, t, sp, policy, bool(flash_attention), precision,
                                                 expert_mode != "fused",
                                                 c.moe and t > 1 and bool(sp) and etp_t is None
-                                                and eng.moe_dispatcher != "gather-tokens" and not c.moe_einsum_dispatch)
+                                                and eng.moe_dispatcher != "gather-tokens" and not c.moe_einsum_dispatch,
+                                                proj_cast)
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]

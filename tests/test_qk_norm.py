@@ -216,3 +216,25 @@ def test_megatron_lms_own_deepseek_v3_line_reads(tmp_path):
     fsdp.write_text(line.read_text() + "\n--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params\n")
     with pytest.raises(ValueError, match="--data-parallel-sharding-strategy"):
         read_config(fsdp, model=m)
+
+
+def test_megatron_cores_attention_projection_keeps_its_bf16_input():
+    """Megatron-Core (core 0.15+, ``set_save_original_input(self.linear_proj)``) keeps no FP8 copy
+    of the attention projection's input under a current-scaling recipe: a pp-1 plan's stage holds
+    one microbatch of every layer, so its memory is num_layers x s x mb x heads x head_dim / tp x 1
+    byte under the engine without the switch; under delayed scaling, where Megatron-Core keeps the
+    copy, the two engines agree."""
+    from dataclasses import replace
+
+    from cosearch import cluster, engine
+    from cosearch.plan import PlanSpec, evaluate
+    m = SMALL.with_(num_layers=4, seq_len=256)
+    cl = cluster.Cluster(2)
+    core = engine.MEGATRON_CORE
+    older = replace(core, name="core-with-cast", attn_proj_original_input=False)
+    assert layer_activation_bytes(m, 1, 1, flash_attention=True, precision="fp8") - \
+        layer_activation_bytes(m, 1, 1, flash_attention=True, precision="fp8", proj_input_cast=False) == 256 * 4 * 96
+    for recipe, want in (("tensorwise", 4 * 256 * 2 * 4 * 96 / 2), ("delayed", 0.0)):
+        spec = PlanSpec(1, 2, 1, 2, flash_attention=True, precision="fp8", scaling_recipe=recipe)
+        new, old = (evaluate(m, "H100", cl, spec, 2, engine=e).memory_per_chip_bytes[0] for e in (core, older))
+        assert old - new == pytest.approx(want), recipe
