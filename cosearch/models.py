@@ -619,8 +619,10 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     Qwen2/3-MoE, DeepSeek-V2/V3 (MLA read from its ranks; see :class:`ModelConfig`), DeepSeek-V4
     (compressed attention and hyper-connections, :func:`_hf_deepseek_v4`) and Llama 4
     (interleaved MoE layers and chunked attention, :func:`_hf_llama4`).
-    Encoder-decoder configs (T5, BART, ...) are refused with a message that says so.  Sizes
-    must be integers.
+    Encoder-decoder configs (T5, BART, ...) are refused with a message that says so, as are
+    layers that mix tokens by something other than softmax attention (linear attention, state
+    spaces, DeepSeek-V3.2's sparse indexer: Qwen3-Next, MiniMax, Nemotron-H, Jamba;
+    :data:`_HF_OTHER_MIXERS`).  Sizes must be integers.
 
     ``seq_len``: the training sequence length.  When None, the config's context length is
     used if it is at most :data:`PLAUSIBLE_TRAINING_CONTEXT` tokens (a warning says so);
@@ -643,6 +645,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     if config.get("is_encoder_decoder") or mt in _ENC_DEC:
         raise ValueError(f"from_hf_config: {mt or 'this'} is an encoder-decoder model; cosearch models "
                          "decoder-only and encoder-only transformers")
+    _hf_refuse_other_mixers(config, mt)
     moe_kw = _hf_moe(config, mt)
     layers = _hf_int(config, "num_hidden_layers", "n_layer", "num_layers", required=True)
     if mt == "llama4_text":
@@ -771,6 +774,42 @@ def _hf_deepseek_v4(config: dict, layers: int) -> dict[str, Any]:
         index_topk=_hf_int(config, "index_topk", required=True),
         rope_head_dim=_hf_int(config, "qk_rope_head_dim", required=True))
     return {"compressed_attention": ca, "hyper_connections": _hf_int(config, "hc_mult", default=1)}
+
+
+#: Config keys of token mixers other than softmax attention, and what they are: a config naming
+#: any is refused, since pricing those layers as attention would be silently wrong.
+_HF_OTHER_MIXERS = {
+    "full_attention_interval": "hybrid linear attention (Qwen3-Next's Gated DeltaNet layers)",
+    "linear_conv_kernel_dim": "hybrid linear attention (Gated DeltaNet layers)",
+    "attn_type_list": "MiniMax's lightning (linear) attention layers",
+    "hybrid_override_pattern": "Nemotron-H's Mamba-2 layers",
+    "attn_layer_period": "Jamba's Mamba layers",
+    "layers_block_type": "state-space (Mamba) layers",
+    "mamba_d_state": "state-space (Mamba) layers",
+    "ssm_state_size": "state-space (Mamba) layers",
+    "index_topk": "DeepSeek Sparse Attention (a lightning indexer scoring every key, attention over its top k)",
+}
+#: ``layer_types`` entries :func:`from_hf_config` prices (full, sliding-window and chunked attention).
+_HF_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def _hf_refuse_other_mixers(config: dict, mt: str) -> None:
+    """Refuse a config whose layers mix tokens by something other than softmax attention
+    (:data:`_HF_OTHER_MIXERS`, or a ``layer_types`` entry outside :data:`_HF_LAYER_TYPES`), naming
+    it; DeepSeek-V4's compressed attention reads its own indexer (:func:`_hf_deepseek_v4`)."""
+    for key, what in _HF_OTHER_MIXERS.items():
+        value = config.get(key)
+        if key == "attn_type_list" and isinstance(value, list) and all(v == 1 for v in value):
+            continue                # every layer softmax attention (MiniMax's 1; 0 is lightning)
+        if value is not None and not (mt == "deepseek_v4" and key == "index_topk"):
+            raise ValueError(f"from_hf_config: {mt or 'this model'} has {what} ({key!r}), which cosearch does not "
+                             "model; its layers would be priced as attention")
+    types = config.get("layer_types")
+    if isinstance(types, list):
+        other = sorted({str(t) for t in types} - set(_HF_LAYER_TYPES))
+        if other:
+            raise ValueError(f"from_hf_config: layer_types {other} are not modelled (cosearch prices "
+                             f"{', '.join(_HF_LAYER_TYPES)}); its layers would be priced as attention")
 
 
 #: Model types whose every layer norms its queries and keys per head (``q_norm`` / ``k_norm``

@@ -238,3 +238,24 @@ def test_megatron_cores_attention_projection_keeps_its_bf16_input():
         spec = PlanSpec(1, 2, 1, 2, flash_attention=True, precision="fp8", scaling_recipe=recipe)
         new, old = (evaluate(m, "H100", cl, spec, 2, engine=e).memory_per_chip_bytes[0] for e in (core, older))
         assert old - new == pytest.approx(want), recipe
+
+
+@pytest.mark.parametrize("extra,what", [
+    ({"model_type": "qwen3_next", "full_attention_interval": 4}, "Gated DeltaNet"),
+    ({"model_type": "qwen3_next", "layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "linear_attention"),
+    ({"model_type": "deepseek_v32", "index_topk": 2048}, "DeepSeek Sparse Attention"),
+    ({"model_type": "minimax", "attn_type_list": [0, 0, 0, 1]}, "lightning"),
+    ({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M*"}, "Mamba-2"),
+    ({"model_type": "jamba", "attn_layer_period": 8}, "Mamba"),
+])
+def test_hf_configs_with_other_token_mixers_are_refused(extra, what):
+    """Layers that mix tokens by something other than softmax attention (linear attention, state
+    spaces, a sparse indexer) would be priced as attention: refused by name.  MiniMax's list of
+    all-softmax layers (1s) and the attention kinds cosearch prices read."""
+    cfg = dict(QWEN3_8B, num_hidden_layers=4, **extra)
+    with pytest.raises(ValueError, match=what):
+        from_hf_config(cfg, seq_len=4096)
+    assert from_hf_config(dict(QWEN3_8B, num_hidden_layers=4, model_type="minimax", attn_type_list=[1] * 4),
+                          seq_len=4096).num_layers == 4
+    assert from_hf_config(dict(QWEN3_8B, num_hidden_layers=4, sliding_window=1024,
+                               layer_types=["sliding_attention", "full_attention"] * 2), seq_len=4096).sliding_layers == 2
