@@ -212,6 +212,10 @@ def test_megatron_lms_own_deepseek_v3_line_reads(tmp_path):
     assert (rc.model.mla, rc.model.mtp_layers, rc.model.qk_norm) == ((1536, 512, 64), 1, "none")
     assert (rc.engine.moe_dispatcher, rc.engine.moe_flex_backend) == ("flex", "hybridep")
     assert not any("norms no latents" in a for a in rc.assumed)
+    # the CLI's path (cosearch plan --from LINE --model deepseek-v3): the line's MTP depth is the
+    # run's, kept on the given model, not a contradiction
+    from cosearch.runs import read_configs
+    assert read_configs([line], model=m).model.mtp_layers == 1
     fsdp = tmp_path / "fsdp.args"
     fsdp.write_text(line.read_text() + "\n--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params\n")
     with pytest.raises(ValueError, match="--data-parallel-sharding-strategy"):

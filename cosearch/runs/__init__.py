@@ -144,6 +144,11 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
     return {"torchtitan": read_torchtitan, "maxtext": read_maxtext, "llm-foundry": read_foundry}[fmt](path, overrides)
 
 
+#: Model fields a run's files set as training choices on top of a given model (Megatron's
+#: ``--mtp-num-layers``, ``--moe-expert-capacity-factor``, ``--moe-pad-expert-input-to-capacity``).
+RUN_MODEL_FIELDS = ("mtp_layers", "moe_capacity_factor", "moe_pad_to_capacity")
+
+
 def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], model: ModelConfig | None = None
                  ) -> RunConfig:
     """The files of one run, merged (:func:`merge`).  ``items``: paths, or ``(path, overrides)``
@@ -172,5 +177,10 @@ def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], m
         m = (known.model if known and known.model else None) or model
         done.append(read_config(p, ov, fmts[i], model=m, seq_len=seq))
     if model is not None:
+        # the training choices a run's files make for a given model (multi-token prediction depth,
+        # an MoE capacity): the files' (the readers apply them to the given model)
+        read = merge(done).model if done else None
+        if read is not None:
+            model = model.with_(**{f: getattr(read, f) for f in RUN_MODEL_FIELDS})
         done.append(RunConfig("the given model", model=model))
     return merge(done)
