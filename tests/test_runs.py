@@ -26,6 +26,20 @@ from cosearch.runs import (
 DATA = Path(__file__).resolve().parent / "data" / "runs"
 
 
+def test_torchtitan_qwen3_30b_a3b_file():
+    """torchtitan's own Qwen3-30B-A3B preset (8 H100s): FSDP over all 8 ranks, 2 sequences a rank
+    (global 128: 8 accumulation passes), experts over 2 ranks with expert tensor parallelism 1,
+    full recompute; the model is the qwen3-30b-a3b preset (per-head q/k norms, 30.5B) and its
+    [quantize.linear.float8] section, off without the converter, is read."""
+    d = read_config(DATA / "torchtitan_qwen3_30b_a3b.toml").resolve(8)
+    s = d.spec
+    assert (s.dp, s.tp, s.microbatch, s.recompute, s.zero, s.expert_parallel) == (8, 1, 2, "full", 3, 2)
+    assert d.global_batch == 128 and d.engine.name == "fsdp-eager" and d.spec.precision == "bf16"
+    assert d.model.name == "qwen3-30b-a3b" and d.model.qk_norm == "head"
+    deepseek = read_config(DATA / "torchtitan_qwen3_30b_a3b.toml", ["model.name=deepseek_v3", "model.flavor=671B"])
+    assert deepseek.model.name == "deepseek-v3"
+
+
 def test_torchtitan_llama3_70b_file():
     """torchtitan's own 70B preset (64 A100s): FSDP over what TP 8 leaves (dp 8), 8 sequences a
     replica (global 64), full recompute, no compile; the model is Llama 3.1 70B (70.6B

@@ -47,8 +47,13 @@ from .config import RunConfig
 __all__ = ["read_torchtitan", "FLAVORS"]
 
 #: torchtitan's ``[model] name, flavor`` -> cosearch preset (torchtitan/models/llama3/__init__.py:
-#: the 8B, 70B and 405B flavors are Llama 3.1's published dimensions, vocab 128256).
-FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b"}
+#: the 8B, 70B and 405B flavors are Llama 3.1's published dimensions, vocab 128256;
+#: models/qwen3/__init__.py: 30B-A3B and 235B-A22B, Qwen3-MoE's config.json sizes with its per-head
+#: q/k RMSNorms; models/deepseek_v3: 671B, DeepSeek-V3's).  Llama 4's 17bx128e is not mapped: torchtitan
+#: builds it with an MoE in every layer (interleave_moe_layer_step 1), unlike Maverick's every other.
+FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
+           ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
+           ("deepseek_v3", "671B"): "deepseek-v3"}
 
 #: Sections that change neither step time nor memory in cosearch's model.
 NEUTRAL_SECTIONS = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "validation", "comm",
@@ -68,6 +73,9 @@ NEUTRAL_KEYS = frozenset({
     "quantize.linear.fp8.filter_fqns", "quantize.linear.fp8.precompute_float8_dynamic_scale_for_fsdp",
     "quantize.linear.fp8.recipe_name", "quantize.linear.fp8.emulate",
     "quantize.linear.mx.filter_fqns", "quantize.linear.mx.recipe_name", "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice",
+    # the same switches under the section name torchtitan's converter carries ([quantize.linear.float8])
+    "quantize.linear.float8.filter_fqns", "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
+    "quantize.linear.float8.recipe_name", "quantize.linear.float8.emulate",
 })
 
 
@@ -97,7 +105,8 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         assumed.append("mx converter: MXFP8 priced as per-tensor FP8 operands")
     if converters:
         assumed.append("FP8 on every layer GEMM (the output head stays bf16, torchtitan's filter_fqns default)")
-    for key in ("float8.enable_fsdp_float8_all_gather", "quantize.linear.fp8.enable_fsdp_float8_all_gather"):
+    for key in ("float8.enable_fsdp_float8_all_gather", "quantize.linear.fp8.enable_fsdp_float8_all_gather",
+                "quantize.linear.float8.enable_fsdp_float8_all_gather"):
         if k.bool(key, False):
             assumed.append(f"{key}: the FSDP weight all-gathers priced in bf16 (FP8 all-gather not modelled)")
     pparam = str(k.get("training.mixed_precision_param", "bfloat16"))
