@@ -160,7 +160,12 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
     dp = rep * shard if shard != -1 else None
     if dp is None:
         assumed.append("data_parallel_shard_degree -1: dp is what the chips leave, chips / (tp pp cp)")
-    assumed.append("flash attention (torchtitan runs scaled_dot_product_attention's flash kernel)")
+    if mname == "deepseek_v3":
+        # models/deepseek_v3: inner_attention=FlexAttention.Config(), mask_type "block_causal"
+        assumed.append("torchtitan runs DeepSeek-V3's attention with FlexAttention (block-causal mask): priced as "
+                       "the flash kernel, which no public FlexAttention measurement at MLA's head widths corrects")
+    else:
+        assumed.append("flash attention (torchtitan runs scaled_dot_product_attention's flash kernel)")
     # recompute
     mode = str(k.get("activation_checkpoint.mode", "selective"))
     option = str(k.get("activation_checkpoint.selective_ac_option", "2"))
