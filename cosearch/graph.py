@@ -1254,7 +1254,7 @@ def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, 
     if c.qk_norm != "none":
         # q and k normed after their projection, before RoPE (priced as the model's norm: a
         # weightless L2 norm makes RMSNorm's passes)
-        kind = c.norm if c.qk_norm in ("head", "full") else "rmsnorm"
+        kind = c.qk_norm_kind
         qk = [g.vector("q_norm", [qkv], T * a * d, kind), g.vector("k_norm", [qkv], T * kv * d, kind)]
         x = qk[0]
     if c.position == "rotary":
@@ -1585,8 +1585,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         if config.norm in ("rmsnorm", "layernorm"):
             own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("norm1", "norm2", "final_norm")})
             if config.qk_norm != "none":
-                qk_kind = config.norm if config.qk_norm in ("head", "full") else "rmsnorm"
-                own.update({n: EAGER_ELEMENTWISE_BYTES[qk_kind] for n in ("q_norm", "k_norm")})
+                own.update({n: EAGER_ELEMENTWISE_BYTES[config.qk_norm_kind] for n in ("q_norm", "k_norm")})
             if config.mla is not None:
                 own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("q_latent_norm", "kv_latent_norm")})
         if config.activation in ("swiglu", "gelu"):

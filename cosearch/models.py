@@ -426,6 +426,12 @@ class ModelConfig:
             return q + h * (kvr + rope) + kvr * a * 2 * d + a * d * h + kvr
         return h * q + 2 * h * self.kv_dim + q * h + self.qk_norm_params()
 
+    @property
+    def qk_norm_kind(self) -> str:
+        """The vector op the q/k norms run as (:attr:`qk_norm`): the model's norm, or for a
+        weightless L2 norm RMSNorm's passes."""
+        return self.norm if self.qk_norm in ("head", "full") else "rmsnorm"
+
     def qk_norm_params(self) -> int:
         """The q/k norms' weights (:attr:`qk_norm`): ``head_dim`` each per head, the whole q and k
         width for ``"full"``, none for L2; twice that with a LayerNorm's biases."""
