@@ -513,11 +513,8 @@ _MOE_DISPATCH: dict | None = None
 _BRIDGE_COMMITS: dict = {}
 
 
-def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
-    """How the Megatron-Bridge performance config a row cites in its ``assumed`` notes
-    (``...dispatcher from NVIDIA-NeMo/Megatron-Bridge:<file>@<commit> (<config>)``) dispatches MoE
-    tokens, from :data:`MEGATRON_BRIDGE_MOE_DISPATCH_FILE`: ``{"config", "commit", "overlap",
-    "overlap_at", "backend", "backend_at"}``; None when the row cites no config the table holds."""
+def _load_bridge_table() -> None:
+    """Read :data:`MEGATRON_BRIDGE_MOE_DISPATCH_FILE` once: its configs and its commits."""
     global _MOE_DISPATCH
     if _MOE_DISPATCH is None:
         import importlib.resources
@@ -526,6 +523,14 @@ def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
         table = json.loads(text)
         _MOE_DISPATCH = table["configs"]
         _BRIDGE_COMMITS.update(table["commits"])
+
+
+def megatron_bridge_moe_dispatch(row: dict) -> dict | None:
+    """How the Megatron-Bridge performance config a row cites in its ``assumed`` notes
+    (``...dispatcher from NVIDIA-NeMo/Megatron-Bridge:<file>@<commit> (<config>)``) dispatches MoE
+    tokens, from :data:`MEGATRON_BRIDGE_MOE_DISPATCH_FILE`: ``{"config", "commit", "overlap",
+    "overlap_at", "backend", "backend_at"}``; None when the row cites no config the table holds."""
+    _load_bridge_table()
     for note in row.get("assumed") or ():
         m = _CITED_CONFIG.search(str(note))
         if m is not None and "dispatcher" in str(note):
@@ -545,7 +550,7 @@ def megatron_bridge_cross_entropy(row: dict) -> tuple[str, str] | None:
     argument where it sets one, else the commit's: Megatron-Bridge's performance scripts set
     ``cross_entropy_fusion_impl = "te"`` in ``_set_common_perf_overrides`` at every cited commit,
     over the GPT provider's ``cross_entropy_loss_fusion = True``); None for a row citing neither."""
-    megatron_bridge_moe_dispatch({})            # loads the table
+    _load_bridge_table()
     cited = megatron_bridge_moe_dispatch(row)
     if cited is not None and "cross_entropy" in cited:
         return cited["cross_entropy"], cited["cross_entropy_at"]
