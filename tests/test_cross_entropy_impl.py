@@ -92,7 +92,8 @@ def test_cited_bridge_runs_take_their_performance_scripts_loss():
     assert impl == "te" and at.startswith("scripts/performance/utils/overrides.py:")
     cited = ["etp/sp/recompute/cuda-graph/dispatcher from NVIDIA-NeMo/Megatron-Bridge:src/megatron/bridge/"
              "perf_recipes/qwen/gb200/qwen3_moe.py@4ab94dfad (qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config)"]
-    assert rows.describe_row(QWEN3_ROW).engine.cross_entropy == "fp32"       # cites nothing
+    plain = rows.describe_row(QWEN3_ROW)                                      # cites nothing
+    assert plain.engine.cross_entropy == "fp32" and any("cites no Megatron-Bridge commit" in a for a in plain.assumed)
     d = rows.describe_row(dict(QWEN3_ROW, assumed=cited))
     assert d.engine.cross_entropy == "te" and any("the loss: Transformer Engine's" in a for a in d.assumed)
     v4 = {"assumed": ["MoE dispatcher from NVIDIA-NeMo/Megatron-Bridge:src/megatron/bridge/perf_recipes/deepseek/"

@@ -841,6 +841,10 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     if loss is not None:
         engine = with_cross_entropy_fusion(engine, loss[0])
         notes.append(cross_entropy_note(loss[0], f"as the cited Megatron-Bridge run sets it ({loss[1]})"))
+    elif source_group(row) == "Megatron-Bridge":
+        notes.append("the loss: the row cites no Megatron-Bridge commit cosearch has read, so Megatron-Core's native "
+                     "fp32 passes are priced; Megatron-Bridge's performance scripts set Transformer Engine's "
+                     "cross-entropy at every commit read (2025-12 on)")
     notes += eager_pass_notes(engine, model)
     return RunConfig(f"{source} {row.get('id', '')}".strip(), model=model, plan=plan, dp=dp, global_batch=gbs,
                      num_chips=int(row["n_gpus"]),
