@@ -90,7 +90,9 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     s, h, a, t = c.seq_len, c.hidden, c.heads, tp
     e = c.dtype_bytes / 2.0  # the formula counts 2-byte activations
     mask = 1.0 if c.dropout else 0.0
-    kv_ratio = c.kv_heads / c.heads
+    # K/V heads per rank over Q heads, times tp: with fewer K/V heads than tp ranks each rank holds
+    # one (Megatron-Core replicates them; the layer graph's K/V projection likewise)
+    kv_ratio = max(1, c.kv_heads // t) * t / c.heads
     lowp = OPERAND_BYTES.get(precision, 0.0)
     fp8 = lowp > 0.0
     act_out = lowp if fp8 else 2.0 * e

@@ -64,6 +64,11 @@ def test_activations_count_the_projected_heads_and_the_norm_inputs():
     assert layer_activation_bytes(SMALL, 1, 1, flash_attention=True) == pytest.approx(7440 * s)
     assert layer_activation_bytes(SMALL.with_(qk_norm="head"), 1, 1, flash_attention=True) == \
         pytest.approx((7440 + 1152) * s)
+    # four ranks and two K/V heads: each rank holds its Q head and one K/V head (replicated, as
+    # Megatron-Core and the layer graph do): norms 4 x 256 x 2 whole, then Q, K, V 2 x 3 x 96, the
+    # attention output 2 x 96, the MLP 3 x 512 x 2 / 4, the log-sum-exp 4 x 4 / 4
+    assert layer_activation_bytes(SMALL, 4, 1, flash_attention=True) == \
+        pytest.approx((2048 + 576 + 192 + 768 + 4) * s)
     # split over two ranks with sequence parallelism: all of it halves
     assert layer_activation_bytes(SMALL.with_(qk_norm="l2"), 2, 1, sequence_parallel=True, flash_attention=True) == \
         pytest.approx((7440 + 1152) * s / 2)
