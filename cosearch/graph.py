@@ -70,7 +70,8 @@ RECOMPUTE_MODULES = {
     "core_attn": ATTENTION_CORE,
     "layernorm": ("norm1", "norm2"),
     "moe_act": ("expert_clamp", "expert_act"),
-    "mla_up_proj": ("q_latent_norm", "q_up", "kv_latent_norm", "kv_up", "mla_join"),
+    "mla_up_proj": ("q_latent_norm", "allgather_q_latent", "q_up", "kv_latent_norm", "allgather_kv_latent", "kv_up",
+                    "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
     "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "moe_allgather", "moe_sort",
             "expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort", "moe_reducescatter",
@@ -829,6 +830,9 @@ def _tp_amax_casts(c: ModelConfig) -> tuple[frozenset, frozenset]:
     fwd, bwd = set(), {"attn_out.grad_cast"}
     if c.mla is None and c.compressed_attention is None:
         fwd.add("allgather_attn.cast")
+    elif c.mla is not None:
+        # MLA's up projections' inputs: the normed latents, gathered under sequence parallelism
+        fwd |= {"allgather_q_latent.cast", "allgather_kv_latent.cast"}
     if not c.moe:
         fwd.add("allgather_mlp.cast")
         bwd.add("fc2.grad_cast")
@@ -847,7 +851,7 @@ def _norm_fused_casts(c: ModelConfig) -> frozenset:
     if c.mla is None and c.compressed_attention is None:
         names |= {"qkv.cast", "allgather_attn.cast"}
     elif c.mla is not None:
-        names |= {"q_up.cast", "kv_up.cast"}
+        names |= {"q_up.cast", "kv_up.cast", "allgather_q_latent.cast", "allgather_kv_latent.cast"}
     if not c.moe:
         names |= {"fc1.cast", "allgather_mlp.cast"}
     return frozenset(names)
@@ -1177,13 +1181,17 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     x_pre = _hyper_pre(g, "attn", [], Tv, h, nh)
     n1 = g.vector("norm1", [x_pre], Tv * h, norm)
     gathered = sp and tp > 1
-    cast_in = not (gathered and lowp)   # a low-precision SP gather delivers the GEMMs' input cast
-    x_in = g.sp_allgather("allgather_attn", n1, Tv * h, T * h, lowp) if gathered else n1
     ca = c.compressed_attention
+    # multi-head latent attention under sequence parallelism projects its own rows down and
+    # gathers the normed latents, not the layer input (Megatron-Core's MLA: "[s / TP, b,
+    # q_lora_rank]" from the duplicated down projections, the gather in the up projections)
+    latent_rows = Tv if gathered and c.mla is not None and c.mla[0] > 0 and ca is None else None
+    cast_in = not (gathered and lowp) or latent_rows is not None   # a low-precision SP gather delivers the cast
+    x_in = g.sp_allgather("allgather_attn", n1, Tv * h, T * h, lowp) if gathered and latent_rows is None else n1
     if ca is not None:
         out = _compressed_attention(g, c, ca, x_in, T, sl, b, a, tp, lowp, cast_in)
     else:
-        ctx = _attention(g, c, x_in, T, sl, b, a, kv, flash, lowp, cast_in)
+        ctx = _attention(g, c, x_in, T, sl, b, a, kv, flash, lowp, cast_in, latent_rows)
         out = g.linear("attn_out", [ctx], T, h, a * c.head_dim, lowp)
     if tp > 1:
         out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
@@ -1224,9 +1232,12 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
 
 
 def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, a: int, kv: int, flash: bool,
-               lowp: float, cast_in: bool) -> int:
+               lowp: float, cast_in: bool, latent_rows: float | None = None) -> int:
     """Multi-head (GQA) or multi-head latent attention on this rank's ``T`` tokens and ``a``
-    heads (``kv`` K/V heads): the projections, RoPE and the core; returns the core."""
+    heads (``kv`` K/V heads): the projections, RoPE and the core; returns the core.
+    ``latent_rows``: MLA under sequence parallelism, whose down projections and latent norms run
+    on the rank's own rows (``x_in`` not gathered) and whose normed latents (with the key's rope
+    part) are gathered over the tp ranks before the up projections."""
     s, h, d = c.seq_len, c.hidden, c.head_dim
     if c.mla is not None:
         # multi-head latent attention: Q and K/V from low-rank latents (the down projections
@@ -1236,15 +1247,22 @@ def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, 
         # kv_a_layernorm; Megatron-Core's --qk-layernorm, fused into the up projections'
         # LayerNormLinear)
         qr, kvr, rope = c.mla
+        rows = T if latent_rows is None else latent_rows      # the down projections' rows
+        m_rows = int(math.ceil(rows))
+        gather = latent_rows is not None and qr > 0
         if qr:
-            qd = g.linear("q_down", [x_in], T, qr, h, lowp, cast_in)
-            qd = g.vector("q_latent_norm", [qd], T * qr, c.norm)
-            qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, lowp)
+            qd = g.linear("q_down", [x_in], m_rows, qr, h, lowp, cast_in)
+            qd = g.vector("q_latent_norm", [qd], rows * qr, c.norm)
+            if gather:       # gathered low-precision where the up projection's input is (its cast)
+                qd = g.sp_allgather("allgather_q_latent", qd, rows * qr, T * qr, lowp)
+            qkv = g.linear("q_up", [qd], T, a * (d + rope), qr, lowp, not gather)
         else:                   # no query latent: Megatron-Core's linear_q_proj
             qkv = g.linear("q_proj", [x_in], T, a * (d + rope), h, lowp, cast_in)
-        kvd = g.linear("kv_down", [x_in], T, kvr + rope, h, lowp, cast_in)
-        kvn = g.vector("kv_latent_norm", [kvd], T * kvr, c.norm)
-        kvu = g.linear("kv_up", [kvn], T, a * 2 * d, kvr, lowp)
+        kvd = g.linear("kv_down", [x_in], m_rows, kvr + rope, h, lowp, cast_in)
+        kvn = g.vector("kv_latent_norm", [kvd], rows * kvr, c.norm)
+        if gather:           # the kv latent with the key's rope part
+            kvn = g.sp_allgather("allgather_kv_latent", kvn, rows * (kvr + rope), T * (kvr + rope), lowp)
+        kvu = g.linear("kv_up", [kvn], T, a * 2 * d, kvr, lowp, not gather)
         qkv = g.vector("mla_join", [qkv, kvu], T * a * (3 * d + rope), "add", inputs=1)
         d = d + rope // 2
     else:

@@ -752,8 +752,10 @@ def _dispatcher_collective(op: graph.Op) -> bool:
 #: ``ColumnParallelLinear`` keep sharded and gather again in the backward for the weight
 #: gradient, beside the GEMM's data gradient ("Overlap input AG with dgrad"; under userbuffers
 #: ``ub_bulk_dgrad``).  MoE blocks (the dispatcher keeps its permuted tokens) and MLA's down
-#: projections are not listed.
-REGATHERED = {"allgather_attn": "qkv", "allgather_mlp": "fc1"}
+#: projections (duplicated, on the rank's own rows) are not listed; MLA's up projections
+#: (``LayerNormLinear`` on the gathered latents) are.
+REGATHERED = {"allgather_attn": "qkv", "allgather_mlp": "fc1", "allgather_q_latent": "q_up",
+              "allgather_kv_latent": "kv_up"}
 
 
 def _regathers(fwd: graph.LayerGraph, bwd: graph.LayerGraph) -> list[tuple[graph.Op, int]]:

@@ -268,3 +268,26 @@ def test_hf_configs_with_other_token_mixers_are_refused(extra, what):
                           seq_len=4096).num_layers == 4
     assert from_hf_config(dict(QWEN3_8B, num_hidden_layers=4, sliding_window=1024,
                                layer_types=["sliding_attention", "full_attention"] * 2), seq_len=4096).sliding_layers == 2
+
+
+def test_mla_under_sequence_parallelism_gathers_its_latents():
+    """Megatron-Core's MLA under sequence parallelism (``multi_latent_attention.py``: the
+    duplicated down projections give "[s / TP, b, q_lora_rank]"; the up projections'
+    ``LayerNormLinear`` gathers): at tp 2 the down projections and latent norms run on the rank's
+    64 of 128 rows, the normed q latent (64 wide) and kv latent with the key's rope part (32 + 16)
+    are gathered, 128 x 64 and 128 x 48 elements of 2 bytes, and the layer input is not; without
+    sequence parallelism nothing is gathered and the down projections see all 128 rows.  Under FP8
+    the gathers carry the latents' one-byte casts, and the up projections cast nothing more."""
+    m = SMALL.with_(head_size=48, mla=(64, 32, 16))
+    ops = {o.name: o for o in graph.build(m, 2, 1, "fwd", flash_attention=True, sequence_parallel=True).ops}
+    assert "allgather_attn" not in ops and ops["reducescatter_attn"].kind == "reducescatter"
+    assert (ops["q_down"].m, ops["kv_down"].m, ops["q_up"].m, ops["kv_up"].m) == (64, 64, 128, 128)
+    assert (ops["q_latent_norm"].elements, ops["kv_latent_norm"].elements) == (64 * 64, 64 * 32)
+    assert (ops["allgather_q_latent"].bytes_read, ops["allgather_kv_latent"].bytes_read) == (128 * 64 * 2, 128 * 48 * 2)
+    plain = {o.name: o for o in graph.build(m, 2, 1, "fwd", flash_attention=True).ops}
+    assert not any(n.startswith("allgather") for n in plain) and plain["q_down"].m == 128
+    f8 = {o.name: o for o in graph.build(m, 2, 1, "fwd", flash_attention=True, sequence_parallel=True,
+                                         precision="fp8").ops}
+    assert f8["allgather_q_latent"].bytes_read == 128 * 64 * 1
+    assert "q_up.cast" not in f8 and "allgather_q_latent.cast" in f8 and "q_down.cast" in f8
+    assert {"allgather_q_latent", "allgather_kv_latent"} <= set(graph.RECOMPUTE_MODULES["mla_up_proj"])
