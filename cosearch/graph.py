@@ -1276,7 +1276,7 @@ def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, 
         qk = [g.vector("q_norm", [qkv], T * a * d, kind), g.vector("k_norm", [qkv], T * kv * d, kind)]
         x = qk[0]
     if c.position == "rotary":
-        x = g.vector("rotary", qk, T * (a + kv) * d, "rotary")
+        x = g.vector("rotary", qk, T * (a + kv) * d * c.rotary_fraction, "rotary")
     elif len(qk) == 2:
         qkv = qk[1]
     if flash:

@@ -189,6 +189,10 @@ class ModelConfig:
         NoPE layers, one in four, which are priced with it).  ``True`` / ``False`` mean ``"head"`` /
         ``"none"``.  Priced as two norm passes over q and k a layer
         (:func:`cosearch.graph.build`'s ``q_norm`` and ``k_norm``), their inputs kept for the backward.
+    rotary_fraction: the share of each head's dimensions RoPE rotates (1: all; GPT-NeoX's
+        ``rotary_pct`` 0.25, GPT-J's ``rotary_dim`` 64 of 256, GLM-4.5's and Phi's
+        ``partial_rotary_factor``, Megatron's ``--rotary-percent``): the rotary op's elements.
+        Multi-head latent attention rotates its own rope dimensions (leave 1).
     """
 
     name: str
@@ -229,6 +233,7 @@ class ModelConfig:
     activation_clamp: float = 0.0
     rope_attention_factor: float = 1.0
     qk_norm: str = "none"
+    rotary_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         # numpy's integers (a sweep over np.arange) are integers: stored as Python ints, so the
@@ -308,6 +313,14 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.rope_attention_factor must be a number in (0, 64] (YaRN's attention "
                              f"factor on RoPE's cos and sin; 1: none), got {rf!r}")
         object.__setattr__(self, "rope_attention_factor", float(rf))
+        rf = self.rotary_fraction
+        if isinstance(rf, bool) or not isinstance(rf, (int, float)) or not math.isfinite(rf) or not 0.0 < rf <= 1.0:
+            raise ValueError(f"ModelConfig.rotary_fraction must be a number in (0, 1] (the share of a head's "
+                             f"dimensions RoPE rotates), got {rf!r}")
+        object.__setattr__(self, "rotary_fraction", float(rf))
+        if rf != 1.0 and (self.mla is not None or self.compressed_attention is not None):
+            raise ValueError("ModelConfig.rotary_fraction: multi-head latent and compressed attention rotate their "
+                             "own rope dimensions; leave it 1")
         qn = self.qk_norm
         if isinstance(qn, bool):
             qn = "head" if qn else "none"
@@ -370,6 +383,9 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.norm={self.norm!r}; choose one of {_NORMS}")
         if self.position not in _POSITIONS:
             raise ValueError(f"ModelConfig.position={self.position!r}; choose one of {_POSITIONS}")
+        if self.rotary_fraction != 1.0 and self.position != "rotary":
+            raise ValueError(f"ModelConfig.rotary_fraction={self.rotary_fraction:g} needs position 'rotary' (got "
+                             f"{self.position!r})")
 
     # ------------------------------------------------------------------ derived sizes
     @property
@@ -745,6 +761,8 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
                               or not math.isfinite(limit) or limit < 0):
         raise ValueError(f"from_hf_config: 'swiglu_limit' must be a non-negative number, got {limit!r}")
     rope_factor = _hf_yarn_attention_factor(config.get("rope_scaling")) if position == "rotary" else 1.0
+    rotary_fraction = _hf_rotary_fraction(config, head_size or hidden // heads) if position == "rotary" and \
+        not moe_kw.get("mla") and mt != "deepseek_v4" else 1.0
     learned_rows = ctx if (position == "learned" and ctx) else seq_len
     cfg = ModelConfig(
         name=name or str(config.get("_name_or_path") or mt or "hf-model"),
@@ -752,7 +770,8 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
         position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
         extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
-        **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor, qk_norm=qk_norm)
+        **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor, qk_norm=qk_norm,
+        rotary_fraction=rotary_fraction)
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
@@ -823,6 +842,24 @@ def _hf_refuse_other_mixers(config: dict, mt: str) -> None:
 #: projected q and k (OLMo 2, OLMoE: ``q_norm`` of ``heads x head_dim``).
 _HF_QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "gemma3": "head", "gemma3_text": "head",
                "olmo2": "full", "olmoe": "full"}
+
+
+def _hf_rotary_fraction(config: dict, head_dim: int) -> float:
+    """The share of a head's dimensions RoPE rotates: ``partial_rotary_factor`` (Phi, GLM,
+    StableLM), ``rotary_pct`` (GPT-NeoX) or ``rotary_dim`` over the head width (GPT-J); 1 when
+    none is given."""
+    for key in ("partial_rotary_factor", "rotary_pct"):
+        v = config.get(key)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
+                raise ValueError(f"from_hf_config: {key!r} must be a number in (0, 1], got {v!r}")
+            return float(v)
+    dim = _hf_int(config, "rotary_dim", default=None)
+    if dim is not None:
+        if dim > head_dim:
+            raise ValueError(f"from_hf_config: rotary_dim {dim} exceeds the head width {head_dim}")
+        return dim / head_dim
+    return 1.0
 
 
 def _hf_qk_norm(config: dict, mt: str) -> str:

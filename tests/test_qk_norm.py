@@ -291,3 +291,39 @@ def test_mla_under_sequence_parallelism_gathers_its_latents():
     assert f8["allgather_q_latent"].bytes_read == 128 * 64 * 1
     assert "q_up.cast" not in f8 and "allgather_q_latent.cast" in f8 and "q_down.cast" in f8
     assert {"allgather_q_latent", "allgather_kv_latent"} <= set(graph.RECOMPUTE_MODULES["mla_up_proj"])
+
+
+def test_partial_rotary_embeddings():
+    """RoPE over a share of each head (GPT-NeoX's rotary_pct 0.25, GPT-J's rotary_dim 64 of 256,
+    Megatron's --rotary-percent): the rotary op covers that share of q and k; a share outside
+    (0, 1], one without RoPE, or one on MLA is refused, and Megatron's own reading of it (ignored
+    without RoPE) is followed."""
+    from cosearch.runs.megatron import parse_megatron_args
+    from cosearch.runs.nemo import read_megatron_bridge
+    half = {o.name: o for o in graph.build(SMALL.with_(rotary_fraction=0.5), 1, 1, "fwd", flash_attention=True).ops}
+    assert half["rotary"].elements == 128 * (4 + 2) * 96 * 0.5
+    for bad, why in ((dict(rotary_fraction=0.0), r"\(0, 1\]"), (dict(rotary_fraction=1.5), r"\(0, 1\]"),
+                     (dict(rotary_fraction=0.5, position="learned"), "needs position 'rotary'"),
+                     (dict(rotary_fraction=0.5, head_size=48, mla=(64, 32, 16)), "rope dimensions")):
+        with pytest.raises(ValueError, match=why):
+            SMALL.with_(**bad)
+    neox = {"model_type": "gpt_neox", "hidden_size": 6144, "intermediate_size": 24576, "num_attention_heads": 64,
+            "num_hidden_layers": 44, "vocab_size": 50432, "max_position_embeddings": 2048, "rotary_pct": 0.25,
+            "tie_word_embeddings": False}
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "n_layer": 28, "vocab_size": 50400,
+            "n_positions": 2048, "rotary_dim": 64}
+    assert from_hf_config(neox, seq_len=2048).rotary_fraction == 0.25
+    assert from_hf_config(gptj, seq_len=2048).rotary_fraction == 64 / 256
+    assert from_hf_config(QWEN3_8B, seq_len=4096).rotary_fraction == 1.0
+    line = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 8 "
+            "--bf16 --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 ")
+    assert parse_megatron_args(line + "--position-embedding-type rope --rotary-percent 0.5", None, 8).model \
+        .rotary_fraction == 0.5
+    ignored = parse_megatron_args(line + "--rotary-percent 0.5", None, 8)
+    assert ignored.model.rotary_fraction == 1.0 and any("Megatron ignores it" in a for a in ignored.assumed)
+    llama = models.preset("llama3-8b")
+    with pytest.raises(ValueError, match="contradicts --model llama3-8b"):
+        parse_megatron_args("--micro-batch-size 1 --global-batch-size 8 --rotary-percent 0.5", llama, 8)
+    bridge = read_megatron_bridge({"model": {"rotary_percent": 1.0}, "train": {"micro_batch_size": 1,
+                                                                                "global_batch_size": 8}}, model=llama)
+    assert bridge.model.rotary_fraction == 1.0

@@ -153,6 +153,8 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--moe-shared-expert-intermediate-size",
            # the loss implementation (:func:`_cross_entropy`)
            "--cross-entropy-fusion-impl",
+           # the share of a head's dimensions RoPE rotates (the model's rotary_fraction)
+           "--rotary-percent",
            # an uneven pipeline split (:func:`_stage_layers`)
            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
            # the optimizer's state (:func:`_optimizer_memory`)
@@ -193,7 +195,7 @@ NEUTRAL_VALUED = frozenset({
     "--wandb-exp-name", "--wandb-save-dir", "--exit-interval", "--exit-duration-in-mins",
     "--distributed-backend", "--distributed-timeout-minutes", "--data-cache-path", "--timing-log-level",
     "--max-position-embeddings", "--make-vocab-size-divisible-by", "--num-workers", "--ckpt-format",
-    "--dataloader-type", "--norm-epsilon", "--rotary-base", "--rotary-percent", "--loss-scale",
+    "--dataloader-type", "--norm-epsilon", "--rotary-base", "--loss-scale",
     "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", "--log-dir",
     "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-load-balancing-type", "--data-args-path",
     # the router's own arithmetic (its score function, scaling, expert bias and its update, the
@@ -253,7 +255,7 @@ _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-
                 "--num-experts": "num_experts", "--moe-router-topk": "experts_per_token",
                 "--moe-ffn-hidden-size": "expert_ffn", "--group-query-attention": "kv_heads",
                 "--multi-latent-attention": "mla", "--moe-shared-expert-intermediate-size": "shared_experts",
-                "--qk-layernorm": "qk_norm", "--qk-l2-norm": "qk_norm"}
+                "--qk-layernorm": "qk_norm", "--qk-l2-norm": "qk_norm", "--rotary-percent": "rotary_fraction"}
 #: Megatron-LM's defaults of the multi-head latent attention flags (``megatron/training/arguments.py``:
 #: ``--q-lora-rank`` None, the query projected directly, cosearch's 0; ``--kv-lora-rank`` 32;
 #: ``--qk-head-dim`` 128; ``--qk-pos-emb-head-dim`` 64; ``--v-head-dim`` 128).
@@ -725,6 +727,18 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
         if stated.get("position", "rotary") != "rotary":
             raise ValueError("--use-rotary-position-embeddings contradicts --position-embedding-type")
         stated["position"] = "rotary"
+    if "--rotary-percent" in vals:
+        # Megatron-Core's RotaryEmbedding rotates rotary_percent of kv_channels, under RoPE only
+        share = _float("--rotary-percent", vals["--rotary-percent"], 1.0)
+        if not share > 0.0:
+            raise ValueError(f"--rotary-percent {vals['--rotary-percent']}: give a share in (0, 1]")
+        rotary = stated.get("position", base.position if base is not None else "learned") == "rotary"
+        if rotary and ("mla" in stated or (base is not None and base.mla is not None)):
+            rotary = share != 1.0      # MLA rotates its own rope dims: only a share other than 1 is refused
+        if rotary:
+            stated["rotary_fraction"] = share
+        elif share != 1.0:
+            assumed.append(f"--rotary-percent {vals['--rotary-percent']} without RoPE: Megatron ignores it")
     if "--disable-bias-linear" in flags:
         stated["bias"] = False
     if "--untie-embeddings-and-output-weights" in flags:
@@ -772,7 +786,8 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 "tie_embeddings": base.tie_embeddings, "dropout": base.dropout,
                 "num_experts": base.num_experts, "experts_per_token": base.experts_per_token,
                 "expert_ffn": base.expert_ffn, "rope_attention_factor": base.rope_attention_factor,
-                "mla": base.mla, "shared_experts": base.shared_experts, "qk_norm": base.qk_norm}
+                "mla": base.mla, "shared_experts": base.shared_experts, "qk_norm": base.qk_norm,
+                "rotary_fraction": base.rotary_fraction}
         flag_of = {v: k for k, v in _MODEL_FLAGS.items()}
         flag_of.update(kv_heads="--num-query-groups", dropout="--attention-dropout/--hidden-dropout",
                        position="--position-embedding-type", experts_per_token="--moe-router-topk",

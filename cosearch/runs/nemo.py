@@ -372,7 +372,7 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu",
     "moe_router_dtype", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
     "moe_router_score_function", "moe_router_bias_update_rate", "moe_token_drop_policy",
-    "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+    "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rotary_percent",
     "moe_shared_expert_intermediate_size", "moe_router_topk_limited_devices")}
 _BRIDGE_VALUED.update({"num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
                        "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers"})
@@ -385,7 +385,7 @@ _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer"
                             "train.train_iters", "train.eval_iters", "train.eval_interval", "train.exit_signal",
                             "train.exit_signal_handler", "train.manual_gc", "train.manual_gc_interval")
 _BRIDGE_NEUTRAL = frozenset({
-    "model.init_method_std", "model.layernorm_epsilon", "model.rotary_base", "model.rotary_percent",
+    "model.init_method_std", "model.layernorm_epsilon", "model.rotary_base",
     "model.seq_len_interpolation_factor", "model.make_vocab_size_divisible_by", "model.bf16", "model.params_dtype",
     "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion", "model.bias_activation_fusion",
     "model.bias_dropout_fusion", "model.apply_rope_fusion", "model.persist_layer_norm",
