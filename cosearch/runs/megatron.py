@@ -627,7 +627,7 @@ def _cross_entropy(vals: dict[str, str], flags: set[str], assumed: list[str]) ->
                            "runs its unfused loss")
         return "off"
     impl = impl or "native"
-    assumed.append(cross_entropy_note(impl, "as the line sets it"))
+    assumed.append(cross_entropy_note(impl, "as the run's flags set it"))
     return impl
 
 
