@@ -327,3 +327,25 @@ def test_partial_rotary_embeddings():
     bridge = read_megatron_bridge({"model": {"rotary_percent": 1.0}, "train": {"micro_batch_size": 1,
                                                                                 "global_batch_size": 8}}, model=llama)
     assert bridge.model.rotary_fraction == 1.0
+
+
+#: A dense Megatron-Bridge row of the validation schema (modern_runs.jsonl's first row's fields).
+DENSE_ROW = {"id": "mbridge-26.06/LLAMA3.1_405B/GB300/FP8/256", "model": "Llama-3.1-405B", "arch": "dense GQA SwiGLU",
+             "layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8, "ffn": 53248, "vocab": 128256, "seq": 8192,
+             "accel": "GB300-NVL72 (288GB)", "gpus_per_node": 4, "n_gpus": 256, "gbs": 1536, "mbs": 1, "ga": 192,
+             "tp": 4, "pp": 8, "vp": 4, "cp": 1, "ep": 1, "dp": 8, "zero_group": 8, "sp": True, "zero": 1,
+             "recompute": "none", "precision": "FP8 (per-tensor current scaling)", "tok_s_gpu": 1048.0,
+             "software": "NeMo 26.06 container (Megatron-Bridge + Megatron-Core)", "assumed": ["MB-cfg", "Z1", "SP"]}
+
+
+def test_dense_rows_read_their_attention_features():
+    """A dense row's "qk-norm" and "alternating sliding-window(W)" are read as an MoE row's are
+    (they were ignored for dense rows); a sliding-window layout cosearch does not model is refused."""
+    from cosearch.runs import rows
+    plain = rows.describe_row(DENSE_ROW).model
+    qk = rows.describe_row(dict(DENSE_ROW, arch="dense GQA SwiGLU, qk-norm")).model
+    assert (plain.qk_norm, qk.qk_norm) == ("none", "head") and (qk.bias, qk.activation) == (plain.bias, "swiglu")
+    win = rows.describe_row(dict(DENSE_ROW, arch="dense GQA SwiGLU, alternating sliding-window(4096)/full")).model
+    assert (win.sliding_window, win.sliding_layers) == (4096, 63)
+    with pytest.raises(rows.Refused, match="sliding-window layout"):
+        rows.describe_row(dict(DENSE_ROW, arch="dense GQA SwiGLU, sliding-window(4096)"))

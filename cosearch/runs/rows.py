@@ -242,6 +242,8 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
     if head is None and row["hidden"] % row["heads"]:
         raise Refused(f"heads={row['heads']} do not divide hidden={row['hidden']} and no head size is given")
     moe = _moe_fields(row, notes) if row.get("num_experts") else {}
+    # a dense row's attention features (an MoE row's are read with its experts)
+    dense_attention = {} if moe else _attention_features(row, notes)
     bias = not ("no-bias" in arch or gated or "MaxText" in row["model"])
     if moe:
         gated, act = True, "swiglu"
@@ -253,7 +255,35 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
                               position="learned" if learned else "rotary",
                               bias=bias,
                               tie_embeddings=("tied" in arch and "untied" not in arch) or "MPT" in row["model"],
-                              dropout=False, head_size=head, **moe)
+                              dropout=False, head_size=head, **moe, **dense_attention)
+
+
+def _attention_features(row: dict, notes: list) -> dict:
+    """The attention features a row's ``arch`` names, dense or MoE: q/k norms ("qk-norm": Qwen3's
+    per-head RMSNorms; with "chunked attention", Llama 4's weightless L2 norm), an alternating
+    sliding window ("alternating sliding-window(W)"; any other layout refused) and attention
+    sinks (said, not priced)."""
+    arch, out = str(row["arch"]), {}
+    if "qk-norm" in arch:
+        if "chunked attention" in arch:
+            # Llama 4 Scout (config.json use_qk_norm): Llama4TextL2Norm, no weights, on the RoPE layers
+            out["qk_norm"] = "l2"
+            notes.append("Llama 4's weightless L2 norm of q and k per head, priced on every layer (the NoPE layers, "
+                         "one in four, skip it)")
+        else:
+            # Qwen3 (config.json; modeling_qwen3.py / modeling_qwen3_moe.py's q_norm / k_norm of head_dim)
+            out["qk_norm"] = "head"
+            notes.append("per-head q/k RMSNorms (Qwen3's q_norm / k_norm)")
+    win = re.search(r"(alternating )?sliding-window\((\d+)\)", arch)
+    if win:
+        if not win.group(1):
+            raise Refused(f"sliding-window layout {arch!r} is not modelled (every layer, or alternating with full)")
+        out["sliding_window"] = int(win.group(2))
+        out["sliding_layers"] = int(row["layers"]) // 2
+        notes.append(f"sliding window {win.group(2)} on every other layer ({int(row['layers']) // 2})")
+    if "attention sinks" in arch:
+        notes.append("attention sinks not priced (one learned logit per head)")
+    return out
 
 
 #: Per-head width of MoE families whose rows leave it out, from each model's published
@@ -318,25 +348,7 @@ def _moe_fields(row: dict, notes: list) -> dict:
         out["mla"] = (int(q.group(1)), int(kv.group(1)), DEEPSEEK_MLA[2]) if q and kv else DEEPSEEK_MLA
         out["head_size"] = MOE_HEAD_DIM.get(family or "DeepSeek-V3", 128)
         notes.append("MLA with rope head dim 64 (DeepSeek-V3's config.json)")
-    if "qk-norm" in arch:
-        if "chunked attention" in arch:
-            # Llama 4 Scout (config.json use_qk_norm): Llama4TextL2Norm, no weights, on the RoPE layers
-            out["qk_norm"] = "l2"
-            notes.append("Llama 4's weightless L2 norm of q and k per head, priced on every layer (the NoPE layers, "
-                         "one in four, skip it)")
-        else:
-            # Qwen3 (config.json; modeling_qwen3_moe.py's q_norm / k_norm of head_dim)
-            out["qk_norm"] = "head"
-            notes.append("per-head q/k RMSNorms (Qwen3's q_norm / k_norm)")
-    win = re.search(r"(alternating )?sliding-window\((\d+)\)", arch)
-    if win:
-        if not win.group(1):
-            raise Refused(f"sliding-window layout {arch!r} is not modelled (every layer, or alternating with full)")
-        out["sliding_window"] = int(win.group(2))
-        out["sliding_layers"] = int(row["layers"]) // 2
-        notes.append(f"sliding window {win.group(2)} on every other layer ({int(row['layers']) // 2})")
-    if "attention sinks" in arch:
-        notes.append("attention sinks not priced (one learned logit per head)")
+    out.update(_attention_features(row, notes))
     if str(row["model"]).startswith("GPT-OSS"):
         # the gpt-oss-120b preset's, from its config.json (attention_bias, the experts' biases,
         # swiglu_limit, rope_scaling), as Megatron-Bridge's GPTOSSBridge builds it
