@@ -349,3 +349,7 @@ def test_dense_rows_read_their_attention_features():
     assert (win.sliding_window, win.sliding_layers) == (4096, 63)
     with pytest.raises(rows.Refused, match="sliding-window layout"):
         rows.describe_row(dict(DENSE_ROW, arch="dense GQA SwiGLU, sliding-window(4096)"))
+    # Gemma's gated GELU and BLOOM's ALiBi (no position embedding) were read as a plain GELU MLP and RoPE
+    gemma = rows.describe_row(dict(DENSE_ROW, arch="dense MHA GeGLU")).model
+    bloom = rows.describe_row(dict(DENSE_ROW, arch="dense MHA GeLU, ALiBi")).model
+    assert (gemma.activation, gemma.norm, bloom.position, bloom.activation) == ("geglu", "rmsnorm", "none", "gelu")

@@ -233,9 +233,11 @@ def _cluster(row: dict, chip: hardware.Accelerator) -> cluster.Cluster:
 def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
     notes = [] if notes is None else notes
     arch = row["arch"]
-    gated = "SwiGLU" in arch or "llama" in arch.lower()
-    act = "swiglu" if gated else ("relu" if "ReLU" in arch else "gelu")   # squared-ReLU priced as ReLU
+    geglu = "GeGLU" in arch
+    gated = "SwiGLU" in arch or "llama" in arch.lower() or geglu
+    act = ("geglu" if geglu else "swiglu") if gated else ("relu" if "ReLU" in arch else "gelu")  # squared-ReLU as ReLU
     learned = "learned pos-emb" in arch
+    alibi = "ALiBi" in arch or "alibi" in arch
     head = int(row["head_dim"]) if row.get("head_dim") else None
     if head == row["hidden"] // row["heads"] and row["hidden"] % row["heads"] == 0:
         head = None
@@ -252,7 +254,7 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
     return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row.get("ffn") or row["moe_ffn"],
                               row["vocab"], row["seq"], kv_heads=row["kv_heads"], activation=act,
                               norm="rmsnorm" if (gated or "RMSNorm" in arch) else "layernorm",
-                              position="learned" if learned else "rotary",
+                              position="learned" if learned else ("none" if alibi else "rotary"),
                               bias=bias,
                               tie_embeddings=("tied" in arch and "untied" not in arch) or "MPT" in row["model"],
                               dropout=False, head_size=head, **moe, **dense_attention)
