@@ -248,7 +248,7 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
     dense_attention = {} if moe else _attention_features(row, notes)
     bias = not ("no-bias" in arch or gated or "MaxText" in row["model"])
     if moe:
-        gated, act = True, "swiglu"
+        gated, act = True, "geglu" if geglu else "swiglu"
         head = moe.pop("head_size", head)
         bias = moe.pop("bias", False)
     return models.ModelConfig(row["model"], row["layers"], row["hidden"], row["heads"], row.get("ffn") or row["moe_ffn"],
