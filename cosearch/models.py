@@ -619,8 +619,23 @@ def _hf_moe(config: dict, mt: str) -> dict[str, Any]:
         shared = shared_width // w
     out["shared_experts"] = shared
     dense = _hf_int(config, "first_k_dense_replace", default=0)
+    # Qwen2/3-MoE: ``mlp_only_layers`` (dense layers by index) and ``decoder_sparse_step`` (an MoE
+    # layer every k-th); priced where the dense layers are the first ones, or one in k
+    only = config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise ValueError(f"from_hf_config: mlp_only_layers must be a list of layer indices, got {only!r}")
+    if only:
+        if sorted(only) != list(range(len(only))):
+            raise ValueError(f"from_hf_config: mlp_only_layers {only} are not the first layers: cosearch prices dense "
+                             "layers first (first_k_dense_replace) or one MoE layer in k (decoder_sparse_step)")
+        dense = max(dense, len(only))
     if dense:
         out["dense_layers"] = dense
+    step = _hf_int(config, "decoder_sparse_step", default=1)
+    if step > 1:
+        if dense:
+            raise ValueError("from_hf_config: decoder_sparse_step with dense first layers is not modelled")
+        out["moe_layer_step"] = step
     if config.get("kv_lora_rank"):
         # q_lora_rank null (DeepSeek-V2-Lite, Moonlight): the query projected directly
         out["mla"] = (_hf_int(config, "q_lora_rank", default=0), _hf_int(config, "kv_lora_rank"),

@@ -353,3 +353,22 @@ def test_dense_rows_read_their_attention_features():
     gemma = rows.describe_row(dict(DENSE_ROW, arch="dense MHA GeGLU")).model
     bloom = rows.describe_row(dict(DENSE_ROW, arch="dense MHA GeLU, ALiBi")).model
     assert (gemma.activation, gemma.norm, bloom.position, bloom.activation) == ("geglu", "rmsnorm", "none", "gelu")
+
+
+QWEN3_30B = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "num_attention_heads": 32,
+             "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48, "vocab_size": 151936,
+             "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "hidden_act": "silu",
+             "tie_word_embeddings": False, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+             "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False}
+
+
+def test_qwen_moe_layer_layouts():
+    """Qwen3-30B-A3B's config.json reads as the qwen3-30b-a3b preset (q/k norms, no biases); its
+    ``decoder_sparse_step`` k is one MoE layer in k, its ``mlp_only_layers`` the first layers dense
+    (they were ignored: every layer priced as MoE); dense layers elsewhere are refused by name."""
+    m = from_hf_config(QWEN3_30B, seq_len=4096)
+    assert m == models.preset("qwen3-30b-a3b").with_(name=m.name)
+    assert from_hf_config(dict(QWEN3_30B, decoder_sparse_step=2), seq_len=4096).moe_layer_step == 2
+    assert from_hf_config(dict(QWEN3_30B, mlp_only_layers=[0, 1]), seq_len=4096).dense_layers == 2
+    with pytest.raises(ValueError, match="not the first layers"):
+        from_hf_config(dict(QWEN3_30B, mlp_only_layers=[5]), seq_len=4096)
