@@ -206,7 +206,8 @@ def test_megatron_lms_own_deepseek_v3_line_reads(tmp_path):
     """Megatron-LM's own DeepSeek-V3 training line (tests/data/runs/megatron_deepseek_v3.args,
     PROVENANCE.md) reads whole against the deepseek-v3 preset: MLA with ``--qk-layernorm`` (the
     latent norms), HybridEP's flex dispatcher, one MTP layer, ep 8, mb 4; with the script's
-    Megatron-FSDP additions, which a Megatron line does not price, it is refused by name."""
+    Megatron-FSDP additions it shards to ZeRO-3 (``optim_grads_params``); ZeRO-2, an unknown
+    strategy and a strategy without Megatron-FSDP are refused by name, as from a Bridge config."""
     from pathlib import Path
 
     from cosearch.runs import read_config
@@ -221,10 +222,27 @@ def test_megatron_lms_own_deepseek_v3_line_reads(tmp_path):
     # run's, kept on the given model, not a contradiction
     from cosearch.runs import read_configs
     assert read_configs([line], model=m).model.mtp_layers == 1
+    # the script's Megatron-FSDP additions (on by default there): ZeRO-3 sharding, its flags read
     fsdp = tmp_path / "fsdp.args"
-    fsdp.write_text(line.read_text() + "\n--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params\n")
-    with pytest.raises(ValueError, match="--data-parallel-sharding-strategy"):
-        read_config(fsdp, model=m)
+    fsdp.write_text(line.read_text() + "\n--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params "
+                    "--no-gradient-accumulation-fusion --use-distributed-optimizer --calculate-per-token-loss "
+                    "--init-model-with-meta-device --ckpt-format fsdp_dtensor --grad-reduce-in-bf16 "
+                    "--fsdp-double-buffer --use-nccl-ub\n")
+    rf = read_config(fsdp, model=m)
+    assert rf.plan["zero"] == 3 and any("Megatron-FSDP, optim_grads_params" in a for a in rf.assumed)
+    assert "fp32-grad-reduce" not in rf.engine.name           # --grad-reduce-in-bf16
+    for bad, why in (("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", "ZeRO-2"),
+                     ("--use-megatron-fsdp --data-parallel-sharding-strategy full", "Megatron accepts"),
+                     ("--data-parallel-sharding-strategy optim", "give --use-megatron-fsdp")):
+        f = tmp_path / "bad.args"
+        f.write_text(line.read_text() + "\n" + bad + "\n")
+        with pytest.raises(ValueError, match=why):
+            read_config(f, model=m)
+    from cosearch.runs.nemo import read_megatron_bridge
+    bridge = read_megatron_bridge({"model": {"tensor_model_parallel_size": 1},
+                                   "ddp": {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"},
+                                   "train": {"micro_batch_size": 1, "global_batch_size": 8}}, model=models.preset("llama3-8b"))
+    assert bridge.plan["zero"] == 3
 
 
 def test_megatron_cores_attention_projection_keeps_its_bf16_input():

@@ -155,6 +155,8 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--cross-entropy-fusion-impl",
            # the share of a head's dimensions RoPE rotates (the model's rotary_fraction)
            "--rotary-percent",
+           # Megatron-FSDP's sharding (:func:`_zero_stage`)
+           "--data-parallel-sharding-strategy",
            # an uneven pipeline split (:func:`_stage_layers`)
            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
            # the optimizer's state (:func:`_optimizer_memory`)
@@ -178,6 +180,8 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
           "--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap",
           "--cross-entropy-loss-fusion",
+          # Megatron-FSDP (:func:`_zero_stage`), its buffers and user-buffer NCCL said
+          "--use-megatron-fsdp", "--fsdp-double-buffer", "--use-nccl-ub",
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
           "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
           # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
@@ -237,8 +241,6 @@ _REFUSED = {
     "--rampup-batch-size": "a batch that grows during training has no single step time",
     "--cpu-offloading": "activation offloading is not read from Megatron lines",
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
-    "--use-megatron-fsdp": "Megatron-FSDP is not read from Megatron lines (use --engine fsdp)",
-    "--data-parallel-sharding-strategy": "Megatron-FSDP sharding is not read from Megatron lines (use --engine fsdp)",
 }
 # ``--moe-grouped-gemm`` is neutral: cosearch prices the experts as grouped GEMMs.
 # ``--transformer-impl`` is neutral because its value is consumed below as a word.
@@ -601,6 +603,40 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
         assumed.append(f"{pads[0]}: each expert's tokens padded to the low-precision GEMM's alignment (a few rows "
                        "a block), not priced")
     return sms
+
+
+#: Megatron-FSDP's ``--data-parallel-sharding-strategy`` as the ZeRO stage it shards to
+#: (``megatron/core/distributed/fsdp``: ``no_shard``; ``optim``, the optimizer state; ``optim_grads``,
+#: and the gradients; ``optim_grads_params``, and the parameters, gathered a layer at a time).
+FSDP_SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _zero_stage(vals: dict[str, str], flags: set[str], assumed: list[str]) -> int:
+    """The ZeRO stage a line shards to: Megatron-FSDP's strategy (:data:`FSDP_SHARDING`; Megatron-LM's
+    default ``no_shard``) where ``--use-megatron-fsdp`` is given, else 1 with the distributed
+    optimizer, else 0.  ZeRO-2, which the Megatron-Core engines do not run, is refused."""
+    strategy = vals.get("--data-parallel-sharding-strategy")
+    if "--use-nccl-ub" in flags:
+        assumed.append("--use-nccl-ub: NCCL's user-buffer registration for the data-parallel collectives, not "
+                       "priced (the collectives at cosearch's NCCL rates)")
+    if "--use-megatron-fsdp" not in flags:
+        if strategy is not None and strategy != "no_shard":
+            raise ValueError("--data-parallel-sharding-strategy is Megatron-FSDP's: give --use-megatron-fsdp")
+        for f in ("--fsdp-double-buffer",):
+            if f in flags:
+                raise ValueError(f"{f} is Megatron-FSDP's: give --use-megatron-fsdp")
+        return 1 if "--use-distributed-optimizer" in flags else 0
+    strategy = strategy or "no_shard"
+    if strategy not in FSDP_SHARDING:
+        raise ValueError(f"--data-parallel-sharding-strategy {strategy!r}; Megatron accepts "
+                         f"{', '.join(FSDP_SHARDING)}")
+    zero = FSDP_SHARDING[strategy]
+    if zero == 2:
+        raise ValueError("--data-parallel-sharding-strategy optim_grads (ZeRO-2) is not modelled for Megatron-Core: "
+                         "optim (ZeRO-1) or optim_grads_params (ZeRO-3) are")
+    assumed.append(f"Megatron-FSDP, {strategy}: priced as ZeRO-{zero} (the parameters gathered a layer at a time, "
+                   "two layers' buffers)" if zero == 3 else f"Megatron-FSDP, {strategy}: priced as ZeRO-{zero}")
+    return zero
 
 
 def cross_entropy_note(impl: str, where: str) -> str:
@@ -1162,7 +1198,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     assumed += eager_pass_notes(engine, model)
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
-                zero=1 if "--use-distributed-optimizer" in flags else 0, flash_attention=flash,
+                zero=_zero_stage(vals, flags, assumed), flash_attention=flash,
                 context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
                 scaling_recipe=recipe, bf16_layers=bf16_layers, stage_layers=split)
     memory = _optimizer_memory(vals, flags, assumed)

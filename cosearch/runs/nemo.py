@@ -398,7 +398,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.bias_dropout_add_fusion",
     "model.scatter_embedding_sequence_parallel", "model.tp_comm_overlap_cfg", "model.use_te_rng_tracker",
     "ddp.average_in_collective", "ddp.check_for_nan_in_grad", "ddp.bucket_size",
-    "ddp.data_parallel_sharding_strategy", "ddp.use_custom_fsdp", "ddp.use_megatron_fsdp",
+
     "mixed_precision.bf16", "mixed_precision.params_dtype", "mixed_precision.pipeline_dtype",
     "mixed_precision.autocast_dtype", "mixed_precision.fp8_amax_history_len", "mixed_precision.fp8_amax_compute_algo",
     "mixed_precision.fp8_margin", "mixed_precision.fp8_wgrad",
@@ -505,6 +505,14 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
             raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
         words.append("--swiglu")
     words += _switch_words(k, _BRIDGE_SWITCHES)
+    # Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp, formerly use_custom_fsdp) and
+    # its sharding strategy (default no_shard, read only with it)
+    fsdp = k.bool("ddp.use_megatron_fsdp", False) | k.bool("ddp.use_custom_fsdp", False)
+    strategy = k.get("ddp.data_parallel_sharding_strategy")
+    if fsdp:
+        words.append("--use-megatron-fsdp")
+        if strategy is not None:
+            words += ["--data-parallel-sharding-strategy", str(strategy)]
     # the loss: Megatron-Bridge's GPTModelProvider turns cross_entropy_loss_fusion on by default
     # (gpt_provider.py), with Megatron-Core's native implementation unless the config names one
     if k.bool("model.cross_entropy_loss_fusion", True):
