@@ -371,6 +371,10 @@ def test_dense_rows_read_their_attention_features():
     gemma = rows.describe_row(dict(DENSE_ROW, arch="dense MHA GeGLU")).model
     bloom = rows.describe_row(dict(DENSE_ROW, arch="dense MHA GeLU, ALiBi")).model
     assert (gemma.activation, gemma.norm, bloom.position, bloom.activation) == ("geglu", "rmsnorm", "none", "gelu")
+    # layers that are not softmax attention would be priced as attention: refused by name
+    for arch in ("hybrid Mamba-Transformer, GQA", "dense GQA, linear attention 3 of 4 layers (Gated DeltaNet)"):
+        with pytest.raises(rows.Refused, match="not modelled"):
+            rows.describe_row(dict(DENSE_ROW, arch=arch))
 
 
 QWEN3_30B = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "num_attention_heads": 32,

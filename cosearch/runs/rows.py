@@ -260,12 +260,20 @@ def _model(row: dict, notes: list | None = None) -> models.ModelConfig:
                               dropout=False, head_size=head, **moe, **dense_attention)
 
 
+#: Words of a row's architecture naming token mixers other than softmax attention, refused.
+OTHER_MIXER_WORDS = ("Mamba", "state-space", "SSM", "linear attention", "DeltaNet", "lightning attention", "RWKV",
+                     "Hyena", "sparse attention (DSA)")
+
+
 def _attention_features(row: dict, notes: list) -> dict:
     """The attention features a row's ``arch`` names, dense or MoE: q/k norms ("qk-norm": Qwen3's
     per-head RMSNorms; with "chunked attention", Llama 4's weightless L2 norm), an alternating
     sliding window ("alternating sliding-window(W)"; any other layout refused) and attention
     sinks (said, not priced)."""
     arch, out = str(row["arch"]), {}
+    other = [w for w in OTHER_MIXER_WORDS if w.lower() in arch.lower()]
+    if other:
+        raise Refused(f"architecture {arch!r}: {other[0]} layers are not modelled (they would be priced as attention)")
     if "qk-norm" in arch:
         if "chunked attention" in arch:
             # Llama 4 Scout (config.json use_qk_norm): Llama4TextL2Norm, no weights, on the RoPE layers
