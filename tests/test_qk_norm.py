@@ -394,3 +394,17 @@ def test_qwen_moe_layer_layouts():
     assert from_hf_config(dict(QWEN3_30B, mlp_only_layers=[0, 1]), seq_len=4096).dense_layers == 2
     with pytest.raises(ValueError, match="not the first layers"):
         from_hf_config(dict(QWEN3_30B, mlp_only_layers=[5]), seq_len=4096)
+
+
+def test_hf_configs_say_what_is_not_priced():
+    """A config.json read as a run says what its model has that is not priced: Gemma 2's logit
+    soft-capping and post-norms, GPT-OSS's attention sinks, DeepSeek-V3's MTP modules (priced only
+    where the run trains them); a plain Qwen3 config says nothing."""
+    from cosearch.runs.hf import read_hf_config
+    from tests.test_hf_configs import GEMMA2_9B
+    gemma = " ".join(read_hf_config(GEMMA2_9B, seq_len=4096).assumed)
+    assert "soft-capping" in gemma and "post-MLP norms" in gemma
+    from cosearch.runs.hf import hf_config_notes
+    assert any("attention sinks" in n for n in hf_config_notes({"model_type": "gpt_oss"}))
+    assert any("--mtp-num-layers" in n for n in hf_config_notes({"model_type": "deepseek_v3", "num_nextn_predict_layers": 1}))
+    assert read_hf_config(QWEN3_8B, seq_len=4096).assumed == ()

@@ -8,7 +8,7 @@ from typing import Any
 
 from .config import RunConfig
 
-__all__ = ["read_hf_config"]
+__all__ = ["read_hf_config", "hf_config_notes"]
 
 
 def read_hf_config(source: str | Path | dict[str, Any], seq_len: int | None = None) -> RunConfig:
@@ -19,4 +19,31 @@ def read_hf_config(source: str | Path | dict[str, Any], seq_len: int | None = No
     d = read_json_file(source, "Hugging Face config") if not isinstance(source, dict) else source
     label = Path(source).parent.name if isinstance(source, (str, Path)) and Path(source).parent.name else None
     model = from_hf_config(d, name=label or d.get("_name_or_path") or None, seq_len=seq_len)
-    return RunConfig(f"HF config {source}" if not isinstance(source, dict) else "HF config", model=model)
+    return RunConfig(f"HF config {source}" if not isinstance(source, dict) else "HF config", model=model,
+                     assumed=tuple(hf_config_notes(d)))
+
+
+def hf_config_notes(config: dict[str, Any]) -> list[str]:
+    """What a ``config.json`` names that :func:`cosearch.models.from_hf_config` reads but does not
+    price, or prices approximately, said so a user sees it: attention sinks (GPT-OSS), logit
+    soft-capping and post-norms (Gemma 2/3), Llama 4's NoPE layers, and multi-token prediction
+    modules (DeepSeek-V3's ``num_nextn_predict_layers``, a training choice)."""
+    mt = str(config.get("model_type", "")).lower().replace("-", "_")
+    if isinstance(config.get("text_config"), dict):
+        config = {**config["text_config"], "model_type": config["text_config"].get("model_type", mt)}
+        mt = str(config.get("model_type", mt)).lower().replace("-", "_")
+    notes = []
+    if mt == "gpt_oss":
+        notes.append("attention sinks (one learned logit per head and layer) not priced")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if config.get(key):
+            notes.append(f"{key} {config[key]}: the tanh soft-capping of the logits not priced")
+    if mt in ("gemma2", "gemma3", "gemma3_text"):
+        notes.append("Gemma's post-attention and post-MLP norms counted as parameters, their passes not priced")
+    if mt in ("llama4", "llama4_text"):
+        notes.append("Llama 4's NoPE layers (one in four) priced with RoPE and the q/k norm of the others")
+    n = config.get("num_nextn_predict_layers")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        notes.append(f"num_nextn_predict_layers {n}: the multi-token prediction modules are priced only where the "
+                     "run trains them (Megatron's --mtp-num-layers)")
+    return notes
