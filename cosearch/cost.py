@@ -207,7 +207,10 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         # the forward's length factor alone
         d_head = o["head_dim"]
         over = np.where((d_head > 0) & (k > 1.5 * d_head), a_over_bwd, a_over)
-        length = np.where(over > 0, m / (m + 128.0 * over), 1.0)
+        # the length factor at min(m, n) rows for fused kernels (a window's or a sparse
+        # selection's blocks pay the same per-block overhead for the fewer keys they meet)
+        rows_l = np.where(d_head > 0, np.minimum(m, n), m)
+        length = np.where(over > 0, rows_l / (rows_l + 128.0 * over), 1.0)
         head = np.where((d_head > 0) & (a_head > 0), (1.0 + a_head / 128.0) / (1.0 + a_head / np.maximum(d_head, 1.0)),
                         1.0)
         # fused attention kernels (a head dim) run at their own held clock (attn_clock); unfused

@@ -349,11 +349,17 @@ def test_fused_attention_factor_by_pass_and_head_dim_hand_worked():
     factor alone.  At 1024 query rows (8 blocks), c_fwd 3.5, c_bwd 7.75, head overhead 56.2:"""
     from cosearch._kernels.formulas import fused_attention_efficiency
     eff = hardware.H100.efficiency.as_array()
-    assert fused_attention_efficiency(1024.0, 128.0, 128.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
-    assert fused_attention_efficiency(1024.0, 320.0, 128.0, eff) == pytest.approx(8 / 15.75, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 1024.0, 128.0, 128.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 1024.0, 320.0, 128.0, eff) == pytest.approx(8 / 15.75, rel=1e-14)
     want64 = 8 / 15.75 * (1 + 56.2 / 128) / (1 + 56.2 / 64)
-    assert fused_attention_efficiency(1024.0, 160.0, 64.0, eff) == pytest.approx(want64, rel=1e-14)
-    assert fused_attention_efficiency(1024.0, 128.0, 0.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 1024.0, 160.0, 64.0, eff) == pytest.approx(want64, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 1024.0, 128.0, 0.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
+    # fewer keys met (a window: n 256 in causal units) pay the same per-block overhead: 2 / 5.5;
+    # more (non-causal, n = 2 sq) or a context-parallel rank's share (sq < n) keep sq's factor;
+    # unfused matmuls keep sq's too
+    assert fused_attention_efficiency(1024.0, 256.0, 128.0, 128.0, eff) == pytest.approx(2 / 5.5, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 2048.0, 128.0, 128.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
+    assert fused_attention_efficiency(1024.0, 256.0, 128.0, 0.0, eff) == pytest.approx(8 / 11.5, rel=1e-14)
     # the graph marks its fused ops, and the priced time follows: backward per FLOP slower
     g = graph._Builder(2)
     g.attention("f", [], 1024, 1024, 128, 16, 1.0, 3.0 * 1024, 1024.0)
@@ -670,3 +676,33 @@ def test_h100_500w_clock_and_fp8_rate_from_their_rows():
     chip = hardware.H100_500W
     assert (chip.hbm_bandwidth_Bps, chip.peak_flops) == (2.4e12, hardware.H100.peak_flops)
     assert chip.efficiency.tensor == hardware.H100.efficiency.tensor
+
+
+@pytest.mark.parametrize("chip", ["H100", "B200"])
+def test_sliding_window_layers_priced_as_the_mean_of_their_kernels(chip):
+    """GPT-OSS alternates 128-token windows with full causal attention, and the layer graph prices
+    the mean layer as one op.  Each 128-row block of a fused kernel pays its fixed work whatever
+    keys it meets, so the mean layer's attention time is the mean of the two kernels' times, each
+    priced on its own (the all-full and all-window models).  By hand, a window kernel's time over
+    the full one's is ``(n_w + 128 c) / (s + 128 c)``, n_w = 255 keys in causal units at s = 4096:
+    0.155 in a forward (c = 3.5), where the length factor at the query rows gave 0.10-0.12."""
+    base = models.preset("gpt-oss-120b").with_(num_layers=4, sliding_layers=0)
+    hw = hardware.preset(chip)
+
+    def attention_s(sliding: int) -> tuple[float, float]:
+        m = base.with_(sliding_layers=sliding)
+        out = []
+        for phase in ("fwd", "bwd"):
+            g = graph.build(m, 1, 2, phase, flash_attention=True)
+            times = cost.price(g, hw)[0]
+            name = "attn_core" if phase == "fwd" else "attn_core.grad"
+            out.append(float(sum(t for o, t in zip(g.ops, times) if o.name == name)))
+        return out
+    full, window, half = attention_s(0), attention_s(4), attention_s(2)
+    for phase in range(2):
+        # (within the tile model's rounding and the window kernels' HBM bound, which the mean op
+        # meets less often: the old pricing missed by 5.2 % on H100)
+        assert half[phase] == pytest.approx((full[phase] + window[phase]) / 2, rel=0.015)
+    # and a window layer's kernel is dominated by its fixed work: 128 keys of 4096 in causal
+    # units cost far more than their 6 % share of the pairs
+    assert window[0] / full[0] > 2.5 * models.attention_pair_ratio(4096, 128)

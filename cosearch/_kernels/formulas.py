@@ -173,16 +173,27 @@ def attention_head_efficiency(head_dim, head_overhead):
 
 
 @njit(cache=True, inline="always")
-def fused_attention_efficiency(sq, k, head_dim, eff):
+def fused_attention_efficiency(sq, n, k, head_dim, eff):
     """The factor a fused attention op's rate gets beside ``eff[E_ATTN]``: the length factor with
     the forward's (``eff[E_ATTN_OVERHEAD]``) or, for a backward (``k > 1.5 head_dim``: its
     ``k`` is 2.5 head dims of work), the backward's overhead (``eff[E_ATTN_OVERHEAD_BWD]``), times
     the head-dim factor.  Ops without a head dim (batched matmuls of unfused attention) get the
-    forward's length factor alone."""
+    forward's length factor alone.
+
+    A fused op's ``n`` is the keys it meets in causal-attention units (``sk`` for full causal
+    attention, fewer under a sliding window, chunks or a sparse selection:
+    :meth:`cosearch.graph._Builder.attention`).  The per-block prologue/epilogue is paid by every
+    block of ``ATTN_BLOCK`` query rows whatever keys it meets, so the length factor is taken at
+    ``min(sq, n)`` rows: ``sq`` for full causal attention (the length it was measured at), and
+    for a window of ``w`` keys the time is ``n + ATTN_BLOCK * overhead`` units per query row, not
+    ``n (sq + ATTN_BLOCK * overhead) / sq``.  Under context parallelism (``sq`` a rank's share,
+    ``n`` all the keys, met in ring steps of ``sq`` keys each paying the overhead) it stays
+    ``sq``."""
     if head_dim <= 0.0:
         return attention_length_efficiency(sq, eff[E_ATTN_OVERHEAD])
     over = eff[E_ATTN_OVERHEAD_BWD] if k > 1.5 * head_dim else eff[E_ATTN_OVERHEAD]
-    return attention_length_efficiency(sq, over) * attention_head_efficiency(head_dim, eff[E_ATTN_HEAD])
+    rows = sq if sq < n else n
+    return attention_length_efficiency(rows, over) * attention_head_efficiency(head_dim, eff[E_ATTN_HEAD])
 
 
 @njit(cache=True, inline="always")

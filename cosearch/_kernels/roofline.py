@@ -32,7 +32,8 @@ Tensor op (weight-stationary systolic array R x C):
 Attention op (kind 3: batched activation matmuls or a fused flash kernel): the tensor
   compute formula, HBM bytes = the op's bytes_read + bytes_written, efficiency eff[1] times
   :func:`cosearch._kernels.formulas.fused_attention_efficiency`: the length factor of its M
-  (query rows) with eff[11] (``E_ATTN_OVERHEAD``, forward) or eff[14] (``E_ATTN_OVERHEAD_BWD``,
+  (query rows; of its N, the keys met in causal units, where that is smaller: a sliding window,
+  chunks, a sparse selection) with eff[11] (``E_ATTN_OVERHEAD``, forward) or eff[14] (``E_ATTN_OVERHEAD_BWD``,
   a backward) blocks of per-block overhead, times the head-dim factor (eff[15],
   ``E_ATTN_HEAD``) of its head dim (op column 10; 0 for unfused matmuls: the length factor alone).
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
@@ -129,7 +130,7 @@ def _price_one(op, d, frac, eff):
         if kind == 3.0:
             # a fused kernel at the clock attention kernels hold, unfused matmuls at the sustained one
             compute = cycles / (d[5] * attention_clock_of(op[10], eff)) / (eff[1] * fused_attention_efficiency(
-                m, k, op[10], eff))
+                m, n, k, op[10], eff))
             mem = (op[7] + op[8]) / bw
             return (compute if compute > mem else mem) + eff[3]
         slots = math.floor(eff[E_SLOTS] * frac)

@@ -73,7 +73,8 @@ class KernelEfficiency:
     Attention by length and implementation: ``attention`` is the chip's best fused attention
     kernel at long sequences (FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN on Hopper);
     a kernel with ``sq`` query rows reaches ``attention`` times
-    :func:`cosearch._kernels.formulas.attention_length_efficiency` — each 128-row block pays
+    :func:`cosearch._kernels.formulas.attention_length_efficiency` (at the keys each query meets,
+    in causal units, where fewer: a sliding window) — each 128-row block pays
     ``attention_overhead`` key blocks of fixed work in a forward, ``attention_overhead_bwd`` in a
     backward (0: no length effect; -1, the default: the forward's).  Head dim:
     :func:`cosearch._kernels.formulas.attention_head_efficiency` — each score costs ``head_dim``
