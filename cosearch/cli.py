@@ -385,7 +385,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "chip's own link), or a JSON file of Cluster fields with an optional \"chip\"")
     p.add_argument("--nodes", type=_positive, help="nodes of a DGX cluster preset")
     p.add_argument("--chips", type=_positive, help="chips of a gb200-nvl72, TPU pod or flat cluster")
-    p.add_argument("--chips-per-node", type=_positive, help="override the cluster's chips per node")
+    p.add_argument("--chips-per-node", type=_positive,
+                   help="override the cluster's chips per node (a DGX preset keeps --nodes: nodes x this many "
+                        "chips; a cluster sized by --chips keeps its chips, which this must divide)")
     p.add_argument("--intra-Bps", type=float, help="override the per-chip intra-node bandwidth (bytes/s, one direction)")
     p.add_argument("--inter-Bps", type=float, help="override the per-chip inter-node bandwidth (bytes/s, one direction)")
     p.add_argument("--intra-efficiency", type=float, help="override the achievable fraction of the intra-node link")
@@ -464,6 +466,10 @@ def _cluster_from_args(a):
                                                   ("intra_efficiency", "intra_efficiency"),
                                                   ("inter_efficiency", "inter_efficiency"))
                if getattr(a, arg, None) is not None}
+    if "chips_per_node" in changes and a.cluster in _NODE_PRESETS:
+        # a DGX preset is sized by --nodes: keep the user's node count (nodes of the new size),
+        # not the preset's chip count regrouped into more or fewer nodes
+        changes["num_chips"] = a.nodes * changes["chips_per_node"]
     return c.with_(**changes) if changes else c
 
 

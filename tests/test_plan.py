@@ -419,6 +419,27 @@ def test_plan_cli_evaluates_and_searches_with_an_engine(capsys):
 
 
 
+def test_plan_cli_chips_per_node_keeps_the_nodes_given(capsys):
+    """``--cluster dgx-a100 --nodes 2 --chips-per-node 4`` is 2 nodes of 4 chips (8 chips), priced as
+    the same cluster built by hand; it was the preset's 16 chips regrouped into 4 nodes of 4."""
+    import json
+
+    from cosearch.cli import main
+    args = ["plan", "--model", "gpt3-1.3b", "--cluster", "dgx-a100", "--nodes", "2", "--chips-per-node", "4",
+            "--batch", "64", "--json", "--dp", "8", "--tp", "1", "--pp", "1", "--mb", "1", "--recompute", "none",
+            "--zero", "1", "--no-sp", "--virtual", "1"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    cl = cluster.dgx_a100(2).with_(num_chips=8, chips_per_node=4)
+    assert (cl.nodes, cl.num_chips) == (2, 8)
+    want = evaluate("gpt3-1.3b", "A100-80GB", cl, PlanSpec(8, 1, 1, 1, zero=1), 64, engine="megatron-lm")
+    assert out["plans"][0]["step_time_s"] == pytest.approx(want.step_time_s, rel=1e-12)
+    # a chip-sized cluster keeps its chips; a size that does not tile them is refused
+    assert main(["plan", "--model", "gpt3-1.3b", "--cluster", "gb200-nvl72", "--chips", "64", "--chips-per-node", "5",
+                 "--batch", "64"]) == 2
+    assert "does not tile num_chips=64" in capsys.readouterr().err
+
+
 def test_per_stage_recompute_prints_as_runs():
     from cosearch.plan import recompute_runs
     assert recompute_runs(("selective",) * 19 + ("none",) * 2) == "sel×19/none×2"
