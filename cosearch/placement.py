@@ -476,6 +476,20 @@ def _search_tables(o: _Options, combos, priced, net, prune: bool, cut: float, pr
     return found, searched, evaluated
 
 
+def _no_configuration_reason(o: _Options) -> str:
+    """Why no configuration of the search is a plan at all (none reaches the memory check)."""
+    from .engine import uneven_sequence_split
+    uneven = [t for t in o.tps if t > 1 and all(uneven_sequence_split(o.engine, o.model.seq_len // c, t, True)
+                                                  for c in o.cps)]
+    why = []
+    if True in o.sps and uneven:
+        why.append(f"sequence parallelism splits each sequence ({o.model.seq_len} tokens) over the tp ranks only "
+                   f"evenly (engine {o.engine.name!r}), and tp {', '.join(map(str, uneven))} do not divide it")
+    detail = "; ".join(why) if why else "every one is refused before its memory is counted"
+    return (f"no configuration searched is a plan on {o.cluster.num_chips} chips: {detail}; widen the search "
+            "(other tp degrees, sequence parallelism off)")
+
+
 def _no_plan_fits(o: _Options, combos, priced, net, total: int, evaluated: int) -> PlacementResult:
     """Phase 4 when nothing fits: the least memory any plan needs, and what would help."""
     from ._kernels import dp as kernel
@@ -493,6 +507,10 @@ def _no_plan_fits(o: _Options, combos, priced, net, total: int, evaluated: int) 
     if True not in o.sps and max(o.tps) > 1:
         hints.append("sequence parallelism")
     hints.append("a chip with more HBM")
+    if not math.isfinite(need):
+        # every configuration searched is refused before memory (plan.unit_costs marks it)
+        return PlacementResult((), reason=_no_configuration_reason(o), min_memory_needed_bytes=need,
+                               configurations=total, evaluated=evaluated)
     return PlacementResult((), reason=(
         f"no plan fits {o.chip.hbm_bytes / 2**30:.4g} GiB of HBM per chip on {o.cluster.num_chips} chips: every plan "
         f"needs at least {need / 2**30:.4g} GiB per chip; try {', '.join(hints)}"),

@@ -6,6 +6,7 @@ hand-worked or brute-force value."""
 
 import itertools
 import json
+import math
 import os
 import re
 
@@ -881,3 +882,37 @@ def test_search_space_holds_clocks_and_links_to_a_chips_ranges(field, value, mes
         SearchSpace(**{field: value})
     with pytest.raises(ValueError, match="outside the plausible range"):
         hardware.H100.with_(clock_hz=8) if field == "clock_hz" else hardware.H100.with_(link_bandwidth_Bps=8)
+
+
+def test_plan_search_over_cells_that_are_no_plan_neither_crashes_nor_misleads(capsys):
+    """Sequence parallelism over tp ranks that do not divide a 3-token sequence is no plan
+    (evaluate refuses it): a search offered only those cells crashed inside the compiled kernel
+    (a division by zero in the memory caps of an all-infinite cell), and its 'no plan fits'
+    message said every plan needs 'inf GiB'.  Now it finds none and says why; offered sequence
+    parallelism beside its absence, it finds exactly the best plan a brute force over evaluate()
+    finds."""
+    m = models.preset("gpt3-1.3b").with_(seq_len=3)
+    cl = cluster.dgx_a100(1)
+    res = placement.search_plans(m, "A100-80GB", cl, 16, sequence_parallel=(True,), progress=False)
+    assert not res.plans and "tp 2, 4, 8 do not divide it" in res.reason
+    with pytest.raises(ValueError, match="only evenly"):
+        evaluate(m, "A100-80GB", cl, PlanSpec(1, 8, 1, 2, sequence_parallel=True), 16)
+    both = placement.search_plans(m, "A100-80GB", cl, 16, sequence_parallel=(False, True), tps=(2, 4, 8),
+                                  microbatches=(1, 2, 4), zero=(0,), virtual_stages=(1,), recompute=("none",),
+                                  progress=False)
+    best = math.inf
+    for tp, pp, mb, sp in itertools.product((2, 4, 8), (1, 2, 4, 8), (1, 2, 4), (False, True)):
+        if 8 % (tp * pp) or 16 % (8 // (tp * pp) * mb):
+            continue
+        try:
+            p = evaluate(m, "A100-80GB", cl, PlanSpec(8 // (tp * pp), tp, pp, mb, sequence_parallel=sp), 16)
+        except ValueError:
+            continue
+        if p.feasible:
+            best = min(best, p.step_time_s)
+    assert both.best.step_time_s == pytest.approx(best, rel=1e-9)
+    assert not both.best.spec.sequence_parallel
+    assert main(["plan", "--model", "gpt3-1.3b", "--seq-len", "3", "--cluster", "dgx-a100", "--nodes", "1",
+                 "--batch", "16", "--sp"]) == 2
+    err = capsys.readouterr().err
+    assert "sequence parallelism splits each sequence (3 tokens)" in err and "inf GiB" not in err

@@ -205,12 +205,20 @@ def _feasible(caps, pp, total):
     return acc >= total
 
 
+@njit(cache=True, inline="always")
+def no_plan(u):
+    """Whether a unit-cost row is a cell that is no plan (:func:`cosearch.plan.unit_costs` marks
+    one, say sequence parallelism over tp ranks that do not divide the sequence, with every time
+    infinite): no stage formula may run on it (its memory terms divide by what is not there)."""
+    return not (u[F.U_LF] < INF)
+
+
 @njit(cache=True)
 def config_best(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, counts, rmodes, cutoff=INF):
     """Minimum step time of one configuration (INF if nothing fits, or if no split is at
     most ``cutoff``: then ``counts``/``rmodes`` are not filled); `counts`/`rmodes` (length
     >= pp) receive the layers and recompute mode of each stage."""
-    if L % v != 0:
+    if L % v != 0 or no_plan(u):
         return INF
     total = L // v
     if total < pp:
@@ -324,7 +332,7 @@ def critical_stage_bound(u, net, hw, L, pp, v, m, dp, tp, zero, zg, modes, out):
     there).  It charges what the spread bound cannot: memory-forced recompute, pipeline
     sends, the fp32 accumulation pass and what follows the last microbatch.  INF when
     no mode fits (then no split fits either)."""
-    if L % v != 0:
+    if L % v != 0 or no_plan(u):
         return INF
     total = L // v
     if total < pp:
@@ -505,6 +513,8 @@ def memory_floor(units, net, hw, cfg, L, modes):
         k = ((k + v - 1) // v) * v
         scratch = np.zeros(F.NB)
         best = INF
+        if no_plan(units[c[C_TI], c[C_BI], c[C_SI]]):
+            continue
         inner = pp < 0
         for r in range(3):
             if not modes[r]:
@@ -536,6 +546,9 @@ def plan_steps(units, net, hw, cfg, layers, modes):
         pp = c[C_PP]
         scratch = np.zeros(F.NB)
         worst = 0.0
+        if no_plan(units[c[C_TI], c[C_BI], c[C_SI]]):
+            out[i] = INF
+            continue
         for s in range(pp):
             cost, mm = F.stage_terms(units[c[C_TI], c[C_BI], c[C_SI]], net, hw, float(layers[i, s]), s == 0,
                                      s == pp - 1, s, pp, c[C_V], c[C_M], float(c[C_DP] * c[C_CP]), float(c[C_TP]), c[C_Z], float(c[C_ZG]),
