@@ -208,9 +208,11 @@ def _feasible(caps, pp, total):
 @njit(cache=True, inline="always")
 def no_plan(u):
     """Whether a unit-cost row is a cell that is no plan (:func:`cosearch.plan.unit_costs` marks
-    one, say sequence parallelism over tp ranks that do not divide the sequence, with every time
-    infinite): no stage formula may run on it (its memory terms divide by what is not there)."""
-    return not (u[F.U_LF] < INF)
+    one, say sequence parallelism over tp ranks that do not divide the sequence, with every field
+    infinite, its memory too): no stage formula may run on it (its memory caps divide by what is
+    not there).  A row whose times alone are infinite (a chip without the plan's number format)
+    is a plan that never finishes, with memory that counts (the co-search's memory floors)."""
+    return not (u[F.U_ACT_NONE] < INF)
 
 
 @njit(cache=True)
