@@ -241,6 +241,20 @@ def test_check_runs_refuses_measured_values_that_are_not_a_throughput(tmp_path):
     assert "chips 'inf' is not a whole number" in why["c"]
 
 
+def test_check_runs_refuses_zero_degrees_row_by_row(tmp_path):
+    """A row with tp, pp or chips 0 is refused with the field named, and the good rows beside it are
+    still checked: a tp of 0 stopped the whole check with a ZeroDivisionError (the chips modulo tp x
+    pp x cp), found by a fuzzer over CSV rows."""
+    p = _csv(tmp_path, ["ok,g,gpt3-1.3b,dgx-a100,8,1,1,4,64,4000", "t,g,gpt3-1.3b,dgx-a100,8,0,1,4,64,4000",
+                        "p,g,gpt3-1.3b,dgx-a100,8,1,0,4,64,4000", "c,g,gpt3-1.3b,gb200-nvl72,0,1,1,4,64,4000"])
+    res = check_runs(p)
+    assert [r.id for r in res.runs] == ["ok"]
+    why = dict(res.refused)
+    assert set(why) == {"t", "p", "c"}
+    assert "tp must be a positive integer, got 0" in why["t"] and "pp must be a positive integer" in why["p"]
+    assert "0" in why["c"]
+
+
 def test_check_runs_jsonl_reads_the_validation_schema(tmp_path):
     row = dict(id="r1", model="m", arch="llama2-style: SwiGLU, RoPE, RMSNorm, MHA, untied output", layers=4,
                hidden=1024, heads=8, kv_heads=8, ffn=2816, vocab=32000, seq=2048, head_dim=None, ep=1, cp=1,

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._validate import positive_float
+from .._validate import MAX_CHIPS, positive_float, positive_int
 from ..cluster import Cluster
 from ..engine import MEGATRON_CORE, Engine
 from ..hardware import Accelerator
@@ -119,10 +119,14 @@ class RunConfig:
         n = base.num_chips or (base.cluster.num_chips if base.cluster is not None else None)
         if n is None:
             raise ValueError(f"{self.source}: the number of chips is not given; give the cluster's size")
+        n = positive_int(f"{base.source}: the number of chips", n, MAX_CHIPS)
         p = dict(base.plan)
-        tp, pp, cp = (int(p.get(k, 1)) for k in ("tp", "pp", "context_parallel"))
+        # the degrees divide the chips below: a zero or a fraction is refused by name first (a run
+        # file's tp of 0 was a ZeroDivisionError that stopped `cosearch runs check` on every row)
+        tp, pp, cp = (positive_int(f"{base.source}: {k}", p.get(k, 1), MAX_CHIPS)
+                      for k in ("tp", "pp", "context_parallel"))
         if base.dp is not None:
-            dp = base.dp
+            dp = positive_int(f"{base.source}: dp", base.dp, MAX_CHIPS)
             if dp * tp * pp * cp != n:
                 raise ValueError(f"{base.source}: dp x tp x pp x cp = {dp} x {tp} x {pp} x {cp} = {dp * tp * pp * cp} "
                                  f"contradicts the {n} chips")
@@ -139,6 +143,7 @@ class RunConfig:
             batch = implied
         if batch is None:
             raise ValueError(f"{base.source}: no global batch is given")
+        batch = positive_int(f"{base.source}: the global batch", batch, 1 << 40)
         assumed = list(base.assumed)
         if "microbatch" not in p:
             if batch % dp:
