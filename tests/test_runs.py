@@ -272,6 +272,13 @@ def test_check_runs_jsonl_reads_the_validation_schema(tmp_path):
     d = read_row(row).resolve()
     pred = evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine).tokens_per_s / 8
     assert res.runs[0].predicted_tok_s_per_chip == pytest.approx(pred)
+    # a row whose text field holds a number is refused by name, beside the good row, in either
+    # release mode (it stopped the whole check with an AttributeError while its group was read)
+    p.write_text(json.dumps(row) + "\n" + json.dumps(dict(row, id="r4", software=26.04)) + "\n")
+    for releases in ("all", "newest"):
+        res = check_runs(p, releases=releases)
+        assert [r.id for r in res.runs] == ["r1"]
+        assert dict(res.refused) == {"r4": "m.jsonl: software must be a text, got 26.04"}
 
 
 def test_cli_plan_from_and_runs_check(tmp_path):
