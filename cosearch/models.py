@@ -591,6 +591,38 @@ def _hf_int(config: dict, *keys: str, default: Any = None, required: bool = Fals
     return default
 
 
+#: Activation names transformers' ``activations.py`` maps (``ACT2FN`` / ``ACT2CLS``; ``gelu_pytorch_tanh``
+#: Gemma's, ``relu2`` Nemotron's squared ReLU): :func:`from_hf_config` prices silu / swish as
+#: gated, the ReLUs as relu and the rest as gelu, one elementwise pass each.
+_HF_ACTIVATIONS = frozenset({"gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
+                             "gelu_accurate", "quick_gelu", "linear", "mish", "relu", "relu2", "relu6",
+                             "leaky_relu", "laplace", "sigmoid", "silu", "swish", "tanh", "prelu", "xielu"})
+
+
+def _hf_bool(config: dict, key: str, default: bool) -> bool:
+    """A true/false field of an HF config (``default`` where absent or null); any other value is
+    refused by name, not read by its truthiness (a string "false" is true)."""
+    v = config.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ValueError(f"from_hf_config: {key!r} must be true or false, got {v!r}")
+    return v
+
+
+def _hf_text(config: dict, *keys: str) -> str | None:
+    """The first of ``keys`` an HF config sets to a non-empty string (None where none is set);
+    a number, list or empty string there is refused by name."""
+    for k in keys:
+        v = config.get(k)
+        if v is None:
+            continue
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError(f"from_hf_config: {k!r} must be a name (a non-empty string), got {v!r}")
+        return v
+    return None
+
+
 def _hf_moe(config: dict, mt: str) -> dict[str, Any]:
     """Mixture-of-experts fields of an HF config: Mixtral (``num_local_experts``), Qwen2-MoE /
     Qwen3-MoE (``num_experts``, ``moe_intermediate_size``, one shared expert of
@@ -669,7 +701,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
 
     if not isinstance(config, dict):
         raise ValueError(f"from_hf_config expects a dict (parsed config.json), got {type(config).__name__}")
-    mt = str(config.get("model_type", "")).lower().replace("-", "_")
+    mt = (_hf_text(config, "model_type") or "").lower().replace("-", "_")
     if mt == "gemma3" and isinstance(config.get("text_config"), dict):
         # the multimodal Gemma 3 config nests its language model
         config = {**config["text_config"], "model_type": "gemma3_text"}
@@ -699,14 +731,14 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     if head_size is not None and head_size * heads == hidden:
         head_size = None
     if mt == "falcon":
-        if config.get("new_decoder_architecture"):
+        if _hf_bool(config, "new_decoder_architecture", False):
             kv = _hf_int(config, "num_kv_heads", "num_key_value_heads", default=heads)
         else:
-            kv = 1 if config.get("multi_query", True) else heads
+            kv = 1 if _hf_bool(config, "multi_query", True) else heads
     else:
         kv = _hf_int(config, "num_key_value_heads", "num_kv_heads", default=None)
         if kv is None:
-            kv = 1 if config.get("multi_query") else heads
+            kv = 1 if _hf_bool(config, "multi_query", False) else heads
     ctx = _hf_int(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=None)
     if seq_len is None:
         if ctx is None:
@@ -717,8 +749,12 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         warnings.warn(f"from_hf_config: training sequence length not given; using the config's context "
                       f"length {ctx}", UserWarning, stacklevel=3)
         seq_len = ctx
-    act = str(config.get("hidden_act") or config.get("activation_function") or config.get("hidden_activation")
-              or "gelu").lower()
+    act = (_hf_text(config, "hidden_act", "activation_function", "hidden_activation") or "gelu").lower()
+    if act not in _HF_ACTIVATIONS:
+        # priced by kind (gated, relu, else gelu): a name transformers does not define is a typo or
+        # a remote-code activation, not silently the default gelu
+        raise ValueError(f"from_hf_config: activation {act!r} is not one transformers defines "
+                         f"({', '.join(sorted(_HF_ACTIVATIONS))}); set the nearest in the config")
     gated = mt in ("llama", "mistral", "qwen2") or gemma or act in ("silu", "swish") or bool(moe_kw)
     activation = ("geglu" if gemma else "swiglu") if gated else ("relu" if act == "relu" else "gelu")
     rms = mt in ("llama", "mistral", "qwen2") or gemma or "rms_norm_eps" in config
@@ -732,7 +768,9 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         head_size = _hf_int(config, "qk_nope_head_dim", required=True)
         if _hf_int(config, "v_head_dim", default=head_size) != head_size:
             raise ValueError("from_hf_config: MLA with v_head_dim != qk_nope_head_dim is not modelled")
-    if mt == "bloom" or config.get("alibi"):
+    if config.get("rope_scaling") is not None and not isinstance(config["rope_scaling"], dict):
+        raise ValueError(f"from_hf_config: 'rope_scaling' must be an object (or null), got {config['rope_scaling']!r}")
+    if mt == "bloom" or _hf_bool(config, "alibi", False):
         position = "none"
     elif (mt in ("llama", "mistral", "qwen2", "gpt_neox", "gptj", "falcon", "phi") or gemma or "rope_theta" in config
           or moe_kw.get("mla") or "rope_scaling" in config):           # MLA's decoupled keys are RoPE'd
@@ -740,22 +778,23 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     else:
         position = "learned"
     if mt in ("llama", "mistral") or gemma or moe_kw:
-        bias = bool(config.get("attention_bias", False))
+        bias = _hf_bool(config, "attention_bias", False)
     elif mt == "falcon":
-        bias = bool(config.get("bias", False))
+        bias = _hf_bool(config, "bias", False)
     elif mt == "qwen2":
         bias = False            # only q/k/v carry biases: a few thousand parameters, left out
     else:
         # Qwen3, OLMo 2 and their kin name only attention_bias (their MLPs have none either)
-        bias = bool(config.get("bias", config.get("use_bias", config.get("attention_bias", True))))
+        bias = next((_hf_bool(config, k, True) for k in ("bias", "use_bias", "attention_bias")
+                     if config.get(k) is not None), True)
     tie_default = mt in ("gpt2", "opt", "bloom", "bert", "falcon") or gemma or not gated
     if mt in ("gptj", "gpt_neox", "phi"):
         tie_default = False
     tie = config.get("tie_word_embeddings", tie_default)
     if not isinstance(tie, bool):
         raise ValueError(f"from_hf_config: 'tie_word_embeddings' must be true or false, got {tie!r}")
-    parallel = mt in ("gptj", "phi") or (mt == "falcon" and config.get("parallel_attn", True)
-                                         and not config.get("new_decoder_architecture"))
+    parallel = mt in ("gptj", "phi") or (mt == "falcon" and _hf_bool(config, "parallel_attn", True)
+                                         and not _hf_bool(config, "new_decoder_architecture", False))
     extra = 0
     if mt == "bert":
         extra = _hf_int(config, "type_vocab_size", default=2) * hidden + hidden * hidden + hidden
@@ -945,9 +984,16 @@ def _hf_sliding_window(config: dict, mt: str, gemma: bool, layers: int, seq_len:
     ``use_sliding_window`` (default on for ``mistral``).  Empty when no layer's window is shorter
     than the sequence."""
     window = config.get("sliding_window")
-    if isinstance(window, bool) or not isinstance(window, int) or not 0 < window < seq_len:
-        return {}
     types = config.get("layer_types")
+    if types is not None and not isinstance(types, list):
+        raise ValueError(f"from_hf_config: 'layer_types' must be a list of layer kinds, got {types!r}")
+    if window is None:
+        return {}
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        # a window cosearch cannot read would be dropped: the layers priced as full attention
+        raise ValueError(f"from_hf_config: 'sliding_window' must be a positive integer (or null), got {window!r}")
+    if window >= seq_len:
+        return {}
     if isinstance(types, list) and types:
         n = sum(1 for t in types if str(t) == "sliding_attention")
         if len(types) != layers:
@@ -959,7 +1005,7 @@ def _hf_sliding_window(config: dict, mt: str, gemma: bool, layers: int, seq_len:
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
             raise ValueError(f"from_hf_config: sliding_window_pattern must be a positive integer, got {pattern!r}")
         n = layers - layers // pattern
-    elif config.get("use_sliding_window", mt == "mistral"):
+    elif _hf_bool(config, "use_sliding_window", mt == "mistral"):
         n = layers
     else:
         return {}

@@ -245,3 +245,31 @@ def test_mla_without_a_query_latent_deepseek_v2_lite():
     assert "q_down" not in ops and (ops["q_proj"].n, ops["q_proj"].k) == (16 * (128 + 64), 2048)
     with pytest.raises(ValueError, match="q_lora_rank"):
         m.with_(mla=(-1, 512, 64))
+
+
+@pytest.mark.parametrize("case, key, value, message", [
+    # a window cosearch could not read was dropped: every layer priced as full attention
+    ("mistral-7b", "sliding_window", 1.5, "'sliding_window' must be a positive integer"),
+    ("mistral-7b", "sliding_window", "4096", "'sliding_window' must be a positive integer"),
+    ("mistral-7b", "sliding_window", 0, "'sliding_window' must be a positive integer"),
+    ("mistral-7b", "layer_types", "sliding_attention", "'layer_types' must be a list"),
+    ("mistral-7b", "use_sliding_window", "false", "'use_sliding_window' must be true or false"),
+    # a string "false" was read as true by its truthiness
+    ("llama-2-7b", "attention_bias", "false", "'attention_bias' must be true or false"),
+    ("falcon-7b", "multi_query", "true", "'multi_query' must be true or false"),
+    ("falcon-7b", "alibi", 1, "'alibi' must be true or false"),
+    # an unknown or non-text activation was priced as gelu
+    ("gpt2", "activation_function", "gleu_new", "activation 'gleu_new' is not one transformers defines"),
+    ("llama-2-7b", "hidden_act", 7, "'hidden_act' must be a name"),
+    ("llama-2-7b", "model_type", 3, "'model_type' must be a name"),
+    ("llama-2-7b", "rope_scaling", ["yarn"], "'rope_scaling' must be an object"),
+])
+def test_config_fields_of_the_wrong_kind_are_refused_by_name(case, key, value, message):
+    """Fields of a config.json that cosearch read by their truthiness or skipped when they were of
+    the wrong kind (found by a fuzzer over these configs) are refused by name; the real configs
+    still read, and their null values mean the family's default."""
+    cfg = dict(CASES[case][0], **{key: value})
+    with pytest.raises(ValueError, match=message):
+        from_hf_config(cfg, seq_len=8192)
+    assert from_hf_config(CASES[case][0], seq_len=8192).num_layers > 0
+    assert from_hf_config(dict(CASES[case][0], **{key: None}), seq_len=8192).num_layers > 0
