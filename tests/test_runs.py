@@ -279,6 +279,11 @@ def test_check_runs_jsonl_reads_the_validation_schema(tmp_path):
         res = check_runs(p, releases=releases)
         assert [r.id for r in res.runs] == ["r1"]
         assert dict(res.refused) == {"r4": "m.jsonl: software must be a text, got 26.04"}
+    # and one that names no software at all (null) is refused as missing it, in either mode
+    p.write_text(json.dumps(row) + "\n" + json.dumps(dict(row, id="r5", software=None)) + "\n")
+    for releases in ("all", "newest"):
+        res = check_runs(p, releases=releases)
+        assert [r.id for r in res.runs] == ["r1"] and dict(res.refused) == {"r5": "m.jsonl: missing fields software"}
 
 
 def test_cli_plan_from_and_runs_check(tmp_path):

@@ -44,7 +44,10 @@ class Refused(ValueError):
 
 
 def source_group(row: dict) -> str:
-    sw = row["software"]
+    """The framework a row ran ("?" where the row names none: the reader refuses it by name)."""
+    sw = row.get("software")
+    if not isinstance(sw, str):
+        return "?"
     if sw.startswith("llm-foundry"):
         return "llm-foundry"
     if sw.startswith("torchtitan"):
