@@ -472,6 +472,12 @@ def test_incremental_checkpoint_reads_back_as_the_full_document(tmp_path):
     ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784], "y": [1.5]}}}, r"labels must be whole numbers, got \[1.5\]"),
     ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784], "y": [1e30]}}}, "labels must be whole numbers"),
     ({"users": ["a"], "user_data": {"a": {"x": [[float("nan")] * 784], "y": [1]}}}, "non-finite pixel values"),
+    # a label of true beside numbers was class 1, and pixels of 62 or 1e20 (or 0..255 images) were
+    # trained on as they were (found by a fuzzer over mutated LEAF files)
+    ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 784] * 2, "y": [True, 3]}}}, "a true/false among them"),
+    ({"users": ["a"], "user_data": {"a": {"x": [[0.0] * 783 + [62.0]], "y": [1]}}},
+     r"pixel values must lie in \[0, 1\] as LEAF writes them, got 0..62"),
+    ({"users": ["a"], "user_data": {"a": {"x": [[255.0] * 784], "y": [1]}}}, "rescale the images"),
 ])
 def test_leaf_files_of_the_wrong_shape_are_refused_by_name(tmp_path, doc, message):
     from cosearch.fl.data import load_leaf

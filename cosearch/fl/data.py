@@ -52,6 +52,9 @@ DATASETS = ("digits", "femnist", "shakespeare", "cifar10")
 def _class_labels(values, classes: int, where: str) -> np.ndarray:
     """Class labels as int64, refused unless each is a whole number in [0, ``classes``) (a label of
     1.5 or 1e30 is not truncated or wrapped into some class)."""
+    if isinstance(values, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in values):
+        # JSON true beside numbers becomes 1 in an array: a label of true is not class 1
+        raise ValueError(f"{where}: labels must be whole numbers, got a true/false among them")
     a = np.asarray(values)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iuf"):
         raise ValueError(f"{where}: labels must be a list of whole numbers")
@@ -204,6 +207,11 @@ def _leaf_user_arrays(ud: dict, kind: str, where: str):
             raise ValueError(f"{where}: FEMNIST samples must have 784 values, got shape {x.shape}")
         if not np.all(np.isfinite(x)):
             raise ValueError(f"{where}: FEMNIST samples hold non-finite pixel values (NaN or infinity)")
+        if x.size and (x.min() < 0.0 or x.max() > 1.0):
+            # LEAF writes FEMNIST's pixels in [0, 1] (FLuID's client files too); 0..255 or a stray
+            # value would train a differently scaled input without a word
+            raise ValueError(f"{where}: FEMNIST pixel values must lie in [0, 1] as LEAF writes them, got "
+                             f"{x.min():.4g}..{x.max():.4g} (rescale the images)")
         y = _class_labels(ud["y"], 62, where)
         return x.reshape(-1, 1, 28, 28), y
     if kind == "shakespeare":
