@@ -234,9 +234,10 @@ def test_space_and_chip_files_carry_the_global_buffer_bandwidth(tmp_path):
 
 
 def test_datasheet_only_presets_h800_and_tpu7x():
-    """Chips predicted from their specifications alone: H800 is the H100 with NVLink cut to 200
-    GB/s per direction (its datasheet's 400 GB/s bidirectional); TPU7x has the 2,307 TFLOP/s BF16,
-    4,614 FP8, 192 GiB at 7,380 GB/s of Google's TPU7x page.  A tensor-parallel plan whose
+    """Chips predicted from their specifications (no training run of them is used): H800 is the H100
+    with NVLink cut to 200 GB/s per direction (its datasheet's 400 GB/s bidirectional); TPU7x has
+    the 2,307 TFLOP/s BF16, 4,614 FP8, 192 GiB at 7,380 GB/s of Google's TPU7x page (its GEMM
+    efficiency a public JAX sweep on it: test_kernel_model).  A tensor-parallel plan whose
     all-reduces cross NVLink is slower on the H800 by exactly its exposed TP communication (that of
     the recomputed forward included); its compute is the H100's."""
     from cosearch import cluster, models

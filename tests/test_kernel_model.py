@@ -16,7 +16,7 @@ from tests.reference import gemm_tiles_simulated
 CHIPS = {"A100-80GB": hardware.A100_80GB, "A100": hardware.A100, "H100": hardware.H100, "B200": hardware.B200,
          "TPUv5e": hardware.TPUv5e, "H100-500W": hardware.H100_500W, "H800": hardware.H800,
          "GB200": hardware.GB200, "B300": hardware.B300,
-         "GB300": hardware.GB300, "H200": hardware.H200}
+         "GB300": hardware.GB300, "H200": hardware.H200, "TPU7x": hardware.TPU7x}
 
 
 def _rows():
@@ -27,7 +27,7 @@ def _rows():
 BOOST = {"A100-80GB": 1.0, "A100": 1.0, "H100": hardware.BOOST_CLOCK_H100,
          "B200": 1965e6 / hardware.B200.clock_hz, "TPUv5e": 1.0, "H100-500W": hardware.BOOST_CLOCK_H100,
          "H800": hardware.BOOST_CLOCK_H100, "GB200": 1.0, "B300": 1.0, "GB300": 1.0,
-         "H200": hardware.BOOST_CLOCK_H100}
+         "H200": hardware.BOOST_CLOCK_H100, "TPU7x": 1.0}
 
 
 def _model_tflops(row, clock: str = "sustained", chip=None) -> float:
@@ -610,6 +610,27 @@ def test_tpu5_tensor_efficiency_is_the_xla_matmul_row():
     assert model == pytest.approx(by_hand, rel=2e-3)
     assert hardware.TPU5_TENSOR == pytest.approx(float(row["tflops"]) / model, abs=5e-4)
     assert hardware.TPUv5p.efficiency.tensor == hardware.TPU5_TENSOR
+
+
+def test_tpu7x_tensor_efficiency_is_its_gemm_rows():
+    """TPU7X_TENSOR recomputed from its rows: JAX's bf16 matmuls on Ironwood at 16384^3 and 32768^3
+    (per TensorCore device, twice per chip) over the systolic model's rate at tensor 1.0, geometric
+    mean; worked by hand the model at 32768^3 is 8 MXUs of 256 x 256 at the BF16 peak's clock, each
+    streaming 32768 rows through a 510-cycle fill/drain (98.5 % busy): 2,272 TFLOP/s.  The
+    datasheet-only preset (TPU v5's efficiency) priced these rows 12-13 % fast."""
+    from cosearch.hardware.efficiency import TPU5_TENSOR, TPU7X_TENSOR
+    rows = {int(r["m"]): float(r["tflops"]) for r in _rows() if r["chip"] == "TPU7x"}
+    ideal = hardware.TPU7x.with_(efficiency=replace(hardware.TPU7x.efficiency, tensor=1.0))
+
+    def model(m, chip):
+        op = graph.Op("g", "gemm", m=m, n=m, k=m, bytes_read=4.0 * m * m, bytes_written=2.0 * m * m, dtype_bytes=2)
+        return 2.0 * m ** 3 / cost.price(np.array([op.as_row()]), chip)[0, 0] / 1e12
+    assert model(32768, ideal) == pytest.approx(2.307e3 * 32768 / (32768 + 2 * 256 - 2), rel=2e-3)
+    ratios = [rows[m] / model(m, ideal) for m in (16384, 32768)]
+    assert TPU7X_TENSOR == pytest.approx(math.sqrt(ratios[0] * ratios[1]), abs=5e-4)
+    assert hardware.TPU7x.efficiency.tensor == TPU7X_TENSOR
+    old = ideal.with_(efficiency=replace(ideal.efficiency, tensor=TPU5_TENSOR))
+    assert [model(m, old) / rows[m] - 1 for m in (16384, 32768)] == pytest.approx([0.123, 0.132], abs=0.002)
 
 
 def test_blackwell_nvfp4_rate_is_the_same_run_ratio():

@@ -72,6 +72,7 @@ from .efficiency import (
     MAX_FORMAT_MACS,
     OPTIONAL_DESIGN_FIELDS,
     SUSTAINED_CLOCK_H100_500W,
+    TPU7X_TENSOR,
     GiB,
     KernelEfficiency,
     KiB,
@@ -371,17 +372,18 @@ TPUv6e = Accelerator("TPUv6e", 2, 256, 256, 1, 1024, 918e12 / (2 * 2 * 256 * 256
 #: 400 GB/s bidirectional, 200 GB/s per direction (NVIDIA H800 Tensor Core GPU datasheet; DeepSeek-V3
 #: technical report, sec. 3.2: "NVLink offers a bandwidth of 160 GB/s" achieved, IB 50 GB/s).
 H800 = H100.with_(name="H800", link_bandwidth_Bps=2.0e11)
-#: TPU7x (Ironwood), from Google Cloud's TPU7x page alone (no measured run of it is used): 2,307
-#: TFLOP/s dense BF16 and 4,614 FP8 per chip, 192 GiB HBM at 7,380 GB/s, 1,200 GB/s bidirectional
-#: ICI per chip on a 3D torus (6 links: 100 GB/s each per direction), 9,216 chips a pod, two
-#: TensorCores per chip.  Modelling choices, not published: each TensorCore's 4 MXUs taken as
-#: 256 x 256 (Trillium's, the generation before), the clock then set by the BF16 peak (2.2 GHz);
-#: SRAM and vector units as TPUv5p's; XLA's matmul efficiency as measured on TPU v5
-#: (:data:`TPU5_TENSOR`); FP8 at the datasheet's 2x the BF16 rate (no FP8 kernel measurement).
+#: TPU7x (Ironwood), from Google Cloud's TPU7x page and one public GEMM sweep (no measured training
+#: run of it is used): 2,307 TFLOP/s dense BF16 and 4,614 FP8 per chip, 192 GiB HBM at 7,380 GB/s,
+#: 1,200 GB/s bidirectional ICI per chip on a 3D torus (6 links: 100 GB/s each per direction), 9,216
+#: chips a pod, two TensorCores per chip.  Modelling choices, not published: each TensorCore's 4
+#: MXUs taken as 256 x 256 (Trillium's, the generation before), the clock then set by the BF16 peak
+#: (2.2 GHz); SRAM and vector units as TPUv5p's.  XLA's matmul efficiency measured on Ironwood
+#: (:data:`TPU7X_TENSOR`; the datasheet alone, with TPU v5's, priced its GEMMs 9.5-13.2 % fast);
+#: FP8 at the datasheet's 2x the BF16 rate (no FP8 kernel measurement).
 TPU7x = Accelerator("TPU7x", 8, 256, 256, 8, 1024, 2.307e15 / (2 * 8 * 256 * 256), 4 * MiB, 96 * MiB, 192 * GiB,
-                    7.38e12, 1.0e11, replace(_TPU5_EFF, fp8_rate=2.0,
-                                            source=_TPU5_EFF.source + "  TPU7x FP8: the datasheet's 4,614 / 2,307 "
-                                                                     "TFLOP/s (Google Cloud TPU7x page)."))
+                    7.38e12, 1.0e11, KernelEfficiency(TPU7X_TENSOR, TPU7X_TENSOR, fp8_rate=2.0,
+                                                      source=EFFICIENCY_SOURCES["TPU7x"] + "  TPU7x FP8: the "
+                                                      "datasheet's 4,614 / 2,307 TFLOP/s (Google Cloud TPU7x page)."))
 #: TPU v4 as XLA runs it (PaLM, published training runs): TPU v4's specification (the ``TPUv4``
 #: preset, 2 TensorCores x 4 MXUs of 128 x 128, 32 GiB HBM2 at 1.2 TB/s) with TPU v5's measured
 #: XLA matmul efficiency (:data:`TPU5_TENSOR`, XLA's bf16 matmul on a v5e): their MXUs are the same

@@ -360,6 +360,15 @@ EFFICIENCY_SOURCES = {
               "the matmul rate (an upper bound: a fused attention kernel runs below its chip's plain GEMM), and "
               "memory stays 1.0 (no TPU HBM copy measurement), so TPU predictions remain optimistic by what "
               "XLA's attention and memory-bound kernels lose; no FP8 (v5e/v5p have bf16 and int8 MXUs).",
+    "TPU7x": "Tensor 0.8457 (TPU7X_TENSOR): JAX's bf16 matmul on Ironwood runs 950.1 and 956.4 TFLOP/s per "
+             "device at 16384^3 and 32768^3 (AI-Hypercomputer/accelerator-microbenchmarks, Ironwood "
+             "microbenchmarks readme, GEMM results of gemm_multiple_run, 100 runs each), a device being one "
+             "of the chip's two TensorCores (TPU7x has no megacore: jax.experimental.pallas.tpu.ChipVersion), "
+             "so 1,900 and 1,913 per chip; over the systolic model's 2,237 and 2,272 at tensor 1.0, "
+             "geometric mean (cosearch/data/public_kernels.csv rows 82-84; the 4096^3 row, 1,786, checks "
+             "it at -2.9 %).  The datasheet-only preset (TPU v5's XLA efficiency) ran 9.5-13.2 % over these "
+             "rows.  Attention at the matmul rate and memory at 1.0, as on TPU v5 (no Ironwood attention or "
+             "HBM copy measurement is public).",
 }
 
 #: Fixed work per 128-row block of a fused attention kernel, in key blocks: 3.5 in a forward and
@@ -591,6 +600,10 @@ _GB300_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + " 
 #: (cosearch/data/public_kernels.csv row 33; EFFICIENCY_SOURCES["TPU v5"]).
 TPU5_TENSOR = 0.9534
 _TPU5_EFF = KernelEfficiency(TPU5_TENSOR, TPU5_TENSOR, source=EFFICIENCY_SOURCES["TPU v5"])
+#: TPU7x's (Ironwood's) GEMM efficiency on the systolic model: JAX's bf16 matmuls at 16384^3 and
+#: 32768^3 on one of its TensorCores, twice per chip, over the model's rate at 1.0, geometric mean
+#: (cosearch/data/public_kernels.csv rows 83-84; EFFICIENCY_SOURCES["TPU7x"]).
+TPU7X_TENSOR = 0.8457
 
 #: B200's GEMM clock derived instead from the GB200's held one, scaled to B200's power per SM (1000 W
 #: over 148 SMs against 1200 W over 152; the same die) by the clock-power exponent the H100's
