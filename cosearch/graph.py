@@ -1712,8 +1712,9 @@ def from_module(module, example_inputs, name: str | None = None, dtype_bytes: in
     (sizes used as slice bounds as in nanoGPT's attention, dtype casts as in HF's RMSNorm,
     ``nn.TransformerEncoder``'s fast paths) or with an op it does not know is captured again
     with ``torch.export`` (ATen ops at the example's shapes: ``linear``, ``matmul``, ``sdpa``,
-    norms, elementwise ops, ``repeat_interleave``, ...).  An op neither path knows raises
-    ``ValueError`` naming it.
+    norms, elementwise ops, ``repeat_interleave``, top-k / sort / max reductions over their input,
+    ...).  An op neither path knows raises ``ValueError`` naming it, an op with several outputs
+    included (a recurrent cell): only views (split, chunk, unbind) are free.
     """
     import copy
 
@@ -1795,7 +1796,14 @@ _ATEN_VECTOR = {
     "sub": "add", "rsub": "add", "mul": "mul", "div": "mul", "neg": "mul", "pow": "mul", "rsqrt": "mul",
     "sqrt": "mul", "exp": "mul", "cos": "mul", "sin": "mul", "masked_fill": "add", "where": "add",
     "mean": "add", "sum": "add", "repeat_interleave": "add", "repeat": "add", "embedding": "embedding",
+    # reductions and selections over the last dim (a router's top-k): one pass over the input
+    "topk": "softmax", "sort": "softmax", "max": "add", "min": "add", "amax": "add", "amin": "add",
+    "argmax": "add", "argmin": "add", "cumsum": "add",
 }
+#: Vector ops priced over their input's elements, not their (smaller) output's.
+_ATEN_OVER_INPUT = {"mean", "sum", "topk", "sort", "max", "min", "amax", "amin", "argmax", "argmin"}
+#: Ops whose several outputs are views of their input (free on either path).
+_TUPLE_VIEWS = {"split", "split_with_sizes", "chunk", "unbind", "tensor_split", "getitem", "getattr"}
 
 
 def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> LayerGraph:
@@ -1843,6 +1851,16 @@ def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> Layer
         op = getattr(getattr(target, "overloadpacket", None), "__name__", None) or getattr(target, "__name__", "")
         op = op.split(".")[-1]
         out = shape(n)
+        val = n.meta.get("val") if hasattr(n, "meta") else None
+        if out is None and isinstance(val, (tuple, list)) and op not in _ATEN_FREE and op != "getitem" and \
+                op not in _TUPLE_VIEWS:
+            shapes = [tuple(int(x) for x in v.shape) for v in val if hasattr(v, "shape")]
+            if shapes and op in _ATEN_VECTOR:
+                out = shapes[0]        # native_layer_norm, native_dropout, topk, sort, max: the main output
+            elif shapes:
+                # several outputs of an op this path does not know (a recurrent cell, ...): named,
+                # not priced as free
+                raise ValueError(f"from_module: {why}; through torch.export the op aten.{op} is not supported")
         if op in _ATEN_FREE or op == "getitem" or out is None:
             last[n] = deps
             weight[n] = any(weight.get(a, False) for a in n.all_input_nodes)
@@ -1872,7 +1890,8 @@ def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> Layer
                                    1.0 * q[-2]),)
         elif op in _ATEN_VECTOR:
             kind = _ATEN_VECTOR[op]
-            elems = _numel(shape(args[0]) or out) if op in ("mean", "sum") else _numel(out)
+            # reductions and selections read their whole input (a top-k of 2 over 6 scores reads 6)
+            elems = _numel(shape(args[0]) or out) if op in _ATEN_OVER_INPUT else _numel(out)
             ntensors = sum(1 for a in n.all_input_nodes if shape(a) is not None)
             last[n] = (b.vector(n.name, deps, elems, kind, inputs=max(1, ntensors)),)
         else:
@@ -1924,7 +1943,14 @@ def _convert_fx(gm, modules, shape, leaves, name, dtype_bytes) -> LayerGraph:
         deps = deps_of(n)
         kind = None
         if out_shape is None and n.op != "call_module":
-            last[n] = deps  # python scalars, shape arithmetic, tuples of tensors
+            tm = n.meta.get("tensor_meta") if hasattr(n, "meta") else None
+            name_ = getattr(n.target, "__name__", n.target if isinstance(n.target, str) else "")
+            if isinstance(tm, (tuple, list)) and any(hasattr(t, "shape") for t in tm) and \
+                    name_ not in _TUPLE_VIEWS:
+                # an op returning several tensors (topk, sort, a recurrent cell, ...) does work:
+                # not free; the torch.export path prices it or names it
+                raise _Unsupported(f"from_module: unsupported {n.op.replace('call_', '')} {name_!r} (several outputs)")
+            last[n] = deps  # python scalars, shape arithmetic, views of tuples
             continue
         if n.op == "call_module" and isinstance(modules[n.target], leaves):
             mod = modules[n.target]

@@ -272,3 +272,43 @@ def test_expert_parallel_graphs_derived_from_ep2_equal_built_ones(name, tp, mb, 
             assert np.array_equal(df.arrays(), f.arrays()) and np.array_equal(db.arrays(), b.arrays())
     with pytest.raises(ValueError, match="dropless MoE layer at ep >= 2"):
         graph.with_expert_parallel(f2, b2, m.with_(moe_capacity_factor=1.0), tp, mb, 4, cp, precision)
+
+
+def test_from_module_prices_or_names_ops_with_several_outputs():
+    """An op returning several tensors was taken for free (its output had no single shape): a
+    router's top-k vanished from the graph and an nn.GRU traced to no op at all, priced 0 s.  The
+    top-k is now one pass over the router's scores (8 x 6 of them); the GRU is refused by name;
+    split/chunk stay free views."""
+    torch = pytest.importorskip("torch")
+    import torch.nn as nn
+
+    class Router(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(16, 6, bias=False)
+
+        def forward(self, x):
+            probs = torch.softmax(self.gate(x), dim=-1)
+            weights, idx = torch.topk(probs, 2, dim=-1)
+            return weights
+
+    g = graph.from_module(Router(), torch.randn(2, 4, 16))
+    top = [o for o in g.ops if "topk" in o.name]
+    assert len(top) == 1 and top[0].kind == "vector" and top[0].elements == 2 * 4 * 6
+    assert [o.kind for o in g.ops] == ["gemm", "vector", "vector"]
+
+    class Recurrent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(16, 16)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+    with pytest.raises(ValueError, match="gru"):
+        graph.from_module(Recurrent(), torch.randn(8, 2, 16))
+
+    class Halves(nn.Module):
+        def forward(self, x):
+            a, b = x.chunk(2, dim=-1)
+            return a * b
+    assert [o.kind for o in graph.from_module(Halves(), torch.randn(2, 8)).ops] == ["vector"]
