@@ -63,6 +63,27 @@ def test_torchtitan_llama3_70b_file():
         rc.resolve(60)
 
 
+def test_torchtitan_compile_and_float8_switches_read_as_torchtitan_runs_them():
+    """compile.components and compile.backend decide whether the layers are compiled, and an FP8
+    converter's emulate / recipe_name whether its GEMMs are the FP8 tensor cores cosearch prices;
+    they were neutral, so a config compiling only the loss, or on the aot_eager backend, priced
+    Inductor's fused layers, and an emulated FP8 run priced FP8 GEMMs (found by an override fuzzer)."""
+    f = DATA / "torchtitan_llama3_70b.toml"
+    assert read_config(f, ["compile.enable=true"]).resolve(64).engine.name == "fsdp"
+    for ov, why in ((["compile.enable=true", "compile.components=loss"], "without model"),
+                    (["compile.enable=true", "compile.backend=aot_eager"], "no Inductor fusion")):
+        d = read_config(f, ov).resolve(64)
+        assert d.engine.name == "fsdp-eager" and any(why in a for a in d.assumed)
+    with pytest.raises(ValueError, match="compile.components"):
+        read_config(f, ["compile.components=model,graph"])
+    fp8 = ["model.converters=float8"]
+    assert read_config(f, fp8).resolve(64).spec.precision == "fp8"
+    with pytest.raises(ValueError, match="emulates FP8 in high precision"):
+        read_config(f, fp8 + ["float8.emulate=true"])
+    d = read_config(f, fp8 + ["float8.recipe_name=rowwise"]).resolve(64)
+    assert any("recipe_name 'rowwise'" in a for a in d.assumed)
+
+
 def test_nemo1_launcher_file_reads_as_its_megatron_line():
     """NeMo's gpt3/5b launcher config on its 16 x 8 GPUs reads as the Megatron line NeMo runs for
     it (the keys' Megatron names per NeMo's docs), with the model's FFN from the config's own

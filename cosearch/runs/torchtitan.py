@@ -9,7 +9,8 @@ chips leave), activation checkpointing ``selective`` with ``selective_ac_option 
 =======================================  ======================================================
 ``[model] name, flavor``                 Llama 3 8B/70B/405B (``llama3``) are cosearch presets;
                                          other models need their ``config.json`` as well
-``[model] converters``                   ``float8`` / ``mx``: FP8 layer GEMMs
+``[model] converters``                   ``float8`` / ``mx``: FP8 layer GEMMs (``emulate`` refused;
+                                         a ``recipe_name`` other than tensorwise said)
 ``[training] local_batch_size``          sequences per data-parallel replica per step
 ``[training] global_batch_size``         the global batch (-1: local x dp)
 ``[training] seq_len``                   the sequence (must agree with the model)
@@ -30,7 +31,8 @@ chips leave), activation checkpointing ``selective`` with ``selective_ac_option 
 ``[activation_checkpoint] mode``         none / full / selective (``op``: Megatron's selective
                                          reading; an integer N other than 1 is refused)
 ``[compile] enable``                     off: engine ``fsdp-eager`` (norms, SwiGLU, RoPE op by
-                                         op); on: ``fsdp``
+``components``, ``backend``              op); on, with ``model`` among the components and the
+                                         Inductor backend: ``fsdp``
 =======================================  ======================================================
 """
 
@@ -66,7 +68,6 @@ NEUTRAL_KEYS = frozenset({
     "parallelism.pipeline_parallel_split_points", "parallelism.context_parallel_rotate_method",
     "parallelism.module_fqns_per_model_part",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", "activation_checkpoint.preserve_rng_state",
-    "compile.components", "compile.backend",
     "float8.filter_fqns", "float8.precompute_float8_dynamic_scale_for_fsdp", "float8.force_recompute_fp8_weight_in_bwd",
     "float8.recipe_name", "float8.emulate", "float8.moe_fqns_prototype",
     "mx.mxfp8_dim1_cast_kernel_choice", "mx.recipe_name", "mx.filter_fqns",
@@ -105,6 +106,16 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         assumed.append("mx converter: MXFP8 priced as per-tensor FP8 operands")
     if converters:
         assumed.append("FP8 on every layer GEMM (the output head stays bf16, torchtitan's filter_fqns default)")
+    for sec in ("float8", "quantize.linear.float8", "quantize.linear.fp8", "mx", "quantize.linear.mx"):
+        if f"{sec}.emulate" in k and k.bool(f"{sec}.emulate", False) and converters:
+            # torchao's emulation runs the low-precision GEMMs in high precision (for hardware without
+            # FP8): not the FP8 tensor cores cosearch would price
+            raise ValueError(f"{name}: {sec}.emulate = true emulates FP8 in high precision, which is not "
+                             "modelled (drop the converter to price the run in bf16)")
+        recipe = k.get(f"{sec}.recipe_name")
+        if recipe is not None and converters and str(recipe) not in ("tensorwise", "mxfp8", "mxfp8_cublas"):
+            assumed.append(f"{sec}.recipe_name {recipe!r}: priced with per-tensor FP8 scaling (the recipe's own "
+                           "scales and GEMM are not modelled)")
     for key in ("float8.enable_fsdp_float8_all_gather", "quantize.linear.fp8.enable_fsdp_float8_all_gather",
                 "quantize.linear.float8.enable_fsdp_float8_all_gather"):
         if k.bool(key, False):
@@ -212,6 +223,20 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         k.get("parallelism.pipeline_parallel_layers_per_stage")
         plan["microbatch"] = local      # one forward/backward per local batch; more with global_batch_size
     compiled = k.bool("compile.enable", False)
+    if "compile.components" in k:
+        parts = k.names("compile.components")
+        unknown = [c for c in parts if c not in ("model", "loss")]
+        if unknown:
+            raise ValueError(f"{name}: compile.components {unknown} are not torchtitan's (model, loss)")
+        if compiled and "model" not in parts:
+            # torchtitan compiles only the listed parts: the model's layers run eager
+            compiled = False
+            assumed.append("compile.components without model: the layers priced eager (engine fsdp-eager)")
+    backend = k.get("compile.backend")
+    if compiled and backend is not None and str(backend) != "inductor":
+        # another backend (aot_eager, eager, ...) fuses nothing: the layers run as eager kernels
+        compiled = False
+        assumed.append(f"compile.backend {backend!r}: no Inductor fusion, the layers priced eager")
     if k.bool("parallelism.enable_async_tensor_parallel", False):
         assumed.append("async TP priced with the TP collectives exposed: cosearch does not price partial "
                        "micro-pipelined overlap yet")
