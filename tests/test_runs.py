@@ -84,6 +84,25 @@ def test_torchtitan_compile_and_float8_switches_read_as_torchtitan_runs_them():
     assert any("recipe_name 'rowwise'" in a for a in d.assumed)
 
 
+def test_nemo_and_bridge_loss_wgrad_and_sharp_switches_are_read():
+    """NeMo 1's cross_entropy_loss_fusion, fp8_wgrad and sharp, and Megatron-Bridge's fp8_wgrad, were
+    neutral: fp8_wgrad false (the weight gradients in bf16) priced FP8 weight gradients, and SHARP went
+    unsaid.  The loss reads as the Megatron flag, fp8_wgrad false under FP8 is refused by name (as a
+    Megatron line's --no-fp8-wgrad), and SHARP is said."""
+    f = DATA / "nemo1_gpt3_5b.yaml"
+    d = read_config(f, ["model.cross_entropy_loss_fusion=true"]).resolve()
+    assert any("fused cross-entropy (native)" in a for a in d.assumed)
+    fp8 = ["model.fp8=true", "model.transformer_engine=true"]
+    assert read_config(f, fp8).resolve().spec.precision == "fp8"
+    with pytest.raises(ValueError, match="weight-gradient GEMMs in bf16"):
+        read_config(f, fp8 + ["model.fp8_wgrad=false"])
+    assert read_config(f, ["model.fp8_wgrad=false"]).resolve().spec.precision == "bf16"   # no FP8: harmless
+    assert any("SHARP" in a for a in read_config(f, ["model.sharp=true"]).resolve().assumed)
+    with pytest.raises(ValueError, match="weight-gradient GEMMs in bf16"):
+        read_config(DATA / "bridge_qwen3_30b_a3b_gb200_mxfp8.args", ["mixed_precision.fp8_wgrad=false"],
+                    model=models.preset("qwen3-30b-a3b"))
+
+
 def test_nemo1_launcher_file_reads_as_its_megatron_line():
     """NeMo's gpt3/5b launcher config on its 16 x 8 GPUs reads as the Megatron line NeMo runs for
     it (the keys' Megatron names per NeMo's docs), with the model's FFN from the config's own

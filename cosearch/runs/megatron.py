@@ -179,7 +179,7 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
           "--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap",
-          "--cross-entropy-loss-fusion",
+          "--cross-entropy-loss-fusion", "--no-fp8-wgrad",
           # Megatron-FSDP (:func:`_zero_stage`), its buffers and user-buffer NCCL said
           "--use-megatron-fsdp", "--fsdp-double-buffer", "--use-nccl-ub",
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
@@ -591,6 +591,10 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     if "--use-transformer-engine-op-fuser" in flags:
         assumed.append("--use-transformer-engine-op-fuser: the experts' fused grouped MLP kernels priced as separate "
                        "grouped GEMMs, activation and casts, their bias and clamped activation fused")
+    if "--no-fp8-wgrad" in flags and precision in ("fp8", "fp4"):
+        # Transformer Engine then runs every weight-gradient GEMM in bf16 (recipe.override_linear_precision)
+        raise ValueError("--no-fp8-wgrad (fp8_wgrad false) runs the weight-gradient GEMMs in bf16 under a low "
+                         "precision, which cosearch does not model (it would price them in the plan's format)")
     if "--fp8-dot-product-attention" in flags:
         if precision != "fp8":
             raise ValueError("--fp8-dot-product-attention runs attention in FP8: it needs --fp8-format")

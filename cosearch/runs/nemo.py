@@ -89,13 +89,13 @@ _NEMO1_NEUTRAL = frozenset({
     "persist_layer_norm", "gradient_as_bucket_view", "grad_div_ar_fusion", "gradient_accumulation_fusion",
     "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion", "batch_p2p_comm",
     "native_amp_init_scale", "native_amp_growth_interval", "hysteresis", "fp32_residual_connection",
-    "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "sharp", "mcore_gpt", "fp8_e4m3",
-    "fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad", "seed",
+    "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "mcore_gpt", "fp8_e4m3",
+    "fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "seed",
     "sync_batch_comm", "use_cpu_initialization", "onnx_safe", "apex_transformer_log_level", "nsys_profile",
     "fsdp_sharding_strategy", "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "rotary_percentage",
     "rotary_base", "seq_len_interpolation_factor", "normalize_attention_scores", "transformer_block_type",
     "openai_gelu", "headscale", "num_micro_batches_with_partial_activation_checkpoints",
-    "activations_checkpoint_layers_per_pipeline", "deterministic_mode", "cross_entropy_loss_fusion",
+    "activations_checkpoint_layers_per_pipeline", "deterministic_mode",
     "apply_rope_fusion", "gc_interval", "get_attention_mask_from_fusion", "defer_embedding_wgrad_compute",
     "wgrad_deferral_limit", "use_te_rng_tracker", "ub_tp_comm_overlap_cfg",
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
@@ -137,6 +137,8 @@ def _one_value(k: Keys, name: str, *keys: str):
 
 #: NeMo 1 switches read as bare Megatron flags (``(keys, when, flag)``, :func:`_switch_words`).
 _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
+                   (("model.cross_entropy_loss_fusion",), True, "--cross-entropy-loss-fusion"),
+                   (("model.fp8_wgrad",), False, "--no-fp8-wgrad"),
                    (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                    (("model.sequence_parallel",), True, "--sequence-parallel"),
                    (("model.fp8_params",), True, "--fp8-param-gather"),
@@ -144,6 +146,7 @@ _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
                    (("model.enable_cuda_graph",), True, "--enable-cuda-graph"))
 #: Megatron-Bridge switches (a field may sit in the model provider or in its own section).
 _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
+                    (("mixed_precision.fp8_wgrad", "model.fp8_wgrad"), False, "--no-fp8-wgrad"),
                     (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                     (("model.sequence_parallel",), True, "--sequence-parallel"),
                     (("model.fp16", "mixed_precision.fp16"), True, "--fp16"),
@@ -313,6 +316,10 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
         raise ValueError(f"{name}: model.normalization {norm!r} is not modelled")
     words += ["--normalization", "RMSNorm" if norm == "rmsnorm" else "LayerNorm"]
     words += _switch_words(k, _NEMO1_SWITCHES)
+    if k.bool("model.sharp", False):
+        # NCCL's SHARP offloads the data-parallel reductions to the InfiniBand switches
+        assumed.append("model.sharp: SHARP in-network reductions of the data-parallel collectives are not "
+                       "priced (the ring's time is)")
     words.append("--overlap-p2p-communication" if k.bool("model.overlap_p2p_comm", False)
                  else "--no-overlap-p2p-communication")
     hybrid = k.bool("model.fp8_hybrid", True)
@@ -401,7 +408,7 @@ _BRIDGE_NEUTRAL = frozenset({
 
     "mixed_precision.bf16", "mixed_precision.params_dtype", "mixed_precision.pipeline_dtype",
     "mixed_precision.autocast_dtype", "mixed_precision.fp8_amax_history_len", "mixed_precision.fp8_amax_compute_algo",
-    "mixed_precision.fp8_margin", "mixed_precision.fp8_wgrad",
+    "mixed_precision.fp8_margin",
     "optimizer.bf16", "optimizer.params_dtype", "dist.distributed_backend",
     "dist.distributed_timeout_minutes", "dist.align_grad_reduce", "dist.use_gloo_process_groups",
     "comm_overlap.tp_comm_overlap_cfg", "comm_overlap.tp_comm_bootstrap_backend", "comm_overlap.bucket_size",
