@@ -163,6 +163,12 @@ def test_maxtext_overrides_read_as_the_validation_row_of_the_same_run():
     assert d.global_batch == 2048 and d.model.seq_len == 4096
     with pytest.raises(ValueError, match="not a whole number"):
         read_maxtext(None, ["per_device_batch_size=0.5", "ici_fsdp_parallelism=4"])
+    # weight_dtype and logits_dot_in_fp32 were neutral: a bfloat16-weight or float32-logits run
+    # was priced as MaxText's defaults without a word; now said (and a non-boolean refused)
+    d = read_config(DATA / "maxtext_llama2_70b_v5p.args", ["weight_dtype=bfloat16", "logits_dot_in_fp32=true"]).resolve(512)
+    assert any("weight_dtype bfloat16" in a for a in d.assumed) and any("logits_dot_in_fp32" in a for a in d.assumed)
+    with pytest.raises(ValueError, match="logits_dot_in_fp32 must be true or false"):
+        read_config(DATA / "maxtext_llama2_70b_v5p.args", ["logits_dot_in_fp32=abc"])
 
 
 def test_megatron_bridge_overrides():

@@ -95,8 +95,8 @@ NEUTRAL_KEYS = frozenset({
     "profiler", "profiler_steps", "skip_first_n_steps_for_profiler", "upload_all_profiler_results", "metrics_file",
     "gcs_metrics", "save_config_to_gcs", "enable_goodput_recording", "monitor_goodput", "grain_worker_count",
     "packing", "add_bos", "add_eos", "normalization_layer_epsilon", "rope_max_timescale", "rope_min_timescale",
-    "max_prefill_predict_length", "reuse_example_batch", "weight_dtype", "enable_dropout", "dropout_rate",
-    "decoder_block", "logits_dot_in_fp32", "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
+    "max_prefill_predict_length", "reuse_example_batch", "enable_dropout", "dropout_rate",
+    "decoder_block", "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
 })
 
 
@@ -298,6 +298,13 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     plan["flash_attention"] = att != "dot_product" and not (att == "autoselected" and seq < 128)
     if fsdp_deg is None:
         assumed.append("ici_fsdp_parallelism -1: the fsdp axis is what the chips leave")
+    wdt = str(k.get("weight_dtype", "float32"))
+    if wdt != "float32":
+        # MaxText keeps float32 weights by default (base.yml), as the maxtext engine's memory counts
+        assumed.append(f"weight_dtype {wdt}: memory counted with MaxText's default float32 weights")
+    if k.bool("logits_dot_in_fp32", False):
+        # the output head's matmul in float32 takes several bf16 MXU passes on a TPU
+        assumed.append("logits_dot_in_fp32: the output head's matmul priced in bf16 (float32 is slower)")
     if k.bool("use_iota_embed", False):
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
