@@ -125,6 +125,21 @@ def test_nemo1_launcher_file_reads_as_its_megatron_line():
     assert d.engine.overlap_tp_comm
 
 
+def test_llm_foundry_qk_norms_read_as_llm_foundry_builds_them():
+    """llm-foundry's qk_ln (a norm over the whole projected q, d_model, and k, kv_n_heads x head_dim)
+    and qk_gn (one per head, head_dim) were refused; they read as cosearch's full and per-head q/k
+    norms in the model's LayerNorm, whose weights and biases count by hand: 24 layers x 2 x (16 + 16)
+    x 128 = 196,608 and 24 x 2 norms x 2 x 128 = 12,288 parameters."""
+    f = DATA / "foundry_mpt_1b.yaml"
+    base = read_config(f).resolve(8).model
+    full = read_config(f, ["model.attn_config.qk_ln=true"]).resolve(8).model
+    head = read_config(f, ["model.attn_config.qk_gn=true"]).resolve(8).model
+    assert (full.qk_norm, head.qk_norm, base.qk_norm) == ("full", "head", "none")
+    assert full.num_params() - base.num_params() == 196_608 and head.num_params() - base.num_params() == 12_288
+    with pytest.raises(ValueError, match="qk_ln and qk_gn together"):
+        read_config(f, ["model.attn_config.qk_ln=true", "model.attn_config.qk_gn=true"])
+
+
 def test_llm_foundry_mpt_1b_file():
     """llm-foundry's MPT-1B preset: FSDP FULL_SHARD with PURE mixed precision, microbatch 4,
     global 512; the model's parameters by hand: V d + S d + L (12 d^2 + 13 d) + 2 d."""

@@ -19,6 +19,8 @@ models need their ``config.json`` as well.
 ``fsdp_config.activation_checkpointing``     full recompute of every block
 ``model.attn_config.attn_impl``              flash / triton: flash attention (triton: FA1
                                              kernel); torch: unfused attention
+``model.attn_config.qk_ln`` / ``qk_gn``     q/k norms of the whole projected width (``full``)
+                                             or of each head (``head``), the model's norm type
 ==========================================  ===================================================
 """
 
@@ -83,8 +85,13 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig | No
     alibi = k.bool("model.attn_config.alibi", False)
     learned = k.bool("model.learned_pos_emb", True)
     position = "rotary" if rope else ("learned" if learned and not alibi else "none")   # ALiBi: no parameters
-    if k.bool("model.attn_config.qk_ln", False):
-        raise ValueError(f"{name}: attn_config.qk_ln (query/key LayerNorm) is not modelled")
+    # llm-foundry's attention (layers/attention.py): qk_ln norms the whole projected q (d_model) and
+    # k (kv_n_heads x head_dim) with the model's norm_type, qk_gn each head's head_dim
+    qk_ln, qk_gn = k.bool("model.attn_config.qk_ln", False), k.bool("model.attn_config.qk_gn", False)
+    if qk_ln and qk_gn:
+        raise ValueError(f"{name}: attn_config.qk_ln and qk_gn together (q normed per head, k whole) are not "
+                         "modelled; set one")
+    qk_norm = "full" if qk_ln else ("head" if qk_gn else "none")
     drop = any(k.number(f, 0.0) > 0 for f in ("model.resid_pdrop", "model.emb_pdrop", "model.attn_config.attn_pdrop"))
     mseq = k.positive("model.max_seq_len", seq)
     if mseq != seq:
@@ -93,7 +100,7 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig | No
                        k.positive("model.vocab_size", 50368), seq, kv_heads=kv, activation=activation,
                        norm="rmsnorm" if "rms" in norm else "layernorm", position=position,
                        bias=not k.bool("model.no_bias", False), tie_embeddings=k.bool("model.tie_word_embeddings", True),
-                       dropout=drop)
+                       dropout=drop, qk_norm=qk_norm)
 
 
 def read_foundry(source: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
