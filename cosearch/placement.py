@@ -476,6 +476,21 @@ def _search_tables(o: _Options, combos, priced, net, prune: bool, cut: float, pr
     return found, searched, evaluated
 
 
+def _no_table_reason(o: _Options) -> str:
+    """Why the options leave no configuration at all on these chips and this batch: the fewest
+    chips a plan of them needs, where that is more than there are; else the batch."""
+    chips, batch = o.cluster.num_chips, o.global_batch
+    least = min(o.tps) * min(o.cps) * (min(o.eps) if o.model.moe else 1)
+    base = f"no configuration fits {chips} chips with global batch {batch} and the given options"
+    if least > chips:
+        return (f"{base}: the smallest plan they allow needs {least} chips (tp {min(o.tps)} x cp {min(o.cps)}"
+                + (f" x ep {min(o.eps)}" if o.model.moe and min(o.eps) > 1 else "") + "); offer smaller degrees or "
+                "more chips")
+    return (f"{base}: no split of the chips into dp x tp x pp x cp they allow gives every data-parallel "
+            f"replica whole microbatches of {', '.join(map(str, o.mbs))} sequences with at most "
+            f"{o.model.num_layers} pipeline stages; try other microbatch sizes, degrees or a batch that divides")
+
+
 def _no_configuration_reason(o: _Options) -> str:
     """Why no configuration of the search is a plan at all (none reaches the memory check)."""
     from .engine import uneven_sequence_split
@@ -608,8 +623,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                          f"{list(o.precs)}, expert_parallel={list(o.eps)}, expert_tensor_parallel={list(o.etps)}")
     combos = o.combinations()
     if not combos:
-        return PlacementResult((), reason=(f"no configuration fits {o.cluster.num_chips} chips with global batch "
-                                           f"{o.global_batch} and the given options"))
+        return PlacementResult((), reason=_no_table_reason(o))
     net = o.cluster.net_array(o.chip)
     total = sum(n for *_x, n in combos)
     cut = math.inf if cutoff_s is None or cutoff_s == math.inf else v.positive_float("cutoff_s", cutoff_s)

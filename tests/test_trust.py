@@ -922,3 +922,11 @@ def test_plan_search_over_cells_that_are_no_plan_neither_crashes_nor_misleads(ca
                  "--batch", "16", "--sp"]) == 2
     err = capsys.readouterr().err
     assert "sequence parallelism splits each sequence (3 tokens)" in err and "inf GiB" not in err
+
+
+def test_a_search_with_no_configuration_says_what_it_needs():
+    """Options that leave no configuration on the chips (tensor parallelism of 2 or 4 on one chip)
+    said only 'the given options'; the reason now names the fewest chips they need."""
+    m = models.preset("llama3-8b").with_(num_layers=4, seq_len=64)
+    res = placement.search_plans(m, "H100", cluster.Cluster(1), 64, tps=(2, 4), progress=False)
+    assert not res.plans and "needs 2 chips (tp 2 x cp 1)" in res.reason
