@@ -1852,8 +1852,7 @@ def _from_exported(module, example_inputs, name, dtype_bytes, why: str) -> Layer
         op = op.split(".")[-1]
         out = shape(n)
         val = n.meta.get("val") if hasattr(n, "meta") else None
-        if out is None and isinstance(val, (tuple, list)) and op not in _ATEN_FREE and op != "getitem" and \
-                op not in _TUPLE_VIEWS:
+        if out is None and isinstance(val, (tuple, list)) and op not in _ATEN_FREE and op not in _TUPLE_VIEWS:
             shapes = [tuple(int(x) for x in v.shape) for v in val if hasattr(v, "shape")]
             if shapes and op in _ATEN_VECTOR:
                 out = shapes[0]        # native_layer_norm, native_dropout, topk, sort, max: the main output

@@ -512,6 +512,10 @@ def _no_plan_fits(o: _Options, combos, priced, net, total: int, evaluated: int) 
     for (c, _p, e, et, _n), (u_all, hw) in zip(combos, priced):
         need = min(need, float(kernel.min_memory_needed(u_all, net, hw, o.table(c, e, et), o.model.num_layers,
                                                         o.modes)))
+    if not math.isfinite(need):
+        # every configuration searched is refused before memory (plan.unit_costs marks it)
+        return PlacementResult((), reason=_no_configuration_reason(o), min_memory_needed_bytes=need,
+                               configurations=total, evaluated=evaluated)
     hints = ["more chips"]
     if 3 not in o.zeros:
         hints.append("ZeRO-3")
@@ -522,10 +526,6 @@ def _no_plan_fits(o: _Options, combos, priced, net, total: int, evaluated: int) 
     if True not in o.sps and max(o.tps) > 1:
         hints.append("sequence parallelism")
     hints.append("a chip with more HBM")
-    if not math.isfinite(need):
-        # every configuration searched is refused before memory (plan.unit_costs marks it)
-        return PlacementResult((), reason=_no_configuration_reason(o), min_memory_needed_bytes=need,
-                               configurations=total, evaluated=evaluated)
     return PlacementResult((), reason=(
         f"no plan fits {o.chip.hbm_bytes / 2**30:.4g} GiB of HBM per chip on {o.cluster.num_chips} chips: every plan "
         f"needs at least {need / 2**30:.4g} GiB per chip; try {', '.join(hints)}"),

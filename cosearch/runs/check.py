@@ -307,6 +307,23 @@ def jsonl_rows(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def _typed_rows(rows: list[dict], source: str) -> tuple[list[dict], list[tuple[str, str]]]:
+    """The rows whose fields are of the right kind (:func:`cosearch.runs.rows.check_row_types`),
+    and ``(id, reason)`` of the others: a row of the wrong kind is refused by name before any rule
+    (its group, its release, its capture) reads it (a number where the software's name goes
+    stopped the whole check)."""
+    from .rows import Refused, check_row_types
+    typed, wrong = [], []
+    for row in rows:
+        try:
+            check_row_types(row, source=source)
+        except Refused as e:
+            wrong.append((row["id"], str(e)))
+            continue
+        typed.append(row)
+    return typed, wrong
+
+
 def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[str, str, Any]]:
     """``(id, group, RunConfig or the reason it was refused)`` for each run of a measured-runs
     file (``.jsonl`` in the validation schema, or the minimal ``.csv``).  ``releases``: ``all``
@@ -319,7 +336,7 @@ def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[
 def _measured(path: str | os.PathLike, releases: str) -> list[tuple[str, str, Any, str]]:
     """:func:`read_measured`'s items, each with what the run's CUDA graphs capture
     (:func:`_row_capture`, :func:`_csv_capture`), the file read once."""
-    from .rows import Refused, check_row_types, group_of, newest_per_plan, read_row
+    from .rows import group_of, newest_per_plan, read_row
     if releases not in ("all", "newest"):
         raise ValueError(f"releases must be 'all' or 'newest', got {releases!r}")
     from .._validate import input_path
@@ -336,18 +353,8 @@ def _measured(path: str | os.PathLike, releases: str) -> list[tuple[str, str, An
         return out
     if p.suffix.lower() not in (".jsonl", ".json"):
         raise ValueError(f"{p}: measured runs are a .jsonl (validation schema) or .csv file")
-    rows = jsonl_rows(p)
-    # a row whose fields are of the wrong kind is refused by name before any rule (its group, its
-    # release, its capture) reads it: a number where the software's name goes stopped the check
-    typed = []
-    for row in rows:
-        try:
-            check_row_types(row, source=str(p.name))
-        except Refused as e:
-            out.append((row["id"], "?", str(e), ""))
-            continue
-        typed.append(row)
-    rows = typed
+    rows, wrong = _typed_rows(jsonl_rows(p), str(p.name))
+    out += [(rid, "?", why, "") for rid, why in wrong]
     # rows the schema marks incomplete (moe_runs.jsonl keeps them so nothing read is lost) are
     # listed, not checked, and never chosen as a plan's newest measurement
     incomplete = [r for r in rows if r.get("complete") is False]
@@ -377,15 +384,8 @@ def moe_captures(path: str | os.PathLike) -> dict[str, str]:
     if Path(path).suffix.lower() == ".csv":
         caps = {(r.get("id") or f"line {i}"): _csv_capture(r) for i, r in enumerate(_csv_rows(Path(path)), start=2)}
     elif Path(path).suffix.lower() in (".jsonl", ".json"):
-        from .rows import Refused, check_row_types
-
-        def typed(row: dict) -> bool:
-            try:
-                check_row_types(row)
-            except Refused:
-                return False            # the checker refuses it by name
-            return True
-        caps = {row["id"]: _row_capture(row) for row in jsonl_rows(path) if typed(row)}
+        # rows of the wrong kind are left out: the checker refuses them by name
+        caps = {row["id"]: _row_capture(row) for row in _typed_rows(jsonl_rows(path), str(path))[0]}
     else:
         return {}
     return {rid: c for rid, c in caps.items() if c}

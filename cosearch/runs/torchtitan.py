@@ -69,14 +69,12 @@ NEUTRAL_KEYS = frozenset({
     "parallelism.module_fqns_per_model_part",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", "activation_checkpoint.preserve_rng_state",
     "float8.filter_fqns", "float8.precompute_float8_dynamic_scale_for_fsdp", "float8.force_recompute_fp8_weight_in_bwd",
-    "float8.recipe_name", "float8.emulate", "float8.moe_fqns_prototype",
-    "mx.mxfp8_dim1_cast_kernel_choice", "mx.recipe_name", "mx.filter_fqns",
+    "float8.moe_fqns_prototype",
+    "mx.mxfp8_dim1_cast_kernel_choice", "mx.filter_fqns",
     "quantize.linear.fp8.filter_fqns", "quantize.linear.fp8.precompute_float8_dynamic_scale_for_fsdp",
-    "quantize.linear.fp8.recipe_name", "quantize.linear.fp8.emulate",
-    "quantize.linear.mx.filter_fqns", "quantize.linear.mx.recipe_name", "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice",
+    "quantize.linear.mx.filter_fqns", "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice",
     # the same switches under the section name torchtitan's converter carries ([quantize.linear.float8])
     "quantize.linear.float8.filter_fqns", "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
-    "quantize.linear.float8.recipe_name", "quantize.linear.float8.emulate",
 })
 
 
