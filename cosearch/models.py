@@ -884,7 +884,9 @@ def _hf_refuse_other_mixers(config: dict, mt: str) -> None:
             raise ValueError(f"from_hf_config: {mt or 'this model'} has {what} ({key!r}), which cosearch does not "
                              "model; its layers would be priced as attention")
     types = config.get("layer_types")
-    if isinstance(types, list):
+    if types is not None and not isinstance(types, list):
+        raise ValueError(f"from_hf_config: 'layer_types' must be a list of layer kinds, got {types!r}")
+    if types:
         other = sorted({str(t) for t in types} - set(_HF_LAYER_TYPES))
         if other:
             raise ValueError(f"from_hf_config: layer_types {other} are not modelled (cosearch prices "
@@ -984,9 +986,7 @@ def _hf_sliding_window(config: dict, mt: str, gemma: bool, layers: int, seq_len:
     ``use_sliding_window`` (default on for ``mistral``).  Empty when no layer's window is shorter
     than the sequence."""
     window = config.get("sliding_window")
-    types = config.get("layer_types")
-    if types is not None and not isinstance(types, list):
-        raise ValueError(f"from_hf_config: 'layer_types' must be a list of layer kinds, got {types!r}")
+    types = config.get("layer_types")      # a list, or None (_hf_refuse_other_mixers checked it)
     if window is None:
         return {}
     if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
