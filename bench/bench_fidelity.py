@@ -317,6 +317,31 @@ def modern_table(path: Path) -> str:
     return "\n".join(lines)
 
 
+def cards_table(path: Path) -> str:
+    """Runs outside the validation set (bench/validation/BRIDGE_CARDS.md: Megatron-Bridge's model
+    verification cards, measured after every release the validation rows hold, each read with the
+    config of its own recipe at its own commit): every row's error, and per group, by CUDA graph
+    capture and over all.  A check only: no constant and no reading rule is chosen on them, and
+    no target is set on so few rows."""
+    from cosearch.runs.rows import graph_capture_class, group_of
+    groups, evaluated = evaluate_modern(path, "all", key=group_of)
+    total = sum(g["rows"] for g in groups.values())
+    lines = [f"[fidelity] runs outside the validation set ({path.name}): {total} rows, {len(evaluated)} evaluated"]
+    for err, rid, plan, _d, _g, row in sorted(evaluated, key=lambda x: x[1]):
+        lines.append(f"  {err:+6.1%} {rid:<64} {graph_capture_class(row)[:26]:<26} {plan.spec.describe()}")
+    for name, g in sorted(groups.items()):
+        lines.append(f"  {name:<36} rows {g['rows']:3d}, evaluated {len(g['errors']):3d}; {_stats(g['errors'])}")
+        for why, n in g["refused"].items():
+            lines.append(f"      refused {n}: {why}")
+    by_capture: dict[str, list] = {}
+    for err, _rid, _p, _d, _g, row in evaluated:
+        by_capture.setdefault(graph_capture_class(row), []).append(err)
+    for capture, errs in sorted(by_capture.items(), key=lambda x: -len(x[1])):
+        lines.append(f"  captured: {capture:<36} rows {len(errs):3d}; {_stats(errs)}")
+    lines.append(f"  all {len(evaluated)} evaluated: {_stats([e for e, *_ in evaluated])}")
+    return "\n".join(lines)
+
+
 def test_fidelity(benchmark):
     runs = json.loads(PATH.read_text())["runs"] if PATH.exists() else pytest.skip(f"no {PATH}")
     rows, errors, by_name = [], [], {}
@@ -370,4 +395,7 @@ def test_fidelity(benchmark):
     moe = PATH.with_name("moe_runs.jsonl")
     if moe.exists():
         print(moe_table(moe))
+    cards = PATH.with_name("bridge_cards.jsonl")
+    if cards.exists():
+        print(cards_table(cards))
     print(_node_check())

@@ -42,6 +42,7 @@ holds the cited commits::
 
     python scripts/megatron_bridge_moe_dispatch.py --repo PATH/Megatron-Bridge \\
         --rows ../shared/validation/moe_runs.jsonl ../shared/validation/modern_runs.jsonl \\
+        bench/validation/bridge_cards.jsonl \\
         --out cosearch/data/megatron_bridge_moe_dispatch.json
 """
 
@@ -93,6 +94,11 @@ class _Sources:
 
 
 FUSER = "use_transformer_engine_op_fuser"
+#: Helpers whose effect depends on the GPU the job runs on, which a recipe's source cannot say:
+#: ``apply_flex_dispatcher_backend`` keeps the backend it is passed on the GPUs that backend
+#: supports and falls back to the all-to-all dispatcher elsewhere (``_fallback_to_alltoall``), so
+#: it is not walked (walking it took the fallback branch as always taken); the row's GPU decides.
+DEVICE_DEPENDENT = frozenset({"apply_flex_dispatcher_backend", "validate_flex_dispatcher_backend"})
 
 
 def _unset() -> dict:
@@ -195,6 +201,8 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                             if known and not value:
                                 state.update(cross_entropy="off", cross_entropy_at=f"{where}:{node.lineno}")
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    if node.func.id in DEVICE_DEPENDENT:
+                        continue
                     helper = src.function(where, node.func.id)
                     if helper is not None:
                         _ce_argument(node, where, helper, state)

@@ -202,13 +202,15 @@ DSV3_ROW = dict(QWEN3_ROW, id="mbridge-26.08/DeepSeekV3/GB200/FP8_MX/256/gbs4096
 
 
 @pytest.mark.parametrize("pp,vp,dp,stages", [(4, 4, 64, (16, 16, 16, 13)), (2, 8, 128, (32, 29)),
-                                             (8, 2, 32, (8,) * 7 + (5,)),
+                                             (8, 2, 32, (8,) * 7 + (5,)), (8, 4, 32, (7,) + (8,) * 6 + (6,)),
                                              (4, 1, 64, (16, 16, 16, 13)), (8, 1, 32, (8,) * 7 + (5,))])
 def test_deepseek_v3_rows_use_megatron_bridges_pipeline_layout(pp, vp, dp, stages):
     """Megatron-Bridge's DeepSeek-V3 layouts: pp x vp = 16 chunks of 4 decoder layers but the last
     (1 layer, the MTP layer and the loss), chunk c on stage c mod pp (pp 2 x vp 8: 8 x 4 = 32 and
     7 x 4 + 1 = 29; pp 8 x vp 2: chunks s and s + 8, 4 + 4, the last 4 + 1); pp 4 alone 16, 16,
-    16, 13; pp 8 alone 8 x 7 and 5."""
+    16, 13; pp 8 alone 8 x 7 and 5; pp 8 x vp 4, the H100 recipe's "Et|(tt|)*30mL": chunk 0 one
+    layer, chunks 1-30 two, chunk 31 none, so stage 0 1 + 2 + 2 + 2 = 7, stage 7 2 + 2 + 2 + 0 = 6,
+    the others 8)."""
     d = rows.describe_row(dict(DSV3_ROW, pp=pp, vp=vp if vp > 1 else None, dp=dp, ga=4096 // dp, ep=min(64, dp)))
     assert d.spec.stage_layers == stages and sum(stages) == 61
     assert d.model.mtp_layers == 1 and d.engine.selective_recompute == "modules:mla_up_proj"
@@ -221,6 +223,19 @@ def test_deepseek_v3_rows_use_megatron_bridges_pipeline_layout(pp, vp, dp, stage
                                   num_experts=384, vocab=163840, heads=64, kv_heads=64,
                                   moe_layers="layers 2-61 (first 1 dense)"))
     assert kimi.spec.stage_layers == (16, 16, 16, 13) and kimi.model.mtp_layers == 0
+
+
+def test_bridge_rows_whose_recipes_turn_overlaps_off():
+    """A Megatron-Bridge row's notes "TP comm overlap off" / "grad reduce overlap off" (the DeepSeek-V3
+    H100 recipe's CommOverlapConfig(tp_comm_overlap=False) and ddp.overlap_grad_reduce = False) turn
+    the engine's overlaps off; without them tp > 1 overlaps, as the performance scripts set it."""
+    base = dict(QWEN3_ROW, n_gpus=32, dp=16, tp=2, ep=32, etp=1, sp=True, gbs=512, ga=32, mbs=1)
+    on = rows.describe_row(base).engine
+    assert on.overlap_tp_comm and on.overlap_grad_reduce
+    off = rows.describe_row(dict(base, notes=base["notes"] + "; TP comm overlap off; grad reduce overlap off")).engine
+    assert not off.overlap_tp_comm and not off.overlap_grad_reduce
+    only_grad = rows.describe_row(dict(base, notes="grad reduce overlap off")).engine
+    assert only_grad.overlap_tp_comm and not only_grad.overlap_grad_reduce
 
 
 def test_rows_with_expert_tensor_parallelism_one():
@@ -308,7 +323,7 @@ def test_dispatcher_is_read_from_the_cited_config(assumed, notes, want):
 # A recipe module, a shared helper module and a workload base config, written by hand to check the
 # config reader of scripts/megatron_bridge_moe_dispatch.py: what each config ends up with, by hand.
 _RECIPE = """
-from megatron.bridge.perf_recipes.fam.common import _full_iteration, CommOverlapConfig, apply_backend
+from megatron.bridge.perf_recipes.fam.common import _full_iteration, CommOverlapConfig, apply_backend, apply_flex_dispatcher_backend
 
 def _base(cfg):
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True)
@@ -341,6 +356,13 @@ def never_set():
 def chained():
     cfg = on_by_helper()
     return cfg
+
+def kept_on_its_gpus():
+    cfg = make()
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    cfg.model.moe_flex_dispatcher_backend = "hybridep"
+    apply_flex_dispatcher_backend(cfg.model, cfg.model.moe_flex_dispatcher_backend)
+    return cfg
 """
 _COMMON = """
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
@@ -354,6 +376,13 @@ def _full_iteration(cfg):
 
 def apply_backend(model, backend):
     model.moe_flex_dispatcher_backend = backend
+
+def apply_flex_dispatcher_backend(model, backend):
+    if unsupported_gpu():
+        model.moe_token_dispatcher_type = "alltoall"
+        model.moe_flex_dispatcher_backend = None
+        return
+    model.moe_token_dispatcher_type = "flex"
 """
 _WORKLOAD = """
 BASE = WorkloadBaseConfig(num_gpus=8, moe_a2a_overlap=True, moe_flex_dispatcher_backend="deepep")
@@ -386,6 +415,9 @@ FILES = {"src/megatron/bridge/perf_recipes/fam/chip/recipe.py": _RECIPE,
     ("off_by_attribute", False, "recipe.py:24", "deepep", "recipe.py:25"),
     ("never_set", False, None, None, None),
     ("chained", True, "fam/common.py:8", "hybridep", "fam/common.py:5"),
+    # Megatron-Bridge's apply_flex_dispatcher_backend falls back to alltoall only on GPUs the
+    # backend does not support: not walked, so the recipe's backend stands (the row's GPU decides)
+    ("kept_on_its_gpus", False, None, "hybridep", "recipe.py:39"),
 ])
 def test_recipe_reader_follows_helpers_in_order(name, overlap, overlap_at, backend, backend_at):
     got = _script().config_settings(lambda commit, p: FILES.get(p) if commit == "c0" else None,
@@ -550,3 +582,50 @@ def test_gpt_oss_rows_price_the_experts_eager_passes_unless_their_config_fuses_t
     assert any("through Transformer Engine's op fuser" in n for n in d.assumed) == fused
     assert any("eager PyTorch passes" in n for n in d.assumed) != fused
     assert any("YaRN-scaled RoPE" in n and "unfused" in n for n in d.assumed)
+
+
+def _cards():
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "bench" / "validation" / "bridge_cards.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_bridge_card_rows_are_consistent_as_transcribed():
+    """bench/validation/bridge_cards.jsonl (Megatron-Bridge's model verification cards): each row's
+    tokens/s per GPU is its global batch's tokens over its step time and GPUs (the card gives both
+    figures, so a transcription slip shows), its layout multiplies out to its GPUs and batch, and
+    it cites its card and the recipe it ran."""
+    cards = _cards()
+    assert len(cards) == 16 and len({r["id"] for r in cards}) == 16
+    for r in cards:
+        assert r["gbs"] * r["seq"] / (r["step_s"] * r["n_gpus"]) == pytest.approx(r["tok_s_gpu"], rel=2e-3), r["id"]
+        assert r["dp"] * r["tp"] * r["pp"] * r["cp"] == r["n_gpus"] and r["ga"] * r["mbs"] * r["dp"] == r["gbs"]
+        assert "model_verification_cards" in r["src"] and "perf_recipes" in r["assumed"][1]
+
+
+def test_bridge_card_rows_read_their_own_recipes():
+    """Every card row is described but DeepSeek-V3 on H100 (refused by name: etp 1 under tp 2 with a
+    shared expert); a row citing its recipe's dispatcher takes the EP overlap and backend the
+    recipe's source sets (the shipped table), not its notes: Qwen3-30B-A3B on H100 overlaps with
+    HybridEP, DeepSeek-V4-Flash does not overlap; GPT-OSS on GB200 cites none (DeepEP falls back to
+    the all-to-all dispatcher there) and takes its notes: overlap on, all-to-all."""
+    described = {}
+    for r in _cards():
+        if r["id"].startswith("mbridge-card/DeepSeekV3/H100"):
+            from cosearch.plan import evaluate
+            d = rows.describe_row(r)
+            assert d.spec.stage_layers == (7,) + (8,) * 6 + (6,) and not d.engine.overlap_tp_comm
+            with pytest.raises(ValueError, match="expert_tensor_parallel=1 under tp > 1 with shared experts"):
+                evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+            continue
+        described[r["id"]] = rows.describe_row(r)
+        if "dispatcher from" in r["assumed"][1]:
+            assert rows.megatron_bridge_moe_dispatch(r) is not None, r["id"]
+    assert len(described) == 15
+    h100 = described["mbridge-card/Qwen3_30B_a3B/H100/BF16/16/gbs1024"].engine
+    assert h100.overlap_moe_a2a and h100.moe_dispatcher == "flex" and h100.moe_flex_backend == "hybridep"
+    v4 = described["mbridge-card/DeepSeekV4_Flash/GB300/FP8_MX/128/gbs2048"].engine
+    assert not v4.overlap_moe_a2a and v4.moe_dispatcher == "flex"
+    oss = described["mbridge-card/GPT_OSS_120B/GB200/BF16/64/gbs1280"].engine
+    assert oss.overlap_moe_a2a and oss.moe_dispatcher == "alltoall"

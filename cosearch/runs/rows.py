@@ -151,6 +151,13 @@ def nemo_launcher_overlap(row: dict) -> tuple[bool, bool, str]:
                           "TP and pipeline overlap off (NeMo 1's defaults)")
 
 
+#: A Megatron-Bridge row's notes where its recipe turns TP-communication overlap off
+#: (``CommOverlapConfig(tp_comm_overlap=False)``, as the DeepSeek-V3 H100 recipes build it) and where
+#: it reduces the gradients after the backward (``ddp.overlap_grad_reduce = False``).
+_TP_OVERLAP_OFF = "TP comm overlap off"
+_GRAD_REDUCE_OFF = "grad reduce overlap off"
+
+
 def _engine(row: dict) -> str | Engine:
     """The framework's engine.  Megatron-Bridge's performance recipes turn TP-communication
     overlap on wherever tp > 1 except with NVFP4 (scripts/performance/configs/llama/
@@ -158,17 +165,23 @@ def _engine(row: dict) -> str | Engine:
     recipe's, which src/megatron/bridge/recipes/llama/llama3.py sets True for Llama 3/3.1 70B and
     405B; the 8B configs set ``tp_comm_overlap=bool(tp > 1)``), and their precision configs
     (scripts/performance/utils/precision.py) keep the weights in FP8 only for FP8 current scaling
-    and MXFP8 (``fp8_param_gather = True``), not NVFP4."""
+    and MXFP8 (``fp8_param_gather = True``), not NVFP4.  Where a recipe turns the TP overlap or the
+    overlapped gradient reduction off, the row's notes say ``TP comm overlap off`` / ``grad reduce
+    overlap off``."""
     g = source_group(row)
     vp = row.get("vp")
     interleaved = int(row["pp"]) > 1 and isinstance(vp, (int, float)) and vp > 1
     if g == "Megatron-Bridge":
         # CommOverlapConfig (src/megatron/bridge/training/comm_overlap.py): overlap_p2p_comm on
-        # whenever pp > 1 with virtual stages, batch_p2p_comm otherwise
+        # whenever pp > 1 with virtual stages, batch_p2p_comm otherwise; a row whose recipe turns
+        # the TP overlap or the overlapped gradient reduction off says so in its notes
+        text = str(row.get("notes") or "")
+        grad_overlap = _GRAD_REDUCE_OFF not in text
         if "NVFP4" in row["precision"]:
-            return megatron_core(overlap_p2p_comm=interleaved)
-        return megatron_core(tp_comm_overlap=int(row["tp"]) > 1, fp8_param_gather="FP8" in row["precision"],
-                             overlap_p2p_comm=interleaved)
+            return megatron_core(overlap_p2p_comm=interleaved, overlap_grad_reduce=grad_overlap)
+        return megatron_core(tp_comm_overlap=int(row["tp"]) > 1 and _TP_OVERLAP_OFF not in text,
+                             fp8_param_gather="FP8" in row["precision"], overlap_p2p_comm=interleaved,
+                             overlap_grad_reduce=grad_overlap)
     if g == "NeMo":
         tp_overlap, p2p_overlap, _ = nemo_launcher_overlap(row)
         return megatron_core(tp_comm_overlap=tp_overlap and int(row["tp"]) > 1,
@@ -896,7 +909,10 @@ def _with_policy(engine: Engine, policy) -> Engine:
 #: pp x vp chunks; the first chunk also holds the embedding, the last the MTP layers and the loss.
 #: Kimi-K2 (DeepSeek-V3's architecture, 61 layers) the same chunks without MTP
 #: (``_get_kimi_k2_pipeline_layout``, src/megatron/bridge/recipes/kimi/kimi_k2.py).
-DEEPSEEK_V3_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,)}
+#: 32 chunks: the H100 perf recipe's explicit ``"Et|(tt|)*30mL"`` for pp 8 x vp 4
+#: (src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py, commit 6d9a87d6a): one layer
+#: beside the embedding, 30 chunks of two, and a last chunk of the MTP layer and the loss alone.
+DEEPSEEK_V3_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,), 32: (1,) + (2,) * 30 + (0,)}
 
 #: DeepSeek-V4-Flash's multi-token prediction layers (its HF config's ``num_nextn_predict_layers``,
 #: which Megatron-Bridge's ``deepseek_v4_bridge.py`` turns into ``mtp_num_layers``).
