@@ -466,10 +466,10 @@ def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> d
     recipes run it (flash attention, sequence parallelism, ZeRO-1),
     virtual stages 1, 2 and 4, context parallelism 1 and 2, and for an MoE model every
     power-of-two expert-parallel degree dividing its experts (up to 64 and the chip count), with
-    expert tensor parallelism = tp and, where the model has no shared experts, 1 (each tp rank an
-    expert-parallel rank: Megatron-Bridge's perf recipes for Qwen3 MoE, GPT-OSS and DeepSeek set
-    ``expert_tensor_parallel_size = 1``; with shared experts cosearch does not price it).  A TPU
-    runs MaxText (FSDP over the torus, tensor parallelism, no pipeline stages)."""
+    expert tensor parallelism = tp and 1 (each tp rank an expert-parallel rank: Megatron-Bridge's
+    perf recipes for Qwen3 MoE, GPT-OSS and DeepSeek set ``expert_tensor_parallel_size = 1``; shared
+    experts stay tensor-parallel).  A TPU runs MaxText (FSDP over the torus, tensor parallelism, no
+    pipeline stages)."""
     from .engine import megatron_core
     precs = ("bf16", "fp8") if chip.supports_fp8 else ("bf16",)
     eps: tuple[int, ...] = (1,)
@@ -479,7 +479,7 @@ def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> d
         # a TPU runs MaxText: FSDP (ZeRO-3) with tensor parallelism over the torus, no pipeline
         return dict(precision=precs, engine="maxtext", flash_attention=True, sequence_parallel=(True,), zero=(3,),
                     virtual_stages=(1,), context_parallel=(1,), expert_parallel=eps)
-    etps = (None, 1) if model.moe and not model.shared_experts else (None,)
+    etps = (None, 1) if model.moe else (None,)
     return dict(precision=precs, engine=megatron_core(tp_comm_overlap=True), flash_attention=True,
                 sequence_parallel=(True,), zero=(1,), virtual_stages=(1, 2, 4), context_parallel=(1, 2),
                 expert_parallel=eps, expert_tensor_parallel=etps)

@@ -882,8 +882,8 @@ def check_context_parallel(config: ModelConfig, cp, flash_attention: bool) -> in
 def check_expert_tensor_parallel(config: ModelConfig, etp, tp: int, sequence_parallel: bool) -> int:
     """Validate an expert-tensor-parallel degree (None: tp, Megatron's default); returns it.
     cosearch prices etp = tp and etp = 1 (each tp rank an expert-parallel rank of its own), the
-    latter with sequence parallelism (Megatron requires it for MoE under tp) and without shared
-    experts (they stay tensor-parallel, on gathered tokens, which is not modelled)."""
+    latter with sequence parallelism (Megatron requires it for MoE under tp); shared experts stay
+    tensor-parallel on the dense group, on gathered tokens (:func:`_shared_experts_sp`)."""
     if etp is None:
         return int(tp)
     if isinstance(etp, bool) or not isinstance(etp, (int, np.integer)) or etp < 1:
@@ -898,9 +898,6 @@ def check_expert_tensor_parallel(config: ModelConfig, etp, tp: int, sequence_par
     if not sequence_parallel:
         raise ValueError(f"expert_tensor_parallel=1 under tp={tp} needs sequence parallelism (Megatron requires it "
                          "for MoE with tensor parallelism)")
-    if config.shared_experts:
-        raise ValueError("expert_tensor_parallel=1 under tp > 1 with shared experts is not modelled (the shared "
-                         "experts stay tensor-parallel on gathered tokens)")
     return 1
 
 
@@ -1065,7 +1062,7 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
 
 
 def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1,
-             eager: bool = False, regroup: bool = False) -> int:
+             eager: bool = False, regroup: bool = False, shared: bool = True) -> int:
     """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
     the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
     state, each tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM
@@ -1074,7 +1071,8 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
     MLP beside them.  Under ``moe_einsum_dispatch`` (MaxText's dense dispatch) the copies reach
     their ``(expert, slot)`` places and come back through one-hot matmuls per sequence instead of
     the permute gathers.  ``regroup``: the all-to-all dispatch's received tokens sorted by local
-    expert and back (:func:`moe_regroup_bytes`), at ep > 1."""
+    expert and back (:func:`moe_regroup_bytes`), at ep > 1.  ``shared`` False: the shared experts
+    are the caller's (:func:`_shared_experts_sp`)."""
     h, E = c.hidden, c.num_experts
     fe = c.expert_ffn // tp
     dt = c.dtype_bytes
@@ -1095,7 +1093,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
     fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp, eager, regroup and ep > 1 and not c.moe_einsum_dispatch)
     out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
-    if c.shared_experts:
+    if c.shared_experts and shared:
         fs = c.shared_experts * fe
         s1 = g.linear("shared_fc1", [x2], T, 2 * fs if c.gated else fs, h, lowp)
         sa = g.vector("shared_act", [s1], T * fs, c.activation, inputs=2 if c.gated else 1)
@@ -1151,15 +1149,28 @@ def _moe_mlp_gathered(g: _Builder, c: ModelConfig, x: int, Tv: float, T: int, tp
     if exchange:
         out = g.collective("moe_combine", [out], moved, "alltoall")
     out = g.vector("moe_unpermute", [out], (copies if flex else own) * h, "mul")
-    if c.shared_experts:
-        fs = c.shared_experts * fe
-        xs = g.sp_allgather("shared_allgather", x, Tv * h, T * h, lowp)
-        s1 = g.linear("shared_fc1", [xs], T, 2 * fs if c.gated else fs, h, lowp, not lowp)
-        sa = g.vector("shared_act", [s1], T * fs, c.activation, inputs=2 if c.gated else 1)
-        s2 = g.linear("shared_fc2", [sa], T, h, fs, lowp)
-        s2 = g.collective("shared_reducescatter", [s2], T * h * dt, "reducescatter")
-        out = g.vector("moe_add", [out, s2], Tv * h, "add", inputs=2)
-    return out
+    return _shared_experts_sp(g, c, x, out, Tv, T, tp, lowp)
+
+
+def _shared_experts_sp(g: _Builder, c: ModelConfig, x: int, routed: int, Tv: float, T: int, tp: int,
+                       lowp: float) -> int:
+    """An MoE layer's shared experts under sequence parallelism (Megatron-Core's
+    ``SharedExpertMLP``: an MLP on the dense tensor-parallel group, ``pg_collection.tp``, whatever
+    the experts' tensor parallelism): the ``T`` tokens gathered from the ranks' ``Tv`` for the
+    column-parallel GEMM (``gather_from_sequence_parallel_region``: ``shared_allgather``, in the low
+    precision where the GEMM runs in it), each rank's ``1 / tp`` of their width, the row-parallel
+    output reduce-scattered back (``shared_reducescatter``) and added to the routed experts'
+    output ``routed``; ``routed`` itself without shared experts."""
+    if not c.shared_experts:
+        return routed
+    h, dt = c.hidden, c.dtype_bytes
+    fs = c.shared_experts * (c.expert_ffn // tp)
+    xs = g.sp_allgather("shared_allgather", x, Tv * h, T * h, lowp)
+    s1 = g.linear("shared_fc1", [xs], T, 2 * fs if c.gated else fs, h, lowp, not lowp)
+    sa = g.vector("shared_act", [s1], T * fs, c.activation, inputs=2 if c.gated else 1)
+    s2 = g.linear("shared_fc2", [sa], T, h, fs, lowp)
+    s2 = g.collective("shared_reducescatter", [s2], T * h * dt, "reducescatter")
+    return g.vector("moe_add", [routed, s2], Tv * h, "add", inputs=2)
 
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
@@ -1205,8 +1216,10 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
     regroup = dispatcher in REGROUPING_DISPATCHERS and ep > 1
     if local:
-        # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective
-        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup)
+        # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective;
+        # the shared experts stay on the dense tp group, on gathered tokens
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup, shared=False)
+        fc2 = _shared_experts_sp(g, c, n2, fc2, Tv, T, tp, lowp)
     elif c.moe and gathered and dispatcher != "gather-tokens" and not c.moe_einsum_dispatch:
         # the experts split over the tp ranks under sequence parallelism: Megatron-Core's dispatchers
         # gather the routed copies over tp after the dispatch (and the shared experts their tokens)

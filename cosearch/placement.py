@@ -357,7 +357,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
 def expert_tensor_parallel_values(model: ModelConfig, etp, tps, sps) -> tuple:
     """The expert-tensor-parallel degrees to search (None: etp = tp, Megatron's default; 1:
     every tp rank an expert-parallel rank), checked against the model and the other options:
-    etp 1 needs an MoE model without shared experts where some tp > 1 (tp 1 is the default's),
+    etp 1 needs an MoE model where some tp > 1 (tp 1 is the default's),
     and sequence parallelism among the options there (Megatron requires it)."""
     from .graph import check_expert_tensor_parallel
     vals = (None,) if etp is None else v.values_of("expert_tensor_parallel", etp, (int, np.integer))

@@ -57,9 +57,46 @@ def test_the_layer_graph_by_hand():
     assert sh["shared_reducescatter"].bytes_read == 128 * 256 * 2 and sh["moe_add"].elements == 64 * 256
     with pytest.raises(ValueError, match="sequence parallelism"):
         graph.build(MOE, 2, 2, "fwd", expert_parallel=4, expert_tensor_parallel=1)
-    with pytest.raises(ValueError, match="shared experts"):
-        graph.build(MOE.with_(shared_experts=1), 2, 2, "fwd", sequence_parallel=True, expert_parallel=4,
-                    expert_tensor_parallel=1)
+
+
+def test_shared_experts_under_expert_tensor_parallelism_one_by_hand():
+    """etp 1 under tp 2 (SP, microbatch 2, ep 4) with one shared expert: the routed experts as
+    without it (the rank's own Tv = 64 tokens, whole width), the shared expert on the dense tp group
+    (Megatron-Core's SharedExpertMLP, pg_collection.tp): the T = 128 tokens gathered (128 x 256 x 2
+    bytes), its fused gate/up GEMM 128 x (2 x 128 / 2) x 256, its down GEMM 128 x 256 x 64, the
+    output reduce-scattered (128 x 256 x 2 bytes) and added to the routed output on 64 x 256."""
+    shared = MOE.with_(shared_experts=1)
+    ops = {o.name: o for o in graph.build(shared, 2, 2, "fwd", sequence_parallel=True, flash_attention=True,
+                                          expert_parallel=4, expert_tensor_parallel=1).ops}
+    plain = {o.name: o for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True, flash_attention=True,
+                                            expert_parallel=4, expert_tensor_parallel=1).ops}
+    for name in ("router", "moe_dispatch", "expert_fc1", "expert_fc2", "moe_combine", "moe_unpermute"):
+        assert (ops[name].flops, ops[name].bytes_read) == (plain[name].flops, plain[name].bytes_read), name
+    assert ops["shared_allgather"].kind == "allgather" and ops["shared_allgather"].bytes_read == 128 * 256 * 2
+    f1, f2 = ops["shared_fc1"], ops["shared_fc2"]
+    assert (f1.m, f1.n, f1.k) == (128, 128, 256) and f1.flops == 2 * 128 * 128 * 256
+    assert (f2.m, f2.n, f2.k) == (128, 256, 64) and f2.flops == 2 * 128 * 256 * 64
+    assert ops["shared_reducescatter"].kind == "reducescatter" and ops["shared_reducescatter"].bytes_read == 128 * 256 * 2
+    assert ops["moe_add"].elements == 64 * 256
+    assert "allgather_mlp" not in ops and "reducescatter_mlp" not in ops
+    names = list(ops)
+    assert names.index("moe_unpermute") < names.index("shared_allgather") < names.index("moe_add")
+    # its weights: the routed experts' over ep x etp = 4 ranks, the shared expert's over tp = 2 (with
+    # the attention), as Megatron-Core shards them
+    spec = PlanSpec(2, 2, 1, 2, sequence_parallel=True, expert_parallel=4, expert_tensor_parallel=1,
+                    flash_attention=True)
+    routed = shared.expert_layer_params()
+    u = unit_costs(shared, _h100(), cluster.Cluster(4), (spec.tp,), (2,), sequence_parallel=(True,),
+                   expert_parallel=4, expert_tensor_parallel=1, flash_attention=True)
+    from cosearch._kernels import formulas as F
+    norms = 2 * shared.norm_params()        # the layer's two norms, whole on every rank
+    assert u[0, 0, 0, 0, F.U_PLX] == pytest.approx(routed / 4)
+    assert u[0, 0, 0, 0, F.U_PL] == pytest.approx((shared.layer_params() - routed - norms) / 2 + norms + routed / 4)
+
+
+def _h100():
+    from cosearch import hardware
+    return hardware.H100
 
 
 def test_the_expert_group_spans_the_tp_ranks():
@@ -152,9 +189,6 @@ def test_search_refuses_expert_tensor_parallelism_it_cannot_price():
     with pytest.raises(ValueError, match="sequence parallelism"):
         placement.search_plans(MOE, hardware.H100, 8, 8, tps=(2,), sequence_parallel=(False,),
                                expert_tensor_parallel=1)
-    with pytest.raises(ValueError, match="shared experts"):
-        placement.search_plans(MOE.with_(shared_experts=1), hardware.H100, 8, 8, tps=(1, 2),
-                               expert_tensor_parallel=(None, 1))
 
 
 def test_cosearch_over_expert_tensor_parallelism_keeps_each_designs_best():
@@ -291,3 +325,28 @@ def test_maxtext_gathers_the_tokens_before_routing_them():
     assert "moe_sort" not in {o.name for o in graph.build(MOE, 2, 2, "fwd", sequence_parallel=True,
                                                           flash_attention=True, expert_parallel=8,
                                                           moe_dispatcher="gather-tokens").ops}
+
+
+def test_search_with_shared_experts_over_expert_tensor_parallelism_equals_brute_force():
+    """A 2-layer MoE with a shared expert (DeepSeek's layout) on 4 chips: search_plans over
+    etp = tp and etp = 1 (tp 1, 2; SP off and on; ep 1, 2, 4) finds the best step of every plan written out
+    through evaluate(), with HBM at the brute force's median plan memory (memory binds)."""
+    import numpy as np
+
+    from cosearch import hardware, placement
+    model = MOE.with_(shared_experts=1, num_layers=2)
+    cl = cluster.Cluster(4, 2, 5e9, 1e9, link_latency_s=1e-6, intra_efficiency=0.8, inter_efficiency=0.9)
+    big = hardware.H100.with_(hbm_bytes=1e18)
+    rows = []
+    for s in two_layer_plan_specs(4, 4, (1, 2, 4), (1,), sequence_parallel=(False, True),
+                                  expert_tensor_parallel=(None, 1)):
+        p = evaluate(model, big, cl, s, 4, engine="megatron-core")
+        rows.append((p.step_time_s, max(p.memory_per_chip_bytes), s))
+    assert any(s.expert_tensor_parallel == 1 for *_x, s in rows)
+    hbm = float(np.median([m for _t, m, _s in rows]))
+    best = min(t for t, m, _s in rows if m <= hbm)
+    res = placement.search_plans(model, hardware.H100.with_(hbm_bytes=hbm), cl, 4, tps=(1, 2),
+                                 microbatches=(1, 2, 4), virtual_stages=(1,), sequence_parallel=(False, True), zero=(1,),
+                                 flash_attention=True, engine="megatron-core", expert_parallel=(1, 2, 4),
+                                 expert_tensor_parallel=(None, 1))
+    assert res.plans[0].step_time_s == pytest.approx(best, rel=1e-9)

@@ -605,24 +605,23 @@ def test_bridge_card_rows_are_consistent_as_transcribed():
 
 
 def test_bridge_card_rows_read_their_own_recipes():
-    """Every card row is described but DeepSeek-V3 on H100 (refused by name: etp 1 under tp 2 with a
-    shared expert); a row citing its recipe's dispatcher takes the EP overlap and backend the
-    recipe's source sets (the shipped table), not its notes: Qwen3-30B-A3B on H100 overlaps with
-    HybridEP, DeepSeek-V4-Flash does not overlap; GPT-OSS on GB200 cites none (DeepEP falls back to
-    the all-to-all dispatcher there) and takes its notes: overlap on, all-to-all."""
+    """Every card row is described and priced; a row citing its recipe's dispatcher takes the EP
+    overlap and backend the recipe's source sets (the shipped table), not its notes: Qwen3-30B-A3B
+    on H100 overlaps with HybridEP, DeepSeek-V4-Flash does not overlap; GPT-OSS on GB200 cites none
+    (DeepEP falls back to the all-to-all dispatcher there) and takes its notes: overlap on,
+    all-to-all.  DeepSeek-V3 on H100: its recipe's pipeline layout, its TP overlap and overlapped
+    gradient reduction off, expert tensor parallelism 1 under tp 2 beside its shared expert."""
+    from cosearch.plan import evaluate
     described = {}
     for r in _cards():
-        if r["id"].startswith("mbridge-card/DeepSeekV3/H100"):
-            from cosearch.plan import evaluate
-            d = rows.describe_row(r)
-            assert d.spec.stage_layers == (7,) + (8,) * 6 + (6,) and not d.engine.overlap_tp_comm
-            with pytest.raises(ValueError, match="expert_tensor_parallel=1 under tp > 1 with shared experts"):
-                evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
-            continue
-        described[r["id"]] = rows.describe_row(r)
+        d = described[r["id"]] = rows.describe_row(r)
+        assert evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory).feasible
         if "dispatcher from" in r["assumed"][1]:
             assert rows.megatron_bridge_moe_dispatch(r) is not None, r["id"]
-    assert len(described) == 15
+    assert len(described) == 16
+    ds = described["mbridge-card/DeepSeekV3/H100/BF16/1024/gbs16384"]
+    assert ds.spec.stage_layers == (7,) + (8,) * 6 + (6,) and ds.spec.expert_tensor_parallel == 1
+    assert not ds.engine.overlap_tp_comm and not ds.engine.overlap_grad_reduce and ds.engine.moe_dispatcher == "flex"
     h100 = described["mbridge-card/Qwen3_30B_a3B/H100/BF16/16/gbs1024"].engine
     assert h100.overlap_moe_a2a and h100.moe_dispatcher == "flex" and h100.moe_flex_backend == "hybridep"
     v4 = described["mbridge-card/DeepSeekV4_Flash/GB300/FP8_MX/128/gbs2048"].engine
