@@ -342,6 +342,30 @@ def cards_table(path: Path) -> str:
     return "\n".join(lines)
 
 
+def ironwood_table(path: Path) -> str:
+    """Measured MaxText runs on TPU7x (Ironwood; bench/validation/ironwood/IRONWOOD.md), outside the
+    validation set, through the library's checker (``cosearch runs check`` on the config-file CSV:
+    each recipe's own MaxText words read by the MaxText reader on the chip's two JAX devices,
+    priced on the TPU7x preset, its datasheet and one public GEMM sweep, on the ``tpu7x-pod``
+    slice).  A check of a chip predicted from its specification: nothing is chosen on these runs."""
+    from cosearch.runs.check import check_runs, read_measured
+    res = check_runs(path)
+    moe = {rid for rid, _g, rc in read_measured(path) if not isinstance(rc, str) and rc.model is not None
+           and rc.model.moe}
+    lines = [f"[fidelity] TPU7x (Ironwood) MaxText runs outside the validation set ({path.parent.name}/{path.name}): "
+             f"{len(res.runs)} priced, {len(res.refused)} refused"]
+    groups: dict[str, list] = {}
+    for r in res.runs:
+        kind = ("MoE " if r.id in moe else "dense ") + r.group.split()[-1]
+        groups.setdefault(kind, []).append(r.error)
+        lines.append(f"  {r.error:+6.1%} {r.id:<40} {r.plan}")
+    for rid, why in res.refused:
+        lines.append(f"  refused {rid}: {why[:110]}")
+    for kind, errs in sorted(groups.items()):
+        lines.append(f"  {kind:<12} {len(errs):2d} runs; {_stats(errs)}")
+    return "\n".join(lines)
+
+
 def test_fidelity(benchmark):
     runs = json.loads(PATH.read_text())["runs"] if PATH.exists() else pytest.skip(f"no {PATH}")
     rows, errors, by_name = [], [], {}
@@ -398,4 +422,7 @@ def test_fidelity(benchmark):
     cards = PATH.with_name("bridge_cards.jsonl")
     if cards.exists():
         print(cards_table(cards))
+    ironwood = PATH.with_name("ironwood") / "runs.csv"
+    if ironwood.exists():
+        print(ironwood_table(ironwood))
     print(_node_check())

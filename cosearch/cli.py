@@ -673,7 +673,9 @@ def _run_plan(a) -> int:
         if a.from_megatron_args is not None:
             raise ValueError("give the Megatron line as a --from file, or --from-megatron-args, not both")
         from .runs import read_configs
-        run = read_configs([(f[0], f[1:]) for f in a.from_files], model=model)
+        # a MaxText config counts the chip's JAX devices (TPU7x: two a chip)
+        run = read_configs([(f[0], f[1:]) for f in a.from_files], model=model,
+                           devices_per_chip=_chip_from_args(a).devices_per_chip)
         if run.num_chips is not None and a.nodes is None and a.chips is None and not _is_file(a.cluster,
                                                                                               _CLUSTER_NAMES):
             # the file states the run's size (NeMo's trainer.num_nodes x devices)
@@ -927,8 +929,9 @@ def main(argv: list[str] | None = None) -> int:
     rc = rsub.add_parser("check", help="predicted against measured throughput, per run and per group",
                          formatter_class=fmt)
     rc.add_argument("measured", help="measured runs: validation-schema .jsonl, or a .csv with columns "
-                                     "model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip[,...] "
-                                     "(cosearch.runs.check)")
+                                     "model,cluster,chips,tp,pp,mb,batch,measured_tok_s_per_chip[,...], or a .csv "
+                                     "of runs by their config files: config,cluster,chips,measured_tok_s_per_chip"
+                                     "[,...] (cosearch.runs.check)")
     rc.add_argument("--releases", choices=["all", "newest"], default="all",
                     help="check every row, or only the newest software release's row of each plan")
     rc.add_argument("--plot", help="write a predicted-vs-measured scatter with the ±10%% band (PNG)")

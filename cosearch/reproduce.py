@@ -228,10 +228,16 @@ def frontier_systems() -> list:
         hbm=(None, ("hbm3e-12h", 8), ("hbm4-12h", 8)))
 
 
+#: The TPU7x (Ironwood) MaxText runs beside the validation files (a config-file CSV of
+#: :mod:`cosearch.runs.check`; bench/validation/ironwood/IRONWOOD.md).
+IRONWOOD_RUNS = os.path.join("ironwood", "runs.csv")
+
+
 def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
     """Per fixed system, the model's error on the published runs of its chip (validation-schema
     files ``modern_runs.jsonl``, every row, and ``moe_runs.jsonl``, each plan's newest release,
-    in the folder ``validation``): ``n``, ``mae``, ``mean_signed``, and the same over the runs
+    and the TPU7x MaxText runs of :data:`IRONWOOD_RUNS`, every row (each one XLA program: GPU
+    time), in the folder ``validation``): ``n``, ``mae``, ``mean_signed``, and the same over the runs
     whose step is the GPU time cosearch prices (``gpu_time``, None when there are none): every
     dense run, and the MoE runs whose whole iteration is one CUDA graph or one XLA program — an
     MoE run launched from the host also waits on the host's launches and its dispatcher's token
@@ -241,7 +247,7 @@ def fixed_system_errors(validation: str | os.PathLike | None) -> dict[str, dict[
     if validation is None or not os.path.isdir(validation):
         return {}
     errs: dict[str, list[tuple[float, bool]]] = {k: [] for k in FIXED_CHIP_TOKEN}
-    for name, releases in (("modern_runs.jsonl", "all"), ("moe_runs.jsonl", "newest")):
+    for name, releases in (("modern_runs.jsonl", "all"), ("moe_runs.jsonl", "newest"), (IRONWOOD_RUNS, "all")):
         path = os.path.join(validation, name)
         if not os.path.isfile(path):
             continue

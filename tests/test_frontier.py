@@ -202,6 +202,16 @@ def test_reproduce_frontier_and_errors(tmp_path):
     assert "dgx-h100" not in errs and reproduce.fixed_system_errors(tmp_path / "nope") == {}
     # the dense runs' step is GPU time: the subset is every run
     assert errs["dgx-b200"]["gpu_time"] == {k: errs["dgx-b200"][k] for k in ("n", "mae", "mean_signed")}
+    # the TPU7x pod's: the Ironwood MaxText runs of ironwood/runs.csv (config-file CSV), every one
+    import shutil
+    (val / "ironwood").mkdir()
+    shutil.copy(pathlib.Path(__file__).resolve().parent / "data" / "runs" / "maxtext_llama3_70b_tpu7x.args",
+                val / "ironwood" / "l70.args")
+    (val / "ironwood" / "runs.csv").write_text("id,group,config,cluster,chips,measured_tok_s_per_chip\n"
+                                               "l70,MaxText TPU7x bf16,l70.args,tpu7x-pod,64,2686.98\n")
+    tpu = reproduce.fixed_system_errors(val)["tpu7x-pod"]
+    (one,) = check_runs(val / "ironwood" / "runs.csv").runs
+    assert tpu["n"] == 1 and tpu["mean_signed"] == pytest.approx(one.error) and tpu["gpu_time"]["n"] == 1
 
 
 def test_fixed_system_errors_split_off_moe_runs_launched_from_the_host(tmp_path):

@@ -640,3 +640,99 @@ def test_maxtext_moe_configs_read_as_maxtext_runs_them():
                        (["model_name=mixtral-8x7b", "capacity_factor=abc"], "must be a number")):
         with pytest.raises(ValueError, match=why):
             read_maxtext(None, base + extra)
+
+
+def test_maxtext_counts_jax_devices_on_a_chip_of_two():
+    """A TPU7x chip exposes two JAX devices (Accelerator.devices_per_chip); MaxText counts devices.
+    The tpu-recipes Llama 3.1 70B recipe on a tpu7x-4x4x4 slice (64 chips, 128 devices),
+    per_device_batch_size 2: 2 x 128 = 256 sequences, 4 a chip (ici_fsdp -1: ZeRO-3 over every
+    chip); its kernel tuning (splash blocks) said, its bf16 first moment as 14 bytes a parameter
+    (4 weights + 4 gradients + 2 + 4 moments: cosearch's optimizer share 10)."""
+    from cosearch import hardware
+    assert hardware.preset("TPU7x").devices_per_chip == 2 and hardware.H100.devices_per_chip == 1
+    d = read_config(DATA / "maxtext_llama3_70b_tpu7x.args", devices_per_chip=2).resolve(64)
+    assert d.global_batch == 256 and (d.spec.dp, d.spec.microbatch, d.spec.zero) == (64, 4, 3)
+    assert d.memory.optimizer_bytes == 10.0 and d.memory.bytes_per_param == 14.0
+    assert any("kernel tuning" in a for a in d.assumed) and any("2 devices a chip" in a for a in d.assumed)
+    # counted as one device a chip, the same words are half the batch
+    assert read_config(DATA / "maxtext_llama3_70b_tpu7x.args").resolve(64).global_batch == 128
+    # an explicit fsdp degree counts devices: 64 x data 2 on 128 devices is 32 x 2 on 64 chips
+    words = ["model_name=llama3.1-70b", "per_device_batch_size=1", "ici_fsdp_parallelism=64", "ici_data_parallelism=2"]
+    two = read_maxtext(None, words, devices_per_chip=2).resolve(64)
+    assert (two.spec.dp, two.spec.zero_group, two.global_batch) == (64, 32, 128)
+    with pytest.raises(ValueError, match="does not split into chips of 2 devices"):
+        read_maxtext(None, ["model_name=llama3.1-70b", "ici_fsdp_parallelism=3", "ici_data_parallelism=2"],
+                     devices_per_chip=2)
+    # no fsdp: the data axis holds the chip's devices
+    dp_only = read_maxtext(None, ["model_name=llama3.1-8b", "per_device_batch_size=1", "ici_fsdp_parallelism=1",
+                                  "ici_data_parallelism=8"], devices_per_chip=2).resolve(4)
+    assert (dp_only.spec.dp, dp_only.spec.zero, dp_only.global_batch) == (4, 0, 8)
+    with pytest.raises(ValueError, match="counts GPUs"):
+        read_config(DATA / "torchtitan_llama3_70b.toml", devices_per_chip=2)
+    from cosearch.hardware.chips import Accelerator
+    for bad in (0, 9, 1.5, True):
+        with pytest.raises(ValueError, match="devices_per_chip"):
+            hardware.H100.with_(devices_per_chip=bad)
+    assert isinstance(hardware.H100.with_(devices_per_chip=2), Accelerator)
+
+
+@pytest.mark.parametrize("words,state", [
+    (["mu_dtype=bfloat16"], 14.0), (["mu_dtype=bfloat16", "grad_dtype=bfloat16"], 12.0),
+    (["weight_dtype=bfloat16"], 8.0), (["weight_dtype=float32", "mu_dtype=float32"], 16.0)])
+def test_maxtext_parameter_state_from_its_dtypes(words, state):
+    """MaxText's weights (float32 by default), gradients and Adam's first moment (the weights'
+    dtype unless set) and second moment (the weights'): bytes a parameter, by hand."""
+    d = read_maxtext(None, ["model_name=llama3.1-8b", "per_device_batch_size=1", *words]).resolve(8)
+    got = 16.0 if d.memory is None else d.memory.bytes_per_param
+    assert got == state
+
+
+def test_maxtext_qwix_fp8_and_what_it_reads_and_says():
+    """quantization fp8_full is Qwix's (use_qwix_quantization true): FP8 GEMMs; its fixed
+    calibration said; random routing, vocabulary tiling and expert sharding over fsdp said; a
+    dtype MaxText does not have refused."""
+    base = ["model_name=qwen3-235b-a22b", "per_device_batch_size=1", "sparse_matmul=True"]
+    d = read_maxtext(None, base + ["quantization=fp8_full", "use_qwix_quantization=True",
+                                   "weight_quantization_calibration_method='fixed,-224,224'", "use_random_routing=True",
+                                   "num_vocab_tiling=4", "shard_exp_on_fsdp=True", "sa_block_q=1024",
+                                   "use_tokamax_gmm=True"]).resolve(16)
+    assert d.spec.precision == "fp8"
+    for said in ("calibration", "use_random_routing", "num_vocab_tiling 4", "shard_exp_on_fsdp", "kernel tuning (2 keys"):
+        assert any(said in a for a in d.assumed), said
+    with pytest.raises(ValueError, match="use_qwix_quantization"):
+        read_maxtext(None, base + ["quantization=fp8_full"])
+    with pytest.raises(ValueError, match="mu_dtype 'float16' is not modelled"):
+        read_maxtext(None, base + ["mu_dtype=float16"])
+    with pytest.raises(ValueError, match="has none"):
+        read_maxtext(None, ["model_name=llama3.1-8b", "shard_exp_on_fsdp=True"])
+
+
+def test_check_runs_given_by_their_config_files(tmp_path):
+    """The config-file CSV: each run's own framework file (here the tpu-recipes Ironwood Llama 3.1
+    70B recipe, 64 TPU7x chips) read on the cluster's chip (two JAX devices a chip) and priced;
+    the error is predicted over measured tokens/s a chip, checked against evaluate() of the same
+    description; a global batch that contradicts the file's, a missing column, and an unknown one
+    refused by name."""
+    import shutil
+
+    from cosearch import hardware
+    from cosearch.cluster import preset as cluster_preset
+    shutil.copy(DATA / "maxtext_llama3_70b_tpu7x.args", tmp_path / "l70.args")
+    head = "id,group,config,cluster,chips,global_batch,measured_tok_s_per_chip,measured_step_s,source\n"
+    (tmp_path / "runs.csv").write_text(head + "l70,MaxText TPU7x bf16,l70.args,tpu7x-pod,64,256,2686.98,12.20,tpu-recipes\n"
+                                       "bad,MaxText TPU7x bf16,l70.args,tpu7x-pod,64,512,2686.98,,\n")
+    res = check_runs(tmp_path / "runs.csv")
+    (run,) = res.runs
+    d = read_config(tmp_path / "l70.args", devices_per_chip=2).resolve(64)
+    plan = evaluate(d.model, hardware.preset("TPU7x"), cluster_preset("tpu7x-pod", 64), d.spec, d.global_batch,
+                    engine=d.engine, mem=d.memory)
+    assert run.error == pytest.approx(plan.tokens_per_s / 64 / 2686.98 - 1.0)
+    assert run.group == "MaxText TPU7x bf16" and "dp64" in run.plan
+    (rid, why), = res.refused
+    assert rid == "bad" and "global batch 512 contradicts" in why
+    (tmp_path / "missing.csv").write_text("id,config,cluster,chips\nx,l70.args,tpu7x-pod,64\n")
+    with pytest.raises(ValueError, match="missing columns measured_tok_s_per_chip"):
+        check_runs(tmp_path / "missing.csv")
+    (tmp_path / "unknown.csv").write_text("config,cluster,chips,measured_tok_s_per_chip,tp\nl70.args,tpu7x-pod,64,1,1\n")
+    with pytest.raises(ValueError, match="unknown columns tp"):
+        check_runs(tmp_path / "unknown.csv")

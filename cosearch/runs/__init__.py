@@ -114,11 +114,15 @@ def _megatron_words(words: list[str]) -> list[str]:
 
 
 def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), fmt: str | None = None,
-                model: ModelConfig | None = None, seq_len: int | None = None) -> RunConfig:
+                model: ModelConfig | None = None, seq_len: int | None = None,
+                devices_per_chip: int = 1) -> RunConfig:
     """One config file as a :class:`RunConfig` (``fmt``: one of :data:`FORMATS`, None: detected).
     ``overrides``: ``key=value`` words applied after the file (Hydra / MaxText / torchtitan
     style).  ``model``: the model when the file leaves it out (Megatron lines, NeMo configs whose
-    tokenizer is unknown); ``seq_len``: the sequence for a ``config.json``."""
+    tokenizer is unknown); ``seq_len``: the sequence for a ``config.json``.
+    ``devices_per_chip``: the JAX devices a chip of the run exposes (the chip's
+    :attr:`~cosearch.hardware.Accelerator.devices_per_chip`): a MaxText config counts devices
+    (:func:`read_maxtext`); the other formats count chips (GPUs) and refuse more than 1."""
     from .._validate import input_path
     path = input_path(path, "read_config: the config")
     fmt = fmt or detect_format(path)
@@ -126,6 +130,11 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if overrides and fmt in ("megatron-args", "hf-config"):
         raise ValueError(f"{path}: {fmt} takes no key=value overrides")
+    from .._validate import positive_int
+    devices_per_chip = positive_int("devices_per_chip", devices_per_chip, 8)
+    if devices_per_chip > 1 and fmt not in ("maxtext", "hf-config"):
+        raise ValueError(f"{path}: a {fmt} config counts GPUs, one device each; {devices_per_chip} devices a chip "
+                         "applies to MaxText configs (JAX devices)")
     if fmt == "megatron-args":
         import shlex
         return read_megatron_args(shlex.join(_megatron_words(_script_words(Path(path)))), model,
@@ -138,10 +147,13 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
     if not yaml_file and fmt in ("megatron-bridge", "maxtext"):
         # a file of key=value overrides alone (a recipe's or train.py's command line)
         words = _script_words(Path(path)) + list(overrides)
-        return read_megatron_bridge(None, words, model) if fmt == "megatron-bridge" else read_maxtext(None, words)
+        return (read_megatron_bridge(None, words, model) if fmt == "megatron-bridge"
+                else read_maxtext(None, words, devices_per_chip))
     if fmt == "megatron-bridge":
         return read_megatron_bridge(path, overrides, model)
-    return {"torchtitan": read_torchtitan, "maxtext": read_maxtext, "llm-foundry": read_foundry}[fmt](path, overrides)
+    if fmt == "maxtext":
+        return read_maxtext(path, overrides, devices_per_chip)
+    return {"torchtitan": read_torchtitan, "llm-foundry": read_foundry}[fmt](path, overrides)
 
 
 #: Model fields a run's files set as training choices on top of a given model (Megatron's
@@ -149,11 +161,12 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
 RUN_MODEL_FIELDS = ("mtp_layers", "moe_capacity_factor", "moe_pad_to_capacity")
 
 
-def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], model: ModelConfig | None = None
-                 ) -> RunConfig:
+def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], model: ModelConfig | None = None,
+                 devices_per_chip: int = 1) -> RunConfig:
     """The files of one run, merged (:func:`merge`).  ``items``: paths, or ``(path, overrides)``
     pairs.  Files that describe the plan are read first, so a ``config.json`` is read at their
-    sequence length and a Megatron line without model flags gets the model from the others."""
+    sequence length and a Megatron line without model flags gets the model from the others.
+    ``devices_per_chip``: as :func:`read_config` takes it (for a MaxText config)."""
     from .._validate import input_path
     if isinstance(items, (str, os.PathLike)) or not isinstance(items, (list, tuple)):
         raise ValueError(f"read_configs: give a list of paths or (path, overrides) pairs, got {items!r}")
@@ -175,7 +188,8 @@ def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], m
         known = merge(done) if done else None
         seq = (known.seq_len or (known.model.seq_len if known.model else None)) if known else None
         m = (known.model if known and known.model else None) or model
-        done.append(read_config(p, ov, fmts[i], model=m, seq_len=seq))
+        done.append(read_config(p, ov, fmts[i], model=m, seq_len=seq,
+                                devices_per_chip=devices_per_chip if fmts[i] in ("maxtext", "hf-config") else 1))
     if model is not None:
         # the training choices a run's files make for a given model (multi-token prediction depth,
         # an MoE capacity): the files' (the readers apply them to the given model)

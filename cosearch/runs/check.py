@@ -26,6 +26,15 @@ Two input formats:
   ``cross_entropy`` (``off``, ``native`` or ``te``: Megatron-Core's loss, ``--cross-entropy-loss-fusion``
   with ``--cross-entropy-fusion-impl``, :func:`cosearch.engine.with_cross_entropy_fusion`; default the
   engine's).  Unknown columns are refused by name.
+* a CSV of runs given by their own config files (a ``config`` column: :data:`CONFIG_CSV_REQUIRED`):
+  each run's framework file (a Megatron line, a NeMo or Megatron-Bridge YAML, a torchtitan TOML,
+  a MaxText YAML or ``key=value`` words, an llm-foundry YAML; a path relative to the CSV) read by
+  :func:`cosearch.runs.read_config` (a MaxText config on the chip's JAX devices,
+  :attr:`cosearch.hardware.Accelerator.devices_per_chip`), on ``chips`` chips of ``cluster``;
+  optional :data:`CONFIG_CSV_OPTIONAL`: ``id``, ``group``, ``chip`` (default: the cluster's),
+  ``global_batch`` (checked against the file's), ``model`` (a preset, where the file leaves the
+  model out), ``overrides`` (``key=value`` words applied after the file), and ``source`` /
+  ``notes`` / ``measured_step_s`` / ``measured_tflops_per_chip`` (provenance, not read).
 
 Rows cosearch cannot describe are listed with their reason, never dropped silently.
 """
@@ -40,12 +49,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQUIRED", "CSV_OPTIONAL"]
+__all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQUIRED", "CSV_OPTIONAL",
+           "CONFIG_CSV_REQUIRED", "CONFIG_CSV_OPTIONAL"]
 
 CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
 CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "scaling_recipe",
                 "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs", "op_fuser", "etp", "moe_dispatcher",
                 "moe_flex_backend", "moe_a2a_overlap", "cross_entropy")
+#: The columns of a CSV of runs given by their config files (module docstring).
+CONFIG_CSV_REQUIRED = ("config", "cluster", "chips", "measured_tok_s_per_chip")
+CONFIG_CSV_OPTIONAL = ("id", "group", "chip", "global_batch", "model", "overrides", "source", "notes",
+                       "measured_step_s", "measured_tflops_per_chip")
 #: A CSV row's ``cuda_graphs`` (Megatron's ``--cuda-graph-impl`` words and ``per_module``) as the
 #: capture classes of :func:`cosearch.runs.rows.graph_capture_class`.
 CSV_CUDA_GRAPHS = {"full_iteration": "whole iteration", "transformer_engine": "per module",
@@ -164,6 +178,8 @@ class CheckResult:
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:
+    """A measured-runs CSV's rows: the plan columns (:data:`CSV_REQUIRED`), or with a ``config``
+    column the config-file format (:data:`CONFIG_CSV_REQUIRED`)."""
     import csv
     import io
 
@@ -172,13 +188,16 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
     reader = csv.DictReader(io.StringIO(text))
     cols = [c.strip() for c in (reader.fieldnames or [])]
     if not cols:
-        raise ValueError(f"{path}: an empty CSV; the header needs {', '.join(CSV_REQUIRED)}")
-    missing = [c for c in CSV_REQUIRED if c not in cols]
-    unknown = [c for c in cols if c not in CSV_REQUIRED + CSV_OPTIONAL]
+        raise ValueError(f"{path}: an empty CSV; the header needs {', '.join(CSV_REQUIRED)} (or "
+                         f"{', '.join(CONFIG_CSV_REQUIRED)} for runs given by their config files)")
+    required, optional = ((CONFIG_CSV_REQUIRED, CONFIG_CSV_OPTIONAL) if "config" in cols
+                          else (CSV_REQUIRED, CSV_OPTIONAL))
+    missing = [c for c in required if c not in cols]
+    unknown = [c for c in cols if c not in required + optional]
     if missing or unknown:
         raise ValueError(f"{path}: " + "; ".join(x for x in (
             f"missing columns {', '.join(missing)}" if missing else "",
-            f"unknown columns {', '.join(unknown)} (known: {', '.join(CSV_REQUIRED + CSV_OPTIONAL)})" if unknown else "")
+            f"unknown columns {', '.join(unknown)} (known: {', '.join(required + optional)})" if unknown else "")
             if x))
     rows = []
     for i, r in enumerate(reader, start=2):
@@ -324,6 +343,51 @@ def _typed_rows(rows: list[dict], source: str) -> tuple[list[dict], list[tuple[s
     return typed, wrong
 
 
+def _config_csv_row(r: dict[str, str], line: int, path: Path):
+    """A config-file CSV row as a :class:`~cosearch.runs.config.RunConfig` with its chip, cluster
+    and measured throughput (module docstring)."""
+    import shlex
+
+    from .. import cluster as cl
+    from .. import hardware, models
+    from . import read_config
+    from .config import RunConfig, merge
+    chips = _whole(r, "chips")
+    cname = r["cluster"].lower()
+    if cname not in cl.PRESET_CHIPS:
+        raise ValueError(f"cluster {r['cluster']!r} is not a preset ({', '.join(cl.PRESET_CHIPS)})")
+    if cname.startswith("dgx"):
+        if chips % 8:
+            raise ValueError(f"{chips} chips are not whole 8-GPU nodes of {cname}")
+        cluster = cl.preset(cname, chips // 8)
+    else:
+        cluster = cl.preset(cname, chips)
+    chip = hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
+    cfg = Path(r["config"])
+    cfg = cfg if cfg.is_absolute() else path.parent / cfg
+    model = models.preset(r["model"]) if r.get("model") else None
+    run = read_config(cfg, shlex.split(r.get("overrides") or ""), model=model,
+                      devices_per_chip=chip.devices_per_chip)
+    measured = float(r["measured_tok_s_per_chip"])
+    if not (measured > 0 and np.isfinite(measured)):
+        raise ValueError(f"measured_tok_s_per_chip {r['measured_tok_s_per_chip']!r} is not a positive number")
+    given = RunConfig(f"{path.name} line {line}", num_chips=chips, chip=chip, cluster=cluster,
+                      measured_tok_s_per_chip=measured,
+                      global_batch=_whole(r, "global_batch") if r.get("global_batch") else None)
+    return merge([run, given])
+
+
+def _whole(r: dict[str, str], key: str) -> int:
+    v = r.get(key, "")
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError(f"{key} {v!r} is not a whole number") from None
+    if not (np.isfinite(x) and x == int(x) and x > 0):
+        raise ValueError(f"{key} {v!r} is not a positive whole number")
+    return int(x)
+
+
 def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[str, str, Any]]:
     """``(id, group, RunConfig or the reason it was refused)`` for each run of a measured-runs
     file (``.jsonl`` in the validation schema, or the minimal ``.csv``).  ``releases``: ``all``
@@ -346,7 +410,7 @@ def _measured(path: str | os.PathLike, releases: str) -> list[tuple[str, str, An
         for i, r in enumerate(_csv_rows(p), start=2):
             rid = r.get("id") or f"line {i}"
             try:
-                rc = _csv_config(r, i, p)
+                rc = _config_csv_row(r, i, p) if "config" in r else _csv_config(r, i, p)
             except ValueError as e:
                 rc = str(e)
             out.append((rid, r.get("group") or r.get("cluster", "?"), rc, _csv_capture(r)))

@@ -30,17 +30,35 @@ unless ``num_slices`` says otherwise).
 ``remat_policy``                        full; minimal (the weight GEMMs' outputs saved, the rest rerun);
                                         MaxText's named policies (:data:`NAMED_REMAT_POLICIES`) and
                                         custom (each tensor's own key: remat, device or offload)
-``quantization``                        ``fp8`` / ``nanoo_fp8``: FP8 GEMMs
+``quantization``                        ``fp8`` / ``nanoo_fp8`` / ``fp8_full`` (Qwix's, for
+                                        TPU7x: forward and backward): FP8 GEMMs
+``weight_dtype``, ``grad_dtype``,        the bytes a parameter keeps: weights (float32 by default),
+``mu_dtype``                            gradients and Adam's first moment (each the weights' dtype
+                                        unless set), second moment (the weights')
 ``use_iota_embed``                      true: the embedding as a one-hot GEMM (engine ``embedding``)
 ``attention``                           dot_product: unfused; flash / cudnn_flash_te /
                                         autoselected (flash for training sequences of 128+,
                                         MaxText/layers/attentions.py): flash
 =====================================  =========================================================
+
+**Devices, not chips.**  MaxText counts JAX devices: ``per_device_batch_size`` and the ``ici_*``
+degrees are per device.  On a chip exposing several (``devices_per_chip``: TPU7x's two
+TensorCores, :attr:`cosearch.hardware.Accelerator.devices_per_chip`) the reader prices chips: a
+chip's devices are taken to share its place on the fsdp axis (on the data axis where fsdp is 1),
+so a chip runs ``devices_per_chip`` times the per-device batch and that axis counts chips (its
+degree divided by ``devices_per_chip``; refused where it does not divide); the tensor, context,
+pipeline and expert axes count chips as they count devices.  cosearch then prices one weight
+gather per chip, as if the chip's devices shared it.
+
+Kernel tuning (:data:`KERNEL_TUNING_KEYS`: splash attention's blocks and layouts, the tokamax and
+Megablox grouped-GEMM tiles, ...) is read and said: cosearch prices MaxText's flash attention and
+grouped GEMMs at their kernel models whatever the tiling.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +66,7 @@ from typing import Any
 from .. import models
 from ..engine import MAXTEXT, MAXTEXT_MINIMAL_REMAT
 from ..graph import MAXTEXT_MINIMAL_TENSORS, MAXTEXT_TENSORS, check_selective_policy
+from ..memory import MemoryConfig
 from ..models import ModelConfig
 from ._fields import Keys, flatten, load_yaml, parse_overrides
 from .config import RunConfig
@@ -82,6 +101,9 @@ MODEL_NAMES = {"llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b
                # MaxText's MoE model configs (src/MaxText/configs/models/<name>.yml), each the same model
                # as cosearch's preset of its published config
                "mixtral-8x22b": "mixtral-8x22b", "deepseek3-671b": "deepseek-v3", "kimi-k2-1t": "kimi-k2",
+               # the same model with MaxText's 2D-FSDP logical axis rules (configs/models/deepseek3-671b-2dfsdp.yml,
+               # the tpu-recipes' Ironwood recipe on 256 chips): its sharding is read from the ici_* keys
+               "deepseek3-671b-2dfsdp": "deepseek-v3",
                "llama4-17b-16e": "llama4-scout", "llama4-17b-128e": "llama4-maverick",
                "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b", "gpt-oss-120b": "gpt-oss-120b"}
 
@@ -97,7 +119,21 @@ NEUTRAL_KEYS = frozenset({
     "packing", "add_bos", "add_eos", "normalization_layer_epsilon", "rope_max_timescale", "rope_min_timescale",
     "max_prefill_predict_length", "reuse_example_batch", "enable_dropout", "dropout_rate",
     "decoder_block", "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
+    # process and logging switches (tpu-recipes' Ironwood recipes)
+    "skip_jax_distributed_system", "profile_periodically_period", "output_dir", "allow_split_physical_axes",
 })
+
+#: MaxText keys that tune a kernel's tiling or implementation, read and said (module docstring):
+#: splash attention (``sa_*``, ``use_tokamax_splash``, ``use_max_logit_estimate``,
+#: ``use_splash_scheduler``, ``dq_reduction_steps``), the grouped GEMMs' tiles and kernels
+#: (``wi_tile_*``, ``wo_tile_*``, ``use_tokamax_gmm``, ``use_custom_sort_vjp``), the XLA cost
+#: hints (``cost_estimate_flops_*``), and ``float32_weight_sum`` (the routing weights' sum in fp32).
+KERNEL_TUNING_KEYS = re.compile(r"^(sa_\w+|wi_tile_\w+|wo_tile_\w+|use_tokamax_splash|use_tokamax_gmm|use_custom_sort_vjp|"
+                                r"use_max_logit_estimate|use_splash_scheduler|dq_reduction_steps|cost_estimate_flops_\w+|"
+                                r"float32_weight_sum)$")
+
+#: MaxText's dtypes a parameter's state can take, in bytes.
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
 
 def remat_places_policy(places: dict[str, str]) -> str:
@@ -168,10 +204,14 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
                        head_size=None if head * heads == h else head)
 
 
-def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | tuple[str, ...] = ()
-                 ) -> RunConfig:
+def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | tuple[str, ...] = (),
+                 devices_per_chip: int = 1) -> RunConfig:
     """A MaxText YAML (a path or its parsed mapping; None: ``base.yml``'s defaults) with
-    ``key=value`` overrides applied after it, as ``train.py base.yml key=value ...`` does."""
+    ``key=value`` overrides applied after it, as ``train.py base.yml key=value ...`` does.
+    ``devices_per_chip``: the JAX devices each chip exposes (the chip's
+    :attr:`~cosearch.hardware.Accelerator.devices_per_chip`; module docstring)."""
+    from .._validate import positive_int
+    devices_per_chip = positive_int("devices_per_chip", devices_per_chip, 8)
     name = f"MaxText config {source}" if isinstance(source, (str, Path)) else "MaxText config"
     d = {} if source is None else (load_yaml(source) if not isinstance(source, dict) else source)
     flat = flatten(d)
@@ -223,6 +263,21 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         raise ValueError(f"{name}: ici_data_parallelism -1 is not read (give the degree)")
     data_deg = ici_data * dcn_data
     fsdp_deg = None if fsdp[0] == -1 else fsdp[0] * fsdp[1] * fsdp_t[0] * fsdp_t[1]
+    if devices_per_chip > 1:
+        # a chip's devices share its place on the fsdp axis (the data axis where fsdp is 1)
+        n = devices_per_chip
+        if fsdp_deg is not None and fsdp_deg > 1:
+            if fsdp_deg % n:
+                raise ValueError(f"{name}: the fsdp degree {fsdp_deg} (in devices) does not split into chips of "
+                                 f"{n} devices")
+            fsdp_deg //= n
+        elif fsdp_deg == 1:
+            if data_deg % n:
+                raise ValueError(f"{name}: the data-parallel degree {data_deg} (in devices) does not split into "
+                                 f"chips of {n} devices")
+            data_deg //= n
+        assumed.append(f"{n} devices a chip: MaxText's per-device batch and fsdp degree priced per chip (the chip's "
+                       "devices sharing its place on the fsdp axis, one weight gather a chip)")
     plan: dict[str, Any] = dict(tp=tp, pp=pp, context_parallel=cp, expert_parallel=ep, sequence_parallel=tp > 1)
     if tp > 1:
         assumed.append("tensor parallelism with the activations' hidden dimension sharded (activation_embed on "
@@ -238,10 +293,11 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     dp = None if fsdp_deg is None else data_deg * fsdp_deg
     # batch: per chip; a replica is tp pp cp chips
     pdbs = k.number("per_device_batch_size", 12, positive=True)
-    per_replica = pdbs * tp * pp * cp
+    per_replica = pdbs * tp * pp * cp * devices_per_chip
     if per_replica <= 0 or not per_replica.is_integer():
-        raise ValueError(f"{name}: per_device_batch_size {pdbs} x tp pp cp {tp * pp * cp} = {per_replica} sequences "
-                         "per data-parallel replica is not a whole number")
+        raise ValueError(f"{name}: per_device_batch_size {pdbs} x tp pp cp {tp * pp * cp}"
+                         + (f" x {devices_per_chip} devices a chip" if devices_per_chip > 1 else "")
+                         + f" = {per_replica} sequences per data-parallel replica is not a whole number")
     ga = k.positive("gradient_accumulation_steps", 1)
     if int(per_replica) % ga:
         raise ValueError(f"{name}: {int(per_replica)} sequences per replica do not split into "
@@ -289,25 +345,85 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
             if str(v) != ("device" if t == "decoder_layer_input" else "remat"):
                 assumed.append(f"{t}: {v!r} applies under remat_policy custom only; {remat} decides")
     quant = str(k.get("quantization", "") or "")
-    if quant not in ("", "fp8", "nanoo_fp8"):
-        raise ValueError(f"{name}: quantization {quant!r} is not modelled (none, fp8)")
+    if quant not in ("", "fp8", "nanoo_fp8", "fp8_full"):
+        raise ValueError(f"{name}: quantization {quant!r} is not modelled (none, fp8, nanoo_fp8, fp8_full)")
+    qwix = k.bool("use_qwix_quantization", False)
+    if quant == "fp8_full" and not qwix:
+        raise ValueError(f"{name}: quantization fp8_full is Qwix's recipe: it needs use_qwix_quantization true")
     plan["precision"] = "fp8" if quant else "bf16"
+    calib = {c: str(k.get(c)) for c in ("weight_quantization_calibration_method", "act_quantization_calibration_method",
+                                        "bwd_quantization_calibration_method") if c in k}
+    if calib:
+        if not quant:
+            raise ValueError(f"{name}: {', '.join(sorted(calib))} without a quantization recipe")
+        assumed.append("quantization calibration " + ", ".join(f"{c.split('_quantization')[0]} {v}" for c, v in
+                                                                sorted(calib.items()))
+                       + ": the FP8 casts priced as the maxtext engine prices them (fixed scales need no amax pass)")
     att = str(k.get("attention", "autoselected"))
     if att not in ("autoselected", "dot_product", "flash", "cudnn_flash_te"):
         raise ValueError(f"{name}: attention {att!r} is not modelled")
     plan["flash_attention"] = att != "dot_product" and not (att == "autoselected" and seq < 128)
     if fsdp_deg is None:
         assumed.append("ici_fsdp_parallelism -1: the fsdp axis is what the chips leave")
-    wdt = str(k.get("weight_dtype", "float32"))
-    if wdt != "float32":
-        # MaxText keeps float32 weights by default (base.yml), as the maxtext engine's memory counts
-        assumed.append(f"weight_dtype {wdt}: memory counted with MaxText's default float32 weights")
+    memory = _state_bytes(k, name, assumed)
     if k.bool("logits_dot_in_fp32", False):
         # the output head's matmul in float32 takes several bf16 MXU passes on a TPU
         assumed.append("logits_dot_in_fp32: the output head's matmul priced in bf16 (float32 is slower)")
     if k.bool("use_iota_embed", False):
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
+    _said(k, model, assumed)
     neutral = k.finish((), NEUTRAL_KEYS | (set(tensors) if remat != "custom" else set()), off_is_neutral_under=("",))
     return RunConfig(name, model=model, plan=plan, dp=dp, batch_per_replica=int(per_replica), engine=engine,
-                     seq_len=seq, assumed=tuple(assumed), neutral=neutral)
+                     seq_len=seq, assumed=tuple(assumed), neutral=neutral, memory=memory)
+
+
+def _state_bytes(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:
+    """The bytes a parameter keeps under MaxText's dtypes (base.yml: ``weight_dtype`` float32;
+    gradients and optax's Adam moments in the weights' dtype unless ``grad_dtype`` / ``mu_dtype``
+    set theirs; the second moment in the weights'), as a :class:`~cosearch.memory.MemoryConfig` of
+    the same total (cosearch's 2 + 2 + 12 bytes is MaxText's all-float32 16): None at the defaults."""
+    dtypes = {}
+    for key in ("weight_dtype", "grad_dtype", "mu_dtype"):
+        v = k.get(key)
+        if v in (None, ""):
+            continue
+        if str(v) not in _DTYPE_BYTES:
+            raise ValueError(f"{name}: {key} {v!r} is not modelled ({', '.join(_DTYPE_BYTES)})")
+        dtypes[key] = _DTYPE_BYTES[str(v)]
+    w = dtypes.get("weight_dtype", 4)
+    total = w + dtypes.get("grad_dtype", w) + dtypes.get("mu_dtype", w) + w
+    if total == 16:
+        return None
+    assumed.append(f"parameter state {total} bytes a parameter (weights {w}, gradients {dtypes.get('grad_dtype', w)}, "
+                   f"Adam moments {dtypes.get('mu_dtype', w)} + {w}; MaxText's default 16)")
+    return MemoryConfig(optimizer_bytes=float(total - 4))
+
+
+def _said(k: Keys, model: ModelConfig, assumed: list[str]) -> None:
+    """Keys read and said, not priced: kernel tuning (:data:`KERNEL_TUNING_KEYS`), random routing
+    (balanced in expectation, as cosearch routes), the output head's vocabulary tiling, a logits
+    soft cap (inside the attention kernel) and how MoE weights shard over the fsdp axis."""
+    tuning = sorted(key for key in k.flat if KERNEL_TUNING_KEYS.match(key))
+    for key in tuning:
+        k.get(key)
+    if tuning:
+        assumed.append(f"kernel tuning ({len(tuning)} keys: {', '.join(tuning[:3])}{', ...' if len(tuning) > 3 else ''}) "
+                       "not priced: flash attention and grouped GEMMs at cosearch's kernel models")
+    if k.bool("use_random_routing", False):
+        assumed.append("use_random_routing: tokens routed at random, balanced in expectation as cosearch routes them")
+    tiles = k.int("num_vocab_tiling", 1)
+    if tiles is not None and tiles > 1:
+        assumed.append(f"num_vocab_tiling {tiles}: the output head's logits in {tiles} tiles; priced whole")
+    cap = k.get("attn_logits_soft_cap")
+    if cap not in (None, 0, 0.0, "0", "0.0"):
+        assumed.append(f"attn_logits_soft_cap {cap}: inside the attention kernel, not priced")
+    shard = [key for key in ("shard_exp_on_fsdp", "fsdp_shard_on_exp", "use_2d_fsdp_sharding",
+                             "moe_fsdp_use_two_stage_all_gather") if key in k and k.bool(key, False)]
+    for key in ("shard_exp_on_fsdp", "fsdp_shard_on_exp", "use_2d_fsdp_sharding", "moe_fsdp_use_two_stage_all_gather"):
+        k.get(key)
+    if shard:
+        if not model.moe and any(s != "use_2d_fsdp_sharding" for s in shard):
+            raise ValueError(f"{k.source}: {', '.join(shard)} shard experts, but {model.name} has none")
+        assumed.append(f"{', '.join(shard)}: the weights' sharding over the fsdp axis priced as ZeRO-3's gathers "
+                       "(the experts gathered with the rest)")
