@@ -179,9 +179,11 @@ def test_maxtext_overrides_read_as_the_validation_row_of_the_same_run():
     with pytest.raises(ValueError, match="not a whole number"):
         read_maxtext(None, ["per_device_batch_size=0.5", "ici_fsdp_parallelism=4"])
     # weight_dtype and logits_dot_in_fp32 were neutral: a bfloat16-weight or float32-logits run
-    # was priced as MaxText's defaults without a word; now said (and a non-boolean refused)
+    # was priced as MaxText's defaults without a word; now bf16 weights (and their gradients and
+    # moments) are 8 bytes a parameter, and float32 logits said (a non-boolean refused)
     d = read_config(DATA / "maxtext_llama2_70b_v5p.args", ["weight_dtype=bfloat16", "logits_dot_in_fp32=true"]).resolve(512)
-    assert any("weight_dtype bfloat16" in a for a in d.assumed) and any("logits_dot_in_fp32" in a for a in d.assumed)
+    assert d.memory.bytes_per_param == 8.0 and any("parameter state 8 bytes" in a for a in d.assumed)
+    assert any("logits_dot_in_fp32" in a for a in d.assumed)
     with pytest.raises(ValueError, match="logits_dot_in_fp32 must be true or false"):
         read_config(DATA / "maxtext_llama2_70b_v5p.args", ["logits_dot_in_fp32=abc"])
 

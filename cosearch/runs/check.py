@@ -208,8 +208,7 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 
 def _csv_config(r: dict[str, str], line: int, path: Path):
-    from .. import cluster as cl
-    from .. import hardware, models
+    from .. import models
     from ..engine import (
         MEGATRON_CROSS_ENTROPY,
         with_cross_entropy_fusion,
@@ -241,16 +240,7 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
         model = models.preset(mname)
     if r.get("seq_len"):
         model = model.with_(seq_len=num("seq_len"))
-    cname = r["cluster"].lower()
-    if cname not in cl.PRESET_CHIPS:
-        raise ValueError(f"cluster {r['cluster']!r} is not a preset ({', '.join(cl.PRESET_CHIPS)})")
-    if cname.startswith("dgx"):
-        if chips % 8:
-            raise ValueError(f"{chips} chips are not whole 8-GPU nodes of {cname}")
-        cluster = cl.preset(cname, chips // 8)
-    else:
-        cluster = cl.preset(cname, chips)
-    chip = hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
+    cluster, chip = _cluster_of(r, chips)
     bool_of = {"": None, "0": False, "1": True, "false": False, "true": True}
     flags = {}
     for key in ("sp", "flash", "op_fuser", "moe_a2a_overlap"):
@@ -348,21 +338,11 @@ def _config_csv_row(r: dict[str, str], line: int, path: Path):
     and measured throughput (module docstring)."""
     import shlex
 
-    from .. import cluster as cl
-    from .. import hardware, models
-    from . import read_config
+    from .. import models
     from .config import RunConfig, merge
+    from .files import read_config
     chips = _whole(r, "chips")
-    cname = r["cluster"].lower()
-    if cname not in cl.PRESET_CHIPS:
-        raise ValueError(f"cluster {r['cluster']!r} is not a preset ({', '.join(cl.PRESET_CHIPS)})")
-    if cname.startswith("dgx"):
-        if chips % 8:
-            raise ValueError(f"{chips} chips are not whole 8-GPU nodes of {cname}")
-        cluster = cl.preset(cname, chips // 8)
-    else:
-        cluster = cl.preset(cname, chips)
-    chip = hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
+    cluster, chip = _cluster_of(r, chips)
     cfg = Path(r["config"])
     cfg = cfg if cfg.is_absolute() else path.parent / cfg
     model = models.preset(r["model"]) if r.get("model") else None
@@ -375,6 +355,23 @@ def _config_csv_row(r: dict[str, str], line: int, path: Path):
                       measured_tok_s_per_chip=measured,
                       global_batch=_whole(r, "global_batch") if r.get("global_batch") else None)
     return merge([run, given])
+
+
+def _cluster_of(r: dict[str, str], chips: int):
+    """A CSV row's cluster (its ``cluster`` preset at ``chips`` chips: whole 8-GPU nodes of a DGX
+    preset) and chip (its ``chip``, else the cluster's)."""
+    from .. import cluster as cl
+    from .. import hardware
+    cname = r["cluster"].lower()
+    if cname not in cl.PRESET_CHIPS:
+        raise ValueError(f"cluster {r['cluster']!r} is not a preset ({', '.join(cl.PRESET_CHIPS)})")
+    if cname.startswith("dgx"):
+        if chips % 8:
+            raise ValueError(f"{chips} chips are not whole 8-GPU nodes of {cname}")
+        cluster = cl.preset(cname, chips // 8)
+    else:
+        cluster = cl.preset(cname, chips)
+    return cluster, hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
 
 
 def _whole(r: dict[str, str], key: str) -> int:
