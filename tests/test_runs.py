@@ -707,6 +707,9 @@ def test_maxtext_qwix_fp8_and_what_it_reads_and_says():
         read_maxtext(None, base + ["mu_dtype=float16"])
     with pytest.raises(ValueError, match="has none"):
         read_maxtext(None, ["model_name=llama3.1-8b", "shard_exp_on_fsdp=True"])
+    for bad in ("num_vocab_tiling=0", "num_vocab_tiling=-3", "attn_logits_soft_cap=abc", "attn_logits_soft_cap=-1"):
+        with pytest.raises(ValueError, match=bad.split("=")[0]):
+            read_maxtext(None, base + [bad])
 
 
 def test_check_runs_given_by_their_config_files(tmp_path):

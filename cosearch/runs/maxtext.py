@@ -412,12 +412,12 @@ def _said(k: Keys, model: ModelConfig, assumed: list[str]) -> None:
                        "not priced: flash attention and grouped GEMMs at cosearch's kernel models")
     if k.bool("use_random_routing", False):
         assumed.append("use_random_routing: tokens routed at random, balanced in expectation as cosearch routes them")
-    tiles = k.int("num_vocab_tiling", 1)
-    if tiles is not None and tiles > 1:
+    tiles = k.positive("num_vocab_tiling", 1)
+    if tiles > 1:
         assumed.append(f"num_vocab_tiling {tiles}: the output head's logits in {tiles} tiles; priced whole")
-    cap = k.get("attn_logits_soft_cap")
-    if cap not in (None, 0, 0.0, "0", "0.0"):
-        assumed.append(f"attn_logits_soft_cap {cap}: inside the attention kernel, not priced")
+    cap = k.number("attn_logits_soft_cap", 0.0)
+    if cap > 0:
+        assumed.append(f"attn_logits_soft_cap {cap:g}: inside the attention kernel, not priced")
     shard = [key for key in ("shard_exp_on_fsdp", "fsdp_shard_on_exp", "use_2d_fsdp_sharding",
                              "moe_fsdp_use_two_stage_all_gather") if key in k and k.bool(key, False)]
     for key in ("shard_exp_on_fsdp", "fsdp_shard_on_exp", "use_2d_fsdp_sharding", "moe_fsdp_use_two_stage_all_gather"):
