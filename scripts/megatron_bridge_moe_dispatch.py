@@ -4,7 +4,10 @@ own source at the commit the row cites: the expert-parallel all-to-all overlap
 (``overlap_moe_expert_parallel_comm``) and the flex dispatcher's backend
 (``moe_flex_dispatcher_backend``: ``deepep`` or ``hybridep``; none: the ``alltoall`` dispatcher),
 and whether the experts run through Transformer Engine's op fuser (``use_transformer_engine_op_fuser``:
-the experts' bias and clamped activation inside its fused grouped MLP).
+the experts' bias and clamped activation inside its fused grouped MLP), and the SMs the flex
+dispatcher holds where the config sets them (``sms``: a perf recipe's last literal
+``moe_flex_dispatcher_num_sms``, else its backend's ``moe_hybridep_num_sms`` /
+``moe_deepep_num_sms``; a workload base config's HybridEP runs get ``_set_common_perf_overrides``'s).
 
 Two kinds of config are cited:
 
@@ -94,6 +97,8 @@ class _Sources:
 
 
 FUSER = "use_transformer_engine_op_fuser"
+#: The flex dispatcher's SM knobs (Megatron-Core's unified one and each backend's older one).
+SMS_KNOBS = ("moe_flex_dispatcher_num_sms", "moe_hybridep_num_sms", "moe_deepep_num_sms")
 #: Helpers whose effect depends on the GPU the job runs on, which a recipe's source cannot say:
 #: ``apply_flex_dispatcher_backend`` keeps the backend it is passed on the GPUs that backend
 #: supports and falls back to the all-to-all dispatcher elsewhere (``_fallback_to_alltoall``), so
@@ -161,6 +166,7 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
     if found is None:
         raise KeyError(f"{name} is not defined in {path}@{commit}")
     state = _unset()
+    sms: dict[str, tuple] = {}
 
     def walk(where: str, fn: ast.FunctionDef, stack: tuple) -> None:
         if (where, fn.name) in stack:
@@ -192,6 +198,10 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                             known, value = _literal(node.value)
                             if known and value == "alltoall":
                                 state.update(backend=None, backend_at=f"{where}:{node.lineno} (alltoall)")
+                        elif t.attr in SMS_KNOBS:
+                            known, value = _literal(node.value)
+                            if known:
+                                sms[t.attr] = (value, f"{where}:{node.lineno}")
                         elif t.attr == CE_IMPL:
                             known, value = _literal(node.value)
                             if known:
@@ -209,6 +219,12 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                         walk(helper[0], helper[1], stack + ((where, fn.name),))
 
     walk(found[0], found[1], ())
+    # Megatron-Core: the unified knob first, then the backend's own (None: the backend's default)
+    for knob in ("moe_flex_dispatcher_num_sms", f"moe_{state['backend']}_num_sms"):
+        value, at = sms.get(knob, (None, None))
+        if state["backend"] is not None and value is not None:
+            state.update(sms=int(value), sms_at=f"{at} ({knob})")
+            break
     return state
 
 
@@ -279,7 +295,28 @@ def config_settings(read: Reader, path: str, commit: str, name: str) -> dict:
     :func:`commit_settings`)."""
     if "/perf_recipes/" in path:
         return recipe_settings(read, commit, path, name)
-    return workload_settings(read, commit, path, name)
+    state = workload_settings(read, commit, path, name)
+    if state["backend"] == "hybridep":
+        found = overrides_hybridep_sms(read, commit)
+        if found is not None:
+            state.update(sms=found[0], sms_at=found[1])
+    return state
+
+
+def overrides_hybridep_sms(read: Reader, commit: str) -> tuple[int, str] | None:
+    """The SMs ``_set_common_perf_overrides`` gives HybridEP at ``commit`` (``utils/overrides.py``:
+    ``if ... moe_flex_dispatcher_backend == "hybridep": recipe.model.moe_hybridep_num_sms = 32``),
+    which every workload base config's run goes through; None where it sets none."""
+    tree = _Sources(read, commit).tree(OVERRIDES)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_set_common_perf_overrides"),
+              None) if tree is not None else None
+    for node in ast.walk(fn) if fn is not None else ():
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "moe_hybridep_num_sms"
+                                                for t in node.targets):
+            known, value = _literal(node.value)
+            if known and value is not None:
+                return int(value), f"{OVERRIDES}:{node.lineno} (_set_common_perf_overrides, for HybridEP)"
+    return None
 
 
 #: A dense row's citation (``... (config <NAME> @ <commit>)`` in its ``src``).

@@ -363,6 +363,22 @@ def kept_on_its_gpus():
     cfg.model.moe_flex_dispatcher_backend = "hybridep"
     apply_flex_dispatcher_backend(cfg.model, cfg.model.moe_flex_dispatcher_backend)
     return cfg
+
+def sms_by_backend_knob():
+    cfg = on_by_helper()
+    cfg.model.moe_hybridep_num_sms = 32
+    cfg.model.moe_deepep_num_sms = 20
+    return cfg
+
+def sms_by_unified_knob():
+    cfg = sms_by_backend_knob()
+    cfg.model.moe_flex_dispatcher_num_sms = 16
+    return cfg
+
+def sms_unified_knob_cleared():
+    cfg = sms_by_unified_knob()
+    cfg.model.moe_flex_dispatcher_num_sms = None
+    return cfg
 """
 _COMMON = """
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
@@ -425,6 +441,38 @@ def test_recipe_reader_follows_helpers_in_order(name, overlap, overlap_at, backe
     assert (got["overlap"], got["backend"]) == (overlap, backend)
     for at, want in ((got["overlap_at"], overlap_at), (got["backend_at"], backend_at)):
         assert ("never set" in at) if want is None else (f"{want} " in f"{at} "), at
+    assert "sms" not in got                                    # none of these sets the dispatcher's SMs
+
+
+@pytest.mark.parametrize("name,sms,at", [
+    # the backend's own knob (HybridEP's 32; DeepEP's 20 is another backend's)
+    ("sms_by_backend_knob", 32, "recipe.py:45 (moe_hybridep_num_sms)"),
+    # Megatron-Core's unified knob first
+    ("sms_by_unified_knob", 16, "recipe.py:51 (moe_flex_dispatcher_num_sms)"),
+    # a None there leaves the backend's knob
+    ("sms_unified_knob_cleared", 32, "recipe.py:45 (moe_hybridep_num_sms)"),
+])
+def test_recipe_reader_reads_the_flex_dispatchers_sms(name, sms, at):
+    got = _script().config_settings(lambda commit, p: FILES.get(p) if commit == "c0" else None,
+                                    "src/megatron/bridge/perf_recipes/fam/chip/recipe.py", "c0", name)
+    assert got["backend"] == "hybridep" and got["sms"] == sms and got["sms_at"].endswith(at)
+
+
+def test_workload_configs_take_the_overrides_hybridep_sms():
+    """A workload base config's HybridEP run gets the SMs ``_set_common_perf_overrides`` sets
+    (``scripts/performance/utils/overrides.py``); a DeepEP one does not, nor one where the
+    overrides set none."""
+    overrides = ('def _set_common_perf_overrides(recipe):\n'
+                 '    if recipe.model.moe_flex_dispatcher_backend == "hybridep":\n'
+                 '        recipe.model.moe_hybridep_num_sms = 32\n')
+    path = "scripts/performance/configs/fam/fam_workload_base_configs.py"
+    files = dict(FILES, **{"scripts/performance/utils/overrides.py": overrides,
+                           path: FILES[path] + 'HYBRID = replace(BASE, moe_flex_dispatcher_backend="hybridep")\n'})
+    s = _script()
+    hy = s.config_settings(lambda commit, p: files.get(p), path, "c0", "HYBRID")
+    assert (hy["backend"], hy["sms"]) == ("hybridep", 32) and hy["sms_at"].startswith("scripts/performance/utils/overrides.py:3")
+    assert "sms" not in s.config_settings(lambda commit, p: files.get(p), path, "c0", "BASE")      # DeepEP
+    assert "sms" not in s.config_settings(lambda commit, p: FILES.get(p), path, "c0", "DERIVED")
 
 
 @pytest.mark.parametrize("name,overlap,backend", [("BASE", True, "deepep"), ("PLAIN", False, None),
@@ -622,9 +670,13 @@ def test_bridge_card_rows_read_their_own_recipes():
     ds = described["mbridge-card/DeepSeekV3/H100/BF16/1024/gbs16384"]
     assert ds.spec.stage_layers == (7,) + (8,) * 6 + (6,) and ds.spec.expert_tensor_parallel == 1
     assert not ds.engine.overlap_tp_comm and not ds.engine.overlap_grad_reduce and ds.engine.moe_dispatcher == "flex"
-    h100 = described["mbridge-card/Qwen3_30B_a3B/H100/BF16/16/gbs1024"].engine
+    h100_run = described["mbridge-card/Qwen3_30B_a3B/H100/BF16/16/gbs1024"]
+    h100 = h100_run.engine
     assert h100.overlap_moe_a2a and h100.moe_dispatcher == "flex" and h100.moe_flex_backend == "hybridep"
+    # its recipe's HybridEP SMs (recipes/qwen/h100/qwen3_moe.py: moe_hybridep_num_sms = 32), where a row
+    # citing none takes HybridEP's default (8 across nodes)
+    assert h100.moe_comm_sms == 32 and any("on 32 SMs" in a for a in h100_run.assumed)
     v4 = described["mbridge-card/DeepSeekV4_Flash/GB300/FP8_MX/128/gbs2048"].engine
     assert not v4.overlap_moe_a2a and v4.moe_dispatcher == "flex"
     oss = described["mbridge-card/GPT_OSS_120B/GB200/BF16/64/gbs1280"].engine
-    assert oss.overlap_moe_a2a and oss.moe_dispatcher == "alltoall"
+    assert oss.overlap_moe_a2a and oss.moe_dispatcher == "alltoall" and oss.moe_comm_sms == 0

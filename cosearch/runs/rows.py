@@ -635,14 +635,15 @@ def _graph_notes(row: dict, moe: bool, notes: list) -> None:
         notes.append(note)
 
 
-def _moe_notes(row: dict, notes: list) -> tuple[str, bool, bool, str]:
+def _moe_notes(row: dict, notes: list) -> tuple[str, bool, bool, str, int]:
     """An MoE row's dispatch, as Megatron-Core runs it: the dispatcher (a DeepEP or HybridEP
     backend: the ``flex`` dispatcher; none: the recipes' ``alltoall``) and the EP all-to-all
     overlap (``overlap_moe_expert_parallel_comm``), each as the Megatron-Bridge config the row
     cites sets it (:func:`megatron_bridge_moe_dispatch`), else as its notes say (``moe dispatcher
     backend=deepep|hybridep``, ``EP a2a overlap on``); and whether the cited config runs the
     experts through Transformer Engine's op fuser (off where the row cites none: the releases
-    before 26.06 turn it off in their performance overrides); and the flex backend."""
+    before 26.06 turn it off in their performance overrides); the flex backend; and the SMs the
+    flex dispatcher holds where the cited config sets them (0: the backend's default)."""
     text = str(row.get("notes") or "")
     said_backend = next((b for b in ("hybridep", "deepep") if f"backend={b}" in text or f"dispatcher {b}" in text),
                         None)
@@ -668,7 +669,11 @@ def _moe_notes(row: dict, notes: list) -> tuple[str, bool, bool, str]:
         notes.append(f"the experts through Transformer Engine's op fuser, as the cited config sets it "
                      f"({cited['config']}@{cited['commit']}, {cited['op_fuser_at']}): their bias and clamped "
                      "activation fused")
-    return ("alltoall" if backend is None else "flex"), overlap, fuser, backend or "hybridep"
+    sms = int(cited["sms"]) if cited is not None and backend is not None and cited.get("sms") else 0
+    if sms:
+        notes.append(f"the flex dispatcher on {sms} SMs, as the cited config sets it ({cited['config']}@"
+                     f"{cited['commit']}, {cited['sms_at']})")
+    return ("alltoall" if backend is None else "flex"), overlap, fuser, backend or "hybridep", sms
 
 
 def _precision(row: dict, notes: list) -> tuple[str, str | None]:
@@ -796,8 +801,8 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     etp = None if etp is None or not model.moe or int(etp) == int(row["tp"]) else int(etp)
     if etp is not None and etp != 1:
         raise Refused(f"expert tensor parallelism {etp} with tp {row['tp']} is not modelled (etp = tp or 1)")
-    dispatcher, a2a_overlap, op_fuser, backend = (_moe_notes(row, notes) if model.moe
-                                                  else ("alltoall", False, False, "hybridep"))
+    dispatcher, a2a_overlap, op_fuser, backend, sms = (_moe_notes(row, notes) if model.moe
+                                                  else ("alltoall", False, False, "hybridep", 0))
     if source_group(row) in ("Megatron-Bridge", "NeMo"):
         _graph_notes(row, model.moe and ep > 1, notes)
     memory = None
@@ -889,7 +894,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
                      engine=with_moe_dispatch(_with_policy(engine, rc_modules),
                                               # (no backend named: the framework's own dispatcher)
                                               engine.moe_dispatcher if dispatcher == "alltoall" else dispatcher,
-                                              a2a_overlap and ep > 1, backend=backend),
+                                              a2a_overlap and ep > 1, sms, backend=backend),
                      chip=chip, cluster=cl,
                      measured_tok_s_per_chip=measured_tok_s_gpu(row, model), assumed=tuple(notes), memory=memory)
 
