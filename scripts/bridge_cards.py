@@ -33,7 +33,11 @@ MB = "NVIDIA-NeMo/Megatron-Bridge"
 CARDS_AT = "067f987df"
 BALANCED = "token-dropless with forced expert load balancing (the recipe's moe_router_force_load_balancing)"
 FULL = "cuda_graph=full_iteration scope=[]"
+#: the notes of a recipe with full-iteration CUDA graphs, HybridEP and the EP all-to-all overlap
+HYBRIDEP = f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}"
 Q, D, G = ("src/megatron/bridge/perf_recipes/" + f for f in ("qwen", "deepseek", "gpt_oss"))
+#: recipes whose source names no dispatcher the row can cite (module docstring: GPT-OSS on GB200)
+CITES_NO_DISPATCHER = {"gpt_oss_120b_pretrain_64gpu_gb200_bf16_config"}
 
 #: (base validation row, card model folder, card item, GPU, commit, recipe file, recipe, step ms,
 #: tokens/s/GPU, model TFLOP/s/GPU, notes, changes to the base row)
@@ -45,28 +49,28 @@ CARDS = [
      dict(precision="BF16", etp=1, recompute="none (the default recipe sets recompute_granularity=None)")),
     ("mbridge-26.08/Qwen3_30B_a3B/GB200/FP8_MX/8/gbs512", "qwen3-30b-a3b", "pretrain_performance", "GB200",
      "6e1b47893", f"{Q}/gb200/qwen3_moe.py", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config", 6501.120, 40322.898,
-     927.680, f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}", {}),
+     927.680, HYBRIDEP, {}),
     ("mbridge-26.08/Qwen3_30B_a3B/GB300/FP8_MX/8/gbs512", "qwen3-30b-a3b", "pretrain_performance", "GB300",
      "048058687", f"{Q}/gb300/qwen3_moe.py", "qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config", 5854.910, 44773.361,
-     1030.070, f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}", {}),
+     1030.070, HYBRIDEP, {}),
     *[("mbridge-26.08/Qwen3_30B_a3B/GB300/FP8_MX/8/gbs512", "qwen3-30b-a3b", "pretrain_weak_scaling", "GB300",
        "fbb7570cf", f"{Q}/gb300/qwen3_moe.py", "qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config", ms, tok, tf,
-       f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}",
+       HYBRIDEP,
        dict(n_gpus=n, gbs=64 * n, id=f"mbridge-card/Qwen3_30B_a3B/GB300/FP8_MX/{n}/gbs{64 * n}/weak-scaling"))
       for n, ms, tok, tf in ((8, 5889.420, 44511.004, 1024.020), (32, 5814.290, 45086.158, 1037.270),
                              (128, 5831.720, 44951.404, 1034.180), (256, 5818.620, 45052.607, None))],
     ("mbridge-26.08/Qwen3_235B_a22B/GB300/FP8_MX/256/gbs8192", "qwen3-235b-a22b", "pretrain_performance", "GB300",
      "fbb7570cf", f"{Q}/gb300/qwen3_moe.py", "qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config", 14920.840,
-     8784.492, 1300.440, f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}", {}),
+     8784.492, 1300.440, HYBRIDEP, {}),
     ("mbridge-26.08/Qwen3_235B_a22B/GB200/FP8_MX/256/gbs8192", "qwen3-235b-a22b", "pretrain_performance", "GB200",
      "048058687", f"{Q}/gb200/qwen3_moe.py", "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config", 17905.340,
-     7320.274, 1083.660, f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}", {}),
+     7320.274, 1083.660, HYBRIDEP, {}),
     ("mbridge-26.08/DeepSeekV3/GB200/FP8_MX/256/gbs4096", "deepseek-v3", "pretrain_performance", "GB200",
      "6d9a87d6a", f"{D}/gb200/deepseek_v3.py", "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config", 13841.180,
-     4734.856, 1231.040, f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}", {}),
+     4734.856, 1231.040, HYBRIDEP, {}),
     ("mbridge-26.08/DeepSeekV3/GB300/FP8_MX/256/gbs4096", "deepseek-v3", "pretrain_performance", "GB300",
      "6d9a87d6a", f"{D}/gb300/deepseek_v3.py", "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config", 10667.300,
-     6143.635, 1597.310, f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}", {}),
+     6143.635, 1597.310, HYBRIDEP, {}),
     ("mbridge-26.08/DeepSeekV3/GB200/FP8_MX/256/gbs4096", "deepseek-v3", "pretrain_performance", "H100",
      "6d9a87d6a", f"{D}/h100/deepseek_v3.py", "deepseek_v3_pretrain_1024gpu_h100_bf16_config", 61756.130,
      1061.206, 276.030, f"moe dispatcher backend=hybridep; TP comm overlap off; grad reduce overlap off; {BALANCED}",
@@ -81,18 +85,16 @@ CARDS = [
      8358.842, 759.280, f"{FULL}; moe dispatcher backend=hybridep; {BALANCED}", {}),
     ("mbridge-26.04.01/GPT_OSS_120B/GB200/BF16/64/gbs1280", "gpt-oss-120b", "pretrain_performance", "GB200",
      "894d55832", f"{G}/gb200/gpt_oss.py", "gpt_oss_120b_pretrain_64gpu_gb200_bf16_config", 4995.630, 16398.332,
-     535.230, f"EP a2a overlap on; {BALANCED}", {"_cites_no_dispatcher": True}),
+     535.230, f"EP a2a overlap on; {BALANCED}", {}),
     ("mbridge-26.08/GPT_OSS_120B/GB300/FP8_MX/64/gbs1280", "gpt-oss-120b", "pretrain_performance", "GB300",
      "048058687", f"{G}/gb300/gpt_oss.py", "gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config", 2481.140, 33017.081,
-     1077.350, f"{FULL}; moe dispatcher backend=hybridep; EP a2a overlap on; {BALANCED}", {}),
+     1077.350, HYBRIDEP, {}),
 ]
 
 
 def card_row(base: dict, model_dir, item, gpu, commit, recipe_file, recipe, step_ms, tok, tflops, notes, changes):
     """One card item as a validation-schema row (module docstring)."""
     r = copy.deepcopy(base)
-    changes = dict(changes)
-    no_dispatcher = changes.pop("_cites_no_dispatcher", False)
     r.update(changes)
     r["dp"] = r["n_gpus"] // (r["tp"] * r["pp"] * r["cp"])
     r["ga"] = r["gbs"] // (r["mbs"] * r["dp"])
@@ -105,7 +107,7 @@ def card_row(base: dict, model_dir, item, gpu, commit, recipe_file, recipe, step
     r["step_s"] = round(step_ms / 1000.0, 5)
     r["tok_s_gpu"], r["tflops_gpu"], r["mfu_pct"] = tok, tflops, None
     r["software"] = f"Megatron-Bridge main at {commit} (model verification card)"
-    what = "etp/sp/recompute/cuda-graph" if no_dispatcher else "etp/sp/recompute/cuda-graph/dispatcher"
+    what = "etp/sp/recompute/cuda-graph" if recipe in CITES_NO_DISPATCHER else "etp/sp/recompute/cuda-graph/dispatcher"
     r["assumed"] = [base["assumed"][0], f"{what} from {MB}:{recipe_file}@{commit} ({recipe})", base["assumed"][2],
                     "dp=#GPUs/(TP*PP*CP) and ga=GBS/(MBS*dp) computed; step_s is the card's last-ten-steps mean step "
                     "time (tokens/s/GPU = GBS*seq/(step_s*#GPUs) within rounding)"]
@@ -118,7 +120,7 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise SystemExit("usage: python scripts/bridge_cards.py MOE_RUNS_JSONL OUT_JSONL")
     with open(argv[0]) as f:
-        rows = {json.loads(line)["id"]: json.loads(line) for line in f if line.strip()}
+        rows = {r["id"]: r for r in (json.loads(line) for line in f if line.strip())}
     out = [card_row(rows[c[0]], *c[1:]) for c in CARDS]
     for r in out:
         tok = r["gbs"] * r["seq"] / (r["step_s"] * r["n_gpus"])

@@ -158,9 +158,9 @@ def _literal(node: ast.AST):
 
 
 def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
-    """``{"overlap", "overlap_at", "backend", "backend_at", "op_fuser", "op_fuser_at"}`` for perf
-    recipe ``name`` in ``path`` at ``commit``: each setting's final value and the line that set it
-    last."""
+    """``{"overlap", "overlap_at", "backend", "backend_at", "op_fuser", "op_fuser_at"}`` (and
+    ``cross_entropy`` / ``sms`` with their ``_at`` where the recipe sets them) for perf recipe
+    ``name`` in ``path`` at ``commit``: each setting's final value and the line that set it last."""
     src = _Sources(read, commit)
     found = src.function(path, name)
     if found is None:
@@ -219,12 +219,13 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                         walk(helper[0], helper[1], stack + ((where, fn.name),))
 
     walk(found[0], found[1], ())
-    # Megatron-Core: the unified knob first, then the backend's own (None: the backend's default)
-    for knob in ("moe_flex_dispatcher_num_sms", f"moe_{state['backend']}_num_sms"):
-        value, at = sms.get(knob, (None, None))
-        if state["backend"] is not None and value is not None:
-            state.update(sms=int(value), sms_at=f"{at} ({knob})")
-            break
+    # Megatron-Core: the unified knob first, then the backend's own (none set: the backend's default)
+    if state["backend"] is not None:
+        for knob in ("moe_flex_dispatcher_num_sms", f"moe_{state['backend']}_num_sms"):
+            value, at = sms.get(knob, (None, None))
+            if value is not None:
+                state.update(sms=int(value), sms_at=f"{at} ({knob})")
+                break
     return state
 
 

@@ -219,16 +219,7 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
     from .config import RunConfig
 
     def num(key: str, default: str | None = None, kind=int):
-        v = r.get(key) or default
-        if v is None or v == "":
-            raise ValueError(f"{key} is empty")
-        try:
-            x = kind(float(v)) if kind is int else kind(v)
-        except (ValueError, OverflowError):         # OverflowError: int('inf')
-            raise ValueError(f"{key} {v!r} is not a {'whole ' if kind is int else ''}number") from None
-        if kind is int and float(v) != x:
-            raise ValueError(f"{key} {v!r} is not a whole number")
-        return x
+        return _csv_number(r, key, default, kind)
 
     chips = num("chips")
     mname = r["model"]
@@ -339,21 +330,21 @@ def _config_csv_row(r: dict[str, str], line: int, path: Path):
     import shlex
 
     from .. import models
+    from .._validate import positive_int
     from .config import RunConfig, merge
     from .files import read_config
-    chips = _whole(r, "chips")
+    chips = positive_int("chips", _csv_number(r, "chips"))
     cluster, chip = _cluster_of(r, chips)
     cfg = Path(r["config"])
     cfg = cfg if cfg.is_absolute() else path.parent / cfg
     model = models.preset(r["model"]) if r.get("model") else None
     run = read_config(cfg, shlex.split(r.get("overrides") or ""), model=model,
                       devices_per_chip=chip.devices_per_chip)
-    measured = float(r["measured_tok_s_per_chip"])
-    if not (measured > 0 and np.isfinite(measured)):
-        raise ValueError(f"measured_tok_s_per_chip {r['measured_tok_s_per_chip']!r} is not a positive number")
+    # RunConfig refuses a measured throughput that is not a positive finite number
     given = RunConfig(f"{path.name} line {line}", num_chips=chips, chip=chip, cluster=cluster,
-                      measured_tok_s_per_chip=measured,
-                      global_batch=_whole(r, "global_batch") if r.get("global_batch") else None)
+                      measured_tok_s_per_chip=_csv_number(r, "measured_tok_s_per_chip", kind=float),
+                      global_batch=(positive_int("global_batch", _csv_number(r, "global_batch"))
+                                    if r.get("global_batch") else None))
     return merge([run, given])
 
 
@@ -374,15 +365,19 @@ def _cluster_of(r: dict[str, str], chips: int):
     return cluster, hardware.preset(r.get("chip") or cl.PRESET_CHIPS[cname])
 
 
-def _whole(r: dict[str, str], key: str) -> int:
-    v = r.get(key, "")
+def _csv_number(r: dict[str, str], key: str, default: str | None = None, kind=int):
+    """A CSV cell as a whole number (``kind=int``) or a real one (``kind=float``), ``default``
+    where empty, refused by name where neither."""
+    v = r.get(key) or default
+    if v is None or v == "":
+        raise ValueError(f"{key} is empty")
     try:
-        x = float(v)
-    except ValueError:
-        raise ValueError(f"{key} {v!r} is not a whole number") from None
-    if not (np.isfinite(x) and x == int(x) and x > 0):
-        raise ValueError(f"{key} {v!r} is not a positive whole number")
-    return int(x)
+        x = kind(float(v)) if kind is int else kind(v)
+    except (ValueError, OverflowError):         # OverflowError: int('inf')
+        raise ValueError(f"{key} {v!r} is not a {'whole ' if kind is int else ''}number") from None
+    if kind is int and float(v) != x:
+        raise ValueError(f"{key} {v!r} is not a whole number")
+    return x
 
 
 def read_measured(path: str | os.PathLike, releases: str = "all") -> list[tuple[str, str, Any]]:

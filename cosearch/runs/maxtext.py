@@ -400,6 +400,11 @@ def _state_bytes(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:
     return MemoryConfig(optimizer_bytes=float(total - 4))
 
 
+#: switches for how weights (the experts among them) shard over the fsdp axis, said by :func:`_said`
+FSDP_SHARDING_KEYS = ("shard_exp_on_fsdp", "fsdp_shard_on_exp", "use_2d_fsdp_sharding",
+                      "moe_fsdp_use_two_stage_all_gather")
+
+
 def _said(k: Keys, model: ModelConfig, assumed: list[str]) -> None:
     """Keys read and said, not priced: kernel tuning (:data:`KERNEL_TUNING_KEYS`), random routing
     (balanced in expectation, as cosearch routes), the output head's vocabulary tiling, a logits
@@ -418,10 +423,7 @@ def _said(k: Keys, model: ModelConfig, assumed: list[str]) -> None:
     cap = k.number("attn_logits_soft_cap", 0.0)
     if cap > 0:
         assumed.append(f"attn_logits_soft_cap {cap:g}: inside the attention kernel, not priced")
-    shard = [key for key in ("shard_exp_on_fsdp", "fsdp_shard_on_exp", "use_2d_fsdp_sharding",
-                             "moe_fsdp_use_two_stage_all_gather") if key in k and k.bool(key, False)]
-    for key in ("shard_exp_on_fsdp", "fsdp_shard_on_exp", "use_2d_fsdp_sharding", "moe_fsdp_use_two_stage_all_gather"):
-        k.get(key)
+    shard = [key for key in FSDP_SHARDING_KEYS if k.bool(key, False)]
     if shard:
         if not model.moe and any(s != "use_2d_fsdp_sharding" for s in shard):
             raise ValueError(f"{k.source}: {', '.join(shard)} shard experts, but {model.name} has none")
