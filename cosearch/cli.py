@@ -303,6 +303,40 @@ def _save_with_fallback(res, out: str) -> str | None:
     raise first
 
 
+def _file_identity(path: str | None) -> tuple | None:
+    """What tells whether ``path`` was written since (inode, size, modification time), or None
+    when there is no such file."""
+    import os
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _interrupted_search(out: str | None, before: tuple | None, exc: KeyboardInterrupt) -> int:
+    """A signal that stopped the search where no phase could catch it (a pool winding down, the
+    moment between two phases): the checkpoint this run left in ``out`` — a journal — is
+    rewritten as the plain JSON a finished save writes, marked interrupted; the exit status is
+    130 or 143.  A file this run never wrote is left as it was."""
+    from ._interrupt import deferred_interrupts, exit_code
+    from ._json import dump_json, load_json
+    where = ""
+    if out and _file_identity(out) not in (None, before):
+        with deferred_interrupts(deliver=False):          # stopping already
+            try:
+                with open(out) as fh:
+                    journal = fh.read(len('{"_header":')) == '{"_header":'
+                if journal:
+                    dump_json({**load_json(out), "interrupted": True}, out)
+                where = f" in {out} (continue with --resume)"
+            except (OSError, ValueError) as err:
+                where = f" in the checkpoint {out}, which could not be rewritten as plain JSON ({err})"
+    print("cosearch: interrupted; " + (f"the finished part is saved{where}" if where else "nothing was saved yet"),
+          file=sys.stderr)
+    return exit_code(exc)
+
+
 def _finish_search(res, out: str | None, top: int) -> int:
     """Print, save, and choose the exit status: 130/143 interrupted, 3 nothing fits, 4 the
     result could not be written to ``out`` (it is in a fallback file the message names).
@@ -315,7 +349,16 @@ def _finish_search(res, out: str | None, top: int) -> int:
     except KeyboardInterrupt as exc:      # a signal while printing: the result is still saved
         stopped = exc
     if out:
-        fallback = _save_with_fallback(res, out)
+        from ._interrupt import deferred_interrupts
+        fallback = saved = None
+        try:
+            with deferred_interrupts():          # a signal mid-save would leave the checkpoint journal
+                fallback = _save_with_fallback(res, out)
+                saved = True
+        except KeyboardInterrupt as exc:
+            if not saved:                        # a second signal: the user insists
+                raise
+            stopped = stopped or exc
         if fallback is not None:
             return EXIT_SAVE_FAILED
         print(f"saved {out}")
@@ -1092,12 +1135,22 @@ def _dispatch(a) -> int:
     if a.cmd == "search":
         from ._validate import output_path
         output_path(a.out, a.force, a.resume is not None)
-        return _finish_search(_run_search(a, a.baselines, a.out, a.resume), a.out, 10)
+        before = _file_identity(a.out)
+        try:
+            res = _run_search(a, a.baselines, a.out, a.resume)
+        except KeyboardInterrupt as exc:
+            return _interrupted_search(a.out, before, exc)
+        return _finish_search(res, a.out, 10)
     if a.cmd == "compare":
         if a.out:
             from ._validate import output_path
             output_path(a.out, a.force)
-        return _finish_search(_run_search(a, True, a.out), a.out, 5)
+        before = _file_identity(a.out)
+        try:
+            res = _run_search(a, True, a.out)
+        except KeyboardInterrupt as exc:
+            return _interrupted_search(a.out, before, exc)
+        return _finish_search(res, a.out, 5)
     if a.cmd == "report":
         import os
 

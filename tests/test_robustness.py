@@ -371,3 +371,95 @@ def test_worker_deaths_are_named():
                                        3: SimpleNamespace(exitcode=3)})
     assert worker_deaths(pool) == "killed by SIGKILL, as the out-of-memory killer does; exited with status 3"
     assert worker_deaths(SimpleNamespace(_processes={})) == "how they ended is not known"
+
+
+def _signal_now(signum):
+    """Send ``signum`` to this process and give Python a few bytecodes to run its handler."""
+    os.kill(os.getpid(), signum)
+    for _ in range(1000):
+        pass
+
+
+def test_deferred_interrupts_hold_the_first_signal_and_pass_a_second():
+    from cosearch._interrupt import Terminated, deferred_interrupts, terminate_as_interrupt
+    with terminate_as_interrupt():
+        steps = []
+        with pytest.raises(Terminated):
+            with deferred_interrupts() as d:
+                _signal_now(signal.SIGTERM)
+                steps.append("after the signal")      # not cut short
+            steps.append("after the block")           # the held signal raises from the with
+        assert steps == ["after the signal"] and d.held == [signal.SIGTERM]
+        with pytest.raises(Terminated):
+            with deferred_interrupts():
+                _signal_now(signal.SIGTERM)
+                _signal_now(signal.SIGTERM)            # asked twice: raised at once
+                steps.append("never")
+        assert steps == ["after the signal"]
+        with deferred_interrupts(deliver=False) as d:
+            _signal_now(signal.SIGTERM)
+        assert d.held == [signal.SIGTERM]
+        # the handlers are back: a signal now raises at once
+        with pytest.raises(Terminated):
+            _signal_now(signal.SIGTERM)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:                                              # an ignored signal stays ignored
+        with deferred_interrupts() as d:
+            _signal_now(signal.SIGINT)
+        assert d.held == [] and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+BERT = ["search", "--model", "bert-large", "--chips", "8", "--batch", "16", "--serial", "--refine-top", "0",
+        "--checkpoint-every", "0"]
+
+
+def test_signal_during_the_final_save_is_held_until_the_save_ends(tmp_path, monkeypatch, capsys):
+    """SIGTERM while the finished result replaces the checkpoint journal: the save completes (plain
+    JSON, the whole search, not interrupted) and the exit status is 143.  Without the hold the
+    signal cut the save and left the journal (what CI once caught a real signal doing)."""
+    real = search.Results.to_json
+
+    def signal_then_save(self, *a, **k):
+        _signal_now(signal.SIGTERM)
+        return real(self, *a, **k)
+    monkeypatch.setattr(search.Results, "to_json", signal_then_save)
+    out = tmp_path / "r.json"
+    assert main([*BERT, "--out", str(out)]) == 143
+    d = json.loads(out.read_text())
+    assert d["interrupted"] is False and len(d["rows"]) == d["total_designs"] - d["pruned"] > 0
+    assert "interrupted after the search finished; the result is saved" in capsys.readouterr().err
+
+
+def test_signal_between_phases_leaves_plain_json_that_resumes(tmp_path, monkeypatch, capsys):
+    """A signal no phase catches (here: the moment after the sweep returns) leaves the journal
+    rewritten as plain JSON marked interrupted, holding every checkpointed row; --resume ends
+    where an uninterrupted search does.  A file this run never wrote is left as it was."""
+    from cosearch import sweep
+    from cosearch._interrupt import Terminated
+    real = sweep.run_sweep
+
+    def sweep_then_signal(*a, **k):
+        real(*a, **k)
+        raise Terminated()
+    full = search.cosearch("bert-large", None, 8, 16, "serial", refine_top=0)
+    monkeypatch.setattr(sweep, "run_sweep", sweep_then_signal)
+    out = tmp_path / "r.json"
+    assert main([*BERT, "--out", str(out)]) == 143
+    assert "the finished part is saved in" in capsys.readouterr().err
+    d = json.loads(out.read_text())          # checkpointed after every chunk: every evaluated row
+    assert d["interrupted"] is True and sorted(r["index"] for r in d["rows"]) == sorted(r.index for r in full.rows)
+    monkeypatch.setattr(sweep, "run_sweep", real)
+    assert main([*BERT, "--out", str(out), "--resume"]) == 0
+    done = search.Results.from_json(out)
+    assert not done.interrupted and done.best.index == full.best.index
+    capsys.readouterr()
+
+    def signal_at_once(*a, **k):
+        raise Terminated()
+    monkeypatch.setattr(sweep, "run_sweep", signal_at_once)
+    before = out.read_bytes()
+    assert main([*BERT, "--out", str(out), "--force"]) == 143
+    assert "nothing was saved yet" in capsys.readouterr().err
+    assert out.read_bytes() == before
