@@ -428,7 +428,9 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
                 raise ValueError("calibrate: only attention rows can have a head_dim")
 
         def _op(a, bb, c, d, t, kk, h):
-            kind = "gemm" if kk == "gemm" else ("attention" if h > 0 else "bmm")
+            # an attention row without a head dim is still priced (and fitted) as attention, with
+            # the forward's length factor alone (formulas.fused_attention_efficiency)
+            kind = "gemm" if kk == "gemm" else "attention"
             if h > 0:
                 # a fused kernel moves its operands, never the a x bb scores: forward Q, K, V in and
                 # O out; a backward (k = 2.5 head dims) Q, O, dO, K, V in and dQ, dK, dV out

@@ -41,7 +41,12 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "REGROUPING_DISPATCHERS"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
-_KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_ATTENTION, "attention": KIND_ATTENTION,
+#: ``bmm`` (activation x activation: unfused attention's scores and context, MaxText's dispatch
+#: einsums) are cuBLAS / XLA batched GEMMs, priced on the tensor path with the GEMM shape model
+#: (cosearch's own H200 bmm rows are checked that way, tests/test_h200_kernels.py); only fused
+#: attention kernels take the attention path and its per-128-row-block overhead, which charged
+#: the backward's 128-row bmm (m = head dim) 3.4x its GEMM time.
+_KIND_CODE = {"gemm": KIND_TENSOR, "bmm": KIND_TENSOR, "attention": KIND_ATTENTION,
               "vector": KIND_VECTOR, "allreduce": KIND_NETWORK, "allgather": KIND_NETWORK,
               "reducescatter": KIND_NETWORK, "alltoall": KIND_NETWORK,
               "cast": KIND_CAST}

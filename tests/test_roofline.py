@@ -144,7 +144,7 @@ def test_calibrate_recovers_a_known_efficiency_curve(tmp_path):
         m, n, k = (int(x) for x in 2 ** rng.uniform(4, 14, 3))
         b = int(rng.choice([1, 1, 8, 64]))
         kind = "attention" if i % 4 == 0 else "gemm"
-        op = graph.Op("x", "gemm" if kind == "gemm" else "bmm", m=m, n=n, k=k, batch=b,
+        op = graph.Op("x", "gemm" if kind == "gemm" else "attention", m=m, n=n, k=k, batch=b,
                       bytes_read=2 * (m * k + k * n) * b, bytes_written=2 * m * n * b)
         t = cost.price_on(np.array([op.as_row()]), chip.with_(efficiency=truth))[0]
         rows.append((kind, m, n, k, b, 2, t))

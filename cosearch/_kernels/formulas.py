@@ -177,8 +177,9 @@ def fused_attention_efficiency(sq, n, k, head_dim, eff):
     """The factor a fused attention op's rate gets beside ``eff[E_ATTN]``: the length factor with
     the forward's (``eff[E_ATTN_OVERHEAD]``) or, for a backward (``k > 1.5 head_dim``: its
     ``k`` is 2.5 head dims of work), the backward's overhead (``eff[E_ATTN_OVERHEAD_BWD]``), times
-    the head-dim factor.  Ops without a head dim (batched matmuls of unfused attention) get the
-    forward's length factor alone.
+    the head-dim factor.  An attention op without a head dim (a measured row that gives none,
+    :func:`cosearch.cost.calibrate`) gets the forward's length factor alone; the batched matmuls
+    of unfused attention are GEMMs (``bmm``: the tensor path and its shape model).
 
     A fused op's ``n`` is the keys it meets in causal-attention units (``sk`` for full causal
     attention, fewer under a sliding window, chunks or a sparse selection:
@@ -199,9 +200,9 @@ def fused_attention_efficiency(sq, n, k, head_dim, eff):
 @njit(cache=True, inline="always")
 def attention_clock_of(head_dim, eff):
     """The fraction of the datasheet clock an attention op runs at: a fused kernel's
-    (``head_dim > 0``) at the clock attention kernels hold (``eff[E_ATTN_CLOCK]``), the batched
-    matmuls of unfused attention (no head dim: cuBLAS GEMMs, which draw a GEMM's power) at the
-    sustained clock (``eff[E_CLOCK]``)."""
+    (``head_dim > 0``) at the clock attention kernels hold (``eff[E_ATTN_CLOCK]``), one without a
+    head dim at the sustained clock (``eff[E_CLOCK]``), as GEMMs run (the batched matmuls of
+    unfused attention are priced as GEMMs)."""
     return eff[E_ATTN_CLOCK] if head_dim > 0.0 else eff[E_CLOCK]
 
 
