@@ -6,7 +6,8 @@ that :func:`cosearch.cost.calibrate` (and ``cosearch calibrate``) read.
   (:func:`cosearch.graph.build`), so the measured shapes are exactly the ones cosearch prices.
 * :func:`measure_ops` times each with torch: weight GEMMs as ``torch.matmul`` (FP8 ones as
   ``torch._scaled_mm`` where the GPU has FP8 tensor cores), unfused attention matmuls as
-  ``torch.bmm``, fused attention as ``scaled_dot_product_attention`` (causal; the backward
+  batched ``torch.matmul`` (``gemm`` rows with their ``batch``: cosearch prices them as the
+  GEMMs they are), fused attention as ``scaled_dot_product_attention`` (causal; the backward
   timed on its own).  Each row: ``kind, m, n, k, batch, dtype_bytes, seconds`` plus the op's
   name, the TFLOP/s reached, ``head_dim`` (a fused attention kernel's; 0 otherwise) and
   ``sm_clock_mhz`` (the SM clock NVML reads right after the kernel; empty without NVML), so
@@ -47,9 +48,10 @@ _COLLECTIVE_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
 @dataclass(frozen=True)
 class OpShape:
     """One kernel to time.  ``kind``: ``gemm`` (a weight GEMM ``(m x k) @ (k x n)``, ``batch``
-    times), ``attention`` (``bmm``: an unfused attention matmul; ``fused``: a causal fused
-    attention kernel over ``batch`` heads of ``m`` queries, ``n`` keys and head dim ``head_dim``,
-    forward or, with ``backward``, its backward).  ``k`` is the graph's (FLOPs = 2 m n k batch)."""
+    times; the graph's ``bmm``, unfused attention's matmuls, are these too), ``attention``
+    (``fused``: a causal fused attention kernel over ``batch`` heads of ``m`` queries, ``n`` keys
+    and head dim ``head_dim``, forward or, with ``backward``, its backward; not fused: a matmul
+    timed as a GEMM that :func:`cosearch.cost.calibrate` fits to the attention efficiency).  ``k`` is the graph's (FLOPs = 2 m n k batch)."""
 
     name: str
     kind: str
@@ -96,8 +98,8 @@ def op_shapes(model: ModelConfig | str, tp: int = 1, microbatch: int = 1, precis
             for op in g.ops:
                 if op.kind == "gemm":
                     s = OpShape(op.name, "gemm", op.m, op.n, op.k, op.batch, op.dtype_bytes)
-                elif op.kind == "bmm":
-                    s = OpShape(op.name, "attention", op.m, op.n, op.k, op.batch, op.dtype_bytes)
+                elif op.kind == "bmm":          # priced as a batched GEMM (graph._KIND_CODE)
+                    s = OpShape(op.name, "gemm", op.m, op.n, op.k, op.batch, op.dtype_bytes)
                 elif op.kind == "attention":
                     bwd = op.name.endswith(".grad")
                     d = op.head_dim
