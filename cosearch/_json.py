@@ -137,6 +137,16 @@ def dump_json(data: dict[str, Any], path: str | os.PathLike | None = None) -> st
     return text
 
 
+#: How a checkpoint journal (:class:`IncrementalJSONWriter`) starts: its first line is the header.
+JOURNAL_START = '{"_header":'
+
+
+def is_journal(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` is a checkpoint journal rather than plain JSON."""
+    with open(path) as fh:
+        return fh.read(len(JOURNAL_START)) == JOURNAL_START
+
+
 class IncrementalJSONWriter:
     """A checkpoint of a growing document ``{...header..., "rows": [...]}`` written as an
     append-only journal: each write appends only the rows added since the last one and the
@@ -284,6 +294,6 @@ def load_json(source: str | os.PathLike) -> dict[str, Any]:
     text = str(source)
     if not text.lstrip().startswith("{"):
         text = read_text_file(source, "JSON", MAX_JSON_BYTES)     # a binary file refused by name
-    if text.startswith('{"_header":'):
+    if text.startswith(JOURNAL_START):
         return _read_journal(text)
     return parse_json(text, str(source) if len(str(source)) < 200 else "text", constants=True)

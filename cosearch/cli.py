@@ -307,11 +307,24 @@ def _file_identity(path: str | None) -> tuple | None:
     """What tells whether ``path`` was written since (inode, size, modification time), or None
     when there is no such file."""
     import os
+    if not path:
+        return None
     try:
-        st = os.stat(path) if path else None
+        st = os.stat(path)
     except OSError:
         return None
-    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _search_and_finish(a, baselines: bool, top: int, resume=None) -> int:
+    """Run the search of ``search`` / ``compare`` and save, print and choose the exit status
+    (:func:`_finish_search`); a signal no phase caught goes to :func:`_interrupted_search`."""
+    before = _file_identity(a.out)
+    try:
+        res = _run_search(a, baselines, a.out, resume)
+    except KeyboardInterrupt as exc:
+        return _interrupted_search(a.out, before, exc)
+    return _finish_search(res, a.out, top)
 
 
 def _interrupted_search(out: str | None, before: tuple | None, exc: KeyboardInterrupt) -> int:
@@ -320,14 +333,12 @@ def _interrupted_search(out: str | None, before: tuple | None, exc: KeyboardInte
     rewritten as the plain JSON a finished save writes, marked interrupted; the exit status is
     130 or 143.  A file this run never wrote is left as it was."""
     from ._interrupt import deferred_interrupts, exit_code
-    from ._json import dump_json, load_json
+    from ._json import dump_json, is_journal, load_json
     where = ""
     if out and _file_identity(out) not in (None, before):
         with deferred_interrupts(deliver=False):          # stopping already
             try:
-                with open(out) as fh:
-                    journal = fh.read(len('{"_header":')) == '{"_header":'
-                if journal:
+                if is_journal(out):
                     dump_json({**load_json(out), "interrupted": True}, out)
                 where = f" in {out} (continue with --resume)"
             except (OSError, ValueError) as err:
@@ -1135,22 +1146,12 @@ def _dispatch(a) -> int:
     if a.cmd == "search":
         from ._validate import output_path
         output_path(a.out, a.force, a.resume is not None)
-        before = _file_identity(a.out)
-        try:
-            res = _run_search(a, a.baselines, a.out, a.resume)
-        except KeyboardInterrupt as exc:
-            return _interrupted_search(a.out, before, exc)
-        return _finish_search(res, a.out, 10)
+        return _search_and_finish(a, a.baselines, 10, a.resume)
     if a.cmd == "compare":
         if a.out:
             from ._validate import output_path
             output_path(a.out, a.force)
-        before = _file_identity(a.out)
-        try:
-            res = _run_search(a, True, a.out)
-        except KeyboardInterrupt as exc:
-            return _interrupted_search(a.out, before, exc)
-        return _finish_search(res, a.out, 5)
+        return _search_and_finish(a, True, 5)
     if a.cmd == "report":
         import os
 

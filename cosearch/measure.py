@@ -51,7 +51,8 @@ class OpShape:
     times; the graph's ``bmm``, unfused attention's matmuls, are these too), ``attention``
     (``fused``: a causal fused attention kernel over ``batch`` heads of ``m`` queries, ``n`` keys
     and head dim ``head_dim``, forward or, with ``backward``, its backward; not fused: a matmul
-    timed as a GEMM that :func:`cosearch.cost.calibrate` fits to the attention efficiency).  ``k`` is the graph's (FLOPs = 2 m n k batch)."""
+    timed as a GEMM that :func:`cosearch.cost.calibrate` fits to the attention efficiency).
+    ``k`` is the graph's (FLOPs = 2 m n k batch)."""
 
     name: str
     kind: str
@@ -96,9 +97,7 @@ def op_shapes(model: ModelConfig | str, tp: int = 1, microbatch: int = 1, precis
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                             precision=precision)
             for op in g.ops:
-                if op.kind == "gemm":
-                    s = OpShape(op.name, "gemm", op.m, op.n, op.k, op.batch, op.dtype_bytes)
-                elif op.kind == "bmm":          # priced as a batched GEMM (graph._KIND_CODE)
+                if op.kind in ("gemm", "bmm"):  # a bmm is priced as a batched GEMM (graph._KIND_CODE)
                     s = OpShape(op.name, "gemm", op.m, op.n, op.k, op.batch, op.dtype_bytes)
                 elif op.kind == "attention":
                     bwd = op.name.endswith(".grad")
