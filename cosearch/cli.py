@@ -468,6 +468,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scaling-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"], default=None,
                    help="low-precision scaling recipe, Megatron's --fp8-recipe names (omit: the engine's default, "
                         "delayed under Transformer Engine; tensorwise and nvfp4 price an amax pass before casts)")
+    p.add_argument("--fp8-attention", action="store_true", default=None,
+                   help="under --precision fp8, the fused attention in FP8 too (Megatron's --fp8-dot-product-attention; "
+                        "MXFP8 under --scaling-recipe mxfp8; needs --flash)")
     p.add_argument("--bf16-layers", metavar="FIRST,LAST", default=None,
                    help="under fp8/fp4, the first and last layers kept in bf16 (Megatron's --first-last-layers-bf16; "
                         "a fixed plan only: give --dp/--tp/--pp/--mb)")
@@ -751,10 +754,11 @@ def _run_plan(a) -> int:
         model = run.model
     elif run is not None:
         if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.etp, a.recompute, a.sp,
-                                       a.zero, a.precision, a.zero_group, a.scaling_recipe, a.bf16_layers)):
+                                       a.zero, a.precision, a.zero_group, a.scaling_recipe, a.bf16_layers,
+                                       a.fp8_attention)):
             raise ValueError("--from gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/--etp/--recompute/"
-                             "--sp/--zero/--precision/--zero-group/--scaling-recipe/--bf16-layers (or edit the file "
-                             "with key=value overrides)")
+                             "--sp/--zero/--precision/--zero-group/--scaling-recipe/--bf16-layers/--fp8-attention (or "
+                             "edit the file with key=value overrides)")
         d = run.resolve(cluster.num_chips, global_batch=a.batch, model=None)
         model, spec, a.batch, assumed, mem = d.model, d.spec, d.global_batch, d.assumed, d.memory
         seq = getattr(a, "seq_len", None)
@@ -786,6 +790,9 @@ def _run_plan(a) -> int:
         if a.scaling_recipe is not None and a.scaling_recipe != mp.spec.scaling_recipe:
             raise ValueError(f"--scaling-recipe {a.scaling_recipe} contradicts the Megatron line "
                              f"({mp.spec.scaling_recipe or 'no low precision'}: --fp8-recipe / --fp4-recipe)")
+        if a.fp8_attention and not mp.spec.fp8_attention:
+            raise ValueError("--fp8-attention contradicts the Megatron line (no --fp8-dot-product-attention); add it "
+                             "there")
         if a.zero is not None and a.zero != mp.spec.zero:
             raise ValueError(f"--zero {a.zero} contradicts the Megatron line (ZeRO {mp.spec.zero}: "
                              "--use-distributed-optimizer is ZeRO 1)")
@@ -842,7 +849,8 @@ def _run_plan(a) -> int:
                         sequence_parallel=bool(a.sp), zero=a.zero or 0, flash_attention=a.flash,
                         context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
                         expert_parallel=a.ep or 1, expert_tensor_parallel=1 if a.etp == "1" else None,
-                        scaling_recipe=a.scaling_recipe, bf16_layers=_bf16_layers_arg(a.bf16_layers))
+                        scaling_recipe=a.scaling_recipe, bf16_layers=_bf16_layers_arg(a.bf16_layers),
+                        fp8_attention=bool(a.fp8_attention))
         plans, tried = _best_fixed_plan(model, chip, cluster, base, a)
         searched = None
         notes = [n for n in (fixed_note, tried) if n]
@@ -869,7 +877,7 @@ def _run_plan(a) -> int:
                            zero_group=(a.zero_group,) if a.zero_group else None,
                            expert_parallel=(a.ep,) if a.ep else None,
                            expert_tensor_parallel=1 if getattr(a, "etp", None) == "1" else None,
-                           scaling_recipe=a.scaling_recipe)
+                           scaling_recipe=a.scaling_recipe, fp8_attention=bool(a.fp8_attention))
         if not res.feasible:
             raise ValueError(res.reason)
         plans = list(res.plans)

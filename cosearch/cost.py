@@ -152,7 +152,7 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
                 eff: np.ndarray | None = None) -> np.ndarray:
     """The roofline formulas vectorised over (designs, ops) with NumPy broadcasting."""
     e_t, e_a, e_m, launch, tm, tn, tk, slots, k_over, fp8_rate, fp4_rate, a_over, sustained, sk_fix, a_over_bwd, \
-        a_head, e_cast, e_amax, attn_clock = IDEAL.as_array() if eff is None else eff
+        a_head, e_cast, e_amax, attn_clock, speed_fwd, speed_bwd = IDEAL.as_array() if eff is None else eff
     o = {f: ops[None, :, i] for i, f in enumerate(OP_FIELDS)}
     d = {f: designs[:, i, None] for i, f in enumerate(DESIGN_FIELDS)}
     frac = core_fraction
@@ -216,7 +216,9 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         # fused attention kernels (a head dim) run at their own held clock (attn_clock); unfused
         # attention's batched matmuls and GEMMs at the sustained one
         held = np.where(d_head > 0, attn_clock, sustained)
-        attn_t = np.maximum(compute_t * (sustained / held) / (e_a * length * head), op_bytes) + launch
+        # a fused kernel on FP8 / MXFP8 operands (dtype under 2 bytes) at its pass's speed over bf16
+        speed = np.where((d_head > 0) & (dt < 2.0), np.where(k > 1.5 * d_head, speed_bwd, speed_fwd), 1.0)
+        attn_t = np.maximum(compute_t * (sustained / held) / (e_a * length * head * speed), op_bytes) + launch
         lanes = d["vector_units"] * frac * d["vector_width"]
         lane_t = np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock
         vec_t = np.maximum(lane_t, op_bytes) + launch

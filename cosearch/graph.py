@@ -34,7 +34,8 @@ from .models import ModelConfig
 
 __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
-           "ATTENTION_CORE", "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
+           "ATTENTION_CORE", "ATTENTION_CASTS", "ATTENTION_FORMAT_BYTES", "check_attention_format",
+           "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "MOE_DISPATCH_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
            "grows_with_tokens", "expert_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
@@ -60,6 +61,12 @@ ATTENTION_BWD_FACTOR = 2.5
 
 #: Forward ops that selective recomputation runs again (the attention core).
 ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_core")
+#: The name suffixes of a low-precision attention's casts around its fused kernel
+#: (:meth:`_Builder.attention_cast`)
+ATTENTION_CASTS = (".quant", ".dequant")
+#: Bytes per Q, K, V (and dO) element of each low-precision attention format: FP8 with per-tensor
+#: scales, MXFP8 with one E8M0 scale byte per 32 elements.
+ATTENTION_FORMAT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}
 
 #: What ``"selective"`` recomputation runs again (:attr:`cosearch.engine.Engine.selective_recompute`):
 #: these, or ``"modules:<names>"`` (:data:`RECOMPUTE_MODULES`).
@@ -235,7 +242,7 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         base = _gemm_of(op.name)
         return 1.0 if any(base in RECOMPUTE_MODULES[m] for m in mods) else 0.0
     if policy == "attention-core":
-        return 1.0 if op.name in ATTENTION_CORE else 0.0
+        return 1.0 if _gemm_of(op.name) in ATTENTION_CORE else 0.0
     if policy == "dots-saved":
         return 1.0 if op.kind in ("vector", "cast", "bmm", "attention") or op.name in ATTENTION_CORE else 0.0
     if op.kind in ("vector", "cast"):
@@ -261,8 +268,9 @@ def grows_with_tokens(op: Op) -> bool:
 
 
 def _gemm_of(name: str) -> str:
-    """The GEMM a cast or amax op feeds (``fc2.cast``, ``fc2.amax`` -> ``fc2``), else ``name``."""
-    for suffix in (".cast", ".amax"):
+    """The op a cast or amax op serves (``fc2.cast``, ``fc2.amax`` -> ``fc2``; a low-precision
+    attention's ``attn_core.quant`` / ``.dequant`` -> ``attn_core``), else ``name``."""
+    for suffix in (".cast", ".amax", *ATTENTION_CASTS):
         if name.endswith(suffix):
             return name[:-len(suffix)]
     return name
@@ -422,6 +430,8 @@ class _Builder:
         self.passes = passes.removesuffix(ONE_COPY)
         self.norm_fused = norm_fused
         self.tp_amax = tp_amax
+        # bytes per element of fused attention's low-precision operands (0: the graph's dtype)
+        self.attention_lowp = 0.0
 
     def _add(self, op: Op) -> int:
         self.ops.append(op)
@@ -453,19 +463,33 @@ class _Builder:
         return self.collective(name, deps, nbytes, "allreduce")
 
     def attention(self, name: str, deps, sq: int, sk: int, d: int, batch: int, flops_factor: float,
-                  rows_read: float, rows_written: float, work: float = 1.0) -> int:
+                  rows_read: float, rows_written: float, work: float = 1.0, operand_bytes: float | None = None) -> int:
         """A fused attention kernel of ``sq`` query rows against ``sk`` keys:
         ``flops_factor`` sq x sk x d matmuls per head (1: causal QK^T and PV), HBM traffic of
         whole (rows, d) tensors only (no sq x sk scores): ``rows_read`` / ``rows_written`` rows of
         d per head.  The factor scales the keys a query meets (``n``), so ``k`` is ``work`` head
         dims: 1 for a forward, :data:`ATTENTION_BWD_FACTOR` for a backward — how the kernels tell
-        the two apart whatever the factor (a sliding window's, or 2 for non-causal attention)."""
-        dt = self.dt
+        the two apart whatever the factor (a sliding window's, or 2 for non-causal attention).
+        ``operand_bytes`` (default the graph's dtype): a kernel on FP8 (1) or MXFP8 (1 + 1/32, its
+        block scales) operands (:data:`ATTENTION_FORMAT_BYTES`)."""
+        dt = self.dt if operand_bytes is None else operand_bytes
         n = max(1, int(round(flops_factor * sk)))   # 2 m n k batch = flops_factor * 2 sq sk d batch * work
         k = int(round(work * d))
         return self._add(Op(name, "attention", tuple(x for x in deps if x is not None), m=sq, n=n, k=k,
                             batch=batch, bytes_read=rows_read * d * batch * dt,
                             bytes_written=rows_written * d * batch * dt, dtype_bytes=dt, head_dim=int(d)))
+
+    def attention_cast(self, name: str, deps, elements: float, to_lowp: bool) -> int:
+        """A low-precision attention's cast (kind ``cast``, one pass, one copy): its bf16 inputs
+        to the attention format (``to_lowp``; ``<core>.quant``) or its output back to bf16
+        (``<core>.dequant``), as Transformer Engine's FP8 ``DotProductAttention`` runs them around
+        the fused kernel when only the attention is in FP8 (its ``fp8_dpa``: Q, K, V quantized
+        before, O dequantized after; the backward mirrors both, :func:`_backward`)."""
+        lo = self.attention_lowp
+        read, written = (self.dt, lo) if to_lowp else (lo, self.dt)
+        return self._add(Op(name, "cast", tuple(d for d in deps if d is not None), elements=float(elements),
+                            ops_per_element=VECTOR_OPS_PER_ELEMENT["fp8_cast"], bytes_read=float(elements * read),
+                            bytes_written=float(elements * written), dtype_bytes=self.dt))
 
     def fp8_cast(self, name: str, deps, elements: float, out_bytes: float = 1.0) -> int:
         """Cast a bf16 tensor to FP8 (or NVFP4) with its scales: reads the tensor once and writes
@@ -807,6 +831,29 @@ CAST_PASSES = ("single", "norm-fused", "amax-unfused", "amax-all", "single-one-c
 ONE_COPY = "-one-copy"
 RECIPE_CAST_PASSES = {"delayed": "norm-fused", "blockwise": "single", "mxfp8": "single", "tensorwise": "amax-unfused",
                       "nvfp4": "amax-all"}
+
+
+def check_attention_format(config: ModelConfig, fmt: str | None, flash_attention: bool) -> float:
+    """The bytes per operand element of fused attention in ``fmt`` (:data:`ATTENTION_FORMAT_BYTES`;
+    None: 0, the graph's dtype), refused where it cannot run: low-precision attention is a fused
+    kernel (Transformer Engine's FP8 ``DotProductAttention``), so it needs ``flash_attention``, and
+    DeepSeek-V4's compressed attention runs kernels of its own."""
+    if fmt is None:
+        return 0.0
+    choice("attention_format", fmt, tuple(ATTENTION_FORMAT_BYTES))
+    if not flash_attention:
+        raise ValueError(f"attention_format={fmt!r} runs a fused FP8 attention kernel: it needs flash_attention=True")
+    if config.compressed_attention is not None:
+        raise ValueError(f"attention_format={fmt!r}: {config.name}'s compressed attention runs kernels of its own, "
+                         "which cosearch prices in bf16; use attention_format=None")
+    if config.sliding_layers or config.chunked_layers:
+        # cuDNN 9.22's FP8 / MXFP8 backward of GPT-OSS's 128-token window on GB200 and GB300 runs at
+        # 0.04-0.48x its bf16 one, slower the longer the sequence, as if it met every causal key
+        # (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/gpt_oss, fb682ce7)
+        raise ValueError(f"attention_format={fmt!r}: {config.name} has sliding-window or chunked attention layers, "
+                         "whose only published FP8 backward (cuDNN on GPT-OSS's window) runs 0.04-0.48x bf16 as if "
+                         "it met every causal key; cosearch has no model of it: use attention_format=None")
+    return ATTENTION_FORMAT_BYTES[fmt]
 
 
 def check_scaling_recipe(precision: str, recipe: str | None, name: str = "scaling_recipe") -> str | None:
@@ -1181,7 +1228,7 @@ def _shared_experts_sp(g: _Builder, c: ModelConfig, x: int, routed: int, Tv: flo
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
                    passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: bool = False,
-                   dispatcher: str = "alltoall") -> list[Op]:
+                   dispatcher: str = "alltoall", attention_lowp: float = 0.0) -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -1192,6 +1239,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     Tv = T // tp if sp and T % tp == 0 else (T / tp if sp else T)  # rows of the replicated region
     act_bytes = T * h * c.dtype_bytes
     g = _Builder(c.dtype_bytes, passes, _norm_fused_casts(c), tp_amax if sp and tp > 1 else frozenset())
+    g.attention_lowp = attention_lowp
     norm = c.norm
     nh = c.hyper_connections
     x_pre = _hyper_pre(g, "attn", [], Tv, h, nh)
@@ -1282,9 +1330,11 @@ def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, 
             kvn = g.sp_allgather("allgather_kv_latent", kvn, rows * (kvr + rope), T * (kvr + rope), lowp)
         kvu = g.linear("kv_up", [kvn], T, a * 2 * d, kvr, lowp, not gather)
         qkv = g.vector("mla_join", [qkv, kvu], T * a * (3 * d + rope), "add", inputs=1)
+        qkv_width, out_width = a * (3 * d + rope), a * d
         d = d + rope // 2
     else:
         qkv = g.linear("qkv", [x_in], T, (a + 2 * kv) * d, h, lowp, cast_in)
+        qkv_width, out_width = (a + 2 * kv) * d, a * d
     x = qkv
     qk = [qkv]
     if c.qk_norm != "none":
@@ -1303,7 +1353,13 @@ def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, 
         # parallelism a rank's sl queries meet all s keys (the K/V ring) and load-balanced
         # causal chunks give every rank 1/cp of the causal work: 2 sl s d per head each
         # sliding-window layers (the mean over the layers): fewer (query, key) pairs
-        ctx = g.attention("attn_core", [x, qkv], sl, s, d, b * a, c.attention_flops_share, sl + 2.0 * s, float(sl))
+        src, lo = [x, qkv], g.attention_lowp
+        if lo:      # FP8 / MXFP8 attention: Q, K, V cast before the kernel, O cast back after it
+            src = [g.attention_cast("attn_core.quant", src, T * qkv_width, True)]
+        ctx = g.attention("attn_core", src, sl, s, d, b * a, c.attention_flops_share, sl + 2.0 * s, float(sl),
+                          operand_bytes=lo or None)
+        if lo:
+            ctx = g.attention_cast("attn_core.dequant", [ctx], T * out_width, False)
     else:
         sc = g.gemm("attn_scores", [x], s, s, d, batch=b * a, weights=False)
         sm = g.vector("softmax", [sc], b * a * s * s, "softmax")
@@ -1419,6 +1475,13 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
             nbytes = op.elements * dt if op.elements else op.bytes_read
             grad_of[i] = [g.collective(f"{op.name}.grad", deps, nbytes, _CONJUGATE[op.kind])]
             continue
+        if op.kind == "cast" and op.name.endswith(ATTENTION_CASTS):
+            # a low-precision attention's casts mirror: the forward's dequantized O is the
+            # backward's quantized dO, its quantized Q, K, V the dequantized dQ, dK, dV
+            grad_of[i] = [g._add(Op(f"{op.name}.grad", "cast", tuple(deps), elements=op.elements,
+                                    ops_per_element=op.ops_per_element, bytes_read=op.bytes_written,
+                                    bytes_written=op.bytes_read, dtype_bytes=op.dtype_bytes))]
+            continue
         if op.kind == "cast" or (op.kind == "vector" and op.name.endswith(".amax")):
             # the cast's gradient passes through (the dgrad GEMM writes bf16); an amax has none
             grad_of[i] = deps
@@ -1449,7 +1512,8 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
             sq, d_ = op.m, op.head_dim or op.k        # the forward's n holds its keys times its factor
             kv_rows = op.bytes_read / (d_ * op.batch * op.dtype_bytes) - sq   # the forward's K and V rows
             grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, op.n, d_, op.batch, 1.0,
-                                      3.0 * sq + kv_rows, sq + kv_rows, work=ATTENTION_BWD_FACTOR)]
+                                      3.0 * sq + kv_rows, sq + kv_rows, work=ATTENTION_BWD_FACTOR,
+                                      operand_bytes=op.dtype_bytes if op.dtype_bytes < dt else None)]
         else:
             name = f"{op.name}.grad"
             # reads its inputs and the output's gradient (elements in the graph's dtype, whatever the
@@ -1528,7 +1592,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           cross_entropy: str = "fused", elementwise: str = "fused",
           expert_tensor_parallel: int | None = None, both: bool = False,
           embedding: str = "gather", cast_passes: str = "single", expert_elementwise: str = "fused",
-          moe_dispatcher: str = "alltoall") -> LayerGraph:
+          moe_dispatcher: str = "alltoall", attention_format: str | None = None) -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1564,6 +1628,12 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     Under sequence parallelism with the experts split over tp > 1 ranks, ``"alltoall"`` and
     ``"flex"`` route each rank's own tokens and gather the copies over tp as Megatron-Core does
     (:func:`_moe_mlp_gathered`); ``"gather-tokens"`` gathers the tokens before routing them.
+    ``attention_format`` (None: the graph's dtype; ``"fp8"`` or ``"mxfp8"``,
+    :data:`ATTENTION_FORMAT_BYTES`): the fused attention kernel on low-precision operands, as
+    Megatron-Core's ``--fp8-dot-product-attention`` runs it (Transformer Engine's ``fp8_dpa``): Q, K
+    and V cast before it and O cast back after it (``attn_core.quant`` / ``.dequant``, mirrored in
+    the backward); price such a graph with the speeds of
+    :meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`, as :func:`cosearch.plan.unit_costs` does.
     ``both``: return the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
@@ -1590,6 +1660,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     choice("cast_passes", cast_passes, CAST_PASSES)
     choice("expert_elementwise", expert_elementwise, EXPERT_ELEMENTWISE)
     _check_dispatcher(moe_dispatcher)
+    attention_lowp = check_attention_format(config, attention_format, flash_attention)
     passes = cast_passes if precision != "bf16" and part == "layer" else "single"
     if passes.startswith("norm-fused") and elementwise == "eager":
         passes = passes.replace("norm-fused", "single")
@@ -1597,6 +1668,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     extra = {"experts_local": True} if local and part == "layer" else {}
     if part == "embedding" and embedding == "one-hot":
         extra["one_hot"] = True
+    if part == "layer" and attention_lowp:
+        extra["attention_lowp"] = attention_lowp
     tp_amax = _tp_amax_casts(config) if part == "layer" else (frozenset(), frozenset())
     if passes != "single":
         extra["passes"] = passes

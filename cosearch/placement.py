@@ -266,10 +266,15 @@ class _Options:
     eps: tuple
     etps: tuple = (None,)
     scaling_recipe: str | None = None
+    fp8_attention: bool = False
 
     def recipe(self, precision: str) -> str | None:
         """The scaling recipe of this search's plans in ``precision`` (None under bf16)."""
         return None if precision == "bf16" else self.scaling_recipe
+
+    def fp8_attention_in(self, precision: str) -> bool:
+        """Whether this search's plans in ``precision`` run FP8 attention (its FP8 plans only)."""
+        return self.fp8_attention and precision == "fp8"
 
     def ep_mode(self, etp: int | None) -> int:
         """:func:`ep_mode_of` ``etp`` among this search's expert-tensor-parallel degrees."""
@@ -295,7 +300,8 @@ class _Options:
 
 def _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                        sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
-                       zero_group, expert_parallel, expert_tensor_parallel=None, scaling_recipe=None) -> _Options:
+                       zero_group, expert_parallel, expert_tensor_parallel=None, scaling_recipe=None,
+                       fp8_attention=False) -> _Options:
     """Phase 1: every option checked and expanded to the values to try."""
     from .graph import (
         PRECISIONS,
@@ -305,7 +311,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     )
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
-    from .plan import cast_passes, check_precision
+    from .plan import cast_passes, check_fp8_attention, check_precision
     model = model_preset(model)
     chip = chip_preset(chip)
     cluster = as_cluster(cluster)
@@ -344,6 +350,11 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
             check_scaling_recipe(p, scaling_recipe)
             check_precision(chip, p, scaling_recipe)
         cast_passes(engine, low[0], scaling_recipe)            # the engine runs it (torchao: tensorwise only)
+    if v.flag("fp8_attention", fp8_attention):
+        if "fp8" not in precs:
+            raise ValueError(f"fp8_attention: the search's precisions {list(precs)} have no FP8 plans to run it "
+                             "(add 'fp8')")
+        check_fp8_attention("fp8", scaling_recipe, bool(flash_attention), "fp8_attention")
     groups = _option_list("zero_group", zero_group, (None,), _check_group)
     eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
     for e in eps:
@@ -351,7 +362,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     etps = expert_tensor_parallel_values(model, expert_tensor_parallel, tps, sps)
     return _Options(model, chip, cluster, B, top_k, mem or memory.MemoryConfig(), engine, bool(flash_attention),
                     tuple(tps), tuple(mbs), tuple(sps), tuple(virt), tuple(zeros), _modes(recompute), tuple(cps),
-                    tuple(precs), tuple(groups), tuple(eps), etps, scaling_recipe)
+                    tuple(precs), tuple(groups), tuple(eps), etps, scaling_recipe, bool(fp8_attention))
 
 
 def expert_tensor_parallel_values(model: ModelConfig, etp, tps, sps) -> tuple:
@@ -414,7 +425,8 @@ def _price(o: _Options, combos, units, time_model: str, overlap_dp: bool) -> lis
                 o.ep_mode(et))]
             u = unit_costs(o.model, o.chip, o.cluster, [o.tps[i] for i in used], o.mbs, o.sps, o.flash_attention,
                            time_model=time_model, engine=o.engine, context_parallel=c, precision=p,
-                           expert_parallel=e, expert_tensor_parallel=et, scaling_recipe=o.recipe(p))[0]
+                           expert_parallel=e, expert_tensor_parallel=et, scaling_recipe=o.recipe(p),
+                           fp8_attention=o.fp8_attention_in(p))[0]
             if len(used) < len(o.tps):
                 u_all = np.zeros((len(o.tps),) + u.shape[1:])
                 u_all[used] = u
@@ -557,7 +569,8 @@ def _plans(o: _Options, found, combos, priced, searched, net, time_model: str) -
                         stage_layers=tuple(int(x) for x in counts), flash_attention=o.flash_attention,
                         context_parallel=c_cp, precision=prec, expert_parallel=c_ep,
                         zero_group=None if zg == replicas or int(c[kernel.C_Z]) == 0 else zg,
-                        expert_tensor_parallel=c_etp, scaling_recipe=o.recipe(prec))
+                        expert_tensor_parallel=c_etp, scaling_recipe=o.recipe(prec),
+                        fp8_attention=o.fp8_attention_in(prec))
         if len(set(spec.recompute)) == 1:
             spec = spec.with_(recompute=spec.recompute[0])
         plan = plan_from_stages(o.model, o.chip, o.cluster, spec, o.global_batch, u, net, hw, time_model, o.engine)
@@ -581,7 +594,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
                  zero_group: int | None | Sequence[int | None] = None,
                  expert_parallel: int | Sequence[int] | None = None,
                  expert_tensor_parallel: int | None | Sequence[int | None] = None,
-                 scaling_recipe: str | None = None) -> PlacementResult:
+                 scaling_recipe: str | None = None, fp8_attention: bool = False) -> PlacementResult:
     """The ``top_k`` best plans (one per configuration, best first) over the option space.
 
     Each option is a list of values to try (None: all — tp: the degrees dividing the
@@ -602,6 +615,9 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
     precomputed ``units`` must have been priced for the same engine.  ``scaling_recipe``
     (:attr:`cosearch.plan.PlanSpec.scaling_recipe`; None: the engine's default): the recipe of
     every low-precision plan searched, which each of those precisions must have.
+    ``fp8_attention`` (:attr:`cosearch.plan.PlanSpec.fp8_attention`): the FP8 plans searched run
+    their fused attention in FP8 too (it needs ``flash_attention`` and ``"fp8"`` among the
+    precisions; bf16 plans keep bf16 attention).
     """
     v.instances(mem=(mem, memory.MemoryConfig))
     for name, x in (("flash_attention", flash_attention), ("overlap_dp", overlap_dp), ("prune", prune),
@@ -609,7 +625,7 @@ def search_plans(model: ModelConfig | str, chip: Accelerator | str, cluster: Clu
         v.flag(name, x)
     o = _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
                            sequence_parallel, zero, flash_attention, top_k, mem, engine, context_parallel, precision,
-                           zero_group, expert_parallel, expert_tensor_parallel, scaling_recipe)
+                           zero_group, expert_parallel, expert_tensor_parallel, scaling_recipe, fp8_attention)
     if units is not None:
         units = _checked_units(units, o)
     if o.model.moe and o.model.moe_layer_step > 1 and o.model.num_layers > 1:

@@ -96,7 +96,14 @@ class PlanSpec:
     ``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16``, Megatron-Bridge's
     ``first_last_layers_bf16``); they sit in the first model chunk of the first stage and the
     last chunk of the last one, which must hold them (:func:`evaluate` prices them there; the
-    plan search does not search plans with them)."""
+    plan search does not search plans with them).  ``fp8_attention``: the fused attention kernel
+    runs on FP8 operands too (Megatron-Core's ``--fp8-dot-product-attention``, Transformer Engine's
+    ``fp8_dpa``; :attr:`attention_format`: MXFP8 under the ``mxfp8`` recipe, per-tensor FP8
+    under ``delayed`` and ``tensorwise``), priced at the chip's measured FP8 attention speeds
+    (:meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`), with its casts
+    (:meth:`cosearch.graph._Builder.attention_cast`); it needs precision ``fp8`` and
+    ``flash_attention``.  Activation memory is priced as bf16 attention's: an upper bound where
+    Transformer Engine keeps FP8 copies of Q, K, V and O for the backward."""
 
     dp: int
     tp: int
@@ -116,6 +123,7 @@ class PlanSpec:
     expert_tensor_parallel: int | None = None
     scaling_recipe: str | None = None
     bf16_layers: tuple[int, int] = (0, 0)
+    fp8_attention: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.offload_layers, bool) or not isinstance(self.offload_layers, (int, np.integer)) \
@@ -139,7 +147,7 @@ class PlanSpec:
             object.__setattr__(self, "recompute", rc)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"PlanSpec.zero={self.zero!r}; choose 0, 1, 2 or 3")
-        for f in ("sequence_parallel", "flash_attention"):
+        for f in ("sequence_parallel", "flash_attention", "fp8_attention"):
             object.__setattr__(self, f, v.flag(f"PlanSpec.{f}", getattr(self, f)))
         if self.stage_layers is not None:
             sl = tuple(v.positive_int("PlanSpec.stage_layers", x) for x in self.stage_layers)
@@ -162,6 +170,8 @@ class PlanSpec:
             raise ValueError(f"PlanSpec.bf16_layers={ends}: the plan's precision is bf16 already; give a low "
                              "precision (fp8, fp4) or (0, 0)")
         object.__setattr__(self, "bf16_layers", ends)
+        if self.fp8_attention:
+            check_fp8_attention(self.precision, self.scaling_recipe, self.flash_attention, "PlanSpec")
         if self.zero_group is not None:
             zg = v.positive_int("PlanSpec.zero_group", self.zero_group, v.MAX_CHIPS)
             if self.weight_replicas % zg:
@@ -193,6 +203,12 @@ class PlanSpec:
     def shard_group(self) -> int:
         """The ZeRO sharding group (``zero_group``, or all ``dp * cp`` ranks)."""
         return self.weight_replicas if self.zero_group is None else self.zero_group
+
+    @property
+    def attention_format(self) -> str | None:
+        """The fused attention's operand format (:data:`cosearch.graph.ATTENTION_FORMAT_BYTES`):
+        ``"mxfp8"`` or ``"fp8"`` under :attr:`fp8_attention`, else None (bf16)."""
+        return fp8_attention_format(self.scaling_recipe) if self.fp8_attention else None
 
     def recompute_per_stage(self) -> tuple[str, ...]:
         return (self.recompute,) * self.pp if isinstance(self.recompute, str) else tuple(self.recompute)
@@ -232,6 +248,8 @@ class PlanSpec:
             extra.append("flash")
         if self.precision != "bf16":
             extra.append(self.precision if self.scaling_recipe is None else f"{self.precision}:{self.scaling_recipe}")
+        if self.fp8_attention:
+            extra.append(f"{self.attention_format}-attention")
         if any(self.bf16_layers):
             extra.append(f"bf16-ends {self.bf16_layers[0]}/{self.bf16_layers[1]}")
         if self.offload_layers:
@@ -343,11 +361,12 @@ class Plan:
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
                 embedding: str = "gather", passes: str = "single", experts: str = "fused",
-                dispatcher: str = "alltoall"):
+                dispatcher: str = "alltoall", attention_format: str | None = None):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
-    degrees (:func:`_part_graphs`).  ``dispatcher``: the MoE layer's (graph ``moe_dispatcher``)."""
+    degrees (:func:`_part_graphs`).  ``dispatcher``: the MoE layer's (graph ``moe_dispatcher``);
+    ``attention_format``: the layer's fused attention operands (graph ``attention_format``)."""
     graph.check_expert_parallel(model, ep)
     graph.check_expert_tensor_parallel(model, etp, tp, bool(sp))
     out = {}
@@ -356,7 +375,7 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
         f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
                             elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
                             passes if moe else "single", experts if moe else "fused",
-                            dispatcher if moe else "alltoall")
+                            dispatcher if moe else "alltoall", attention_format if moe else None)
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -411,9 +430,11 @@ def clear_graph_cache() -> None:
 @functools.lru_cache(maxsize=2048)
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
-                 passes: str = "single", experts: str = "fused", dispatcher: str = "alltoall"):
+                 passes: str = "single", experts: str = "fused", dispatcher: str = "alltoall",
+                 attention_format: str | None = None):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`;
-    ``experts``: its ``expert_elementwise``, ``dispatcher`` its ``moe_dispatcher``).  A
+    ``experts``: its ``expert_elementwise``, ``dispatcher`` its ``moe_dispatcher``,
+    ``attention_format`` its ``attention_format``).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep
     (the alltoall dispatcher's regrouping passes too, where ranks hold several experts at both)."""
@@ -421,12 +442,13 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
             and model.num_experts % 2 == 0
             and (dispatcher not in graph.REGROUPING_DISPATCHERS or model.num_experts // ep > 1)):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
-                              "gather", passes, experts, dispatcher)
+                              "gather", passes, experts, dispatcher, attention_format)
         return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
-                            cast_passes=passes, expert_elementwise=experts, moe_dispatcher=dispatcher)
+                            cast_passes=passes, expert_elementwise=experts, moe_dispatcher=dispatcher,
+                            attention_format=attention_format)
 
 
 _SHARES: dict = {}
@@ -872,7 +894,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                sequence_parallel: Sequence[bool] = (False,), flash_attention: bool = False,
                efficiency=None, time_model: str = "sum", engine=None, context_parallel: int = 1,
                precision: str = "bf16", expert_parallel: int = 1,
-               expert_tensor_parallel: int | None = None, scaling_recipe: str | None = None) -> np.ndarray:
+               expert_tensor_parallel: int | None = None, scaling_recipe: str | None = None,
+               fp8_attention: bool = False) -> np.ndarray:
     """(designs, tps, microbatches, sp options, :data:`~cosearch._kernels.formulas.UNIT_FIELDS`)
     array of per-unit seconds, bytes and parameters.
 
@@ -896,7 +919,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     a (tp > 1, no sequence parallelism) cell among cells with it is no plan (Megatron requires
     sequence parallelism there): every field of it is ``inf``.  ``scaling_recipe`` (None: the
     engine's default): the low-precision recipe, whose casts are priced as Transformer Engine
-    runs them (:func:`cast_passes`).
+    runs them (:func:`cast_passes`).  ``fp8_attention`` (:attr:`PlanSpec.fp8_attention`): the
+    fused attention on FP8 / MXFP8 operands, at the efficiency's speeds for the model's attention
+    family (:meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`).
     """
     from .hardware import IDEAL
     if model.moe and model.dense_layer_count:
@@ -906,8 +931,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
         args = (designs, cluster, tps, microbatches, sequence_parallel, flash_attention, efficiency, time_model,
                 engine, context_parallel, precision)
         moe = unit_costs(model.with_(moe_layer_step=1, dense_layers=0), *args, expert_parallel,
-                         expert_tensor_parallel, scaling_recipe)
-        dense = unit_costs(model.dense_counterpart(), *args, 1, None, scaling_recipe)
+                         expert_tensor_parallel, scaling_recipe, fp8_attention)
+        dense = unit_costs(model.dense_counterpart(), *args, 1, None, scaling_recipe, fp8_attention)
         share = 1.0 - model.dense_layer_count / model.num_layers
         out = moe.copy()
         for f in _LAYER_UNIT_FIELDS:
@@ -927,6 +952,14 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # the framework's kernels, and the scaling recipe's GEMMs
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel).with_scaling_recipe(
         scaling_recipe if precision == "fp8" else None)
+    attention_format = None
+    if fp8_attention:
+        check_fp8_attention(precision, scaling_recipe, flash_attention, "unit_costs")
+        attention_format = fp8_attention_format(scaling_recipe)
+        try:
+            eff = eff.with_fp8_attention(attention_format, model.kv_heads < model.heads)
+        except ValueError as e:
+            raise ValueError(f"chip {designs.name}: {e}" if single else str(e)) from None
     if single:
         if designs.efficiency != eff:
             designs = designs.with_(efficiency=eff)
@@ -994,9 +1027,9 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
-                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher)
+                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
-                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher)
+                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format)
                     # every microbatch size's rows of the six graphs, priced in one call: the rows at
                     # one sequence plus (size - 1) times their change per sequence
                     base, per_seq_rows = _stacked_rows(g1, g2)
@@ -1004,7 +1037,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                     gs = g1
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
-                                     elementwise, etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher)
+                                     elementwise, etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher,
+                                     attention_format)
                     base = _graph_stack(gs)
                     per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
                 lay = _cell_layout(gs)
@@ -1259,6 +1293,32 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
 #: ``Float8Tensor``): on a chip whose FP8 GEMMs take every layout they are kept as one copy
 #: (:attr:`cosearch.hardware.Accelerator.fp8_any_layout`)
 PER_TENSOR_RECIPES = ("delayed", "tensorwise")
+
+
+#: The scaling recipes Transformer Engine runs FP8 attention under: per-tensor scales (its
+#: ``DotProductAttention`` "only supports DS and CS", ``attention/dot_product_attention/
+#: dot_product_attention.py`` at v2.12) and MXFP8 (from v2.16, "Add MXFP8 attention",
+#: NVIDIA/TransformerEngine#2719); blockwise FP8 and NVFP4 assert there.
+FP8_ATTENTION_RECIPES = ("delayed", "tensorwise", "mxfp8")
+
+
+def fp8_attention_format(scaling_recipe: str | None) -> str:
+    """The format FP8 attention runs in under ``scaling_recipe`` (None: the engine's default, a
+    per-tensor recipe): ``"mxfp8"`` under MXFP8, else ``"fp8"`` (per-tensor scales)."""
+    return "mxfp8" if scaling_recipe == "mxfp8" else "fp8"
+
+
+def check_fp8_attention(precision: str, scaling_recipe: str | None, flash_attention: bool, who: str) -> None:
+    """Refuse FP8 attention where it does not run: it needs the FP8 precision under a recipe of
+    :data:`FP8_ATTENTION_RECIPES` and the fused attention kernel (``flash_attention``)."""
+    if precision != "fp8":
+        raise ValueError(f"{who}: fp8_attention runs attention in FP8 under an FP8 recipe; the precision is "
+                         f"{precision!r} (give precision 'fp8', or fp8_attention=False)")
+    if scaling_recipe is not None and scaling_recipe not in FP8_ATTENTION_RECIPES:
+        raise ValueError(f"{who}: fp8_attention under scaling_recipe {scaling_recipe!r}: Transformer Engine runs FP8 "
+                         f"attention under {FP8_ATTENTION_RECIPES} only")
+    if not flash_attention:
+        raise ValueError(f"{who}: fp8_attention is a fused attention kernel: it needs flash_attention=True")
 
 
 def low_precision_copies(chip, engine, precision: str, scaling_recipe: str | None = None) -> int:
@@ -1541,14 +1601,15 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
                          "that divides it, or no sequence parallelism")
     check_precision(chip, spec.precision, spec.scaling_recipe)
 
-    def units(precision: str, recipe: str | None) -> np.ndarray:
+    def units(precision: str, recipe: str | None, fp8_attention: bool) -> np.ndarray:
         return unit_costs(model, chip, cluster, (spec.tp,), (spec.microbatch,), (spec.sequence_parallel,),
                           spec.flash_attention, time_model=time_model, engine=engine,
                           context_parallel=spec.context_parallel, precision=precision,
                           expert_parallel=spec.expert_parallel,
-                          expert_tensor_parallel=spec.expert_tensor_parallel, scaling_recipe=recipe)[0, 0, 0, 0]
-    u = units(spec.precision, spec.scaling_recipe)
-    u_bf16 = units("bf16", None) if any(spec.bf16_layers) else None     # the plan's bf16 layers
+                          expert_tensor_parallel=spec.expert_tensor_parallel, scaling_recipe=recipe,
+                          fp8_attention=fp8_attention)[0, 0, 0, 0]
+    u = units(spec.precision, spec.scaling_recipe, spec.fp8_attention)
+    u_bf16 = units("bf16", None, False) if any(spec.bf16_layers) else None     # the plan's bf16 layers
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip),
                 low_precision_copies(chip, engine, spec.precision, spec.scaling_recipe))

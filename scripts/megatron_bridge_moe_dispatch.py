@@ -31,6 +31,14 @@ Two kinds of config are cited:
   "alltoall"`` after it clears it; for the op fuser the last literal assigned to
   ``use_transformer_engine_op_fuser``.
 
+FP8 attention (``fp8_dpa``) as well: the value that reaches the model is the mixed-precision
+config's (Megatron-Bridge's ``MixedPrecisionConfig.setup`` writes its fields over the model's), so
+a perf recipe's last literal assigned to ``<cfg>.mixed_precision.fp8_dot_product_attention`` after
+its last new mixed-precision config (whose default is off), a helper's parameter passed through
+read from the call (``_enable_deepseek_full_iteration_mxfp8(cfg, fp8_dot_product_attention=True)``)
+or its default; a workload base config's ``fp8_dot_product_attention`` field where the commit's
+``utils/overrides.py`` applies it to the mixed-precision config.
+
 The loss implementation is read as well: for a perf recipe where it sets one
 (``_benchmark_common(cfg, cross_entropy_impl=...)``, the literal passed or the parameter's
 default; a later ``cross_entropy_loss_fusion = False``), and for every commit a row cites (dense
@@ -109,7 +117,15 @@ DEVICE_DEPENDENT = frozenset({"apply_flex_dispatcher_backend", "validate_flex_di
 def _unset() -> dict:
     return {"overlap": False, "overlap_at": "never set (CommOverlapConfig's default: off)",
             "backend": None, "backend_at": "never set (the alltoall dispatcher)",
-            "op_fuser": False, "op_fuser_at": "never set (TransformerConfig's default: off)"}
+            "op_fuser": False, "op_fuser_at": "never set (TransformerConfig's default: off)",
+            "fp8_dpa": False, "fp8_dpa_at": "never set (MixedPrecisionConfig's default: off)"}
+
+
+#: FP8 attention's switch.  Megatron-Bridge's ``MixedPrecisionConfig.setup`` writes each of its
+#: fields over the model's (``update_config_with_precision_overrides``,
+#: ``src/megatron/bridge/training/mixed_precision.py``), so the mixed-precision config's value is
+#: the one that runs: a recipe's ``cfg.model.fp8_dot_product_attention`` alone is overwritten.
+FP8_DPA = "fp8_dot_product_attention"
 
 
 #: The perf scripts' common overrides (workload base configs go through them:
@@ -158,7 +174,8 @@ def _literal(node: ast.AST):
 
 
 def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
-    """``{"overlap", "overlap_at", "backend", "backend_at", "op_fuser", "op_fuser_at"}`` (and
+    """``{"overlap", "overlap_at", "backend", "backend_at", "op_fuser", "op_fuser_at", "fp8_dpa",
+    "fp8_dpa_at"}`` (and
     ``cross_entropy`` / ``sms`` with their ``_at`` where the recipe sets them) for perf recipe
     ``name`` in ``path`` at ``commit``: each setting's final value and the line that set it last."""
     src = _Sources(read, commit)
@@ -168,7 +185,7 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
     state = _unset()
     sms: dict[str, tuple] = {}
 
-    def walk(where: str, fn: ast.FunctionDef, stack: tuple) -> None:
+    def walk(where: str, fn: ast.FunctionDef, stack: tuple, bound: dict) -> None:
         if (where, fn.name) in stack:
             return
         for stmt in fn.body:
@@ -177,7 +194,24 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                     for t in node.targets:
                         if not isinstance(t, ast.Attribute):
                             continue
-                        if t.attr == FIELD:
+                        if t.attr == FP8_DPA and ast.unparse(t.value).endswith("mixed_precision"):
+                            known, value = _literal(node.value)
+                            at = f"{where}:{node.lineno}"
+                            if not known and isinstance(node.value, ast.Name) and node.value.id in bound:
+                                value, called = bound[node.value.id]        # a helper's parameter
+                                known, at = True, f"{at} ({node.value.id} from {called})"
+                            if known:
+                                state.update(fp8_dpa=bool(value), fp8_dpa_at=at)
+                        elif t.attr == "mixed_precision":
+                            # a new mixed-precision config: its own switch (default off) unless it sets one
+                            kw = {k.arg: k.value for k in node.value.keywords} if isinstance(node.value, ast.Call) \
+                                else {}
+                            known, value = _literal(kw[FP8_DPA]) if FP8_DPA in kw else (True, False)
+                            if known:
+                                state.update(fp8_dpa=bool(value), fp8_dpa_at=f"{where}:{node.lineno} (a new "
+                                             "mixed-precision config" + ("" if FP8_DPA in kw else ", its default: off")
+                                             + ")")
+                        elif t.attr == FIELD:
                             state.update(overlap=bool(ast.literal_eval(node.value)), overlap_at=f"{where}:{node.lineno}")
                         elif t.attr == "comm_overlap" and isinstance(node.value, ast.Call):
                             kw = {k.arg: k.value for k in node.value.keywords}
@@ -216,9 +250,9 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                     helper = src.function(where, node.func.id)
                     if helper is not None:
                         _ce_argument(node, where, helper, state)
-                        walk(helper[0], helper[1], stack + ((where, fn.name),))
+                        walk(helper[0], helper[1], stack + ((where, fn.name),), _bindings(node, where, helper))
 
-    walk(found[0], found[1], ())
+    walk(found[0], found[1], (), {})
     # Megatron-Core: the unified knob first, then the backend's own (none set: the backend's default)
     if state["backend"] is not None:
         for knob in ("moe_flex_dispatcher_num_sms", f"moe_{state['backend']}_num_sms"):
@@ -227,6 +261,29 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                 state.update(sms=int(value), sms_at=f"{at} ({knob})")
                 break
     return state
+
+
+def _bindings(call: ast.Call, where: str, helper: tuple[str, ast.FunctionDef]) -> dict:
+    """The literal values ``call`` gives ``helper``'s keyword parameters (passed, else their
+    defaults), each with where it came from: ``{name: (value, "<file>:<line>")}``."""
+    a = helper[1].args
+    params = a.args + a.kwonlyargs
+    defaults = dict(zip([p.arg for p in a.args][len(a.args) - len(a.defaults):], a.defaults))
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    passed = {k.arg: k.value for k in call.keywords if k.arg}
+    out = {}
+    for p in params:
+        if p.arg in passed:
+            known, value = _literal(passed[p.arg])
+            at = f"{where}:{call.lineno}"
+        elif p.arg in defaults:
+            known, value = _literal(defaults[p.arg])
+            at = f"{helper[0]}:{helper[1].lineno} (its default)"
+        else:
+            continue
+        if known:
+            out[p.arg] = (value, at)
+    return out
 
 
 def _ce_argument(call: ast.Call, where: str, helper: tuple[str, ast.FunctionDef], state: dict) -> None:
@@ -266,8 +323,9 @@ def workload_settings(read: Reader, commit: str, path: str, name: str) -> dict:
     state["overlap_at"] = "WorkloadBaseConfig's default (scripts/performance/perf_plugins.py: moe_a2a_overlap = False)"
     state["backend_at"] = "WorkloadBaseConfig's default (no flex backend: the alltoall dispatcher)"
     state["op_fuser_at"] = "WorkloadBaseConfig's default (no cutedsl_fused_grouped_mlp: the op fuser off)"
+    state["fp8_dpa_at"] = "WorkloadBaseConfig's default (no fp8_dot_product_attention: off)"
     todo = {"moe_a2a_overlap": ("overlap", bool), "moe_flex_dispatcher_backend": ("backend", lambda x: x),
-            "cutedsl_fused_grouped_mlp": ("op_fuser", bool)}
+            "cutedsl_fused_grouped_mlp": ("op_fuser", bool), FP8_DPA: ("fp8_dpa", bool)}
     while todo:
         node = next((n for n in tree.body if isinstance(n, ast.Assign)
                      and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)), None)
@@ -297,11 +355,30 @@ def config_settings(read: Reader, path: str, commit: str, name: str) -> dict:
     if "/perf_recipes/" in path:
         return recipe_settings(read, commit, path, name)
     state = workload_settings(read, commit, path, name)
+    if state["fp8_dpa"] and overrides_fp8_dpa(read, commit) is None:
+        state.update(fp8_dpa=False, fp8_dpa_at=f"{state['fp8_dpa_at']}, which {OVERRIDES} at this commit never "
+                     "applies")
+    elif state["fp8_dpa"]:
+        state["fp8_dpa_at"] += f", applied at {overrides_fp8_dpa(read, commit)}"
     if state["backend"] == "hybridep":
         found = overrides_hybridep_sms(read, commit)
         if found is not None:
             state.update(sms=found[0], sms_at=found[1])
     return state
+
+
+def overrides_fp8_dpa(read: Reader, commit: str) -> str | None:
+    """Where the perf scripts' overrides at ``commit`` apply a workload base config's
+    ``fp8_dot_product_attention`` to the mixed-precision config (``utils/overrides.py``: ``if
+    settings.fp8_dot_product_attention is not None: cfg.mixed_precision.fp8_dot_product_attention =
+    ...``); None where they do not."""
+    tree = _Sources(read, commit).tree(OVERRIDES)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == FP8_DPA
+                                                and ast.unparse(t.value).endswith("mixed_precision")
+                                                for t in node.targets):
+            return f"{OVERRIDES}:{node.lineno}"
+    return None
 
 
 def overrides_hybridep_sms(read: Reader, commit: str) -> tuple[int, str] | None:
@@ -328,7 +405,8 @@ COMMIT_KEY = 9
 
 def table_for_rows(rows: list[dict], read: Reader) -> tuple[dict, dict]:
     """``{"<name>@<commit>": {"file", "overlap", "overlap_at", "backend", "backend_at", "op_fuser",
-    "op_fuser_at"[, "cross_entropy", "cross_entropy_at"]}}`` for every MoE config the rows cite,
+    "op_fuser_at", "fp8_dpa", "fp8_dpa_at"[, "cross_entropy", "cross_entropy_at"]}}`` for every MoE
+    config the rows cite,
     and ``{"<commit>": {"cross_entropy", "cross_entropy_at"}}`` for every commit any row cites."""
     out, commits = {}, {}
     for row in rows:
@@ -371,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         fh.write("\n")
     print(f"{len(table)} configs, {sum(v['overlap'] for v in table.values())} with the EP all-to-all overlap on, "
           f"{sum(v['backend'] is not None for v in table.values())} with a flex dispatcher backend, "
-          f"{sum(v['op_fuser'] for v in table.values())} with the op fuser; {len(commits)} commits, losses "
+          f"{sum(v['op_fuser'] for v in table.values())} with the op fuser, "
+          f"{sum(v['fp8_dpa'] for v in table.values())} with FP8 attention; {len(commits)} commits, losses "
           f"{sorted({v['cross_entropy'] for v in commits.values()})}, recipes setting their own: "
           f"{sum('cross_entropy' in v for v in table.values())}")
     return 0

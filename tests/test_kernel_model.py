@@ -251,7 +251,7 @@ def test_efficiency_columns_match_the_kernel_indices():
     from cosearch._kernels import formulas as F
     names = ("E_TENSOR", "E_ATTN", "E_MEM", "E_LAUNCH", "E_TILE_M", "E_TILE_N", "E_TILE_K", "E_SLOTS", "E_K_OVERHEAD", "E_FP8",
              "E_FP4", "E_ATTN_OVERHEAD", "E_CLOCK", "E_STREAM_K", "E_ATTN_OVERHEAD_BWD", "E_ATTN_HEAD", "E_CAST",
-             "E_CAST_AMAX", "E_ATTN_CLOCK")
+             "E_CAST_AMAX", "E_ATTN_CLOCK", "E_ATTN_SPEED_FWD", "E_ATTN_SPEED_BWD")
     assert [getattr(F, n) for n in names] == list(range(len(hardware.EFF_FIELDS)))
     e = hardware.A100_80GB.efficiency.as_array()
     assert (e[F.E_SLOTS], e[F.E_TILE_M], e[F.E_K_OVERHEAD]) == (108, 128, 128)

@@ -44,7 +44,7 @@ def test_bridge_perf_recipe_reads_whole():
     assert _said(rc, "sync-free MoE", "1.5x")
     assert _said(rc, "--moe-paged-stash", "1.2x on the GPU", "1x pinned on the host")
     assert _said(rc, "op-fuser")
-    assert _said(rc, "--fp8-dot-product-attention")
+    assert rc.plan["fp8_attention"] and not _said(rc, "--fp8-dot-product-attention")   # priced, not said
     assert _said(rc, "--delay-wgrad-compute")
     assert _said(rc, "high_priority_a2a_comm_stream")
     assert _said(rc, "moe_hybridep_num_sms_preprocessing=32")

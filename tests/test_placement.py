@@ -70,18 +70,20 @@ def cached_units(monkeypatch):
     real = plan.unit_costs
 
     @functools.cache
-    def key(model, chip, cl, tps, mbs, sps, flash, tm, engine, cp, precision, ep, etp, recipe):
+    def key(model, chip, cl, tps, mbs, sps, flash, tm, engine, cp, precision, ep, etp, recipe, fp8_attention):
         return real(model, chip, cl, tps, mbs, sps, flash, time_model=tm, engine=engine, context_parallel=cp,
-                    precision=precision, expert_parallel=ep, expert_tensor_parallel=etp, scaling_recipe=recipe)
+                    precision=precision, expert_parallel=ep, expert_tensor_parallel=etp, scaling_recipe=recipe,
+                    fp8_attention=fp8_attention)
 
     def cached(model, chip, cl, tps, mbs, sps=(False,), flash=False, efficiency=None, time_model="sum",
                engine=None, context_parallel=1, precision="bf16", expert_parallel=1, expert_tensor_parallel=None,
-               scaling_recipe=None):
+               scaling_recipe=None, fp8_attention=False):
         if isinstance(chip, hardware.Accelerator) and efficiency is None:
             return key(model, chip.with_(hbm_bytes=1.0), cl, tuple(tps), tuple(mbs), tuple(sps), flash, time_model,
-                       engine, context_parallel, precision, expert_parallel, expert_tensor_parallel, scaling_recipe)
+                       engine, context_parallel, precision, expert_parallel, expert_tensor_parallel, scaling_recipe,
+                       fp8_attention)
         return real(model, chip, cl, tps, mbs, sps, flash, efficiency, time_model, engine, context_parallel,
-                    precision, expert_parallel, expert_tensor_parallel, scaling_recipe)
+                    precision, expert_parallel, expert_tensor_parallel, scaling_recipe, fp8_attention)
 
     monkeypatch.setattr(plan, "unit_costs", cached)
     monkeypatch.setattr(placement, "unit_costs", cached)

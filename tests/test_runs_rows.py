@@ -475,6 +475,78 @@ def test_workload_configs_take_the_overrides_hybridep_sms():
     assert "sms" not in s.config_settings(lambda commit, p: FILES.get(p), path, "c0", "DERIVED")
 
 
+# FP8 attention's switch, by hand: the mixed-precision config's value is the one that runs
+_FP8_RECIPE = """
+from megatron.bridge.perf_recipes.fam.common import _mxfp8
+
+def direct():
+    cfg = make()
+    cfg.mixed_precision = bf16_with_mxfp8_mixed()
+    cfg.mixed_precision.fp8_dot_product_attention = True
+    return cfg
+
+def model_only():
+    cfg = make()
+    cfg.model.fp8_dot_product_attention = True
+    return cfg
+
+def reset_by_a_new_config():
+    cfg = direct()
+    cfg.mixed_precision = bf16_with_mxfp8_mixed()
+    return cfg
+
+def by_parameter():
+    cfg = make()
+    _mxfp8(cfg, fp8_dot_product_attention=True)
+    return cfg
+
+def by_default():
+    cfg = make()
+    _mxfp8(cfg)
+    return cfg
+"""
+_FP8_COMMON = """
+def _mxfp8(cfg, *, fp8_dot_product_attention: bool = False):
+    cfg.model.moe_flex_dispatcher_backend = "hybridep"
+    cfg.mixed_precision.fp8_dot_product_attention = fp8_dot_product_attention
+"""
+
+
+@pytest.mark.parametrize("name,on,at", [
+    ("direct", True, "recipe.py:7"),
+    ("model_only", False, None),                   # overwritten by the mixed-precision config's default
+    ("reset_by_a_new_config", False, "recipe.py:17 (a new mixed-precision config"),
+    ("by_parameter", True, "fam/common.py:4 (fp8_dot_product_attention from src/megatron/bridge/perf_recipes/fam/"
+                           "chip/recipe.py:22)"),
+    ("by_default", False, "fam/common.py:4 (fp8_dot_product_attention from src/megatron/bridge/perf_recipes/fam/"
+                          "common.py:2 (its default))"),
+])
+def test_recipe_reader_reads_fp8_attention_as_the_mixed_precision_config_sets_it(name, on, at):
+    files = {"src/megatron/bridge/perf_recipes/fam/chip/recipe.py": _FP8_RECIPE,
+             "src/megatron/bridge/perf_recipes/fam/common.py": _FP8_COMMON}
+    got = _script().config_settings(lambda commit, p: files.get(p), "src/megatron/bridge/perf_recipes/fam/chip/recipe.py",
+                                    "c0", name)
+    assert got["fp8_dpa"] is on
+    assert ("never set" in got["fp8_dpa_at"]) if at is None else at in got["fp8_dpa_at"], got["fp8_dpa_at"]
+
+
+def test_workload_fp8_attention_needs_the_overrides_to_apply_it():
+    """A workload base config's ``fp8_dot_product_attention`` runs only where the commit's
+    overrides write it into the mixed-precision config."""
+    path = "scripts/performance/configs/fam/fam_workload_base_configs.py"
+    overrides = ('def set_workload_base_configs(cfg, settings):\n'
+                 '    if settings.fp8_dot_product_attention is not None:\n'
+                 '        cfg.mixed_precision.fp8_dot_product_attention = settings.fp8_dot_product_attention\n')
+    files = dict(FILES, **{path: FILES[path] + "FP8_DPA = replace(DERIVED, fp8_dot_product_attention=True)\n"})
+    s = _script()
+    got = s.config_settings(lambda commit, p: dict(files, **{"scripts/performance/utils/overrides.py": overrides}).get(p),
+                            path, "c0", "FP8_DPA")
+    assert got["fp8_dpa"] and got["fp8_dpa_at"].endswith("applied at scripts/performance/utils/overrides.py:3")
+    got = s.config_settings(lambda commit, p: files.get(p), path, "c0", "FP8_DPA")
+    assert not got["fp8_dpa"] and "never applies" in got["fp8_dpa_at"]
+    assert not s.config_settings(lambda commit, p: files.get(p), path, "c0", "DERIVED")["fp8_dpa"]
+
+
 @pytest.mark.parametrize("name,overlap,backend", [("BASE", True, "deepep"), ("PLAIN", False, None),
                                                   ("DERIVED", True, "deepep"), ("TURNED_OFF", False, "deepep"),
                                                   ("ALIAS", True, "deepep")])
@@ -619,11 +691,18 @@ GPT_OSS_ROW = {"id": "mbridge-26.06/GPT_OSS_120B/GB200/FP8_MX/64/gbs1280", "mode
 def test_gpt_oss_rows_price_the_experts_eager_passes_unless_their_config_fuses_them(config, fused):
     """The shipped table (cosearch/data/megatron_bridge_moe_dispatch.json) says which cited configs
     run the op fuser: 26.06's GB200 MXFP8 config sets cutedsl_fused_grouped_mlp, the BF16 one
-    does not."""
+    does not.  The MXFP8 config runs the attention in FP8 too, over GPT-OSS's sliding windows,
+    which cosearch refuses to price (the row is refused, saying so)."""
     name, commit = config.split("@")
     path = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
     row = dict(GPT_OSS_ROW, assumed=[f"etp/sp/recompute/cuda-graph/dispatcher from NVIDIA-NeMo/Megatron-Bridge:"
                                      f"{path}@{commit} ({name})"])
+    cited = rows.megatron_bridge_moe_dispatch(row)
+    assert (cited["op_fuser"], cited["fp8_dpa"]) == (fused, fused)
+    if fused:
+        with pytest.raises(rows.Refused, match="attention in FP8 .* sliding-window"):
+            rows.describe_row(row)
+        return
     d = rows.describe_row(row)
     assert (d.model.activation_clamp, d.model.bias) == (7.0, True)
     assert d.engine.expert_elementwise == ("fused" if fused else "eager")
@@ -653,20 +732,29 @@ def test_bridge_card_rows_are_consistent_as_transcribed():
 
 
 def test_bridge_card_rows_read_their_own_recipes():
-    """Every card row is described and priced; a row citing its recipe's dispatcher takes the EP
-    overlap and backend the recipe's source sets (the shipped table), not its notes: Qwen3-30B-A3B
-    on H100 overlaps with HybridEP, DeepSeek-V4-Flash does not overlap; GPT-OSS on GB200 cites none
-    (DeepEP falls back to the all-to-all dispatcher there) and takes its notes: overlap on,
-    all-to-all.  DeepSeek-V3 on H100: its recipe's pipeline layout, its TP overlap and overlapped
-    gradient reduction off, expert tensor parallelism 1 under tp 2 beside its shared expert."""
+    """Every card row is described and priced, but GPT-OSS's MXFP8 runs, whose recipes run the
+    attention in FP8 over sliding windows (refused, saying so); a row citing its recipe's dispatcher
+    takes the EP overlap and backend the recipe's source sets (the shipped table), not its notes:
+    Qwen3-30B-A3B on H100 overlaps with HybridEP, DeepSeek-V4-Flash does not overlap; GPT-OSS on
+    GB200 cites none (DeepEP falls back to the all-to-all dispatcher there) and takes its notes:
+    overlap on, all-to-all.  DeepSeek-V3 on H100: its recipe's pipeline layout, its TP overlap and
+    overlapped gradient reduction off, expert tensor parallelism 1 under tp 2 beside its shared
+    expert.  Qwen3-30B-A3B's GB300 MXFP8 recipe runs MXFP8 attention."""
     from cosearch.plan import evaluate
-    described = {}
+    described, refused = {}, []
     for r in _cards():
+        if r["id"].startswith("mbridge-card/GPT_OSS_120B/") and "FP8_MX" in r["id"]:
+            with pytest.raises(rows.Refused, match="attention in FP8 .* sliding-window"):
+                rows.describe_row(r)
+            refused.append(r["id"])
+            continue
         d = described[r["id"]] = rows.describe_row(r)
         assert evaluate(d.model, d.chip, d.cluster, d.spec, d.global_batch, engine=d.engine, mem=d.memory).feasible
         if "dispatcher from" in r["assumed"][1]:
             assert rows.megatron_bridge_moe_dispatch(r) is not None, r["id"]
-    assert len(described) == 16
+    assert len(described) + len(refused) == 16 and refused
+    qwen = described["mbridge-card/Qwen3_30B_a3B/GB300/FP8_MX/8/gbs512"]
+    assert qwen.spec.attention_format == "mxfp8" and any("attention in MXFP8" in a for a in qwen.assumed)
     ds = described["mbridge-card/DeepSeekV3/H100/BF16/1024/gbs16384"]
     assert ds.spec.stage_layers == (7,) + (8,) * 6 + (6,) and ds.spec.expert_tensor_parallel == 1
     assert not ds.engine.overlap_tp_comm and not ds.engine.overlap_grad_reduce and ds.engine.moe_dispatcher == "flex"

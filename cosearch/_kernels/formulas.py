@@ -110,7 +110,8 @@ NB = len(BREAKDOWN_FIELDS) + 5
 
 #: kernel-efficiency row (:class:`cosearch.hardware.KernelEfficiency`, ``EFF_FIELDS`` order)
 (E_TENSOR, E_ATTN, E_MEM, E_LAUNCH, E_TILE_M, E_TILE_N, E_TILE_K, E_SLOTS, E_K_OVERHEAD, E_FP8, E_FP4,
- E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K, E_ATTN_OVERHEAD_BWD, E_ATTN_HEAD, E_CAST, E_CAST_AMAX, E_ATTN_CLOCK) = range(19)
+ E_ATTN_OVERHEAD, E_CLOCK, E_STREAM_K, E_ATTN_OVERHEAD_BWD, E_ATTN_HEAD, E_CAST, E_CAST_AMAX, E_ATTN_CLOCK,
+ E_ATTN_SPEED_FWD, E_ATTN_SPEED_BWD) = range(21)
 
 #: design-array columns of the tensor unit's FP8 and FP4 MACs per PE (``DESIGN_FIELDS``' last two)
 D_FP8_MACS = 12
@@ -195,6 +196,18 @@ def fused_attention_efficiency(sq, n, k, head_dim, eff):
     over = eff[E_ATTN_OVERHEAD_BWD] if k > 1.5 * head_dim else eff[E_ATTN_OVERHEAD]
     rows = sq if sq < n else n
     return attention_length_efficiency(rows, over) * attention_head_efficiency(head_dim, eff[E_ATTN_HEAD])
+
+
+@njit(cache=True, inline="always")
+def attention_format_speed(k, head_dim, dtype_bytes, eff):
+    """How many times faster a fused attention op runs than in bf16: a fused kernel (a head dim)
+    on low-precision operands (``dtype_bytes`` under 2: FP8 or MXFP8 Q, K, V) at the speed in
+    force, the forward's (``eff[E_ATTN_SPEED_FWD]``) or a backward's (``k > 1.5 head_dim``,
+    ``eff[E_ATTN_SPEED_BWD]``; :meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`);
+    every other op 1."""
+    if head_dim <= 0.0 or dtype_bytes >= 2.0:
+        return 1.0
+    return eff[E_ATTN_SPEED_BWD] if k > 1.5 * head_dim else eff[E_ATTN_SPEED_FWD]
 
 
 @njit(cache=True, inline="always")

@@ -35,7 +35,10 @@ Attention op (kind 3: batched activation matmuls or a fused flash kernel): the t
   (query rows; of its N, the keys met in causal units, where that is smaller: a sliding window,
   chunks, a sparse selection) with eff[11] (``E_ATTN_OVERHEAD``, forward) or eff[14] (``E_ATTN_OVERHEAD_BWD``,
   a backward) blocks of per-block overhead, times the head-dim factor (eff[15],
-  ``E_ATTN_HEAD``) of its head dim (op column 10; 0 for unfused matmuls: the length factor alone).
+  ``E_ATTN_HEAD``) of its head dim (op column 10; 0 for unfused matmuls: the length factor alone),
+  times, for a fused kernel on FP8 / MXFP8 operands (dtype_bytes under 2), the speed over bf16 in
+  force for its pass (eff[19] forward, eff[20] backward:
+  :func:`cosearch._kernels.formulas.attention_format_speed`).
 Vector op: cycles = ceil(elements / (vector_units * core_fraction * width)) * ops_per_element.
 Network op: 0 (priced by cosearch.comm).
 Every cycle count runs at ``clock_hz`` times eff[12] (``E_CLOCK``, the fraction of the datasheet
@@ -78,6 +81,7 @@ from .formulas import (
     E_TILE_M,
     E_TILE_N,
     attention_clock_of,
+    attention_format_speed,
     fused_attention_efficiency,
     gemm_shape_efficiency,
     operand_traffic_bytes,
@@ -130,7 +134,7 @@ def _price_one(op, d, frac, eff):
         if kind == 3.0:
             # a fused kernel at the clock attention kernels hold, unfused matmuls at the sustained one
             compute = cycles / (d[5] * attention_clock_of(op[10], eff)) / (eff[1] * fused_attention_efficiency(
-                m, n, k, op[10], eff))
+                m, n, k, op[10], eff) * attention_format_speed(k, op[10], dt, eff))
             mem = (op[7] + op[8]) / bw
             return (compute if compute > mem else mem) + eff[3]
         slots = math.floor(eff[E_SLOTS] * frac)

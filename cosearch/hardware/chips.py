@@ -67,6 +67,7 @@ from .efficiency import (
     DESIGN_FIELDS,
     EFFICIENCY_SOURCES,
     FP4_RATE_BLACKWELL,
+    FP8_ATTENTION_SPEEDS,
     FP8_RATE_H100_500W,
     IDEAL,
     MAX_FORMAT_MACS,
@@ -358,7 +359,8 @@ GB300 = B200.with_(name="GB300", clock_hz=2.5e15 / (2 * 592 * 16 * 64), hbm_byte
 #: NVFP4 rate, as GB300), 288 GB HBM3e a GPU (2.3 TB per 8) at 8 TB/s, NVLink 5 at 1.8 TB/s
 #: bidirectional, PCIe Gen6 to the host (128 GB/s per direction).
 B300 = B200.with_(name="B300", hbm_bytes=288e9, host_link_Bps=128e9,
-                  efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL))
+                  efficiency=replace(_BLACKWELL_EFF, fp4_rate=1.5 * FP4_RATE_BLACKWELL,
+                                     **FP8_ATTENTION_SPEEDS["GB300"]))
 #: TPU v5e: 197 TFLOP/s BF16 from 4 MXUs of 128 x 128 at 1.5 GHz, 16 GB HBM2e at 819 GB/s, ICI
 #: 1,600 Gb/s per chip over 4 links (50 GB/s each) (Google Cloud TPU v5e documentation).  Google's
 #: HBM "GB" are binary, as NVIDIA's 40 and 80 GB are (the A100/H100 presets): a v6e, "32 GB",

@@ -43,7 +43,20 @@ MAX_ATTENTION_CLOCK = 2.0
 #: indices are :data:`cosearch._kernels.formulas.E_TENSOR` ... ``E_K_OVERHEAD``).
 EFF_FIELDS = ("tensor", "attention", "memory", "launch_s", "tile_m", "tile_n", "tile_k", "tile_slots",
               "k_overhead", "fp8_rate", "fp4_rate", "attention_overhead", "sustained_clock", "stream_k_fixup",
-              "attention_overhead_bwd", "attention_head_overhead", "cast_memory", "cast_amax_Bps", "attention_clock")
+              "attention_overhead_bwd", "attention_head_overhead", "cast_memory", "cast_amax_Bps", "attention_clock",
+              "attention_speed_fwd", "attention_speed_bwd")
+#: The low-precision formats fused attention runs in (Megatron-Core's ``--fp8-dot-product-attention``
+#: under a per-tensor recipe, ``"fp8"``, or under MXFP8, ``"mxfp8"``), each with its
+#: :class:`KernelEfficiency` speed fields: (forward, backward) for multi-head (MHA, MLA) attention,
+#: then for grouped-query attention.
+ATTENTION_FORMAT_FIELDS = {
+    "fp8": (("fp8_attention_fwd", "fp8_attention_bwd"), ("fp8_attention_gqa_fwd", "fp8_attention_gqa_bwd")),
+    "mxfp8": (("mxfp8_attention_fwd", "mxfp8_attention_bwd"),
+              ("mxfp8_attention_gqa_fwd", "mxfp8_attention_gqa_bwd")),
+}
+#: The most a low-precision attention kernel may outrun the bf16 one (the tensor cores' FP8 rate is
+#: twice BF16's; the softmax does not speed up), with room for what-if studies.
+MAX_ATTENTION_SPEED = 4.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,18 @@ class KernelEfficiency:
     matmuls of unfused attention included (cuBLAS GEMMs), at ``sustained_clock``.
     ``attention_clock_fa2`` is the same for FlashAttention-2-generation kernels (0:
     ``attention_clock``); :meth:`with_attention_kernel` selects it.
+
+    Low-precision attention (Transformer Engine's FP8 ``DotProductAttention``, cuDNN's FP8 and MXFP8
+    SDPA kernels): ``fp8_attention_fwd`` / ``_bwd`` are how many times faster the chip's fused
+    attention forward / backward runs on per-tensor-scaled FP8 Q, K, V (and dO) than in bf16, for
+    multi-head attention (MHA; MLA, whose heads each have their own keys after the up
+    projection); ``fp8_attention_gqa_fwd`` / ``_bwd`` the same for grouped-query attention;
+    ``mxfp8_attention_*`` the same four for MXFP8 (1 x 32 block scales).  0: not measured; a family
+    without its own figure takes the other family's, and a format with neither cannot run
+    (:meth:`with_fp8_attention` refuses it).  ``attention_speed_fwd`` / ``_bwd`` are the speeds in
+    force for the plan being priced (1: bf16 attention), which :meth:`with_fp8_attention` sets and
+    the roofline applies to fused attention ops on low-precision operands
+    (:func:`cosearch._kernels.formulas.fused_attention_efficiency`).
     :meth:`at_full_clock` gives the same kernels at the datasheet clock, which short kernel
     benchmarks (a few hundred ms per shape) reach before the power limit pulls the clock down.
     """
@@ -144,8 +169,26 @@ class KernelEfficiency:
     cast_amax_Bps: float = 0.0
     attention_clock: float = 0.0
     attention_clock_fa2: float = 0.0
+    fp8_attention_fwd: float = 0.0
+    fp8_attention_bwd: float = 0.0
+    fp8_attention_gqa_fwd: float = 0.0
+    fp8_attention_gqa_bwd: float = 0.0
+    mxfp8_attention_fwd: float = 0.0
+    mxfp8_attention_bwd: float = 0.0
+    mxfp8_attention_gqa_fwd: float = 0.0
+    mxfp8_attention_gqa_bwd: float = 0.0
+    attention_speed_fwd: float = 1.0
+    attention_speed_bwd: float = 1.0
 
     def __post_init__(self) -> None:
+        speeds = [f for pairs in ATTENTION_FORMAT_FIELDS.values() for pair in pairs for f in pair]
+        for f in (*speeds, "attention_speed_fwd", "attention_speed_bwd"):
+            x = getattr(self, f)
+            lo = 0.0 if f in speeds else 1.0 / MAX_ATTENTION_SPEED
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (lo <= x <= MAX_ATTENTION_SPEED):
+                what = "0: not measured" if f in speeds else "1: bf16 attention"
+                raise ValueError(f"KernelEfficiency.{f} must be in [{lo:g}, {MAX_ATTENTION_SPEED:g}] ({what}), "
+                                 f"got {x!r}")
         for f in ("attention_overhead_bwd", "attention_head_overhead_fa2"):     # -1: another field's
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0.0 <= x <= 1e3 or x == -1.0):
@@ -243,6 +286,26 @@ class KernelEfficiency:
         if not block or self.fp8_rate <= 0.0:
             return self
         return replace(self, fp8_rate=self.fp8_rate * MXFP8_GEMM_SPEED)
+
+    def with_fp8_attention(self, fmt: str | None, grouped: bool) -> KernelEfficiency:
+        """This efficiency with fused attention in ``fmt`` (:data:`ATTENTION_FORMAT_FIELDS`: ``"fp8"``,
+        per-tensor scaled, or ``"mxfp8"``; None: bf16) for a model with grouped-query attention
+        (``grouped``) or not: the format's measured (forward, backward) speeds over bf16 for that
+        family, else the other family's, put in force (``attention_speed_fwd`` / ``_bwd``).  A
+        format this chip has no figure for is refused."""
+        if fmt is None:
+            return replace(self, attention_speed_fwd=1.0, attention_speed_bwd=1.0)
+        if fmt not in ATTENTION_FORMAT_FIELDS:
+            raise ValueError(f"unknown attention format {fmt!r}; choose one of {tuple(ATTENTION_FORMAT_FIELDS)} "
+                             "or None (bf16)")
+        mha, gqa = ATTENTION_FORMAT_FIELDS[fmt]
+        for pair in ((gqa, mha) if grouped else (mha, gqa)):
+            fwd, bwd = (getattr(self, f) for f in pair)
+            if fwd > 0.0 and bwd > 0.0:
+                return replace(self, attention_speed_fwd=float(fwd), attention_speed_bwd=float(bwd))
+        raise ValueError(f"this chip's kernel efficiency has no measured {fmt} attention kernels "
+                         f"(KernelEfficiency.{mha[0]} / {mha[1]} and {gqa[0]} / {gqa[1]} are 0): run "
+                         "attention in bf16 (fp8_attention=False), or give the chip's measured speeds")
 
     def at_full_clock(self) -> KernelEfficiency:
         """The same kernels at the datasheet clock (``sustained_clock = 1``): what a short kernel
@@ -555,6 +618,29 @@ _H100_ATTENTION_FA2 = 0.2885
 STREAM_K_FIXUP_H100 = 512.0
 #: FP8 / BF16 GEMM rate at the 700 W limit on H200, four training shapes (EFFICIENCY_SOURCES["H100"])
 FP8_RATE_H100 = 1.84
+#: Fused attention on FP8 / MXFP8 operands over bf16, forward and backward
+#: (:data:`ATTENTION_FORMAT_FIELDS`), from cuDNN's own SDPA training benchmark
+#: (NVIDIA/cudnn-frontend ``benchmark/sdpa_benchmark_training/results/``: cuDNN 9.22 on GB200 and
+#: GB300 at commit fb682ce7, 2026-04-29; cuDNN 9.19 on H200 at df73764a, 2026-03-09; the rows in
+#: ``cosearch/data/cudnn_sdpa_training.csv``): causal masks, 2k-32k tokens, the geometric mean over
+#: the five lengths of each length's low-precision rate over the bf16 rate of the same shape and
+#: pass in the same run (both short kernel benchmarks, so the clock cancels).  Multi-head: the
+#: geometric mean of DeepSeek-V3's shape (MLA, 128 heads, head dims 192 / 128) and Kimi-K2.6's (MLA,
+#: 64 heads); grouped-query: Llama 3.1 405B's (64 query heads over 8 key/value heads, head dim 128).
+#: The two families differ most in the backward (GB200 FP8 1.65x against 1.12x; MXFP8 at short
+#: grouped-query sequences runs below bf16, 0.84x at 2k).  Hopper: the H200's Llama rows only
+#: (cuDNN 9.19's FP8 kernels refused DeepSeek-V3's head dim 192: "hidden_dim shoud be equal to
+#: 128"), FP8's causal backward 0.64-1.06x of bf16; Hopper has no MXFP8.  B200 takes GB200's
+#: (the same GPU) and B300 GB300's.  ``tests/test_fp8_attention.py`` recomputes every figure.
+FP8_ATTENTION_SPEEDS: dict[str, dict[str, float]] = {
+    "Hopper": dict(fp8_attention_gqa_fwd=1.480, fp8_attention_gqa_bwd=0.808),
+    "GB200": dict(fp8_attention_fwd=1.489, fp8_attention_bwd=1.651, fp8_attention_gqa_fwd=1.298,
+                  fp8_attention_gqa_bwd=1.122, mxfp8_attention_fwd=1.392, mxfp8_attention_bwd=1.324,
+                  mxfp8_attention_gqa_fwd=1.209, mxfp8_attention_gqa_bwd=0.987),
+    "GB300": dict(fp8_attention_fwd=1.711, fp8_attention_bwd=1.785, fp8_attention_gqa_fwd=1.530,
+                  fp8_attention_gqa_bwd=1.212, mxfp8_attention_fwd=1.545, mxfp8_attention_bwd=1.367,
+                  mxfp8_attention_gqa_fwd=1.368, mxfp8_attention_gqa_bwd=0.964),
+}
 _A100_EFF = KernelEfficiency(0.931, _A100_ATTENTION, 0.75, 4e-6, EFFICIENCY_SOURCES["A100"], tile_m=128, tile_n=256,
                              tile_k=64, tile_slots=108, k_overhead=128.0,
                              attention_overhead=ATTENTION_OVERHEAD_FWD * ATTENTION_OVERHEAD_SCALE_A100,
@@ -568,7 +654,7 @@ _H100_EFF = KernelEfficiency(0.856, _H100_ATTENTION, 0.90, 4e-6, EFFICIENCY_SOUR
                              attention_head_overhead=ATTENTION_HEAD_OVERHEAD,
                              attention_head_overhead_fa2=ATTENTION_HEAD_OVERHEAD_FA2, attention_fa2=_H100_ATTENTION_FA2,
                              sustained_clock=SUSTAINED_CLOCK_H100, attention_clock=ATTENTION_CLOCK_H100,
-                             attention_clock_fa2=ATTENTION_CLOCK_H100_FA2)
+                             attention_clock_fa2=ATTENTION_CLOCK_H100_FA2, **FP8_ATTENTION_SPEEDS["Hopper"])
 #: Sustained clock of an H100 held at 500 W (Meta's Grand Teton parts, torchtitan's H100s), as a
 #: fraction of the datasheet clock.  FBGEMM's bf16 GEMMs on "H100 500W" (pytorch/FBGEMM pull
 #: request #2546, 2024: 585.23, 575.12 and 546.31 TFLOP/s at 8192^3, 65536 x 8192 x 7168 and 65536 x
@@ -602,7 +688,7 @@ FP4_RATE_BLACKWELL = 3904.33 / 1360.14
 _BLACKWELL_EFF = replace(_H100_EFF, source=EFFICIENCY_SOURCES["Blackwell"], tile_slots=148,
                          fp8_rate=FP8_RATE_BLACKWELL, fp4_rate=FP4_RATE_BLACKWELL,
                          sustained_clock=SUSTAINED_CLOCK_BLACKWELL, attention_clock=ATTENTION_CLOCK_BLACKWELL,
-                         attention_clock_fa2=0.0)
+                         attention_clock_fa2=0.0, **FP8_ATTENTION_SPEEDS["GB200"])
 #: GB200: Blackwell's kernels on 152 SMs at GB200's own held clocks (SUSTAINED_CLOCK_GB200).
 _GB200_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + "  " + EFFICIENCY_SOURCES["GB200"],
                      tile_slots=152, sustained_clock=SUSTAINED_CLOCK_GB200, attention_clock=ATTENTION_CLOCK_GB200)
@@ -610,7 +696,7 @@ _GB200_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + " 
 #: measured NVFP4 rate (its datasheet's dense FP4, 15 against 10 PFLOP/s).
 _GB300_EFF = replace(_BLACKWELL_EFF, source=EFFICIENCY_SOURCES["Blackwell"] + "  " + EFFICIENCY_SOURCES["GB300"],
                      fp4_rate=1.5 * FP4_RATE_BLACKWELL, sustained_clock=SUSTAINED_CLOCK_GB300,
-                     attention_clock=ATTENTION_CLOCK_GB300)
+                     attention_clock=ATTENTION_CLOCK_GB300, **FP8_ATTENTION_SPEEDS["GB300"])
 #: TPU v5's GEMM efficiency on top of the systolic model: XLA's 8192^3 bf16 matmul on a v5e,
 #: 181.8 TFLOP/s (jax-ml/jax docs/pallas/tpu/matmul.ipynb), over the model's 190.7 at 1.0
 #: (cosearch/data/public_kernels.csv row 33; EFFICIENCY_SOURCES["TPU v5"]).

@@ -13,7 +13,9 @@ Two input formats:
   sequences), ``measured_tok_s_per_chip``.  Optional: ``id``, ``group``, ``chip`` (default: the
   cluster's), ``seq_len``, ``cp``, ``ep``, ``virtual``, ``recompute`` (none), ``precision``
   (bf16), ``scaling_recipe`` (the engine's default; ``tensorwise`` for FP8 current scaling,
-  :attr:`cosearch.plan.PlanSpec.scaling_recipe`), ``sp`` (0/1), ``zero`` (0), ``zero_group``, ``flash`` (1), ``engine``
+  :attr:`cosearch.plan.PlanSpec.scaling_recipe`), ``fp8_attention`` (0/1, default 0: the fused
+  attention in FP8 too, ``--fp8-dot-product-attention``, :attr:`cosearch.plan.PlanSpec.fp8_attention`),
+  ``sp`` (0/1), ``zero`` (0), ``zero_group``, ``flash`` (1), ``engine``
   (megatron-core), ``cuda_graphs`` (what the run's CUDA graphs capture: ``full_iteration``,
   ``transformer_engine`` / ``local`` / ``per_module``, or ``none``; :data:`CSV_CUDA_GRAPHS`),
   ``op_fuser`` (0/1, default 0: the experts through Transformer Engine's op fuser,
@@ -54,7 +56,7 @@ __all__ = ["CheckedRun", "CheckResult", "check_runs", "read_measured", "CSV_REQU
 
 CSV_REQUIRED = ("model", "cluster", "chips", "tp", "pp", "mb", "batch", "measured_tok_s_per_chip")
 CSV_OPTIONAL = ("id", "group", "chip", "seq_len", "cp", "ep", "virtual", "recompute", "precision", "scaling_recipe",
-                "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs", "op_fuser", "etp", "moe_dispatcher",
+                "fp8_attention", "sp", "zero", "zero_group", "flash", "engine", "cuda_graphs", "op_fuser", "etp", "moe_dispatcher",
                 "moe_flex_backend", "moe_a2a_overlap", "cross_entropy")
 #: The columns of a CSV of runs given by their config files (module docstring).
 CONFIG_CSV_REQUIRED = ("config", "cluster", "chips", "measured_tok_s_per_chip")
@@ -234,7 +236,7 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
     cluster, chip = _cluster_of(r, chips)
     bool_of = {"": None, "0": False, "1": True, "false": False, "true": True}
     flags = {}
-    for key in ("sp", "flash", "op_fuser", "moe_a2a_overlap"):
+    for key in ("sp", "flash", "op_fuser", "moe_a2a_overlap", "fp8_attention"):
         v = r.get(key, "").lower()
         if v not in bool_of:
             raise ValueError(f"{key} {r[key]!r} is not 0/1")
@@ -248,6 +250,8 @@ def _csv_config(r: dict[str, str], line: int, path: Path):
         plan["zero_group"] = num("zero_group")
     if r.get("scaling_recipe"):
         plan["scaling_recipe"] = r["scaling_recipe"]
+    if flags["fp8_attention"]:
+        plan["fp8_attention"] = True
     etp = (r.get("etp") or "tp").lower()
     if etp not in ("tp", "1"):
         raise ValueError(f"etp {r['etp']!r}: give tp (expert tensor parallelism = tp) or 1")

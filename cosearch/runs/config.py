@@ -33,7 +33,8 @@ __all__ = ["RunConfig", "RunDescription", "merge", "model_differences"]
 #: The PlanSpec fields a reader may fix (dp is derived from the chips unless a file states it).
 PLAN_FIELDS = ("tp", "pp", "microbatch", "recompute", "virtual_stages", "sequence_parallel", "zero",
                "flash_attention", "context_parallel", "precision", "zero_group", "expert_parallel",
-               "stage_layers", "offload_layers", "expert_tensor_parallel", "scaling_recipe", "bf16_layers")
+               "stage_layers", "offload_layers", "expert_tensor_parallel", "scaling_recipe", "bf16_layers",
+               "fp8_attention")
 
 
 @dataclass(frozen=True)

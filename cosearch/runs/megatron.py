@@ -42,6 +42,9 @@ Plan and engine
 ``--fp8-recipe``                             ``scaling_recipe``: delayed (default) / tensorwise / blockwise /
                                              mxfp8, each FP8 (tensorwise with its amax passes)
 ``--fp4-format``, ``--fp4-recipe``           NVFP4 (``e2m1``; recipe ``nvfp4``)
+``--fp8-dot-product-attention``              ``fp8_attention``: the fused attention in FP8 (MXFP8
+                                             under ``--fp8-recipe mxfp8``), at the chip's measured
+                                             FP8 attention speeds
 ``--first-last-layers-bf16``                 ``bf16_layers``: ``--num-layers-at-start-in-bf16`` and
                                              ``--num-layers-at-end-in-bf16`` (default 1 each) in bf16
 ``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
@@ -75,7 +78,7 @@ number; :func:`_moe_execution`): CUDA graphs (``--cuda-graph-impl``, ``--cuda-gr
 iteration, per module, or none, where an MoE run's host time goes unpriced), sync-free MoE
 (``--moe-expert-rank-capacity-factor``, HybridEP only) and ``--moe-paged-stash`` with its buffer
 factors, ``--moe-router-force-load-balancing`` (without it the router's own imbalance is not
-priced), ``--fp8-dot-product-attention``,
+priced),
 ``--delay-wgrad-compute`` and the router's padding for low-precision GEMMs.
 
 Model (any of these builds the model from the line; with a ``--model`` preset as well, each one
@@ -474,6 +477,21 @@ def cuda_graph_note(impl: str, scopes: tuple[str, ...], moe: bool) -> str | None
     return None
 
 
+def _fp8_attention(flags: set[str], precision: str, recipe: str | None, flash: bool) -> bool:
+    """``--fp8-dot-product-attention`` (Transformer Engine's ``fp8_dpa``, which Megatron-Core's
+    ``get_fp8_recipe`` passes to the per-tensor and MXFP8 recipes), refused where it cannot run."""
+    if "--fp8-dot-product-attention" not in flags:
+        return False
+    if precision != "fp8":
+        raise ValueError("--fp8-dot-product-attention runs attention in FP8: it needs --fp8-format")
+    if not flash:
+        raise ValueError("--fp8-dot-product-attention runs Transformer Engine's fused attention: it needs "
+                         "--attention-backend flash|fused|auto (or --use-flash-attn)")
+    from ..plan import check_fp8_attention
+    check_fp8_attention(precision, recipe, flash, "--fp8-dot-product-attention")
+    return True
+
+
 def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep: int, precision: str,
                    assumed: list[str]) -> int:
     """The host-side and MoE-execution switches of a line, each read and said in ``assumed``
@@ -493,8 +511,8 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     * ``--moe-router-force-load-balancing``: cosearch prices balanced, dropless routing either way.
     * ``--moe-permute-fusion`` / ``--moe-router-fusion``: the fused kernels cosearch prices; without
       them (Megatron-Core's default) the PyTorch ops' extra passes are said, not priced.
-    * ``--use-transformer-engine-op-fuser``, ``--fp8-dot-product-attention``, ``--delay-wgrad-compute``
-      and the router's padding for low-precision GEMMs."""
+    * ``--use-transformer-engine-op-fuser``, ``--delay-wgrad-compute`` and the router's padding
+      for low-precision GEMMs."""
     moe = model.moe and ep > 1
     note = cuda_graph_note(*cuda_graphs(vals, flags), moe)
     if note:
@@ -595,10 +613,6 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
         # Transformer Engine then runs every weight-gradient GEMM in bf16 (recipe.override_linear_precision)
         raise ValueError("--no-fp8-wgrad (fp8_wgrad false) runs the weight-gradient GEMMs in bf16 under a low "
                          "precision, which cosearch does not model (it would price them in the plan's format)")
-    if "--fp8-dot-product-attention" in flags:
-        if precision != "fp8":
-            raise ValueError("--fp8-dot-product-attention runs attention in FP8: it needs --fp8-format")
-        assumed.append("--fp8-dot-product-attention: attention priced at the bf16 attention kernels' rate")
     if "--delay-wgrad-compute" in flags:
         assumed.append("--delay-wgrad-compute: the weight gradients priced where the backward computes them "
                        "(the EP overlap's combined 1F1B schedule prices what it hides)")
@@ -1204,7 +1218,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
                 zero=_zero_stage(vals, flags, assumed), flash_attention=flash,
                 context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
-                scaling_recipe=recipe, bf16_layers=bf16_layers, stage_layers=split)
+                scaling_recipe=recipe, bf16_layers=bf16_layers, stage_layers=split,
+                fp8_attention=_fp8_attention(flags, precision, recipe, flash))
     memory = _optimizer_memory(vals, flags, assumed)
     return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
                      neutral=tuple(neutral), memory=memory)

@@ -676,6 +676,26 @@ def _moe_notes(row: dict, notes: list) -> tuple[str, bool, bool, str, int]:
     return ("alltoall" if backend is None else "flex"), overlap, fuser, backend or "hybridep", sms
 
 
+def _fp8_attention(row: dict, model, recipe: str | None, notes: list) -> bool:
+    """Whether an MoE row's cited Megatron-Bridge config runs its attention in FP8
+    (:func:`megatron_bridge_moe_dispatch`'s ``fp8_dpa``: the mixed-precision config's
+    ``fp8_dot_product_attention``), said with the line that sets it."""
+    cited = megatron_bridge_moe_dispatch(row) if model.moe else None
+    if not (cited and cited.get("fp8_dpa")):
+        return False
+    from ..graph import check_attention_format
+    try:
+        check_attention_format(model, "mxfp8" if recipe == "mxfp8" else "fp8", True)
+    except ValueError as e:
+        raise Refused(f"the cited config runs the attention in FP8 ({cited['config']}@{cited['commit']}, "
+                      f"{cited['fp8_dpa_at']}), which cosearch cannot price here: {e}") from None
+    fmt = "MXFP8" if recipe == "mxfp8" else "per-tensor FP8"
+    notes.append(f"attention in {fmt} (fp8_dot_product_attention), as the cited config sets it "
+                 f"({cited['config']}@{cited['commit']}, {cited['fp8_dpa_at']}): at the chip's measured {fmt} "
+                 "attention speeds")
+    return True
+
+
 def _precision(row: dict, notes: list) -> tuple[str, str | None]:
     """(precision, scaling recipe) as the row's precision text states them: NVFP4, MXFP8,
     per-tensor current scaling (``tensorwise``; torchao's Float8 is that), finer-grained block
@@ -876,7 +896,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     plan = dict(tp=tp, pp=pp, microbatch=mbs, recompute=rc, virtual_stages=vp, sequence_parallel=sp, zero=zero,
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                 offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp,
-                scaling_recipe=recipe)
+                scaling_recipe=recipe, fp8_attention=_fp8_attention(row, model, recipe, notes))
     engine = preset(_engine(row))
     if op_fuser:
         engine = with_op_fuser(engine)

@@ -1,0 +1,256 @@
+"""FP8 / MXFP8 fused attention (Megatron-Core's ``--fp8-dot-product-attention``): the chips'
+measured speeds over bf16, recomputed from cuDNN's published benchmark rows; the roofline's
+pricing of a low-precision attention op, hand-worked; the graph's casts around the kernel,
+counted by hand; the plan, search, reader and CLI switches and their refusals."""
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cosearch import cost, graph, hardware, models, plan
+from cosearch.graph import LayerGraph, Op
+from cosearch.hardware import efficiency as E
+from cosearch.runs import read_megatron_args
+
+DATA = Path(__file__).parent.parent / "cosearch" / "data" / "cudnn_sdpa_training.csv"
+LENGTHS = (2048, 4096, 8192, 16384, 32768)
+
+
+def _rows():
+    with open(DATA, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_shipped_rows_are_the_published_benchmark():
+    """The data file holds cuDNN's causal training rows as published: five lengths of every
+    (GPU, shape, format, pass), GB200 / GB300 at cuDNN 9.22 and H200 at 9.19, each citing its file."""
+    rows = _rows()
+    assert len(rows) == 200
+    keys = {(r["gpu"], r["model"], int(r["seq"]), r["format"], r["pass"]) for r in rows}
+    assert len(keys) == len(rows)
+    for gpu, fmts, shapes in (("GB200", ("bf16", "fp8", "mxfp8"), ("llama3.1", "dsv3", "kimiK26")),
+                              ("GB300", ("bf16", "fp8", "mxfp8"), ("llama3.1", "dsv3", "kimiK26")),
+                              ("H200", ("bf16", "fp8"), ("llama3.1",))):
+        for m in shapes:
+            for f in fmts:
+                for p in ("fwd", "bwd"):
+                    assert all((gpu, m, s, f, p) in keys for s in LENGTHS), (gpu, m, f, p)
+    assert all(r["source"].startswith("NVIDIA/cudnn-frontend@") for r in rows)
+    # one published figure read back: DeepSeek-V3's shape, GB200, FP8 forward at 32k (1743 -> 2447 TFLOP/s)
+    r = {(x["gpu"], x["model"], int(x["seq"]), x["format"], x["pass"]): float(x["tflops"]) for x in rows}
+    assert (r["GB200", "dsv3", 32768, "bf16", "fwd"], r["GB200", "dsv3", 32768, "fp8", "fwd"]) == (1743.0, 2447.0)
+
+
+def test_speeds_are_the_geometric_means_of_the_rows():
+    """Every FP8_ATTENTION_SPEEDS figure recomputed from the rows: per shape, the geometric mean
+    over the lengths of low-precision over bf16 TFLOP/s; multi-head the geometric mean of the two
+    MLA shapes, grouped-query Llama 3.1's; a family without rows has no figure (0)."""
+    r = {(x["gpu"], x["model"], int(x["seq"]), x["format"], x["pass"]): float(x["tflops"]) for x in _rows()}
+
+    def gm(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    for family, gpu in (("Hopper", "H200"), ("GB200", "GB200"), ("GB300", "GB300")):
+        want = E.FP8_ATTENTION_SPEEDS[family]
+        for fmt in ("fp8", "mxfp8"):
+            for shapes, gqa in ((("dsv3", "kimiK26"), ""), (("llama3.1",), "gqa_")):
+                for p in ("fwd", "bwd"):
+                    have = [gm([r[gpu, m, s, fmt, p] / r[gpu, m, s, "bf16", p] for s in LENGTHS])
+                            for m in shapes if (gpu, m, 2048, fmt, p) in r]
+                    name = f"{fmt}_attention_{gqa}{p}"
+                    assert want.get(name, 0.0) == pytest.approx(gm(have) if have else 0.0, abs=6e-4), (family, name)
+    # the presets carry them: H100 and H200 Hopper's, B200 GB200's, B300 GB300's
+    for chip, family in (("H100", "Hopper"), ("H200", "Hopper"), ("B200", "GB200"), ("GB200", "GB200"),
+                         ("B300", "GB300"), ("GB300", "GB300")):
+        eff = hardware.preset(chip).efficiency
+        for name, x in E.FP8_ATTENTION_SPEEDS[family].items():
+            assert getattr(eff, name) == x, (chip, name)
+    assert hardware.preset("A100").efficiency.fp8_attention_fwd == 0.0
+
+
+def test_the_family_and_its_fallback():
+    gb = hardware.preset("GB300").efficiency
+    e = gb.with_fp8_attention("mxfp8", grouped=True)
+    assert (e.attention_speed_fwd, e.attention_speed_bwd) == (gb.mxfp8_attention_gqa_fwd, gb.mxfp8_attention_gqa_bwd)
+    e = gb.with_fp8_attention("fp8", grouped=False)
+    assert (e.attention_speed_fwd, e.attention_speed_bwd) == (gb.fp8_attention_fwd, gb.fp8_attention_bwd)
+    assert gb.with_fp8_attention(None, grouped=False).attention_speed_fwd == 1.0
+    # Hopper measured grouped-query only: multi-head takes it
+    h = hardware.preset("H100").efficiency.with_fp8_attention("fp8", grouped=False)
+    assert (h.attention_speed_fwd, h.attention_speed_bwd) == (1.480, 0.808)
+    with pytest.raises(ValueError, match="no measured mxfp8 attention"):
+        hardware.preset("H100").efficiency.with_fp8_attention("mxfp8", grouped=True)
+    with pytest.raises(ValueError, match="unknown attention format"):
+        gb.with_fp8_attention("fp4", grouped=True)
+    with pytest.raises(ValueError, match="fp8_attention_fwd must be in"):
+        hardware.KernelEfficiency(fp8_attention_fwd=-1.0)
+    with pytest.raises(ValueError, match="attention_speed_bwd must be in"):
+        hardware.KernelEfficiency(attention_speed_bwd=0.0)
+
+
+def _attention_op(dt: float, work: float, d: int = 128, s: int = 4096) -> Op:
+    return Op("attn_core", "attention", (), m=s, n=s, k=int(work * d), batch=64, bytes_read=3 * s * d * 64 * dt,
+              bytes_written=s * d * 64 * dt, dtype_bytes=dt, head_dim=d)
+
+
+@pytest.mark.parametrize("work, field", [(1.0, "fp8_attention_gqa_fwd"), (graph.ATTENTION_BWD_FACTOR,
+                                                                       "fp8_attention_gqa_bwd")])
+def test_a_low_precision_attention_op_runs_its_pass_speed_faster(work, field):
+    """Hand-worked: a compute-bound fused attention op on FP8 operands takes the bf16 op's
+    compute time over its pass's speed (the launch unchanged); a bf16 op under the same
+    efficiency is untouched; the kernel and its NumPy statement agree."""
+    chip = hardware.preset("GB200")
+    e8 = chip.efficiency.with_fp8_attention("fp8", grouped=True)
+    fast = chip.with_(efficiency=e8)
+    launch = chip.efficiency.launch_s
+    bf16 = float(np.ravel(cost.price_on(LayerGraph("x", [_attention_op(2.0, work)]), chip))[0])
+    fp8 = float(np.ravel(cost.price_on(LayerGraph("x", [_attention_op(1.0, work)]), fast))[0])
+    assert fp8 - launch == pytest.approx((bf16 - launch) / getattr(chip.efficiency, field), rel=1e-12)
+    same = float(np.ravel(cost.price_on(LayerGraph("x", [_attention_op(2.0, work)]), fast))[0])
+    assert same == bf16
+    for op, c in ((_attention_op(1.0, work), fast), (_attention_op(2.0, work), fast)):
+        rows = cost.op_array(LayerGraph("x", [op]))
+        want = float(np.ravel(cost.price_on(LayerGraph("x", [op]), c))[0])
+        assert float(cost.price_numpy(rows, hardware.design_array([c]), 1.0, c.efficiency.as_array())[0, 0]) \
+            == pytest.approx(want, rel=1e-12)
+
+
+def test_the_graph_casts_around_the_kernel():
+    """Llama 3 8B at tp 1, one sequence of 8192: Q, K, V (32 + 2 x 8 heads of 128) cast to FP8
+    before the kernel, O (32 heads) back to bf16 after; the backward quantizes dO (O's size) and
+    dequantizes dQ, dK, dV; the kernels on 1-byte operands (MXFP8: 1 + 1/32)."""
+    m = models.preset("llama3-8b")
+    T = 8192
+    f, b = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", attention_format="fp8")
+    ops = {op.name: op for op in f.ops + b.ops}
+    qkv, out = T * (32 + 2 * 8) * 128, T * 32 * 128
+    assert (ops["attn_core.quant"].elements, ops["attn_core.quant"].bytes_read,
+            ops["attn_core.quant"].bytes_written) == (qkv, 2 * qkv, qkv)
+    assert (ops["attn_core.dequant"].elements, ops["attn_core.dequant"].bytes_read,
+            ops["attn_core.dequant"].bytes_written) == (out, out, 2 * out)
+    assert (ops["attn_core.dequant.grad"].bytes_read, ops["attn_core.dequant.grad"].bytes_written) == (2 * out, out)
+    assert (ops["attn_core.quant.grad"].bytes_read, ops["attn_core.quant.grad"].bytes_written) == (qkv, 2 * qkv)
+    assert ops["attn_core"].dtype_bytes == 1.0 and ops["attn_core.grad"].dtype_bytes == 1.0
+    # the kernel reads the quantized Q, K, V and feeds the dequantization
+    names = [op.name for op in f.ops]
+    core = names.index("attn_core")
+    assert f.ops[core].deps == (names.index("attn_core.quant"),)
+    assert f.ops[names.index("attn_core.dequant")].deps == (core,)
+    mx, _ = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8", attention_format="mxfp8")
+    assert {op.name: op for op in mx.ops}["attn_core"].dtype_bytes == 1.0 + 1.0 / 32.0
+    bf, _ = graph.build_pair(m, 1, 1, flash_attention=True, precision="fp8")
+    assert not [op for op in bf.ops if op.name.endswith(graph.ATTENTION_CASTS)]
+    # Megatron's selective recompute of the core attention reruns its casts with it
+    share = {op.name: graph.recompute_share(op, m, "attention-core") for op in f.ops}
+    assert share["attn_core.quant"] == share["attn_core.dequant"] == share["attn_core"] == 1.0
+
+
+@pytest.mark.parametrize("name, kwargs, why", [
+    ("llama3-8b", dict(flash_attention=False), "needs flash_attention"),
+    ("deepseek-v4-flash", dict(flash_attention=True), "compressed attention"),
+    ("gpt-oss-120b", dict(flash_attention=True), "sliding-window or chunked"),
+    ("llama4-scout", dict(flash_attention=True), "sliding-window or chunked"),
+    ("llama3-8b", dict(flash_attention=True, attention_format="fp4"), "attention_format"),
+])
+def test_graph_refusals(name, kwargs, why):
+    kwargs = {"attention_format": "fp8", **kwargs}
+    with pytest.raises(ValueError, match=why):
+        graph.build(models.preset(name), 1, 1, precision="fp8", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    (dict(precision="bf16"), "precision is 'bf16'"),
+    (dict(precision="fp4"), "precision is 'fp4'"),
+    (dict(precision="fp8", scaling_recipe="blockwise"), "'blockwise'"),
+    (dict(precision="fp8", flash_attention=False), "needs flash_attention"),
+])
+def test_plan_refusals(kwargs, why):
+    kwargs = {"flash_attention": True, **kwargs}
+    with pytest.raises(ValueError, match=why):
+        plan.PlanSpec(dp=8, tp=1, pp=1, microbatch=1, fp8_attention=True, **kwargs)
+
+
+def _spec(**kw):
+    return plan.PlanSpec(dp=8, tp=1, pp=1, microbatch=1, zero=1, flash_attention=True, precision="fp8", **kw)
+
+
+def test_plans_price_the_attention_at_the_chips_speeds():
+    """On GB300 (every FP8 attention speed above 1) the plan's forward and backward both shorten;
+    on the H100 (grouped-query FP8 backward 0.808x bf16) the backward lengthens; only the layer
+    changes (its attention and casts), so the difference is the priced layer's times the layers.
+    A chip without FP8 attention figures is refused by name."""
+    m = models.preset("qwen3-30b-a3b")
+    for chip, faster_bwd in (("GB300", True), ("H100", False)):
+        base = plan.evaluate(m, chip, 8, _spec(expert_parallel=8), 64)
+        fp8 = plan.evaluate(m, chip, 8, _spec(expert_parallel=8, fp8_attention=True), 64)
+        assert fp8.breakdown["forward_s"] < base.breakdown["forward_s"]
+        assert (fp8.breakdown["backward_s"] < base.breakdown["backward_s"]) == faster_bwd
+        assert fp8.spec.describe().endswith("fp8-attention")
+    mx = plan.evaluate(m, "GB300", 8, _spec(expert_parallel=8, scaling_recipe="mxfp8", fp8_attention=True), 64)
+    assert mx.spec.attention_format == "mxfp8" and "mxfp8-attention" in mx.spec.describe()
+    with pytest.raises(ValueError, match="chip TPU7x: .*no measured fp8 attention"):
+        plan.evaluate(models.preset("llama3-8b"), "TPU7x", 8, _spec(fp8_attention=True), 64)
+    assert plan.PlanSpec.from_dict(_spec(fp8_attention=True).to_dict()).fp8_attention
+
+
+def test_search_finds_fp8_attention_plans_evaluate_agrees_with():
+    from cosearch.placement import search_plans
+    m = models.preset("qwen3-30b-a3b")
+    res = search_plans(m, "GB200", 8, 64, flash_attention=True, precision=("bf16", "fp8"), expert_parallel=(8,),
+                       fp8_attention=True, top_k=4)
+    assert res.feasible
+    for p in res.plans:
+        assert p.spec.fp8_attention == (p.spec.precision == "fp8")
+        again = plan.evaluate(m, "GB200", 8, p.spec, 64)
+        assert again.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+    with pytest.raises(ValueError, match="no FP8 plans"):
+        search_plans(m, "GB200", 8, 64, flash_attention=True, expert_parallel=(8,), fp8_attention=True)
+
+
+def test_megatron_flag_is_read_as_the_plan_switch():
+    line = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --vocab-size 32000 "
+            "--micro-batch-size 1 --global-batch-size 8 --attention-backend fused --fp8-format e4m3 "
+            "--fp8-dot-product-attention")
+    rc = read_megatron_args(line)
+    assert rc.plan["fp8_attention"] and not [a for a in rc.assumed if "dot-product" in a]
+    mx = read_megatron_args(line + " --fp8-recipe mxfp8")
+    d = mx.resolve(8)
+    assert d.spec.attention_format == "mxfp8"
+    with pytest.raises(ValueError, match="only"):
+        read_megatron_args(line + " --fp8-recipe blockwise")
+    with pytest.raises(ValueError, match="needs --attention-backend"):
+        read_megatron_args(line.replace("--attention-backend fused", "--attention-backend unfused"))
+    assert not read_megatron_args(line.replace(" --fp8-dot-product-attention", "")).plan["fp8_attention"]
+
+
+def test_measured_runs_csv_column(tmp_path):
+    """``cosearch runs check``'s CSV: ``fp8_attention`` 1 runs the plan's attention in FP8 (MXFP8
+    under the mxfp8 recipe); a value other than 0/1 is refused by name."""
+    from cosearch.runs import read_measured
+    head = "model,cluster,chips,tp,pp,mb,batch,ep,precision,scaling_recipe,fp8_attention,measured_tok_s_per_chip\n"
+    f = tmp_path / "runs.csv"
+    f.write_text(head + "qwen3-30b-a3b,gb200-nvl72,8,1,1,4,512,8,fp8,mxfp8,1,40000\n"
+                        "qwen3-30b-a3b,gb200-nvl72,8,1,1,4,512,8,fp8,mxfp8,0,40000\n"
+                        "qwen3-30b-a3b,gb200-nvl72,8,1,1,4,512,8,fp8,mxfp8,yes,40000\n")
+    (_, _, on), (_, _, off), (_, _, bad) = read_measured(f)
+    assert on.plan["fp8_attention"] and on.resolve(8).spec.attention_format == "mxfp8"
+    assert not off.plan.get("fp8_attention", False)
+    assert "fp8_attention 'yes' is not 0/1" in str(bad)
+
+
+def test_cli_switch(capsys):
+    from cosearch.cli import main
+    args = ["plan", "--model", "llama3-8b", "--chip", "GB200", "--cluster", "gb200-nvl72", "--chips", "8", "--batch", "64", "--dp", "8",
+            "--tp", "1", "--pp", "1", "--mb", "1", "--zero", "1", "--flash", "--precision", "fp8", "--json"]
+    assert main(args) == 0
+    base = capsys.readouterr().out
+    assert main(args + ["--fp8-attention"]) == 0
+    fp8 = capsys.readouterr().out
+    import json
+    t0, t1 = (json.loads(x)["plans"][0]["step_time_s"] for x in (base, fp8))
+    assert t1 < t0
+    assert main([a for a in args if a != "--flash"] + ["--fp8-attention"]) != 0
+    assert "needs flash_attention" in capsys.readouterr().err
