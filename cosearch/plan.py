@@ -101,7 +101,8 @@ class PlanSpec:
     ``fp8_dpa``; :attr:`attention_format`: MXFP8 under the ``mxfp8`` recipe, per-tensor FP8
     under ``delayed`` and ``tensorwise``), priced at the chip's measured FP8 attention speeds
     (:meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`), with its casts
-    (:meth:`cosearch.graph._Builder.attention_cast`); it needs precision ``fp8`` and
+    (:meth:`cosearch.graph._Builder.attention_cast`) and, under context parallelism, its
+    quantized K and V on the ring (:func:`cp_ring_bytes`); it needs precision ``fp8`` and
     ``flash_attention``.  Activation memory is priced as bf16 attention's: an upper bound where
     Transformer Engine keeps FP8 copies of Q, K, V and O for the backward."""
 
@@ -492,12 +493,16 @@ def _price_sizes(lay: _CellLayout, base: np.ndarray, per_seq: np.ndarray, extra:
     return graph_s, again_s, core_s, ops_s[:, :, lay.lf:lay.lf + lay.nf], ops_s[:, :, lay.lb:lay.lb + lay.nb]
 
 
-def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int) -> float:
+def cp_ring_bytes(model: ModelConfig, tp: int, mb: int, cp: int, kv_bytes: float | None = None) -> float:
     """Bytes one rank sends per forward ring step of context parallelism: the K and V of its
-    ``seq_len / cp`` tokens for its ``kv_heads / tp`` heads (the backward sends twice this: K/V
-    again and their gradients)."""
+    ``seq_len / cp`` tokens for its ``kv_heads / tp`` heads, ``kv_bytes`` an element (None: the
+    model's dtype; FP8 attention sends its quantized K and V, Transformer Engine's
+    ``AttnFuncWithCPAndKVP2P`` ringing ``k_fp8._data`` and ``v_fp8._data``,
+    ``attention/dot_product_attention/context_parallel.py`` at v2.12).  The backward sends K/V
+    again and their gradients (in the model's dtype)."""
     kv = max(1, model.kv_heads // tp)
-    return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * model.dtype_bytes
+    b = model.dtype_bytes if kv_bytes is None else kv_bytes
+    return 2.0 * mb * (model.seq_len // cp) * kv * model.head_dim * b
 
 
 #: :data:`cosearch.graph.NETWORK_KINDS` as the kernels' codes (``COLL_*``)
@@ -1169,12 +1174,15 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                 rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7] - side_b
                                 u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
                 if cp > 1 and attn_b is not None:
-                    ring = cp_ring_bytes(c, t, 1, cp) * mbs          # linear in the microbatch
+                    # linear in the microbatch; FP8 attention rings its quantized K and V
+                    kv_bytes = graph.ATTENTION_FORMAT_BYTES[attention_format] if attention_format else None
+                    ring = cp_ring_bytes(c, t, 1, cp, kv_bytes) * mbs
+                    ring_b = ring + cp_ring_bytes(c, t, 1, cp) * mbs            # K/V again, and their gradients
                     idx = np.ascontiguousarray(net_of, dtype=np.int64)
                     grid = np.empty((len(d), len(mbs)))
                     u[:, :, F.U_LCPF] = F.ring_exposed_grid(ring, float(cp), float(t), np.ascontiguousarray(
                         attn, dtype=np.float64), nets, idx, grid)
-                    u[:, :, F.U_LCPB] = F.ring_exposed_grid(2.0 * ring, float(cp), float(t), np.ascontiguousarray(
+                    u[:, :, F.U_LCPB] = F.ring_exposed_grid(ring_b, float(cp), float(t), np.ascontiguousarray(
                         attn_b, dtype=np.float64), nets, idx, grid)
                 u[:, :, _ACT_FIELDS] = mbs[None, :, None] * np.array(per_seq + (host,))[None, None, :]
                 if c.moe and eng.moe_dispatcher == "flex":

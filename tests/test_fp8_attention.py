@@ -254,3 +254,25 @@ def test_cli_switch(capsys):
     assert t1 < t0
     assert main([a for a in args if a != "--flash"] + ["--fp8-attention"]) != 0
     assert "needs flash_attention" in capsys.readouterr().err
+
+
+def test_context_parallel_rings_the_quantized_keys_and_values():
+    """Under context parallelism FP8 attention rings its FP8 K and V (Transformer Engine's
+    ``AttnFuncWithCPAndKVP2P``): bytes per forward step 2 x tokens x kv heads x head dim x 1
+    (MXFP8 1 + 1/32), against the model's 2 bytes; on links so slow the ring is all exposed, the
+    forward's exposed time halves and the backward's (K/V again, then the bf16 gradients) is 3/4."""
+    from cosearch import cluster
+    from cosearch._kernels import formulas as F
+    m = models.preset("llama3-8b")
+    want = 2 * 1 * (8192 // 2) * 8 * 128
+    assert plan.cp_ring_bytes(m, 1, 1, 2, 1.0) == want and plan.cp_ring_bytes(m, 1, 1, 2) == 2 * want
+    assert plan.cp_ring_bytes(m, 1, 1, 2, graph.ATTENTION_FORMAT_BYTES["mxfp8"]) == want * (1 + 1 / 32)
+    slow = cluster.Cluster(8, 8, 1e6, 1e6)
+
+    def ring(fp8: bool):
+        u = plan.unit_costs(m, hardware.preset("GB200"), slow, (1,), (1,), (False,), True, context_parallel=2,
+                            precision="fp8", fp8_attention=fp8)[0, 0, 0, 0]
+        return u[F.U_LCPF], u[F.U_LCPB]
+
+    (f0, b0), (f1, b1) = ring(False), ring(True)
+    assert f1 / f0 == pytest.approx(0.5, rel=1e-4) and b1 / b0 == pytest.approx(0.75, rel=1e-4)
