@@ -845,14 +845,14 @@ def check_attention_format(config: ModelConfig, fmt: str | None, flash_attention
         raise ValueError(f"attention_format={fmt!r} runs a fused FP8 attention kernel: it needs flash_attention=True")
     if config.compressed_attention is not None:
         raise ValueError(f"attention_format={fmt!r}: {config.name}'s compressed attention runs kernels of its own, "
-                         "which cosearch prices in bf16; use attention_format=None")
+                         "which cosearch prices in bf16: run its attention in bf16 (fp8_attention=False)")
     if config.sliding_layers or config.chunked_layers:
         # cuDNN 9.22's FP8 / MXFP8 backward of GPT-OSS's 128-token window on GB200 and GB300 runs at
         # 0.04-0.48x its bf16 one, slower the longer the sequence, as if it met every causal key
         # (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/gpt_oss, fb682ce7)
         raise ValueError(f"attention_format={fmt!r}: {config.name} has sliding-window or chunked attention layers, "
                          "whose only published FP8 backward (cuDNN on GPT-OSS's window) runs 0.04-0.48x bf16 as if "
-                         "it met every causal key; cosearch has no model of it: use attention_format=None")
+                         "it met every causal key; cosearch has no model of it: run its attention in bf16 (fp8_attention=False)")
     return ATTENTION_FORMAT_BYTES[fmt]
 
 

@@ -276,3 +276,18 @@ def test_context_parallel_rings_the_quantized_keys_and_values():
 
     (f0, b0), (f1, b1) = ring(False), ring(True)
     assert f1 / f0 == pytest.approx(0.5, rel=1e-4) and b1 / b0 == pytest.approx(0.75, rel=1e-4)
+
+
+def test_a_bf16_row_keeps_bf16_attention_whatever_its_config_sets():
+    """fp8_dot_product_attention acts inside an FP8 recipe only: a BF16 row citing a config that
+    sets it is priced with bf16 attention, and says so; the same row in MXFP8 is refused (GPT-OSS's
+    sliding windows)."""
+    from cosearch.runs import rows
+    from tests.test_runs_rows import GPT_OSS_ROW
+    path = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
+    cite = [f"etp/sp/recompute/cuda-graph/dispatcher from NVIDIA-NeMo/Megatron-Bridge:{path}@8f341b04f "
+            "(GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2)"]
+    d = rows.describe_row(dict(GPT_OSS_ROW, precision="BF16", assumed=cite))
+    assert not d.spec.fp8_attention and any("acts only under an FP8 recipe" in a for a in d.assumed)
+    with pytest.raises(rows.Refused, match="sliding-window"):
+        rows.describe_row(dict(GPT_OSS_ROW, assumed=cite))

@@ -676,12 +676,19 @@ def _moe_notes(row: dict, notes: list) -> tuple[str, bool, bool, str, int]:
     return ("alltoall" if backend is None else "flex"), overlap, fuser, backend or "hybridep", sms
 
 
-def _fp8_attention(row: dict, model, recipe: str | None, notes: list) -> bool:
+def _fp8_attention(row: dict, model, precision: str, recipe: str | None, notes: list) -> bool:
     """Whether an MoE row's cited Megatron-Bridge config runs its attention in FP8
     (:func:`megatron_bridge_moe_dispatch`'s ``fp8_dpa``: the mixed-precision config's
-    ``fp8_dot_product_attention``), said with the line that sets it."""
+    ``fp8_dot_product_attention``), said with the line that sets it.  The switch acts inside
+    an FP8 recipe only (Megatron-Core's ``get_fp8_recipe`` passes it to one): a run in another
+    precision keeps bf16 attention, said."""
     cited = megatron_bridge_moe_dispatch(row) if model.moe else None
     if not (cited and cited.get("fp8_dpa")):
+        return False
+    if precision != "fp8":
+        notes.append(f"fp8_dot_product_attention set by the cited config ({cited['config']}@{cited['commit']}, "
+                     f"{cited['fp8_dpa_at']}) acts only under an FP8 recipe: this {precision} run's attention "
+                     "stays bf16")
         return False
     from ..graph import check_attention_format
     try:
@@ -896,7 +903,7 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     plan = dict(tp=tp, pp=pp, microbatch=mbs, recompute=rc, virtual_stages=vp, sequence_parallel=sp, zero=zero,
                 flash_attention=flash, context_parallel=cp, precision=precision, zero_group=zg, stage_layers=split,
                 offload_layers=_offload(row, pp), expert_parallel=ep, expert_tensor_parallel=etp,
-                scaling_recipe=recipe, fp8_attention=_fp8_attention(row, model, recipe, notes))
+                scaling_recipe=recipe, fp8_attention=_fp8_attention(row, model, precision, recipe, notes))
     engine = preset(_engine(row))
     if op_fuser:
         engine = with_op_fuser(engine)
