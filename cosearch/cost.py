@@ -428,6 +428,14 @@ def calibrate(chip: Accelerator, measurements: str | os.PathLike | Mapping[str, 
                 raise ValueError("calibrate: column 'head_dim' must hold non-negative whole numbers (0: not fused)")
             if np.any((hd > 0) & (kinds != "attention")):
                 raise ValueError("calibrate: only attention rows can have a head_dim")
+        lowp_att = np.flatnonzero((kinds == "attention") & (dt < 2.0))
+        if len(lowp_att):
+            # the fit is of the bf16 attention efficiency; FP8 attention runs at its own speed over it
+            raise ValueError(f"calibrate: attention row(s) {[int(ops_rows[i]) + 1 for i in lowp_att[:5]]} have "
+                             "dtype_bytes under 2 (FP8 attention): calibrate fits the bf16 attention efficiency, "
+                             "and FP8 attention's speed over it is KernelEfficiency's fp8_attention_* / "
+                             "mxfp8_attention_* fields (set them from your FP8 and bf16 timings of the same "
+                             "shapes); give bf16 attention rows here")
 
         def _op(a, bb, c, d, t, kk, h):
             # an attention row without a head dim is still priced (and fitted) as attention, with

@@ -291,3 +291,14 @@ def test_a_bf16_row_keeps_bf16_attention_whatever_its_config_sets():
     assert not d.spec.fp8_attention and any("acts only under an FP8 recipe" in a for a in d.assumed)
     with pytest.raises(rows.Refused, match="sliding-window"):
         rows.describe_row(dict(GPT_OSS_ROW, assumed=cite))
+
+
+def test_calibrate_refuses_fp8_attention_rows():
+    """``cost.calibrate`` fits the bf16 attention efficiency: an FP8 attention row would fold FP8's
+    speed into it, so it is refused by its row number."""
+    cols = {"kind": ["gemm", "attention"], "m": [4096, 4096], "n": [4096, 4096], "k": [4096, 128],
+            "batch": [1, 64], "dtype_bytes": [2, 1], "head_dim": [0, 128], "seconds": [2e-4, 4e-4]}
+    with pytest.raises(ValueError, match=r"attention row\(s\) \[2\] have dtype_bytes under 2"):
+        cost.calibrate(hardware.preset("H100"), cols)
+    cols["dtype_bytes"] = [2, 2]
+    assert cost.calibrate(hardware.preset("H100"), cols).chip.efficiency.attention > 0
