@@ -305,13 +305,14 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
     """Phase 1: every option checked and expanded to the values to try."""
     from .graph import (
         PRECISIONS,
+        check_attention_format,
         check_context_parallel,
         check_expert_parallel,
         check_scaling_recipe,
     )
     from .hardware import preset as chip_preset
     from .models import preset as model_preset
-    from .plan import cast_passes, check_fp8_attention, check_precision
+    from .plan import cast_passes, check_fp8_attention, check_precision, fp8_attention_format
     model = model_preset(model)
     chip = chip_preset(chip)
     cluster = as_cluster(cluster)
@@ -355,6 +356,7 @@ def _validated_options(model, chip, cluster, global_batch, tps, microbatches, re
             raise ValueError(f"fp8_attention: the search's precisions {list(precs)} have no FP8 plans to run it "
                              "(add 'fp8')")
         check_fp8_attention("fp8", scaling_recipe, bool(flash_attention), "fp8_attention")
+        check_attention_format(model, fp8_attention_format(scaling_recipe), True)   # before any pricing
     groups = _option_list("zero_group", zero_group, (None,), _check_group)
     eps = v.int_list("expert_parallel", expert_parallel) if expert_parallel is not None else (1,)
     for e in eps:

@@ -208,6 +208,9 @@ def test_search_finds_fp8_attention_plans_evaluate_agrees_with():
         assert again.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
     with pytest.raises(ValueError, match="no FP8 plans"):
         search_plans(m, "GB200", 8, 64, flash_attention=True, expert_parallel=(8,), fp8_attention=True)
+    with pytest.raises(ValueError, match="sliding-window"):        # refused before any pricing
+        search_plans("gpt-oss-120b", "GB200", 64, 64, flash_attention=True, precision=("fp8",),
+                     expert_parallel=(64,), fp8_attention=True)
 
 
 def test_megatron_flag_is_read_as_the_plan_switch():

@@ -141,7 +141,7 @@ class KernelEfficiency:
     (:meth:`with_fp8_attention` refuses it).  ``attention_speed_fwd`` / ``_bwd`` are the speeds in
     force for the plan being priced (1: bf16 attention), which :meth:`with_fp8_attention` sets and
     the roofline applies to fused attention ops on low-precision operands
-    (:func:`cosearch._kernels.formulas.fused_attention_efficiency`).
+    (:func:`cosearch._kernels.formulas.attention_format_speed`).
     :meth:`at_full_clock` gives the same kernels at the datasheet clock, which short kernel
     benchmarks (a few hundred ms per shape) reach before the power limit pulls the clock down.
     """
@@ -381,7 +381,9 @@ EFFICIENCY_SOURCES = {
             "four training shapes (8192^3, 16384^3, 8192x28672x4096, 8192x7168x8192), both at the 700 W power "
             "limit: 1.87, 1.84, 1.80, 1.83 (h200_kernels.csv); per clock the ratio is 1.92-2.01, but FP8 "
             "GEMMs draw more power and hold a ~5% lower clock, which a single sustained clock cannot "
-            "express, so the ratio at the power limit is the one used.",
+            "express, so the ratio at the power limit is the one used.  FP8 attention (grouped-query, the "
+            "only Hopper shape published): 1.48x bf16 forward, 0.81x backward, cuDNN 9.19's SDPA training "
+            "benchmark on H200 (FP8_ATTENTION_SPEEDS).",
     "H100-500W": "At 500 W (Meta's Grand Teton H100s): sustained clock 0.6955 of the datasheet clock (1273 "
                  "MHz): FBGEMM's bf16 8192^3 GEMM on 'H100 500W' (pytorch/FBGEMM #2546: 585.2 TFLOP/s; 575.1 and "
                  "546.3 at 65536x8192x7168 and 65536x3584x8192 check it) runs 0.887 as fast as back-to-back "
@@ -404,7 +406,9 @@ EFFICIENCY_SOURCES = {
                  "FA4's own 1580 MHz (ATTENTION_CLOCK_BLACKWELL).  NVFP4 rate 2.871: "
                  "CUTLASS NVFP4 over torch bf16 at 16384 x 6144 x 4096 in the same run (3904.3 / 1360.1, "
                  "vllm-project/vllm #20646, public_kernels.csv rows 35-36), below the 3.36 that the datasheet's "
-                 "FP4/FP8 ratio times the FP8 rate would give; GB300 1.5x it (its datasheet's dense FP4).",
+                 "FP4/FP8 ratio times the FP8 rate would give; GB300 1.5x it (its datasheet's dense FP4).  FP8 "
+                 "and MXFP8 attention over bf16 by pass and attention family: cuDNN 9.22's SDPA training "
+                 "benchmark on GB200 (B200, GB200) and GB300 (B300, GB300) (FP8_ATTENTION_SPEEDS).",
     "GB200": "GB200 (152 SMs, measured by cudaGetDeviceProperties in Triton's Gluon tutorial 12 and "
              "others; B200 148): sustained clock 0.750 of the 2008 MHz datasheet clock (1506 MHz), the "
              "geometric mean of fp16 cuBLAS at 8192 x 8192 x 2048-16384 over the model at the datasheet "
