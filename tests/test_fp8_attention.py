@@ -305,3 +305,20 @@ def test_calibrate_refuses_fp8_attention_rows():
         cost.calibrate(hardware.preset("H100"), cols)
     cols["dtype_bytes"] = [2, 2]
     assert cost.calibrate(hardware.preset("H100"), cols).chip.efficiency.attention > 0
+
+
+@pytest.mark.parametrize("fields, on, said", [
+    (["mixed_precision=bf16_with_mxfp8_mixed", "mixed_precision.fp8_dot_product_attention=true"], True, False),
+    # the mixed-precision config writes its own (false) over the model's
+    (["mixed_precision=bf16_with_mxfp8_mixed", "model.fp8_dot_product_attention=true"], False, True),
+    (["mixed_precision=bf16_with_mxfp8_mixed"], False, False),
+    # no mixed-precision config: the model's own switch stands
+    (["model.fp8=hybrid", "model.fp8_recipe=tensorwise", "model.fp8_dot_product_attention=true"], True, False),
+])
+def test_bridge_reads_fp8_attention_as_its_mixed_precision_config_sets_it(fields, on, said):
+    from cosearch.runs import read_megatron_bridge
+    base = ["train.global_batch_size=512", "train.micro_batch_size=4", "model.expert_model_parallel_size=8",
+            "model.attention_backend=fused"]
+    rc = read_megatron_bridge(None, base + fields, model=models.preset("qwen3-30b-a3b"))
+    assert rc.plan["fp8_attention"] is on
+    assert any("is overwritten by the mixed-precision config" in a for a in rc.assumed) is said

@@ -126,6 +126,25 @@ def _switch_words(k: Keys, switches) -> list[str]:
     return out
 
 
+def _bridge_fp8_attention(k: Keys, assumed: list[str]) -> list[str]:
+    """``--fp8-dot-product-attention`` as Megatron-Bridge runs it: ``MixedPrecisionConfig.setup``
+    writes the mixed-precision config's fields over the model's
+    (``update_config_with_precision_overrides``, ``training/mixed_precision.py``), so where the
+    config has a mixed-precision config (a recipe name or its fields) its
+    ``fp8_dot_product_attention`` (default off) decides, and a ``model.fp8_dot_product_attention``
+    beside it is overwritten (said); without one the model's stands."""
+    model = k.bool("model.fp8_dot_product_attention", False)
+    has_mp = k.get("mixed_precision") is not None or any(key.startswith("mixed_precision.") for key in k.flat)
+    if not has_mp:
+        return ["--fp8-dot-product-attention"] if model else []
+    on = k.bool("mixed_precision.fp8_dot_product_attention", False)
+    if model and not on:
+        assumed.append("model.fp8_dot_product_attention=true is overwritten by the mixed-precision config's "
+                       "fp8_dot_product_attention (false; Megatron-Bridge's MixedPrecisionConfig.setup writes its "
+                       "fields over the model's): attention stays bf16")
+    return ["--fp8-dot-product-attention"] if on else []
+
+
 def _one_value(k: Keys, name: str, *keys: str):
     """The value of whichever of ``keys`` the config sets (None: none); two that differ are refused."""
     values = {key: k.get(key) for key in keys}
@@ -177,8 +196,6 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.moe_apply_probs_on_input",), True, "--moe-apply-probs-on-input"),
                     (("model.moe_per_layer_logging",), True, "--moe-per-layer-logging"),
                     (("model.moe_router_fusion",), True, "--moe-router-fusion"),
-                    (("mixed_precision.fp8_dot_product_attention", "model.fp8_dot_product_attention"), True,
-                     "--fp8-dot-product-attention"),
                     (("comm_overlap.delay_wgrad_compute", "model.delay_wgrad_compute"), True, "--delay-wgrad-compute"),
                     (("model.moe_router_padding_for_quantization",), True, "--moe-router-padding-for-quantization"),
                     (("model.moe_router_padding_for_fp8",), True, "--moe-router-padding-for-fp8"),
@@ -512,6 +529,7 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
             raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
         words.append("--swiglu")
     words += _switch_words(k, _BRIDGE_SWITCHES)
+    words += _bridge_fp8_attention(k, assumed)
     # Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp, formerly use_custom_fsdp) and
     # its sharding strategy (default no_shard, read only with it)
     fsdp = k.bool("ddp.use_megatron_fsdp", False) | k.bool("ddp.use_custom_fsdp", False)
