@@ -53,14 +53,15 @@ def test_bridge_perf_recipe_reads_whole():
 
 
 def test_bridge_and_megatron_line_agree():
-    """The Bridge fields are read as the Megatron flags they stand for: the same plan and engine."""
+    """The Bridge fields are read as the Megatron flags they stand for: the same plan and engine
+    (Bridge's bf16_with_mxfp8_mixed recipe gathers its parameters in FP8: --fp8-param-gather)."""
     bridge = read_megatron_bridge(None, [
         "train.global_batch_size=512", "train.micro_batch_size=4", "model.expert_model_parallel_size=8",
         "model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=hybridep",
         "comm_overlap.overlap_moe_expert_parallel_comm=true", "mixed_precision=bf16_with_mxfp8_mixed",
         "model.moe_hybridep_num_sms=24", "model.cuda_graph_impl=transformer_engine",
         "model.cuda_graph_scope=[attn,moe_router]", "model.moe_router_force_load_balancing=true"], model=QWEN)
-    line = read_megatron_args(LINE + " --moe-hybridep-num-sms 24 --cuda-graph-impl transformer_engine "
+    line = read_megatron_args(LINE + " --fp8-param-gather --moe-hybridep-num-sms 24 --cuda-graph-impl transformer_engine "
                               "--cuda-graph-scope attn moe_router --moe-router-force-load-balancing", QWEN)
     assert bridge.plan == line.plan
     assert bridge.engine == line.engine and bridge.engine.moe_comm_sms == 24

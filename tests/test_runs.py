@@ -741,3 +741,39 @@ def test_check_runs_given_by_their_config_files(tmp_path):
     (tmp_path / "unknown.csv").write_text("config,cluster,chips,measured_tok_s_per_chip,tp\nl70.args,tpu7x-pod,64,1,1\n")
     with pytest.raises(ValueError, match="unknown columns tp"):
         check_runs(tmp_path / "unknown.csv")
+
+
+@pytest.mark.parametrize("fields, gather, said", [
+    # Megatron-Bridge's bf16_with_mxfp8_mixed recipe gathers its parameters in FP8 (its own field)
+    (["mixed_precision=bf16_with_mxfp8_mixed"], True, None),
+    (["mixed_precision=bf16_with_mxfp8_mixed", "mixed_precision.fp8_param_gather=false"], False, None),
+    # fp8_param is the same switch (MixedPrecisionConfig keeps the two in sync)
+    (["mixed_precision=bf16_with_mxfp8_mixed", "mixed_precision.fp8_param=false"], False, None),
+    # the model's value is overwritten by the mixed-precision config's at setup
+    (["mixed_precision=bf16_with_mxfp8_mixed", "model.fp8_param_gather=false"], True, "model.fp8_param_gather=false"),
+    # without a mixed-precision config the model's value stands
+    (["model.fp8=e4m3", "model.fp8_recipe=mxfp8", "model.fp8_param_gather=true"], True, None),
+    (["model.fp8=e4m3", "model.fp8_recipe=mxfp8"], False, None),
+])
+def test_bridge_precision_switches_as_bridge_sets_them_up(fields, gather, said):
+    """Megatron-Bridge's MixedPrecisionConfig.setup writes its fields over the model's: the
+    mixed-precision config (the field, else its recipe's value, else the default) decides."""
+    from cosearch.runs import read_megatron_bridge
+    base = ["train.global_batch_size=64", "train.micro_batch_size=1", "model.attention_backend=fused"]
+    rc = read_megatron_bridge(None, base + fields, model=models.preset("llama3-8b"))
+    assert rc.engine.fp8_param_gather is gather
+    notes = [a for a in rc.assumed if "is overwritten by the mixed-precision config" in a]
+    assert (said is None and not notes) or (said is not None and any(n.startswith(said) for n in notes))
+
+
+def test_bridge_precision_switch_contradiction_and_wgrad():
+    from cosearch.runs import read_megatron_bridge
+    base = ["train.global_batch_size=64", "train.micro_batch_size=1", "mixed_precision=bf16_with_mxfp8_mixed"]
+    with pytest.raises(ValueError, match="contradict each other"):
+        read_megatron_bridge(None, base + ["mixed_precision.fp8_param=true", "mixed_precision.fp8_param_gather=false"],
+                             model=models.preset("llama3-8b"))
+    # the model's fp8_wgrad=false is overwritten (the recipe keeps FP8 weight gradients): read, not refused
+    rc = read_megatron_bridge(None, base + ["model.fp8_wgrad=false"], model=models.preset("llama3-8b"))
+    assert any(a.startswith("model.fp8_wgrad=false is overwritten") for a in rc.assumed)
+    with pytest.raises(ValueError, match="no-fp8-wgrad"):
+        read_megatron_bridge(None, base + ["mixed_precision.fp8_wgrad=false"], model=models.preset("llama3-8b"))

@@ -40,7 +40,7 @@ Megatron-Bridge: ``model.*`` fields are Megatron-Core's ``TransformerConfig`` na
 argument names with underscores), ``train.micro_batch_size`` / ``global_batch_size``,
 ``ddp.*`` (``overlap_grad_reduce``, ``overlap_param_gather``, ``use_distributed_optimizer``),
 ``mixed_precision`` (a recipe name such as ``bf16_with_fp8_current_scaling_mixed`` or its
-fields), ``comm_overlap.tp_comm_overlap``, ``comm_overlap.overlap_p2p_comm`` (unset: on with virtual
+fields; its switches read as Bridge sets them up, over the model's: :func:`_bridge_precision_switches`), ``comm_overlap.tp_comm_overlap``, ``comm_overlap.overlap_p2p_comm`` (unset: on with virtual
 stages, as Bridge's ``CommOverlapConfig`` and Megatron default it).  A full dump lists every switch: a field the reader
 does not know is neutral when it is off (false, null, 0) and refused by name otherwise.
 """
@@ -126,23 +126,53 @@ def _switch_words(k: Keys, switches) -> list[str]:
     return out
 
 
-def _bridge_fp8_attention(k: Keys, assumed: list[str]) -> list[str]:
-    """``--fp8-dot-product-attention`` as Megatron-Bridge runs it: ``MixedPrecisionConfig.setup``
-    writes the mixed-precision config's fields over the model's
-    (``update_config_with_precision_overrides``, ``training/mixed_precision.py``), so where the
-    config has a mixed-precision config (a recipe name or its fields) its
-    ``fp8_dot_product_attention`` (default off) decides, and a ``model.fp8_dot_product_attention``
-    beside it is overwritten (said); without one the model's stands."""
-    model = k.bool("model.fp8_dot_product_attention", False)
-    has_mp = k.get("mixed_precision") is not None or any(key.startswith("mixed_precision.") for key in k.flat)
-    if not has_mp:
-        return ["--fp8-dot-product-attention"] if model else []
-    on = k.bool("mixed_precision.fp8_dot_product_attention", False)
-    if model and not on:
-        assumed.append("model.fp8_dot_product_attention=true is overwritten by the mixed-precision config's "
-                       "fp8_dot_product_attention (false; Megatron-Bridge's MixedPrecisionConfig.setup writes its "
-                       "fields over the model's): attention stays bf16")
-    return ["--fp8-dot-product-attention"] if on else []
+#: Megatron-Bridge's mixed-precision switches that stand for Megatron flags: (field and its
+#: aliases, ``MixedPrecisionConfig``'s default, the value that adds the flag, the flag).
+#: ``fp8_param`` and ``fp8_param_gather`` are kept in sync by the config's ``__setattr__``.
+_BRIDGE_PRECISION_SWITCHES = ((("fp8_wgrad",), True, False, "--no-fp8-wgrad"),
+                              (("fp16",), False, True, "--fp16"),
+                              (("fp8_param_gather", "fp8_param"), False, True, "--fp8-param-gather"),
+                              (("fp8_dot_product_attention",), False, True, "--fp8-dot-product-attention"))
+#: The switches a Megatron-Bridge mixed-precision recipe sets away from the defaults
+#: (``megatron/bridge/training/mixed_precision.py`` at 067f987df, 2026-08-22: the FP8 delayed,
+#: current-scaling and MXFP8 recipes gather their parameters in FP8; the blockwise and NVFP4 ones
+#: do not).
+BRIDGE_PRECISION_SWITCHES = {name: {"fp8_param_gather": True} for name in (
+    "bf16_with_fp8_delayed_scaling_mixed", "bf16_with_mxfp8_mixed", "bf16_with_fp8_current_scaling_mixed",
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed", "nanov2_bf16_with_fp8_current_scaling_mixed")}
+
+
+def _bridge_precision_switches(k: Keys, name: str, assumed: list[str]) -> list[str]:
+    """The Megatron flags of :data:`_BRIDGE_PRECISION_SWITCHES` as Megatron-Bridge runs them:
+    ``MixedPrecisionConfig.setup`` writes the mixed-precision config's fields over the model's
+    (``update_config_with_precision_overrides``), so where the config has one (a recipe name or
+    its fields) its value decides - the field as given, else the recipe's
+    (:data:`BRIDGE_PRECISION_SWITCHES`), else the config's default - and a ``model.*`` value
+    beside it that differs is overwritten (said); without one the model's value stands."""
+    mp = k.get("mixed_precision")
+    has_mp = mp is not None or any(key.startswith("mixed_precision.") for key in k.flat)
+    preset = BRIDGE_PRECISION_SWITCHES.get(mp, {}) if isinstance(mp, str) else {}
+    out = []
+    for fields, default, when, flag in _BRIDGE_PRECISION_SWITCHES:
+        given = {f"{sec}.{f}": k.bool(f"{sec}.{f}", default) for sec in ("mixed_precision", "model") for f in fields
+                 if k.get(f"{sec}.{f}") is not None}
+        own = {key: v for key, v in given.items() if key.startswith("mixed_precision.")}
+        model = {key: v for key, v in given.items() if key.startswith("model.")}
+        for part in (own, model):
+            if len(set(part.values())) > 1:
+                raise ValueError(f"{name}: {' and '.join(f'{a}={b}' for a, b in part.items())} contradict each other")
+        if has_mp:
+            value = next(iter(own.values())) if own else preset.get(fields[0], default)
+            for key, v in model.items():
+                if v != value:
+                    assumed.append(f"{key}={str(v).lower()} is overwritten by the mixed-precision config's "
+                                   f"{fields[0]} ({str(value).lower()}; Megatron-Bridge's MixedPrecisionConfig.setup "
+                                   "writes its fields over the model's)")
+        else:
+            value = next(iter(model.values())) if model else default
+        if value == when:
+            out.append(flag)
+    return out
 
 
 def _one_value(k: Keys, name: str, *keys: str):
@@ -165,12 +195,8 @@ _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
                    (("model.enable_cuda_graph",), True, "--enable-cuda-graph"))
 #: Megatron-Bridge switches (a field may sit in the model provider or in its own section).
 _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
-                    (("mixed_precision.fp8_wgrad", "model.fp8_wgrad"), False, "--no-fp8-wgrad"),
                     (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                     (("model.sequence_parallel",), True, "--sequence-parallel"),
-                    (("model.fp16", "mixed_precision.fp16"), True, "--fp16"),
-                    (("mixed_precision.fp8_param_gather", "model.fp8_param_gather", "model.fp8_param",
-                      "mixed_precision.fp8_param"), True, "--fp8-param-gather"),
                     (("comm_overlap.tp_comm_overlap", "model.tp_comm_overlap"), True, "--tp-comm-overlap"),
                     (("ddp.overlap_grad_reduce", "comm_overlap.overlap_grad_reduce"), True, "--overlap-grad-reduce"),
                     (("ddp.overlap_param_gather", "comm_overlap.overlap_param_gather"), True,
@@ -529,7 +555,7 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
             raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
         words.append("--swiglu")
     words += _switch_words(k, _BRIDGE_SWITCHES)
-    words += _bridge_fp8_attention(k, assumed)
+    words += _bridge_precision_switches(k, name, assumed)
     # Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp, formerly use_custom_fsdp) and
     # its sharding strategy (default no_shard, read only with it)
     fsdp = k.bool("ddp.use_megatron_fsdp", False) | k.bool("ddp.use_custom_fsdp", False)
