@@ -777,3 +777,31 @@ def test_bridge_precision_switch_contradiction_and_wgrad():
     assert any(a.startswith("model.fp8_wgrad=false is overwritten") for a in rc.assumed)
     with pytest.raises(ValueError, match="no-fp8-wgrad"):
         read_megatron_bridge(None, base + ["mixed_precision.fp8_wgrad=false"], model=models.preset("llama3-8b"))
+
+
+@pytest.mark.parametrize("fields, grad, said", [
+    # a comm-overlap config with the distributed optimizer turns the data-parallel overlap on
+    (["comm_overlap.tp_comm_overlap=false", "ddp.use_distributed_optimizer=true"], True, False),
+    # ... over the DDP config's own value, said
+    (["comm_overlap.tp_comm_overlap=false", "ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=false"],
+     True, True),
+    (["comm_overlap.tp_comm_overlap=false", "ddp.use_distributed_optimizer=true",
+      "comm_overlap.overlap_grad_reduce=false", "comm_overlap.overlap_param_gather=false"], False, False),
+    # without the distributed optimizer, or without a comm-overlap config, the DDP config's value stands
+    (["comm_overlap.tp_comm_overlap=false"], False, False),
+    (["ddp.use_distributed_optimizer=true"], False, False),
+    (["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true"], True, False),
+])
+def test_bridge_data_parallel_overlap_as_comm_overlap_sets_it_up(fields, grad, said):
+    """Megatron-Bridge's CommOverlapConfig.setup writes its data-parallel overlap (on by default with
+    the distributed optimizer and more than one data-parallel rank) into the DDP config; the
+    parameter gather's overlap left on with the gradients' off is refused, as Megatron refuses it."""
+    from cosearch.runs import read_megatron_bridge
+    base = ["train.global_batch_size=64", "train.micro_batch_size=1"]
+    rc = read_megatron_bridge(None, base + fields, model=models.preset("llama3-8b"))
+    assert rc.engine.overlap_grad_reduce is grad
+    assert any("is overwritten by the comm-overlap config" in a for a in rc.assumed) is said
+    if grad and not said and "comm_overlap.tp_comm_overlap=false" in fields:
+        with pytest.raises(ValueError, match="overlap-param-gather needs --overlap-grad-reduce"):
+            read_megatron_bridge(None, base + fields + ["comm_overlap.overlap_grad_reduce=false"],
+                                 model=models.preset("llama3-8b"))

@@ -38,7 +38,8 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
 
 Megatron-Bridge: ``model.*`` fields are Megatron-Core's ``TransformerConfig`` names (the
 argument names with underscores), ``train.micro_batch_size`` / ``global_batch_size``,
-``ddp.*`` (``overlap_grad_reduce``, ``overlap_param_gather``, ``use_distributed_optimizer``),
+``ddp.*`` (``overlap_grad_reduce``, ``overlap_param_gather``, ``use_distributed_optimizer``; the
+data-parallel overlap as a comm-overlap config's setup writes it over them: :func:`_bridge_dp_overlap`),
 ``mixed_precision`` (a recipe name such as ``bf16_with_fp8_current_scaling_mixed`` or its
 fields; its switches read as Bridge sets them up, over the model's: :func:`_bridge_precision_switches`), ``comm_overlap.tp_comm_overlap``, ``comm_overlap.overlap_p2p_comm`` (unset: on with virtual
 stages, as Bridge's ``CommOverlapConfig`` and Megatron default it).  A full dump lists every switch: a field the reader
@@ -142,6 +143,32 @@ BRIDGE_PRECISION_SWITCHES = {name: {"fp8_param_gather": True} for name in (
     "nemotron_h_bf16_with_fp8_current_scaling_mixed", "nanov2_bf16_with_fp8_current_scaling_mixed")}
 
 
+def _bridge_dp_overlap(k: Keys, distributed_optimizer: bool, assumed: list[str]) -> list[str]:
+    """``--overlap-grad-reduce`` / ``--overlap-param-gather`` as Megatron-Bridge sets them up: with a
+    ``CommOverlapConfig`` (any ``comm_overlap.*`` field) and the distributed optimizer,
+    ``CommOverlapConfig.setup`` writes its data-parallel overlap into the DDP config - on when more
+    than one data-parallel rank, unless the comm-overlap config sets it (``_get_optimizer_overlap_cfgs``
+    with ``_override_user_cfgs``, ``training/comm_overlap.py``; with one rank there is nothing to
+    overlap either way) - so a differing ``ddp.*`` value is said to be overwritten; otherwise the
+    DDP config's value (or the comm-overlap config's) stands, off by default."""
+    has_co = any(key.startswith("comm_overlap.") for key in k.flat) or k.get("comm_overlap") not in (None, "", False)
+    out = []
+    for field, flag in (("overlap_grad_reduce", "--overlap-grad-reduce"),
+                        ("overlap_param_gather", "--overlap-param-gather")):
+        co, ddp = k.get(f"comm_overlap.{field}"), k.get(f"ddp.{field}")
+        if has_co and distributed_optimizer:
+            on = True if co is None else k.bool(f"comm_overlap.{field}")
+            if ddp is not None and k.bool(f"ddp.{field}") != on:
+                why = "" if co is not None else ", its setup default with the distributed optimizer"
+                assumed.append(f"ddp.{field}={str(ddp).lower()} is overwritten by the comm-overlap config's "
+                               f"{field} ({str(on).lower()}{why}; Megatron-Bridge's CommOverlapConfig.setup)")
+        else:
+            on = any(k.bool(key, False) for key in (f"ddp.{field}", f"comm_overlap.{field}"))
+        if on:
+            out.append(flag)
+    return out
+
+
 def _bridge_precision_switches(k: Keys, name: str, assumed: list[str]) -> list[str]:
     """The Megatron flags of :data:`_BRIDGE_PRECISION_SWITCHES` as Megatron-Bridge runs them:
     ``MixedPrecisionConfig.setup`` writes the mixed-precision config's fields over the model's
@@ -198,9 +225,6 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                     (("model.sequence_parallel",), True, "--sequence-parallel"),
                     (("comm_overlap.tp_comm_overlap", "model.tp_comm_overlap"), True, "--tp-comm-overlap"),
-                    (("ddp.overlap_grad_reduce", "comm_overlap.overlap_grad_reduce"), True, "--overlap-grad-reduce"),
-                    (("ddp.overlap_param_gather", "comm_overlap.overlap_param_gather"), True,
-                     "--overlap-param-gather"),
                     (("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"), True,
                      "--use-distributed-optimizer"),
                     (("model.overlap_moe_expert_parallel_comm", "comm_overlap.overlap_moe_expert_parallel_comm"),
@@ -556,6 +580,7 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         words.append("--swiglu")
     words += _switch_words(k, _BRIDGE_SWITCHES)
     words += _bridge_precision_switches(k, name, assumed)
+    words += _bridge_dp_overlap(k, "--use-distributed-optimizer" in words, assumed)
     # Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp, formerly use_custom_fsdp) and
     # its sharding strategy (default no_shard, read only with it)
     fsdp = k.bool("ddp.use_megatron_fsdp", False) | k.bool("ddp.use_custom_fsdp", False)
