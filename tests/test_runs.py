@@ -190,15 +190,19 @@ def test_maxtext_overrides_read_as_the_validation_row_of_the_same_run():
 
 def test_megatron_bridge_overrides():
     """Megatron-Bridge's documented override example, on top of the recipe's model: the train and
-    model fields land as Megatron's flags; a recipe name sets FP8; comm_overlap sets the engine."""
+    model fields land as Megatron's flags; a recipe name sets FP8; comm_overlap sets the engine
+    (its TP overlap needs sequence parallelism: without it Bridge's CommOverlapConfig.setup turns
+    the overlap off, said)."""
     base = models.preset("llama2-7b")
     words = ["train.micro_batch_size=2", "train.global_batch_size=128", "model.num_layers=32", "model.hidden_size=4096",
              "model.num_attention_heads=32", "model.max_position_embeddings=4096", "model.tensor_model_parallel_size=2",
              "mixed_precision=bf16_with_fp8_current_scaling_mixed", "comm_overlap.tp_comm_overlap=true",
-             "checkpoint.save=/ckpt", "logger.wandb_project=p"]
+             "checkpoint.save=/ckpt", "logger.wandb_project=p", "model.sequence_parallel=true"]
     d = read_megatron_bridge(None, words, model=base).resolve(16)
     assert (d.spec.dp, d.spec.tp, d.spec.microbatch, d.spec.precision) == (8, 2, 2, "fp8")
     assert d.engine.overlap_tp_comm and d.global_batch == 128
+    off = read_megatron_bridge(None, words[:-1], model=base)
+    assert not off.engine.overlap_tp_comm and any("tp_comm_overlap=true turned off" in a for a in off.assumed)
     with pytest.raises(ValueError, match="--num-layers"):
         read_megatron_bridge(None, ["model.num_layers=40", "train.global_batch_size=8"], model=base)
     with pytest.raises(ValueError, match="model.mystery_switch=True"):
@@ -206,8 +210,8 @@ def test_megatron_bridge_overrides():
     # a switch that may sit in two sections is read from both (neither is then taken as unknown),
     # and two values of one field that differ are refused
     both = read_megatron_bridge(None, ["train.global_batch_size=8", "comm_overlap.tp_comm_overlap=true",
-                                       "model.tp_comm_overlap=true", "model.tensor_model_parallel_size=2"],
-                                model=base).resolve(8)
+                                       "model.tp_comm_overlap=true", "model.tensor_model_parallel_size=2",
+                                       "model.sequence_parallel=true"], model=base).resolve(8)
     assert both.engine.overlap_tp_comm
     with pytest.raises(ValueError, match="contradict each other"):
         read_megatron_bridge(None, ["mixed_precision.fp8=hybrid", "model.fp8=e4m3"], model=base)
@@ -805,3 +809,20 @@ def test_bridge_data_parallel_overlap_as_comm_overlap_sets_it_up(fields, grad, s
         with pytest.raises(ValueError, match="overlap-param-gather needs --overlap-grad-reduce"):
             read_megatron_bridge(None, base + fields + ["comm_overlap.overlap_grad_reduce=false"],
                                  model=models.preset("llama3-8b"))
+
+
+@pytest.mark.parametrize("fields, ep_overlap, said", [
+    (["model.overlap_moe_expert_parallel_comm=true"], True, False),                  # no comm-overlap config
+    (["comm_overlap.overlap_moe_expert_parallel_comm=true"], True, False),
+    # a comm-overlap config without it writes its own off over the model's
+    (["comm_overlap.tp_comm_overlap=false", "model.overlap_moe_expert_parallel_comm=true"], False, True),
+])
+def test_bridge_model_overlap_as_comm_overlap_sets_it_up(fields, ep_overlap, said):
+    """Megatron-Bridge's CommOverlapConfig.setup writes the model's overlap switches (off unless the
+    comm-overlap config turns them on) over the model's."""
+    from cosearch.runs import read_megatron_bridge
+    base = ["train.global_batch_size=64", "train.micro_batch_size=1", "model.expert_model_parallel_size=8",
+            "model.moe_token_dispatcher_type=alltoall"]
+    rc = read_megatron_bridge(None, base + fields, model=models.preset("qwen3-30b-a3b"))
+    assert rc.engine.overlap_moe_a2a is ep_overlap
+    assert any(a.startswith("model.overlap_moe_expert_parallel_comm=true is overwritten") for a in rc.assumed) is said

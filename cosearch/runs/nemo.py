@@ -39,7 +39,8 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
 Megatron-Bridge: ``model.*`` fields are Megatron-Core's ``TransformerConfig`` names (the
 argument names with underscores), ``train.micro_batch_size`` / ``global_batch_size``,
 ``ddp.*`` (``overlap_grad_reduce``, ``overlap_param_gather``, ``use_distributed_optimizer``; the
-data-parallel overlap as a comm-overlap config's setup writes it over them: :func:`_bridge_dp_overlap`),
+data-parallel overlap as a comm-overlap config's setup writes it over them: :func:`_bridge_dp_overlap`;
+the model's overlap switches likewise: :func:`_bridge_model_overlap`),
 ``mixed_precision`` (a recipe name such as ``bf16_with_fp8_current_scaling_mixed`` or its
 fields; its switches read as Bridge sets them up, over the model's: :func:`_bridge_precision_switches`), ``comm_overlap.tp_comm_overlap``, ``comm_overlap.overlap_p2p_comm`` (unset: on with virtual
 stages, as Bridge's ``CommOverlapConfig`` and Megatron default it).  A full dump lists every switch: a field the reader
@@ -143,6 +144,48 @@ BRIDGE_PRECISION_SWITCHES = {name: {"fp8_param_gather": True} for name in (
     "nemotron_h_bf16_with_fp8_current_scaling_mixed", "nanov2_bf16_with_fp8_current_scaling_mixed")}
 
 
+def _has_comm_overlap(k: Keys) -> bool:
+    """Whether a Megatron-Bridge config has a ``CommOverlapConfig`` (any ``comm_overlap`` field)."""
+    return any(key.startswith("comm_overlap.") for key in k.flat) or k.get("comm_overlap") not in (None, "", False)
+
+
+#: The model's communication-overlap switches a Megatron-Bridge ``CommOverlapConfig`` sets up (its
+#: ``_get_model_comm_overlap_cfgs``: each off unless the comm-overlap config turns it on), with
+#: their Megatron flags.
+_BRIDGE_MODEL_OVERLAP = (("tp_comm_overlap", "--tp-comm-overlap"),
+                         ("overlap_moe_expert_parallel_comm", "--overlap-moe-expert-parallel-comm"),
+                         ("delay_wgrad_compute", "--delay-wgrad-compute"))
+
+
+def _bridge_model_overlap(k: Keys, assumed: list[str]) -> list[str]:
+    """The flags of :data:`_BRIDGE_MODEL_OVERLAP` as Megatron-Bridge sets them up: with a
+    ``CommOverlapConfig``, its ``setup`` writes each switch into the model config - the
+    comm-overlap config's value, off where it sets none; its TP overlap off under tp < 2 or
+    without sequence parallelism (``_get_model_comm_overlap_cfgs``, ``training/comm_overlap.py``,
+    with a warning) - so a differing ``model.*`` value is said to be overwritten; without one the
+    model's values stand."""
+    has_co = _has_comm_overlap(k)
+    out = []
+    for field, flag in _BRIDGE_MODEL_OVERLAP:
+        model = k.get(f"model.{field}")
+        if has_co:
+            on = k.bool(f"comm_overlap.{field}", False)
+            if on and field == "tp_comm_overlap" and (k.int("model.tensor_model_parallel_size", 1) < 2
+                                                     or not k.bool("model.sequence_parallel", False)):
+                on = False
+                assumed.append("comm_overlap.tp_comm_overlap=true turned off, as Megatron-Bridge's "
+                               "CommOverlapConfig.setup does under tensor parallelism < 2 or without sequence "
+                               "parallelism")
+            if model is not None and k.bool(f"model.{field}") != on:
+                assumed.append(f"model.{field}={str(model).lower()} is overwritten by the comm-overlap config's "
+                               f"{field} ({str(on).lower()}; Megatron-Bridge's CommOverlapConfig.setup)")
+        else:
+            on = k.bool(f"model.{field}", False)
+        if on:
+            out.append(flag)
+    return out
+
+
 def _bridge_dp_overlap(k: Keys, distributed_optimizer: bool, assumed: list[str]) -> list[str]:
     """``--overlap-grad-reduce`` / ``--overlap-param-gather`` as Megatron-Bridge sets them up: with a
     ``CommOverlapConfig`` (any ``comm_overlap.*`` field) and the distributed optimizer,
@@ -151,7 +194,7 @@ def _bridge_dp_overlap(k: Keys, distributed_optimizer: bool, assumed: list[str])
     with ``_override_user_cfgs``, ``training/comm_overlap.py``; with one rank there is nothing to
     overlap either way) - so a differing ``ddp.*`` value is said to be overwritten; otherwise the
     DDP config's value (or the comm-overlap config's) stands, off by default."""
-    has_co = any(key.startswith("comm_overlap.") for key in k.flat) or k.get("comm_overlap") not in (None, "", False)
+    has_co = _has_comm_overlap(k)
     out = []
     for field, flag in (("overlap_grad_reduce", "--overlap-grad-reduce"),
                         ("overlap_param_gather", "--overlap-param-gather")):
@@ -224,11 +267,8 @@ _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
 _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
                     (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                     (("model.sequence_parallel",), True, "--sequence-parallel"),
-                    (("comm_overlap.tp_comm_overlap", "model.tp_comm_overlap"), True, "--tp-comm-overlap"),
                     (("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"), True,
                      "--use-distributed-optimizer"),
-                    (("model.overlap_moe_expert_parallel_comm", "comm_overlap.overlap_moe_expert_parallel_comm"),
-                     True, "--overlap-moe-expert-parallel-comm"),
                     (("model.moe_enable_deepep",), True, "--moe-enable-deepep"),
                     (("model.moe_pad_expert_input_to_capacity",), True, "--moe-pad-expert-input-to-capacity"),
                     (("model.enable_cuda_graph",), True, "--enable-cuda-graph"),
@@ -246,7 +286,6 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.moe_apply_probs_on_input",), True, "--moe-apply-probs-on-input"),
                     (("model.moe_per_layer_logging",), True, "--moe-per-layer-logging"),
                     (("model.moe_router_fusion",), True, "--moe-router-fusion"),
-                    (("comm_overlap.delay_wgrad_compute", "model.delay_wgrad_compute"), True, "--delay-wgrad-compute"),
                     (("model.moe_router_padding_for_quantization",), True, "--moe-router-padding-for-quantization"),
                     (("model.moe_router_padding_for_fp8",), True, "--moe-router-padding-for-fp8"),
                     (("model.account_for_embedding_in_pipeline_split",), True,
@@ -580,6 +619,7 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         words.append("--swiglu")
     words += _switch_words(k, _BRIDGE_SWITCHES)
     words += _bridge_precision_switches(k, name, assumed)
+    words += _bridge_model_overlap(k, assumed)
     words += _bridge_dp_overlap(k, "--use-distributed-optimizer" in words, assumed)
     # Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp, formerly use_custom_fsdp) and
     # its sharding strategy (default no_shard, read only with it)
