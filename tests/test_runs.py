@@ -799,16 +799,22 @@ def test_bridge_precision_switch_contradiction_and_wgrad():
 def test_bridge_data_parallel_overlap_as_comm_overlap_sets_it_up(fields, grad, said):
     """Megatron-Bridge's CommOverlapConfig.setup writes its data-parallel overlap (on by default with
     the distributed optimizer and more than one data-parallel rank) into the DDP config; the
-    parameter gather's overlap left on with the gradients' off is refused, as Megatron refuses it."""
+    parameter gather's overlap left on with the gradients' off (which Bridge runs and Megatron-LM's
+    argument check refuses) is priced with the gradients' overlap term, said; the optimizer's
+    overlap_param_gather is the same switch (read, not refused)."""
     from cosearch.runs import read_megatron_bridge
     base = ["train.global_batch_size=64", "train.micro_batch_size=1"]
     rc = read_megatron_bridge(None, base + fields, model=models.preset("llama3-8b"))
     assert rc.engine.overlap_grad_reduce is grad
     assert any("is overwritten by the comm-overlap config" in a for a in rc.assumed) is said
     if grad and not said and "comm_overlap.tp_comm_overlap=false" in fields:
-        with pytest.raises(ValueError, match="overlap-param-gather needs --overlap-grad-reduce"):
-            read_megatron_bridge(None, base + fields + ["comm_overlap.overlap_grad_reduce=false"],
-                                 model=models.preset("llama3-8b"))
+        lone = read_megatron_bridge(None, base + fields + ["comm_overlap.overlap_grad_reduce=false"],
+                                    model=models.preset("llama3-8b"))
+        assert not lone.engine.overlap_grad_reduce
+        assert any(a.startswith("overlap_param_gather without overlap_grad_reduce") for a in lone.assumed)
+    opt = read_megatron_bridge(None, base + fields + ["optimizer.overlap_param_gather=true"],
+                               model=models.preset("llama3-8b"))
+    assert "optimizer.overlap_param_gather" not in opt.neutral and opt.engine.overlap_grad_reduce is grad
 
 
 @pytest.mark.parametrize("fields, ep_overlap, said", [

@@ -193,7 +193,9 @@ def _bridge_dp_overlap(k: Keys, distributed_optimizer: bool, assumed: list[str])
     than one data-parallel rank, unless the comm-overlap config sets it (``_get_optimizer_overlap_cfgs``
     with ``_override_user_cfgs``, ``training/comm_overlap.py``; with one rank there is nothing to
     overlap either way) - so a differing ``ddp.*`` value is said to be overwritten; otherwise the
-    DDP config's value (or the comm-overlap config's) stands, off by default."""
+    DDP config's value (or the comm-overlap config's) stands, off by default.  The optimizer's
+    ``overlap_param_gather`` is the same switch: Bridge's validation turns the DDP config's and the
+    optimizer's both on where either is (``training/config.py``)."""
     has_co = _has_comm_overlap(k)
     out = []
     for field, flag in (("overlap_grad_reduce", "--overlap-grad-reduce"),
@@ -207,6 +209,15 @@ def _bridge_dp_overlap(k: Keys, distributed_optimizer: bool, assumed: list[str])
                                f"{field} ({str(on).lower()}{why}; Megatron-Bridge's CommOverlapConfig.setup)")
         else:
             on = any(k.bool(key, False) for key in (f"ddp.{field}", f"comm_overlap.{field}"))
+        if field == "overlap_param_gather" and k.bool("optimizer.overlap_param_gather", False):
+            # the validation after setup turns both on where either is (_validate_overlap_param_gather)
+            on = True
+        if on and field == "overlap_param_gather" and "--overlap-grad-reduce" not in out:
+            # Bridge runs it (Megatron-LM's own argument check refuses it); cosearch prices the two
+            # overlaps as one term, the gradient reduction's
+            assumed.append("overlap_param_gather without overlap_grad_reduce: priced with the gradient reduction's "
+                           "overlap (off), cosearch's one data-parallel overlap term")
+            on = False
         if on:
             out.append(flag)
     return out
