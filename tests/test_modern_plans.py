@@ -419,7 +419,10 @@ def test_megatron_args_hand_read():
     assert mp.engine.overlap_p2p_comm
     mp = parse_megatron_args(line + " --tp-comm-overlap --fp8-param-gather", m, 64)
     assert mp.engine.overlap_tp_comm and mp.engine.fp8_param_gather and mp.ignored == ("--lr", "3e-4", "--bf16")
-    assert not parse_megatron_args("--tp-comm-overlap --global-batch-size 8", m, 8).engine.overlap_tp_comm  # tp 1
+    with pytest.raises(ValueError, match="--tp-comm-overlap needs --sequence-parallel"):     # tp 1, as Megatron
+        parse_megatron_args("--tp-comm-overlap --global-batch-size 8", m, 8)
+    with pytest.raises(ValueError, match="--tp-comm-overlap needs --sequence-parallel"):     # no SP under tp 2
+        parse_megatron_args("--tp-comm-overlap --tensor-model-parallel-size 2 --global-batch-size 8", m, 8)
     with pytest.raises(ValueError, match="needs --fp8-format"):
         parse_megatron_args("--fp8-param-gather --global-batch-size 8", m, 8)
     with pytest.raises(ValueError, match="not a multiple"):

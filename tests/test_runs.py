@@ -123,6 +123,10 @@ def test_nemo1_launcher_file_reads_as_its_megatron_line():
                                                   "model.ub_tp_comm_overlap=true"]).resolve()
     assert (d.spec.dp, d.spec.tp, d.spec.sequence_parallel) == (64, 2, True)
     assert d.engine.overlap_tp_comm
+    # without sequence parallelism NeMo turns the userbuffers overlap off (megatron_base_model.py), said
+    d = read_config(DATA / "nemo1_gpt3_5b.yaml", ["model.tensor_model_parallel_size=2", "model.sequence_parallel=false",
+                                                  "model.ub_tp_comm_overlap=true"]).resolve()
+    assert not d.engine.overlap_tp_comm and any("ub_tp_comm_overlap=true turned off" in a for a in d.assumed)
 
 
 def test_llm_foundry_qk_norms_read_as_llm_foundry_builds_them():

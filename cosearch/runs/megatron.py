@@ -48,7 +48,8 @@ Plan and engine
 ``--first-last-layers-bf16``                 ``bf16_layers``: ``--num-layers-at-start-in-bf16`` and
                                              ``--num-layers-at-end-in-bf16`` (default 1 each) in bf16
 ``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
-``--tp-comm-overlap``                        engine ``megatron-core-tp-overlap`` (with tp > 1)
+``--tp-comm-overlap``                        engine ``megatron-core-tp-overlap`` (needs
+                                             ``--sequence-parallel`` under tp > 1, as Megatron does)
 ``--no-overlap-p2p-communication``           pipeline sends beside the chunks off (absent: on with
                                              virtual stages, Megatron's default since 2023-10;
                                              the older ``--overlap-p2p-communication`` turns it on)
@@ -1201,7 +1202,12 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                        "(Megatron's default)")
     if "--fp8-param-gather" in flags and precision != "fp8":
         raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
-    engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags and tp > 1,
+    if "--tp-comm-overlap" in flags and not (tp > 1 and "--sequence-parallel" in flags):
+        # megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can happen only
+        # when sequence parallelism is enabled", after turning sequence parallelism off at tp 1
+        raise ValueError("--tp-comm-overlap needs --sequence-parallel under tensor parallelism > 1 (Megatron refuses "
+                         "it otherwise, and turns sequence parallelism off at tp 1)")
+    engine = megatron_core(tp_comm_overlap="--tp-comm-overlap" in flags,
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags,
                            overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed),

@@ -21,7 +21,8 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
 ``share_embeddings_and_output_weights: false``  --untie-embeddings-and-output-weights
 ``activations_checkpoint_*``                 --recompute-granularity/-method/-num-layers
 ``fp8`` (+ ``fp8_hybrid``), ``fp8_params``   --fp8-format hybrid|e4m3, --fp8-param-gather
-``ub_tp_comm_overlap``                       --tp-comm-overlap
+``ub_tp_comm_overlap``                       --tp-comm-overlap (off without sequence parallelism, as
+                                             NeMo turns it off, said)
 ``overlap_p2p_comm``                         --overlap-p2p-communication, or when false or unset
                                              --no-overlap-p2p-communication (NeMo 1's default:
                                              ``cfg.get('overlap_p2p_comm', False)``)
@@ -272,7 +273,6 @@ _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
                    (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                    (("model.sequence_parallel",), True, "--sequence-parallel"),
                    (("model.fp8_params",), True, "--fp8-param-gather"),
-                   (("model.ub_tp_comm_overlap",), True, "--tp-comm-overlap"),
                    (("model.enable_cuda_graph",), True, "--enable-cuda-graph"))
 #: Megatron-Bridge switches (a field may sit in the model provider or in its own section).
 _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
@@ -433,6 +433,14 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
         raise ValueError(f"{name}: model.normalization {norm!r} is not modelled")
     words += ["--normalization", "RMSNorm" if norm == "rmsnorm" else "LayerNorm"]
     words += _switch_words(k, _NEMO1_SWITCHES)
+    if k.bool("model.ub_tp_comm_overlap", False):
+        # NeMo turns the userbuffers overlap off without sequence parallelism (megatron_base_model.py:
+        # "Pipelined tensor-parallel communication overlap is available with sequence-parallelism.
+        # Setting `ub_tp_comm_overlap` to False."); at tp 1 there is no tensor-parallel traffic
+        if "--sequence-parallel" not in words:
+            assumed.append("model.ub_tp_comm_overlap=true turned off, as NeMo does without sequence parallelism")
+        elif k.int("model.tensor_model_parallel_size", 1) > 1:
+            words.append("--tp-comm-overlap")
     if k.bool("model.sharp", False):
         # NCCL's SHARP offloads the data-parallel reductions to the InfiniBand switches
         assumed.append("model.sharp: SHARP in-network reductions of the data-parallel collectives are not "
