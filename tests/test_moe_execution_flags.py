@@ -137,10 +137,10 @@ def test_cuda_graph_readings():
 ])
 def test_moe_execution_refusals(extra, why):
     line = LINE.replace("--fp8-format e4m3 --fp8-recipe mxfp8", "") + " " + extra
-    if why is None:                                         # FP8 attention needs an FP8 run: this one is
-        read_megatron_args(line, QWEN)
-        with pytest.raises(ValueError, match="needs --fp8-format"):
-            read_megatron_args(line.replace("--fp8-format e4m3", ""), QWEN)
+    if why is None:                                         # FP8 attention acts inside an FP8 run: this one is
+        assert read_megatron_args(line, QWEN).plan["fp8_attention"]
+        bf16 = read_megatron_args(line.replace("--fp8-format e4m3", ""), QWEN)   # inert without one, said
+        assert not bf16.plan["fp8_attention"] and _said(bf16, "acts only under an FP8 recipe")
         return
     with pytest.raises(ValueError, match=why):
         read_megatron_args(line, QWEN)

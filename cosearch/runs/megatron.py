@@ -44,7 +44,8 @@ Plan and engine
 ``--fp4-format``, ``--fp4-recipe``           NVFP4 (``e2m1``; recipe ``nvfp4``)
 ``--fp8-dot-product-attention``              ``fp8_attention``: the fused attention in FP8 (MXFP8
                                              under ``--fp8-recipe mxfp8``), at the chip's measured
-                                             FP8 attention speeds
+                                             FP8 attention speeds; without ``--fp8-format`` it does
+                                             nothing (said)
 ``--first-last-layers-bf16``                 ``bf16_layers``: ``--num-layers-at-start-in-bf16`` and
                                              ``--num-layers-at-end-in-bf16`` (default 1 each) in bf16
 ``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
@@ -478,13 +479,17 @@ def cuda_graph_note(impl: str, scopes: tuple[str, ...], moe: bool) -> str | None
     return None
 
 
-def _fp8_attention(flags: set[str], precision: str, recipe: str | None, flash: bool) -> bool:
+def _fp8_attention(flags: set[str], precision: str, recipe: str | None, flash: bool,
+                   assumed: list[str]) -> bool:
     """``--fp8-dot-product-attention`` (Transformer Engine's ``fp8_dpa``, which Megatron-Core's
-    ``get_fp8_recipe`` passes to the per-tensor and MXFP8 recipes), refused where it cannot run."""
+    ``get_fp8_recipe`` passes to the per-tensor and MXFP8 recipes), refused where it cannot run;
+    without an FP8 recipe it does nothing (said)."""
     if "--fp8-dot-product-attention" not in flags:
         return False
     if precision != "fp8":
-        raise ValueError("--fp8-dot-product-attention runs attention in FP8: it needs --fp8-format")
+        assumed.append(f"--fp8-dot-product-attention acts only under an FP8 recipe (--fp8-format): this {precision} "
+                       "run's attention stays bf16")
+        return False
     if not flash:
         raise ValueError("--fp8-dot-product-attention runs Transformer Engine's fused attention: it needs "
                          "--attention-backend flash|fused|auto (or --use-flash-attn)")
@@ -1225,7 +1230,7 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
                 zero=_zero_stage(vals, flags, assumed), flash_attention=flash,
                 context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
                 scaling_recipe=recipe, bf16_layers=bf16_layers, stage_layers=split,
-                fp8_attention=_fp8_attention(flags, precision, recipe, flash))
+                fp8_attention=_fp8_attention(flags, precision, recipe, flash, assumed))
     memory = _optimizer_memory(vals, flags, assumed)
     return RunConfig(source, model=model, plan=plan, global_batch=batch, engine=engine, assumed=tuple(assumed),
                      neutral=tuple(neutral), memory=memory)

@@ -161,27 +161,28 @@ _BRIDGE_MODEL_OVERLAP = (("tp_comm_overlap", "--tp-comm-overlap"),
 def _bridge_model_overlap(k: Keys, assumed: list[str]) -> list[str]:
     """The flags of :data:`_BRIDGE_MODEL_OVERLAP` as Megatron-Bridge sets them up: with a
     ``CommOverlapConfig``, its ``setup`` writes each switch into the model config - the
-    comm-overlap config's value, off where it sets none; its TP overlap off under tp < 2 or
-    without sequence parallelism (``_get_model_comm_overlap_cfgs``, ``training/comm_overlap.py``,
-    with a warning) - so a differing ``model.*`` value is said to be overwritten; without one the
-    model's values stand."""
+    comm-overlap config's value, off where it sets none (``_get_model_comm_overlap_cfgs``,
+    ``training/comm_overlap.py``) - so a differing ``model.*`` value is said to be overwritten;
+    without one the model's values stand.  The TP overlap is off under tp < 2 or without sequence
+    parallelism either way (the setup's rule, with a warning; the userbuffers overlap needs both),
+    said."""
     has_co = _has_comm_overlap(k)
     out = []
     for field, flag in _BRIDGE_MODEL_OVERLAP:
         model = k.get(f"model.{field}")
         if has_co:
             on = k.bool(f"comm_overlap.{field}", False)
-            if on and field == "tp_comm_overlap" and (k.int("model.tensor_model_parallel_size", 1) < 2
-                                                     or not k.bool("model.sequence_parallel", False)):
-                on = False
-                assumed.append("comm_overlap.tp_comm_overlap=true turned off, as Megatron-Bridge's "
-                               "CommOverlapConfig.setup does under tensor parallelism < 2 or without sequence "
-                               "parallelism")
             if model is not None and k.bool(f"model.{field}") != on:
                 assumed.append(f"model.{field}={str(model).lower()} is overwritten by the comm-overlap config's "
                                f"{field} ({str(on).lower()}; Megatron-Bridge's CommOverlapConfig.setup)")
         else:
             on = k.bool(f"model.{field}", False)
+        if on and field == "tp_comm_overlap" and (k.int("model.tensor_model_parallel_size", 1) < 2
+                                                 or not k.bool("model.sequence_parallel", False)):
+            # CommOverlapConfig.setup's rule (with a warning); the userbuffers overlap needs both
+            on = False
+            assumed.append("tp_comm_overlap=true turned off, as Megatron-Bridge's CommOverlapConfig.setup does under "
+                           "tensor parallelism < 2 or without sequence parallelism")
         if on:
             out.append(flag)
     return out
