@@ -739,9 +739,11 @@ def best_plan_steps(model: ModelConfig, designs: np.ndarray, cluster: Cluster, g
 
 
 #: Plan options that change the unit costs themselves (tokens per rank, GEMM operand bytes,
-#: expert placement): the co-search prices its space once per value of each
-#: (:func:`priced_combinations`), with these defaults.
-PRICED_OPTIONS = {"context_parallel": 1, "precision": "bf16", "expert_parallel": 1, "expert_tensor_parallel": None}
+#: expert placement, the attention's format): the co-search prices its space once per value of
+#: each (:func:`priced_combinations`; ``fp8_attention`` is one value, on the FP8 combinations
+#: where asked for), with these defaults.
+PRICED_OPTIONS = {"context_parallel": 1, "precision": "bf16", "expert_parallel": 1, "expert_tensor_parallel": None,
+                  "fp8_attention": False}
 
 
 def _priced_values(opts: dict, name: str) -> tuple:
@@ -837,8 +839,12 @@ def chip_formats(chip: Accelerator, opts: dict) -> dict:
 
 def priced_combinations(opts: dict) -> list[dict[str, Any]]:
     """Every (context_parallel, precision, expert_parallel, expert_tensor_parallel) combination of
-    plan options, each as single values."""
-    return [dict(context_parallel=c, precision=p, expert_parallel=e, expert_tensor_parallel=et)
+    plan options, each as single values, with ``fp8_attention`` where the options ask for it on
+    the FP8 combinations (FP8 attention changes the attention's unit costs, so bounds priced
+    without it would not bound the plans priced with it)."""
+    fp8_attention = bool(opts.get("fp8_attention", False))
+    return [dict(context_parallel=c, precision=p, expert_parallel=e, expert_tensor_parallel=et,
+                 fp8_attention=fp8_attention and p == "fp8")
             for c in _priced_values(opts, "context_parallel") for p in _priced_values(opts, "precision")
             for e in _priced_values(opts, "expert_parallel")
             for et in _priced_values(opts, "expert_tensor_parallel")]

@@ -322,3 +322,24 @@ def test_bridge_reads_fp8_attention_as_its_mixed_precision_config_sets_it(fields
     rc = read_megatron_bridge(None, base + fields, model=models.preset("qwen3-30b-a3b"))
     assert rc.plan["fp8_attention"] is on
     assert any("is overwritten by the mixed-precision config" in a for a in rc.assumed) is said
+
+
+def test_priced_combinations_carry_fp8_attention_to_the_fp8_ones():
+    """The options priced once per combination (the co-search's spaces, the ILP plan's bound)
+    carry FP8 attention on their FP8 combinations only, so a bound is priced as its plans are and a
+    bf16 combination stays a valid search."""
+    from cosearch.placement import priced_combinations, search_plans
+    opts = {"precision": ("bf16", "fp8"), "flash_attention": True, "fp8_attention": True}
+    combos = priced_combinations(opts)
+    assert {c["precision"]: c["fp8_attention"] for c in combos} == {"bf16": False, "fp8": True}
+    assert not any(c["fp8_attention"] for c in priced_combinations({"precision": ("fp8",)}))
+    m = models.preset("llama3-8b")
+    for c in combos:                       # each combination is a search of its own
+        res = search_plans(m, "GB200", 8, 64, top_k=1, **{**opts, **c})
+        assert res.feasible and res.plans[0].spec.fp8_attention == (c["precision"] == "fp8")
+        from cosearch import cluster
+        rack = cluster.gb200_nvl72(8)
+        u = plan.unit_costs(m, hardware.preset("GB200"), rack, (1,), (1,), (False,), True, **c)
+        plain = plan.unit_costs(m, hardware.preset("GB200"), rack, (1,), (1,), (False,), True,
+                                precision=c["precision"])
+        assert np.array_equal(u, plain) == (not c["fp8_attention"])     # priced with it where it is on

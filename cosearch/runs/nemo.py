@@ -145,6 +145,15 @@ BRIDGE_PRECISION_SWITCHES = {name: {"fp8_param_gather": True} for name in (
     "nemotron_h_bf16_with_fp8_current_scaling_mixed", "nanov2_bf16_with_fp8_current_scaling_mixed")}
 
 
+def _say_overwritten(assumed: list[str], key: str, given: Any, owner: str, field: str, value: bool,
+                     why: str = "") -> None:
+    """Say that Megatron-Bridge's setup of its ``owner`` config (``"mixed-precision"``,
+    ``"comm-overlap"``) writes its ``field`` (``value``) over a config's ``key`` = ``given``."""
+    cls = {"mixed-precision": "MixedPrecisionConfig", "comm-overlap": "CommOverlapConfig"}[owner]
+    assumed.append(f"{key}={str(given).lower()} is overwritten by the {owner} config's {field} "
+                   f"({str(value).lower()}{why}; Megatron-Bridge's {cls}.setup)")
+
+
 def _has_comm_overlap(k: Keys) -> bool:
     """Whether a Megatron-Bridge config has a ``CommOverlapConfig`` (any ``comm_overlap`` field)."""
     return any(key.startswith("comm_overlap.") for key in k.flat) or k.get("comm_overlap") not in (None, "", False)
@@ -173,8 +182,7 @@ def _bridge_model_overlap(k: Keys, assumed: list[str]) -> list[str]:
         if has_co:
             on = k.bool(f"comm_overlap.{field}", False)
             if model is not None and k.bool(f"model.{field}") != on:
-                assumed.append(f"model.{field}={str(model).lower()} is overwritten by the comm-overlap config's "
-                               f"{field} ({str(on).lower()}; Megatron-Bridge's CommOverlapConfig.setup)")
+                _say_overwritten(assumed, f"model.{field}", model, "comm-overlap", field, on)
         else:
             on = k.bool(f"model.{field}", False)
         if on and field == "tp_comm_overlap" and (k.int("model.tensor_model_parallel_size", 1) < 2
@@ -206,9 +214,8 @@ def _bridge_dp_overlap(k: Keys, distributed_optimizer: bool, assumed: list[str])
         if has_co and distributed_optimizer:
             on = True if co is None else k.bool(f"comm_overlap.{field}")
             if ddp is not None and k.bool(f"ddp.{field}") != on:
-                why = "" if co is not None else ", its setup default with the distributed optimizer"
-                assumed.append(f"ddp.{field}={str(ddp).lower()} is overwritten by the comm-overlap config's "
-                               f"{field} ({str(on).lower()}{why}; Megatron-Bridge's CommOverlapConfig.setup)")
+                _say_overwritten(assumed, f"ddp.{field}", ddp, "comm-overlap", field, on,
+                                 "" if co is not None else ", its setup default with the distributed optimizer")
         else:
             on = any(k.bool(key, False) for key in (f"ddp.{field}", f"comm_overlap.{field}"))
         if field == "overlap_param_gather" and k.bool("optimizer.overlap_param_gather", False):
@@ -248,9 +255,7 @@ def _bridge_precision_switches(k: Keys, name: str, assumed: list[str]) -> list[s
             value = next(iter(own.values())) if own else preset.get(fields[0], default)
             for key, v in model.items():
                 if v != value:
-                    assumed.append(f"{key}={str(v).lower()} is overwritten by the mixed-precision config's "
-                                   f"{fields[0]} ({str(value).lower()}; Megatron-Bridge's MixedPrecisionConfig.setup "
-                                   "writes its fields over the model's)")
+                    _say_overwritten(assumed, key, v, "mixed-precision", fields[0], value)
         else:
             value = next(iter(model.values())) if model else default
         if value == when:
