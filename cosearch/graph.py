@@ -1478,9 +1478,8 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
         if op.kind == "cast" and op.name.endswith(ATTENTION_CASTS):
             # a low-precision attention's casts mirror: the forward's dequantized O is the
             # backward's quantized dO, its quantized Q, K, V the dequantized dQ, dK, dV
-            grad_of[i] = [g._add(Op(f"{op.name}.grad", "cast", tuple(deps), elements=op.elements,
-                                    ops_per_element=op.ops_per_element, bytes_read=op.bytes_written,
-                                    bytes_written=op.bytes_read, dtype_bytes=op.dtype_bytes))]
+            grad_of[i] = [g._add(replace(op, name=f"{op.name}.grad", deps=tuple(deps), bytes_read=op.bytes_written,
+                                         bytes_written=op.bytes_read))]
             continue
         if op.kind == "cast" or (op.kind == "vector" and op.name.endswith(".amax")):
             # the cast's gradient passes through (the dgrad GEMM writes bf16); an amax has none

@@ -957,10 +957,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # the framework's kernels, and the scaling recipe's GEMMs
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel).with_scaling_recipe(
         scaling_recipe if precision == "fp8" else None)
-    attention_format = None
+    attention_format = kv_bytes = None              # kv_bytes: the CP ring's K and V, an element
     if fp8_attention:
         check_fp8_attention(precision, scaling_recipe, flash_attention, "unit_costs")
         attention_format = fp8_attention_format(scaling_recipe)
+        kv_bytes = graph.ATTENTION_FORMAT_BYTES[attention_format]     # FP8 attention rings its quantized K, V
         try:
             eff = eff.with_fp8_attention(attention_format, model.kv_heads < model.heads)
         except ValueError as e:
@@ -1174,9 +1175,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                 rest_b = u[i, j, F.U_LTPB] - parts[4] - parts[7] - side_b
                                 u[i, j, F.U_EPO] = min(a2a_all, _ep_overlap_save(parts, rest_f, rest_b, share))
                 if cp > 1 and attn_b is not None:
-                    # linear in the microbatch; FP8 attention rings its quantized K and V
-                    kv_bytes = graph.ATTENTION_FORMAT_BYTES[attention_format] if attention_format else None
-                    ring = cp_ring_bytes(c, t, 1, cp, kv_bytes) * mbs
+                    ring = cp_ring_bytes(c, t, 1, cp, kv_bytes) * mbs     # linear in the microbatch
                     ring_b = ring + cp_ring_bytes(c, t, 1, cp) * mbs            # K/V again, and their gradients
                     idx = np.ascontiguousarray(net_of, dtype=np.int64)
                     grid = np.empty((len(d), len(mbs)))

@@ -249,8 +249,13 @@ def recipe_settings(read: Reader, commit: str, path: str, name: str) -> dict:
                         continue
                     helper = src.function(where, node.func.id)
                     if helper is not None:
-                        _ce_argument(node, where, helper, state)
-                        walk(helper[0], helper[1], stack + ((where, fn.name),), _bindings(node, where, helper))
+                        bound = _bindings(node, where, helper)
+                        if "cross_entropy_impl" in bound:
+                            # _benchmark_common(cfg, cross_entropy_impl="te") (perf_recipes/_common.py)
+                            # assigns its parameter to cross_entropy_fusion_impl
+                            value, at = bound["cross_entropy_impl"]
+                            state.update(cross_entropy=value, cross_entropy_at=at)
+                        walk(helper[0], helper[1], stack + ((where, fn.name),), bound)
 
     walk(found[0], found[1], (), {})
     # Megatron-Core: the unified knob first, then the backend's own (none set: the backend's default)
@@ -284,26 +289,6 @@ def _bindings(call: ast.Call, where: str, helper: tuple[str, ast.FunctionDef]) -
         if known:
             out[p.arg] = (value, at)
     return out
-
-
-def _ce_argument(call: ast.Call, where: str, helper: tuple[str, ast.FunctionDef], state: dict) -> None:
-    """A helper taking the loss implementation as a parameter (``_benchmark_common(cfg,
-    cross_entropy_impl="te")``, ``perf_recipes/_common.py``, which assigns it to
-    ``cross_entropy_fusion_impl``): the literal the call passes, else the parameter's default."""
-    args = helper[1].args
-    names = [a.arg for a in args.args]
-    if "cross_entropy_impl" not in names:
-        return
-    passed = {k.arg: k.value for k in call.keywords}
-    if "cross_entropy_impl" in passed:
-        known, value = _literal(passed["cross_entropy_impl"])
-        at = f"{where}:{call.lineno}"
-    else:
-        i = names.index("cross_entropy_impl") - (len(names) - len(args.defaults))
-        known, value = _literal(args.defaults[i]) if i >= 0 else (False, None)
-        at = f"{helper[0]}:{helper[1].lineno} (its default)"
-    if known:
-        state.update(cross_entropy=value, cross_entropy_at=at)
 
 
 def _in_order(stmt: ast.AST):

@@ -691,12 +691,13 @@ def _fp8_attention(row: dict, model, precision: str, recipe: str | None, notes: 
                      "stays bf16")
         return False
     from ..graph import check_attention_format
+    from ..plan import fp8_attention_format
     try:
-        check_attention_format(model, "mxfp8" if recipe == "mxfp8" else "fp8", True)
+        check_attention_format(model, fp8_attention_format(recipe), True)
     except ValueError as e:
         raise Refused(f"the cited config runs the attention in FP8 ({cited['config']}@{cited['commit']}, "
                       f"{cited['fp8_dpa_at']}), which cosearch cannot price here: {e}") from None
-    fmt = "MXFP8" if recipe == "mxfp8" else "per-tensor FP8"
+    fmt = {"mxfp8": "MXFP8", "fp8": "per-tensor FP8"}[fp8_attention_format(recipe)]
     notes.append(f"attention in {fmt} (fp8_dot_product_attention), as the cited config sets it "
                  f"({cited['config']}@{cited['commit']}, {cited['fp8_dpa_at']}): at the chip's measured {fmt} "
                  "attention speeds")
