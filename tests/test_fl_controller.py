@@ -41,24 +41,37 @@ def test_one_keep_seen_scales_by_the_mean_cost_ratio_and_scores_errors():
         tm.observe(0, 1.0, t)
     # the mean of the rounds at keep 1 (4.1) times (p^2 + p) / 2 at p = 0.5
     assert tm.predict(0, 0.5) == pytest.approx(4.1 * 0.375, rel=1e-12)
-    # errors against the running means: log(4.4/4), log(3.8/4.2), log(4.2/4.0667)
-    errs = [math.log(4.4 / 4.0), math.log(3.8 / 4.2), math.log(4.2 / ((4.0 + 4.4 + 3.8) / 3))]
-    assert tm.error(0) == pytest.approx(1.4826 * np.median(np.abs(errs)), rel=1e-9)
-    # a round far off (9 s: log(9/4.1) = 0.79 > 3 x 0.141) is a changed device: history restarts
+    # errors against the running means of n = 1, 2, 3 rounds, log(4.4/4), log(3.8/4.2),
+    # log(4.2/4.0667), each over sqrt(1 + 1/n): a mean of n rounds errs by the noise over sqrt(n)
+    errs = [math.log(4.4 / 4.0) / math.sqrt(2), math.log(3.8 / 4.2) / math.sqrt(1.5),
+            math.log(4.2 / ((4.0 + 4.4 + 3.8) / 3)) / math.sqrt(4 / 3)]
+    sigma = 1.4826 * np.median(np.abs(errs))
+    assert tm.error(0) == pytest.approx(sigma, rel=1e-9)
+    assert tm.standard_error(0) == pytest.approx(sigma / 2, rel=1e-9)        # 4 rounds
+    # a round far off (9 s: z = log(9/4.1) / sqrt(5/4) / 0.0999 = 7.0, S+ = 6.5 > 5) is a changed
+    # device: its history restarts from that round, and the spread of the errors scored before it
+    # (the device's noise, which a shift of its mean leaves as it was) is kept
     tm.observe(0, 1.0, 9.0)
-    assert tm.predict(0, 0.5) == pytest.approx(9.0 * 0.375, rel=1e-12) and tm.error(0) == 0.0
+    assert tm.predict(0, 0.5) == pytest.approx(9.0 * 0.375, rel=1e-12)
+    assert tm.error(0) == pytest.approx(sigma, rel=1e-9) and tm.standard_error(0) == pytest.approx(sigma, rel=1e-9)
+    # the next round's error (against the one round since the change) joins them
+    tm.observe(0, 1.0, 8.6)
+    errs.append(math.log(8.6 / 9.0) / math.sqrt(2))
+    assert tm.error(0) == pytest.approx(1.4826 * np.median(np.abs(errs)), rel=1e-9)
     with pytest.raises(ValueError, match="no observed round"):
         tm.predict(3, 0.5)
 
 
 def test_a_persistent_small_shift_restarts_the_history_where_it_began():
     """Ten rounds at 1.0 s, then 1.1 s (a 10 % shift, under a one-round 3-sigma rule's 15 %).
-    One keep: the prediction is the mean of the history.  Errors so far are 0, so each error is
-    standardised by the 5 % floor: z = log(1.1 / mean) / 0.05, S+ = S+ + z - 1/2, by hand:
-    round 11: z = 1.906, S = 1.406; 12: mean 1.00909, z = 1.725, S = 2.631; 13: mean 1.01667,
-    z = 1.576, S = 3.707; 14: mean 1.02308, z = 1.448, S = 4.655; 15: mean 1.02857, z = 1.343,
-    S = 5.498 > 5.  The change point maximising (sum z)^2 / n is round 11 (8.00^2 / 5 = 12.8
-    against 6.09^2 / 4 = 9.3 from round 12), so the history is rounds 11-15, all 1.1 s."""
+    One keep: the prediction is the mean of the n rounds of the history.  Errors so far are 0, so
+    each error is standardised by the 5 % floor and by its mean's own error: z = log(1.1 / mean)
+    / sqrt(1 + 1/n) / 0.05, S+ = S+ + z - 1/2, by hand: round 11 (n = 10): z = 1.8175, S = 1.3175;
+    12: mean 1.00909, z = 1.6520, S = 2.4695; 13: mean 1.01667, z = 1.5138, S = 3.4833; 14: mean
+    1.02308, z = 1.3971, S = 4.3804; 15: mean 1.02857, z = 1.2973, S = 5.1777 > 5.  The change
+    point maximising (sum z)^2 / n is round 11 (7.678^2 / 5 = 11.8 against 5.860^2 / 4 = 8.6 from
+    round 12), so the history is rounds 11-15, all 1.1 s; the errors scored from round 11 on are
+    the shift's and go, those before it (all 0) stay."""
     tm = controller.ClientTimeModel(_costs)
     for _ in range(10):
         tm.observe(0, 1.0, 1.0)
