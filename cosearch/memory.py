@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 from ._kernels import formulas
 from ._validate import flag
-from .graph import OPERAND_BYTES
+from .graph import ATTENTION_FORMAT_BYTES, OPERAND_BYTES
 from .models import ModelConfig
 
-__all__ = ["MemoryConfig", "layer_activation_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "maxtext_saved_bytes", "layer_input_bytes",
+__all__ = ["MemoryConfig", "layer_activation_bytes", "fp8_attention_saved_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "maxtext_saved_bytes", "layer_input_bytes",
            "embedding_activation_bytes",
            "head_activation_bytes", "static_bytes", "in_flight", "moe_dispatch_buffer_bytes", "DEEPEP_CONFIGS"]
 
@@ -70,9 +70,32 @@ class MemoryConfig:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
 
+def fp8_attention_saved_bytes(attention_format: str, scaling_recipe: str) -> tuple[float, float | None]:
+    """Bytes an element of Q, K, V and of the output O that Transformer Engine's fused FP8
+    attention keeps for its backward (``FusedAttnFunc.forward`` in
+    ``transformer_engine/pytorch/attention/dot_product_attention/backends.py`` at d0067d0da, with
+    its FP8 backward, ``NVTE_FP8_DPA_BWD=1`` by default): the quantized Q, K, V in place of the bf16
+    ones, and O in FP8 under delayed scaling but in the activation dtype (None here) under current
+    scaling (``NVTE_DPA_FP8CS_O_in_F16``, default 1) and MXFP8.  MXFP8's quantizer keeps a row-wise
+    and a column-wise copy of Q, K and V (``get_attention_quantizers`` in ``utils.py``: the
+    backward's transposed operands), each with its block scales: ``2 (1 + 1/32)`` bytes, a little
+    more than bf16's 2.  ``attention_format``: ``"fp8"`` or ``"mxfp8"``
+    (:func:`cosearch.plan.fp8_attention_format`); ``scaling_recipe``: the recipe in force
+    (``"delayed"``, ``"tensorwise"`` or ``"mxfp8"``)."""
+    if attention_format not in ATTENTION_FORMAT_BYTES:
+        raise ValueError(f"attention_format {attention_format!r}: choose one of {', '.join(ATTENTION_FORMAT_BYTES)}")
+    if attention_format == "mxfp8":
+        return 2.0 * ATTENTION_FORMAT_BYTES["mxfp8"], None
+    if scaling_recipe not in ("delayed", "tensorwise"):
+        raise ValueError(f"per-tensor FP8 attention runs under the 'delayed' or 'tensorwise' recipe, not "
+                         f"{scaling_recipe!r}")
+    return ATTENTION_FORMAT_BYTES["fp8"], (ATTENTION_FORMAT_BYTES["fp8"] if scaling_recipe == "delayed" else None)
+
+
 def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, precision: str,
                       sequence_parallel: bool, eager_clamp: bool = False,
-                      experts_gathered: bool = False, proj_input_cast: bool = True) -> dict[str, float]:
+                      experts_gathered: bool = False, proj_input_cast: bool = True,
+                      attention_saved: tuple[float, float | None] | None = None) -> dict[str, float]:
     """The activations one layer keeps with nothing recomputed, by tensor, in bytes per token and
     per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring).  ``eager_clamp``:
     a clamped activation's clamp runs as eager passes (:func:`cosearch.graph.expert_eager_bytes`),
@@ -83,7 +106,10 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     every tp rank keeps all the copies its experts' up projection reads (``moe_dispatched``
     whole, not split by tp).  ``proj_input_cast`` False: the attention's output projection keeps
     no low-precision copy of its input, only the bf16 output the attention keeps anyway
-    (:attr:`cosearch.engine.Engine.attn_proj_original_input`)."""
+    (:attr:`cosearch.engine.Engine.attn_proj_original_input`).  ``attention_saved``: FP8 attention's
+    ``(Q/K/V, O)`` bytes an element (:func:`fp8_attention_saved_bytes`; None: bf16 attention):
+    the attention keeps its quantized Q, K, V instead of the bf16 ones, and O in FP8 where the
+    recipe keeps it so (the projection then keeps the bf16 O itself where it takes no cast)."""
     flag("flash_attention", flash_attention)
     flag("sequence_parallel", sequence_parallel)
     c = config
@@ -109,8 +135,14 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
         qkv_w = 2.0 * qk_w + q_w
     else:
         qkv_w = q_w * (1.0 + 2.0 * kv_ratio)
-    split = {"qkv": 2.0 * qkv_w * e, "attn_proj_in": (2.0 * e + (lowp if flag("proj_input_cast", proj_input_cast)
-                                                                  else 0.0)) * q_w}
+    # the attention's Q, K, V and O (O also the output projection's input, whose backward keeps
+    # its low-precision cast, or the bf16 O where it takes none)
+    qkv_b, o_b = 2.0 * e, 2.0 * e
+    if attention_saved is not None:
+        qkv_b, o_saved = attention_saved
+        o_b = 2.0 * e if o_saved is None else o_saved
+    proj_keeps = lowp if flag("proj_input_cast", proj_input_cast) else (0.0 if o_b == 2.0 * e else 2.0 * e)
+    split = {"qkv": qkv_b * qkv_w, "attn_proj_in": (o_b + proj_keeps) * q_w}
     if c.mla is not None:
         # the q and kv latents (as the graph prices them, replicated over the tp ranks, split with
         # sequence parallelism): each norm's input, and its output that the up projection reads
@@ -187,7 +219,8 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = False, precision: str = "bf16",
                            modules: tuple[str, ...] = (), eager_clamp: bool = False,
-                           experts_gathered: bool = False, proj_input_cast: bool = True) -> float:
+                           experts_gathered: bool = False, proj_input_cast: bool = True,
+                           attention_saved: tuple[float, float | None] | None = None) -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
     (full: only the layer input).  Under ``precision="fp8"`` (``"fp4"``: NVFP4, 0.5625 bytes)
@@ -200,14 +233,17 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     the outputs of those modules instead (:data:`MODULE_TERMS`).  ``eager_clamp``: a clamped
     activation clamped by eager passes keeps one more copy of the experts' up projection;
     ``experts_gathered``: every tp rank keeps all the copies its tp-split experts read;
-    ``proj_input_cast`` False: the attention's output projection keeps its bf16 input only
+    ``proj_input_cast`` False: the attention's output projection keeps its bf16 input only;
+    ``attention_saved``: FP8 attention's Q/K/V and O bytes (:func:`fp8_attention_saved_bytes`)
     (:func:`_activation_terms`)."""
     if recompute == "full":
         return layer_input_bytes(config, tp, microbatch, sequence_parallel)
     if recompute not in ("none", "selective"):
         raise ValueError(f"recompute={recompute!r}; choose 'none', 'selective' or 'full'")
+    if attention_saved is not None and not flash_attention:
+        raise ValueError("attention_saved: FP8 attention is a fused attention kernel; it needs flash_attention=True")
     terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel, flag("eager_clamp", eager_clamp),
-                              experts_gathered, proj_input_cast)
+                              experts_gathered, proj_input_cast, attention_saved)
     dropped: set[str] = set()
     if recompute == "selective":
         if modules:

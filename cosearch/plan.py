@@ -103,8 +103,9 @@ class PlanSpec:
     (:meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`), with its casts
     (:meth:`cosearch.graph._Builder.attention_cast`) and, under context parallelism, its
     quantized K and V on the ring (:func:`cp_ring_bytes`); it needs precision ``fp8`` and
-    ``flash_attention``.  Activation memory is priced as bf16 attention's: an upper bound where
-    Transformer Engine keeps FP8 copies of Q, K, V and O for the backward."""
+    ``flash_attention``.  The attention then keeps for its backward what Transformer Engine keeps
+    (:func:`cosearch.memory.fp8_attention_saved_bytes`): FP8 Q, K, V (and O under delayed
+    scaling); MXFP8's row- and column-wise Q, K, V, a little more than bf16's."""
 
     dp: int
     tp: int
@@ -384,7 +385,8 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
 @functools.lru_cache(maxsize=256)
 def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_attention: bool,
                         precision: str, eager_clamp: bool = False,
-                        experts_gathered: bool = False, proj_input_cast: bool = True
+                        experts_gathered: bool = False, proj_input_cast: bool = True,
+                        attention_saved: tuple[float, float | None] | None = None
                         ) -> tuple[tuple[float, ...], float]:
     """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
     layer's without recompute, under ``policy``'s selective recompute, the layer input, the
@@ -392,7 +394,8 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     depends on expert parallelism, which the plan search prices degree by degree).
     ``eager_clamp``: the experts' clamp runs eagerly; ``experts_gathered``: the experts split over
     the tp ranks gather their input copies; ``proj_input_cast`` False: the attention's output
-    projection keeps no low-precision copy (:func:`cosearch.memory.layer_activation_bytes`)."""
+    projection keeps no low-precision copy; ``attention_saved``: FP8 attention's saved bytes
+    (:func:`cosearch.memory.layer_activation_bytes`)."""
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
@@ -406,10 +409,10 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
                and cl.compressed_attention is None else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
                                              graph.recompute_modules(policy) or (), eager_clamp, experts_gathered,
-                                             proj_input_cast))
+                                             proj_input_cast, attention_saved))
     return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision,
                                            eager_clamp=eager_clamp, experts_gathered=experts_gathered,
-                                           proj_input_cast=proj_input_cast), sel,
+                                           proj_input_cast=proj_input_cast, attention_saved=attention_saved), sel,
              memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
              memory.head_activation_bytes(cl, t, 1, sp)), host)
 
@@ -957,11 +960,14 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     # the framework's kernels, and the scaling recipe's GEMMs
     eff = eff.with_attention_kernel(eng.attention_kernel).with_cast_kernel(eng.fp8_cast_kernel).with_scaling_recipe(
         scaling_recipe if precision == "fp8" else None)
-    attention_format = kv_bytes = None              # kv_bytes: the CP ring's K and V, an element
+    attention_format = kv_bytes = attention_saved = None     # kv_bytes: the CP ring's K and V, an element
     if fp8_attention:
         check_fp8_attention(precision, scaling_recipe, flash_attention, "unit_costs")
         attention_format = fp8_attention_format(scaling_recipe)
         kv_bytes = graph.ATTENTION_FORMAT_BYTES[attention_format]     # FP8 attention rings its quantized K, V
+        # and keeps its quantized Q, K, V (and under delayed scaling O) for the backward
+        attention_saved = memory.fp8_attention_saved_bytes(
+            attention_format, graph.check_scaling_recipe(precision, scaling_recipe))
         try:
             eff = eff.with_fp8_attention(attention_format, model.kv_heads < model.heads)
         except ValueError as e:
@@ -1027,7 +1033,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                                 expert_mode != "fused",
                                                 c.moe and t > 1 and bool(sp) and etp_t is None
                                                 and eng.moe_dispatcher != "gather-tokens" and not c.moe_einsum_dispatch,
-                                                proj_cast)
+                                                proj_cast, attention_saved)
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]

@@ -4,6 +4,7 @@ pricing of a low-precision attention op, hand-worked; the graph's casts around t
 counted by hand; the plan, search, reader and CLI switches and their refusals."""
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -343,3 +344,35 @@ def test_priced_combinations_carry_fp8_attention_to_the_fp8_ones():
         plain = plan.unit_costs(m, hardware.preset("GB200"), rack, (1,), (1,), (False,), True,
                                 precision=c["precision"])
         assert np.array_equal(u, plain) == (not c["fp8_attention"])     # priced with it where it is on
+
+
+@pytest.mark.parametrize("recipe, qkv_bytes, o_bytes", [("delayed", 1.0, 1.0), ("tensorwise", 1.0, 2.0),
+                                                        ("mxfp8", 2.0 * (1.0 + 1.0 / 32.0), 2.0)])
+def test_activation_memory_keeps_what_transformer_engine_saves(recipe, qkv_bytes, o_bytes):
+    """Llama 3 8B at tp 1, pp 1, one 8,192-token sequence a microbatch: each layer's attention keeps
+    Q (32 heads x 128), K and V (8 heads x 128 each) per token, 6,144 elements, and O, 4,096.  bf16
+    attention keeps them at 2 bytes; FP8 attention (TransformerEngine FusedAttnFunc.forward) the
+    quantized Q, K, V at 1 byte, O at 1 under delayed scaling and 2 under current scaling; MXFP8 a
+    row-wise and a column-wise copy of Q, K, V at 1 + 1/32 bytes each, O at 2.  The chip's memory
+    falls by 32 layers x 8,192 tokens x those differences (MXFP8: rises)."""
+    from cosearch import memory
+    m = models.preset("llama3-8b")
+    assert (m.heads * m.head_dim, m.kv_heads * m.head_dim, m.seq_len, m.num_layers) == (4096, 1024, 8192, 32)
+    spec = plan.PlanSpec(dp=8, tp=1, pp=1, microbatch=1, precision="fp8", flash_attention=True, scaling_recipe=recipe)
+    base = plan.evaluate(m, "GB200", 8, spec, 64).memory_per_chip_bytes[0]
+    fp8 = plan.evaluate(m, "GB200", 8, dataclasses.replace(spec, fp8_attention=True), 64).memory_per_chip_bytes[0]
+    saved = 32 * 8192 * (6144 * (2.0 - qkv_bytes) + 4096 * (2.0 - o_bytes))
+    assert base - fp8 == pytest.approx(saved, rel=1e-12)
+    fmt = plan.fp8_attention_format(recipe)
+    assert memory.fp8_attention_saved_bytes(fmt, recipe) == (qkv_bytes, None if o_bytes == 2.0 else o_bytes)
+
+
+def test_fp8_attention_saved_bytes_refusals():
+    from cosearch import memory
+    with pytest.raises(ValueError, match="attention_format 'fp4'"):
+        memory.fp8_attention_saved_bytes("fp4", "delayed")
+    with pytest.raises(ValueError, match="'delayed' or 'tensorwise'.*'blockwise'"):
+        memory.fp8_attention_saved_bytes("fp8", "blockwise")
+    with pytest.raises(ValueError, match="needs flash_attention"):
+        memory.layer_activation_bytes(models.preset("llama3-8b"), 1, 1, flash_attention=False, precision="fp8",
+                                      attention_saved=(1.0, 1.0))
