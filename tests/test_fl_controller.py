@@ -27,6 +27,29 @@ def test_time_fit_recovers_compute_communication_and_latency_seconds():
     assert tm.predict(1, 0.7) == pytest.approx(6 * 0.49 + 4 * 0.7, rel=1e-9)
 
 
+@pytest.mark.parametrize("latency, with_constant", [(0.5, False), (2.0, True)])
+def test_the_constant_is_fitted_only_where_it_pays_for_its_parameter(latency, with_constant):
+    """Six rounds at keeps 1, 0.5, 0.8, 0.6, 1, 0.5 of t = 6 p^2 + 4 p + latency, the 0.8 and 0.6
+    rounds 1 % off (x 1.01, x 0.99).  Least squares by the normal equations (numpy's lstsq; every
+    coefficient comes out non-negative, so it is the NNLS fit): with the constant the residual sum
+    of squares falls to 0.953 of the two-term fit's at latency 0.5 and to 0.233 at 2.0; Schwarz's
+    criterion keeps the constant only below 6^(-1/6) = 0.742, so the 0.5 s latency is not told
+    from the noise and the 2 s one is."""
+    ps = np.array([1.0, 0.5, 0.8, 0.6, 1.0, 0.5])
+    t = (6.0 * ps ** 2 + 4.0 * ps + latency) * np.array([1.0, 1.0, 1.01, 0.99, 1.0, 1.0])
+    tm = controller.ClientTimeModel(_costs)
+    for p, s in zip(ps, t):
+        tm.observe(0, float(p), float(s))
+    assert len(tm.seen[0]) == 6                          # no change detected: the six rounds fitted
+    A = np.c_[ps ** 2, ps, np.ones_like(ps)]
+    x2, rss2 = np.linalg.lstsq(A[:, :2], t, rcond=None)[:2]
+    x3, rss3 = np.linalg.lstsq(A, t, rcond=None)[:2]
+    assert min(x2) > 0 and min(x3) > 0
+    assert (rss3[0] / rss2[0] < 6 ** (-1 / 6)) == with_constant
+    a, c, d = (x3 if with_constant else (*x2, 0.0))
+    assert tm.predict(0, 0.7) == pytest.approx(a * 0.49 + c * 0.7 + d, rel=1e-9)
+
+
 def test_fewer_rounds_than_a_fit_scale_every_round_by_the_mean_cost_ratio():
     tm = controller.ClientTimeModel(_costs)
     tm.observe(0, 1.0, 4.0)
@@ -361,12 +384,12 @@ def test_the_curve_is_fitted_once_a_round_and_refitted_after_each(monkeypatch):
     tm.predict(3, 1.0)
     tm.predict_many(3, [0.5, 0.7, 0.9])
     tm.predict(3, 0.3)
-    assert len(calls) - before == 1
+    assert len(calls) - before == 2                      # one fit: the curve with and without its constant
     tm.observe(3, 0.7, 6.0 * 0.49 + 4.0 * 0.7 + 0.5)
-    assert len(calls) - before == 1                      # observe scored the round with the cached fit
+    assert len(calls) - before == 2                      # observe scored the round with the cached fit
     tm.predict(3, 1.0)
     tm.predict(3, 0.5)
-    assert len(calls) - before == 2                      # refitted once, on the five rounds
+    assert len(calls) - before == 4                      # refitted once, on the five rounds
     assert tm.predict(3, 0.9) == pytest.approx(6 * 0.81 + 4 * 0.9 + 0.5, rel=1e-9)
 
 

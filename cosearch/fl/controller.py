@@ -20,7 +20,14 @@ the FLOPs and bytes ratios; ``a``, ``c`` >= 0: the client's compute and communic
 of the full model; ``d`` >= 0: its per-round constant, the link latency of
 :meth:`~cosearch.fl.profiling.ClientProfile.round_time_s`), fitted by non-negative least squares
 to the client's last ``window`` rounds.  ``d`` is fitted only once three keep fractions are
-seen (two cannot separate it from the slope); with fewer than ``MIN_FIT_ROUNDS`` rounds or one
+seen (two cannot separate it from the slope), and kept only where it pays for its parameter by
+Schwarz's criterion (``n log(RSS / n) + k log n``, Schwarz, "Estimating the dimension of a
+model", *Annals of Statistics* 6, 1978: the residual sum of squares must fall below
+``n^(-1/n)`` of the two-term fit's, 0.86 at 20 rounds).  Keeps a grid step or few apart (a
+straggler at 0.93-0.95 and its two full rounds) barely pin ``d`` down: fitted freely it traded
+against ``a`` with every noisy full round (a former straggler's full time moved 4.5 % on one round,
+21 % of its time put in ``d`` where the FEMNIST CNN's devices spend 0.03 % of a round in
+latency), and the target fell with it; with fewer than ``MIN_FIT_ROUNDS`` rounds or one
 keep fraction the split is not identified and ``t(p) = mean_i(t_i / r(k_i)) r(p)``, ``r`` the
 mean of the two ratios.  Where the client has ``RECENT`` or more rounds within ``LEVEL_NEAR``
 (0.05) of its current keep fraction, the fitted curve is levelled on them (scaled by their mean
@@ -195,10 +202,19 @@ class ClientTimeModel:
         keeps = {k for k, _ in obs}
         if len(keeps) < 2 or len(obs) < MIN_FIT_ROUNDS:
             return None
-        # the constant (latency) term only once three keep fractions pin it down
-        A = np.array([(*self.costs(k), 1.0) for k, _ in obs])[:, :3 if len(keeps) >= 3 else 2]
+        A = np.array([(*self.costs(k), 1.0) for k, _ in obs])
         t = np.array([s for _, s in obs])
-        x, _ = so.nnls(A, t)
+        x, r2 = so.nnls(A[:, :2], t)
+        if len(keeps) >= 3:
+            # the constant (latency) term only where three keep fractions can pin it down, and
+            # only where it explains the rounds better than its extra parameter costs
+            # (Schwarz's criterion, n log(RSS / n) + k log n)
+            x3, r3 = so.nnls(A, t)
+            n = len(t)
+            floor = 1e-12 * float(t @ t)
+            if n * math.log(max(r3 * r3, floor) / n) + 3 * math.log(n) < \
+                    n * math.log(max(r2 * r2, floor) / n) + 2 * math.log(n):
+                x = x3
         if x[0] + x[1] <= 0:
             return None
         return float(x[0]), float(x[1]), float(x[2]) if len(x) == 3 else 0.0
