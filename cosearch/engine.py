@@ -483,17 +483,24 @@ LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", s
 
 
 
-def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton") -> Engine:
+def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton", loss: str = "fused") -> Engine:
     """llm-foundry with its FSDP ``mixed_precision`` (``DEFAULT``: gradients reduced in fp32;
     ``PURE``: bf16 parameters, gradients and reduction, llmfoundry/utils/config_utils.py's
     ``get_mixed_precision``) and attention kernel (``attn_impl``: ``triton``, the
     FlashAttention-1-era Triton kernel; ``flash``, the FlashAttention-2 package, priced as the
-    FSDP engine's)."""
+    FSDP engine's).  ``loss``: ``"fused"`` (MPT's default ``loss_fn: fused_crossentropy``,
+    flash-attn's one-kernel cross-entropy) or ``"fp32"`` (:attr:`Engine.cross_entropy`: MPT's
+    ``torch_crossentropy``, ``nn.CrossEntropyLoss`` whose log-softmax autocast runs in fp32, and a
+    Hugging Face model's own loss, which upcasts the logits)."""
     if mixed_precision not in ("DEFAULT", "PURE"):
         raise ValueError(f"llm_foundry: mixed_precision {mixed_precision!r} is not modelled (DEFAULT, PURE)")
     if attn_impl not in ("triton", "flash", "torch"):
         raise ValueError(f"llm_foundry: attn_impl {attn_impl!r} is not modelled (triton, flash, torch)")
+    if loss not in ("fused", "fp32"):
+        raise ValueError(f"llm_foundry: loss {loss!r} is not modelled (fused, fp32)")
     e = LLM_FOUNDRY
+    if loss == "fp32":
+        e = replace(e, name=e.name + "-fp32-loss", cross_entropy="fp32", software=e.software + ", fp32 cross-entropy")
     if attn_impl == "flash":
         e = replace(e, name=e.name + "-fa2", attention_kernel=FSDP.attention_kernel,
                     software=e.software.replace("FlashAttention-1-era Triton kernel (attn_impl: triton, "

@@ -103,6 +103,22 @@ def test_nemo_and_bridge_loss_wgrad_and_sharp_switches_are_read():
                     model=models.preset("qwen3-30b-a3b"))
 
 
+def test_nemo1_checkpoint_logging_and_off_offload_keys_are_neutral():
+    """NeMo's own megatron_gpt_config.yaml carries checkpoint-format, timer and S3 keys and the
+    offload sub-keys with cpu_offloading off: each changes neither step time nor memory, so the
+    plan is the file's own and they are listed neutral; cpu_offloading on is refused by name."""
+    f = DATA / "nemo1_gpt3_5b.yaml"
+    extra = ["model.dist_ckpt_format=torch_dist", "model.cpu_offloading=false", "model.cpu_offloading_activations=true",
+             "model.cpu_offloading_weights=true", "model.cpu_offloading_num_layers=3", "model.reduce_amax=true",
+             "s3_checkpointing.chunk_size_MB=64", "model.megatron_timer_kwargs.log_mode=minmax"]
+    base, d = read_config(f).resolve(), read_config(f, extra).resolve()
+    assert d.spec == base.spec and d.engine == base.engine and d.model == base.model
+    assert {"model.dist_ckpt_format", "model.cpu_offloading_activations", "model.reduce_amax",
+            "s3_checkpointing.chunk_size_MB", "model.megatron_timer_kwargs.log_mode"} <= set(d.neutral)
+    with pytest.raises(ValueError, match="cpu_offloading .* is not read"):
+        read_config(f, ["model.cpu_offloading=true"])
+
+
 def test_nemo1_launcher_file_reads_as_its_megatron_line():
     """NeMo's gpt3/5b launcher config on its 16 x 8 GPUs reads as the Megatron line NeMo runs for
     it (the keys' Megatron names per NeMo's docs), with the model's FFN from the config's own
@@ -222,6 +238,92 @@ def test_megatron_bridge_overrides():
     # a switch that is off in a full dump is neutral
     d = read_megatron_bridge(None, ["model.mystery_switch=false", "train.global_batch_size=8"], model=base).resolve(8)
     assert "model.mystery_switch" in d.neutral
+
+
+HF_YAML = """variables:
+  model_name: meta-llama/Llama-3.1-8B
+max_seq_len: 4096
+model:
+  name: hf_causal_lm
+  pretrained_model_name_or_path: ${variables.model_name}
+  pretrained: false
+  use_auth_token: true
+{extra}
+tokenizer:
+  name: ${variables.model_name}
+global_train_batch_size: 64
+device_train_microbatch_size: 2
+precision: amp_bf16
+expandable_segments: true
+icl_seq_len: 1024
+fsdp_config:
+  sharding_strategy: FULL_SHARD
+  mixed_precision: PURE
+"""
+
+HF_JSON = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+           "tie_word_embeddings": True, "hidden_act": "silu", "rope_scaling": None}
+
+
+def _foundry_hf(tmp_path, extra="", config=None):
+    (tmp_path / "train.yaml").write_text(HF_YAML.replace("{extra}", extra))
+    (tmp_path / "config.json").write_text(json.dumps(config or HF_JSON))
+    return tmp_path / "train.yaml", tmp_path / "config.json"
+
+
+@pytest.mark.parametrize("extra, flash, engine", [
+    ("", False, "llm-foundry-fp32-loss-pure"),                                    # llm-foundry's default: eager
+    ("  use_flash_attention_2: true", True, "llm-foundry-fp32-loss-fa2-pure"),
+    ("  attn_implementation: sdpa", True, "llm-foundry-fp32-loss-fa2-pure"),
+    ("  attn_implementation: eager\n  use_flash_attention_2: true", True, "llm-foundry-fp32-loss-fa2-pure")])
+def test_llm_foundry_hf_causal_lm_attention_as_hf_base_sets_it(tmp_path, extra, flash, engine):
+    """llm-foundry's hf_causal_lm (models/hf/hf_base.py): flash_attention_2 where
+    use_flash_attention_2 is set (over any attn_implementation), else the named implementation,
+    else eager, the unfused attention (it was read as flash); the loss is the Hugging Face model's
+    own, its logits upcast to fp32.  The allocator, evaluation and Hub keys are said, not refused."""
+    yaml_file, cfg = _foundry_hf(tmp_path, extra)
+    d = read_configs([yaml_file, cfg]).resolve(8)
+    assert (d.spec.flash_attention, d.engine.name, d.engine.cross_entropy) == (flash, engine, "fp32")
+    assert (d.model.num_layers, d.spec.microbatch, d.global_batch, d.spec.zero) == (16, 2, 64, 3)
+    said = " ".join(d.assumed)
+    assert "expandable_segments" in said and "icl_seq_len" in said and ("unfused" in said) == (not flash)
+
+
+def test_llm_foundry_config_overrides_apply_to_the_config_json(tmp_path):
+    """config_overrides change the config.json as llm-foundry's set_config_overrides does: 4 layers
+    instead of 16, a mapping set on a null field; a mapping onto a mapping with a key it lacks, a
+    run whose model never met the overrides (a preset) and the Hub's MPT models are refused."""
+    extra = "  config_overrides:\n    num_hidden_layers: 4\n    rope_scaling:\n      rope_type: llama3\n      factor: 8.0"
+    yaml_file, cfg = _foundry_hf(tmp_path, extra)
+    d = read_configs([yaml_file, cfg]).resolve(8)
+    assert d.model.num_layers == 4 and "config_overrides num_hidden_layers=4" in " ".join(d.assumed)
+    with pytest.raises(ValueError, match="config_overrides .* no file of this run gave"):
+        read_config(yaml_file).resolve(8, model=models.preset("llama3-8b").with_(seq_len=4096))
+    bad = dict(HF_JSON, rope_scaling={"rope_type": "llama3", "factor": 8.0})
+    yaml_file, cfg = _foundry_hf(tmp_path, "  config_overrides:\n    rope_scaling:\n      typo: 1", bad)
+    with pytest.raises(ValueError, match="keys the config's rope_scaling does not: \\['typo'\\]"):
+        read_configs([yaml_file, cfg])
+    yaml_file, cfg = _foundry_hf(tmp_path, "  config_overrides: {}")
+    assert read_configs([yaml_file, cfg]).resolve(8).model.num_layers == 16
+    with pytest.raises(ValueError, match="no longer loads the Hub's MPT"):
+        read_config(yaml_file, ["model.pretrained_model_name_or_path=mosaicml/mpt-7b"])
+    with pytest.raises(ValueError, match="attn_implementation 'flex_attention' is not modelled"):
+        read_config(yaml_file, ["model.attn_implementation=flex_attention"])
+
+
+def test_llm_foundry_mpt_loss_and_sequence_id():
+    """MPT's loss_fn (modeling_mpt.py): fused_crossentropy, the default, one kernel;
+    torch_crossentropy, fp32 passes; attn_uses_sequence_id false is its default, true is refused."""
+    f = DATA / "foundry_mpt_1b.yaml"
+    assert read_config(f).resolve(8).engine.cross_entropy == "fused"
+    torch_loss = read_config(f, ["model.loss_fn=torch_crossentropy"]).resolve(8).engine
+    assert torch_loss.cross_entropy == "fp32" and torch_loss.name == "llm-foundry-fp32-loss-pure"
+    with pytest.raises(ValueError, match="loss_fn 'mystery' is not modelled"):
+        read_config(f, ["model.loss_fn=mystery"])
+    assert read_config(f, ["model.attn_config.attn_uses_sequence_id=false"]).resolve(8).spec.flash_attention
+    with pytest.raises(ValueError, match="attn_uses_sequence_id"):
+        read_config(f, ["model.attn_config.attn_uses_sequence_id=true"])
 
 
 def test_hf_config_and_a_plan_file_merge(tmp_path):

@@ -77,7 +77,10 @@ class RunConfig:
     ``num_chips``, ``chip``, ``cluster``: the hardware where the file names it.  ``seq_len``: the
     training sequence a file states without describing the model (it must agree with the model's).
     ``memory``: the bytes a parameter keeps, where the file sets them (None: the memory model's
-    default)."""
+    default).  ``hf_config_overrides``: Hugging Face config fields a file sets on the model's
+    ``config.json`` (llm-foundry's ``model.config_overrides``, nested as written), which
+    :func:`cosearch.runs.read_configs` applies where it reads that file
+    (``hf_overrides_applied``); a run whose model never met them is refused."""
 
     source: str
     model: ModelConfig | None = None
@@ -94,6 +97,8 @@ class RunConfig:
     assumed: tuple[str, ...] = ()
     neutral: tuple[str, ...] = ()
     memory: MemoryConfig | None = None
+    hf_config_overrides: dict[str, Any] = field(default_factory=dict)
+    hf_overrides_applied: bool = False
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.plan) - set(PLAN_FIELDS))
@@ -115,6 +120,10 @@ class RunConfig:
         if base.model is None:
             raise ValueError(f"{self.source}: no file describes the model; add a model file (a Hugging Face "
                              "config.json) or a model preset")
+        if base.hf_config_overrides and not base.hf_overrides_applied:
+            raise ValueError(f"{self.source}: config_overrides {base.hf_config_overrides} change the Hugging Face "
+                             "config.json, which no file of this run gave: read the YAML with its config.json "
+                             "(read_configs; on the command line each after --from) so they apply")
         if base.seq_len is not None and base.seq_len != base.model.seq_len:
             raise ValueError(f"{self.source}: sequence {base.seq_len} contradicts the model's {base.model.seq_len}")
         n = base.num_chips or (base.cluster.num_chips if base.cluster is not None else None)
@@ -206,6 +215,10 @@ def merge(configs: list[RunConfig]) -> RunConfig:
         for f in ("model", "dp", "global_batch", "batch_per_replica", "num_chips", "engine", "chip", "cluster",
                   "measured_tok_s_per_chip", "seq_len", "memory"):
             kw[f] = _agree(f.replace("_", " "), getattr(out, f), getattr(c, f), out.source, c.source)
+        hf = dict(out.hf_config_overrides)
+        for k, v in c.hf_config_overrides.items():
+            hf[k] = _agree(f"config_overrides.{k}", hf.get(k), v, out.source, c.source)
         out = RunConfig(f"{out.source} + {c.source}", plan=plan, assumed=out.assumed + c.assumed,
-                        neutral=out.neutral + c.neutral, **kw)
+                        neutral=out.neutral + c.neutral, hf_config_overrides=hf,
+                        hf_overrides_applied=out.hf_overrides_applied or c.hf_overrides_applied, **kw)
     return out

@@ -4,8 +4,10 @@ merged (:func:`read_configs`); re-exported by :mod:`cosearch.runs`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 from ..models import ModelConfig
 from .config import RunConfig, merge
@@ -131,6 +133,37 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
     return {"torchtitan": read_torchtitan, "llm-foundry": read_foundry}[fmt](path, overrides)
 
 
+def apply_config_overrides(config: dict[str, Any], overrides: dict[str, Any], who: str) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` with ``overrides`` applied as llm-foundry's
+    ``set_config_overrides`` (``llmfoundry/utils/config_utils.py``) applies them: a mapping onto
+    a mapping field updates it (a key it does not have is refused, as llm-foundry refuses typos
+    in nested configs), a mapping onto a null field sets it, anything else replaces the field."""
+    out = dict(config)
+    for k, v in overrides.items():
+        cur = out.get(k)
+        if isinstance(cur, dict):
+            if not isinstance(v, dict):
+                raise ValueError(f"{who}: config_overrides.{k} must be a mapping, as the config's {k} is; got {v!r}")
+            extra = sorted(set(v) - set(cur))
+            if extra:
+                raise ValueError(f"{who}: config_overrides.{k} has keys the config's {k} does not: {extra} "
+                                 f"(llm-foundry refuses them; expected some of {sorted(cur)})")
+            out[k] = {**cur, **v}
+        else:
+            out[k] = dict(v) if isinstance(v, dict) else v
+    return out
+
+
+def _hf_config_with_overrides(path: Path, overrides: dict[str, Any], seq_len: int | None, who: str) -> RunConfig:
+    """``path``'s ``config.json`` with another file's ``config_overrides`` applied."""
+    from .._json import read_json_file
+    d = read_json_file(path, "Hugging Face config")
+    rc = read_hf_config(apply_config_overrides(d, overrides, who), seq_len)
+    model = rc.model.with_(name=path.parent.name) if path.parent.name and rc.model is not None else rc.model
+    return dataclasses.replace(rc, source=f"HF config {path} (with {who}'s config_overrides)", model=model,
+                               hf_overrides_applied=True)
+
+
 #: Model fields a run's files set as training choices on top of a given model (Megatron's
 #: ``--mtp-num-layers``, ``--moe-expert-capacity-factor``, ``--moe-pad-expert-input-to-capacity``).
 RUN_MODEL_FIELDS = ("mtp_layers", "moe_capacity_factor", "moe_pad_to_capacity")
@@ -163,6 +196,9 @@ def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], m
         known = merge(done) if done else None
         seq = (known.seq_len or (known.model.seq_len if known.model else None)) if known else None
         m = (known.model if known and known.model else None) or model
+        if fmts[i] == "hf-config" and known is not None and known.hf_config_overrides:
+            done.append(_hf_config_with_overrides(p, known.hf_config_overrides, seq, known.source))
+            continue
         done.append(read_config(p, ov, fmts[i], model=m, seq_len=seq,
                                 devices_per_chip=devices_per_chip if fmts[i] in ("maxtext", "hf-config") else 1))
     if model is not None:

@@ -19,9 +19,25 @@ models need their ``config.json`` as well.
 ``fsdp_config.activation_checkpointing``     full recompute of every block
 ``model.attn_config.attn_impl``              flash / triton: flash attention (triton: FA1
                                              kernel); torch: unfused attention
+``model.attn_config.attn_uses_sequence_id``  False (the default) only: packed sequences masked
+                                             apart are not modelled
+``model.use_flash_attention_2``,             ``hf_causal_lm``'s attention as llm-foundry's
+``model.attn_implementation``                ``hf_base.py`` sets it: ``flash_attention_2``
+                                             where ``use_flash_attention_2``, else the named
+                                             implementation, else ``eager`` (unfused);
+                                             ``sdpa`` (PyTorch's fused kernel) as flash
+``model.config_overrides``                   ``hf_causal_lm``: applied to the ``config.json``
+                                             read with the YAML (``read_configs``) as
+                                             ``set_config_overrides`` applies them; a run
+                                             whose model never met them is refused
+``model.loss_fn``                            ``fused_crossentropy`` (one kernel) or
+                                             ``torch_crossentropy`` (fp32 passes); an
+                                             ``hf_causal_lm`` model's own loss: fp32
+``expandable_segments``, ``icl_seq_len``,    said, not priced: the CUDA allocator's setting,
+``icl_max_seq_len``, ``model.use_auth_token``  the in-context evaluation's, Hub access'
+==========================================  ===================================================
 ``model.attn_config.qk_ln`` / ``qk_gn``     q/k norms of the whole projected width (``full``)
                                              or of each head (``head``), the model's norm type
-==========================================  ===================================================
 """
 
 from __future__ import annotations
@@ -36,7 +52,8 @@ from .config import RunConfig
 
 __all__ = ["read_foundry"]
 
-NEUTRAL_SECTIONS = ("data_local", "data_remote", "run_name", "tokenizer", "train_loader", "eval_loader", "scheduler",
+NEUTRAL_SECTIONS = ("data_local", "data_remote", "run_name", "tokenizer", "train_loader", "eval_loader", "dataset",
+                    "scheduler",
                     "optimizer", "algorithms", "callbacks", "loggers", "icl_tasks", "eval_gauntlet", "variables",
                     "global_seed", "seed", "max_duration", "eval_interval", "eval_first", "eval_subset_num_batches",
                     "device_eval_batch_size", "progress_bar", "log_to_console", "console_log_interval",
@@ -54,12 +71,58 @@ NEUTRAL_KEYS = frozenset({
 })
 
 
+#: ``hf_causal_lm``'s attention implementations (Hugging Face ``attn_implementation``) as
+#: llm-foundry's ``attn_impl`` words: FlashAttention-2, PyTorch's fused SDPA (its flash kernel on
+#: these GPUs), the unfused eager attention.
+HF_ATTENTION = {"flash_attention_2": "flash", "sdpa": "flash", "eager": "torch"}
+
+
+def _hf_attention(k: Keys, name: str, assumed: list[str]) -> str:
+    """``hf_causal_lm``'s attention as llm-foundry's ``hf_base.py`` chooses it:
+    ``flash_attention_2`` where ``use_flash_attention_2`` is set, else ``attn_implementation``,
+    else ``eager``."""
+    impl = k.get("model.attn_implementation")
+    if k.bool("model.use_flash_attention_2", False):
+        if impl is not None and impl != "flash_attention_2":
+            assumed.append(f"use_flash_attention_2 overrides attn_implementation {impl!r} (llm-foundry's hf_base)")
+        impl = "flash_attention_2"
+    impl = "eager" if impl is None else str(impl)
+    if impl not in HF_ATTENTION:
+        raise ValueError(f"{name}: attn_implementation {impl!r} is not modelled ({', '.join(HF_ATTENTION)})")
+    if impl == "eager":
+        assumed.append("hf_causal_lm attention eager (llm-foundry's default without use_flash_attention_2): unfused")
+    return HF_ATTENTION[impl]
+
+
+def _hf_model(k: Keys, name: str, assumed: list[str]) -> dict[str, Any]:
+    """``hf_causal_lm``: the model comes from its ``config.json``; the YAML's ``config_overrides``
+    (returned, nested as written) apply to it."""
+    path = k.get("model.pretrained_model_name_or_path")
+    if isinstance(path, str) and path.startswith("mosaicml/mpt"):
+        raise ValueError(f"{name}: hf_causal_lm with {path}: llm-foundry (0.18 on) no longer loads the Hub's MPT "
+                         "models (hf_base.py); describe it as mpt_causal_lm")
+    k.get("model.pretrained")
+    k.get("model.use_auth_token")
+    overrides = {key[len("model.config_overrides."):]: k.get(key) for key in list(k.flat)
+                 if key.startswith("model.config_overrides.")}
+    if "model.config_overrides" in k.flat:
+        k.get("model.config_overrides")          # an empty mapping: nothing to apply
+    assumed.append("hf_causal_lm: the model comes from its config.json"
+                   + (f", with config_overrides {', '.join(f'{a}={b!r}' for a, b in overrides.items())}"
+                      if overrides else ""))
+    nested: dict[str, Any] = {}
+    for key, value in overrides.items():
+        node = nested
+        *head, last = key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
 def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig | None:
     kind = str(k.get("model.name", "mpt_causal_lm"))
     if kind == "hf_causal_lm":
-        k.get("model.pretrained_model_name_or_path")
-        k.get("model.pretrained")
-        assumed.append("hf_causal_lm: the model comes from its config.json")
         return None
     if kind != "mpt_causal_lm":
         raise ValueError(f"{name}: model.name {kind!r} is not read (mpt_causal_lm, hf_causal_lm are)")
@@ -113,6 +176,13 @@ def read_foundry(source: str | Path | dict[str, Any], overrides: list[str] | tup
     assumed: list[str] = []
     seq = k.positive("max_seq_len", 2048)
     model = _model(k, name, seq, assumed)
+    hf = model is None
+    hf_overrides = _hf_model(k, name, assumed) if hf else {}
+    for key in ("expandable_segments", "icl_seq_len", "icl_max_seq_len"):
+        if key in k.flat:
+            k.get(key)
+            assumed.append(f"{key}: " + ("the CUDA caching allocator's setting, not priced" if key == "expandable_segments"
+                                         else "the in-context evaluation's, not the training step's"))
     gbs = k.positive("global_train_batch_size")
     mb = k.get("device_train_microbatch_size")
     if mb == "auto":
@@ -140,13 +210,29 @@ def read_foundry(source: str | Path | dict[str, Any], overrides: list[str] | tup
         raise ValueError(f"{name}: activation_checkpointing_target (recompute of chosen modules) is not modelled")
     if k.bool("fsdp_config.activation_cpu_offload", False):
         raise ValueError(f"{name}: activation_cpu_offload is not read from llm-foundry configs")
-    impl = str(k.get("model.attn_config.attn_impl", "flash"))
-    if impl not in ("flash", "triton", "torch"):
-        raise ValueError(f"{name}: attn_impl {impl!r} is not modelled (flash, triton, torch)")
+    if hf:
+        impl = _hf_attention(k, name, assumed)
+    else:
+        impl = str(k.get("model.attn_config.attn_impl", "flash"))
+        if impl not in ("flash", "triton", "torch"):
+            raise ValueError(f"{name}: attn_impl {impl!r} is not modelled (flash, triton, torch)")
+        if k.bool("model.attn_config.attn_uses_sequence_id", False):
+            raise ValueError(f"{name}: attn_uses_sequence_id (packed sequences masked apart) is not modelled; "
+                             "cosearch prices every sequence attending to its whole length")
     plan["flash_attention"] = impl != "torch"
+    # the loss: MPT's loss_fn (modeling_mpt.py: fused_crossentropy by default); a Hugging Face
+    # model computes its own (transformers' ForCausalLMLoss upcasts the logits to fp32)
+    loss = "fp32"
+    if not hf:
+        loss_fn = str(k.get("model.loss_fn", "fused_crossentropy"))
+        loss = {"fused_crossentropy": "fused", "torch_crossentropy": "fp32"}.get(loss_fn)
+        if loss is None:
+            raise ValueError(f"{name}: loss_fn {loss_fn!r} is not modelled (fused_crossentropy, torch_crossentropy)")
+    else:
+        assumed.append("hf_causal_lm: the Hugging Face model's own loss, its logits upcast to fp32")
     for key in ("tp_config", "fsdp_config.device_mesh", "fsdp_config.data_parallel_shard_degree"):
         if any(x == key or x.startswith(key + ".") for x in flat):
             raise ValueError(f"{name}: {key} is not read from llm-foundry configs (FSDP over all GPUs is)")
     neutral = k.finish(NEUTRAL_SECTIONS, NEUTRAL_KEYS)
-    return RunConfig(name, model=model, plan=plan, global_batch=gbs, engine=llm_foundry(mixed, impl),
-                     seq_len=seq, assumed=tuple(assumed), neutral=neutral)
+    return RunConfig(name, model=model, plan=plan, global_batch=gbs, engine=llm_foundry(mixed, impl, loss),
+                     seq_len=seq, assumed=tuple(assumed), neutral=neutral, hf_config_overrides=hf_overrides)

@@ -107,10 +107,17 @@ _NEMO1_NEUTRAL = frozenset({
     "optim.weight_decay", "optim.ddp_bucket_size",
     # initialisation only, and LayerNorm1P's weight stored as gamma - 1 (the same kernel's work)
     "use_scaled_init_method", "layernorm_zero_centered_gamma",
+    # FP8 delayed scaling's amax all-reduce (Transformer Engine's DelayedScaling reduce_amax, on by
+    # default): one small tensor a step
+    "reduce_amax",
 })
-_NEMO1_NEUTRAL_SECTIONS = ("tokenizer", "data", "optim.sched", "nsys_profile", "optim.betas")
+_NEMO1_NEUTRAL_SECTIONS = ("tokenizer", "data", "optim.sched", "nsys_profile", "optim.betas",
+                           # checkpoint format and timer logging (NeMo's megatron_gpt_config.yaml)
+                           "dist_ckpt_format", "dist_ckpt_load_on_device", "dist_ckpt_parallel_dist_opt",
+                           "dist_ckpt_parallel_save", "dist_ckpt_torch_dist_multiproc", "dist_ckpt_load_strictness",
+                           "dist_ckpt_parallel_save_within_dp", "dist_ckpt_parallel_load", "megatron_timer_kwargs")
 _NEMO1_TOP_NEUTRAL = ("hydra", "run", "exp_manager", "name", "restore_from_path", "defaults", "base_results_dir",
-                      "data_dir", "launcher_scripts_path", "cluster", "env_vars")
+                      "data_dir", "launcher_scripts_path", "cluster", "env_vars", "s3_checkpointing")
 _TRAINER_NEUTRAL = frozenset({"accelerator", "logger", "enable_checkpointing", "use_distributed_sampler", "max_epochs",
                               "max_steps", "max_time", "log_every_n_steps", "val_check_interval", "limit_val_batches",
                               "limit_test_batches", "gradient_clip_val", "replace_sampler_ddp", "benchmark",
@@ -492,8 +499,13 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     else:
         assumed.append(f"optimizer {opt}: Megatron's DDP, gradient reduction after the backward")
     _vocab(k, "model.", name, words, assumed)
-    neutral = k.finish(_NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS),
-                       frozenset(f"model.{x}" for x in _NEMO1_NEUTRAL) | {f"trainer.{x}" for x in _TRAINER_NEUTRAL},
+    sections = _NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS)
+    if k.bool("model.cpu_offloading", False):
+        raise ValueError(f"{name}: model.cpu_offloading (Transformer Engine's offload of activations and weights to "
+                         "the host) is not read from NeMo 1 configs")
+    # what and how much to offload, read by NeMo only with cpu_offloading on
+    sections += ("model.cpu_offloading_activations", "model.cpu_offloading_weights", "model.cpu_offloading_num_layers")
+    neutral = k.finish(sections, frozenset(f"model.{x}" for x in _NEMO1_NEUTRAL) | {f"trainer.{x}" for x in _TRAINER_NEUTRAL},
                        off_is_neutral_under=("model",))
     return _read_line(name, words, model, neutral, assumed, nodes * devices, memory)
 
