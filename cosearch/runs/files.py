@@ -65,13 +65,21 @@ _BRIDGE_SECTIONS = {"model", "train", "ddp", "optimizer", "mixed_precision", "co
                     "dataset", "logger", "tokenizer", "checkpoint", "rng", "profiling", "peft"}
 
 
-def _script_words(p: Path) -> list[str]:
+def _script_words(p: Path, notes: list[str] | None = None) -> list[str]:
     """The shell words of an argument or overrides file: line continuations joined, ``#``
-    comments dropped."""
+    comments dropped; a bash launch script that builds its line from arrays, variables and
+    ``if`` blocks is expanded as bash builds it (:func:`cosearch.runs.shell.launch_words`, its
+    assumptions appended to ``notes``)."""
     import shlex
 
     from .._json import read_text_file
+    from .shell import is_bash_script, launch_words
     text = read_text_file(p, "argument", 1 << 20)
+    if is_bash_script(text):
+        words, said = launch_words(text, str(p))
+        if notes is not None:
+            notes.extend(said)
+        return words
     lines = [ln.split("#", 1)[0] for ln in text.replace("\\\n", " ").splitlines()]
     try:
         return shlex.split(" ".join(lines))
@@ -114,8 +122,10 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
                          "applies to MaxText configs (JAX devices)")
     if fmt == "megatron-args":
         import shlex
-        return read_megatron_args(shlex.join(_megatron_words(_script_words(Path(path)))), model,
-                                  source=f"Megatron arguments {path}")
+        notes: list[str] = []
+        rc = read_megatron_args(shlex.join(_megatron_words(_script_words(Path(path), notes))), model,
+                                source=f"Megatron arguments {path}")
+        return dataclasses.replace(rc, assumed=rc.assumed + tuple(notes)) if notes else rc
     if fmt == "hf-config":
         return read_hf_config(path, seq_len)
     if fmt == "nemo1":

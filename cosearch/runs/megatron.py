@@ -164,6 +164,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--data-parallel-sharding-strategy",
            # an uneven pipeline split (:func:`_stage_layers`)
            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
+           "--megatron-fsdp-grad-comm-dtype", "--megatron-fsdp-main-grads-dtype",
            # the optimizer's state (:func:`_optimizer_memory`)
            "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"}
 #: Flags with a list of values (every word up to the next flag), and what they list.
@@ -180,6 +181,8 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--untie-embeddings-and-output-weights", "--overlap-moe-expert-parallel-comm", "--moe-enable-deepep",
           "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--moe-pad-expert-input-to-capacity",
           "--first-last-layers-bf16",
+          # the learned position table dropped: nothing where the positions are rotary (:func:`_model`)
+          "--no-position-embedding",
           # MoE execution and host-side switches (:func:`_moe_execution`), read and said in ``assumed``
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
@@ -216,6 +219,12 @@ NEUTRAL_VALUED = frozenset({
     "--manual-gc-interval", "--dist-ckpt-strictness", "--logging-level", "--mtp-loss-scaling-factor",
     # a weight layout the fused grouped MLP reads, and the graph warm-up steps before timing
     "--moe-mlp-glu-interleave-size", "--cuda-graph-warmup-steps", "--moe-paged-stash-page-size",
+    # the embedding's own learning rate (decoupled AdamW), the tokenizer's split pattern, the
+    # profiled steps, and delayed scaling's amax history (a few floats a tensor) and its reduction
+    "--decoupled-lr", "--decoupled-min-lr", "--tiktoken-pattern", "--profile-step-start", "--profile-step-end",
+    "--fp8-amax-history-len", "--fp8-amax-compute-algo",
+    # the caching allocator emptied after each step (host time, not priced)
+    "--empty-unused-memory-level",
 })
 #: Bare flags that change neither step time nor memory in cosearch's model (``--bf16`` is the
 #: precision cosearch prices by default).
@@ -238,6 +247,11 @@ NEUTRAL_FLAGS = frozenset({
     # read on its own
     "--no-mmap-bin-files", "--no-create-attention-mask-in-dataloader", "--auto-detect-ckpt-format",
     "--enable-experimental", "--calculate-per-token-loss", "--init-model-with-meta-device",
+    # LayerNorm1P (the weight stored as gamma - 1: the same kernel's work), a profiled window of
+    # steps
+    "--apply-layernorm-1p", "--profile",
+    # when Megatron-FSDP registers its NCCL user buffers (with --use-nccl-ub, read and said)
+    "--fsdp-manual-registration",
 })
 
 #: Why a flag that changes the run is refused.
@@ -787,6 +801,11 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
         if stated.get("position", "rotary") != "rotary":
             raise ValueError("--use-rotary-position-embeddings contradicts --position-embedding-type")
         stated["position"] = "rotary"
+    if "--no-position-embedding" in flags and stated.get("position") not in ("rotary", "none"):
+        # the learned table it drops exists only under learned_absolute (Megatron-Core's
+        # GPTModel builds it from position_embedding_type alone)
+        raise ValueError("--no-position-embedding with learned absolute positions is not read: give "
+                         "--position-embedding-type rope or none")
     if "--rotary-percent" in vals:
         # Megatron-Core's RotaryEmbedding rotates rotary_percent of kv_channels, under RoPE only
         share = _float("--rotary-percent", vals["--rotary-percent"], 1.0)
@@ -946,6 +965,24 @@ def _grad_reduce_bytes(vals: dict[str, str], flags: set[str], assumed: list[str]
     ``--accumulate-allreduce-grads-in-fp32`` with bf16 main gradients is refused, as Megatron
     asserts.  The fp32 gradient buffer's memory is said, not counted (the memory model keeps 2
     bytes a gradient)."""
+    fsdp = {f: vals.get(f, "auto") for f in ("--megatron-fsdp-grad-comm-dtype", "--megatron-fsdp-main-grads-dtype")}
+    for f, v in fsdp.items():
+        if v not in ("fp32", "bf16", "fp16", "auto"):
+            raise ValueError(f"{f} {v!r}; Megatron accepts fp32, bf16, fp16 or auto")
+    given = [f"{f} {v}" for f, v in fsdp.items() if f in vals]
+    if given and "--use-megatron-fsdp" not in flags:
+        assumed.append(f"{', '.join(given)}: Megatron-FSDP's, inert without --use-megatron-fsdp")
+    elif "--use-megatron-fsdp" in flags:
+        # Megatron-FSDP communicates gradients in its grad-comm dtype, 'auto' its main-grads dtype,
+        # 'auto' the model's own gradient dtype, bf16 here (distributed_data_parallel_config.py;
+        # mcore_fsdp_adapter.py builds its MixedPrecisionPolicy from these alone, not from
+        # --accumulate-allreduce-grads-in-fp32 or --grad-reduce-in-bf16)
+        comm = fsdp["--megatron-fsdp-grad-comm-dtype"]
+        comm = fsdp["--megatron-fsdp-main-grads-dtype"] if comm == "auto" else comm
+        if comm == "auto":
+            assumed.append("Megatron-FSDP's gradients in the model's bf16 (--megatron-fsdp-main-grads-dtype and "
+                           "--megatron-fsdp-grad-comm-dtype auto): the reduction moves 2 bytes an element")
+        return 4.0 if comm == "fp32" else 2.0
     main = vals.get("--main-grads-dtype", "fp32")
     if main not in ("fp32", "bf16"):
         raise ValueError(f"--main-grads-dtype {main!r}; Megatron accepts fp32 or bf16")

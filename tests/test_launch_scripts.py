@@ -1,0 +1,167 @@
+"""Megatron launch scripts that build their argument line in bash (cosearch.runs.shell): the
+line each script below builds, worked out by hand as bash expands it, and the Megatron reader's
+reading of a script against its reading of the hand-expanded line."""
+
+import pytest
+
+from cosearch.runs import read_config, read_megatron_args
+from cosearch.runs.shell import is_bash_script, launch_words
+
+SCRIPT = r"""#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+GPUS_PER_NODE=8
+NUM_NODES=${NUM_NODES:-2}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+CHECKPOINT_PATH=$1 # the user's
+DTYPE=${DTYPE:-"fp8"}
+TP=2
+
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE   # one process a GPU (flash/fused)
+    --nnodes $NUM_NODES
+)
+
+MODEL_ARGS=(
+    --num-layers 32
+    --hidden-size 4096
+    --num-attention-heads 32
+    --seq-length 4096
+    --vocab-size 128256
+    --swiglu
+    --normalization RMSNorm
+    --position-embedding-type rope
+)
+
+TRAINING_ARGS=(
+    --micro-batch-size 2
+    --global-batch-size $((16 * 8))
+    --bf16
+)
+
+DTYPE_ARGS=()
+if [[ "$DTYPE" == "fp8" ]] || [[ -z "$DTYPE" ]]; then
+    DTYPE_ARGS+=(
+        "--fp8-format hybrid"
+        "--fp8-recipe tensorwise"
+    )
+elif [ "$DTYPE" = "bf16" ]; then
+    DTYPE_ARGS+=(--no-such-flag)
+else
+    DTYPE_ARGS+=(--neither)
+fi
+
+if [ -n "${WANDB_API_KEY}" ]; then
+    TRAINING_ARGS+=( --wandb-project x )
+fi
+
+PARALLEL_ARGS=( --tensor-model-parallel-size ${TP} --sequence-parallel )
+TRAINING_ARGS+=("${PARALLEL_ARGS[@]}")
+
+if [ ! -f "$CHECKPOINT_PATH/x" ]; then
+    echo "no checkpoint"
+fi
+
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
+    ${MODEL_ARGS[@]} \
+    ${TRAINING_ARGS[@]} \
+    ${DTYPE_ARGS[@]} \
+    --save "$CHECKPOINT_PATH" --world $WORLD_SIZE
+"""
+
+#: The line bash builds from SCRIPT with no environment and no arguments, by hand: NUM_NODES
+#: 2 (its default), WORLD_SIZE 16, DTYPE fp8 (so the first branch), WANDB_API_KEY unset (no
+#: wandb), the quoted "--fp8-format hybrid" elements split by the unquoted ${DTYPE_ARGS[@]},
+#: "${PARALLEL_ARGS[@]}" appended element by element, $1 the user's argument.
+EXPANDED = ("torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+            "--num-attention-heads 32 --seq-length 4096 --vocab-size 128256 --swiglu --normalization RMSNorm "
+            "--position-embedding-type rope --micro-batch-size 2 --global-batch-size 128 --bf16 "
+            "--tensor-model-parallel-size 2 --sequence-parallel --fp8-format hybrid --fp8-recipe tensorwise "
+            "--save <$1> --world 16")
+
+
+def test_the_line_bash_builds():
+    assert is_bash_script(SCRIPT) and not is_bash_script("--num-layers 2 --hidden-size 8\n")
+    words, notes = launch_words(SCRIPT, "train.sh")
+    assert words == EXPANDED.split()
+    assert any("fresh shell" in n for n in notes)
+
+
+def test_quoting_defaults_and_commands_kept_in_strings():
+    """Quoted array expansion keeps each element whole, unquoted splits it; ${X:-d} takes d when X
+    is unset or empty, ${X-d} only when unset; an environment prefix makes a command, not an
+    assignment; a command kept in a string is the launch line when it names the script."""
+    s = ('A=( "x y" z )\nE=\nB=${E:-d1}\nC=${E-d2}\nOUT="${A[@]}"\n'
+         'CMD="cd /w; python /w/pretrain_gpt.py ${A[@]} $B [$C] $OUT"\nNCCL_DEBUG=INFO echo "$CMD"\n')
+    words, _ = launch_words(s, "s")
+    assert words == ["python", "/w/pretrain_gpt.py", "x", "y", "z", "d1", "[]", "x", "y", "z"]
+    words, _ = launch_words('A=( "--a 1" --b )\nCUDA_X=1 python train.py "${A[@]}" ${A[@]}\n', "s")
+    assert words == ["python", "train.py", "--a 1", "--b", "--a", "1", "--b"]
+
+
+def test_what_is_not_evaluated_is_refused_where_it_would_change_the_line():
+    with pytest.raises(ValueError, match="`\\[ -f x \\]` decides whether A is set"):
+        launch_words("if [ -f x ]; then\n A=(--x)\nfi\npython t.py ${A[@]}\n", "s")
+    with pytest.raises(ValueError, match="a loop, case or function sets A"):
+        launch_words("for i in 1 2; do\n A=(--x)\ndone\npython t.py\n", "s")
+    with pytest.raises(ValueError, match="no launch line"):
+        launch_words("A=(--x)\necho ${A[@]}\n", "s")
+    # a loop over the script's own arguments never runs on a run without any
+    words, notes = launch_words('A=1\nwhile [[ $# -gt 0 ]]; do\n case $1 in\n  --a) A=2 ;;\n esac\n shift\ndone\n'
+                                'python t.py --x $A\n', "s")
+    assert words == ["python", "t.py", "--x", "1"] and any("loops over the script's arguments" in n for n in notes)
+
+
+@pytest.mark.parametrize("text", ["python t.py `", "python t.py $", "python t.py ${", "A=(\npython t.py",
+                                  "if [[\npython t.py", "python t.py $((1/0)) $((", "fi\npython t.py", "'\"",
+                                  "python t.py \"${A[@]"])
+def test_malformed_scripts_are_read_or_refused_by_name(text):
+    """A cut or unbalanced script: a line, or a ValueError naming the problem, never a crash."""
+    try:
+        words, _ = launch_words(text, "s")
+    except ValueError as e:
+        assert str(e).startswith("s:")
+    else:
+        assert "t.py" in words
+
+
+def test_a_launch_script_reads_as_its_expanded_line(tmp_path):
+    f = tmp_path / "train.sh"
+    f.write_text(SCRIPT.replace(" --world $WORLD_SIZE", ""))
+    script = read_config(f).resolve(16)
+    line = read_megatron_args(EXPANDED.split("pretrain_gpt.py ", 1)[1].replace(" --world 16", "")).resolve(16)
+    assert script.spec == line.spec and script.engine == line.engine and script.global_batch == line.global_batch == 128
+    assert script.model.with_(name="x") == line.model.with_(name="x")
+    assert (script.spec.tp, script.spec.dp, script.spec.precision, script.spec.scaling_recipe) == (2, 8, "fp8", "tensorwise")
+    assert any("fresh shell" in a for a in script.assumed)
+
+
+BASE = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --vocab-size 32000 "
+        "--micro-batch-size 1 --global-batch-size 64 --bf16 --position-embedding-type rope")
+
+
+def test_neutral_flags_of_megatron_examples_leave_the_plan():
+    """Megatron-LM's own Llama 3 example's flags that change neither step time nor memory."""
+    extra = (" --apply-layernorm-1p --decoupled-lr 5e-4 --decoupled-min-lr 4.5e-5 --empty-unused-memory-level 1 "
+             "--fp8-amax-history-len 1024 --fp8-amax-compute-algo max --tiktoken-pattern v2 --profile "
+             "--profile-step-start 4 --profile-step-end 6 --no-position-embedding")
+    a, b = read_megatron_args(BASE).resolve(8), read_megatron_args(BASE + extra).resolve(8)
+    assert a.spec == b.spec and a.engine == b.engine and a.model == b.model
+    with pytest.raises(ValueError, match="--no-position-embedding with learned absolute"):
+        read_megatron_args(BASE.replace("rope", "learned_absolute") + " --no-position-embedding")
+
+
+@pytest.mark.parametrize("flags, reduce_bytes", [
+    ("", 4.0),                                                             # Megatron's DDP: fp32 for a bf16 run
+    (" --use-megatron-fsdp", 2.0),                                         # auto: the model's bf16
+    (" --use-megatron-fsdp --megatron-fsdp-main-grads-dtype fp32", 4.0),
+    (" --use-megatron-fsdp --megatron-fsdp-main-grads-dtype fp32 --megatron-fsdp-grad-comm-dtype bf16", 2.0),
+    (" --megatron-fsdp-main-grads-dtype bf16", 4.0)])                      # inert without Megatron-FSDP
+def test_megatron_fsdp_gradient_dtypes(flags, reduce_bytes):
+    """Megatron-FSDP reduces gradients in --megatron-fsdp-grad-comm-dtype, 'auto' its main-grads
+    dtype, 'auto' the model's own (DistributedDataParallelConfig's docstrings)."""
+    d = read_megatron_args(BASE + " --use-distributed-optimizer" + flags).resolve(8)
+    assert (d.engine.grad_reduce_bytes or 2.0) == reduce_bytes          # None: the bf16 default
+    if "--use-megatron-fsdp" not in flags and "fsdp" in flags:
+        assert any("inert without --use-megatron-fsdp" in a for a in d.assumed)
+    with pytest.raises(ValueError, match="--megatron-fsdp-grad-comm-dtype 'fp8'"):
+        read_megatron_args(BASE + " --use-megatron-fsdp --megatron-fsdp-grad-comm-dtype fp8")
