@@ -98,6 +98,14 @@ def test_quoting_defaults_and_commands_kept_in_strings():
     assert words == ["python", "train.py", "--a 1", "--b", "--a", "1", "--b"]
 
 
+def test_here_documents_are_data_not_statements():
+    """An sbatch here-document's body (a job script) is the command's input: its assignments and
+    commands are not this script's."""
+    s = ("A=(--x 1)\npython t.py ${A[@]}\nsbatch <<EOF\nA=(--y 2)\npython other.py ${A[@]}\nEOF\n"
+         "cat <<-'END'\n\tpython third.py\n\tEND\necho done\n")
+    assert launch_words(s, "s")[0] == ["python", "t.py", "--x", "1"]
+
+
 def test_what_is_not_evaluated_is_refused_where_it_would_change_the_line():
     with pytest.raises(ValueError, match="`\\[ -f x \\]` decides whether A is set"):
         launch_words("if [ -f x ]; then\n A=(--x)\nfi\npython t.py ${A[@]}\n", "s")

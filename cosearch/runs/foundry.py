@@ -35,9 +35,9 @@ models need their ``config.json`` as well.
                                              ``hf_causal_lm`` model's own loss: fp32
 ``expandable_segments``, ``icl_seq_len``,    said, not priced: the CUDA allocator's setting,
 ``icl_max_seq_len``, ``model.use_auth_token``  the in-context evaluation's, Hub access'
-==========================================  ===================================================
 ``model.attn_config.qk_ln`` / ``qk_gn``     q/k norms of the whole projected width (``full``)
                                              or of each head (``head``), the model's norm type
+==========================================  ===================================================
 """
 
 from __future__ import annotations

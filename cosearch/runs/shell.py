@@ -32,10 +32,25 @@ def is_bash_script(text: str) -> bool:
                 or re.search(r"^\s*if\s", text, re.M))
 
 
+def _without_heredocs(text: str) -> str:
+    """``text`` without the bodies of its here-documents (``cmd <<EOF`` ... ``EOF``): data for
+    the command (an ``sbatch`` job script, say), not statements of this script."""
+    out, lines, i = [], text.split("\n"), 0
+    while i < len(lines):
+        out.append(lines[i])
+        m = re.search(r"<<(-?)\s*['\"]?([A-Za-z_]\w*)['\"]?", lines[i])
+        i += 1
+        if m:
+            while i < len(lines) and (lines[i].lstrip("\t") if m.group(1) else lines[i]) != m.group(2):
+                i += 1
+            i += 1
+    return "\n".join(out)
+
+
 def _logical_lines(text: str) -> list[str]:
-    """Statements: continuations joined, comments dropped, ``;`` and newlines outside quotes
-    and outside an array's parentheses split."""
-    text = text.replace("\\\n", " ")
+    """Statements: here-documents dropped, continuations joined, comments dropped, ``;`` and
+    newlines outside quotes and outside an array's parentheses split."""
+    text = _without_heredocs(text).replace("\\\n", " ")
     out, cur, quote, depth, i = [], [], None, 0, 0
     while i < len(text):
         c = text[i]
