@@ -173,3 +173,50 @@ def test_megatron_fsdp_gradient_dtypes(flags, reduce_bytes):
         assert any("inert without --use-megatron-fsdp" in a for a in d.assumed)
     with pytest.raises(ValueError, match="--megatron-fsdp-grad-comm-dtype 'fp8'"):
         read_megatron_args(BASE + " --use-megatron-fsdp --megatron-fsdp-grad-comm-dtype fp8")
+
+
+@pytest.mark.parametrize("scale, scales", [(1, (0, 0, 0, 0)), (2, (0, 1, 1, 0)), (4, (1, 1, 1, 0)), (8, (1, 1, 1, 1)),
+                                           (16, (1, 2, 2, 1)), (128, (2, 3, 3, 2)), (1024, (3, 4, 4, 3))])
+def test_maxtext_parameter_scales(scale, scales):
+    """MaxText's get_individual_scales by hand: log2(scale) = 3 b + r; heads and MLP 2^(b + (r > 0)),
+    the embedding 2^(b + (r > 1)), the layers 2^b."""
+    from cosearch.runs.maxtext import parameter_scales
+    assert parameter_scales(scale) == scales
+
+
+MAXTEXT_SCRIPT = r"""#!/bin/bash
+set -e
+export EXECUTABLE="train"
+for ARGUMENT in "$@"; do
+    IFS='=' read -r KEY VALUE <<< "$ARGUMENT"
+    export "$KEY"="$VALUE"
+done
+if [ -n "$RUN_NAME" ]; then
+    export M_RUN_NAME=$RUN_NAME
+fi
+export LIBTPU_INIT_ARGS="--xla_tpu_enable_data_parallel_all_reduce_opt=true"
+python3 -m maxtext.trainers.pre_train.$EXECUTABLE "${MAXTEXT_CONFIGS_DIR:-${MAXTEXT_REPO_ROOT:-$PWD}/src/maxtext/configs}"//base.yml\
+    steps=15 per_device_batch_size=2 enable_checkpointing=false remat_policy=full global_parameter_scale=16\
+    max_target_length=2048 base_output_directory=$OUTPUT_PATH dataset_type=synthetic attention='flash'\
+    fused_qkv=True fused_mlp=True
+"""
+
+
+def test_a_maxtext_launch_script_reads_as_its_overrides(tmp_path):
+    """MaxText's own configs/tpu/*.sh shape: the trainer module's key=value words, read as MaxText
+    reads them; scale 16 on base.yml's 2048 x 16 heads x 7168 x 16 layers (the reader's base
+    defaults) gives 4096, 64 heads (and K/V heads), 28672, 32 layers."""
+    from cosearch.runs.files import detect_format
+    f = tmp_path / "16b.sh"
+    f.write_text(MAXTEXT_SCRIPT)
+    assert detect_format(f) == "maxtext"
+    d = read_config(f).resolve(256)
+    m = d.model
+    assert (m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.num_layers, m.seq_len) == (4096, 64, 64, 28672, 32, 2048)
+    assert (d.spec.microbatch, d.spec.recompute, d.global_batch) == (2, "full", 512)
+    f.write_text(MAXTEXT_SCRIPT.replace("global_parameter_scale=16", "global_parameter_scale=12"))
+    with pytest.raises(ValueError, match="global_parameter_scale 12 is not a power of two"):
+        read_config(f)
+    f.write_text(MAXTEXT_SCRIPT.replace("//base.yml", "/models/llama2-7b.yml"))
+    with pytest.raises(ValueError, match="starts from .*llama2-7b.yml; give that YAML"):
+        read_config(f)

@@ -52,6 +52,9 @@ def detect_format(path: str | Path) -> str:
         words = _script_words(p)
         if _megatron_words(words):
             return "megatron-args"
+        mx = _maxtext_launch(words, p)
+        if mx is not None and all("=" in w for w in mx):
+            return "maxtext"
         if words and all("=" in w for w in words):
             bridge = any(w.split("=", 1)[0].lstrip("+").split(".")[0] in _BRIDGE_SECTIONS for w in words)
             return "megatron-bridge" if bridge else "maxtext"
@@ -85,6 +88,22 @@ def _script_words(p: Path, notes: list[str] | None = None) -> list[str]:
         return shlex.split(" ".join(lines))
     except ValueError as e:
         raise ValueError(f"{p}: cannot split the arguments: {e}") from None
+
+
+def _maxtext_launch(words: list[str], p: Path) -> list[str] | None:
+    """The ``key=value`` words of a MaxText launch line (``python3 -m ...train <config>/base.yml
+    key=value ...``, MaxText's own ``configs/tpu/*.sh``); None where the words run no MaxText
+    module.  A config other than ``base.yml`` is refused: give that YAML itself."""
+    for i, w in enumerate(words[:-1]):
+        if w == "-m" and "maxtext" in words[i + 1].lower():
+            rest = words[i + 2:]
+            if rest and rest[0].endswith((".yml", ".yaml")):
+                if Path(rest[0]).name != "base.yml":
+                    raise ValueError(f"{p}: the MaxText launch line starts from {rest[0]}; give that YAML with the "
+                                     "line's key=value overrides")
+                rest = rest[1:]
+            return rest
+    return None
 
 
 def _megatron_words(words: list[str]) -> list[str]:
@@ -132,8 +151,16 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
         return read_nemo1(path, overrides, model)
     yaml_file = Path(path).suffix.lower() in (".yaml", ".yml")
     if not yaml_file and fmt in ("megatron-bridge", "maxtext"):
-        # a file of key=value overrides alone (a recipe's or train.py's command line)
-        words = _script_words(Path(path)) + list(overrides)
+        # a file of key=value overrides alone (a recipe's or train.py's command line), or MaxText's
+        # launch script (its trainer's key=value words)
+        notes: list[str] = []
+        words = _script_words(Path(path), notes)
+        words = (_maxtext_launch(words, Path(path)) if fmt == "maxtext" else None) or words
+        words = words + list(overrides)
+        if notes:
+            rc = (read_megatron_bridge(None, words, model) if fmt == "megatron-bridge"
+                  else read_maxtext(None, words, devices_per_chip))
+            return dataclasses.replace(rc, assumed=rc.assumed + tuple(notes))
         return (read_megatron_bridge(None, words, model) if fmt == "megatron-bridge"
                 else read_maxtext(None, words, devices_per_chip))
     if fmt == "megatron-bridge":

@@ -12,6 +12,8 @@ unless ``num_slices`` says otherwise).
                                         ``default``: the ``base_*`` dimensions
 ``base_emb_dim``, ``base_num_query_heads``, ``base_num_kv_heads``, ``base_mlp_dim``,
 ``base_num_decoder_layers``, ``head_dim``, ``vocab_size``, ``mlp_activations``   the model
+``global_parameter_scale``              the base dimensions scaled as MaxText scales them
+                                        (:func:`parameter_scales`; ``default`` model only)
 ``max_target_length``                   the sequence
 ``per_device_batch_size``               sequences per chip: global batch = this x chips; one
                                         data-parallel replica (tp x pp x cp chips) runs
@@ -121,6 +123,9 @@ NEUTRAL_KEYS = frozenset({
     "decoder_block", "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
     # process and logging switches (tpu-recipes' Ironwood recipes)
     "skip_jax_distributed_system", "profile_periodically_period", "output_dir", "allow_split_physical_axes",
+    # one fused QKV / gate-and-up einsum or separate ones: the same FLOPs and bytes in cosearch's layer
+    # graph (MaxText's own configs/tpu scripts set both)
+    "fused_qkv", "fused_mlp",
 })
 
 #: MaxText keys that tune a kernel's tiling or implementation, read and said (module docstring):
@@ -186,6 +191,9 @@ def _moe_dispatch(k: Keys, name: str, model: ModelConfig, assumed: list[str]) ->
 def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
     mname = str(k.get("model_name", "default"))
     if mname in MODEL_NAMES:
+        if k.positive("global_parameter_scale", 1) != 1:
+            raise ValueError(f"{name}: global_parameter_scale scales {mname}'s base dimensions; give them as "
+                             "model_name default with its base_* keys")
         return models.preset(MODEL_NAMES[mname]).with_(seq_len=seq)
     if mname != "default":
         raise ValueError(f"{name}: model_name {mname!r} has no cosearch preset (known: {', '.join(MODEL_NAMES)}); "
@@ -194,14 +202,28 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
     act = {("silu", "linear"): "swiglu", ("gelu", "linear"): "geglu", ("gelu",): "gelu", ("relu",): "relu"}.get(tuple(acts))
     if act is None:
         raise ValueError(f"{name}: mlp_activations {acts} are not modelled")
-    h, heads = k.positive("base_emb_dim", 2048), k.positive("base_num_query_heads", 16)
+    emb_s, head_s, mlp_s, layer_s = parameter_scales(k.positive("global_parameter_scale", 1), name)
+    h, heads = k.positive("base_emb_dim", 2048) << emb_s, k.positive("base_num_query_heads", 16) << head_s
     head = k.positive("head_dim", 128)
-    layers = k.positive("base_num_decoder_layers", 16)
+    layers = k.positive("base_num_decoder_layers", 16) << layer_s
     assumed.append("decoder block llama2-style: RMSNorm, RoPE, no biases, untied logits")
-    return ModelConfig(f"maxtext-{layers}x{h}", layers, h, heads, k.positive("base_mlp_dim", 7168), k.positive("vocab_size", 32000), seq,
-                       kv_heads=k.positive("base_num_kv_heads", 16), activation=act, norm="rmsnorm", position="rotary",
-                       bias=False, tie_embeddings=k.bool("logits_via_embedding", False), dropout=False,
+    return ModelConfig(f"maxtext-{layers}x{h}", layers, h, heads, k.positive("base_mlp_dim", 7168) << mlp_s,
+                       k.positive("vocab_size", 32000), seq,
+                       kv_heads=k.positive("base_num_kv_heads", 16) << head_s, activation=act, norm="rmsnorm",
+                       position="rotary", bias=False, tie_embeddings=k.bool("logits_via_embedding", False), dropout=False,
                        head_size=None if head * heads == h else head)
+
+
+def parameter_scales(scale: int, name: str = "MaxText config") -> tuple[int, int, int, int]:
+    """MaxText's ``global_parameter_scale`` as the powers of two its dimensions scale by
+    (``get_individual_scales`` in ``src/maxtext/configs/types.py`` at e591f30): (embedding, heads,
+    MLP, layers), rotating through doubling the heads and MLP, then the embedding, then the
+    layers; a scale that is not a power of two is refused, as MaxText refuses it."""
+    if scale & (scale - 1):
+        raise ValueError(f"{name}: global_parameter_scale {scale} is not a power of two (MaxText refuses it)")
+    base, rem = divmod(scale.bit_length() - 1, 3)
+    heads = base + int(rem > 0)
+    return base + int(rem > 1), heads, heads, base
 
 
 def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | tuple[str, ...] = (),

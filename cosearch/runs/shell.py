@@ -12,7 +12,8 @@ variable it does not set is empty, so each ``${NAME:-default}`` takes its defaul
 shell.  Nothing is executed: a command substitution ``$(...)`` or arithmetic ``$((...))`` stays an
 opaque word, and a test it cannot decide (a file test, a number compared) or a loop is refused
 only where the block sets a variable; otherwise it cannot change the line and is skipped.  The
-launch line is the last command with a ``.py`` word (the training script)."""
+launch line is the last command with a ``.py`` word (the training script) or running ``python -m``
+a module (MaxText's trainer)."""
 
 from __future__ import annotations
 
@@ -92,10 +93,6 @@ def _logical_lines(text: str) -> list[str]:
         i += 1
     out.append("".join(cur).strip())
     return [s for s in out if s]
-
-
-class _Refused(ValueError):
-    pass
 
 
 class _Shell:
@@ -180,9 +177,10 @@ class _Shell:
                 add(s[j:k + 1])                # a command or arithmetic: an opaque word
                 return k + 1
             if j + 1 < n and s[j + 1] == "{":
-                k = s.find("}", j + 2)
+                k = next((i for i, c, depth in _unquoted(s[j:], "{", "}") if c == "}" and depth == 1), -1)
                 if k < 0:
-                    raise _Refused(f"{self.who}: an unclosed ${{ in {s!r}")
+                    raise ValueError(f"{self.who}: an unclosed ${{ in {s!r}")
+                k += j
                 vals, each = self._param(s[j + 2:k])
                 k += 1
             else:
@@ -395,6 +393,12 @@ def _matching_paren(s: str) -> int:
     return len(s)
 
 
+def _runs_module(words: list[str]) -> bool:
+    """Whether ``words`` run Python on a module (``python3 -m maxtext.trainers.pre_train.train``)."""
+    return any(re.fullmatch(r"python[\d.]*", w.rsplit("/", 1)[-1]) and nxt == "-m"
+               for w, nxt in zip(words, words[1:]))
+
+
 def launch_words(text: str, who: str) -> tuple[list[str], list[str]]:
     """The words of the script's launch line (the last command naming a ``.py`` script), as
     bash builds them on a fresh shell, and notes of what was assumed (module docstring).
@@ -486,10 +490,11 @@ def launch_words(text: str, who: str) -> tuple[list[str], list[str]]:
         words = sh.words(stmt)
         while words and _ASSIGN.match(words[0]) and "=" in words[0]:
             words = words[1:]               # NAME=value before a command: its environment
-        if any(w.endswith(".py") for w in words):
+        if any(w.endswith(".py") for w in words) or _runs_module(words):
             launch = words
     if launch is None:
-        raise ValueError(f"{who}: no launch line (a command naming a .py training script) in the script")
+        raise ValueError(f"{who}: no launch line (a command naming a .py training script, or python -m a module) "
+                         "in the script")
     notes.append("the launch script expanded as bash builds its line on a fresh shell (no environment: each "
                  "${NAME:-default} its default)")
     return launch, notes
