@@ -96,6 +96,8 @@ def test_quoting_defaults_and_commands_kept_in_strings():
     assert words == ["python", "/w/pretrain_gpt.py", "x", "y", "z", "d1", "[]", "x", "y", "z"]
     words, _ = launch_words('A=( "--a 1" --b )\nCUDA_X=1 python train.py "${A[@]}" ${A[@]}\n', "s")
     assert words == ["python", "train.py", "--a 1", "--b", "--a", "1", "--b"]
+    # ${X:=d} assigns its default as well as giving it
+    assert launch_words('echo ${N:=4}\npython t.py $N\n', "s")[0] == ["python", "t.py", "4"]
 
 
 def test_here_documents_are_data_not_statements():

@@ -96,6 +96,8 @@ def _logical_lines(text: str) -> list[str]:
 
 
 class _Shell:
+    """The script's variables (scalars and arrays) and bash's expansion of words against them."""
+
     def __init__(self, who: str):
         self.who = who
         self.scalars: dict[str, str] = {}
@@ -126,7 +128,10 @@ class _Shell:
             unset = not cur or (m.group(2).startswith(":") and cur == [""])
             if unset:
                 words = self.words(m.group(3), split=False)
-                return [" ".join(words)] if words else [""], False
+                value = " ".join(words) if words else ""
+                if m.group(2).endswith("=") and not m.group(1).isdigit():
+                    self.scalars[m.group(1)] = value          # ${X:=d} assigns its default too
+                return [value], False
             return [cur[0]], False
         m = re.fullmatch(r"([A-Za-z_]\w*|\d+)(?:\[0\])?", body)
         if m:
