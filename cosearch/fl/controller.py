@@ -210,10 +210,11 @@ class ClientTimeModel:
             # only where it explains the rounds better than its extra parameter costs
             # (Schwarz's criterion, n log(RSS / n) + k log n)
             x3, r3 = so.nnls(A, t)
-            n = len(t)
-            floor = 1e-12 * float(t @ t)
-            if n * math.log(max(r3 * r3, floor) / n) + 3 * math.log(n) < \
-                    n * math.log(max(r2 * r2, floor) / n) + 2 * math.log(n):
+            n, floor = len(t), 1e-12 * float(t @ t)
+
+            def schwarz(rnorm: float, k: int) -> float:
+                return n * math.log(max(rnorm * rnorm, floor) / n) + k * math.log(n)
+            if schwarz(r3, 3) < schwarz(r2, 2):
                 x = x3
         if x[0] + x[1] <= 0:
             return None

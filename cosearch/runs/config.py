@@ -79,8 +79,8 @@ class RunConfig:
     ``memory``: the bytes a parameter keeps, where the file sets them (None: the memory model's
     default).  ``hf_config_overrides``: Hugging Face config fields a file sets on the model's
     ``config.json`` (llm-foundry's ``model.config_overrides``, nested as written), which
-    :func:`cosearch.runs.read_configs` applies where it reads that file
-    (``hf_overrides_applied``); a run whose model never met them is refused."""
+    :func:`cosearch.runs.read_configs` applies where it reads that file (and then clears); a
+    run still owing them (its model never met them) is refused."""
 
     source: str
     model: ModelConfig | None = None
@@ -98,7 +98,6 @@ class RunConfig:
     neutral: tuple[str, ...] = ()
     memory: MemoryConfig | None = None
     hf_config_overrides: dict[str, Any] = field(default_factory=dict)
-    hf_overrides_applied: bool = False
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.plan) - set(PLAN_FIELDS))
@@ -120,7 +119,7 @@ class RunConfig:
         if base.model is None:
             raise ValueError(f"{self.source}: no file describes the model; add a model file (a Hugging Face "
                              "config.json) or a model preset")
-        if base.hf_config_overrides and not base.hf_overrides_applied:
+        if base.hf_config_overrides:
             raise ValueError(f"{self.source}: config_overrides {base.hf_config_overrides} change the Hugging Face "
                              "config.json, which no file of this run gave: read the YAML with its config.json "
                              "(read_configs; on the command line each after --from) so they apply")
@@ -219,6 +218,5 @@ def merge(configs: list[RunConfig]) -> RunConfig:
         for k, v in c.hf_config_overrides.items():
             hf[k] = _agree(f"config_overrides.{k}", hf.get(k), v, out.source, c.source)
         out = RunConfig(f"{out.source} + {c.source}", plan=plan, assumed=out.assumed + c.assumed,
-                        neutral=out.neutral + c.neutral, hf_config_overrides=hf,
-                        hf_overrides_applied=out.hf_overrides_applied or c.hf_overrides_applied, **kw)
+                        neutral=out.neutral + c.neutral, hf_config_overrides=hf, **kw)
     return out

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
 from ..models import ModelConfig
 from .config import RunConfig, merge
@@ -90,6 +89,11 @@ def _script_words(p: Path, notes: list[str] | None = None) -> list[str]:
         raise ValueError(f"{p}: cannot split the arguments: {e}") from None
 
 
+def _with_notes(rc: RunConfig, notes: list[str]) -> RunConfig:
+    """``rc`` with what expanding its launch script assumed (:func:`_script_words`) said too."""
+    return dataclasses.replace(rc, assumed=rc.assumed + tuple(notes)) if notes else rc
+
+
 def _maxtext_launch(words: list[str], p: Path) -> list[str] | None:
     """The ``key=value`` words of a MaxText launch line (``python3 -m ...train <config>/base.yml
     key=value ...``, MaxText's own ``configs/tpu/*.sh``); None where the words run no MaxText
@@ -144,7 +148,7 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
         notes: list[str] = []
         rc = read_megatron_args(shlex.join(_megatron_words(_script_words(Path(path), notes))), model,
                                 source=f"Megatron arguments {path}")
-        return dataclasses.replace(rc, assumed=rc.assumed + tuple(notes)) if notes else rc
+        return _with_notes(rc, notes)
     if fmt == "hf-config":
         return read_hf_config(path, seq_len)
     if fmt == "nemo1":
@@ -157,48 +161,13 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
         words = _script_words(Path(path), notes)
         words = (_maxtext_launch(words, Path(path)) if fmt == "maxtext" else None) or words
         words = words + list(overrides)
-        if notes:
-            rc = (read_megatron_bridge(None, words, model) if fmt == "megatron-bridge"
-                  else read_maxtext(None, words, devices_per_chip))
-            return dataclasses.replace(rc, assumed=rc.assumed + tuple(notes))
-        return (read_megatron_bridge(None, words, model) if fmt == "megatron-bridge"
-                else read_maxtext(None, words, devices_per_chip))
+        return _with_notes(read_megatron_bridge(None, words, model) if fmt == "megatron-bridge"
+                           else read_maxtext(None, words, devices_per_chip), notes)
     if fmt == "megatron-bridge":
         return read_megatron_bridge(path, overrides, model)
     if fmt == "maxtext":
         return read_maxtext(path, overrides, devices_per_chip)
     return {"torchtitan": read_torchtitan, "llm-foundry": read_foundry}[fmt](path, overrides)
-
-
-def apply_config_overrides(config: dict[str, Any], overrides: dict[str, Any], who: str) -> dict[str, Any]:
-    """A Hugging Face ``config.json`` with ``overrides`` applied as llm-foundry's
-    ``set_config_overrides`` (``llmfoundry/utils/config_utils.py``) applies them: a mapping onto
-    a mapping field updates it (a key it does not have is refused, as llm-foundry refuses typos
-    in nested configs), a mapping onto a null field sets it, anything else replaces the field."""
-    out = dict(config)
-    for k, v in overrides.items():
-        cur = out.get(k)
-        if isinstance(cur, dict):
-            if not isinstance(v, dict):
-                raise ValueError(f"{who}: config_overrides.{k} must be a mapping, as the config's {k} is; got {v!r}")
-            extra = sorted(set(v) - set(cur))
-            if extra:
-                raise ValueError(f"{who}: config_overrides.{k} has keys the config's {k} does not: {extra} "
-                                 f"(llm-foundry refuses them; expected some of {sorted(cur)})")
-            out[k] = {**cur, **v}
-        else:
-            out[k] = dict(v) if isinstance(v, dict) else v
-    return out
-
-
-def _hf_config_with_overrides(path: Path, overrides: dict[str, Any], seq_len: int | None, who: str) -> RunConfig:
-    """``path``'s ``config.json`` with another file's ``config_overrides`` applied."""
-    from .._json import read_json_file
-    d = read_json_file(path, "Hugging Face config")
-    rc = read_hf_config(apply_config_overrides(d, overrides, who), seq_len)
-    model = rc.model.with_(name=path.parent.name) if path.parent.name and rc.model is not None else rc.model
-    return dataclasses.replace(rc, source=f"HF config {path} (with {who}'s config_overrides)", model=model,
-                               hf_overrides_applied=True)
 
 
 #: Model fields a run's files set as training choices on top of a given model (Megatron's
@@ -234,7 +203,9 @@ def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], m
         seq = (known.seq_len or (known.model.seq_len if known.model else None)) if known else None
         m = (known.model if known and known.model else None) or model
         if fmts[i] == "hf-config" and known is not None and known.hf_config_overrides:
-            done.append(_hf_config_with_overrides(p, known.hf_config_overrides, seq, known.source))
+            # another file's config_overrides applied to this config.json: met, so no longer owed
+            done = [dataclasses.replace(c, hf_config_overrides={}) for c in done]
+            done.append(read_hf_config(p, seq, known.hf_config_overrides, known.source))
             continue
         done.append(read_config(p, ov, fmts[i], model=m, seq_len=seq,
                                 devices_per_chip=devices_per_chip if fmts[i] in ("maxtext", "hf-config") else 1))

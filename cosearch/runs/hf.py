@@ -8,19 +8,45 @@ from typing import Any
 
 from .config import RunConfig
 
-__all__ = ["read_hf_config", "hf_config_notes"]
+__all__ = ["read_hf_config", "hf_config_notes", "apply_config_overrides"]
 
 
-def read_hf_config(source: str | Path | dict[str, Any], seq_len: int | None = None) -> RunConfig:
+def read_hf_config(source: str | Path | dict[str, Any], seq_len: int | None = None,
+                   overrides: dict[str, Any] | None = None, who: str = "") -> RunConfig:
     """The model of a Hugging Face ``config.json`` (a path or its parsed dict), trained at
-    ``seq_len`` (None: the config's context when it is a plausible training length)."""
+    ``seq_len`` (None: the config's context when it is a plausible training length), with
+    ``who``'s ``overrides`` applied first (:func:`apply_config_overrides`)."""
     from .._json import read_json_file
     from ..models import from_hf_config
     d = read_json_file(source, "Hugging Face config") if not isinstance(source, dict) else source
+    if overrides:
+        d = apply_config_overrides(d, overrides, who)
     label = Path(source).parent.name if isinstance(source, (str, Path)) and Path(source).parent.name else None
     model = from_hf_config(d, name=label or d.get("_name_or_path") or None, seq_len=seq_len)
-    return RunConfig(f"HF config {source}" if not isinstance(source, dict) else "HF config", model=model,
+    name = f"HF config {source}" if not isinstance(source, dict) else "HF config"
+    return RunConfig(name + (f" (with {who}'s config_overrides)" if overrides else ""), model=model,
                      assumed=tuple(hf_config_notes(d)))
+
+
+def apply_config_overrides(config: dict[str, Any], overrides: dict[str, Any], who: str) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` with ``overrides`` applied as llm-foundry's
+    ``set_config_overrides`` (``llmfoundry/utils/config_utils.py``) applies them: a mapping onto
+    a mapping field updates it (a key it does not have is refused, as llm-foundry refuses typos
+    in nested configs), a mapping onto a null field sets it, anything else replaces the field."""
+    out = dict(config)
+    for k, v in overrides.items():
+        cur = out.get(k)
+        if isinstance(cur, dict):
+            if not isinstance(v, dict):
+                raise ValueError(f"{who}: config_overrides.{k} must be a mapping, as the config's {k} is; got {v!r}")
+            extra = sorted(set(v) - set(cur))
+            if extra:
+                raise ValueError(f"{who}: config_overrides.{k} has keys the config's {k} does not: {extra} "
+                                 f"(llm-foundry refuses them; expected some of {sorted(cur)})")
+            out[k] = {**cur, **v}
+        else:
+            out[k] = dict(v) if isinstance(v, dict) else v
+    return out
 
 
 def hf_config_notes(config: dict[str, Any]) -> list[str]:

@@ -168,12 +168,12 @@ class _Shell:
                 return k + 2
             if s.startswith("$(", j) or s.startswith("`", j):
                 close = "`" if s[j] == "`" else ")"
-                depth, k = 0, j + (1 if close == "`" else 1)
+                depth, k = 0, j + 1
                 while k < n:
                     if s[k] == "(" and close == ")":
                         depth += 1
                     elif s[k] == close:
-                        if close == "`" and k > j:
+                        if close == "`":
                             break
                         depth -= 1
                         if depth == 0:
@@ -324,15 +324,10 @@ class _Shell:
         return (not res) if neg else res
 
     # ------------------------------------------------------------------ statements
-    def assign(self, stmt: str) -> bool:
-        """Apply ``stmt`` if it is an assignment (not a command with an environment prefix)."""
-        m = _ASSIGN.match(stmt)
-        if not m:
-            return False
+    def assign(self, m: re.Match) -> None:
+        """Apply the assignment ``m`` (:func:`_assignment`) matched."""
         name, op = m.group(1), m.group(2)
-        rest = stmt[m.end():]
-        if not rest.startswith("(") and _first_word(rest)[1].strip():
-            return False                    # NAME=value command ...: the command's environment
+        rest = m.string[m.end():]
         if rest.startswith("("):
             close = _matching_paren(rest)
             vals = self.words(rest[1:close])
@@ -349,7 +344,21 @@ class _Shell:
                     and self.arrays[name] else [val]
             else:
                 self.scalars[name] = self.scalars.get(name, "") + val if op == "+=" else val
-        return True
+
+
+def _assignment(stmt: str) -> re.Match | None:
+    """``stmt``'s assignment match where it is one (``NAME=value``, ``NAME+=( ... )``), None where
+    it is not, or is a command run with ``NAME=value`` in its environment."""
+    m = _ASSIGN.match(stmt)
+    if m is None:
+        return None
+    rest = stmt[m.end():]
+    return m if rest.startswith("(") or not _first_word(rest)[1].strip() else None
+
+
+def _names_script(words: list[str]) -> bool:
+    """Whether ``words`` name a Python training script (a ``.py`` word)."""
+    return any(w.endswith(".py") for w in words)
 
 
 def _unquoted(s: str, opens: str, closes: str):
@@ -424,14 +433,10 @@ def launch_words(text: str, who: str) -> tuple[list[str], list[str]]:
             continue
         active = all(b[0] for b in stack)
         if head in _UNSUPPORTED_BLOCKS or re.match(r"^[A-Za-z_]\w*\s*\(\)", stmt):
-            if head in ("while", "until", "for") and re.search(r"\$#|\$@|\$\{@\}|\$\*", stmt) and not skip_depth:
+            skip_depth += 1
+            if head in ("while", "until", "for") and re.search(r"\$#|\$@|\$\{@\}|\$\*", stmt) and skip_depth == 1:
                 # a loop over the script's own arguments: none on a fresh run, so it never runs
                 notes.append(f"`{stmt[:60]}` loops over the script's arguments: run without any, it never runs")
-                skip_args = True
-            else:
-                skip_args = False
-            skip_depth += 1
-            if skip_args:
                 args_loop_depth.append(skip_depth)
             continue
         if skip_depth:
@@ -472,30 +477,27 @@ def launch_words(text: str, who: str) -> tuple[list[str], list[str]]:
                 raise ValueError(f"{who}: fi without if")
             stack.pop()
             continue
-        if _ASSIGN.match(stmt) and (stmt[_ASSIGN.match(stmt).end():].startswith("(")
-                                     or not _first_word(stmt[_ASSIGN.match(stmt).end():])[1].strip()):
+        assignment = _assignment(stmt)
+        if assignment:
             undecided = [b[3] for b in stack if not b[2]]
             if undecided:
-                raise ValueError(f"{who}: `{undecided[-1]}` decides whether {_ASSIGN.match(stmt).group(1)} is set, "
+                raise ValueError(f"{who}: `{undecided[-1]}` decides whether {assignment.group(1)} is set, "
                                  "and cosearch does not decide it (a file or number test): give the expanded argument "
                                  "line")
             if active:
-                sh.assign(stmt)
-                m = _ASSIGN.match(stmt)
-                val = sh.scalars.get(m.group(1), "")
-                if any(w.endswith(".py") for w in val.split()):
-                    # a command kept in a string (TRAINING_CMD="... python pretrain_gpt.py ..."): its
-                    # last statement naming the script
-                    for part in re.split(r"[;\n]", val):
-                        if any(w.endswith(".py") for w in part.split()):
-                            launch = part.split()
+                sh.assign(assignment)
+                # a command kept in a string (TRAINING_CMD="... python pretrain_gpt.py ..."): its
+                # last statement naming the script
+                for part in re.split(r"[;\n]", sh.scalars.get(assignment.group(1), "")):
+                    if _names_script(part.split()):
+                        launch = part.split()
             continue
         if not active or any(not b[2] for b in stack):
             continue
         words = sh.words(stmt)
         while words and _ASSIGN.match(words[0]) and "=" in words[0]:
             words = words[1:]               # NAME=value before a command: its environment
-        if any(w.endswith(".py") for w in words) or _runs_module(words):
+        if _names_script(words) or _runs_module(words):
             launch = words
     if launch is None:
         raise ValueError(f"{who}: no launch line (a command naming a .py training script, or python -m a module) "
