@@ -8,7 +8,8 @@ what it assumed:
 :func:`read_megatron_args`             a Megatron-LM / Megatron-Core argument line
 :func:`read_nemo1`                     a NeMo 1 launcher YAML
 :func:`read_megatron_bridge`           a NeMo 2 / Megatron-Bridge config dump and overrides
-:func:`read_torchtitan`                a torchtitan ``train.toml``
+:func:`read_torchtitan`                a torchtitan ``train.toml``, saved config (0.3.0) or
+                                       live ``Trainer.Config``
 :func:`read_maxtext`                   a MaxText YAML and ``key=value`` overrides
 :func:`read_foundry`                   an llm-foundry YAML
 :func:`read_hf_config`                 a Hugging Face ``config.json`` (the model only)

@@ -31,7 +31,9 @@ def detect_format(path: str | Path) -> str:
     if suffix == ".toml":
         return "torchtitan"
     if suffix == ".json":
-        return "hf-config"
+        from .torchtitan import _load_json
+        # torchtitan's saved config (Trainer.Config.to_dict) has model_spec; a Hugging Face config.json not
+        return "torchtitan" if "model_spec" in _load_json(p) else "hf-config"
     if suffix in (".yaml", ".yml"):
         from ._fields import load_yaml
         keys = set(load_yaml(p))
@@ -58,8 +60,8 @@ def detect_format(path: str | Path) -> str:
             bridge = any(w.split("=", 1)[0].lstrip("+").split(".")[0] in _BRIDGE_SECTIONS for w in words)
             return "megatron-bridge" if bridge else "maxtext"
     raise ValueError(f"{p}: unknown config format (suffix {suffix or 'none'}); cosearch reads .toml (torchtitan), "
-                     ".yaml (NeMo 1, Megatron-Bridge, MaxText, llm-foundry), .json (HF config) and Megatron argument "
-                     "lines (.sh/.txt/.args)")
+                     ".yaml (NeMo 1, Megatron-Bridge, MaxText, llm-foundry), .json (HF config, torchtitan's saved "
+                     "config) and Megatron argument lines (.sh/.txt/.args)")
 
 
 #: Top-level sections of a Megatron-Bridge config container (its override keys start with one).

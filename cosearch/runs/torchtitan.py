@@ -1,10 +1,33 @@
-"""A torchtitan ``train.toml`` as a run.
+"""A torchtitan run, read from its ``train.toml``, its saved config or a live ``Trainer.Config``.
 
-Defaults are torchtitan's own (``torchtitan/config/job_config.py``): ``local_batch_size`` 8,
+Three forms of torchtitan's config are read, all through the same fields:
+
+* ``train.toml`` (torchtitan until its Python config registries, #2386), with ``section.key=value``
+  overrides (its ``--section.key value`` command line);
+* the **saved config** of torchtitan 0.3.0 and later: a JSON of ``Trainer.Config.to_dict()``,
+  which ``--debug.save_config_file NAME`` writes to the dump folder (and ``--debug.print_config``
+  logs).  Its sections keep the TOML's names (:func:`saved_config_table`); the model is its
+  ``model_spec`` name and flavor, its tree checked against the preset (:func:`_check_saved_model`);
+  the activation-checkpointing policy is known by its fields; the MoE token dispatcher by its
+  config's fields.  The saved form drops the model's Linear converters (Float8 / MXFP8 keep them in
+  private fields), so a saved config needs the override ``model.converters=float8``, ``mx`` or
+  ``none``;
+* a live ``Trainer.Config`` (what a config registry function such as
+  ``torchtitan.models.llama3.config_registry.llama3_8b()`` returns), read as its saved form plus
+  the converters found on its layers' config classes.
+
+Defaults are torchtitan's own (``torchtitan/config/job_config.py``, 0.3.0
+``torchtitan/config/configs.py``): ``local_batch_size`` 8,
 ``seq_len`` 2048, every parallel degree 1 except ``data_parallel_shard_degree`` -1 (what the
 chips leave), activation checkpointing ``selective`` with ``selective_ac_option = "2"``,
 ``compile.enable = false``, ``mixed_precision_param = "bfloat16"``, ``mixed_precision_reduce =
 "float32"``.
+
+The pipeline stages are split as torchtitan splits them (:func:`pipeline_stage_layers`, since
+#1416 of July 2025): the embedding and the output count as ``pipeline_parallel_first_stage_less_layers``
+and ``..._last_stage_less_layers`` layers (1 each by default), so Llama 3 8B on four ranks holds
+8, 9, 8 and 7 layers, not 8 each (read as an even split until stop 71), or as
+``module_fqns_per_model_part`` gives them.
 
 =======================================  ======================================================
 ``[model] name, flavor``                 Llama 3 8B/70B/405B (``llama3``) are cosearch presets;
@@ -18,21 +41,32 @@ chips leave), activation checkpointing ``selective`` with ``selective_ac_option 
                                          gradients and optimizer (FSDP2, ZeRO-3) over the shard
                                          group (HSDP when replicate > 1)
 ``[parallelism] tensor_parallel_degree`` tp, with sequence parallelism (torchtitan's TP plan
-                                         shards the norms' activations over the sequence)
+                                         shards the norms' activations over the sequence) unless
+                                         ``enable_sequence_parallel`` is false
 ``pipeline_parallel_degree``,            pp; microbatch; schedules 1F1B / GPipe /
-``pipeline_parallel_microbatch_size``,   Interleaved1F1B (virtual stages from
-``pipeline_parallel_schedule``           ``pipeline_parallel_layers_per_stage``)
-``context_parallel_degree``              cp
+``pipeline_parallel_microbatch_size``,   Interleaved1F1B / LoopedBFS / InterleavedZeroBubble
+``pipeline_parallel_schedule``,          (the last two priced as Interleaved1F1B); the stages'
+``pipeline_parallel_layers_per_stage``,  layers as torchtitan splits them (above); ZBV and
+``..._first/last_stage_less_layers``,    DualPipeV, and a schedule from a CSV, refused;
+``module_fqns_per_model_part``           ``pipeline_parallel_split_points`` (before #1416) refused
+``context_parallel_degree``              cp (``context_parallel_load_balancer`` null, which leaves
+                                         the causal work unbalanced, refused)
 ``expert_parallel_degree``               ep
 ``expert_tensor_parallel_degree``        1 (torchtitan's default: under tp > 1 expert parallelism
                                          borrows all of TP, cosearch's etp 1) or tp (etp = tp)
 ``expert_parallel_comm_backend``         standard (PyTorch's all-to-alls, tokens gathered over tp
-                                         before routing) or deepep (the flex dispatcher, DeepEP)
+                                         before routing) or deepep (the flex dispatcher, DeepEP);
+                                         hybridep, minimal_async_ep and torchao refused under ep > 1
 ``[activation_checkpoint] mode``         none / full / selective (``op``: Megatron's selective
                                          reading; an integer N other than 1 is refused)
 ``[compile] enable``                     off: engine ``fsdp-eager`` (norms, SwiGLU, RoPE op by
 ``components``, ``backend``              op); on, with ``model`` among the components and the
                                          Inductor backend: ``fsdp``
+``[training] dtype``                     float32 (mixed precision); bfloat16 (no fp32 copies)
+                                         refused
+``[debug]``                              ``detect_anomaly`` / ``batch_invariant`` on refused;
+                                         ``moe_force_load_balance`` said (cosearch prices balanced
+                                         routing); the rest neutral
 =======================================  ======================================================
 """
 
@@ -46,7 +80,7 @@ from ..engine import preset, with_moe_dispatch
 from ._fields import Keys, flatten, load_toml, parse_overrides
 from .config import RunConfig
 
-__all__ = ["read_torchtitan", "FLAVORS"]
+__all__ = ["read_torchtitan", "FLAVORS", "pipeline_stage_layers", "stage_layers_of_parts"]
 
 #: torchtitan's ``[model] name, flavor`` -> cosearch preset (torchtitan/models/llama3/__init__.py:
 #: the 8B, 70B and 405B flavors are Llama 3.1's published dimensions, vocab 128256;
@@ -65,8 +99,9 @@ NEUTRAL_KEYS = frozenset({
     "training.steps", "training.max_norm", "training.dataset", "training.dataset_path", "training.warmup_steps",
     "training.gc_freq", "training.seed", "training.deterministic", "training.enable_cpu_offload",
     "parallelism.disable_loss_parallel", "parallelism.enable_compiled_autograd",
-    "parallelism.pipeline_parallel_split_points", "parallelism.context_parallel_rotate_method",
-    "parallelism.module_fqns_per_model_part",
+    "parallelism.context_parallel_rotate_method", "parallelism.spmd_backend", "parallelism.context_parallel_ptrr_mask_key",
+    "training.disable_cuda_graphs", "training.gc_debug",
+    "activation_checkpoint.determinism_check", "activation_checkpoint.debug",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", "activation_checkpoint.preserve_rng_state",
     "float8.filter_fqns", "float8.precompute_float8_dynamic_scale_for_fsdp", "float8.force_recompute_fp8_weight_in_bwd",
     "float8.moe_fqns_prototype",
@@ -78,21 +113,391 @@ NEUTRAL_KEYS = frozenset({
 })
 
 
-def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """A torchtitan TOML (a path, or its parsed table) with optional ``section.key=value``
-    overrides (torchtitan's ``--section.key value`` command-line form, written with ``=``)."""
-    name = f"torchtitan TOML {source}" if not isinstance(source, dict) else "torchtitan config"
-    table = load_toml(source) if not isinstance(source, dict) else source
-    flat = flatten(table)
-    flat.update(parse_overrides(overrides, name))
-    k = Keys(name, flat)
+#: torchtitan's pipeline schedules (``torch.distributed.pipelining``'s ``get_schedule_class``
+#: names, matched without case): one model chunk a rank, or several looped over the ranks (rank r
+#: holds stages r, r + pp, ...; ``stage_ids_this_rank``'s "loop" style).  The "v" schedules
+#: (ZBVZeroBubble, DualPipeV) are not modelled.
+_SINGLE_STAGE = ("1f1b", "gpipe")
+#: torchtitan's token dispatchers cosearch does not model (``make_token_dispatcher_config``).
+_OTHER_BACKENDS = ("hybridep", "minimal_async_ep", "torchao")
+_LOOPED = ("interleaved1f1b", "loopedbfs", "interleavedzerobubble")
+
+
+def _schedule_key(schedule: str) -> str:
+    return str(schedule).lower()
+
+
+def _check_schedule(schedule: str, source: str) -> bool:
+    """True for a single-stage schedule, False for a looped one; any other is refused."""
+    key = _schedule_key(schedule)
+    if key in _SINGLE_STAGE:
+        return True
+    if key in _LOOPED:
+        return False
+    raise ValueError(f"{source}: pipeline schedule {schedule!r} is not modelled (1F1B, GPipe, Interleaved1F1B, "
+                     "LoopedBFS, InterleavedZeroBubble)")
+
+
+def _rank_layers(per_stage: list[int], pp: int, source: str) -> tuple[int, tuple[int, ...]]:
+    """(model chunks a rank, transformer layers a rank) of virtual stages looped over ``pp`` ranks."""
+    if len(per_stage) % pp:
+        raise ValueError(f"{source}: {len(per_stage)} pipeline stages do not divide over {pp} ranks")
+    vs = len(per_stage) // pp
+    layers = tuple(sum(per_stage[r + i * pp] for i in range(vs)) for r in range(pp))
+    if min(layers) < 1:
+        raise ValueError(f"{source}: the pipeline split {per_stage} leaves a rank without transformer layers, which "
+                         "is not modelled")
+    return vs, layers
+
+
+def pipeline_stage_layers(num_layers: int, pp: int, schedule: str = "1F1B", layers_per_stage: int | None = None,
+                          first_stage_less_layers: int = 1, last_stage_less_layers: int = 1,
+                          source: str = "torchtitan") -> tuple[int, tuple[int, ...]]:
+    """(model chunks a rank, transformer layers each of the ``pp`` ranks holds) as torchtitan
+    splits a decoder over its pipeline (torchtitan 0.3.0 ``distributed/pipeline_parallel.py``,
+    ``_get_pipeline_metadata`` and ``_generate_llm_fqn_per_model_part``, the split since #1416 of
+    July 2025): the embedding counts as ``first_stage_less_layers`` layers and the output as
+    ``last_stage_less_layers``; the ``num_layers`` plus those are dealt over the stages as evenly
+    as they go, the first ``remainder`` stages one more; the number of stages is
+    ``ceil(effective layers / layers_per_stage)`` where that is given, else one a rank for a
+    single-stage schedule and two for a looped one.  Looped schedules give rank r the stages
+    r, r + pp, ....  Refused as torchtitan refuses (stages that do not divide over the ranks, a
+    single-stage schedule with more than one a rank, a looped one with fewer than two, a weight
+    above the layers a stage gets)."""
+    from .._validate import positive_int
+    L = positive_int(f"{source}: the model's layers", num_layers)
+    pp = positive_int(f"{source}: pipeline_parallel_degree", pp)
+    single = _check_schedule(schedule, source)
+    iw, ow = (int(x) for x in (first_stage_less_layers, last_stage_less_layers))
+    if iw < 0 or ow < 0:
+        raise ValueError(f"{source}: pipeline_parallel_first/last_stage_less_layers must be >= 0, got {iw}, {ow}")
+    if layers_per_stage is not None:
+        per = positive_int(f"{source}: pipeline_parallel_layers_per_stage", layers_per_stage)
+        stages = -(-(L + iw + ow) // per)
+        if stages % pp:
+            raise ValueError(f"{source}: {L} layers (+{iw} +{ow} for the embedding and output) at {per} a stage make "
+                             f"{stages} stages, not a multiple of pipeline_parallel_degree {pp} (torchtitan refuses it)")
+        if single and stages != pp:
+            raise ValueError(f"{source}: schedule {schedule} runs one stage a rank, and {stages} stages over {pp} "
+                             "ranks are more (torchtitan refuses it)")
+        if not single and stages < 2 * pp:
+            raise ValueError(f"{source}: schedule {schedule} needs at least two stages a rank, and {stages} stages "
+                             f"over {pp} ranks are fewer (torchtitan refuses it)")
+    else:
+        stages = pp * (1 if single else 2)
+    effective = L + iw + ow
+    if stages == 1:
+        return 1, (L,)
+    base, extra = divmod(effective, stages)
+    if base == 0 or iw > base or ow > base:
+        raise ValueError(f"{source}: {stages} pipeline stages over {L} layers (+{iw} +{ow}) leave a stage "
+                         "without layers, or a weight above a stage's layers (torchtitan refuses it)")
+    per_stage, done = [], 0
+    for s in range(stages):
+        n = base + (1 if s < extra else 0) - (iw if s == 0 else ow if s == stages - 1 else 0)
+        n = min(n, L - done)
+        per_stage.append(n)
+        done += n
+    return _rank_layers(per_stage, pp, source)
+
+
+def stage_layers_of_parts(parts: Any, pp: int, schedule: str, num_layers: int | None,
+                          source: str = "torchtitan") -> tuple[int, tuple[int, ...]]:
+    """(model chunks a rank, transformer layers a rank) from torchtitan's
+    ``module_fqns_per_model_part`` (a list of model chunks, each a list of module names; its
+    ``layers.N`` entries are the transformer layers), looped over the ranks as the schedule runs
+    them; every layer must appear once (the model's ``num_layers``, where known)."""
+    single = _check_schedule(schedule, source)
+    if not isinstance(parts, (list, tuple)) or not parts or not all(isinstance(p, (list, tuple)) for p in parts):
+        raise ValueError(f"{source}: module_fqns_per_model_part must be a list of lists of module names, got "
+                         f"{parts!r}")
+    seen: list[int] = []
+    per_stage = []
+    for part in parts:
+        ids = []
+        for fqn in part:
+            head, _, rest = str(fqn).partition(".")
+            if head == "layers":
+                if not rest.isdigit():
+                    raise ValueError(f"{source}: module_fqns_per_model_part names {fqn!r}, not a layer 'layers.N'")
+                ids.append(int(rest))
+        seen.extend(ids)
+        per_stage.append(len(ids))
+    if len(set(seen)) != len(seen) or sorted(seen) != list(range(len(seen))) or (
+            num_layers is not None and len(seen) != num_layers):
+        raise ValueError(f"{source}: module_fqns_per_model_part must name every transformer layer once, from layers.0 "
+                         f"in order ({len(seen)} named" + (f", the model has {num_layers})" if num_layers else ")"))
+    if single and len(parts) != pp:
+        raise ValueError(f"{source}: schedule {schedule} runs one model chunk a rank; module_fqns_per_model_part "
+                         f"gives {len(parts)} for {pp} ranks")
+    if not single and len(parts) < 2 * pp:
+        raise ValueError(f"{source}: schedule {schedule} needs at least two model chunks a rank; "
+                         f"module_fqns_per_model_part gives {len(parts)} for {pp} ranks")
+    return _rank_layers(per_stage, pp, source)
+
+
+#: Sections of torchtitan's saved config (``Trainer.Config.to_dict()``, 0.3.0) that change neither
+#: step time nor memory in cosearch's model.
+SAVED_NEUTRAL_SECTIONS = ("hf_assets_path", "dump_folder", "profiler", "metrics", "tokenizer", "dataloader",
+                          "optimizer", "lr_scheduler", "checkpoint", "comm", "validator", "override")
+_AC_COMMON = ("preserve_rng_state", "determinism_check", "debug")
+#: A saved activation-checkpointing field -> its ``train.toml`` key.
+_AC_KEYS = {"force_recompute_mm_shapes_by_fqns": "per_op_sac_force_recompute_mm_shapes_by_fqns"}
+
+
+def _check_saved_model(m: dict[str, Any], preset: models.ModelConfig, source: str) -> None:
+    """The model tree of a saved config checked against the preset its flavor maps to: each
+    dimension cosearch prices (width, vocabulary, layers, heads, feed-forward and expert sizes,
+    dense first layers, tied embeddings); a difference is refused by name."""
+    diffs: list[str] = []
+
+    def sub(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+        v = parent.get(key)
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError(f"{source}: {where}.{key} must be a config's fields or null, got {v!r}")
+        return v
+
+    def same(what: str, got: Any, want: Any) -> None:
+        if got is not None and got != want:
+            diffs.append(f"{what} {got} (the preset's {want})")
+
+    layers = m.get("layers") if isinstance(m.get("layers"), list) else None
+    if layers is None or not all(isinstance(x, dict) for x in layers):
+        raise ValueError(f"{source}: model_spec.model has no list of layers; not a torchtitan saved config")
+    same("dim", m.get("dim"), preset.hidden)
+    same("vocab_size", m.get("vocab_size"), preset.vocab)
+    same("layers", len(layers), preset.num_layers)
+    same("enable_weight_tying", m.get("enable_weight_tying"), preset.tie_embeddings)
+    dense = 0
+    for i, layer in enumerate(layers):
+        where = f"model_spec.model.layers[{i}]"
+        att = sub(layer, "attention", where)
+        same(f"layers[{i}] n_heads", att.get("n_heads"), preset.heads)
+        if preset.mla is None:
+            same(f"layers[{i}] n_kv_heads", att.get("n_kv_heads"), preset.kv_heads)
+        else:
+            same(f"layers[{i}] MLA (q_lora_rank, kv_lora_rank, qk_rope_head_dim)",
+                 (att.get("q_lora_rank"), att.get("kv_lora_rank"), att.get("qk_rope_head_dim")), tuple(preset.mla))
+        ff, moe = sub(layer, "feed_forward", where), sub(layer, "moe", where)
+        if ff:
+            dense += 1 if dense == i else 0
+            same(f"layers[{i}] feed_forward hidden", sub(ff, "w1", where).get("out_features"), preset.ffn_hidden)
+        if moe:
+            router = sub(moe, "router", where + ".moe")
+            inner = sub(sub(moe, "routed_experts", where + ".moe"), "inner_experts", where + ".moe.routed_experts")
+            same(f"layers[{i}] num_experts", moe.get("num_experts"), preset.num_experts)
+            same(f"layers[{i}] top_k", router.get("top_k"), preset.experts_per_token)
+            same(f"layers[{i}] expert hidden", inner.get("hidden_dim"), preset.moe_ffn_hidden)
+            shared = sub(moe, "shared_experts", where + ".moe")
+            width = sub(shared, "w1", where + ".moe.shared_experts").get("out_features") if shared else 0
+            same(f"layers[{i}] shared-expert width", width, preset.shared_experts * preset.moe_ffn_hidden)
+        if len(diffs) > 8:
+            break
+    if preset.moe:
+        same("dense first layers", dense, preset.dense_layers)
+    if diffs:
+        raise ValueError(f"{source}: the saved model differs from the cosearch preset {preset.name} its flavor maps to: "
+                         f"{'; '.join(diffs[:8])}; describe it with its config.json instead")
+
+
+def saved_config_table(d: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+    """torchtitan's saved config (``Trainer.Config.to_dict()``: the JSON that
+    ``--debug.save_config_file`` writes to the dump folder and ``--debug.print_config`` logs,
+    torchtitan 0.3.0) as the ``train.toml`` table :func:`read_torchtitan` reads, and what that
+    assumed.  Fields keep their names and meaning; torchtitan 0.3.0 moved ``enable_async_tensor_parallel``
+    under ``compile``, and its activation checkpointing is a policy class known here by its
+    fields (none; ``FullAC``; ``SelectiveAC``, per-op, with ``force_recompute_mm_shapes_by_fqns``;
+    ``MemoryBudgetAC``, refused: the compiler chooses what to recompute)."""
+    spec = d.get("model_spec")
+    if not isinstance(spec, dict) or "name" not in spec or "flavor" not in spec:
+        raise ValueError(f"{source}: a torchtitan saved config has model_spec with name and flavor")
+    for sec in ("training", "parallelism", "compile", "debug"):
+        if sec in d and not isinstance(d[sec], dict):
+            raise ValueError(f"{source}: {sec} must be a section of fields, got {d[sec]!r}")
+    table: dict[str, Any] = {k: v for k, v in d.items() if k not in ("model_spec", "activation_checkpoint", "loss")}
+    table["model"] = {"name": spec["name"], "flavor": spec["flavor"]}
+    notes: list[str] = []
+    comp = table.get("compile")
+    if isinstance(comp, dict) and "enable_async_tensor_parallel" in comp:
+        comp = dict(comp)
+        table["parallelism"] = dict(table.get("parallelism") or {},
+                                    enable_async_tensor_parallel=comp.pop("enable_async_tensor_parallel"))
+        table["compile"] = comp
+    if "activation_checkpoint" not in d:
+        raise ValueError(f"{source}: no activation_checkpoint (Trainer.Config.to_dict writes it, null when off)")
+    ac = d["activation_checkpoint"]
+    if ac is None:
+        table["activation_checkpoint"] = {"mode": "none"}
+    else:
+        if not isinstance(ac, dict):
+            raise ValueError(f"{source}: activation_checkpoint must be null or a policy's fields, got {ac!r}")
+        if "memory_budget" in ac:
+            raise ValueError(f"{source}: activation_checkpoint is MemoryBudgetAC (memory_budget {ac['memory_budget']}): "
+                             "the compiler's partitioner chooses what to recompute, which is not modelled")
+        selective = "force_recompute_mm_shapes_by_fqns" in ac
+        other = sorted(set(ac) - set(_AC_COMMON) - {"force_recompute_mm_shapes_by_fqns"})
+        if other:
+            raise ValueError(f"{source}: activation_checkpoint fields {other} belong to no policy cosearch knows "
+                             "(FullAC, SelectiveAC)")
+        table["activation_checkpoint"] = {"mode": "selective" if selective else "full",
+                                          **({"selective_ac_option": "op"} if selective else {}),
+                                          **{_AC_KEYS.get(k, k): v for k, v in ac.items()}}
+    backends = {_dispatcher_backend(td) for td in _token_dispatchers(spec.get("model"))}
+    if len(backends) > 1:
+        raise ValueError(f"{source}: the MoE layers use different token dispatchers ({sorted(backends)}), which is "
+                         "not modelled")
+    if backends:
+        table["parallelism"] = dict(table.get("parallelism") or {}, expert_parallel_comm_backend=backends.pop())
+    loss = d.get("loss")
+    if isinstance(loss, dict) and "num_chunks" in loss:
+        notes.append(f"ChunkedLossWrapper ({loss['num_chunks']} chunks): priced as the unchunked loss (torchtitan's "
+                     "loss.py computes the output layer and loss a chunk at a time, lowering the logits' peak memory, "
+                     "and reduce-scatters the output layer's gradient once a chunk)")
+    elif loss is not None and not (isinstance(loss, dict) and set(loss) <= {"global_vocab_size"}):
+        raise ValueError(f"{source}: loss {loss!r} is neither CrossEntropyLoss nor ChunkedLossWrapper")
+    return table, notes
+
+
+
+def _token_dispatchers(tree: Any) -> list[dict[str, Any]]:
+    """The ``token_dispatcher`` configs of a saved model tree's MoE layers."""
+    layers = tree.get("layers") if isinstance(tree, dict) else None
+    out = []
+    for layer in layers if isinstance(layers, list) else []:
+        moe = layer.get("moe") if isinstance(layer, dict) else None
+        td = ((moe or {}).get("routed_experts") or {}).get("token_dispatcher") if isinstance(moe, dict) else None
+        if isinstance(td, dict):
+            out.append(td)
+    return out
+
+
+def _dispatcher_backend(td: dict[str, Any]) -> str:
+    """torchtitan's ``comm_backend`` of a saved token dispatcher, known by its config's fields
+    (``models/common/token_dispatcher.py``: the local and all-to-all dispatchers carry only
+    ``num_experts`` and ``top_k``; DeepEP's ``cudagraphable``; HybridEP's
+    ``non_blocking_capacity_factor``; MinimalAsyncEP's ``dtype`` and ``device``; torchao's padded
+    one ``pad_multiple``)."""
+    keys = set(td)
+    if "non_blocking_capacity_factor" in keys:
+        return "hybridep"
+    if "cudagraphable" in keys:
+        return "deepep"
+    if keys & {"dtype", "device"}:
+        return "minimal_async_ep"
+    if "pad_multiple" in keys:
+        return "torchao"
+    return "standard"
+
+
+def _live_config(obj: Any, source: str) -> tuple[dict[str, Any], list[str], Any]:
+    """A live ``Trainer.Config`` (torchtitan 0.3.0, built by a config registry's function) as the
+    table :func:`saved_config_table` makes of its ``to_dict()``, with the model's Linear
+    converters its saved form drops (they live in the layers' config classes:
+    ``Float8Linear.Config``, its torchao recipe's scaling; ``MXFP8Linear.Config``;
+    ``NVFP4Linear.Config``)."""
+    import dataclasses
+    d = obj.to_dict()
+    table, notes = saved_config_table(d, source)
+    found: set[str] = set()
+    recipes: set[str] = set()
+    stack, seen = [getattr(getattr(obj, "model_spec", None), "model", None)], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or x is None or isinstance(x, (str, int, float, bool)):
+            continue
+        seen.add(id(x))
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            qual = type(x).__qualname__
+            if qual.startswith("Float8"):
+                found.add("float8")
+                cast = getattr(getattr(x, "_torchao_config", None), "cast_config_input", None)
+                gran = str(getattr(cast, "scaling_granularity", "")).lower()
+                if gran:
+                    recipes.add("rowwise" if "axis" in gran else "tensorwise")
+            elif qual.startswith("MXFP8"):
+                found.add("mx")
+            elif qual.startswith(("NVFP4", "LoRA", "QAT")):
+                found.add(qual.split(".")[0])
+            stack.extend(getattr(x, f.name) for f in dataclasses.fields(x))
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    table["model"]["converters"] = sorted(found)
+    if len(recipes) == 1:
+        table.setdefault("quantize", {}).setdefault("linear", {}).setdefault("float8", {})["recipe_name"] = recipes.pop()
+    return table, notes, d["model_spec"].get("model")
+
+
+def _load_json(path: str | Path) -> dict[str, Any]:
+    from .._json import read_json_file
+    from ._fields import MAX_CONFIG_BYTES
+    d = read_json_file(path, "JSON config", MAX_CONFIG_BYTES)
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: a JSON object of config sections is expected, got {type(d).__name__}")
+    return d
+
+
+def read_torchtitan(source: str | Path | dict[str, Any] | Any,
+                    overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """A torchtitan run with optional ``section.key=value`` overrides (torchtitan's
+    ``--section.key value`` command-line form, written with ``=``).  ``source``: a ``train.toml``
+    (a path, or its parsed table), a saved config (a ``.json`` path, or its parsed dict: it has
+    ``model_spec``; give ``model.converters=float8 / mx / none`` among the overrides, which the
+    saved form does not record), or a live ``Trainer.Config`` (any object with ``to_dict()`` and
+    ``model_spec``)."""
     assumed: list[str] = []
+    saved = False
+    tree = None                 # a saved config's model tree, checked against the preset
+    if hasattr(source, "to_dict") and hasattr(source, "model_spec"):
+        name = "torchtitan Trainer.Config"
+        table, said, tree = _live_config(source, name)
+        assumed += said
+    elif isinstance(source, dict):
+        name = "torchtitan config"
+        table = source
+        if "model_spec" in source:
+            table, said = saved_config_table(source, "torchtitan saved config")
+            tree = source["model_spec"].get("model")
+            name, saved = "torchtitan saved config", True
+            assumed += said
+    elif isinstance(source, (str, Path)) and str(source).lower().endswith(".json"):
+        name = f"torchtitan saved config {source}"
+        d = _load_json(source)
+        table, said = saved_config_table(d, name)
+        tree = d["model_spec"].get("model")
+        saved = True
+        assumed += said
+    else:
+        name = f"torchtitan TOML {source}"
+        table = load_toml(source)
+    flat = flatten(table)
+    given = parse_overrides(overrides, name)
+    if saved and "model.converters" not in given:
+        raise ValueError(f"{name}: torchtitan's saved config does not record the model's Linear converters (the "
+                         "Float8 / MXFP8 layer configs keep them in fields to_dict leaves out), so FP8 and bf16 runs "
+                         "save the same file; say which with the override model.converters=float8, mx or none")
+    if saved and str(given.get("model.converters")).lower() in ("none", "[]", ""):
+        given["model.converters"] = []
+    flat.update(given)
+    k = Keys(name, flat)
     # the model
     seq = k.positive("training.seq_len", 2048)
     mname, flavor = str(k.get("model.name", "llama3")), str(k.get("model.flavor", "debugmodel"))
     model = None
     if (mname, flavor) in FLAVORS:
         model = models.preset(FLAVORS[mname, flavor]).with_(seq_len=seq)
+        if tree is not None:
+            if not isinstance(tree, dict):
+                raise ValueError(f"{name}: model_spec.model must be the model's config tree, got {tree!r}")
+            _check_saved_model(tree, model, name)
+            mtp = tree.get("mtp_layers")
+            if isinstance(mtp, list) and len(mtp) != model.mtp_layers:
+                # multi-token prediction is a training choice on the model (torchtitan's mtp_layers)
+                model = model.with_(mtp_layers=len(mtp))
+                assumed.append(f"{len(mtp)} multi-token-prediction layer(s), as the saved model's mtp_layers has them")
     else:
         assumed.append(f"model {mname} flavor {flavor}: no cosearch preset; its config.json must describe the model")
     converters = k.names("model.converters", [])
@@ -125,6 +530,19 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
     if preduce != "float32":
         raise ValueError(f"{name}: training.mixed_precision_reduce = {preduce!r} is not modelled (FSDP2 reduces "
                          "gradients in float32, as engine fsdp prices)")
+    dtype = str(k.get("training.dtype", "float32"))
+    if dtype != "float32":
+        raise ValueError(f"{name}: training.dtype = {dtype!r} keeps the weights, gradients and optimizer states in "
+                         f"{dtype} without fp32 copies, which is not modelled (float32, torchtitan's default, is)")
+    for key, what in (("debug.detect_anomaly", "autograd's anomaly detection"),
+                      ("debug.batch_invariant", "batch-invariant kernels")):
+        if k.bool(key, False):
+            raise ValueError(f"{name}: {key} = true runs {what}, which is not modelled")
+    if k.bool("debug.moe_force_load_balance", False):
+        assumed.append("debug.moe_force_load_balance: tokens routed evenly, as cosearch prices every MoE run")
+    if k.bool("parallelism.enable_fsdp_symm_mem", False):
+        assumed.append("enable_fsdp_symm_mem: FSDP's collectives priced as NCCL's (the symmetric-memory kernels "
+                       "are not modelled)")
     # the plan
     rep = k.positive("parallelism.data_parallel_replicate_degree", 1)
     shard = k.int("parallelism.data_parallel_shard_degree", -1)
@@ -137,15 +555,22 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         raise ValueError(f"{name}: expert_tensor_parallel_degree {etp}: torchtitan runs 1 (EP borrows all of TP) "
                          f"or tensor_parallel_degree ({tp})")
     comm = str(k.get("parallelism.expert_parallel_comm_backend", "standard"))
-    if comm not in ("standard", "deepep"):
-        raise ValueError(f"{name}: expert_parallel_comm_backend {comm!r}: torchtitan accepts standard or deepep")
+    if comm not in ("standard", "deepep") and (ep > 1 or comm not in _OTHER_BACKENDS):
+        raise ValueError(f"{name}: expert_parallel_comm_backend {comm!r} is not modelled (standard and deepep are; "
+                         f"torchtitan's others are {', '.join(_OTHER_BACKENDS)})")
     if shard is None or (shard < 1 and shard != -1):
         raise ValueError(f"{name}: data_parallel_shard_degree must be -1 or a positive integer, got {shard}")
-    plan: dict[str, Any] = dict(tp=tp, pp=pp, context_parallel=cp, expert_parallel=ep, sequence_parallel=tp > 1,
+    sp = k.bool("parallelism.enable_sequence_parallel", True) and tp > 1
+    plan: dict[str, Any] = dict(tp=tp, pp=pp, context_parallel=cp, expert_parallel=ep, sequence_parallel=sp,
                                 flash_attention=True, precision=precision)
-    if tp > 1:
+    if sp:
         assumed.append("tensor parallelism with sequence parallelism (torchtitan's TP plan shards the norms over the "
                        "sequence)")
+    k.get("parallelism.context_parallel_load_balancer")
+    if cp > 1 and "parallelism.context_parallel_load_balancer" in k and \
+            k.flat["parallelism.context_parallel_load_balancer"] is None:
+        raise ValueError(f"{name}: context_parallel_load_balancer null leaves the causal attention's work unbalanced "
+                         "over the cp ranks, which is not modelled (headtail or ptrr balance it)")
     if ep > 1 and tp > 1 and etp == 1:
         # torchtitan's expert_tensor_parallel_degree 1: "[partial dp + all tp -> ep]", each tp rank an
         # expert-parallel rank on its own share of the tokens
@@ -189,36 +614,53 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         elif option.isdigit() and int(option) == 1:
             plan["recompute"] = "full"
         else:
-            raise ValueError(f"{name}: activation_checkpoint selective_ac_option {option!r} recomputes every "
-                             f"{option}th layer; recompute of part of the layers is not modelled (torchtitan's "
+            raise ValueError(f"{name}: activation_checkpoint selective_ac_option {option!r} recomputes one layer in "
+                             f"every {option}; recompute of part of the layers is not modelled (torchtitan's "
                              "default is '2': set mode and the option explicitly)")
     else:
         raise ValueError(f"{name}: activation_checkpoint.mode {mode!r}: torchtitan accepts none, selective, full")
     # batch and pipeline
     local = k.positive("training.local_batch_size", k.int("training.batch_size", 8))
     gbs = k.int("training.global_batch_size", -1)
+    first_less = k.int("parallelism.pipeline_parallel_first_stage_less_layers", 1)
+    last_less = k.int("parallelism.pipeline_parallel_last_stage_less_layers", 1)
+    parts = k.get("parallelism.module_fqns_per_model_part")
+    if "parallelism.pipeline_parallel_split_points" in k and k.get("parallelism.pipeline_parallel_split_points"):
+        raise ValueError(f"{name}: pipeline_parallel_split_points is torchtitan's split before July 2025 (#1416), "
+                         "which cosearch does not read; give module_fqns_per_model_part, its replacement")
     if pp > 1:
         plan["microbatch"] = k.positive("parallelism.pipeline_parallel_microbatch_size", 1)
+        if local % plan["microbatch"]:
+            raise ValueError(f"{name}: local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size "
+                             f"{plan['microbatch']} (torchtitan requires it)")
         schedule = str(k.get("parallelism.pipeline_parallel_schedule", "1F1B"))
+        csv = k.get("parallelism.pipeline_parallel_schedule_csv")
+        if csv:
+            raise ValueError(f"{name}: pipeline_parallel_schedule_csv {csv!r}: a schedule read from a file is not "
+                             "modelled")
         per_stage = k.int("parallelism.pipeline_parallel_layers_per_stage")
-        if schedule in ("Interleaved1F1B", "InterleavedZeroBubble", "LoopedBFS"):
-            if model is None or per_stage is None:
-                raise ValueError(f"{name}: schedule {schedule} needs pipeline_parallel_layers_per_stage (and a model) "
-                                 "to count the virtual stages")
-            if model.num_layers % (pp * per_stage):
-                raise ValueError(f"{name}: {model.num_layers} layers are not pp x layers_per_stage = {pp} x {per_stage}"
-                                 " per model chunk")
-            plan["virtual_stages"] = model.num_layers // (pp * per_stage)
-            if schedule != "Interleaved1F1B":
-                assumed.append(f"schedule {schedule} priced as Interleaved1F1B")
-        elif schedule not in ("1F1B", "GPipe"):
-            raise ValueError(f"{name}: pipeline schedule {schedule!r} is not modelled (1F1B, GPipe, Interleaved1F1B)")
-        elif schedule == "GPipe":
+        if parts is not None:
+            vs, layers = stage_layers_of_parts(parts, pp, schedule, model.num_layers if model else None, name)
+        elif model is None:
+            raise ValueError(f"{name}: torchtitan splits the layers over the pipeline stages by the model's layer "
+                             "count, which this file does not give (its flavor has no cosearch preset); give "
+                             "module_fqns_per_model_part, or a flavor cosearch knows")
+        else:
+            vs, layers = pipeline_stage_layers(model.num_layers, pp, schedule, per_stage, first_less, last_less, name)
+        plan["virtual_stages"], plan["stage_layers"] = vs, layers
+        assumed.append(f"pipeline stages hold {list(layers)} transformer layers ({vs} model chunk(s) a rank), as "
+                       "torchtitan splits them (the embedding and the output each counted as "
+                       f"{first_less} and {last_less} layer(s))" if parts is None else
+                       f"pipeline stages hold {list(layers)} transformer layers ({vs} model chunk(s) a rank), as "
+                       "module_fqns_per_model_part gives them")
+        if _schedule_key(schedule) in ("loopedbfs", "interleavedzerobubble"):
+            assumed.append(f"schedule {schedule} priced as Interleaved1F1B")
+        elif _schedule_key(schedule) == "gpipe":
             assumed.append("GPipe schedule priced as 1F1B (same bubble; GPipe keeps every microbatch's activations)")
     else:
-        k.get("parallelism.pipeline_parallel_microbatch_size")
-        k.get("parallelism.pipeline_parallel_schedule")
-        k.get("parallelism.pipeline_parallel_layers_per_stage")
+        for key in ("pipeline_parallel_microbatch_size", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+                    "pipeline_parallel_layers_per_stage"):
+            k.get(f"parallelism.{key}")
         plan["microbatch"] = local      # one forward/backward per local batch; more with global_batch_size
     compiled = k.bool("compile.enable", False)
     if "compile.components" in k:
@@ -243,7 +685,7 @@ def read_torchtitan(source: str | Path | dict[str, Any], overrides: list[str] | 
         # DeepEP's kernels instead of PyTorch's all-to-alls (torchtitan's DeepEPExpertParallel)
         engine = with_moe_dispatch(engine, "flex", backend="deepep")
         assumed.append("expert_parallel_comm_backend deepep: the flex dispatcher with DeepEP's kernels")
-    neutral = k.finish(NEUTRAL_SECTIONS, NEUTRAL_KEYS)
+    neutral = k.finish(NEUTRAL_SECTIONS + SAVED_NEUTRAL_SECTIONS, NEUTRAL_KEYS)
     return RunConfig(name, model=model, plan=plan, dp=dp,
                      global_batch=None if gbs in (None, -1) else gbs,
                      batch_per_replica=local if gbs in (None, -1) else None, engine=engine,

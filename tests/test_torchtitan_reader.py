@@ -1,0 +1,242 @@
+"""torchtitan's pipeline split and its saved config (torchtitan 0.3.0), read as torchtitan builds them.
+
+The split is checked against hand-worked cases and a second formulation (the effective layers as
+a row of slots cut into contiguous stages); the saved configs are files torchtitan 0.3.0 wrote
+itself (tests/data/runs/PROVENANCE.md)."""
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cosearch.runs import detect_format, read_config, read_torchtitan
+from cosearch.runs.torchtitan import pipeline_stage_layers, stage_layers_of_parts
+
+DATA = Path(__file__).parent / "data" / "runs"
+LLAMA = DATA / "torchtitan_llama3_8b_saved.json"
+QWEN = DATA / "torchtitan_qwen3_30b_a3b_deepep_saved.json"
+
+
+def _slots(L, pp, stages, iw, ow):
+    """The split as a row of slots: iw embedding slots, the L layers, ow output slots, cut into
+    ``stages`` contiguous runs (the first ``remainder`` one longer); a rank's layers are the
+    layer slots of its runs r, r + pp, ..."""
+    row = ["E"] * iw + ["L"] * L + ["O"] * ow
+    base, extra = divmod(len(row), stages)
+    runs, at = [], 0
+    for s in range(stages):
+        n = base + (1 if s < extra else 0)
+        runs.append(row[at:at + n].count("L"))
+        at += n
+    return stages // pp, tuple(sum(runs[r::pp]) for r in range(pp))
+
+
+def test_split_hand_worked():
+    # torchtitan's own docstring example: 3 layers, embedding and output weighted 2, two stages:
+    # 7 slots as 4 + 3, so 4 - 2 = 2 layers and 3 - 2 = 1
+    assert pipeline_stage_layers(3, 2, "1F1B", None, 2, 2) == (1, (2, 1))
+    # Llama 3 8B over 4 ranks: 32 + 2 = 34 slots as 9, 9, 8, 8: 8 (+ embedding), 9, 8, 7 (+ output)
+    assert pipeline_stage_layers(32, 4) == (1, (8, 9, 8, 7))
+    # Interleaved1F1B, two stages a rank by default: 34 slots as 5, 5, 4 x 6: stage layers 4, 5, 4,
+    # 4, 4, 4, 4, 3; rank r holds stages r and r + 4
+    assert pipeline_stage_layers(32, 4, "Interleaved1F1B") == (2, (8, 9, 8, 7))
+    # Llama 3.1 405B, 126 layers, 4 a stage: ceil(128 / 4) = 32 stages, 4 a rank; the first and
+    # last stage give a slot to the embedding and the output
+    assert pipeline_stage_layers(126, 8, "interleaved1f1b", 4) == (4, (15,) + (16,) * 6 + (15,))
+    # no weights: an even split
+    assert pipeline_stage_layers(32, 4, "GPipe", None, 0, 0) == (1, (8, 8, 8, 8))
+
+
+def test_split_against_the_slot_formulation():
+    n = 0
+    for L in (2, 3, 5, 7, 16, 31, 32, 61, 80, 126):
+        for pp in (2, 3, 4, 8):
+            for iw, ow in ((0, 0), (1, 1), (2, 1), (0, 2)):
+                for sched, per in (("1F1B", None), ("Interleaved1F1B", None), ("LoopedBFS", 2), ("1F1B", -1)):
+                    stages = pp * (2 if sched != "1F1B" else 1)
+                    if per == -1:
+                        per = -(-(L + iw + ow) // pp)             # one stage a rank, given explicitly
+                    if per is not None:
+                        stages = -(-(L + iw + ow) // per)
+                    try:
+                        got = pipeline_stage_layers(L, pp, sched, per, iw, ow)
+                    except ValueError:
+                        continue
+                    assert got == _slots(L, pp, stages, iw, ow), (L, pp, iw, ow, sched, per)
+                    assert sum(got[1]) == L
+                    n += 1
+    assert n > 150
+
+
+@pytest.mark.parametrize("args, match", [
+    ((32, 4, "Interleaved1F1B", 5), "not a multiple of pipeline_parallel_degree"),   # ceil(34 / 5) = 7 stages
+    ((30, 4, "1F1B", 4), "one stage a rank"),                  # 32 / 4 = 8 stages, two a rank
+    ((32, 4, "Interleaved1F1B", 9), "at least two stages a rank"),
+    ((32, 4, "ZBVZeroBubble"), "not modelled"),
+    ((32, 4, "Interleaved1F1B", None, 5, 1), "weight above"),
+    ((2, 2, "1F1B", None, 2, 0), "without transformer layers"),     # 4 slots as 2, 2: the embedding takes both of the first
+])
+def test_split_refusals(args, match):
+    with pytest.raises(ValueError, match=match):
+        pipeline_stage_layers(*args)
+
+
+def test_model_parts_as_given():
+    parts = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3", "layers.4"], ["layers.5"],
+             ["layers.6", "layers.7", "norm", "lm_head"]]
+    assert stage_layers_of_parts(parts, 2, "Interleaved1F1B", 8) == (2, (2 + 1, 3 + 2))    # ranks: parts 0, 2 and 1, 3
+    assert stage_layers_of_parts(parts, 4, "1F1B", 8) == (1, (2, 3, 1, 2))
+    with pytest.raises(ValueError, match="every transformer layer once"):
+        stage_layers_of_parts(parts[:3], 3, "1F1B", 8)
+    with pytest.raises(ValueError, match="every transformer layer once"):
+        stage_layers_of_parts([["layers.0", "layers.2"], ["layers.1", "layers.2"]], 2, "1F1B", None)
+
+
+def test_saved_llama3_8b_read_as_torchtitan_builds_it():
+    """torchtitan's llama3_8b with tp 2, pp 2 and Interleaved1F1B, as its saved config: SelectiveAC
+    (per-op), compile off (eager layers), pp 2 x two stages a rank: 34 slots as 9, 9, 8, 8 -> stage
+    layers 8, 9, 8, 7, rank 0 holding stages 0 and 2 (16 layers), rank 1 stages 1 and 3 (16)."""
+    assert detect_format(LLAMA) == "torchtitan"
+    rc = read_config(LLAMA, ["model.converters=none"])
+    d = rc.resolve(16)
+    s = d.spec
+    assert (s.dp, s.tp, s.pp, s.virtual_stages, s.stage_layers) == (4, 2, 2, 2, (16, 16))
+    assert (s.microbatch, s.recompute, s.sequence_parallel, s.zero, s.precision) == (1, "selective", True, 3, "bf16")
+    assert d.global_batch == 4 * 4 and d.model.name == "llama3-8b" and d.model.seq_len == 8192
+    assert d.engine.name == "fsdp-eager"
+    assert any("ChunkedLossWrapper" in a for a in rc.assumed)
+    assert "profiler.enable_profiling" in rc.neutral and "optimizer.param_groups" in rc.neutral
+    fp8 = read_config(LLAMA, ["model.converters=float8"]).resolve(16)
+    assert fp8.spec.precision == "fp8"
+
+
+def test_saved_config_refusals():
+    base = json.loads(LLAMA.read_text())
+    # the converters are not in the saved file: FP8 and bf16 save the same JSON
+    with pytest.raises(ValueError, match="model.converters=float8, mx or none"):
+        read_config(LLAMA)
+
+    def refused(change, match):
+        d = copy.deepcopy(base)
+        change(d)
+        with pytest.raises(ValueError, match=match):
+            read_torchtitan(d, ["model.converters=none"])
+
+    refused(lambda d: d["model_spec"]["model"]["layers"][7]["feed_forward"]["w1"].update(out_features=11008),
+            r"layers\[7\] feed_forward hidden 11008 \(the preset's 14336\)")
+    refused(lambda d: d["model_spec"]["model"]["layers"].pop(), r"layers 31 \(the preset's 32\)")
+    refused(lambda d: d["activation_checkpoint"].update(memory_budget=0.5), "MemoryBudgetAC")
+    refused(lambda d: d["training"].update(dtype="bfloat16"), "training.dtype")
+    refused(lambda d: d["debug"].update(batch_invariant=True), "batch-invariant")
+    refused(lambda d: d["parallelism"].update(context_parallel_degree=2, context_parallel_load_balancer=None),
+            "unbalanced")
+    refused(lambda d: d["parallelism"].update(pipeline_parallel_schedule="DualPipeV"), "not modelled")
+    refused(lambda d: d["parallelism"].update(brand_new_switch=True), "parallelism.brand_new_switch")
+    # the other policies: none and FullAC
+    d = copy.deepcopy(base)
+    d["activation_checkpoint"] = None
+    assert read_torchtitan(d, ["model.converters=none"]).resolve(16).spec.recompute == "none"
+    d["activation_checkpoint"] = {"preserve_rng_state": True, "determinism_check": "default", "debug": False}
+    assert read_torchtitan(d, ["model.converters=none"]).resolve(16).spec.recompute == "full"
+    # sequence parallelism off, and async TP read from its new place under compile
+    d["parallelism"]["enable_sequence_parallel"] = False
+    assert read_torchtitan(d, ["model.converters=none"]).resolve(16).spec.sequence_parallel is False
+
+
+def test_saved_qwen3_deepep():
+    """qwen3_30b_a3b with the DeepEP dispatcher and ep 8: FullAC, the flex dispatcher with DeepEP's
+    kernels (known by its config's ``cudagraphable`` field), the preset's experts checked."""
+    rc = read_config(QWEN, ["model.converters=none"])
+    d = rc.resolve(64)
+    assert (d.spec.dp, d.spec.expert_parallel, d.spec.recompute) == (64, 8, "full")
+    assert d.engine.moe_dispatcher == "flex" and d.engine.moe_flex_backend == "deepep"
+    assert d.model.name == "qwen3-30b-a3b" and d.model.seq_len == 4096
+    base = json.loads(QWEN.read_text())
+    for layer in base["model_spec"]["model"]["layers"]:
+        td = layer["moe"]["routed_experts"]["token_dispatcher"]
+        td.clear()
+        td.update(num_experts=128, top_k=8, non_blocking_capacity_factor=None, pad_multiple=None, hidden_dim=2048,
+                  num_max_tokens_per_rank=None)
+    with pytest.raises(ValueError, match="'hybridep' is not modelled"):
+        read_torchtitan(base, ["model.converters=none"])
+    base["model_spec"]["model"]["layers"][3]["moe"]["router"]["top_k"] = 4
+    with pytest.raises(ValueError, match=r"layers\[3\] top_k 4"):
+        read_torchtitan(base, ["model.converters=none"])
+
+
+# A live Trainer.Config (a registry function's result) keeps the converters its saved form drops:
+# stand-ins with torchtitan's class names and fields, the layers' Float8 config carrying torchao's
+# scaling as torchtitan's Float8Linear.Config does (_torchao_config.cast_config_input).
+@dataclass
+class _Cast:
+    scaling_granularity: str = "ScalingGranularity.AXISWISE"
+
+
+@dataclass
+class _TorchaoConfig:
+    cast_config_input: _Cast = field(default_factory=_Cast)
+
+
+class Float8Linear:
+    @dataclass
+    class Config:
+        in_features: int
+        out_features: int
+        _torchao_config: Any = None
+
+
+@dataclass
+class _Model:
+    layers: list
+
+
+@dataclass
+class _Spec:
+    model: _Model
+
+
+class _Trainer:
+    def __init__(self, saved: dict, model: _Model):
+        self._saved, self.model_spec = saved, _Spec(model)
+
+    def to_dict(self):
+        return self._saved
+
+
+def test_live_config_finds_the_converters():
+    saved = json.loads(LLAMA.read_text())
+    plain = _Trainer(saved, _Model([{"w1": object()}]))
+    assert read_torchtitan(plain).resolve(16).spec.precision == "bf16"
+    lin = Float8Linear.Config(4096, 14336, _TorchaoConfig())
+    rc = read_torchtitan(_Trainer(saved, _Model([{"feed_forward": [lin]}])))
+    assert rc.resolve(16).spec.precision == "fp8"
+    assert any("recipe_name 'rowwise'" in a for a in rc.assumed)
+
+
+def test_toml_pipeline_split_as_torchtitan_splits_it():
+    """The train.toml reader splits the stages as torchtitan does (it priced an even split): the 70B
+    preset's 80 layers over pp 4: 82 slots as 21, 21, 20, 20 -> 20, 21, 20, 19; the split priced by
+    evaluate on that split (its slowest stage, 21 layers, sets the step)."""
+    from cosearch import cluster, hardware
+    from cosearch.plan import evaluate
+    toml = DATA / "torchtitan_llama3_70b.toml"
+    rc = read_config(toml, ["parallelism.pipeline_parallel_degree=4", "parallelism.tensor_parallel_degree=4",
+                            "parallelism.pipeline_parallel_microbatch_size=2"])
+    d = rc.resolve(64)
+    assert (d.spec.pp, d.spec.virtual_stages, d.spec.stage_layers, d.spec.microbatch) == (4, 1, (20, 21, 20, 19), 2)
+    p = evaluate(d.model, hardware.H100, cluster.dgx_h100(8), d.spec, d.global_batch, engine=d.engine)
+    even = evaluate(d.model, hardware.H100, cluster.dgx_h100(8), d.spec.with_(stage_layers=(20, 20, 20, 20)),
+                    d.global_batch, engine=d.engine)
+    assert p.step_time_s > even.step_time_s
+    assert p.critical_stage == 1
+    parts = [[f"layers.{i}" for i in range(a, b)] for a, b in ((0, 10), (10, 40), (40, 70), (70, 80))]
+    d2 = read_config(toml, ["parallelism.pipeline_parallel_degree=4", f"parallelism.module_fqns_per_model_part={parts}",
+                            "parallelism.pipeline_parallel_microbatch_size=2"]).resolve(64)
+    assert d2.spec.stage_layers == (10, 30, 30, 10)
+    with pytest.raises(ValueError, match="#1416"):
+        read_config(toml, ["parallelism.pipeline_parallel_degree=4", "parallelism.pipeline_parallel_split_points=[layers.20]"])
+    with pytest.raises(ValueError, match="not a multiple of pipeline_parallel_microbatch_size"):
+        read_config(toml, ["parallelism.pipeline_parallel_degree=4", "parallelism.pipeline_parallel_microbatch_size=3"])
