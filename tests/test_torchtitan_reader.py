@@ -240,3 +240,55 @@ def test_toml_pipeline_split_as_torchtitan_splits_it():
         read_config(toml, ["parallelism.pipeline_parallel_degree=4", "parallelism.pipeline_parallel_split_points=[layers.20]"])
     with pytest.raises(ValueError, match="not a multiple of pipeline_parallel_microbatch_size"):
         read_config(toml, ["parallelism.pipeline_parallel_degree=4", "parallelism.pipeline_parallel_microbatch_size=3"])
+
+
+def test_saved_dense_model_without_a_preset_read_from_its_tree():
+    """A dense flavor cosearch has no preset for is read from the saved tree; Llama 3 8B's tree
+    under another flavor name gives the hand-entered Meta preset back (dimension by dimension
+    and parameter count); Qwen 3's per-head q/k norms and a tied embedding are read; biases
+    are refused; the attention kernel is said as the tree names it."""
+    from cosearch import models
+    d = json.loads(LLAMA.read_text())
+    d["model_spec"]["flavor"] = "8B-custom"
+    rc = read_torchtitan(d, ["model.converters=none"])
+    m, ref = rc.resolve(16).model, models.preset("llama3-8b")
+    for f in ("num_layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "seq_len", "activation",
+              "norm", "position", "tie_embeddings", "qk_norm"):
+        assert getattr(m, f) == getattr(ref, f), f
+    assert m.num_params() == ref.num_params()
+    assert any("FlexAttention with torchtitan's block-causal" in a for a in rc.assumed)
+    tied = copy.deepcopy(d)
+    tied["model_spec"]["model"]["enable_weight_tying"] = True
+    for layer in tied["model_spec"]["model"]["layers"]:
+        layer["attention"]["qk_norm"] = {"normalized_shape": 128, "eps": 1e-6, "elementwise_affine": True}
+        layer["attention"]["inner_attention"] = {"window_size": [-1, 0]}
+    rc = read_torchtitan(tied, ["model.converters=none"])
+    m = rc.resolve(16).model
+    assert (m.tie_embeddings, m.qk_norm) == (True, "head")
+    assert m.num_params() == ref.num_params() - ref.vocab * ref.hidden + 32 * 2 * 128
+    assert any("variable-length flash attention" in a for a in rc.assumed)
+    biased = copy.deepcopy(d)
+    biased["model_spec"]["model"]["layers"][3]["feed_forward"]["w2"]["bias"] = True
+    with pytest.raises(ValueError, match="layer 3 has biased projections"):
+        read_torchtitan(biased, ["model.converters=none"])
+    odd = copy.deepcopy(d)
+    odd["model_spec"]["model"]["layers"][0]["attention"]["inner_attention"] = {"softcap": 30}
+    with pytest.raises(ValueError, match="no attention cosearch knows"):
+        read_torchtitan(odd, ["model.converters=none"])
+
+
+class FrozenFloat8Linear:
+    @dataclass
+    class Config:
+        in_features: int
+        out_features: int
+
+
+def test_live_config_refuses_what_it_cannot_price():
+    saved = json.loads(LLAMA.read_text())
+    emulated = Float8Linear.Config(4096, 14336, _TorchaoConfig())
+    emulated._torchao_config.emulate = True
+    with pytest.raises(ValueError, match="emulates FP8 in high precision"):
+        read_torchtitan(_Trainer(saved, _Model([emulated])))
+    with pytest.raises(ValueError, match=r"converters \['lora'\]"):
+        read_torchtitan(_Trainer(saved, _Model([FrozenFloat8Linear.Config(4096, 14336)])))

@@ -7,7 +7,9 @@ Three forms of torchtitan's config are read, all through the same fields:
 * the **saved config** of torchtitan 0.3.0 and later: a JSON of ``Trainer.Config.to_dict()``,
   which ``--debug.save_config_file NAME`` writes to the dump folder (and ``--debug.print_config``
   logs).  Its sections keep the TOML's names (:func:`saved_config_table`); the model is its
-  ``model_spec`` name and flavor, its tree checked against the preset (:func:`_check_saved_model`);
+  ``model_spec`` name and flavor, its tree checked against the preset (:func:`_check_saved_model`),
+  or, for a dense Llama 3 / Qwen 3 flavor without one, read from the tree
+  (:func:`_dense_model_from_tree`); the attention kernel is the tree's (:func:`_saved_attention`);
   the activation-checkpointing policy is known by its fields; the MoE token dispatcher by its
   config's fields.  The saved form drops the model's Linear converters (Float8 / MXFP8 keep them in
   private fields), so a saved config needs the override ``model.converters=float8``, ``mx`` or
@@ -355,7 +357,7 @@ def saved_config_table(d: dict[str, Any], source: str) -> tuple[dict[str, Any], 
         notes.append(f"ChunkedLossWrapper ({loss['num_chunks']} chunks): priced as the unchunked loss (torchtitan's "
                      "loss.py computes the output layer and loss a chunk at a time, lowering the logits' peak memory, "
                      "and reduce-scatters the output layer's gradient once a chunk)")
-    elif loss is not None and not (isinstance(loss, dict) and set(loss) <= {"global_vocab_size"}):
+    elif loss is not None and not (isinstance(loss, dict) and set(loss) <= {"global_vocab_size", "mtp_scale"}):
         raise ValueError(f"{source}: loss {loss!r} is neither CrossEntropyLoss nor ChunkedLossWrapper")
     return table, notes
 
@@ -367,7 +369,8 @@ def _token_dispatchers(tree: Any) -> list[dict[str, Any]]:
     out = []
     for layer in layers if isinstance(layers, list) else []:
         moe = layer.get("moe") if isinstance(layer, dict) else None
-        td = ((moe or {}).get("routed_experts") or {}).get("token_dispatcher") if isinstance(moe, dict) else None
+        routed = moe.get("routed_experts") if isinstance(moe, dict) else None
+        td = routed.get("token_dispatcher") if isinstance(routed, dict) else None
         if isinstance(td, dict):
             out.append(td)
     return out
@@ -395,13 +398,15 @@ def _live_config(obj: Any, source: str) -> tuple[dict[str, Any], list[str], Any]
     """A live ``Trainer.Config`` (torchtitan 0.3.0, built by a config registry's function) as the
     table :func:`saved_config_table` makes of its ``to_dict()``, with the model's Linear
     converters its saved form drops (they live in the layers' config classes:
-    ``Float8Linear.Config``, its torchao recipe's scaling; ``MXFP8Linear.Config``;
-    ``NVFP4Linear.Config``)."""
+    ``Float8Linear.Config``, its torchao recipe's scaling and ``emulate``; ``MXFP8Linear.Config``;
+    ``NVFP4Linear.Config``; LoRA's frozen bases, ``Frozen*Linear.Config``, read as the converter
+    ``lora``, which is refused)."""
     import dataclasses
     d = obj.to_dict()
     table, notes = saved_config_table(d, source)
     found: set[str] = set()
     recipes: set[str] = set()
+    emulated = False
     stack, seen = [getattr(getattr(obj, "model_spec", None), "model", None)], set()
     while stack:
         x = stack.pop()
@@ -409,26 +414,125 @@ def _live_config(obj: Any, source: str) -> tuple[dict[str, Any], list[str], Any]
             continue
         seen.add(id(x))
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            qual = type(x).__qualname__
-            if qual.startswith("Float8"):
+            base = type(x).__qualname__.split(".")[0]
+            if "LoRA" in base or base.startswith("Frozen"):
+                # LoRA's converter freezes the base weights (FrozenFloat8Linear, ...): no gradients
+                # or optimizer states for them, which cosearch does not model
+                found.add("lora")
+            if "Float8" in base:
                 found.add("float8")
+                if getattr(getattr(x, "_torchao_config", None), "emulate", False):
+                    emulated = True
                 cast = getattr(getattr(x, "_torchao_config", None), "cast_config_input", None)
                 gran = str(getattr(cast, "scaling_granularity", "")).lower()
                 if gran:
                     recipes.add("rowwise" if "axis" in gran else "tensorwise")
-            elif qual.startswith("MXFP8"):
+            elif "MXFP8" in base:
                 found.add("mx")
-            elif qual.startswith(("NVFP4", "LoRA", "QAT")):
-                found.add(qual.split(".")[0])
+            elif "NVFP4" in base or "QAT" in base:
+                found.add(base)
             stack.extend(getattr(x, f.name) for f in dataclasses.fields(x))
         elif isinstance(x, (list, tuple)):
             stack.extend(x)
         elif isinstance(x, dict):
             stack.extend(x.values())
     table["model"]["converters"] = sorted(found)
+    if emulated:
+        table.setdefault("quantize", {}).setdefault("linear", {}).setdefault("float8", {})["emulate"] = True
     if len(recipes) == 1:
         table.setdefault("quantize", {}).setdefault("linear", {}).setdefault("float8", {})["recipe_name"] = recipes.pop()
     return table, notes, d["model_spec"].get("model")
+
+
+#: torchtitan's decoders built of the common parts (``models/common``: GQA attention, a SwiGLU
+#: feed-forward of w1/w2/w3, RMSNorm, RoPE), whose dense flavors a saved tree describes whole.
+_DENSE_DECODERS = ("llama3", "qwen3")
+
+
+def _saved_attention(tree: dict[str, Any], source: str) -> str:
+    """The attention kernel of a saved model tree, known by its ``inner_attention`` config's
+    fields (torchtitan 0.3.0 ``models/common/attention.py``; ``config_utils.get_attention_config``):
+    ``FlexAttention`` (``block_size``, ``kernel_options``; ``flex_flash`` where the kernel options
+    name the FLASH backend), ``VarlenAttention`` (``window_size``), ``ScaledDotProductAttention``
+    (no fields).  Every layer must use the same."""
+    kinds = set()
+    layers = tree.get("layers")
+    for layer in layers if isinstance(layers, list) else []:
+        att = layer.get("attention") if isinstance(layer, dict) else None
+        inner = att.get("inner_attention") if isinstance(att, dict) else None
+        if not isinstance(inner, dict):
+            continue
+        if "block_size" in inner or "kernel_options" in inner:
+            opts = inner.get("kernel_options")
+            kinds.add("flex_flash" if isinstance(opts, dict) and opts.get("BACKEND") == "FLASH" else "flex")
+        elif "window_size" in inner:
+            kinds.add("varlen")
+        elif not inner or set(inner) <= {"param_init", "sharding_config"}:
+            kinds.add("sdpa")
+        else:
+            raise ValueError(f"{source}: an inner_attention with fields {sorted(inner)} is no attention cosearch knows "
+                             "(FlexAttention, VarlenAttention, ScaledDotProductAttention)")
+    if len(kinds) > 1:
+        raise ValueError(f"{source}: the layers use different attention kernels ({sorted(kinds)}), which is not "
+                         "modelled")
+    return kinds.pop() if kinds else "flex"
+
+
+#: What each attention kernel of a saved config is priced as, said.
+_ATTENTION_SAID = {
+    "flex": "FlexAttention with torchtitan's block-causal (per-document) mask, priced as the flash kernel over one "
+            "causal sequence: FlexAttention's own speed and the work shorter documents save are not modelled",
+    "flex_flash": "FlexAttention's FLASH backend with torchtitan's block-causal (per-document) mask, priced as the "
+                  "flash kernel over one causal sequence (the work shorter documents save is not modelled)",
+    "varlen": "variable-length flash attention over torchtitan's packed documents, priced as the flash kernel over "
+              "one causal sequence (the work shorter documents save is not modelled)",
+    "sdpa": "flash attention (scaled_dot_product_attention's flash kernel)",
+}
+
+
+def _dense_model_from_tree(tree: dict[str, Any], mname: str, flavor: str, seq: int,
+                           source: str) -> models.ModelConfig | None:
+    """A dense Llama 3 / Qwen 3 flavor without a cosearch preset, from its saved tree: width,
+    vocabulary, layers, heads, KV heads, head width, SwiGLU width (``w1``), Qwen 3's per-head q/k
+    RMSNorms (``qk_norm``), tied embeddings; every layer alike and without biases.  None for any
+    other model (an MoE, another family): its config.json describes it."""
+    from .._validate import positive_int
+    layers = tree.get("layers")
+    if mname not in _DENSE_DECODERS or not isinstance(layers, list) or not layers:
+        return None
+    shapes = set()
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, dict) or layer.get("moe") is not None or not isinstance(layer.get("feed_forward"), dict):
+            return None
+        att, ff = layer.get("attention"), layer["feed_forward"]
+        if not isinstance(att, dict) or not all(isinstance(ff.get(w), dict) for w in ("w1", "w2", "w3")):
+            return None
+        qkv = att.get("qkv_linear") if isinstance(att.get("qkv_linear"), dict) else {}
+        linears = [ff[w] for w in ("w1", "w2", "w3")] + [att.get(w) for w in ("wo", "wq", "wk", "wv")]
+        linears += [qkv.get(w) for w in ("wqkv", "wq", "wk", "wv")]
+        if any(isinstance(lin, dict) and lin.get("bias") for lin in linears):
+            raise ValueError(f"{source}: layer {i} has biased projections, which {mname} has not; describe the model "
+                             "with its config.json")
+        where = f"{source}: model_spec.model.layers[{i}]"
+        heads = positive_int(f"{where} n_heads", att.get("n_heads"))
+        kv = positive_int(f"{where} n_kv_heads", att.get("n_kv_heads") or qkv.get("n_kv_heads") or heads)
+        head_dim = att.get("head_dim") or qkv.get("head_dim")
+        head_dim = positive_int(f"{where} head_dim", head_dim) if head_dim is not None else None
+        ffn = positive_int(f"{where} feed_forward.w1.out_features", ff["w1"].get("out_features"))
+        shapes.add((heads, kv, head_dim, ffn, att.get("qk_norm") is not None))
+    if len(shapes) != 1:
+        raise ValueError(f"{source}: the layers differ in shape ({len(shapes)} kinds), which is not modelled")
+    heads, kv, head_dim, ffn, qk = shapes.pop()
+    hidden = positive_int(f"{source}: model_spec.model.dim", tree.get("dim"))
+    tied = tree.get("enable_weight_tying", False)
+    if not isinstance(tied, bool):
+        raise ValueError(f"{source}: model_spec.model.enable_weight_tying must be true or false, got {tied!r}")
+    return models.ModelConfig(
+        f"{mname}-{flavor}".lower(), len(layers), hidden, heads, ffn,
+        positive_int(f"{source}: model_spec.model.vocab_size", tree.get("vocab_size")), seq,
+        kv_heads=kv, head_size=head_dim,
+        activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+        tie_embeddings=tied, dropout=False, qk_norm="head" if qk else "none")
 
 
 def _load_json(path: str | Path) -> dict[str, Any]:
@@ -498,6 +602,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
                 # multi-token prediction is a training choice on the model (torchtitan's mtp_layers)
                 model = model.with_(mtp_layers=len(mtp))
                 assumed.append(f"{len(mtp)} multi-token-prediction layer(s), as the saved model's mtp_layers has them")
+    elif isinstance(tree, dict) and (model := _dense_model_from_tree(tree, mname, flavor, seq, name)) is not None:
+        assumed.append(f"model {mname} flavor {flavor}: no cosearch preset; read from the saved model tree "
+                       f"({model.num_params() / 1e9:.2f}B parameters)")
     else:
         assumed.append(f"model {mname} flavor {flavor}: no cosearch preset; its config.json must describe the model")
     converters = k.names("model.converters", [])
@@ -594,7 +701,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
     dp = rep * shard if shard != -1 else None
     if dp is None:
         assumed.append("data_parallel_shard_degree -1: dp is what the chips leave, chips / (tp pp cp)")
-    if mname == "deepseek_v3":
+    if isinstance(tree, dict):
+        assumed.append(_ATTENTION_SAID[_saved_attention(tree, name)])
+    elif mname == "deepseek_v3":
         # models/deepseek_v3: inner_attention=FlexAttention.Config(), mask_type "block_causal"
         assumed.append("torchtitan runs DeepSeek-V3's attention with FlexAttention (block-causal mask): priced as "
                        "the flash kernel, which no public FlexAttention measurement at MLA's head widths corrects")
