@@ -121,6 +121,12 @@ same.
   the logits and their gradient written in place, :data:`cosearch.graph.CROSS_ENTROPY_TE_BYTES`).
   Megatron-Core's own fused cross-entropy (``cross_entropy_loss_fusion`` with the ``native``
   implementation, Megatron-Bridge's default) is ``"fp32"``: the same passes, measured the same.
+* ``loss_chunks`` — the output layer and the loss run a chunk of the sequence at a time
+  (torchtitan's ``ChunkedLossWrapper``, ``num_chunks``, the 0.3 configs' default of 8,
+  ``components/loss.py``): the fp32 logits alive at once are one chunk's, and the chunks keep a
+  bf16 copy of the final hidden states and an fp32 buffer of their gradient
+  (``GradAccumulator``; :func:`cosearch.memory.head_activation_bytes`); the output layer's
+  gradient is synced once, at the last chunk, so the time is unchanged.  1: the whole sequence.
 * ``sp_even_split`` — sequence parallelism needs each context-parallel rank's sequence to split
   evenly over the tensor-parallel ranks (Megatron-Core's ``_split_along_first_dim`` and
   ``_reduce_scatter_along_first_dim`` assert the [s, b, h] tensor's first dimension divisible by
@@ -291,6 +297,7 @@ class Engine:
     selective_recompute: str = "attention-core"
     fp8_cast_kernel: str = "fused"
     cross_entropy: str = "fp32"
+    loss_chunks: int = 1
     elementwise: str = "fused"
     embedding: str = "gather"
     sp_even_split: bool = True
@@ -332,6 +339,10 @@ class Engine:
                   "async_dgrad_comm", "attn_proj_original_input"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
+        c = self.loss_chunks
+        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1 << 16:
+            raise ValueError(f"Engine.loss_chunks must be a number of sequence chunks >= 1 (1: the whole sequence), "
+                             f"got {c!r}")
         n = self.moe_comm_sms
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1024:
             raise ValueError(f"Engine.moe_comm_sms must be an SM count in [0, 1024] (0: the dispatcher's "

@@ -342,11 +342,19 @@ def embedding_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
 
 
 def head_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
-                          sequence_parallel: bool = False) -> float:
-    """Final-norm input and the fp32 logits of this rank's vocabulary shard."""
+                          sequence_parallel: bool = False, loss_chunks: int = 1) -> float:
+    """Final-norm input and the fp32 logits of this rank's vocabulary shard.  ``loss_chunks`` > 1
+    (torchtitan's ``ChunkedLossWrapper``, :attr:`cosearch.engine.Engine.loss_chunks`): one chunk's
+    logits at a time, plus the chunks' bf16 copy of the final hidden states (``c.contiguous()``
+    of each split) and the fp32 buffer their gradients accumulate in (``GradAccumulator``),
+    both whole-sequence and replicated over the tp ranks (torchtitan's loss wrapper takes the
+    hidden states replicated)."""
     c = config
-    return (_hidden_bytes(c, tp, microbatch, sequence_parallel)
-            + c.seq_len * microbatch * math.ceil(c.vocab / tp) * 4.0)
+    tokens = c.seq_len * microbatch
+    out = _hidden_bytes(c, tp, microbatch, sequence_parallel) + tokens * math.ceil(c.vocab / tp) * 4.0 / loss_chunks
+    if loss_chunks > 1:
+        out += tokens * c.hidden * (c.dtype_bytes + 4.0)
+    return out
 
 
 def static_bytes(params_per_chip: float, dp: int, zero: int, mem: MemoryConfig) -> float:

@@ -386,7 +386,7 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
 def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_attention: bool,
                         precision: str, eager_clamp: bool = False,
                         experts_gathered: bool = False, proj_input_cast: bool = True,
-                        attention_saved: tuple[float, float | None] | None = None
+                        attention_saved: tuple[float, float | None] | None = None, loss_chunks: int = 1
                         ) -> tuple[tuple[float, ...], float]:
     """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
     layer's without recompute, under ``policy``'s selective recompute, the layer input, the
@@ -395,7 +395,8 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     ``eager_clamp``: the experts' clamp runs eagerly; ``experts_gathered``: the experts split over
     the tp ranks gather their input copies; ``proj_input_cast`` False: the attention's output
     projection keeps no low-precision copy; ``attention_saved``: FP8 attention's saved bytes
-    (:func:`cosearch.memory.layer_activation_bytes`)."""
+    (:func:`cosearch.memory.layer_activation_bytes`); ``loss_chunks``: the head's loss run in that
+    many sequence chunks (:attr:`cosearch.engine.Engine.loss_chunks`)."""
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
@@ -414,7 +415,7 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
                                            eager_clamp=eager_clamp, experts_gathered=experts_gathered,
                                            proj_input_cast=proj_input_cast, attention_saved=attention_saved), sel,
              memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
-             memory.head_activation_bytes(cl, t, 1, sp)), host)
+             memory.head_activation_bytes(cl, t, 1, sp, loss_chunks)), host)
 
 
 def clear_graph_cache() -> None:
@@ -1033,7 +1034,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                                 expert_mode != "fused",
                                                 c.moe and t > 1 and bool(sp) and etp_t is None
                                                 and eng.moe_dispatcher != "gather-tokens" and not c.moe_einsum_dispatch,
-                                                proj_cast, attention_saved)
+                                                proj_cast, attention_saved, eng.loss_chunks)
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]

@@ -106,7 +106,7 @@ def test_saved_llama3_8b_read_as_torchtitan_builds_it():
     assert (s.dp, s.tp, s.pp, s.virtual_stages, s.stage_layers) == (4, 2, 2, 2, (16, 16))
     assert (s.microbatch, s.recompute, s.sequence_parallel, s.zero, s.precision) == (1, "selective", True, 3, "bf16")
     assert d.global_batch == 4 * 4 and d.model.name == "llama3-8b" and d.model.seq_len == 8192
-    assert d.engine.name == "fsdp-eager"
+    assert d.engine.name == "fsdp-eager-loss8" and d.engine.loss_chunks == 8       # ChunkedLossWrapper, 8 chunks
     assert any("ChunkedLossWrapper" in a for a in rc.assumed)
     assert "profiler.enable_profiling" in rc.neutral and "optimizer.param_groups" in rc.neutral
     fp8 = read_config(LLAMA, ["model.converters=float8"]).resolve(16)
@@ -292,3 +292,30 @@ def test_live_config_refuses_what_it_cannot_price():
         read_torchtitan(_Trainer(saved, _Model([emulated])))
     with pytest.raises(ValueError, match=r"converters \['lora'\]"):
         read_torchtitan(_Trainer(saved, _Model([FrozenFloat8Linear.Config(4096, 14336)])))
+
+
+def test_chunked_loss_memory_by_hand():
+    """torchtitan's ChunkedLossWrapper (Engine.loss_chunks): one chunk's fp32 logits alive instead
+    of the sequence's, plus a bf16 copy of the final hidden states and their fp32 gradient buffer.
+    Llama 3 8B, one 8,192-token sequence a rank: 8192 x 128256 x 4 x (1 - 1/8) - 8192 x 4096 x
+    (2 + 4) = 3,476,029,440 bytes less a microbatch; the step time unchanged."""
+    import dataclasses
+
+    from cosearch import cluster, hardware, models
+    from cosearch.engine import preset
+    from cosearch.plan import PlanSpec, evaluate
+    m = models.preset("llama3-8b")
+    plain = preset("fsdp")
+    chunked = dataclasses.replace(plain, loss_chunks=8, name="fsdp-loss8")
+    for mb in (1, 2):
+        spec = PlanSpec(8, 1, 1, mb, recompute="full", zero=3)
+        a, b = (evaluate(m, hardware.H100, cluster.dgx_h100(1), spec, 16 * mb, engine=e) for e in (plain, chunked))
+        saved = 8192 * 128256 * 4 * (1 - 1 / 8) - 8192 * 4096 * (2 + 4)
+        assert a.memory_per_chip_bytes[0] - b.memory_per_chip_bytes[0] == pytest.approx(mb * saved, rel=1e-12)
+        assert a.step_time_s == b.step_time_s
+    with pytest.raises(ValueError, match="loss_chunks"):
+        dataclasses.replace(plain, loss_chunks=0)
+    d = json.loads(LLAMA.read_text())
+    d["loss"]["num_chunks"] = 3                       # 8192 tokens do not split in 3
+    with pytest.raises(ValueError, match="do not divide the local sequence"):
+        read_torchtitan(d, ["model.converters=none"])

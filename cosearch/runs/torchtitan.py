@@ -74,6 +74,7 @@ and ``..._last_stage_less_layers`` layers (1 each by default), so Llama 3 8B on 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -354,9 +355,7 @@ def saved_config_table(d: dict[str, Any], source: str) -> tuple[dict[str, Any], 
         table["parallelism"] = dict(table.get("parallelism") or {}, expert_parallel_comm_backend=backends.pop())
     loss = d.get("loss")
     if isinstance(loss, dict) and "num_chunks" in loss:
-        notes.append(f"ChunkedLossWrapper ({loss['num_chunks']} chunks): priced as the unchunked loss (torchtitan's "
-                     "loss.py computes the output layer and loss a chunk at a time, lowering the logits' peak memory, "
-                     "and reduce-scatters the output layer's gradient once a chunk)")
+        table["loss"] = {"num_chunks": loss["num_chunks"]}
     elif loss is not None and not (isinstance(loss, dict) and set(loss) <= {"global_vocab_size", "mtp_scale"}):
         raise ValueError(f"{source}: loss {loss!r} is neither CrossEntropyLoss nor ChunkedLossWrapper")
     return table, notes
@@ -401,7 +400,6 @@ def _live_config(obj: Any, source: str) -> tuple[dict[str, Any], list[str], Any]
     ``Float8Linear.Config``, its torchao recipe's scaling and ``emulate``; ``MXFP8Linear.Config``;
     ``NVFP4Linear.Config``; LoRA's frozen bases, ``Frozen*Linear.Config``, read as the converter
     ``lora``, which is refused)."""
-    import dataclasses
     d = obj.to_dict()
     table, notes = saved_config_table(d, source)
     found: set[str] = set()
@@ -790,6 +788,17 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("async TP priced with the TP collectives exposed: cosearch does not price partial "
                        "micro-pipelined overlap yet")
     engine = preset("fsdp" if compiled else "fsdp-eager")
+    chunks = k.positive("loss.num_chunks", 1)
+    if chunks > 1:
+        # ChunkedLossWrapper (torchtitan 0.3 components/loss.py): the output layer and the loss a
+        # chunk of each rank's sequence at a time; it requires the local sequence to divide
+        if (seq // cp) % chunks:
+            raise ValueError(f"{name}: ChunkedLossWrapper's {chunks} chunks do not divide the local sequence "
+                             f"{seq // cp} (torchtitan requires it)")
+        engine = dataclasses.replace(engine, loss_chunks=chunks, name=f"{engine.name}-loss{chunks}")
+        assumed.append(f"ChunkedLossWrapper: the output layer and the loss run {chunks} chunks of the sequence at a "
+                       "time (one chunk's logits alive; the hidden states' bf16 copy and fp32 gradient buffer "
+                       "kept), the output layer's gradient synced once")
     if comm == "deepep" and ep > 1:
         # DeepEP's kernels instead of PyTorch's all-to-alls (torchtitan's DeepEPExpertParallel)
         engine = with_moe_dispatch(engine, "flex", backend="deepep")
