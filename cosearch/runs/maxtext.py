@@ -24,7 +24,8 @@ unless ``num_slices`` says otherwise).
                                         sharded (ZeRO-3) over the fsdp axis
 ``ici_tensor_parallelism``              tp, with the activations' hidden dimension sharded
                                         (``activation_embed`` on ``tensor``): sequence parallelism
-``ici_pipeline_parallelism``            pp
+``ici_/dcn_pipeline_parallelism``       refused above 1: MaxText's SPMD circular pipeline (its
+                                        repeats and its memory) is not modelled
 ``ici_context_parallelism``             cp
 ``ici_expert_parallelism``              ep
 ``sparse_matmul``, ``megablox``,         dropless grouped GEMMs (sparse_matmul True), or the
@@ -77,6 +78,13 @@ __all__ = ["read_maxtext", "MODEL_NAMES", "NAMED_REMAT_POLICIES", "remat_places_
 
 _QKV = ("query_proj", "value_proj", "key_proj", "qkv_proj")
 _MINIMAL = MAXTEXT_MINIMAL_TENSORS
+
+#: base.yml's pipeline settings (``num_layers_per_pipeline_stage`` ... ``scan_layers_per_stage``),
+#: which act only with pipeline stages.
+PIPELINE_KEYS = frozenset({"num_layers_per_pipeline_stage", "num_pipeline_repeats", "pipeline_parallel_layers",
+                           "num_pipeline_microbatches", "pipeline_delay_activation_forwarding",
+                           "pipeline_fsdp_ag_once", "pipeline_fsdp_ag_per_repeat", "scan_pipeline_iterations",
+                           "scan_pipeline_repeats", "scan_layers_per_stage"})
 
 #: MaxText's named ``remat_policy`` values as the tensors each keeps (``'device'``) or moves to
 #: host memory (``'offload'``), every other tensor rematerialized: ``Decoder.get_remat_policy``
@@ -325,12 +333,15 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         raise ValueError(f"{name}: {int(per_replica)} sequences per replica do not split into "
                          f"gradient_accumulation_steps {ga}")
     if pp > 1:
-        mbs = k.positive("num_pipeline_microbatches", None)
-        if mbs is None:
-            raise ValueError(f"{name}: pipeline parallelism needs num_pipeline_microbatches")
-        if int(per_replica) % mbs:
-            raise ValueError(f"{name}: {int(per_replica)} sequences do not split into {mbs} pipeline microbatches")
-        plan["microbatch"] = int(per_replica) // mbs
+        # MaxText's SPMD pipeline (layers/pipeline.py) is not Megatron's 1F1B: a circular schedule of
+        # num_pipeline_repeats passes over the stages (by default num_layers_per_pipeline_stage 1, so
+        # layers / stages repeats), every stage gathering its weights over fsdp each iteration, and
+        # autodiff through the scanned iterations keeping every iteration's input until the backward
+        # (get_pipeline_remat_policy): read as 1F1B (until stop 71) its bubble and its memory were both
+        # mispriced, silently
+        raise ValueError(f"{name}: pipeline parallelism ({pp} stages) runs MaxText's SPMD circular pipeline "
+                         "(num_pipeline_repeats passes over the stages, every iteration's input kept for the "
+                         "backward), which is not modelled; cosearch prices Megatron-style 1F1B pipelines")
     else:
         plan["microbatch"] = int(per_replica) // ga
     # recompute, precision, attention
@@ -395,7 +406,9 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
     _said(k, model, assumed)
-    neutral = k.finish((), NEUTRAL_KEYS | (set(tensors) if remat != "custom" else set()), off_is_neutral_under=("",))
+    # without pipeline stages (pp > 1 is refused above) MaxText's pipeline settings do nothing
+    neutral = k.finish((), NEUTRAL_KEYS | PIPELINE_KEYS | (set(tensors) if remat != "custom" else set()),
+                       off_is_neutral_under=("",))
     return RunConfig(name, model=model, plan=plan, dp=dp, batch_per_replica=int(per_replica), engine=engine,
                      seq_len=seq, assumed=tuple(assumed), neutral=neutral, memory=memory)
 
