@@ -531,6 +531,30 @@ def test_maxtext_pipeline_stages_are_refused_and_their_settings_neutral_without_
     assert {"num_layers_per_pipeline_stage", "num_pipeline_microbatches"} <= set(rc.neutral)
     assert rc.resolve(4).spec.pp == 1
 
+
+def test_maxtext_decoder_block_must_be_the_one_the_model_is_read_as():
+    """decoder_block chooses MaxText's architecture: the base_* dimensions are read as its llama2
+    block, a model_name as its own block (configs/models/<name>.yml); another is refused (it was
+    listed neutral)."""
+    base = ["ici_fsdp_parallelism=4", "base_emb_dim=256", "base_num_query_heads=4", "base_num_kv_heads=4",
+            "head_dim=64", "base_num_decoder_layers=2", "base_mlp_dim=512", "vocab_size=1000",
+            "per_device_batch_size=2"]
+    assert read_maxtext(None, base + ["decoder_block=llama2"]).model.norm == "rmsnorm"
+    with pytest.raises(ValueError, match="decoder_block 'gemma'"):
+        read_maxtext(None, base + ["decoder_block=gemma"])
+    mixtral = ["model_name=mixtral-8x7b", "ici_fsdp_parallelism=4", "per_device_batch_size=1"]
+    assert read_maxtext(None, mixtral + ["decoder_block=mixtral"]).model.name == "mixtral-8x7b"
+    with pytest.raises(ValueError, match=r"mixtral-8x7b as \(its own block, 'mixtral'\)"):
+        read_maxtext(None, mixtral + ["decoder_block=llama2"])
+
+
+def test_foundry_fsdp_cpu_offload_refused():
+    """Composer's fsdp_config.cpu_offload keeps FSDP's parameters in host memory: refused when on
+    (it was listed neutral), neutral when off."""
+    assert read_config(DATA / "foundry_mpt_1b.yaml", ["fsdp_config.cpu_offload=false"])
+    with pytest.raises(ValueError, match="cpu_offload = true"):
+        read_config(DATA / "foundry_mpt_1b.yaml", ["fsdp_config.cpu_offload=true"])
+
 # MaxText's named remat policies, transcribed from Decoder.get_remat_policy (MaxText
 # layers/decoders.py): the checkpoint names each keeps; here independently of the reader's table
 _MAXTEXT_KEEPS = {

@@ -319,3 +319,28 @@ def test_chunked_loss_memory_by_hand():
     d["loss"]["num_chunks"] = 3                       # 8192 tokens do not split in 3
     with pytest.raises(ValueError, match="do not divide the local sequence"):
         read_torchtitan(d, ["model.converters=none"])
+
+
+@pytest.mark.parametrize("toml, words, match", [
+    ("torchtitan_llama3_70b.toml", ["training.enable_cpu_offload=true"], "host memory"),
+    ("torchtitan_llama3_70b.toml", ["parallelism.disable_loss_parallel=true"], "gathers the output layer's logits"),
+    ("torchtitan_llama3_70b.toml", ["model.converters=[float8]", "float8.filter_fqns=[output,attention.wo]"],
+     r"filter_fqns \['attention.wo'\] keeps those modules in bf16"),
+    ("torchtitan_qwen3_30b_a3b.toml", ["model.converters=[float8]"], "moe_fqns_prototype"),
+])
+def test_toml_switches_that_change_the_run_are_refused(toml, words, match):
+    """Fields the TOML reader listed as neutral that change the run: FSDP's CPU offload, loss
+    parallelism off under tp, a Float8 filter keeping layer GEMMs in bf16, Float8 on an MoE model
+    without its experts; each is refused by name (and neutral where it changes nothing)."""
+    with pytest.raises(ValueError, match=match):
+        read_config(DATA / toml, words)
+
+
+def test_toml_switches_neutral_where_they_change_nothing():
+    toml = DATA / "torchtitan_llama3_70b.toml"
+    assert read_config(toml, ["parallelism.disable_loss_parallel=true", "parallelism.tensor_parallel_degree=1"])
+    rc = read_config(toml, ["model.converters=[float8]", "float8.filter_fqns=[output,auto_filter_small_kn]"])
+    assert rc.plan["precision"] == "fp8" and any("auto_filter_small_kn" in a for a in rc.assumed)
+    qwen = read_config(DATA / "torchtitan_qwen3_30b_a3b.toml", ["model.converters=[float8]",
+                                                                  "float8.moe_fqns_prototype=[experts]"])
+    assert qwen.plan["precision"] == "fp8"

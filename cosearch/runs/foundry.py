@@ -67,7 +67,6 @@ NEUTRAL_KEYS = frozenset({
     "fsdp_config.activation_checkpointing_reentrant", "fsdp_config.limit_all_gathers", "fsdp_config.verbose",
     "fsdp_config.forward_prefetch", "fsdp_config.backward_prefetch", "fsdp_config.sync_module_states",
     "fsdp_config.use_orig_params", "fsdp_config.state_dict_type", "fsdp_config.load_monolith_rank0_only",
-    "fsdp_config.cpu_offload",
 })
 
 
@@ -210,6 +209,11 @@ def read_foundry(source: str | Path | dict[str, Any], overrides: list[str] | tup
         raise ValueError(f"{name}: activation_checkpointing_target (recompute of chosen modules) is not modelled")
     if k.bool("fsdp_config.activation_cpu_offload", False):
         raise ValueError(f"{name}: activation_cpu_offload is not read from llm-foundry configs")
+    if k.bool("fsdp_config.cpu_offload", False):
+        # Composer's FSDP: CPUOffload(offload_params=True), the parameters (and their gradients)
+        # kept in host memory, which the memory model and the step time do not cover
+        raise ValueError(f"{name}: fsdp_config.cpu_offload = true keeps FSDP's parameters and gradients in host "
+                         "memory, which is not modelled")
     if hf:
         impl = _hf_attention(k, name, assumed)
     else:

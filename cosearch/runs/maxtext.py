@@ -12,6 +12,8 @@ unless ``num_slices`` says otherwise).
                                         ``default``: the ``base_*`` dimensions
 ``base_emb_dim``, ``base_num_query_heads``, ``base_num_kv_heads``, ``base_mlp_dim``,
 ``base_num_decoder_layers``, ``head_dim``, ``vocab_size``, ``mlp_activations``   the model
+``decoder_block``                       the model's own (:data:`DECODER_BLOCKS`; llama2 for the
+                                        ``base_*`` dimensions); another block refused
 ``global_parameter_scale``              the base dimensions scaled as MaxText scales them
                                         (:func:`parameter_scales`; ``default`` model only)
 ``max_target_length``                   the sequence
@@ -117,6 +119,15 @@ MODEL_NAMES = {"llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b
                "llama4-17b-16e": "llama4-scout", "llama4-17b-128e": "llama4-maverick",
                "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b", "gpt-oss-120b": "gpt-oss-120b"}
 
+#: Each ``model_name``'s ``decoder_block`` (its configs/models/<name>.yml at MaxText e591f30):
+#: a config naming another block for that model runs another architecture.
+DECODER_BLOCKS = {"llama2-7b": "llama2", "llama2-13b": "llama2", "llama2-70b": "llama2", "llama3-8b": "llama2",
+                  "llama3-70b": "llama2", "llama3.1-8b": "llama2", "llama3.1-70b": "llama2", "llama3.1-405b": "llama2",
+                  "mixtral-8x7b": "mixtral", "mixtral-8x22b": "mixtral", "deepseek3-671b": "deepseek",
+                  "deepseek3-671b-2dfsdp": "deepseek", "kimi-k2-1t": "deepseek", "llama4-17b-16e": "llama4",
+                  "llama4-17b-128e": "llama4", "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe",
+                  "gpt-oss-120b": "gpt_oss"}
+
 NEUTRAL_KEYS = frozenset({
     "run_name", "base_output_directory", "hardware", "steps", "log_period", "learning_rate",
     "learning_rate_schedule_steps", "warmup_steps_fraction", "cosine_learning_rate_final_fraction", "adam_b1",
@@ -128,7 +139,7 @@ NEUTRAL_KEYS = frozenset({
     "gcs_metrics", "save_config_to_gcs", "enable_goodput_recording", "monitor_goodput", "grain_worker_count",
     "packing", "add_bos", "add_eos", "normalization_layer_epsilon", "rope_max_timescale", "rope_min_timescale",
     "max_prefill_predict_length", "reuse_example_batch", "enable_dropout", "dropout_rate",
-    "decoder_block", "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
+    "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
     # process and logging switches (tpu-recipes' Ironwood recipes)
     "skip_jax_distributed_system", "profile_periodically_period", "output_dir", "allow_split_physical_axes",
     # one fused QKV / gate-and-up einsum or separate ones: the same FLOPs and bytes in cosearch's layer
@@ -198,6 +209,13 @@ def _moe_dispatch(k: Keys, name: str, model: ModelConfig, assumed: list[str]) ->
 
 def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
     mname = str(k.get("model_name", "default"))
+    own = DECODER_BLOCKS.get(mname, "llama2")
+    block = str(k.get("decoder_block", own))
+    if block != own:
+        raise ValueError(f"{name}: decoder_block {block!r} builds another architecture than the one cosearch reads "
+                         + (f"{mname} as (its own block, {own!r})" if mname in DECODER_BLOCKS else
+                            "base_* dimensions as (MaxText's llama2 block: RMSNorm, RoPE, no biases)")
+                         + "; not modelled")
     if mname in MODEL_NAMES:
         if k.positive("global_parameter_scale", 1) != 1:
             raise ValueError(f"{name}: global_parameter_scale scales {mname}'s base dimensions; give them as "

@@ -35,7 +35,12 @@ and ``..._last_stage_less_layers`` layers (1 each by default), so Llama 3 8B on 
 ``[model] name, flavor``                 Llama 3 8B/70B/405B (``llama3``) are cosearch presets;
                                          other models need their ``config.json`` as well
 ``[model] converters``                   ``float8`` / ``mx``: FP8 layer GEMMs (``emulate`` refused;
-                                         a ``recipe_name`` other than tensorwise said)
+                                         a ``recipe_name`` other than tensorwise said; a
+                                         ``filter_fqns`` keeping layer GEMMs in bf16 refused, the
+                                         output head, router gate and ``auto_filter_small_kn`` read;
+                                         on an MoE model the experts need ``moe_fqns_prototype``)
+``[training] enable_cpu_offload``        true refused (FSDP's states in host memory)
+``[parallelism] disable_loss_parallel``  true under tp > 1 refused (the logits gathered)
 ``[training] local_batch_size``          sequences per data-parallel replica per step
 ``[training] global_batch_size``         the global batch (-1: local x dp)
 ``[training] seq_len``                   the sequence (must agree with the model)
@@ -100,20 +105,26 @@ NEUTRAL_SECTIONS = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", 
 NEUTRAL_KEYS = frozenset({
     "model.hf_assets_path", "model.tokenizer_path", "model.print_after_conversion",
     "training.steps", "training.max_norm", "training.dataset", "training.dataset_path", "training.warmup_steps",
-    "training.gc_freq", "training.seed", "training.deterministic", "training.enable_cpu_offload",
-    "parallelism.disable_loss_parallel", "parallelism.enable_compiled_autograd",
+    "training.gc_freq", "training.seed", "training.deterministic",
+    "parallelism.enable_compiled_autograd",
     "parallelism.context_parallel_rotate_method", "parallelism.spmd_backend", "parallelism.context_parallel_ptrr_mask_key",
     "training.disable_cuda_graphs", "training.gc_debug",
     "activation_checkpoint.determinism_check", "activation_checkpoint.debug",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", "activation_checkpoint.preserve_rng_state",
-    "float8.filter_fqns", "float8.precompute_float8_dynamic_scale_for_fsdp", "float8.force_recompute_fp8_weight_in_bwd",
-    "float8.moe_fqns_prototype",
-    "mx.mxfp8_dim1_cast_kernel_choice", "mx.filter_fqns",
-    "quantize.linear.fp8.filter_fqns", "quantize.linear.fp8.precompute_float8_dynamic_scale_for_fsdp",
-    "quantize.linear.mx.filter_fqns", "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice",
+    "float8.precompute_float8_dynamic_scale_for_fsdp", "float8.force_recompute_fp8_weight_in_bwd",
+    "mx.mxfp8_dim1_cast_kernel_choice",
+    "quantize.linear.fp8.precompute_float8_dynamic_scale_for_fsdp",
+    "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice",
     # the same switches under the section name torchtitan's converter carries ([quantize.linear.float8])
-    "quantize.linear.float8.filter_fqns", "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
+    "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
 })
+
+#: The converters' sections (``[float8]``, ``[mx]``, ``[quantize.linear.*]``).
+_CONVERTER_SECTIONS = ("float8", "quantize.linear.float8", "quantize.linear.fp8", "mx", "quantize.linear.mx")
+#: ``filter_fqns`` entries that keep only what cosearch keeps in bf16 anyway: the output head
+#: (``output`` in the TOML-era Llama, ``lm_head`` in 0.3), the MoE router's gate, and torchao's
+#: filter of GEMMs too small to gain from FP8 (``auto_filter_small_kn``, said).
+_BF16_ANYWAY = ("output", "lm_head", "router.gate", "gate", "auto_filter_small_kn")
 
 
 #: torchtitan's pipeline schedules (``torch.distributed.pipelining``'s ``get_schedule_class``
@@ -614,7 +625,23 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("mx converter: MXFP8 priced as per-tensor FP8 operands")
     if converters:
         assumed.append("FP8 on every layer GEMM (the output head stays bf16, torchtitan's filter_fqns default)")
-    for sec in ("float8", "quantize.linear.float8", "quantize.linear.fp8", "mx", "quantize.linear.mx"):
+    moe_fp8 = k.names("float8.moe_fqns_prototype", []) if "float8.moe_fqns_prototype" in k else []
+    if "float8" in converters and model is not None and model.moe and not moe_fp8:
+        # torchtitan's Float8 converter swaps nn.Linear modules; the routed experts' grouped GEMMs
+        # go to FP8 only where float8.moe_fqns_prototype names them
+        raise ValueError(f"{name}: the float8 converter leaves the routed experts' grouped GEMMs in bf16 unless "
+                         "float8.moe_fqns_prototype names them, a mix cosearch does not price (it runs every layer "
+                         "GEMM in FP8)")
+    for sec in _CONVERTER_SECTIONS:
+        kept = k.names(f"{sec}.filter_fqns", []) if f"{sec}.filter_fqns" in k else []
+        other = [f for f in kept if f not in _BF16_ANYWAY]
+        if other and converters:
+            raise ValueError(f"{name}: {sec}.filter_fqns {other} keeps those modules in bf16 under the converter, a "
+                             "mix cosearch does not price (it runs every layer GEMM in the low precision, the output "
+                             "head in bf16)")
+        if "auto_filter_small_kn" in kept and converters:
+            assumed.append(f"{sec}.filter_fqns auto_filter_small_kn: torchao keeps GEMMs too small to gain in bf16; "
+                           "priced with every layer GEMM in FP8")
         if f"{sec}.emulate" in k and k.bool(f"{sec}.emulate", False) and converters:
             # torchao's emulation runs the low-precision GEMMs in high precision (for hardware without
             # FP8): not the FP8 tensor cores cosearch would price
@@ -635,6 +662,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
     if preduce != "float32":
         raise ValueError(f"{name}: training.mixed_precision_reduce = {preduce!r} is not modelled (FSDP2 reduces "
                          "gradients in float32, as engine fsdp prices)")
+    if k.bool("training.enable_cpu_offload", False):
+        raise ValueError(f"{name}: training.enable_cpu_offload = true keeps FSDP's parameters, gradients and "
+                         "optimizer states in host memory (the optimizer step on the CPU), which is not modelled")
     dtype = str(k.get("training.dtype", "float32"))
     if dtype != "float32":
         raise ValueError(f"{name}: training.dtype = {dtype!r} keeps the weights, gradients and optimizer states in "
@@ -665,6 +695,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
                          f"torchtitan's others are {', '.join(_OTHER_BACKENDS)})")
     if shard is None or (shard < 1 and shard != -1):
         raise ValueError(f"{name}: data_parallel_shard_degree must be -1 or a positive integer, got {shard}")
+    if k.bool("parallelism.disable_loss_parallel", False) and tp > 1:
+        raise ValueError(f"{name}: parallelism.disable_loss_parallel = true gathers the output layer's logits over "
+                         f"the {tp} tp ranks for the loss (every rank the whole vocabulary), which is not modelled")
     sp = k.bool("parallelism.enable_sequence_parallel", True) and tp > 1
     plan: dict[str, Any] = dict(tp=tp, pp=pp, context_parallel=cp, expert_parallel=ep, sequence_parallel=sp,
                                 flash_attention=True, precision=precision)
