@@ -122,11 +122,12 @@ def test_nemo1_checkpoint_logging_and_off_offload_keys_are_neutral():
 def test_nemo1_launcher_file_reads_as_its_megatron_line():
     """NeMo's gpt3/5b launcher config on its 16 x 8 GPUs reads as the Megatron line NeMo runs for
     it (the keys' Megatron names per NeMo's docs), with the model's FFN from the config's own
-    ``${multiply:4, ${.hidden_size}}``."""
+    ``${multiply:4, ${.hidden_size}}``; neither Megatron-Core's TE layers nor flash attention, so
+    its attention unfused (stated on the line: a line without it reads as Megatron's TE default)."""
     d = read_config(DATA / "nemo1_gpt3_5b.yaml").resolve()
     line = ("--num-layers 24 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --vocab-size 50257 "
             "--ffn-hidden-size 16384 --micro-batch-size 4 --global-batch-size 2048 --use-distributed-optimizer "
-            "--overlap-grad-reduce --overlap-param-gather --bf16")
+            "--overlap-grad-reduce --overlap-param-gather --bf16 --attention-backend unfused")
     ref = read_megatron_args(line).resolve(128)
     assert d.num_chips == 128 and d.spec == ref.spec and d.engine == ref.engine
     assert d.model.with_(name="x") == ref.model.with_(name="x")
@@ -980,3 +981,33 @@ def test_bridge_model_overlap_as_comm_overlap_sets_it_up(fields, ep_overlap, sai
     rc = read_megatron_bridge(None, base + fields, model=models.preset("qwen3-30b-a3b"))
     assert rc.engine.overlap_moe_a2a is ep_overlap
     assert any(a.startswith("model.overlap_moe_expert_parallel_comm=true is overwritten") for a in rc.assumed) is said
+
+
+def test_megatron_line_without_an_attention_flag_reads_as_megatron_runs_it():
+    """Megatron-LM's defaults since April 2024 (--transformer-impl transformer_engine, e7b74a4b7e)
+    and --attention-backend auto (TransformerConfig) run Transformer Engine's fused attention: a
+    line without an attention flag (Megatron-LM's own Mixtral example) read so, said; the local
+    implementation without flash attention unfused; an implementation cosearch does not price
+    refused.  (Until stop 71 such a line read as unfused attention, silently.)"""
+    base = "--micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 2 --bf16"
+    rc = read_megatron_args(base, models.preset("llama2-7b"))
+    assert rc.plan["flash_attention"] and any("--attention-backend auto" in a for a in rc.assumed)
+    assert read_megatron_args(base + " --transformer-impl transformer_engine", "llama2-7b").plan["flash_attention"]
+    assert not read_megatron_args(base + " --transformer-impl local", "llama2-7b").plan["flash_attention"]
+    assert read_megatron_args(base + " --transformer-impl local --use-flash-attn", "llama2-7b").plan["flash_attention"]
+    assert not read_megatron_args(base + " --attention-backend unfused", "llama2-7b").plan["flash_attention"]
+    with pytest.raises(ValueError, match="inference_optimized"):
+        read_megatron_args(base + " --transformer-impl inference_optimized", "llama2-7b")
+
+
+def test_readers_take_a_model_preset_by_name():
+    """A reader's model may be a preset's name (it was a traceback from deep inside); anything
+    else but a ModelConfig refused by name."""
+    rc = read_config(DATA / "megatron_deepseek_v3.args", model="deepseek-v3")
+    assert rc.model.name == "deepseek-v3"
+    assert read_configs([DATA / "megatron_deepseek_v3.args"], model="deepseek-v3").model.name == "deepseek-v3"
+    assert read_config(DATA / "torchtitan_llama3_70b.toml").resolve(64, model="llama3-70b").model.name == "llama3-70b"
+    with pytest.raises(ValueError, match="read_configs: model must be a ModelConfig or a model preset's name"):
+        read_configs([DATA / "megatron_deepseek_v3.args"], model=5)
+    with pytest.raises(ValueError, match="unknown model preset"):
+        read_config(DATA / "megatron_deepseek_v3.args", model="no-such-model")

@@ -28,7 +28,18 @@ from ..memory import MemoryConfig
 from ..models import ModelConfig
 from ..plan import PlanSpec
 
-__all__ = ["RunConfig", "RunDescription", "merge", "model_differences"]
+__all__ = ["RunConfig", "RunDescription", "merge", "model_differences", "given_model"]
+
+
+def given_model(model: ModelConfig | str | None, where: str) -> ModelConfig | None:
+    """A model handed to a reader: None, a :class:`~cosearch.models.ModelConfig`, or a preset's
+    name (:func:`cosearch.models.preset`); anything else refused naming ``where``."""
+    if model is None or isinstance(model, ModelConfig):
+        return model
+    if isinstance(model, str):
+        from ..models import preset
+        return preset(model)
+    raise ValueError(f"{where}: model must be a ModelConfig or a model preset's name, got {type(model).__name__}")
 
 #: The PlanSpec fields a reader may fix (dp is derived from the chips unless a file states it).
 PLAN_FIELDS = ("tp", "pp", "microbatch", "recompute", "virtual_stages", "sequence_parallel", "zero",
@@ -109,11 +120,12 @@ class RunConfig:
             object.__setattr__(self, "measured_tok_s_per_chip",
                                positive_float("measured_tok_s_per_chip", self.measured_tok_s_per_chip))
 
-    def resolve(self, num_chips: int | None = None, model: ModelConfig | None = None,
+    def resolve(self, num_chips: int | None = None, model: ModelConfig | str | None = None,
                 global_batch: int | None = None) -> RunDescription:
         """The run on ``num_chips`` chips (None: the file's own count).  ``model`` /
         ``global_batch`` given outside the files must agree with a file that sets them.  Raises
         ``ValueError`` naming what is missing or contradictory."""
+        model = given_model(model, "RunConfig.resolve")
         base = merge([self, RunConfig("the command line", model=model, global_batch=global_batch,
                                       num_chips=num_chips)]) if (model or global_batch or num_chips) else self
         if base.model is None:

@@ -124,7 +124,7 @@ def _megatron_words(words: list[str]) -> list[str]:
 
 
 def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), fmt: str | None = None,
-                model: ModelConfig | None = None, seq_len: int | None = None,
+                model: ModelConfig | str | None = None, seq_len: int | None = None,
                 devices_per_chip: int = 1) -> RunConfig:
     """One config file as a :class:`RunConfig` (``fmt``: one of :data:`FORMATS`, None: detected).
     ``overrides``: ``key=value`` words applied after the file (Hydra / MaxText / torchtitan
@@ -134,6 +134,8 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
     :attr:`~cosearch.hardware.Accelerator.devices_per_chip`): a MaxText config counts devices
     (:func:`read_maxtext`); the other formats count chips (GPUs) and refuse more than 1."""
     from .._validate import input_path
+    from .config import given_model
+    model = given_model(model, "read_config")
     path = input_path(path, "read_config: the config")
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
@@ -177,13 +179,16 @@ def read_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), f
 RUN_MODEL_FIELDS = ("mtp_layers", "moe_capacity_factor", "moe_pad_to_capacity")
 
 
-def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], model: ModelConfig | None = None,
+def read_configs(items: list[tuple[str | Path, list[str]]] | list[str | Path], model: ModelConfig | str | None = None,
                  devices_per_chip: int = 1) -> RunConfig:
     """The files of one run, merged (:func:`merge`).  ``items``: paths, or ``(path, overrides)``
     pairs.  Files that describe the plan are read first, so a ``config.json`` is read at their
     sequence length and a Megatron line without model flags gets the model from the others.
-    ``devices_per_chip``: as :func:`read_config` takes it (for a MaxText config)."""
+    ``devices_per_chip``: as :func:`read_config` takes it (for a MaxText config).  ``model``: a
+    :class:`~cosearch.models.ModelConfig` or a preset's name."""
     from .._validate import input_path
+    from .config import given_model
+    model = given_model(model, "read_configs")
     if isinstance(items, (str, os.PathLike)) or not isinstance(items, (list, tuple)):
         raise ValueError(f"read_configs: give a list of paths or (path, overrides) pairs, got {items!r}")
     pairs = []

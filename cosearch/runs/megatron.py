@@ -48,7 +48,11 @@ Plan and engine
                                              nothing (said)
 ``--first-last-layers-bf16``                 ``bf16_layers``: ``--num-layers-at-start-in-bf16`` and
                                              ``--num-layers-at-end-in-bf16`` (default 1 each) in bf16
-``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention
+``--use-flash-attn`` / ``--attention-backend flash|fused|auto``   flash attention; without
+                                             either, Megatron's defaults (``--transformer-impl
+                                             transformer_engine`` since April 2024,
+                                             ``--attention-backend auto``): TE's fused attention,
+                                             said; ``--transformer-impl local``: unfused
 ``--tp-comm-overlap``                        engine ``megatron-core-tp-overlap`` (needs
                                              ``--sequence-parallel`` under tp > 1, as Megatron does)
 ``--no-overlap-p2p-communication``           pipeline sends beside the chunks off (absent: on with
@@ -141,7 +145,7 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
            "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
            "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
-           "--attention-backend", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
+           "--attention-backend", "--transformer-impl", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
            # the model
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
            "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
@@ -262,8 +266,6 @@ _REFUSED = {
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
 }
 # ``--moe-grouped-gemm`` is neutral: cosearch prices the experts as grouped GEMMs.
-# ``--transformer-impl`` is neutral because its value is consumed below as a word.
-_NEUTRAL_WITH_VALUE_WORD = {"--transformer-impl"}
 
 #: ModelConfig fields a Megatron line can set, by the flag that sets them.
 _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-attention-heads": "heads",
@@ -366,7 +368,7 @@ def _split(text: str) -> tuple[dict[str, str], set[str], list[str]]:
             refused.append(f"{key} ({_REFUSED[key]})")
             if not eq and has_next_value:
                 i += 1
-        elif key in NEUTRAL_VALUED or key in _NEUTRAL_WITH_VALUE_WORD:
+        elif key in NEUTRAL_VALUED:
             neutral.append(w)
             if not eq and has_next_value:
                 neutral.append(nxt)
@@ -1175,7 +1177,7 @@ def _overlap_p2p(flags: set[str], pp: int, virtual: int, assumed: list[str]) -> 
     return not off
 
 
-def read_megatron_args(text: str, model: ModelConfig | None = None, source: str = "Megatron arguments"
+def read_megatron_args(text: str, model: ModelConfig | str | None = None, source: str = "Megatron arguments"
                        ) -> RunConfig:
     """What a Megatron argument line fixes, as a :class:`~cosearch.runs.RunConfig` (dp is left
     to the chips: ``chips / (tp pp cp)``, as Megatron derives it).
@@ -1185,6 +1187,8 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     contradictory or unpriceable line."""
     if not isinstance(text, str):
         raise ValueError(f"read_megatron_args: give the argument line as text (a str), got {type(text).__name__}")
+    from .config import given_model
+    model = given_model(model, "read_megatron_args")
     vals, flags, neutral = _split(text)
     assumed: list[str] = []
     model = _line_model(vals, flags, model, assumed)
@@ -1234,9 +1238,25 @@ def read_megatron_args(text: str, model: ModelConfig | None = None, source: str 
     backend = vals.get("--attention-backend")
     if backend is not None and backend not in ("flash", "fused", "unfused", "local", "auto"):
         raise ValueError(f"--attention-backend {backend!r}; Megatron accepts flash, fused, unfused, local or auto")
+    impl = vals.get("--transformer-impl")
+    if impl is not None and impl not in ("transformer_engine", "local"):
+        raise ValueError(f"--transformer-impl {impl!r} is not modelled for training (transformer_engine, local)")
     flash = "--use-flash-attn" in flags or backend in ("flash", "fused", "auto") or cp > 1
     if backend == "auto":
         assumed.append("--attention-backend auto: a fused (flash) attention kernel")
+    elif backend is None and not flash:
+        if impl == "local":
+            assumed.append("--transformer-impl local without --use-flash-attn or --attention-backend: Megatron-Core's "
+                           "local core attention, unfused")
+        else:
+            # Megatron-LM's defaults: --transformer-impl transformer_engine (since April 2024, e7b74a4b7e)
+            # and --attention-backend auto (TransformerConfig.attention_backend), with which Transformer
+            # Engine's DotProductAttention picks its fused kernels
+            flash = True
+            assumed.append("no --attention-backend: Megatron's defaults (--transformer-impl transformer_engine since "
+                           "April 2024, --attention-backend auto) run Transformer Engine's fused attention; a line for "
+                           "an older Megatron-LM, whose local implementation ran it unfused, needs "
+                           "--transformer-impl local")
     if "--overlap-param-gather" in flags and "--overlap-grad-reduce" not in flags:
         raise ValueError("--overlap-param-gather needs --overlap-grad-reduce (Megatron refuses it without)")
     if "--overlap-grad-reduce" not in flags:

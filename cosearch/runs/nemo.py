@@ -399,10 +399,12 @@ def _vocab(k: Keys, prefix: str, name: str, words: list[str], assumed: list[str]
 
 
 def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
-               model: ModelConfig | None = None) -> RunConfig:
+               model: ModelConfig | str | None = None) -> RunConfig:
     """A NeMo 1 launcher training YAML (or NeMo's ``megatron_gpt_config.yaml``), with optional
     Hydra ``key=value`` overrides; ``model``: the model when the YAML's tokenizer leaves the
-    vocabulary unknown (its dimensions must agree)."""
+    vocabulary unknown (its dimensions must agree; a preset's name or a ModelConfig)."""
+    from .config import given_model
+    model = given_model(model, "read_nemo1")
     name = f"NeMo 1 YAML {source}" if not isinstance(source, dict) else "NeMo 1 config"
     d = load_yaml(source) if not isinstance(source, dict) else source
     d = resolve_interpolations(d)
@@ -471,6 +473,10 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
         words.append("--use-flash-attn")
     elif k.bool("model.transformer_engine", False) and k.bool("model.mcore_gpt", False):
         words += ["--attention-backend", "auto"]
+    else:
+        # NeMo 1's own attention without flash attention or Megatron-Core's TE layers: unfused
+        # (stated, since a Megatron line without an attention flag reads as Megatron's TE default)
+        words += ["--attention-backend", "unfused"]
     # NeMo 1's Megatron-Core DDP: grad_reduce_in_fp32=(optim.grad_sync_dtype, default 'fp32', == 'fp32')
     # (MegatronBaseModel.setup_mcore_distributed_parallel)
     sync = str(k.get("model.optim.grad_sync_dtype", "fp32"))
@@ -593,12 +599,14 @@ BRIDGE_BF16_LAYERS = {"bf16_with_fp8_current_scaling_mixed": (1, 1),
 
 
 def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
-                         overrides: list[str] | tuple[str, ...] = (), model: ModelConfig | None = None,
+                         overrides: list[str] | tuple[str, ...] = (), model: ModelConfig | str | None = None,
                          num_chips: int | None = None) -> RunConfig:
     """A Megatron-Bridge / NeMo 2 config container dumped as YAML (a path or its parsed mapping;
     None: overrides only), with ``section.key=value`` overrides.  ``model``: the model the run
     trains when the config leaves it out (the recipe's model provider); the dump's model fields
-    must agree with it."""
+    must agree with it (a preset's name or a ModelConfig)."""
+    from .config import given_model
+    model = given_model(model, "read_megatron_bridge")
     name = f"Megatron-Bridge config {source}" if isinstance(source, (str, Path)) else "Megatron-Bridge config"
     d = {} if source is None else (load_yaml(source) if not isinstance(source, dict) else source)
     flat = flatten(resolve_interpolations(d))
