@@ -23,12 +23,14 @@ MAX_DIM = 2**31 - 1
 MAX_BATCH = 1 << 30
 
 
-def instances(**given: tuple[Any, type]) -> None:
-    """Each argument None or of its class, refused by name otherwise (a string where a config
-    object belongs raised AttributeError deep inside)."""
+def instances(where: str = "", *, none_ok: bool = True, **given: tuple[Any, type]) -> None:
+    """Each argument of its class (or None, where ``none_ok``), refused by name otherwise, with
+    ``where`` (the function) first where given (a string where a config object belongs raised
+    AttributeError deep inside)."""
     for name, (x, kind) in given.items():
-        if x is not None and not isinstance(x, kind):
-            raise ValueError(f"{name} must be a {kind.__name__} (or None), got {type(x).__name__} {x!r:.60}")
+        if (x is not None or not none_ok) and not isinstance(x, kind):
+            raise ValueError(f"{where + ': ' if where else ''}{name} must be a {kind.__name__}"
+                             f"{' (or None)' if none_ok else ''}, got {type(x).__name__} {x!r:.60}")
 
 
 def flag(name: str, value: Any) -> bool:

@@ -45,7 +45,11 @@ def op_array(ops: LayerGraph | np.ndarray) -> np.ndarray:
     """Op rows (:data:`~cosearch.graph.OP_FIELDS` order) of a graph, validated."""
     if isinstance(ops, LayerGraph):
         return ops.arrays()
-    arr = np.ascontiguousarray(ops, dtype=np.float64)
+    try:
+        arr = np.ascontiguousarray(ops, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"ops must be a LayerGraph or an (n, {len(OP_FIELDS)}) array of op rows, got "
+                         f"{type(ops).__name__}") from None
     if arr.ndim == 2 and arr.shape[1] == len(OP_FIELDS) - 1:   # rows from before head_dim: none fused
         arr = np.ascontiguousarray(np.hstack([arr, np.zeros((len(arr), 1))]))
     if arr.ndim != 2 or arr.shape[1] != len(OP_FIELDS):

@@ -260,7 +260,7 @@ def hbm_variant(chip: Accelerator | str, stack: str, stacks: int) -> Accelerator
     """``chip`` with ``stacks`` stacks of :data:`HBM_STACKS` ``stack`` (capacity and bandwidth
     replaced; its name says so)."""
     c = chip_preset(chip)
-    if stack not in HBM_STACKS:
+    if not isinstance(stack, str) or stack not in HBM_STACKS:
         raise ValueError(f"unknown HBM stack {stack!r}; choose one of {', '.join(HBM_STACKS)}")
     n = v.positive_int("stacks", stacks, 64)
     cap, bw, _ = HBM_STACKS[stack]
@@ -471,6 +471,11 @@ def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> d
     experts stay tensor-parallel).  A TPU runs MaxText (FSDP over the torus, tensor parallelism, no
     pipeline stages)."""
     from .engine import megatron_core
+    from .models import preset as model_preset
+    model = model_preset(model) if isinstance(model, str) else model
+    v.instances("default_plan_options", none_ok=False, model=(model, ModelConfig))
+    chip = chip_preset(chip)
+    chips = v.positive_int("chips", chips)
     precs = ("bf16", "fp8") if chip.supports_fp8 else ("bf16",)
     eps: tuple[int, ...] = (1,)
     if model.moe:
@@ -642,6 +647,10 @@ def split_baselines(res: CodesignResults, base: SystemDesign,
     """The best of the co-designed systems of ``res`` that vary only the chip (``base``'s rack:
     its domain size and links; a Spotlight-style chip-only search) and only the network
     (``base``'s chip and HBM), by ``objective``; fixed systems left out."""
+    v.instances("split_baselines", none_ok=False, res=(res, CodesignResults), base=(base, SystemDesign))
+    if objective not in OBJECTIVES:
+        raise ValueError(f"split_baselines: objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+
     def rack(s):
         return (s.scale_up, s.scale_up_Bps, s.scale_out_Bps, s.torus_side, s.torus_ports)
 
@@ -660,6 +669,9 @@ def design_report(res: CodesignResults, winner: SystemResult, versus: SystemResu
     first), its power and die-area deltas by component, and which budget each of its margins
     rests on — for chip power, rack power and die area, the best system that stays within the
     next-lower value (what wins if that budget tightens below the winner)."""
+    v.instances("design_report", none_ok=False, res=(res, CodesignResults), winner=(winner, SystemResult),
+                versus=(versus, SystemResult))
+    v.instances("design_report", ap=(ap, AreaPowerModel))
     ap = ap or AreaPowerModel()
     w, x = winner, versus
     if w.plan is None or x.plan is None:
@@ -726,7 +738,7 @@ FIXED_USD_PER_HOUR: dict[str, float] = {"dgx-h100": 1.30, "dgx-b200": 1.95, "gb2
 def fixed_system(name: str, chip_usd: float | None = None) -> SystemDesign:
     """The :data:`FIXED_SYSTEMS` entry ``name`` (with a capex per chip slot, if given, and its
     :data:`FIXED_USD_PER_HOUR` where one is published)."""
-    if name not in FIXED_SYSTEMS:
+    if not isinstance(name, str) or name not in FIXED_SYSTEMS:
         raise ValueError(f"unknown fixed system {name!r}; choose one of {', '.join(FIXED_SYSTEMS)}")
     f = dict(FIXED_SYSTEMS[name])
     return SystemDesign(chip_preset(f.pop("chip")), f.pop("scale_up"), f.pop("scale_out_Bps"), name=name,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _validate as v
 from . import memory, placement
 from . import plan as plan_mod
 from .cluster import Cluster
@@ -35,6 +36,8 @@ def bound_candidates(model: ModelConfig, designs: np.ndarray, cluster: Cluster, 
     :func:`cosearch.schedule.work_bounds` (itself a valid bound on the ILP layer time, so a
     design it puts above ``ceiling`` cannot be below it), and ``layer_bounds`` is priced on
     the rest."""
+    v.instances("bound_candidates", none_ok=False, model=(model, ModelConfig), cluster=(cluster, Cluster),
+                designs=(designs, np.ndarray))
     pr = priced or {}
     cp = int(pr.get("context_parallel", 1))
     wb = plan_mod.unit_costs(model, designs, cluster, tps, mbs, sps, flash, time_model="work-bound", engine=engine,
@@ -75,6 +78,9 @@ def rank_top_ilp(res: Results, model: ModelConfig, cluster: Cluster, global_batc
     rows (designs the sweep had pruned gain a row).  At most ``max_designs`` ILP plans are
     made; ``res.meta["ilp_ranking"]`` says whether the top was proven and, if not, how many
     designs' bounds still beat the ``top``-th distinct ILP step."""
+    v.instances("rank_top_ilp", none_ok=False, res=(res, Results), model=(model, ModelConfig),
+                cluster=(cluster, Cluster), mem=(mem, memory.MemoryConfig), opts=(opts, dict),
+                designs=(designs, np.ndarray))
     import heapq
     sps = tuple(opts.get("sequence_parallel", (False,)))
     flash = bool(opts.get("flash_attention", False))

@@ -433,6 +433,14 @@ def forward_flops(model, example_input) -> float:
 
 def training_flops(model: nn.Module, example_input: torch.Tensor, samples: int, epochs: int = 1) -> float:
     """FLOPs of local training: 3 x forward (forward + backward) per sample per epoch."""
+    import torch
+
+    from .._validate import positive_int
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"training_flops: model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(example_input, torch.Tensor):
+        raise ValueError(f"training_flops: example_input must be a torch.Tensor, got {type(example_input).__name__}")
+    samples, epochs = positive_int("samples", samples), positive_int("epochs", epochs)
     return 3.0 * forward_flops(model, example_input) * samples * epochs
 
 

@@ -173,6 +173,14 @@ def _slice(t, idx: dict[int, np.ndarray]):
     return t
 
 
+def _check_groups(gs, where: str) -> list:
+    """``gs`` as :func:`groups` returns it (a list of :class:`Group`), refused naming ``where``."""
+    if not isinstance(gs, (list, tuple)) or not all(isinstance(g, Group) for g in gs):
+        raise ValueError(f"{where}: the groups must be a list of Group (from groups(model, example_input)), "
+                         f"got {gs!r:.80}")
+    return list(gs)
+
+
 def extract_submodel(model: nn.Module, masks: dict[str, np.ndarray], example_input: torch.Tensor | None = None,
                      model_groups: list[Group] | None = None) -> nn.Module:
     """A smaller copy of ``model`` keeping the units where ``masks[layer]`` is True.
@@ -180,7 +188,9 @@ def extract_submodel(model: nn.Module, masks: dict[str, np.ndarray], example_inp
     model repeatedly need not trace it each time)."""
     import torch
 
-    gs = groups(model, example_input) if model_groups is None else model_groups
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"extract_submodel: model must be a torch.nn.Module, got {type(model).__name__}")
+    gs = groups(model, example_input) if model_groups is None else _check_groups(model_groups, "extract_submodel")
     _check_masks(gs, masks)
     sub = copy.deepcopy(model)
     idx = param_indices(gs, masks)
@@ -222,6 +232,13 @@ def merge_updates(global_state: dict, updates: list[tuple], gs: list[Group]
     """
     import torch
 
+    if not isinstance(global_state, dict):
+        raise ValueError(f"merge_updates: global_state must be a state dict, got {type(global_state).__name__}")
+    if not isinstance(updates, (list, tuple)) or not all(isinstance(u, (list, tuple)) and len(u) in (3, 4)
+                                                         for u in updates):
+        raise ValueError("merge_updates: updates must be a list of (state_dict, masks, num_examples[, rows]) "
+                         f"tuples, got {updates!r:.80}")
+    _check_groups(gs, "merge_updates")
     sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()
             if torch.is_floating_point(v)}
     counts = {k: torch.zeros_like(v, dtype=torch.float64) for k in sums for v in (global_state[k],)}

@@ -34,6 +34,11 @@ def parse_overrides(words: list[str] | tuple[str, ...], source: str) -> dict[str
     """``["a.b=4", "c=true"]`` -> ``{"a.b": 4, "c": True}`` (values parsed as YAML scalars, as
     Hydra/OmegaConf and MaxText read them); a word without ``=`` is refused."""
     import yaml
+    if words is None:
+        return {}
+    if isinstance(words, (str, bytes)) or not isinstance(words, (list, tuple)) or \
+            not all(isinstance(w, str) for w in words):
+        raise ValueError(f"{source}: overrides must be a list of key=value strings, got {words!r:.80}")
     out: dict[str, Any] = {}
     for w in words:
         key, eq, value = w.partition("=")

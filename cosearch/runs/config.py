@@ -215,6 +215,8 @@ def _show(v: Any) -> str:
 def merge(configs: list[RunConfig]) -> RunConfig:
     """One config from several files of one run; a field two of them set differently is
     refused naming both files."""
+    if not isinstance(configs, (list, tuple)) or not all(isinstance(c, RunConfig) for c in configs):
+        raise ValueError(f"merge: give a list of RunConfig (the readers' results), got {configs!r:.80}")
     if not configs:
         raise ValueError("merge: no run configs")
     out = configs[0]

@@ -26,7 +26,8 @@ FORMATS = ("megatron-args", "nemo1", "megatron-bridge", "torchtitan", "maxtext",
 def detect_format(path: str | Path) -> str:
     """The format of a config file, from its suffix and its top-level keys (one of
     :data:`FORMATS`); a file none of them fits is refused, naming what was looked for."""
-    p = Path(path)
+    from .._validate import input_path
+    p = Path(input_path(path, "detect_format: the config"))
     suffix = p.suffix.lower()
     if suffix == ".toml":
         return "torchtitan"
