@@ -242,6 +242,14 @@ class ModelConfig:
             x = getattr(self, f)
             if isinstance(x, numbers.Integral) and not isinstance(x, (bool, int)):
                 object.__setattr__(self, f, int(x))
+        # the sizes first: every check below compares with them
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        for f in ("num_layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
+                  "dtype_bytes"):
+            _positive_int(f, getattr(self, f))
+        if isinstance(self.extra_params, bool) or not isinstance(self.extra_params, int) or self.extra_params < 0:
+            raise ValueError(f"ModelConfig.extra_params must be an integer >= 0, got {self.extra_params!r}")
         for f in ("num_experts", "experts_per_token", "shared_experts", "dense_layers", "mtp_layers"):
             x = getattr(self, f)
             if isinstance(x, bool) or not isinstance(x, int) or x < 0:
@@ -294,7 +302,7 @@ class ModelConfig:
         if self.moe_einsum_dispatch:
             object.__setattr__(self, "moe_pad_to_capacity", True)
         if self.mla is not None:
-            if len(tuple(self.mla)) != 3:
+            if not isinstance(self.mla, (list, tuple)) or len(tuple(self.mla)) != 3:
                 raise ValueError(f"ModelConfig.mla must be (q_lora_rank, kv_lora_rank, rope_head_dim), got {self.mla!r}")
             object.__setattr__(self, "mla", tuple(self.mla))
             qr = self.mla[0]
@@ -338,7 +346,10 @@ class ModelConfig:
         ca = self.compressed_attention
         if ca is not None:
             if isinstance(ca, dict):
-                ca = CompressedAttention(**ca)
+                try:
+                    ca = CompressedAttention(**ca)
+                except TypeError as exc:
+                    raise ValueError(f"ModelConfig.compressed_attention: {exc}") from None
                 object.__setattr__(self, "compressed_attention", ca)
             if not isinstance(ca, CompressedAttention):
                 raise ValueError(f"ModelConfig.compressed_attention must be a CompressedAttention (or its dict), got {ca!r}")
@@ -353,13 +364,6 @@ class ModelConfig:
                              f"got {self.sliding_layers!r}")
         if self.sliding_layers and self.sliding_window is None:
             raise ValueError("ModelConfig.sliding_layers needs sliding_window (the window in tokens)")
-        if self.kv_heads is None:
-            object.__setattr__(self, "kv_heads", self.heads)
-        for f in ("num_layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
-                  "dtype_bytes"):
-            _positive_int(f, getattr(self, f))
-        if self.extra_params < 0:
-            raise ValueError(f"ModelConfig.extra_params must be >= 0, got {self.extra_params!r}")
         if self.head_size is not None:
             _positive_int("head_size", self.head_size)
         elif self.hidden % self.heads:

@@ -152,6 +152,8 @@ class PlanSpec:
         for f in ("sequence_parallel", "flash_attention", "fp8_attention"):
             object.__setattr__(self, f, v.flag(f"PlanSpec.{f}", getattr(self, f)))
         if self.stage_layers is not None:
+            if not isinstance(self.stage_layers, (list, tuple, np.ndarray)):
+                raise ValueError(f"PlanSpec.stage_layers must be a list of layers per stage, got {self.stage_layers!r}")
             sl = tuple(v.positive_int("PlanSpec.stage_layers", x) for x in self.stage_layers)
             if len(sl) != self.pp:
                 raise ValueError(f"PlanSpec.stage_layers has {len(sl)} entries for pp={self.pp} stages")

@@ -67,3 +67,23 @@ def test_fl_functions_refuse_the_wrong_kind():
         merge_updates(net.state_dict(), "u", gs)
     with pytest.raises(ValueError, match="merge_updates: the groups must be a list of Group"):
         merge_updates(net.state_dict(), [], "gs")
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("num_layers", None, "num_layers"),
+    ("extra_params", None, "extra_params must be an integer"),
+    ("mla", -1, "mla must be"),
+    ("compressed_attention", {}, "compressed_attention"),
+])
+def test_model_config_fields_of_the_wrong_kind(field, value, match):
+    """ModelConfig checked its sizes after comparing with them (None < int was a TypeError)."""
+    from cosearch import models
+    with pytest.raises(ValueError, match=match):
+        models.preset("deepseek-v3").with_(**{field: value})
+
+
+def test_plan_spec_stage_layers_of_the_wrong_kind():
+    from cosearch.plan import PlanSpec
+    with pytest.raises(ValueError, match="stage_layers must be a list"):
+        PlanSpec(8, 1, 2, 1, stage_layers=-1)
+    assert PlanSpec(8, 1, 2, 1, stage_layers=np.array([16, 16])).stage_layers == (16, 16)
