@@ -32,9 +32,9 @@ def detect_format(path: str | Path) -> str:
     if suffix == ".toml":
         return "torchtitan"
     if suffix == ".json":
-        from .torchtitan import _load_json
+        from .torchtitan_saved import load_json
         # torchtitan's saved config (Trainer.Config.to_dict) has model_spec; a Hugging Face config.json not
-        return "torchtitan" if "model_spec" in _load_json(p) else "hf-config"
+        return "torchtitan" if "model_spec" in load_json(p) else "hf-config"
     if suffix in (".yaml", ".yml"):
         from ._fields import load_yaml
         keys = set(load_yaml(p))
