@@ -1011,3 +1011,16 @@ def test_readers_take_a_model_preset_by_name():
         read_configs([DATA / "megatron_deepseek_v3.args"], model=5)
     with pytest.raises(ValueError, match="unknown model preset"):
         read_config(DATA / "megatron_deepseek_v3.args", model="no-such-model")
+
+
+def test_nemo1_attention_kernel_as_its_layers_run_it():
+    """NeMo 1's attention: Transformer Engine's layers (Megatron-Core's te_gpt spec under mcore_gpt,
+    TE's own TransformerLayer in NeMo's legacy model) run fused attention; without TE,
+    Megatron-Core's local spec and NeMo's legacy CoreAttention run it unfused unless
+    use_flash_attention (the legacy TE model read unfused until stop 71)."""
+    f = DATA / "nemo1_gpt3_5b.yaml"
+    flash = {(te, mc, fa): read_config(f, [f"model.transformer_engine={te}", f"model.mcore_gpt={mc}",
+                                           f"model.use_flash_attention={fa}"]).resolve().spec.flash_attention
+             for te in ("true", "false") for mc in ("true", "false") for fa in ("true", "false")}
+    assert flash == {(te, mc, fa): te == "true" or fa == "true"
+                     for te in ("true", "false") for mc in ("true", "false") for fa in ("true", "false")}

@@ -344,3 +344,15 @@ def test_toml_switches_neutral_where_they_change_nothing():
     qwen = read_config(DATA / "torchtitan_qwen3_30b_a3b.toml", ["model.converters=[float8]",
                                                                   "float8.moe_fqns_prototype=[experts]"])
     assert qwen.plan["precision"] == "fp8"
+
+
+def test_token_counted_layout_after_0_3_refused_with_the_reason():
+    """torchtitan's main branch after 0.3.0 counts a step in tokens
+    (num_tokens_per_microbatch_per_dp_rank, max_context_length): refused saying so, not as
+    unknown fields."""
+    d = json.loads(LLAMA.read_text())
+    t = d["training"]
+    t.pop("local_batch_size"), t.pop("seq_len")
+    t.update(num_tokens_per_microbatch_per_dp_rank=16384, max_context_length=8192)
+    with pytest.raises(ValueError, match="count the step in tokens"):
+        read_torchtitan(d, ["model.converters=none"])

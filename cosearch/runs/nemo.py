@@ -32,7 +32,9 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
                                              --overlap-param-gather; ``optim.dtype``,
                                              ``store_params``, ``store_param_remainders``: the
                                              optimizer state's bytes (:func:`apex_adam_memory`)
-``transformer_engine`` with ``mcore_gpt``    --attention-backend auto (TE's fused attention)
+``transformer_engine``                       --attention-backend auto (TE's fused attention, in
+                                             Megatron-Core's TE spec or NeMo's legacy TE layer);
+                                             without it (and without ``use_flash_attention``): unfused
 ``tokenizer.type: GPT2BPETokenizer``         --vocab-size 50257 (GPT-2's vocabulary)
 ``activation: squared-relu``                 --squared-relu (Nemotron-4; priced as ReLU, said)
 ==========================================  ===================================================
@@ -469,13 +471,18 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
         words += ["--fp8-format", "hybrid" if hybrid else "e4m3"]
     if k.bool("model.fsdp", False):
         raise ValueError(f"{name}: model.fsdp (NeMo's torch FSDP path) is not read; use engine fsdp with ZeRO-3")
+    te = k.bool("model.transformer_engine", False)
     if k.bool("model.use_flash_attention", False):
         words.append("--use-flash-attn")
-    elif k.bool("model.transformer_engine", False) and k.bool("model.mcore_gpt", False):
+    elif te:
+        # Transformer Engine's layers pick their fused attention: Megatron-Core's te_gpt spec under
+        # mcore_gpt (megatron_gpt_model.get_specs), TE's own TransformerLayer in NeMo's legacy
+        # model (transformer.py AutocastTransformerLayer); until stop 71 the legacy one read unfused
         words += ["--attention-backend", "auto"]
     else:
-        # NeMo 1's own attention without flash attention or Megatron-Core's TE layers: unfused
-        # (stated, since a Megatron line without an attention flag reads as Megatron's TE default)
+        # without TE: Megatron-Core's local spec (mcore_gpt) or NeMo's legacy CoreAttention, both
+        # unfused without use_flash_attention (stated: a Megatron line without an attention flag
+        # reads as Megatron's TE default)
         words += ["--attention-backend", "unfused"]
     # NeMo 1's Megatron-Core DDP: grad_reduce_in_fp32=(optim.grad_sync_dtype, default 'fp32', == 'fp32')
     # (MegatronBaseModel.setup_mcore_distributed_parallel)

@@ -143,6 +143,9 @@ _BF16_ANYWAY = ("output", "lm_head", "router.gate", "gate", "auto_filter_small_k
 #: (ZBVZeroBubble, DualPipeV) are not modelled.
 _SINGLE_STAGE = ("1f1b", "gpipe")
 _LOOPED = ("interleaved1f1b", "loopedbfs", "interleavedzerobubble")
+#: The token-counted training fields of torchtitan after 0.3.0 (main's ``TrainingConfig``).
+_TOKEN_COUNTED = ("training.num_tokens_per_microbatch_per_dp_rank", "training.num_tokens_per_train_step",
+                  "training.max_context_length")
 #: torchtitan's token dispatchers cosearch does not model (``make_token_dispatcher_config``).
 _OTHER_BACKENDS = ("hybridep", "minimal_async_ep", "torchao")
 
@@ -299,6 +302,14 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
     if saved and str(given.get("model.converters")).lower() in ("none", "[]", ""):
         given["model.converters"] = []
     flat.update(given)
+    newer = sorted(key for key in flat if key in _TOKEN_COUNTED)
+    if newer:
+        # torchtitan after 0.3.0 (its main branch) counts a step in tokens (configs.py
+        # TrainingConfig: num_tokens_per_microbatch_per_dp_rank, num_tokens_per_train_step,
+        # max_context_length) where 0.3.0 and the TOML era count sequences
+        raise ValueError(f"{name}: {', '.join(newer)} count the step in tokens, torchtitan's layout after 0.3.0, "
+                         "which cosearch does not read yet; it reads 0.3.0's saved config and the train.toml era "
+                         "(local_batch_size, seq_len)")
     k = Keys(name, flat)
     # the model
     seq = k.positive("training.seq_len", 2048)
