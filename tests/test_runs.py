@@ -1024,3 +1024,35 @@ def test_nemo1_attention_kernel_as_its_layers_run_it():
              for te in ("true", "false") for mc in ("true", "false") for fa in ("true", "false")}
     assert flash == {(te, mc, fa): te == "true" or fa == "true"
                      for te in ("true", "false") for mc in ("true", "false") for fa in ("true", "false")}
+
+
+def test_maxtext_dropout_read_where_it_runs():
+    """MaxText's dropout_rate (base.yml 0.0; enable_dropout true) was listed neutral: a rate above
+    0 runs dropout after the embedding and each layer's attention and MLP, priced as cosearch's
+    dropout ops (their masks kept: more activation memory than without)."""
+    base = ["ici_fsdp_parallelism=4", "base_emb_dim=256", "base_num_query_heads=4", "base_num_kv_heads=4",
+            "head_dim=64", "base_num_decoder_layers=2", "base_mlp_dim=512", "vocab_size=1000",
+            "per_device_batch_size=2", "remat_policy=minimal"]
+    off = read_maxtext(None, base)
+    on = read_maxtext(None, base + ["dropout_rate=0.1"])
+    assert not off.model.dropout and on.model.dropout and any("dropout_rate 0.1" in a for a in on.assumed)
+    assert not read_maxtext(None, base + ["dropout_rate=0.1", "enable_dropout=false"]).model.dropout
+    d_off, d_on = off.resolve(4), on.resolve(4)
+    from cosearch import cluster, hardware
+    a = evaluate(d_off.model, hardware.TPUv5e, cluster.tpuv5e_pod(4), d_off.spec, d_off.global_batch, engine=d_off.engine)
+    b = evaluate(d_on.model, hardware.TPUv5e, cluster.tpuv5e_pod(4), d_on.spec, d_on.global_batch, engine=d_on.engine)
+    assert b.memory_per_chip_bytes[0] > a.memory_per_chip_bytes[0] and b.step_time_s > a.step_time_s
+
+
+def test_maxtext_optimizer_state_from_opt_type():
+    """opt_type (listed neutral until stop 71) decides the optimizer's state: adamw and adam_pax keep
+    Adam's two moments (MaxText's all-float32 default, 16 bytes a parameter), optax.sgd none
+    (4 + 4 = 8 bytes: cosearch's MemoryConfig of the same total, 2 + 2 + 4), muon refused."""
+    base = ["ici_fsdp_parallelism=4", "base_emb_dim=256", "base_num_query_heads=4", "base_num_kv_heads=4",
+            "head_dim=64", "base_num_decoder_layers=2", "base_mlp_dim=512", "vocab_size=1000",
+            "per_device_batch_size=2"]
+    assert read_maxtext(None, base + ["opt_type=adam_pax"]).memory is None
+    sgd = read_maxtext(None, base + ["opt_type=sgd"]).memory
+    assert sgd.weight_bytes + sgd.grad_bytes + sgd.optimizer_bytes == 8
+    with pytest.raises(ValueError, match="opt_type 'muon'"):
+        read_maxtext(None, base + ["opt_type=muon"])

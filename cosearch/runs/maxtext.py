@@ -38,8 +38,9 @@ unless ``num_slices`` says otherwise).
 ``quantization``                        ``fp8`` / ``nanoo_fp8`` / ``fp8_full`` (Qwix's, for
                                         TPU7x: forward and backward): FP8 GEMMs
 ``weight_dtype``, ``grad_dtype``,        the bytes a parameter keeps: weights (float32 by default),
-``mu_dtype``                            gradients and Adam's first moment (each the weights' dtype
-                                        unless set), second moment (the weights')
+``mu_dtype``, ``opt_type``              gradients and Adam's first moment (each the weights' dtype
+                                        unless set), second moment (the weights'); ``opt_type``
+                                        adamw / adam_pax (Adam's moments) or sgd (none); muon refused
 ``use_iota_embed``                      true: the embedding as a one-hot GEMM (engine ``embedding``)
 ``attention``                           dot_product: unfused; flash / cudnn_flash_te /
                                         autoselected (flash for training sequences of 128+,
@@ -131,14 +132,14 @@ DECODER_BLOCKS = {"llama2-7b": "llama2", "llama2-13b": "llama2", "llama2-70b": "
 NEUTRAL_KEYS = frozenset({
     "run_name", "base_output_directory", "hardware", "steps", "log_period", "learning_rate",
     "learning_rate_schedule_steps", "warmup_steps_fraction", "cosine_learning_rate_final_fraction", "adam_b1",
-    "adam_b2", "adam_eps", "adam_eps_root", "adam_weight_decay", "gradient_clipping_threshold", "opt_type",
+    "adam_b2", "adam_eps", "adam_eps_root", "adam_weight_decay", "gradient_clipping_threshold",
     "dataset_type", "dataset_path", "dataset_name", "eval_dataset_name", "eval_interval", "eval_steps",
     "tokenizer_path", "tokenizer_type", "enable_checkpointing", "async_checkpointing", "checkpoint_period",
     "load_parameters_path", "load_full_state_path", "enable_data_shuffling", "data_shuffle_seed", "init_weights_seed",
     "profiler", "profiler_steps", "skip_first_n_steps_for_profiler", "upload_all_profiler_results", "metrics_file",
     "gcs_metrics", "save_config_to_gcs", "enable_goodput_recording", "monitor_goodput", "grain_worker_count",
     "packing", "add_bos", "add_eos", "normalization_layer_epsilon", "rope_max_timescale", "rope_min_timescale",
-    "max_prefill_predict_length", "reuse_example_batch", "enable_dropout", "dropout_rate",
+    "max_prefill_predict_length", "reuse_example_batch",
     "jax_cache_dir", "compile_topology", "compile_topology_num_slices",
     # process and logging switches (tpu-recipes' Ironwood recipes)
     "skip_jax_distributed_system", "profile_periodically_period", "output_dir", "allow_split_physical_axes",
@@ -268,6 +269,13 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     assumed: list[str] = []
     seq = k.positive("max_target_length", 2048)
     model = _moe_dispatch(k, name, _model(k, name, seq, assumed), assumed)
+    rate = k.number("dropout_rate", 0.0)
+    if k.bool("enable_dropout", True) and rate > 0:
+        # MaxText's decoders drop out the embedding and each layer's attention and MLP outputs at
+        # dropout_rate (base.yml 0.0): cosearch's dropout ops and their masks
+        model = model.with_(dropout=True)
+        assumed.append(f"dropout_rate {rate}: dropout after the embedding and each layer's attention and MLP "
+                       "(their masks kept for the backward)")
     if str(k.get("dtype", "bfloat16")) != "bfloat16":
         raise ValueError(f"{name}: dtype {k.get('dtype')!r} is not modelled (bfloat16 is)")
 
@@ -445,11 +453,18 @@ def _state_bytes(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:
             raise ValueError(f"{name}: {key} {v!r} is not modelled ({', '.join(_DTYPE_BYTES)})")
         dtypes[key] = _DTYPE_BYTES[str(v)]
     w = dtypes.get("weight_dtype", 4)
-    total = w + dtypes.get("grad_dtype", w) + dtypes.get("mu_dtype", w) + w
+    # the optimizer (optimizers.py get_optimizer): adamw and adam_pax keep Adam's two moments,
+    # optax.sgd (no momentum) none; muon's Newton-Schulz iterations are compute cosearch does not price
+    opt = str(k.get("opt_type", "adamw"))
+    if opt not in ("adamw", "adam_pax", "sgd"):
+        raise ValueError(f"{name}: opt_type {opt!r} is not modelled (adamw, adam_pax and sgd are)")
+    moments = dtypes.get("mu_dtype", w) + w if opt != "sgd" else 0
+    total = w + dtypes.get("grad_dtype", w) + moments
     if total == 16:
         return None
     assumed.append(f"parameter state {total} bytes a parameter (weights {w}, gradients {dtypes.get('grad_dtype', w)}, "
-                   f"Adam moments {dtypes.get('mu_dtype', w)} + {w}; MaxText's default 16)")
+                   + (f"Adam moments {dtypes.get('mu_dtype', w)} + {w}" if opt != "sgd" else "opt_type sgd: no moments")
+                   + "; MaxText's default 16)")
     return MemoryConfig(optimizer_bytes=float(total - 4))
 
 
