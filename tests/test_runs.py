@@ -1056,3 +1056,17 @@ def test_maxtext_optimizer_state_from_opt_type():
     assert sgd.weight_bytes + sgd.grad_bytes + sgd.optimizer_bytes == 8
     with pytest.raises(ValueError, match="opt_type 'muon'"):
         read_maxtext(None, base + ["opt_type=muon"])
+
+
+def test_foundry_optimizer_state_from_its_name():
+    """llm-foundry's optimizer section was neutral whole; its name decides the state each parameter
+    keeps (llmfoundry/optim): DecoupledAdamW two fp32 moments (16 bytes with FSDP's fp32 weights and
+    gradients, the memory model's default), the Lion variants one (12), no_op none (8); another
+    refused by name."""
+    f = DATA / "foundry_mpt_1b.yaml"
+    assert read_config(f).memory is None
+    for opt, total in (("decoupled_lionw", 12), ("clip_lion", 12), ("no_op", 8)):
+        m = read_config(f, [f"optimizer.name={opt}"]).memory
+        assert m.weight_bytes + m.grad_bytes + m.optimizer_bytes == total
+    with pytest.raises(ValueError, match="optimizer.name 'adafactor'"):
+        read_config(f, ["optimizer.name=adafactor"])

@@ -16,6 +16,8 @@ models need their ``config.json`` as well.
                                              node of 8 GPUs (torch FSDP shards inside the node)
 ``fsdp_config.mixed_precision``              DEFAULT (fp32 gradient reduction) or PURE (bf16:
                                              engine ``llm-foundry-pure``); FULL is refused
+``optimizer.name``                           decoupled_adamw (Adam's two fp32 moments), the Lion
+                                             variants (one), no_op (none); another refused
 ``fsdp_config.activation_checkpointing``     full recompute of every block
 ``model.attn_config.attn_impl``              flash / triton: flash attention (triton: FA1
                                              kernel); torch: unfused attention
@@ -237,6 +239,21 @@ def read_foundry(source: str | Path | dict[str, Any], overrides: list[str] | tup
     for key in ("tp_config", "fsdp_config.device_mesh", "fsdp_config.data_parallel_shard_degree"):
         if any(x == key or x.startswith(key + ".") for x in flat):
             raise ValueError(f"{name}: {key} is not read from llm-foundry configs (FSDP over all GPUs is)")
+    # the optimizer's state (llmfoundry/optim: DecoupledAdamW keeps Adam's two fp32 moments, the
+    # Lion variants one, no_op none), on FSDP's fp32 parameters and gradients: 16, 12 or 8 bytes a
+    # parameter, as a MemoryConfig of that total
+    opt = str(k.get("optimizer.name", "decoupled_adamw"))
+    moments = {"decoupled_adamw": 2, "decoupled_lionw": 1, "adalr_lion": 1, "clip_lion": 1, "no_op": 0}.get(opt)
+    if moments is None:
+        raise ValueError(f"{name}: optimizer.name {opt!r} is not modelled (decoupled_adamw, decoupled_lionw, "
+                         "adalr_lion, clip_lion, no_op)")
+    memory = None
+    if moments != 2:
+        from ..memory import MemoryConfig
+        memory = MemoryConfig(optimizer_bytes=4.0 + 4.0 * moments)
+        assumed.append(f"optimizer {opt}: {moments} fp32 moment(s), {8 + 4 * moments} bytes a parameter with FSDP's "
+                       "fp32 weights and gradients")
     neutral = k.finish(NEUTRAL_SECTIONS, NEUTRAL_KEYS)
     return RunConfig(name, model=model, plan=plan, global_batch=gbs, engine=llm_foundry(mixed, impl, loss),
-                     seq_len=seq, assumed=tuple(assumed), neutral=neutral, hf_config_overrides=hf_overrides)
+                     seq_len=seq, assumed=tuple(assumed), neutral=neutral, hf_config_overrides=hf_overrides,
+                     memory=memory)
