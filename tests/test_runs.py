@@ -1070,3 +1070,17 @@ def test_foundry_optimizer_state_from_its_name():
         assert m.weight_bytes + m.grad_bytes + m.optimizer_bytes == total
     with pytest.raises(ValueError, match="optimizer.name 'adafactor'"):
         read_config(f, ["optimizer.name=adafactor"])
+
+
+def test_optimizer_read_where_a_config_names_it():
+    """Megatron's --optimizer (unknown to the reader until stop 71, so a line naming its default was
+    refused) and Megatron-Bridge's optimizer.optimizer (neutral, so sgd was priced as Adam): adam
+    read, anything else refused by name (its state is not Adam's)."""
+    base = "--micro-batch-size 1 --global-batch-size 64"
+    assert read_megatron_args(base + " --optimizer adam", "llama2-7b")
+    with pytest.raises(ValueError, match="--optimizer 'sgd'"):
+        read_megatron_args(base + " --optimizer sgd", "llama2-7b")
+    words = ["train.micro_batch_size=1", "train.global_batch_size=64"]
+    assert read_megatron_bridge(None, words + ["optimizer.optimizer=adam"], "llama3-8b")
+    with pytest.raises(ValueError, match="--optimizer 'sgd'"):
+        read_megatron_bridge(None, words + ["optimizer.optimizer=sgd"], "llama3-8b")

@@ -145,7 +145,8 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
            "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
            "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
-           "--attention-backend", "--transformer-impl", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
+           "--attention-backend", "--transformer-impl", "--optimizer", "--moe-token-dispatcher-type",
+           "--moe-flex-dispatcher-backend",
            # the model
            "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--ffn-hidden-size",
            "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
@@ -1238,6 +1239,11 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
     backend = vals.get("--attention-backend")
     if backend is not None and backend not in ("flash", "fused", "unfused", "local", "auto"):
         raise ValueError(f"--attention-backend {backend!r}; Megatron accepts flash, fused, unfused, local or auto")
+    optimizer = vals.get("--optimizer", "adam")
+    if optimizer != "adam":
+        # Megatron's --optimizer: adam (its default) keeps Adam's two fp32 moments, which the memory
+        # model prices; sgd keeps one momentum, muon adds Newton-Schulz compute: not modelled
+        raise ValueError(f"--optimizer {optimizer!r} is not modelled (adam, Megatron's default, is)")
     impl = vals.get("--transformer-impl")
     if impl is not None and impl not in ("transformer_engine", "local"):
         raise ValueError(f"--transformer-impl {impl!r} is not modelled for training (transformer_engine, local)")

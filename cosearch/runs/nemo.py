@@ -544,7 +544,7 @@ _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-st
 _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "profiling",
                             "inprocess_restart", "ft", "straggler", "nvrx_straggler", "rerun_state_machine",
                             "optimizer.lr", "optimizer.min_lr", "optimizer.weight_decay", "optimizer.adam_beta1",
-                            "optimizer.adam_beta2", "optimizer.adam_eps", "optimizer.clip_grad", "optimizer.optimizer",
+                            "optimizer.adam_beta2", "optimizer.adam_eps", "optimizer.clip_grad",
                             "train.train_iters", "train.eval_iters", "train.eval_interval", "train.exit_signal",
                             "train.exit_signal_handler", "train.manual_gc", "train.manual_gc_interval")
 _BRIDGE_NEUTRAL = frozenset({
@@ -669,6 +669,10 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         if "silu" not in act:
             raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
         words.append("--swiglu")
+    opt = k.get("optimizer.optimizer")
+    if opt is not None:
+        # OptimizerConfig.optimizer, Megatron's --optimizer: the line's rule reads it
+        words += ["--optimizer", str(opt)]
     words += _switch_words(k, _BRIDGE_SWITCHES)
     words += _bridge_precision_switches(k, name, assumed)
     words += _bridge_model_overlap(k, assumed)
