@@ -108,7 +108,7 @@ def test_saved_llama3_8b_read_as_torchtitan_builds_it():
     assert d.global_batch == 4 * 4 and d.model.name == "llama3-8b" and d.model.seq_len == 8192
     assert d.engine.name == "fsdp-eager-loss8" and d.engine.loss_chunks == 8       # ChunkedLossWrapper, 8 chunks
     assert any("ChunkedLossWrapper" in a for a in rc.assumed)
-    assert "profiler.enable_profiling" in rc.neutral and "optimizer.param_groups" in rc.neutral
+    assert "profiler.enable_profiling" in rc.neutral and "lr_scheduler.warmup_steps" in rc.neutral
     fp8 = read_config(LLAMA, ["model.converters=float8"]).resolve(16)
     assert fp8.spec.precision == "fp8"
 
@@ -355,4 +355,22 @@ def test_token_counted_layout_after_0_3_refused_with_the_reason():
     t.pop("local_batch_size"), t.pop("seq_len")
     t.update(num_tokens_per_microbatch_per_dp_rank=16384, max_context_length=8192)
     with pytest.raises(ValueError, match="count the step in tokens"):
+        read_torchtitan(d, ["model.converters=none"])
+
+
+def test_optimizer_state_as_torchtitan_builds_it():
+    """torchtitan's optimizer section was neutral whole: Adam / AdamW (torch's) keep two fp32
+    moments, the memory model's 16 bytes a parameter; 0.3's fused_opt_states_bf16 keeps them in
+    bf16 (12 bytes); DistMuon or another optimizer refused, in the TOML and the saved config."""
+    toml = DATA / "torchtitan_llama3_70b.toml"
+    assert read_config(toml).memory is None
+    with pytest.raises(ValueError, match="optimizer Lion is not modelled"):
+        read_config(toml, ["optimizer.name=Lion"])
+    d = json.loads(LLAMA.read_text())
+    assert read_torchtitan(d, ["model.converters=none"]).memory is None
+    d["optimizer"]["implementation"] = "fused_opt_states_bf16"
+    m = read_torchtitan(d, ["model.converters=none"]).memory
+    assert m.weight_bytes + m.grad_bytes + m.optimizer_bytes == 12
+    d["optimizer"]["param_groups"][0]["optimizer_name"] = "DistMuon"
+    with pytest.raises(ValueError, match="optimizer DistMuon is not modelled"):
         read_torchtitan(d, ["model.converters=none"])

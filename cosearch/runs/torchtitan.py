@@ -40,6 +40,9 @@ and ``..._last_stage_less_layers`` layers (1 each by default), so Llama 3 8B on 
                                          output head, router gate and ``auto_filter_small_kn`` read;
                                          on an MoE model the experts need ``moe_fqns_prototype``)
 ``[training] enable_cpu_offload``        true refused (FSDP's states in host memory)
+``[optimizer] name``, ``implementation``, Adam / AdamW (two fp32 moments); 0.3's
+``param_groups``                         ``fused_opt_states_bf16`` (bf16 moments); DistMuon or
+                                         another optimizer refused
 ``[parallelism] disable_loss_parallel``  true under tp > 1 refused (the logits gathered)
 ``[training] local_batch_size``          sequences per data-parallel replica per step
 ``[training] global_batch_size``         the global batch (-1: local x dp)
@@ -85,6 +88,7 @@ from typing import Any
 
 from .. import models
 from ..engine import preset, with_moe_dispatch
+from ..memory import MemoryConfig
 from ._fields import Keys, flatten, load_toml, parse_overrides
 from .config import RunConfig
 from .torchtitan_saved import (
@@ -551,8 +555,34 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         # DeepEP's kernels instead of PyTorch's all-to-alls (torchtitan's DeepEPExpertParallel)
         engine = with_moe_dispatch(engine, "flex", backend="deepep")
         assumed.append("expert_parallel_comm_backend deepep: the flex dispatcher with DeepEP's kernels")
+    memory = _optimizer_state(k, name, assumed)
     neutral = k.finish(NEUTRAL_SECTIONS + SAVED_NEUTRAL_SECTIONS, NEUTRAL_KEYS)
     return RunConfig(name, model=model, plan=plan, dp=dp,
                      global_batch=None if gbs in (None, -1) else gbs,
                      batch_per_replica=local if gbs in (None, -1) else None, engine=engine,
-                     seq_len=seq, assumed=tuple(assumed), neutral=neutral)
+                     seq_len=seq, assumed=tuple(assumed), neutral=neutral, memory=memory)
+
+
+def _optimizer_state(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:
+    """The bytes a parameter keeps under torchtitan's optimizer (``components/optimizer``:
+    ``Adam`` / ``AdamW``, torch's, two moments in fp32 beside FSDP's fp32 weights and gradients,
+    16 bytes, the memory model's default; 0.3's ``implementation = "fused_opt_states_bf16"`` keeps
+    the moments in bf16, 12 bytes; ``DistMuon`` and any other optimizer refused).  The TOML names
+    one optimizer (``[optimizer] name``), 0.3's saved config one per parameter group."""
+    names = {str(k.get("optimizer.name", "AdamW"))}
+    groups = k.get("optimizer.param_groups")
+    if groups is not None:
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise ValueError(f"{name}: optimizer.param_groups must be a list of parameter groups, got {groups!r:.80}")
+        names = {str(g.get("optimizer_name")) for g in groups} or names
+    other = sorted(n for n in names if n not in ("Adam", "AdamW"))
+    if other:
+        raise ValueError(f"{name}: optimizer {', '.join(other)} is not modelled (torch's Adam and AdamW are)")
+    impl = str(k.get("optimizer.implementation", "fused"))
+    if impl not in ("fused", "foreach", "for-loop", "fused_opt_states_bf16"):
+        raise ValueError(f"{name}: optimizer.implementation {impl!r}: torchtitan accepts fused, foreach, for-loop "
+                         "and fused_opt_states_bf16")
+    if impl != "fused_opt_states_bf16":
+        return None
+    assumed.append("optimizer.implementation fused_opt_states_bf16: Adam's moments in bf16, 12 bytes a parameter")
+    return MemoryConfig(optimizer_bytes=8.0)
