@@ -374,3 +374,17 @@ def test_optimizer_state_as_torchtitan_builds_it():
     d["optimizer"]["param_groups"][0]["optimizer_name"] = "DistMuon"
     with pytest.raises(ValueError, match="optimizer DistMuon is not modelled"):
         read_torchtitan(d, ["model.converters=none"])
+
+
+def test_2024_experimental_parallelism_refused_not_dropped():
+    """torchtitan of 2024 kept pipeline and context parallelism and async TP under [experimental],
+    a section the reader listed neutral: experimental.pipeline_parallel_degree = 8 read as pp 1,
+    silently.  Now refused naming the later place; their off values stay neutral."""
+    toml = DATA / "torchtitan_llama3_70b.toml"
+    for word in ("experimental.pipeline_parallel_degree=8", "experimental.context_parallel_degree=2",
+                 "experimental.enable_async_tensor_parallel=true"):
+        with pytest.raises(ValueError, match="before 2025 kept these under"):
+            read_config(toml, [word])
+    rc = read_config(toml, ["experimental.pipeline_parallel_degree=1", "experimental.enable_async_tensor_parallel=false",
+                            "experimental.pipeline_parallel_schedule=1F1B"])
+    assert rc.resolve(64).spec.pp == 1 and "experimental.pipeline_parallel_degree" in rc.neutral

@@ -147,6 +147,21 @@ _BF16_ANYWAY = ("output", "lm_head", "router.gate", "gate", "auto_filter_small_k
 #: (ZBVZeroBubble, DualPipeV) are not modelled.
 _SINGLE_STAGE = ("1f1b", "gpipe")
 _LOOPED = ("interleaved1f1b", "loopedbfs", "interleavedzerobubble")
+#: torchtitan's 2024 ``[experimental]`` parallelism switches (config_manager.py at 9dec370), later
+#: under ``[parallelism]``; the section's other fields (the schedule, split points, microbatches)
+#: act only with pipeline stages, which the degree here switches on.
+_EXPERIMENTAL_MOVED = ("experimental.pipeline_parallel_degree", "experimental.context_parallel_degree",
+                       "experimental.enable_async_tensor_parallel")
+
+
+def _off(value: Any) -> bool:
+    """A 2024 ``[experimental]`` switch that changes nothing: unset, false or a degree of 1 (True
+    is not 1 here)."""
+    if value is None or value is False:
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and value == 1
+
+
 #: The token-counted training fields of torchtitan after 0.3.0 (main's ``TrainingConfig``).
 _TOKEN_COUNTED = ("training.num_tokens_per_microbatch_per_dp_rank", "training.num_tokens_per_train_step",
                   "training.max_context_length")
@@ -315,6 +330,15 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
                          "which cosearch does not read yet; it reads 0.3.0's saved config and the train.toml era "
                          "(local_batch_size, seq_len)")
     k = Keys(name, flat)
+    moved = sorted(f"{key}={flat[key]!r}" for key in _EXPERIMENTAL_MOVED
+                   if key in flat and not _off(flat[key]))
+    if moved:
+        # torchtitan of 2024 (config_manager.py at 9dec370) kept pipeline and context parallelism
+        # and async TP under [experimental], where this reader's neutral section would drop them;
+        # its stage split then was generate_split_points', not #1416's
+        raise ValueError(f"{name}: {', '.join(moved)}: torchtitan's layout before 2025 kept these under "
+                         "[experimental]; cosearch reads the later [parallelism] layout (its pipeline split is "
+                         "#1416's): move them there")
     # the model
     seq = k.positive("training.seq_len", 2048)
     mname, flavor = str(k.get("model.name", "llama3")), str(k.get("model.flavor", "debugmodel"))
