@@ -471,9 +471,8 @@ def default_plan_options(model: ModelConfig, chip: Accelerator, chips: int) -> d
     experts stay tensor-parallel).  A TPU runs MaxText (FSDP over the torus, tensor parallelism, no
     pipeline stages)."""
     from .engine import megatron_core
-    from .models import preset as model_preset
-    model = model_preset(model) if isinstance(model, str) else model
-    v.instances("default_plan_options", none_ok=False, model=(model, ModelConfig))
+    from .models import model_arg
+    model = model_arg(model, "default_plan_options")
     chip = chip_preset(chip)
     chips = v.positive_int("chips", chips)
     precs = ("bf16", "fp8") if chip.supports_fp8 else ("bf16",)

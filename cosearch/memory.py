@@ -69,6 +69,14 @@ class MemoryConfig:
     def bytes_per_param(self) -> float:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
+    @classmethod
+    def totalling(cls, bytes_per_param: float) -> MemoryConfig:
+        """The default's bf16 weights and gradients (the copies the layers compute with and the
+        collectives move) and the rest of ``bytes_per_param`` as optimizer state: a framework's
+        parameter state of that total (fp32 weights and gradients with Adam's moments, 16)."""
+        d = cls()
+        return cls(optimizer_bytes=float(bytes_per_param) - d.weight_bytes - d.grad_bytes)
+
 
 def fp8_attention_saved_bytes(attention_format: str, scaling_recipe: str) -> tuple[float, float | None]:
     """Bytes an element of Q, K, V and of the output O that Transformer Engine's fused FP8

@@ -1158,6 +1158,16 @@ def preset_names() -> list[str]:
     return sorted(PRESETS)
 
 
+def model_arg(model: ModelConfig | str, where: str) -> ModelConfig:
+    """A function's ``model`` argument: a :class:`ModelConfig`, or a preset's name (:func:`preset`);
+    anything else refused naming ``where`` (before an AttributeError from deep inside)."""
+    if isinstance(model, ModelConfig):
+        return model
+    if isinstance(model, str):
+        return preset(model)
+    raise ValueError(f"{where}: model must be a ModelConfig or a model preset's name, got {type(model).__name__}")
+
+
 def preset(name: str | ModelConfig) -> ModelConfig:
     """Return a published model configuration by name (case-insensitive)."""
     if isinstance(name, ModelConfig):

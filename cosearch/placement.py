@@ -49,10 +49,8 @@ DEFAULT_VIRTUAL = (1, 2, 3, 4, 6, 8)
 
 def default_tps(model: ModelConfig, chips: int, candidates: Sequence[int] = (1, 2, 4, 8, 16, 32)) -> list[int]:
     """Tensor-parallel degrees that divide the heads and MLP width and fit in ``chips``."""
-    from .models import preset as model_preset
-    model = model_preset(model) if isinstance(model, str) else model
-    if not isinstance(model, ModelConfig):
-        raise ValueError(f"default_tps: model must be a ModelConfig or a preset's name, got {type(model).__name__}")
+    from .models import model_arg
+    model = model_arg(model, "default_tps")
     chips = v.positive_int("chips", chips)
     if isinstance(candidates, (str, bytes)) or not isinstance(candidates, (list, tuple, range)):
         raise ValueError(f"default_tps: candidates must be a sequence of tensor-parallel degrees, got {candidates!r:.60}")

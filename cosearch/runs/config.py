@@ -32,14 +32,9 @@ __all__ = ["RunConfig", "RunDescription", "merge", "model_differences", "given_m
 
 
 def given_model(model: ModelConfig | str | None, where: str) -> ModelConfig | None:
-    """A model handed to a reader: None, a :class:`~cosearch.models.ModelConfig`, or a preset's
-    name (:func:`cosearch.models.preset`); anything else refused naming ``where``."""
-    if model is None or isinstance(model, ModelConfig):
-        return model
-    if isinstance(model, str):
-        from ..models import preset
-        return preset(model)
-    raise ValueError(f"{where}: model must be a ModelConfig or a model preset's name, got {type(model).__name__}")
+    """A model handed to a reader: None (the files give it), or :func:`cosearch.models.model_arg`'s."""
+    from ..models import model_arg
+    return None if model is None else model_arg(model, where)
 
 #: The PlanSpec fields a reader may fix (dp is derived from the chips unless a file states it).
 PLAN_FIELDS = ("tp", "pp", "microbatch", "recompute", "virtual_stages", "sequence_parallel", "zero",

@@ -250,7 +250,7 @@ def read_foundry(source: str | Path | dict[str, Any], overrides: list[str] | tup
     memory = None
     if moments != 2:
         from ..memory import MemoryConfig
-        memory = MemoryConfig(optimizer_bytes=4.0 + 4.0 * moments)
+        memory = MemoryConfig.totalling(8 + 4 * moments)
         assumed.append(f"optimizer {opt}: {moments} fp32 moment(s), {8 + 4 * moments} bytes a parameter with FSDP's "
                        "fp32 weights and gradients")
     neutral = k.finish(NEUTRAL_SECTIONS, NEUTRAL_KEYS)

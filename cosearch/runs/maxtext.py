@@ -465,7 +465,7 @@ def _state_bytes(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:
     assumed.append(f"parameter state {total} bytes a parameter (weights {w}, gradients {dtypes.get('grad_dtype', w)}, "
                    + (f"Adam moments {dtypes.get('mu_dtype', w)} + {w}" if opt != "sgd" else "opt_type sgd: no moments")
                    + "; MaxText's default 16)")
-    return MemoryConfig(optimizer_bytes=float(total - 4))
+    return MemoryConfig.totalling(total)
 
 
 #: switches for how weights (the experts among them) shard over the fsdp axis, said by :func:`_said`

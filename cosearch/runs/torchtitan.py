@@ -238,12 +238,10 @@ def pipeline_stage_layers(num_layers: int, pp: int, schedule: str = "1F1B", laye
     if base == 0 or iw > base or ow > base:
         raise ValueError(f"{source}: {stages} pipeline stages over {L} layers (+{iw} +{ow}) leave a stage "
                          "without layers, or a weight above a stage's layers (torchtitan refuses it)")
-    per_stage, done = [], 0
-    for s in range(stages):
-        n = base + (1 if s < extra else 0) - (iw if s == 0 else ow if s == stages - 1 else 0)
-        n = min(n, L - done)
-        per_stage.append(n)
-        done += n
+    # each stage's share less the embedding's / output's weight (torchtitan stops at the last layer,
+    # which these shares, summing to the layers, reach exactly)
+    per_stage = [base + (1 if s < extra else 0) - (iw if s == 0 else ow if s == stages - 1 else 0)
+                 for s in range(stages)]
     return _rank_layers(per_stage, pp, source)
 
 
@@ -296,22 +294,18 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
     if hasattr(source, "to_dict") and hasattr(source, "model_spec"):
         name = "torchtitan Trainer.Config"
         table, tree = live_config_table(source, name)
-    elif isinstance(source, dict):
-        name = "torchtitan config"
-        table = source
-        if "model_spec" in source:
-            table = saved_config_table(source, "torchtitan saved config")
-            tree = source["model_spec"].get("model")
-            name, saved = "torchtitan saved config", True
-    elif isinstance(source, (str, Path)) and str(source).lower().endswith(".json"):
-        name = f"torchtitan saved config {source}"
-        d = load_json(source)
-        table = saved_config_table(d, name)
-        tree = d["model_spec"].get("model")
-        saved = True
     else:
-        name = f"torchtitan TOML {source}"
-        table = load_toml(source)
+        if isinstance(source, (str, Path)) and str(source).lower().endswith(".json"):
+            name, table, saved = f"torchtitan saved config {source}", load_json(source), True
+        elif isinstance(source, dict):
+            saved = "model_spec" in source
+            name, table = ("torchtitan saved config" if saved else "torchtitan config"), source
+        else:
+            name, table = f"torchtitan TOML {source}", load_toml(source)
+        if saved:
+            d = table
+            table = saved_config_table(d, name)          # refuses a dict without model_spec's name, flavor
+            tree = d["model_spec"].get("model")
     flat = flatten(table)
     given = parse_overrides(overrides, name)
     if saved and "model.converters" not in given:
@@ -368,7 +362,7 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("mx converter: MXFP8 priced as per-tensor FP8 operands")
     if converters:
         assumed.append("FP8 on every layer GEMM (the output head stays bf16, torchtitan's filter_fqns default)")
-    moe_fp8 = k.names("float8.moe_fqns_prototype", []) if "float8.moe_fqns_prototype" in k else []
+    moe_fp8 = k.names("float8.moe_fqns_prototype", [])
     if "float8" in converters and model is not None and model.moe and not moe_fp8:
         # torchtitan's Float8 converter swaps nn.Linear modules; the routed experts' grouped GEMMs
         # go to FP8 only where float8.moe_fqns_prototype names them
@@ -376,7 +370,7 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
                          "float8.moe_fqns_prototype names them, a mix cosearch does not price (it runs every layer "
                          "GEMM in FP8)")
     for sec in _CONVERTER_SECTIONS:
-        kept = k.names(f"{sec}.filter_fqns", []) if f"{sec}.filter_fqns" in k else []
+        kept = k.names(f"{sec}.filter_fqns", [])
         other = [f for f in kept if f not in _BF16_ANYWAY]
         if other and converters:
             raise ValueError(f"{name}: {sec}.filter_fqns {other} keeps those modules in bf16 under the converter, a "
@@ -609,4 +603,4 @@ def _optimizer_state(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | N
     if impl != "fused_opt_states_bf16":
         return None
     assumed.append("optimizer.implementation fused_opt_states_bf16: Adam's moments in bf16, 12 bytes a parameter")
-    return MemoryConfig(optimizer_bytes=8.0)
+    return MemoryConfig.totalling(12)

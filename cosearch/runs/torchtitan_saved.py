@@ -194,9 +194,9 @@ def live_config_table(obj: Any, source: str) -> tuple[dict[str, Any], Any]:
                 found.add("lora")
             if "Float8" in base:
                 found.add("float8")
-                if getattr(getattr(x, "_torchao_config", None), "emulate", False):
-                    emulated = True
-                cast = getattr(getattr(x, "_torchao_config", None), "cast_config_input", None)
+                torchao = getattr(x, "_torchao_config", None)
+                emulated = emulated or bool(getattr(torchao, "emulate", False))
+                cast = getattr(torchao, "cast_config_input", None)
                 gran = str(getattr(cast, "scaling_granularity", "")).lower()
                 if gran:
                     recipes.add("rowwise" if "axis" in gran else "tensorwise")
@@ -210,10 +210,12 @@ def live_config_table(obj: Any, source: str) -> tuple[dict[str, Any], Any]:
         elif isinstance(x, dict):
             stack.extend(x.values())
     table["model"]["converters"] = sorted(found)
-    if emulated:
-        table.setdefault("quantize", {}).setdefault("linear", {}).setdefault("float8", {})["emulate"] = True
-    if len(recipes) == 1:
-        table.setdefault("quantize", {}).setdefault("linear", {}).setdefault("float8", {})["recipe_name"] = recipes.pop()
+    if emulated or len(recipes) == 1:
+        float8 = table.setdefault("quantize", {}).setdefault("linear", {}).setdefault("float8", {})
+        if emulated:
+            float8["emulate"] = True
+        if len(recipes) == 1:
+            float8["recipe_name"] = recipes.pop()
     return table, d["model_spec"].get("model")
 
 
