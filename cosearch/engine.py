@@ -151,7 +151,10 @@ same.
   eager PyTorch before the fused activation, and the down projection's bias added per local expert
   as ``t + b * p`` after it, :func:`cosearch.graph.expert_eager_bytes`; in fp32 where the flex
   dispatcher's backends make the routing probabilities fp32).  ``"eager"`` in ``megatron-core`` and
-  ``megatron-core-tp-overlap``; :func:`megatron_core`'s ``op_fuser`` turns it ``"fused"``.
+  ``megatron-core-tp-overlap``; :func:`megatron_core`'s ``op_fuser`` turns it ``"fused"``;
+  ``"torchtitan"`` (``fsdp-eager``: torchtitan 0.3's ``GptOssGroupedExperts`` without
+  ``torch.compile``, the up projection's bias added, the halves clamped and the clamped SwiGLU run
+  op by op, and the down projection's bias added, :func:`cosearch.graph.expert_eager_bytes`).
 * ``scaled_rope`` — how a rotary embedding whose cos and sin carry YaRN's attention factor
   (:attr:`cosearch.models.ModelConfig.rope_attention_factor` other than 1: GPT-OSS's) runs:
   ``"fused"`` (like any other) or ``"eager"`` (Megatron-Core: Transformer Engine's fused RoPE takes
@@ -372,9 +375,10 @@ class Engine:
 TP_OVERLAP_KERNELS = ("whole-layer", "userbuffers", "async")
 
 #: How the routed experts' bias and clamped activation run (``Engine.expert_elementwise``):
-#: inside the experts' kernels, or as Megatron-Core's eager passes (graph options
-#: :data:`cosearch.graph.EXPERT_ELEMENTWISE`, :func:`expert_graph_option`).
-EXPERT_ELEMENTWISE = ("fused", "eager")
+#: inside the experts' kernels, as Megatron-Core's eager passes, or as torchtitan's GPT-OSS experts
+#: run them without ``torch.compile`` (graph options :data:`cosearch.graph.EXPERT_ELEMENTWISE`,
+#: :func:`expert_graph_option`).
+EXPERT_ELEMENTWISE = ("fused", "eager", "torchtitan")
 
 
 def expert_graph_option(engine: Engine) -> str:
@@ -482,8 +486,9 @@ FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero
               software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention, "
                        "per-op selective checkpointing and torchao's compiled Float8 casts")
 
-#: torchtitan without ``torch.compile``: the model's norms, SwiGLU and RoPE run op by op.
-FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager",
+#: torchtitan without ``torch.compile``: the model's norms, SwiGLU (the experts' too) and RoPE run
+#: op by op, and GPT-OSS's expert biases and clamped activation as its ``GptOssGroupedExperts`` does.
+FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager", expert_elementwise="torchtitan",
                      software=FSDP.software + ", without torch.compile (eager elementwise ops)")
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
@@ -585,6 +590,9 @@ def with_op_fuser(engine: Engine) -> Engine:
     engine = preset(engine)
     if engine.expert_elementwise == "fused":
         return engine
+    if engine.expert_elementwise == "torchtitan":
+        raise ValueError(f"the op fuser is Megatron-Core's with Transformer Engine; engine {engine.name} runs "
+                         "torchtitan's experts (compile the model, engine fsdp, to fuse their passes)")
     return replace(engine, name=engine.name + "-op-fuser", expert_elementwise="fused")
 
 

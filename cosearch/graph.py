@@ -86,7 +86,8 @@ RECOMPUTE_MODULES = {
                     "mla_join"),
     "mlp": ("fc1", "act", "fc2"),
     "moe": ("router", "router_topk", "moe_permute", "moe_dispatch_einsum", "moe_dispatch", "moe_allgather", "moe_sort",
-            "expert_fc1", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort", "moe_reducescatter",
+            "expert_fc1", "expert_fc1_bias", "expert_clamp", "expert_act", "expert_fc2", "expert_bias", "moe_unsort",
+            "moe_reducescatter",
             "moe_combine", "shared_allgather", "shared_fc1", "shared_act", "shared_fc2", "shared_reducescatter", "moe_add",
             "moe_unpermute", "moe_combine_einsum"),
     "shared_experts": ("shared_allgather", "shared_fc1", "shared_act", "shared_fc2", "shared_reducescatter"),
@@ -100,7 +101,8 @@ RECOMPUTE_MODULES = {
 #: ``dispatch_postprocess``, the experts and ``combine_preprocess``); every other op of the layer
 #: is on the attention side (``pre_dispatch_computation``, or the combine's post-processing before
 #: the next layer's).
-MOE_EXPERT_OPS = ("moe_allgather", "moe_sort", "expert_fc1", "expert_clamp", "expert_act", "expert_fc2",
+MOE_EXPERT_OPS = ("moe_allgather", "moe_sort", "expert_fc1", "expert_fc1_bias", "expert_clamp", "expert_act",
+                  "expert_fc2",
                   "expert_bias", "moe_unsort", "moe_reducescatter", "shared_allgather", "shared_fc1", "shared_act",
                   "shared_fc2", "shared_reducescatter", "moe_add")
 
@@ -707,12 +709,14 @@ EAGER_ELEMENTWISE_BYTES = {
 #: from core 0.15 to 0.19, ``megatron/core/transformer/moe/experts.py`` and
 #: ``fusions/fused_bias_geglu.py``): ``"eager"`` with the router's probabilities in the model's
 #: dtype, ``"eager-fp32-probs"`` with fp32 ones (the flex dispatcher's DeepEP and HybridEP
-#: backends cast them to fp32, ``token_dispatcher.py``).  :func:`expert_eager_bytes` itemizes the
-#: passes.
-EXPERT_ELEMENTWISE = ("fused", "eager", "eager-fp32-probs")
+#: backends cast them to fp32, ``token_dispatcher.py``), or as torchtitan's GPT-OSS experts run
+#: them without ``torch.compile`` (``"torchtitan"``: ``models/gpt_oss/moe.py``,
+#: ``GptOssGroupedExperts.forward`` and ``swiglu``, torchtitan 0.3.0).  :func:`expert_eager_bytes`
+#: itemizes the passes.
+EXPERT_ELEMENTWISE = ("fused", "eager", "eager-fp32-probs", "torchtitan")
 
 
-def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, float, float]]:
+def expert_eager_bytes(mode: str, dt: int, clamped: bool = True) -> dict[str, tuple[float, float, float, float]]:
     """Bytes per element (forward read, forward written, backward read, backward written) of the
     routed experts' eager passes under :data:`EXPERT_ELEMENTWISE` ``mode`` (none when fused),
     each PyTorch kernel counted from the code (``dt``: the activations' bytes; a boolean mask 1):
@@ -732,12 +736,49 @@ def expert_eager_bytes(mode: str, dt: int) -> dict[str, tuple[float, float, floa
       dt): dt + 2r (+ r) read, 3r (+ dt) written.  Backward: ``mul``'s two gradients (``grad * p``
       summed over tokens for the bias, ``grad * b`` summed over the hidden dimension for the
       probabilities: 4r read, 2r written), ``split``'s backward concatenating the pieces' gradients
-      (dt read and written), and where the dtype was promoted the two casts of the gradient."""
+      (dt read and written), and where the dtype was promoted the two casts of the gradient.
+
+    ``"torchtitan"`` (torchtitan 0.3.0's ``GptOssGroupedExperts`` without ``torch.compile``: each
+    PyTorch kernel of its forward and of autograd's backward, as a profile of the same ops lists
+    them under torch 2.13; a stride-2 half of a row moves the row's whole memory sectors, so a
+    kernel reading one half is counted reading the row; a comparison mask is 1 byte an element):
+
+    * ``expert_fc1_bias``, per element of the up projection's ``[n, 2F]`` output, when the experts
+      carry biases: ``repeat_interleave`` (an ``index_select`` of each token's expert's bias row:
+      dt written) and ``h + b`` (2 dt read, dt written).  Backward: the gradient passes through the
+      add; ``index_select``'s backward sums it per expert (``index_add_``: dt read, a table written).
+    * ``expert_clamp``, per element of ``[n, 2F]``, when the model clamps its gated activation:
+      ``swiglu`` clamps the even half (``clamp(max=c)``) and the odd half (``clamp(-c, c)``), each
+      reading the row and writing its half: 2 dt read, dt written.  Backward: the one-sided clamp's
+      ``le`` mask and ``where``, the two-sided one's ``ge`` and ``le`` masks, ``logical_and_`` and
+      ``where`` (each comparison reads the row: 3 dt + 2 read with the masks and the halves'
+      gradients, 2 + dt written), each half's ``slice_backward`` writing a zero row and copying the
+      half's gradient into it (dt read, 4 dt written for both), and the in-place sum of the two rows
+      (2 dt read, dt written): 7 dt + 2 read, 6 dt + 2 written.
+    * ``expert_act``, per element of the activation's ``[n, F]`` output, when clamped (the
+      unclamped ``F.silu(a) * b`` of torchtitan's other experts is :data:`EAGER_ELEMENTWISE_BYTES`'
+      SwiGLU): ``alpha * g`` (dt read, dt written), ``sigmoid`` (dt, dt), ``g * s`` (2 dt, dt),
+      ``addcmul(o, o, l)`` (its two tensors: 2 dt, dt): 6 dt read, 4 dt written.  Backward:
+      ``addcmul``'s two gradients, each a scaling by its ``value`` and a product (6 dt read, 4 dt
+      written), and the sum of ``o``'s two gradients (2, 1); the product's two gradients (4, 2);
+      ``sigmoid_backward`` (2, 1); the scaling by alpha (1, 1) and the in-place sum of ``g``'s two
+      gradients (2, 1): 17 dt read, 10 dt written.
+    * ``expert_bias``, per element of the down projection's ``[n, H]`` output: ``repeat_interleave``
+      (dt written) and the add (2 dt read, dt written; ``ScaleBiasForward``'s division by the tp
+      degree, under tp > 1 only, not counted).  Backward: ``index_add_``'s sum (dt read)."""
     choice("expert_elementwise", mode, EXPERT_ELEMENTWISE)
     if isinstance(dt, bool) or dt not in (1, 2, 4):
         raise ValueError(f"expert_eager_bytes: dt must be an activation's bytes (1, 2 or 4), got {dt!r}")
     if mode == "fused":
         return {}
+    if mode == "torchtitan":
+        d = float(dt)
+        out = {"expert_fc1_bias": (2.0 * d, 2.0 * d, d, 0.0),
+               "expert_clamp": (2.0 * d, d, 7.0 * d + 2.0, 6.0 * d + 2.0),
+               "expert_bias": (2.0 * d, 2.0 * d, d, 0.0)}
+        if clamped:
+            out["expert_act"] = (6.0 * d, 4.0 * d, 17.0 * d, 10.0 * d)
+        return out
     r = float(max(dt, 4 if mode == "eager-fp32-probs" else dt))
     cast = r != dt
     clamp = (2.0 * dt, 2.0 * dt, (7.0 * dt + 4.0) / 2.0, 2.0 * dt + 2.0)
@@ -1004,10 +1045,11 @@ def moe_expert_tokens(c: ModelConfig, T: int, ep: int, seqs: int = 1) -> tuple[i
 
 
 def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: int, fe: int, lowp: float,
-                eager: bool = False, regroup: bool = False) -> int:
+                mode: str = "fused", regroup: bool = False) -> int:
     """The routed experts' ops (``local`` experts of ``per`` tokens each): the up projection as one
-    grouped GEMM, the activation, the down projection; returns the last op's index.  ``eager``:
-    the clamp of a clamped activation and the experts' biases as passes of their own
+    grouped GEMM, the activation, the down projection; returns the last op's index.  ``mode``
+    (:data:`EXPERT_ELEMENTWISE`) other than ``"fused"``: the clamp of a clamped activation and the
+    experts' biases as passes of their own, torchtitan's up-projection bias too
     (:func:`expert_eager_bytes` prices them, :func:`_with_own_bytes`).  ``regroup``: the received
     tokens sorted by local expert before the experts and restored after them, where a rank holds
     more than one (:func:`moe_regroup_bytes`)."""
@@ -1015,7 +1057,10 @@ def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: 
     regroup = regroup and local > 1
     if regroup:
         disp = g.vector("moe_sort", [disp], per * local * c.hidden, "mul")
+    eager = mode != "fused"
     fc1 = g.expert_gemm("expert_fc1", [disp], per, width, c.hidden, local, lowp)
+    if mode == "torchtitan" and c.bias:
+        fc1 = g.vector("expert_fc1_bias", [fc1], per * local * width, "add", inputs=2)
     if eager and c.activation_clamp:
         fc1 = g.vector("expert_clamp", [fc1], per * local * width, "add")
     act = g.vector("expert_act", [fc1], per * local * fe, c.activation, inputs=2 if c.gated else 1)
@@ -1034,16 +1079,31 @@ def _with_own_bytes(ops, own: dict) -> list:
             if o.name in own and o.kind == "vector" else o for o in ops]
 
 
+def moe_eager_bytes(config: ModelConfig, elementwise: str, expert_elementwise: str) -> dict:
+    """An MoE layer's expert ops that move bytes of their own (op name -> bytes per element:
+    forward read, forward written, backward read, backward written): under eager elementwise ops
+    (``elementwise`` ``"eager"``; torchtitan's ``GroupedExperts`` and shared ``FeedForward`` run
+    ``F.silu(a) * b`` op by op) the routed and shared experts' activation as
+    :data:`EAGER_ELEMENTWISE_BYTES` prices the dense one, then the passes of ``expert_elementwise``
+    (:func:`expert_eager_bytes`)."""
+    c = config
+    own: dict = {}
+    if elementwise == "eager" and c.moe and c.activation in ("swiglu", "gelu"):
+        own = {n: EAGER_ELEMENTWISE_BYTES[c.activation] for n in ("expert_act", "shared_act")}
+    own.update(expert_eager_bytes(expert_elementwise, c.dtype_bytes, bool(c.activation_clamp)))
+    return own
+
+
 @functools.lru_cache(maxsize=512)
 def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
                  passes: str = "single", expert_elementwise: str = "fused",
-                 regroup: bool = False) -> tuple[dict, dict]:
+                 regroup: bool = False, elementwise: str = "fused") -> tuple[dict, dict]:
     """The routed experts' forward ops (:func:`_expert_ops`: ``local`` experts of ``per`` tokens
     each) and their backward, by name; cached, as many (tp, sequence-parallel, microbatch, ep)
     layers share them (callers must not change the dicts)."""
     g = _Builder(c.dtype_bytes, passes)
-    _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp, expert_elementwise != "fused", regroup)
-    own = expert_eager_bytes(expert_elementwise, c.dtype_bytes)
+    _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp, expert_elementwise, regroup)
+    own = {k: v for k, v in moe_eager_bytes(c, elementwise, expert_elementwise).items() if k != "shared_act"}
     if regroup:
         own.update(moe_regroup_bytes(c.dtype_bytes))
     ops = _with_own_bytes(g.ops, own)
@@ -1055,7 +1115,7 @@ def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
 def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
                          context_parallel: int = 1, precision: str = "bf16",
                          cast_passes: str = "single", expert_elementwise: str = "fused",
-                         moe_dispatcher: str = "alltoall") -> tuple[LayerGraph, LayerGraph]:
+                         moe_dispatcher: str = "alltoall", elementwise: str = "fused") -> tuple[LayerGraph, LayerGraph]:
     """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
     the same layer's graphs at another ep >= 2: only the routed experts' ops differ (their token
     count and how many experts a rank holds; the all-to-alls move the same ``T k`` copies at every
@@ -1080,7 +1140,7 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
                          f"({c.num_experts // ep} expert(s) a rank) {'does not' if had else 'does'}: build the "
                          "graphs at this ep (graph.build)")
     new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], cast_passes,
-                                expert_elementwise, regroup)
+                                expert_elementwise, regroup, elementwise)
 
     def moved(op: Op, deps: tuple[int, ...]) -> Op:
         # the rebuilt op at the original's place (its fields were validated when built)
@@ -1114,7 +1174,7 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
 
 
 def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1,
-             eager: bool = False, regroup: bool = False, shared: bool = True) -> int:
+             eager: str = "fused", regroup: bool = False, shared: bool = True) -> int:
     """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
     the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
     state, each tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM
@@ -1159,7 +1219,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 
 def _moe_mlp_gathered(g: _Builder, c: ModelConfig, x: int, Tv: float, T: int, tp: int, ep: int, lowp: float,
-                      seqs: int, eager: bool, dispatcher: str) -> int:
+                      seqs: int, eager: str, dispatcher: str) -> int:
     """An MoE MLP whose experts are split over ``tp > 1`` ranks (expert tensor parallelism = tp, the
     default) under sequence parallelism, as Megatron-Core's dispatchers run it on this rank's own
     ``Tv`` tokens (``MoELayer`` takes the sequence-parallel shard: the router, the permutation and
@@ -1227,7 +1287,7 @@ def _shared_experts_sp(g: _Builder, c: ModelConfig, x: int, routed: int, Tv: flo
 
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
-                   passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: bool = False,
+                   passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: str = "fused",
                    dispatcher: str = "alltoall", attention_lowp: float = 0.0) -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
@@ -1619,7 +1679,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     PyTorch's norms write bf16), or an amax read first (``<gemm>.amax`` ops).
     ``expert_elementwise`` (:data:`EXPERT_ELEMENTWISE`): an MoE layer's expert bias and activation
     clamp inside the experts' kernels (``"fused"``) or as Megatron-Core's eager passes
-    (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`).  ``moe_dispatcher``
+    (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`) or as torchtitan's GPT-OSS
+    experts run them without ``torch.compile`` (``"torchtitan"``, an ``expert_fc1_bias`` op too); under
+    ``elementwise`` ``"eager"`` the experts' activation runs eager as well (:func:`moe_eager_bytes`).
+    ``moe_dispatcher``
     (:data:`MOE_DISPATCHERS`, :attr:`cosearch.engine.Engine.moe_dispatcher`): with ``"alltoall"``
     or ``"gather-tokens"`` an MoE layer at ep > 1 whose ranks hold several experts each sorts the tokens it
     receives by local expert and restores their order before the combine (``moe_sort`` and
@@ -1675,7 +1738,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         extra["tp_amax"] = tp_amax[0]
     eager_experts = part == "layer" and config.moe and expert_elementwise != "fused"
     if eager_experts:
-        extra["expert_eager"] = True
+        extra["expert_eager"] = expert_elementwise
     moe_layer = part == "layer" and config.moe
     if moe_layer and moe_dispatcher != "alltoall":
         extra["dispatcher"] = moe_dispatcher
@@ -1700,8 +1763,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
             own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
     if elementwise in ("eager", "rope-eager"):
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
-    if eager_experts:
-        own.update(expert_eager_bytes(expert_elementwise, config.dtype_bytes))
+    if moe_layer:
+        own.update(moe_eager_bytes(config, elementwise, expert_elementwise))
     if regroup:
         own.update(moe_regroup_bytes(config.dtype_bytes))
     ops = _with_own_bytes(ops, own)

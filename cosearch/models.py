@@ -1112,6 +1112,14 @@ PRESETS: dict[str, ModelConfig] = {
                                 tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=4,
                                 moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18, activation_clamp=7.0,
                                 rope_attention_factor=yarn_attention_factor(32.0)),
+    # openai/gpt-oss-20b config.json: gpt-oss-120b's layers, 24 of them, with 32 experts
+    # (num_local_experts 32, num_experts_per_tok 4, layer_types alternating from a sliding
+    # one): 20.9B total, 3.6B active (its model card: 21B / 3.6B).
+    "gpt-oss-20b": ModelConfig("gpt-oss-20b", 24, 2880, 64, 2880, 201088, 4096, kv_heads=8, head_size=64,
+                               activation="swiglu", norm="rmsnorm", position="rotary", bias=True,
+                               tie_embeddings=False, dropout=False, num_experts=32, experts_per_token=4,
+                               moe_ffn_hidden=2880, sliding_window=128, sliding_layers=12, activation_clamp=7.0,
+                               rope_attention_factor=yarn_attention_factor(32.0)),
     # meta-llama/Llama-4-Scout-17B-16E config.json (text_config): 48 x 5120, 40 heads of 128, 8 KV
     # heads, 16 routed experts of 8,192 (SwiGLU, top-1) + 1 shared in every layer, vocab 202048,
     # untied; chunked attention (attention_chunk_size 8192) on the RoPE layers, every 4th layer

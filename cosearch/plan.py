@@ -450,7 +450,8 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
             and (dispatcher not in graph.REGROUPING_DISPATCHERS or model.num_experts // ep > 1)):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
                               "gather", passes, experts, dispatcher, attention_format)
-        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher)
+        return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher,
+                                          elementwise)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,

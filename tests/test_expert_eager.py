@@ -259,3 +259,104 @@ def test_the_helpers_refuse_what_they_cannot_price():
     assert engine.with_op_fuser("megatron-core").expert_elementwise == "fused"
     with pytest.raises(ValueError, match="expects a ModelConfig"):
         engine.graph_elementwise(engine.MEGATRON_CORE, "gpt-oss-120b")
+
+
+def _hand_torchtitan(n, f, h, dt=2):
+    """torchtitan 0.3's ``GptOssGroupedExperts`` without ``torch.compile``, kernel by kernel as a
+    profile of the same PyTorch ops lists them (``torch.profiler`` on torch 2.13): the up
+    projection's bias (``repeat_interleave`` as ``index_select``, the add; backward ``index_add_``),
+    the clamps of the two halves (``x[..., ::2]``, ``x[..., 1::2]``: a stride-2 half read moves its
+    row's sectors, so it counts as the row; backward: the comparisons into 1-byte masks,
+    ``logical_and_``, ``where``, each slice's ``slice_backward`` (a zero row, the half's gradient
+    copied into it) and the sum of the two rows), the clamped SwiGLU (``alpha * g``, ``sigmoid``,
+    ``g * s``, ``addcmul(o, o, l)``; backward: ``addcmul``'s two gradients, each a scaling by
+    ``value`` then a product, and the sum of ``o``'s, ``mul``'s two, ``sigmoid_backward``, the
+    scaling by alpha and the sum of ``g``'s), the down projection's bias."""
+    row, half, mask, t, e = n * 2 * f * dt, n * f * dt, n * f, n * f * dt, n * h * dt
+    k = {
+        "expert_fc1_bias": ([((0,), (row,)), ((row, row), (row,))], [((row,), (0,))]),
+        "expert_clamp": ([((row,), (half,)), ((row,), (half,))],
+                         [((row,), (mask,)), ((mask, half), (half,)),                              # max: le, where
+                          ((row,), (mask,)), ((row,), (mask,)), ((mask, mask), (mask,)),           # ge, le, and
+                          ((mask, half), (half,)),                                                 # where
+                          ((0,), (row,)), ((half,), (row,)), ((0,), (row,)), ((half,), (row,)),   # slice_backward x 2
+                          ((row, row), (row,))]),                                                  # add_
+        "expert_act": ([((t,), (t,)), ((t,), (t,)), ((t, t), (t,)), ((t, t), (t,))],
+                       [((t,), (t,)), ((t, t), (t,)), ((t,), (t,)), ((t, t), (t,)), ((t, t), (t,)),   # addcmul
+                        ((t, t), (t,)), ((t, t), (t,)),                                            # mul
+                        ((t, t), (t,)),                                                            # sigmoid
+                        ((t,), (t,)), ((t, t), (t,))]),                                            # alpha, add_
+        "expert_bias": ([((0,), (e,)), ((e, e), (e,))], [((e,), (0,))]),
+    }
+    return {name: (_kernels_bytes(fw), _kernels_bytes(bw)) for name, (fw, bw) in k.items()}
+
+
+@pytest.mark.parametrize("ep,mb", [(1, 1), (2, 3), (4, 1)])
+def test_torchtitan_gpt_oss_experts_move_the_bytes_counted_kernel_by_kernel(ep, mb):
+    f, b = graph.build_pair(TINY, 1, mb, expert_parallel=ep, flash_attention=True, elementwise="eager",
+                            expert_elementwise="torchtitan", moe_dispatcher="gather-tokens")
+    fw, bw = {o.name: o for o in f.ops}, {o.name: o for o in b.ops}
+    n = (8 // ep) * (mb * 32 * 2 * ep // 8)
+    for name, ((r, w), (br, bw_)) in _hand_torchtitan(n, 48, 64).items():
+        assert (fw[name].bytes_read, fw[name].bytes_written) == (r, w), name
+        assert (bw[name + ".grad"].bytes_read, bw[name + ".grad"].bytes_written) == (br, bw_), name
+    names = [o.name for o in f.ops]
+    assert (names.index("expert_fc1") < names.index("expert_fc1_bias") < names.index("expert_clamp")
+            < names.index("expert_act") < names.index("expert_fc2") < names.index("expert_bias"))
+
+
+def test_eager_elementwise_runs_the_experts_activation_eager_too():
+    """torchtitan's ``GroupedExperts`` and shared ``FeedForward`` run ``F.silu(a) * b`` op by op: the
+    routed and shared experts' activation moves the dense eager SwiGLU's bytes (silu reads a and
+    writes s, the product reads s and b and writes: 3 dt read, 2 dt written an element; its
+    backward 12 and 6 bytes), where ``elementwise`` is eager; the unclamped model's experts are
+    the same under the torchtitan mode and without it."""
+    m = TINY.with_(bias=False, activation_clamp=0.0, shared_experts=1)
+    fused = {o.name: o for o in graph.build(m, 1, 1, expert_parallel=2, flash_attention=True).ops}
+    f, b = graph.build_pair(m, 1, 1, expert_parallel=2, flash_attention=True, elementwise="eager")
+    fw, bw = {o.name: o for o in f.ops}, {o.name: o for o in b.ops}
+    for name in ("expert_act", "shared_act"):
+        assert (fw[name].bytes_read, fw[name].bytes_written) == (3 * 2 * fw[name].elements, 2 * 2 * fw[name].elements)
+        assert (bw[name + ".grad"].bytes_read, bw[name + ".grad"].bytes_written) == (
+            12 * fw[name].elements, 6 * fw[name].elements)
+        assert fused[name].bytes_read < fw[name].bytes_read
+    tt = graph.build_pair(m, 1, 1, expert_parallel=2, flash_attention=True, elementwise="eager",
+                          expert_elementwise="torchtitan")
+    assert tt == (f, b)
+
+
+@pytest.mark.parametrize("elementwise,mode", [("eager", "torchtitan"), ("eager", "fused"), ("fused", "torchtitan")])
+def test_expert_parallel_graphs_derived_from_ep2_carry_torchtitan_passes(elementwise, mode):
+    opts = dict(flash_attention=True, elementwise=elementwise, expert_elementwise=mode, moe_dispatcher="gather-tokens")
+    for m in (TINY, TINY.with_(bias=False, activation_clamp=0.0, shared_experts=1)):
+        f2, b2 = graph.build_pair(m, 1, 2, expert_parallel=2, **opts)
+        f, b = graph.build_pair(m, 1, 2, expert_parallel=4, **opts)
+        df, db = graph.with_expert_parallel(f2, b2, m, 1, 2, 4, 1, "bf16", "single", mode, "gather-tokens",
+                                            elementwise)
+        assert df == f and db == b
+        assert np.array_equal(df.arrays(), f.arrays()) and np.array_equal(db.arrays(), b.arrays())
+
+
+def test_torchtitan_engines_run_gpt_oss_experts_eager_unless_compiled():
+    assert engine.FSDP_EAGER.expert_elementwise == "torchtitan" and engine.FSDP.expert_elementwise == "fused"
+    assert engine.expert_graph_option(engine.with_moe_dispatch(engine.FSDP_EAGER, "flex", backend="deepep")) == \
+        "torchtitan"
+    with pytest.raises(ValueError, match="op fuser is Megatron-Core"):
+        engine.with_op_fuser("fsdp-eager")
+    m = models.preset("gpt-oss-20b").with_(num_layers=4, sliding_layers=2)
+    spec = PlanSpec(dp=8, tp=1, pp=1, microbatch=1, expert_parallel=8, zero=3, flash_attention=True)
+    eager = evaluate(m, "H100", 8, spec, 64, engine=engine.FSDP_EAGER)
+    plain = evaluate(m, "H100", 8, spec, 64, engine=replace(engine.FSDP_EAGER, expert_elementwise="fused"))
+    assert eager.feasible and eager.step_time_s > plain.step_time_s
+    assert eager.memory_per_chip_bytes > plain.memory_per_chip_bytes
+
+
+def test_gpt_oss_20b_preset_against_its_model_card():
+    """openai/gpt-oss-20b: 20.9B parameters in total, 3.6B active a token (its model card, which
+    counts the active ones without the unembedding); gpt-oss-120b's layers, 24 of them, 32 experts."""
+    small, big = models.preset("gpt-oss-20b"), models.preset("gpt-oss-120b")
+    assert small.num_params() / 1e9 == pytest.approx(20.9, abs=0.05)
+    unembed = small.vocab * small.hidden
+    assert (small.num_params(active=True) - unembed) / 1e9 == pytest.approx(3.6, abs=0.05)
+    assert (small.num_layers, small.num_experts, small.sliding_layers) == (24, 32, 12)
+    assert small.with_(name=big.name, num_layers=36, num_experts=128, sliding_layers=18) == big

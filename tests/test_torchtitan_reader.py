@@ -18,6 +18,7 @@ from cosearch.runs.torchtitan import pipeline_stage_layers, stage_layers_of_part
 DATA = Path(__file__).parent / "data" / "runs"
 LLAMA = DATA / "torchtitan_llama3_8b_saved.json"
 QWEN = DATA / "torchtitan_qwen3_30b_a3b_deepep_saved.json"
+GPT_OSS = DATA / "torchtitan_gpt_oss_20b_saved.json"
 
 
 def _slots(L, pp, stages, iw, ow):
@@ -165,6 +166,39 @@ def test_saved_qwen3_deepep():
     base["model_spec"]["model"]["layers"][3]["moe"]["router"]["top_k"] = 4
     with pytest.raises(ValueError, match=r"layers\[3\] top_k 4"):
         read_torchtitan(base, ["model.converters=none"])
+
+
+def test_saved_gpt_oss_20b_read_as_torchtitan_runs_it():
+    """gpt_oss_20b with ep 8 (compile off): the gpt-oss-20b preset, its sliding windows (every even
+    layer, 128 tokens, the varlen kernel's (127, 0)) and clamped experts checked; the experts'
+    biases and clamped SwiGLU priced as GptOssGroupedExperts runs them eagerly, fused once the model
+    is compiled; the attention sinks said."""
+    rc = read_config(GPT_OSS, ["model.converters=none"])
+    d = rc.resolve(8)
+    assert d.model.name == "gpt-oss-20b" and d.model.seq_len == 8192
+    assert (d.spec.dp, d.spec.expert_parallel, d.spec.recompute, d.spec.zero) == (8, 8, "full", 3)
+    assert d.engine.expert_elementwise == "torchtitan" and d.engine.elementwise == "eager"
+    assert any("GptOssGroupedExperts runs them, op by op" in a for a in rc.assumed)
+    assert any("attention sinks" in a for a in rc.assumed)
+    compiled = read_config(GPT_OSS, ["model.converters=none", "compile.enable=true"]).resolve(8)
+    assert compiled.engine.expert_elementwise == "fused" and compiled.engine.elementwise == "fused"
+    base = json.loads(GPT_OSS.read_text())
+
+    def refused(change, match):
+        d = copy.deepcopy(base)
+        change(d["model_spec"]["model"]["layers"])
+        with pytest.raises(ValueError, match=match):
+            read_torchtitan(d, ["model.converters=none"])
+
+    refused(lambda layers: layers[4]["attention"].update(sliding_window_size=256),
+            r"layers\[4\] sliding_window_size 256 \(the preset's 128\)")
+    refused(lambda layers: layers[5]["attention"].update(sliding_window_size=128),
+            r"sliding-window layers 13 \(the preset's 12\)")
+    refused(lambda layers: layers[2]["attention"]["inner_attention"].update(window_size=[63, 0]),
+            r"layers\[2\] inner_attention.window_size \[63, 0\] \(a 64-token window")
+    refused(lambda layers: layers[0]["moe"]["routed_experts"]["inner_experts"].update(swiglu_limit=10.0),
+            r"layers\[0\] swiglu_limit 10.0 \(the preset's 7.0\)")
+    refused(lambda layers: layers[1]["moe"].update(num_experts=64), r"layers\[1\] num_experts 64")
 
 
 # A live Trainer.Config (a registry function's result) keeps the converters its saved form drops:

@@ -50,11 +50,22 @@ def check_saved_model(m: dict[str, Any], preset: models.ModelConfig, source: str
     same("vocab_size", m.get("vocab_size"), preset.vocab)
     same("layers", len(layers), preset.num_layers)
     same("enable_weight_tying", m.get("enable_weight_tying"), preset.tie_embeddings)
-    dense = 0
+    dense = sliding = 0
     for i, layer in enumerate(layers):
         where = f"model_spec.model.layers[{i}]"
         att = sub(layer, "attention", where)
         same(f"layers[{i}] n_heads", att.get("n_heads"), preset.heads)
+        # a sliding window (GPT-OSS's every even layer): the Attention config's size, and the
+        # varlen kernel's (left, right) window, (size - 1, 0), where it carries one
+        window = att.get("sliding_window_size")
+        if window is not None:
+            sliding += 1
+            same(f"layers[{i}] sliding_window_size", window, preset.sliding_window)
+        inner = sub(att, "inner_attention", where + ".attention")
+        left = inner.get("window_size")
+        if isinstance(left, list) and left and left[0] != -1 and left[0] + 1 != window:
+            diffs.append(f"layers[{i}] inner_attention.window_size {left} (a {left[0] + 1}-token window where the "
+                         f"layer's sliding_window_size is {window})")
         if preset.mla is None:
             same(f"layers[{i}] n_kv_heads", att.get("n_kv_heads"), preset.kv_heads)
         else:
@@ -70,6 +81,7 @@ def check_saved_model(m: dict[str, Any], preset: models.ModelConfig, source: str
             same(f"layers[{i}] num_experts", moe.get("num_experts"), preset.num_experts)
             same(f"layers[{i}] top_k", router.get("top_k"), preset.experts_per_token)
             same(f"layers[{i}] expert hidden", inner.get("hidden_dim"), preset.moe_ffn_hidden)
+            same(f"layers[{i}] swiglu_limit", inner.get("swiglu_limit"), preset.activation_clamp or None)
             shared = sub(moe, "shared_experts", where + ".moe")
             width = sub(shared, "w1", where + ".moe.shared_experts").get("out_features") if shared else 0
             same(f"layers[{i}] shared-expert width", width, preset.shared_experts * preset.moe_ffn_hidden)
@@ -77,6 +89,7 @@ def check_saved_model(m: dict[str, Any], preset: models.ModelConfig, source: str
             break
     if preset.moe:
         same("dense first layers", dense, preset.dense_layers)
+    same("sliding-window layers", sliding, preset.sliding_layers if preset.sliding_window else 0)
     if diffs:
         raise ValueError(f"{source}: the saved model differs from the cosearch preset {preset.name} its flavor maps to: "
                          f"{'; '.join(diffs[:8])}; describe it with its config.json instead")
