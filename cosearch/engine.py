@@ -163,6 +163,11 @@ same.
   0.15), priced as :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`' rotary (graph ``elementwise``
   ``"rope-eager"``, :func:`graph_elementwise`).  ``"eager"`` in ``megatron-core`` and
   ``megatron-core-tp-overlap``.
+* ``router_dtype`` — the operands of an MoE router's GEMM (:data:`cosearch.graph.ROUTER_DTYPES`):
+  ``"bf16"`` (Megatron-Core, whose ``--moe-router-dtype fp32`` keeps bf16 operands, MaxText) or
+  ``"fp32"`` (``fsdp`` and ``fsdp-eager``: torchtitan's router runs ``gate(x)`` under
+  ``torch.autocast(dtype=torch.float32)``, and PyTorch runs an FP32 GEMM on the CUDA cores unless
+  TF32 is allowed, off by default), priced on the chip's vector lanes.
 * ``attn_proj_original_input`` — under a current-scaling, block-scaled or NVFP4 recipe the
   attention's output projection keeps the attention's bf16 output (which the fused attention
   keeps for its own backward anyway) for its weight gradient, instead of its own low-precision
@@ -315,13 +320,20 @@ class Engine:
     async_dgrad_comm: bool = False
     expert_elementwise: str = "fused"
     scaled_rope: str = "fused"
+    router_dtype: str = "bf16"
     attn_proj_original_input: bool = False
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
     def __post_init__(self) -> None:
         from ._validate import choice
-        from .graph import CROSS_ENTROPY, ELEMENTWISE, EMBEDDINGS, check_selective_policy
+        from .graph import (
+            CROSS_ENTROPY,
+            ELEMENTWISE,
+            EMBEDDINGS,
+            ROUTER_DTYPES,
+            check_selective_policy,
+        )
         from .hardware import ATTENTION_KERNELS, CAST_KERNELS
         try:
             check_selective_policy(self.selective_recompute)
@@ -332,7 +344,8 @@ class Engine:
                            ("elementwise", ELEMENTWISE), ("embedding", EMBEDDINGS),
                            ("moe_dispatcher", MOE_DISPATCHERS), ("moe_flex_backend", FLEX_BACKENDS),
                            ("tp_overlap_kernel", TP_OVERLAP_KERNELS),
-                           ("expert_elementwise", EXPERT_ELEMENTWISE), ("scaled_rope", SCALED_ROPE)):
+                           ("expert_elementwise", EXPERT_ELEMENTWISE), ("scaled_rope", SCALED_ROPE),
+                           ("router_dtype", ROUTER_DTYPES)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
@@ -479,10 +492,10 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
                             full_grad_allreduce=True, zero_stages=(0, 1),
                             software="Megatron-DeepSpeed with DeepSpeed's pipeline engine (BLOOM, 2022)")
 
-#: PyTorch FSDP / FSDP2 (torchtitan).
+#: PyTorch FSDP / FSDP2 (torchtitan; its MoE router's GEMM in FP32).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
               sp_even_split=False, attention_kernel="fa2", selective_recompute="every-other-matmul", fp8_cast_kernel="inductor",
-              moe_dispatcher="gather-tokens",
+              moe_dispatcher="gather-tokens", router_dtype="fp32",
               software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention, "
                        "per-op selective checkpointing and torchao's compiled Float8 casts")
 
@@ -493,7 +506,8 @@ FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager", expert_elemen
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
 LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
-                      fp8_cast_kernel="fused", cross_entropy="fused", elementwise="eager",
+                      fp8_cast_kernel="fused", cross_entropy="fused", elementwise="eager", router_dtype="bf16",
+                      expert_elementwise="fused",
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 

@@ -38,8 +38,8 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "MOE_DISPATCH_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
-           "grows_with_tokens", "expert_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
-           "REGROUPING_DISPATCHERS"]
+           "grows_with_tokens", "expert_eager_bytes", "moe_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
+           "REGROUPING_DISPATCHERS", "ROUTER_DTYPES"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 #: ``bmm`` (activation x activation: unfused attention's scores and context, MaxText's dispatch
@@ -1072,6 +1072,23 @@ def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: 
     return fc2
 
 
+#: The operands of an MoE router's GEMM (:attr:`cosearch.engine.Engine.router_dtype`): the
+#: model's dtype (``"bf16"``: Megatron-Core's router, whose ``--moe-router-dtype fp32`` keeps bf16
+#: operands and writes fp32 logits, and MaxText's) or FP32 (``"fp32"``: torchtitan's
+#: ``TokenChoiceTopKRouter`` computes ``gate(x)`` under ``torch.autocast(dtype=torch.float32)``,
+#: "to help stability of expert load balancing", torchtitan 0.3.0 ``models/common/moe.py``; its
+#: backward is FP32 too), priced on the vector lanes (:func:`cosearch._kernels.formulas.tensor_format_rate`).
+ROUTER_DTYPES = ("bf16", "fp32")
+
+
+def _with_fp32_router(ops) -> list:
+    """``ops`` with the MoE router's GEMM on FP32 operands (4 bytes each, its logits written in
+    FP32; the parameter it gathers stays the model's)."""
+    return [replace(o, dtype_bytes=4.0, bytes_read=(o.m * o.k + o.k * o.n) * o.batch * 4.0,
+                    bytes_written=o.m * o.n * o.batch * 4.0) if o.name == "router" and o.kind == "gemm" else o
+            for o in ops]
+
+
 def _with_own_bytes(ops, own: dict) -> list:
     """``ops`` with each vector op named in ``own`` moving its own forward bytes per element
     (``own[name][:2]``)."""
@@ -1651,7 +1668,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           cross_entropy: str = "fused", elementwise: str = "fused",
           expert_tensor_parallel: int | None = None, both: bool = False,
           embedding: str = "gather", cast_passes: str = "single", expert_elementwise: str = "fused",
-          moe_dispatcher: str = "alltoall", attention_format: str | None = None) -> LayerGraph:
+          moe_dispatcher: str = "alltoall", attention_format: str | None = None,
+          router_dtype: str = "bf16") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1696,6 +1714,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     and V cast before it and O cast back after it (``attn_core.quant`` / ``.dequant``, mirrored in
     the backward); price such a graph with the speeds of
     :meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`, as :func:`cosearch.plan.unit_costs` does.
+    ``router_dtype`` (:data:`ROUTER_DTYPES`): an MoE router's GEMM on the model's operands or on
+    FP32 ones (torchtitan's), priced on the vector lanes.
     ``both``: return the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
@@ -1768,6 +1788,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if regroup:
         own.update(moe_regroup_bytes(config.dtype_bytes))
     ops = _with_own_bytes(ops, own)
+    if moe_layer and choice("router_dtype", router_dtype, ROUTER_DTYPES) == "fp32":
+        ops = _with_fp32_router(ops)
     fwd = LayerGraph(f"{config.name}.{part}.fwd", tuple(ops), phase="fwd", tp=tp, microbatch=microbatch)
     if phase == "fwd" and not both:
         return fwd

@@ -365,12 +365,13 @@ class Plan:
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
                 embedding: str = "gather", passes: str = "single", experts: str = "fused",
-                dispatcher: str = "alltoall", attention_format: str | None = None):
+                dispatcher: str = "alltoall", attention_format: str | None = None, router: str = "bf16"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
     degrees (:func:`_part_graphs`).  ``dispatcher``: the MoE layer's (graph ``moe_dispatcher``);
-    ``attention_format``: the layer's fused attention operands (graph ``attention_format``)."""
+    ``attention_format``: the layer's fused attention operands (graph ``attention_format``);
+    ``router``: its router GEMM's operands (graph ``router_dtype``)."""
     graph.check_expert_parallel(model, ep)
     graph.check_expert_tensor_parallel(model, etp, tp, bool(sp))
     out = {}
@@ -379,7 +380,8 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
         f, b = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, ep if moe else 1, cross_entropy,
                             elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
                             passes if moe else "single", experts if moe else "fused",
-                            dispatcher if moe else "alltoall", attention_format if moe else None)
+                            dispatcher if moe else "alltoall", attention_format if moe else None,
+                            router if moe else "bf16")
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -438,10 +440,10 @@ def clear_graph_cache() -> None:
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
                  passes: str = "single", experts: str = "fused", dispatcher: str = "alltoall",
-                 attention_format: str | None = None):
+                 attention_format: str | None = None, router: str = "bf16"):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`;
     ``experts``: its ``expert_elementwise``, ``dispatcher`` its ``moe_dispatcher``,
-    ``attention_format`` its ``attention_format``).  A
+    ``attention_format`` its ``attention_format``, ``router`` its ``router_dtype``).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep
     (the alltoall dispatcher's regrouping passes too, where ranks hold several experts at both)."""
@@ -449,13 +451,13 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
             and model.num_experts % 2 == 0
             and (dispatcher not in graph.REGROUPING_DISPATCHERS or model.num_experts // ep > 1)):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
-                              "gather", passes, experts, dispatcher, attention_format)
+                              "gather", passes, experts, dispatcher, attention_format, router)
         return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher,
                                           elementwise)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
-                            cast_passes=passes, expert_elementwise=experts, moe_dispatcher=dispatcher,
+                            cast_passes=passes, expert_elementwise=experts, moe_dispatcher=dispatcher, router_dtype=router,
                             attention_format=attention_format)
 
 
@@ -1043,9 +1045,11 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
-                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format)
+                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format,
+                                     eng.router_dtype)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
-                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format)
+                                     etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format,
+                                     eng.router_dtype)
                     # every microbatch size's rows of the six graphs, priced in one call: the rows at
                     # one sequence plus (size - 1) times their change per sequence
                     base, per_seq_rows = _stacked_rows(g1, g2)
@@ -1054,7 +1058,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
                                      elementwise, etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher,
-                                     attention_format)
+                                     attention_format, eng.router_dtype)
                     base = _graph_stack(gs)
                     per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
                 lay = _cell_layout(gs)

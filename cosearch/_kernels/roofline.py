@@ -143,8 +143,11 @@ def _price_one(op, d, frac, eff):
         shape = gemm_shape_efficiency(m, n, k, b, eff[E_TILE_M], eff[E_TILE_N], eff[E_TILE_K], slots,
                                       eff[E_K_OVERHEAD], eff[E_STREAM_K])
         compute = cycles / clock / (eff[E_TENSOR] * shape)
-        if dt < 2.0:      # FP8 / NVFP4 operands: the chip's rate in that format (0: it has none)
-            rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS], d[D_FP4_MACS])
+        if dt < 2.0 or dt >= 4.0:
+            # FP8 / NVFP4 operands: the chip's rate in that format (0: it has none); FP32 ones:
+            # its vector lanes
+            rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS], d[D_FP4_MACS],
+                                      d[3] * d[4] / (d[0] * r * c))
             compute = compute / rate if rate > 0.0 else math.inf
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]

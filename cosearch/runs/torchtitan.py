@@ -561,6 +561,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("async TP priced with the TP collectives exposed: cosearch does not price partial "
                        "micro-pipelined overlap yet")
     engine = preset("fsdp" if compiled else "fsdp-eager")
+    if model is not None and model.moe:
+        assumed.append("the router's gate GEMM in FP32 (TokenChoiceTopKRouter runs it under "
+                       "torch.autocast(dtype=torch.float32); TF32 off, PyTorch's default): priced on the CUDA cores")
     if model is not None and model.moe and (model.bias or model.activation_clamp):
         # models/gpt_oss/moe.py: GptOssGroupedExperts adds its biases and clamps its SwiGLU op by op
         # unless Inductor fuses them; models/gpt_oss/model.py: the sinks rescale the attention output
