@@ -149,7 +149,9 @@ def test_saved_config_refusals():
 
 def test_saved_qwen3_deepep():
     """qwen3_30b_a3b with the DeepEP dispatcher and ep 8: FullAC, the flex dispatcher with DeepEP's
-    kernels (known by its config's ``cudagraphable`` field), the preset's experts checked."""
+    kernels (known by its config's ``cudagraphable`` field), the preset's experts checked; its
+    dispatchers made HybridEP's (``non_blocking_capacity_factor``): the flex dispatcher with
+    HybridEP's kernels on 16 SMs, blocking or at capacity 1, a smaller capacity refused."""
     rc = read_config(QWEN, ["model.converters=none"])
     d = rc.resolve(64)
     assert (d.spec.dp, d.spec.expert_parallel, d.spec.recompute) == (64, 8, "full")
@@ -161,8 +163,37 @@ def test_saved_qwen3_deepep():
         td.clear()
         td.update(num_experts=128, top_k=8, non_blocking_capacity_factor=None, pad_multiple=None, hidden_dim=2048,
                   num_max_tokens_per_rank=None)
-    with pytest.raises(ValueError, match="'hybridep' is not modelled"):
-        read_torchtitan(base, ["model.converters=none"])
+    # HybridEP: the flex dispatcher with its kernels on torchtitan's 16 SMs, blocking
+    rc = read_torchtitan(base, ["model.converters=none"])
+    d = rc.resolve(64)
+    assert (d.engine.moe_dispatcher, d.engine.moe_flex_backend, d.engine.moe_comm_sms) == ("flex", "hybridep", 16)
+    assert any("blocking (it synchronizes the stream" in a for a in rc.assumed)
+
+    def dispatchers(**fields):
+        out = copy.deepcopy(base)
+        for layer in out["model_spec"]["model"]["layers"]:
+            layer["moe"]["routed_experts"]["token_dispatcher"].update(fields)
+        return out
+    rc = read_torchtitan(dispatchers(non_blocking_capacity_factor=1.0, pad_multiple=32), ["model.converters=none"])
+    assert any("capacity factor 1.0" in a and "multiple of 32" in a for a in rc.assumed)
+    with pytest.raises(ValueError, match="drops the tokens past that capacity"):
+        read_torchtitan(dispatchers(non_blocking_capacity_factor=0.8), ["model.converters=none"])
+    with pytest.raises(ValueError, match=r"must be in \(0, 1\]"):
+        read_torchtitan(dispatchers(non_blocking_capacity_factor=1.5), ["model.converters=none"])
+    mixed = dispatchers(non_blocking_capacity_factor=1.0)
+    mixed["model_spec"]["model"]["layers"][5]["moe"]["routed_experts"]["token_dispatcher"]["pad_multiple"] = 16
+    with pytest.raises(ValueError, match="HybridEP dispatchers differ"):
+        read_torchtitan(mixed, ["model.converters=none"])
+    # without expert parallelism the tokens stay local: HybridEP's fields change nothing
+    local = read_torchtitan(base, ["model.converters=none", "parallelism.expert_parallel_degree=1"]).resolve(64)
+    assert local.engine.moe_dispatcher == "gather-tokens" and local.spec.expert_parallel == 1
+    # MinimalAsyncEP stays refused
+    minimal = copy.deepcopy(base)
+    for layer in minimal["model_spec"]["model"]["layers"]:
+        layer["moe"]["routed_experts"]["token_dispatcher"] = {"num_experts": 128, "top_k": 8, "dtype": "bfloat16",
+                                                                "device": "cuda", "num_max_tokens_per_rank": None}
+    with pytest.raises(ValueError, match="'minimal_async_ep' is not modelled"):
+        read_torchtitan(minimal, ["model.converters=none"])
     base["model_spec"]["model"]["layers"][3]["moe"]["router"]["top_k"] = 4
     with pytest.raises(ValueError, match=r"layers\[3\] top_k 4"):
         read_torchtitan(base, ["model.converters=none"])

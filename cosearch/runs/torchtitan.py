@@ -65,8 +65,10 @@ and ``..._last_stage_less_layers`` layers (1 each by default), so Llama 3 8B on 
 ``expert_tensor_parallel_degree``        1 (torchtitan's default: under tp > 1 expert parallelism
                                          borrows all of TP, cosearch's etp 1) or tp (etp = tp)
 ``expert_parallel_comm_backend``         standard (PyTorch's all-to-alls, tokens gathered over tp
-                                         before routing) or deepep (the flex dispatcher, DeepEP);
-                                         hybridep, minimal_async_ep and torchao refused under ep > 1
+                                         before routing), deepep (the flex dispatcher, DeepEP) or
+                                         hybridep (the flex dispatcher, HybridEP, 16 SMs; a saved
+                                         config's non-blocking capacity factor under 1 refused);
+                                         minimal_async_ep and torchao refused under ep > 1
 ``[activation_checkpoint] mode``         none / full / selective (``op``: Megatron's selective
                                          reading; an integer N other than 1 is refused)
 ``[compile] enable``                     off: engine ``fsdp-eager`` (norms, SwiGLU, RoPE op by
@@ -169,7 +171,38 @@ def _off(value: Any) -> bool:
 _TOKEN_COUNTED = ("training.num_tokens_per_microbatch_per_dp_rank", "training.num_tokens_per_train_step",
                   "training.max_context_length")
 #: torchtitan's token dispatchers cosearch does not model (``make_token_dispatcher_config``).
-_OTHER_BACKENDS = ("hybridep", "minimal_async_ep", "torchao")
+_OTHER_BACKENDS = ("minimal_async_ep", "torchao")
+#: The SMs torchtitan's HybridEP buffer gives its dispatch and its combine kernels
+#: (``distributed/deepep/hybridep.py``: ``_NUM_SMS_DISPATCH = _NUM_SMS_COMBINE = 16``, passed as
+#: ``num_sms_dispatch_api`` / ``num_sms_combine_api`` to ``HybridEPBuffer``).
+HYBRIDEP_SMS = 16
+
+
+def _hybridep_reading(k: Keys, name: str) -> str:
+    """What torchtitan's HybridEP token dispatcher (``HybridEPTokenDispatcher``, torchtitan 0.3.0)
+    runs, from the fields a saved config's dispatchers carry (``hybridep.*``): blocking (no
+    ``non_blocking_capacity_factor``: it synchronizes the stream after each dispatch and sizes the
+    permuted tokens on the host, no token dropped) or non-blocking at a capacity factor of 1 (sized
+    for the worst case, no token dropped); under 1 its fused permute drops the tokens past the
+    capacity ("silently dropped"), which is refused.  ``pad_multiple`` pads each expert's tokens."""
+    cf = k.get("hybridep.non_blocking_capacity_factor")
+    pad = k.get("hybridep.pad_multiple")
+    k.get("hybridep.num_max_tokens_per_rank")
+    said = (f"expert_parallel_comm_backend hybridep: the flex dispatcher with HybridEP's kernels on {HYBRIDEP_SMS} "
+            "SMs for dispatch and for combine (torchtitan's HybridEP buffer)")
+    if cf is None:
+        said += ("; blocking (it synchronizes the stream after each dispatch to size the permuted tokens on the "
+                 "host, a wait not priced)")
+    else:
+        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0.0 < float(cf) <= 1.0:
+            raise ValueError(f"{name}: HybridEP non_blocking_capacity_factor {cf!r} must be in (0, 1]")
+        if float(cf) < 1.0:
+            raise ValueError(f"{name}: HybridEP non_blocking_capacity_factor {cf}: its fused permute drops the "
+                             "tokens past that capacity, which is not modelled (1.0 or none, blocking, drops none)")
+        said += "; non-blocking at capacity factor 1.0 (sized for the worst case: no token dropped)"
+    if pad is not None:
+        said += f"; each expert's tokens padded to a multiple of {pad} (not priced)"
+    return said
 
 
 def _schedule_key(schedule: str) -> str:
@@ -430,9 +463,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         raise ValueError(f"{name}: expert_tensor_parallel_degree {etp}: torchtitan runs 1 (EP borrows all of TP) "
                          f"or tensor_parallel_degree ({tp})")
     comm = str(k.get("parallelism.expert_parallel_comm_backend", "standard"))
-    if comm not in ("standard", "deepep") and (ep > 1 or comm not in _OTHER_BACKENDS):
-        raise ValueError(f"{name}: expert_parallel_comm_backend {comm!r} is not modelled (standard and deepep are; "
-                         f"torchtitan's others are {', '.join(_OTHER_BACKENDS)})")
+    if comm not in ("standard", "deepep", "hybridep") and (ep > 1 or comm not in _OTHER_BACKENDS):
+        raise ValueError(f"{name}: expert_parallel_comm_backend {comm!r} is not modelled (standard, deepep and "
+                         f"hybridep are; torchtitan's others are {', '.join(_OTHER_BACKENDS)})")
     if shard is None or (shard < 1 and shard != -1):
         raise ValueError(f"{name}: data_parallel_shard_degree must be -1 or a positive integer, got {shard}")
     if k.bool("parallelism.disable_loss_parallel", False) and tp > 1:
@@ -587,6 +620,12 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         # DeepEP's kernels instead of PyTorch's all-to-alls (torchtitan's DeepEPExpertParallel)
         engine = with_moe_dispatch(engine, "flex", backend="deepep")
         assumed.append("expert_parallel_comm_backend deepep: the flex dispatcher with DeepEP's kernels")
+    if comm == "hybridep" and ep > 1:
+        engine = with_moe_dispatch(engine, "flex", sms=HYBRIDEP_SMS, backend="hybridep")
+        assumed.append(_hybridep_reading(k, name))
+    else:
+        for f in ("non_blocking_capacity_factor", "pad_multiple", "num_max_tokens_per_rank"):
+            k.get(f"hybridep.{f}")      # without expert parallelism the tokens stay local: neutral
     memory = _optimizer_state(k, name, assumed)
     neutral = k.finish(NEUTRAL_SECTIONS + SAVED_NEUTRAL_SECTIONS, NEUTRAL_KEYS)
     return RunConfig(name, model=model, plan=plan, dp=dp,

@@ -136,10 +136,19 @@ def saved_config_table(d: dict[str, Any], source: str) -> dict[str, Any]:
         table["activation_checkpoint"] = {"mode": "selective" if selective else "full",
                                           **({"selective_ac_option": "op"} if selective else {}),
                                           **{_AC_KEYS.get(k, k): v for k, v in ac.items()}}
-    backends = {_dispatcher_backend(td) for td in _token_dispatchers(spec.get("model"))}
+    dispatchers = _token_dispatchers(spec.get("model"))
+    backends = {_dispatcher_backend(td) for td in dispatchers}
     if len(backends) > 1:
         raise ValueError(f"{source}: the MoE layers use different token dispatchers ({sorted(backends)}), which is "
                          "not modelled")
+    if backends == {"hybridep"}:
+        # HybridEP's own fields (its capacity factor, padding and buffer bound), as the reader's
+        # hybridep section; every layer must set them alike
+        fields = {tuple(td.get(f) for f in _HYBRIDEP_FIELDS) for td in dispatchers}
+        if len(fields) > 1:
+            raise ValueError(f"{source}: the MoE layers' HybridEP dispatchers differ ({sorted(map(str, fields))}), "
+                             "which is not modelled")
+        table["hybridep"] = dict(zip(_HYBRIDEP_FIELDS, fields.pop()))
     if backends:
         table["parallelism"] = dict(table.get("parallelism") or {}, expert_parallel_comm_backend=backends.pop())
     loss = d.get("loss")
@@ -148,6 +157,11 @@ def saved_config_table(d: dict[str, Any], source: str) -> dict[str, Any]:
     elif loss is not None and not (isinstance(loss, dict) and set(loss) <= {"global_vocab_size", "mtp_scale"}):
         raise ValueError(f"{source}: loss {loss!r} is neither CrossEntropyLoss nor ChunkedLossWrapper")
     return table
+
+
+#: The fields of torchtitan's ``HybridEPTokenDispatcher.Config`` beyond ``num_experts`` and ``top_k``
+#: that change what it runs (``hidden_dim`` is the model's width).
+_HYBRIDEP_FIELDS = ("non_blocking_capacity_factor", "pad_multiple", "num_max_tokens_per_rank")
 
 
 def _token_dispatchers(tree: Any) -> list[dict[str, Any]]:
