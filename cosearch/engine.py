@@ -168,6 +168,10 @@ same.
   ``"fp32"`` (``fsdp`` and ``fsdp-eager``: torchtitan's router runs ``gate(x)`` under
   ``torch.autocast(dtype=torch.float32)``, and PyTorch runs an FP32 GEMM on the CUDA cores unless
   TF32 is allowed, off by default), priced on the chip's vector lanes.
+* ``expert_precision`` — the routed experts' grouped GEMMs: in the plan's precision (``"plan"``) or
+  in bf16 whatever the plan's (``"bf16"``: torchtitan's Float8 and MX converters swap
+  ``nn.Linear`` modules, so the experts' grouped GEMMs stay bf16 unless ``moe_fqns_prototype``
+  names them; the experts' inputs then kept in bf16 too), :data:`EXPERT_PRECISIONS`.
 * ``attn_proj_original_input`` — under a current-scaling, block-scaled or NVFP4 recipe the
   attention's output projection keeps the attention's bf16 output (which the fused attention
   keeps for its own backward anyway) for its weight gradient, instead of its own low-precision
@@ -321,6 +325,7 @@ class Engine:
     expert_elementwise: str = "fused"
     scaled_rope: str = "fused"
     router_dtype: str = "bf16"
+    expert_precision: str = "plan"
     attn_proj_original_input: bool = False
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -345,7 +350,7 @@ class Engine:
                            ("moe_dispatcher", MOE_DISPATCHERS), ("moe_flex_backend", FLEX_BACKENDS),
                            ("tp_overlap_kernel", TP_OVERLAP_KERNELS),
                            ("expert_elementwise", EXPERT_ELEMENTWISE), ("scaled_rope", SCALED_ROPE),
-                           ("router_dtype", ROUTER_DTYPES)):
+                           ("router_dtype", ROUTER_DTYPES), ("expert_precision", EXPERT_PRECISIONS)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
@@ -429,6 +434,8 @@ def graph_elementwise(engine: Engine, model) -> str:
 #: ``num_sms_dispatch_api.value_or((num_of_nodes == 1) ? 24 : 8)``); NCCL's all-to-all up to
 #: its channel limit, 32 CTAs (``MAXCHANNELS`` in NCCL's ``src/include/device.h``).
 FLEX_SMS_NVLINK, FLEX_SMS_RDMA, NCCL_MAX_CTAS = 24, 8, 32
+#: The precisions an engine runs the routed experts' GEMMs in (``Engine.expert_precision``).
+EXPERT_PRECISIONS = ("plan", "bf16")
 #: The flex dispatcher's backends (Megatron-Core's ``moe_flex_dispatcher_backend``).
 FLEX_BACKENDS = ("hybridep", "deepep")
 #: SMs DeepEP's normal kernels hold by default: its ``Buffer.num_sms = 20`` (deepseek-ai/DeepEP

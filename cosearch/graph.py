@@ -1132,7 +1132,8 @@ def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
 def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, tp: int, microbatch: int, ep: int,
                          context_parallel: int = 1, precision: str = "bf16",
                          cast_passes: str = "single", expert_elementwise: str = "fused",
-                         moe_dispatcher: str = "alltoall", elementwise: str = "fused") -> tuple[LayerGraph, LayerGraph]:
+                         moe_dispatcher: str = "alltoall", elementwise: str = "fused",
+                         expert_precision: str | None = None) -> tuple[LayerGraph, LayerGraph]:
     """A dropless MoE layer's (forward, backward) graphs at expert parallelism ``ep`` >= 2, from
     the same layer's graphs at another ep >= 2: only the routed experts' ops differ (their token
     count and how many experts a rank holds; the all-to-alls move the same ``T k`` copies at every
@@ -1156,7 +1157,8 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
                          f"tokens by local expert, the {moe_dispatcher} dispatcher at ep {ep} "
                          f"({c.num_experts // ep} expert(s) a rank) {'does not' if had else 'does'}: build the "
                          "graphs at this ep (graph.build)")
-    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp, OPERAND_BYTES[precision], cast_passes,
+    new_f, new_b = _expert_pair(c, per, c.num_experts // ep, tp,
+                                0.0 if expert_precision == "bf16" else OPERAND_BYTES[precision], cast_passes,
                                 expert_elementwise, regroup, elementwise)
 
     def moved(op: Op, deps: tuple[int, ...]) -> Op:
@@ -1191,7 +1193,8 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
 
 
 def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1,
-             eager: str = "fused", regroup: bool = False, shared: bool = True) -> int:
+             eager: str = "fused", regroup: bool = False, shared: bool = True,
+             expert_lowp: float | None = None) -> int:
     """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
     the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
     state, each tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM
@@ -1201,7 +1204,8 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
     their ``(expert, slot)`` places and come back through one-hot matmuls per sequence instead of
     the permute gathers.  ``regroup``: the all-to-all dispatch's received tokens sorted by local
     expert and back (:func:`moe_regroup_bytes`), at ep > 1.  ``shared`` False: the shared experts
-    are the caller's (:func:`_shared_experts_sp`)."""
+    are the caller's (:func:`_shared_experts_sp`).  ``expert_lowp``: the routed experts' operand
+    bytes where they differ from ``lowp`` (0: bf16 experts in a low-precision layer)."""
     h, E = c.hidden, c.num_experts
     fe = c.expert_ffn // tp
     dt = c.dtype_bytes
@@ -1220,7 +1224,8 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
         # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
         perm = g.vector("moe_permute", [gate], copies * h, "mul")
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
-    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp, eager, regroup and ep > 1 and not c.moe_einsum_dispatch)
+    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp if expert_lowp is None else expert_lowp, eager,
+                      regroup and ep > 1 and not c.moe_einsum_dispatch)
     out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
     if c.shared_experts and shared:
         fs = c.shared_experts * fe
@@ -1236,7 +1241,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 
 def _moe_mlp_gathered(g: _Builder, c: ModelConfig, x: int, Tv: float, T: int, tp: int, ep: int, lowp: float,
-                      seqs: int, eager: str, dispatcher: str) -> int:
+                      seqs: int, eager: str, dispatcher: str, expert_lowp: float | None = None) -> int:
     """An MoE MLP whose experts are split over ``tp > 1`` ranks (expert tensor parallelism = tp, the
     default) under sequence parallelism, as Megatron-Core's dispatchers run it on this rank's own
     ``Tv`` tokens (``MoELayer`` takes the sequence-parallel shard: the router, the permutation and
@@ -1272,7 +1277,7 @@ def _moe_mlp_gathered(g: _Builder, c: ModelConfig, x: int, Tv: float, T: int, tp
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if exchange else perm
     if not flex:
         disp = g.collective("moe_allgather", [disp], copies * h * dt, "allgather")
-    out = _expert_ops(g, c, disp, per, E // ep, fe, lowp, eager, not flex)
+    out = _expert_ops(g, c, disp, per, E // ep, fe, lowp if expert_lowp is None else expert_lowp, eager, not flex)
     if not flex:
         out = g.collective("moe_reducescatter", [out], copies * h * dt, "reducescatter")
     if exchange:
@@ -1305,7 +1310,8 @@ def _shared_experts_sp(g: _Builder, c: ModelConfig, x: int, routed: int, Tv: flo
 def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash: bool = False,
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
                    passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: str = "fused",
-                   dispatcher: str = "alltoall", attention_lowp: float = 0.0) -> list[Op]:
+                   dispatcher: str = "alltoall", attention_lowp: float = 0.0,
+                   experts_lowp: float | None = None) -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -1348,17 +1354,17 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     if local:
         # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective;
         # the shared experts stay on the dense tp group, on gathered tokens
-        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup, shared=False)
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup, shared=False, expert_lowp=experts_lowp)
         fc2 = _shared_experts_sp(g, c, n2, fc2, Tv, T, tp, lowp)
     elif c.moe and gathered and dispatcher != "gather-tokens" and not c.moe_einsum_dispatch:
         # the experts split over the tp ranks under sequence parallelism: Megatron-Core's dispatchers
         # gather the routed copies over tp after the dispatch (and the shared experts their tokens)
-        fc2 = _moe_mlp_gathered(g, c, n2, Tv, T, tp, ep, lowp, b, expert_eager, dispatcher)
+        fc2 = _moe_mlp_gathered(g, c, n2, Tv, T, tp, ep, lowp, b, expert_eager, dispatcher, experts_lowp)
         local = True                      # (its collectives are its own: no reduce-scatter after it)
     else:
         x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
         if c.moe:
-            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b, expert_eager, regroup)
+            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b, expert_eager, regroup, expert_lowp=experts_lowp)
         else:
             # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
             fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)
@@ -1669,7 +1675,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           expert_tensor_parallel: int | None = None, both: bool = False,
           embedding: str = "gather", cast_passes: str = "single", expert_elementwise: str = "fused",
           moe_dispatcher: str = "alltoall", attention_format: str | None = None,
-          router_dtype: str = "bf16") -> LayerGraph:
+          router_dtype: str = "bf16", expert_precision: str | None = None) -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1715,7 +1721,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     the backward); price such a graph with the speeds of
     :meth:`cosearch.hardware.KernelEfficiency.with_fp8_attention`, as :func:`cosearch.plan.unit_costs` does.
     ``router_dtype`` (:data:`ROUTER_DTYPES`): an MoE router's GEMM on the model's operands or on
-    FP32 ones (torchtitan's), priced on the vector lanes.
+    FP32 ones (torchtitan's), priced on the vector lanes.  ``expert_precision`` (None: ``precision``;
+    ``"bf16"``): the routed experts' grouped GEMMs in bf16 in a low-precision layer (torchtitan's
+    Float8 converter swaps ``nn.Linear`` modules, so the grouped GEMMs stay bf16 unless
+    ``moe_fqns_prototype`` names them).
     ``both``: return the (forward, backward) pair (:func:`build_pair`)."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"build expects a ModelConfig, got {type(config).__name__}")
@@ -1756,6 +1765,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     if passes != "single":
         extra["passes"] = passes
         extra["tp_amax"] = tp_amax[0]
+    if expert_precision not in (None, "bf16"):
+        raise ValueError(f"expert_precision must be None (the layer's precision) or 'bf16', got {expert_precision!r}")
+    if part == "layer" and config.moe and expert_precision == "bf16":
+        extra["experts_lowp"] = 0.0
     eager_experts = part == "layer" and config.moe and expert_elementwise != "fused"
     if eager_experts:
         extra["expert_eager"] = expert_elementwise

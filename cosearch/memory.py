@@ -103,7 +103,8 @@ def fp8_attention_saved_bytes(attention_format: str, scaling_recipe: str) -> tup
 def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, precision: str,
                       sequence_parallel: bool, eager_clamp: bool = False,
                       experts_gathered: bool = False, proj_input_cast: bool = True,
-                      attention_saved: tuple[float, float | None] | None = None) -> dict[str, float]:
+                      attention_saved: tuple[float, float | None] | None = None,
+                      experts_bf16: bool = False) -> dict[str, float]:
     """The activations one layer keeps with nothing recomputed, by tensor, in bytes per token and
     per ``hidden`` on one chip (Korthikanti et al.'s terms, module docstring).  ``eager_clamp``:
     a clamped activation's clamp runs as eager passes (:func:`cosearch.graph.expert_eager_bytes`),
@@ -117,7 +118,9 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     (:attr:`cosearch.engine.Engine.attn_proj_original_input`).  ``attention_saved``: FP8 attention's
     ``(Q/K/V, O)`` bytes an element (:func:`fp8_attention_saved_bytes`; None: bf16 attention):
     the attention keeps its quantized Q, K, V instead of the bf16 ones, and O in FP8 where the
-    recipe keeps it so (the projection then keeps the bf16 O itself where it takes no cast)."""
+    recipe keeps it so (the projection then keeps the bf16 O itself where it takes no cast).
+    ``experts_bf16``: the routed experts' GEMMs run in bf16 in a low-precision layer (their inputs
+    kept in bf16: the dispatched copies and the activation output)."""
     flag("flash_attention", flash_attention)
     flag("sequence_parallel", sequence_parallel)
     c = config
@@ -187,11 +190,12 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
         slots = copies / s
         routed = slots * c.expert_ffn / h
         shared = c.shared_experts * c.expert_ffn / h
-        split.update(moe_fc1=routed * per_w, moe_act=routed * act_out, shared_mlp=shared * (per_w + act_out))
+        expert_act_out = 2.0 * e if experts_bf16 else act_out
+        split.update(moe_fc1=routed * per_w, moe_act=routed * expert_act_out, shared_mlp=shared * (per_w + act_out))
         # the dispatched copies are what the experts' up projection keeps: their low-precision cast
         # under FP8 / FP4 (Transformer Engine's GroupedLinear saves the quantized input, as
         # Linear does the norms' outputs above; the permute and the dispatch keep none)
-        dispatched = (lowp if fp8 else 2.0 * e) * slots
+        dispatched = (lowp if fp8 and not experts_bf16 else 2.0 * e) * slots
         (whole if flag("experts_gathered", experts_gathered) else split)["moe_dispatched"] = dispatched
         if eager_clamp and c.activation_clamp:
             split["moe_clamped"] = routed * per_w
@@ -228,7 +232,8 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
                            flash_attention: bool = False, precision: str = "bf16",
                            modules: tuple[str, ...] = (), eager_clamp: bool = False,
                            experts_gathered: bool = False, proj_input_cast: bool = True,
-                           attention_saved: tuple[float, float | None] | None = None) -> float:
+                           attention_saved: tuple[float, float | None] | None = None,
+                           experts_bf16: bool = False) -> float:
     """Activations one transformer layer keeps for its backward pass, per chip and
     microbatch, under ``recompute`` ``"none"`` / ``"selective"`` / ``"full"``
     (full: only the layer input).  Under ``precision="fp8"`` (``"fp4"``: NVFP4, 0.5625 bytes)
@@ -242,8 +247,8 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     activation clamped by eager passes keeps one more copy of the experts' up projection;
     ``experts_gathered``: every tp rank keeps all the copies its tp-split experts read;
     ``proj_input_cast`` False: the attention's output projection keeps its bf16 input only;
-    ``attention_saved``: FP8 attention's Q/K/V and O bytes (:func:`fp8_attention_saved_bytes`)
-    (:func:`_activation_terms`)."""
+    ``attention_saved``: FP8 attention's Q/K/V and O bytes (:func:`fp8_attention_saved_bytes`);
+    ``experts_bf16``: the routed experts in bf16 in a low-precision layer (:func:`_activation_terms`)."""
     if recompute == "full":
         return layer_input_bytes(config, tp, microbatch, sequence_parallel)
     if recompute not in ("none", "selective"):
@@ -251,7 +256,7 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
     if attention_saved is not None and not flash_attention:
         raise ValueError("attention_saved: FP8 attention is a fused attention kernel; it needs flash_attention=True")
     terms = _activation_terms(config, tp, flash_attention, precision, sequence_parallel, flag("eager_clamp", eager_clamp),
-                              experts_gathered, proj_input_cast, attention_saved)
+                              experts_gathered, proj_input_cast, attention_saved, flag("experts_bf16", experts_bf16))
     dropped: set[str] = set()
     if recompute == "selective":
         if modules:

@@ -365,13 +365,15 @@ class Plan:
 def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp: int = 1, precision: str = "bf16",
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
                 embedding: str = "gather", passes: str = "single", experts: str = "fused",
-                dispatcher: str = "alltoall", attention_format: str | None = None, router: str = "bf16"):
+                dispatcher: str = "alltoall", attention_format: str | None = None, router: str = "bf16",
+                expert_precision: str | None = None):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
     degrees (:func:`_part_graphs`).  ``dispatcher``: the MoE layer's (graph ``moe_dispatcher``);
     ``attention_format``: the layer's fused attention operands (graph ``attention_format``);
-    ``router``: its router GEMM's operands (graph ``router_dtype``)."""
+    ``router``: its router GEMM's operands (graph ``router_dtype``); ``expert_precision``: its routed
+    experts' (graph ``expert_precision``)."""
     graph.check_expert_parallel(model, ep)
     graph.check_expert_tensor_parallel(model, etp, tp, bool(sp))
     out = {}
@@ -381,7 +383,7 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
                             elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
                             passes if moe else "single", experts if moe else "fused",
                             dispatcher if moe else "alltoall", attention_format if moe else None,
-                            router if moe else "bf16")
+                            router if moe else "bf16", expert_precision if moe else None)
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -390,8 +392,8 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
 def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_attention: bool,
                         precision: str, eager_clamp: bool = False,
                         experts_gathered: bool = False, proj_input_cast: bool = True,
-                        attention_saved: tuple[float, float | None] | None = None, loss_chunks: int = 1
-                        ) -> tuple[tuple[float, ...], float]:
+                        attention_saved: tuple[float, float | None] | None = None, loss_chunks: int = 1,
+                        experts_bf16: bool = False) -> tuple[tuple[float, ...], float]:
     """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
     layer's without recompute, under ``policy``'s selective recompute, the layer input, the
     embedding's, the head's), and the bytes a MaxText policy offloads to the host; cached (none
@@ -400,7 +402,8 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     the tp ranks gather their input copies; ``proj_input_cast`` False: the attention's output
     projection keeps no low-precision copy; ``attention_saved``: FP8 attention's saved bytes
     (:func:`cosearch.memory.layer_activation_bytes`); ``loss_chunks``: the head's loss run in that
-    many sequence chunks (:attr:`cosearch.engine.Engine.loss_chunks`)."""
+    many sequence chunks (:attr:`cosearch.engine.Engine.loss_chunks`); ``experts_bf16``: the routed
+    experts in bf16 in a low-precision layer."""
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
@@ -414,10 +417,11 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
                and cl.compressed_attention is None else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
                                              graph.recompute_modules(policy) or (), eager_clamp, experts_gathered,
-                                             proj_input_cast, attention_saved))
+                                             proj_input_cast, attention_saved, experts_bf16))
     return ((memory.layer_activation_bytes(cl, t, 1, sp, "none", flash_attention, precision,
                                            eager_clamp=eager_clamp, experts_gathered=experts_gathered,
-                                           proj_input_cast=proj_input_cast, attention_saved=attention_saved), sel,
+                                           proj_input_cast=proj_input_cast, attention_saved=attention_saved,
+                                           experts_bf16=experts_bf16), sel,
              memory.layer_input_bytes(cl, t, 1, sp), memory.embedding_activation_bytes(cl, t, 1, sp),
              memory.head_activation_bytes(cl, t, 1, sp, loss_chunks)), host)
 
@@ -440,10 +444,11 @@ def clear_graph_cache() -> None:
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
                  passes: str = "single", experts: str = "fused", dispatcher: str = "alltoall",
-                 attention_format: str | None = None, router: str = "bf16"):
+                 attention_format: str | None = None, router: str = "bf16", expert_precision: str | None = None):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`;
     ``experts``: its ``expert_elementwise``, ``dispatcher`` its ``moe_dispatcher``,
-    ``attention_format`` its ``attention_format``, ``router`` its ``router_dtype``).  A
+    ``attention_format`` its ``attention_format``, ``router`` its ``router_dtype``, ``expert_precision``
+    its ``expert_precision``).  A
     dropless MoE layer at ep > 2 is the ep-2 graph with its experts' ops rebuilt
     (:func:`cosearch.graph.with_expert_parallel`): the rest of the layer is the same at every ep
     (the alltoall dispatcher's regrouping passes too, where ranks hold several experts at both)."""
@@ -451,13 +456,14 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
             and model.num_experts % 2 == 0
             and (dispatcher not in graph.REGROUPING_DISPATCHERS or model.num_experts // ep > 1)):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
-                              "gather", passes, experts, dispatcher, attention_format, router)
+                              "gather", passes, experts, dispatcher, attention_format, router, expert_precision)
         return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher,
-                                          elementwise)
+                                          elementwise, expert_precision)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
                             precision=precision, expert_parallel=ep, cross_entropy=cross_entropy,
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
                             cast_passes=passes, expert_elementwise=experts, moe_dispatcher=dispatcher, router_dtype=router,
+                            expert_precision=expert_precision,
                             attention_format=attention_format)
 
 
@@ -958,6 +964,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
     eng = engine_preset(engine)
     passes = cast_passes(eng, precision, scaling_recipe, designs if single else None)
     expert_mode = expert_graph_option(eng)
+    # the routed experts' GEMMs in bf16 under a low-precision plan (torchtitan's Float8 converter)
+    expert_prec = "bf16" if eng.expert_precision == "bf16" and precision != "bf16" else None
     elementwise = graph_elementwise(eng, model)
     # Megatron-Core's attention projection keeps the attention's bf16 output, not its own cast,
     # under every recipe but delayed scaling (Engine.attn_proj_original_input)
@@ -1039,17 +1047,17 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                                 expert_mode != "fused",
                                                 c.moe and t > 1 and bool(sp) and etp_t is None
                                                 and eng.moe_dispatcher != "gather-tokens" and not c.moe_einsum_dispatch,
-                                                proj_cast, attention_saved, eng.loss_chunks)
+                                                proj_cast, attention_saved, eng.loss_chunks, expert_prec == "bf16")
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
                                      etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format,
-                                     eng.router_dtype)
+                                     eng.router_dtype, expert_prec)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
                                      etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format,
-                                     eng.router_dtype)
+                                     eng.router_dtype, expert_prec)
                     # every microbatch size's rows of the six graphs, priced in one call: the rows at
                     # one sequence plus (size - 1) times their change per sequence
                     base, per_seq_rows = _stacked_rows(g1, g2)
@@ -1058,7 +1066,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
                                      elementwise, etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher,
-                                     attention_format, eng.router_dtype)
+                                     attention_format, eng.router_dtype, expert_prec)
                     base = _graph_stack(gs)
                     per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
                 lay = _cell_layout(gs)

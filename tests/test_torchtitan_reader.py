@@ -174,8 +174,9 @@ def test_saved_qwen3_deepep():
         for layer in out["model_spec"]["model"]["layers"]:
             layer["moe"]["routed_experts"]["token_dispatcher"].update(fields)
         return out
-    rc = read_torchtitan(dispatchers(non_blocking_capacity_factor=1.0, pad_multiple=32), ["model.converters=none"])
+    rc = read_torchtitan(dispatchers(non_blocking_capacity_factor=1.0, pad_multiple=32), ["model.converters=mx"])
     assert any("capacity factor 1.0" in a and "multiple of 32" in a for a in rc.assumed)
+    assert rc.resolve(64).engine.expert_precision == "plan"       # padded: the grouped experts converted
     with pytest.raises(ValueError, match="drops the tokens past that capacity"):
         read_torchtitan(dispatchers(non_blocking_capacity_factor=0.8), ["model.converters=none"])
     with pytest.raises(ValueError, match=r"must be in \(0, 1\]"):
@@ -269,6 +270,31 @@ class _Trainer:
 
     def to_dict(self):
         return self._saved
+
+
+def _grouped_experts_class():
+    # torchtitan 0.3 builds its Float8 grouped-experts class inside a function
+    # (components/quantization/float8.py: _get_float8_grouped_experts_cls)
+    class Float8GroupedExperts:
+        @dataclass
+        class Config:
+            dim: int = 2048
+    return Float8GroupedExperts
+
+
+def test_live_moe_config_finds_the_grouped_experts_converter():
+    """A live MoE config: the Linear converter alone leaves the grouped experts bf16; with the
+    grouped-experts converter's config class on the experts they run in FP8 too."""
+    saved = json.loads(QWEN.read_text())
+    lin = Float8Linear.Config(2048, 4096, _TorchaoConfig())
+    grouped = _grouped_experts_class().Config()
+    assert "<locals>.Float8GroupedExperts.Config" in type(grouped).__qualname__
+    only_linear = read_torchtitan(_Trainer(saved, _Model([{"attention": [lin]}]))).resolve(64)
+    assert only_linear.spec.precision == "fp8" and only_linear.engine.expert_precision == "bf16"
+    both = read_torchtitan(_Trainer(saved, _Model([{"attention": [lin], "moe": [grouped]}]))).resolve(64)
+    assert both.spec.precision == "fp8" and both.engine.expert_precision == "plan"
+    with pytest.raises(ValueError, match="Linear modules stay bf16"):
+        read_torchtitan(_Trainer(saved, _Model([{"moe": [grouped]}])))
 
 
 def test_live_config_finds_the_converters():
@@ -391,12 +417,11 @@ def test_chunked_loss_memory_by_hand():
     ("torchtitan_llama3_70b.toml", ["parallelism.disable_loss_parallel=true"], "gathers the output layer's logits"),
     ("torchtitan_llama3_70b.toml", ["model.converters=[float8]", "float8.filter_fqns=[output,attention.wo]"],
      r"filter_fqns \['attention.wo'\] keeps those modules in bf16"),
-    ("torchtitan_qwen3_30b_a3b.toml", ["model.converters=[float8]"], "moe_fqns_prototype"),
 ])
 def test_toml_switches_that_change_the_run_are_refused(toml, words, match):
     """Fields the TOML reader listed as neutral that change the run: FSDP's CPU offload, loss
-    parallelism off under tp, a Float8 filter keeping layer GEMMs in bf16, Float8 on an MoE model
-    without its experts; each is refused by name (and neutral where it changes nothing)."""
+    parallelism off under tp, a Float8 filter keeping layer GEMMs in bf16; each is refused by name
+    (and neutral where it changes nothing)."""
     with pytest.raises(ValueError, match=match):
         read_config(DATA / toml, words)
 
@@ -408,7 +433,31 @@ def test_toml_switches_neutral_where_they_change_nothing():
     assert rc.plan["precision"] == "fp8" and any("auto_filter_small_kn" in a for a in rc.assumed)
     qwen = read_config(DATA / "torchtitan_qwen3_30b_a3b.toml", ["model.converters=[float8]",
                                                                   "float8.moe_fqns_prototype=[experts]"])
-    assert qwen.plan["precision"] == "fp8"
+    assert qwen.plan["precision"] == "fp8" and qwen.engine.expert_precision == "plan"
+
+
+def test_float8_on_moe_leaves_the_grouped_experts_bf16_unless_converted():
+    """torchtitan's Float8 / MX converters swap nn.Linear modules: an MoE model's grouped experts
+    stay bf16 (engine ``expert_precision`` bf16) unless a grouped-experts converter takes them
+    (2025: ``float8.moe_fqns_prototype``; 0.3: the Float8/MXFP8 grouped-experts converters, which
+    swap the dispatcher for torchao's padded one, or pad HybridEP's); grouped experts converted with
+    the Linear modules left bf16 is a mix refused by name."""
+    qwen = read_config(DATA / "torchtitan_qwen3_30b_a3b.toml", ["model.converters=[float8]"])
+    assert qwen.plan["precision"] == "fp8" and qwen.engine.expert_precision == "bf16"
+    assert any("grouped GEMMs in bf16" in a for a in qwen.assumed)
+    base = json.loads(QWEN.read_text())
+    padded = copy.deepcopy(base)
+    for layer in padded["model_spec"]["model"]["layers"]:
+        layer["moe"]["routed_experts"]["token_dispatcher"] = {"num_experts": 128, "top_k": 8, "pad_multiple": 16}
+    rc = read_torchtitan(padded, ["model.converters=float8"])
+    d = rc.resolve(64)
+    assert d.spec.precision == "fp8" and d.engine.expert_precision == "plan" and d.engine.moe_dispatcher == \
+        "gather-tokens"
+    assert any("padded token dispatcher" in a for a in rc.assumed)
+    with pytest.raises(ValueError, match="Linear modules stay bf16"):
+        read_torchtitan(padded, ["model.converters=none"])
+    # DeepEP's dispatcher: no grouped converter (torchtitan refuses quantized experts with it)
+    assert read_torchtitan(base, ["model.converters=float8"]).resolve(64).engine.expert_precision == "bf16"
 
 
 def test_token_counted_layout_after_0_3_refused_with_the_reason():

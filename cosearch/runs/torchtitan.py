@@ -32,13 +32,16 @@ and ``..._last_stage_less_layers`` layers (1 each by default), so Llama 3 8B on 
 ``module_fqns_per_model_part`` gives them.
 
 =======================================  ======================================================
-``[model] name, flavor``                 Llama 3 8B/70B/405B (``llama3``) are cosearch presets;
-                                         other models need their ``config.json`` as well
+``[model] name, flavor``                 :data:`FLAVORS` are cosearch presets; other models need
+                                         their ``config.json`` as well
 ``[model] converters``                   ``float8`` / ``mx``: FP8 layer GEMMs (``emulate`` refused;
                                          a ``recipe_name`` other than tensorwise said; a
                                          ``filter_fqns`` keeping layer GEMMs in bf16 refused, the
                                          output head, router gate and ``auto_filter_small_kn`` read;
-                                         on an MoE model the experts need ``moe_fqns_prototype``)
+                                         on an MoE model the grouped experts stay bf16, engine
+                                         ``expert_precision`` bf16, unless ``moe_fqns_prototype``
+                                         names them or 0.3's grouped-experts converters (their
+                                         padded dispatcher) take them; those alone refused)
 ``[training] enable_cpu_offload``        true refused (FSDP's states in host memory)
 ``[optimizer] name``, ``implementation``, Adam / AdamW (two fp32 moments); 0.3's
 ``param_groups``                         ``fused_opt_states_bf16`` (bf16 moments); DistMuon or
@@ -171,11 +174,24 @@ def _off(value: Any) -> bool:
 _TOKEN_COUNTED = ("training.num_tokens_per_microbatch_per_dp_rank", "training.num_tokens_per_train_step",
                   "training.max_context_length")
 #: torchtitan's token dispatchers cosearch does not model (``make_token_dispatcher_config``).
-_OTHER_BACKENDS = ("minimal_async_ep", "torchao")
+_OTHER_BACKENDS = ("minimal_async_ep",)
 #: The SMs torchtitan's HybridEP buffer gives its dispatch and its combine kernels
 #: (``distributed/deepep/hybridep.py``: ``_NUM_SMS_DISPATCH = _NUM_SMS_COMBINE = 16``, passed as
 #: ``num_sms_dispatch_api`` / ``num_sms_combine_api`` to ``HybridEPBuffer``).
 HYBRIDEP_SMS = 16
+
+
+def _grouped_experts_converted(k: Keys) -> bool | None:
+    """Whether the routed experts' grouped GEMMs run in low precision, where the config says so
+    itself: a live config's grouped-experts converters (``Float8GroupedExperts`` / ``MXFP8GroupedExperts``
+    config classes, ``model.grouped_converters``), or a 2025 TOML's ``float8.moe_fqns_prototype``
+    (its Float8 converter took the grouped GEMMs where that named them); None: the token
+    dispatcher tells (a saved 0.3 config: the grouped converters swap it for a padding one)."""
+    if "model.grouped_converters" in k:
+        return bool(k.names("model.grouped_converters", []))
+    if "float8.moe_fqns_prototype" in k:
+        return bool(k.names("float8.moe_fqns_prototype", []))
+    return None
 
 
 def _hybridep_reading(k: Keys, name: str) -> str:
@@ -398,13 +414,7 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("mx converter: MXFP8 priced as per-tensor FP8 operands")
     if converters:
         assumed.append("FP8 on every layer GEMM (the output head stays bf16, torchtitan's filter_fqns default)")
-    moe_fp8 = k.names("float8.moe_fqns_prototype", [])
-    if "float8" in converters and model is not None and model.moe and not moe_fp8:
-        # torchtitan's Float8 converter swaps nn.Linear modules; the routed experts' grouped GEMMs
-        # go to FP8 only where float8.moe_fqns_prototype names them
-        raise ValueError(f"{name}: the float8 converter leaves the routed experts' grouped GEMMs in bf16 unless "
-                         "float8.moe_fqns_prototype names them, a mix cosearch does not price (it runs every layer "
-                         "GEMM in FP8)")
+    experts_lowp = _grouped_experts_converted(k)
     for sec in _CONVERTER_SECTIONS:
         kept = k.names(f"{sec}.filter_fqns", [])
         other = [f for f in kept if f not in _BF16_ANYWAY]
@@ -463,9 +473,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         raise ValueError(f"{name}: expert_tensor_parallel_degree {etp}: torchtitan runs 1 (EP borrows all of TP) "
                          f"or tensor_parallel_degree ({tp})")
     comm = str(k.get("parallelism.expert_parallel_comm_backend", "standard"))
-    if comm not in ("standard", "deepep", "hybridep") and (ep > 1 or comm not in _OTHER_BACKENDS):
-        raise ValueError(f"{name}: expert_parallel_comm_backend {comm!r} is not modelled (standard, deepep and "
-                         f"hybridep are; torchtitan's others are {', '.join(_OTHER_BACKENDS)})")
+    if comm not in ("standard", "deepep", "hybridep", "torchao") and (ep > 1 or comm not in _OTHER_BACKENDS):
+        raise ValueError(f"{name}: expert_parallel_comm_backend {comm!r} is not modelled (standard, deepep, hybridep "
+                         f"and torchao's padded one are; torchtitan's others are {', '.join(_OTHER_BACKENDS)})")
     if shard is None or (shard < 1 and shard != -1):
         raise ValueError(f"{name}: data_parallel_shard_degree must be -1 or a positive integer, got {shard}")
     if k.bool("parallelism.disable_loss_parallel", False) and tp > 1:
@@ -594,6 +604,25 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("async TP priced with the TP collectives exposed: cosearch does not price partial "
                        "micro-pipelined overlap yet")
     engine = preset("fsdp" if compiled else "fsdp-eager")
+    if model is not None and model.moe:
+        # torchtitan 0.3: the grouped experts' converters swap the dispatcher for a padding one
+        padded = comm == "torchao" or (comm == "hybridep" and k.get("hybridep.pad_multiple") is not None)
+        experts_lowp = bool(experts_lowp) or padded
+        if experts_lowp and not converters:
+            raise ValueError(f"{name}: the routed experts' grouped GEMMs run in low precision while the layers' "
+                             "Linear modules stay bf16, a mix cosearch does not price (give the Linear converter too, "
+                             "model.converters=float8 or mx)")
+        if converters and not experts_lowp:
+            # the Float8 / MX converters swap nn.Linear modules: the grouped GEMMs stay bf16
+            engine = dataclasses.replace(engine, expert_precision="bf16", name=engine.name + "-bf16-experts")
+            assumed.append("the routed experts' grouped GEMMs in bf16: the Linear converter swaps nn.Linear modules, "
+                           "and no grouped-experts converter (float8.moe_fqns_prototype before 0.3) converts them")
+        elif converters:
+            assumed.append("the routed experts' grouped GEMMs in low precision too (torchao's scaled grouped GEMMs, "
+                           "rowwise / MXFP8, priced as the per-tensor FP8 rate)")
+        if comm == "torchao":
+            assumed.append("the padded token dispatcher (TorchAOTokenDispatcher: each expert's tokens padded for the "
+                           "quantized grouped GEMMs) priced as the standard all-to-alls, the padding not priced")
     if model is not None and model.moe:
         assumed.append("the router's gate GEMM in FP32 (TokenChoiceTopKRouter runs it under "
                        "torch.autocast(dtype=torch.float32); TF32 off, PyTorch's default): priced on the CUDA cores")

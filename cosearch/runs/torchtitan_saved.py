@@ -205,6 +205,7 @@ def live_config_table(obj: Any, source: str) -> tuple[dict[str, Any], Any]:
     d = obj.to_dict()
     table = saved_config_table(d, source)
     found: set[str] = set()
+    grouped: set[str] = set()
     recipes: set[str] = set()
     emulated = False
     stack, seen = [getattr(getattr(obj, "model_spec", None), "model", None)], set()
@@ -214,12 +215,18 @@ def live_config_table(obj: Any, source: str) -> tuple[dict[str, Any], Any]:
             continue
         seen.add(id(x))
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            base = type(x).__qualname__.split(".")[0]
+            # the class a Config belongs to (a converter may build it inside a function:
+            # "_get_float8_grouped_experts_cls.<locals>.Float8GroupedExperts.Config")
+            parts = type(x).__qualname__.split(".")
+            base = parts[-2] if len(parts) > 1 and parts[-1] == "Config" else parts[0]
             if "LoRA" in base or base.startswith("Frozen"):
                 # LoRA's converter freezes the base weights (FrozenFloat8Linear, ...): no gradients
                 # or optimizer states for them, which cosearch does not model
                 found.add("lora")
-            if "Float8" in base:
+            if "Experts" in base and ("Float8" in base or "MXFP8" in base):
+                # the grouped-experts converters (components/quantization/float8.py, mx.py)
+                grouped.add("float8" if "Float8" in base else "mx")
+            elif "Float8" in base:
                 found.add("float8")
                 torchao = getattr(x, "_torchao_config", None)
                 emulated = emulated or bool(getattr(torchao, "emulate", False))
@@ -237,6 +244,7 @@ def live_config_table(obj: Any, source: str) -> tuple[dict[str, Any], Any]:
         elif isinstance(x, dict):
             stack.extend(x.values())
     table["model"]["converters"] = sorted(found)
+    table["model"]["grouped_converters"] = sorted(grouped)
     if emulated or len(recipes) == 1:
         float8 = table.setdefault("quantize", {}).setdefault("linear", {}).setdefault("float8", {})
         if emulated:
