@@ -179,6 +179,8 @@ def test_saved_qwen3_deepep():
     assert rc.resolve(64).engine.expert_precision == "plan"       # padded: the grouped experts converted
     with pytest.raises(ValueError, match="drops the tokens past that capacity"):
         read_torchtitan(dispatchers(non_blocking_capacity_factor=0.8), ["model.converters=none"])
+    with pytest.raises(ValueError, match="pad_multiple must be a positive number"):
+        read_torchtitan(dispatchers(pad_multiple=[16]), ["model.converters=float8"])
     with pytest.raises(ValueError, match=r"must be in \(0, 1\]"):
         read_torchtitan(dispatchers(non_blocking_capacity_factor=1.5), ["model.converters=none"])
     mixed = dispatchers(non_blocking_capacity_factor=1.0)
@@ -228,6 +230,8 @@ def test_saved_gpt_oss_20b_read_as_torchtitan_runs_it():
             r"sliding-window layers 13 \(the preset's 12\)")
     refused(lambda layers: layers[2]["attention"]["inner_attention"].update(window_size=[63, 0]),
             r"layers\[2\] inner_attention.window_size \[63, 0\] \(a 64-token window")
+    refused(lambda layers: layers[2]["attention"]["inner_attention"].update(window_size=[[127], 0]),
+            r"window_size must be \[left, right\] token counts")
     refused(lambda layers: layers[0]["moe"]["routed_experts"]["inner_experts"].update(swiglu_limit=10.0),
             r"layers\[0\] swiglu_limit 10.0 \(the preset's 7.0\)")
     refused(lambda layers: layers[1]["moe"].update(num_experts=64), r"layers\[1\] num_experts 64")

@@ -203,7 +203,9 @@ def _hybridep_reading(k: Keys, name: str) -> str:
     capacity ("silently dropped"), which is refused.  ``pad_multiple`` pads each expert's tokens."""
     cf = k.get("hybridep.non_blocking_capacity_factor")
     pad = k.get("hybridep.pad_multiple")
-    k.get("hybridep.num_max_tokens_per_rank")
+    for key, v in (("pad_multiple", pad), ("num_max_tokens_per_rank", k.get("hybridep.num_max_tokens_per_rank"))):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name}: HybridEP {key} must be a positive number of tokens or null, got {v!r}")
     said = (f"expert_parallel_comm_backend hybridep: the flex dispatcher with HybridEP's kernels on {HYBRIDEP_SMS} "
             "SMs for dispatch and for combine (torchtitan's HybridEP buffer)")
     if cf is None:

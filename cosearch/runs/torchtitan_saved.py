@@ -63,7 +63,11 @@ def check_saved_model(m: dict[str, Any], preset: models.ModelConfig, source: str
             same(f"layers[{i}] sliding_window_size", window, preset.sliding_window)
         inner = sub(att, "inner_attention", where + ".attention")
         left = inner.get("window_size")
-        if isinstance(left, list) and left and left[0] != -1 and left[0] + 1 != window:
+        if left is not None and not (isinstance(left, list) and len(left) == 2 and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in left)):
+            raise ValueError(f"{source}: {where}.attention.inner_attention.window_size must be [left, right] token "
+                             f"counts, got {left!r}")
+        if left is not None and left[0] != -1 and left[0] + 1 != window:
             diffs.append(f"layers[{i}] inner_attention.window_size {left} (a {left[0] + 1}-token window where the "
                          f"layer's sliding_window_size is {window})")
         if preset.mla is None:
@@ -144,11 +148,11 @@ def saved_config_table(d: dict[str, Any], source: str) -> dict[str, Any]:
     if backends == {"hybridep"}:
         # HybridEP's own fields (its capacity factor, padding and buffer bound), as the reader's
         # hybridep section; every layer must set them alike
-        fields = {tuple(td.get(f) for f in _HYBRIDEP_FIELDS) for td in dispatchers}
-        if len(fields) > 1:
-            raise ValueError(f"{source}: the MoE layers' HybridEP dispatchers differ ({sorted(map(str, fields))}), "
-                             "which is not modelled")
-        table["hybridep"] = dict(zip(_HYBRIDEP_FIELDS, fields.pop()))
+        fields = [tuple(td.get(f) for f in _HYBRIDEP_FIELDS) for td in dispatchers]
+        if any(f != fields[0] for f in fields):
+            raise ValueError(f"{source}: the MoE layers' HybridEP dispatchers differ "
+                             f"({sorted({str(f) for f in fields})}), which is not modelled")
+        table["hybridep"] = dict(zip(_HYBRIDEP_FIELDS, fields[0]))
     if backends:
         table["parallelism"] = dict(table.get("parallelism") or {}, expert_parallel_comm_backend=backends.pop())
     loss = d.get("loss")
