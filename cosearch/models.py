@@ -1145,6 +1145,20 @@ PRESETS: dict[str, ModelConfig] = {
                                activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
                                tie_embeddings=False, dropout=False, num_experts=256, experts_per_token=8,
                                moe_ffn_hidden=2048, shared_experts=1, dense_layers=3, mla=(1536, 512, 64)),
+    # deepseek-ai/DeepSeek-V2 config.json: 60 x 5120, 128 heads, MLA (q rank 1536, kv rank 512, rope
+    # 64, head 128), 160 routed experts of 1,536 (top-6) + 2 shared, the first layer dense (12,288),
+    # vocab 102400, untied: 236B total, 21B active (its model card).
+    "deepseek-v2": ModelConfig("deepseek-v2", 60, 5120, 128, 12288, 102400, 4096, head_size=128,
+                               activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                               tie_embeddings=False, dropout=False, num_experts=160, experts_per_token=6,
+                               moe_ffn_hidden=1536, shared_experts=2, dense_layers=1, mla=(1536, 512, 64)),
+    # deepseek-ai/DeepSeek-V2-Lite config.json: 27 x 2048, 16 heads, MLA without a query LoRA (kv rank
+    # 512, rope 64, head 128), 64 routed experts of 1,408 (top-6) + 2 shared, the first layer dense
+    # (10,944), vocab 102400, untied: 15.7B total, 2.4B active (its model card).
+    "deepseek-v2-lite": ModelConfig("deepseek-v2-lite", 27, 2048, 16, 10944, 102400, 4096, head_size=128,
+                                    activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                                    tie_embeddings=False, dropout=False, num_experts=64, experts_per_token=6,
+                                    moe_ffn_hidden=1408, shared_experts=2, dense_layers=1, mla=(0, 512, 64)),
     # DeepSeek-V4-Flash (AI-Hypercomputer/maxtext configs/models/deepseek4-284b.yml at e591f30, which
     # mirrors its HF config.json): 43 x 4096, 64 query heads of 512 on one shared K/V head (64 rotary
     # dims), compressed attention (ratios 0, 0, then 4 and 128 alternating; window 128; q and output

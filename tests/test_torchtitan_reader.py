@@ -19,6 +19,7 @@ DATA = Path(__file__).parent / "data" / "runs"
 LLAMA = DATA / "torchtitan_llama3_8b_saved.json"
 QWEN = DATA / "torchtitan_qwen3_30b_a3b_deepep_saved.json"
 GPT_OSS = DATA / "torchtitan_gpt_oss_20b_saved.json"
+DSV2_LITE = DATA / "torchtitan_deepseek_v3_16b_saved.json"
 
 
 def _slots(L, pp, stages, iw, ow):
@@ -214,6 +215,12 @@ def test_saved_gpt_oss_20b_read_as_torchtitan_runs_it():
     assert d.engine.expert_elementwise == "torchtitan" and d.engine.elementwise == "eager"
     assert any("GptOssGroupedExperts runs them, op by op" in a for a in rc.assumed)
     assert any("attention sinks" in a for a in rc.assumed)
+    # a live config's to_dict keeps the varlen window a tuple
+    live = json.loads(GPT_OSS.read_text())
+    for layer in live["model_spec"]["model"]["layers"]:
+        inner = layer["attention"]["inner_attention"]
+        inner["window_size"] = tuple(inner["window_size"])
+    assert read_torchtitan(live, ["model.converters=none"]).resolve(8).model.name == "gpt-oss-20b"
     compiled = read_config(GPT_OSS, ["model.converters=none", "compile.enable=true"]).resolve(8)
     assert compiled.engine.expert_elementwise == "fused" and compiled.engine.elementwise == "fused"
     base = json.loads(GPT_OSS.read_text())
@@ -235,6 +242,32 @@ def test_saved_gpt_oss_20b_read_as_torchtitan_runs_it():
     refused(lambda layers: layers[0]["moe"]["routed_experts"]["inner_experts"].update(swiglu_limit=10.0),
             r"layers\[0\] swiglu_limit 10.0 \(the preset's 7.0\)")
     refused(lambda layers: layers[1]["moe"].update(num_experts=64), r"layers\[1\] num_experts 64")
+
+
+def test_saved_deepseek_v3_16b_is_deepseek_v2_lite():
+    """torchtitan's deepseek_v3 16B flavor has DeepSeek-V2-Lite's sizes (MLA without a query LoRA,
+    64 experts top-6 + 2 shared, the first layer dense): read as that preset, the tree checked;
+    its registry config compiles the loss only, so the layers run eager and the router in FP32."""
+    rc = read_config(DSV2_LITE, ["model.converters=none"])
+    d = rc.resolve(64)
+    assert d.model.name == "deepseek-v2-lite" and d.model.mla == (0, 512, 64) and d.model.seq_len == 4096
+    assert (d.spec.expert_parallel, d.spec.dp) == (8, 64)
+    assert d.engine.elementwise == "eager" and d.engine.router_dtype == "fp32"
+    assert any("compile.components without model" in a for a in rc.assumed)
+    base = json.loads(DSV2_LITE.read_text())
+    base["model_spec"]["model"]["layers"][4]["attention"]["q_lora_rank"] = 1536
+    with pytest.raises(ValueError, match=r"layers\[4\] MLA .* \(1536, 512, 64\) \(the preset's \(0, 512, 64\)\)"):
+        read_torchtitan(base, ["model.converters=none"])
+
+
+def test_deepseek_v2_presets_against_their_model_cards():
+    """DeepSeek-V2: 236B total, 21B active; DeepSeek-V2-Lite: 15.7B and 2.4B (the cards count the
+    active parameters without the output embedding)."""
+    from cosearch import models
+    for name, total, active in (("deepseek-v2", 236.0, 21.0), ("deepseek-v2-lite", 15.7, 2.4)):
+        m = models.preset(name)
+        assert m.num_params() / 1e9 == pytest.approx(total, rel=0.005)
+        assert (m.num_params(active=True) - m.vocab * m.hidden) / 1e9 == pytest.approx(active, rel=0.03)
 
 
 # A live Trainer.Config (a registry function's result) keeps the converters its saved form drops:

@@ -112,13 +112,15 @@ __all__ = ["read_torchtitan", "FLAVORS", "pipeline_stage_layers", "stage_layers_
 #: torchtitan's ``[model] name, flavor`` -> cosearch preset (torchtitan/models/llama3/__init__.py:
 #: the 8B, 70B and 405B flavors are Llama 3.1's published dimensions, vocab 128256;
 #: models/qwen3/__init__.py: 30B-A3B and 235B-A22B, Qwen3-MoE's config.json sizes with its per-head
-#: q/k RMSNorms; models/deepseek_v3: 671B, DeepSeek-V3's; models/gpt_oss: 20b and 120b, OpenAI's
+#: q/k RMSNorms; models/deepseek_v3: 671B, DeepSeek-V3's, and 16B / 236B, DeepSeek-V2-Lite's and
+#: DeepSeek-V2's config.json sizes; models/gpt_oss: 20b and 120b, OpenAI's
 #: config.json sizes, every even layer a 128-token sliding window, biased and clamped experts).
 #: Llama 4's 17bx128e is not mapped: torchtitan builds it with an MoE in every layer
 #: (interleave_moe_layer_step 1), unlike Maverick's every other.
 FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
            ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
-           ("deepseek_v3", "671B"): "deepseek-v3", ("gpt_oss", "20b"): "gpt-oss-20b",
+           ("deepseek_v3", "671B"): "deepseek-v3", ("deepseek_v3", "16B"): "deepseek-v2-lite",
+           ("deepseek_v3", "236B"): "deepseek-v2", ("gpt_oss", "20b"): "gpt-oss-20b",
            ("gpt_oss", "120b"): "gpt-oss-120b"}
 
 #: Sections that change neither step time nor memory in cosearch's model.

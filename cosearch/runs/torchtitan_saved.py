@@ -63,12 +63,12 @@ def check_saved_model(m: dict[str, Any], preset: models.ModelConfig, source: str
             same(f"layers[{i}] sliding_window_size", window, preset.sliding_window)
         inner = sub(att, "inner_attention", where + ".attention")
         left = inner.get("window_size")
-        if left is not None and not (isinstance(left, list) and len(left) == 2 and all(
+        if left is not None and not (isinstance(left, (list, tuple)) and len(left) == 2 and all(
                 isinstance(x, int) and not isinstance(x, bool) for x in left)):
             raise ValueError(f"{source}: {where}.attention.inner_attention.window_size must be [left, right] token "
                              f"counts, got {left!r}")
         if left is not None and left[0] != -1 and left[0] + 1 != window:
-            diffs.append(f"layers[{i}] inner_attention.window_size {left} (a {left[0] + 1}-token window where the "
+            diffs.append(f"layers[{i}] inner_attention.window_size {list(left)} (a {left[0] + 1}-token window where the "
                          f"layer's sliding_window_size is {window})")
         if preset.mla is None:
             same(f"layers[{i}] n_kv_heads", att.get("n_kv_heads"), preset.kv_heads)
