@@ -221,8 +221,11 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     recomputed, counted per layer in execution order wq, wk, wv, wo, then w1, w3, w2 for a gated
     MLP or w1, w2 for a plain one): of the fused QKV GEMM the wk share ``kv / (heads + 2 kv)``,
     the attention output GEMM, half of a gated MLP's fused gate+up GEMM (w3), a plain MLP's down
-    GEMM (w2); other matmuls (MoE experts, MLA projections, routers) half; every vector op;
-    never the fused attention kernel or a collective.  ``"dots-saved"`` (MaxText's
+    GEMM (w2) — the shared experts' MLP alike; MLA's projections in torchtitan's order (wq_a,
+    wq_b, wkv_a, wkv_b, wo: the second and fourth again, and the MLP's count then starts odd; or wq,
+    wkv_a, wkv_b, wo without a query LoRA); the routed experts' grouped GEMMs and the router, whole
+    (torchtitan saves no ``_grouped_mm`` and force-recomputes the router gate); any other matmul
+    half; every vector op; never the fused attention kernel or a collective.  ``"dots-saved"`` (MaxText's
     ``remat_policy: minimal``, ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``:
     the outputs of matmuls without batch dimensions — the weight GEMMs — are saved, everything
     else runs again): every vector and cast op and the attention core (its matmuls have batch
@@ -251,14 +254,27 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         return 1.0
     if op.kind != "gemm":
         return 0.0                      # the fused attention kernel is saved; collectives are not compute
+    if op.name in ("expert_fc1", "expert_fc2", "router"):
+        # torchtitan's policy saves aten.mm / linear outputs (and SDPA, topk, the all-to-alls), not
+        # the experts' aten._grouped_mm, and force-recomputes the router gate's shape
+        # (force_recompute_mm_shapes_by_fqns, default ["moe.router.gate"]), neither counted as
+        # a matmul (distributed/activation_checkpoint.py, torchtitan 0.3.0; the same list before)
+        return 1.0
     if op.name == "qkv" and config.mla is None:
         return config.kv_heads / (config.heads + 2.0 * config.kv_heads)
+    # the attention's matmuls before the MLP: wq, wk, wv, wo (4), or MLA's wq (or wq_a, wq_b),
+    # wkv_a, wkv_b, wo (4, or 5 with a query LoRA: the MLP's count starts odd)
+    odd = config.mla is not None and config.mla[0] > 0
+    mla_rerun = {"q_down": 0.0, "q_up": 1.0, "kv_down": 0.0, "kv_up": 1.0} if odd else {
+        "q_proj": 0.0, "kv_down": 1.0, "kv_up": 0.0}
+    if config.mla is not None and op.name in mla_rerun:
+        return mla_rerun[op.name]
     if op.name == "attn_out":
-        return 1.0
-    if op.name == "fc1":
-        return 0.5 if config.gated else 0.0
-    if op.name == "fc2":
-        return 0.0 if config.gated else 1.0
+        return 0.0 if odd else 1.0
+    if op.name in ("fc1", "shared_fc1"):
+        return 0.5 if config.gated else (1.0 if odd else 0.0)
+    if op.name in ("fc2", "shared_fc2"):
+        return (1.0 if odd else 0.0) if config.gated else (0.0 if odd else 1.0)
     return 0.5
 
 

@@ -131,3 +131,29 @@ def test_maxtext_minimal_remat_reruns_all_but_the_weight_gemms():
     rc = read_maxtext(None, words)
     assert rc.engine.name == "maxtext-minimal-remat" and rc.plan["recompute"] == "selective"
     assert read_maxtext(None, [w.replace("minimal", "full") for w in words]).engine.name == "maxtext"
+
+
+def test_torchtitan_per_op_policy_on_moe_and_mla_counted_by_hand():
+    """torchtitan's per-op selective checkpointing (``every-other-matmul``) on an MoE layer, each
+    matmul counted in execution order (odd saved, even rerun): wq, wk, wv, wo, then the shared
+    experts' w1, w3, w2; the router gate forced to rerun and the experts' ``_grouped_mm`` never
+    saved (neither counted).  Under MLA with a query LoRA: wq_a, wq_b, wkv_a, wkv_b, wo (five), so
+    the shared w2 is the eighth, rerun; without one wq, wkv_a, wkv_b, wo."""
+    from cosearch.models import preset
+    gqa = MOE.with_(shared_experts=1)
+    # the fused QKV GEMM: wk (kv heads of heads + 2 kv) rerun
+    want_gqa = {"qkv": gqa.kv_heads / (gqa.heads + 2 * gqa.kv_heads), "attn_out": 1.0, "router": 1.0, "expert_fc1": 1.0, "expert_fc2": 1.0, "shared_fc1": 0.5,
+                "shared_fc2": 0.0}
+    want_v3 = {"q_down": 0.0, "q_up": 1.0, "kv_down": 0.0, "kv_up": 1.0, "attn_out": 0.0, "router": 1.0,
+               "expert_fc1": 1.0, "expert_fc2": 1.0, "shared_fc1": 0.5, "shared_fc2": 1.0}
+    want_lite = {"q_proj": 0.0, "kv_down": 1.0, "kv_up": 0.0, "attn_out": 1.0, "router": 1.0,
+                 "expert_fc1": 1.0, "expert_fc2": 1.0, "shared_fc1": 0.5, "shared_fc2": 0.0}
+    for m, want in ((gqa, want_gqa), (preset("deepseek-v3"), want_v3), (preset("deepseek-v2-lite"), want_lite)):
+        ops = graph.build(m, 1, 1, flash_attention=True, expert_parallel=2).ops
+        got = {o.name: graph.recompute_share(o, m, "every-other-matmul") for o in ops if o.kind == "gemm"}
+        assert got == want, m.name
+    # the dense first layer after MLA with a query LoRA: w1 / w3 half, w2 (the eighth) rerun
+    dense = preset("deepseek-v3").dense_counterpart()
+    shares = {o.name: graph.recompute_share(o, dense, "every-other-matmul")
+              for o in graph.build(dense, 1, 1, flash_attention=True).ops if o.kind == "gemm"}
+    assert (shares["fc1"], shares["fc2"], shares["attn_out"]) == (0.5, 1.0, 0.0)
