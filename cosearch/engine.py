@@ -87,7 +87,8 @@ same.
   ``selective_ac_option = "op"``: in execution order every odd matmul and the SDPA output are
   saved and every even matmul and every cheaper op recomputed — for a Llama block wk, wo and
   w3 of wq, wk, wv, wo, w1, w3, w2 — ``torchtitan/distributed/activation_checkpoint.py``,
-  ``_get_custom_policy``), ``"dots-saved"`` (MaxText's ``remat_policy: minimal``,
+  ``_get_custom_policy``; ``"every-other-matmul-fused-qkv"`` the same over torchtitan 0.3's one
+  fused wqkv matmul, its Llama 3 and Qwen 3 default), ``"dots-saved"`` (MaxText's ``remat_policy: minimal``,
   ``checkpoint_dots_with_no_batch_dims``: the weight GEMMs' outputs saved, every other op rerun;
   the ``maxtext-minimal-remat`` preset), or ``"modules:layernorm,moe_act"`` (Megatron-Core's
   ``--recompute-modules``, :data:`cosearch.graph.RECOMPUTE_MODULES`: each named module's ops run

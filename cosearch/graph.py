@@ -35,7 +35,7 @@ from .models import ModelConfig
 __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "ATTENTION_CASTS", "ATTENTION_FORMAT_BYTES", "check_attention_format",
-           "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE",
+           "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE", "EVERY_OTHER_MATMUL",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "MOE_DISPATCH_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
            "grows_with_tokens", "expert_eager_bytes", "moe_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
@@ -70,7 +70,10 @@ ATTENTION_FORMAT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}
 
 #: What ``"selective"`` recomputation runs again (:attr:`cosearch.engine.Engine.selective_recompute`):
 #: these, or ``"modules:<names>"`` (:data:`RECOMPUTE_MODULES`).
-SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul", "dots-saved")
+SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul", "every-other-matmul-fused-qkv", "dots-saved")
+#: torchtitan's per-op policy, with separate wq, wk, wv (before 0.3) or one fused wqkv (0.3's
+#: ``FusedQKVLinear``, its Llama 3 and Qwen 3 default).
+EVERY_OTHER_MATMUL = ("every-other-matmul", "every-other-matmul-fused-qkv")
 
 #: Megatron-Core's ``--recompute-modules`` (``recompute_modules``, with granularity selective),
 #: by the forward ops of cosearch's layer graph each one runs again (``megatron/core/
@@ -219,7 +222,9 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     ``"attention-core"`` (Megatron): the attention core's ops, whole.  ``"every-other-matmul"``
     (torchtitan's per-op policy: odd matmuls and SDPA saved, even matmuls and every cheaper op
     recomputed, counted per layer in execution order wq, wk, wv, wo, then w1, w3, w2 for a gated
-    MLP or w1, w2 for a plain one): of the fused QKV GEMM the wk share ``kv / (heads + 2 kv)``,
+    MLP or w1, w2 for a plain one): of the fused QKV GEMM the wk share ``kv / (heads + 2 kv)``
+    (none under ``"every-other-matmul-fused-qkv"``: torchtitan 0.3's one wqkv matmul, saved, then
+    wo, the MLP's parity the same),
     the attention output GEMM, half of a gated MLP's fused gate+up GEMM (w3), a plain MLP's down
     GEMM (w2) — the shared experts' MLP alike; MLA's projections in torchtitan's order (wq_a,
     wq_b, wkv_a, wkv_b, wo: the second and fourth again, and the MLP's count then starts odd; or wq,
@@ -261,7 +266,8 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         # a matmul (distributed/activation_checkpoint.py, torchtitan 0.3.0; the same list before)
         return 1.0
     if op.name == "qkv" and config.mla is None:
-        return config.kv_heads / (config.heads + 2.0 * config.kv_heads)
+        # separate wq, wk, wv: wk (the second matmul) again; one fused wqkv (the first): saved
+        return 0.0 if policy == "every-other-matmul-fused-qkv" else config.kv_heads / (config.heads + 2.0 * config.kv_heads)
     # the attention's matmuls before the MLP: wq, wk, wv, wo (4), or MLA's wq (or wq_a, wq_b),
     # wkv_a, wkv_b, wo (4, or 5 with a query LoRA: the MLP's count starts odd)
     odd = config.mla is not None and config.mla[0] > 0

@@ -315,18 +315,21 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
 
 
 def every_other_matmul_bytes(config: ModelConfig, tp: int, microbatch: int,
-                             sequence_parallel: bool = False) -> float:
+                             sequence_parallel: bool = False, fused_qkv: bool = False) -> float:
     """Activations one dense layer keeps under torchtitan's per-op selective checkpointing
     (:attr:`cosearch.engine.Engine.selective_recompute` ``"every-other-matmul"``), per chip and
     microbatch: the checkpointed layer input, the outputs of the odd matmuls in execution order
     (wq, wv, and w1, plus w2 for a gated MLP: wq wk wv wo w1 w3 w2) and SDPA's output with its
     fp32 log-sum-exp; everything else is recomputed.  The row-parallel w2's saved matmul output
-    is the local, not yet reduced one (a full ``s x h`` per rank)."""
+    is the local, not yet reduced one (a full ``s x h`` per rank).  ``fused_qkv`` (torchtitan
+    0.3's ``FusedQKVLinear``, ``"every-other-matmul-fused-qkv"``): the one wqkv matmul is the
+    first, its whole q, k, v output kept (wo, w1, w3, w2 follow with the same parity)."""
     c = config
     s, b, h, t = c.seq_len, microbatch, c.hidden, tp
     db = c.dtype_bytes
     kv = max(1, c.kv_heads // t) * c.head_dim        # this rank's K/V width (a head at least)
-    split = db * (c.q_dim / t + kv + c.q_dim / t + c.ffn_hidden / t) + 4.0 * c.heads / t
+    qkv = kv * (2.0 if flag("fused_qkv", fused_qkv) else 1.0)    # wv's, or wqkv's k and v
+    split = db * (c.q_dim / t + qkv + c.q_dim / t + c.ffn_hidden / t) + 4.0 * c.heads / t
     local = db * h if c.gated else 0.0               # w2's local output
     layer_in = db * h / (t if sequence_parallel else 1)
     return s * b * (layer_in + split + local)

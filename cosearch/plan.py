@@ -412,8 +412,8 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     if mt is not None:
         sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)
     else:
-        sel = (memory.every_other_matmul_bytes(cl, t, 1, sp)
-               if policy == "every-other-matmul" and flash_attention and not cl.moe and cl.mla is None
+        sel = (memory.every_other_matmul_bytes(cl, t, 1, sp, policy == "every-other-matmul-fused-qkv")
+               if policy in graph.EVERY_OTHER_MATMUL and flash_attention and not cl.moe and cl.mla is None
                and cl.compressed_attention is None else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
                                              graph.recompute_modules(policy) or (), eager_clamp, experts_gathered,

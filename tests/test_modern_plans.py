@@ -897,6 +897,11 @@ def test_torchtitan_selective_memory_by_hand():
     assert memory.every_other_matmul_bytes(m, 2, 1, sequence_parallel=True) == 4096 * half
     # less than Megatron's selective figure, which keeps every matmul input and the norms
     assert memory.every_other_matmul_bytes(m, 1, 1) < memory.layer_activation_bytes(m, 1, 1, False, "selective", True)
+    # torchtitan 0.3's one fused wqkv matmul: its k output kept too (40 KV heads of 128 = 5120)
+    assert memory.every_other_matmul_bytes(m, 1, 1, fused_qkv=True) == 4096 * (79008 + 2 * 5120)
+    fused = {op.name: graph.recompute_share(op, m, "every-other-matmul-fused-qkv")
+             for op in graph.build(m, 1, 1, flash_attention=True).ops if op.kind == "gemm"}
+    assert fused == {"qkv": 0.0, "attn_out": 1.0, "fc1": 0.5, "fc2": 0.0}
     spec = PlanSpec(dp=64, tp=1, pp=1, microbatch=2, recompute="selective", zero=3, flash_attention=True)
     tt = evaluate(m, hardware.A100_80GB, cluster.dgx_a100(8), spec, 128, engine="fsdp")
     mega = evaluate(m, hardware.A100_80GB, cluster.dgx_a100(8), spec, 128, engine="megatron-lm")

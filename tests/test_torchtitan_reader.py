@@ -109,6 +109,9 @@ def test_saved_llama3_8b_read_as_torchtitan_builds_it():
     assert (s.microbatch, s.recompute, s.sequence_parallel, s.zero, s.precision) == (1, "selective", True, 3, "bf16")
     assert d.global_batch == 4 * 4 and d.model.name == "llama3-8b" and d.model.seq_len == 8192
     assert d.engine.name == "fsdp-eager-loss8" and d.engine.loss_chunks == 8       # ChunkedLossWrapper, 8 chunks
+    # 0.3's FusedQKVLinear (qkv_linear.wqkv): one matmul for q, k, v in the per-op policy's count
+    assert d.engine.selective_recompute == "every-other-matmul-fused-qkv"
+    assert any("fused wqkv" in a for a in rc.assumed)
     assert any("ChunkedLossWrapper" in a for a in rc.assumed)
     assert "profiler.enable_profiling" in rc.neutral and "lr_scheduler.warmup_steps" in rc.neutral
     fp8 = read_config(LLAMA, ["model.converters=float8"]).resolve(16)

@@ -101,6 +101,7 @@ from .torchtitan_saved import (
     SAVED_NEUTRAL_SECTIONS,
     check_saved_model,
     dense_model_from_tree,
+    fused_qkv,
     live_config_table,
     load_json,
     saved_attention,
@@ -608,6 +609,12 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("async TP priced with the TP collectives exposed: cosearch does not price partial "
                        "micro-pipelined overlap yet")
     engine = preset("fsdp" if compiled else "fsdp-eager")
+    if isinstance(tree, dict) and fused_qkv(tree):
+        # torchtitan 0.3's FusedQKVLinear: one wqkv matmul, the first its per-op policy counts
+        engine = dataclasses.replace(engine, selective_recompute="every-other-matmul-fused-qkv")
+        if plan.get("recompute") == "selective":
+            assumed.append("one fused wqkv matmul (FusedQKVLinear): per-op selective checkpointing keeps its q, k "
+                           "and v output and reruns wo, w3")
     if model is not None and model.moe:
         # torchtitan 0.3: the grouped experts' converters swap the dispatcher for a padding one
         padded = comm == "torchao" or (comm == "hybridep" and k.get("hybridep.pad_multiple") is not None)

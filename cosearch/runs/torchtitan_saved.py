@@ -13,7 +13,7 @@ from typing import Any
 from .. import models
 
 __all__ = ["SAVED_NEUTRAL_SECTIONS", "saved_config_table", "live_config_table", "check_saved_model",
-           "dense_model_from_tree", "saved_attention", "ATTENTION_SAID", "load_json"]
+           "dense_model_from_tree", "saved_attention", "ATTENTION_SAID", "load_json", "fused_qkv"]
 
 
 #: Sections of torchtitan's saved config (``Trainer.Config.to_dict()``, 0.3.0) that change neither
@@ -347,6 +347,19 @@ def dense_model_from_tree(tree: dict[str, Any], mname: str, flavor: str, seq: in
         kv_heads=kv, head_size=head_dim,
         activation="swiglu", norm="rmsnorm", position="rotary", bias=False,
         tie_embeddings=tied, dropout=False, qk_norm="head" if qk else "none")
+
+
+def fused_qkv(tree: dict[str, Any]) -> bool:
+    """Whether a saved model tree's attention projects q, k and v in one matmul (torchtitan 0.3's
+    ``FusedQKVLinear``: ``qkv_linear`` holds ``wqkv``; its Llama 3 and Qwen 3 default), every layer
+    alike; separate ``wq``, ``wk``, ``wv`` (or MLA's projections) otherwise."""
+    layers = tree.get("layers") if isinstance(tree, dict) else None
+    kinds = set()
+    for layer in layers if isinstance(layers, list) else []:
+        att = layer.get("attention") if isinstance(layer, dict) else None
+        qkv = att.get("qkv_linear") if isinstance(att, dict) else None
+        kinds.add(isinstance(qkv, dict) and isinstance(qkv.get("wqkv"), dict))
+    return kinds == {True}
 
 
 def load_json(path: str | Path) -> dict[str, Any]:
