@@ -276,3 +276,28 @@ def test_minimal_remat_keeps_the_projections_by_hand():
     per_token = 8192 + 64 * 128 + 2 * 8 * 128 + 8192 + 2 * 28672
     sel = _per_sequence_bytes(m, 1, False, "dots-saved", True, "bf16")[0][1]
     assert sel == pytest.approx(4096 * per_token * 2, rel=1e-12)
+
+
+def test_maxtext_model_names_of_the_new_presets():
+    """MaxText's configs/models/deepseek2-16b.yml, deepseek2-236b.yml and gpt-oss-20b.yml carry
+    DeepSeek-V2-Lite's, DeepSeek-V2's and GPT-OSS-20B's sizes; gpt3-175b.yml GPT-3 175B's with its
+    vocabulary padded to 50304, no dropout, a 16384-row learned position table and
+    ``use_iota_embed: true`` (a command line may turn it off)."""
+    from cosearch.runs import read_maxtext
+    base = ["per_device_batch_size=1", "ici_fsdp_parallelism=-1"]
+    for name, preset in (("deepseek2-16b", "deepseek-v2-lite"), ("deepseek2-236b", "deepseek-v2"),
+                         ("gpt-oss-20b", "gpt-oss-20b")):
+        d = read_maxtext(None, [f"model_name={name}", "max_target_length=4096", *base]).resolve(64)
+        assert d.model == models.preset(preset).with_(seq_len=4096)
+    rc = read_maxtext(None, ["model_name=gpt3-175b", "max_target_length=2048", *base])
+    d = rc.resolve(64)
+    gpt3 = models.preset("gpt3-175b")
+    assert (d.model.vocab, d.model.dropout) == (50304, False)
+    assert d.model.num_params() - gpt3.num_params() == (50304 - 50257) * 12288 + (16384 - 2048) * 12288
+    assert d.engine.embedding == "one-hot"
+    off = read_maxtext(None, ["model_name=gpt3-175b", "max_target_length=2048", "use_iota_embed=false", *base])
+    assert off.resolve(64).engine.embedding == "gather"
+    with pytest.raises(ValueError, match="trainable_position_size 1024 is shorter"):
+        read_maxtext(None, ["model_name=gpt3-175b", "max_target_length=2048", "trainable_position_size=1024", *base])
+    with pytest.raises(ValueError, match="enable_dropout"):
+        read_maxtext(None, ["model_name=gpt3-175b", "max_target_length=2048", "enable_dropout=true", *base])

@@ -8,7 +8,8 @@ leave) and every other ``ici_*`` / ``dcn_*`` degree 1 (``dcn_data_parallelism`` 
 unless ``num_slices`` says otherwise).
 
 =====================================  =========================================================
-``model_name``                          llama2-7b/13b/70b, llama3(.1)-8b/70b/405b presets;
+``model_name``                          :data:`MODEL_NAMES`' presets (Llama 2 / 3, Mixtral, DeepSeek
+                                        V2 / V3, Kimi-K2, Llama 4, Qwen3 MoE, GPT-OSS, GPT-3 175B);
                                         ``default``: the ``base_*`` dimensions
 ``base_emb_dim``, ``base_num_query_heads``, ``base_num_kv_heads``, ``base_mlp_dim``,
 ``base_num_decoder_layers``, ``head_dim``, ``vocab_size``, ``mlp_activations``   the model
@@ -118,7 +119,16 @@ MODEL_NAMES = {"llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b
                # the tpu-recipes' Ironwood recipe on 256 chips): its sharding is read from the ici_* keys
                "deepseek3-671b-2dfsdp": "deepseek-v3",
                "llama4-17b-16e": "llama4-scout", "llama4-17b-128e": "llama4-maverick",
-               "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b", "gpt-oss-120b": "gpt-oss-120b"}
+               "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b", "gpt-oss-120b": "gpt-oss-120b",
+               # configs/models/gpt3-175b.yml: GPT-3 175B's dimensions (MLPerf's), its vocabulary padded
+               # to 50304, no dropout, a 16384-row learned position table (_gpt3_model)
+               "gpt3-175b": "gpt3-175b",
+               # DeepSeek-V2-Lite's and V2's, and GPT-OSS-20B's config.json sizes
+               "deepseek2-16b": "deepseek-v2-lite", "deepseek2-236b": "deepseek-v2", "gpt-oss-20b": "gpt-oss-20b"}
+
+#: A ``model_name``'s own settings in its configs/models/<name>.yml (at e591f30) that change what
+#: cosearch prices, the defaults a command line may override: GPT-3's ``use_iota_embed: true``.
+MODEL_DEFAULTS = {"gpt3-175b": {"use_iota_embed": True}}
 
 #: Each ``model_name``'s ``decoder_block`` (its configs/models/<name>.yml at MaxText e591f30):
 #: a config naming another block for that model runs another architecture.
@@ -127,7 +137,8 @@ DECODER_BLOCKS = {"llama2-7b": "llama2", "llama2-13b": "llama2", "llama2-70b": "
                   "mixtral-8x7b": "mixtral", "mixtral-8x22b": "mixtral", "deepseek3-671b": "deepseek",
                   "deepseek3-671b-2dfsdp": "deepseek", "kimi-k2-1t": "deepseek", "llama4-17b-16e": "llama4",
                   "llama4-17b-128e": "llama4", "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe",
-                  "gpt-oss-120b": "gpt_oss"}
+                  "gpt-oss-120b": "gpt_oss", "gpt3-175b": "gpt3", "deepseek2-16b": "deepseek",
+                  "deepseek2-236b": "deepseek", "gpt-oss-20b": "gpt_oss"}
 
 NEUTRAL_KEYS = frozenset({
     "run_name", "base_output_directory", "hardware", "steps", "log_period", "learning_rate",
@@ -221,7 +232,8 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
         if k.positive("global_parameter_scale", 1) != 1:
             raise ValueError(f"{name}: global_parameter_scale scales {mname}'s base dimensions; give them as "
                              "model_name default with its base_* keys")
-        return models.preset(MODEL_NAMES[mname]).with_(seq_len=seq)
+        model = models.preset(MODEL_NAMES[mname]).with_(seq_len=seq)
+        return _gpt3_model(k, name, model, seq, assumed) if block == "gpt3" else model
     if mname != "default":
         raise ValueError(f"{name}: model_name {mname!r} has no cosearch preset (known: {', '.join(MODEL_NAMES)}); "
                          "use model_name default with its base_* dimensions, or its config.json")
@@ -239,6 +251,23 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
                        kv_heads=k.positive("base_num_kv_heads", 16) << head_s, activation=act, norm="rmsnorm",
                        position="rotary", bias=False, tie_embeddings=k.bool("logits_via_embedding", False), dropout=False,
                        head_size=None if head * heads == h else head)
+
+
+def _gpt3_model(k: Keys, name: str, model: ModelConfig, seq: int, assumed: list[str]) -> ModelConfig:
+    """MaxText's GPT-3 (``decoder_block: gpt3``, ``models/gpt3.py`` at e591f30): the preset's layers
+    (LayerNorm and projections with biases, GELU, learned positions, tied logits) with
+    ``configs/models/gpt3-175b.yml``'s vocabulary (50304), no dropout (``enable_dropout: false``)
+    and its learned position table of ``trainable_position_size`` rows (16384), not one row per
+    position of the sequence (the rows beyond the sequence as ``extra_params``)."""
+    vocab = k.positive("vocab_size", 50304)
+    rows = k.positive("trainable_position_size", 16384)
+    if rows < seq:
+        raise ValueError(f"{name}: trainable_position_size {rows} is shorter than the sequence {seq}")
+    if k.bool("enable_dropout", False):
+        raise ValueError(f"{name}: enable_dropout true: MaxText's GPT-3 dropout is not modelled (its recipes run "
+                         "without)")
+    assumed.append(f"GPT-3 with vocabulary {vocab} and a {rows}-row learned position table")
+    return model.with_(vocab=vocab, dropout=False, extra_params=(rows - seq) * model.hidden)
 
 
 def parameter_scales(scale: int, name: str = "MaxText config") -> tuple[int, int, int, int]:
@@ -428,7 +457,7 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     if k.bool("logits_dot_in_fp32", False):
         # the output head's matmul in float32 takes several bf16 MXU passes on a TPU
         assumed.append("logits_dot_in_fp32: the output head's matmul priced in bf16 (float32 is slower)")
-    if k.bool("use_iota_embed", False):
+    if k.bool("use_iota_embed", MODEL_DEFAULTS.get(str(k.get("model_name", "default")), {}).get("use_iota_embed", False)):
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
     _said(k, model, assumed)
