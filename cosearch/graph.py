@@ -229,7 +229,8 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     GEMM (w2) — the shared experts' MLP alike; MLA's projections in torchtitan's order (wq_a,
     wq_b, wkv_a, wkv_b, wo: the second and fourth again, and the MLP's count then starts odd; or wq,
     wkv_a, wkv_b, wo without a query LoRA); the routed experts' grouped GEMMs and the router, whole
-    (torchtitan saves no ``_grouped_mm`` and force-recomputes the router gate); any other matmul
+    (torchtitan saves no ``_grouped_mm`` and force-recomputes the router gate); a biased model's
+    projections and router none (``aten.addmm``: saved, not counted, GPT-OSS's); any other matmul
     half; every vector op; never the fused attention kernel or a collective.  ``"dots-saved"`` (MaxText's
     ``remat_policy: minimal``, ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``:
     the outputs of matmuls without batch dimensions — the weight GEMMs — are saved, everything
@@ -259,6 +260,10 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
         return 1.0
     if op.kind != "gemm":
         return 0.0                      # the fused attention kernel is saved; collectives are not compute
+    if config.bias and op.name in ("qkv", "attn_out", "fc1", "fc2", "shared_fc1", "shared_fc2", "router"):
+        # a biased linear runs as aten.addmm, which the policy saves (PyTorch's compute-intensive
+        # ops) without counting it as a matmul or matching the router's forced shape (GPT-OSS)
+        return 0.0
     if op.name in ("expert_fc1", "expert_fc2", "router"):
         # torchtitan's policy saves aten.mm / linear outputs (and SDPA, topk, the all-to-alls), not
         # the experts' aten._grouped_mm, and force-recomputes the router gate's shape
