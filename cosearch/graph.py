@@ -71,8 +71,9 @@ ATTENTION_FORMAT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}
 #: What ``"selective"`` recomputation runs again (:attr:`cosearch.engine.Engine.selective_recompute`):
 #: these, or ``"modules:<names>"`` (:data:`RECOMPUTE_MODULES`).
 SELECTIVE_RECOMPUTE = ("attention-core", "every-other-matmul", "every-other-matmul-fused-qkv", "dots-saved")
-#: torchtitan's per-op policy, with separate wq, wk, wv (before 0.3) or one fused wqkv (0.3's
-#: ``FusedQKVLinear``, its Llama 3 and Qwen 3 default).
+#: torchtitan's per-op policy: before 0.3 (separate wq, wk, wv; each model's own save list of
+#: aten.mm and linear), and 0.3's over one fused wqkv (``FusedQKVLinear``, its Llama 3, Qwen 3 and
+#: GPT-OSS default; the central save list of #2357, addmm among PyTorch's compute-intensive ops).
 EVERY_OTHER_MATMUL = ("every-other-matmul", "every-other-matmul-fused-qkv")
 
 #: Megatron-Core's ``--recompute-modules`` (``recompute_modules``, with granularity selective),
@@ -230,8 +231,9 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     wq_b, wkv_a, wkv_b, wo: the second and fourth again, and the MLP's count then starts odd; or wq,
     wkv_a, wkv_b, wo without a query LoRA); the routed experts' grouped GEMMs and the router, whole
     (torchtitan saves no ``_grouped_mm`` and force-recomputes the router gate); a biased model's
-    projections and router none (``aten.addmm``: saved, not counted, GPT-OSS's); any other matmul
-    half; every vector op; never the fused attention kernel or a collective.  ``"dots-saved"`` (MaxText's
+    projections and router (``aten.addmm``, GPT-OSS's, never counted) none under 0.3's policy,
+    which saves them, and whole under the lists before it; any other matmul half; every vector op;
+    never the fused attention kernel or a collective.  ``"dots-saved"`` (MaxText's
     ``remat_policy: minimal``, ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``:
     the outputs of matmuls without batch dimensions — the weight GEMMs — are saved, everything
     else runs again): every vector and cast op and the attention core (its matmuls have batch
@@ -261,9 +263,10 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     if op.kind != "gemm":
         return 0.0                      # the fused attention kernel is saved; collectives are not compute
     if config.bias and op.name in ("qkv", "attn_out", "fc1", "fc2", "shared_fc1", "shared_fc2", "router"):
-        # a biased linear runs as aten.addmm, which the policy saves (PyTorch's compute-intensive
-        # ops) without counting it as a matmul or matching the router's forced shape (GPT-OSS)
-        return 0.0
+        # a biased linear runs as aten.addmm, never counted as a matmul nor matched to the router's
+        # forced shape: 0.3's policy saves it (its list takes PyTorch's compute-intensive ops,
+        # addmm among them, #2357), the per-model lists before it (aten.mm and linear) rerun it
+        return 0.0 if policy == "every-other-matmul-fused-qkv" else 1.0
     if op.name in ("expert_fc1", "expert_fc2", "router"):
         # torchtitan's policy saves aten.mm / linear outputs (and SDPA, topk, the all-to-alls), not
         # the experts' aten._grouped_mm, and force-recomputes the router gate's shape

@@ -160,11 +160,15 @@ def test_torchtitan_per_op_policy_on_moe_and_mla_counted_by_hand():
 
 
 def test_torchtitan_per_op_policy_saves_biased_projections():
-    """GPT-OSS's biased projections and router run as ``aten.addmm``, which torchtitan's policy
+    """GPT-OSS's biased projections and router run as ``aten.addmm``, which torchtitan 0.3's policy
     saves (PyTorch's compute-intensive ops) without counting it or matching the router's forced
-    shape: none of them rerun; its experts' grouped GEMMs rerun whole."""
+    shape: none of them rerun; its experts' grouped GEMMs rerun whole.  The per-model lists before
+    0.3 (aten.mm and linear) reran them."""
     from cosearch.models import preset
     m = preset("gpt-oss-20b").with_(num_layers=2, sliding_layers=1)
     ops = graph.build(m, 1, 1, flash_attention=True, expert_parallel=2).ops
     got = {o.name: graph.recompute_share(o, m, "every-other-matmul-fused-qkv") for o in ops if o.kind == "gemm"}
     assert got == {"qkv": 0.0, "attn_out": 0.0, "router": 0.0, "expert_fc1": 1.0, "expert_fc2": 1.0}
+    # before 0.3 each model's list held aten.mm and linear only: the addmm projections rerun
+    old = {o.name: graph.recompute_share(o, m, "every-other-matmul") for o in ops if o.kind == "gemm"}
+    assert old == dict.fromkeys(got, 1.0)
