@@ -498,6 +498,12 @@ def test_float8_on_moe_leaves_the_grouped_experts_bf16_unless_converted():
         read_torchtitan(padded, ["model.converters=none"])
     # DeepEP's dispatcher: no grouped converter (torchtitan refuses quantized experts with it)
     assert read_torchtitan(base, ["model.converters=float8"]).resolve(64).engine.expert_precision == "bf16"
+    # a flavor its config.json describes: an MoE model's experts would stay bf16 too
+    custom = copy.deepcopy(base)
+    custom["model_spec"]["flavor"] = "custom"
+    rc = read_torchtitan(custom, ["model.converters=float8"])
+    assert rc.model is None and rc.engine.expert_precision == "bf16"
+    assert any("an MoE model's routed experts' grouped GEMMs in bf16" in a for a in rc.assumed)
 
 
 def test_token_counted_layout_after_0_3_refused_with_the_reason():

@@ -71,7 +71,8 @@ and ``..._last_stage_less_layers`` layers (1 each by default), so Llama 3 8B on 
                                          before routing), deepep (the flex dispatcher, DeepEP) or
                                          hybridep (the flex dispatcher, HybridEP, 16 SMs; a saved
                                          config's non-blocking capacity factor under 1 refused);
-                                         minimal_async_ep and torchao refused under ep > 1
+                                         torchao's padded one as standard (its padding said);
+                                         minimal_async_ep refused under ep > 1
 ``[activation_checkpoint] mode``         none / full / selective (``op``: Megatron's selective
                                          reading; an integer N other than 1 is refused)
 ``[compile] enable``                     off: engine ``fsdp-eager`` (norms, SwiGLU, RoPE op by
@@ -615,27 +616,28 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         if plan.get("recompute") == "selective":
             assumed.append("one fused wqkv matmul (FusedQKVLinear): per-op selective checkpointing keeps its q, k "
                            "and v output and reruns wo, w3")
-    if model is not None and model.moe:
-        # torchtitan 0.3: the grouped experts' converters swap the dispatcher for a padding one
-        padded = comm == "torchao" or (comm == "hybridep" and k.get("hybridep.pad_multiple") is not None)
-        experts_lowp = bool(experts_lowp) or padded
-        if experts_lowp and not converters:
-            raise ValueError(f"{name}: the routed experts' grouped GEMMs run in low precision while the layers' "
-                             "Linear modules stay bf16, a mix cosearch does not price (give the Linear converter too, "
-                             "model.converters=float8 or mx)")
-        if converters and not experts_lowp:
-            # the Float8 / MX converters swap nn.Linear modules: the grouped GEMMs stay bf16
-            engine = dataclasses.replace(engine, expert_precision="bf16", name=engine.name + "-bf16-experts")
-            assumed.append("the routed experts' grouped GEMMs in bf16: the Linear converter swaps nn.Linear modules, "
-                           "and no grouped-experts converter (float8.moe_fqns_prototype before 0.3) converts them")
-        elif converters:
-            assumed.append("the routed experts' grouped GEMMs in low precision too (torchao's scaled grouped GEMMs, "
-                           "rowwise / MXFP8, priced as the per-tensor FP8 rate)")
-        if comm == "torchao":
-            assumed.append("the padded token dispatcher (TorchAOTokenDispatcher: each expert's tokens padded for the "
-                           "quantized grouped GEMMs) priced as the standard all-to-alls, the padding not priced")
-    if model is not None and model.moe:
-        assumed.append("the router's gate GEMM in FP32 (TokenChoiceTopKRouter runs it under "
+    # torchtitan 0.3: the grouped experts' converters swap the dispatcher for a padding one
+    padded = comm == "torchao" or (comm == "hybridep" and k.get("hybridep.pad_multiple") is not None)
+    experts_lowp = bool(experts_lowp) or padded
+    may_be_moe = model is None or model.moe          # a model its config.json describes may be one
+    if may_be_moe and experts_lowp and not converters:
+        raise ValueError(f"{name}: the routed experts' grouped GEMMs run in low precision while the layers' "
+                         "Linear modules stay bf16, a mix cosearch does not price (give the Linear converter too, "
+                         "model.converters=float8 or mx)")
+    if may_be_moe and converters and not experts_lowp:
+        # the Float8 / MX converters swap nn.Linear modules: an MoE model's grouped GEMMs stay bf16
+        engine = dataclasses.replace(engine, expert_precision="bf16",
+                                     name=engine.name + ("-bf16-experts" if model is not None else ""))
+        assumed.append("an MoE model's routed experts' grouped GEMMs in bf16: the Linear converter swaps nn.Linear "
+                       "modules, and no grouped-experts converter (float8.moe_fqns_prototype before 0.3) converts them")
+    elif model is not None and model.moe and converters:
+        assumed.append("the routed experts' grouped GEMMs in low precision too (torchao's scaled grouped GEMMs, "
+                       "rowwise / MXFP8, priced as the per-tensor FP8 rate)")
+    if comm == "torchao":
+        assumed.append("the padded token dispatcher (TorchAOTokenDispatcher: each expert's tokens padded for the "
+                       "quantized grouped GEMMs) priced as the standard all-to-alls, the padding not priced")
+    if may_be_moe:
+        assumed.append("an MoE model's router gate GEMM in FP32 (TokenChoiceTopKRouter runs it under "
                        "torch.autocast(dtype=torch.float32); TF32 off, PyTorch's default): priced on the CUDA cores")
     if model is not None and model.moe and (model.bias or model.activation_clamp):
         # models/gpt_oss/moe.py: GptOssGroupedExperts adds its biases and clamps its SwiGLU op by op
