@@ -106,7 +106,8 @@ def test_saved_llama3_8b_read_as_torchtitan_builds_it():
     d = rc.resolve(16)
     s = d.spec
     assert (s.dp, s.tp, s.pp, s.virtual_stages, s.stage_layers) == (4, 2, 2, 2, (16, 16))
-    assert (s.microbatch, s.recompute, s.sequence_parallel, s.zero, s.precision) == (1, "selective", True, 3, "bf16")
+    # FSDP under pipeline stages: ZeRO 2 (fsdp_zero_stage)
+    assert (s.microbatch, s.recompute, s.sequence_parallel, s.zero, s.precision) == (1, "selective", True, 2, "bf16")
     assert d.global_batch == 4 * 4 and d.model.name == "llama3-8b" and d.model.seq_len == 8192
     assert d.engine.name == "fsdp-eager-loss8" and d.engine.loss_chunks == 8       # ChunkedLossWrapper, 8 chunks
     # 0.3's FusedQKVLinear (qkv_linear.wqkv): one matmul for q, k, v in the per-op policy's count
@@ -548,3 +549,26 @@ def test_2024_experimental_parallelism_refused_not_dropped():
     rc = read_config(toml, ["experimental.pipeline_parallel_degree=1", "experimental.enable_async_tensor_parallel=false",
                             "experimental.pipeline_parallel_schedule=1F1B"])
     assert rc.resolve(64).spec.pp == 1 and "experimental.pipeline_parallel_degree" in rc.neutral
+
+
+def test_fsdp_under_pipeline_stages_is_zero2():
+    """torchtitan's default reshard policy does not reshard after forward under pipeline stages
+    (``not pp_enabled``), and torch's PipelineStage reshards and reduces only after the last
+    microbatch: ZeRO 2, in the reader and for the validation rows alike; "always" stays ZeRO 3."""
+    from cosearch.runs.torchtitan import fsdp_zero_stage
+    assert [fsdp_zero_stage(p, pp) for p in ("default", "always", "never") for pp in (1, 4)] == [3, 2, 3, 3, 2, 2]
+    with pytest.raises(ValueError, match="torchtitan accepts default, always, never"):
+        fsdp_zero_stage("sometimes", 2)
+    rc = read_config(LLAMA, ["model.converters=none"])          # tp 2, pp 2
+    assert rc.resolve(16).spec.zero == 2
+    assert any("reduces the gradients once" in a for a in rc.assumed)
+    always = read_config(LLAMA, ["model.converters=none", "parallelism.fsdp_reshard_after_forward=always"])
+    assert always.resolve(16).spec.zero == 3
+    from cosearch.runs.rows import describe_row
+    row = {"id": "tt-pp", "src": "test", "model": "Llama-3.1-405B", "arch": "dense GQA SwiGLU", "layers": 126,
+           "hidden": 16384, "heads": 128, "kv_heads": 8, "ffn": 53248, "vocab": 128256, "seq": 8192,
+           "accel": "H100-SXM-80GB", "gen": "Hopper", "gpus_per_node": 8, "n_gpus": 512, "gbs": 64, "mbs": 1,
+           "tp": 8, "pp": 8, "cp": 1, "ep": 1, "dp": 8, "sp": True, "zero": 3, "recompute": "full",
+           "precision": "bf16", "tok_s_gpu": 100.0, "software": "torchtitan 9dec370"}
+    d = describe_row(row)
+    assert d.spec.zero == 2 and any("ZeRO 2" in n for n in d.assumed)

@@ -858,6 +858,12 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     vp = row.get("vp")
     vp = int(vp) if isinstance(vp, (int, float)) and vp and vp > 1 else 1
     zero = _zero(row)
+    if source_group(row) == "torchtitan" and zero == 3 and pp > 1:
+        # torchtitan's FSDP under pipeline stages (its default reshard policy, the rows' config)
+        from .torchtitan import fsdp_zero_stage
+        zero = fsdp_zero_stage("default", pp)
+        notes.append("torchtitan FSDP under pipeline parallelism: no reshard after forward, and the pipeline "
+                     "stage reshards and reduces once after the last microbatch (ZeRO 2)")
     zg = row.get("zero_group")
     zg = None if (zg is None or int(zg) == dp * cp or zero == 0) else int(zg)
     sw = row["software"]

@@ -109,7 +109,7 @@ from .torchtitan_saved import (
     saved_config_table,
 )
 
-__all__ = ["read_torchtitan", "FLAVORS", "pipeline_stage_layers", "stage_layers_of_parts"]
+__all__ = ["read_torchtitan", "FLAVORS", "pipeline_stage_layers", "stage_layers_of_parts", "fsdp_zero_stage"]
 
 #: torchtitan's ``[model] name, flavor`` -> cosearch preset (torchtitan/models/llama3/__init__.py:
 #: the 8B, 70B and 405B flavors are Llama 3.1's published dimensions, vocab 128256;
@@ -183,6 +183,21 @@ _OTHER_BACKENDS = ("minimal_async_ep",)
 #: (``distributed/deepep/hybridep.py``: ``_NUM_SMS_DISPATCH = _NUM_SMS_COMBINE = 16``, passed as
 #: ``num_sms_dispatch_api`` / ``num_sms_combine_api`` to ``HybridEPBuffer``).
 HYBRIDEP_SMS = 16
+
+
+def fsdp_zero_stage(reshard_after_forward: str, pp: int) -> int:
+    """The ZeRO stage cosearch prices a torchtitan FSDP run at: its ``fsdp_reshard_after_forward``
+    policy ("default" reshards after forward unless pipeline parallelism is on: ``not pp_enabled``,
+    ``distributed/fsdp.py``, and ``parallelize_llama.py`` at 9dec370, 2024: "For PP, do not reshard
+    after forward to avoid per-microbatch all-gathers"), and under pipeline parallelism torch's
+    ``PipelineStage`` keeps FSDP from resharding and reducing until the last microbatch's
+    backward (``set_reshard_after_backward`` / ``set_requires_gradient_sync``): weights gathered once
+    and kept, gradients reduce-scattered once, ZeRO 2.  ``"never"`` is ZeRO 2 as well; ``"always"``
+    (and ``"default"`` without stages) ZeRO 3, the weights gathered per layer and microbatch."""
+    if reshard_after_forward not in ("default", "always", "never"):
+        raise ValueError(f"fsdp_reshard_after_forward {reshard_after_forward!r}: torchtitan accepts default, "
+                         "always, never")
+    return 2 if reshard_after_forward == "never" or (reshard_after_forward == "default" and pp > 1) else 3
 
 
 def _grouped_experts_converted(k: Keys) -> bool | None:
@@ -505,13 +520,18 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("expert_tensor_parallel_degree 1 under tp > 1: expert parallelism borrows all of TP "
                        "(each tp rank an expert-parallel rank, whole experts)")
     reshard = str(k.get("parallelism.fsdp_reshard_after_forward", "default"))
-    if reshard not in ("default", "always", "never"):
-        raise ValueError(f"{name}: fsdp_reshard_after_forward {reshard!r}: torchtitan accepts default, always, never")
+    try:
+        stage = fsdp_zero_stage(reshard, pp)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
     sharded = shard == -1 or shard > 1
     if sharded:
-        plan["zero"] = 2 if reshard == "never" else 3
+        plan["zero"] = stage
         if reshard == "never":
             assumed.append("fsdp_reshard_after_forward = never: weights gathered once and kept (ZeRO-2 memory)")
+        elif stage == 2:
+            assumed.append("fsdp_reshard_after_forward default under pipeline parallelism: FSDP keeps the weights "
+                           "gathered and reduces the gradients once, after the last microbatch (ZeRO 2)")
         if rep > 1:
             if shard == -1:
                 raise ValueError(f"{name}: HSDP (replicate {rep}) needs an explicit data_parallel_shard_degree")
