@@ -515,7 +515,6 @@ FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager", expert_elemen
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
 LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
                       fp8_cast_kernel="fused", cross_entropy="fused", elementwise="eager", router_dtype="bf16",
-                      expert_elementwise="fused",
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 

@@ -1150,7 +1150,7 @@ def _expert_pair(c: ModelConfig, per: int, local: int, tp: int, lowp: float,
     layers share them (callers must not change the dicts)."""
     g = _Builder(c.dtype_bytes, passes)
     _expert_ops(g, c, None, per, local, c.expert_ffn // tp, lowp, expert_elementwise, regroup)
-    own = {k: v for k, v in moe_eager_bytes(c, elementwise, expert_elementwise).items() if k != "shared_act"}
+    own = moe_eager_bytes(c, elementwise, expert_elementwise)     # (its shared_act names no op here)
     if regroup:
         own.update(moe_regroup_bytes(c.dtype_bytes))
     ops = _with_own_bytes(g.ops, own)
@@ -1223,8 +1223,7 @@ def with_expert_parallel(fwd: LayerGraph, bwd: LayerGraph, config: ModelConfig, 
 
 
 def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, lowp: float, seqs: int = 1,
-             eager: str = "fused", regroup: bool = False, shared: bool = True,
-             expert_lowp: float | None = None) -> int:
+             eager: str = "fused", regroup: bool = False, shared: bool = True, *, expert_lowp: float) -> int:
     """An MoE MLP on this rank's T tokens (``seqs`` sequences): the router, token dispatch over
     the ``ep``-rank expert-parallel group (all-to-all of every routed copy of a token's hidden
     state, each tp rank sending its 1/tp share), the rank's ``E / ep`` experts as one batched GEMM
@@ -1235,7 +1234,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
     the permute gathers.  ``regroup``: the all-to-all dispatch's received tokens sorted by local
     expert and back (:func:`moe_regroup_bytes`), at ep > 1.  ``shared`` False: the shared experts
     are the caller's (:func:`_shared_experts_sp`).  ``expert_lowp``: the routed experts' operand
-    bytes where they differ from ``lowp`` (0: bf16 experts in a low-precision layer)."""
+    bytes (``lowp``, or 0: bf16 experts in a low-precision layer)."""
     h, E = c.hidden, c.num_experts
     fe = c.expert_ffn // tp
     dt = c.dtype_bytes
@@ -1254,8 +1253,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
         # dispatch (the alltoall dispatcher) or after it (flex): the same rows either way
         perm = g.vector("moe_permute", [gate], copies * h, "mul")
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if ep > 1 else perm
-    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, lowp if expert_lowp is None else expert_lowp, eager,
-                      regroup and ep > 1 and not c.moe_einsum_dispatch)
+    fc2 = _expert_ops(g, c, disp, per, E // ep, fe, expert_lowp, eager, regroup and ep > 1 and not c.moe_einsum_dispatch)
     out = g.collective("moe_combine", [fc2], moved, "alltoall") if ep > 1 else fc2
     if c.shared_experts and shared:
         fs = c.shared_experts * fe
@@ -1271,7 +1269,7 @@ def _moe_mlp(g: _Builder, c: ModelConfig, x2: int, T: int, tp: int, ep: int, low
 
 
 def _moe_mlp_gathered(g: _Builder, c: ModelConfig, x: int, Tv: float, T: int, tp: int, ep: int, lowp: float,
-                      seqs: int, eager: str, dispatcher: str, expert_lowp: float | None = None) -> int:
+                      seqs: int, eager: str, dispatcher: str, expert_lowp: float) -> int:
     """An MoE MLP whose experts are split over ``tp > 1`` ranks (expert tensor parallelism = tp, the
     default) under sequence parallelism, as Megatron-Core's dispatchers run it on this rank's own
     ``Tv`` tokens (``MoELayer`` takes the sequence-parallel shard: the router, the permutation and
@@ -1307,7 +1305,7 @@ def _moe_mlp_gathered(g: _Builder, c: ModelConfig, x: int, Tv: float, T: int, tp
     disp = g.collective("moe_dispatch", [perm], moved, "alltoall") if exchange else perm
     if not flex:
         disp = g.collective("moe_allgather", [disp], copies * h * dt, "allgather")
-    out = _expert_ops(g, c, disp, per, E // ep, fe, lowp if expert_lowp is None else expert_lowp, eager, not flex)
+    out = _expert_ops(g, c, disp, per, E // ep, fe, expert_lowp, eager, not flex)
     if not flex:
         out = g.collective("moe_reducescatter", [out], copies * h * dt, "reducescatter")
     if exchange:
@@ -1380,21 +1378,22 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     # an MoE layer's router and token dispatch take the gathered tokens in the graph's dtype
     mlp_lowp = 0.0 if c.moe else lowp
     local = c.moe and experts_local       # expert tensor parallelism 1 under tp > 1
+    elowp = lowp if experts_lowp is None else experts_lowp      # the routed experts' operand bytes
     regroup = dispatcher in REGROUPING_DISPATCHERS and ep > 1
     if local:
         # this rank's own Tv tokens to the router and the dispatch, whole experts: no tp collective;
         # the shared experts stay on the dense tp group, on gathered tokens
-        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup, shared=False, expert_lowp=experts_lowp)
+        fc2 = _moe_mlp(g, c, n2, Tv, 1, ep, lowp, b, expert_eager, regroup, shared=False, expert_lowp=elowp)
         fc2 = _shared_experts_sp(g, c, n2, fc2, Tv, T, tp, lowp)
     elif c.moe and gathered and dispatcher != "gather-tokens" and not c.moe_einsum_dispatch:
         # the experts split over the tp ranks under sequence parallelism: Megatron-Core's dispatchers
         # gather the routed copies over tp after the dispatch (and the shared experts their tokens)
-        fc2 = _moe_mlp_gathered(g, c, n2, Tv, T, tp, ep, lowp, b, expert_eager, dispatcher, experts_lowp)
+        fc2 = _moe_mlp_gathered(g, c, n2, Tv, T, tp, ep, lowp, b, expert_eager, dispatcher, elowp)
         local = True                      # (its collectives are its own: no reduce-scatter after it)
     else:
         x2 = g.sp_allgather("allgather_mlp", n2, Tv * h, T * h, mlp_lowp) if gathered else n2
         if c.moe:
-            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b, expert_eager, regroup, expert_lowp=experts_lowp)
+            fc2 = _moe_mlp(g, c, x2, T, tp, ep, lowp, b, expert_eager, regroup, expert_lowp=elowp)
         else:
             # Megatron fuses a gated MLP's gate and up projections into one column-parallel GEMM
             fc1 = g.linear("fc1", [x2], T, 2 * f if c.gated else f, h, lowp, cast_in)

@@ -119,6 +119,13 @@ D_FP4_MACS = 13
 
 
 @njit(cache=True, inline="always")
+def vector_lanes_per_mac(tensor_cores, rows, cols, vector_units, vector_width):
+    """A design's vector lanes (one FP32 multiply-add a lane a cycle) per tensor-unit MAC: the
+    rate of an FP32 GEMM over a bf16 one (:func:`tensor_format_rate`).  Scalars or arrays."""
+    return vector_units * vector_width / (tensor_cores * rows * cols)
+
+
+@njit(cache=True, inline="always")
 def tensor_format_rate(dtype_bytes, eff_fp8, eff_fp4, fp8_macs, fp4_macs, fp32_lanes_per_mac):
     """How many times faster a GEMM on ``dtype_bytes``-wide operands runs than the same GEMM in
     bf16: 1 for 2-byte operands; for FP32 (4 bytes or wider) ``fp32_lanes_per_mac``, the design's

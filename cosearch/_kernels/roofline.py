@@ -86,6 +86,7 @@ from .formulas import (
     gemm_shape_efficiency,
     operand_traffic_bytes,
     tensor_format_rate,
+    vector_lanes_per_mac,
 )
 
 
@@ -147,7 +148,7 @@ def _price_one(op, d, frac, eff):
             # FP8 / NVFP4 operands: the chip's rate in that format (0: it has none); FP32 ones:
             # its vector lanes
             rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS], d[D_FP4_MACS],
-                                      d[3] * d[4] / (d[0] * r * c))
+                                      vector_lanes_per_mac(d[0], r, c, d[3], d[4]))
             compute = compute / rate if rate > 0.0 else math.inf
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]

@@ -28,6 +28,7 @@ from ..memory import MemoryConfig
 from .config import RunConfig, RunDescription
 from .megatron import CUDA_GRAPH_IMPLS, cross_entropy_note, cuda_graph_note, eager_pass_notes
 from .nemo import apex_adam_memory
+from .torchtitan import fsdp_zero_stage
 
 __all__ = ["Refused", "read_row", "describe_row", "source_group", "measured_tok_s_gpu", "REQUIRED_FIELDS",
            "release_of", "release_label", "plan_key", "newest_per_plan", "precision_class", "group_of",
@@ -860,7 +861,6 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     zero = _zero(row)
     if source_group(row) == "torchtitan" and zero == 3 and pp > 1:
         # torchtitan's FSDP under pipeline stages (its default reshard policy, the rows' config)
-        from .torchtitan import fsdp_zero_stage
         zero = fsdp_zero_stage("default", pp)
         notes.append("torchtitan FSDP under pipeline parallelism: no reshard after forward, and the pipeline "
                      "stage reshards and reduces once after the last microbatch (ZeRO 2)")

@@ -200,17 +200,14 @@ def fsdp_zero_stage(reshard_after_forward: str, pp: int) -> int:
     return 2 if reshard_after_forward == "never" or (reshard_after_forward == "default" and pp > 1) else 3
 
 
-def _grouped_experts_converted(k: Keys) -> bool | None:
-    """Whether the routed experts' grouped GEMMs run in low precision, where the config says so
-    itself: a live config's grouped-experts converters (``Float8GroupedExperts`` / ``MXFP8GroupedExperts``
-    config classes, ``model.grouped_converters``), or a 2025 TOML's ``float8.moe_fqns_prototype``
-    (its Float8 converter took the grouped GEMMs where that named them); None: the token
-    dispatcher tells (a saved 0.3 config: the grouped converters swap it for a padding one)."""
-    if "model.grouped_converters" in k:
-        return bool(k.names("model.grouped_converters", []))
-    if "float8.moe_fqns_prototype" in k:
-        return bool(k.names("float8.moe_fqns_prototype", []))
-    return None
+def _grouped_experts_converted(k: Keys, comm: str) -> bool:
+    """Whether the routed experts' grouped GEMMs run in low precision: a live config's
+    grouped-experts converters (``Float8GroupedExperts`` / ``MXFP8GroupedExperts`` config classes,
+    ``model.grouped_converters``), a 2025 TOML's ``float8.moe_fqns_prototype`` (its Float8
+    converter took the grouped GEMMs where that named them), or in a saved 0.3 config the padding
+    token dispatcher those converters swap in (torchao's, or HybridEP with ``pad_multiple``)."""
+    named = bool(k.names("model.grouped_converters", [])) or bool(k.names("float8.moe_fqns_prototype", []))
+    return named or comm == "torchao" or (comm == "hybridep" and k.get("hybridep.pad_multiple") is not None)
 
 
 def _hybridep_reading(k: Keys, name: str) -> str:
@@ -435,7 +432,6 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("mx converter: MXFP8 priced as per-tensor FP8 operands")
     if converters:
         assumed.append("FP8 on every layer GEMM (the output head stays bf16, torchtitan's filter_fqns default)")
-    experts_lowp = _grouped_experts_converted(k)
     for sec in _CONVERTER_SECTIONS:
         kept = k.names(f"{sec}.filter_fqns", [])
         other = [f for f in kept if f not in _BF16_ANYWAY]
@@ -636,9 +632,7 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         if plan.get("recompute") == "selective":
             assumed.append("one fused wqkv matmul (FusedQKVLinear): per-op selective checkpointing keeps its q, k "
                            "and v output and reruns wo, w3")
-    # torchtitan 0.3: the grouped experts' converters swap the dispatcher for a padding one
-    padded = comm == "torchao" or (comm == "hybridep" and k.get("hybridep.pad_multiple") is not None)
-    experts_lowp = bool(experts_lowp) or padded
+    experts_lowp = _grouped_experts_converted(k, comm)
     may_be_moe = model is None or model.moe          # a model its config.json describes may be one
     if may_be_moe and experts_lowp and not converters:
         raise ValueError(f"{name}: the routed experts' grouped GEMMs run in low precision while the layers' "

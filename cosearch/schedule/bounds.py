@@ -94,8 +94,9 @@ def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.n
     rate = np.where(kind == KIND_ATTENTION, eff.attention, eff.tensor) * col["clock_hz"]
     # a GEMM on FP8 / NVFP4 operands at the chip's rate in that format (0: it cannot run), on FP32
     # ones at its vector lanes
-    lanes_per_mac = (col["vector_units"] * col["vector_width"]
-                     / (col["tensor_cores"] * col["systolic_rows"] * col["systolic_cols"]))
+    lanes_per_mac = formulas.vector_lanes_per_mac.py_func(col["tensor_cores"], col["systolic_rows"],
+                                                          col["systolic_cols"], col["vector_units"],
+                                                          col["vector_width"])
     fmt = _format_rates(np.where(kind == KIND_TENSOR, dt, 2.0),
                         np.column_stack([d[:, [DESIGN_FIELDS.index("fp8_macs"), DESIGN_FIELDS.index("fp4_macs")]],
                                          np.reshape(lanes_per_mac, (-1, 1))]), eff)
