@@ -301,3 +301,16 @@ def test_maxtext_model_names_of_the_new_presets():
         read_maxtext(None, ["model_name=gpt3-175b", "max_target_length=2048", "trainable_position_size=1024", *base])
     with pytest.raises(ValueError, match="enable_dropout"):
         read_maxtext(None, ["model_name=gpt3-175b", "max_target_length=2048", "enable_dropout=true", *base])
+
+
+def test_a_named_models_own_yml_turns_dropout_off():
+    """Every model yml cosearch maps but llama2-70b's sets ``enable_dropout: false`` over base.yml's
+    true: a ``dropout_rate`` alone drops nothing there (until stop 72 it was priced as dropout); the
+    command line's ``enable_dropout=true`` turns it on; the base_* dimensions and llama2-70b keep
+    base.yml's true."""
+    from cosearch.runs import read_maxtext
+    base = ["per_device_batch_size=1", "ici_fsdp_parallelism=-1", "max_target_length=4096", "dropout_rate=0.1"]
+    assert not read_maxtext(None, ["model_name=llama3-8b", *base]).resolve(64).model.dropout
+    assert read_maxtext(None, ["model_name=llama3-8b", "enable_dropout=true", *base]).resolve(64).model.dropout
+    assert read_maxtext(None, ["model_name=llama2-70b", *base]).resolve(64).model.dropout
+    assert read_maxtext(None, base).resolve(64).model.dropout

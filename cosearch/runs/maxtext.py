@@ -13,6 +13,9 @@ unless ``num_slices`` says otherwise).
                                         ``default``: the ``base_*`` dimensions
 ``base_emb_dim``, ``base_num_query_heads``, ``base_num_kv_heads``, ``base_mlp_dim``,
 ``base_num_decoder_layers``, ``head_dim``, ``vocab_size``, ``mlp_activations``   the model
+``dropout_rate``, ``enable_dropout``    dropout where enabled (its default the model's own yml's,
+                                        :data:`MODEL_DEFAULTS`: off for the named models but
+                                        llama2-70b) and the rate above 0
 ``decoder_block``                       the model's own (:data:`DECODER_BLOCKS`; llama2 for the
                                         ``base_*`` dimensions); another block refused
 ``global_parameter_scale``              the base dimensions scaled as MaxText scales them
@@ -127,8 +130,17 @@ MODEL_NAMES = {"llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b
                "deepseek2-16b": "deepseek-v2-lite", "deepseek2-236b": "deepseek-v2", "gpt-oss-20b": "gpt-oss-20b"}
 
 #: A ``model_name``'s own settings in its configs/models/<name>.yml (at e591f30) that change what
-#: cosearch prices, the defaults a command line may override: GPT-3's ``use_iota_embed: true``.
-MODEL_DEFAULTS = {"gpt3-175b": {"use_iota_embed": True}}
+#: cosearch prices, the defaults a command line may override (MaxText loads the model's yml over
+#: base.yml): ``enable_dropout: false`` in every one of them but llama2-70b's (base.yml's is true),
+#: and GPT-3's ``use_iota_embed: true``.
+MODEL_DEFAULTS = {**{m: {"enable_dropout": False} for m in MODEL_NAMES if m != "llama2-70b"},
+                  "gpt3-175b": {"enable_dropout": False, "use_iota_embed": True}}
+
+
+def _model_default(k: Keys, key: str, fallback: bool) -> bool:
+    """``key`` as the config gives it, else as the model's own yml sets it (:data:`MODEL_DEFAULTS`),
+    else base.yml's ``fallback``."""
+    return k.bool(key, MODEL_DEFAULTS.get(str(k.get("model_name", "default")), {}).get(key, fallback))
 
 #: Each ``model_name``'s ``decoder_block`` (its configs/models/<name>.yml at MaxText e591f30):
 #: a config naming another block for that model runs another architecture.
@@ -299,7 +311,7 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     seq = k.positive("max_target_length", 2048)
     model = _moe_dispatch(k, name, _model(k, name, seq, assumed), assumed)
     rate = k.number("dropout_rate", 0.0)
-    if k.bool("enable_dropout", True) and rate > 0:
+    if _model_default(k, "enable_dropout", True) and rate > 0:
         # MaxText's decoders drop out the embedding and each layer's attention and MLP outputs at
         # dropout_rate (base.yml 0.0): cosearch's dropout ops and their masks
         model = model.with_(dropout=True)
@@ -457,7 +469,7 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     if k.bool("logits_dot_in_fp32", False):
         # the output head's matmul in float32 takes several bf16 MXU passes on a TPU
         assumed.append("logits_dot_in_fp32: the output head's matmul priced in bf16 (float32 is slower)")
-    if k.bool("use_iota_embed", MODEL_DEFAULTS.get(str(k.get("model_name", "default")), {}).get("use_iota_embed", False)):
+    if _model_default(k, "use_iota_embed", False):
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
     _said(k, model, assumed)
