@@ -168,17 +168,22 @@ def saved_config_table(d: dict[str, Any], source: str) -> dict[str, Any]:
 _HYBRIDEP_FIELDS = ("non_blocking_capacity_factor", "pad_multiple", "num_max_tokens_per_rank")
 
 
-def _token_dispatchers(tree: Any) -> list[dict[str, Any]]:
-    """The ``token_dispatcher`` configs of a saved model tree's MoE layers."""
+def _layer_configs(tree: Any, *path: str) -> list[Any]:
+    """Each layer's config at ``path`` in a saved model tree (``layers[i].<path>``), None where a
+    layer has none there."""
     layers = tree.get("layers") if isinstance(tree, dict) else None
     out = []
     for layer in layers if isinstance(layers, list) else []:
-        moe = layer.get("moe") if isinstance(layer, dict) else None
-        routed = moe.get("routed_experts") if isinstance(moe, dict) else None
-        td = routed.get("token_dispatcher") if isinstance(routed, dict) else None
-        if isinstance(td, dict):
-            out.append(td)
+        node = layer
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        out.append(node)
     return out
+
+
+def _token_dispatchers(tree: Any) -> list[dict[str, Any]]:
+    """The ``token_dispatcher`` configs of a saved model tree's MoE layers."""
+    return [td for td in _layer_configs(tree, "moe", "routed_experts", "token_dispatcher") if isinstance(td, dict)]
 
 
 def _dispatcher_backend(td: dict[str, Any]) -> str:
@@ -270,10 +275,7 @@ def saved_attention(tree: dict[str, Any], source: str) -> str:
     name the FLASH backend), ``VarlenAttention`` (``window_size``), ``ScaledDotProductAttention``
     (no fields).  Every layer must use the same."""
     kinds = set()
-    layers = tree.get("layers")
-    for layer in layers if isinstance(layers, list) else []:
-        att = layer.get("attention") if isinstance(layer, dict) else None
-        inner = att.get("inner_attention") if isinstance(att, dict) else None
+    for inner in _layer_configs(tree, "attention", "inner_attention"):
         if not isinstance(inner, dict):
             continue
         if "block_size" in inner or "kernel_options" in inner:
@@ -353,13 +355,8 @@ def fused_qkv(tree: dict[str, Any]) -> bool:
     """Whether a saved model tree's attention projects q, k and v in one matmul (torchtitan 0.3's
     ``FusedQKVLinear``: ``qkv_linear`` holds ``wqkv``; its Llama 3 and Qwen 3 default), every layer
     alike; separate ``wq``, ``wk``, ``wv`` (or MLA's projections) otherwise."""
-    layers = tree.get("layers") if isinstance(tree, dict) else None
-    kinds = set()
-    for layer in layers if isinstance(layers, list) else []:
-        att = layer.get("attention") if isinstance(layer, dict) else None
-        qkv = att.get("qkv_linear") if isinstance(att, dict) else None
-        kinds.add(isinstance(qkv, dict) and isinstance(qkv.get("wqkv"), dict))
-    return kinds == {True}
+    return {isinstance(qkv, dict) and isinstance(qkv.get("wqkv"), dict)
+            for qkv in _layer_configs(tree, "attention", "qkv_linear")} == {True}
 
 
 def load_json(path: str | Path) -> dict[str, Any]:
