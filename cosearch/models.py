@@ -614,6 +614,43 @@ def _hf_bool(config: dict, key: str, default: bool) -> bool:
     return v
 
 
+#: The dropout probabilities of each family's config, as (hidden keys, attention keys, default),
+#: the default transformers' configuration classes give where a config.json leaves a key out
+#: (``models/<family>/configuration_<family>.py``, transformers 5.25): GPT-2's ``resid_pdrop``,
+#: ``embd_pdrop`` and ``attn_pdrop`` 0.1; GPT-J's and Phi's 0.0 (Phi's attention key
+#: ``attention_dropout``); GPT-NeoX's, BLOOM's and Falcon's ``hidden_dropout`` and
+#: ``attention_dropout`` 0.0; OPT's ``dropout`` 0.1 (``attention_dropout`` 0.0); BERT's
+#: ``hidden_dropout_prob`` and ``attention_probs_dropout_prob`` 0.1.  Every other family
+#: (Llama, Mistral, Qwen, Gemma, the MoE families) has only ``attention_dropout``, 0.0.
+_HF_DROPOUT = {"gpt2": (("resid_pdrop", "embd_pdrop"), ("attn_pdrop",), 0.1),
+               "gptj": (("resid_pdrop", "embd_pdrop"), ("attn_pdrop",), 0.0),
+               "phi": (("resid_pdrop", "embd_pdrop"), ("attention_dropout",), 0.0),
+               "gpt_neox": (("hidden_dropout",), ("attention_dropout",), 0.0),
+               "bloom": (("hidden_dropout",), ("attention_dropout",), 0.0),
+               "falcon": (("hidden_dropout",), ("attention_dropout",), 0.0),
+               "opt": (("dropout",), ("attention_dropout",), None),
+               "bert": (("hidden_dropout_prob",), ("attention_probs_dropout_prob",), 0.1)}
+#: OPT's defaults: ``dropout`` 0.1, ``attention_dropout`` 0.0.
+_OPT_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.0}
+
+
+def hf_dropout(config: dict, model_type: str) -> tuple[float, float]:
+    """(hidden, attention) dropout probability of an HF config of family ``model_type``: the
+    largest of the family's keys (:data:`_HF_DROPOUT`), its transformers default where absent.
+    A probability outside [0, 1) is refused by name."""
+    hidden_keys, attn_keys, default = _HF_DROPOUT.get(model_type, ((), ("attention_dropout",), 0.0))
+
+    def prob(key: str) -> float:
+        v = config.get(key)
+        if v is None:
+            return _OPT_DROPOUT[key] if default is None else default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
+            raise ValueError(f"from_hf_config: {key!r} must be a dropout probability in [0, 1), got {v!r}")
+        return float(v)
+
+    return max((prob(k) for k in hidden_keys), default=0.0), max((prob(k) for k in attn_keys), default=0.0)
+
+
 def _hf_text(config: dict, *keys: str) -> str | None:
     """The first of ``keys`` an HF config sets to a non-empty string (None where none is set);
     a number, list or empty string there is refused by name."""
@@ -695,7 +732,9 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     Encoder-decoder configs (T5, BART, ...) are refused with a message that says so, as are
     layers that mix tokens by something other than softmax attention (linear attention, state
     spaces, DeepSeek-V3.2's sparse indexer: Qwen3-Next, MiniMax, Nemotron-H, Jamba;
-    :data:`_HF_OTHER_MIXERS`).  Sizes must be integers.
+    :data:`_HF_OTHER_MIXERS`).  Sizes must be integers.  Dropout ops are priced where the
+    family's hidden dropout probability is above 0 (:func:`hf_dropout`: BLOOM, Falcon, GPT-J and
+    GPT-NeoX configs set 0.0; GPT-2, OPT and BERT default to 0.1).
 
     ``seq_len``: the training sequence length.  When None, the config's context length is
     used if it is at most :data:`PLAUSIBLE_TRAINING_CONTEXT` tokens (a warning says so);
@@ -818,6 +857,10 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
                               or not math.isfinite(limit) or limit < 0):
         raise ValueError(f"from_hf_config: 'swiglu_limit' must be a non-negative number, got {limit!r}")
+    # the dropout ops (after the embedding, the attention and the MLP) where the config's hidden
+    # dropout is on; an attention-only dropout runs inside the attention kernel (said by
+    # cosearch.runs.hf_config_notes)
+    hidden_dropout, _ = hf_dropout(config, mt)
     rope_factor = _hf_yarn_attention_factor(config.get("rope_scaling")) if position == "rotary" else 1.0
     rotary_fraction = _hf_rotary_fraction(config, head_size or hidden // heads) if position == "rotary" and \
         not moe_kw.get("mla") and mt != "deepseek_v4" else 1.0
@@ -826,7 +869,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         name=name or str(config.get("_name_or_path") or mt or "hf-model"),
         num_layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=vocab,
         seq_len=int(seq_len), activation=activation, norm="rmsnorm" if rms else "layernorm",
-        position=position, bias=bias, tie_embeddings=tie, dropout=not gated, dtype_bytes=dtype_bytes,
+        position=position, bias=bias, tie_embeddings=tie, dropout=hidden_dropout > 0, dtype_bytes=dtype_bytes,
         extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
         **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor, qk_norm=qk_norm,
         rotary_fraction=rotary_fraction)

@@ -273,3 +273,37 @@ def test_config_fields_of_the_wrong_kind_are_refused_by_name(case, key, value, m
         from_hf_config(cfg, seq_len=8192)
     assert from_hf_config(CASES[case][0], seq_len=8192).num_layers > 0
     assert from_hf_config(dict(CASES[case][0], **{key: None}), seq_len=8192).num_layers > 0
+
+
+@pytest.mark.parametrize("name,fields,dropout", [
+    ("gpt2", {}, True),                                          # transformers' defaults: 0.1 each
+    ("gpt2", {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}, False),
+    ("gpt-j-6b", {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}, False),   # its config.json
+    ("gpt-neox-20b", {}, False),                                 # GPTNeoXConfig: hidden_dropout 0.0
+    ("bloom-560m", {"hidden_dropout": 0.0, "attention_dropout": 0.0}, False),          # its config.json
+    ("falcon-7b", {"hidden_dropout": 0.0, "attention_dropout": 0.0}, False),           # its config.json
+    ("opt-1.3b", {"dropout": 0.1, "attention_dropout": 0.0}, True),                    # its config.json
+    ("phi-2", {"resid_pdrop": 0.1, "embd_pdrop": 0.0, "attention_dropout": 0.0}, True),  # its config.json
+    ("bert-base", {}, True),                                     # BertConfig: hidden_dropout_prob 0.1
+    ("llama-2-7b", {"attention_dropout": 0.0}, False),
+    ("llama-2-7b", {"attention_dropout": 0.1}, False),           # attention-only: inside the kernel
+])
+def test_dropout_is_read_from_the_families_own_keys(name, fields, dropout):
+    """Dropout ops are priced where the config's hidden dropout is on, read from the family's
+    own keys with transformers' defaults; until this reading, every non-gated family (BLOOM,
+    Falcon, GPT-J, GPT-NeoX: all 0.0) was priced with dropout."""
+    cfg, seq, _ = CASES[name]
+    m = from_hf_config({**cfg, **fields}, seq_len=seq or 2048)
+    assert m.dropout is dropout
+
+
+def test_dropout_notes_and_bad_probabilities():
+    from cosearch.runs.hf import hf_config_notes
+    llama = {**CASES["llama-2-7b"][0], "attention_dropout": 0.1}
+    assert any("attention dropout 0.1" in n and "not priced" in n for n in hf_config_notes(llama))
+    opt = {**CASES["opt-1.3b"][0], "dropout": 0.1, "attention_dropout": 0.0}
+    assert any("hidden dropout 0.1, attention dropout 0" in n for n in hf_config_notes(opt))
+    assert not any("dropout" in n for n in hf_config_notes(CASES["gpt2"][0]))      # 0.1 everywhere
+    for bad in (1.5, -0.1, "0.1", True):
+        with pytest.raises(ValueError, match="'hidden_dropout' must be a dropout probability"):
+            from_hf_config({**CASES["bloom-560m"][0], "hidden_dropout": bad}, seq_len=2048)

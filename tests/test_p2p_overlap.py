@@ -80,7 +80,7 @@ def _nemo1(**model):
             "model": {"micro_batch_size": 1, "global_batch_size": 64, "tensor_model_parallel_size": 1,
                       "pipeline_model_parallel_size": 4, "virtual_pipeline_model_parallel_size": 2,
                       "encoder_seq_length": 2048, "num_layers": 24, "hidden_size": 2048,
-                      "ffn_hidden_size": 8192, "num_attention_heads": 16,
+                      "ffn_hidden_size": 8192, "num_attention_heads": 16, "megatron_amp_O2": True,
                       "tokenizer": {"type": "GPT2BPETokenizer"}}}
     base["model"].update(model)
     return base

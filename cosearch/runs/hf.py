@@ -51,7 +51,8 @@ def apply_config_overrides(config: dict[str, Any], overrides: dict[str, Any], wh
 
 def hf_config_notes(config: dict[str, Any]) -> list[str]:
     """What a ``config.json`` names that :func:`cosearch.models.from_hf_config` reads but does not
-    price, or prices approximately, said so a user sees it: attention sinks (GPT-OSS), logit
+    price, or prices approximately, said so a user sees it: dropout where its hidden and attention
+    probabilities differ (:func:`cosearch.models.hf_dropout`), attention sinks (GPT-OSS), logit
     soft-capping and post-norms (Gemma 2/3), Llama 4's NoPE layers, and multi-token prediction
     modules (DeepSeek-V3's ``num_nextn_predict_layers``, a training choice)."""
     mt = str(config.get("model_type", "")).lower().replace("-", "_")
@@ -59,6 +60,14 @@ def hf_config_notes(config: dict[str, Any]) -> list[str]:
         config = {**config["text_config"], "model_type": config["text_config"].get("model_type", mt)}
         mt = str(config.get("model_type", mt)).lower().replace("-", "_")
     notes = []
+    from ..models import hf_dropout
+    hidden, attention = hf_dropout(config, mt)
+    if attention > 0 and hidden == 0:
+        notes.append(f"attention dropout {attention:g} (the only dropout this family runs): inside the fused attention "
+                     "kernel, not priced")
+    elif hidden > 0 and hidden != attention:
+        notes.append(f"hidden dropout {hidden:g}, attention dropout {attention:g}: dropout priced at the embedding, "
+                     "attention and MLP outputs, and on the attention probabilities where the attention runs unfused")
     if mt == "gpt_oss":
         notes.append("attention sinks (one learned logit per head and layer) not priced")
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):

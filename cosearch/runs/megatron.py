@@ -76,6 +76,11 @@ Plan and engine
 ``--use-transformer-engine-op-fuser``        the experts' bias and clamped activation inside TE's
                                              fused grouped MLP (``Engine.expert_elementwise``);
                                              absent: Megatron-Core's eager passes
+``--no-gradient-accumulation-fusion``        the weight gradients added to the main gradients after
+                                             each backward (``Engine.grad_accum_bytes``,
+                                             :func:`unfused_grad_accum_bytes`); absent: the
+                                             weight-gradient GEMMs accumulate into them (Megatron's
+                                             default)
 ===========================================  ====================================================
 
 Read and said in ``assumed`` (cosearch prices GPU time only, so none of these changes its
@@ -136,7 +141,8 @@ from ..models import ModelConfig, yarn_attention_factor
 from ..plan import PlanSpec
 from .config import RunConfig
 
-__all__ = ["MegatronPlan", "parse_megatron_args", "read_megatron_args", "NEUTRAL_FLAGS", "NEUTRAL_VALUED"]
+__all__ = ["MegatronPlan", "parse_megatron_args", "read_megatron_args", "unfused_grad_accum_bytes", "NEUTRAL_FLAGS",
+           "NEUTRAL_VALUED"]
 
 #: Flags with a value that set the plan, the engine or the model.
 _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
@@ -198,7 +204,9 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8",
           "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
           # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
-          "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer"}
+          "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer",
+          # the weight gradients accumulated outside the GEMMs (:func:`unfused_grad_accum_bytes`)
+          "--no-gradient-accumulation-fusion"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -236,7 +244,7 @@ NEUTRAL_VALUED = frozenset({
 NEUTRAL_FLAGS = frozenset({
     "--bf16", "--log-throughput", "--no-load-optim", "--no-load-rng", "--use-mcore-models",
     "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
-    "--no-gradient-accumulation-fusion", "--log-params-norm", "--log-num-zeros-in-grad", "--log-timers-to-tensorboard",
+    "--log-params-norm", "--log-num-zeros-in-grad", "--log-timers-to-tensorboard",
     "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--log-world-size-to-tensorboard",
     "--mock-data", "--use-checkpoint-args", "--no-save-optim", "--no-save-rng", "--finetune",
     "--manual-gc", "--no-async-tensor-model-parallel-allreduce",
@@ -999,6 +1007,46 @@ def _grad_reduce_bytes(vals: dict[str, str], flags: set[str], assumed: list[str]
     return 4.0
 
 
+def unfused_grad_accum_bytes(main_grad_bytes: float, sharded_grads: bool = False) -> float:
+    """HBM bytes per parameter per microbatch that Megatron-Core moves to accumulate a weight
+    gradient outside its GEMM (``Engine.grad_accum_bytes``), as it runs without
+    ``gradient_accumulation_fusion`` (``--no-gradient-accumulation-fusion``; Megatron-Bridge's
+    ``model.gradient_accumulation_fusion: false``; NeMo 1's, off by default).  With the fusion, the
+    weight-gradient GEMM accumulates into the main gradient itself (Transformer Engine's
+    ``fuse_wgrad_accumulation``): nothing moves outside it.  Without it the GEMM writes the
+    gradient as ``param.grad`` in the model's bf16 and a backward hook adds it to the main
+    gradient: ``param.main_grad.add_(param.grad.data)`` (Megatron-Core's
+    ``DistributedDataParallel._make_backward_post_hook``, ``megatron/core/distributed/
+    distributed_data_parallel.py``; Apex's ``DistributedFusedAdam._grad_copy`` does the same
+    ``add_`` into its bucket), a 2-byte read and the main gradient read and written:
+    ``2 + 2 main_grad_bytes`` (10 with fp32 main gradients, Megatron's rule for bf16 runs).
+    Megatron-FSDP with sharded gradients copies it into the unsharded buffer it then
+    reduce-scatters (``param.main_grad.copy_(param.grad)``, ``megatron_fsdp.py``):
+    ``2 + main_grad_bytes``."""
+    if main_grad_bytes not in (2.0, 4.0):
+        raise ValueError(f"main_grad_bytes={main_grad_bytes!r}: Megatron keeps main gradients in fp32 (4) or bf16 (2)")
+    return 2.0 + (1.0 if sharded_grads else 2.0) * main_grad_bytes
+
+
+def _grad_accum_bytes(vals: dict[str, str], flags: set[str], reduce_bytes: float, zero: int,
+                      assumed: list[str]) -> float:
+    """The line's :func:`unfused_grad_accum_bytes`, 0 with Megatron's gradient accumulation
+    fusion (its default): the main gradients' bytes are the reduction's (Megatron's buffer holds
+    them in the dtype it reduces), Megatron-FSDP's its ``--megatron-fsdp-main-grads-dtype`` (by
+    default the model's bf16); its ZeRO-3 strategy shards them."""
+    if "--no-gradient-accumulation-fusion" not in flags:
+        return 0.0
+    main = reduce_bytes
+    if "--use-megatron-fsdp" in flags:
+        main = 4.0 if vals.get("--megatron-fsdp-main-grads-dtype") == "fp32" else 2.0
+    sharded = "--use-megatron-fsdp" in flags and zero == 3
+    acc = unfused_grad_accum_bytes(main, sharded_grads=sharded)
+    assumed.append(f"--no-gradient-accumulation-fusion: each backward's weight gradients written in bf16 and "
+                   f"{'copied into' if sharded else 'added to'} the {'fp32' if main == 4.0 else 'bf16'} main "
+                   f"gradients by a pass of {acc:g} bytes a parameter")
+    return acc
+
+
 #: Bytes of one element of each dtype Megatron's precision-aware optimizer can keep its state in
 #: (``--main-params-dtype`` fp32/fp16, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` fp32/fp16/bf16/fp8).
 OPTIMIZER_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
@@ -1280,8 +1328,13 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
                            overlap_grad_reduce="--overlap-grad-reduce" in flags,
                            overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed),
                            op_fuser="--use-transformer-engine-op-fuser" in flags)
-    if _grad_reduce_bytes(vals, flags, assumed) == 4.0:
+    reduce_bytes = _grad_reduce_bytes(vals, flags, assumed)
+    if reduce_bytes == 4.0:
         engine = replace(engine, name=engine.name + "-fp32-grad-reduce", grad_reduce_bytes=4.0)
+    zero = _zero_stage(vals, flags, assumed)
+    accum = _grad_accum_bytes(vals, flags, reduce_bytes, zero, assumed)
+    if accum:
+        engine = replace(engine, name=engine.name + "-unfused-grad-accum", grad_accum_bytes=accum)
     engine = with_cross_entropy_fusion(engine, _cross_entropy(vals, flags, assumed))
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
@@ -1290,7 +1343,7 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
     assumed += eager_pass_notes(engine, model)
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
-                zero=_zero_stage(vals, flags, assumed), flash_attention=flash,
+                zero=zero, flash_attention=flash,
                 context_parallel=cp, precision=precision, expert_parallel=ep, expert_tensor_parallel=etp,
                 scaling_recipe=recipe, bf16_layers=bf16_layers, stage_layers=split,
                 fp8_attention=_fp8_attention(flags, precision, recipe, flash, assumed))

@@ -37,6 +37,11 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
                                              without it (and without ``use_flash_attention``): unfused
 ``tokenizer.type: GPT2BPETokenizer``         --vocab-size 50257 (GPT-2's vocabulary)
 ``activation: squared-relu``                 --squared-relu (Nemotron-4; priced as ReLU, said)
+``megatron_amp_O2``                          must be true (false, NeMo's default, keeps fp32 weights
+                                             under autocast: refused)
+``gradient_accumulation_fusion``             false or unset (NeMo's default), or turned off as NeMo
+                                             does (pp 1, dp > 1, optimizer not distributed):
+                                             --no-gradient-accumulation-fusion
 ==========================================  ===================================================
 
 Megatron-Bridge: ``model.*`` fields are Megatron-Core's ``TransformerConfig`` names (the
@@ -91,10 +96,10 @@ _NEMO1_VALUED = {"micro_batch_size": "--micro-batch-size", "global_batch_size": 
 _NEMO1_NEUTRAL = frozenset({
     "rampup_batch_size", "resume_from_checkpoint", "max_position_embeddings", "init_method_std",
     "apply_query_key_layer_scaling", "layernorm_epsilon", "make_vocab_size_divisible_by", "pre_process", "post_process",
-    "persist_layer_norm", "gradient_as_bucket_view", "grad_div_ar_fusion", "gradient_accumulation_fusion",
+    "persist_layer_norm", "gradient_as_bucket_view", "grad_div_ar_fusion",
     "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion", "batch_p2p_comm",
     "native_amp_init_scale", "native_amp_growth_interval", "hysteresis", "fp32_residual_connection",
-    "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "mcore_gpt", "fp8_e4m3",
+    "fp16_lm_cross_entropy", "grad_allreduce_chunk_size_mb", "mcore_gpt", "fp8_e4m3",
     "fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "seed",
     "sync_batch_comm", "use_cpu_initialization", "onnx_safe", "apex_transformer_log_level", "nsys_profile",
     "fsdp_sharding_strategy", "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "rotary_percentage",
@@ -317,7 +322,10 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.account_for_embedding_in_pipeline_split",), True,
                      "--account-for-embedding-in-pipeline-split"),
                     (("model.account_for_loss_in_pipeline_split",), True, "--account-for-loss-in-pipeline-split"),
-                    (("optimizer.use_precision_aware_optimizer",), True, "--use-precision-aware-optimizer"))
+                    (("optimizer.use_precision_aware_optimizer",), True, "--use-precision-aware-optimizer"),
+                    # GPTModelProvider's default: on where Transformer Engine imports
+                    # (fusions.can_enable_gradient_accumulation_fusion)
+                    (("model.gradient_accumulation_fusion",), False, "--no-gradient-accumulation-fusion"))
 #: Megatron-Bridge's optimizer state dtypes (OptimizerConfig, torch dtypes in a dump) as Megatron's flags.
 _BRIDGE_OPTIMIZER_DTYPES = {"optimizer.main_params_dtype": "--main-params-dtype",
                             "optimizer.exp_avg_dtype": "--exp-avg-dtype",
@@ -398,6 +406,31 @@ def _vocab(k: Keys, prefix: str, name: str, words: list[str], assumed: list[str]
                          f"{', '.join(TOKENIZER_VOCAB)}); give the model's config.json")
     words += ["--vocab-size", str(size)]
     assumed.append(f"vocabulary {size} from tokenizer {tok} (unpadded)")
+
+
+def _nemo1_grad_accum(k: Keys, name: str, chips: int, optimizer: str, assumed: list[str]) -> list[str]:
+    """NeMo 1's O2 mixed precision and its gradient accumulation fusion as NeMo runs them
+    (``MegatronBaseModel``, ``nemo/collections/nlp/models/language_modeling/megatron_base_model.py``):
+    ``megatron_amp_O2`` false (the default of ``megatron_gpt_config.yaml``) keeps fp32 weights and
+    runs the forward under autocast (``params_dtype`` fp32, ``enable_autocast``), which is refused;
+    ``gradient_accumulation_fusion`` (default false) is turned off by NeMo without pipeline
+    parallelism over more than one data-parallel rank unless the optimizer is distributed, and
+    off it is ``--no-gradient-accumulation-fusion``
+    (:func:`~cosearch.runs.megatron.unfused_grad_accum_bytes`)."""
+    if not k.bool("model.megatron_amp_O2", False):
+        raise ValueError(f"{name}: model.megatron_amp_O2 is false (NeMo's default): O1 mixed precision keeps fp32 "
+                         "weights and casts them to bf16 under autocast in every forward, which is not modelled; set "
+                         "model.megatron_amp_O2: true (bf16 weights with fp32 main copies, as NeMo's launcher configs do)")
+    if not k.bool("model.gradient_accumulation_fusion", False):
+        return ["--no-gradient-accumulation-fusion"]
+    ranks = (k.positive("model.tensor_model_parallel_size", 1) * k.positive("model.pipeline_model_parallel_size", 1)
+             * k.positive("model.context_parallel_size", 1))
+    if (k.positive("model.pipeline_model_parallel_size", 1) == 1 and chips // ranks > 1
+            and optimizer not in ("distributed_fused_adam", "mcore_distributed_optim")):
+        assumed.append("model.gradient_accumulation_fusion=true turned off, as NeMo does without pipeline parallelism "
+                       f"over more than one data-parallel rank unless the optimizer is distributed ({optimizer})")
+        return ["--no-gradient-accumulation-fusion"]
+    return []
 
 
 def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
@@ -511,6 +544,7 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
         raise ValueError(f"{name}: model.optim.name {opt!r} is not modelled")
     else:
         assumed.append(f"optimizer {opt}: Megatron's DDP, gradient reduction after the backward")
+    words += _nemo1_grad_accum(k, name, nodes * devices, opt, assumed)
     _vocab(k, "model.", name, words, assumed)
     sections = _NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS)
     if k.bool("model.cpu_offloading", False):
@@ -552,7 +586,6 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.seq_len_interpolation_factor", "model.make_vocab_size_divisible_by", "model.bf16", "model.params_dtype",
     "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion", "model.bias_activation_fusion",
     "model.bias_dropout_fusion", "model.apply_rope_fusion", "model.persist_layer_norm",
-    "model.gradient_accumulation_fusion",
     "model.deallocate_pipeline_outputs", "model.async_tensor_model_parallel_allreduce", "model.barrier_with_L1_time",
     "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
     "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
