@@ -163,7 +163,14 @@ same.
   is not supported by TE's fused RoPE. Using unfused implementation", in every release since core
   0.15), priced as :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES`' rotary (graph ``elementwise``
   ``"rope-eager"``, :func:`graph_elementwise`).  ``"eager"`` in ``megatron-core`` and
-  ``megatron-core-tp-overlap``.
+  ``megatron-core-tp-overlap``.  Multi-latent attention is exempt: with RoPE fusion on,
+  Megatron-Core applies its RoPE in its fused MLA kernels (``fused_apply_mla_rope_for_q`` /
+  ``_for_kv``, ``multi_latent_attention.py``, since core 0.13), which take YaRN's scaled cos and sin.
+* ``rope_fusion`` — whether a fused-elementwise engine runs the rotary embedding in its fused
+  kernel (True) or as Megatron-Core's PyTorch RoPE, op by op, on every rotary layer (False:
+  ``apply_rope_fusion`` off: ``--no-rope-fusion``, Megatron-Bridge's ``model.apply_rope_fusion``
+  false, NeMo 1's default), priced as the ``"rope-eager"`` graph (:func:`graph_elementwise`;
+  :func:`megatron_core`'s ``rope_fusion``, the engine named ``...-unfused-rope``).
 * ``router_dtype`` — the operands of an MoE router's GEMM (:data:`cosearch.graph.ROUTER_DTYPES`):
   ``"bf16"`` (Megatron-Core, whose ``--moe-router-dtype fp32`` keeps bf16 operands, MaxText) or
   ``"fp32"`` (``fsdp`` and ``fsdp-eager``: torchtitan's router runs ``gate(x)`` under
@@ -325,6 +332,7 @@ class Engine:
     async_dgrad_comm: bool = False
     expert_elementwise: str = "fused"
     scaled_rope: str = "fused"
+    rope_fusion: bool = True
     router_dtype: str = "bf16"
     expert_precision: str = "plan"
     attn_proj_original_input: bool = False
@@ -358,7 +366,7 @@ class Engine:
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
                   "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
                   "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm", "sp_even_split",
-                  "async_dgrad_comm", "attn_proj_original_input"):
+                  "async_dgrad_comm", "attn_proj_original_input", "rope_fusion"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         c = self.loss_chunks
@@ -417,14 +425,18 @@ SCALED_ROPE = ("fused", "eager")
 def graph_elementwise(engine: Engine, model) -> str:
     """The layer graph's ``elementwise`` (:data:`cosearch.graph.ELEMENTWISE`) for ``engine`` on
     ``model``: the engine's own, or ``"rope-eager"`` where the engine fuses its elementwise ops but
-    runs a YaRN-scaled RoPE eagerly (:attr:`Engine.scaled_rope`) and the model's RoPE is scaled."""
+    runs the model's RoPE eagerly: RoPE fusion off (:attr:`Engine.rope_fusion`), or a YaRN-scaled
+    RoPE (:attr:`Engine.scaled_rope`) outside multi-latent attention, whose fused MLA kernels
+    take the scaled cos and sin."""
     from .models import ModelConfig
     engine = preset(engine)
     if not isinstance(model, ModelConfig):
         raise ValueError(f"graph_elementwise expects a ModelConfig, got {type(model).__name__}")
-    if (engine.elementwise == "fused" and engine.scaled_rope == "eager" and model.position == "rotary"
-            and model.rope_attention_factor != 1.0):
-        return "rope-eager"
+    if engine.elementwise == "fused" and model.position == "rotary":
+        if not engine.rope_fusion:
+            return "rope-eager"
+        if engine.scaled_rope == "eager" and model.rope_attention_factor != 1.0 and model.mla is None:
+            return "rope-eager"
     return engine.elementwise
 
 
@@ -577,7 +589,8 @@ ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEG
 
 
 def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
-                  overlap_grad_reduce: bool = True, overlap_p2p_comm: bool = False, op_fuser: bool = False) -> Engine:
+                  overlap_grad_reduce: bool = True, overlap_p2p_comm: bool = False, op_fuser: bool = False,
+                  rope_fusion: bool = True) -> Engine:
     """Megatron-Core with its performance switches: ``tp_comm_overlap``
     (:data:`MEGATRON_CORE_TP_OVERLAP`), ``fp8_param_gather`` (FP8-only weights, the engine named
     ``...-fp8-params``), ``overlap_grad_reduce`` (Megatron's ``--overlap-grad-reduce``, which
@@ -586,14 +599,17 @@ def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
     interleaved schedule's chunks, the engine named ``...-p2p-overlap``) and ``op_fuser``
     (``--use-transformer-engine-op-fuser``: the experts' bias and clamped activation inside
     Transformer Engine's fused grouped MLP, :attr:`Engine.expert_elementwise` ``"fused"``, the
-    engine named ``...-op-fuser``)."""
+    engine named ``...-op-fuser``) and ``rope_fusion`` (Megatron's ``apply_rope_fusion``; off:
+    every RoPE op by op, :attr:`Engine.rope_fusion`, the engine named ``...-unfused-rope``)."""
     from ._validate import flag
     tp_comm_overlap, fp8_param_gather = flag("tp_comm_overlap", tp_comm_overlap), flag("fp8_param_gather",
                                                                                       fp8_param_gather)
     overlap_grad_reduce, overlap_p2p_comm = flag("overlap_grad_reduce", overlap_grad_reduce), flag(
         "overlap_p2p_comm", overlap_p2p_comm)
-    op_fuser = flag("op_fuser", op_fuser)
+    op_fuser, rope_fusion = flag("op_fuser", op_fuser), flag("rope_fusion", rope_fusion)
     base = MEGATRON_CORE_TP_OVERLAP if tp_comm_overlap else MEGATRON_CORE
+    if not rope_fusion:
+        base = replace(base, name=base.name + "-unfused-rope", rope_fusion=False)
     if overlap_p2p_comm:
         base = replace(base, name=base.name + "-p2p-overlap", overlap_p2p_comm=True)
     if fp8_param_gather:

@@ -632,13 +632,26 @@ _HF_DROPOUT = {"gpt2": (("resid_pdrop", "embd_pdrop"), ("attn_pdrop",), 0.1),
                "bert": (("hidden_dropout_prob",), ("attention_probs_dropout_prob",), 0.1)}
 #: OPT's defaults: ``dropout`` 0.1, ``attention_dropout`` 0.0.
 _OPT_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.0}
+#: A family outside :data:`_HF_DROPOUT` and :data:`HF_FAMILIES` (read by its usual field names):
+#: the dropout keys decoder configs use (StarCoder2's ``residual_dropout`` and
+#: ``embedding_dropout``, MPT's ``emb_pdrop``, ...), 0.0 where absent.
+_HF_OTHER_DROPOUT = (("hidden_dropout", "hidden_dropout_prob", "resid_pdrop", "residual_dropout", "embd_pdrop",
+                      "emb_pdrop", "embedding_dropout", "dropout"),
+                     ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"), 0.0)
 
 
 def hf_dropout(config: dict, model_type: str) -> tuple[float, float]:
     """(hidden, attention) dropout probability of an HF config of family ``model_type``: the
-    largest of the family's keys (:data:`_HF_DROPOUT`), its transformers default where absent.
+    largest of the family's keys (:data:`_HF_DROPOUT`; the other families of :data:`HF_FAMILIES`
+    only ``attention_dropout``; any other family the usual keys, :data:`_HF_OTHER_DROPOUT`), its
+    transformers default where absent.
     A probability outside [0, 1) is refused by name."""
-    hidden_keys, attn_keys, default = _HF_DROPOUT.get(model_type, ((), ("attention_dropout",), 0.0))
+    if model_type in _HF_DROPOUT:
+        hidden_keys, attn_keys, default = _HF_DROPOUT[model_type]
+    elif model_type in HF_FAMILIES:
+        hidden_keys, attn_keys, default = (), ("attention_dropout",), 0.0
+    else:
+        hidden_keys, attn_keys, default = _HF_OTHER_DROPOUT
 
     def prob(key: str) -> float:
         v = config.get(key)

@@ -307,3 +307,15 @@ def test_dropout_notes_and_bad_probabilities():
     for bad in (1.5, -0.1, "0.1", True):
         with pytest.raises(ValueError, match="'hidden_dropout' must be a dropout probability"):
             from_hf_config({**CASES["bloom-560m"][0], "hidden_dropout": bad}, seq_len=2048)
+
+
+def test_dropout_of_a_family_read_by_its_usual_field_names():
+    """A family cosearch reads generically (StarCoder2: ``residual_dropout``,
+    ``embedding_dropout``) is priced with dropout where one of the usual keys is on."""
+    base = {"model_type": "starcoder2", "num_hidden_layers": 2, "hidden_size": 512, "num_attention_heads": 8,
+            "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 2048,
+            "hidden_act": "gelu_pytorch_tanh", "use_bias": True}
+    assert from_hf_config(base).dropout is False
+    assert from_hf_config({**base, "residual_dropout": 0.1}).dropout is True
+    assert from_hf_config({**base, "embedding_dropout": 0.05}).dropout is True
+    assert from_hf_config({**base, "attention_dropout": 0.1}).dropout is False

@@ -76,6 +76,8 @@ Plan and engine
 ``--use-transformer-engine-op-fuser``        the experts' bias and clamped activation inside TE's
                                              fused grouped MLP (``Engine.expert_elementwise``);
                                              absent: Megatron-Core's eager passes
+``--no-rope-fusion``                         RoPE as Megatron-Core's PyTorch ops (``Engine.rope_fusion``);
+                                             absent: Transformer Engine's fused RoPE
 ``--no-gradient-accumulation-fusion``        the weight gradients added to the main gradients after
                                              each backward (``Engine.grad_accum_bytes``,
                                              :func:`unfused_grad_accum_bytes`); absent: the
@@ -206,7 +208,9 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           # the gradients' reduction dtype (:func:`_grad_reduce_bytes`)
           "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer",
           # the weight gradients accumulated outside the GEMMs (:func:`unfused_grad_accum_bytes`)
-          "--no-gradient-accumulation-fusion"}
+          "--no-gradient-accumulation-fusion",
+          # Megatron-Core's PyTorch RoPE op by op (Engine.rope_fusion)
+          "--no-rope-fusion"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -1028,6 +1032,20 @@ def unfused_grad_accum_bytes(main_grad_bytes: float, sharded_grads: bool = False
     return 2.0 + (1.0 if sharded_grads else 2.0) * main_grad_bytes
 
 
+def _rope_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) -> bool:
+    """Megatron's ``apply_rope_fusion`` (on by default; ``--no-rope-fusion`` turns it off): off,
+    Megatron-Core's ``apply_rotary_pos_emb`` runs its PyTorch RoPE op by op
+    (:attr:`~cosearch.engine.Engine.rope_fusion`); Megatron turns it off itself where the
+    positions are not rotary (``megatron/training/arguments.py``), where the flag changes nothing."""
+    if "--no-rope-fusion" not in flags:
+        return True
+    if model.position != "rotary":
+        assumed.append("--no-rope-fusion: inert, the model's positions are not rotary")
+        return True
+    assumed.append("--no-rope-fusion: the rotary embedding run as Megatron-Core's PyTorch RoPE, op by op")
+    return False
+
+
 def _grad_accum_bytes(vals: dict[str, str], flags: set[str], reduce_bytes: float, zero: int,
                       assumed: list[str]) -> float:
     """The line's :func:`unfused_grad_accum_bytes`, 0 with Megatron's gradient accumulation
@@ -1327,7 +1345,8 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
                            fp8_param_gather="--fp8-param-gather" in flags,
                            overlap_grad_reduce="--overlap-grad-reduce" in flags,
                            overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed),
-                           op_fuser="--use-transformer-engine-op-fuser" in flags)
+                           op_fuser="--use-transformer-engine-op-fuser" in flags,
+                           rope_fusion=_rope_fusion(flags, model, assumed))
     reduce_bytes = _grad_reduce_bytes(vals, flags, assumed)
     if reduce_bytes == 4.0:
         engine = replace(engine, name=engine.name + "-fp32-grad-reduce", grad_reduce_bytes=4.0)

@@ -39,6 +39,7 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
 ``activation: squared-relu``                 --squared-relu (Nemotron-4; priced as ReLU, said)
 ``megatron_amp_O2``                          must be true (false, NeMo's default, keeps fp32 weights
                                              under autocast: refused)
+``apply_rope_fusion``                        false or unset (NeMo's default): --no-rope-fusion
 ``gradient_accumulation_fusion``             false or unset (NeMo's default), or turned off as NeMo
                                              does (pp 1, dp > 1, optimizer not distributed):
                                              --no-gradient-accumulation-fusion
@@ -106,7 +107,7 @@ _NEMO1_NEUTRAL = frozenset({
     "rotary_base", "seq_len_interpolation_factor", "normalize_attention_scores", "transformer_block_type",
     "openai_gelu", "headscale", "num_micro_batches_with_partial_activation_checkpoints",
     "activations_checkpoint_layers_per_pipeline", "deterministic_mode",
-    "apply_rope_fusion", "gc_interval", "get_attention_mask_from_fusion", "defer_embedding_wgrad_compute",
+    "gc_interval", "get_attention_mask_from_fusion", "defer_embedding_wgrad_compute",
     "wgrad_deferral_limit", "use_te_rng_tracker", "ub_tp_comm_overlap_cfg",
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
     "tp_comm_bulk_dgrad", "tp_comm_split_ag", "tp_comm_split_rs", "tp_comm_atomic_ag", "tp_comm_atomic_rs",
@@ -325,7 +326,10 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("optimizer.use_precision_aware_optimizer",), True, "--use-precision-aware-optimizer"),
                     # GPTModelProvider's default: on where Transformer Engine imports
                     # (fusions.can_enable_gradient_accumulation_fusion)
-                    (("model.gradient_accumulation_fusion",), False, "--no-gradient-accumulation-fusion"))
+                    (("model.gradient_accumulation_fusion",), False, "--no-gradient-accumulation-fusion"),
+                    # Megatron-LM's default (on) where unset: Bridge's model providers differ
+                    # (:func:`read_megatron_bridge` says so)
+                    (("model.apply_rope_fusion",), False, "--no-rope-fusion"))
 #: Megatron-Bridge's optimizer state dtypes (OptimizerConfig, torch dtypes in a dump) as Megatron's flags.
 _BRIDGE_OPTIMIZER_DTYPES = {"optimizer.main_params_dtype": "--main-params-dtype",
                             "optimizer.exp_avg_dtype": "--exp-avg-dtype",
@@ -545,6 +549,9 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     else:
         assumed.append(f"optimizer {opt}: Megatron's DDP, gradient reduction after the backward")
     words += _nemo1_grad_accum(k, name, nodes * devices, opt, assumed)
+    if not k.bool("model.apply_rope_fusion", False):
+        # NeMo 1's default off (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('apply_rope_fusion', False))
+        words.append("--no-rope-fusion")
     _vocab(k, "model.", name, words, assumed)
     sections = _NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS)
     if k.bool("model.cpu_offloading", False):
@@ -585,7 +592,7 @@ _BRIDGE_NEUTRAL = frozenset({
     "model.init_method_std", "model.layernorm_epsilon", "model.rotary_base",
     "model.seq_len_interpolation_factor", "model.make_vocab_size_divisible_by", "model.bf16", "model.params_dtype",
     "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion", "model.bias_activation_fusion",
-    "model.bias_dropout_fusion", "model.apply_rope_fusion", "model.persist_layer_norm",
+    "model.bias_dropout_fusion", "model.persist_layer_norm",
     "model.deallocate_pipeline_outputs", "model.async_tensor_model_parallel_allreduce", "model.barrier_with_L1_time",
     "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
     "model.attention_softmax_in_fp32", "model.apply_query_key_layer_scaling", "model.timers",
@@ -706,6 +713,9 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
     if opt is not None:
         # OptimizerConfig.optimizer, Megatron's --optimizer: the line's rule reads it
         words += ["--optimizer", str(opt)]
+    if "model.apply_rope_fusion" not in k and "--no-position-embedding" not in words:
+        assumed.append("model.apply_rope_fusion not given: fused RoPE, Megatron-LM's default (Megatron-Core's "
+                       "TransformerConfig defaults it off, and Bridge's model providers and performance scripts set it)")
     words += _switch_words(k, _BRIDGE_SWITCHES)
     words += _bridge_precision_switches(k, name, assumed)
     words += _bridge_model_overlap(k, assumed)
