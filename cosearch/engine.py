@@ -171,6 +171,15 @@ same.
   ``apply_rope_fusion`` off: ``--no-rope-fusion``, Megatron-Bridge's ``model.apply_rope_fusion``
   false, NeMo 1's default), priced as the ``"rope-eager"`` graph (:func:`graph_elementwise`;
   :func:`megatron_core`'s ``rope_fusion``, the engine named ``...-unfused-rope``).
+* ``activation_fusion`` — whether a fused-elementwise engine runs the MLP's activation (SwiGLU or
+  GeLU, with its bias) in its fused kernel (True) or as Megatron-Core's PyTorch ops (False:
+  ``bias_activation_fusion`` off, ``MLP.forward`` and ``TEGroupedMLP`` run ``silu(x[0]) * x[1]``
+  after a ``chunk``, or ``F.gelu``, op by op: ``--no-bias-swiglu-fusion`` / ``--no-bias-gelu-fusion``,
+  and Megatron-LM turns the GeLU one off for a model without linear biases; Megatron-Core's
+  ``TransformerConfig`` default, which Megatron-Bridge keeps unless a model provider or recipe sets
+  it), priced per :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES` for the dense, routed and shared
+  experts' activation (graph ``"act-eager"``, :func:`graph_elementwise`; the engine named
+  ``...-unfused-act``).
 * ``router_dtype`` — the operands of an MoE router's GEMM (:data:`cosearch.graph.ROUTER_DTYPES`):
   ``"bf16"`` (Megatron-Core, whose ``--moe-router-dtype fp32`` keeps bf16 operands, MaxText) or
   ``"fp32"`` (``fsdp`` and ``fsdp-eager``: torchtitan's router runs ``gate(x)`` under
@@ -333,6 +342,7 @@ class Engine:
     expert_elementwise: str = "fused"
     scaled_rope: str = "fused"
     rope_fusion: bool = True
+    activation_fusion: bool = True
     router_dtype: str = "bf16"
     expert_precision: str = "plan"
     attn_proj_original_input: bool = False
@@ -366,7 +376,7 @@ class Engine:
         for f in ("pipeline_scatter_gather", "blocking_p2p", "overlap_grad_reduce", "zero3_per_layer",
                   "overlap_param_gather", "context_parallel", "overlap_tp_comm", "fp8_param_gather",
                   "full_grad_allreduce", "overlap_moe_a2a", "overlap_p2p_comm", "sp_even_split",
-                  "async_dgrad_comm", "attn_proj_original_input", "rope_fusion"):
+                  "async_dgrad_comm", "attn_proj_original_input", "rope_fusion", "activation_fusion"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
         c = self.loss_chunks
@@ -427,17 +437,19 @@ def graph_elementwise(engine: Engine, model) -> str:
     ``model``: the engine's own, or ``"rope-eager"`` where the engine fuses its elementwise ops but
     runs the model's RoPE eagerly: RoPE fusion off (:attr:`Engine.rope_fusion`), or a YaRN-scaled
     RoPE (:attr:`Engine.scaled_rope`) outside multi-latent attention, whose fused MLA kernels
-    take the scaled cos and sin."""
+    take the scaled cos and sin; ``"act-eager"`` where it runs the MLP's activation unfused
+    (:attr:`Engine.activation_fusion`); ``"act-rope-eager"`` both."""
     from .models import ModelConfig
     engine = preset(engine)
     if not isinstance(model, ModelConfig):
         raise ValueError(f"graph_elementwise expects a ModelConfig, got {type(model).__name__}")
-    if engine.elementwise == "fused" and model.position == "rotary":
-        if not engine.rope_fusion:
-            return "rope-eager"
-        if engine.scaled_rope == "eager" and model.rope_attention_factor != 1.0 and model.mla is None:
-            return "rope-eager"
-    return engine.elementwise
+    if engine.elementwise != "fused":
+        return engine.elementwise
+    rope = model.position == "rotary" and (not engine.rope_fusion or (
+        engine.scaled_rope == "eager" and model.rope_attention_factor != 1.0 and model.mla is None))
+    act = not engine.activation_fusion and model.activation in ("swiglu", "gelu")
+    return {(False, False): "fused", (True, False): "rope-eager", (False, True): "act-eager",
+            (True, True): "act-rope-eager"}[(rope, act)]
 
 
 
@@ -590,7 +602,7 @@ ENGINES = {e.name: e for e in (MEGATRON_LM, MEGATRON_LM_2021, MEGATRON_CORE, MEG
 
 def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
                   overlap_grad_reduce: bool = True, overlap_p2p_comm: bool = False, op_fuser: bool = False,
-                  rope_fusion: bool = True) -> Engine:
+                  rope_fusion: bool = True, activation_fusion: bool = True) -> Engine:
     """Megatron-Core with its performance switches: ``tp_comm_overlap``
     (:data:`MEGATRON_CORE_TP_OVERLAP`), ``fp8_param_gather`` (FP8-only weights, the engine named
     ``...-fp8-params``), ``overlap_grad_reduce`` (Megatron's ``--overlap-grad-reduce``, which
@@ -600,16 +612,21 @@ def megatron_core(tp_comm_overlap: bool = False, fp8_param_gather: bool = False,
     (``--use-transformer-engine-op-fuser``: the experts' bias and clamped activation inside
     Transformer Engine's fused grouped MLP, :attr:`Engine.expert_elementwise` ``"fused"``, the
     engine named ``...-op-fuser``) and ``rope_fusion`` (Megatron's ``apply_rope_fusion``; off:
-    every RoPE op by op, :attr:`Engine.rope_fusion`, the engine named ``...-unfused-rope``)."""
+    every RoPE op by op, :attr:`Engine.rope_fusion`, the engine named ``...-unfused-rope``) and
+    ``activation_fusion`` (Megatron's ``bias_activation_fusion``; off: the MLP's activation op by
+    op, :attr:`Engine.activation_fusion`, the engine named ``...-unfused-act``)."""
     from ._validate import flag
     tp_comm_overlap, fp8_param_gather = flag("tp_comm_overlap", tp_comm_overlap), flag("fp8_param_gather",
                                                                                       fp8_param_gather)
     overlap_grad_reduce, overlap_p2p_comm = flag("overlap_grad_reduce", overlap_grad_reduce), flag(
         "overlap_p2p_comm", overlap_p2p_comm)
     op_fuser, rope_fusion = flag("op_fuser", op_fuser), flag("rope_fusion", rope_fusion)
+    activation_fusion = flag("activation_fusion", activation_fusion)
     base = MEGATRON_CORE_TP_OVERLAP if tp_comm_overlap else MEGATRON_CORE
     if not rope_fusion:
         base = replace(base, name=base.name + "-unfused-rope", rope_fusion=False)
+    if not activation_fusion:
+        base = replace(base, name=base.name + "-unfused-act", activation_fusion=False)
     if overlap_p2p_comm:
         base = replace(base, name=base.name + "-p2p-overlap", overlap_p2p_comm=True)
     if fp8_param_gather:

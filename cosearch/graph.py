@@ -670,8 +670,21 @@ CROSS_ENTROPY_TE_BYTES = _te_cross_entropy_bytes(_LIGER_CE_ROWS, 0.90 * 3.35e12,
 #: ``torch.compile``, llm-foundry), priced per :data:`EAGER_ELEMENTWISE_BYTES`; ``"rope-eager"``:
 #: the norms and activation fused, the rotary embedding eager (Megatron-Core's unfused RoPE, which
 #: it runs where the cos and sin carry YaRN's attention factor,
-#: :attr:`cosearch.engine.Engine.scaled_rope`).
-ELEMENTWISE = ("fused", "eager", "rope-eager")
+#: :attr:`cosearch.engine.Engine.scaled_rope`, or with RoPE fusion off,
+#: :attr:`cosearch.engine.Engine.rope_fusion`); ``"act-eager"``: the MLP's activation (the dense
+#: one, and the routed and shared experts') eager, the rest fused (Megatron-Core's unfused
+#: activation, :attr:`cosearch.engine.Engine.activation_fusion`); ``"act-rope-eager"``: both.
+ELEMENTWISE = ("fused", "eager", "rope-eager", "act-eager", "act-rope-eager")
+
+
+def eager_activation(elementwise: str) -> bool:
+    """Whether the :data:`ELEMENTWISE` mode runs the MLP's activation eagerly."""
+    return elementwise in ("eager", "act-eager", "act-rope-eager")
+
+
+def eager_rope(elementwise: str) -> bool:
+    """Whether the :data:`ELEMENTWISE` mode runs the rotary embedding eagerly."""
+    return elementwise in ("eager", "rope-eager", "act-rope-eager")
 
 #: How the input embedding looks tokens up (:attr:`cosearch.engine.Engine.embedding`):
 #: ``"gather"``, a lookup writing each token's row; ``"one-hot"``, MaxText's ``use_iota_embed``:
@@ -1129,13 +1142,14 @@ def _with_own_bytes(ops, own: dict) -> list:
 def moe_eager_bytes(config: ModelConfig, elementwise: str, expert_elementwise: str) -> dict:
     """An MoE layer's expert ops that move bytes of their own (op name -> bytes per element:
     forward read, forward written, backward read, backward written): under eager elementwise ops
-    (``elementwise`` ``"eager"``; torchtitan's ``GroupedExperts`` and shared ``FeedForward`` run
-    ``F.silu(a) * b`` op by op) the routed and shared experts' activation as
+    (:func:`eager_activation`: torchtitan's ``GroupedExperts`` and shared ``FeedForward`` run
+    ``F.silu(a) * b`` op by op, as Megatron-Core's unfused activation does) the routed and shared
+    experts' activation as
     :data:`EAGER_ELEMENTWISE_BYTES` prices the dense one, then the passes of ``expert_elementwise``
     (:func:`expert_eager_bytes`)."""
     c = config
     own: dict = {}
-    if elementwise == "eager" and c.moe and c.activation in ("swiglu", "gelu"):
+    if eager_activation(elementwise) and c.moe and c.activation in ("swiglu", "gelu"):
         own = {n: EAGER_ELEMENTWISE_BYTES[c.activation] for n in ("expert_act", "shared_act")}
     own.update(expert_eager_bytes(expert_elementwise, c.dtype_bytes, bool(c.activation_clamp)))
     return own
@@ -1725,7 +1739,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     how the head's loss runs, a fused kernel or Megatron's fp32 passes.  ``elementwise``
     (:data:`ELEMENTWISE`): ``"eager"`` prices the norms (RMSNorm or LayerNorm), the activation
     (SwiGLU or GELU) and the rotary embedding as PyTorch's eager mode runs them
-    (:data:`EAGER_ELEMENTWISE_BYTES`), ``"rope-eager"`` the rotary embedding alone.  ``embedding`` (:data:`EMBEDDINGS`): the input
+    (:data:`EAGER_ELEMENTWISE_BYTES`), ``"rope-eager"`` the rotary embedding alone,
+    ``"act-eager"`` the activation alone, ``"act-rope-eager"`` the two.  ``embedding`` (:data:`EMBEDDINGS`): the input
     embedding's lookup, a gather or MaxText's one-hot GEMM.  ``cast_passes`` (:data:`CAST_PASSES`,
     :data:`RECIPE_CAST_PASSES` of a scaling recipe): how a low-precision layer's casts run — one
     pass each, delayed scaling's norms writing their FP8 output (not with eager elementwise ops:
@@ -1734,7 +1749,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     clamp inside the experts' kernels (``"fused"``) or as Megatron-Core's eager passes
     (``expert_clamp`` and ``expert_bias`` ops, :func:`expert_eager_bytes`) or as torchtitan's GPT-OSS
     experts run them without ``torch.compile`` (``"torchtitan"``, an ``expert_fc1_bias`` op too); under
-    ``elementwise`` ``"eager"`` the experts' activation runs eager as well (:func:`moe_eager_bytes`).
+    an eager activation (:func:`eager_activation`) the experts' runs eager as well (:func:`moe_eager_bytes`).
     ``moe_dispatcher``
     (:data:`MOE_DISPATCHERS`, :attr:`cosearch.engine.Engine.moe_dispatcher`): with ``"alltoall"``
     or ``"gather-tokens"`` an MoE layer at ep > 1 whose ranks hold several experts each sorts the tokens it
@@ -1821,9 +1836,9 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
                 own.update({n: EAGER_ELEMENTWISE_BYTES[config.qk_norm_kind] for n in ("q_norm", "k_norm")})
             if config.mla is not None:
                 own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("q_latent_norm", "kv_latent_norm")})
-        if config.activation in ("swiglu", "gelu"):
-            own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
-    if elementwise in ("eager", "rope-eager"):
+    if eager_activation(elementwise) and config.activation in ("swiglu", "gelu"):
+        own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
+    if eager_rope(elementwise):
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
     if moe_layer:
         own.update(moe_eager_bytes(config, elementwise, expert_elementwise))

@@ -78,6 +78,9 @@ Plan and engine
                                              absent: Megatron-Core's eager passes
 ``--no-rope-fusion``                         RoPE as Megatron-Core's PyTorch ops (``Engine.rope_fusion``);
                                              absent: Transformer Engine's fused RoPE
+``--no-bias-swiglu-fusion``,                 the MLP's activation as PyTorch ops
+``--no-bias-gelu-fusion``                    (``Engine.activation_fusion``); GeLU without linear
+                                             biases always (Megatron's rule)
 ``--no-gradient-accumulation-fusion``        the weight gradients added to the main gradients after
                                              each backward (``Engine.grad_accum_bytes``,
                                              :func:`unfused_grad_accum_bytes`); absent: the
@@ -137,7 +140,7 @@ from ..engine import (
     with_moe_dispatch,
     with_recompute_modules,
 )
-from ..graph import SCALING_RECIPES
+from ..graph import SCALING_RECIPES, eager_rope
 from ..memory import MemoryConfig
 from ..models import ModelConfig, yarn_attention_factor
 from ..plan import PlanSpec
@@ -209,8 +212,9 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer",
           # the weight gradients accumulated outside the GEMMs (:func:`unfused_grad_accum_bytes`)
           "--no-gradient-accumulation-fusion",
-          # Megatron-Core's PyTorch RoPE op by op (Engine.rope_fusion)
-          "--no-rope-fusion"}
+          # Megatron-Core's PyTorch RoPE op by op (Engine.rope_fusion), and its activation
+          # (Engine.activation_fusion, :func:`_activation_fusion`)
+          "--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-gelu-fusion"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -247,7 +251,7 @@ NEUTRAL_VALUED = frozenset({
 #: precision cosearch prices by default).
 NEUTRAL_FLAGS = frozenset({
     "--bf16", "--log-throughput", "--no-load-optim", "--no-load-rng", "--use-mcore-models",
-    "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
+    "--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
     "--log-params-norm", "--log-num-zeros-in-grad", "--log-timers-to-tensorboard",
     "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--log-world-size-to-tensorboard",
     "--mock-data", "--use-checkpoint-args", "--no-save-optim", "--no-save-rng", "--finetune",
@@ -728,7 +732,7 @@ def eager_pass_notes(engine: Engine, model: ModelConfig) -> list[str]:
     if model.moe and engine.expert_elementwise == "eager" and (model.bias or model.activation_clamp):
         what = " and ".join(x for x, on in (("clamp", model.activation_clamp), ("bias", model.bias)) if on)
         notes.append(f"without the op fuser the experts' {what} run as Megatron-Core's eager PyTorch passes (priced)")
-    if graph_elementwise(engine, model) == "rope-eager":
+    if engine.rope_fusion and eager_rope(graph_elementwise(engine, model)):
         notes.append(f"the YaRN-scaled RoPE (YaRN's attention factor ({model.rope_attention_factor:.3f}) on cos and "
                      "sin, which Transformer Engine's fused RoPE does not take) runs unfused, as Megatron-Core runs "
                      "it (priced)")
@@ -1046,6 +1050,42 @@ def _rope_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) -> boo
     return False
 
 
+def _activation_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) -> bool:
+    """Megatron's ``bias_activation_fusion`` as Megatron-LM sets it (``argument_utils.py``: the
+    ``--no-bias-swiglu-fusion`` switch for a SwiGLU MLP, ``--no-bias-gelu-fusion`` otherwise; and
+    ``arguments.py`` turns the GeLU one off without linear biases): off, ``MLP.forward`` runs the
+    activation as PyTorch ops (:attr:`~cosearch.engine.Engine.activation_fusion`).  A clamped
+    activation (GPT-OSS's) unfused is refused: its clamps run inside the eager GLU, which the
+    experts' eager passes do not itemize."""
+    swiglu_off, gelu_off = "--no-bias-swiglu-fusion" in flags, "--no-bias-gelu-fusion" in flags
+    if model.activation == "swiglu":
+        off = swiglu_off
+        if gelu_off:
+            assumed.append("--no-bias-gelu-fusion: inert, the MLP is SwiGLU (--no-bias-swiglu-fusion is its switch)")
+    elif model.activation == "gelu":
+        off = gelu_off or not model.bias
+        if swiglu_off:
+            assumed.append("--no-bias-swiglu-fusion: inert, the MLP is GeLU (--no-bias-gelu-fusion is its switch)")
+        if not model.bias and not gelu_off:
+            assumed.append("a GeLU MLP without linear biases runs F.gelu unfused (Megatron turns the bias-GeLU "
+                           "fusion off without biases)")
+        elif off:
+            assumed.append("--no-bias-gelu-fusion: the MLP's bias added by a pass of its own before the GeLU, not "
+                           "priced")
+    else:
+        off = False
+        for f in ("--no-bias-swiglu-fusion", "--no-bias-gelu-fusion"):
+            if f in flags:
+                assumed.append(f"{f}: not priced for the model's {model.activation} activation (one pass either way)")
+    if off and model.activation_clamp:
+        raise ValueError("the MLP's clamped activation unfused (bias-activation fusion off) is not modelled: its "
+                         "clamps run inside Megatron-Core's eager GLU")
+    if off and model.activation == "swiglu":
+        assumed.append("--no-bias-swiglu-fusion: the SwiGLU run as PyTorch ops (chunk, SiLU, product), the experts' "
+                       "too (priced)")
+    return not off
+
+
 def _grad_accum_bytes(vals: dict[str, str], flags: set[str], reduce_bytes: float, zero: int,
                       assumed: list[str]) -> float:
     """The line's :func:`unfused_grad_accum_bytes`, 0 with Megatron's gradient accumulation
@@ -1346,7 +1386,8 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
                            overlap_grad_reduce="--overlap-grad-reduce" in flags,
                            overlap_p2p_comm=_overlap_p2p(flags, pp, virtual, assumed),
                            op_fuser="--use-transformer-engine-op-fuser" in flags,
-                           rope_fusion=_rope_fusion(flags, model, assumed))
+                           rope_fusion=_rope_fusion(flags, model, assumed),
+                           activation_fusion=_activation_fusion(flags, model, assumed))
     reduce_bytes = _grad_reduce_bytes(vals, flags, assumed)
     if reduce_bytes == 4.0:
         engine = replace(engine, name=engine.name + "-fp32-grad-reduce", grad_reduce_bytes=4.0)

@@ -40,6 +40,7 @@ NeMo 1 (``model.*`` unless a section is named; NeMo's defaults from
 ``megatron_amp_O2``                          must be true (false, NeMo's default, keeps fp32 weights
                                              under autocast: refused)
 ``apply_rope_fusion``                        false or unset (NeMo's default): --no-rope-fusion
+``bias_activation_fusion: false``            --no-bias-swiglu-fusion (SwiGLU) or --no-bias-gelu-fusion
 ``gradient_accumulation_fusion``             false or unset (NeMo's default), or turned off as NeMo
                                              does (pp 1, dp > 1, optimizer not distributed):
                                              --no-gradient-accumulation-fusion
@@ -98,15 +99,14 @@ _NEMO1_NEUTRAL = frozenset({
     "rampup_batch_size", "resume_from_checkpoint", "max_position_embeddings", "init_method_std",
     "apply_query_key_layer_scaling", "layernorm_epsilon", "make_vocab_size_divisible_by", "pre_process", "post_process",
     "persist_layer_norm", "gradient_as_bucket_view", "grad_div_ar_fusion",
-    "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion", "batch_p2p_comm",
-    "native_amp_init_scale", "native_amp_growth_interval", "hysteresis", "fp32_residual_connection",
+    "bias_dropout_add_fusion", "masked_softmax_fusion", "batch_p2p_comm",
+    "native_amp_init_scale", "native_amp_growth_interval", "hysteresis",
     "fp16_lm_cross_entropy", "grad_allreduce_chunk_size_mb", "mcore_gpt", "fp8_e4m3",
     "fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "seed",
     "sync_batch_comm", "use_cpu_initialization", "onnx_safe", "apex_transformer_log_level", "nsys_profile",
     "fsdp_sharding_strategy", "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "rotary_percentage",
     "rotary_base", "seq_len_interpolation_factor", "normalize_attention_scores", "transformer_block_type",
-    "openai_gelu", "headscale", "num_micro_batches_with_partial_activation_checkpoints",
-    "activations_checkpoint_layers_per_pipeline", "deterministic_mode",
+    "openai_gelu", "headscale", "deterministic_mode",
     "gc_interval", "get_attention_mask_from_fusion", "defer_embedding_wgrad_compute",
     "wgrad_deferral_limit", "use_te_rng_tracker", "ub_tp_comm_overlap_cfg",
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
@@ -276,6 +276,21 @@ def _bridge_precision_switches(k: Keys, name: str, assumed: list[str]) -> list[s
         if value == when:
             out.append(flag)
     return out
+
+
+def _bridge_activation_fusion(k: Keys, assumed: list[str]) -> list[str]:
+    """``model.bias_activation_fusion`` as the Megatron flag of the MLP's activation: false,
+    ``--no-bias-swiglu-fusion`` for a gated MLP (``gated_linear_unit``), ``--no-bias-gelu-fusion``
+    otherwise; unset, Megatron-LM's default (on), said (Megatron-Core's ``TransformerConfig``
+    defaults it off, and Bridge's model providers and performance configs set it)."""
+    if k.get("model.bias_activation_fusion") is None:
+        assumed.append("model.bias_activation_fusion not given: the MLP's activation fused, Megatron-LM's default "
+                       "(Megatron-Core's TransformerConfig defaults it off; Bridge's model providers and performance "
+                       "configs set it)")
+        return []
+    if k.bool("model.bias_activation_fusion"):
+        return []
+    return ["--no-bias-swiglu-fusion" if k.bool("model.gated_linear_unit", False) else "--no-bias-gelu-fusion"]
 
 
 def _one_value(k: Keys, name: str, *keys: str):
@@ -549,11 +564,21 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     else:
         assumed.append(f"optimizer {opt}: Megatron's DDP, gradient reduction after the backward")
     words += _nemo1_grad_accum(k, name, nodes * devices, opt, assumed)
+    if not k.bool("model.bias_activation_fusion", True):
+        # NeMo 1's default on (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('bias_activation_fusion', True))
+        words.append("--no-bias-swiglu-fusion" if act in ("swiglu", "fast-swiglu") else "--no-bias-gelu-fusion")
     if not k.bool("model.apply_rope_fusion", False):
         # NeMo 1's default off (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('apply_rope_fusion', False))
         words.append("--no-rope-fusion")
     _vocab(k, "model.", name, words, assumed)
     sections = _NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS)
+    if k.bool("model.fp32_residual_connection", False):
+        raise ValueError(f"{name}: model.fp32_residual_connection keeps the residual stream in fp32 (its adds, the "
+                         "norms' inputs and the pipeline's sends at 4 bytes an element), which is not modelled")
+    for key in ("num_micro_batches_with_partial_activation_checkpoints", "activations_checkpoint_layers_per_pipeline"):
+        if k.get(f"model.{key}") not in (None, 0):
+            raise ValueError(f"{name}: model.{key} recomputes only some microbatches' or stages' layers "
+                             "(NeMo's partial activation checkpointing), which is not modelled")
     if k.bool("model.cpu_offloading", False):
         raise ValueError(f"{name}: model.cpu_offloading (Transformer Engine's offload of activations and weights to "
                          "the host) is not read from NeMo 1 configs")
@@ -591,7 +616,7 @@ _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer"
 _BRIDGE_NEUTRAL = frozenset({
     "model.init_method_std", "model.layernorm_epsilon", "model.rotary_base",
     "model.seq_len_interpolation_factor", "model.make_vocab_size_divisible_by", "model.bf16", "model.params_dtype",
-    "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion", "model.bias_activation_fusion",
+    "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion",
     "model.bias_dropout_fusion", "model.persist_layer_norm",
     "model.deallocate_pipeline_outputs", "model.async_tensor_model_parallel_allreduce", "model.barrier_with_L1_time",
     "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
@@ -717,6 +742,7 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         assumed.append("model.apply_rope_fusion not given: fused RoPE, Megatron-LM's default (Megatron-Core's "
                        "TransformerConfig defaults it off, and Bridge's model providers and performance scripts set it)")
     words += _switch_words(k, _BRIDGE_SWITCHES)
+    words += _bridge_activation_fusion(k, assumed)
     words += _bridge_precision_switches(k, name, assumed)
     words += _bridge_model_overlap(k, assumed)
     words += _bridge_dp_overlap(k, "--use-distributed-optimizer" in words, assumed)
