@@ -161,6 +161,21 @@ def test_llm_foundry_qk_norms_read_as_llm_foundry_builds_them():
         read_config(f, ["model.attn_config.qk_ln=true", "model.attn_config.qk_gn=true"])
 
 
+def test_llm_foundry_clip_qkv_refused_and_rope_impl_said():
+    """MPT's clip_qkv clamps q, k and v in a pass of its own (neutral until now): refused; its
+    rope_impl (dail, the default, or hf) is read, dail's fused rotary kernel said to be priced as the
+    eager passes."""
+    f = DATA / "foundry_mpt_1b.yaml"
+    with pytest.raises(ValueError, match="clip_qkv clamps"):
+        read_config(f, ["model.attn_config.clip_qkv=8"])
+    dail = read_config(f, ["model.attn_config.rope=true"])
+    assert dail.model.position == "rotary" and any("rope_impl dail" in a for a in dail.assumed)
+    assert not any("rope_impl" in a for a in read_config(f, ["model.attn_config.rope=true",
+                                                               "model.attn_config.rope_impl=hf"]).assumed)
+    with pytest.raises(ValueError, match="rope_impl 'xx'"):
+        read_config(f, ["model.attn_config.rope_impl=xx"])
+
+
 def test_llm_foundry_mpt_1b_file():
     """llm-foundry's MPT-1B preset: FSDP FULL_SHARD with PURE mixed precision, microbatch 4,
     global 512; the model's parameters by hand: V d + S d + L (12 d^2 + 13 d) + 2 d."""

@@ -39,6 +39,9 @@ models need their ``config.json`` as well.
 ``icl_max_seq_len``, ``model.use_auth_token``  the in-context evaluation's, Hub access'
 ``model.attn_config.qk_ln`` / ``qk_gn``     q/k norms of the whole projected width (``full``)
                                              or of each head (``head``), the model's norm type
+``model.attn_config.clip_qkv``              refused when set (a clamp pass over q, k and v)
+``model.attn_config.rope_impl``             dail (flash-attn's rotary kernel, priced as the eager
+                                             passes, said) or hf (eager)
 ==========================================  ===================================================
 """
 
@@ -63,8 +66,8 @@ NEUTRAL_SECTIONS = ("data_local", "data_remote", "run_name", "tokenizer", "train
                     "dist_timeout", "python_log_level", "log_config", "save_overwrite", "load_weights_only")
 NEUTRAL_KEYS = frozenset({
     "model.init_device", "model.init_config", "model.attn_config.attn_type", "model.attn_config.softmax_scale",
-    "model.attn_config.alibi_bias_max", "model.attn_config.rope_theta", "model.attn_config.rope_impl",
-    "model.attn_config.rope_dail_config", "model.attn_config.rope_hf_config", "model.attn_config.clip_qkv",
+    "model.attn_config.alibi_bias_max", "model.attn_config.rope_theta",
+    "model.attn_config.rope_dail_config", "model.attn_config.rope_hf_config",
     "model.logit_scale", "model.embedding_fraction", "model.use_cache", "model.verbose", "model.fc_type",
     "fsdp_config.activation_checkpointing_reentrant", "fsdp_config.limit_all_gathers", "fsdp_config.verbose",
     "fsdp_config.forward_prefetch", "fsdp_config.backward_prefetch", "fsdp_config.sync_module_states",
@@ -146,6 +149,16 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig | No
     if norm not in ("low_precision_layernorm", "layernorm", "rmsnorm", "low_precision_rmsnorm", "triton_rmsnorm"):
         raise ValueError(f"{name}: norm_type {norm!r} is not modelled")
     rope = k.bool("model.attn_config.rope", False)
+    if k.get("model.attn_config.clip_qkv") is not None:
+        # layers/attention.py: qkv.clamp(min=-clip_qkv, max=clip_qkv), a pass over the projected q, k and v
+        raise ValueError(f"{name}: attn_config.clip_qkv clamps the projected q, k and v in a pass of its own, which "
+                         "is not modelled")
+    rope_impl = str(k.get("model.attn_config.rope_impl", "dail"))
+    if rope_impl not in ("dail", "hf"):
+        raise ValueError(f"{name}: attn_config.rope_impl {rope_impl!r} is not MPT's (dail, hf)")
+    if rope and rope_impl == "dail":
+        assumed.append("attn_config.rope_impl dail (MPT's default): flash-attn's rotary kernel, priced as the eager "
+                       "rotary embedding's passes (an upper bound; the kernel reads and writes q and k once)")
     alibi = k.bool("model.attn_config.alibi", False)
     learned = k.bool("model.learned_pos_emb", True)
     position = "rotary" if rope else ("learned" if learned and not alibi else "none")   # ALiBi: no parameters

@@ -1081,8 +1081,8 @@ def _activation_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) 
         raise ValueError("the MLP's clamped activation unfused (bias-activation fusion off) is not modelled: its "
                          "clamps run inside Megatron-Core's eager GLU")
     if off and model.activation == "swiglu":
-        assumed.append("--no-bias-swiglu-fusion: the SwiGLU run as PyTorch ops (chunk, SiLU, product), the experts' "
-                       "too (priced)")
+        assumed.append("--no-bias-swiglu-fusion: the SwiGLU run as PyTorch ops (chunk, SiLU, product)"
+                       + (", the experts' too" if model.moe else "") + " (priced)")
     return not off
 
 
