@@ -198,6 +198,19 @@ def test_the_permute_and_router_fusions_are_read_and_their_absence_said():
     assert not _said(bridge, "without --moe-permute-fusion") and _said(bridge, "without --moe-router-fusion")
 
 
+def test_sequential_experts_without_grouped_gemm_are_said():
+    """Without ``--moe-grouped-gemm`` (Megatron-Core's default) the layer spec builds
+    ``SequentialMLP``, a loop over the local experts: said, priced at the grouped GEMMs' shapes; a
+    Megatron-Bridge config's ``model.moe_grouped_gemm`` reaches the same flag."""
+    assert _said(read_megatron_args(LINE, model=QWEN), "without --moe-grouped-gemm", "SequentialMLP")
+    assert not _said(read_megatron_args(LINE + " --moe-grouped-gemm", model=QWEN), "SequentialMLP")
+    base = {"model": {"tensor_model_parallel_size": 1, "expert_model_parallel_size": 8},
+            "train": {"micro_batch_size": 1, "global_batch_size": 64}}
+    assert _said(read_megatron_bridge(base, model=QWEN), "SequentialMLP")
+    base["model"]["moe_grouped_gemm"] = True
+    assert not _said(read_megatron_bridge(base, model=QWEN), "SequentialMLP")
+
+
 def test_the_routers_own_switches_are_read():
     """DeepSeek-V3's Megatron line and Megatron-Bridge config carry the router's own switches (score
     function, top-k scaling, expert bias and its update rate, group-limited routing, fp32 router

@@ -572,3 +572,12 @@ def test_fsdp_under_pipeline_stages_is_zero2():
            "precision": "bf16", "tok_s_gpu": 100.0, "software": "torchtitan 9dec370"}
     d = describe_row(row)
     assert d.spec.zero == 2 and any("ZeRO 2" in n for n in d.assumed)
+
+
+def test_deterministic_training_is_said_not_neutral():
+    """``training.deterministic`` (torchtitan's ``set_determinism``: PyTorch's deterministic
+    algorithms) was a neutral key; on, its slower kernel variants are said, not priced."""
+    on = read_torchtitan(DATA / "torchtitan_llama3_70b.toml", ["training.deterministic=true"])
+    assert any("training.deterministic" in a for a in on.assumed)
+    off = read_torchtitan(DATA / "torchtitan_llama3_70b.toml", ["training.deterministic=false"])
+    assert not any("deterministic" in a for a in off.assumed)

@@ -202,7 +202,7 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           # MoE execution and host-side switches (:func:`_moe_execution`), read and said in ``assumed``
           "--enable-cuda-graph", "--external-cuda-graph", "--moe-paged-stash", "--use-transformer-engine-op-fuser",
           "--moe-router-force-load-balancing", "--fp8-dot-product-attention", "--delay-wgrad-compute",
-          "--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap",
+          "--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap", "--moe-grouped-gemm",
           "--cross-entropy-loss-fusion", "--no-fp8-wgrad",
           # Megatron-FSDP (:func:`_zero_stage`), its buffers and user-buffer NCCL said
           "--use-megatron-fsdp", "--fsdp-double-buffer", "--use-nccl-ub",
@@ -257,7 +257,7 @@ NEUTRAL_FLAGS = frozenset({
     "--mock-data", "--use-checkpoint-args", "--no-save-optim", "--no-save-rng", "--finetune",
     "--manual-gc", "--no-async-tensor-model-parallel-allreduce",
     "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
-    "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--moe-grouped-gemm",
+    "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad",
     # pads the experts' buffers only for CUDA-graphed inference
     "--moe-pad-experts-for-cuda-graph-inference",
     # the router's expert bias and pre-softmax scoring, the probabilities applied to the experts'
@@ -282,7 +282,6 @@ _REFUSED = {
     "--cpu-offloading": "activation offloading is not read from Megatron lines",
     "--use-torch-fsdp2": "Megatron's FSDP2 path is not read from Megatron lines (use --engine fsdp)",
 }
-# ``--moe-grouped-gemm`` is neutral: cosearch prices the experts as grouped GEMMs.
 
 #: ModelConfig fields a Megatron line can set, by the flag that sets them.
 _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-attention-heads": "heads",
@@ -550,6 +549,8 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
     * ``--moe-router-force-load-balancing``: cosearch prices balanced, dropless routing either way.
     * ``--moe-permute-fusion`` / ``--moe-router-fusion``: the fused kernels cosearch prices; without
       them (Megatron-Core's default) the PyTorch ops' extra passes are said, not priced.
+    * ``--moe-grouped-gemm``: the grouped GEMMs cosearch prices; without it (Megatron-Core's default)
+      ``SequentialMLP``'s loop over the local experts, priced at the same shapes, said.
     * ``--use-transformer-engine-op-fuser``, ``--delay-wgrad-compute`` and the router's padding
       for low-precision GEMMs."""
     moe = model.moe and ep > 1
@@ -645,6 +646,12 @@ def _moe_execution(vals: dict[str, str], flags: set[str], model: ModelConfig, ep
             if flag not in flags:
                 assumed.append(f"without {flag} Megatron-Core {what} with PyTorch ops (several passes): priced as "
                                "the fused kernel's single pass")
+        if "--moe-grouped-gemm" not in flags:
+            # Megatron-Core's layer specs (models/gpt/gpt_layer_specs.py, get_moe_module_spec): TEGroupedMLP
+            # with moe_grouped_gemm, SequentialMLP (each local expert its own MLP, in a loop) without
+            assumed.append("without --moe-grouped-gemm Megatron-Core runs each local expert's MLP in turn "
+                           "(SequentialMLP): priced as the grouped GEMMs at the same per-expert shapes, the loop's "
+                           "launches not priced")
     if "--use-transformer-engine-op-fuser" in flags:
         assumed.append("--use-transformer-engine-op-fuser: the experts' fused grouped MLP kernels priced as separate "
                        "grouped GEMMs, activation and casts, their bias and clamped activation fused")

@@ -131,7 +131,7 @@ NEUTRAL_SECTIONS = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", 
 NEUTRAL_KEYS = frozenset({
     "model.hf_assets_path", "model.tokenizer_path", "model.print_after_conversion",
     "training.steps", "training.max_norm", "training.dataset", "training.dataset_path", "training.warmup_steps",
-    "training.gc_freq", "training.seed", "training.deterministic",
+    "training.gc_freq", "training.seed",
     "parallelism.enable_compiled_autograd",
     "parallelism.context_parallel_rotate_method", "parallelism.spmd_backend", "parallelism.context_parallel_ptrr_mask_key",
     "training.disable_cuda_graphs", "training.gc_debug",
@@ -683,6 +683,11 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         for f in ("non_blocking_capacity_factor", "pad_multiple", "num_max_tokens_per_rank"):
             k.get(f"hybridep.{f}")      # without expert parallelism the tokens stay local: neutral
     memory = _optimizer_state(k, name, assumed)
+    if k.bool("training.deterministic", False):
+        # torchtitan's set_determinism: torch.use_deterministic_algorithms(True), cuDNN deterministic,
+        # cuBLAS's fixed workspace, each kernel's deterministic variant where it has one
+        assumed.append("training.deterministic: PyTorch's deterministic algorithms (a slower variant where a kernel "
+                       "has one, such as a deterministic attention backward) not priced")
     neutral = k.finish(NEUTRAL_SECTIONS + SAVED_NEUTRAL_SECTIONS, NEUTRAL_KEYS)
     return RunConfig(name, model=model, plan=plan, dp=dp,
                      global_batch=None if gbs in (None, -1) else gbs,
