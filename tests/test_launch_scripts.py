@@ -100,6 +100,27 @@ def test_quoting_defaults_and_commands_kept_in_strings():
     assert launch_words('echo ${N:=4}\npython t.py $N\n', "s")[0] == ["python", "t.py", "4"]
 
 
+def test_transformer_engine_and_nccl_settings_are_said_or_refused():
+    """The NVTE_* / NCCL_* variables a script sets reach the training process: the deterministic
+    attention backward, NCCL's algorithm and the norms' SM margins are said; both fused attention
+    backends off is refused unless the line names its --attention-backend; InfiniBand transport and
+    logging settings are neutral."""
+    s = ('export NVTE_ALLOW_NONDETERMINISTIC_ALGO=0\nexport NCCL_ALGO=^NVLS\nexport NCCL_IB_SL=1\n'
+         'NVTE_FWD_LAYERNORM_SM_MARGIN=16 python pretrain_gpt.py --num-layers 2\n')
+    _, notes = launch_words(s, "s")
+    said = " | ".join(notes)
+    assert "deterministic fused attention backward" in said and "NCCL_ALGO=^NVLS" in said
+    assert "NVTE_FWD_LAYERNORM_SM_MARGIN=16" in said and "NCCL_IB_SL" not in said
+    off = "export NVTE_FLASH_ATTN=0\nexport NVTE_FUSED_ATTN=0\npython pretrain_gpt.py --num-layers 2"
+    with pytest.raises(ValueError, match="NVTE_FLASH_ATTN=0 and NVTE_FUSED_ATTN=0"):
+        launch_words(off + "\n", "s")
+    words, _ = launch_words(off + " --attention-backend unfused\n", "s")
+    assert words[-2:] == ["--attention-backend", "unfused"]
+    # an unset ${X} leaves the variable empty: nothing to say
+    _, notes = launch_words("export NVTE_ALLOW_NONDETERMINISTIC_ALGO=${X}\npython t.py\n", "s")
+    assert not any("NVTE" in n for n in notes)
+
+
 def test_here_documents_are_data_not_statements():
     """An sbatch here-document's body (a job script) is the command's input: its assignments and
     commands are not this script's."""

@@ -13,13 +13,15 @@ shell.  Nothing is executed: a command substitution ``$(...)`` or arithmetic ``$
 opaque word, and a test it cannot decide (a file test, a number compared) or a loop is refused
 only where the block sets a variable; otherwise it cannot change the line and is skipped.  The
 launch line is the last command with a ``.py`` word (the training script) or running ``python -m``
-a module (MaxText's trainer)."""
+a module (MaxText's trainer).  The Transformer Engine and NCCL variables the script sets (exported,
+or before the launch command) are said, or refused where they turn off the fused attention the line
+would be priced with (:func:`environment_notes`)."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["launch_words", "is_bash_script"]
+__all__ = ["launch_words", "is_bash_script", "environment_notes"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _ASSIGN = re.compile(r"^(?:(?:export|declare|local|readonly|typeset)(?:\s+-[a-zA-Z]+)*\s+)?([A-Za-z_][A-Za-z_0-9]*)(\+?=)")
@@ -423,6 +425,7 @@ def launch_words(text: str, who: str) -> tuple[list[str], list[str]]:
     skip_depth = 0              # inside a loop, case or function body: assignments there are refused
     args_loop_depth: list[int] = []     # ... unless inside a loop over the script's arguments
     launch: list[str] | None = None
+    launch_env: dict[str, str] = {}
     queue = _logical_lines(text)
     while queue:
         stmt = queue.pop(0)
@@ -495,13 +498,57 @@ def launch_words(text: str, who: str) -> tuple[list[str], list[str]]:
         if not active or any(not b[2] for b in stack):
             continue
         words = sh.words(stmt)
+        prefix: dict[str, str] = {}
         while words and _ASSIGN.match(words[0]) and "=" in words[0]:
+            name, _, value = words[0].partition("=")
+            prefix[name] = value
             words = words[1:]               # NAME=value before a command: its environment
         if _names_script(words) or _runs_module(words):
-            launch = words
+            launch, launch_env = words, prefix
     if launch is None:
         raise ValueError(f"{who}: no launch line (a command naming a .py training script, or python -m a module) "
                          "in the script")
     notes.append("the launch script expanded as bash builds its line on a fresh shell (no environment: each "
                  "${NAME:-default} its default)")
+    env = {n: v for n, v in sh.scalars.items() if n.startswith(("NVTE_", "NCCL_"))}
+    env.update({n: v for n, v in launch_env.items() if n.startswith(("NVTE_", "NCCL_"))})
+    notes += environment_notes(env, launch, who)
     return launch, notes
+
+
+#: Transformer Engine and NCCL settings a launch script exports that change nothing cosearch prices
+#: (the q.k layer scaling is numerics; the rest NCCL's InfiniBand transport and logging).
+_NEUTRAL_ENV = re.compile(r"^(NVTE_APPLY_QK_LAYER_SCALING|NCCL_IB_\w+|NCCL_DEBUG\w*|NCCL_SOCKET_\w+|NCCL_NET_\w+|"
+                          r"NCCL_ASYNC_ERROR_HANDLING|NCCL_P2P_NET_CHUNKSIZE|NCCL_AVOID_RECORD_STREAMS)$")
+
+
+def environment_notes(env: dict[str, str], launch: list[str], who: str) -> list[str]:
+    """What the Transformer Engine (``NVTE_*``) and NCCL (``NCCL_*``) variables a launch script sets
+    change, said (none of it priced), as the library reads them: both of Transformer Engine's fused
+    attention backends off (``NVTE_FLASH_ATTN=0`` and ``NVTE_FUSED_ATTN=0``: its unfused
+    ``DotProductAttention``) is refused unless the line names its ``--attention-backend`` (which
+    Megatron applies over them); ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0`` (the deterministic fused
+    attention backward), ``NCCL_ALGO`` (NCCL's algorithm, e.g. NVLink SHARP off), the norms' SM
+    margins and any other ``NVTE_`` / ``NCCL_`` setting are said, not priced."""
+    notes = []
+    backend = next((b for a, b in zip(launch, launch[1:]) if a == "--attention-backend"), None)
+    backend = backend or next((w.split("=", 1)[1] for w in launch if w.startswith("--attention-backend=")), None)
+    if env.get("NVTE_FLASH_ATTN") == "0" and env.get("NVTE_FUSED_ATTN") == "0" and backend in (None, "auto"):
+        raise ValueError(f"{who}: NVTE_FLASH_ATTN=0 and NVTE_FUSED_ATTN=0 turn off both of Transformer Engine's fused "
+                         "attention backends (its unfused attention runs); give --attention-backend unfused on the line "
+                         "to price it so")
+    for name, value in sorted(env.items()):
+        if _NEUTRAL_ENV.match(name) or name in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN"):
+            continue
+        if name == "NVTE_ALLOW_NONDETERMINISTIC_ALGO":
+            if value == "0":
+                notes.append("NVTE_ALLOW_NONDETERMINISTIC_ALGO=0: Transformer Engine's deterministic fused attention "
+                             "backward (slower), not priced")
+        elif name == "NCCL_ALGO":
+            notes.append(f"NCCL_ALGO={value}: NCCL's algorithm choice not priced (cosearch's collective rates)")
+        elif name in ("NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN"):
+            notes.append(f"{name}={value}: SMs kept free of the norm kernels (for overlapped communication), "
+                         "not priced")
+        elif value != "":
+            notes.append(f"{name}={value}: a Transformer Engine / NCCL setting cosearch does not read, not priced")
+    return notes
