@@ -436,3 +436,24 @@ def test_deepseek_v3s_own_megatron_line_reads():
                                              "moe_shared_expert_intermediate_size": 2048},
                                    "train": {"micro_batch_size": 1, "global_batch_size": 1024}}, model=m)
     assert (bridge.model.mla, bridge.model.shared_experts) == ((1536, 512, 64), 1)
+
+
+def test_script_switches_that_change_nothing_priced_are_read():
+    """Flags common in Megatron's launch scripts, refused as unknown until now: the scheduler's
+    checkpointed state, LayerNorm's persistent kernel, the end-of-document loss mask and position
+    reset are neutral; the first parameter all-gather beside the optimizer step is said (and refused
+    without what Megatron asserts it needs); the userbuffers overlap's config file is said."""
+    base = "--global-batch-size 64 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+    rc = read_megatron_args(base + " --use-checkpoint-opt_param-scheduler --no-persist-layer-norm --eod-mask-loss "
+                            "--reset-position-ids", model="llama3-8b")
+    assert {"--eod-mask-loss", "--reset-position-ids", "--no-persist-layer-norm"} <= set(rc.neutral)
+    with pytest.raises(ValueError, match="interleaved pipeline"):
+        read_megatron_args(base + " --overlap-param-gather-with-optimizer-step", model="llama3-8b")
+    piped = read_megatron_args(base + " --overlap-param-gather-with-optimizer-step --pipeline-model-parallel-size 2 "
+                               "--num-layers-per-virtual-pipeline-stage 4", model="llama3-8b")
+    assert any("beside the optimizer step" in a for a in piped.assumed)
+    cfg = read_megatron_args(base + " --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap "
+                             "--tp-comm-overlap-cfg ub.yaml", model="llama3-8b")
+    assert any("--tp-comm-overlap-cfg" in a and "not read" in a for a in cfg.assumed)
+    assert any("inert" in a for a in read_megatron_args(base + " --tp-comm-overlap-cfg ub.yaml",
+                                                          model="llama3-8b").assumed)

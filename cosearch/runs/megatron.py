@@ -182,7 +182,9 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--main-grads-dtype",
            "--megatron-fsdp-grad-comm-dtype", "--megatron-fsdp-main-grads-dtype",
            # the optimizer's state (:func:`_optimizer_memory`)
-           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"}
+           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
+           # the userbuffers overlap's per-GEMM methods (a YAML file), said
+           "--tp-comm-overlap-cfg"}
 #: Flags with a list of values (every word up to the next flag), and what they list.
 _MULTI_VALUED = {"--recompute-modules": "module names", "--cuda-graph-scope": "CUDA graph scopes",
                  "--cuda-graph-modules": "CUDA graph modules", "--cp-comm-type": "context-parallel communication types"}
@@ -214,7 +216,9 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           "--no-gradient-accumulation-fusion",
           # Megatron-Core's PyTorch RoPE op by op (Engine.rope_fusion), and its activation
           # (Engine.activation_fusion, :func:`_activation_fusion`)
-          "--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-gelu-fusion"}
+          "--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-gelu-fusion",
+          # the first parameter all-gather beside the optimizer step (said, :func:`read_megatron_args`)
+          "--overlap-param-gather-with-optimizer-step"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -273,6 +277,10 @@ NEUTRAL_FLAGS = frozenset({
     "--apply-layernorm-1p", "--profile",
     # when Megatron-FSDP registers its NCCL user buffers (with --use-nccl-ub, read and said)
     "--fsdp-manual-registration",
+    # the scheduler's state from a checkpoint, LayerNorm's persistent kernel (Transformer Engine's
+    # LayerNormLinear runs its own), the loss masked at end-of-document tokens, positions restarted
+    # per document: the same work
+    "--use-checkpoint-opt_param-scheduler", "--no-persist-layer-norm", "--eod-mask-loss", "--reset-position-ids",
 })
 
 #: Why a flag that changes the run is refused.
@@ -1381,6 +1389,17 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
     if "--overlap-grad-reduce" not in flags:
         assumed.append("no --overlap-grad-reduce: the data-parallel gradient reduction runs after the backward "
                        "(Megatron's default)")
+    if "--overlap-param-gather-with-optimizer-step" in flags:
+        # megatron/training/arguments.py's assertions
+        if not ("--use-distributed-optimizer" in flags and "--overlap-param-gather" in flags and virtual > 1):
+            raise ValueError("--overlap-param-gather-with-optimizer-step needs --use-distributed-optimizer, "
+                             "--overlap-param-gather and an interleaved pipeline (virtual stages), as Megatron asserts")
+        assumed.append("--overlap-param-gather-with-optimizer-step: the first bucket's parameter all-gather beside the "
+                       "optimizer step, priced as --overlap-param-gather's overlap with the next forward")
+    if "--tp-comm-overlap-cfg" in vals:
+        assumed.append("--tp-comm-overlap-cfg: the userbuffers overlap's per-GEMM methods from that file not read "
+                       "(cosearch's TP-overlap model prices the overlap)" if "--tp-comm-overlap" in flags else
+                       "--tp-comm-overlap-cfg: inert without --tp-comm-overlap")
     if "--fp8-param-gather" in flags and precision != "fp8":
         raise ValueError("--fp8-param-gather keeps FP8 weights: it needs --fp8-format")
     if "--tp-comm-overlap" in flags and not (tp > 1 and "--sequence-parallel" in flags):
