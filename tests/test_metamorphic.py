@@ -76,3 +76,63 @@ def test_more_hbm_capacity_changes_no_time():
         else:
             assert bigger <= t
     assert fits >= 30
+
+
+def _peak(result) -> float:
+    mem = result.memory_per_chip_bytes
+    return max(mem) if hasattr(mem, "__len__") else mem
+
+
+def _plan_kwargs(n: int, seed: int):
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        m = models.preset(rng.choice(MODELS + ("llama3-70b",)))
+        tp, pp = rng.choice((1, 2, 4)), rng.choice((1, 2))
+        dp = 32 // (tp * pp)
+        ep = rng.choice((1, 2)) if m.moe else 1
+        if dp % ep:
+            continue
+        out.append((m, rng.choice(ENGINES), dict(dp=dp, tp=tp, pp=pp, flash_attention=True, expert_parallel=ep,
+                                                 sequence_parallel=tp > 1)))
+    return out
+
+
+def test_memory_grows_with_the_microbatch_and_falls_with_recompute():
+    """Per chip: a larger microbatch never needs less memory; selective recompute never more than
+    none, full never more than selective; full recompute never runs faster than none."""
+    cl = cluster.preset("dgx-h100", 4)
+    checked = 0
+    for m, e, kw in _plan_kwargs(25, 7):
+        try:
+            r = {(mb, rc): evaluate(m, "H100", cl, PlanSpec(microbatch=mb, recompute=rc, zero=1, **kw), 128, engine=e)
+                 for mb in (1, 2) for rc in ("none", "selective", "full")}
+        except ValueError:
+            continue
+        checked += 1
+        for rc in ("none", "selective", "full"):
+            assert _peak(r[(2, rc)]) >= _peak(r[(1, rc)]) * (1 - 1e-12), (m.name, e.name, kw, rc)
+        for mb in (1, 2):
+            none, sel, full = (_peak(r[(mb, x)]) for x in ("none", "selective", "full"))
+            assert full <= sel * (1 + 1e-12) and sel <= none * (1 + 1e-12), (m.name, e.name, kw, mb)
+            t_none, t_full = r[(mb, "none")].step_time_s, r[(mb, "full")].step_time_s
+            if math.isfinite(t_none) and math.isfinite(t_full):
+                assert t_full >= t_none * (1 - 1e-12), (m.name, e.name, kw, mb)
+    assert checked >= 15
+
+
+def test_a_higher_zero_stage_never_needs_more_memory():
+    cl = cluster.preset("dgx-h100", 4)
+    checked = 0
+    for m, e, kw in _plan_kwargs(25, 11):
+        peaks = {}
+        for z in (0, 1, 2, 3):
+            try:
+                peaks[z] = _peak(evaluate(m, "H100", cl, PlanSpec(microbatch=1, zero=z, **kw), 128, engine=e))
+            except ValueError:
+                pass          # a stage this engine does not run
+        stages = sorted(peaks)
+        checked += len(stages) > 1
+        for a, b in zip(stages, stages[1:]):
+            assert peaks[b] <= peaks[a] * (1 + 1e-12), (m.name, e.name, kw, a, b)
+    assert checked >= 15

@@ -81,3 +81,19 @@ def test_readers_turn_it_off_exactly_where_the_config_does():
     assert not read_nemo1(cfg).engine.rope_fusion
     cfg["model"]["apply_rope_fusion"] = True
     assert read_nemo1(cfg).engine.rope_fusion
+
+
+def test_the_yarn_note_names_only_the_yarn_fallback():
+    """The note that a YaRN-scaled RoPE runs unfused is said where that fallback alone makes it
+    eager: not under an eager engine, not with RoPE fusion off (said by its own reading), not for a
+    RoPE without YaRN's factor."""
+    from cosearch.runs.megatron import eager_pass_notes
+    oss = models.preset("gpt-oss-120b")
+
+    def yarn(e, m):
+        return [n for n in eager_pass_notes(e, m) if "YaRN" in n]
+
+    assert yarn(engine.megatron_core(), oss)
+    assert not yarn(engine.megatron_core(rope_fusion=False), oss)
+    assert not yarn(engine.FSDP_EAGER, oss) and not yarn(engine.FSDP_EAGER, LLAMA)
+    assert not yarn(engine.megatron_core(), LLAMA)

@@ -747,7 +747,9 @@ def eager_pass_notes(engine: Engine, model: ModelConfig) -> list[str]:
     if model.moe and engine.expert_elementwise == "eager" and (model.bias or model.activation_clamp):
         what = " and ".join(x for x, on in (("clamp", model.activation_clamp), ("bias", model.bias)) if on)
         notes.append(f"without the op fuser the experts' {what} run as Megatron-Core's eager PyTorch passes (priced)")
-    if engine.rope_fusion and eager_rope(graph_elementwise(engine, model)):
+    if eager_rope(graph_elementwise(engine, model)) and not eager_rope(
+            graph_elementwise(replace(engine, scaled_rope="fused"), model)):
+        # the YaRN fallback alone makes the RoPE eager (not RoPE fusion off, not an eager engine)
         notes.append(f"the YaRN-scaled RoPE (YaRN's attention factor ({model.rope_attention_factor:.3f}) on cos and "
                      "sin, which Transformer Engine's fused RoPE does not take) runs unfused, as Megatron-Core runs "
                      "it (priced)")
