@@ -457,3 +457,51 @@ def test_script_switches_that_change_nothing_priced_are_read():
     assert any("--tp-comm-overlap-cfg" in a and "not read" in a for a in cfg.assumed)
     assert any("inert" in a for a in read_megatron_args(base + " --tp-comm-overlap-cfg ub.yaml",
                                                           model="llama3-8b").assumed)
+
+
+GPT_OSS_FLAGS = (" --quick-geglu --glu-linear-offset 1.0 --softmax-type learnable --window-size 127,0 "
+                 "--window-attn-skip-freq 2 --activation-func-clamp-value 7.0 --position-embedding-type yarn "
+                 "--rotary-scaling-factor 32 --rope-type rope")
+
+
+def test_gpt_oss_flags_read_as_megatron_core_builds_them():
+    """GPT-OSS's Megatron flags (refused as unknown until now) against its config.json: every other
+    layer a 128-token window (``layer_types`` alternate, from a sliding one: 18 of 36, 12 of 24),
+    the SwiGLU clamped at 7, the sinks inside the fused attention (said)."""
+    line = "--global-batch-size 64 --expert-model-parallel-size 8 --moe-grouped-gemm" + GPT_OSS_FLAGS
+    for name, windowed in (("gpt-oss-120b", 18), ("gpt-oss-20b", 12)):
+        rc = read_megatron_args(line, model=name)
+        assert (rc.model.sliding_window, rc.model.sliding_layers, rc.model.activation_clamp) == (128, windowed, 7.0)
+        assert any("--softmax-type learnable" in a for a in rc.assumed)
+        assert any("--quick-geglu" in a for a in rc.assumed)
+    with pytest.raises(ValueError, match="gives 24 where gpt-oss-120b has 18"):
+        read_megatron_args(line.replace("--window-attn-skip-freq 2", "--window-attn-skip-freq 3"), model="gpt-oss-120b")
+
+
+@pytest.mark.parametrize("freq,layers,windowed", [
+    ("4", 12, 9),                       # layers 4, 8, 12 full (1-indexed, n % 4 == 0)
+    ("2", 7, 4),                        # 1, 3, 5, 7 windowed
+    ("[1,1,1,0]*3", 12, 9),
+    ("[1, 0]*2", 4, 2),
+])
+def test_window_layers_by_megatron_cores_rule(freq, layers, windowed):
+    from cosearch.runs.megatron import _window_layers
+    assert _window_layers(freq, layers) == windowed
+
+
+def test_gpt_oss_flags_refused_where_megatron_refuses_them_or_cosearch_cannot_price_them():
+    base = "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --vocab-size 1000 "
+    built = read_megatron_args(base + "--swiglu --window-size 63,0").model
+    assert (built.sliding_window, built.sliding_layers) == (64, 4)
+    cases = [("--swiglu --window-size 63,63", "causal window"),
+             ("--swiglu --window-size 63", "left,right"),
+             ("--swiglu --window-size 63,0 --window-attn-skip-freq [1,0]*3", "lists 6 layers"),
+             ("--swiglu --window-size 63,0 --window-attn-skip-freq x", "integer or a list"),
+             ("--swiglu --softmax-type sparse", "--softmax-type 'sparse'"),
+             ("--swiglu --rope-type yarn", "multi-latent"),
+             ("--swiglu --quick-geglu", "one MLP activation"),
+             ("--glu-linear-offset 1.0", "gated MLP"),
+             ("--swiglu --activation-func-clamp-value 0", "above 0")]
+    for extra, match in cases:
+        with pytest.raises(ValueError, match=match):
+            read_megatron_args(base + extra)

@@ -119,6 +119,11 @@ the line gives must agree with the preset, or the line is refused naming the fla
 ``--attention-dropout``, ``--hidden-dropout``  dropout ops unless both are 0 (default 0.1)
 ``--vocab-size``                             the vocabulary (needed without ``--model``)
 ``--num-experts``, ``--moe-router-topk`` (default 2), ``--moe-ffn-hidden-size``  an MoE MLP
+``--window-size``, ``--window-attn-skip-freq``  sliding-window layers (a causal window of left + 1 keys
+                                             on the layers the frequency leaves windowed)
+``--quick-geglu``, ``--glu-linear-offset``,  GPT-OSS's gated activation (priced as the SwiGLU) and its
+``--activation-func-clamp-value``            clamp; ``--softmax-type`` learnable / off-by-one: sinks
+                                             inside the fused attention, said
 ===========================================  ====================================================
 
 The data-parallel degree is what the cluster's chips leave: ``chips / (tp pp cp)``, as Megatron
@@ -127,6 +132,7 @@ derives it.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 
@@ -184,7 +190,10 @@ _VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--
            # the optimizer's state (:func:`_optimizer_memory`)
            "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
            # the userbuffers overlap's per-GEMM methods (a YAML file), said
-           "--tp-comm-overlap-cfg"}
+           "--tp-comm-overlap-cfg",
+           # GPT-OSS's attention and activation (:func:`_line_gpt_oss`)
+           "--window-size", "--window-attn-skip-freq", "--softmax-type", "--glu-linear-offset",
+           "--activation-func-clamp-value", "--rope-type"}
 #: Flags with a list of values (every word up to the next flag), and what they list.
 _MULTI_VALUED = {"--recompute-modules": "module names", "--cuda-graph-scope": "CUDA graph scopes",
                  "--cuda-graph-modules": "CUDA graph modules", "--cp-comm-type": "context-parallel communication types"}
@@ -218,7 +227,9 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           # (Engine.activation_fusion, :func:`_activation_fusion`)
           "--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-gelu-fusion",
           # the first parameter all-gather beside the optimizer step (said, :func:`read_megatron_args`)
-          "--overlap-param-gather-with-optimizer-step"}
+          "--overlap-param-gather-with-optimizer-step",
+          # GPT-OSS's gated activation (:func:`_line_gpt_oss`)
+          "--quick-geglu"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -302,7 +313,9 @@ _MODEL_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--num-
                 "--num-experts": "num_experts", "--moe-router-topk": "experts_per_token",
                 "--moe-ffn-hidden-size": "expert_ffn", "--group-query-attention": "kv_heads",
                 "--multi-latent-attention": "mla", "--moe-shared-expert-intermediate-size": "shared_experts",
-                "--qk-layernorm": "qk_norm", "--qk-l2-norm": "qk_norm", "--rotary-percent": "rotary_fraction"}
+                "--qk-layernorm": "qk_norm", "--qk-l2-norm": "qk_norm", "--rotary-percent": "rotary_fraction",
+                "--quick-geglu": "activation", "--window-size": "sliding_window",
+                "--window-attn-skip-freq": "sliding_layers", "--activation-func-clamp-value": "activation_clamp"}
 #: Megatron-LM's defaults of the multi-head latent attention flags (``megatron/training/arguments.py``:
 #: ``--q-lora-rank`` None, the query projected directly, cosearch's 0; ``--kv-lora-rank`` 32;
 #: ``--qk-head-dim`` 128; ``--qk-pos-emb-head-dim`` 64; ``--v-head-dim`` 128).
@@ -779,6 +792,77 @@ def _line_qk_norm(flags: set[str], stated: dict, base: ModelConfig | None, assum
         stated["qk_norm"] = "head" if layer else "l2"
 
 
+def _window_layers(freq: str, layers: int) -> int:
+    """How many of ``layers`` layers attend within the window under Megatron-Core's
+    ``--window-attn-skip-freq`` (``is_layer_window_attention``, ``transformer/utils.py``, layers
+    counted from 1): an integer N windows every layer but each N-th; a list of 0/1 (``"[1,1,1,0]*3"``:
+    1 a window layer, 0 full attention), optionally repeated, one entry a layer."""
+    text = freq.replace(" ", "")
+    if text.isdigit():
+        n = _int("--window-attn-skip-freq", text)
+        return layers - layers // n
+    m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", text)
+    if m is None:
+        raise ValueError(f"--window-attn-skip-freq {freq!r}: give an integer or a list of 0/1 such as [1,1,1,0]*3")
+    pattern = [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
+    if len(pattern) != layers:
+        raise ValueError(f"--window-attn-skip-freq {freq!r} lists {len(pattern)} layers, the model has {layers}")
+    return sum(pattern)
+
+
+def _line_gpt_oss(vals: dict[str, str], flags: set[str], stated: dict, base: ModelConfig | None,
+                  assumed: list[str]) -> None:
+    """GPT-OSS's flags as Megatron-Core builds them (``TransformerConfig``): ``--quick-geglu`` (a
+    gated MLP, ``x sigmoid(1.702 x)`` times the linear half, priced as the SwiGLU: the same kernels'
+    bytes), its ``--glu-linear-offset`` (inside them), ``--activation-func-clamp-value`` (the
+    model's ``activation_clamp``), ``--window-size L,R`` (a causal window, ``R`` 0, of ``L + 1``
+    keys, FlashAttention's ``window_size``) on the layers ``--window-attn-skip-freq`` leaves windowed
+    (:func:`_window_layers`; every layer without it), ``--softmax-type`` (``learnable`` / ``off-by-one``:
+    the sinks inside Transformer Engine's fused attention, said) and ``--rope-type`` (``rope`` for
+    standard attention, its default; ``yarn`` is MLA's)."""
+    if "--quick-geglu" in flags:
+        if "--swiglu" in flags or "--squared-relu" in flags:
+            raise ValueError("--quick-geglu with --swiglu or --squared-relu: Megatron takes one MLP activation")
+        stated["activation"] = "swiglu"
+        assumed.append("--quick-geglu: the gated x sigmoid(1.702 x) priced as the SwiGLU (the same passes)")
+    if "--glu-linear-offset" in vals:
+        _float("--glu-linear-offset", vals["--glu-linear-offset"], 1e3)
+        if "--quick-geglu" not in flags and "--swiglu" not in flags:
+            raise ValueError("--glu-linear-offset needs a gated MLP (--swiglu or --quick-geglu)")
+    if "--activation-func-clamp-value" in vals:
+        clamp = _float("--activation-func-clamp-value", vals["--activation-func-clamp-value"], 1e6)
+        if not clamp > 0.0:
+            raise ValueError("--activation-func-clamp-value must be above 0 (Megatron-Core asserts so)")
+        stated["activation_clamp"] = clamp
+    if "--window-size" in vals:
+        parts = vals["--window-size"].replace("(", "").replace(")", "").split(",")
+        if len(parts) != 2 or not all(x.strip().lstrip("-").isdigit() for x in parts):
+            raise ValueError(f"--window-size {vals['--window-size']!r}: give left,right such as 127,0")
+        left, right = (int(x) for x in parts)
+        if right != 0 or left < 1:
+            raise ValueError(f"--window-size {left},{right}: a causal window (right 0, left at least 1) is modelled")
+        layers = stated.get("num_layers", base.num_layers if base is not None else None)
+        if layers is None:
+            raise ValueError("--window-size needs --num-layers (or --model) to count the window layers")
+        stated["sliding_window"] = left + 1
+        stated["sliding_layers"] = _window_layers(vals.get("--window-attn-skip-freq", str(0)), int(layers)) \
+            if "--window-attn-skip-freq" in vals else int(layers)
+    elif "--window-attn-skip-freq" in vals:
+        assumed.append("--window-attn-skip-freq: inert without --window-size")
+    kind = vals.get("--softmax-type", "vanilla")
+    if kind not in ("vanilla", "off-by-one", "learnable"):
+        raise ValueError(f"--softmax-type {kind!r}; Megatron-Core accepts vanilla, off-by-one or learnable")
+    if kind != "vanilla":
+        assumed.append(f"--softmax-type {kind}: the attention sinks inside Transformer Engine's fused attention, "
+                       "not priced")
+    rope = vals.get("--rope-type")
+    if rope is not None and rope not in ("rope", "yarn"):
+        raise ValueError(f"--rope-type {rope!r}; Megatron accepts rope or yarn")
+    if rope == "yarn" and "--multi-latent-attention" not in flags:
+        raise ValueError("--rope-type yarn is multi-latent attention's; standard attention takes YaRN from "
+                         "--position-embedding-type yarn")
+
+
 def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None, assumed: list[str]
                 ) -> ModelConfig | None:
     """The model the line describes: ``base`` checked against every model flag the line gives,
@@ -892,6 +976,7 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
     elif mla_values:
         raise ValueError(f"{', '.join(mla_values)} set multi-head latent attention: give --multi-latent-attention")
     _line_qk_norm(flags, stated, base, assumed)
+    _line_gpt_oss(vals, flags, stated, base, assumed)
 
     if base is not None:
         have = {"num_layers": base.num_layers, "hidden": base.hidden, "heads": base.heads,
@@ -902,13 +987,16 @@ def _line_model(vals: dict[str, str], flags: set[str], base: ModelConfig | None,
                 "num_experts": base.num_experts, "experts_per_token": base.experts_per_token,
                 "expert_ffn": base.expert_ffn, "rope_attention_factor": base.rope_attention_factor,
                 "mla": base.mla, "shared_experts": base.shared_experts, "qk_norm": base.qk_norm,
-                "rotary_fraction": base.rotary_fraction}
+                "rotary_fraction": base.rotary_fraction, "sliding_window": base.sliding_window,
+                "sliding_layers": base.sliding_layers, "activation_clamp": base.activation_clamp}
         flag_of = {v: k for k, v in _MODEL_FLAGS.items()}
         flag_of.update(kv_heads="--num-query-groups", dropout="--attention-dropout/--hidden-dropout",
                        position="--position-embedding-type", experts_per_token="--moe-router-topk",
                        rope_attention_factor="--position-embedding-type (YaRN's attention factor)",
                        mla="--multi-latent-attention (q, kv lora ranks, rope dim)",
-                       head_dim="--kv-channels / --qk-head-dim", qk_norm="--qk-layernorm / --qk-l2-norm")
+                       head_dim="--kv-channels / --qk-head-dim", qk_norm="--qk-layernorm / --qk-l2-norm",
+                       activation="--swiglu / --squared-relu / --quick-geglu", sliding_window="--window-size",
+                       sliding_layers="--window-size / --window-attn-skip-freq")
         bad = [f"{flag_of[k]} gives {v!r} where {base.name} has {have[k]!r}"
                for k, v in stated.items() if have[k] != v]
         if bad:
