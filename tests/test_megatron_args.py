@@ -505,3 +505,20 @@ def test_gpt_oss_flags_refused_where_megatron_refuses_them_or_cosearch_cannot_pr
     for extra, match in cases:
         with pytest.raises(ValueError, match=match):
             read_megatron_args(base + extra)
+
+
+def test_bridge_gpt_oss_fields_reach_the_same_flags():
+    """A Megatron-Bridge config's GPT-OSS fields (GPTOSSProvider's window_size, window_attn_skip_freq,
+    softmax_type, activation_func quick_gelu with its clamp and offset) read as the line does, the
+    skip frequency as an integer or the provider's 0/1 list."""
+    model = {"expert_model_parallel_size": 8, "num_moe_experts": 128, "moe_router_topk": 4,
+             "window_size": [127, 0], "softmax_type": "learnable", "gated_linear_unit": True,
+             "activation_func": "torch.nn.functional.quick_gelu", "activation_func_clamp_value": 7.0,
+             "glu_linear_offset": 1.0}
+    for freq in (2, [1, 0] * 18):
+        rc = read_megatron_bridge({"train": {"global_batch_size": 64}, "model": {**model, "window_attn_skip_freq": freq}},
+                                  model="gpt-oss-120b")
+        assert (rc.model.sliding_window, rc.model.sliding_layers, rc.model.activation_clamp) == (128, 18, 7.0)
+    with pytest.raises(ValueError, match="activation_func 'gelu' is not modelled"):
+        read_megatron_bridge({"train": {"global_batch_size": 64}, "model": {**model, "activation_func": "gelu"}},
+                             model="gpt-oss-120b")

@@ -835,7 +835,7 @@ def _line_gpt_oss(vals: dict[str, str], flags: set[str], stated: dict, base: Mod
             raise ValueError("--activation-func-clamp-value must be above 0 (Megatron-Core asserts so)")
         stated["activation_clamp"] = clamp
     if "--window-size" in vals:
-        parts = vals["--window-size"].replace("(", "").replace(")", "").split(",")
+        parts = re.sub(r"[()\[\] ]", "", vals["--window-size"]).split(",")
         if len(parts) != 2 or not all(x.strip().lstrip("-").isdigit() for x in parts):
             raise ValueError(f"--window-size {vals['--window-size']!r}: give left,right such as 127,0")
         left, right = (int(x) for x in parts)

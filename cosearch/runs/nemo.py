@@ -603,7 +603,9 @@ _BRIDGE_VALUED = {f: "--" + f.replace("_", "-") for f in (
     "moe_router_dtype", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
     "moe_router_score_function", "moe_router_bias_update_rate", "moe_token_drop_policy",
     "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rotary_percent",
-    "moe_shared_expert_intermediate_size", "moe_router_topk_limited_devices")}
+    "moe_shared_expert_intermediate_size", "moe_router_topk_limited_devices",
+    # GPT-OSS's attention and activation (TransformerConfig's fields, Megatron's flags)
+    "window_size", "window_attn_skip_freq", "softmax_type", "activation_func_clamp_value", "glu_linear_offset")}
 _BRIDGE_VALUED.update({"num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
                        "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers"})
 _BRIDGE_VALUED.update({"virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
@@ -732,9 +734,12 @@ def read_megatron_bridge(source: str | Path | dict[str, Any] | None = None,
         words += ["--group-query-attention", "--num-query-groups", str(groups)]
     if k.bool("model.gated_linear_unit", False):
         act = str(k.get("model.activation_func", "silu"))
-        if "silu" not in act:
-            raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu)")
-        words.append("--swiglu")
+        if "quick_gelu" in act:
+            words.append("--quick-geglu")           # GPT-OSS's (GPTOSSProvider: activation_func quick_gelu)
+        elif "silu" in act:
+            words.append("--swiglu")
+        else:
+            raise ValueError(f"{name}: a gated MLP with activation_func {act!r} is not modelled (silu, quick_gelu)")
     opt = k.get("optimizer.optimizer")
     if opt is not None:
         # OptimizerConfig.optimizer, Megatron's --optimizer: the line's rule reads it
