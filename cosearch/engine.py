@@ -448,6 +448,9 @@ def graph_elementwise(engine: Engine, model) -> str:
     rope = model.position == "rotary" and (not engine.rope_fusion or (
         engine.scaled_rope == "eager" and model.rope_attention_factor != 1.0 and model.mla is None))
     act = not engine.activation_fusion and model.activation in ("swiglu", "gelu")
+    if act and model.activation_clamp:
+        raise ValueError(f"engine {engine.name!r} runs the MLP's activation unfused, and {model.name}'s is clamped "
+                         "(its clamps inside Megatron-Core's eager GLU are not itemized): not modelled")
     return {(False, False): "fused", (True, False): "rope-eager", (False, True): "act-eager",
             (True, True): "act-rope-eager"}[(rope, act)]
 

@@ -97,3 +97,14 @@ def test_readers_turn_it_off_exactly_where_the_config_does():
     assert read_nemo1(cfg).engine.activation_fusion                       # NeMo 1's default on
     cfg["model"]["bias_activation_fusion"] = False
     assert not read_nemo1(cfg).engine.activation_fusion
+
+
+def test_a_clamped_activation_unfused_is_refused_through_the_api_too():
+    oss = models.preset("gpt-oss-20b")
+    with pytest.raises(ValueError, match="clamped"):
+        engine.graph_elementwise(engine.megatron_core(activation_fusion=False), oss)
+    chip = hardware.preset("H100")
+    spec = PlanSpec(dp=8, tp=1, pp=1, microbatch=1, flash_attention=True, expert_parallel=8)
+    with pytest.raises(ValueError, match="clamped"):
+        evaluate(oss, chip, 8, spec, 64, engine=engine.megatron_core(activation_fusion=False))
+    assert engine.graph_elementwise(engine.megatron_core(), oss) == "rope-eager"      # YaRN, fused activation

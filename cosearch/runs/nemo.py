@@ -568,8 +568,10 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     if not k.bool("model.bias_activation_fusion", True):
         # NeMo 1's default on (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('bias_activation_fusion', True))
         words.append("--no-bias-swiglu-fusion" if act in ("swiglu", "fast-swiglu") else "--no-bias-gelu-fusion")
-    if not k.bool("model.apply_rope_fusion", False):
-        # NeMo 1's default off (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('apply_rope_fusion', False))
+    if not k.bool("model.apply_rope_fusion", False) and str(k.get("model.position_embedding_type",
+                                                                     "learned_absolute")) in ("rope", "yarn"):
+        # NeMo 1's default off (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('apply_rope_fusion', False));
+        # only rotary positions have a RoPE to fuse
         words.append("--no-rope-fusion")
     _vocab(k, "model.", name, words, assumed)
     sections = _NEMO1_TOP_NEUTRAL + tuple(f"model.{s}" for s in _NEMO1_NEUTRAL_SECTIONS)
