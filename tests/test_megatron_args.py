@@ -522,3 +522,17 @@ def test_bridge_gpt_oss_fields_reach_the_same_flags():
     with pytest.raises(ValueError, match="activation_func 'gelu' is not modelled"):
         read_megatron_bridge({"train": {"global_batch_size": 64}, "model": {**model, "activation_func": "gelu"}},
                              model="gpt-oss-120b")
+
+
+def test_masked_softmax_fusion_off_is_said_where_the_attention_is_unfused():
+    """``--no-masked-softmax-fusion`` (neutral until now) changes only the unfused attention's
+    passes: said there, nothing said beside a fused attention kernel; NeMo 1's and Megatron-Bridge's
+    ``masked_softmax_fusion`` reach the same flag."""
+    base = "--global-batch-size 64 --no-masked-softmax-fusion"
+    said = [a for a in read_megatron_args(base + " --transformer-impl local", model="llama3-8b").assumed
+            if "masked-softmax" in a]
+    assert said and "separate PyTorch passes" in said[0]
+    assert not any("masked-softmax" in a for a in read_megatron_args(base, model="llama3-8b").assumed)
+    bridge = read_megatron_bridge(None, ["train.global_batch_size=64", "model.masked_softmax_fusion=false",
+                                         "model.attention_backend=unfused"], model="llama3-8b")
+    assert any("masked-softmax" in a for a in bridge.assumed)

@@ -229,7 +229,9 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--use-flash-att
           # the first parameter all-gather beside the optimizer step (said, :func:`read_megatron_args`)
           "--overlap-param-gather-with-optimizer-step",
           # GPT-OSS's gated activation (:func:`_line_gpt_oss`)
-          "--quick-geglu"}
+          "--quick-geglu",
+          # the unfused attention's scale, mask and softmax as separate passes (said)
+          "--no-masked-softmax-fusion"}
 
 #: Flags with a value that change neither step time nor memory in cosearch's model.
 NEUTRAL_VALUED = frozenset({
@@ -266,7 +268,7 @@ NEUTRAL_VALUED = frozenset({
 #: precision cosearch prices by default).
 NEUTRAL_FLAGS = frozenset({
     "--bf16", "--log-throughput", "--no-load-optim", "--no-load-rng", "--use-mcore-models",
-    "--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
+    "--no-bias-dropout-fusion",
     "--log-params-norm", "--log-num-zeros-in-grad", "--log-timers-to-tensorboard",
     "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--log-world-size-to-tensorboard",
     "--mock-data", "--use-checkpoint-args", "--no-save-optim", "--no-save-rng", "--finetune",
@@ -1474,6 +1476,11 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
                            "April 2024, --attention-backend auto) run Transformer Engine's fused attention; a line for "
                            "an older Megatron-LM, whose local implementation ran it unfused, needs "
                            "--transformer-impl local")
+    if "--no-masked-softmax-fusion" in flags and not flash:
+        # Megatron-Core's FusedScaleMaskSoftmax falls back to PyTorch's scale, mask and softmax (the
+        # local attention's path); the fused attention kernels do all three inside
+        assumed.append("--no-masked-softmax-fusion: the unfused attention's scale, mask and softmax run as separate "
+                       "PyTorch passes over the scores, priced as one softmax pass")
     if "--overlap-param-gather" in flags and "--overlap-grad-reduce" not in flags:
         raise ValueError("--overlap-param-gather needs --overlap-grad-reduce (Megatron refuses it without)")
     if "--overlap-grad-reduce" not in flags:

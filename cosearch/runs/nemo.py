@@ -99,7 +99,7 @@ _NEMO1_NEUTRAL = frozenset({
     "rampup_batch_size", "resume_from_checkpoint", "max_position_embeddings", "init_method_std",
     "apply_query_key_layer_scaling", "layernorm_epsilon", "make_vocab_size_divisible_by", "pre_process", "post_process",
     "persist_layer_norm", "gradient_as_bucket_view", "grad_div_ar_fusion",
-    "bias_dropout_add_fusion", "masked_softmax_fusion", "batch_p2p_comm",
+    "bias_dropout_add_fusion", "batch_p2p_comm",
     "native_amp_init_scale", "native_amp_growth_interval", "hysteresis",
     "fp16_lm_cross_entropy", "grad_allreduce_chunk_size_mb", "mcore_gpt", "fp8_e4m3",
     "fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "seed",
@@ -309,7 +309,8 @@ _NEMO1_SWITCHES = ((("model.bias",), False, "--disable-bias-linear"),
                    (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
                    (("model.sequence_parallel",), True, "--sequence-parallel"),
                    (("model.fp8_params",), True, "--fp8-param-gather"),
-                   (("model.enable_cuda_graph",), True, "--enable-cuda-graph"))
+                   (("model.enable_cuda_graph",), True, "--enable-cuda-graph"),
+                   (("model.masked_softmax_fusion",), False, "--no-masked-softmax-fusion"))
 #: Megatron-Bridge switches (a field may sit in the model provider or in its own section).
 _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear"),
                     (("model.share_embeddings_and_output_weights",), False, "--untie-embeddings-and-output-weights"),
@@ -334,6 +335,7 @@ _BRIDGE_SWITCHES = ((("model.add_bias_linear",), False, "--disable-bias-linear")
                     (("model.moe_per_layer_logging",), True, "--moe-per-layer-logging"),
                     (("model.moe_router_fusion",), True, "--moe-router-fusion"),
                     (("model.moe_grouped_gemm",), True, "--moe-grouped-gemm"),
+                    (("model.masked_softmax_fusion",), False, "--no-masked-softmax-fusion"),
                     (("model.moe_router_padding_for_quantization",), True, "--moe-router-padding-for-quantization"),
                     (("model.moe_router_padding_for_fp8",), True, "--moe-router-padding-for-fp8"),
                     (("model.account_for_embedding_in_pipeline_split",), True,
@@ -621,7 +623,7 @@ _BRIDGE_NEUTRAL_SECTIONS = ("rng", "scheduler", "dataset", "logger", "tokenizer"
 _BRIDGE_NEUTRAL = frozenset({
     "model.init_method_std", "model.layernorm_epsilon", "model.rotary_base",
     "model.seq_len_interpolation_factor", "model.make_vocab_size_divisible_by", "model.bf16", "model.params_dtype",
-    "model.pipeline_dtype", "model.autocast_dtype", "model.masked_softmax_fusion",
+    "model.pipeline_dtype", "model.autocast_dtype",
     "model.bias_dropout_fusion", "model.persist_layer_norm",
     "model.deallocate_pipeline_outputs", "model.async_tensor_model_parallel_allreduce", "model.barrier_with_L1_time",
     "model.max_position_embeddings", "model.activation_func", "model.transformer_layer_spec",
