@@ -180,6 +180,12 @@ same.
   it), priced per :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES` for the dense, routed and shared
   experts' activation (graph ``"act-eager"``, :func:`graph_elementwise`; the engine named
   ``...-unfused-act``).
+* ``attention_sinks`` — where a model's attention sinks (:attr:`cosearch.models.ModelConfig.attention_sinks`,
+  GPT-OSS) run (:data:`cosearch.graph.ATTENTION_SINKS`): ``"kernel"`` (inside the fused attention:
+  Transformer Engine's ``softmax_type learnable``, nothing priced), or as torchtitan rescales the
+  attention kernel's output (``models/gpt_oss/model.py``, ``apply_attention_sink_rescale``: ``out *
+  sigmoid(lse - sinks)``), compiled by Inductor into one pass (``"compiled"``, ``fsdp``) or op by op
+  (``"eager"``, ``fsdp-eager``), priced per :data:`cosearch.graph.ATTENTION_SINK_BYTES`.
 * ``router_dtype`` — the operands of an MoE router's GEMM (:data:`cosearch.graph.ROUTER_DTYPES`):
   ``"bf16"`` (Megatron-Core, whose ``--moe-router-dtype fp32`` keeps bf16 operands, MaxText) or
   ``"fp32"`` (``fsdp`` and ``fsdp-eager``: torchtitan's router runs ``gate(x)`` under
@@ -343,6 +349,7 @@ class Engine:
     scaled_rope: str = "fused"
     rope_fusion: bool = True
     activation_fusion: bool = True
+    attention_sinks: str = "kernel"
     router_dtype: str = "bf16"
     expert_precision: str = "plan"
     attn_proj_original_input: bool = False
@@ -352,6 +359,7 @@ class Engine:
     def __post_init__(self) -> None:
         from ._validate import choice
         from .graph import (
+            ATTENTION_SINKS,
             CROSS_ENTROPY,
             ELEMENTWISE,
             EMBEDDINGS,
@@ -369,6 +377,7 @@ class Engine:
                            ("moe_dispatcher", MOE_DISPATCHERS), ("moe_flex_backend", FLEX_BACKENDS),
                            ("tp_overlap_kernel", TP_OVERLAP_KERNELS),
                            ("expert_elementwise", EXPERT_ELEMENTWISE), ("scaled_rope", SCALED_ROPE),
+                           ("attention_sinks", ATTENTION_SINKS),
                            ("router_dtype", ROUTER_DTYPES), ("expert_precision", EXPERT_PRECISIONS)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
@@ -530,18 +539,19 @@ MEGATRON_DEEPSPEED = Engine("megatron-deepspeed", blocking_p2p=True, overlap_gra
 #: PyTorch FSDP / FSDP2 (torchtitan; its MoE router's GEMM in FP32).
 FSDP = Engine("fsdp", pipeline_scatter_gather=False, grad_reduce_bytes=4.0, zero3_per_layer=True,
               sp_even_split=False, attention_kernel="fa2", selective_recompute="every-other-matmul", fp8_cast_kernel="inductor",
-              moe_dispatcher="gather-tokens", router_dtype="fp32",
+              moe_dispatcher="gather-tokens", router_dtype="fp32", attention_sinks="compiled",
               software="PyTorch FSDP/FSDP2 (torchtitan 2024-25) with SDPA's FlashAttention-2 attention, "
                        "per-op selective checkpointing and torchao's compiled Float8 casts")
 
 #: torchtitan without ``torch.compile``: the model's norms, SwiGLU (the experts' too) and RoPE run
 #: op by op, and GPT-OSS's expert biases and clamped activation as its ``GptOssGroupedExperts`` does.
-FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager", expert_elementwise="torchtitan",
+FSDP_EAGER = replace(FSDP, name="fsdp-eager", elementwise="eager", expert_elementwise="torchtitan", attention_sinks="eager",
                      software=FSDP.software + ", without torch.compile (eager elementwise ops)")
 
 #: llm-foundry (Composer + PyTorch FSDP) with its Triton FlashAttention (attn_impl: triton).
 LLM_FOUNDRY = replace(FSDP, name="llm-foundry", attention_kernel="fa1-triton", selective_recompute="attention-core",
                       fp8_cast_kernel="fused", cross_entropy="fused", elementwise="eager", router_dtype="bf16",
+                      attention_sinks="kernel",
                       software="llm-foundry/Composer 2023-24 on PyTorch FSDP with the FlashAttention-1-era Triton "
                                "kernel (attn_impl: triton, flash_attn_triton.py)")
 

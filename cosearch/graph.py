@@ -676,6 +676,19 @@ CROSS_ENTROPY_TE_BYTES = _te_cross_entropy_bytes(_LIGER_CE_ROWS, 0.90 * 3.35e12,
 #: activation, :attr:`cosearch.engine.Engine.activation_fusion`); ``"act-rope-eager"``: both.
 ELEMENTWISE = ("fused", "eager", "rope-eager", "act-eager", "act-rope-eager")
 
+#: Where a model's attention sinks run (:attr:`cosearch.engine.Engine.attention_sinks`): inside
+#: the fused attention kernel, or as torchtitan rescales the kernel's output
+#: (``apply_attention_sink_rescale``), compiled or eager.
+ATTENTION_SINKS = ("kernel", "compiled", "eager")
+#: Bytes per element of the attention output (forward read, forward written, backward read,
+#: backward written) of torchtitan's sinks rescale, ``out * sigmoid(lse - sinks).to(out.dtype)``
+#: (``models/gpt_oss/model.py``, torchtitan 0.3.0; the ``[tokens, heads]`` logits, sigmoid and cast
+#: are a head's width smaller and left out): eager, the product reads ``out`` and writes it (2, 2),
+#: and its backward reads the gradient for ``grad x scale`` (2 read, 2 written) and the gradient and
+#: ``out`` for ``grad x out`` (4, 2) summed over the head's width (2 read); compiled, one fused kernel
+#: each way (2, 2; the gradient and ``out`` read, the input gradient written: 4, 2).
+ATTENTION_SINK_BYTES = {"eager": (2.0, 2.0, 8.0, 4.0), "compiled": (2.0, 2.0, 4.0, 2.0)}
+
 
 def eager_activation(elementwise: str) -> bool:
     """Whether the :data:`ELEMENTWISE` mode runs the MLP's activation eagerly."""
@@ -1353,7 +1366,7 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
                    cp: int = 1, lowp: float = 0.0, ep: int = 1, experts_local: bool = False,
                    passes: str = "single", tp_amax: frozenset = frozenset(), expert_eager: str = "fused",
                    dispatcher: str = "alltoall", attention_lowp: float = 0.0,
-                   experts_lowp: float | None = None) -> list[Op]:
+                   experts_lowp: float | None = None, sinks: bool = False) -> list[Op]:
     c = config
     s, h = c.seq_len, c.hidden
     sl = s // cp  # this rank's share of the sequence under context parallelism
@@ -1381,6 +1394,9 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
         out = _compressed_attention(g, c, ca, x_in, T, sl, b, a, tp, lowp, cast_in)
     else:
         ctx = _attention(g, c, x_in, T, sl, b, a, kv, flash, lowp, cast_in, latent_rows)
+        if sinks:
+            # torchtitan's apply_attention_sink_rescale: out * sigmoid(lse - sinks) (ATTENTION_SINK_BYTES)
+            ctx = g.vector("attn_sinks", [ctx], T * a * c.head_dim, "mul")
         out = g.linear("attn_out", [ctx], T, h, a * c.head_dim, lowp)
     if tp > 1:
         out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
@@ -1718,7 +1734,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
           expert_tensor_parallel: int | None = None, both: bool = False,
           embedding: str = "gather", cast_passes: str = "single", expert_elementwise: str = "fused",
           moe_dispatcher: str = "alltoall", attention_format: str | None = None,
-          router_dtype: str = "bf16", expert_precision: str | None = None) -> LayerGraph:
+          router_dtype: str = "bf16", expert_precision: str | None = None,
+          attention_sinks: str = "kernel") -> LayerGraph:
     """Analytic op graph of one transformer layer (``part="layer"``), the input
     embedding (``"embedding"``) or the final norm + LM head + loss (``"head"``),
     for ``phase`` ``"fwd"`` or ``"bwd"``, tensor-parallel degree ``tp`` and
@@ -1794,6 +1811,7 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
     choice("embedding", embedding, EMBEDDINGS)
     choice("cast_passes", cast_passes, CAST_PASSES)
     choice("expert_elementwise", expert_elementwise, EXPERT_ELEMENTWISE)
+    choice("attention_sinks", attention_sinks, ATTENTION_SINKS)
     _check_dispatcher(moe_dispatcher)
     attention_lowp = check_attention_format(config, attention_format, flash_attention)
     passes = cast_passes if precision != "bf16" and part == "layer" else "single"
@@ -1805,6 +1823,10 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         extra["one_hot"] = True
     if part == "layer" and attention_lowp:
         extra["attention_lowp"] = attention_lowp
+    sinks = part == "layer" and config.attention_sinks and attention_sinks != "kernel" \
+        and config.compressed_attention is None
+    if sinks:
+        extra["sinks"] = True
     tp_amax = _tp_amax_casts(config) if part == "layer" else (frozenset(), frozenset())
     if passes != "single":
         extra["passes"] = passes
@@ -1840,6 +1862,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
     if eager_rope(elementwise):
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
+    if sinks:
+        own["attn_sinks"] = ATTENTION_SINK_BYTES[attention_sinks]
     if moe_layer:
         own.update(moe_eager_bytes(config, elementwise, expert_elementwise))
     if regroup:

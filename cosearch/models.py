@@ -174,6 +174,11 @@ class ModelConfig:
         config.json's ``swiglu_limit``; Megatron-Core's ``activation_func_clamp_value``).  Priced
         where an engine runs the clamp as eager passes of its own
         (:attr:`cosearch.engine.Engine.expert_elementwise`); a fused activation clamps for free.
+    attention_sinks: one learned logit per head and layer in each softmax's denominator (GPT-OSS's
+        ``sinks``).  Inside a fused attention kernel (Transformer Engine's ``softmax_type
+        learnable``) nothing is priced; where the framework rescales the kernel's output instead
+        (torchtitan's ``apply_attention_sink_rescale``, :attr:`cosearch.engine.Engine.attention_sinks`)
+        the pass over the attention output is.  Their ``heads x layers`` parameters are not counted.
     rope_attention_factor: YaRN's attention (concentration) factor, which multiplies RoPE's cos
         and sin (1: none).  GPT-OSS: ``0.1 ln 32 + 1`` = 1.347 (its ``rope_scaling`` is YaRN at factor
         32 with no ``attention_factor``, Hugging Face's ``get_mscale`` default); DeepSeek-V3 and
@@ -234,6 +239,7 @@ class ModelConfig:
     rope_attention_factor: float = 1.0
     qk_norm: str = "none"
     rotary_fraction: float = 1.0
+    attention_sinks: bool = False
 
     def __post_init__(self) -> None:
         # numpy's integers (a sweep over np.arange) are integers: stored as Python ints, so the
@@ -290,7 +296,7 @@ class ModelConfig:
         if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not math.isfinite(cf) or not 0.0 <= cf <= 64.0:
             raise ValueError(f"ModelConfig.moe_capacity_factor must be a number in [0, 64] (0: dropless), got {cf!r}")
         object.__setattr__(self, "moe_capacity_factor", float(cf))
-        for f in ("moe_pad_to_capacity", "moe_einsum_dispatch"):
+        for f in ("moe_pad_to_capacity", "moe_einsum_dispatch", "attention_sinks"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"ModelConfig.{f} must be True or False, got {getattr(self, f)!r}")
         if (cf or self.moe_pad_to_capacity or self.moe_einsum_dispatch) and not self.num_experts:
@@ -885,7 +891,7 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         position=position, bias=bias, tie_embeddings=tie, dropout=hidden_dropout > 0, dtype_bytes=dtype_bytes,
         extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
         **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor, qk_norm=qk_norm,
-        rotary_fraction=rotary_fraction)
+        rotary_fraction=rotary_fraction, attention_sinks=mt == "gpt_oss")
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
@@ -1161,13 +1167,13 @@ PRESETS: dict[str, ModelConfig] = {
     # (SwiGLU), top-4, vocab 201088, untied, every other layer a 128-token sliding window
     # (layer_types); attention and expert biases; 116.8B total, 5.1B active (its model card); the
     # gated activation clamped at swiglu_limit 7.0; YaRN RoPE at factor 32 (rope_scaling, no
-    # attention_factor: 0.1 ln 32 + 1 on cos and sin).  Its attention sinks (one learned logit per
-    # head and layer) are left out.
+    # attention_factor: 0.1 ln 32 + 1 on cos and sin); its attention sinks (one learned logit per
+    # head and layer).
     "gpt-oss-120b": ModelConfig("gpt-oss-120b", 36, 2880, 64, 2880, 201088, 4096, kv_heads=8, head_size=64,
                                 activation="swiglu", norm="rmsnorm", position="rotary", bias=True,
                                 tie_embeddings=False, dropout=False, num_experts=128, experts_per_token=4,
                                 moe_ffn_hidden=2880, sliding_window=128, sliding_layers=18, activation_clamp=7.0,
-                                rope_attention_factor=yarn_attention_factor(32.0)),
+                                rope_attention_factor=yarn_attention_factor(32.0), attention_sinks=True),
     # openai/gpt-oss-20b config.json: gpt-oss-120b's layers, 24 of them, with 32 experts
     # (num_local_experts 32, num_experts_per_tok 4, layer_types alternating from a sliding
     # one): 20.9B total, 3.6B active (its model card: 21B / 3.6B).
@@ -1175,7 +1181,7 @@ PRESETS: dict[str, ModelConfig] = {
                                activation="swiglu", norm="rmsnorm", position="rotary", bias=True,
                                tie_embeddings=False, dropout=False, num_experts=32, experts_per_token=4,
                                moe_ffn_hidden=2880, sliding_window=128, sliding_layers=12, activation_clamp=7.0,
-                               rope_attention_factor=yarn_attention_factor(32.0)),
+                               rope_attention_factor=yarn_attention_factor(32.0), attention_sinks=True),
     # meta-llama/Llama-4-Scout-17B-16E config.json (text_config): 48 x 5120, 40 heads of 128, 8 KV
     # heads, 16 routed experts of 8,192 (SwiGLU, top-1) + 1 shared in every layer, vocab 202048,
     # untied; chunked attention (attention_chunk_size 8192) on the RoPE layers, every 4th layer

@@ -366,7 +366,7 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
                 ep: int = 1, cross_entropy: str = "fused", elementwise: str = "fused", etp: int | None = None,
                 embedding: str = "gather", passes: str = "single", experts: str = "fused",
                 dispatcher: str = "alltoall", attention_format: str | None = None, router: str = "bf16",
-                expert_precision: str | None = None):
+                expert_precision: str | None = None, sinks: str = "kernel"):
     """The six graphs of (embedding, layer, head) x (fwd, bwd), cached: planning the same model
     again (another design, another ``evaluate``) reuses them (callers must not change the dict).
     The embedding and head do not depend on expert parallelism: they are shared across its
@@ -383,7 +383,8 @@ def _graph_rows(model: ModelConfig, tp: int, mb: int, sp: bool, flash: bool, cp:
                             elementwise, etp if moe else None, embedding if part == "embedding" else "gather",
                             passes if moe else "single", experts if moe else "fused",
                             dispatcher if moe else "alltoall", attention_format if moe else None,
-                            router if moe else "bf16", expert_precision if moe else None)
+                            router if moe else "bf16", expert_precision if moe else None,
+                            sinks if moe else "kernel")
         out[part, "fwd"], out[part, "bwd"] = f, b
     return out
 
@@ -444,7 +445,8 @@ def clear_graph_cache() -> None:
 def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flash: bool, cp: int, precision: str,
                  ep: int, cross_entropy: str, elementwise: str, etp: int | None, embedding: str = "gather",
                  passes: str = "single", experts: str = "fused", dispatcher: str = "alltoall",
-                 attention_format: str | None = None, router: str = "bf16", expert_precision: str | None = None):
+                 attention_format: str | None = None, router: str = "bf16", expert_precision: str | None = None,
+                 sinks: str = "kernel"):
     """One part's (forward, backward) graphs, cached (:func:`cosearch.graph.build_pair`;
     ``experts``: its ``expert_elementwise``, ``dispatcher`` its ``moe_dispatcher``,
     ``attention_format`` its ``attention_format``, ``router`` its ``router_dtype``, ``expert_precision``
@@ -456,7 +458,7 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
             and model.num_experts % 2 == 0
             and (dispatcher not in graph.REGROUPING_DISPATCHERS or model.num_experts // ep > 1)):
         f2, b2 = _part_graphs(model, part, tp, mb, sp, flash, cp, precision, 2, cross_entropy, elementwise, etp,
-                              "gather", passes, experts, dispatcher, attention_format, router, expert_precision)
+                              "gather", passes, experts, dispatcher, attention_format, router, expert_precision, sinks)
         return graph.with_expert_parallel(f2, b2, model, tp, mb, ep, cp, precision, passes, experts, dispatcher,
                                           elementwise, expert_precision)
     return graph.build_pair(model, tp, mb, part, sequence_parallel=sp, flash_attention=flash, context_parallel=cp,
@@ -464,7 +466,7 @@ def _part_graphs(model: ModelConfig, part: str, tp: int, mb: int, sp: bool, flas
                             elementwise=elementwise, expert_tensor_parallel=etp, embedding=embedding,
                             cast_passes=passes, expert_elementwise=experts, moe_dispatcher=dispatcher, router_dtype=router,
                             expert_precision=expert_precision,
-                            attention_format=attention_format)
+                            attention_format=attention_format, attention_sinks=sinks)
 
 
 _SHARES: dict = {}
@@ -1054,10 +1056,10 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 if affine:
                     g1 = _graph_rows(c, t, 1, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
                                      etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format,
-                                     eng.router_dtype, expert_prec)
+                                     eng.router_dtype, expert_prec, eng.attention_sinks)
                     g2 = _graph_rows(c, t, 2, sp, flash_attention, cp, precision, ep, eng.cross_entropy, elementwise,
                                      etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher, attention_format,
-                                     eng.router_dtype, expert_prec)
+                                     eng.router_dtype, expert_prec, eng.attention_sinks)
                     # every microbatch size's rows of the six graphs, priced in one call: the rows at
                     # one sequence plus (size - 1) times their change per sequence
                     base, per_seq_rows = _stacked_rows(g1, g2)
@@ -1066,7 +1068,7 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                 else:
                     gs = _graph_rows(c, t, int(mbs[0]), sp, flash_attention, cp, precision, ep, eng.cross_entropy,
                                      elementwise, etp_t, eng.embedding, passes, expert_mode, eng.moe_dispatcher,
-                                     attention_format, eng.router_dtype, expert_prec)
+                                     attention_format, eng.router_dtype, expert_prec, eng.attention_sinks)
                     base = _graph_stack(gs)
                     per_seq_rows, extra = np.zeros_like(base), np.zeros(1)
                 lay = _cell_layout(gs)

@@ -69,7 +69,8 @@ def hf_config_notes(config: dict[str, Any]) -> list[str]:
         notes.append(f"hidden dropout {hidden:g}, attention dropout {attention:g}: dropout priced at the embedding, "
                      "attention and MLP outputs, and on the attention probabilities where the attention runs unfused")
     if mt == "gpt_oss":
-        notes.append("attention sinks (one learned logit per head and layer) not priced")
+        notes.append("attention sinks (one learned logit per head and layer): priced where the framework rescales "
+                     "the attention output with them (torchtitan), not inside a fused attention kernel")
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         if config.get(key):
             notes.append(f"{key} {config[key]}: the tanh soft-capping of the logits not priced")

@@ -286,7 +286,7 @@ def _attention_features(row: dict, notes: list) -> dict:
     """The attention features a row's ``arch`` names, dense or MoE: q/k norms ("qk-norm": Qwen3's
     per-head RMSNorms; with "chunked attention", Llama 4's weightless L2 norm), an alternating
     sliding window ("alternating sliding-window(W)"; any other layout refused) and attention
-    sinks (said, not priced)."""
+    sinks (inside the fused attention kernel: said, not priced)."""
     arch, out = str(row["arch"]), {}
     other = [w for w in OTHER_MIXER_WORDS if w.lower() in arch.lower()]
     if other:
@@ -309,7 +309,8 @@ def _attention_features(row: dict, notes: list) -> dict:
         out["sliding_layers"] = int(row["layers"]) // 2
         notes.append(f"sliding window {win.group(2)} on every other layer ({int(row['layers']) // 2})")
     if "attention sinks" in arch:
-        notes.append("attention sinks not priced (one learned logit per head)")
+        notes.append("attention sinks inside the fused attention kernel (Transformer Engine's softmax_type "
+                     "learnable), not priced (one learned logit per head)")
     return out
 
 

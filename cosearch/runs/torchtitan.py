@@ -659,8 +659,9 @@ def read_torchtitan(source: str | Path | dict[str, Any] | Any,
         assumed.append("the experts' biases and clamped SwiGLU " + (
             "fused by torch.compile" if compiled else
             "priced as torchtitan's GptOssGroupedExperts runs them, op by op (no torch.compile)"))
-        assumed.append("the attention sinks' rescale of each attention output (apply_attention_sink_rescale) "
-                       "not priced")
+        assumed.append("the attention sinks' rescale of each attention output (apply_attention_sink_rescale: out * "
+                       "sigmoid(lse - sinks)) priced as a pass over it, " + (
+                           "one fused kernel each way (torch.compile)" if compiled else "op by op (no torch.compile)"))
     chunks = k.positive("loss.num_chunks", 1)
     if chunks > 1:
         # ChunkedLossWrapper (torchtitan 0.3 components/loss.py): the output layer and the loss a
