@@ -458,8 +458,9 @@ def graph_elementwise(engine: Engine, model) -> str:
         engine.scaled_rope == "eager" and model.rope_attention_factor != 1.0 and model.mla is None))
     act = not engine.activation_fusion and model.activation in ("swiglu", "gelu")
     if act and model.activation_clamp:
-        raise ValueError(f"engine {engine.name!r} runs the MLP's activation unfused, and {model.name}'s is clamped "
-                         "(its clamps inside Megatron-Core's eager GLU are not itemized): not modelled")
+        raise ValueError(f"engine {engine.name!r} runs the MLP's activation unfused, and {model.name}'s is clamped: "
+                         "a clamped activation unfused is not modelled (its clamps run inside Megatron-Core's eager "
+                         "GLU, which the experts' eager passes do not itemize)")
     return {(False, False): "fused", (True, False): "rope-eager", (False, True): "act-eager",
             (True, True): "act-rope-eager"}[(rope, act)]
 

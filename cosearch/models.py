@@ -620,8 +620,9 @@ def _hf_bool(config: dict, key: str, default: bool) -> bool:
     return v
 
 
-#: The dropout probabilities of each family's config, as (hidden keys, attention keys, default),
-#: the default transformers' configuration classes give where a config.json leaves a key out
+#: The dropout probabilities of each family's config, as (hidden keys, attention keys, default: one
+#: for every key, or a key's own), the default transformers' configuration classes give where a
+#: config.json leaves a key out
 #: (``models/<family>/configuration_<family>.py``, transformers 5.25): GPT-2's ``resid_pdrop``,
 #: ``embd_pdrop`` and ``attn_pdrop`` 0.1; GPT-J's and Phi's 0.0 (Phi's attention key
 #: ``attention_dropout``); GPT-NeoX's, BLOOM's and Falcon's ``hidden_dropout`` and
@@ -634,10 +635,8 @@ _HF_DROPOUT = {"gpt2": (("resid_pdrop", "embd_pdrop"), ("attn_pdrop",), 0.1),
                "gpt_neox": (("hidden_dropout",), ("attention_dropout",), 0.0),
                "bloom": (("hidden_dropout",), ("attention_dropout",), 0.0),
                "falcon": (("hidden_dropout",), ("attention_dropout",), 0.0),
-               "opt": (("dropout",), ("attention_dropout",), None),
+               "opt": (("dropout",), ("attention_dropout",), {"dropout": 0.1, "attention_dropout": 0.0}),
                "bert": (("hidden_dropout_prob",), ("attention_probs_dropout_prob",), 0.1)}
-#: OPT's defaults: ``dropout`` 0.1, ``attention_dropout`` 0.0.
-_OPT_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.0}
 #: A family outside :data:`_HF_DROPOUT` and :data:`HF_FAMILIES` (read by its usual field names):
 #: the dropout keys decoder configs use (StarCoder2's ``residual_dropout`` and
 #: ``embedding_dropout``, MPT's ``emb_pdrop``, ...), 0.0 where absent.
@@ -662,7 +661,7 @@ def hf_dropout(config: dict, model_type: str) -> tuple[float, float]:
     def prob(key: str) -> float:
         v = config.get(key)
         if v is None:
-            return _OPT_DROPOUT[key] if default is None else default
+            return default[key] if isinstance(default, dict) else default
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
             raise ValueError(f"from_hf_config: {key!r} must be a dropout probability in [0, 1), got {v!r}")
         return float(v)

@@ -838,7 +838,7 @@ def _line_gpt_oss(vals: dict[str, str], flags: set[str], stated: dict, base: Mod
         stated["activation_clamp"] = clamp
     if "--window-size" in vals:
         parts = re.sub(r"[()\[\] ]", "", vals["--window-size"]).split(",")
-        if len(parts) != 2 or not all(x.strip().lstrip("-").isdigit() for x in parts):
+        if len(parts) != 2 or not all(x.lstrip("-").isdigit() for x in parts):
             raise ValueError(f"--window-size {vals['--window-size']!r}: give left,right such as 127,0")
         left, right = (int(x) for x in parts)
         if right != 0 or left < 1:
@@ -847,7 +847,7 @@ def _line_gpt_oss(vals: dict[str, str], flags: set[str], stated: dict, base: Mod
         if layers is None:
             raise ValueError("--window-size needs --num-layers (or --model) to count the window layers")
         stated["sliding_window"] = left + 1
-        stated["sliding_layers"] = _window_layers(vals.get("--window-attn-skip-freq", str(0)), int(layers)) \
+        stated["sliding_layers"] = _window_layers(vals["--window-attn-skip-freq"], int(layers)) \
             if "--window-attn-skip-freq" in vals else int(layers)
     elif "--window-attn-skip-freq" in vals:
         assumed.append("--window-attn-skip-freq: inert without --window-size")
@@ -1161,9 +1161,9 @@ def _activation_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) 
     """Megatron's ``bias_activation_fusion`` as Megatron-LM sets it (``argument_utils.py``: the
     ``--no-bias-swiglu-fusion`` switch for a SwiGLU MLP, ``--no-bias-gelu-fusion`` otherwise; and
     ``arguments.py`` turns the GeLU one off without linear biases): off, ``MLP.forward`` runs the
-    activation as PyTorch ops (:attr:`~cosearch.engine.Engine.activation_fusion`).  A clamped
-    activation (GPT-OSS's) unfused is refused: its clamps run inside the eager GLU, which the
-    experts' eager passes do not itemize."""
+    activation as PyTorch ops (:attr:`~cosearch.engine.Engine.activation_fusion`); a clamped
+    activation (GPT-OSS's) unfused is refused where the engine's graph is chosen
+    (:func:`~cosearch.engine.graph_elementwise`)."""
     swiglu_off, gelu_off = "--no-bias-swiglu-fusion" in flags, "--no-bias-gelu-fusion" in flags
     if model.activation == "swiglu":
         off = swiglu_off
@@ -1184,9 +1184,6 @@ def _activation_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) 
         for f in ("--no-bias-swiglu-fusion", "--no-bias-gelu-fusion"):
             if f in flags:
                 assumed.append(f"{f}: not priced for the model's {model.activation} activation (one pass either way)")
-    if off and model.activation_clamp:
-        raise ValueError("the MLP's clamped activation unfused (bias-activation fusion off) is not modelled: its "
-                         "clamps run inside Megatron-Core's eager GLU")
     if off and model.activation == "swiglu":
         assumed.append("--no-bias-swiglu-fusion: the SwiGLU run as PyTorch ops (chunk, SiLU, product)"
                        + (", the experts' too" if model.moe else "") + " (priced)")
@@ -1523,6 +1520,7 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
     dispatcher, overlap, backend = _moe_dispatch(vals, flags, ep, assumed)
     engine = with_moe_dispatch(engine, dispatcher, overlap, sms, backend)
+    # (through graph_elementwise, which also refuses what the engine cannot run on this model)
     assumed += eager_pass_notes(engine, model)
     plan = dict(tp=tp, pp=pp, microbatch=mb, recompute=rc, virtual_stages=virtual,
                 sequence_parallel="--sequence-parallel" in flags and tp > 1,
