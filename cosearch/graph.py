@@ -35,6 +35,7 @@ from .models import ModelConfig
 __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_module", "OP_FIELDS",
            "KIND_TENSOR", "KIND_VECTOR", "KIND_NETWORK", "KIND_ATTENTION", "KIND_CAST", "NETWORK_KINDS",
            "ATTENTION_CORE", "ATTENTION_CASTS", "ATTENTION_FORMAT_BYTES", "check_attention_format",
+           "fp8_window_backward_keys",
            "VECTOR_OPS_PER_ELEMENT", "VOCAB_PAD", "vocab_shard", "SELECTIVE_RECOMPUTE", "EVERY_OTHER_MATMUL",
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "MOE_DISPATCH_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
@@ -943,14 +944,31 @@ def check_attention_format(config: ModelConfig, fmt: str | None, flash_attention
     if config.compressed_attention is not None:
         raise ValueError(f"attention_format={fmt!r}: {config.name}'s compressed attention runs kernels of its own, "
                          "which cosearch prices in bf16: run its attention in bf16 (fp8_attention=False)")
-    if config.sliding_layers or config.chunked_layers:
-        # cuDNN 9.22's FP8 / MXFP8 backward of GPT-OSS's 128-token window on GB200 and GB300 runs at
-        # 0.04-0.48x its bf16 one, slower the longer the sequence, as if it met every causal key
-        # (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/gpt_oss, fb682ce7)
-        raise ValueError(f"attention_format={fmt!r}: {config.name} has sliding-window or chunked attention layers, "
-                         "whose only published FP8 backward (cuDNN on GPT-OSS's window) runs 0.04-0.48x bf16 as if "
-                         "it met every causal key; cosearch has no model of it: run its attention in bf16 (fp8_attention=False)")
+    if config.chunked_layers and config.attention_chunk < config.seq_len:
+        raise ValueError(f"attention_format={fmt!r}: {config.name} has chunked attention layers, for which no FP8 "
+                         "attention kernel is measured: run its attention in bf16 (fp8_attention=False)")
     return ATTENTION_FORMAT_BYTES[fmt]
+
+
+def fp8_window_backward_keys(config: ModelConfig) -> int:
+    """The keys a low-precision (FP8 / MXFP8) fused attention backward meets per query row, in
+    causal-attention units, where ``config`` has sliding-window layers (0 without: the forward's
+    keys, its window share).  cuDNN's FP8 and MXFP8 backward under a sliding window does not skip
+    the tiles outside the window: it meets every key of the causal mask.  cuDNN's own SDPA training
+    benchmark shows it at GPT-OSS's window (128 keys, head dim 64) on GB200 and GB300, with cuDNN
+    9.22, 9.26 and 9.27 alike (``cosearch/data/cudnn_sdpa_window.csv``): from 2k to 32k tokens the
+    FP8 backward's time grows 3.1-3.9x per doubling of the sequence, as causal attention's work does,
+    where the bf16 backward's and every forward's grow 2x (the window's), so at 32k it runs 25-35x
+    slower than the bf16 one.  Transformer Engine sends FP8 sliding-window attention to this kernel on
+    sm100 from cuDNN 9.21 (``get_attention_backend``).  So every layer's backward is priced as full
+    causal attention, ``seq_len`` keys; at the chips' multi-head FP8 backward speeds (measured at head
+    dims 192 and 128) cuDNN takes 1.25-1.47x that price at head dim 64, the same at every length to
+    6 % (``tests/test_fp8_attention.py``) (chunked layers in FP8 are refused by
+    :func:`check_attention_format`, context parallelism with windows by
+    :func:`check_context_parallel`)."""
+    if not config.sliding_layers:
+        return 0
+    return int(config.seq_len)
 
 
 def check_scaling_recipe(precision: str, recipe: str | None, name: str = "scaling_recipe") -> str | None:
@@ -1581,7 +1599,7 @@ _CONJUGATE = {"allgather": "reducescatter", "reducescatter": "allgather", "allto
 
 def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
               own_bwd: dict[str, tuple[float, float]] | None = None, passes: str = "single",
-              tp_amax: frozenset = frozenset()) -> list[Op]:
+              tp_amax: frozenset = frozenset(), lowp_attention_bwd_keys: int = 0) -> list[Op]:
     """Reverse-mode graph of a forward op list.  A forward all-reduce (Megatron's ``g``)
     is the identity backward; an all-gather becomes a reduce-scatter and vice versa
     (sequence parallelism); input-gradient all-reduces (Megatron's ``f``) are inserted
@@ -1591,7 +1609,9 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
     ``passes`` (:data:`CAST_PASSES`): under ``"amax-unfused"`` or ``"amax-all"`` every incoming
     gradient's cast takes its amax pass (a gradient is a plain bf16 tensor: no norm writes it);
     ``tp_amax``: the gradient casts whose amax is all-reduced over the tensor-parallel ranks
-    under sequence parallelism (:func:`_tp_amax_casts`)."""
+    under sequence parallelism (:func:`_tp_amax_casts`).  ``lowp_attention_bwd_keys`` (0: the
+    forward's): the keys a low-precision fused attention's backward meets, in causal-attention
+    units (:func:`fp8_window_backward_keys`)."""
     consumers: dict[int, list[int]] = {i: [] for i in range(len(fwd))}
     for i, op in enumerate(fwd):
         for dep in op.deps:
@@ -1652,9 +1672,11 @@ def _backward(fwd: list[Op], tp: int, dt: int, allreduce_after: Sequence[str],
             # (Q, O, dO and dQ have the query rows, K, V, dK and dV the key rows)
             sq, d_ = op.m, op.head_dim or op.k        # the forward's n holds its keys times its factor
             kv_rows = op.bytes_read / (d_ * op.batch * op.dtype_bytes) - sq   # the forward's K and V rows
-            grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, op.n, d_, op.batch, 1.0,
+            lowp = op.dtype_bytes < dt
+            keys = lowp_attention_bwd_keys if lowp and lowp_attention_bwd_keys else op.n
+            grad_of[i] = [g.attention(f"{op.name}.grad", deps, sq, keys, d_, op.batch, 1.0,
                                       3.0 * sq + kv_rows, sq + kv_rows, work=ATTENTION_BWD_FACTOR,
-                                      operand_bytes=op.dtype_bytes if op.dtype_bytes < dt else None)]
+                                      operand_bytes=op.dtype_bytes if lowp else None)]
         else:
             name = f"{op.name}.grad"
             # reads its inputs and the output's gradient (elements in the graph's dtype, whatever the
@@ -1876,7 +1898,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
         return fwd
     bwd = LayerGraph(f"{config.name}.{part}.bwd",
                      tuple(_backward(ops, tp, config.dtype_bytes, ar_after, {k: v[2:] for k, v in own.items()},
-                                     passes, tp_amax[1])),
+                                     passes, tp_amax[1],
+                                     fp8_window_backward_keys(config) if attention_lowp else 0)),
                      phase="bwd", tp=tp, microbatch=microbatch)
     return (fwd, bwd) if both else bwd
 

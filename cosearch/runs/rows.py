@@ -703,6 +703,9 @@ def _fp8_attention(row: dict, model, precision: str, recipe: str | None, notes: 
     notes.append(f"attention in {fmt} (fp8_dot_product_attention), as the cited config sets it "
                  f"({cited['config']}@{cited['commit']}, {cited['fp8_dpa_at']}): at the chip's measured {fmt} "
                  "attention speeds")
+    if model.sliding_layers:
+        notes.append(f"its {fmt} attention backward priced as full causal attention on the sliding-window layers "
+                     "too: cuDNN's FP8 backward meets every causal key under a window (graph.fp8_window_backward_keys)")
     return True
 
 
@@ -824,6 +827,10 @@ def read_row(row: dict, source: str = "validation row") -> RunConfig:
     chip = _chip(row, notes)
     cl = _cluster(row, chip)
     model = _model(row, notes)
+    regression = re.search(r"page footnote: ([^;]*regression[^;]*)", str(row.get("notes") or ""), re.I)
+    if regression:
+        notes.append(f"its source marks this throughput as a software regression ({regression.group(1).strip()}); "
+                     "cosearch prices the kernels as they run without it")
     ep = int(row.get("ep") or 1)
     etp = row.get("etp")
     if ep > 1 and not model.moe:
