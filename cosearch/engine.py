@@ -178,8 +178,9 @@ same.
   and Megatron-LM turns the GeLU one off for a model without linear biases; Megatron-Core's
   ``TransformerConfig`` default, which Megatron-Bridge keeps unless a model provider or recipe sets
   it), priced per :data:`cosearch.graph.EAGER_ELEMENTWISE_BYTES` for the dense, routed and shared
-  experts' activation (graph ``"act-eager"``, :func:`graph_elementwise`; the engine named
-  ``...-unfused-act``).
+  experts' activation, with the dense MLP's bias added by a pass of its own where the model has one
+  (:func:`cosearch.graph.unfused_bias_add_bytes`) (graph ``"act-eager"``, :func:`graph_elementwise`;
+  the engine named ``...-unfused-act``).
 * ``attention_sinks`` — where a model's attention sinks (:attr:`cosearch.models.ModelConfig.attention_sinks`,
   GPT-OSS) run (:data:`cosearch.graph.ATTENTION_SINKS`): ``"kernel"`` (inside the fused attention:
   Transformer Engine's ``softmax_type learnable``, nothing priced), or as torchtitan rescales the

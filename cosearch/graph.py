@@ -40,7 +40,7 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "MOE_DISPATCH_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
            "grows_with_tokens", "expert_eager_bytes", "moe_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
-           "REGROUPING_DISPATCHERS", "ROUTER_DTYPES"]
+           "REGROUPING_DISPATCHERS", "ROUTER_DTYPES", "UNFUSED_BIAS_ADD", "unfused_bias_add_bytes"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 #: ``bmm`` (activation x activation: unfused attention's scores and context, MaxText's dispatch
@@ -759,6 +759,28 @@ EAGER_ELEMENTWISE_BYTES = {
     "layernorm": (_LN_FWD - 2.0, 2.0, _LN_BWD - 2.0, 2.0),
     "gelu": (_GELU_FWD - 2.0, 2.0, _GELU_BWD - 2.0, 2.0),
 }
+
+#: The :data:`ELEMENTWISE` modes whose eager activation is Megatron-Core's unfused one, which adds
+#: the first MLP GEMM's bias in a pass of its own (``MLP.forward`` without
+#: ``bias_activation_fusion``: ``intermediate_parallel + bias_parallel``, the linear layer returning
+#: its bias unapplied); a fully eager model (``"eager"``: PyTorch's ``nn.Linear``) adds it inside the
+#: GEMM (``addmm``).
+UNFUSED_BIAS_ADD = ("act-eager", "act-rope-eager")
+
+
+def unfused_bias_add_bytes(config: ModelConfig) -> tuple[float, float, float, float]:
+    """Bytes per activation-output element (forward read, forward written, backward read, backward
+    written) of Megatron-Core's separate bias add before an unfused activation
+    (:data:`UNFUSED_BIAS_ADD`), in the model's dtype ``dt``: the add reads the first GEMM's output
+    and writes it biased (``dt`` each per element of its input, the bias row read once); its
+    backward passes the gradient through and reduces it over the tokens for the bias gradient
+    (``dt`` read, nothing per element written).  A gated activation's input is twice its output
+    (both halves biased), so 2 ``dt`` each.  Priced inside the ``act`` op (its own kernel's launch,
+    a few microseconds, is not added)."""
+    dt = float(config.dtype_bytes)
+    width = 2.0 if config.gated else 1.0
+    return (width * dt, width * dt, width * dt, 0.0)
+
 
 #: How the routed experts' bias and activation clamp run (:attr:`cosearch.engine.Engine.expert_elementwise`):
 #: ``"fused"`` (inside the experts' kernels: Transformer Engine's op fuser, or a model without
@@ -1882,6 +1904,8 @@ def build(config: ModelConfig, tp: int = 1, microbatch: int = 1, phase: str = "f
                 own.update({n: EAGER_ELEMENTWISE_BYTES[config.norm] for n in ("q_latent_norm", "kv_latent_norm")})
     if eager_activation(elementwise) and config.activation in ("swiglu", "gelu"):
         own["act"] = EAGER_ELEMENTWISE_BYTES[config.activation]
+        if config.bias and elementwise in UNFUSED_BIAS_ADD:
+            own["act"] = tuple(a + b for a, b in zip(own["act"], unfused_bias_add_bytes(config)))
     if eager_rope(elementwise):
         own["rotary"] = EAGER_ELEMENTWISE_BYTES["rotary"]
     if sinks:

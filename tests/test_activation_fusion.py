@@ -11,6 +11,7 @@ import pytest
 from cosearch import engine, graph, hardware, models
 from cosearch.plan import PlanSpec, evaluate
 from cosearch.runs import read_megatron_args, read_megatron_bridge, read_nemo1
+from cosearch.runs.megatron import activation_fusion_off_flag
 
 LLAMA = models.ModelConfig("tiny-llama", 2, 256, 4, 512, 1000, 128, activation="swiglu", norm="rmsnorm",
                            position="rotary", bias=False, tie_embeddings=False, dropout=False)
@@ -51,6 +52,40 @@ def test_eager_swiglu_moves_its_itemized_bytes_dense_and_experts():
         assert (moe[name].bytes_read, moe[name].bytes_written) == (6 * moe[name].elements, 4 * moe[name].elements)
 
 
+def test_a_biased_mlp_adds_its_bias_by_a_pass_of_its_own_when_unfused():
+    """Megatron-Core's MLP without bias_activation_fusion adds fc1's bias before the activation:
+    per element of the activation's output, a GeLU MLP's add reads 2 bytes and writes 2 (bf16),
+    its backward reads the 2-byte gradient for the bias gradient's sum; a SwiGLU's input is twice
+    as wide (4, 4; 4).  Hand-worked on top of the eager activation's bytes; a fully eager model
+    (addmm) and a model without biases add nothing; the step grows by exactly those bytes."""
+    gelu = LLAMA.with_(name="tiny-gpt", activation="gelu", norm="layernorm", bias=True)
+    for m, add in ((gelu, (2.0, 2.0, 2.0, 0.0)), (LLAMA.with_(name="tiny-biased", bias=True), (4.0, 4.0, 4.0, 0.0))):
+        want = tuple(a + b for a, b in zip(graph.EAGER_ELEMENTWISE_BYTES[m.activation], add))
+        assert graph.unfused_bias_add_bytes(m) == add
+        for mode in ("act-eager", "act-rope-eager"):
+            f, b = graph.build_pair(m, 1, 1, flash_attention=True, elementwise=mode)
+            act, grad = next(o for o in f.ops if o.name == "act"), next(o for o in b.ops if o.name == "act.grad")
+            assert (act.bytes_read, act.bytes_written) == (want[0] * act.elements, want[1] * act.elements), mode
+            assert (grad.bytes_read, grad.bytes_written) == (want[2] * act.elements, want[3] * act.elements), mode
+        f, _ = graph.build_pair(m, 1, 1, flash_attention=True, elementwise="eager")
+        eager = next(o for o in f.ops if o.name == "act")
+        base = graph.EAGER_ELEMENTWISE_BYTES[m.activation]
+        assert (eager.bytes_read, eager.bytes_written) == (base[0] * eager.elements, base[1] * eager.elements)
+    # the step: the biased GeLU model unfused against fused, by the act ops' bytes counted by hand
+    # (fused: the bias-GeLU kernel's 2 read, 2 written forward and 4, 2 back an element)
+    chip = hardware.preset("H100")
+    spec = PlanSpec(dp=1, tp=1, pp=1, microbatch=1, flash_attention=True)
+    f, _ = graph.build_pair(gelu, 1, 1, flash_attention=True)
+    fused = next(o for o in f.ops if o.name == "act")
+    n = fused.elements
+    assert (fused.bytes_read, fused.bytes_written) == (2 * n, 2 * n)
+    unfused = sum(graph.EAGER_ELEMENTWISE_BYTES["gelu"]) + 6.0
+    extra_s = (unfused - 10.0) * n / (chip.hbm_bandwidth_Bps * chip.efficiency.memory)
+    a = evaluate(gelu, chip, 1, spec, 4, engine=engine.megatron_core(activation_fusion=False))
+    p = evaluate(gelu, chip, 1, spec, 4, engine=engine.megatron_core())
+    assert a.step_time_s - p.step_time_s == pytest.approx(2 * 4 * extra_s, rel=1e-9)
+
+
 def test_unfused_activation_costs_its_extra_bytes_every_layer_and_microbatch():
     fused_f, fused_b = graph.build_pair(LLAMA, 1, 1, flash_attention=True)
     f, b = graph.build_pair(LLAMA, 1, 1, flash_attention=True, elementwise="act-eager")
@@ -77,7 +112,8 @@ def test_readers_turn_it_off_exactly_where_the_config_does():
     # GeLU: on with biases unless --no-bias-gelu-fusion; without biases always off (Megatron's rule)
     assert read_megatron_args(LINE).engine.activation_fusion
     biased_off = read_megatron_args(LINE + " --no-bias-gelu-fusion")
-    assert not biased_off.engine.activation_fusion and any("not priced" in a for a in biased_off.assumed)
+    assert not biased_off.engine.activation_fusion and any("bias added by a pass of its own" in a and "priced" in a
+                                                             for a in biased_off.assumed)
     nobias = read_megatron_args(LINE + " --disable-bias-linear")
     assert not nobias.engine.activation_fusion and any("F.gelu unfused" in a for a in nobias.assumed)
     # GPT-OSS's clamped activation unfused: refused
@@ -97,6 +133,12 @@ def test_readers_turn_it_off_exactly_where_the_config_does():
     assert read_nemo1(cfg).engine.activation_fusion                       # NeMo 1's default on
     cfg["model"]["bias_activation_fusion"] = False
     assert not read_nemo1(cfg).engine.activation_fusion
+    # a biased GeLU MLP: NeMo 1's switch maps to --no-bias-gelu-fusion, its bias add priced with the GeLU
+    gelu = read_nemo1({**cfg, "model": {**cfg["model"], "activation": "gelu", "bias": True}})
+    assert not gelu.engine.activation_fusion
+    assert any("bias added by a pass of its own" in a for a in gelu.assumed)
+    assert activation_fusion_off_flag(True) == "--no-bias-swiglu-fusion"
+    assert activation_fusion_off_flag(False) == "--no-bias-gelu-fusion"
 
 
 def test_a_clamped_activation_unfused_is_refused_through_the_api_too():

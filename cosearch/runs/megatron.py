@@ -1157,6 +1157,14 @@ def _rope_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) -> boo
     return False
 
 
+def activation_fusion_off_flag(gated: bool) -> str:
+    """Megatron-LM's switch that turns its MLP's bias-activation fusion off, as a config's
+    ``bias_activation_fusion: false`` maps to it: ``--no-bias-swiglu-fusion`` for a gated (SwiGLU)
+    MLP, ``--no-bias-gelu-fusion`` otherwise (``argument_utils.py``; read back by
+    :func:`_activation_fusion`)."""
+    return "--no-bias-swiglu-fusion" if gated else "--no-bias-gelu-fusion"
+
+
 def _activation_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) -> bool:
     """Megatron's ``bias_activation_fusion`` as Megatron-LM sets it (``argument_utils.py``: the
     ``--no-bias-swiglu-fusion`` switch for a SwiGLU MLP, ``--no-bias-gelu-fusion`` otherwise; and
@@ -1177,8 +1185,8 @@ def _activation_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) 
             assumed.append("a GeLU MLP without linear biases runs F.gelu unfused (Megatron turns the bias-GeLU "
                            "fusion off without biases)")
         elif off:
-            assumed.append("--no-bias-gelu-fusion: the MLP's bias added by a pass of its own before the GeLU, not "
-                           "priced")
+            assumed.append("--no-bias-gelu-fusion: the GeLU run as PyTorch's F.gelu, the MLP's bias added by a pass "
+                           "of its own before it (both priced)")
     else:
         off = False
         for f in ("--no-bias-swiglu-fusion", "--no-bias-gelu-fusion"):
@@ -1186,7 +1194,8 @@ def _activation_fusion(flags: set[str], model: ModelConfig, assumed: list[str]) 
                 assumed.append(f"{f}: not priced for the model's {model.activation} activation (one pass either way)")
     if off and model.activation == "swiglu":
         assumed.append("--no-bias-swiglu-fusion: the SwiGLU run as PyTorch ops (chunk, SiLU, product)"
-                       + (", the experts' too" if model.moe else "") + " (priced)")
+                       + (", the experts' too" if model.moe else "")
+                       + (", the MLP's bias added by a pass of its own before it" if model.bias else "") + " (priced)")
     return not off
 
 

@@ -67,7 +67,7 @@ from ..memory import MemoryConfig
 from ..models import ModelConfig
 from ._fields import Keys, flatten, load_yaml, parse_overrides, resolve_interpolations
 from .config import RunConfig
-from .megatron import read_megatron_args
+from .megatron import activation_fusion_off_flag, read_megatron_args
 
 __all__ = ["read_nemo1", "read_megatron_bridge", "TOKENIZER_VOCAB"]
 
@@ -290,7 +290,7 @@ def _bridge_activation_fusion(k: Keys, assumed: list[str]) -> list[str]:
         return []
     if k.bool("model.bias_activation_fusion"):
         return []
-    return ["--no-bias-swiglu-fusion" if k.bool("model.gated_linear_unit", False) else "--no-bias-gelu-fusion"]
+    return [activation_fusion_off_flag(k.bool("model.gated_linear_unit", False))]
 
 
 def _one_value(k: Keys, name: str, *keys: str):
@@ -569,7 +569,7 @@ def read_nemo1(source: str | Path | dict[str, Any], overrides: list[str] | tuple
     words += _nemo1_grad_accum(k, name, nodes * devices, opt, assumed)
     if not k.bool("model.bias_activation_fusion", True):
         # NeMo 1's default on (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('bias_activation_fusion', True))
-        words.append("--no-bias-swiglu-fusion" if act in ("swiglu", "fast-swiglu") else "--no-bias-gelu-fusion")
+        words.append(activation_fusion_off_flag(act in ("swiglu", "fast-swiglu")))
     if not k.bool("model.apply_rope_fusion", False) and str(k.get("model.position_embedding_type",
                                                                      "learned_absolute")) in ("rope", "yarn"):
         # NeMo 1's default off (megatron_gpt_config.yaml; MegatronBaseModel: cfg.get('apply_rope_fusion', False));
