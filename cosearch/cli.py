@@ -458,6 +458,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (omit to search)")
     p.add_argument("--no-sp", dest="sp", action="store_false", help="no sequence parallelism (omit to search)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (omit to search)")
+    p.add_argument("--pipeline-microbatches", type=_positive, default=None,
+                   help="with a full plan under a circular-pipeline engine (maxtext): the microbatches of one pass "
+                        "of the pipeline, MaxText's num_pipeline_microbatches (omit: all of a step's, one pass)")
     p.add_argument("--flash", action="store_true", help="flash attention (no s x s attention activations)")
     p.add_argument("--cp", type=_positive, help="context-parallel degree (needs --flash; omit: 1)")
     p.add_argument("--ep", type=_positive, help="expert-parallel degree of an MoE model (omit: 1)")
@@ -703,9 +706,11 @@ def _best_fixed_plan(model, chip, cluster, base, a):
     sps = (a.sp,) if a.sp is not None else ((False, True) if base.tp > 1 else (False,))
     zeros = (a.zero,) if a.zero is not None else tuple(z for z in a.engine.zero_stages if z == 0 or base.dp > 1)
     m = a.batch // (base.dp * base.microbatch) if a.batch % (base.dp * base.microbatch) == 0 else 0
+    circular = a.engine.pipeline_schedule == "circular" and base.pp > 1       # MaxText's: even chunks only
     virtuals = (a.virtual,) if a.virtual else tuple(
-        v for v in DEFAULT_VIRTUAL if v == 1 or (base.pp > 1 and not a.engine.blocking_p2p
-                                                 and model.num_layers % (base.pp * v) == 0 and m % base.pp == 0))
+        v for v in DEFAULT_VIRTUAL if (v == 1 and not circular) or (base.pp > 1 and not a.engine.blocking_p2p
+                                                                   and model.num_layers % (base.pp * v) == 0
+                                                                   and m % base.pp == 0)) or (1,)
     plans = [evaluate(model, chip, cluster, base.with_(recompute=r, sequence_parallel=s, zero=z, virtual_stages=vs),
                       a.batch, engine=a.engine) for r, s, z, vs in itertools.product(rcs, sps, zeros, virtuals)]
     ok = [p for p in plans if p.feasible]
@@ -755,10 +760,10 @@ def _run_plan(a) -> int:
     elif run is not None:
         if any(x is not None for x in (a.dp, a.tp, a.pp, a.mb, a.virtual, a.cp, a.ep, a.etp, a.recompute, a.sp,
                                        a.zero, a.precision, a.zero_group, a.scaling_recipe, a.bf16_layers,
-                                       a.fp8_attention)):
+                                       a.fp8_attention, a.pipeline_microbatches)):
             raise ValueError("--from gives the plan: drop --dp/--tp/--pp/--mb/--virtual/--cp/--ep/--etp/--recompute/"
-                             "--sp/--zero/--precision/--zero-group/--scaling-recipe/--bf16-layers/--fp8-attention (or "
-                             "edit the file with key=value overrides)")
+                             "--sp/--zero/--precision/--zero-group/--scaling-recipe/--bf16-layers/--fp8-attention/"
+                             "--pipeline-microbatches (or edit the file with key=value overrides)")
         d = run.resolve(cluster.num_chips, global_batch=a.batch, model=None)
         model, spec, a.batch, assumed, mem = d.model, d.spec, d.global_batch, d.assumed, d.memory
         seq = getattr(a, "seq_len", None)
@@ -850,7 +855,7 @@ def _run_plan(a) -> int:
                         context_parallel=a.cp or 1, precision=a.precision or "bf16", zero_group=a.zero_group,
                         expert_parallel=a.ep or 1, expert_tensor_parallel=1 if a.etp == "1" else None,
                         scaling_recipe=a.scaling_recipe, bf16_layers=_bf16_layers_arg(a.bf16_layers),
-                        fp8_attention=bool(a.fp8_attention))
+                        fp8_attention=bool(a.fp8_attention), pipeline_microbatches=a.pipeline_microbatches)
         plans, tried = _best_fixed_plan(model, chip, cluster, base, a)
         searched = None
         notes = [n for n in (fixed_note, tried) if n]

@@ -262,6 +262,19 @@ same.
   2023-10 (``--no-overlap-p2p-communication``, commit 4eeff55); Megatron-Bridge sets it whenever
   pp > 1 and virtual stages > 1 (``CommOverlapConfig``); NeMo 1's launcher configs set it per
   model (``overlap_p2p_comm``).
+* ``pipeline_schedule`` — ``"1f1b"`` (Megatron's one-forward-one-backward, interleaved with
+  virtual stages; DeepSpeed's ``TrainSchedule`` under ``blocking_p2p``) or ``"circular"``
+  (MaxText's SPMD pipeline, ``layers/pipeline.py``): a pass of ``M`` microbatches
+  (:attr:`cosearch.plan.PlanSpec.pipeline_microbatches`, MaxText's ``num_pipeline_microbatches``)
+  runs ``M R + pp - 1`` iterations (``R`` repeats, the plan's ``virtual_stages``), each stage
+  computing one chunk of ``1 / R`` of its layers in every iteration, the ``pp - 1`` bubble
+  iterations included; autodiff through the iterations' scan keeps every iteration's saved
+  tensors until the backward (``M + (pp - 1) / R`` stage-equivalents a stage,
+  :func:`cosearch._kernels.formulas.inflight_circular`, where 1F1B keeps at most ``pp``);
+  each iteration gathers a chunk's weights over FSDP (two chunks held); the embedding and the
+  head run outside the loop, their batch sharded over the stage axis too (a ``1 / pp`` share on
+  every stage).  Checked against the residuals JAX saves for MaxText's own pipeline
+  (``cosearch/data/maxtext_pipeline_residuals.csv``).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -298,7 +311,8 @@ Presets and the software they describe:
   Matmul.  None of them decomposes an einsum around its all-gather or reduce-scatter (XLA's
   windowed einsum, ``--xla_tpu_decompose_all_gather_einsum`` /
   ``--xla_tpu_decompose_einsum_reduce_scatter``, which MaxText's scripts leave commented out), so
-  a collective overlaps only compute that does not wait for it.
+  a collective overlaps only compute that does not wait for it.  Its pipeline stages run
+  MaxText's SPMD circular schedule (``pipeline_schedule="circular"``).
 """
 
 from __future__ import annotations
@@ -311,7 +325,8 @@ __all__ = ["Engine", "MEGATRON_LM", "MEGATRON_LM_2021", "MEGATRON_CORE", "MEGATR
            "MEGATRON_DEEPSPEED", "FSDP", "FSDP_EAGER", "LLM_FOUNDRY", "MAXTEXT", "MAXTEXT_MINIMAL_REMAT", "ANY",
            "ENGINES", "preset", "megatron_core", "check_interleaving", "check_features", "MOE_DISPATCHERS",
            "moe_comm_sms", "with_moe_dispatch", "FLEX_BACKENDS", "FLEX_SMS_DEEPEP", "EXPERT_ELEMENTWISE", "expert_graph_option",
-           "with_op_fuser", "SCALED_ROPE", "graph_elementwise", "MEGATRON_CROSS_ENTROPY", "with_cross_entropy_fusion"]
+           "with_op_fuser", "SCALED_ROPE", "graph_elementwise", "MEGATRON_CROSS_ENTROPY", "with_cross_entropy_fusion",
+           "PIPELINE_SCHEDULES"]
 
 
 @dataclass(frozen=True)
@@ -354,6 +369,7 @@ class Engine:
     router_dtype: str = "bf16"
     expert_precision: str = "plan"
     attn_proj_original_input: bool = False
+    pipeline_schedule: str = "1f1b"
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -379,7 +395,8 @@ class Engine:
                            ("tp_overlap_kernel", TP_OVERLAP_KERNELS),
                            ("expert_elementwise", EXPERT_ELEMENTWISE), ("scaled_rope", SCALED_ROPE),
                            ("attention_sinks", ATTENTION_SINKS),
-                           ("router_dtype", ROUTER_DTYPES), ("expert_precision", EXPERT_PRECISIONS)):
+                           ("router_dtype", ROUTER_DTYPES), ("expert_precision", EXPERT_PRECISIONS),
+                           ("pipeline_schedule", PIPELINE_SCHEDULES)):
             choice(f"Engine.{f}", getattr(self, f), options)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Engine.name must be a non-empty string, got {self.name!r}")
@@ -417,6 +434,11 @@ class Engine:
             return self.tp_overlap_kernel
         return "dgrad-wgrad" if self.async_dgrad_comm else None
 
+
+#: How a framework runs its pipeline stages (``Engine.pipeline_schedule``): Megatron's 1F1B
+#: (interleaved with virtual stages; DeepSpeed's blocking variant) or MaxText's SPMD circular
+#: schedule.
+PIPELINE_SCHEDULES = ("1f1b", "circular")
 
 #: How ``overlap_tp_comm`` hides tensor-parallel collectives (``Engine.tp_overlap_kernel``).
 TP_OVERLAP_KERNELS = ("whole-layer", "userbuffers", "async")
@@ -590,7 +612,7 @@ def llm_foundry(mixed_precision: str = "DEFAULT", attn_impl: str = "triton", los
 #: MaxText (JAX/XLA).
 MAXTEXT = Engine("maxtext", pipeline_scatter_gather=False, zero3_per_layer=True, sp_even_split=False,
                  cross_entropy="fused", overlap_tp_comm=True, tp_overlap_kernel="async", moe_dispatcher="gather-tokens",
-                 software="MaxText on JAX/XLA (2023-24)")
+                 pipeline_schedule="circular", software="MaxText on JAX/XLA (2023-24)")
 
 #: MaxText with ``remat_policy: minimal`` (its decoder's
 #: ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``): a plan's ``"selective"``

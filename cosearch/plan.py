@@ -105,7 +105,12 @@ class PlanSpec:
     quantized K and V on the ring (:func:`cp_ring_bytes`); it needs precision ``fp8`` and
     ``flash_attention``.  The attention then keeps for its backward what Transformer Engine keeps
     (:func:`cosearch.memory.fp8_attention_saved_bytes`): FP8 Q, K, V (and O under delayed
-    scaling); MXFP8's row- and column-wise Q, K, V, a little more than bf16's."""
+    scaling); MXFP8's row- and column-wise Q, K, V, a little more than bf16's.
+    ``pipeline_microbatches``: under an engine whose pipeline is MaxText's circular schedule
+    (:attr:`cosearch.engine.Engine.pipeline_schedule`), the microbatches of one pass of the
+    pipeline (``num_pipeline_microbatches``; a multiple of pp dividing the step's microbatches;
+    None: all of them, one pass): each pass pays the bubble once and holds its own microbatches'
+    activations (:func:`check_pipeline_schedule`); a 1F1B engine refuses it."""
 
     dp: int
     tp: int
@@ -126,6 +131,7 @@ class PlanSpec:
     scaling_recipe: str | None = None
     bf16_layers: tuple[int, int] = (0, 0)
     fp8_attention: bool = False
+    pipeline_microbatches: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.offload_layers, bool) or not isinstance(self.offload_layers, (int, np.integer)) \
@@ -160,6 +166,14 @@ class PlanSpec:
             object.__setattr__(self, "stage_layers", sl)
         if self.virtual_stages > 1 and self.pp == 1:
             raise ValueError(f"PlanSpec.virtual_stages={self.virtual_stages} needs pipeline parallelism (pp > 1)")
+        if self.pipeline_microbatches is not None:
+            pm = v.positive_int("PlanSpec.pipeline_microbatches", self.pipeline_microbatches, v.MAX_BATCH)
+            if self.pp == 1:
+                raise ValueError(f"PlanSpec.pipeline_microbatches={pm} needs pipeline parallelism (pp > 1)")
+            if pm % self.pp:
+                raise ValueError(f"PlanSpec.pipeline_microbatches={pm} must be a multiple of pp={self.pp} (MaxText's "
+                                 "circular pipeline needs num_pipeline_microbatches divisible by the stages)")
+            object.__setattr__(self, "pipeline_microbatches", pm)
         v.choice("PlanSpec.precision", self.precision, graph.PRECISIONS)
         if self.scaling_recipe is not None:
             graph.check_scaling_recipe(self.precision, self.scaling_recipe, "PlanSpec.scaling_recipe")
@@ -258,6 +272,8 @@ class PlanSpec:
             extra.append(f"bf16-ends {self.bf16_layers[0]}/{self.bf16_layers[1]}")
         if self.offload_layers:
             extra.append(f"offload{self.offload_layers}")
+        if self.pipeline_microbatches is not None:
+            extra.append(f"pass{self.pipeline_microbatches}")
         cp = f" cp{self.context_parallel}" if self.context_parallel > 1 else ""
         cp += f" ep{self.expert_parallel}" if self.expert_parallel > 1 else ""
         cp += f" etp{self.expert_tensor_parallel}" if self.expert_tensor_parallel is not None else ""
@@ -1289,13 +1305,14 @@ def collective_sm_share(chip: Accelerator) -> float:
 
 def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig, overlap_dp: bool,
            engine=None, precision: str = "bf16", offload_layers: int = 0, host_Bps: float = 32e9,
-           comm_sm_share: float = 0.0, lowp_copies: int = 2) -> np.ndarray:
+           comm_sm_share: float = 0.0, lowp_copies: int = 2, pipeline_microbatches: int = 0) -> np.ndarray:
     """The :data:`~cosearch._kernels.formulas.HW_FIELDS` row; the data-parallel reduction is
     overlapped when ``overlap_dp`` and the engine (:mod:`cosearch.engine`) both allow it;
     ``offload_layers`` of each stage send their activations to host memory at ``host_Bps``;
     ``comm_sm_share``: the share of the SMs overlapped data-parallel and FSDP collectives hold
     (:func:`collective_sm_share`; 0: no contention); ``lowp_copies``: the low-precision copies a
-    cached weight keeps (:func:`low_precision_copies`)."""
+    cached weight keeps (:func:`low_precision_copies`); ``pipeline_microbatches``: the microbatches of
+    one pass of a circular pipeline (:attr:`PlanSpec.pipeline_microbatches`; 0: all of a step's)."""
     e = engine_preset(engine)
     if lowp_copies not in (1, 2):
         raise ValueError(f"lowp_copies={lowp_copies!r}: a low-precision weight is kept as 1 or 2 copies")
@@ -1316,7 +1333,8 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      1.0 if e.overlap_param_gather else 0.0,
                      w8, float(offload_layers), float(host_Bps),
                      1.0 if e.tp_overlap_rule else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
-                     1.0 if e.overlap_p2p_comm else 0.0, share],
+                     1.0 if e.overlap_p2p_comm else 0.0, share,
+                     1.0 if e.pipeline_schedule == "circular" else 0.0, float(pipeline_microbatches)],
                     dtype=np.float64)
 
 
@@ -1624,6 +1642,7 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     engine = engine_preset(engine)
     check_features(engine, spec.virtual_stages, spec.context_parallel, spec.pp,
                    spec.expert_parallel if model.moe else 1, spec.recompute_per_stage())
+    check_pipeline_schedule(engine, model, spec, global_batch)
     local_seq = model.seq_len // spec.context_parallel
     if uneven_sequence_split(engine, local_seq, spec.tp, spec.sequence_parallel):
         what = "each context-parallel rank's share of a sequence" if spec.context_parallel > 1 else "each sequence"
@@ -1643,6 +1662,41 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
     u_bf16 = units("bf16", None, False) if any(spec.bf16_layers) else None     # the plan's bf16 layers
     hw = hw_row(chip.hbm_bytes, chip.hbm_bandwidth_Bps * chip.efficiency.memory, mem, overlap_dp, engine,
                 spec.precision, spec.offload_layers, chip.host_link_Bps, collective_sm_share(chip),
-                low_precision_copies(chip, engine, spec.precision, spec.scaling_recipe))
+                low_precision_copies(chip, engine, spec.precision, spec.scaling_recipe),
+                spec.pipeline_microbatches or 0)
     return plan_from_stages(model, chip, cluster, spec, int(global_batch), u, cluster.net_array(chip), hw,
                             time_model, engine, u_bf16)
+
+
+def check_pipeline_schedule(engine: Engine | str | None, model: ModelConfig, spec: PlanSpec, global_batch: int) -> None:
+    """Refuse a plan its engine's pipeline schedule (:attr:`cosearch.engine.Engine.pipeline_schedule`)
+    cannot run.  1F1B runs a step's microbatches in one pass (no ``pipeline_microbatches``).
+    MaxText's circular pipeline: every stage holds the same number of layers, ``virtual_stages``
+    (its repeats) chunks of them (``num_layers_per_pipeline_stage`` each: stages x repeats x that =
+    the layers); a pass's microbatches (``pipeline_microbatches``, default all of the step's)
+    divide the step's and are a multiple of pp; no multi-token-prediction module (it would sit
+    outside the loop, not modelled)."""
+    e = engine_preset(engine)
+    if e.pipeline_schedule != "circular":
+        if spec.pipeline_microbatches is not None:
+            raise ValueError(f"PlanSpec.pipeline_microbatches={spec.pipeline_microbatches}: engine {e.name!r} runs a "
+                             "1F1B pipeline, one pass of every microbatch a step; passes are MaxText's circular "
+                             "schedule's (an engine with pipeline_schedule='circular')")
+        return
+    if spec.pp == 1:
+        return
+    m = int(global_batch) // (spec.dp * spec.microbatch)
+    mp = spec.pipeline_microbatches or m
+    if m % mp:
+        raise ValueError(f"PlanSpec.pipeline_microbatches={mp} does not divide the step's {m} microbatches")
+    if mp % spec.pp:
+        raise ValueError(f"engine {e.name!r} runs MaxText's circular pipeline, whose {mp} microbatches a pass must be "
+                         f"a multiple of pp={spec.pp} (num_pipeline_microbatches divisible by the stages)")
+    L, vs = model.num_layers, spec.virtual_stages
+    if L % (spec.pp * vs) or (spec.stage_layers is not None and len(set(spec.stage_layers)) > 1):
+        raise ValueError(f"engine {e.name!r} runs MaxText's circular pipeline: every one of the pp={spec.pp} stages "
+                         f"holds virtual_stages={vs} equal chunks, so pp x virtual_stages must divide the {L} layers "
+                         "and stage_layers be even")
+    if model.mtp_layers:
+        raise ValueError(f"engine {e.name!r}: a circular pipeline with {model.name}'s multi-token prediction module "
+                         "is not modelled")

@@ -292,3 +292,23 @@ def systolic_ws_simulate(A, W):
                 last = cycle
         cycle += 1
     return out, last + 1
+
+
+# ---------------------------------------------------------------- MaxText's circular pipeline
+def maxtext_pipeline_iterations(stages, repeats, micro, delay=1):
+    """(iterations, real chunk-steps of each stage) of MaxText's SPMD circular pipeline, simulated
+    from its indexing (``PipelineBase.get_microbatch_and_repeat_ids``, written anew here): at
+    iteration ``it`` stage ``s`` has processed ``max(it - delay s, 0)`` microbatch-chunks, its
+    microbatch that count modulo ``micro`` and its repeat that count divided by ``micro``; it does
+    real work while that count is below ``micro x repeats``.  The loop runs until the last stage
+    has finished the last microbatch's last repeat (every iteration runs every stage, real or
+    bubble)."""
+    done = [0] * stages
+    it = 0
+    while done[stages - 1] < micro * repeats:
+        for s in range(stages):
+            processed = max(it - delay * s, 0)
+            if it - delay * s >= 0 and processed < micro * repeats:
+                done[s] += 1
+        it += 1
+    return it, done

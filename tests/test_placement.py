@@ -33,6 +33,8 @@ def brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros, engine=None):
     evaluate(); returns [(step_s, max stage memory, spec)] for all plans that can run."""
     out = []
     L = model.num_layers
+    from cosearch.engine import preset as engine_preset
+    circular = engine_preset(engine).pipeline_schedule == "circular"
     for tp, mb, vs, sp, z in itertools.product(tps, _divs(batch), virtuals, sps, zeros):
         if sp and tp == 1:
             continue
@@ -47,6 +49,8 @@ def brute_force(model, chip, cl, batch, tps, virtuals, sps, zeros, engine=None):
                     for rc in itertools.product(MODES, repeat=pp):
                         spec = PlanSpec(dp, tp, pp, mb, recompute=rc, virtual_stages=vs, sequence_parallel=sp,
                                         zero=z, stage_layers=split)
+                        if circular and pp > 1 and (len(set(split)) > 1 or L % (pp * vs) or m % pp):
+                            continue            # MaxText's circular pipeline runs even splits only
                         p = evaluate(model, chip, cl, spec, batch, engine=engine)
                         out.append((p.step_time_s if p.feasible else plan_step(p, engine), max(p.memory_per_chip_bytes),
                                     spec))
@@ -149,6 +153,8 @@ def test_config_bound_is_below_every_split_and_exact_without_a_pipeline(cached_u
                      comm_sm_share=plan.collective_sm_share(chip))
     net = cl.net_array(chip)
     cfg = placement.configurations(model, cl.num_chips, batch, tps, mbs, sps, virtuals, zeros)
+    if engine == "maxtext":             # its circular pipeline's configurations
+        cfg = placement.circular_configurations(cfg, model)
     bounds = kernel.config_bounds(units, net, hw, cfg, np.arange(len(cfg)), model.num_layers,
                                   placement._modes(None))
     spread = kernel.lower_bounds(units, net, cfg, model.num_layers)

@@ -530,18 +530,20 @@ def test_maxtext_values_of_the_wrong_kind_are_refused_naming_the_field():
 
 
 
-def test_maxtext_pipeline_stages_are_refused_and_their_settings_neutral_without_them():
-    """MaxText's SPMD pipeline (a circular schedule of num_pipeline_repeats passes, every
-    iteration's input kept for the backward) is not Megatron's 1F1B: refused, on the ICI or the
-    DCN axis, where it used to be priced as 1F1B; base.yml's pipeline settings act only with
-    stages, so without them they are neutral."""
+def test_maxtext_pipeline_stages_run_the_circular_schedule_and_their_settings_neutral_without_them():
+    """MaxText's SPMD pipeline, on the ICI or the DCN axis, is read as its circular schedule (the
+    maxtext engine's, tests/test_circular_pipeline.py: 4 layers over 2 stages, 2 repeats of one
+    layer, num_pipeline_microbatches or its default the stages); base.yml's pipeline settings act
+    only with stages, so without them they are neutral."""
     base = ["ici_fsdp_parallelism=4", "base_emb_dim=256", "base_num_query_heads=4", "base_num_kv_heads=4",
             "head_dim=64", "base_num_decoder_layers=4", "base_mlp_dim=512", "vocab_size=1000",
             "per_device_batch_size=2"]
-    for words in (["ici_pipeline_parallelism=2", "num_pipeline_microbatches=4"],
-                  ["num_slices=2", "dcn_pipeline_parallelism=2"]):
-        with pytest.raises(ValueError, match="SPMD circular pipeline"):
-            read_maxtext(None, base + words)
+    for words, micro in ((["ici_pipeline_parallelism=2", "num_pipeline_microbatches=4"], 4),
+                         (["num_slices=2", "dcn_pipeline_parallelism=2"], 2)):
+        r = read_maxtext(None, base + words)
+        assert (r.plan["pp"], r.plan["virtual_stages"], r.plan["pipeline_microbatches"]) == (2, 2, micro)
+        d = r.resolve(8)
+        assert d.engine.pipeline_schedule == "circular" and d.spec.pipeline_microbatches == micro
     rc = read_maxtext(None, base + ["num_layers_per_pipeline_stage=1", "num_pipeline_microbatches=-1",
                                     "pipeline_fsdp_ag_once=false"])
     assert {"num_layers_per_pipeline_stage", "num_pipeline_microbatches"} <= set(rc.neutral)

@@ -45,6 +45,11 @@ achievable HBM bandwidth.  The step time is::
     step = max over stages of  (m + (p - 1) / v) * T_s + E_s
 
 (1F1B: ``m`` microbatches plus the ``(p - 1) / v`` bubble of the interleaved schedule).
+Under MaxText's SPMD circular pipeline (``hw`` field ``circular_pipeline``) a pass of ``mp``
+microbatches (``pipeline_pass_microbatches``; 0: all ``m``) runs ``mp v + p - 1`` iterations of
+one ``1 / v`` chunk of each stage's layers, so the bubble is paid once per pass,
+``(m / mp) (p - 1) / v``; every stage holds :func:`inflight_circular` stage-equivalents of
+activations, and a ``1 / p`` share of the embedding and head, which run outside the loop.
 ``stage_cost`` is non-decreasing in ``n`` (the exposed part of the overlapped gradient
 reduction falls by at most one backward per layer, which the pipeline term outgrows),
 and so is the stage's memory — the property the exact partition search relies on.
@@ -88,9 +93,11 @@ NU = len(UNIT_FIELDS)
 HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_Bps", "overlap_dp",
              "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
              "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps", "overlap_tp_comm",
-             "full_grad_allreduce", "overlap_p2p_comm", "comm_sm_share")
+             "full_grad_allreduce", "overlap_p2p_comm", "comm_sm_share", "circular_pipeline",
+             "pipeline_pass_microbatches")
 (H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
- H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR, H_P2PO, H_COMM_SHARE) = range(len(HW_FIELDS))
+ H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR, H_P2PO, H_COMM_SHARE, H_CIRC,
+ H_PASS_MB) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -625,6 +632,16 @@ def static_bytes(params, dp, zero, w, g, o):
 
 
 @njit(cache=True)
+def inflight_circular(pp, mp, v):
+    """Stage-equivalents of activations every stage holds under MaxText's SPMD circular
+    pipeline (``layers/pipeline.py``): autodiff through its scan over ``mp v + pp - 1``
+    iterations keeps every iteration's saved tensors until the backward, the ``pp - 1`` bubble
+    iterations' included, each a chunk of ``1 / v`` of the stage's layers (``mp``: the
+    pipeline's microbatches, ``v``: its repeats)."""
+    return mp + (pp - 1.0) / v
+
+
+@njit(cache=True)
 def inflight(s, pp, m, v):
     """Stage-equivalents of activations stage s holds (1F1B / interleaved 1F1B)."""
     if v <= 1:
@@ -757,7 +774,11 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     module's transformer layer (as one more of its layers: time, weights, activations) and its
     output head again (``u[U_MTPT]`` head-times, its ``2h -> h`` projection included;
     ``u[U_MTPA]`` head-activations; ``u[U_PMTP]`` the projection's and norms' weights)."""
-    if last:
+    # MaxText's circular pipeline (hw[H_CIRC]): every stage runs a 1/pp share of the embedding and
+    # the head outside the pipeline loop (their batch is sharded over the stage axis too), and
+    # keeps its saved tensors for all of a pass's iterations (inflight_circular)
+    circ = hw[H_CIRC] > 0.0 and pp > 1
+    if last and not circ:
         n = n + u[U_MTP]
     f = n * u[U_LF]
     b = n * u[U_LB]
@@ -776,7 +797,20 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     dpx = dp / ep
     act = n * (u[U_ACT_NONE] if mode == RC_NONE else (u[U_ACT_SEL] if mode == RC_SELECTIVE
                                                        else u[U_ACT_IN]))
-    if first:
+    ends_act = 0.0          # circular: the embedding's and head's activations, the whole pass's batch
+    mp = float(m)
+    if circ:
+        if hw[H_PASS_MB] > 0.0:
+            mp = hw[H_PASS_MB]
+        sh = 1.0 / pp
+        f += sh * (u[U_EF] + u[U_HF])
+        b += sh * (u[U_EB] + u[U_HB])
+        tpc += sh * (u[U_ETPF] + u[U_ETPB] + u[U_HTPF] + u[U_HTPB])
+        side_f += sh * (u[U_ETPF] + u[U_HTPF])
+        side_b += sh * (u[U_ETPB] + u[U_HTPB])
+        params += sh * (u[U_PE] + u[U_PH])
+        ends_act = mp * sh * (u[U_EACT] + u[U_HACT])
+    if first and not circ:
         f += u[U_EF]
         b += u[U_EB]
         tpc += u[U_ETPF] + u[U_ETPB]
@@ -784,7 +818,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         side_b += u[U_ETPB]
         params += u[U_PE]
         act += u[U_EACT]
-    if last:
+    if last and not circ:
         f += u[U_HF] * (1.0 + u[U_MTPT])
         b += u[U_HB] * (1.0 + u[U_MTPT])
         tpc += (u[U_HTPF] + u[U_HTPB]) * (1.0 + u[U_MTPA])
@@ -850,7 +884,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     t = work
     if zero == 3 and zg > 1.0:
         if hw[H_Z3_LAYER] > 0.0:
-            t = work + fsdp_exposed_s(u, net, hw, n, first, last, dp, zg, tp, rec)
+            t = work + fsdp_exposed_s(u, net, hw, n, first and not circ, last and not circ, dp, zg, tp, rec)
         else:
             # the stage's gathers and reduce-scatter run beside all of its microbatch work
             pd = params - pexp
@@ -886,7 +920,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         exposed += overlapped_exposed_s(pgather, f + side_f, hw[H_COMM_SHARE])
     else:
         exposed += pgather
-    if pp > 1 and (first or last) and u[U_PTIED] > 0.0:
+    if pp > 1 and not circ and (first or last) and u[U_PTIED] > 0.0:
         exposed += allreduce_s(u[U_PTIED] * gr, 2.0, tp * dp * (pp - 1.0), net)
     opt_shard = zg if zero >= 1 else 1.0
     fixed_shard = zg if zero >= 2 else 1.0
@@ -896,7 +930,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
            + pexp * ((2.0 * o + g + w) / xopt_shard + 2.0 * g / xfixed_shard)) / hw[H_MEMBW]
     e = exposed + opt
     # ---- memory
-    mem = static_bytes(pd, zg, zero, w, g, o) + static_bytes(pexp, dpx, zero, w, g, o) + inflight(s, pp, m, v) * act
+    held = inflight_circular(pp, mp, v) if circ else inflight(s, pp, m, v)
+    mem = static_bytes(pd, zg, zero, w, g, o) + static_bytes(pexp, dpx, zero, w, g, o) + held * act + ends_act
     mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
         mem += u[U_ACT_NONE]
@@ -905,14 +940,20 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         mem += u[U_BUF]
     # ZeRO-3's working buffers: two layers' gathered weights — of the parts that are sharded, the
     # dense ones over zg, the experts over their dp / ep ranks (unsharded experts stay resident)
+    # (circular: two chunks of the stage's layers, the iteration's and the next one's)
+    chunk = n / v if circ and n > v else 1.0
     if zero == 3 and zg > 1.0:
-        mem += 2.0 * (u[U_PL_FULL] - u[U_PLX]) * w
+        mem += 2.0 * chunk * (u[U_PL_FULL] - u[U_PLX]) * w
     if zero == 3 and dpx > 1.0:
-        mem += 2.0 * u[U_PLX] * w
+        mem += 2.0 * chunk * u[U_PLX] * w
     # the fill and drain: Megatron-LM's exchanges sit on that path; a blocking engine's
     # transfers there meet a stage idle anyway (its simulated schedule, tests/reference.py)
     # with overlap_p2p_comm the fill and drain still wait on every transfer of the chain
     fill = t - p2p if hw[H_P2PB] > 0.0 else t + (p2p_chain - p2p)
+    # circular: the bubble is paid once per pass of mp microbatches, each bubble iteration priced
+    # at a stage's whole microbatch time (its 1/pp share of the embedding and head included, which
+    # the loop does not run: kept so the plan search's lower bound stays one)
+    passes = m / mp if circ else 1.0
     # EP all-to-all overlap (Megatron-Core's combined 1F1B): every forward chunk of the steady
     # state runs beside a backward one, each pair of layers saving u[U_EPO]; the warm-up's
     # forwards (one more than the schedule's own, and the single first forward without a
@@ -926,14 +967,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         if warm > chunks:
             warm = chunks
         ovl = (chunks - warm) / v * n * u[U_EPO]
-    cost = m * t - ovl + (pp - 1.0) / v * fill + e
+    cost = m * t - ovl + passes * (pp - 1.0) / v * fill + e
     out[B_FWD] = m * f
     out[B_BWD] = m * b
     out[B_REC] = m * rec
     out[B_TP] = m * tpc - ovl
     out[B_CP] = m * cpc
     out[B_P2P] = m * p2p
-    out[B_BUBBLE] = (pp - 1.0) / v * fill
+    out[B_BUBBLE] = passes * (pp - 1.0) / v * fill
     out[B_DP] = m * (t - work) + exposed
     out[B_OPT] = opt
     out[B_GACC] = m * gacc

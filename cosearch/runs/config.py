@@ -40,7 +40,7 @@ def given_model(model: ModelConfig | str | None, where: str) -> ModelConfig | No
 PLAN_FIELDS = ("tp", "pp", "microbatch", "recompute", "virtual_stages", "sequence_parallel", "zero",
                "flash_attention", "context_parallel", "precision", "zero_group", "expert_parallel",
                "stage_layers", "offload_layers", "expert_tensor_parallel", "scaling_recipe", "bf16_layers",
-               "fp8_attention")
+               "fp8_attention", "pipeline_microbatches")
 
 
 @dataclass(frozen=True)

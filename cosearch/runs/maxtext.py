@@ -30,8 +30,9 @@ unless ``num_slices`` says otherwise).
                                         sharded (ZeRO-3) over the fsdp axis
 ``ici_tensor_parallelism``              tp, with the activations' hidden dimension sharded
                                         (``activation_embed`` on ``tensor``): sequence parallelism
-``ici_/dcn_pipeline_parallelism``       refused above 1: MaxText's SPMD circular pipeline (its
-                                        repeats and its memory) is not modelled
+``ici_/dcn_pipeline_parallelism``       pp, run as MaxText's SPMD circular pipeline (the maxtext
+                                        engine's ``pipeline_schedule``), read by
+                                        :func:`_circular_pipeline`
 ``ici_context_parallelism``             cp
 ``ici_expert_parallelism``              ep
 ``sparse_matmul``, ``megablox``,         dropless grouped GEMMs (sparse_matmul True), or the
@@ -400,19 +401,16 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         raise ValueError(f"{name}: {int(per_replica)} sequences per replica do not split into "
                          f"gradient_accumulation_steps {ga}")
     if pp > 1:
-        # MaxText's SPMD pipeline (layers/pipeline.py) is not Megatron's 1F1B: a circular schedule of
-        # num_pipeline_repeats passes over the stages (by default num_layers_per_pipeline_stage 1, so
-        # layers / stages repeats), every stage gathering its weights over fsdp each iteration, and
-        # autodiff through the scanned iterations keeping every iteration's input until the backward
-        # (get_pipeline_remat_policy): read as 1F1B (until stop 71) its bubble and its memory were both
-        # mispriced, silently
-        raise ValueError(f"{name}: pipeline parallelism ({pp} stages) runs MaxText's SPMD circular pipeline "
-                         "(num_pipeline_repeats passes over the stages, every iteration's input kept for the "
-                         "backward), which is not modelled; cosearch prices Megatron-style 1F1B pipelines")
+        plan.update(_circular_pipeline(k, name, model, pp, int(per_replica), ga, assumed))
     else:
         plan["microbatch"] = int(per_replica) // ga
     # recompute, precision, attention
     remat = str(k.get("remat_policy", "full"))
+    if pp > 1 and remat == "minimal":
+        # get_pipeline_remat_policy: save_from_both_policies(the layers' policy, the iteration and
+        # layer inputs); minimal's dots are priced as their named tensors for dense layers only
+        raise ValueError(f"{name}: remat_policy minimal under pipeline parallelism (its dots and every layer input "
+                         "saved) is not modelled; give a named policy or custom, whose tensors cosearch reads")
     engine = MAXTEXT
     tensors = {t: k.get(t) for t in MAXTEXT_TENSORS if t in k}     # base.yml's per-tensor places
     if remat == "full":
@@ -473,11 +471,72 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
     _said(k, model, assumed)
-    # without pipeline stages (pp > 1 is refused above) MaxText's pipeline settings do nothing
-    neutral = k.finish((), NEUTRAL_KEYS | PIPELINE_KEYS | (set(tensors) if remat != "custom" else set()),
-                       off_is_neutral_under=("",))
+    # without pipeline stages MaxText's pipeline settings do nothing (with them, read above)
+    neutral = k.finish((), NEUTRAL_KEYS | (PIPELINE_KEYS if pp == 1 else frozenset())
+                       | (set(tensors) if remat != "custom" else set()), off_is_neutral_under=("",))
     return RunConfig(name, model=model, plan=plan, dp=dp, batch_per_replica=int(per_replica), engine=engine,
                      seq_len=seq, assumed=tuple(assumed), neutral=neutral, memory=memory)
+
+
+def _circular_pipeline(k: Keys, name: str, model: ModelConfig, pp: int, per_replica: int, ga: int,
+                       assumed: list[str]) -> dict[str, Any]:
+    """The plan fields of MaxText's SPMD circular pipeline over ``pp`` stages (``layers/pipeline.py``,
+    ``configs/types.py``; the maxtext engine's ``pipeline_schedule``): ``num_pipeline_repeats``
+    (default layers / (stages x ``num_layers_per_pipeline_stage``)) as the plan's virtual stages,
+    ``num_pipeline_microbatches`` (default the stages) as its microbatches a pass (each
+    gradient-accumulation step one pass), each a ``1 / num_pipeline_microbatches`` share of a
+    replica's sequences of the step.  Refused by name: pipelining a subset of the layers
+    (``pipeline_parallel_layers``; DeepSeek's default pipelines its MoE layers only), the delayed
+    activation forwarding, the FSDP gathers once or per repeat, and the remat policy off the
+    iterations or on the layers of a stage (each changes the schedule or what is kept)."""
+    L = model.num_layers
+    lps = k.positive("num_layers_per_pipeline_stage", 1)
+    pipelined = k.int("pipeline_parallel_layers", -1)
+    block = str(k.get("decoder_block", DECODER_BLOCKS.get(str(k.get("model_name", "default")), "llama2")))
+    if pipelined == -1:
+        pipelined = L - model.dense_layers if block == "deepseek" else L
+    if pipelined != L:
+        raise ValueError(f"{name}: pipeline_parallel_layers {pipelined} of the {L} layers (the others run with the "
+                         "stage axis as data parallelism) is not modelled; pipeline every layer")
+    repeats = k.int("num_pipeline_repeats", -1)
+    if repeats == -1:
+        repeats, rem = divmod(L, pp * lps)
+        if rem or not repeats:
+            raise ValueError(f"{name}: num_layers_per_pipeline_stage {lps} x {pp} stages does not divide the {L} "
+                             "layers (MaxText refuses it)")
+    if repeats <= 0 or pp * repeats * lps != L:
+        raise ValueError(f"{name}: {pp} stages x num_pipeline_repeats {repeats} x num_layers_per_pipeline_stage "
+                         f"{lps} must be the {L} layers (MaxText asserts it)")
+    for key, why in (("pipeline_delay_activation_forwarding", "a second iteration of delay, twice the bubble"),
+                     ("pipeline_fsdp_ag_once", "every stage's weights gathered once and held"),
+                     ("pipeline_fsdp_ag_per_repeat", "the weights prefetched per repeat")):
+        if k.bool(key, False):
+            raise ValueError(f"{name}: {key} true ({why}) is not modelled")
+    for key, want in (("set_remat_policy_on_pipeline_iterations", True), ("set_remat_policy_on_layers_per_stage", False),
+                      ("scan_layers_per_stage", False)):
+        if k.bool(key, want) != want:
+            raise ValueError(f"{name}: {key} {not want} changes what the pipeline keeps for its backward; cosearch "
+                             f"prices MaxText's default ({str(want).lower()})")
+    if k.bool("scan_pipeline_repeats", True) is False:
+        assumed.append("scan_pipeline_repeats false: the repeats unrolled, priced as scanned (the same tensors kept)")
+    if not k.bool("scan_pipeline_iterations", True):
+        assumed.append("scan_pipeline_iterations false: the iterations unrolled, priced as scanned (the same "
+                       "tensors kept)")
+    micro = k.int("num_pipeline_microbatches", -1)
+    if micro == -1:
+        micro = pp
+    if micro <= 0 or micro % pp:
+        raise ValueError(f"{name}: num_pipeline_microbatches {micro} must be a positive multiple of the {pp} stages "
+                         "(MaxText asserts it)")
+    share, rem = divmod(per_replica, ga * micro)
+    if rem or not share:
+        raise ValueError(f"{name}: {per_replica} sequences per data-parallel replica do not split into "
+                         f"gradient_accumulation_steps {ga} x num_pipeline_microbatches {micro}")
+    assumed.append(f"MaxText's circular pipeline: {pp} stages x {repeats} repeats of {lps} layer"
+                   f"{'s' if lps > 1 else ''}, {micro} microbatches of {share} sequence{'s' if share > 1 else ''} a "
+                   f"replica per pass ({micro * repeats + pp - 1} iterations, {pp - 1} of them bubble), "
+                   f"{ga} pass{'es' if ga > 1 else ''} a step")
+    return dict(microbatch=share, virtual_stages=repeats, pipeline_microbatches=micro)
 
 
 def _state_bytes(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:

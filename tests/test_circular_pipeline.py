@@ -1,0 +1,235 @@
+"""MaxText's SPMD circular pipeline (``Engine.pipeline_schedule = "circular"``): its iterations
+against a simulation of MaxText's own indexing, what a stage keeps against the residuals JAX
+saves for MaxText's pipeline (``cosearch/data/maxtext_pipeline_residuals.csv``), the step's
+bubble per pass, the plan checks, the MaxText reader, and the plan search against brute force."""
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cosearch import cluster, engine, hardware, memory, models, placement
+from cosearch._kernels import formulas as F
+from cosearch.plan import PlanSpec, evaluate
+from cosearch.runs import read_maxtext
+from tests.reference import maxtext_pipeline_iterations
+
+DATA = Path(__file__).parent.parent / "cosearch" / "data" / "maxtext_pipeline_residuals.csv"
+#: the model every row was compiled with (maxtext_pipeline_residuals.md)
+TINY = models.ModelConfig("maxtext-16x1024", 16, 1024, 8, 4096, 1024, 2048, kv_heads=8, activation="swiglu",
+                          norm="rmsnorm", position="rotary", bias=False, tie_embeddings=False, dropout=False)
+
+
+def _rows():
+    with open(DATA, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("stages, repeats, micro", [(4, 1, 4), (4, 2, 8), (4, 4, 4), (2, 4, 4), (8, 3, 16),
+                                                    (3, 5, 6)])
+def test_iterations_against_a_simulation_of_maxtexts_indexing(stages, repeats, micro):
+    """MaxText's loop runs micro x repeats + stages - 1 iterations (the simulation counts them);
+    every stage does micro x repeats real chunk-steps, so (stages - 1) of its iterations are
+    bubble, and the stage-equivalents a stage keeps — every iteration's chunk of 1 / repeats of
+    its layers — are inflight_circular's."""
+    it, done = maxtext_pipeline_iterations(stages, repeats, micro)
+    assert done == [micro * repeats] * stages
+    assert it == micro * repeats + stages - 1
+    assert F.inflight_circular(stages, micro, repeats) == pytest.approx(it / repeats, rel=1e-12)
+    assert F.inflight_circular.py_func(stages, micro, repeats) == F.inflight_circular(stages, micro, repeats)
+    # MaxText's delayed forwarding doubles the bubble (not modelled: the reader refuses it)
+    assert maxtext_pipeline_iterations(stages, repeats, micro, delay=2)[0] == micro * repeats + 2 * (stages - 1)
+
+
+@pytest.mark.parametrize("row", _rows(), ids=lambda r: r["source"])
+def test_a_stage_keeps_what_jax_saves_for_maxtexts_pipeline(row):
+    """Per chip, the activations a stage keeps (inflight_circular stage-equivalents of its layers'
+    saved tensors: each layer's input under remat_policy full; with save_qkv_proj the Q, K and V
+    projections too) equal the bytes of the residuals JAX stacks over the pipeline scan's
+    iterations for MaxText's own code (shapes read from the dumped jaxpr: iterations x stages x
+    microbatch x sequence x width, the microbatch sharded over fsdp, the stages over the stage axis)."""
+    P, lps, R, M = (int(row[k]) for k in ("stages", "layers_per_stage", "repeats", "pipeline_microbatches"))
+    fsdp, T = int(row["fsdp"]), int(row["iterations"])
+    shape = [int(x) for x in row["array_shape"].split(",")]
+    assert shape[0] == T == M * R + P - 1 and shape[1] == P and P * lps * R == TINY.num_layers
+    mb = shape[2] // fsdp                                  # sequences of one microbatch on a chip
+    assert mb * fsdp * M == int(row["global_batch"])
+    per_chip = T * mb * shape[3] * 2                        # bytes per element row of one array, per chip
+    measured = per_chip * (int(row["layer_input_arrays"]) * shape[4] + int(row["qkv_arrays"]) * 8 * 128)
+    n = TINY.num_layers // P                                 # the stage's layers
+    if row["remat_policy"] == "full":
+        per_layer = memory.layer_input_bytes(TINY, 1, mb)
+    else:
+        from cosearch.runs.maxtext import NAMED_REMAT_POLICIES
+        per_layer = memory.maxtext_saved_bytes(TINY, 1, mb, False, NAMED_REMAT_POLICIES[row["remat_policy"]])[0]
+    assert F.inflight_circular(P, M, R) * n * per_layer == pytest.approx(measured, rel=1e-12)
+
+
+def _spec(**kw):
+    base = dict(dp=4, tp=1, pp=4, microbatch=1, virtual_stages=2, recompute="full", zero=3, flash_attention=True)
+    return PlanSpec(**{**base, **kw})
+
+
+def test_the_bubble_is_paid_once_a_pass_and_the_memory_is_a_passs():
+    """16 microbatches as one pass or two of 8: the forward, backward and recompute are the same,
+    the bubble doubles exactly, and every stage's memory falls by 8 microbatch-stage-equivalents of
+    its layers' inputs plus a 1/pp share of 8 microbatches' embedding and head activations, by hand."""
+    chip, B = "TPUv5e", 64
+    one = evaluate(TINY, chip, 16, _spec(), B, engine="maxtext")
+    two = evaluate(TINY, chip, 16, _spec(pipeline_microbatches=8), B, engine="maxtext")
+    assert one.num_microbatches == 16
+    for k in ("forward_s", "backward_s", "recompute_s", "pp_p2p_s"):
+        assert two.breakdown[k] == pytest.approx(one.breakdown[k], rel=1e-12)
+    assert one.breakdown["bubble_s"] > 0
+    assert two.breakdown["bubble_s"] == pytest.approx(2 * one.breakdown["bubble_s"], rel=1e-12)
+    assert two.step_time_s - one.step_time_s == pytest.approx(one.breakdown["bubble_s"], rel=1e-9)
+    n = TINY.num_layers // 4
+    ends = (memory.embedding_activation_bytes(TINY, 1, 1) + memory.head_activation_bytes(TINY, 1, 1)) / 4
+    want = 8 * (n * memory.layer_input_bytes(TINY, 1, 1) + ends)
+    for a, b in zip(one.memory_per_chip_bytes, two.memory_per_chip_bytes):
+        assert a - b == pytest.approx(want, rel=1e-9)
+    # every stage the same under the circular schedule (the embedding and head spread over them)
+    assert len(set(round(x) for x in one.memory_per_chip_bytes)) == 1
+
+
+def test_circular_against_1f1b_on_the_same_engine():
+    """The same engine with Megatron's 1F1B: the first stage keeps at most pp - s stage-equivalents
+    (here m v ... capped), the circular schedule all of a pass's; the same bubble formula at one
+    pass, so with the embedding and head moved off the end stages the step differs only by where
+    they run."""
+    onef1b = replace(engine.MAXTEXT, name="maxtext-1f1b", pipeline_schedule="1f1b")
+    a = evaluate(TINY, "TPUv5e", 16, _spec(), 64, engine="maxtext")
+    b = evaluate(TINY, "TPUv5e", 16, _spec(), 64, engine=onef1b)
+    assert min(a.memory_per_chip_bytes) > max(b.memory_per_chip_bytes)
+    with pytest.raises(ValueError, match="1F1B pipeline, one pass"):
+        evaluate(TINY, "TPUv5e", 16, _spec(pipeline_microbatches=8), 64, engine=onef1b)
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(pipeline_microbatches=12), "does not divide the step's 16"),
+    (dict(stage_layers=(3, 5, 4, 4)), "stage_layers be even"),
+    (dict(virtual_stages=3), "virtual_stages=3 does not divide"),
+])
+def test_plans_the_circular_schedule_cannot_run_are_refused(kw, why):
+    with pytest.raises(ValueError, match=why):
+        evaluate(TINY, "TPUv5e", 16, _spec(**kw), 64, engine="maxtext")
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(pp=1, virtual_stages=1, pipeline_microbatches=4), "needs pipeline parallelism"),
+    (dict(pipeline_microbatches=6), "multiple of pp=4"),
+])
+def test_planspec_checks(kw, why):
+    with pytest.raises(ValueError, match=why):
+        _spec(**kw)
+    s = _spec(pipeline_microbatches=8)
+    assert PlanSpec.from_dict(s.to_dict()) == s and s.describe().endswith("pass8")
+
+
+BASE = ["model_name=llama2-7b", "ici_fsdp_parallelism=4", "ici_pipeline_parallelism=4", "max_target_length=2048",
+        "remat_policy=full"]
+
+
+def test_the_reader_reads_maxtexts_pipeline_keys():
+    """32 layers over 4 stages: num_layers_per_pipeline_stage 2 -> 4 repeats; 8 pipeline
+    microbatches of the replica's 2 x 4 x 2 = 16 sequences under 2 accumulation steps -> 1 each,
+    2 passes; the defaults (1 layer a stage, microbatches = stages) too."""
+    r = read_maxtext(None, BASE + ["per_device_batch_size=4", "num_layers_per_pipeline_stage=2",
+                                   "num_pipeline_microbatches=8", "gradient_accumulation_steps=2"])
+    assert {k: r.plan[k] for k in ("pp", "virtual_stages", "microbatch", "pipeline_microbatches")} == \
+        {"pp": 4, "virtual_stages": 4, "microbatch": 1, "pipeline_microbatches": 8}
+    assert any("35 iterations, 3 of them bubble), 2 passes a step" in a for a in r.assumed)
+    d = r.resolve(16)
+    assert d.engine.pipeline_schedule == "circular"
+    p = evaluate(d.model, "TPUv5e", 16, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+    assert p.num_microbatches == 16 and p.breakdown["bubble_s"] > 0
+    r = read_maxtext(None, BASE + ["per_device_batch_size=1"])
+    assert (r.plan["virtual_stages"], r.plan["pipeline_microbatches"], r.plan["microbatch"]) == (8, 4, 1)
+
+
+@pytest.mark.parametrize("extra, why", [
+    (["pipeline_delay_activation_forwarding=true"], "pipeline_delay_activation_forwarding true"),
+    (["pipeline_fsdp_ag_once=true"], "pipeline_fsdp_ag_once true"),
+    (["pipeline_fsdp_ag_per_repeat=true"], "pipeline_fsdp_ag_per_repeat true"),
+    (["pipeline_parallel_layers=16"], "pipeline_parallel_layers 16 of the 32"),
+    (["num_pipeline_microbatches=6"], "multiple of the 4 stages"),
+    (["num_layers_per_pipeline_stage=3"], "does not divide the 32"),
+    (["set_remat_policy_on_pipeline_iterations=false"], "set_remat_policy_on_pipeline_iterations"),
+    (["remat_policy=minimal"], "remat_policy minimal under pipeline parallelism"),
+    (["per_device_batch_size=0.5"], "do not split into"),
+])
+def test_the_reader_refuses_what_it_does_not_model(extra, why):
+    with pytest.raises(ValueError, match=why):
+        read_maxtext(None, [x for x in BASE if not x.startswith(extra[0].split("=")[0] + "=")] + extra
+                     + (["per_device_batch_size=2"] if not extra[0].startswith("per_device") else []))
+
+
+def test_deepseeks_default_pipelines_only_its_moe_layers_and_is_refused():
+    with pytest.raises(ValueError, match="pipeline_parallel_layers 58 of the 61"):
+        read_maxtext(None, ["model_name=deepseek3-671b", "ici_fsdp_parallelism=4", "ici_pipeline_parallelism=2",
+                            "per_device_batch_size=2", "max_target_length=1024"])
+
+
+def _circular_specs(batch, chips):
+    for pp in (1, 2, 4):
+        for vs in ((1,) if pp == 1 else (1, 2)):
+            if TINY.num_layers % (pp * vs):
+                continue
+            dp = chips // pp
+            for mb in (1, 2):
+                if batch % (dp * mb) or (pp > 1 and (batch // (dp * mb)) % pp):
+                    continue
+                for z in (0, 3):
+                    for rc in ("none", "full"):
+                        yield PlanSpec(dp, 1, pp, mb, recompute=rc, virtual_stages=vs, zero=z, flash_attention=True)
+
+
+def test_search_under_the_circular_schedule_equals_brute_force():
+    """The plan search under the maxtext engine finds the fastest plan that fits, among those the
+    circular schedule can run (even splits, pp x repeats dividing the layers, microbatches a
+    multiple of pp), as the brute force over evaluate() does, at two memory limits; every plan it
+    returns passes evaluate's checks."""
+    tiny = TINY.with_(num_layers=8, seq_len=512)
+    chip, batch = hardware.preset("TPUv5e"), 16
+    cl = cluster.preset("tpuv5e-pod", 8)
+    plans = []
+    for spec in _circular_specs(batch, 8):
+        if tiny.num_layers % (spec.pp * spec.virtual_stages):
+            continue
+        p = evaluate(tiny, chip, cl, spec, batch, engine="maxtext")
+        big = evaluate(tiny, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine="maxtext")
+        plans.append((big.step_time_s, max(p.memory_per_chip_bytes), spec))
+    assert len(plans) > 20 and any(s.pp > 1 for *_, s in plans)
+    for q in (0.3, 0.9):
+        hbm = float(np.quantile([p[1] for p in plans], q))
+        best = min(p[0] for p in plans if p[1] <= hbm)
+        res = placement.search_plans(tiny, chip.with_(hbm_bytes=hbm), cl, batch, tps=(1,), microbatches=(1, 2),
+                                     virtual_stages=(1, 2), sequence_parallel=(False,), zero=(0, 3),
+                                     recompute=("none", "full"), flash_attention=True, engine="maxtext")
+        assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
+        again = evaluate(tiny, chip.with_(hbm_bytes=hbm), cl, res.best.spec, batch, engine="maxtext")
+        assert again.step_time_s == pytest.approx(res.best.step_time_s, rel=1e-9)
+
+
+def test_the_engine_field_is_checked():
+    with pytest.raises(ValueError, match="pipeline_schedule"):
+        engine.Engine("x", pipeline_schedule="gpipe")
+    assert engine.MAXTEXT.pipeline_schedule == "circular" and engine.MEGATRON_LM.pipeline_schedule == "1f1b"
+    assert engine.MAXTEXT_MINIMAL_REMAT.pipeline_schedule == "circular"
+
+
+def test_the_cli_prices_a_pass_on_a_fixed_plan(capsys):
+    """``cosearch plan --engine maxtext --pipeline-microbatches``: a fixed plan's pass (said in its
+    line); the virtual stages it searches are those the circular schedule runs; a 1F1B engine
+    refuses the flag."""
+    from cosearch.cli import main
+    args = ["plan", "--model", "llama3-8b", "--chip", "TPUv5e", "--cluster", "tpuv5e-pod", "--chips", "32",
+            "--batch", "64", "--dp", "8",
+            "--tp", "1", "--pp", "4", "--mb", "1", "--zero", "3", "--flash", "--recompute", "full"]
+    assert main(args + ["--engine", "maxtext", "--pipeline-microbatches", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "pass4" in out and "pp4" in out
+    assert main(args + ["--engine", "any", "--pipeline-microbatches", "4"]) == 2
+    assert "1F1B pipeline, one pass" in capsys.readouterr().err
