@@ -202,10 +202,10 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         # cannot run (an infinite time)
         rate = np.where(dt == 1.0, fp8_rate if fp8_rate > 0.0 else d["fp8_macs"], 1.0)
         rate = np.where(dt < 1.0, fp4_rate if fp4_rate > 0.0 else d["fp4_macs"], rate)
-        # 4-byte (FP32) operands: the vector lanes, one FMA a lane a cycle, against the tensor MACs
-        rate = np.where(dt >= 4.0, d["vector_units"] * d["vector_width"]
-                        / (d["tensor_cores"] * d["systolic_rows"] * d["systolic_cols"]), rate)
         gemm_t = np.where(rate > 0.0, compute_t / np.where(rate > 0.0, rate, 1.0), np.inf)
+        # 4-byte (FP32) operands: on the vector lanes, one FMA a lane a cycle (no tensor-unit waves)
+        lanes = d["vector_units"] * frac * d["vector_width"]
+        gemm_t = np.where(dt >= 4.0, m * n * k * b / lanes / clock, gemm_t)
         tensor_t = np.maximum(np.maximum(gemm_t / (e_t * shape), nbytes / bw), onchip_t) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
         # fused attention: per 128-query-row block, a_over (forward) or a_over_bwd (a backward,

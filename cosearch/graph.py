@@ -1173,7 +1173,7 @@ def _expert_ops(g: _Builder, c: ModelConfig, disp: int | None, per: int, local: 
 #: operands and writes fp32 logits, and MaxText's) or FP32 (``"fp32"``: torchtitan's
 #: ``TokenChoiceTopKRouter`` computes ``gate(x)`` under ``torch.autocast(dtype=torch.float32)``,
 #: "to help stability of expert load balancing", torchtitan 0.3.0 ``models/common/moe.py``; its
-#: backward is FP32 too), priced on the vector lanes (:func:`cosearch._kernels.formulas.tensor_format_rate`).
+#: backward is FP32 too), priced on the vector lanes (:func:`cosearch._kernels.formulas.fp32_gemm_cycles`).
 ROUTER_DTYPES = ("bf16", "fp32")
 
 

@@ -60,8 +60,9 @@ def roofline_one(op, d, frac=1.0, eff=(1.0, 1.0, 1.0, 0.0, 0, 0, 0, 0, 0.0, 0.0,
             speed = fp8 if fp8 > 0 else fp8_macs
         elif dt < 1:  # NVFP4 at the chip's measured FP4 rate, else its PEs' FP4 MACs
             speed = fp4 if fp4 > 0 else fp4_macs
-        elif dt >= 4:  # FP32 on the vector lanes (an FMA a lane a cycle) instead of the PEs' MACs
-            speed = (vu * vw) / (cores_total * r * c)
+        elif dt >= 4:  # FP32 on the vector lanes, an FMA a lane a cycle: no tensor-unit waves
+            compute = m * n * k * b / (vu * frac * vw) / clock
+            speed = 1.0
         else:
             speed = 1.0
         if speed == 0:   # no tensor unit for the format: the GEMM never finishes

@@ -24,6 +24,10 @@ MOE = ModelConfig("tiny-moe", 2, 256, 4, 512, 1024, 512, kv_heads=2, activation=
 @pytest.mark.parametrize("chip,ratio", [("H100", 16.0), ("A100-80GB", 16.0)])
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_an_fp32_gemm_runs_on_the_vector_lanes(chip, ratio, backend):
+    """Hand-worked, 8192^3: in bf16 the tensor unit's ceil(tiles / cores) waves of (8192 + R + C - 2)
+    cycles; in FP32 8192^3 / (SMs x lanes) cycles on the vector lanes, at the same clock and shape
+    efficiency, so the FP32 time over the bf16 one is the ratio of the two cycle counts (the
+    datasheets' 1/16 where the waves fill: 15.9 on the H100, 15.8 on the A100)."""
     c = hardware.preset(chip)
     assert c.tensor_cores * c.systolic_rows * c.systolic_cols / (c.vector_units * c.vector_width) == ratio
     launch = c.efficiency.launch_s
@@ -34,9 +38,36 @@ def test_an_fp32_gemm_runs_on_the_vector_lanes(chip, ratio, backend):
         op[graph.OP_FIELDS.index("dtype_bytes")] = dt
         rows.append(op)
     t16, t32 = cost.price(np.array(rows), c, backend=backend)[0]
-    assert (t32 - launch) == pytest.approx(ratio * (t16 - launch), rel=1e-12)
-    assert formulas.tensor_format_rate.py_func(4.0, 1.8, 0.0, 0.0, 0.0, 1 / 16) == 1 / 16
-    assert formulas.tensor_format_rate.py_func(2.0, 1.8, 0.0, 0.0, 0.0, 1 / 16) == 1.0
+    R, C, n = c.systolic_rows, c.systolic_cols, 8192
+    tensor_cycles = math.ceil((n / R) * (n / C) / c.tensor_cores) * (n + R + C - 2)
+    lane_cycles = n ** 3 / (c.vector_units * c.vector_width)
+    assert (t32 - launch) == pytest.approx((t16 - launch) * lane_cycles / tensor_cycles, rel=1e-12)
+    assert 0.97 * ratio < lane_cycles / tensor_cycles < ratio
+    assert formulas.fp32_gemm_cycles.py_func(8.0, 4.0, 2.0, 3.0, 16.0) == 8 * 4 * 2 * 3 / 16
+    assert formulas.tensor_format_rate.py_func(2.0, 1.8, 0.0, 0.0, 0.0) == 1.0
+    assert formulas.tensor_format_rate.py_func(1.0, 1.8, 0.0, 0.0, 0.0) == 1.8
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_an_fp32_gemm_does_not_depend_on_the_tensor_unit(backend):
+    """More (or fewer) tensor cores leave an FP32 GEMM's time as it is, at every shape (it never
+    runs on them); more vector lanes never slow it.  Until stop 74 the tensor unit's waves leaked
+    into it: torchtitan's 4096 x 128 x 2048 router ran 33 % slower on an A100 with twice the
+    tensor cores."""
+    c = hardware.preset("A100")
+    shapes = [(4096, 128, 2048), (8192, 8192, 8192), (1000, 7, 333), (16, 16, 16)]
+    ops = []
+    for m, n, k in shapes:
+        op = np.zeros(len(graph.OP_FIELDS))
+        op[:5] = (0, m, n, k, 1)
+        op[graph.OP_FIELDS.index("dtype_bytes")] = 4.0
+        ops.append(op)
+    ops = np.array(ops)
+    base = cost.price(ops, c, backend=backend)[0]
+    for tc in (c.tensor_cores // 2, c.tensor_cores * 2, c.tensor_cores * 4):
+        assert np.array_equal(cost.price(ops, c.with_(tensor_cores=tc), backend=backend)[0], base)
+    more = cost.price(ops, c.with_(vector_units=c.vector_units * 2), backend=backend)[0]
+    assert np.all(more <= base)
 
 
 def test_the_router_graph_in_fp32():

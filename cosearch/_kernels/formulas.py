@@ -126,26 +126,25 @@ D_FP4_MACS = 13
 
 
 @njit(cache=True, inline="always")
-def vector_lanes_per_mac(tensor_cores, rows, cols, vector_units, vector_width):
-    """A design's vector lanes (one FP32 multiply-add a lane a cycle) per tensor-unit MAC: the
-    rate of an FP32 GEMM over a bf16 one (:func:`tensor_format_rate`).  Scalars or arrays."""
-    return vector_units * vector_width / (tensor_cores * rows * cols)
+def fp32_gemm_cycles(m, n, k, batch, lanes):
+    """Cycles of ``batch`` GEMMs ``(m x k) @ (k x n)`` on FP32 operands: CUDA runs an FP32 GEMM on
+    the vector lanes (one FP32 multiply-add a lane a cycle), not the tensor cores, unless TF32 is
+    allowed (``torch.backends.cuda.matmul.allow_tf32``, off by default since PyTorch 1.12), as
+    H100's datasheet FP32 and BF16 rates, 67 and 989 TFLOP/s, show (128 FP32 lanes against 2,048
+    bf16 MACs an SM): ``m n k batch / lanes``, independent of the tensor unit (its waves and
+    its size leave an FP32 GEMM as it is).  ``lanes``: vector units x width (x the core fraction)."""
+    return m * n * k * batch / lanes
 
 
 @njit(cache=True, inline="always")
-def tensor_format_rate(dtype_bytes, eff_fp8, eff_fp4, fp8_macs, fp4_macs, fp32_lanes_per_mac):
-    """How many times faster a GEMM on ``dtype_bytes``-wide operands runs than the same GEMM in
-    bf16: 1 for 2-byte operands; for FP32 (4 bytes or wider) ``fp32_lanes_per_mac``, the design's
-    vector lanes (one FP32 multiply-add a lane a cycle) per tensor-unit MAC: CUDA runs an FP32
-    GEMM on them, not the tensor cores, unless TF32 is allowed (``torch.backends.cuda.matmul.allow_tf32``,
-    off by default since PyTorch 1.12), as H100's datasheet FP32 and BF16 rates, 67 and 989
-    TFLOP/s (1/16 at one clock: 128 FP32 lanes against 2,048 bf16 MACs an SM), show; for FP8 (1 byte) the kernel model's measured rate
+def tensor_format_rate(dtype_bytes, eff_fp8, eff_fp4, fp8_macs, fp4_macs):
+    """How many times faster a GEMM on ``dtype_bytes``-wide tensor-unit operands runs than the same
+    GEMM in bf16: 1 for 2-byte operands; for FP8 (1 byte) the kernel model's measured rate
     ``eff_fp8`` where it has one (a real chip's), else the design's tensor unit, ``fp8_macs``
     FP8 MACs per PE per cycle; for FP4 (under a byte: NVFP4) likewise ``eff_fp4``, else the
     design's ``fp4_macs``.  0 where the chip cannot multiply in that format at all (the GEMM
-    cannot run: priced as never finishing)."""
-    if dtype_bytes >= 4.0:
-        return fp32_lanes_per_mac
+    cannot run: priced as never finishing).  FP32 runs on the vector lanes instead
+    (:func:`fp32_gemm_cycles`)."""
     if dtype_bytes >= 2.0:
         return 1.0
     if dtype_bytes == 1.0:

@@ -55,7 +55,10 @@ slots scaled by ``core_fraction`` like the cores.  A GEMM with 1-byte operands (
 ``eff[9]`` (``E_FP8``) times faster than the same GEMM in bf16 (0: the design's ``fp8_macs``,
 design column 12), one with NVFP4 operands (under 1 byte) ``eff[10]`` (``E_FP4``) times (0: the
 design's ``fp4_macs``, column 13) (:func:`cosearch._kernels.formulas.tensor_format_rate`); a format the chip has no rate for
-cannot run: the GEMM takes forever (``inf``), so no plan using it is feasible.
+cannot run: the GEMM takes forever (``inf``), so no plan using it is feasible.  A GEMM with FP32
+(4-byte) operands runs on the vector lanes, not the tensor unit: ``m n k batch / (vector_units *
+core_fraction * width)`` cycles (one FMA a lane a cycle; :func:`cosearch._kernels.formulas.fp32_gemm_cycles`)
+at the same ``eff_unit``.
 """
 
 from __future__ import annotations
@@ -82,11 +85,11 @@ from .formulas import (
     E_TILE_N,
     attention_clock_of,
     attention_format_speed,
+    fp32_gemm_cycles,
     fused_attention_efficiency,
     gemm_shape_efficiency,
     operand_traffic_bytes,
     tensor_format_rate,
-    vector_lanes_per_mac,
 )
 
 
@@ -143,12 +146,13 @@ def _price_one(op, d, frac, eff):
             slots = 1.0
         shape = gemm_shape_efficiency(m, n, k, b, eff[E_TILE_M], eff[E_TILE_N], eff[E_TILE_K], slots,
                                       eff[E_K_OVERHEAD], eff[E_STREAM_K])
+        if dt >= 4.0:
+            # FP32 operands: the vector lanes (no tensor-unit waves)
+            cycles = fp32_gemm_cycles(m, n, k, b, d[3] * frac * d[4])
         compute = cycles / clock / (eff[E_TENSOR] * shape)
-        if dt < 2.0 or dt >= 4.0:
-            # FP8 / NVFP4 operands: the chip's rate in that format (0: it has none); FP32 ones:
-            # its vector lanes
-            rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS], d[D_FP4_MACS],
-                                      vector_lanes_per_mac(d[0], r, c, d[3], d[4]))
+        if dt < 2.0:
+            # FP8 / NVFP4 operands: the chip's rate in that format (0: it has none)
+            rate = tensor_format_rate(dt, eff[E_FP8], eff[E_FP4], d[D_FP8_MACS], d[D_FP4_MACS])
             compute = compute / rate if rate > 0.0 else math.inf
         total = (m * k + k * n + m * n) * b * dt
         l2 = d[7]

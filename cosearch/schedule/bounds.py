@@ -59,12 +59,12 @@ def lower_bound(p: Problem) -> float:
 
 def _format_rates(dtype_bytes: np.ndarray, macs: np.ndarray, eff) -> np.ndarray:
     """:func:`cosearch._kernels.formulas.tensor_format_rate` of every (design, op): ``dtype_bytes``
-    a (1, ops) row, ``macs`` a (designs, 3) array of each design's FP8 and FP4 MACs per PE and
-    vector lanes per tensor MAC; the formula once per distinct (formats, operand width) pair."""
+    a (1, ops) row, ``macs`` a (designs, 2) array of each design's FP8 and FP4 MACs per PE; the
+    formula once per distinct (formats, operand width) pair."""
     dts, di = np.unique(dtype_bytes, return_inverse=True)
-    fs, fi = np.unique(np.reshape(macs, (-1, 3)), axis=0, return_inverse=True)
-    table = np.array([[formulas.tensor_format_rate.py_func(a, eff.fp8_rate, eff.fp4_rate, f8, f4, f32) for a in dts]
-                      for f8, f4, f32 in fs])
+    fs, fi = np.unique(np.reshape(macs, (-1, 2)), axis=0, return_inverse=True)
+    table = np.array([[formulas.tensor_format_rate.py_func(a, eff.fp8_rate, eff.fp4_rate, f8, f4) for a in dts]
+                      for f8, f4 in fs])
     return table[np.reshape(fi, (-1, 1)), np.reshape(di, np.shape(dtype_bytes))]
 
 
@@ -92,18 +92,17 @@ def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.n
     r, c = col["systolic_rows"], col["systolic_cols"]
     mat = np.isin(kind, (KIND_TENSOR, KIND_ATTENTION))
     rate = np.where(kind == KIND_ATTENTION, eff.attention, eff.tensor) * col["clock_hz"]
-    # a GEMM on FP8 / NVFP4 operands at the chip's rate in that format (0: it cannot run), on FP32
-    # ones at its vector lanes
-    lanes_per_mac = formulas.vector_lanes_per_mac.py_func(col["tensor_cores"], col["systolic_rows"],
-                                                          col["systolic_cols"], col["vector_units"],
-                                                          col["vector_width"])
-    fmt = _format_rates(np.where(kind == KIND_TENSOR, dt, 2.0),
-                        np.column_stack([d[:, [DESIGN_FIELDS.index("fp8_macs"), DESIGN_FIELDS.index("fp4_macs")]],
-                                         np.reshape(lanes_per_mac, (-1, 1))]), eff)
+    # a GEMM on FP8 / NVFP4 operands at the chip's rate in that format (0: it cannot run); on FP32
+    # ones on the vector lanes (formulas.fp32_gemm_cycles), its work the whole chip's lanes' time
+    fp32 = (kind == KIND_TENSOR) & (dt >= 4.0)
+    fmt = _format_rates(np.where((kind == KIND_TENSOR) & ~fp32, dt, 2.0),
+                        d[:, [DESIGN_FIELDS.index("fp8_macs"), DESIGN_FIELDS.index("fp4_macs")]], eff)
     rate = np.where(fmt > 0.0, rate * fmt, 0.0)
     cycles = b * np.ceil(k / r) * np.ceil(n / c) * (m + r + c - 2.0)
+    lane_rate = col["vector_units"] * col["vector_width"] * col["clock_hz"] * eff.tensor
     with np.errstate(divide="ignore"):
-        tensor = np.where(mat, cycles / rate, 0.0).sum(axis=1) / col["tensor_cores"][:, 0]
+        tensor = (np.where(mat & ~fp32, cycles / rate, 0.0).sum(axis=1) / col["tensor_cores"][:, 0]
+                  + np.where(fp32, m * n * k * b / lane_rate, 0.0).sum(axis=1))
     vec = (kind == KIND_VECTOR) | (kind == KIND_CAST)
     lanes = col["vector_units"] * col["vector_width"] * col["clock_hz"]
     vector = np.where(vec, elements * per / lanes, 0.0).sum(axis=1)
