@@ -37,7 +37,7 @@ from ._validate import flag
 from .graph import ATTENTION_FORMAT_BYTES, OPERAND_BYTES
 from .models import ModelConfig
 
-__all__ = ["MemoryConfig", "layer_activation_bytes", "fp8_attention_saved_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "maxtext_saved_bytes", "layer_input_bytes",
+__all__ = ["MemoryConfig", "layer_activation_bytes", "fp8_attention_saved_bytes", "MODULE_TERMS", "every_other_matmul_bytes", "every_other_matmul_exact", "maxtext_saved_bytes", "layer_input_bytes",
            "embedding_activation_bytes",
            "head_activation_bytes", "static_bytes", "in_flight", "moe_dispatch_buffer_bytes", "DEEPEP_CONFIGS"]
 
@@ -314,25 +314,58 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
     return n * per_token["device"], n * per_token["offload"]
 
 
+def every_other_matmul_exact(config: ModelConfig, tp: int) -> bool:
+    """Whether :func:`every_other_matmul_bytes` gives what torchtitan's per-op selective
+    checkpointing keeps for ``config``'s layer at tensor parallelism ``tp`` (else a plan takes
+    Megatron's selective figure, an upper bound): dense multi-head or grouped-query layers, and
+    MoE layers of such models without tensor parallelism, linear biases (GPT-OSS's run as
+    ``aten.addmm``, kept uncounted) or a capacity factor; not MLA or DeepSeek-V4's attention."""
+    c = config
+    if c.mla is not None or c.compressed_attention is not None:
+        return False
+    return not c.moe or (tp == 1 and not c.bias and not c.moe_capacity_factor and not c.moe_einsum_dispatch)
+
+
 def every_other_matmul_bytes(config: ModelConfig, tp: int, microbatch: int,
-                             sequence_parallel: bool = False, fused_qkv: bool = False) -> float:
-    """Activations one dense layer keeps under torchtitan's per-op selective checkpointing
+                             sequence_parallel: bool = False, fused_qkv: bool = False,
+                             dispatched: bool = False) -> float:
+    """Activations one layer keeps under torchtitan's per-op selective checkpointing
     (:attr:`cosearch.engine.Engine.selective_recompute` ``"every-other-matmul"``), per chip and
     microbatch: the checkpointed layer input, the outputs of the odd matmuls in execution order
     (wq, wv, and w1, plus w2 for a gated MLP: wq wk wv wo w1 w3 w2) and SDPA's output with its
     fp32 log-sum-exp; everything else is recomputed.  The row-parallel w2's saved matmul output
     is the local, not yet reduced one (a full ``s x h`` per rank).  ``fused_qkv`` (torchtitan
     0.3's ``FusedQKVLinear``, ``"every-other-matmul-fused-qkv"``): the one wqkv matmul is the
-    first, its whole q, k, v output kept (wo, w1, w3, w2 follow with the same parity)."""
+    first, its whole q, k, v output kept (wo, w1, w3, w2 follow with the same parity).
+
+    An MoE layer (:func:`every_other_matmul_exact`; torchtitan 0.3's ``MoE.forward`` and
+    ``distributed/activation_checkpoint.py``): the router's gate matmul is force-recomputed and
+    not counted, its ``topk`` kept (the fp32 scores and the int64 expert ids of each token's k
+    choices), the routed experts' ``_grouped_mm`` outputs recomputed (not in the save list), and
+    with ``dispatched`` (expert parallelism > 1) the outputs of the dispatch's and the combine's
+    ``all_to_all_single`` kept (each token's k routed copies of h, twice); the shared experts'
+    matmuls come after the attention's in the count, as a dense MLP's do."""
     c = config
     s, b, h, t = c.seq_len, microbatch, c.hidden, tp
     db = c.dtype_bytes
     kv = max(1, c.kv_heads // t) * c.head_dim        # this rank's K/V width (a head at least)
     qkv = kv * (2.0 if flag("fused_qkv", fused_qkv) else 1.0)    # wv's, or wqkv's k and v
-    split = db * (c.q_dim / t + qkv + c.q_dim / t + c.ffn_hidden / t) + 4.0 * c.heads / t
-    local = db * h if c.gated else 0.0               # w2's local output
     layer_in = db * h / (t if sequence_parallel else 1)
-    return s * b * (layer_in + split + local)
+    attention = db * (c.q_dim / t + qkv + c.q_dim / t) + 4.0 * c.heads / t
+    if not c.moe:
+        local = db * h if c.gated else 0.0               # w2's local output
+        return s * b * (layer_in + attention + db * c.ffn_hidden / t + local)
+    if not every_other_matmul_exact(c, t):
+        raise ValueError(f"every_other_matmul_bytes: {c.name}'s MoE layer at tp={t} is not itemized "
+                         "(every_other_matmul_exact); take Megatron's selective figure")
+    from .graph import moe_expert_tokens
+    k = c.experts_per_token
+    router = 12.0 * k                                    # topk: fp32 scores and int64 ids, k each
+    shared = c.shared_experts * c.expert_ffn
+    shared_b = db * shared + (db * h if c.gated and shared else 0.0)
+    copies = moe_expert_tokens(c, s, 1, 1)[1] / s        # routed copies a token sends (k, dropless)
+    a2a = 2.0 * copies * db * h if flag("dispatched", dispatched) else 0.0
+    return s * b * (layer_in + attention + router + shared_b + a2a)
 
 
 def _hidden_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_parallel: bool) -> float:

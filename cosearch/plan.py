@@ -410,17 +410,18 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
                         precision: str, eager_clamp: bool = False,
                         experts_gathered: bool = False, proj_input_cast: bool = True,
                         attention_saved: tuple[float, float | None] | None = None, loss_chunks: int = 1,
-                        experts_bf16: bool = False) -> tuple[tuple[float, ...], float]:
+                        experts_bf16: bool = False, dispatched: bool = False) -> tuple[tuple[float, ...], float]:
     """One sequence's activation bytes on a rank of ``cl`` (this rank's tokens) at tp ``t``: (the
     layer's without recompute, under ``policy``'s selective recompute, the layer input, the
     embedding's, the head's), and the bytes a MaxText policy offloads to the host; cached (none
-    depends on expert parallelism, which the plan search prices degree by degree).
+    depends on the expert-parallel degree but whether it exceeds 1, ``dispatched``).
     ``eager_clamp``: the experts' clamp runs eagerly; ``experts_gathered``: the experts split over
     the tp ranks gather their input copies; ``proj_input_cast`` False: the attention's output
     projection keeps no low-precision copy; ``attention_saved``: FP8 attention's saved bytes
     (:func:`cosearch.memory.layer_activation_bytes`); ``loss_chunks``: the head's loss run in that
     many sequence chunks (:attr:`cosearch.engine.Engine.loss_chunks`); ``experts_bf16``: the routed
-    experts in bf16 in a low-precision layer."""
+    experts in bf16 in a low-precision layer; ``dispatched``: an MoE layer's tokens cross an
+    expert-parallel group (ep > 1), whose all-to-all outputs torchtitan's per-op policy keeps."""
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
@@ -429,9 +430,8 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     if mt is not None:
         sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)
     else:
-        sel = (memory.every_other_matmul_bytes(cl, t, 1, sp, policy == "every-other-matmul-fused-qkv")
-               if policy in graph.EVERY_OTHER_MATMUL and flash_attention and not cl.moe and cl.mla is None
-               and cl.compressed_attention is None else
+        sel = (memory.every_other_matmul_bytes(cl, t, 1, sp, policy == "every-other-matmul-fused-qkv", dispatched)
+               if policy in graph.EVERY_OTHER_MATMUL and flash_attention and memory.every_other_matmul_exact(cl, t) else
                memory.layer_activation_bytes(cl, t, 1, sp, "selective", flash_attention, precision,
                                              graph.recompute_modules(policy) or (), eager_clamp, experts_gathered,
                                              proj_input_cast, attention_saved, experts_bf16))
@@ -1065,7 +1065,8 @@ def unit_costs(model: ModelConfig, designs, cluster: Cluster, tps: Sequence[int]
                                                 expert_mode != "fused",
                                                 c.moe and t > 1 and bool(sp) and etp_t is None
                                                 and eng.moe_dispatcher != "gather-tokens" and not c.moe_einsum_dispatch,
-                                                proj_cast, attention_saved, eng.loss_chunks, expert_prec == "bf16")
+                                                proj_cast, attention_saved, eng.loss_chunks, expert_prec == "bf16",
+                                                c.moe and ep > 1)
             # affine: every microbatch size at once; otherwise one size at a time
             for bis in ([slice(None)] if affine else [slice(bi, bi + 1) for bi in range(nb)]):
                 mbs = mb_all[bis]
