@@ -279,7 +279,10 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
     shared experts') input projections (not its output: it only enters the residual sum, whose
     backward reads nothing, so JAX keeps no residual for it), an MoE layer's expert projections at
     the slots each token fills; everything else is rematerialized.  A dense layer's ``mlp*`` names are the
-    shared experts' in an MoE layer."""
+    shared experts' in an MoE layer.  The layer input stays in HBM under ``'remat'`` too: it is the
+    input of the checkpointed layer, which JAX keeps to rerun it (only ``'offload'`` moves it) — the
+    residuals of MaxText's own layer scan show it, compiled for a v5e slice with every tensor
+    ``'remat'`` (``cosearch/data/maxtext_pipeline_residuals.md``, ``tests/test_circular_pipeline.py``)."""
     from .graph import moe_expert_tokens
     c = config
     t = tp
@@ -308,6 +311,8 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
     per_token = {"device": 0.0, "offload": 0.0}
     for width, names in tensors:
         where = next((w for w in (places.get(n, "remat") for n in names) if w != "remat"), "remat")
+        if names == ("decoder_layer_input",) and where == "remat":
+            where = "device"
         if where != "remat":
             per_token[where] += width * dt
     n = c.seq_len * microbatch

@@ -233,3 +233,31 @@ def test_the_cli_prices_a_pass_on_a_fixed_plan(capsys):
     assert "pass4" in out and "pp4" in out
     assert main(args + ["--engine", "any", "--pipeline-microbatches", "4"]) == 2
     assert "1F1B pipeline, one pass" in capsys.readouterr().err
+
+
+LAYER_DATA = Path(__file__).parent.parent / "cosearch" / "data" / "maxtext_layer_residuals.csv"
+
+
+@pytest.mark.parametrize("row", list(csv.DictReader(open(LAYER_DATA, newline=""))), ids=lambda r: r["source"])
+def test_a_layer_keeps_what_jax_saves_for_maxtexts_layer_scan(row):
+    """Without a pipeline, per layer and chip: the bytes cosearch keeps in HBM under each remat
+    policy (the layer input kept unless offloaded: it is the checkpointed layer's input) equal the
+    arrays JAX stacks over MaxText's layer scan (the shipped shapes: one sequence a chip of 2048
+    tokens, widths 1024, 8 x 128 and 4096, bf16)."""
+    from cosearch.graph import MAXTEXT_MINIMAL_TENSORS
+    from cosearch.runs.maxtext import NAMED_REMAT_POLICIES
+    mb = int(row["global_batch"]) // int(row["fsdp"])
+    measured = mb * 2048 * 2 * (1024 * int(row["width_1024_arrays"]) + 8 * 128 * int(row["qkv_arrays"])
+                                + 4096 * int(row["width_4096_arrays"]))
+    policy = row["remat_policy"]
+    if policy == "full":
+        kept = memory.layer_input_bytes(TINY, 1, mb)
+    else:
+        if policy == "minimal":
+            places = dict.fromkeys(MAXTEXT_MINIMAL_TENSORS, "device")
+        elif policy == "custom":
+            places = dict(x.split("=") for x in row["custom_places"].split())
+        else:
+            places = NAMED_REMAT_POLICIES[policy]
+        kept = memory.maxtext_saved_bytes(TINY, 1, mb, False, places)[0]
+    assert kept == measured
