@@ -425,6 +425,7 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     mt = graph.maxtext_policy(policy)
     if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
         # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
+        # (an MoE layer's keep Megatron's selective figure: cosearch/data/maxtext_pipeline_residuals.md)
         mt = graph.maxtext_policy("maxtext:" + ",".join(f"{n}=device" for n in graph.MAXTEXT_MINIMAL_TENSORS))
     host = 0.0
     if mt is not None:

@@ -238,12 +238,18 @@ def test_the_cli_prices_a_pass_on_a_fixed_plan(capsys):
 LAYER_DATA = Path(__file__).parent.parent / "cosearch" / "data" / "maxtext_layer_residuals.csv"
 
 
-@pytest.mark.parametrize("row", list(csv.DictReader(open(LAYER_DATA, newline=""))), ids=lambda r: r["source"])
+def _layer_rows(kind):
+    return [r for r in csv.DictReader(open(LAYER_DATA, newline="")) if r["model"] == kind]
+
+
+@pytest.mark.parametrize("row", _layer_rows("dense"), ids=lambda r: r["source"])
 def test_a_layer_keeps_what_jax_saves_for_maxtexts_layer_scan(row):
     """Without a pipeline, per layer and chip: the bytes cosearch keeps in HBM under each remat
     policy (the layer input kept unless offloaded: it is the checkpointed layer's input) equal the
     arrays JAX stacks over MaxText's layer scan (the shipped shapes: one sequence a chip of 2048
-    tokens, widths 1024, 8 x 128 and 4096, bf16)."""
+    tokens, widths 1024, 8 x 128 and 4096, bf16); under minimal the plan's own per-sequence figure
+    (the maxtext-minimal-remat engine's ``dots-saved``) is the same."""
+    from cosearch import plan
     from cosearch.graph import MAXTEXT_MINIMAL_TENSORS
     from cosearch.runs.maxtext import NAMED_REMAT_POLICIES
     mb = int(row["global_batch"]) // int(row["fsdp"])
@@ -255,9 +261,27 @@ def test_a_layer_keeps_what_jax_saves_for_maxtexts_layer_scan(row):
     else:
         if policy == "minimal":
             places = dict.fromkeys(MAXTEXT_MINIMAL_TENSORS, "device")
+            assert plan._per_sequence_bytes(TINY, 1, False, "dots-saved", True, "bf16")[0][1] * mb == measured
         elif policy == "custom":
             places = dict(x.split("=") for x in row["custom_places"].split())
         else:
             places = NAMED_REMAT_POLICIES[policy]
         kept = memory.maxtext_saved_bytes(TINY, 1, mb, False, places)[0]
     assert kept == measured
+
+
+def test_an_moe_layer_under_minimal_stays_below_the_upper_bound():
+    """A Mixtral-block MoE layer with grouped GEMMs under minimal (row 7): JAX keeps its input, Q,
+    K, V, the attention output and, per routed slot (2 a token), one array of the embedding's width
+    (1024) and one of the experts' (512); cosearch prices it with Megatron's selective figure, which
+    must exceed that, as the plan's per-sequence figure does."""
+    from cosearch import plan
+    (row,) = _layer_rows("moe")
+    moe = TINY.with_(name="maxtext-moe", num_layers=4, ffn_hidden=512, num_experts=8, experts_per_token=2,
+                     moe_ffn_hidden=512)
+    mb = int(row["global_batch"]) // int(row["fsdp"])
+    measured = mb * 2048 * 2 * (1024 * int(row["width_1024_arrays"]) + 8 * 128 * int(row["qkv_arrays"])
+                                + 2 * (1024 + 512))
+    bound = plan._per_sequence_bytes(moe, 1, False, "dots-saved", True, "bf16")[0][1] * mb
+    assert bound == memory.layer_activation_bytes(moe, 1, mb, False, "selective", True)
+    assert bound > measured
