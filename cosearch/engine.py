@@ -274,7 +274,9 @@ same.
   :func:`cosearch._kernels.formulas.inflight_circular`, where 1F1B keeps at most ``pp``);
   each iteration gathers a chunk's weights over FSDP (two chunks held); the embedding and the
   head run outside the loop, their batch sharded over the stage axis too (a ``1 / pp`` share on
-  every stage).  Checked against the residuals JAX saves for MaxText's own pipeline
+  every stage).  ``pipeline_forwarding_delay`` 2 (``pipeline_delay_activation_forwarding``): each
+  stage's output waits one more iteration, ``M R + 2 (pp - 1)`` iterations, the bubble and its kept
+  iterations twice.  Checked against the residuals JAX saves for MaxText's own pipeline
   (``cosearch/data/maxtext_pipeline_residuals.csv``).
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
@@ -371,6 +373,7 @@ class Engine:
     expert_precision: str = "plan"
     attn_proj_original_input: bool = False
     pipeline_schedule: str = "1f1b"
+    pipeline_forwarding_delay: int = 1
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -407,6 +410,12 @@ class Engine:
                   "async_dgrad_comm", "attn_proj_original_input", "rope_fusion", "activation_fusion"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
+        if self.pipeline_forwarding_delay not in (1, 2) or isinstance(self.pipeline_forwarding_delay, bool):
+            raise ValueError(f"Engine.pipeline_forwarding_delay must be 1 or 2 (MaxText's "
+                             f"pipeline_delay_activation_forwarding), got {self.pipeline_forwarding_delay!r}")
+        if self.pipeline_forwarding_delay == 2 and self.pipeline_schedule != "circular":
+            raise ValueError("Engine.pipeline_forwarding_delay=2 is MaxText's circular schedule's delayed forwarding: "
+                             "it needs pipeline_schedule='circular'")
         c = self.loss_chunks
         if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1 << 16:
             raise ValueError(f"Engine.loss_chunks must be a number of sequence chunks >= 1 (1: the whole sequence), "

@@ -1336,7 +1336,8 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      w8, float(offload_layers), float(host_Bps),
                      1.0 if e.tp_overlap_rule else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
                      1.0 if e.overlap_p2p_comm else 0.0, share,
-                     1.0 if e.pipeline_schedule == "circular" else 0.0, float(pipeline_microbatches)],
+                     float(e.pipeline_forwarding_delay) if e.pipeline_schedule == "circular" else 0.0,
+                     float(pipeline_microbatches)],
                     dtype=np.float64)
 
 
@@ -1694,6 +1695,9 @@ def check_pipeline_schedule(engine: Engine | str | None, model: ModelConfig, spe
     if mp % spec.pp:
         raise ValueError(f"engine {e.name!r} runs MaxText's circular pipeline, whose {mp} microbatches a pass must be "
                          f"a multiple of pp={spec.pp} (num_pipeline_microbatches divisible by the stages)")
+    if e.pipeline_forwarding_delay == 2 and mp < 2 * spec.pp:
+        raise ValueError(f"engine {e.name!r} delays the pipeline's forwarding, which needs at least 2 x pp = "
+                         f"{2 * spec.pp} microbatches a pass (MaxText asserts it), got {mp}")
     L, vs = model.num_layers, spec.virtual_stages
     if L % (spec.pp * vs) or (spec.stage_layers is not None and len(set(spec.stage_layers)) > 1):
         raise ValueError(f"engine {e.name!r} runs MaxText's circular pipeline: every one of the pp={spec.pp} stages "

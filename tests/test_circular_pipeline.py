@@ -37,10 +37,12 @@ def test_iterations_against_a_simulation_of_maxtexts_indexing(stages, repeats, m
     it, done = maxtext_pipeline_iterations(stages, repeats, micro)
     assert done == [micro * repeats] * stages
     assert it == micro * repeats + stages - 1
-    assert F.inflight_circular(stages, micro, repeats) == pytest.approx(it / repeats, rel=1e-12)
-    assert F.inflight_circular.py_func(stages, micro, repeats) == F.inflight_circular(stages, micro, repeats)
-    # MaxText's delayed forwarding doubles the bubble (not modelled: the reader refuses it)
-    assert maxtext_pipeline_iterations(stages, repeats, micro, delay=2)[0] == micro * repeats + 2 * (stages - 1)
+    assert F.inflight_circular(stages, micro, repeats, 1.0) == pytest.approx(it / repeats, rel=1e-12)
+    assert F.inflight_circular.py_func(stages, micro, repeats, 1.0) == F.inflight_circular(stages, micro, repeats, 1.0)
+    # MaxText's delayed forwarding: every stage's output waits one more iteration, twice the bubble
+    it2, done2 = maxtext_pipeline_iterations(stages, repeats, micro, delay=2)
+    assert it2 == micro * repeats + 2 * (stages - 1) and done2 == done
+    assert F.inflight_circular(stages, micro, repeats, 2.0) == pytest.approx(it2 / repeats, rel=1e-12)
 
 
 @pytest.mark.parametrize("row", _rows(), ids=lambda r: r["source"])
@@ -51,9 +53,9 @@ def test_a_stage_keeps_what_jax_saves_for_maxtexts_pipeline(row):
     iterations for MaxText's own code (shapes read from the dumped jaxpr: iterations x stages x
     microbatch x sequence x width, the microbatch sharded over fsdp, the stages over the stage axis)."""
     P, lps, R, M = (int(row[k]) for k in ("stages", "layers_per_stage", "repeats", "pipeline_microbatches"))
-    fsdp, T = int(row["fsdp"]), int(row["iterations"])
+    fsdp, T, delay = int(row["fsdp"]), int(row["iterations"]), int(row["delay"])
     shape = [int(x) for x in row["array_shape"].split(",")]
-    assert shape[0] == T == M * R + P - 1 and shape[1] == P and P * lps * R == TINY.num_layers
+    assert shape[0] == T == M * R + delay * (P - 1) and shape[1] == P and P * lps * R == TINY.num_layers
     mb = shape[2] // fsdp                                  # sequences of one microbatch on a chip
     assert mb * fsdp * M == int(row["global_batch"])
     per_chip = T * mb * shape[3] * 2                        # bytes per element row of one array, per chip
@@ -64,7 +66,7 @@ def test_a_stage_keeps_what_jax_saves_for_maxtexts_pipeline(row):
     else:
         from cosearch.runs.maxtext import NAMED_REMAT_POLICIES
         per_layer = memory.maxtext_saved_bytes(TINY, 1, mb, False, NAMED_REMAT_POLICIES[row["remat_policy"]])[0]
-    assert F.inflight_circular(P, M, R) * n * per_layer == pytest.approx(measured, rel=1e-12)
+    assert F.inflight_circular(P, M, R, float(delay)) * n * per_layer == pytest.approx(measured, rel=1e-12)
 
 
 def _spec(**kw):
@@ -92,6 +94,28 @@ def test_the_bubble_is_paid_once_a_pass_and_the_memory_is_a_passs():
         assert a - b == pytest.approx(want, rel=1e-9)
     # every stage the same under the circular schedule (the embedding and head spread over them)
     assert len(set(round(x) for x in one.memory_per_chip_bytes)) == 1
+
+
+def test_the_delayed_forwarding_doubles_the_bubble_and_its_kept_iterations():
+    """pipeline_delay_activation_forwarding (Engine.pipeline_forwarding_delay 2): the same plan's
+    bubble twice, every stage's memory up by the (pp - 1) / R more stage-equivalents of its layers'
+    inputs (3 / 2 x 4 layers of one sequence), nothing else; the reader turns it on, its default
+    microbatches 2 x pp; too few microbatches refused."""
+    delayed = replace(engine.MAXTEXT, name="maxtext-delayed", pipeline_forwarding_delay=2)
+    a = evaluate(TINY, "TPUv5e", 16, _spec(), 64, engine="maxtext")
+    b = evaluate(TINY, "TPUv5e", 16, _spec(), 64, engine=delayed)
+    assert b.breakdown["bubble_s"] == pytest.approx(2 * a.breakdown["bubble_s"], rel=1e-12)
+    assert b.breakdown["forward_s"] == pytest.approx(a.breakdown["forward_s"], rel=1e-12)
+    extra = 3 / 2 * (TINY.num_layers // 4) * memory.layer_input_bytes(TINY, 1, 1)
+    for x, y in zip(a.memory_per_chip_bytes, b.memory_per_chip_bytes):
+        assert y - x == pytest.approx(extra, rel=1e-9)
+    with pytest.raises(ValueError, match="at least 2 x pp = 8"):
+        evaluate(TINY, "TPUv5e", 16, _spec(pipeline_microbatches=4), 64, engine=delayed)
+    with pytest.raises(ValueError, match="needs pipeline_schedule='circular'"):
+        engine.Engine("x", pipeline_forwarding_delay=2)
+    r = read_maxtext(None, BASE + ["per_device_batch_size=2", "pipeline_delay_activation_forwarding=true"])
+    assert r.plan["pipeline_microbatches"] == 8 and any("forwarding delayed" in x for x in r.assumed)
+    assert r.resolve(16).engine.pipeline_forwarding_delay == 2
 
 
 def test_circular_against_1f1b_on_the_same_engine():
@@ -150,7 +174,7 @@ def test_the_reader_reads_maxtexts_pipeline_keys():
 
 
 @pytest.mark.parametrize("extra, why", [
-    (["pipeline_delay_activation_forwarding=true"], "pipeline_delay_activation_forwarding true"),
+    (["pipeline_delay_activation_forwarding=true", "num_pipeline_microbatches=4"], "at least 8 with the delayed"),
     (["pipeline_fsdp_ag_once=true"], "pipeline_fsdp_ag_once true"),
     (["pipeline_fsdp_ag_per_repeat=true"], "pipeline_fsdp_ag_per_repeat true"),
     (["pipeline_parallel_layers=16"], "pipeline_parallel_layers 16 of the 32"),

@@ -45,10 +45,10 @@ achievable HBM bandwidth.  The step time is::
     step = max over stages of  (m + (p - 1) / v) * T_s + E_s
 
 (1F1B: ``m`` microbatches plus the ``(p - 1) / v`` bubble of the interleaved schedule).
-Under MaxText's SPMD circular pipeline (``hw`` field ``circular_pipeline``) a pass of ``mp``
-microbatches (``pipeline_pass_microbatches``; 0: all ``m``) runs ``mp v + p - 1`` iterations of
-one ``1 / v`` chunk of each stage's layers, so the bubble is paid once per pass,
-``(m / mp) (p - 1) / v``; every stage holds :func:`inflight_circular` stage-equivalents of
+Under MaxText's SPMD circular pipeline (``hw`` field ``circular_pipeline``: its forwarding delay
+``d``, 1 or 2; 0 for 1F1B) a pass of ``mp`` microbatches (``pipeline_pass_microbatches``; 0: all
+``m``) runs ``mp v + d (p - 1)`` iterations of one ``1 / v`` chunk of each stage's layers, so the
+bubble is paid once per pass, ``(m / mp) d (p - 1) / v``; every stage holds :func:`inflight_circular` stage-equivalents of
 activations, and a ``1 / p`` share of the embedding and head, which run outside the loop.
 ``stage_cost`` is non-decreasing in ``n`` (the exposed part of the overlapped gradient
 reduction falls by at most one backward per layer, which the pipeline term outgrows),
@@ -631,13 +631,14 @@ def static_bytes(params, dp, zero, w, g, o):
 
 
 @njit(cache=True)
-def inflight_circular(pp, mp, v):
+def inflight_circular(pp, mp, v, delay):
     """Stage-equivalents of activations every stage holds under MaxText's SPMD circular
-    pipeline (``layers/pipeline.py``): autodiff through its scan over ``mp v + pp - 1``
-    iterations keeps every iteration's saved tensors until the backward, the ``pp - 1`` bubble
-    iterations' included, each a chunk of ``1 / v`` of the stage's layers (``mp``: the
-    pipeline's microbatches, ``v``: its repeats)."""
-    return mp + (pp - 1.0) / v
+    pipeline (``layers/pipeline.py``): autodiff through its scan over ``mp v + delay (pp - 1)``
+    iterations keeps every iteration's saved tensors until the backward, the ``delay (pp - 1)``
+    bubble iterations' included, each a chunk of ``1 / v`` of the stage's layers (``mp``: the
+    pipeline's microbatches, ``v``: its repeats, ``delay``: its forwarding delay, 2 under
+    ``pipeline_delay_activation_forwarding``, else 1)."""
+    return mp + delay * (pp - 1.0) / v
 
 
 @njit(cache=True)
@@ -929,7 +930,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
            + pexp * ((2.0 * o + g + w) / xopt_shard + 2.0 * g / xfixed_shard)) / hw[H_MEMBW]
     e = exposed + opt
     # ---- memory
-    held = inflight_circular(pp, mp, v) if circ else inflight(s, pp, m, v)
+    held = inflight_circular(pp, mp, v, hw[H_CIRC]) if circ else inflight(s, pp, m, v)
     mem = static_bytes(pd, zg, zero, w, g, o) + static_bytes(pexp, dpx, zero, w, g, o) + held * act + ends_act
     mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
@@ -952,7 +953,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     # circular: the bubble is paid once per pass of mp microbatches, each bubble iteration priced
     # at a stage's whole microbatch time (its 1/pp share of the embedding and head included, which
     # the loop does not run: kept so the plan search's lower bound stays one)
-    passes = m / mp if circ else 1.0
+    passes = m / mp * hw[H_CIRC] if circ else 1.0        # (times the forwarding delay's bubble)
     # EP all-to-all overlap (Megatron-Core's combined 1F1B): every forward chunk of the steady
     # state runs beside a backward one, each pair of layers saving u[U_EPO]; the warm-up's
     # forwards (one more than the schedule's own, and the single first forward without a

@@ -400,8 +400,10 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     if int(per_replica) % ga:
         raise ValueError(f"{name}: {int(per_replica)} sequences per replica do not split into "
                          f"gradient_accumulation_steps {ga}")
+    delay = 1
     if pp > 1:
         plan.update(_circular_pipeline(k, name, model, pp, int(per_replica), ga, assumed))
+        delay = plan.pop("_delay")
     else:
         plan["microbatch"] = int(per_replica) // ga
     # recompute, precision, attention
@@ -467,6 +469,8 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
     if k.bool("logits_dot_in_fp32", False):
         # the output head's matmul in float32 takes several bf16 MXU passes on a TPU
         assumed.append("logits_dot_in_fp32: the output head's matmul priced in bf16 (float32 is slower)")
+    if delay > 1:
+        engine = replace(engine, name=engine.name + "-delayed-forwarding", pipeline_forwarding_delay=delay)
     if _model_default(k, "use_iota_embed", False):
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")
@@ -507,8 +511,7 @@ def _circular_pipeline(k: Keys, name: str, model: ModelConfig, pp: int, per_repl
     if repeats <= 0 or pp * repeats * lps != L:
         raise ValueError(f"{name}: {pp} stages x num_pipeline_repeats {repeats} x num_layers_per_pipeline_stage "
                          f"{lps} must be the {L} layers (MaxText asserts it)")
-    for key, why in (("pipeline_delay_activation_forwarding", "a second iteration of delay, twice the bubble"),
-                     ("pipeline_fsdp_ag_once", "every stage's weights gathered once and held"),
+    for key, why in (("pipeline_fsdp_ag_once", "every stage's weights gathered once and held"),
                      ("pipeline_fsdp_ag_per_repeat", "the weights prefetched per repeat")):
         if k.bool(key, False):
             raise ValueError(f"{name}: {key} true ({why}) is not modelled")
@@ -522,21 +525,25 @@ def _circular_pipeline(k: Keys, name: str, model: ModelConfig, pp: int, per_repl
     if not k.bool("scan_pipeline_iterations", True):
         assumed.append("scan_pipeline_iterations false: the iterations unrolled, priced as scanned (the same "
                        "tensors kept)")
+    delay = 2 if k.bool("pipeline_delay_activation_forwarding", False) else 1
     micro = k.int("num_pipeline_microbatches", -1)
     if micro == -1:
-        micro = pp
-    if micro <= 0 or micro % pp:
-        raise ValueError(f"{name}: num_pipeline_microbatches {micro} must be a positive multiple of the {pp} stages "
-                         "(MaxText asserts it)")
+        micro = delay * pp
+    if micro <= 0 or micro % pp or micro < delay * pp:
+        raise ValueError(f"{name}: num_pipeline_microbatches {micro} must be a positive multiple of the {pp} stages"
+                         + (f", at least {delay * pp} with the delayed forwarding" if delay > 1 else "")
+                         + " (MaxText asserts it)")
     share, rem = divmod(per_replica, ga * micro)
     if rem or not share:
         raise ValueError(f"{name}: {per_replica} sequences per data-parallel replica do not split into "
                          f"gradient_accumulation_steps {ga} x num_pipeline_microbatches {micro}")
+    bubble = delay * (pp - 1)
     assumed.append(f"MaxText's circular pipeline: {pp} stages x {repeats} repeats of {lps} layer"
                    f"{'s' if lps > 1 else ''}, {micro} microbatches of {share} sequence{'s' if share > 1 else ''} a "
-                   f"replica per pass ({micro * repeats + pp - 1} iterations, {pp - 1} of them bubble), "
+                   f"replica per pass ({micro * repeats + bubble} iterations, {bubble} of them bubble"
+                   + (", the forwarding delayed one iteration" if delay > 1 else "") + f"), "
                    f"{ga} pass{'es' if ga > 1 else ''} a step")
-    return dict(microbatch=share, virtual_stages=repeats, pipeline_microbatches=micro)
+    return dict(microbatch=share, virtual_stages=repeats, pipeline_microbatches=micro, _delay=delay)
 
 
 def _state_bytes(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:
