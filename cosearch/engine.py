@@ -410,7 +410,8 @@ class Engine:
                   "async_dgrad_comm", "attn_proj_original_input", "rope_fusion", "activation_fusion"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"Engine.{f} must be True or False, got {getattr(self, f)!r}")
-        if self.pipeline_forwarding_delay not in (1, 2) or isinstance(self.pipeline_forwarding_delay, bool):
+        d = self.pipeline_forwarding_delay
+        if isinstance(d, bool) or not isinstance(d, int) or d not in (1, 2):
             raise ValueError(f"Engine.pipeline_forwarding_delay must be 1 or 2 (MaxText's "
                              f"pipeline_delay_activation_forwarding), got {self.pipeline_forwarding_delay!r}")
         if self.pipeline_forwarding_delay == 2 and self.pipeline_schedule != "circular":

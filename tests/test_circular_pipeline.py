@@ -113,6 +113,9 @@ def test_the_delayed_forwarding_doubles_the_bubble_and_its_kept_iterations():
         evaluate(TINY, "TPUv5e", 16, _spec(pipeline_microbatches=4), 64, engine=delayed)
     with pytest.raises(ValueError, match="needs pipeline_schedule='circular'"):
         engine.Engine("x", pipeline_forwarding_delay=2)
+    for bad in (3, 2.0, True, "2"):
+        with pytest.raises(ValueError, match="must be 1 or 2"):
+            engine.Engine("x", pipeline_schedule="circular", pipeline_forwarding_delay=bad)
     r = read_maxtext(None, BASE + ["per_device_batch_size=2", "pipeline_delay_activation_forwarding=true"])
     assert r.plan["pipeline_microbatches"] == 8 and any("forwarding delayed" in x for x in r.assumed)
     assert r.resolve(16).engine.pipeline_forwarding_delay == 2
