@@ -204,7 +204,7 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         rate = np.where(dt < 1.0, fp4_rate if fp4_rate > 0.0 else d["fp4_macs"], rate)
         gemm_t = np.where(rate > 0.0, compute_t / np.where(rate > 0.0, rate, 1.0), np.inf)
         # 4-byte (FP32) operands: on the vector lanes, one FMA a lane a cycle (no tensor-unit waves)
-        lanes = d["vector_units"] * frac * d["vector_width"]
+        lanes = d["vector_units"] * frac * d["vector_width"]         # (a vector op's too, below)
         gemm_t = np.where(dt >= 4.0, m * n * k * b / lanes / clock, gemm_t)
         tensor_t = np.maximum(np.maximum(gemm_t / (e_t * shape), nbytes / bw), onchip_t) + launch
         op_bytes = (o["bytes_read"] + o["bytes_written"]) / bw
@@ -226,7 +226,6 @@ def price_numpy(ops: np.ndarray, designs: np.ndarray, core_fraction: float = 1.0
         # a fused kernel on FP8 / MXFP8 operands (dtype under 2 bytes) at its pass's speed over bf16
         speed = np.where((d_head > 0) & (dt < 2.0), np.where(k > 1.5 * d_head, speed_bwd, speed_fwd), 1.0)
         attn_t = np.maximum(compute_t * (sustained / held) / (e_a * length * head * speed), op_bytes) + launch
-        lanes = d["vector_units"] * frac * d["vector_width"]
         lane_t = np.ceil(o["elements"] / lanes) * o["ops_per_element"] / clock
         vec_t = np.maximum(lane_t, op_bytes) + launch
         # a low-precision cast: a vector op, streaming at the engine's cast rate where one is set

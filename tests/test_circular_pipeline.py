@@ -266,7 +266,8 @@ LAYER_DATA = Path(__file__).parent.parent / "cosearch" / "data" / "maxtext_layer
 
 
 def _layer_rows(kind):
-    return [r for r in csv.DictReader(open(LAYER_DATA, newline="")) if r["model"] == kind]
+    with open(LAYER_DATA, newline="") as f:
+        return [r for r in csv.DictReader(f) if r["model"] == kind]
 
 
 @pytest.mark.parametrize("row", _layer_rows("dense"), ids=lambda r: r["source"])

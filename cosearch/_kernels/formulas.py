@@ -953,7 +953,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     # circular: the bubble is paid once per pass of mp microbatches, each bubble iteration priced
     # at a stage's whole microbatch time (its 1/pp share of the embedding and head included, which
     # the loop does not run: kept so the plan search's lower bound stays one)
-    passes = m / mp * hw[H_CIRC] if circ else 1.0        # (times the forwarding delay's bubble)
+    fills = m / mp * hw[H_CIRC] if circ else 1.0         # passes times the forwarding delay
     # EP all-to-all overlap (Megatron-Core's combined 1F1B): every forward chunk of the steady
     # state runs beside a backward one, each pair of layers saving u[U_EPO]; the warm-up's
     # forwards (one more than the schedule's own, and the single first forward without a
@@ -967,14 +967,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         if warm > chunks:
             warm = chunks
         ovl = (chunks - warm) / v * n * u[U_EPO]
-    cost = m * t - ovl + passes * (pp - 1.0) / v * fill + e
+    cost = m * t - ovl + fills * (pp - 1.0) / v * fill + e
     out[B_FWD] = m * f
     out[B_BWD] = m * b
     out[B_REC] = m * rec
     out[B_TP] = m * tpc - ovl
     out[B_CP] = m * cpc
     out[B_P2P] = m * p2p
-    out[B_BUBBLE] = passes * (pp - 1.0) / v * fill
+    out[B_BUBBLE] = fills * (pp - 1.0) / v * fill
     out[B_DP] = m * (t - work) + exposed
     out[B_OPT] = opt
     out[B_GACC] = m * gacc

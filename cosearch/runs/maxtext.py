@@ -402,8 +402,8 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
                          f"gradient_accumulation_steps {ga}")
     delay = 1
     if pp > 1:
-        plan.update(_circular_pipeline(k, name, model, pp, int(per_replica), ga, assumed))
-        delay = plan.pop("_delay")
+        fields, delay = _circular_pipeline(k, name, model, pp, int(per_replica), ga, assumed)
+        plan.update(fields)
     else:
         plan["microbatch"] = int(per_replica) // ga
     # recompute, precision, attention
@@ -483,15 +483,16 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
 
 
 def _circular_pipeline(k: Keys, name: str, model: ModelConfig, pp: int, per_replica: int, ga: int,
-                       assumed: list[str]) -> dict[str, Any]:
-    """The plan fields of MaxText's SPMD circular pipeline over ``pp`` stages (``layers/pipeline.py``,
-    ``configs/types.py``; the maxtext engine's ``pipeline_schedule``): ``num_pipeline_repeats``
-    (default layers / (stages x ``num_layers_per_pipeline_stage``)) as the plan's virtual stages,
-    ``num_pipeline_microbatches`` (default the stages) as its microbatches a pass (each
-    gradient-accumulation step one pass), each a ``1 / num_pipeline_microbatches`` share of a
-    replica's sequences of the step.  Refused by name: pipelining a subset of the layers
-    (``pipeline_parallel_layers``; DeepSeek's default pipelines its MoE layers only), the delayed
-    activation forwarding, the FSDP gathers once or per repeat, and the remat policy off the
+                       assumed: list[str]) -> tuple[dict[str, Any], int]:
+    """(The plan fields, the forwarding delay) of MaxText's SPMD circular pipeline over ``pp``
+    stages (``layers/pipeline.py``, ``configs/types.py``; the maxtext engine's
+    ``pipeline_schedule``): ``num_pipeline_repeats`` (default layers / (stages x
+    ``num_layers_per_pipeline_stage``)) as the plan's virtual stages, ``num_pipeline_microbatches``
+    (default the stages, twice them under ``pipeline_delay_activation_forwarding``, whose delay 2 is
+    returned) as its microbatches a pass (each gradient-accumulation step one pass), each a
+    ``1 / num_pipeline_microbatches`` share of a replica's sequences of the step.  Refused by name:
+    pipelining a subset of the layers (``pipeline_parallel_layers``; DeepSeek's default pipelines
+    its MoE layers only), the FSDP gathers once or per repeat, and the remat policy off the
     iterations or on the layers of a stage (each changes the schedule or what is kept)."""
     L = model.num_layers
     lps = k.positive("num_layers_per_pipeline_stage", 1)
@@ -543,7 +544,7 @@ def _circular_pipeline(k: Keys, name: str, model: ModelConfig, pp: int, per_repl
                    f"replica per pass ({micro * repeats + bubble} iterations, {bubble} of them bubble"
                    + (", the forwarding delayed one iteration" if delay > 1 else "") + f"), "
                    f"{ga} pass{'es' if ga > 1 else ''} a step")
-    return dict(microbatch=share, virtual_stages=repeats, pipeline_microbatches=micro, _delay=delay)
+    return dict(microbatch=share, virtual_stages=repeats, pipeline_microbatches=micro), delay
 
 
 def _state_bytes(k: Keys, name: str, assumed: list[str]) -> MemoryConfig | None:

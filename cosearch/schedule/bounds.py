@@ -99,12 +99,11 @@ def work_bounds(layer: LayerGraph, designs: np.ndarray, efficiency=None) -> np.n
                         d[:, [DESIGN_FIELDS.index("fp8_macs"), DESIGN_FIELDS.index("fp4_macs")]], eff)
     rate = np.where(fmt > 0.0, rate * fmt, 0.0)
     cycles = b * np.ceil(k / r) * np.ceil(n / c) * (m + r + c - 2.0)
-    lane_rate = col["vector_units"] * col["vector_width"] * col["clock_hz"] * eff.tensor
+    lanes = col["vector_units"] * col["vector_width"] * col["clock_hz"]      # lane-cycles a second
     with np.errstate(divide="ignore"):
         tensor = (np.where(mat & ~fp32, cycles / rate, 0.0).sum(axis=1) / col["tensor_cores"][:, 0]
-                  + np.where(fp32, m * n * k * b / lane_rate, 0.0).sum(axis=1))
+                  + np.where(fp32, m * n * k * b / (lanes * eff.tensor), 0.0).sum(axis=1))
     vec = (kind == KIND_VECTOR) | (kind == KIND_CAST)
-    lanes = col["vector_units"] * col["vector_width"] * col["clock_hz"]
     vector = np.where(vec, elements * per / lanes, 0.0).sum(axis=1)
     operand_bytes = np.where(kind == KIND_TENSOR, (m * k + k * n + m * n) * b * dt, rd + wr)
     hbm = operand_bytes.sum(axis=1) / (col["hbm_bandwidth_Bps"][:, 0] * eff.memory)
