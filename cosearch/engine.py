@@ -102,8 +102,8 @@ same.
   ops; the activations kept follow the policy too (:func:`cosearch.memory.every_other_matmul_bytes`
   for the layers :func:`cosearch.memory.every_other_matmul_exact` names — dense multi-head or GQA
   layers, and MoE ones without tensor parallelism, biases or a capacity factor — with flash
-  attention; ``"dots-saved"``'s projections by :func:`cosearch.memory.maxtext_saved_bytes` for dense
-  layers; Megatron's selective figure, an upper bound, otherwise).
+  attention; ``"dots-saved"``'s named tensors by :func:`cosearch.memory.maxtext_saved_bytes`, dense,
+  MoE and MLA layers alike; Megatron's selective figure, an upper bound, otherwise).
 * ``fp8_cast_kernel`` — how FP8 (and NVFP4) training casts each GEMM input and incoming
   gradient: ``"fused"`` (Transformer Engine's kernels in Megatron-Core, NeMo, Megatron-Bridge and
   llm-foundry, at the chip's memory efficiency: one pass, and before it an amax reduction where

@@ -40,7 +40,8 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "RECOMPUTE_MODULES", "MOE_EXPERT_OPS", "MOE_DISPATCH_OPS", "recompute_modules", "check_selective_policy",
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
            "grows_with_tokens", "expert_eager_bytes", "moe_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
-           "REGROUPING_DISPATCHERS", "ROUTER_DTYPES", "UNFUSED_BIAS_ADD", "unfused_bias_add_bytes"]
+           "REGROUPING_DISPATCHERS", "ROUTER_DTYPES", "UNFUSED_BIAS_ADD", "unfused_bias_add_bytes",
+           "maxtext_expert_names", "maxtext_minimal_places"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 #: ``bmm`` (activation x activation: unfused attention's scores and context, MaxText's dispatch
@@ -121,12 +122,20 @@ MOE_DISPATCH_OPS = ("moe_dispatch", "moe_allgather", "moe_reducescatter", "moe_c
 #: MaxText's ``remat_policy: custom`` tensor names (``configs/base.yml``: each ``'remat'``,
 #: ``'device'`` or ``'offload'``; ``decoder_layer_input`` is ``'device'`` by default and is never
 #: rematerialized).  :func:`_maxtext_rerun` maps them onto cosearch's layer ops (query/key/value
-#: onto the fused QKV GEMM's shares, ``context`` onto the attention core, ``out_proj`` onto the
-#: attention output, ``mlpwi*``/``mlpwo`` onto the MLP's, ``moe_*`` onto the experts'), and
-#: :func:`cosearch.memory.maxtext_saved_bytes` sizes the tensors.
+#: onto the fused QKV GEMM's shares or MLA's up projections, ``context`` — the attention kernel's
+#: output and its log-sum-exp — onto the attention core, ``out_proj`` onto the attention output,
+#: ``mlpwi*``/``mlpwo`` onto the MLP's, ``moe_*`` onto the experts' (:func:`maxtext_expert_names`),
+#: MLA's latents ``query_wa_proj``, ``kv_wa_proj`` and their normed ``mla_q``, ``mla_kv`` onto its
+#: down projections and norms, ``moe_x_sorted`` — the dispatched tokens with their routing —
+#: onto the dispatch), and :func:`cosearch.memory.maxtext_saved_bytes` sizes the tensors.
+#: ``attention_out`` (the attention's output after the kernel) is kept but saves no rerun: the
+#: kernel's backward needs its log-sum-exp, which only ``context`` keeps, so the kernel runs again
+#: (``cosearch/data/maxtext_layer_residuals.csv`` rows 12-13: the dumped step calls splash
+#: attention's forward kernel, ``splash_mha_fwd_segmented_residuals``, twice — the forward and its
+#: rerun in the backward — with ``attention_out`` or nothing saved, once with ``context``).
 MAXTEXT_TENSORS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj", "context",
-                   "out_proj", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "moe_mlpwi", "moe_mlpwi_0", "moe_mlpwi_1",
-                   "moe_mlpwo")
+                   "attention_out", "out_proj", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "moe_mlpwi", "moe_mlpwi_0",
+                   "moe_mlpwi_1", "moe_mlpwo", "query_wa_proj", "kv_wa_proj", "mla_q", "mla_kv", "moe_x_sorted")
 MAXTEXT_PLACES = ("remat", "device", "offload")
 
 #: The tensors ``remat_policy: minimal`` keeps: MaxText's ``Decoder.minimal_policy`` names (the
@@ -136,10 +145,26 @@ MAXTEXT_MINIMAL_TENSORS = ("query_proj", "value_proj", "key_proj", "qkv_proj", "
                            "mlpwo")
 
 
+def maxtext_minimal_places(config: ModelConfig) -> dict[str, str] | None:
+    """``remat_policy: minimal`` as a custom policy's places (:func:`maxtext_policy`: the
+    :data:`MAXTEXT_MINIMAL_TENSORS` ``'device'``), which :func:`recompute_share` and
+    :func:`cosearch.memory.maxtext_saved_bytes` price tensor by tensor — dense, MoE and MLA layers
+    alike (``cosearch/data/maxtext_layer_residuals.csv``: what JAX keeps for each); None for
+    DeepSeek-V4's compressed attention, whose projections carry other names (priced as
+    ``"dots-saved"``: every weight GEMM's output kept, Megatron's selective figure for memory)."""
+    if config.compressed_attention is not None:
+        return None
+    return maxtext_policy("maxtext:" + ",".join(f"{n}=device" for n in MAXTEXT_MINIMAL_TENSORS))
+
+
 def maxtext_policy(policy) -> dict[str, str] | None:
     """A ``"maxtext:name=where,..."`` selective policy (MaxText's ``remat_policy: custom``) as
     ``{name: where}`` over every :data:`MAXTEXT_TENSORS` name (unnamed ones ``'remat'``,
-    ``decoder_layer_input`` ``'device'``, MaxText's defaults); None for other policies."""
+    ``decoder_layer_input`` ``'device'``, MaxText's defaults); None for other policies.
+    ``decoder_layer_input=remat`` is taken as MaxText runs it: base.yml says the tensor "cannot be
+    rematerialized", and a layer scan compiled with it keeps the layer input all the same (the
+    checkpointed layer's input: ``cosearch/data/maxtext_layer_residuals.csv`` rows 4-5), so it
+    stays in HBM (:func:`cosearch.memory.maxtext_saved_bytes`)."""
     if not isinstance(policy, str) or not policy.startswith("maxtext:"):
         return None
     out = dict.fromkeys(MAXTEXT_TENSORS, "remat")
@@ -151,14 +176,25 @@ def maxtext_policy(policy) -> dict[str, str] | None:
             raise ValueError(f"MaxText remat tensor {name!r}: choose from {', '.join(MAXTEXT_TENSORS)}")
         if where not in MAXTEXT_PLACES:
             raise ValueError(f"MaxText remat tensor {name}={where!r}: choose from {', '.join(MAXTEXT_PLACES)}")
-        if name == "decoder_layer_input" and where == "remat":
-            raise ValueError("decoder_layer_input cannot be rematerialized (MaxText: it is the remat start point)")
         out[name] = where
     return out
 
 
 def _maxtext_saved(p: dict[str, str], *names: str) -> bool:
     return any(p[n] != "remat" for n in names)
+
+
+def maxtext_expert_names(config: ModelConfig) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The checkpoint names MaxText gives a routed expert's three projections, (gate ``w0``, up
+    ``w1``, down ``wo``) — any one of them saved keeps the tensor (MaxText 0.2.5's ``layers/moe.py``):
+    the gate's output is tagged ``mlpwi_0`` and ``moe_mlpwi_0`` and the down projection's
+    ``mlpwo`` and ``moe_mlpwo`` on both paths, so a policy keeping the dense MLP's names (``minimal``
+    among them) keeps the routed ones too; the up projection's ``moe_mlpwi_1`` alone in
+    ``sparse_matmul``'s grouped GEMMs (``gmm_up``), ``mlpwi_1`` as well in ``dense_matmul``'s
+    einsums (:attr:`cosearch.models.ModelConfig.moe_einsum_dispatch`).  ``moe_mlpwi`` (a fused gate
+    and up projection's name) counts for both."""
+    w1 = ("moe_mlpwi_1", "moe_mlpwi") + (("mlpwi_1",) if config.moe_einsum_dispatch else ())
+    return ("moe_mlpwi_0", "mlpwi_0", "moe_mlpwi"), w1, ("moe_mlpwo", "mlpwo")
 
 
 def _maxtext_rerun(op_name: str, c: ModelConfig, p: dict[str, str]) -> float:
@@ -188,12 +224,29 @@ def _maxtext_rerun(op_name: str, c: ModelConfig, p: dict[str, str]) -> float:
         return 0.5 * ((p["mlpwi_0"] == "remat") + (p["mlpwi_1"] == "remat")) if c.gated else \
             float(p["mlpwi_0"] == "remat")
     if op_name == "expert_fc1":
-        if _maxtext_saved(p, "moe_mlpwi"):
-            return 0.0
-        return 0.5 * ((p["moe_mlpwi_0"] == "remat") + (p["moe_mlpwi_1"] == "remat")) if c.gated else \
-            float(p["moe_mlpwi_0"] == "remat")
+        w0, w1, _ = maxtext_expert_names(c)
+        w0_rerun = 0.0 if _maxtext_saved(p, *w0) else 1.0
+        return 0.5 * (w0_rerun + (0.0 if _maxtext_saved(p, *w1) else 1.0)) if c.gated else w0_rerun
     if op_name in ("expert_fc2", "moe_unsort", "moe_reducescatter", "moe_combine"):
-        return 0.0 if p["moe_mlpwo"] != "remat" else 1.0
+        return 0.0 if _maxtext_saved(p, *maxtext_expert_names(c)[2]) else 1.0
+    if c.mla is not None and op_name in ("q_down", "kv_down"):
+        # the latent's name (query_wa_proj: the query's, kv_wa_proj: the key-value one with the
+        # key's RoPE part) holds it; its norm's output (mla_q, mla_kv) is what the up projection
+        # reads, so with that saved the latent is still needed for the norm's own backward
+        return 0.0 if _maxtext_saved(p, "query_wa_proj" if op_name == "q_down" else "kv_wa_proj") else 1.0
+    if c.mla is not None and op_name in ("q_latent_norm", "kv_latent_norm"):
+        return 0.0 if _maxtext_saved(p, "mla_q" if op_name == "q_latent_norm" else "mla_kv") else 1.0
+    if op_name in ("moe_permute", "moe_dispatch", "moe_allgather", "moe_sort") and not c.moe_einsum_dispatch:
+        # moe_x_sorted: the grouped GEMMs' sorted input and its routing (sparse_matmul only), so
+        # the backward does not route, sort or dispatch again
+        return 0.0 if _maxtext_saved(p, "moe_x_sorted") else 1.0
+    if c.mla is not None and op_name in ("q_up", "q_proj"):
+        # MLA's query (its RoPE applied) is named query_proj; its key (the up projection's no-RoPE
+        # half with the shared RoPE key) key_proj and its value value_proj (attention_mla.py); the
+        # down projections' latents carry names cosearch does not read, so they run again
+        return 0.0 if _maxtext_saved(p, "query_proj") else 1.0
+    if c.mla is not None and op_name == "kv_up":
+        return 0.5 * ((p["key_proj"] == "remat") + (p["value_proj"] == "remat"))
     return 1.0
 
 
@@ -235,16 +288,19 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     projections and router (``aten.addmm``, GPT-OSS's, never counted) none under 0.3's policy,
     which saves them, and whole under the lists before it; any other matmul half; every vector op;
     never the fused attention kernel or a collective.  ``"dots-saved"`` (MaxText's
-    ``remat_policy: minimal``, ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``:
-    the outputs of matmuls without batch dimensions — the weight GEMMs — are saved, everything
-    else runs again): every vector and cast op and the attention core (its matmuls have batch
-    dimensions; a fused kernel is not a dot), never a weight GEMM or a collective.
+    ``remat_policy: minimal``, ``save_only_these_names`` over the weight GEMMs' checkpoint names,
+    :data:`MAXTEXT_MINIMAL_TENSORS`): what JAX reruns given those names saved, as under a custom
+    policy (:func:`maxtext_minimal_places`; on an MoE layer the routed up projection, which
+    ``sparse_matmul`` tags ``moe_mlpwi_1`` alone, and the dispatch that feeds it run again; on an
+    MLA layer the down projections); with DeepSeek-V4's compressed attention every vector and cast
+    op and the attention core, never a weight GEMM or a collective (the weight GEMMs' outputs
+    saved, ``checkpoint_dots_with_no_batch_dims``).
     ``"modules:..."`` (Megatron-Core's ``recompute_modules``): every op of the named modules
     (:data:`RECOMPUTE_MODULES`), whole.  ``"maxtext:..."`` (MaxText's ``remat_policy: custom``,
     :func:`maxtext_policy`): what JAX reruns given the saved and offloaded names
     (:func:`_maxtext_rerun`)."""
     check_selective_policy(policy)
-    mt = maxtext_policy(policy)
+    mt = maxtext_policy(policy) if policy != "dots-saved" else maxtext_minimal_places(config)
     if mt is not None:
         if op.kind in NETWORK_KINDS and op.name not in ("moe_dispatch", "moe_combine", "allreduce_attn",
                                                         "reducescatter_attn", "allgather_attn", "allgather_mlp",

@@ -272,42 +272,68 @@ def layer_activation_bytes(config: ModelConfig, tp: int, microbatch: int,
 def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_parallel: bool,
                         places: dict[str, str]) -> tuple[float, float]:
     """(bytes kept in HBM, bytes sent to host memory) per layer, chip and microbatch under
-    MaxText's ``remat_policy: custom`` (``places``: :func:`cosearch.graph.maxtext_policy`): each
-    named tensor its ``'device'`` or ``'offload'`` place holds, in the activation dtype — the layer
-    input (``h``), the Q, K and V projections (``q_dim``, ``kv_dim`` each; split by tp), the
-    attention context (``heads x head_dim``), the attention output (``h``), a dense MLP's (or the
-    shared experts') input projections (not its output: it only enters the residual sum, whose
-    backward reads nothing, so JAX keeps no residual for it), an MoE layer's expert projections at
-    the slots each token fills; everything else is rematerialized.  A dense layer's ``mlp*`` names are the
-    shared experts' in an MoE layer.  The layer input stays in HBM under ``'remat'`` too: it is the
-    input of the checkpointed layer, which JAX keeps to rerun it (only ``'offload'`` moves it) — the
-    residuals of MaxText's own layer scan show it, compiled for a v5e slice with every tensor
-    ``'remat'`` (``cosearch/data/maxtext_pipeline_residuals.md``, ``tests/test_circular_pipeline.py``)."""
-    from .graph import moe_expert_tokens
+    MaxText's ``remat_policy: custom`` (``places``: :func:`cosearch.graph.maxtext_policy`; its
+    ``minimal``: :func:`cosearch.graph.maxtext_minimal_places`): each named tensor its ``'device'``
+    or ``'offload'`` place holds, in the activation dtype — the layer input (``h``), the Q, K and V
+    projections (``q_dim``, ``kv_dim`` each; split by tp; MLA's query and key ``heads x (head_dim +
+    rope)`` wide and its value ``heads x head_dim``, named ``query_proj``, ``key_proj``,
+    ``value_proj`` after their up projections in MaxText's ``attention_mla.py``: its ``kv_proj`` and
+    ``qkv_proj`` name nothing; its latents ``query_wa_proj`` (``q_lora_rank``), ``kv_wa_proj``
+    (``kv_lora_rank + rope``) and their normed ``mla_q``, ``mla_kv``), the attention context
+    (``heads x head_dim`` and the kernel's fp32 log-sum-exp a head), the attention's output
+    before its projection (``attention_out``, ``heads x head_dim``), the attention output
+    projection's (``out_proj``, ``h``), a dense MLP's (or the shared experts') input projections (not its output: it only
+    enters the residual sum, whose backward reads nothing, so JAX keeps no residual for it), an MoE
+    layer's routed expert projections at the slots each token fills, each under any of its names
+    (:func:`cosearch.graph.maxtext_expert_names`: the gate's and the down projection's carry the
+    dense MLP's names too, and the down projection's output is kept: the routing weights' gradient
+    reads it), the grouped GEMMs' sorted input with its int32 index and routing weight a slot
+    (``moe_x_sorted``; a per-layer vector of group sizes, a few hundred bytes, not counted); everything
+    else is rematerialized.  The layer input stays in HBM under ``'remat'``
+    too: it is the input of the checkpointed layer, which JAX keeps to rerun it (only ``'offload'``
+    moves it).  The residuals of MaxText's own layer scan, compiled for a v5e slice, show each
+    (``cosearch/data/maxtext_layer_residuals.csv``: dense, Mixtral- and DeepSeek-block layers under
+    ``minimal``, named and custom policies, every name but ``moe_mlpwi``; ``tests/test_circular_pipeline.py``)."""
+    from .graph import maxtext_expert_names, moe_expert_tokens
     c = config
     t = tp
     dt = c.dtype_bytes
-    rep = c.hidden / (t if sequence_parallel else 1)
+    sp = t if sequence_parallel else 1
+    rep = c.hidden / sp
     ffn = (c.shared_experts * c.expert_ffn if c.moe else c.ffn_hidden) / t
     slots = moe_expert_tokens(c, c.seq_len, 1, 1)[1] / c.seq_len if c.moe else 0.0
     moe_ffn = slots * c.expert_ffn / t
+    w0, w1, wo = maxtext_expert_names(c) if c.moe else ((), (), ())
+    if c.mla is not None:
+        qr, kvr, rope = c.mla
+        attention = ((c.heads * (c.head_dim + rope) / t, ("query_proj",)),
+                     (c.heads * (c.head_dim + rope) / t, ("key_proj",)),
+                     (c.heads * c.head_dim / t, ("value_proj",)),
+                     # the latents (replicated over tp, as the down projections run)
+                     (qr / sp, ("query_wa_proj",)), (qr / sp, ("mla_q",)),
+                     ((kvr + rope) / sp, ("kv_wa_proj",)), (kvr / sp, ("mla_kv",)))
+    else:
+        attention = ((c.q_dim / t, ("query_proj", "qkv_proj")),
+                     (c.kv_dim / t, ("key_proj", "kv_proj", "qkv_proj")),
+                     (c.kv_dim / t, ("value_proj", "kv_proj", "qkv_proj")))
     # each saved tensor once, under whichever of its checkpoint names the policy keeps (a model has
     # either the separate projections or the fused ones, never both: MaxText's fused_qkv and
-    # fused_mlp); a dense MLP's (or the shared experts') output is never a residual (above)
-    tensors = ((rep * c.hyper_connections, ("decoder_layer_input",)),
-               (c.q_dim / t, ("query_proj", "qkv_proj")),
-               (c.kv_dim / t, ("key_proj", "kv_proj", "qkv_proj")),
-               (c.kv_dim / t, ("value_proj", "kv_proj", "qkv_proj")),
-               (c.heads * c.head_dim / t, ("context",)), (rep, ("out_proj",)),
+    # fused_mlp); a dense MLP's (or the shared experts') output is never a residual (above); widths
+    # in activation values a token, plus fixed bytes (the attention's fp32 log-sum-exp a head;
+    # the sorted tokens' int32 index and routing weight a slot)
+    moe_sorted = slots * (c.hidden + 4.0 / dt + 1.0) if c.moe and not c.moe_einsum_dispatch else 0.0
+    tensors = ((rep * c.hyper_connections, ("decoder_layer_input",)), *attention,
+               ((c.heads * c.head_dim + c.heads * 4.0 / dt) / t, ("context",)),
+               (c.heads * c.head_dim / t, ("attention_out",)), (rep, ("out_proj",)),
                (ffn, ("mlpwi_0", "mlpwi")), (ffn if c.gated else 0.0, ("mlpwi_1", "mlpwi")),
-               (moe_ffn, ("moe_mlpwi_0", "moe_mlpwi")), (moe_ffn if c.gated else 0.0, ("moe_mlpwi_1", "moe_mlpwi")),
-               (slots * c.hidden, ("moe_mlpwo",)))
-    if c.mla is not None or c.compressed_attention is not None:
-        kind = "MLA" if c.mla is not None else "DeepSeek-V4's compressed"
-        for n in ("query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj", "context", "out_proj"):
-            if places.get(n, "remat") != "remat" and (c.mla is None or n not in ("context", "out_proj")):
-                raise ValueError(f"MaxText remat tensor {n}: {kind} attention's projections are not the named Q/K/V "
-                                 "ones; leave it 'remat'")
+               (moe_ffn, w0), (moe_ffn if c.gated else 0.0, w1), (slots * c.hidden, wo),
+               (moe_sorted, ("moe_x_sorted",)))
+    if c.compressed_attention is not None:
+        for n in ("query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj", "context", "attention_out",
+                  "out_proj", "query_wa_proj", "kv_wa_proj", "mla_q", "mla_kv"):
+            if places.get(n, "remat") != "remat":
+                raise ValueError(f"MaxText remat tensor {n}: DeepSeek-V4's compressed attention's projections are "
+                                 "not the named ones; leave it 'remat'")
     per_token = {"device": 0.0, "offload": 0.0}
     for width, names in tensors:
         where = next((w for w in (places.get(n, "remat") for n in names) if w != "remat"), "remat")

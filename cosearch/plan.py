@@ -422,11 +422,8 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     many sequence chunks (:attr:`cosearch.engine.Engine.loss_chunks`); ``experts_bf16``: the routed
     experts in bf16 in a low-precision layer; ``dispatched``: an MoE layer's tokens cross an
     expert-parallel group (ep > 1), whose all-to-all outputs torchtitan's per-op policy keeps."""
-    mt = graph.maxtext_policy(policy)
-    if policy == "dots-saved" and not cl.moe and cl.mla is None and cl.compressed_attention is None:
-        # MaxText's minimal: the weight GEMMs' outputs, the same tensors as their checkpoint names
-        # (an MoE layer's keep Megatron's selective figure: cosearch/data/maxtext_pipeline_residuals.md)
-        mt = graph.maxtext_policy("maxtext:" + ",".join(f"{n}=device" for n in graph.MAXTEXT_MINIMAL_TENSORS))
+    # MaxText's minimal: its checkpoint names' tensors (DeepSeek-V4's attention: Megatron's figure)
+    mt = graph.maxtext_policy(policy) if policy != "dots-saved" else graph.maxtext_minimal_places(cl)
     host = 0.0
     if mt is not None:
         sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)

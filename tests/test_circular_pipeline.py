@@ -4,6 +4,7 @@ saves for MaxText's pipeline (``cosearch/data/maxtext_pipeline_residuals.csv``),
 bubble per pass, the plan checks, the MaxText reader, and the plan search against brute force."""
 
 import csv
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,13 @@ TINY = models.ModelConfig("maxtext-16x1024", 16, 1024, 8, 4096, 1024, 2048, kv_h
 def _rows():
     with open(DATA, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def _bytes(array: str) -> int:
+    """An array's bytes per token or slot as the CSVs write it: ``1024`` bf16 values, ``8x128``
+    heads of them, or another dtype after a colon (``8:f32``, ``1:i32``)."""
+    shape, _, dtype = array.partition(":")
+    return math.prod(int(x) for x in shape.split("x")) * {"": 2, "bf16": 2, "f32": 4, "i32": 4}[dtype]
 
 
 @pytest.mark.parametrize("stages, repeats, micro", [(4, 1, 4), (4, 2, 8), (4, 4, 4), (2, 4, 4), (8, 3, 16),
@@ -51,18 +59,21 @@ def test_a_stage_keeps_what_jax_saves_for_maxtexts_pipeline(row):
     saved tensors: each layer's input under remat_policy full; with save_qkv_proj the Q, K and V
     projections too) equal the bytes of the residuals JAX stacks over the pipeline scan's
     iterations for MaxText's own code (shapes read from the dumped jaxpr: iterations x stages x
-    microbatch x sequence x width, the microbatch sharded over fsdp, the stages over the stage axis)."""
+    microbatch x sequence x width, the microbatch sharded over fsdp, the stages over the stage axis;
+    under minimal each layer's input and its named projections, as without a pipeline)."""
     P, lps, R, M = (int(row[k]) for k in ("stages", "layers_per_stage", "repeats", "pipeline_microbatches"))
     fsdp, T, delay = int(row["fsdp"]), int(row["iterations"]), int(row["delay"])
     shape = [int(x) for x in row["array_shape"].split(",")]
     assert shape[0] == T == M * R + delay * (P - 1) and shape[1] == P and P * lps * R == TINY.num_layers
     mb = shape[2] // fsdp                                  # sequences of one microbatch on a chip
     assert mb * fsdp * M == int(row["global_batch"])
-    per_chip = T * mb * shape[3] * 2                        # bytes per element row of one array, per chip
-    measured = per_chip * (int(row["layer_input_arrays"]) * shape[4] + int(row["qkv_arrays"]) * 8 * 128)
+    measured = T * mb * shape[3] * sum(_bytes(w) for w in row["token_arrays"].split())     # per chip
     n = TINY.num_layers // P                                 # the stage's layers
     if row["remat_policy"] == "full":
         per_layer = memory.layer_input_bytes(TINY, 1, mb)
+    elif row["remat_policy"] == "minimal":
+        from cosearch.graph import maxtext_minimal_places
+        per_layer = memory.maxtext_saved_bytes(TINY, 1, mb, False, maxtext_minimal_places(TINY))[0]
     else:
         from cosearch.runs.maxtext import NAMED_REMAT_POLICIES
         per_layer = memory.maxtext_saved_bytes(TINY, 1, mb, False, NAMED_REMAT_POLICIES[row["remat_policy"]])[0]
@@ -184,13 +195,43 @@ def test_the_reader_reads_maxtexts_pipeline_keys():
     (["num_pipeline_microbatches=6"], "multiple of the 4 stages"),
     (["num_layers_per_pipeline_stage=3"], "does not divide the 32"),
     (["set_remat_policy_on_pipeline_iterations=false"], "set_remat_policy_on_pipeline_iterations"),
-    (["remat_policy=minimal"], "remat_policy minimal under pipeline parallelism"),
     (["per_device_batch_size=0.5"], "do not split into"),
 ])
 def test_the_reader_refuses_what_it_does_not_model(extra, why):
     with pytest.raises(ValueError, match=why):
         read_maxtext(None, [x for x in BASE if not x.startswith(extra[0].split("=")[0] + "=")] + extra
                      + (["per_device_batch_size=2"] if not extra[0].startswith("per_device") else []))
+
+
+def test_minimal_under_a_pipeline_is_read_and_keeps_what_jax_saves():
+    """remat_policy minimal with pipeline stages (refused until stop 75): MaxText's pipeline policy
+    saves the layers' names and the iteration inputs, so every iteration keeps, for each layer of
+    the stage's chunk, its input and minimal's projections (maxtext_pipeline_residuals.csv row 9's
+    stacked arrays).  Read through the reader's plan for the compiled configuration: 8 pipeline
+    microbatches against 4 (per_device_batch_size 2 against 1: one sequence a chip and microbatch
+    either way) keep 19 - 11 = 8 more iterations of those arrays and a 1/pp share of 4 more
+    microbatches' embedding and head activations; nothing else changes."""
+    row = next(r for r in _rows() if r["remat_policy"] == "minimal")
+    words = ["base_emb_dim=1024", "base_num_query_heads=8", "base_num_kv_heads=8", "head_dim=128", "base_mlp_dim=4096",
+             "vocab_size=1024", "max_target_length=2048", "base_num_decoder_layers=16", "ici_pipeline_parallelism=4",
+             "ici_fsdp_parallelism=4", "num_layers_per_pipeline_stage=2", "remat_policy=minimal", "attention=flash",
+             "enable_dropout=false"]
+    got = {}
+    for micro, per_device in ((8, 2), (4, 1)):
+        r = read_maxtext(None, words + [f"num_pipeline_microbatches={micro}", f"per_device_batch_size={per_device}"])
+        assert r.engine.name == "maxtext-minimal-remat" and r.plan["pp"] == 4
+        d = r.resolve(16)
+        p = evaluate(d.model, "TPUv5e", 16, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+        assert p.feasible
+        got[micro] = p.memory_per_chip_bytes
+    T = int(row["iterations"])
+    assert T == 19 and int(row["global_batch"]) // int(row["pipeline_microbatches"]) // int(row["fsdp"]) == 1
+    per_iteration = 2048 * sum(_bytes(w) for w in row["token_arrays"].split())     # one sequence a chip
+    model = r.model
+    ends = (memory.embedding_activation_bytes(model, 1, 1) + memory.head_activation_bytes(model, 1, 1)) / 4
+    want = (T - 11) * per_iteration + 4 * ends
+    for a, b in zip(got[8], got[4]):
+        assert a - b == pytest.approx(want, rel=1e-9)
 
 
 def test_deepseeks_default_pipelines_only_its_moe_layers_and_is_refused():
@@ -265,51 +306,61 @@ def test_the_cli_prices_a_pass_on_a_fixed_plan(capsys):
 LAYER_DATA = Path(__file__).parent.parent / "cosearch" / "data" / "maxtext_layer_residuals.csv"
 
 
-def _layer_rows(kind):
+def _layer_rows():
     with open(LAYER_DATA, newline="") as f:
-        return [r for r in csv.DictReader(f) if r["model"] == kind]
+        return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("row", _layer_rows("dense"), ids=lambda r: r["source"])
+
+#: The MaxText configurations of maxtext_layer_residuals.md as cosearch models: the dense base
+#: (16 layers of 1024, 8 heads of 128, SwiGLU 4096), its Mixtral block (8 experts of 512, 2 a
+#: token, grouped GEMMs or the token-dropping einsums at capacity 1.0) and its DeepSeek block (MLA
+#: with query / key-value latents 256 / 128, 64 + 32 RoPE dims a head, one shared expert of 512).
+_MOE = dict(ffn_hidden=512, num_experts=8, experts_per_token=2, moe_ffn_hidden=512)
+LAYER_MODELS = {
+    "dense": TINY,
+    "moe": TINY.with_(name="maxtext-moe", num_layers=4, **_MOE),
+    "moe-einsum": TINY.with_(name="maxtext-moe-einsum", num_layers=4, moe_capacity_factor=1.0,
+                             moe_einsum_dispatch=True, **_MOE),
+    "moe-mla": TINY.with_(name="maxtext-mla", num_layers=4, dense_layers=1, shared_experts=1, mla=(256, 128, 32),
+                          head_size=64, **_MOE),
+}
+
+
+@pytest.mark.parametrize("row", _layer_rows(), ids=lambda r: r["source"])
 def test_a_layer_keeps_what_jax_saves_for_maxtexts_layer_scan(row):
     """Without a pipeline, per layer and chip: the bytes cosearch keeps in HBM under each remat
-    policy (the layer input kept unless offloaded: it is the checkpointed layer's input) equal the
-    arrays JAX stacks over MaxText's layer scan (the shipped shapes: one sequence a chip of 2048
-    tokens, widths 1024, 8 x 128 and 4096, bf16); under minimal the plan's own per-sequence figure
-    (the maxtext-minimal-remat engine's ``dots-saved``) is the same."""
+    policy equal the arrays JAX stacks over MaxText's layer scan (the shipped shapes: one sequence
+    a chip of 2048 tokens, bf16; per token the listed widths, per routed slot, 2 a token, the slot
+    arrays): the layer input kept unless offloaded (the checkpointed layer's input), an MoE
+    layer's routed tensors under the dense MLP's names where MaxText tags them so, MLA's query,
+    key and value by their names; under minimal the plan's own per-sequence figure (the
+    maxtext-minimal-remat engine's ``dots-saved``) is the same, where Megatron's selective figure
+    (what an MoE or MLA layer took before) is 1.6-2.4x it."""
     from cosearch import plan
-    from cosearch.graph import MAXTEXT_MINIMAL_TENSORS
+    from cosearch.graph import maxtext_minimal_places, maxtext_policy
     from cosearch.runs.maxtext import NAMED_REMAT_POLICIES
+    model = LAYER_MODELS[row["model"]]
     mb = int(row["global_batch"]) // int(row["fsdp"])
-    measured = mb * 2048 * 2 * (1024 * int(row["width_1024_arrays"]) + 8 * 128 * int(row["qkv_arrays"])
-                                + 4096 * int(row["width_4096_arrays"]))
+    per_token = (sum(_bytes(w) for w in row["token_arrays"].split())
+                 + int(row["slots_per_token"]) * sum(_bytes(w) for w in row["slot_arrays"].split()))
+    measured = mb * 2048 * per_token
     policy = row["remat_policy"]
     if policy == "full":
-        kept = memory.layer_input_bytes(TINY, 1, mb)
+        kept = memory.layer_input_bytes(model, 1, mb)
     else:
         if policy == "minimal":
-            places = dict.fromkeys(MAXTEXT_MINIMAL_TENSORS, "device")
-            assert plan._per_sequence_bytes(TINY, 1, False, "dots-saved", True, "bf16")[0][1] * mb == measured
+            places = maxtext_minimal_places(model)
+            selective = plan._per_sequence_bytes(model, 1, False, "dots-saved", True, "bf16")[0][1] * mb
+            assert selective == measured
+            if model.moe:
+                megatron = memory.layer_activation_bytes(model, 1, mb, False, "selective", True)
+                assert megatron > 1.5 * measured
         elif policy == "custom":
-            places = dict(x.split("=") for x in row["custom_places"].split())
+            places = maxtext_policy("maxtext:" + ",".join(row["custom_places"].split()))
         else:
             places = NAMED_REMAT_POLICIES[policy]
-        kept = memory.maxtext_saved_bytes(TINY, 1, mb, False, places)[0]
+        kept = memory.maxtext_saved_bytes(model, 1, mb, False, places)[0]
     assert kept == measured
 
 
-def test_an_moe_layer_under_minimal_stays_below_the_upper_bound():
-    """A Mixtral-block MoE layer with grouped GEMMs under minimal (row 7): JAX keeps its input, Q,
-    K, V, the attention output and, per routed slot (2 a token), one array of the embedding's width
-    (1024) and one of the experts' (512); cosearch prices it with Megatron's selective figure, which
-    must exceed that, as the plan's per-sequence figure does."""
-    from cosearch import plan
-    (row,) = _layer_rows("moe")
-    moe = TINY.with_(name="maxtext-moe", num_layers=4, ffn_hidden=512, num_experts=8, experts_per_token=2,
-                     moe_ffn_hidden=512)
-    mb = int(row["global_batch"]) // int(row["fsdp"])
-    measured = mb * 2048 * 2 * (1024 * int(row["width_1024_arrays"]) + 8 * 128 * int(row["qkv_arrays"])
-                                + 2 * (1024 + 512))
-    bound = plan._per_sequence_bytes(moe, 1, False, "dots-saved", True, "bf16")[0][1] * mb
-    assert bound == memory.layer_activation_bytes(moe, 1, mb, False, "selective", True)
-    assert bound > measured

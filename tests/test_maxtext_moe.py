@@ -71,8 +71,9 @@ def test_custom_policy_reruns_what_the_backward_needs_and_no_name_holds():
     half = graph.maxtext_policy("maxtext:query_proj=device")                 # only Q saved
     q = m.heads / (m.heads + 2 * m.kv_heads)
     assert graph._maxtext_rerun("qkv", m, half) == pytest.approx(1.0 - q)
-    with pytest.raises(ValueError, match="cannot be rematerialized"):
-        graph.maxtext_policy("maxtext:decoder_layer_input=remat")
+    # MaxText compiles decoder_layer_input=remat and keeps the layer input all the same
+    kept = graph.maxtext_policy("maxtext:decoder_layer_input=remat")
+    assert memory.maxtext_saved_bytes(m, 1, 1, False, kept) == (4096 * 4096 * 2, 0.0)
     with pytest.raises(ValueError, match="choose from"):
         graph.maxtext_policy("maxtext:frobnicate=offload")
 
@@ -314,3 +315,60 @@ def test_a_named_models_own_yml_turns_dropout_off():
     assert read_maxtext(None, ["model_name=llama3-8b", "enable_dropout=true", *base]).resolve(64).model.dropout
     assert read_maxtext(None, ["model_name=llama2-70b", *base]).resolve(64).model.dropout
     assert read_maxtext(None, base).resolve(64).model.dropout
+
+
+def test_minimal_reruns_by_maxtexts_names_on_moe_and_mla_layers():
+    """``remat_policy: minimal`` on an MoE layer (MaxText 0.2.5's ``moe.py``): the routed gate and
+    down projections carry the dense MLP's names (``mlpwi_0``, ``mlpwo``) and stay; the up
+    projection, ``moe_mlpwi_1`` alone in the grouped-GEMM path, runs again with the router and the
+    permute that feed it (half the fused gate+up GEMM); the einsum path also names it ``mlpwi_1``,
+    so nothing of the experts reruns.  On an MLA layer the query, key and value are named after
+    their up projections, which stay; the down projections (their latents unnamed) run again."""
+    m = MIXTRAL.with_(dropout=False)
+    share = {o.name: graph.recompute_share(o, m, "dots-saved") for o in graph.build(m, 1, 1, "fwd").ops}
+    assert share["expert_fc1"] == 0.5 and share["expert_fc2"] == 0.0
+    assert share["router"] == 1.0 and share["moe_permute"] == 1.0 and share["qkv"] == 0.0
+    einsum = m.with_(moe_capacity_factor=1.0, moe_einsum_dispatch=True)
+    share = {o.name: graph.recompute_share(o, einsum, "dots-saved") for o in graph.build(einsum, 1, 1, "fwd").ops}
+    assert share["expert_fc1"] == 0.0 and share["expert_fc2"] == 0.0
+    ds = models.preset("deepseek-v3")
+    share = {o.name: graph.recompute_share(o, ds, "dots-saved") for o in graph.build(ds, 1, 1, "fwd").ops}
+    assert share["q_up"] == 0.0 and share["kv_up"] == 0.0
+    assert share["q_down"] == 1.0 and share["kv_down"] == 1.0
+    # a custom policy keeping the key alone: the key-value up projection's value half runs again
+    half = graph.maxtext_policy("maxtext:key_proj=device")
+    assert graph._maxtext_rerun("kv_up", ds, half) == 0.5
+    assert graph._maxtext_rerun("q_up", ds, half) == 1.0
+
+
+def test_maxtexts_newer_tensor_names_rerun_what_they_do_not_hold():
+    """MaxText 0.2.5's names beside the projections: ``context`` (the kernel's output and
+    log-sum-exp) spares the attention kernel's rerun, ``attention_out`` (the output alone) does not
+    (the compiled step calls the splash forward kernel again without the log-sum-exp); MLA's
+    latents spare their down projections (query_wa_proj, kv_wa_proj) and their norms (mla_q,
+    mla_kv); ``moe_x_sorted`` spares routing's permute and the dispatch of a grouped-GEMM layer
+    (the einsum path has no such tensor); the bytes each keeps, per token, by hand."""
+    ds = models.preset("deepseek-v3")                       # 128 heads, latents 1536 / 512, RoPE 64
+    m = MIXTRAL.with_(dropout=False)
+    rerun = graph._maxtext_rerun
+    assert rerun("attn_core", m, graph.maxtext_policy("maxtext:context=device")) == 0.0
+    assert rerun("attn_core", m, graph.maxtext_policy("maxtext:attention_out=device")) == 1.0
+    lat = graph.maxtext_policy("maxtext:query_wa_proj=device,mla_kv=device")
+    assert (rerun("q_down", ds, lat), rerun("q_latent_norm", ds, lat)) == (0.0, 1.0)
+    assert (rerun("kv_down", ds, lat), rerun("kv_latent_norm", ds, lat)) == (1.0, 0.0)
+    xs = graph.maxtext_policy("maxtext:moe_x_sorted=device")
+    assert rerun("moe_permute", m, xs) == 0.0 and rerun("moe_dispatch", m, xs) == 0.0
+    assert rerun("expert_fc1", m, xs) == 1.0 and rerun("router", m, xs) == 1.0
+    einsum = m.with_(moe_capacity_factor=1.0, moe_einsum_dispatch=True)
+    assert rerun("moe_dispatch", einsum, xs) == 1.0
+    s = 4096
+
+    def kept(model, pol):
+        return memory.maxtext_saved_bytes(model, 1, 1, False, graph.maxtext_policy(pol))[0] / s
+    h = 4096                                                 # the layer input, always kept
+    assert kept(m, "maxtext:context=device") == h * 2 + 32 * 128 * 2 + 32 * 4
+    assert kept(m, "maxtext:attention_out=device") == h * 2 + 32 * 128 * 2
+    assert kept(ds, "maxtext:query_wa_proj=device,kv_wa_proj=device,mla_q=device,mla_kv=device") == \
+        7168 * 2 + (1536 + 576 + 1536 + 512) * 2
+    assert kept(m, "maxtext:moe_x_sorted=device") == h * 2 + 2 * (h * 2 + 4 + 2)      # 2 slots a token
+    assert kept(einsum, "maxtext:moe_x_sorted=device") == h * 2

@@ -37,7 +37,7 @@ unless ``num_slices`` says otherwise).
 ``ici_expert_parallelism``              ep
 ``sparse_matmul``, ``megablox``,         dropless grouped GEMMs (sparse_matmul True), or the
 ``capacity_factor``                      token-dropping dense dispatch (False, with a factor)
-``remat_policy``                        full; minimal (the weight GEMMs' outputs saved, the rest rerun);
+``remat_policy``                        full; minimal (its weight GEMMs' checkpoint names saved, the rest rerun);
                                         MaxText's named policies (:data:`NAMED_REMAT_POLICIES`) and
                                         custom (each tensor's own key: remat, device or offload)
 ``quantization``                        ``fp8`` / ``nanoo_fp8`` / ``fp8_full`` (Qwix's, for
@@ -408,18 +408,13 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         plan["microbatch"] = int(per_replica) // ga
     # recompute, precision, attention
     remat = str(k.get("remat_policy", "full"))
-    if pp > 1 and remat == "minimal":
-        # get_pipeline_remat_policy: save_from_both_policies(the layers' policy, the iteration and
-        # layer inputs); minimal's dots are priced as their named tensors for dense layers only
-        raise ValueError(f"{name}: remat_policy minimal under pipeline parallelism (its dots and every layer input "
-                         "saved) is not modelled; give a named policy or custom, whose tensors cosearch reads")
     engine = MAXTEXT
     tensors = {t: k.get(t) for t in MAXTEXT_TENSORS if t in k}     # base.yml's per-tensor places
     if remat == "full":
         plan["recompute"] = "full"
     elif remat == "minimal":
-        # MaxText's decoder: remat_policy "minimal" is jax.checkpoint_policies
-        # .checkpoint_dots_with_no_batch_dims (the weight GEMMs' outputs saved)
+        # MaxText's decoder: remat_policy "minimal" saves the weight GEMMs' checkpoint names
+        # (Decoder.minimal_policy; checkpoint_dots_with_no_batch_dims before it)
         plan["recompute"] = "selective"
         engine = MAXTEXT_MINIMAL_REMAT
     elif remat in NAMED_REMAT_POLICIES or remat == "custom":
