@@ -303,19 +303,26 @@ class _Options:
     def table(self, c: int, e: int, etp: int | None = None) -> np.ndarray:
         cfg = configurations(self.model, self.cluster.num_chips, self.global_batch, self.tps, self.mbs, self.sps,
                              self.virt, self.zeros, c, self.groups, e, self.ep_mode(etp))
-        return circular_configurations(cfg, self.model) if self.engine.pipeline_schedule == "circular" else cfg
+        return (circular_configurations(cfg, self.model, self.engine.pipeline_forwarding_delay)
+                if self.engine.pipeline_schedule == "circular" else cfg)
 
 
-def circular_configurations(cfg: np.ndarray, model: ModelConfig) -> np.ndarray:
+def circular_configurations(cfg: np.ndarray, model: ModelConfig, delay: int = 1) -> np.ndarray:
     """The rows of a configuration table (:func:`configurations`) MaxText's circular pipeline can
-    run (:func:`cosearch.plan.check_pipeline_schedule`, one pass of every microbatch): without a
-    pipeline, or with ``pp x virtual_stages`` dividing the layers (every stage the same chunks;
-    the plan search's split is then the even one, every stage's cost the same function of its
-    layers) and the microbatches a multiple of pp; none with a multi-token-prediction module."""
+    run, one pass of every microbatch: without a pipeline, or where every one of
+    :func:`cosearch.plan.circular_pipeline_conditions` holds (the conditions
+    :func:`cosearch.plan.check_pipeline_schedule` refuses a plan by) — ``pp x virtual_stages``
+    dividing the layers (every stage the same chunks; the plan search's split is then the even
+    one, every stage's cost the same function of its layers), the microbatches a multiple of pp,
+    at least 2 x pp of them under the forwarding ``delay`` 2, no multi-token-prediction module."""
     from ._kernels import dp as kernel
+    from .plan import circular_pipeline_conditions
     pp, vs, m = cfg[:, kernel.C_PP], cfg[:, kernel.C_V], cfg[:, kernel.C_M]
-    keep = (pp == 1) | ((model.num_layers % (pp * vs) == 0) & (m % pp == 0) & (model.mtp_layers == 0))
-    return cfg[keep]
+    keep = pp == 1
+    holds = np.ones(len(cfg), dtype=bool)
+    for ok in circular_pipeline_conditions(model.num_layers, model.mtp_layers, pp, vs, m, delay).values():
+        holds &= ok
+    return cfg[keep | holds]
 
 
 def _validated_options(model, chip, cluster, global_batch, tps, microbatches, recompute, virtual_stages,
@@ -692,8 +699,9 @@ def _priced_table(model: ModelConfig, cluster: Cluster, global_batch: int, tps, 
     cfg = configurations(model, cluster.num_chips, global_batch, tps, mbs, tuple(bool(x) for x in sps), virt, zeros,
                          cp=priced["context_parallel"], zero_groups=groups, ep=priced["expert_parallel"],
                          ep_mode=ep_mode_of(priced["expert_tensor_parallel"]))
-    if engine_preset(opts.get("engine")).pipeline_schedule == "circular":
-        cfg = circular_configurations(cfg, model)
+    engine = engine_preset(opts.get("engine"))
+    if engine.pipeline_schedule == "circular":
+        cfg = circular_configurations(cfg, model, engine.pipeline_forwarding_delay)
     return cfg, _modes(opts.get("recompute")), priced
 
 

@@ -1668,6 +1668,18 @@ def evaluate(model: ModelConfig | str, chip: Accelerator | str, cluster: Cluster
                             time_model, engine, u_bf16)
 
 
+def circular_pipeline_conditions(num_layers, mtp_layers, pp, virtual_stages, microbatches, delay) -> dict:
+    """The conditions MaxText's circular pipeline puts on a plan of ``pp`` stages, each holding
+    ``virtual_stages`` chunks, with ``microbatches`` a pass and forwarding ``delay`` (1 or 2),
+    each true where it holds: ``"chunks"`` (stages x repeats divide the layers), ``"multiple"``
+    (the microbatches a multiple of the stages), ``"delay"`` (at least 2 x stages of them under the
+    delayed forwarding), ``"mtp"`` (no multi-token-prediction module).  Scalars or NumPy arrays
+    alike: :func:`check_pipeline_schedule` refuses a plan by the first that fails,
+    :func:`cosearch.placement.circular_configurations` keeps the search's rows where all hold."""
+    return {"chunks": num_layers % (pp * virtual_stages) == 0, "multiple": microbatches % pp == 0,
+            "delay": (microbatches >= 2 * pp) | (delay < 2), "mtp": mtp_layers == 0}
+
+
 def check_pipeline_schedule(engine: Engine | str | None, model: ModelConfig, spec: PlanSpec, global_batch: int) -> None:
     """Refuse a plan its engine's pipeline schedule (:attr:`cosearch.engine.Engine.pipeline_schedule`)
     cannot run.  1F1B runs a step's microbatches in one pass (no ``pipeline_microbatches``).
@@ -1689,17 +1701,18 @@ def check_pipeline_schedule(engine: Engine | str | None, model: ModelConfig, spe
     mp = spec.pipeline_microbatches or m
     if m % mp:
         raise ValueError(f"PlanSpec.pipeline_microbatches={mp} does not divide the step's {m} microbatches")
-    if mp % spec.pp:
+    L, vs = model.num_layers, spec.virtual_stages
+    ok = circular_pipeline_conditions(L, model.mtp_layers, spec.pp, vs, mp, e.pipeline_forwarding_delay)
+    if not ok["multiple"]:
         raise ValueError(f"engine {e.name!r} runs MaxText's circular pipeline, whose {mp} microbatches a pass must be "
                          f"a multiple of pp={spec.pp} (num_pipeline_microbatches divisible by the stages)")
-    if e.pipeline_forwarding_delay == 2 and mp < 2 * spec.pp:
+    if not ok["delay"]:
         raise ValueError(f"engine {e.name!r} delays the pipeline's forwarding, which needs at least 2 x pp = "
                          f"{2 * spec.pp} microbatches a pass (MaxText asserts it), got {mp}")
-    L, vs = model.num_layers, spec.virtual_stages
-    if L % (spec.pp * vs) or (spec.stage_layers is not None and len(set(spec.stage_layers)) > 1):
+    if not ok["chunks"] or (spec.stage_layers is not None and len(set(spec.stage_layers)) > 1):
         raise ValueError(f"engine {e.name!r} runs MaxText's circular pipeline: every one of the pp={spec.pp} stages "
                          f"holds virtual_stages={vs} equal chunks, so pp x virtual_stages must divide the {L} layers "
                          "and stage_layers be even")
-    if model.mtp_layers:
+    if not ok["mtp"]:
         raise ValueError(f"engine {e.name!r}: a circular pipeline with {model.name}'s multi-token prediction module "
                          "is not modelled")

@@ -254,31 +254,39 @@ def _circular_specs(batch, chips):
                         yield PlanSpec(dp, 1, pp, mb, recompute=rc, virtual_stages=vs, zero=z, flash_attention=True)
 
 
-def test_search_under_the_circular_schedule_equals_brute_force():
+@pytest.mark.parametrize("delay", [1, 2])
+def test_search_under_the_circular_schedule_equals_brute_force(delay):
     """The plan search under the maxtext engine finds the fastest plan that fits, among those the
     circular schedule can run (even splits, pp x repeats dividing the layers, microbatches a
-    multiple of pp), as the brute force over evaluate() does, at two memory limits; every plan it
-    returns passes evaluate's checks."""
+    multiple of pp; with the delayed forwarding at least 2 x pp of them: the search returned plans
+    evaluate() refuses until stop 75), as the brute force over evaluate() does — every plan it
+    accepts — at two memory limits; every plan the search returns passes evaluate's checks."""
     tiny = TINY.with_(num_layers=8, seq_len=512)
     chip, batch = hardware.preset("TPUv5e"), 16
     cl = cluster.preset("tpuv5e-pod", 8)
-    plans = []
+    eng = replace(engine.MAXTEXT, name="maxtext-delayed", pipeline_forwarding_delay=2) if delay == 2 else engine.MAXTEXT
+    plans, refused = [], 0
     for spec in _circular_specs(batch, 8):
         if tiny.num_layers % (spec.pp * spec.virtual_stages):
             continue
-        p = evaluate(tiny, chip, cl, spec, batch, engine="maxtext")
-        big = evaluate(tiny, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine="maxtext")
+        try:
+            p = evaluate(tiny, chip, cl, spec, batch, engine=eng)
+        except ValueError:
+            refused += 1
+            continue
+        big = evaluate(tiny, chip.with_(hbm_bytes=1e18), cl, spec, batch, engine=eng)
         plans.append((big.step_time_s, max(p.memory_per_chip_bytes), spec))
-    assert len(plans) > 20 and any(s.pp > 1 for *_, s in plans)
+    assert len(plans) > 20 and any(s.pp > 1 for *_, s in plans) and (refused > 0) == (delay == 2)
     for q in (0.3, 0.9):
         hbm = float(np.quantile([p[1] for p in plans], q))
         best = min(p[0] for p in plans if p[1] <= hbm)
         res = placement.search_plans(tiny, chip.with_(hbm_bytes=hbm), cl, batch, tps=(1,), microbatches=(1, 2),
                                      virtual_stages=(1, 2), sequence_parallel=(False,), zero=(0, 3),
-                                     recompute=("none", "full"), flash_attention=True, engine="maxtext")
+                                     recompute=("none", "full"), flash_attention=True, engine=eng, top_k=1000)
         assert res.best.step_time_s == pytest.approx(best, rel=1e-9)
-        again = evaluate(tiny, chip.with_(hbm_bytes=hbm), cl, res.best.spec, batch, engine="maxtext")
-        assert again.step_time_s == pytest.approx(res.best.step_time_s, rel=1e-9)
+        for found in res.plans:
+            again = evaluate(tiny, chip.with_(hbm_bytes=hbm), cl, found.spec, batch, engine=eng)
+            assert again.step_time_s == pytest.approx(found.step_time_s, rel=1e-9)
 
 
 def test_the_engine_field_is_checked():

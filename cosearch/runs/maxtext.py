@@ -232,10 +232,16 @@ def _moe_dispatch(k: Keys, name: str, model: ModelConfig, assumed: list[str]) ->
     return model.with_(moe_capacity_factor=factor, moe_einsum_dispatch=True)
 
 
+def _decoder_block(k: Keys) -> tuple[str, str]:
+    """(The config's ``decoder_block``, its ``model_name``'s own block: :data:`DECODER_BLOCKS`,
+    llama2 for the ``default`` model's base dimensions)."""
+    own = DECODER_BLOCKS.get(str(k.get("model_name", "default")), "llama2")
+    return str(k.get("decoder_block", own)), own
+
+
 def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
     mname = str(k.get("model_name", "default"))
-    own = DECODER_BLOCKS.get(mname, "llama2")
-    block = str(k.get("decoder_block", own))
+    block, own = _decoder_block(k)
     if block != own:
         raise ValueError(f"{name}: decoder_block {block!r} builds another architecture than the one cosearch reads "
                          + (f"{mname} as (its own block, {own!r})" if mname in DECODER_BLOCKS else
@@ -492,9 +498,8 @@ def _circular_pipeline(k: Keys, name: str, model: ModelConfig, pp: int, per_repl
     L = model.num_layers
     lps = k.positive("num_layers_per_pipeline_stage", 1)
     pipelined = k.int("pipeline_parallel_layers", -1)
-    block = str(k.get("decoder_block", DECODER_BLOCKS.get(str(k.get("model_name", "default")), "llama2")))
     if pipelined == -1:
-        pipelined = L - model.dense_layers if block == "deepseek" else L
+        pipelined = L - model.dense_layers if _decoder_block(k)[0] == "deepseek" else L
     if pipelined != L:
         raise ValueError(f"{name}: pipeline_parallel_layers {pipelined} of the {L} layers (the others run with the "
                          "stage axis as data parallelism) is not modelled; pipeline every layer")
