@@ -201,10 +201,14 @@ def _maxtext_rerun(op_name: str, c: ModelConfig, p: dict[str, str]) -> float:
     """The share of a forward op JAX reruns in the backward under a MaxText custom policy: every
     op whose output (or something computed from it) the backward needs and no saved name holds.
     A dense MLP's down projection and everything after it in the layer are never rerun (the
-    layer's output is only the next layer's saved input); an MoE layer's expert down projection
-    is, unless saved (the router's gradient reads the expert outputs)."""
+    layer's output is only the next layer's saved input) but where post norms norm its output
+    (Gemma's: the norm's backward reads it, unless ``mlpwo`` holds it); an MoE layer's expert down
+    projection is, unless saved (the router's gradient reads the expert outputs)."""
+    if c.post_norms and op_name in ("fc2", "allreduce_mlp", "reducescatter_mlp"):
+        # the MLP's normed output: its norm's backward reads the down projection's output (mlpwo)
+        return 0.0 if _maxtext_saved(p, "mlpwo") else 1.0
     if op_name in ("fc2", "shared_fc2", "allreduce_mlp", "reducescatter_mlp", "shared_reducescatter", "dropout2", "residual2",
-                   "moe_add", "moe_unpermute", "moe_combine_einsum"):
+                   "moe_add", "moe_unpermute", "moe_combine_einsum", "post_mlp_norm"):
         return 0.0
     if op_name == "qkv":
         if _maxtext_saved(p, "qkv_proj"):
@@ -374,6 +378,8 @@ VECTOR_OPS_PER_ELEMENT = {
     "layernorm": 5.0, "rmsnorm": 4.0, "softmax": 5.0, "gelu": 8.0, "relu": 1.0,
     "silu": 4.0, "swiglu": 5.0, "geglu": 9.0, "add": 1.0, "mul": 1.0, "dropout": 2.0,
     "rotary": 3.0, "embedding": 1.0, "cross_entropy": 5.0, "fp8_cast": 3.0, "amax": 2.0,
+    # soft-capping, cap tanh(x / cap): a scale, a tanh, a scale (the tanh as two, as gelu's counts it)
+    "softcap": 4.0,
 }
 
 
@@ -1497,6 +1503,8 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     if tp > 1:
         out = (g.collective("reducescatter_attn", [out], act_bytes, "reducescatter") if sp
                else g.allreduce("allreduce_attn", [out], act_bytes))
+    if c.post_norms:
+        out = g.vector("post_attn_norm", [out], Tv * h, norm)
     if c.dropout:
         out = g.vector("dropout1", [out], Tv * h, "dropout")
     r1 = g.vector("residual1", [out], Tv * h * nh, "add", inputs=2)
@@ -1529,6 +1537,8 @@ def _forward_layer(config: ModelConfig, tp: int, b: int, sp: bool = False, flash
     if tp > 1 and not local:
         y = (g.collective("reducescatter_mlp", [fc2], act_bytes, "reducescatter") if sp
              else g.allreduce("allreduce_mlp", [fc2], act_bytes))
+    if c.post_norms:
+        y = g.vector("post_mlp_norm", [y], Tv * h, norm)
     if c.dropout:
         y = g.vector("dropout2", [y], Tv * h, "dropout")
     g.vector("residual2", [y, r1], Tv * h * nh, "add", inputs=2)
@@ -1600,6 +1610,8 @@ def _attention(g: _Builder, c: ModelConfig, x_in: int, T: int, sl: int, b: int, 
             ctx = g.attention_cast("attn_core.dequant", [ctx], T * out_width, False)
     else:
         sc = g.gemm("attn_scores", [x], s, s, d, batch=b * a, weights=False)
+        if c.attention_softcap:
+            sc = g.vector("attn_softcap", [sc], b * a * s * s, "softcap")
         sm = g.vector("softmax", [sc], b * a * s * s, "softmax")
         if c.dropout:
             sm = g.vector("attn_dropout", [sm], b * a * s * s, "dropout")
@@ -1802,6 +1814,8 @@ def _forward_head(config: ModelConfig, tp: int, b: int, sp: bool = False, flash:
         n = g.collective("allgather_head", [n], T * c.hidden * c.dtype_bytes, "allgather")
     shard = vocab_shard(c.vocab, tp)
     logits = g.gemm("lm_head", [n], T, shard, c.hidden)
+    if c.logit_softcap:
+        logits = g.vector("logit_softcap", [logits], T * shard, "softcap")
     g.vector("cross_entropy", [logits], T * shard, "cross_entropy")
     return g.ops
 

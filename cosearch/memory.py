@@ -136,6 +136,9 @@ def _activation_terms(config: ModelConfig, tp: int, flash_attention: bool, preci
     # replicated (split by tp only with sequence parallelism): 2 norm inputs (4), residual
     # dropout masks (2), QKV and MLP inputs (the norm outputs: 4, or their FP8 casts)
     rep = {"norm_in": 4.0 * e, "masks": 2.0 * mask, "norm_out": 2.0 * lowp if fp8 else 4.0 * e}
+    if c.post_norms:
+        # Gemma's post norms: the attention's and the MLP's outputs, their inputs (2 each)
+        rep["post_norm_in"] = 4.0 * e
     # split by tp: Q, K, V (K/V scaled for GQA) at their projected widths (heads x head_dim, which
     # is not hidden for Qwen3, GPT-OSS or Gemma; MLA's Q and K carry the rope dims too),
     # attention-projection input (2) and its FP8 cast, MLP: fc1 output(s) and activation output
@@ -325,6 +328,8 @@ def maxtext_saved_bytes(config: ModelConfig, tp: int, microbatch: int, sequence_
     tensors = ((rep * c.hyper_connections, ("decoder_layer_input",)), *attention,
                ((c.heads * c.head_dim + c.heads * 4.0 / dt) / t, ("context",)),
                (c.heads * c.head_dim / t, ("attention_out",)), (rep, ("out_proj",)),
+               # with post norms the MLP's output is a residual (its norm's backward reads it)
+               (rep if c.post_norms else 0.0, ("mlpwo",)),
                (ffn, ("mlpwi_0", "mlpwi")), (ffn if c.gated else 0.0, ("mlpwi_1", "mlpwi")),
                (moe_ffn, w0), (moe_ffn if c.gated else 0.0, w1), (slots * c.hidden, wo),
                (moe_sorted, ("moe_x_sorted",)))
@@ -350,9 +355,10 @@ def every_other_matmul_exact(config: ModelConfig, tp: int) -> bool:
     checkpointing keeps for ``config``'s layer at tensor parallelism ``tp`` (else a plan takes
     Megatron's selective figure, an upper bound): dense multi-head or grouped-query layers, and
     MoE layers of such models without tensor parallelism, linear biases (GPT-OSS's run as
-    ``aten.addmm``, kept uncounted) or a capacity factor; not MLA or DeepSeek-V4's attention."""
+    ``aten.addmm``, kept uncounted) or a capacity factor; not MLA or DeepSeek-V4's attention, nor
+    Gemma's post norms (their inputs, the odd matmuls' outputs or not, are not itemized)."""
     c = config
-    if c.mla is not None or c.compressed_attention is not None:
+    if c.mla is not None or c.compressed_attention is not None or c.post_norms:
         return False
     return not c.moe or (tp == 1 and not c.bias and not c.moe_capacity_factor and not c.moe_einsum_dispatch)
 

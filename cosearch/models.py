@@ -194,6 +194,17 @@ class ModelConfig:
         NoPE layers, one in four, which are priced with it).  ``True`` / ``False`` mean ``"head"`` /
         ``"none"``.  Priced as two norm passes over q and k a layer
         (:func:`cosearch.graph.build`'s ``q_norm`` and ``k_norm``), their inputs kept for the backward.
+    post_norms: the attention's and the MLP's outputs normed before their residual adds too
+        (Gemma 2 and 3's ``post_attention_layernorm`` and ``post_feedforward_layernorm``; MaxText's
+        ``use_post_attn_norm`` / ``use_post_ffw_norm``): two more norm passes a layer, their weights
+        and their inputs (kept for their backward).
+    logit_softcap: the final logits soft-capped, ``cap tanh(logits / cap)`` (Gemma 2: 30;
+        ``final_logit_softcapping``, MaxText's ``final_logits_soft_cap``; 0: none): priced as a
+        vector pass over the logits before the loss.
+    attention_softcap: the attention scores soft-capped the same way before the softmax (Gemma 2:
+        50; ``attn_logit_softcapping``, MaxText's ``attn_logits_soft_cap``; 0: none): a vector pass
+        over the scores of unfused attention; inside a fused kernel not priced (no kernel
+        measurement with and without it; the readers say so).
     rotary_fraction: the share of each head's dimensions RoPE rotates (1: all; GPT-NeoX's
         ``rotary_pct`` 0.25, GPT-J's ``rotary_dim`` 64 of 256, GLM-4.5's and Phi's
         ``partial_rotary_factor``, Megatron's ``--rotary-percent``): the rotary op's elements.
@@ -240,6 +251,9 @@ class ModelConfig:
     qk_norm: str = "none"
     rotary_fraction: float = 1.0
     attention_sinks: bool = False
+    post_norms: bool = False
+    logit_softcap: float = 0.0
+    attention_softcap: float = 0.0
 
     def __post_init__(self) -> None:
         # numpy's integers (a sweep over np.arange) are integers: stored as Python ints, so the
@@ -322,6 +336,14 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.activation_clamp must be a finite number >= 0 (the clamped GLU's limit; 0: "
                              f"none), got {clamp!r}")
         object.__setattr__(self, "activation_clamp", float(clamp))
+        for f in ("logit_softcap", "attention_softcap"):
+            cap = getattr(self, f)
+            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap < 0.0:
+                raise ValueError(f"ModelConfig.{f} must be a finite number >= 0 (the cap of cap * tanh(x / cap); 0: "
+                                 f"none), got {cap!r}")
+            object.__setattr__(self, f, float(cap))
+        if not isinstance(self.post_norms, bool):
+            raise ValueError(f"ModelConfig.post_norms must be true or false, got {self.post_norms!r}")
         rf = self.rope_attention_factor
         if isinstance(rf, bool) or not isinstance(rf, (int, float)) or not math.isfinite(rf) or not 0.0 < rf <= 64.0:
             raise ValueError(f"ModelConfig.rope_attention_factor must be a number in (0, 64] (YaRN's attention "
@@ -490,7 +512,7 @@ class ModelConfig:
         if self.bias:
             params += q + 2 * kv + h  # q, k, v, out biases
             params += (2 * f if self.gated else f) + h
-        params += self.norms_per_layer * self.norm_params()
+        params += (self.norms_per_layer + (2 if self.post_norms else 0)) * self.norm_params()
         return params + self.norms_per_layer * self.hyper_connection_params()
 
     def hyper_connection_params(self) -> int:
@@ -865,9 +887,6 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         extra = 2 * hidden            # OPT's learned positions carry a 2-row offset
     if mt in ("gptj", "phi") and not tie:
         extra += vocab                # lm_head bias
-    if mt in _GEMMA[1:]:
-        # Gemma 2/3 norm the attention and MLP outputs too (post-norms)
-        extra += layers * 2 * hidden
     qk_norm = _hf_qk_norm(config, mt)
     # GPT-OSS's clamped gated activation (modeling_gpt_oss.py: gate.clamp(max=limit),
     # up.clamp(-limit, limit))
@@ -890,7 +909,10 @@ def from_hf_config(config: dict[str, Any], name: str | None = None, seq_len: int
         position=position, bias=bias, tie_embeddings=tie, dropout=hidden_dropout > 0, dtype_bytes=dtype_bytes,
         extra_params=int(extra), head_size=head_size, norms_per_layer=1 if parallel else 2, **moe_kw,
         **window_kw, activation_clamp=float(limit or 0.0), rope_attention_factor=rope_factor, qk_norm=qk_norm,
-        rotary_fraction=rotary_fraction, attention_sinks=mt == "gpt_oss")
+        rotary_fraction=rotary_fraction, attention_sinks=mt == "gpt_oss",
+        # Gemma 2/3 norm the attention and MLP outputs too; Gemma 2 soft-caps its logits
+        post_norms=mt in _GEMMA[1:], logit_softcap=_hf_cap(config, "final_logit_softcapping"),
+        attention_softcap=_hf_cap(config, "attn_logit_softcapping"))
     if position == "learned" and learned_rows != seq_len:
         # the position table holds the config's context, whatever length is trained on
         cfg = cfg.with_(extra_params=cfg.extra_params + (learned_rows - seq_len) * hidden) \
@@ -1042,6 +1064,17 @@ def _hf_yarn_attention_factor(rope_scaling) -> float:
     if given is not None:
         return given
     return yarn_attention_factor(number("factor", required=True), number("mscale"), number("mscale_all_dim"))
+
+
+def _hf_cap(config: dict, key: str) -> float:
+    """A soft-capping value of a Hugging Face config (``final_logit_softcapping``,
+    ``attn_logit_softcapping``): a positive number, or null / absent for none."""
+    cap = config.get(key)
+    if cap is None:
+        return 0.0
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap < 0:
+        raise ValueError(f"from_hf_config: {key!r} must be a non-negative number (or null), got {cap!r}")
+    return float(cap)
 
 
 def _hf_sliding_window(config: dict, mt: str, gemma: bool, layers: int, seq_len: int) -> dict:

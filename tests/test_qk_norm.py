@@ -397,13 +397,14 @@ def test_qwen_moe_layer_layouts():
 
 
 def test_hf_configs_say_what_is_not_priced():
-    """A config.json read as a run says what its model has that is not priced: Gemma 2's logit
-    soft-capping and post-norms, GPT-OSS's attention sinks, DeepSeek-V3's MTP modules (priced only
-    where the run trains them); a plain Qwen3 config says nothing."""
+    """A config.json read as a run says what its model has that is not priced: Gemma 2's scores'
+    soft-capping inside a fused attention kernel (its post norms and logit soft cap are priced
+    since stop 75, tests/test_gemma.py), GPT-OSS's attention sinks, DeepSeek-V3's MTP modules
+    (priced only where the run trains them); a plain Qwen3 config says nothing."""
     from cosearch.runs.hf import read_hf_config
     from tests.test_hf_configs import GEMMA2_9B
     gemma = " ".join(read_hf_config(GEMMA2_9B, seq_len=4096).assumed)
-    assert "soft-capping" in gemma and "post-MLP norms" in gemma
+    assert "soft-capping" in gemma and "fused attention kernel" in gemma and "post-MLP norms" not in gemma
     from cosearch.runs.hf import hf_config_notes
     assert any("attention sinks" in n for n in hf_config_notes({"model_type": "gpt_oss"}))
     assert any("--mtp-num-layers" in n for n in hf_config_notes({"model_type": "deepseek_v3", "num_nextn_predict_layers": 1}))

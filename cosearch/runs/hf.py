@@ -71,11 +71,9 @@ def hf_config_notes(config: dict[str, Any]) -> list[str]:
     if mt == "gpt_oss":
         notes.append("attention sinks (one learned logit per head and layer): priced where the framework rescales "
                      "the attention output with them (torchtitan), not inside a fused attention kernel")
-    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if config.get(key):
-            notes.append(f"{key} {config[key]}: the tanh soft-capping of the logits not priced")
-    if mt in ("gemma2", "gemma3", "gemma3_text"):
-        notes.append("Gemma's post-attention and post-MLP norms counted as parameters, their passes not priced")
+    if config.get("attn_logit_softcapping"):
+        notes.append(f"attn_logit_softcapping {config['attn_logit_softcapping']}: the scores' tanh soft-capping "
+                     "priced where the attention runs unfused, not inside a fused attention kernel")
     if mt in ("llama4", "llama4_text"):
         notes.append("Llama 4's NoPE layers (one in four) priced with RoPE and the q/k norm of the others")
     n = config.get("num_nextn_predict_layers")
