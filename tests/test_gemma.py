@@ -103,3 +103,34 @@ def test_the_hf_reader_says_what_stays_unpriced():
     notes = hf_config_notes(GEMMA2_9B)
     assert any("attn_logit_softcapping 50.0" in n and "fused attention kernel" in n for n in notes)
     assert not any("final_logit_softcapping" in n or "post-attention" in n for n in notes)
+
+
+def test_maxtext_reads_its_gemma_models():
+    """MaxText's gemma2-9b (its yml: 21 [local, global] pairs, 42 layers of 3,584, 16 query / 8
+    kv heads of 256, 4,096-token window on every other layer, soft caps 30 / 50, post norms, tied
+    logits, vocabulary 256,128): 9.24B parameters, the published 9,241,705,984 plus MaxText's 128
+    padded vocabulary rows; gemma3-27b: five local layers of every six (1,024 tokens) of 62, q/k
+    norms, no caps; a key overrides its yml; one post norm without the other, another activation
+    and a scaled model are refused; the scan's blocks are said."""
+    from cosearch.runs.maxtext import read_maxtext
+    base = ["per_device_batch_size=1", "ici_fsdp_parallelism=4", "max_target_length=8192"]
+    r = read_maxtext(None, ["model_name=gemma2-9b", *base])
+    m = r.model
+    assert (m.num_layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab) == \
+        (42, 3584, 16, 8, 256, 14336, 256128)
+    assert (m.sliding_window, m.sliding_layers, m.post_norms, m.logit_softcap, m.attention_softcap) == \
+        (4096, 21, True, 30.0, 50.0)
+    assert m.activation == "geglu" and m.tie_embeddings and m.qk_norm == "none"
+    assert m.num_params() == 9_241_705_984 + 128 * 3584
+    assert any("block of 2 layers" in a for a in r.assumed) and any("splash" in a for a in r.assumed)
+    g3 = read_maxtext(None, ["model_name=gemma3-27b", *base]).model
+    assert (g3.num_layers, g3.sliding_window, g3.sliding_layers, g3.qk_norm, g3.logit_softcap) == \
+        (62, 1024, 62 - 10, "head", 0.0)
+    short = read_maxtext(None, ["model_name=gemma2-9b", "base_num_decoder_layers=2", "final_logits_soft_cap=0",
+                                *base]).model
+    assert short.num_layers == 4 and short.logit_softcap == 0.0
+    for extra, why in ((["use_post_ffw_norm=false"], "one post norm without the other"),
+                       (['mlp_activations=["silu","linear"]'], "not modelled"),
+                       (["global_parameter_scale=2"], "global_parameter_scale")):
+        with pytest.raises(ValueError, match=why):
+            read_maxtext(None, ["model_name=gemma2-9b", *base, *extra])

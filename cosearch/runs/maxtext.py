@@ -10,7 +10,8 @@ unless ``num_slices`` says otherwise).
 =====================================  =========================================================
 ``model_name``                          :data:`MODEL_NAMES`' presets (Llama 2 / 3, Mixtral, DeepSeek
                                         V2 / V3, Kimi-K2, Llama 4, Qwen3 MoE, GPT-OSS, GPT-3 175B);
-                                        ``default``: the ``base_*`` dimensions
+                                        Gemma 2 / 3 from their ymls (:data:`GEMMA_MODELS`, their
+                                        keys overridable); ``default``: the ``base_*`` dimensions
 ``base_emb_dim``, ``base_num_query_heads``, ``base_num_kv_heads``, ``base_mlp_dim``,
 ``base_num_decoder_layers``, ``head_dim``, ``vocab_size``, ``mlp_activations``   the model
 ``dropout_rate``, ``enable_dropout``    dropout where enabled (its default the model's own yml's,
@@ -130,6 +131,25 @@ MODEL_NAMES = {"llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b
                # DeepSeek-V2-Lite's and V2's, and GPT-OSS-20B's config.json sizes
                "deepseek2-16b": "deepseek-v2-lite", "deepseek2-236b": "deepseek-v2", "gpt-oss-20b": "gpt-oss-20b"}
 
+#: MaxText's Gemma 2 and 3 models (``configs/models/<name>.yml`` at e591f30, the same in MaxText
+#: 0.2.5): (emb, query heads, kv heads, MLP, layers — Gemma 2's real count, twice the yml's
+#: ``base_num_decoder_layers``, which counts [local, global] pairs — head dim, vocabulary,
+#: ``sliding_window_size``, ``final_logits_soft_cap``, ``attn_logits_soft_cap``).  Every one has
+#: ``mlp_activations: ["gelu","linear"]``, ``logits_via_embedding: true`` and both post norms.
+GEMMA_MODELS = {
+    "gemma2-2b": ("gemma2", 2304, 8, 4, 9216, 26, 256, 256128, 4096, 30.0, 50.0),
+    "gemma2-9b": ("gemma2", 3584, 16, 8, 14336, 42, 256, 256128, 4096, 30.0, 50.0),
+    "gemma2-27b": ("gemma2", 4608, 32, 16, 36864, 46, 128, 256128, 4096, 30.0, 50.0),
+    "gemma3-4b": ("gemma3", 2560, 8, 4, 10240, 34, 256, 262144, 1024, 0.0, 0.0),
+    "gemma3-12b": ("gemma3", 3840, 16, 8, 15360, 48, 256, 262144, 1024, 0.0, 0.0),
+    "gemma3-27b": ("gemma3", 5376, 32, 16, 21504, 62, 128, 262144, 1024, 0.0, 0.0),
+}
+#: Layers of a Gemma block's attention pattern, the unit MaxText's layer scan checkpoints:
+#: Gemma 2's [local, global] pair (``models/gemma2.py``), Gemma 3's five local and one global
+#: (``GEMMA3_ATTENTION_PATTERN``, ``_init_scanned_gemma3``; the layers left over one more block).
+GEMMA_PATTERN = {"gemma2": 2, "gemma3": 6}
+
+
 #: A ``model_name``'s own settings in its configs/models/<name>.yml (at e591f30) that change what
 #: cosearch prices, the defaults a command line may override (MaxText loads the model's yml over
 #: base.yml): ``enable_dropout: false`` in every one of them but llama2-70b's (base.yml's is true),
@@ -151,7 +171,8 @@ DECODER_BLOCKS = {"llama2-7b": "llama2", "llama2-13b": "llama2", "llama2-70b": "
                   "deepseek3-671b-2dfsdp": "deepseek", "kimi-k2-1t": "deepseek", "llama4-17b-16e": "llama4",
                   "llama4-17b-128e": "llama4", "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe",
                   "gpt-oss-120b": "gpt_oss", "gpt3-175b": "gpt3", "deepseek2-16b": "deepseek",
-                  "deepseek2-236b": "deepseek", "gpt-oss-20b": "gpt_oss"}
+                  "deepseek2-236b": "deepseek", "gpt-oss-20b": "gpt_oss",
+                  **{m: v[0] for m, v in GEMMA_MODELS.items()}}
 
 NEUTRAL_KEYS = frozenset({
     "run_name", "base_output_directory", "hardware", "steps", "log_period", "learning_rate",
@@ -247,6 +268,8 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
                          + (f"{mname} as (its own block, {own!r})" if mname in DECODER_BLOCKS else
                             "base_* dimensions as (MaxText's llama2 block: RMSNorm, RoPE, no biases)")
                          + "; not modelled")
+    if mname in GEMMA_MODELS:
+        return _gemma_model(k, name, mname, seq, assumed)
     if mname in MODEL_NAMES:
         if k.positive("global_parameter_scale", 1) != 1:
             raise ValueError(f"{name}: global_parameter_scale scales {mname}'s base dimensions; give them as "
@@ -254,7 +277,8 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
         model = models.preset(MODEL_NAMES[mname]).with_(seq_len=seq)
         return _gpt3_model(k, name, model, seq, assumed) if block == "gpt3" else model
     if mname != "default":
-        raise ValueError(f"{name}: model_name {mname!r} has no cosearch preset (known: {', '.join(MODEL_NAMES)}); "
+        raise ValueError(f"{name}: model_name {mname!r} has no cosearch preset (known: "
+                         f"{', '.join([*MODEL_NAMES, *GEMMA_MODELS])}); "
                          "use model_name default with its base_* dimensions, or its config.json")
     acts = k.names("mlp_activations", ["silu", "linear"])
     act = {("silu", "linear"): "swiglu", ("gelu", "linear"): "geglu", ("gelu",): "gelu", ("relu",): "relu"}.get(tuple(acts))
@@ -270,6 +294,49 @@ def _model(k: Keys, name: str, seq: int, assumed: list[str]) -> ModelConfig:
                        kv_heads=k.positive("base_num_kv_heads", 16) << head_s, activation=act, norm="rmsnorm",
                        position="rotary", bias=False, tie_embeddings=k.bool("logits_via_embedding", False), dropout=False,
                        head_size=None if head * heads == h else head)
+
+
+def _gemma_model(k: Keys, name: str, mname: str, seq: int, assumed: list[str]) -> ModelConfig:
+    """MaxText's Gemma 2 / 3 (:data:`GEMMA_MODELS`, each yml key overridable as MaxText loads the
+    model's yml over base.yml): GeGLU, RMSNorm, RoPE, logits through the embedding, the post norms
+    (``use_post_attn_norm``, ``use_post_ffw_norm``: both or neither), the logits' and scores' soft
+    caps, and the sliding window on Gemma 2's every other layer (its pairs' first) and on five of
+    Gemma 3's every six, Gemma 3's per-head q and k norms.  Said: the scan checkpoints a block of
+    the attention pattern (:data:`GEMMA_PATTERN`), priced one checkpoint a layer; the embedding's
+    scale by the square root of its width and the scores' soft cap inside splash attention, not
+    priced."""
+    block, emb, heads, kv, mlp, layers, head, vocab, window, logit_cap, attn_cap = GEMMA_MODELS[mname]
+    if k.positive("global_parameter_scale", 1) != 1:
+        raise ValueError(f"{name}: global_parameter_scale scales {mname}'s base dimensions; give them as "
+                         "model_name default with its base_* keys")
+    acts = tuple(k.names("mlp_activations", ["gelu", "linear"]))
+    if acts != ("gelu", "linear"):
+        raise ValueError(f"{name}: mlp_activations {list(acts)} on {mname} are not modelled (its own: gelu, linear)")
+    pairs = 2 if block == "gemma2" else 1            # gemma2's yml counts [local, global] pairs
+    n = k.positive("base_num_decoder_layers", layers // pairs) * pairs
+    post = (k.bool("use_post_attn_norm", True), k.bool("use_post_ffw_norm", True))
+    if post[0] != post[1]:
+        raise ValueError(f"{name}: use_post_attn_norm {post[0]} with use_post_ffw_norm {post[1]}: one post norm "
+                         "without the other is not modelled")
+    w = k.positive("sliding_window_size", window)
+    local = n // 2 if block == "gemma2" else n - n // GEMMA_PATTERN["gemma3"]
+    model = ModelConfig(mname, n, k.positive("base_emb_dim", emb), k.positive("base_num_query_heads", heads),
+                        k.positive("base_mlp_dim", mlp), k.positive("vocab_size", vocab), seq,
+                        kv_heads=k.positive("base_num_kv_heads", kv), head_size=k.positive("head_dim", head),
+                        activation="geglu", norm="rmsnorm", position="rotary", bias=False,
+                        tie_embeddings=k.bool("logits_via_embedding", True), dropout=False,
+                        sliding_window=w if w < seq else None, sliding_layers=local if w < seq else 0,
+                        qk_norm="head" if block == "gemma3" else "none", post_norms=post[0],
+                        logit_softcap=k.number("final_logits_soft_cap", logit_cap),
+                        attention_softcap=k.number("attn_logits_soft_cap", attn_cap))
+    unit = GEMMA_PATTERN[block]
+    assumed.append(f"{mname}: MaxText's layer scan checkpoints each block of {unit} layers (its attention "
+                   f"pattern) at its input; priced one checkpoint a layer, which keeps {unit - 1} more layer inputs a "
+                   "block and holds one layer's activations, not the block's, while it reruns")
+    assumed.append(f"{mname}: the embedding scaled by the square root of its width (one pass over the embedding's "
+                   "output) not priced" + (f"; the scores' soft cap {model.attention_softcap:g} inside splash "
+                                           "attention not priced" if model.attention_softcap else ""))
+    return model
 
 
 def _gpt3_model(k: Keys, name: str, model: ModelConfig, seq: int, assumed: list[str]) -> ModelConfig:
