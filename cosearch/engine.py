@@ -278,6 +278,13 @@ same.
   stage's output waits one more iteration, ``M R + 2 (pp - 1)`` iterations, the bubble and its kept
   iterations twice.  Checked against the residuals JAX saves for MaxText's own pipeline
   (``cosearch/data/maxtext_pipeline_residuals.csv``).
+* ``recompute_layers`` — the layers one activation checkpoint spans (1: every layer its own): a
+  stage's layers are checkpointed in groups of this many, each group keeping only its input (and,
+  under a selective policy, its layers' saved tensors) and, when it reruns, the whole group's
+  activations at once — Megatron-Core's ``--recompute-method uniform --recompute-num-layers``,
+  MaxText's layer scan over a block of Gemma's attention pattern (2 layers for Gemma 2, 6 for
+  Gemma 3: ``cosearch/data/maxtext_layer_residuals.csv`` rows 17-18).  A stage of ``n`` layers
+  keeps ``ceil(n / recompute_layers)`` inputs.
 * ``context_parallel`` / ``interleaving`` — whether the framework has context parallelism
   and an interleaved pipeline schedule; plans using a missing feature are refused.
 
@@ -374,6 +381,7 @@ class Engine:
     attn_proj_original_input: bool = False
     pipeline_schedule: str = "1f1b"
     pipeline_forwarding_delay: int = 1
+    recompute_layers: int = 1
     #: the ZeRO stages the framework runs (what a plan search tries by default)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
 
@@ -417,6 +425,10 @@ class Engine:
         if self.pipeline_forwarding_delay == 2 and self.pipeline_schedule != "circular":
             raise ValueError("Engine.pipeline_forwarding_delay=2 is MaxText's circular schedule's delayed forwarding: "
                              "it needs pipeline_schedule='circular'")
+        r = self.recompute_layers
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= 1 << 16:
+            raise ValueError(f"Engine.recompute_layers must be a number of layers >= 1 (the layers one activation "
+                             f"checkpoint spans; 1: every layer its own), got {r!r}")
         c = self.loss_chunks
         if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1 << 16:
             raise ValueError(f"Engine.loss_chunks must be a number of sequence chunks >= 1 (1: the whole sequence), "

@@ -1334,7 +1334,7 @@ def hw_row(chip_hbm_bytes: float, chip_mem_Bps: float, mem: memory.MemoryConfig,
                      1.0 if e.tp_overlap_rule else 0.0, 1.0 if e.full_grad_allreduce else 0.0,
                      1.0 if e.overlap_p2p_comm else 0.0, share,
                      float(e.pipeline_forwarding_delay) if e.pipeline_schedule == "circular" else 0.0,
-                     float(pipeline_microbatches)],
+                     float(pipeline_microbatches), float(e.recompute_layers)],
                     dtype=np.float64)
 
 

@@ -94,10 +94,10 @@ HW_FIELDS = ("hbm_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes", "mem_
              "grad_accum_bytes", "grad_reduce_bytes", "blocking_p2p", "zero3_per_layer",
              "overlap_param_gather", "lowp_weight_bytes", "offload_layers", "host_Bps", "overlap_tp_comm",
              "full_grad_allreduce", "overlap_p2p_comm", "comm_sm_share", "circular_pipeline",
-             "pipeline_pass_microbatches")
+             "pipeline_pass_microbatches", "recompute_layers")
 (H_HBM, H_W, H_G, H_O, H_MEMBW, H_OVERLAP, H_GACC, H_GRED, H_P2PB, H_Z3_LAYER, H_PG_OVERLAP,
  H_W8, H_OFFLOAD, H_HOSTBW, H_TP_OVERLAP, H_FULL_AR, H_P2PO, H_COMM_SHARE, H_CIRC,
- H_PASS_MB) = range(len(HW_FIELDS))
+ H_PASS_MB, H_RC_LAYERS) = range(len(HW_FIELDS))
 NH = len(HW_FIELDS)
 
 N_CPN, N_BWI, N_BWE, N_LATI, N_LATE, N_TORUS = range(6)
@@ -630,6 +630,18 @@ def static_bytes(params, dp, zero, w, g, o):
     return params * (w + g + o) / dp
 
 
+@njit(cache=True, inline="always")
+def checkpoint_groups(n, v, span):
+    """The activation checkpoints of a stage of ``n`` layers in ``v`` chunks (virtual stages)
+    checkpointed ``span`` layers at a time (:attr:`cosearch.engine.Engine.recompute_layers`):
+    ``v ceil(n / (v span))`` — each chunk's layers grouped from its first, the last group
+    shorter.  ``n`` where ``span`` is 1."""
+    if span <= 1.0 or n <= 0.0:
+        return n
+    per = n / v if v > 1 else n
+    return (v if v > 1 else 1) * math.ceil(per / span - 1e-9)
+
+
 @njit(cache=True)
 def inflight_circular(pp, mp, v, delay):
     """Stage-equivalents of activations every stage holds under MaxText's SPMD circular
@@ -797,6 +809,11 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     dpx = dp / ep
     act = n * (u[U_ACT_NONE] if mode == RC_NONE else (u[U_ACT_SEL] if mode == RC_SELECTIVE
                                                        else u[U_ACT_IN]))
+    # checkpoints spanning hw[H_RC_LAYERS] layers (Engine.recompute_layers): a group keeps its
+    # first layer's input only, the others' rerun from it
+    span = hw[H_RC_LAYERS] if hw[H_RC_LAYERS] > 1.0 else 1.0
+    if span > 1.0 and mode != RC_NONE and n > 0:
+        act -= (n - checkpoint_groups(n, v, span)) * u[U_ACT_IN]
     ends_act = 0.0          # circular: the embedding's and head's activations, the whole pass's batch
     mp = float(m)
     if circ:
@@ -934,7 +951,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     mem = static_bytes(pd, zg, zero, w, g, o) + static_bytes(pexp, dpx, zero, w, g, o) + held * act + ends_act
     mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
-        mem += u[U_ACT_NONE]
+        # the layers one checkpoint spans rerun together, their activations held at once
+        mem += u[U_ACT_NONE] * (span if span < n else n)
     # an MoE dispatcher's communication buffers (the flex backends'), once a rank with layers
     if n > 0:
         mem += u[U_BUF]

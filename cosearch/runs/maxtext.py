@@ -301,10 +301,10 @@ def _gemma_model(k: Keys, name: str, mname: str, seq: int, assumed: list[str]) -
     model's yml over base.yml): GeGLU, RMSNorm, RoPE, logits through the embedding, the post norms
     (``use_post_attn_norm``, ``use_post_ffw_norm``: both or neither), the logits' and scores' soft
     caps, and the sliding window on Gemma 2's every other layer (its pairs' first) and on five of
-    Gemma 3's every six, Gemma 3's per-head q and k norms.  Said: the scan checkpoints a block of
-    the attention pattern (:data:`GEMMA_PATTERN`), priced one checkpoint a layer; the embedding's
-    scale by the square root of its width and the scores' soft cap inside splash attention, not
-    priced."""
+    Gemma 3's every six, Gemma 3's per-head q and k norms; the scan checkpoints a block of the
+    attention pattern (:data:`GEMMA_PATTERN`; the engine's ``recompute_layers``, set by
+    :func:`read_maxtext`).  Said: the embedding's scale by the square root of its width and the
+    scores' soft cap inside splash attention, not priced."""
     block, emb, heads, kv, mlp, layers, head, vocab, window, logit_cap, attn_cap = GEMMA_MODELS[mname]
     if k.positive("global_parameter_scale", 1) != 1:
         raise ValueError(f"{name}: global_parameter_scale scales {mname}'s base dimensions; give them as "
@@ -331,8 +331,8 @@ def _gemma_model(k: Keys, name: str, mname: str, seq: int, assumed: list[str]) -
                         attention_softcap=k.number("attn_logits_soft_cap", attn_cap))
     unit = GEMMA_PATTERN[block]
     assumed.append(f"{mname}: MaxText's layer scan checkpoints each block of {unit} layers (its attention "
-                   f"pattern) at its input; priced one checkpoint a layer, which keeps {unit - 1} more layer inputs a "
-                   "block and holds one layer's activations, not the block's, while it reruns")
+                   "pattern) at its input (Engine.recompute_layers); the residual sums inside a block, rerun from "
+                   "it, not priced")
     assumed.append(f"{mname}: the embedding scaled by the square root of its width (one pass over the embedding's "
                    "output) not priced" + (f"; the scores' soft cap {model.attention_softcap:g} inside splash "
                                            "attention not priced" if model.attention_softcap else ""))
@@ -539,6 +539,11 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         assumed.append("logits_dot_in_fp32: the output head's matmul priced in bf16 (float32 is slower)")
     if delay > 1:
         engine = replace(engine, name=engine.name + "-delayed-forwarding", pipeline_forwarding_delay=delay)
+    block = _decoder_block(k)[0]
+    if block in GEMMA_PATTERN and str(k.get("model_name", "default")) in GEMMA_MODELS:
+        # the scan's unit: a block of the attention pattern, checkpointed at its input
+        engine = replace(engine, name=engine.name + f"-blocks-of-{GEMMA_PATTERN[block]}",
+                         recompute_layers=GEMMA_PATTERN[block])
     if _model_default(k, "use_iota_embed", False):
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")

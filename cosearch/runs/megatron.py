@@ -30,8 +30,10 @@ Plan and engine
 ``--moe-layer-freq``                         ``moe_layer_step`` (one MoE layer in k) or ``dense_layers``
 ``--moe-expert-capacity-factor``             ``moe_capacity_factor``, with
                                              ``--moe-pad-expert-input-to-capacity`` its padding
-``--recompute-method``, ``--recompute-num-layers``  ``uniform`` (or none given) recomputes every layer;
-                                             ``block`` is read only when it covers every layer
+``--recompute-method``, ``--recompute-num-layers``  ``uniform`` (or none given) recomputes every layer,
+                                             checkpointed in runs of ``--recompute-num-layers``
+                                             (``Engine.recompute_layers``); ``block`` is read
+                                             only when it covers every layer
 ``--recompute-activations``                  selective (the older spelling)
 ``--sequence-parallel``                      sequence parallelism
 ``--use-distributed-optimizer``              ZeRO-1 (Megatron's distributed optimizer)
@@ -1337,10 +1339,18 @@ def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, a
     if method == "block" and n < layers_per_stage:
         raise ValueError(f"--recompute-method block --recompute-num-layers {n} recomputes only part of each "
                          f"stage's {layers_per_stage:g} layers: partial recompute is not modelled")
-    if method == "uniform" and n > 1:
-        assumed.append(f"--recompute-method uniform --recompute-num-layers {n}: every layer recomputed, "
-                       "priced as one checkpoint per layer")
     return "full"
+
+
+def recompute_span(vals: dict[str, str]) -> int:
+    """The layers one activation checkpoint spans under full recompute
+    (:attr:`cosearch.engine.Engine.recompute_layers`): ``--recompute-num-layers`` under
+    ``--recompute-method uniform`` (Megatron-Core's ``_checkpointed_forward`` checkpoints each run of
+    that many layers at its input and reruns it whole), 1 otherwise (``block`` with at least a
+    stage's layers checkpoints each layer)."""
+    if vals.get("--recompute-granularity") != "full" or vals.get("--recompute-method", "uniform") != "uniform":
+        return 1
+    return _int("--recompute-num-layers", vals.get("--recompute-num-layers", "1"))
 
 
 def _precision(vals: dict[str, str], assumed: list[str]) -> tuple[str, str | None]:
@@ -1526,6 +1536,9 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
         engine = replace(engine, name=engine.name + "-unfused-grad-accum", grad_accum_bytes=accum)
     engine = with_cross_entropy_fusion(engine, _cross_entropy(vals, flags, assumed))
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
+    span = recompute_span(vals)
+    if span > 1:
+        engine = replace(engine, name=engine.name + f"-recompute-{span}-layers", recompute_layers=span)
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
     dispatcher, overlap, backend = _moe_dispatch(vals, flags, ep, assumed)
     engine = with_moe_dispatch(engine, dispatcher, overlap, sms, backend)
