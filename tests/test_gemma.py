@@ -2,9 +2,13 @@
 the final logits' soft cap and the attention scores' soft cap (priced where the attention runs
 unfused), the post norms' inputs kept for their backward, and the readers that set them."""
 
+import csv
+from pathlib import Path
+
 import pytest
 
 from cosearch import graph, memory, models
+from cosearch.plan import evaluate
 from cosearch.runs.hf import hf_config_notes
 from tests.test_hf_configs import GEMMA2_9B as _GEMMA2_9B
 from tests.test_hf_configs import GEMMA3_1B
@@ -134,3 +138,29 @@ def test_maxtext_reads_its_gemma_models():
                        (["global_parameter_scale=2"], "global_parameter_scale")):
         with pytest.raises(ValueError, match=why):
             read_maxtext(None, ["model_name=gemma2-9b", *base, *extra])
+
+
+COMPILED = Path(__file__).parent.parent / "cosearch" / "data" / "maxtext_compiled_memory.csv"
+
+
+@pytest.mark.parametrize("row", list(csv.DictReader(open(COMPILED, newline=""))), ids=lambda r: r["model_name"])
+def test_maxtexts_gemma_recipes_against_the_compilers_peak(row, tmp_path):
+    """MaxText's v6e Gemma recipes, compiled ahead of time for a v6e-256 (the compiler's
+    arguments, temporaries and code a chip): cosearch's reader and plan price each within 15 %
+    under the compiled peak, and as fitting the v6e as the compiled step does (the sum of the
+    head's logits and a rerunning block priced them 20-46 % over, not fitting)."""
+    from cosearch import hardware
+    from cosearch.runs import read_config
+    script = tmp_path / row["script"]
+    script.write_text("python3 -m maxtext.trainers.pre_train.train base.yml "
+                      f"model_name={row['model_name']} per_device_batch_size={row['per_device_batch_size']} "
+                      f"remat_policy={row['remat_policy']} ici_fsdp_transpose_parallelism=256 "
+                      f"ici_fsdp_parallelism=-1 max_target_length={row['max_target_length']} "
+                      "dataset_type=synthetic attention=flash\n")
+    rc = read_config(script)
+    d = rc.resolve(256)
+    p = evaluate(d.model, "TPUv6e", 256, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+    compiled = sum(float(row[k]) for k in ("argument_bytes", "temp_bytes", "code_bytes"))
+    priced = max(p.memory_per_chip_bytes)
+    assert compiled < hardware.preset("TPUv6e").hbm_bytes and p.feasible
+    assert 0.85 * compiled < priced < compiled

@@ -37,18 +37,21 @@ def test_checkpoint_groups_count_megatrons_loop(layers, chunks, span):
 
 def test_a_stage_keeps_one_input_a_group_and_reruns_a_group_at_once():
     """GPT-3 13B on one GPU under full recompute, checkpoints spanning 4 layers against 1: 40 - 10
-    fewer layer inputs kept, and 4 - 1 more layers' full activations held while a group reruns;
-    the step time is the same (every layer reruns either way).  With 3: ceil(40 / 3) = 14 inputs."""
+    fewer layer inputs kept, and 4 layers' full activations held while a group reruns where 1
+    layer's were — each against the head's activations, which the head's backward frees before
+    any layer reruns (the larger of the two counts); the step time is the same (every layer reruns
+    either way).  With 3: ceil(40 / 3) = 14 inputs."""
     spec = PlanSpec(1, 1, 1, 1, recompute="full", flash_attention=True)
     base = evaluate(GPT13, "A100-80GB", 1, spec, 1, engine="megatron-lm")
     s = GPT13.seq_len
     x = memory.layer_input_bytes(GPT13, 1, 1)
     full = memory.layer_activation_bytes(GPT13, 1, 1, False, "none", True)
+    head = memory.head_activation_bytes(GPT13, 1, 1)
     for span, groups in ((4, 10), (3, 14)):
         e = replace(engine.preset("megatron-lm"), name="grouped", recompute_layers=span)
         p = evaluate(GPT13, "A100-80GB", 1, spec, 1, engine=e)
         assert p.step_time_s == pytest.approx(base.step_time_s, rel=1e-12)
-        want = (40 - groups) * x - (span - 1) * full
+        want = (40 - groups) * x - (max(span * full, head) - max(full, head))
         assert base.memory_per_chip_bytes[0] - p.memory_per_chip_bytes[0] == pytest.approx(want, rel=1e-9)
     assert x == s * GPT13.hidden * 2
     with pytest.raises(ValueError, match="recompute_layers must be a number of layers"):
@@ -71,3 +74,25 @@ def test_the_readers_set_the_span():
     assert read_maxtext(None, ["model_name=gemma3-27b", *base]).engine.recompute_layers == 6
     assert read_maxtext(None, ["model_name=llama2-7b", *base]).engine.recompute_layers == 1
     assert math.ceil(62 / 6) == F.checkpoint_groups(62.0, 1, 6.0)
+
+
+def test_the_heads_logits_and_a_rerunning_layer_are_not_live_together():
+    """Under full recompute the last stage's head activations (its fp32 logits) are freed by the
+    head's backward before any layer reruns: the peak holds the larger of the two, not their sum.
+    A 256k vocabulary (Gemma's) on a narrow model: the logits outweigh a layer's activations, so
+    a one-layer-wider rerun costs nothing (only the inputs it drops show); a 1k vocabulary: every
+    rerun layer counts.  The compiled check is MaxText's own Gemma 2 9B recipe on a v6e-256
+    (tpu-recipes' tpu_v6e_gemma2_9b.sh, compiled ahead of time: 29.5 GiB a chip of arguments,
+    code and temporaries), which cosearch now prices at 28.5 GiB (35.5 with the sum)."""
+    spec = PlanSpec(1, 1, 1, 1, recompute="full", flash_attention=True)
+    for vocab, hidden in ((256_000, True), (1_024, False)):
+        m = models.ModelConfig("narrow", 8, 512, 8, 2048, vocab, 2048)
+        x = memory.layer_input_bytes(m, 1, 1)
+        full = memory.layer_activation_bytes(m, 1, 1, False, "none", True)
+        head = memory.head_activation_bytes(m, 1, 1)
+        assert (head > 2 * full) == hidden
+        one = evaluate(m, "A100-80GB", 1, spec, 1, engine="megatron-lm").memory_per_chip_bytes[0]
+        two = evaluate(m, "A100-80GB", 1, spec, 1, engine=replace(engine.preset("megatron-lm"), name="pairs",
+                                                                   recompute_layers=2)).memory_per_chip_bytes[0]
+        want = -4 * x + (0.0 if hidden else full)
+        assert two - one == pytest.approx(want, rel=1e-9)

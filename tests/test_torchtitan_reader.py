@@ -430,7 +430,10 @@ def test_chunked_loss_memory_by_hand():
     """torchtitan's ChunkedLossWrapper (Engine.loss_chunks): one chunk's fp32 logits alive instead
     of the sequence's, plus a bf16 copy of the final hidden states and their fp32 gradient buffer.
     Llama 3 8B, one 8,192-token sequence a rank: 8192 x 128256 x 4 x (1 - 1/8) - 8192 x 4096 x
-    (2 + 4) = 3,476,029,440 bytes less a microbatch; the step time unchanged."""
+    (2 + 4) = 3,476,029,440 bytes less head activations a microbatch; under full recompute the
+    peak holds the larger of the head's activations and a rerunning layer's (the head's backward
+    frees its logits first), so the plan's memory falls by the head's excess over the layer's
+    where the chunked head is the smaller; the step time unchanged."""
     import dataclasses
 
     from cosearch import cluster, hardware, models
@@ -439,11 +442,16 @@ def test_chunked_loss_memory_by_hand():
     m = models.preset("llama3-8b")
     plain = preset("fsdp")
     chunked = dataclasses.replace(plain, loss_chunks=8, name="fsdp-loss8")
+    from cosearch import memory
     for mb in (1, 2):
-        spec = PlanSpec(8, 1, 1, mb, recompute="full", zero=3)
+        spec = PlanSpec(8, 1, 1, mb, recompute="full", zero=3, flash_attention=True)
         a, b = (evaluate(m, hardware.H100, cluster.dgx_h100(1), spec, 16 * mb, engine=e) for e in (plain, chunked))
         saved = 8192 * 128256 * 4 * (1 - 1 / 8) - 8192 * 4096 * (2 + 4)
-        assert a.memory_per_chip_bytes[0] - b.memory_per_chip_bytes[0] == pytest.approx(mb * saved, rel=1e-12)
+        head = memory.head_activation_bytes(m, 1, mb)
+        assert head - memory.head_activation_bytes(m, 1, mb, loss_chunks=8) == pytest.approx(mb * saved, rel=1e-12)
+        layer = memory.layer_activation_bytes(m, 1, mb, False, "none", True)
+        assert head - mb * saved < layer < head
+        assert a.memory_per_chip_bytes[0] - b.memory_per_chip_bytes[0] == pytest.approx(head - layer, rel=1e-12)
         assert a.step_time_s == b.step_time_s
     with pytest.raises(ValueError, match="loss_chunks"):
         dataclasses.replace(plain, loss_chunks=0)

@@ -951,8 +951,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     mem = static_bytes(pd, zg, zero, w, g, o) + static_bytes(pexp, dpx, zero, w, g, o) + held * act + ends_act
     mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
     if mode == RC_FULL and n > 0:
-        # the layers one checkpoint spans rerun together, their activations held at once
-        mem += u[U_ACT_NONE] * (span if span < n else n)
+        # the layers one checkpoint spans rerun together, their activations held at once; on the
+        # last stage the head's activations (its logits) are freed by the head's backward before
+        # any layer reruns, so the two are not live together: the larger of them counts
+        rerun = u[U_ACT_NONE] * (span if span < n else n)
+        if last and not circ:
+            head = u[U_HACT] * (1.0 + u[U_MTPA])
+            rerun = rerun - head if rerun > head else 0.0
+        mem += rerun
     # an MoE dispatcher's communication buffers (the flex backends'), once a rank with layers
     if n > 0:
         mem += u[U_BUF]
