@@ -41,7 +41,7 @@ __all__ = ["Op", "LayerGraph", "build", "build_pair", "build_model", "from_modul
            "recompute_share", "SCALING_RECIPES", "CAST_PASSES", "ONE_COPY", "RECIPE_CAST_PASSES", "check_scaling_recipe",
            "grows_with_tokens", "expert_eager_bytes", "moe_eager_bytes", "moe_regroup_bytes", "MOE_DISPATCHERS",
            "REGROUPING_DISPATCHERS", "ROUTER_DTYPES", "UNFUSED_BIAS_ADD", "unfused_bias_add_bytes",
-           "maxtext_expert_names", "maxtext_minimal_places"]
+           "maxtext_expert_names", "maxtext_minimal_places", "maxtext_places"]
 
 KIND_TENSOR, KIND_VECTOR, KIND_NETWORK, KIND_ATTENTION, KIND_CAST = 0, 1, 2, 3, 4
 #: ``bmm`` (activation x activation: unfused attention's scores and context, MaxText's dispatch
@@ -155,6 +155,13 @@ def maxtext_minimal_places(config: ModelConfig) -> dict[str, str] | None:
     if config.compressed_attention is not None:
         return None
     return maxtext_policy("maxtext:" + ",".join(f"{n}=device" for n in MAXTEXT_MINIMAL_TENSORS))
+
+
+def maxtext_places(policy, config: ModelConfig) -> dict[str, str] | None:
+    """The MaxText tensors' places a selective policy names: a ``"maxtext:..."`` policy's
+    (:func:`maxtext_policy`), ``"dots-saved"``'s (MaxText's ``minimal``,
+    :func:`maxtext_minimal_places`); None for the others (and ``"dots-saved"`` on DeepSeek-V4)."""
+    return maxtext_policy(policy) if policy != "dots-saved" else maxtext_minimal_places(config)
 
 
 def maxtext_policy(policy) -> dict[str, str] | None:
@@ -304,7 +311,7 @@ def recompute_share(op: Op, config: ModelConfig, policy: str = "attention-core")
     :func:`maxtext_policy`): what JAX reruns given the saved and offloaded names
     (:func:`_maxtext_rerun`)."""
     check_selective_policy(policy)
-    mt = maxtext_policy(policy) if policy != "dots-saved" else maxtext_minimal_places(config)
+    mt = maxtext_places(policy, config)
     if mt is not None:
         if op.kind in NETWORK_KINDS and op.name not in ("moe_dispatch", "moe_combine", "allreduce_attn",
                                                         "reducescatter_attn", "allgather_attn", "allgather_mlp",

@@ -423,7 +423,7 @@ def _per_sequence_bytes(cl: ModelConfig, t: int, sp: bool, policy: str, flash_at
     experts in bf16 in a low-precision layer; ``dispatched``: an MoE layer's tokens cross an
     expert-parallel group (ep > 1), whose all-to-all outputs torchtitan's per-op policy keeps."""
     # MaxText's minimal: its checkpoint names' tensors (DeepSeek-V4's attention: Megatron's figure)
-    mt = graph.maxtext_policy(policy) if policy != "dots-saved" else graph.maxtext_minimal_places(cl)
+    mt = graph.maxtext_places(policy, cl)
     host = 0.0
     if mt is not None:
         sel, host = memory.maxtext_saved_bytes(cl, t, 1, sp, mt)

@@ -638,8 +638,7 @@ def checkpoint_groups(n, v, span):
     shorter.  ``n`` where ``span`` is 1."""
     if span <= 1.0 or n <= 0.0:
         return n
-    per = n / v if v > 1 else n
-    return (v if v > 1 else 1) * math.ceil(per / span - 1e-9)
+    return v * math.ceil(n / (v * span) - 1e-9)
 
 
 @njit(cache=True)

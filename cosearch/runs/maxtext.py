@@ -306,6 +306,7 @@ def _gemma_model(k: Keys, name: str, mname: str, seq: int, assumed: list[str]) -
     :func:`read_maxtext`).  Said: the embedding's scale by the square root of its width and the
     scores' soft cap inside splash attention, not priced."""
     block, emb, heads, kv, mlp, layers, head, vocab, window, logit_cap, attn_cap = GEMMA_MODELS[mname]
+    unit = GEMMA_PATTERN[block]
     if k.positive("global_parameter_scale", 1) != 1:
         raise ValueError(f"{name}: global_parameter_scale scales {mname}'s base dimensions; give them as "
                          "model_name default with its base_* keys")
@@ -319,7 +320,7 @@ def _gemma_model(k: Keys, name: str, mname: str, seq: int, assumed: list[str]) -
         raise ValueError(f"{name}: use_post_attn_norm {post[0]} with use_post_ffw_norm {post[1]}: one post norm "
                          "without the other is not modelled")
     w = k.positive("sliding_window_size", window)
-    local = n // 2 if block == "gemma2" else n - n // GEMMA_PATTERN["gemma3"]
+    local = n - n // unit                            # one global layer a block of the pattern
     model = ModelConfig(mname, n, k.positive("base_emb_dim", emb), k.positive("base_num_query_heads", heads),
                         k.positive("base_mlp_dim", mlp), k.positive("vocab_size", vocab), seq,
                         kv_heads=k.positive("base_num_kv_heads", kv), head_size=k.positive("head_dim", head),
@@ -329,7 +330,6 @@ def _gemma_model(k: Keys, name: str, mname: str, seq: int, assumed: list[str]) -
                         qk_norm="head" if block == "gemma3" else "none", post_norms=post[0],
                         logit_softcap=k.number("final_logits_soft_cap", logit_cap),
                         attention_softcap=k.number("attn_logits_soft_cap", attn_cap))
-    unit = GEMMA_PATTERN[block]
     assumed.append(f"{mname}: MaxText's layer scan checkpoints each block of {unit} layers (its attention "
                    "pattern) at its input (Engine.recompute_layers); the residual sums inside a block, rerun from "
                    "it, not priced")
@@ -539,11 +539,11 @@ def read_maxtext(source: str | Path | dict[str, Any] | None = None, overrides: l
         assumed.append("logits_dot_in_fp32: the output head's matmul priced in bf16 (float32 is slower)")
     if delay > 1:
         engine = replace(engine, name=engine.name + "-delayed-forwarding", pipeline_forwarding_delay=delay)
-    block = _decoder_block(k)[0]
-    if block in GEMMA_PATTERN and str(k.get("model_name", "default")) in GEMMA_MODELS:
+    gemma = GEMMA_MODELS.get(str(k.get("model_name", "default")))
+    if gemma is not None:
         # the scan's unit: a block of the attention pattern, checkpointed at its input
-        engine = replace(engine, name=engine.name + f"-blocks-of-{GEMMA_PATTERN[block]}",
-                         recompute_layers=GEMMA_PATTERN[block])
+        unit = GEMMA_PATTERN[gemma[0]]
+        engine = replace(engine, name=engine.name + f"-blocks-of-{unit}", recompute_layers=unit)
     if _model_default(k, "use_iota_embed", False):
         # layers/embeddings.py: one-hot(tokens) from an iota, times the table, instead of a gather
         engine = replace(engine, name=engine.name + "-iota-embed", embedding="one-hot")

@@ -1311,14 +1311,20 @@ def _recompute_modules(vals: dict[str, str], rc: str) -> tuple[str, ...]:
     return () if mods == ("core_attn",) else mods
 
 
-def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, assumed: list[str]) -> str:
+def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float,
+               assumed: list[str]) -> tuple[str, int]:
+    """(The recompute mode, the layers one activation checkpoint spans:
+    :attr:`cosearch.engine.Engine.recompute_layers`).  Full granularity's ``uniform`` method (its
+    default) checkpoints each run of ``--recompute-num-layers`` layers at its input and reruns it
+    whole (Megatron-Core's ``_checkpointed_forward``); ``block`` with at least a stage's layers
+    checkpoints each layer."""
     rc = vals.get("--recompute-granularity")
     if rc is None:
         if "--recompute-modules" in vals:
             raise ValueError("--recompute-modules needs --recompute-granularity selective")
         if "--recompute-method" in vals or "--recompute-num-layers" in vals:
             raise ValueError("--recompute-method and --recompute-num-layers need --recompute-granularity full")
-        return "selective" if "--recompute-activations" in flags else "none"
+        return ("selective" if "--recompute-activations" in flags else "none"), 1
     if rc not in ("full", "selective"):
         raise ValueError(f"--recompute-granularity {rc!r}; Megatron accepts full or selective")
     if "--recompute-activations" in flags and rc != "selective":
@@ -1326,7 +1332,7 @@ def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, a
     if rc == "selective":
         if "--recompute-method" in vals:
             raise ValueError("--recompute-method applies to --recompute-granularity full only")
-        return rc
+        return rc, 1
     if "--recompute-modules" in vals:
         raise ValueError("--recompute-modules applies to --recompute-granularity selective only")
     method = vals.get("--recompute-method")
@@ -1339,18 +1345,7 @@ def _recompute(vals: dict[str, str], flags: set[str], layers_per_stage: float, a
     if method == "block" and n < layers_per_stage:
         raise ValueError(f"--recompute-method block --recompute-num-layers {n} recomputes only part of each "
                          f"stage's {layers_per_stage:g} layers: partial recompute is not modelled")
-    return "full"
-
-
-def recompute_span(vals: dict[str, str]) -> int:
-    """The layers one activation checkpoint spans under full recompute
-    (:attr:`cosearch.engine.Engine.recompute_layers`): ``--recompute-num-layers`` under
-    ``--recompute-method uniform`` (Megatron-Core's ``_checkpointed_forward`` checkpoints each run of
-    that many layers at its input and reruns it whole), 1 otherwise (``block`` with at least a
-    stage's layers checkpoints each layer)."""
-    if vals.get("--recompute-granularity") != "full" or vals.get("--recompute-method", "uniform") != "uniform":
-        return 1
-    return _int("--recompute-num-layers", vals.get("--recompute-num-layers", "1"))
+    return "full", n if method == "uniform" else 1
 
 
 def _precision(vals: dict[str, str], assumed: list[str]) -> tuple[str, str | None]:
@@ -1462,7 +1457,7 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
         if cp > 1 and kinds != {"p2p"}:
             raise ValueError(f"--cp-comm-type {', '.join(sorted(kinds))} is not modelled: cosearch prices context "
                              "parallelism as the p2p K/V ring (Megatron's default)")
-    rc = _recompute(vals, flags, model.num_layers / pp, assumed)
+    rc, span = _recompute(vals, flags, model.num_layers / pp, assumed)
     precision, recipe = _precision(vals, assumed)
     bf16_layers = _bf16_layers(vals, flags, precision)
     backend = vals.get("--attention-backend")
@@ -1536,7 +1531,6 @@ def read_megatron_args(text: str, model: ModelConfig | str | None = None, source
         engine = replace(engine, name=engine.name + "-unfused-grad-accum", grad_accum_bytes=accum)
     engine = with_cross_entropy_fusion(engine, _cross_entropy(vals, flags, assumed))
     engine = with_recompute_modules(engine, _recompute_modules(vals, rc))
-    span = recompute_span(vals)
     if span > 1:
         engine = replace(engine, name=engine.name + f"-recompute-{span}-layers", recompute_layers=span)
     sms = _moe_execution(vals, flags, model, ep, precision, assumed)
