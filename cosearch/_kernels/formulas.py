@@ -949,26 +949,45 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     held = inflight_circular(pp, mp, v, hw[H_CIRC]) if circ else inflight(s, pp, m, v)
     mem = static_bytes(pd, zg, zero, w, g, o) + static_bytes(pexp, dpx, zero, w, g, o) + held * act + ends_act
     mem += pd * hw[H_W8] / (zg if zero == 3 else 1.0) + pexp * hw[H_W8] / (dpx if zero == 3 else 1.0)
+    # the layers one checkpoint spans rerun together under full recompute, their activations held
+    # at once
+    rerun = 0.0
     if mode == RC_FULL and n > 0:
-        # the layers one checkpoint spans rerun together, their activations held at once; on the
-        # last stage the head's activations (its logits) are freed by the head's backward before
-        # any layer reruns, so the two are not live together: the larger of them counts
         rerun = u[U_ACT_NONE] * (span if span < n else n)
-        if last and not circ:
-            head = u[U_HACT] * (1.0 + u[U_MTPA])
-            rerun = rerun - head if rerun > head else 0.0
-        mem += rerun
     # an MoE dispatcher's communication buffers (the flex backends'), once a rank with layers
     if n > 0:
         mem += u[U_BUF]
-    # ZeRO-3's working buffers: two layers' gathered weights — of the parts that are sharded, the
-    # dense ones over zg, the experts over their dp / ep ranks (unsharded experts stay resident)
-    # (circular: two chunks of the stage's layers, the iteration's and the next one's)
+    # ZeRO-3's working buffers: a unit's gathered weights and the next unit's, prefetched — of the
+    # parts that are sharded, the dense ones over zg, the experts over their dp / ep ranks
+    # (unsharded experts stay resident) (circular: chunks of the stage's layers, the iteration's
+    # and the next one's); lw is one layer's (one chunk's)
     chunk = n / v if circ and n > v else 1.0
+    lw = 0.0
     if zero == 3 and zg > 1.0:
-        mem += 2.0 * chunk * (u[U_PL_FULL] - u[U_PLX]) * w
+        lw += chunk * (u[U_PL_FULL] - u[U_PLX]) * w
     if zero == 3 and dpx > 1.0:
-        mem += 2.0 * chunk * u[U_PLX] * w
+        lw += chunk * u[U_PLX] * w
+    if last and not circ:
+        # two phases on the last stage.  The head's: its activations (the logits, in ``act``),
+        # its weight gathered whole under ZeRO-3 (a tied embedding's too) and the last layer's
+        # prefetched.  The layers': the head's backward has freed the logits before any layer
+        # reruns or runs its backward, so a rerunning group and two layers' weights stand in their
+        # place, and a tied embedding's gradient, whole: one stage holding both the embedding and
+        # the head waits for the embedding's own backward before reducing it.  The larger phase
+        # counts (the compiler's live buffers at the peaks of MaxText's Gemma recipes compiled for
+        # a v6e: cosearch/data/maxtext_compiled_live.csv)
+        head = u[U_HACT] * (1.0 + u[U_MTPA])
+        hgw = 0.0
+        tied_grad = 0.0
+        if zero == 3 and zg > 1.0:
+            hgw = (u[U_PH] + u[U_PTIED]) * w
+            if first:
+                tied_grad = u[U_PTIED] * w
+        head_phase = hgw + lw
+        layer_phase = rerun + 2.0 * lw + tied_grad - head
+        mem += head_phase if head_phase > layer_phase else layer_phase
+    else:
+        mem += rerun + 2.0 * lw
     # the fill and drain: Megatron-LM's exchanges sit on that path; a blocking engine's
     # transfers there meet a stage idle anyway (its simulated schedule, tests/reference.py)
     # with overlap_p2p_comm the fill and drain still wait on every transfer of the chain
