@@ -143,6 +143,20 @@ def test_maxtext_reads_its_gemma_models():
 COMPILED = Path(__file__).parent.parent / "cosearch" / "data" / "maxtext_compiled_memory.csv"
 
 
+def priced_v6e_recipe(tmp_path, model_name, batch, remat_policy="full", seq=8192):
+    """MaxText's v6e Gemma recipe flags (``configs/tpu/v6e/gemma*.sh``) for ``model_name`` at
+    ``batch`` sequences a chip, read by cosearch's reader and priced on the ``TPUv6e`` preset over
+    256 chips: (the resolved run, its plan)."""
+    from cosearch.runs import read_config
+    script = tmp_path / f"{model_name}.sh"
+    script.write_text("python3 -m maxtext.trainers.pre_train.train base.yml "
+                      f"model_name={model_name} per_device_batch_size={batch} remat_policy={remat_policy} "
+                      f"ici_fsdp_transpose_parallelism=256 ici_fsdp_parallelism=-1 max_target_length={seq} "
+                      "dataset_type=synthetic attention=flash\n")
+    d = read_config(script).resolve(256)
+    return d, evaluate(d.model, "TPUv6e", 256, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+
+
 @pytest.mark.parametrize("row", list(csv.DictReader(open(COMPILED, newline=""))), ids=lambda r: r["model_name"])
 def test_maxtexts_gemma_recipes_against_the_compilers_peak(row, tmp_path):
     """MaxText's v6e Gemma recipes, compiled ahead of time for a v6e-256 (the compiler's
@@ -151,16 +165,8 @@ def test_maxtexts_gemma_recipes_against_the_compilers_peak(row, tmp_path):
     packing, tests/test_zero3_head_phase.py), and as fitting the v6e as the compiled step does
     (the sum of the head's logits and a rerunning block priced them 20-46 % over, not fitting)."""
     from cosearch import hardware
-    from cosearch.runs import read_config
-    script = tmp_path / row["script"]
-    script.write_text("python3 -m maxtext.trainers.pre_train.train base.yml "
-                      f"model_name={row['model_name']} per_device_batch_size={row['per_device_batch_size']} "
-                      f"remat_policy={row['remat_policy']} ici_fsdp_transpose_parallelism=256 "
-                      f"ici_fsdp_parallelism=-1 max_target_length={row['max_target_length']} "
-                      "dataset_type=synthetic attention=flash\n")
-    rc = read_config(script)
-    d = rc.resolve(256)
-    p = evaluate(d.model, "TPUv6e", 256, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+    _, p = priced_v6e_recipe(tmp_path, row["model_name"], row["per_device_batch_size"], row["remat_policy"],
+                             row["max_target_length"])
     compiled = sum(float(row[k]) for k in ("argument_bytes", "temp_bytes", "code_bytes"))
     priced = max(p.memory_per_chip_bytes)
     assert compiled < hardware.preset("TPUv6e").hbm_bytes and p.feasible

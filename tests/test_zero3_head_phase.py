@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cosearch._kernels import formulas as F
+from tests.test_gemma import priced_v6e_recipe
 
 # one stage holding everything (pp 1): n layers of D parameters, a tied embedding of E
 # parameters (the head's weight), bf16 weights, fp32 gradients, 12-byte optimizer state
@@ -77,15 +78,7 @@ ROWS = list(csv.DictReader(open(LIVE, newline="")))
 
 
 def _priced(row, tmp_path):
-    from cosearch.plan import evaluate
-    from cosearch.runs import read_config
-    script = tmp_path / f"{row['model_name']}.sh"
-    script.write_text("python3 -m maxtext.trainers.pre_train.train base.yml "
-                      f"model_name={row['model_name']} per_device_batch_size={row['per_device_batch_size']} "
-                      "remat_policy=full ici_fsdp_transpose_parallelism=256 ici_fsdp_parallelism=-1 "
-                      "max_target_length=8192 dataset_type=synthetic attention=flash\n")
-    d = read_config(script).resolve(256)
-    return d, evaluate(d.model, "TPUv6e", 256, d.spec, d.global_batch, engine=d.engine, mem=d.memory)
+    return priced_v6e_recipe(tmp_path, row["model_name"], row["per_device_batch_size"])
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['model_name']}-b{r['per_device_batch_size']}")

@@ -814,6 +814,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     if span > 1.0 and mode != RC_NONE and n > 0:
         act -= (n - checkpoint_groups(n, v, span)) * u[U_ACT_IN]
     ends_act = 0.0          # circular: the embedding's and head's activations, the whole pass's batch
+    head_act = 0.0          # the last stage's head's (and multi-token prediction's) activations
     mp = float(m)
     if circ:
         if hw[H_PASS_MB] > 0.0:
@@ -841,7 +842,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         side_f += u[U_HTPF] * (1.0 + u[U_MTPA])
         side_b += u[U_HTPB] * (1.0 + u[U_MTPA])
         params += u[U_PH] + u[U_PMTP]
-        act += u[U_HACT] * (1.0 + u[U_MTPA])
+        head_act = u[U_HACT] * (1.0 + u[U_MTPA])
+        act += head_act
         if pp > 1:
             params += u[U_PTIED]
     rec = 0.0
@@ -898,7 +900,8 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         off += n * ((xf if xf > 0.0 else 0.0) + (xb if xb > 0.0 else 0.0))
     work = f + b + rec + tpc + cpc + p2p + gacc + off
     t = work
-    if zero == 3 and zg > 1.0:
+    sharded = zero == 3 and zg > 1.0      # ZeRO-3 shards the dense weights, gathered before use
+    if sharded:
         if hw[H_Z3_LAYER] > 0.0:
             t = work + fsdp_exposed_s(u, net, hw, n, first and not circ, last and not circ, dp, zg, tp, rec)
         else:
@@ -963,7 +966,7 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
     # and the next one's); lw is one layer's (one chunk's)
     chunk = n / v if circ and n > v else 1.0
     lw = 0.0
-    if zero == 3 and zg > 1.0:
+    if sharded:
         lw += chunk * (u[U_PL_FULL] - u[U_PLX]) * w
     if zero == 3 and dpx > 1.0:
         lw += chunk * u[U_PLX] * w
@@ -976,15 +979,14 @@ def stage_terms(u, net, hw, n, first, last, s, pp, v, m, dp, tp, zero, zg, mode,
         # the head waits for the embedding's own backward before reducing it.  The larger phase
         # counts (the compiler's live buffers at the peaks of MaxText's Gemma recipes compiled for
         # a v6e: cosearch/data/maxtext_compiled_live.csv)
-        head = u[U_HACT] * (1.0 + u[U_MTPA])
         hgw = 0.0
         tied_grad = 0.0
-        if zero == 3 and zg > 1.0:
+        if sharded:
             hgw = (u[U_PH] + u[U_PTIED]) * w
             if first:
                 tied_grad = u[U_PTIED] * w
         head_phase = hgw + lw
-        layer_phase = rerun + 2.0 * lw + tied_grad - head
+        layer_phase = rerun + 2.0 * lw + tied_grad - head_act
         mem += head_phase if head_phase > layer_phase else layer_phase
     else:
         mem += rerun + 2.0 * lw
